@@ -1,0 +1,94 @@
+// Package assign is the assign node kind: it evaluates expressions over state
+// and input and writes their values to state fields.
+//
+//	count_turn:
+//	  kind: assign
+//	  set:
+//	    turn_count: "state.turn_count + 1"
+//	    phase: "'exploration'"
+//	    tags: [intro]          # a non-string YAML value is a literal
+package assign
+
+import (
+	"context"
+	"fmt"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
+)
+
+// Spec registers the kind.
+var Spec = kind.Spec{
+	Name:    "assign",
+	Summary: "Evaluate expressions over state and input and write the results to state fields.",
+	Settings: `{
+	  "required": ["set"],
+	  "properties": {
+	    "set": {
+	      "type": "object",
+	      "minProperties": 1,
+	      "description": "Field to value: a string is an expression over state and input; any other YAML value is written as it is.",
+	      "additionalProperties": true
+	    }
+	  }
+	}`,
+	New: build,
+}
+
+type field struct {
+	name    string
+	program *expression.Program
+	literal any
+}
+
+type node struct{ fields []field }
+
+func build(b kind.Builder) kind.Node {
+	set := b.Setting("set")
+	if set == nil || set.Kind != yaml.MappingNode {
+		return nil
+	}
+	n := &node{}
+	for i := 0; i+1 < len(set.Content); i += 2 {
+		k, v := set.Content[i], set.Content[i+1]
+		b.Writes(k.Value, k)
+		f := field{name: k.Value}
+		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {
+			f.program = b.Expr(v, false)
+			if f.program == nil {
+				continue
+			}
+		} else {
+			lit, err := schema.FromYAML(v)
+			if err != nil {
+				b.Errorf(v, "set.%s: %v", k.Value, err)
+				continue
+			}
+			f.literal = lit
+		}
+		n.fields = append(n.fields, f)
+	}
+	return n
+}
+
+// Run implements kind.Node.
+func (n *node) Run(_ context.Context, s *kind.State) (kind.Update, error) {
+	upd := make(kind.Update, len(n.fields))
+	vars := s.Vars()
+	for i, f := range n.fields {
+		upd[i].Field = f.name
+		if f.program == nil {
+			upd[i].Value = f.literal
+			continue
+		}
+		v, err := f.program.Eval(vars)
+		if err != nil {
+			return nil, fmt.Errorf("set %s: %w", f.name, err)
+		}
+		upd[i].Value = v
+	}
+	return upd, nil
+}

@@ -1,0 +1,120 @@
+// Package cli is the trellis command line. It holds no logic of its own
+// beyond argument handling and printing: validation, graphs and runs are the
+// runtime's functions, the same ones the HTTP API calls. The node kinds are
+// injected by the caller, so this package imports none.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+
+	"github.com/trellisflow/trellis/runtime/kind"
+)
+
+// Env is what a command runs with.
+type Env struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Registry       kind.Registry
+}
+
+type command struct {
+	name    string
+	usage   string
+	summary string
+	run     func(ctx context.Context, env *Env, args []string) int
+}
+
+var commands []*command
+
+func init() {
+	commands = []*command{
+		{"validate", "validate [--format text|json|github] [FILE|DIR ...]", "Check flow files and report every problem with file:line:col", cmdValidate},
+		{"graph", "graph FLOW [--format mermaid|dot|json]", "Draw a flow's graph", cmdGraph},
+		{"run", "run FLOW [--input k=v ...] [--input-file FILE] [--thread ID] [--trace]", "Run a flow once and print the final state", cmdRun},
+		{"schema", "schema", "Print the JSON Schema of the flow format", cmdSchema},
+	}
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string, env *Env) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(env.Stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	i := slices.IndexFunc(commands, func(c *command) bool { return c.name == args[0] })
+	if i < 0 {
+		fmt.Fprintf(env.Stderr, "trellis: unknown command %q\n\n", args[0])
+		usage(env.Stderr)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return commands[i].run(ctx, env, args[1:])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "trellis runs declarative graph flows written in YAML.")
+	fmt.Fprintln(w, "\nUsage:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  trellis %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'trellis COMMAND --help' for a command's options.")
+}
+
+// flags builds a command's flag set with its help text.
+func flags(env *Env, name string) *flag.FlagSet {
+	i := slices.IndexFunc(commands, func(c *command) bool { return c.name == name })
+	c := commands[i]
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(env.Stderr, "Usage: trellis %s\n\n%s.\n", c.usage, c.summary)
+		if hasFlags(fs) {
+			fmt.Fprintln(env.Stderr, "\nOptions:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// parse parses flags that may be interleaved with positional arguments.
+func parse(fs *flag.FlagSet, args []string) ([]string, int, bool) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, 0, false
+			}
+			return nil, 2, false
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, 0, true
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// multi is a repeatable string flag.
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }

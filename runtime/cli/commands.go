@@ -1,0 +1,312 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+)
+
+func cmdValidate(_ context.Context, env *Env, args []string) int {
+	fs := flags(env, "validate")
+	format := fs.String("format", "text", "output format: text, json or github (Actions annotations)")
+	paths, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(paths) == 0 {
+		paths = []string{"."}
+	}
+	files, err := FlowFiles(paths)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
+		return 2
+	}
+	all, sources := ValidateFiles(files, env)
+	switch *format {
+	case "json":
+		err = diag.WriteJSON(env.Stdout, all)
+	case "github":
+		err = diag.WriteGitHub(env.Stdout, all)
+	case "text":
+		err = diag.WriteText(env.Stdout, all, sources)
+	default:
+		fmt.Fprintf(env.Stderr, "trellis validate: unknown format %q (text, json, github)\n", *format)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
+		return 2
+	}
+	if all.HasErrors() {
+		if *format == "text" {
+			n := 0
+			for _, d := range all {
+				if d.Severity == diag.Error {
+					n++
+				}
+			}
+			fmt.Fprintf(env.Stderr, "%d error(s) in %d file(s)\n", n, len(files))
+		}
+		return 1
+	}
+	return 0
+}
+
+// ValidateFiles loads every flow and returns all diagnostics of all files,
+// and the sources they point into.
+func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
+	var all diag.List
+	sources := diag.Sources{}
+	for _, f := range files {
+		_, dl := flow.Load(f, env.Registry)
+		all = append(all, dl...)
+		for _, d := range dl {
+			if _, ok := sources[d.File]; !ok {
+				if b, err := os.ReadFile(d.File); err == nil {
+					sources[d.File] = b
+				}
+			}
+		}
+	}
+	return all.Sort(), sources
+}
+
+// FlowFiles expands directories into the flow files they hold: YAML files
+// that are not flow tests (*.test.yaml) and, when they parse, have a
+// top-level version, nodes or edges key.
+func FlowFiles(paths []string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			out = append(out, p)
+			continue
+		}
+		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if path != p && strings.HasPrefix(d.Name(), ".") {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			ext := filepath.Ext(path)
+			if (ext != ".yaml" && ext != ".yml") || strings.HasSuffix(path, ".test"+ext) {
+				return nil
+			}
+			if looksLikeFlow(path) {
+				out = append(out, path)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func looksLikeFlow(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return true
+	}
+	var top map[string]any
+	if err := yaml.Unmarshal(b, &top); err != nil {
+		return true // broken YAML: let validate say so
+	}
+	for _, k := range []string{"version", "nodes", "edges"} {
+		if _, ok := top[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// load compiles one flow, printing its diagnostics on failure.
+func load(env *Env, path string) (*flow.Graph, bool) {
+	g, dl := flow.Load(path, env.Registry)
+	if len(dl) > 0 {
+		_ = diag.WriteText(env.Stderr, dl, flow.Sources(path))
+	}
+	return g, g != nil
+}
+
+func cmdGraph(_ context.Context, env *Env, args []string) int {
+	fs := flags(env, "graph")
+	format := fs.String("format", "mermaid", "output format: mermaid, dot or json")
+	paths, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(paths) != 1 {
+		fs.Usage()
+		return 2
+	}
+	g, ok := load(env, paths[0])
+	if !ok {
+		return 1
+	}
+	switch *format {
+	case "mermaid":
+		fmt.Fprint(env.Stdout, g.Mermaid())
+	case "dot":
+		fmt.Fprint(env.Stdout, g.DOT())
+	case "json":
+		b, err := g.JSON()
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "trellis graph: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(env.Stdout, "%s\n", b)
+	default:
+		fmt.Fprintf(env.Stderr, "trellis graph: unknown format %q (mermaid, dot, json)\n", *format)
+		return 2
+	}
+	return 0
+}
+
+func cmdSchema(_ context.Context, env *Env, args []string) int {
+	fs := flags(env, "schema")
+	if _, code, ok := parse(fs, args); !ok {
+		return code
+	}
+	b, err := flow.FormatSchema(env.Registry)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis schema: %v\n", err)
+		return 1
+	}
+	_, _ = env.Stdout.Write(b)
+	return 0
+}
+
+func cmdRun(ctx context.Context, env *Env, args []string) int {
+	fs := flags(env, "run")
+	var inputs multi
+	fs.Var(&inputs, "input", "set an input field: name=value (repeatable; value parsed as YAML)")
+	inputFile := fs.String("input-file", "", "read input fields from a YAML or JSON file")
+	thread := fs.String("thread", "main", "thread id")
+	trace := fs.Bool("trace", false, "print the run's events to stderr")
+	paths, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(paths) != 1 {
+		fs.Usage()
+		return 2
+	}
+	g, ok := load(env, paths[0])
+	if !ok {
+		return 1
+	}
+	in, err := ParseInputs(g, inputs, *inputFile)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
+		return 2
+	}
+	eng := engine.New(memory.New())
+	req := engine.Request{Thread: *thread, Input: in}
+	if *trace {
+		req.Observe = TraceTo(env.Stderr)
+	}
+	res, err := eng.Run(ctx, g, req)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
+		return 1
+	}
+	enc := json.NewEncoder(env.Stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(res.State)
+	return 0
+}
+
+// ParseInputs builds a run input from name=value pairs and an input file.
+// Values are read as YAML scalars, except that a field whose schema says
+// string keeps the text as written.
+func ParseInputs(g *flow.Graph, pairs []string, file string) (map[string]any, error) {
+	in := map[string]any{}
+	if file != "" {
+		v, err := schema.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: input file must hold a mapping of field to value", file)
+		}
+		for k, x := range m {
+			in[k] = x
+		}
+	}
+	for _, p := range pairs {
+		k, raw, ok := strings.Cut(p, "=")
+		if !ok {
+			return nil, fmt.Errorf("--input %q: want name=value", p)
+		}
+		if f, ok := g.Field(k); ok && f.Shape.Is("string") {
+			in[k] = raw
+			continue
+		}
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(raw), &n); err != nil || len(n.Content) == 0 {
+			in[k] = raw
+			continue
+		}
+		v, err := schema.FromYAML(&n)
+		if err != nil {
+			in[k] = raw
+			continue
+		}
+		in[k] = v
+	}
+	return in, nil
+}
+
+// TraceTo prints events as one line each.
+func TraceTo(w io.Writer) engine.Observer {
+	return func(ev engine.Event) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%-12s step %-3d", ev.Type, ev.Step)
+		if ev.Node != "" {
+			fmt.Fprintf(&b, " %s (%s)", ev.Node, ev.Kind)
+		}
+		if ev.Attempt > 1 {
+			fmt.Fprintf(&b, " attempt %d", ev.Attempt)
+		}
+		if ev.Duration > 0 {
+			fmt.Fprintf(&b, " %s", ev.Duration.Round(time.Microsecond))
+		}
+		if len(ev.Update) > 0 {
+			u, _ := json.Marshal(ev.Update)
+			fmt.Fprintf(&b, " %s", u)
+		}
+		if len(ev.Next) > 0 {
+			fmt.Fprintf(&b, " → %s", strings.Join(ev.Next, ", "))
+		}
+		if ev.Error != "" {
+			fmt.Fprintf(&b, " error: %s", ev.Error)
+		}
+		fmt.Fprintln(w, b.String())
+	}
+}

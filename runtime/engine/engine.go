@@ -1,0 +1,833 @@
+// Package engine executes compiled flows in Pregel-style supersteps.
+//
+// A run loads its thread's newest state, applies the caller's input through
+// the reducers, then repeats: every triggered node runs concurrently on the
+// same snapshot; at the barrier their updates merge through the reducers in
+// node declaration order (so the result never depends on goroutine timing);
+// the changed fields are validated against their compiled sub-schemas; the
+// step is committed as a checkpoint; edges pick the next triggered set from
+// the new state. The run stops when nothing is triggered, at an error, or at
+// a limit.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// Engine runs flows against a store. It is safe for concurrent use; runs on
+// one thread never overlap.
+type Engine struct {
+	Store store.Store
+	busy  sync.Map // thread id -> struct{}
+}
+
+// New returns an engine over st.
+func New(st store.Store) *Engine { return &Engine{Store: st} }
+
+// ErrBusy is returned when a run is started on a thread that is running.
+var ErrBusy = errors.New("thread is busy with another run")
+
+// Request starts one run.
+type Request struct {
+	// Thread to run on; created from the schema defaults when missing.
+	Thread string
+	// Input sets input fields; any other key is refused.
+	Input map[string]any
+	// Observe receives the run's events.
+	Observe Observer
+	// RecordPath keeps the nodes of every step in Result.Path.
+	RecordPath bool
+}
+
+// Result is a finished run.
+type Result struct {
+	Run    string
+	Thread string
+	// State is the final state; Checkpoint its sequence number.
+	State      map[string]any
+	Checkpoint uint64
+	// Steps counts supersteps; Visits counts each node's runs.
+	Steps  int
+	Visits map[string]int
+	// Path lists each step's nodes (with Request.RecordPath).
+	Path [][]string
+}
+
+// InputError refuses a run input.
+type InputError struct {
+	Field      string
+	Reason     string
+	Suggestion string
+}
+
+func (e *InputError) Error() string {
+	msg := fmt.Sprintf("input %q: %s", e.Field, e.Reason)
+	if e.Suggestion != "" {
+		msg += fmt.Sprintf("; did you mean %q?", e.Suggestion)
+	}
+	return msg
+}
+
+// NodeError is a node's failure, located in its flow file.
+type NodeError struct {
+	Node string
+	Kind string
+	Pos  diag.Pos
+	Err  error
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("node %q (%s) at %s: %v", e.Node, e.Kind, e.Pos, e.Err)
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// LimitError is a run stopped by its superstep limit or an edge bound.
+type LimitError struct {
+	Limit int
+	Loop  []string
+	// Edge is the bounded edge's position, for bound errors.
+	Edge *diag.Pos
+}
+
+func (e *LimitError) Error() string {
+	loop := strings.Join(e.Loop, " → ")
+	if e.Edge != nil {
+		return fmt.Sprintf("edge at %s exceeded its bound of %d in loop %s", e.Edge, e.Limit, loop)
+	}
+	if loop == "" {
+		return fmt.Sprintf("run exceeded its limit of %d supersteps", e.Limit)
+	}
+	return fmt.Sprintf("run exceeded its limit of %d supersteps in loop %s", e.Limit, loop)
+}
+
+// Create makes a new thread with the schema defaults overlaid by values.
+// Read-only fields can only be set here.
+func (e *Engine) Create(ctx context.Context, g *flow.Graph, thread string, values map[string]any) (*store.Snapshot, error) {
+	state := make(map[string]any, len(g.Fields))
+	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: time.Now()}
+	for _, f := range g.Fields {
+		if f.HasDefault {
+			state[f.Name] = f.Default
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(values)) {
+		f, ok := g.Field(k)
+		if !ok {
+			return nil, &InputError{Field: k, Reason: "not a state field", Suggestion: diag.Suggest(k, fieldNames(g))}
+		}
+		v, err := schema.Normalize(values[k])
+		if err != nil {
+			return nil, &InputError{Field: k, Reason: err.Error()}
+		}
+		state[k] = schema.Coerce(f.Shape, v)
+	}
+	if err := g.Root().Validate(state); err != nil {
+		return nil, fmt.Errorf("initial state of thread %q: %w", thread, err)
+	}
+	versions := map[string]uint64{}
+	for _, f := range g.Fields {
+		if v, ok := state[f.Name]; ok {
+			cp.Writes = append(cp.Writes, store.Write{Field: f.Name, Version: 1, Value: v})
+			versions[f.Name] = 1
+		}
+	}
+	if err := e.Store.Commit(ctx, cp); err != nil {
+		return nil, fmt.Errorf("create thread %q: %w", thread, err)
+	}
+	return &store.Snapshot{Thread: thread, Seq: 1, Values: state, Versions: versions}, nil
+}
+
+func fieldNames(g *flow.Graph) []string {
+	names := make([]string, len(g.Fields))
+	for i, f := range g.Fields {
+		names[i] = f.Name
+	}
+	return names
+}
+
+// Run executes one run of g on req.Thread.
+func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
+	if _, loaded := e.busy.LoadOrStore(req.Thread, struct{}{}); loaded {
+		return nil, ErrBusy
+	}
+	defer e.busy.Delete(req.Thread)
+	head, err := e.Store.Head(ctx, req.Thread)
+	if errors.Is(err, store.ErrNotFound) {
+		head, err = e.Create(ctx, g, req.Thread, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := newRun(e, g, req, head)
+	return r.execute(ctx)
+}
+
+// run is the state of one executing run.
+type run struct {
+	e        *Engine
+	g        *flow.Graph
+	req      Request
+	id       string
+	values   map[string]any
+	versions []uint64
+	seq      uint64
+	input    map[string]any
+	step     int
+	visits   []int
+	bounds   []int    // times each edge was taken
+	joins    []uint64 // arrivals per join slot
+	writer   []int    // per field: index of the node that wrote it this step, -1 none
+	mark     []bool   // per node: triggered for the next step
+	path     [][]string
+	emitMu   sync.Mutex
+	started  time.Time
+	// vars are the expression variables of the current snapshot. They are
+	// updated in place between steps, unless a timed-out node may still be
+	// reading them (abandoned): then every step gets fresh ones.
+	vars      map[string]any
+	abandoned atomic.Bool
+	outs      []outcome
+	changed   []*flow.Field
+	oldLen    []int // per append field: its length before this step
+	next      [2][]*flow.Node
+	flip      int
+}
+
+func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
+	r := &run{
+		e: e, g: g, req: req, id: expression.NewID(),
+		values:   head.Values,
+		versions: make([]uint64, len(g.Fields)),
+		seq:      head.Seq,
+		input:    map[string]any{},
+		visits:   make([]int, len(g.Nodes)),
+		bounds:   make([]int, len(g.Edges)),
+		joins:    make([]uint64, g.Joins),
+		writer:   make([]int, len(g.Fields)),
+		oldLen:   make([]int, len(g.Fields)),
+		mark:     make([]bool, len(g.Nodes)),
+		started:  time.Now(),
+	}
+	for i, f := range g.Fields {
+		r.versions[i] = head.Versions[f.Name]
+		r.writer[i] = -1
+	}
+	return r
+}
+
+func (r *run) emit(ev Event) {
+	ev.Run, ev.Thread, ev.Time = r.id, r.req.Thread, time.Now()
+	r.emitMu.Lock()
+	r.req.Observe(ev)
+	r.emitMu.Unlock()
+}
+
+func (r *run) execute(ctx context.Context) (res *Result, err error) {
+	observe := r.req.Observe != nil
+	if observe {
+		r.emit(Event{Type: RunStart})
+		defer func() {
+			if err != nil {
+				r.emit(Event{Type: RunError, Step: r.step, Error: err.Error(), Duration: time.Since(r.started)})
+			} else {
+				r.emit(Event{Type: RunEnd, Step: r.step, State: res.State, Duration: time.Since(r.started)})
+			}
+		}()
+	}
+	if err := r.applyInput(ctx); err != nil {
+		return nil, err
+	}
+	r.vars = map[string]any{"state": r.values, "input": r.input}
+	triggered, err := r.route(r.vars, nil)
+	if err != nil {
+		return nil, err
+	}
+	for len(triggered) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r.step++
+		if r.step > r.g.MaxSteps {
+			return nil, r.limitError(triggered)
+		}
+		triggered, err = r.superstep(ctx, triggered)
+		if err != nil {
+			return nil, err
+		}
+	}
+	res = &Result{Run: r.id, Thread: r.req.Thread, State: r.values, Checkpoint: r.seq, Steps: r.step, Path: r.path,
+		Visits: make(map[string]int, len(r.visits))}
+	for i, n := range r.visits {
+		if n > 0 {
+			res.Visits[r.g.Nodes[i].Name] = n
+		}
+	}
+	return res, nil
+}
+
+// applyInput validates the input and commits it through the reducers.
+func (r *run) applyInput(ctx context.Context) error {
+	if len(r.req.Input) == 0 {
+		return nil
+	}
+	next := maps.Clone(r.values)
+	cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: "input", Time: time.Now()}
+	for _, k := range slices.Sorted(maps.Keys(r.req.Input)) {
+		f, ok := r.g.Field(k)
+		if !ok || !f.Input {
+			var names []string
+			for _, in := range r.g.Inputs {
+				names = append(names, in.Name)
+			}
+			reason := "not an input of this flow"
+			if len(names) > 0 {
+				reason += " (inputs: " + strings.Join(names, ", ") + ")"
+			}
+			return &InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)}
+		}
+		v, err := schema.Normalize(r.req.Input[k])
+		if err != nil {
+			return &InputError{Field: k, Reason: err.Error()}
+		}
+		v = schema.Coerce(f.Shape, v)
+		r.input[k] = v
+		nv, err := f.Reducer.Reduce(next[k], v)
+		if err != nil {
+			return &InputError{Field: k, Reason: err.Error()}
+		}
+		if err := validateField(f, nv, v); err != nil {
+			return &InputError{Field: k, Reason: err.Error()}
+		}
+		next[k] = nv
+		r.versions[f.Index]++
+		cp.Writes = append(cp.Writes, writeOf(f, r.versions[f.Index], nv, v))
+	}
+	if r.g.FullValidation {
+		if err := r.g.Root().Validate(next); err != nil {
+			return &InputError{Field: cp.Writes[0].Field, Reason: err.Error()}
+		}
+	}
+	if err := r.e.Store.Commit(ctx, cp); err != nil {
+		return fmt.Errorf("commit input: %w", err)
+	}
+	r.values, r.seq = next, cp.Seq
+	return nil
+}
+
+func writeOf(f *flow.Field, version uint64, value, update any) store.Write {
+	if f.Reducer.Appends {
+		return store.Write{Field: f.Name, Version: version, Value: flow.AsItems(update), Append: true}
+	}
+	return store.Write{Field: f.Name, Version: version, Value: value}
+}
+
+// validateField checks a field's new value: only the appended items when
+// the field's schema allows that, else the whole value.
+func validateField(f *flow.Field, value, update any) error {
+	if f.Items != nil && f.Reducer.Appends {
+		for i, it := range flow.AsItems(update) {
+			if err := f.Items.Validate(it); err != nil {
+				return fmt.Errorf("appended item %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+	if f.Validator == nil {
+		return nil
+	}
+	return f.Validator.Validate(value)
+}
+
+// outcome is one node's result in a superstep.
+type outcome struct {
+	node     *flow.Node
+	view     kind.State
+	update   kind.Update
+	err      error
+	attempts int
+	took     time.Duration
+	route    *flow.Node // on_error route taken
+}
+
+// record holds a step's checkpoint and the small slices it points to, so a
+// typical step allocates its checkpoint once.
+type record struct {
+	cp      store.Checkpoint
+	writes  [2]store.Write
+	writers [1]store.NodeWrites
+	next    [1]string
+}
+
+func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.Node, error) {
+	observe := r.req.Observe != nil
+	vars := r.vars
+	if cap(r.outs) < len(triggered) {
+		r.outs = make([]outcome, len(triggered))
+	}
+	outs := r.outs[:len(triggered)]
+	clear(outs)
+	if observe {
+		for _, n := range triggered {
+			r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
+		}
+	}
+	if len(triggered) == 1 {
+		r.exec(ctx, triggered[0], vars, &outs[0])
+	} else {
+		var wg sync.WaitGroup
+		for i, n := range triggered[1:] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.exec(ctx, n, vars, &outs[i+1])
+			}()
+		}
+		r.exec(ctx, triggered[0], vars, &outs[0])
+		wg.Wait()
+	}
+	if r.req.RecordPath {
+		names := make([]string, len(triggered))
+		for i, n := range triggered {
+			names[i] = n.Name
+		}
+		r.path = append(r.path, names)
+	}
+	next, changed, err := r.barrier(ctx, outs, vars)
+	if err != nil {
+		return nil, err
+	}
+	rec := &record{}
+	cp := &rec.cp
+	*cp = store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Step: r.step, Source: "step"}
+	if len(changed) > 0 {
+		// one write per changed field; an append field records only the
+		// items this step appended (several writers fold in order)
+		writes := rec.writes[:0]
+		for _, f := range changed {
+			r.versions[f.Index]++
+			w := store.Write{Field: f.Name, Version: r.versions[f.Index], Value: next[f.Name]}
+			if f.Reducer.Appends {
+				w.Value, w.Append = next[f.Name].([]any)[r.oldLen[f.Index]:], true
+			}
+			writes = append(writes, w)
+		}
+		cp.Writes = writes
+		if r.g.FullValidation {
+			if err := r.g.Root().Validate(next); err != nil {
+				return nil, fmt.Errorf("step %d: state rejected: %w", r.step, err)
+			}
+		}
+		r.values = next
+	}
+	writers := rec.writers[:0]
+	for i := range outs {
+		writers = append(writers, store.NodeWrites{Node: outs[i].node.Name, Fields: writtenFields(outs[i].node, outs[i].update)})
+	}
+	cp.Writers = writers
+	// routing on the post-barrier state
+	if r.abandoned.Load() {
+		r.vars = map[string]any{"state": r.values, "input": r.input}
+	} else {
+		r.vars["state"] = r.values
+	}
+	following, err := r.route(r.vars, outs)
+	if err != nil {
+		return nil, err
+	}
+	cp.Time = time.Now()
+	if len(following) > 0 {
+		names := rec.next[:0]
+		for _, n := range following {
+			names = append(names, n.Name)
+		}
+		cp.Next = names
+	}
+	if err := r.e.Store.Commit(ctx, cp); err != nil {
+		return nil, fmt.Errorf("commit step %d: %w", r.step, err)
+	}
+	r.seq = cp.Seq
+	if observe {
+		upd := make(map[string]any, len(cp.Writes))
+		for _, w := range cp.Writes {
+			upd[w.Field] = r.values[w.Field]
+		}
+		r.emit(Event{Type: StateUpdate, Step: r.step, Update: upd, Checkpoint: cp.Seq, Next: cp.Next})
+	}
+	return following, nil
+}
+
+// barrier merges the step's updates through the reducers in node
+// declaration order and validates every changed field. It returns the new
+// state (nil when nothing changed) and the changed fields in write order.
+func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) (map[string]any, []*flow.Field, error) {
+	observe := r.req.Observe != nil
+	var next map[string]any
+	changed := r.changed[:0]
+	defer func() {
+		for _, f := range changed {
+			r.writer[f.Index] = -1
+		}
+		r.changed = changed[:0]
+	}()
+	for i := range outs {
+		o := &outs[i]
+		n := o.node
+		r.visits[n.Index]++
+		if o.err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			if !n.OnError.Handled {
+				if observe {
+					r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error()})
+				}
+				return nil, nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
+			}
+			upd, err := r.fallback(n, vars, o.err)
+			if err != nil {
+				return nil, nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", err, o.err)}
+			}
+			if observe {
+				r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Handled: true, Update: upd.Map()})
+			}
+			o.update, o.route = upd, n.OnError.Route
+		} else if observe {
+			r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: o.update.Map()})
+		}
+		if len(o.update) == 0 {
+			continue
+		}
+		if next == nil {
+			// The run owns its state map: it came from the store as a copy
+			// and nodes are done reading it. Only when a timed-out node may
+			// still read it does the step work on a copy.
+			next = r.values
+			if r.abandoned.Load() {
+				next = maps.Clone(r.values)
+			}
+		}
+		fail := func(format string, args ...any) error {
+			return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
+		}
+		for j, fv := range o.update {
+			f, ok := r.g.Field(fv.Field)
+			if !ok {
+				return nil, nil, fail("wrote %q, which is not a state field", fv.Field)
+			}
+			if !n.Writes[f.Name] {
+				return nil, nil, fail("wrote field %q, which the node does not declare", f.Name)
+			}
+			if _, dup := o.update[:j].Get(f.Name); dup {
+				return nil, nil, fail("wrote field %q twice in one update", f.Name)
+			}
+			if w := r.writer[f.Index]; w >= 0 && !f.Reducer.Concurrent {
+				return nil, nil, fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
+			}
+			v, err := normalizeFor(f, fv.Value)
+			if err != nil {
+				return nil, nil, fail("field %q: %w", f.Name, err)
+			}
+			merged, err := f.Reducer.Reduce(next[f.Name], v)
+			if err == nil {
+				err = validateField(f, merged, v)
+			}
+			if err != nil {
+				return nil, nil, fail("update of field %q rejected: %w", f.Name, err)
+			}
+			if r.writer[f.Index] < 0 {
+				changed = append(changed, f)
+				if f.Reducer.Appends {
+					old, _ := next[f.Name].([]any)
+					r.oldLen[f.Index] = len(old)
+				}
+			}
+			next[f.Name] = merged
+			r.writer[f.Index] = n.Index
+		}
+	}
+	return next, changed, nil
+}
+
+// writtenFields lists the fields of upd in field order, sharing the node's
+// own list when it wrote every field it declares.
+func writtenFields(n *flow.Node, upd kind.Update) []string {
+	if len(upd) == 0 {
+		return nil
+	}
+	if len(upd) == len(n.WriteList) {
+		return n.WriteList
+	}
+	fs := make([]string, 0, len(upd))
+	for _, f := range n.WriteList {
+		if _, ok := upd.Get(f); ok {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+func (r *run) resetWriters() {
+	for i := range r.writer {
+		r.writer[i] = -1
+	}
+}
+
+func normalizeFor(f *flow.Field, v any) (any, error) {
+	n, err := schema.Normalize(v)
+	if err != nil {
+		return nil, err
+	}
+	return schema.Coerce(f.Shape, n), nil
+}
+
+// fallback evaluates a node's on_error.set.
+func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Update, error) {
+	if len(n.OnError.Set) == 0 {
+		return nil, nil
+	}
+	ev := maps.Clone(vars)
+	ev["error"] = cause.Error()
+	upd := make(kind.Update, 0, len(n.OnError.Set))
+	for _, f := range n.OnError.SetOrder {
+		v, err := n.OnError.Set[f].Eval(ev)
+		if err != nil {
+			return nil, fmt.Errorf("set %s: %w", f, err)
+		}
+		upd = append(upd, kind.FieldValue{Field: f, Value: v})
+	}
+	return upd, nil
+}
+
+// exec runs one node with its retry and timeout policy.
+func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
+	*o = r.attempt(ctx, n, vars, &o.view)
+}
+
+func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, st *kind.State) outcome {
+	var start time.Time
+	timed := r.req.Observe != nil
+	if timed {
+		start = time.Now()
+	}
+	took := func() time.Duration {
+		if timed {
+			return time.Since(start)
+		}
+		return 0
+	}
+	backoff := n.Retry.Backoff
+	for attempt := 1; ; attempt++ {
+		st.Reset(vars, n.Name, attempt)
+		upd, err := r.call(ctx, n, st)
+		if err == nil {
+			return outcome{node: n, update: upd, attempts: attempt, took: took()}
+		}
+		if ctx.Err() != nil || attempt >= n.Retry.Attempts {
+			return outcome{node: n, err: err, attempts: attempt, took: took()}
+		}
+		if r.req.Observe != nil {
+			r.emit(Event{Type: NodeRetry, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: attempt, Error: err.Error(), Duration: backoff})
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return outcome{node: n, err: ctx.Err(), attempts: attempt, took: took()}
+		case <-t.C:
+		}
+		backoff = min(time.Duration(float64(backoff)*n.Retry.Factor), n.Retry.MaxBackoff)
+	}
+}
+
+// call runs one attempt, turning a panic into an error and enforcing the
+// node's timeout.
+func (r *run) call(ctx context.Context, n *flow.Node, st *kind.State) (upd kind.Update, err error) {
+	if n.Timeout <= 0 {
+		return safeRun(ctx, n, st)
+	}
+	tctx, cancel := context.WithTimeout(ctx, n.Timeout)
+	defer cancel()
+	type result struct {
+		upd kind.Update
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		u, e := safeRun(tctx, n, st)
+		done <- result{u, e}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil && errors.Is(tctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, fmt.Errorf("timed out after %s", n.Timeout)
+		}
+		return res.upd, res.err
+	case <-tctx.Done():
+		// the attempt goes on in the background until it notices; it may
+		// still read this step's variables
+		r.abandoned.Store(true)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("timed out after %s", n.Timeout)
+	}
+}
+
+func safeRun(ctx context.Context, n *flow.Node, st *kind.State) (upd kind.Update, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return n.Impl.Run(ctx, st)
+}
+
+// route fires the edges of the nodes that ran (or START's edges when outs
+// is nil) and returns the next triggered set in declaration order.
+func (r *run) route(vars map[string]any, outs []outcome) ([]*flow.Node, error) {
+	any := false
+	trigger := func(ns []*flow.Node) {
+		for _, n := range ns {
+			r.mark[n.Index] = true
+			any = true
+		}
+	}
+	if outs == nil {
+		for _, e := range r.g.Entry {
+			if err := r.fire(e, nil, vars, trigger); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i := range outs {
+		n := outs[i].node
+		if outs[i].route != nil {
+			trigger([]*flow.Node{outs[i].route})
+			continue
+		}
+		for _, e := range n.Out {
+			if err := r.fire(e, n, vars, trigger); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if !any {
+		return nil, nil
+	}
+	r.flip ^= 1
+	next := r.next[r.flip][:0]
+	for i, m := range r.mark {
+		if m {
+			next = append(next, r.g.Nodes[i])
+			r.mark[i] = false
+		}
+	}
+	r.next[r.flip] = next
+	return next, nil
+}
+
+func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any, trigger func([]*flow.Node)) error {
+	var targets []*flow.Node
+	switch {
+	case e.Join >= 0:
+		for i, s := range e.From {
+			if s == from {
+				r.joins[e.Join] |= 1 << i
+			}
+		}
+		if r.joins[e.Join] != 1<<len(e.From)-1 {
+			return nil
+		}
+		r.joins[e.Join] = 0
+		targets = e.To
+	case e.Cases != nil:
+		matched := false
+		for _, c := range e.Cases {
+			ok := c.When == nil
+			if !ok {
+				var err error
+				ok, err = c.When.EvalBool(vars)
+				if err != nil {
+					return fmt.Errorf("branch at %s: %q: %w", e.Pos, c.When.Source(), err)
+				}
+			}
+			if ok {
+				targets, matched = c.To, true
+				break
+			}
+		}
+		if !matched {
+			return fmt.Errorf("branch at %s: no case matched and there is no else", e.Pos)
+		}
+	case e.Route != nil:
+		v, err := e.Route.Eval(vars)
+		if err != nil {
+			return fmt.Errorf("route at %s: %q: %w", e.Pos, e.Route.Source(), err)
+		}
+		name, _ := v.(string)
+		n, ok := e.Choices[name]
+		switch {
+		case ok:
+			if n != nil {
+				targets = []*flow.Node{n}
+			}
+		case e.HasDefault:
+			if e.Default != nil {
+				targets = []*flow.Node{e.Default}
+			}
+		default:
+			return fmt.Errorf("route at %s yielded %v, which is not one of its choices (%s)", e.Pos, v, strings.Join(slices.Sorted(maps.Keys(e.Choices)), ", "))
+		}
+	default:
+		targets = e.To
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	if e.Bound > 0 {
+		r.bounds[e.Index]++
+		if r.bounds[e.Index] > e.Bound {
+			pos := e.Pos
+			return &LimitError{Limit: e.Bound, Loop: loopNames(r.g, targets[0]), Edge: &pos}
+		}
+	}
+	trigger(targets)
+	return nil
+}
+
+func (r *run) limitError(triggered []*flow.Node) error {
+	for _, n := range triggered {
+		if loop := loopNames(r.g, n); loop != nil {
+			return &LimitError{Limit: r.g.MaxSteps, Loop: loop}
+		}
+	}
+	return &LimitError{Limit: r.g.MaxSteps}
+}
+
+func loopNames(g *flow.Graph, n *flow.Node) []string {
+	loop := g.Loop(n)
+	if loop == nil {
+		return nil
+	}
+	names := make([]string, len(loop))
+	for i, m := range loop {
+		names[i] = m.Name
+	}
+	return names
+}

@@ -1,0 +1,621 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind/kindtest"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+)
+
+// compile loads a flow written inline in a test.
+func compile(t testing.TB, src string) *flow.Graph {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "flow.yaml")
+	src = strings.ReplaceAll(src, "\t", "  ")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, dl := flow.Load(path, kindtest.Registry())
+	if g == nil {
+		t.Fatalf("flow does not compile:\n%v", dl)
+	}
+	return g
+}
+
+func run(t testing.TB, g *flow.Graph, eng *engine.Engine, thread string, input map[string]any) (*engine.Result, error) {
+	t.Helper()
+	if eng == nil {
+		eng = engine.New(memory.New())
+	}
+	return eng.Run(context.Background(), g, engine.Request{Thread: thread, Input: input, RecordPath: true})
+}
+
+func mustRun(t testing.TB, g *flow.Graph, eng *engine.Engine, thread string, input map[string]any) *engine.Result {
+	t.Helper()
+	res, err := run(t, g, eng, thread, input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestReducers(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: reducers
+state:
+	schema:
+		type: object
+		properties:
+			r: {type: integer, default: 0}
+			list: {type: array, default: []}
+			tags: {type: array, items: {type: string}, default: []}
+			people: {type: array, default: []}
+			obj: {type: object, default: {}}
+			total: {type: number, default: 0}
+			hi: {type: integer}
+			lo: {type: integer}
+			custom: {type: string, default: ""}
+	reducers:
+		list: append
+		tags: union
+		people: {union: {key: id}}
+		obj: merge
+		total: add
+		hi: max
+		lo: min
+		custom: {expr: "current == '' ? update : current + '|' + update"}
+input: [r]
+nodes:
+	w:
+		kind: set
+		set:
+			list: "[state.r, [state.r]]"
+			tags: "['a', 'b', state.r == 2 ? 'c' : 'a']"
+			people: "[{id: 1, n: state.r}, {id: state.r + 10, n: state.r}]"
+			obj: "{k: state.r, ('k' + string(state.r)): true}"
+			total: "1.5"
+			hi: "state.r * 3"
+			lo: "state.r * 3"
+			custom: "string(state.r)"
+edges:
+	- {from: START, to: w}
+	- {from: w, to: END}
+`)
+	eng := engine.New(memory.New())
+	mustRun(t, g, eng, "t", map[string]any{"r": 1})
+	res := mustRun(t, g, eng, "t", map[string]any{"r": 2})
+	want := map[string]string{
+		"r":      `2`,
+		"list":   `[1,[1],2,[2]]`,
+		"tags":   `["a","b","c"]`,
+		"people": `[{"id":1,"n":1},{"id":11,"n":1},{"id":12,"n":2}]`,
+		"obj":    `{"k":2,"k1":true,"k2":true}`,
+		"total":  `3`,
+		"hi":     `6`,
+		"lo":     `3`,
+		"custom": `"1|2"`,
+	}
+	for f, w := range want {
+		if got := jsonOf(res.State[f]); got != w {
+			t.Errorf("%s = %s, want %s", f, got, w)
+		}
+	}
+}
+
+const twoWriters = `
+version: 1
+name: two_writers
+state:
+	schema:
+		type: object
+		properties:
+			x: {default: []}
+	reducers:
+		x: append
+nodes:
+	r: {kind: set}
+	a: {kind: set, set: {x: "'a'"}}
+	b: {kind: set, set: {x: "'b'"}}
+edges:
+	- {from: START, to: r}
+	- {from: r, to: [a, b]}
+	- {from: a, to: END}
+	- {from: b, to: END}
+`
+
+func TestConcurrentWritesFoldInDeclarationOrder(t *testing.T) {
+	g := compile(t, twoWriters)
+	res := mustRun(t, g, nil, "t", nil)
+	if got := jsonOf(res.State["x"]); got != `["a","b"]` {
+		t.Fatalf("x = %s", got)
+	}
+}
+
+func TestConcurrentReplaceRejectedAtLoad(t *testing.T) {
+	src := strings.Replace(twoWriters, "x: append", "x: replace", 1)
+	path := filepath.Join(t.TempDir(), "f.yaml")
+	os.WriteFile(path, []byte(strings.ReplaceAll(src, "\t", "  ")), 0o644)
+	g, dl := flow.Load(path, kindtest.Registry())
+	if g != nil || len(dl) != 1 || dl[0].Code != flow.CodeWriteConflict {
+		t.Fatalf("want one W002, got %v", dl)
+	}
+	if !strings.Contains(dl[0].Summary, `"a" and "b"`) {
+		t.Fatalf("message does not name both writers: %s", dl[0].Summary)
+	}
+}
+
+func TestConcurrentReplaceRejectedAtRun(t *testing.T) {
+	// The validator rejects this flow with replace; the executor's own
+	// check is the second line of defence, exercised by switching the
+	// compiled reducer after validation.
+	g := compile(t, twoWriters)
+	f, _ := g.Field("x")
+	f.Reducer = &flow.Reducer{Name: "replace"}
+	eng := engine.New(memory.New())
+	_, err := run(t, g, eng, "t", nil)
+	var ne *engine.NodeError
+	if !errors.As(err, &ne) || ne.Node != "b" || !strings.Contains(err.Error(), `also written by "a"`) {
+		t.Fatalf("want conflict error from b, got %v", err)
+	}
+	hist, _ := eng.Store.History(context.Background(), "t")
+	for _, cp := range hist {
+		if cp.Step == 2 {
+			t.Fatalf("the conflicting step was committed: %+v", cp)
+		}
+	}
+}
+
+func TestFanOutJoinUnequalBranches(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: join
+state:
+	schema:
+		type: object
+		properties:
+			log: {type: array, items: {type: string}, default: []}
+	reducers: {log: append}
+nodes:
+	r: {kind: set, set: {log: "'r'"}}
+	a: {kind: set, set: {log: "'a'"}}
+	a2: {kind: set, set: {log: "'a2'"}}
+	a3: {kind: set, set: {log: "'a3'"}}
+	b: {kind: set, set: {log: "'b'"}}
+	j: {kind: set, set: {log: "'j:' + join(state.log, ',')"}}
+edges:
+	- {from: START, to: r}
+	- {from: r, to: [a, b]}
+	- {from: a, to: a2}
+	- {from: a2, to: a3}
+	- {from: [a3, b], to: j}
+	- {from: j, to: END}
+`)
+	res := mustRun(t, g, nil, "t", nil)
+	if got := jsonOf(res.Path); got != `[["r"],["a","b"],["a2"],["a3"],["j"]]` {
+		t.Fatalf("path %s", got)
+	}
+	if res.Visits["j"] != 1 {
+		t.Fatalf("join ran %d times", res.Visits["j"])
+	}
+	if got := jsonOf(res.State["log"]); got != `["r","a","b","a2","a3","j:r,a,b,a2,a3"]` {
+		t.Fatalf("log %s", got)
+	}
+}
+
+const routing = `
+version: 1
+name: routing
+state:
+	schema:
+		type: object
+		properties:
+			n: {type: integer, default: 0}
+			next: {type: string, default: ""}
+			out: {type: string, default: ""}
+input: [n, next]
+nodes:
+	decide: {kind: set}
+	small: {kind: set, set: {out: "'small'"}}
+	big: {kind: set, set: {out: "'big'"}}
+	pick: {kind: set}
+	x: {kind: set, set: {out: "'x'"}}
+	y: {kind: set, set: {out: "'y'"}}
+	fallback: {kind: set, set: {out: "'fallback'"}}
+edges:
+	- from: START
+	  branch:
+	    - when: "state.next != ''"
+	      to: pick
+	    - else: decide
+	- from: decide
+	  branch:
+	    - when: "state.n < 10"
+	      to: small
+	    - when: "state.n < 100"
+	      to: big
+	    - else: END
+	- from: pick
+	  route: "state.next"
+	  choices: [x, y, END]
+	  default: fallback
+	- {from: small, to: END}
+	- {from: big, to: END}
+	- {from: x, to: END}
+	- {from: y, to: END}
+	- {from: fallback, to: END}
+`
+
+func TestConditionalAndComputedRouting(t *testing.T) {
+	g := compile(t, routing)
+	cases := []struct {
+		in   map[string]any
+		out  string
+		path string
+	}{
+		{map[string]any{"n": 3}, "small", `[["decide"],["small"]]`},
+		{map[string]any{"n": 30}, "big", `[["decide"],["big"]]`},
+		{map[string]any{"n": 300}, "", `[["decide"]]`},
+		{map[string]any{"next": "y"}, "y", `[["pick"],["y"]]`},
+		{map[string]any{"next": "END"}, "", `[["pick"]]`},
+		{map[string]any{"next": "nowhere"}, "fallback", `[["pick"],["fallback"]]`},
+	}
+	for _, c := range cases {
+		res := mustRun(t, g, nil, "t", c.in)
+		if res.State["out"] != c.out || jsonOf(res.Path) != c.path {
+			t.Errorf("%v: out %q path %s, want %q %s", c.in, res.State["out"], jsonOf(res.Path), c.out, c.path)
+		}
+	}
+}
+
+func TestRouteOutsideChoicesFails(t *testing.T) {
+	src := strings.Replace(routing, "\t  default: fallback\n", "", 1)
+	src = strings.Replace(src, "\tfallback: {kind: set, set: {out: \"'fallback'\"}}\n", "", 1)
+	src = strings.Replace(src, "\t- {from: fallback, to: END}\n", "", 1)
+	g := compile(t, src)
+	_, err := run(t, g, nil, "t", map[string]any{"next": "nowhere"})
+	if err == nil || !strings.Contains(err.Error(), "not one of its choices") {
+		t.Fatalf("want route error, got %v", err)
+	}
+}
+
+const loop = `
+version: 1
+name: loop
+state:
+	schema:
+		type: object
+		properties:
+			i: {type: integer, default: 0}
+			until: {type: integer, default: 3}
+input: [until]
+limits: {max_steps: 50}
+nodes:
+	head: {kind: set, set: {i: "state.i + 1"}}
+	body: {kind: set}
+edges:
+	- {from: START, to: head}
+	- {from: head, to: body}
+	- from: body
+	  bound: 10
+	  branch:
+	    - when: "state.i < state.until"
+	      to: head
+	    - else: END
+`
+
+func TestBoundedCycle(t *testing.T) {
+	g := compile(t, loop)
+	res := mustRun(t, g, nil, "t", map[string]any{"until": 5})
+	if res.State["i"] != 5 || res.Visits["head"] != 5 {
+		t.Fatalf("state %v visits %v", res.State, res.Visits)
+	}
+	_, err := run(t, g, nil, "t2", map[string]any{"until": 20})
+	var le *engine.LimitError
+	if !errors.As(err, &le) || le.Edge == nil || le.Limit != 10 {
+		t.Fatalf("want bound error, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "head → body → head") {
+		t.Fatalf("error does not name the loop: %v", err)
+	}
+}
+
+func TestStepLimitNamesTheLoop(t *testing.T) {
+	src := strings.Replace(loop, "max_steps: 50", "max_steps: 7", 1)
+	g := compile(t, src)
+	_, err := run(t, g, nil, "t", map[string]any{"until": 9})
+	var le *engine.LimitError
+	if !errors.As(err, &le) || le.Edge != nil || le.Limit != 7 {
+		t.Fatalf("want step limit error, got %v", err)
+	}
+	if got := strings.Join(le.Loop, " → "); got != "head → body → head" && got != "body → head → body" {
+		t.Fatalf("loop %q", got)
+	}
+}
+
+const flaky = `
+version: 1
+name: flaky
+state:
+	schema:
+		type: object
+		properties:
+			out: {type: string, default: ""}
+			note: {type: string, default: ""}
+nodes:
+	work:
+		kind: fail
+		times: 2
+		message: boom
+		set: {out: "'done'"}
+		retry: {attempts: ATTEMPTS, backoff: 1ms}
+edges:
+	- {from: START, to: work}
+	- {from: work, to: END}
+`
+
+func TestRetry(t *testing.T) {
+	g := compile(t, strings.Replace(flaky, "ATTEMPTS", "3", 1))
+	var events []engine.Event
+	res, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t",
+		Observe: func(e engine.Event) { events = append(events, e) }})
+	if err != nil || res.State["out"] != "done" {
+		t.Fatalf("res %v err %v", res, err)
+	}
+	retries := 0
+	for _, e := range events {
+		if e.Type == engine.NodeRetry {
+			retries++
+		}
+	}
+	if retries != 2 {
+		t.Fatalf("%d retry events, want 2", retries)
+	}
+
+	g = compile(t, strings.Replace(flaky, "ATTEMPTS", "2", 1))
+	_, err = run(t, g, nil, "t", nil)
+	var ne *engine.NodeError
+	if !errors.As(err, &ne) || ne.Node != "work" || !errors.Is(err, kindtest.ErrInjected) {
+		t.Fatalf("want node error, got %v", err)
+	}
+	if !strings.Contains(err.Error(), `node "work" (fail) at `) || !strings.Contains(err.Error(), "flow.yaml:") {
+		t.Fatalf("error does not say where: %v", err)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	for _, ignore := range []bool{false, true} {
+		g := compile(t, strings.ReplaceAll(`
+version: 1
+name: slow
+state:
+	schema:
+		type: object
+		properties:
+			out: {type: string, default: ""}
+nodes:
+	slow: {kind: sleep, ms: 2000, ignore_cancel: IGNORE, timeout: 20ms, set: {out: "'late'"}}
+edges:
+	- {from: START, to: slow}
+	- {from: slow, to: END}
+`, "IGNORE", map[bool]string{false: "false", true: "true"}[ignore]))
+		_, err := run(t, g, nil, "t", nil)
+		if err == nil || !strings.Contains(err.Error(), "timed out after 20ms") {
+			t.Fatalf("ignore_cancel=%v: want timeout, got %v", ignore, err)
+		}
+	}
+}
+
+func TestOnError(t *testing.T) {
+	base := strings.Replace(flaky, "times: 2", "times: 0", 1)
+	base = strings.Replace(base, "ATTEMPTS", "2", 1)
+	// fallback values, then the node's own edges
+	g := compile(t, strings.Replace(base, "\t\tretry:", "\t\ton_error: {set: {out: \"'fallback'\", note: \"error\"}}\n\t\tretry:", 1))
+	res := mustRun(t, g, nil, "t", nil)
+	if res.State["out"] != "fallback" || !strings.Contains(res.State["note"].(string), "boom") {
+		t.Fatalf("state %v", res.State)
+	}
+	// route to a handler instead
+	src := strings.Replace(base, "\t\tretry:", "\t\ton_error: {route: handler, set: {note: \"'routed'\"}}\n\t\tretry:", 1)
+	src = strings.Replace(src, "edges:", "\thandler: {kind: set, set: {out: \"'handled'\"}}\nedges:\n\t- {from: handler, to: END}", 1)
+	g = compile(t, src)
+	res = mustRun(t, g, nil, "t", nil)
+	if res.State["out"] != "handled" || res.State["note"] != "routed" || jsonOf(res.Path) != `[["work"],["handler"]]` {
+		t.Fatalf("state %v path %v", res.State, res.Path)
+	}
+}
+
+func TestInvalidUpdateIsNotCommitted(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: invalid
+state:
+	schema:
+		type: object
+		properties:
+			n: {type: integer, default: 0}
+			s: {type: string, maxLength: 3, default: ""}
+input: [n]
+nodes:
+	ok: {kind: set, set: {n: "state.n + 1"}}
+	bad: {kind: set, set: {s: "state.n > 1 ? 'far too long' : 'ok'"}}
+edges:
+	- {from: START, to: ok}
+	- {from: ok, to: bad}
+	- {from: bad, to: END}
+`)
+	eng := engine.New(memory.New())
+	mustRun(t, g, eng, "t", nil)
+	before, _ := eng.Store.Head(context.Background(), "t")
+	_, err := run(t, g, eng, "t", nil)
+	var ne *engine.NodeError
+	if !errors.As(err, &ne) || ne.Node != "bad" || !strings.Contains(err.Error(), `field "s"`) {
+		t.Fatalf("want rejection naming node and field, got %v", err)
+	}
+	after, _ := eng.Store.Head(context.Background(), "t")
+	if after.Values["s"] != "ok" || after.Seq != before.Seq+1 {
+		// the "ok" step of the failed run is committed, the bad one is not
+		t.Fatalf("before %+v after %+v", before, after)
+	}
+}
+
+func TestInputs(t *testing.T) {
+	g := compile(t, loop)
+	_, err := run(t, g, nil, "t", map[string]any{"untl": 3})
+	var ie *engine.InputError
+	if !errors.As(err, &ie) || ie.Suggestion != "until" {
+		t.Fatalf("want input error with suggestion, got %v", err)
+	}
+	_, err = run(t, g, nil, "t", map[string]any{"i": 3})
+	if !errors.As(err, &ie) {
+		t.Fatalf("a non-input field was accepted: %v", err)
+	}
+	_, err = run(t, g, nil, "t", map[string]any{"until": "three"})
+	if !errors.As(err, &ie) {
+		t.Fatalf("an invalid input was accepted: %v", err)
+	}
+	// a JSON-decoded number is accepted for an integer field
+	res := mustRun(t, g, nil, "t", map[string]any{"until": 2.0})
+	if res.State["until"] != 2 {
+		t.Fatalf("until %#v", res.State["until"])
+	}
+}
+
+func TestThreadContinues(t *testing.T) {
+	g := compile(t, loop)
+	eng := engine.New(memory.New())
+	mustRun(t, g, eng, "t", map[string]any{"until": 2})
+	res := mustRun(t, g, eng, "t", map[string]any{"until": 4})
+	if res.State["i"] != 4 || res.Visits["head"] != 2 {
+		t.Fatalf("state %v visits %v", res.State, res.Visits)
+	}
+	hist, _ := eng.Store.History(context.Background(), "t")
+	if hist[0].Seq != res.Checkpoint || hist[len(hist)-1].Source != "create" {
+		t.Fatalf("history %v", hist)
+	}
+}
+
+func TestEventsInOrder(t *testing.T) {
+	g := compile(t, loop)
+	var types []string
+	_, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t",
+		Input: map[string]any{"until": 1}, Observe: func(e engine.Event) { types = append(types, string(e.Type)+":"+e.Node) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "run_start: node_start:head node_end:head state_update: node_start:body node_end:body state_update: run_end:"
+	if got := strings.Join(types, " "); got != want {
+		t.Fatalf("events\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestBusyThread(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: slow
+state:
+	schema: {type: object, properties: {out: {type: string}}}
+nodes:
+	slow: {kind: sleep, ms: 300, set: {out: "'x'"}}
+edges:
+	- {from: START, to: slow}
+	- {from: slow, to: END}
+`)
+	eng := engine.New(memory.New())
+	if _, err := eng.Create(context.Background(), g, "t", nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = run(t, g, eng, "t", nil)
+		}()
+	}
+	wg.Wait()
+	busy := 0
+	for _, err := range errs {
+		if errors.Is(err, engine.ErrBusy) {
+			busy++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if busy != 1 {
+		t.Fatalf("want exactly one busy rejection, got %v", errs)
+	}
+}
+
+func TestDeterminism(t *testing.T) {
+	// Four nodes with random delays race in each superstep; their writes
+	// fold in declaration order, so every run ends in the same state.
+	g := compile(t, `
+version: 1
+name: race
+state:
+	schema:
+		type: object
+		properties:
+			log: {type: array, items: {type: string}, default: []}
+			sum: {type: number, default: 0}
+			seen: {type: object, default: {}}
+			last: {type: string, default: ""}
+			round: {type: integer, default: 0}
+	reducers: {log: append, sum: add, seen: merge, last: {expr: "update"}}
+limits: {max_steps: 40}
+nodes:
+	fan: {kind: set, set: {round: "state.round + 1"}}
+	a: {kind: set, jitter_ms: 3, set: {log: "'a' + string(state.round)", sum: "0.1", seen: "{a: state.round}", last: "'a'"}}
+	b: {kind: set, jitter_ms: 3, set: {log: "'b' + string(state.round)", sum: "0.2", seen: "{b: state.round}", last: "'b'"}}
+	c: {kind: set, jitter_ms: 3, set: {log: "'c' + string(state.round)", sum: "0.3", seen: "{c: state.round}", last: "'c'"}}
+	d: {kind: set, jitter_ms: 3, set: {log: "'d' + string(len(state.log))", sum: "0.4", seen: "{d: state.round}", last: "'d'"}}
+	join: {kind: set, set: {log: "join(state.log[-4:], '')"}}
+edges:
+	- {from: START, to: fan}
+	- {from: fan, to: [a, b, c, d]}
+	- {from: [a, b, c, d], to: join}
+	- from: join
+	  bound: 3
+	  branch:
+	    - {when: "state.round < 3", to: fan}
+	    - else: END
+`)
+	runs := 200
+	if testing.Short() {
+		runs = 20
+	}
+	var first string
+	for i := range runs {
+		res := mustRun(t, g, nil, "t", nil)
+		got := jsonOf(res.State)
+		if i == 0 {
+			first = got
+			continue
+		}
+		if got != first {
+			t.Fatalf("run %d ended in\n%s\nrun 0 in\n%s", i, got, first)
+		}
+	}
+	var st map[string]any
+	json.Unmarshal([]byte(first), &st)
+	if !reflect.DeepEqual(st["last"], "d") || len(st["log"].([]any)) != 15 {
+		t.Fatalf("unexpected final state %s", first)
+	}
+}

@@ -1,0 +1,53 @@
+package engine
+
+import (
+	"time"
+)
+
+// EventType names what happened.
+type EventType string
+
+// The events of a run, in the order they occur.
+const (
+	RunStart    EventType = "run_start"
+	NodeStart   EventType = "node_start"
+	NodeRetry   EventType = "node_retry"
+	NodeEnd     EventType = "node_end"
+	NodeFailed  EventType = "node_error"
+	StateUpdate EventType = "state_update"
+	RunEnd      EventType = "run_end"
+	RunError    EventType = "run_error"
+)
+
+// Event is one entry of a run's event stream. Fields not relevant to the
+// type are zero.
+type Event struct {
+	Type   EventType `json:"type"`
+	Run    string    `json:"run"`
+	Thread string    `json:"thread"`
+	Step   int       `json:"step"`
+	Time   time.Time `json:"time"`
+	// Node and Kind for node events; Attempt counts from 1.
+	Node    string `json:"node,omitempty"`
+	Kind    string `json:"kind,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
+	// Duration of a node attempt or of the whole run.
+	Duration time.Duration `json:"duration,omitempty"`
+	// Update is a node's update (node_end) or the committed changes of a
+	// step (state_update): field to new value.
+	Update map[string]any `json:"update,omitempty"`
+	// Checkpoint is the sequence number a state_update committed.
+	Checkpoint uint64 `json:"checkpoint,omitempty"`
+	// Next lists the nodes triggered for the next step (state_update).
+	Next []string `json:"next,omitempty"`
+	// Handled marks a node_error that on_error absorbed.
+	Handled bool   `json:"handled,omitempty"`
+	Error   string `json:"error,omitempty"`
+	// State is the final state (run_end).
+	State map[string]any `json:"state,omitempty"`
+}
+
+// Observer receives a run's events, synchronously and in order, from the
+// goroutine that drives the run (node events may come from node
+// goroutines, serialised by the engine). A nil Observer costs nothing.
+type Observer func(Event)

@@ -1,0 +1,90 @@
+package expression
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"unicode"
+
+	"github.com/expr-lang/expr"
+)
+
+// The function library flows may call besides expr's built-ins (len, filter,
+// map, mean, lower, ...): text normalisation and word similarity for
+// de-duplication, and ids.
+var functions = []expr.Option{
+	expr.Function("normalize", func(p ...any) (any, error) {
+		return Normalize(p[0].(string)), nil
+	}, new(func(string) string)),
+	expr.Function("word_overlap", func(p ...any) (any, error) {
+		return WordOverlap(p[0].(string), p[1].(string)), nil
+	}, new(func(string, string) float64)),
+	expr.Function("uuid", func(...any) (any, error) {
+		return NewID(), nil
+	}, new(func() string)),
+	expr.Function("slug", func(p ...any) (any, error) {
+		return strings.ReplaceAll(Normalize(p[0].(string)), " ", "_"), nil
+	}, new(func(string) string)),
+}
+
+var registered = []string{"normalize", "word_overlap", "uuid", "slug"}
+
+// Normalize lowercases s, turns punctuation into spaces and collapses runs of
+// spaces: "What's  your Stack?" becomes "what s your stack".
+func Normalize(s string) string {
+	var b strings.Builder
+	space := true
+	for _, r := range s {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			b.WriteRune(unicode.ToLower(r))
+			space = false
+		} else if !space {
+			b.WriteByte(' ')
+			space = true
+		}
+	}
+	return strings.TrimRight(b.String(), " ")
+}
+
+// WordOverlap is the Jaccard similarity of the two texts' normalised word
+// sets: 1 for the same words, 0 for none in common.
+func WordOverlap(a, b string) float64 {
+	wa := strings.Fields(Normalize(a))
+	wb := strings.Fields(Normalize(b))
+	if len(wa) == 0 && len(wb) == 0 {
+		return 1
+	}
+	set := make(map[string]uint8, len(wa)+len(wb))
+	for _, w := range wa {
+		set[w] |= 1
+	}
+	for _, w := range wb {
+		set[w] |= 2
+	}
+	both := 0
+	for _, v := range set {
+		if v == 3 {
+			both++
+		}
+	}
+	return float64(both) / float64(len(set))
+}
+
+// NewID returns a random RFC 4122 version 4 UUID.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], b[10:16])
+	return string(out[:])
+}

@@ -1,0 +1,225 @@
+package flow
+
+import (
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
+)
+
+// Graph is a compiled flow: everything resolved, every expression compiled,
+// ready to execute. It is immutable and safe to share between runs.
+type Graph struct {
+	Name        string
+	Description string
+	// Path is the flow file the graph was compiled from.
+	Path string
+	// Fields are the top-level state fields, sorted by name.
+	Fields []*Field
+	// Nodes in declaration order; Node.Index is the position here.
+	Nodes []*Node
+	// Edges in declaration order; Edge.Index is the position here.
+	Edges []*Edge
+	// Entry holds the edges leaving START.
+	Entry []*Edge
+	// Inputs are the fields a run may set, in declaration order.
+	Inputs []*Field
+	// MaxSteps bounds the supersteps of one run.
+	MaxSteps int
+	// Joins counts join edges (each has its own arrival set per run).
+	Joins int
+	// FullValidation is set when the state schema has root-level
+	// constraints beyond its properties; the whole state is then validated
+	// at every commit instead of only the changed fields.
+	FullValidation bool
+
+	fields map[string]*Field
+	nodes  map[string]*Node
+	root   *schema.Validator
+	loops  [][]*Node // strongly connected components with a cycle
+}
+
+// DefaultMaxSteps is the superstep limit of a flow that sets none.
+const DefaultMaxSteps = 500
+
+// Field is one top-level state field.
+type Field struct {
+	Name  string
+	Index int
+	Shape *schema.Shape
+	// Validator checks the field's whole value; Items checks appended items
+	// only, when the array schema constrains nothing but its items.
+	Validator *schema.Validator
+	Items     *schema.Validator
+	Reducer   *Reducer
+	ReadOnly  bool
+	Input     bool
+	// Default is the schema default (a state value), when HasDefault.
+	Default    any
+	HasDefault bool
+}
+
+// Node is one compiled node.
+type Node struct {
+	Name  string
+	Kind  string
+	Index int
+	Pos   diag.Pos
+	Impl  kind.Node
+	// Writes are the fields the node may write (its own and on_error's);
+	// WriteList holds them in field order.
+	Writes    map[string]bool
+	WriteList []string
+	Retry   Retry
+	Timeout time.Duration
+	OnError OnError
+	// Out are the edges leaving the node, in declaration order.
+	Out []*Edge
+	// Description from the flow file.
+	Description string
+}
+
+// Retry is a node's retry policy. Attempts counts the first attempt.
+type Retry struct {
+	Attempts   int
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+	Factor     float64
+}
+
+// OnError is what a node's final failure does.
+type OnError struct {
+	// Set writes these fields (expressions over state, input and error).
+	Set map[string]*expression.Program
+	// SetOrder lists Set's fields sorted, for deterministic evaluation.
+	SetOrder []string
+	// Route runs this node next instead of the node's own edges.
+	Route *Node
+	// Handled is false for the default policy: the run fails.
+	Handled bool
+}
+
+// Edge is one compiled edge.
+type Edge struct {
+	Index int
+	Pos   diag.Pos
+	// From lists the sources: one node (nil for START), or several for a
+	// join, which fires once every source has run.
+	From []*Node
+	// Join is the edge's join slot, or -1.
+	Join int
+	// To are the static targets; an END target is simply absent, ToEnd set.
+	To    []*Node
+	ToEnd bool
+	// Cases of a conditional edge, tried in order.
+	Cases []*Case
+	// Route computes the next node's name from state; Choices maps each
+	// allowed name (END included) to its node (nil for END).
+	Route   *expression.Program
+	Choices map[string]*Node
+	// Default is taken for a name not in Choices (HasDefault set).
+	Default    *Node
+	HasDefault bool
+	// Bound limits how often the edge may be taken per run (0: unbounded).
+	Bound int
+}
+
+// Case is one case of a conditional edge; When is nil for else.
+type Case struct {
+	When  *expression.Program
+	To    []*Node
+	ToEnd bool
+}
+
+// Field returns a state field by name.
+func (g *Graph) Field(name string) (*Field, bool) {
+	f, ok := g.fields[name]
+	return f, ok
+}
+
+// Node returns a node by name.
+func (g *Graph) Node(name string) (*Node, bool) {
+	n, ok := g.nodes[name]
+	return n, ok
+}
+
+// Root is the validator of the whole state.
+func (g *Graph) Root() *schema.Validator { return g.root }
+
+// Loop returns a cycle of nodes through n, when n is on one.
+func (g *Graph) Loop(n *Node) []*Node {
+	for _, scc := range g.loops {
+		for _, m := range scc {
+			if m == n {
+				return cycleThrough(n, scc)
+			}
+		}
+	}
+	return nil
+}
+
+// cycleThrough finds a shortest cycle from n back to n inside scc.
+func cycleThrough(n *Node, scc []*Node) []*Node {
+	in := map[*Node]bool{}
+	for _, m := range scc {
+		in[m] = true
+	}
+	prev := map[*Node]*Node{}
+	queue := []*Node{n}
+	seen := map[*Node]bool{}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		for _, next := range successors(cur) {
+			if !in[next] {
+				continue
+			}
+			if next == n {
+				path := []*Node{n}
+				for c := cur; c != n; c = prev[c] {
+					path = append(path, nil)
+					copy(path[2:], path[1:])
+					path[1] = c
+				}
+				return append(path, n)
+			}
+			if !seen[next] {
+				seen[next] = true
+				prev[next] = cur
+				queue = append(queue, next)
+			}
+		}
+	}
+	return []*Node{n, n}
+}
+
+// successors lists every node an edge of n (or its error route) can trigger.
+func successors(n *Node) []*Node {
+	var out []*Node
+	for _, e := range n.Out {
+		out = append(out, e.Targets()...)
+	}
+	if n.OnError.Route != nil {
+		out = append(out, n.OnError.Route)
+	}
+	return out
+}
+
+// Targets lists every node the edge can trigger.
+func (e *Edge) Targets() []*Node {
+	out := append([]*Node(nil), e.To...)
+	for _, c := range e.Cases {
+		out = append(out, c.To...)
+	}
+	for _, name := range sortedKeys(e.Choices) {
+		if n := e.Choices[name]; n != nil {
+			out = append(out, n)
+		}
+	}
+	if e.Default != nil {
+		out = append(out, e.Default)
+	}
+	return out
+}

@@ -1,0 +1,163 @@
+// Package kindtest provides node kinds for testing the runtime without the
+// built-in kinds:
+//
+//   - set: like assign, writes expressions to fields
+//     ({set: {field: expr}}); an optional sleep_ms expression delays it,
+//     and jitter_ms adds a random delay of up to that many milliseconds.
+//   - fail: fails its first `times` attempts of each run with `message`
+//     (times 0: always), then writes `set` like the set kind.
+//   - sleep: waits `ms` milliseconds (honouring cancellation, unless
+//     `ignore_cancel`), then writes `set`.
+//
+// Registry returns a registry with these kinds.
+package kindtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/kind"
+)
+
+var (
+	once sync.Once
+	reg  *kind.Set
+)
+
+// Registry returns the test kinds.
+func Registry() kind.Registry {
+	once.Do(func() {
+		reg = kind.NewSet(
+			kind.Spec{Name: "set", Summary: "Write expressions to fields.", New: newSet,
+				Settings: `{"properties": {"set": {"type": "object"}, "sleep_ms": {"type": "string"}, "jitter_ms": {"type": "integer"}}}`},
+			kind.Spec{Name: "fail", Summary: "Fail the first attempts, then write.", New: newFail,
+				Settings: `{"properties": {"set": {"type": "object"}, "times": {"type": "integer"}, "message": {"type": "string"}}}`},
+			kind.Spec{Name: "sleep", Summary: "Wait, then write.", New: newSleep,
+				Settings: `{"properties": {"set": {"type": "object"}, "ms": {"type": "integer"}, "ignore_cancel": {"type": "boolean"}}}`},
+		)
+	})
+	return reg
+}
+
+type assignment struct {
+	field string
+	prog  *expression.Program
+}
+
+type setNode struct {
+	sets   []assignment
+	sleep  *expression.Program
+	jitter int
+}
+
+func compileSet(b kind.Builder) []assignment {
+	n := b.Setting("set")
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	var out []assignment
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		b.Writes(n.Content[i].Value, n.Content[i])
+		if p := b.Expr(n.Content[i+1], false); p != nil {
+			out = append(out, assignment{n.Content[i].Value, p})
+		}
+	}
+	return out
+}
+
+func newSet(b kind.Builder) kind.Node {
+	n := &setNode{sets: compileSet(b)}
+	if s := b.Setting("sleep_ms"); s != nil {
+		n.sleep = b.Expr(s, false)
+	}
+	b.Decode("jitter_ms", &n.jitter)
+	return n
+}
+
+func evalSet(sets []assignment, s *kind.State) (kind.Update, error) {
+	upd := make(kind.Update, 0, len(sets))
+	for _, a := range sets {
+		v, err := a.prog.Eval(s.Vars())
+		if err != nil {
+			return nil, err
+		}
+		upd = append(upd, kind.FieldValue{Field: a.field, Value: v})
+	}
+	return upd, nil
+}
+
+func (n *setNode) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
+	if n.jitter > 0 {
+		time.Sleep(time.Duration(rand.IntN(n.jitter*1000)) * time.Microsecond)
+	}
+	if n.sleep != nil {
+		v, err := n.sleep.Eval(s.Vars())
+		if err != nil {
+			return nil, err
+		}
+		ms, _ := v.(int)
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return evalSet(n.sets, s)
+}
+
+type failNode struct {
+	sets    []assignment
+	times   int
+	message string
+}
+
+func newFail(b kind.Builder) kind.Node {
+	n := &failNode{sets: compileSet(b), message: "injected failure"}
+	b.Decode("times", &n.times)
+	b.Decode("message", &n.message)
+	return n
+}
+
+// ErrInjected is the error fail nodes return.
+var ErrInjected = errors.New("injected")
+
+func (n *failNode) Run(_ context.Context, s *kind.State) (kind.Update, error) {
+	if n.times == 0 || s.Attempt <= n.times {
+		return nil, fmt.Errorf("%w: %s (attempt %d)", ErrInjected, n.message, s.Attempt)
+	}
+	return evalSet(n.sets, s)
+}
+
+type sleepNode struct {
+	sets         []assignment
+	ms           int
+	ignoreCancel bool
+}
+
+func newSleep(b kind.Builder) kind.Node {
+	n := &sleepNode{sets: compileSet(b)}
+	b.Decode("ms", &n.ms)
+	b.Decode("ignore_cancel", &n.ignoreCancel)
+	return n
+}
+
+func (n *sleepNode) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
+	d := time.Duration(n.ms) * time.Millisecond
+	if n.ignoreCancel {
+		time.Sleep(d)
+	} else {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return evalSet(n.sets, s)
+}

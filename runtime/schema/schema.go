@@ -1,0 +1,394 @@
+// Package schema wraps JSON Schema (draft 2020-12, through
+// santhosh-tekuri/jsonschema) for state and structured outputs. Besides the
+// compiled validator it derives a Shape: the part of a schema Trellis reasons
+// about statically (field names, types, item types), which drives the
+// expression type environment, "did you mean" on field names, value coercion
+// and a fast exact check for schemas made only of type constraints.
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+	"gopkg.in/yaml.v3"
+)
+
+// Shape is the statically known structure of a schema. Nil or empty Types
+// means "any".
+type Shape struct {
+	Types []string
+	// Props are the declared properties of an object, Order their
+	// declaration order.
+	Props map[string]*Shape
+	Order []string
+	// Closed is additionalProperties: false.
+	Closed bool
+	// Required lists required property names.
+	Required []string
+	Items    *Shape
+	// Default is the schema's default, when HasDefault.
+	Default    any
+	HasDefault bool
+	// simple means every keyword of this schema (recursively) is one the
+	// fast check decides exactly.
+	simple bool
+}
+
+// Is reports whether the shape allows exactly one type, t.
+func (s *Shape) Is(t string) bool { return s != nil && len(s.Types) == 1 && s.Types[0] == t }
+
+// Allows reports whether the shape allows type t (an untyped shape allows all).
+func (s *Shape) Allows(t string) bool {
+	if s == nil || len(s.Types) == 0 {
+		return true
+	}
+	return slices.Contains(s.Types, t) ||
+		(t == "integer" && slices.Contains(s.Types, "number")) ||
+		(t == "number" && slices.Contains(s.Types, "integer"))
+}
+
+// Describe renders the types for messages.
+func (s *Shape) Describe() string {
+	if s == nil || len(s.Types) == 0 {
+		return "any"
+	}
+	return strings.Join(s.Types, " or ")
+}
+
+// Prop returns the shape of property name, or nil with ok false when the
+// object is closed and has no such property.
+func (s *Shape) Prop(name string) (*Shape, bool) {
+	if s == nil {
+		return nil, true
+	}
+	if p, ok := s.Props[name]; ok {
+		return p, true
+	}
+	return nil, !s.Closed
+}
+
+// annotation keywords never change whether a value is valid.
+var annotations = map[string]bool{
+	"title": true, "description": true, "default": true, "examples": true,
+	"$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true,
+	"$schema": true, "$id": true, "$anchor": true,
+}
+
+// ShapeOf derives the shape of a raw (JSON-decoded) schema. resolve maps a
+// $ref to its raw target, or nil when it cannot be resolved.
+func ShapeOf(raw any, resolve func(ref string) any) *Shape {
+	return shapeOf(raw, resolve, 0)
+}
+
+func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
+	s := &Shape{}
+	m, ok := raw.(map[string]any)
+	if !ok || depth > 32 {
+		// true / false / malformed: nothing known
+		return s
+	}
+	simple := true
+	for k, v := range m {
+		switch k {
+		case "type":
+			switch t := v.(type) {
+			case string:
+				s.Types = []string{t}
+			case []any:
+				for _, x := range t {
+					if str, ok := x.(string); ok {
+						s.Types = append(s.Types, str)
+					}
+				}
+			}
+		case "properties":
+			props, _ := v.(map[string]any)
+			s.Props = make(map[string]*Shape, len(props))
+			for name, p := range props {
+				c := shapeOf(p, resolve, depth+1)
+				s.Props[name] = c
+				simple = simple && c.simple
+			}
+		case "additionalProperties":
+			b, isBool := v.(bool)
+			s.Closed = isBool && !b
+			simple = simple && isBool
+		case "required":
+			for _, x := range asSlice(v) {
+				if str, ok := x.(string); ok {
+					s.Required = append(s.Required, str)
+				}
+			}
+		case "items":
+			s.Items = shapeOf(v, resolve, depth+1)
+			simple = simple && s.Items.simple
+		case "default":
+			s.Default, s.HasDefault = v, true
+		case "$ref":
+			ref, _ := v.(string)
+			var target any
+			if resolve != nil {
+				target = resolve(ref)
+			}
+			if target != nil {
+				r := shapeOf(target, resolve, depth+1)
+				if len(m) == 1 || (len(m) == 2 && s.HasDefault) {
+					d, hd := s.Default, s.HasDefault
+					*s = *r
+					if hd {
+						s.Default, s.HasDefault = d, hd
+					}
+					return s
+				}
+			}
+			simple = false
+		case "$defs", "definitions":
+			// definitions do not constrain the value itself
+		default:
+			if !annotations[k] {
+				simple = false
+			}
+		}
+	}
+	if s.Props != nil {
+		s.Order = make([]string, 0, len(s.Props))
+		for name := range s.Props {
+			s.Order = append(s.Order, name)
+		}
+		slices.Sort(s.Order)
+	}
+	s.simple = simple
+	return s
+}
+
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
+}
+
+// Compiler compiles raw schemas. Relative $refs resolve against the file a
+// schema came from; YAML and JSON schema files are both accepted.
+type Compiler struct {
+	c *jsonschema.Compiler
+}
+
+// NewCompiler returns a compiler defaulting to draft 2020-12.
+func NewCompiler() *Compiler {
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.ExtractAnnotations = false
+	c.LoadURL = loadURL
+	return &Compiler{c: c}
+}
+
+// FileURL names a schema resource for a path on disk.
+func FileURL(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
+}
+
+func loadURL(s string) (io.ReadCloser, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "file" {
+		return nil, fmt.Errorf("schema %s: only local files can be referenced", s)
+	}
+	raw, err := ReadFile(filepath.FromSlash(u.Path))
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// ReadFile reads a JSON or YAML schema file into JSON-compatible values.
+func ReadFile(path string) (any, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var n yaml.Node
+	if err := yaml.Unmarshal(b, &n); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return FromYAML(&n)
+}
+
+// Compile adds raw under url and compiles it.
+func (c *Compiler) Compile(url string, raw any) (*jsonschema.Schema, error) {
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.c.AddResource(url, bytes.NewReader(b)); err != nil {
+		return nil, err
+	}
+	return c.c.Compile(url)
+}
+
+// Validator checks values against one compiled schema, taking the exact
+// fast path when the schema consists of type constraints only.
+type Validator struct {
+	Shape    *Shape
+	compiled *jsonschema.Schema
+}
+
+// NewValidator pairs a compiled schema with its shape.
+func NewValidator(compiled *jsonschema.Schema, shape *Shape) *Validator {
+	return &Validator{Shape: shape, compiled: compiled}
+}
+
+// Validate returns nil when v is valid, else an error describing every
+// violation.
+func (v *Validator) Validate(x any) error {
+	if v.Shape != nil && v.Shape.simple {
+		if ok, sure := fastCheck(v.Shape, x); ok && sure {
+			return nil
+		}
+	}
+	if v.compiled == nil {
+		return nil
+	}
+	if err := v.compiled.Validate(x); err != nil {
+		return describe(err)
+	}
+	return nil
+}
+
+// Error is a validation failure: one line per violated constraint, each
+// with the JSON pointer of the offending value.
+type Error struct {
+	Causes []Cause
+}
+
+// Cause is one violated constraint.
+type Cause struct {
+	Pointer string // JSON pointer into the validated value
+	Message string
+	// Keyword is the schema keyword that failed (type, required, ...).
+	Keyword string
+}
+
+func (e *Error) Error() string {
+	parts := make([]string, len(e.Causes))
+	for i, c := range e.Causes {
+		at := c.Pointer
+		if at == "" {
+			at = "/"
+		}
+		parts[i] = at + ": " + c.Message
+	}
+	return strings.Join(parts, "; ")
+}
+
+func describe(err error) error {
+	ve, ok := err.(*jsonschema.ValidationError)
+	if !ok {
+		return err
+	}
+	out := &Error{}
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			kw := e.KeywordLocation
+			if i := strings.LastIndexByte(kw, '/'); i >= 0 {
+				kw = kw[i+1:]
+			}
+			out.Causes = append(out.Causes, Cause{Pointer: e.InstanceLocation, Message: e.Message, Keyword: kw})
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	return out
+}
+
+// fastCheck decides validity for simple shapes. sure is false when x holds
+// a Go type the check does not know, and the compiled schema must decide.
+func fastCheck(s *Shape, x any) (ok, sure bool) {
+	if len(s.Types) > 0 {
+		matched := false
+		for _, t := range s.Types {
+			m, known := typeMatches(t, x)
+			if !known {
+				return false, false
+			}
+			if m {
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			return false, true
+		}
+	}
+	switch v := x.(type) {
+	case []any:
+		if s.Items != nil {
+			for _, e := range v {
+				if ok, sure := fastCheck(s.Items, e); !ok || !sure {
+					return ok, sure
+				}
+			}
+		}
+	case map[string]any:
+		for _, r := range s.Required {
+			if _, ok := v[r]; !ok {
+				return false, true
+			}
+		}
+		if s.Props != nil || s.Closed {
+			for k, e := range v {
+				p, ok := s.Props[k]
+				if !ok {
+					if s.Closed {
+						return false, true
+					}
+					continue
+				}
+				if ok, sure := fastCheck(p, e); !ok || !sure {
+					return ok, sure
+				}
+			}
+		}
+	}
+	return true, true
+}
+
+func typeMatches(t string, x any) (match, known bool) {
+	switch v := x.(type) {
+	case nil:
+		return t == "null", true
+	case bool:
+		return t == "boolean", true
+	case string:
+		return t == "string", true
+	case int:
+		return t == "integer" || t == "number", true
+	case float64:
+		if t == "number" {
+			return true, true
+		}
+		return t == "integer" && v == float64(int64(v)), true
+	case []any:
+		return t == "array", true
+	case map[string]any:
+		return t == "object", true
+	}
+	return false, false
+}

@@ -1,0 +1,267 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// State values are JSON values held as Go values of a fixed set of types:
+// nil, bool, int, float64, string, []any and map[string]any. Integers are
+// int whenever the value is integral and the schema says integer, so that
+// expressions compiled against the schema's types see the types they expect.
+
+// FromYAML converts a YAML node into a JSON-compatible value.
+func FromYAML(n *yaml.Node) (any, error) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) == 0 {
+			return nil, nil
+		}
+		return FromYAML(n.Content[0])
+	case yaml.AliasNode:
+		return FromYAML(n.Alias)
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: mapping keys must be strings", k.Line)
+			}
+			v, err := FromYAML(n.Content[i+1])
+			if err != nil {
+				return nil, err
+			}
+			m[k.Value] = v
+		}
+		return m, nil
+	case yaml.SequenceNode:
+		s := make([]any, len(n.Content))
+		for i, c := range n.Content {
+			v, err := FromYAML(c)
+			if err != nil {
+				return nil, err
+			}
+			s[i] = v
+		}
+		return s, nil
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return nil, nil
+		case "!!bool":
+			var b bool
+			err := n.Decode(&b)
+			return b, err
+		case "!!int":
+			var i int
+			if err := n.Decode(&i); err != nil {
+				var f float64
+				if err := n.Decode(&f); err != nil {
+					return nil, err
+				}
+				return f, nil
+			}
+			return i, nil
+		case "!!float":
+			var f float64
+			err := n.Decode(&f)
+			return f, err
+		default:
+			return n.Value, nil
+		}
+	}
+	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
+}
+
+// Normalize converts any Go value into the state value types. It returns the
+// value unchanged (no allocation) when it already is one.
+func Normalize(v any) (any, error) {
+	switch x := v.(type) {
+	case nil, bool, int, string:
+		return v, nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("%v is not a JSON number", x)
+		}
+		return v, nil
+	case []any:
+		var out []any
+		for i, e := range x {
+			n, err := Normalize(e)
+			if err != nil {
+				return nil, err
+			}
+			if out == nil && !same(n, e) {
+				out = make([]any, len(x))
+				copy(out, x[:i])
+			}
+			if out != nil {
+				out[i] = n
+			}
+		}
+		if out == nil {
+			return v, nil
+		}
+		return out, nil
+	case map[string]any:
+		var out map[string]any
+		for k, e := range x {
+			n, err := Normalize(e)
+			if err != nil {
+				return nil, err
+			}
+			if out == nil && !same(n, e) {
+				out = make(map[string]any, len(x))
+				for k2, e2 := range x {
+					out[k2] = e2
+				}
+			}
+			if out != nil {
+				out[k] = n
+			}
+		}
+		if out == nil {
+			return v, nil
+		}
+		return out, nil
+	case json.Number:
+		if i, err := strconv.Atoi(string(x)); err == nil {
+			return i, nil
+		}
+		f, err := x.Float64()
+		return f, err
+	case int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, uintptr:
+		r := reflect.ValueOf(v)
+		if r.CanInt() {
+			return int(r.Int()), nil
+		}
+		u := r.Uint()
+		if u > math.MaxInt {
+			return float64(u), nil
+		}
+		return int(u), nil
+	case float32:
+		return float64(x), nil
+	}
+	r := reflect.ValueOf(v)
+	switch r.Kind() {
+	case reflect.Slice, reflect.Array:
+		if r.Kind() == reflect.Slice && r.IsNil() {
+			return nil, nil
+		}
+		out := make([]any, r.Len())
+		for i := range out {
+			n, err := Normalize(r.Index(i).Interface())
+			if err != nil {
+				return nil, err
+			}
+			out[i] = n
+		}
+		return out, nil
+	case reflect.Map:
+		if r.Type().Key().Kind() == reflect.String {
+			out := make(map[string]any, r.Len())
+			it := r.MapRange()
+			for it.Next() {
+				n, err := Normalize(it.Value().Interface())
+				if err != nil {
+					return nil, err
+				}
+				out[it.Key().String()] = n
+			}
+			return out, nil
+		}
+	case reflect.Pointer, reflect.Interface:
+		if r.IsNil() {
+			return nil, nil
+		}
+		return Normalize(r.Elem().Interface())
+	}
+	// structs and the rest: through their JSON form
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("value of type %T is not JSON: %w", v, err)
+	}
+	return Decode(b)
+}
+
+func same(a, b any) bool {
+	switch a.(type) {
+	case []any, map[string]any:
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	return a == b
+}
+
+// Decode parses JSON into state values (integral numbers become int).
+func Decode(b []byte) (any, error) {
+	var v any
+	d := json.NewDecoder(bytesReader(b))
+	d.UseNumber()
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	return Normalize(v)
+}
+
+// Coerce brings numbers in line with the shape: an integral float64 where
+// the shape says integer becomes int. Containers are copied only when a
+// member changes.
+func Coerce(s *Shape, v any) any {
+	if s == nil {
+		return v
+	}
+	switch x := v.(type) {
+	case float64:
+		if s.Is("integer") && x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return int(x)
+		}
+	case []any:
+		if s.Items == nil {
+			return v
+		}
+		var out []any
+		for i, e := range x {
+			c := Coerce(s.Items, e)
+			if out == nil && !same(c, e) {
+				out = make([]any, len(x))
+				copy(out, x)
+			}
+			if out != nil {
+				out[i] = c
+			}
+		}
+		if out != nil {
+			return out
+		}
+	case map[string]any:
+		if s.Props == nil {
+			return v
+		}
+		var out map[string]any
+		for k, e := range x {
+			c := Coerce(s.Props[k], e)
+			if out == nil && !same(c, e) {
+				out = make(map[string]any, len(x))
+				for k2, e2 := range x {
+					out[k2] = e2
+				}
+			}
+			if out != nil {
+				out[k] = c
+			}
+		}
+		if out != nil {
+			return out
+		}
+	}
+	return v
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
