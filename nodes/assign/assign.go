@@ -67,6 +67,10 @@ func build(b kind.Builder) kind.Node {
 				b.Errorf(v, "set.%s: %v", k.Value, err)
 				continue
 			}
+			if shape := b.Field(k.Value); shape != nil && !shape.Allows(schema.TypeOf(lit)) {
+				b.Errorf(v, "set.%s: a literal %s cannot be written to a field of type %s", k.Value, schema.TypeOf(lit), shape.Describe())
+				continue
+			}
 			f.literal = lit
 		}
 		n.fields = append(n.fields, f)

@@ -14,7 +14,7 @@ import (
 // run in one superstep (for write conflicts) and joins that can starve.
 func (c *compiler) analyse() {
 	g := c.g
-	if len(g.Entry) == 0 {
+	if len(g.Entry) == 0 && c.get("edges") != nil {
 		at := c.doc.keys["/edges"]
 		c.dl.Errorf(CodeEntry, c.pos(at), "edges", "no edge leaves START: the flow has no entry").
 			Detail = "add an edge such as {from: START, to: " + firstName(g) + "}"
@@ -348,8 +348,8 @@ func (c *compiler) explore() {
 		work = work[:len(work)-1]
 		if len(s.triggered) == 0 {
 			for j, bits := range s.joins {
-				if bits != 0 {
-					starved[j] |= bits
+				if _, found := starved[j]; !found && bits != 0 {
+					starved[j] = bits // the first run found that strands it
 				}
 			}
 			continue

@@ -240,7 +240,7 @@ func (c *compiler) state() {
 	resolve := refResolver(raw, url)
 	shape := schema.ShapeOf(raw, resolve)
 	c.stateShape = shape
-	if !shape.Is("object") || len(shape.Props) == 0 {
+	if err == nil && (!shape.Is("object") || len(shape.Props) == 0) {
 		c.dl.Errorf(CodeStateShape, c.pos(sn), "state.schema", "state schema must be an object (type: object) with properties")
 	}
 	// The state is closed: its fields are the declared properties.
@@ -281,6 +281,12 @@ func (c *compiler) state() {
 		c.g.fields[name] = f
 	}
 	c.env = expression.NewEnv().With("state", shape)
+	if len(shape.Props) == 0 {
+		// no fields to check names against: every name would be reported
+		c.env = expression.NewEnv().With("state", nil).With("input", nil)
+		c.stateShape = nil
+		return
+	}
 	c.reducers(mapGet(st, "reducers"))
 	c.readonly(mapGet(st, "readonly"))
 	c.inputs()
@@ -549,6 +555,8 @@ func (b *builder) Writes(field string, at *yaml.Node) {
 	}
 	f, ok := b.c.g.fields[field]
 	switch {
+	case b.c.stateShape == nil:
+		// the state schema is broken; reported once, where it is
 	case !ok:
 		b.c.dl.Errorf(CodeUndeclaredWrite, b.c.pos(at), b.path, "node %q writes field %q, which the state schema does not declare", b.name, field).
 			Suggestion = diag.Suggest(field, b.c.stateShape.Order)

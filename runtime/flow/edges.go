@@ -260,7 +260,12 @@ func (c *compiler) assumeBest(e *yaml.Node) {
 			return
 		}
 		if n.Kind == yaml.ScalarNode {
-			if node, ok := c.g.nodes[n.Value]; ok {
+			name := n.Value
+			if _, ok := c.g.nodes[name]; !ok {
+				// a misspelt name most likely meant its suggestion
+				name = diag.Suggest(name, c.nodeNames())
+			}
+			if node, ok := c.g.nodes[name]; ok {
 				into[node] = true
 			}
 		}

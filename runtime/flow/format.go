@@ -312,7 +312,7 @@ func (fv *formatValidator) check(d *document, dl *diag.List) {
 			}
 			got, _ := fv.stringAt(d, ptr)
 			dd := dl.Errorf(CodeNotAllowed, d.pos(n), path, "%s: %s", describeAt(path), e.Message)
-			if got != "" {
+			if got != "" && keyword == "enum" {
 				var opts []string
 				for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
 					opts = append(opts, m[1])

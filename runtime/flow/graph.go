@@ -72,9 +72,9 @@ type Node struct {
 	// WriteList holds them in field order.
 	Writes    map[string]bool
 	WriteList []string
-	Retry   Retry
-	Timeout time.Duration
-	OnError OnError
+	Retry     Retry
+	Timeout   time.Duration
+	OnError   OnError
 	// Out are the edges leaving the node, in declaration order.
 	Out []*Edge
 	// Description from the flow file.

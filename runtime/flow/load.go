@@ -37,7 +37,14 @@ type document struct {
 	// at maps a JSON pointer to the YAML node holding the value; keys maps
 	// it to the node of the mapping key that introduced it.
 	at, keys map[string]*yaml.Node
+	// expanding holds the aliases being expanded (a cycle is an error);
+	// budget caps the values indexed, so alias fan-out cannot explode.
+	expanding map[*yaml.Node]bool
+	budget    int
 }
+
+// maxValues bounds the values one flow file may expand to.
+const maxValues = 200000
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
@@ -57,7 +64,8 @@ func parseDocument(path string, src []byte, dl *diag.List) *document {
 		dl.Errorf(CodeYAML, pos, "", "invalid YAML: %s", msg)
 		return nil
 	}
-	d := &document{path: path, src: src, at: map[string]*yaml.Node{}, keys: map[string]*yaml.Node{}}
+	d := &document{path: path, src: src, at: map[string]*yaml.Node{}, keys: map[string]*yaml.Node{},
+		expanding: map[*yaml.Node]bool{}, budget: maxValues}
 	if n.Kind == 0 || len(n.Content) == 0 {
 		dl.Errorf(CodeYAML, diag.Pos{File: path, Line: 1, Col: 1}, "", "file is empty")
 		return nil
@@ -75,8 +83,16 @@ func parseDocument(path string, src []byte, dl *diag.List) *document {
 // index converts n to JSON values and records every value's position.
 func (d *document) index(n *yaml.Node, ptr string, dl *diag.List) (any, error) {
 	d.at[ptr] = n
+	if d.budget--; d.budget < 0 {
+		return nil, fmt.Errorf("line %d: the document expands to more than %d values", n.Line, maxValues)
+	}
 	switch n.Kind {
 	case yaml.AliasNode:
+		if d.expanding[n] {
+			return nil, fmt.Errorf("line %d: alias *%s refers to itself", n.Line, n.Value)
+		}
+		d.expanding[n] = true
+		defer delete(d.expanding, n)
 		return d.index(n.Alias, ptr, dl)
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)

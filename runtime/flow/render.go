@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -169,5 +170,10 @@ func (g *Graph) JSON() ([]byte, error) {
 	for _, n := range g.Nodes {
 		doc.Nodes = append(doc.Nodes, node{Name: n.Name, Kind: n.Kind, Description: n.Description, Writes: sortedKeys(n.Writes), Line: n.Pos.Line})
 	}
-	return json.MarshalIndent(doc, "", "  ")
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(doc)
+	return bytes.TrimRight(buf.Bytes(), "\n"), err
 }

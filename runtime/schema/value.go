@@ -16,16 +16,31 @@ import (
 // int whenever the value is integral and the schema says integer, so that
 // expressions compiled against the schema's types see the types they expect.
 
-// FromYAML converts a YAML node into a JSON-compatible value.
+// FromYAML converts a YAML node into a JSON-compatible value. Aliases are
+// expanded; a self-referencing alias, or expansion beyond a million values,
+// is an error.
 func FromYAML(n *yaml.Node) (any, error) {
+	budget := 1_000_000
+	return fromYAML(n, map[*yaml.Node]bool{}, &budget)
+}
+
+func fromYAML(n *yaml.Node, expanding map[*yaml.Node]bool, budget *int) (any, error) {
+	if *budget--; *budget < 0 {
+		return nil, fmt.Errorf("line %d: value expands to too many items", n.Line)
+	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		if len(n.Content) == 0 {
 			return nil, nil
 		}
-		return FromYAML(n.Content[0])
+		return fromYAML(n.Content[0], expanding, budget)
 	case yaml.AliasNode:
-		return FromYAML(n.Alias)
+		if expanding[n] {
+			return nil, fmt.Errorf("line %d: alias *%s refers to itself", n.Line, n.Value)
+		}
+		expanding[n] = true
+		defer delete(expanding, n)
+		return fromYAML(n.Alias, expanding, budget)
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -33,7 +48,7 @@ func FromYAML(n *yaml.Node) (any, error) {
 			if k.Kind != yaml.ScalarNode {
 				return nil, fmt.Errorf("line %d: mapping keys must be strings", k.Line)
 			}
-			v, err := FromYAML(n.Content[i+1])
+			v, err := fromYAML(n.Content[i+1], expanding, budget)
 			if err != nil {
 				return nil, err
 			}
@@ -43,7 +58,7 @@ func FromYAML(n *yaml.Node) (any, error) {
 	case yaml.SequenceNode:
 		s := make([]any, len(n.Content))
 		for i, c := range n.Content {
-			v, err := FromYAML(c)
+			v, err := fromYAML(c, expanding, budget)
 			if err != nil {
 				return nil, err
 			}
@@ -265,3 +280,27 @@ func Coerce(s *Shape, v any) any {
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// TypeOf names the JSON type of a state value.
+func TypeOf(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case int:
+		return "integer"
+	case float64:
+		if x == math.Trunc(x) {
+			return "integer"
+		}
+		return "number"
+	case string:
+		return "string"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return "unknown"
+}

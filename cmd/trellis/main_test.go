@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/runtime/cli"
+	"github.com/trellisflow/trellis/runtime/flow"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func trellis(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = cli.Main(args, &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Registry: all.Registry()})
+	return out.String(), errb.String(), code
+}
+
+// TestDiagnosticFixtures checks every code's failing fixture against its
+// golden output, and that its passing fixture is clean.
+func TestDiagnosticFixtures(t *testing.T) {
+	bad, _ := filepath.Glob("testdata/diag/*.bad.yaml")
+	covered := map[string]bool{}
+	for _, f := range bad {
+		code := strings.TrimSuffix(filepath.Base(f), ".bad.yaml")
+		covered[code] = true
+		t.Run(code, func(t *testing.T) {
+			out, _, exit := trellis(t, "validate", f)
+			if exit != 1 {
+				t.Errorf("exit %d, want 1", exit)
+			}
+			if !strings.Contains(out, "error["+code+"]") && !strings.Contains(out, "warning["+code+"]") {
+				t.Errorf("output lacks %s:\n%s", code, out)
+			}
+			golden := strings.TrimSuffix(f, ".yaml") + ".diags"
+			if *update {
+				os.WriteFile(golden, []byte(out), 0o644)
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != string(want) {
+				t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", golden, out, want)
+			}
+			ok := strings.Replace(f, ".bad.", ".ok.", 1)
+			out, stderr, exit := trellis(t, "validate", ok)
+			if exit != 0 || out != "" {
+				t.Errorf("%s: exit %d\n%s%s", ok, exit, out, stderr)
+			}
+		})
+	}
+	for code := range flow.Codes {
+		if !covered[code] {
+			t.Errorf("code %s has no fixture", code)
+		}
+	}
+}
+
+func TestValidateDirectoryReportsEverything(t *testing.T) {
+	out, stderr, exit := trellis(t, "validate", "testdata/diag")
+	if exit != 1 {
+		t.Fatalf("exit %d", exit)
+	}
+	lines := regexp.MustCompile(`(?m)^testdata/diag/(\w+)\.bad\.yaml:\d+:\d+: error\[(\w+)\]`).FindAllStringSubmatch(out, -1)
+	files := map[string]bool{}
+	for _, l := range lines {
+		files[l[1]] = true
+	}
+	bad, _ := filepath.Glob("testdata/diag/*.bad.yaml")
+	if len(files) != len(bad) {
+		t.Fatalf("errors from %d of %d broken files", len(files), len(bad))
+	}
+	if strings.Contains(out, ".ok.yaml") {
+		t.Fatalf("a clean fixture was reported:\n%s", out)
+	}
+	if !strings.Contains(stderr, "error(s) in") {
+		t.Fatalf("no summary: %s", stderr)
+	}
+}
+
+func TestValidateFormats(t *testing.T) {
+	f := "testdata/diag/G001.bad.yaml"
+	out, _, exit := trellis(t, "validate", "--format", "json", f)
+	var ds []map[string]any
+	if err := json.Unmarshal([]byte(out), &ds); err != nil || exit != 1 || len(ds) != 1 {
+		t.Fatalf("json: exit %d err %v\n%s", exit, err, out)
+	}
+	if ds[0]["code"] != "G001" || ds[0]["suggestion"] != "second" || ds[0]["line"].(float64) != 19 || ds[0]["path"] != "edges[1].to" {
+		t.Fatalf("json diagnostic %v", ds[0])
+	}
+	out, _, _ = trellis(t, "validate", "--format", "github", f)
+	if !strings.HasPrefix(out, "::error file=testdata/diag/G001.bad.yaml,line=19,col=") {
+		t.Fatalf("github: %s", out)
+	}
+	out, _, exit = trellis(t, "validate", "--format", "json", "testdata/diag/G001.ok.yaml")
+	if exit != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("clean json: %d %s", exit, out)
+	}
+}
+
+func TestGraph(t *testing.T) {
+	f := "testdata/diag/G009.ok.yaml"
+	for _, format := range []string{"mermaid", "dot", "json"} {
+		out, stderr, exit := trellis(t, "graph", f, "--format", format)
+		if exit != 0 {
+			t.Fatalf("%s: %s", format, stderr)
+		}
+		again, _, _ := trellis(t, "graph", f, "--format", format)
+		if out != again {
+			t.Fatalf("%s output is not deterministic", format)
+		}
+		if !strings.Contains(out, "state.count > 1") && !strings.Contains(out, "state.count #gt; 1") {
+			t.Fatalf("%s: conditional edge not labelled:\n%s", format, out)
+		}
+	}
+	out, _, _ := trellis(t, "graph", f)
+	for _, want := range []string{"START --> n_first", `n_first -->|"state.count #gt; 1"| n_second`, `n_first -->|"else"| n_third`, "n_second ==> n_last", "n_last --> END"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mermaid lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestRun(t *testing.T) {
+	out, stderr, exit := trellis(t, "run", "testdata/diag/G008.ok.yaml", "--input", "count=1", "--trace")
+	if exit != 0 {
+		t.Fatalf("exit %d: %s", exit, stderr)
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err, out)
+	}
+	if st["count"] != 3.0 || st["summary"] != "done" || len(st["log"].([]any)) != 2 {
+		t.Fatalf("state %v", st)
+	}
+	for _, ev := range []string{"run_start", "node_start", "node_end", "state_update", "run_end"} {
+		if !strings.Contains(stderr, ev) {
+			t.Errorf("trace lacks %s:\n%s", ev, stderr)
+		}
+	}
+	_, stderr, exit = trellis(t, "run", "testdata/diag/G008.ok.yaml", "--input", "cont=1")
+	if exit != 1 || !strings.Contains(stderr, `did you mean "count"`) {
+		t.Fatalf("bad input: exit %d %s", exit, stderr)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	out, _, exit := trellis(t, "--help")
+	if exit != 0 || !strings.Contains(out, "validate") {
+		t.Fatalf("help: %d %s", exit, out)
+	}
+	for _, cmd := range []string{"validate", "graph", "run", "schema"} {
+		_, stderr, exit := trellis(t, cmd, "--help")
+		if exit != 0 || !strings.Contains(stderr, "Usage: trellis "+cmd) {
+			t.Errorf("%s --help: %d %s", cmd, exit, stderr)
+		}
+	}
+	if _, _, exit := trellis(t, "nonsense"); exit != 2 {
+		t.Errorf("unknown command exit %d", exit)
+	}
+}
+
+func TestCodesAreDocumented(t *testing.T) {
+	codes := slices.Sorted(func(yield func(string) bool) {
+		for c := range flow.Codes {
+			if !yield(c) {
+				return
+			}
+		}
+	})
+	if len(codes) < 30 {
+		t.Fatalf("only %d codes", len(codes))
+	}
+}

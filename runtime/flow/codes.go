@@ -1,0 +1,38 @@
+package flow
+
+// Codes describes every diagnostic code the loader and the compiler emit.
+// Codes are stable: tools and CI annotations may match on them.
+var Codes = map[string]string{
+	CodeYAML:            "the file is not valid YAML or cannot be read",
+	CodeDuplicate:       "a mapping repeats a key",
+	CodeUnknownKey:      "a key the flow format does not have",
+	CodeMissingKey:      "a required key is missing",
+	CodeType:            "a value has the wrong type",
+	CodeNotAllowed:      "a value is not one of the allowed values",
+	CodeConstraint:      "a value breaks another rule of the flow format",
+	CodeUnknownKind:     "a node kind that is not registered",
+	CodeKindSetting:     "a node kind rejected its settings",
+	CodeUnknownTarget:   "an edge names a node that does not exist",
+	CodeDuplicateNode:   "two nodes share a name",
+	CodeUnreachable:     "no path from START reaches the node",
+	CodeNoPathToEnd:     "the node can never reach END",
+	CodeEntry:           "no edge leaves START",
+	CodeReserved:        "START used as a target, END as a source, or either as a node name",
+	CodeEdgeShape:       "an edge is not exactly one of to, branch or route, or a case is malformed",
+	CodeUnboundedCycle:  "a cycle with no bounded edge",
+	CodeJoinStarves:     "a join can wait forever because a branch can skip one of its sources",
+	CodeRouteChoice:     "a route choice or default that is not a node",
+	CodeStateSchema:     "the state schema cannot be read or is not a valid JSON Schema",
+	CodeStateShape:      "the state schema is not an object with properties",
+	CodeReducerField:    "a reducer for a field the state does not declare",
+	CodeReducerType:     "a reducer that cannot apply to its field's type",
+	CodeReadOnly:        "a read-only field that is not declared, or that is also an input",
+	CodeBadDefault:      "a default that violates its field's schema",
+	CodeUndeclaredWrite: "a node writes a field the state does not declare",
+	CodeWriteConflict:   "two nodes that can run in one superstep replace the same field",
+	CodeReadOnlyWrite:   "a node writes a read-only field",
+	CodeUnknownInput:    "an input field the state does not declare",
+	"E001":              "an expression does not parse or does not type-check",
+	"E002":              "a condition that is not boolean",
+	"E003":              "an expression reads a field or name that does not exist",
+}

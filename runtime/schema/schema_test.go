@@ -1,0 +1,117 @@
+package schema_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/schema"
+)
+
+// TestFastCheckAgreesWithValidator compares the fast path for type-only
+// schemas with the JSON Schema library on random schemas and values.
+func TestFastCheckAgreesWithValidator(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	types := []string{"integer", "number", "string", "boolean", "array", "object", "null"}
+	var genSchema func(depth int) map[string]any
+	genSchema = func(depth int) map[string]any {
+		s := map[string]any{}
+		switch r.IntN(3) {
+		case 0:
+			s["type"] = types[r.IntN(len(types))]
+		case 1:
+			a := r.IntN(len(types))
+			s["type"] = []any{types[a], types[(a+1+r.IntN(len(types)-1))%len(types)]}
+		}
+		if depth < 2 && r.IntN(2) == 0 {
+			s["items"] = genSchema(depth + 1)
+		}
+		if depth < 2 && r.IntN(2) == 0 {
+			props := map[string]any{"a": genSchema(depth + 1), "b": genSchema(depth + 1)}
+			s["properties"] = props
+			if r.IntN(2) == 0 {
+				s["required"] = []any{"a"}
+			}
+			if r.IntN(2) == 0 {
+				s["additionalProperties"] = false
+			}
+		}
+		if r.IntN(4) == 0 {
+			s["description"] = "annotation"
+		}
+		return s
+	}
+	var genValue func(depth int) any
+	genValue = func(depth int) any {
+		switch r.IntN(9) {
+		case 0:
+			return nil
+		case 1:
+			return r.IntN(2) == 0
+		case 2:
+			return r.IntN(100) - 50
+		case 3:
+			return float64(r.IntN(10)) / 2
+		case 4:
+			return "s"
+		case 5, 6:
+			if depth > 2 {
+				return 1
+			}
+			l := make([]any, r.IntN(3))
+			for i := range l {
+				l[i] = genValue(depth + 1)
+			}
+			return l
+		default:
+			if depth > 2 {
+				return "x"
+			}
+			m := map[string]any{}
+			for _, k := range []string{"a", "b", "c"} {
+				if r.IntN(2) == 0 {
+					m[k] = genValue(depth + 1)
+				}
+			}
+			return m
+		}
+	}
+	for i := range 3000 {
+		raw := genSchema(0)
+		c := schema.NewCompiler()
+		url := fmt.Sprintf("file:///s%d.json", i)
+		compiled, err := c.Compile(url, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast := schema.NewValidator(compiled, schema.ShapeOf(raw, nil))
+		slow := schema.NewValidator(compiled, nil)
+		for range 10 {
+			v := genValue(0)
+			if (fast.Validate(v) == nil) != (slow.Validate(v) == nil) {
+				sb, _ := json.Marshal(raw)
+				vb, _ := json.Marshal(v)
+				t.Fatalf("schema %s value %s: fast %v, library %v", sb, vb, fast.Validate(v), slow.Validate(v))
+			}
+		}
+	}
+}
+
+func TestNormalizeAndCoerce(t *testing.T) {
+	v, err := schema.Normalize(map[string]int64{"a": 3})
+	if err != nil || fmt.Sprint(v) != "map[a:3]" {
+		t.Fatalf("%v %v", v, err)
+	}
+	if _, ok := v.(map[string]any)["a"].(int); !ok {
+		t.Fatalf("int64 not normalised to int: %T", v.(map[string]any)["a"])
+	}
+	sh := &schema.Shape{Types: []string{"array"}, Items: &schema.Shape{Types: []string{"integer"}}}
+	c := schema.Coerce(sh, []any{1.0, 2.5})
+	if _, ok := c.([]any)[0].(int); !ok || c.([]any)[1] != 2.5 {
+		t.Fatalf("coerce %#v", c)
+	}
+	if _, err := schema.Normalize([]float32{1}); err != nil {
+		t.Fatal(err)
+	}
+}
