@@ -35,7 +35,8 @@ var Spec = kind.Spec{
 	    }
 	  }
 	}`,
-	New: build,
+	New:    build,
+	Inline: true,
 }
 
 type field struct {
@@ -80,19 +81,16 @@ func build(b kind.Builder) kind.Node {
 
 // Run implements kind.Node.
 func (n *node) Run(_ context.Context, s *kind.State) (kind.Update, error) {
-	upd := make(kind.Update, len(n.fields))
-	vars := s.Vars()
-	for i, f := range n.fields {
-		upd[i].Field = f.name
-		if f.program == nil {
-			upd[i].Value = f.literal
-			continue
+	upd := s.NewUpdate(len(n.fields))
+	for _, f := range n.fields {
+		v := f.literal
+		if f.program != nil {
+			var err error
+			if v, err = s.Eval(f.program); err != nil {
+				return nil, fmt.Errorf("set %s: %w", f.name, err)
+			}
 		}
-		v, err := f.program.Eval(vars)
-		if err != nil {
-			return nil, fmt.Errorf("set %s: %w", f.name, err)
-		}
-		upd[i].Value = v
+		upd = append(upd, kind.FieldValue{Field: f.name, Value: v})
 	}
 	return upd, nil
 }

@@ -13,6 +13,7 @@ var Spec = kind.Spec{
 	Name:    "noop",
 	Summary: "Do nothing; a junction for fan-out, joins and routing.",
 	New:     func(kind.Builder) kind.Node { return node{} },
+	Inline:  true,
 }
 
 type node struct{}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,11 +34,12 @@ import (
 // one thread never overlap.
 type Engine struct {
 	Store store.Store
-	busy  sync.Map // thread id -> struct{}
+	mu    sync.Mutex
+	busy  map[string]bool // threads with a run in progress
 }
 
 // New returns an engine over st.
-func New(st store.Store) *Engine { return &Engine{Store: st} }
+func New(st store.Store) *Engine { return &Engine{Store: st, busy: map[string]bool{}} }
 
 // ErrBusy is returned when a run is started on a thread that is running.
 var ErrBusy = errors.New("thread is busy with another run")
@@ -61,11 +63,24 @@ type Result struct {
 	// State is the final state; Checkpoint its sequence number.
 	State      map[string]any
 	Checkpoint uint64
-	// Steps counts supersteps; Visits counts each node's runs.
-	Steps  int
-	Visits map[string]int
+	// Steps counts supersteps.
+	Steps int
 	// Path lists each step's nodes (with Request.RecordPath).
 	Path [][]string
+
+	g      *flow.Graph
+	visits []int
+}
+
+// Visits counts how often each node ran.
+func (r *Result) Visits() map[string]int {
+	m := map[string]int{}
+	for i, n := range r.visits {
+		if n > 0 {
+			m[r.g.Nodes[i].Name] = n
+		}
+	}
+	return m
 }
 
 // InputError refuses a run input.
@@ -119,6 +134,20 @@ func (e *LimitError) Error() string {
 // Create makes a new thread with the schema defaults overlaid by values.
 // Read-only fields can only be set here.
 func (e *Engine) Create(ctx context.Context, g *flow.Graph, thread string, values map[string]any) (*store.Snapshot, error) {
+	state, err := e.create(ctx, g, thread, values)
+	if err != nil {
+		return nil, err
+	}
+	versions := map[string]uint64{}
+	for k := range state {
+		versions[k] = 1
+	}
+	return &store.Snapshot{Thread: thread, Seq: 1, Values: maps.Clone(state), Versions: versions}, nil
+}
+
+// create commits a thread's first checkpoint and returns its state, every
+// field of which is at version 1.
+func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, values map[string]any) (map[string]any, error) {
 	state := make(map[string]any, len(g.Fields))
 	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: time.Now()}
 	for _, f := range g.Fields {
@@ -140,17 +169,16 @@ func (e *Engine) Create(ctx context.Context, g *flow.Graph, thread string, value
 	if err := g.Root().Validate(state); err != nil {
 		return nil, fmt.Errorf("initial state of thread %q: %w", thread, err)
 	}
-	versions := map[string]uint64{}
+	cp.Writes = make([]store.Write, 0, len(state))
 	for _, f := range g.Fields {
 		if v, ok := state[f.Name]; ok {
 			cp.Writes = append(cp.Writes, store.Write{Field: f.Name, Version: 1, Value: v})
-			versions[f.Name] = 1
 		}
 	}
 	if err := e.Store.Commit(ctx, cp); err != nil {
 		return nil, fmt.Errorf("create thread %q: %w", thread, err)
 	}
-	return &store.Snapshot{Thread: thread, Seq: 1, Values: state, Versions: versions}, nil
+	return state, nil
 }
 
 func fieldNames(g *flow.Graph) []string {
@@ -163,13 +191,24 @@ func fieldNames(g *flow.Graph) []string {
 
 // Run executes one run of g on req.Thread.
 func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
-	if _, loaded := e.busy.LoadOrStore(req.Thread, struct{}{}); loaded {
+	e.mu.Lock()
+	if e.busy[req.Thread] {
+		e.mu.Unlock()
 		return nil, ErrBusy
 	}
-	defer e.busy.Delete(req.Thread)
+	e.busy[req.Thread] = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.busy, req.Thread)
+		e.mu.Unlock()
+	}()
 	head, err := e.Store.Head(ctx, req.Thread)
 	if errors.Is(err, store.ErrNotFound) {
-		head, err = e.Create(ctx, g, req.Thread, nil)
+		var state map[string]any
+		if state, err = e.create(ctx, g, req.Thread, nil); err == nil {
+			head = &store.Snapshot{Thread: req.Thread, Seq: 1, Values: state}
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -200,35 +239,124 @@ type run struct {
 	// vars are the expression variables of the current snapshot. They are
 	// updated in place between steps, unless a timed-out node may still be
 	// reading them (abandoned): then every step gets fresh ones.
-	vars      map[string]any
-	abandoned atomic.Bool
-	outs      []outcome
-	changed   []*flow.Field
-	oldLen    []int // per append field: its length before this step
-	next      [2][]*flow.Node
-	flip      int
+	vars       map[string]any
+	machine    expression.Machine // for edge conditions and routes
+	now        time.Time          // last clock reading, see clock
+	sinceClock int
+	abandoned  atomic.Bool
+	outs       []outcome
+	outsBuf    [2]outcome
+	nextBuf    [2][4]*flow.Node
+	changed    []*flow.Field
+	oldLen     []int // per append field: its length before this step
+	next       [2][]*flow.Node
+	flip       int
 }
 
 func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
+	nf, nn, ne := len(g.Fields), len(g.Nodes), len(g.Edges)
+	ints := make([]int, nn+ne+2*nf)
+	words := make([]uint64, nf+g.Joins)
 	r := &run{
-		e: e, g: g, req: req, id: expression.NewID(),
+		e: e, g: g, req: req, id: runID(),
 		values:   head.Values,
-		versions: make([]uint64, len(g.Fields)),
+		versions: words[:nf:nf],
+		joins:    words[nf:],
 		seq:      head.Seq,
-		input:    map[string]any{},
-		visits:   make([]int, len(g.Nodes)),
-		bounds:   make([]int, len(g.Edges)),
-		joins:    make([]uint64, g.Joins),
-		writer:   make([]int, len(g.Fields)),
-		oldLen:   make([]int, len(g.Fields)),
-		mark:     make([]bool, len(g.Nodes)),
+		visits:   ints[:nn:nn],
+		bounds:   ints[nn : nn+ne : nn+ne],
+		writer:   ints[nn+ne : nn+ne+nf : nn+ne+nf],
+		oldLen:   ints[nn+ne+nf:],
+		mark:     make([]bool, nn),
 		started:  time.Now(),
 	}
 	for i, f := range g.Fields {
-		r.versions[i] = head.Versions[f.Name]
+		if head.Versions == nil {
+			// a thread created by this run: every present field is new
+			if _, ok := head.Values[f.Name]; ok {
+				r.versions[i] = 1
+			}
+		} else {
+			r.versions[i] = head.Versions[f.Name]
+		}
 		r.writer[i] = -1
 	}
+	r.outs = r.outsBuf[:0]
+	r.next[0], r.next[1] = r.nextBuf[0][:0], r.nextBuf[1][:0]
 	return r
+}
+
+var (
+	runPrefix = expression.NewID()[:8]
+	runSeq    atomic.Uint64
+)
+
+// runID names a run uniquely: a per-process random prefix and a counter.
+func runID() string {
+	return runPrefix + "-" + strconv.FormatUint(runSeq.Add(1), 36)
+}
+
+// runNodes runs a superstep's nodes: each node that may block on a
+// goroutine of its own, inline nodes one after another on this goroutine.
+func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[string]any, outs []outcome) {
+	blocking := 0
+	for _, n := range triggered {
+		if !n.Inline {
+			blocking++
+		}
+	}
+	if blocking <= 1 {
+		for i, n := range triggered {
+			r.exec(ctx, n, vars, &outs[i])
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for i, n := range triggered {
+		if !n.Inline {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.exec(ctx, n, vars, &outs[i])
+			}()
+		}
+	}
+	for i, n := range triggered {
+		if n.Inline {
+			r.exec(ctx, n, vars, &outs[i])
+		}
+	}
+	wg.Wait()
+}
+
+// clockEvery bounds how many inline-only steps may share one clock reading.
+const clockEvery = 64
+
+// clock returns the time for a step's checkpoint. Reading the clock costs
+// as much as a whole inline step on some machines, so it is read only when
+// time can have passed: after a step that ran a node which may block (or
+// retried), and at least every clockEvery steps. A step of inline nodes
+// only takes microseconds, so its checkpoint time is off by at most the
+// few inline steps since the last reading.
+func (r *run) clock(outs []outcome) time.Time {
+	r.sinceClock++
+	fresh := r.sinceClock >= clockEvery
+	for i := range outs {
+		if !outs[i].node.Inline || outs[i].attempts > 1 {
+			fresh = true
+		}
+	}
+	if fresh || r.now.IsZero() {
+		r.now, r.sinceClock = time.Now(), 0
+	}
+	return r.now
+}
+
+// bindVars builds fresh expression variables for the current state.
+func (r *run) bindVars() {
+	r.vars = make(map[string]any, len(r.g.Fields)+len(r.input)+2)
+	expression.Bind(r.vars, "state", r.values)
+	expression.Bind(r.vars, "input", r.input)
 }
 
 func (r *run) emit(ev Event) {
@@ -253,7 +381,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 	if err := r.applyInput(ctx); err != nil {
 		return nil, err
 	}
-	r.vars = map[string]any{"state": r.values, "input": r.input}
+	r.bindVars()
 	triggered, err := r.route(r.vars, nil)
 	if err != nil {
 		return nil, err
@@ -272,12 +400,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		}
 	}
 	res = &Result{Run: r.id, Thread: r.req.Thread, State: r.values, Checkpoint: r.seq, Steps: r.step, Path: r.path,
-		Visits: make(map[string]int, len(r.visits))}
-	for i, n := range r.visits {
-		if n > 0 {
-			res.Visits[r.g.Nodes[i].Name] = n
-		}
-	}
+		g: r.g, visits: r.visits}
 	return res, nil
 }
 
@@ -287,6 +410,7 @@ func (r *run) applyInput(ctx context.Context) error {
 		return nil
 	}
 	next := maps.Clone(r.values)
+	r.input = make(map[string]any, len(r.req.Input))
 	cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: "input", Time: time.Now()}
 	for _, k := range slices.Sorted(maps.Keys(r.req.Input)) {
 		f, ok := r.g.Field(k)
@@ -381,26 +505,15 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		r.outs = make([]outcome, len(triggered))
 	}
 	outs := r.outs[:len(triggered)]
-	clear(outs)
+	for i := range outs {
+		outs[i].update, outs[i].err, outs[i].route = nil, nil, nil
+	}
 	if observe {
 		for _, n := range triggered {
 			r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
 		}
 	}
-	if len(triggered) == 1 {
-		r.exec(ctx, triggered[0], vars, &outs[0])
-	} else {
-		var wg sync.WaitGroup
-		for i, n := range triggered[1:] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r.exec(ctx, n, vars, &outs[i+1])
-			}()
-		}
-		r.exec(ctx, triggered[0], vars, &outs[0])
-		wg.Wait()
-	}
+	r.runNodes(ctx, triggered, vars, outs)
 	if r.req.RecordPath {
 		names := make([]string, len(triggered))
 		for i, n := range triggered {
@@ -414,7 +527,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	rec := &record{}
 	cp := &rec.cp
-	*cp = store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Step: r.step, Source: "step"}
+	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, "step"
 	if len(changed) > 0 {
 		// one write per changed field; an append field records only the
 		// items this step appended (several writers fold in order)
@@ -442,15 +555,17 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	cp.Writers = writers
 	// routing on the post-barrier state
 	if r.abandoned.Load() {
-		r.vars = map[string]any{"state": r.values, "input": r.input}
+		r.bindVars()
 	} else {
-		r.vars["state"] = r.values
+		for _, f := range changed {
+			expression.BindField(r.vars, f.Var, r.values[f.Name])
+		}
 	}
 	following, err := r.route(r.vars, outs)
 	if err != nil {
 		return nil, err
 	}
-	cp.Time = time.Now()
+	cp.Time = r.clock(outs)
 	if len(following) > 0 {
 		names := rec.next[:0]
 		for _, n := range following {
@@ -530,7 +645,7 @@ func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) 
 			if !ok {
 				return nil, nil, fail("wrote %q, which is not a state field", fv.Field)
 			}
-			if !n.Writes[f.Name] {
+			if !n.WriteMask[f.Index] {
 				return nil, nil, fail("wrote field %q, which the node does not declare", f.Name)
 			}
 			if _, dup := o.update[:j].Get(f.Name); dup {
@@ -616,7 +731,8 @@ func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Upd
 
 // exec runs one node with its retry and timeout policy.
 func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
-	*o = r.attempt(ctx, n, vars, &o.view)
+	res := r.attempt(ctx, n, vars, &o.view)
+	o.node, o.update, o.err, o.attempts, o.took = res.node, res.update, res.err, res.attempts, res.took
 }
 
 func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, st *kind.State) outcome {
@@ -762,7 +878,7 @@ func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any, trigger f
 			ok := c.When == nil
 			if !ok {
 				var err error
-				ok, err = c.When.EvalBool(vars)
+				ok, err = r.machine.EvalBool(c.When, vars)
 				if err != nil {
 					return fmt.Errorf("branch at %s: %q: %w", e.Pos, c.When.Source(), err)
 				}
@@ -776,7 +892,7 @@ func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any, trigger f
 			return fmt.Errorf("branch at %s: no case matched and there is no else", e.Pos)
 		}
 	case e.Route != nil:
-		v, err := e.Route.Eval(vars)
+		v, err := r.machine.Eval(e.Route, vars)
 		if err != nil {
 			return fmt.Errorf("route at %s: %q: %w", e.Pos, e.Route.Source(), err)
 		}

@@ -210,8 +210,8 @@ edges:
 	if got := jsonOf(res.Path); got != `[["r"],["a","b"],["a2"],["a3"],["j"]]` {
 		t.Fatalf("path %s", got)
 	}
-	if res.Visits["j"] != 1 {
-		t.Fatalf("join ran %d times", res.Visits["j"])
+	if res.Visits()["j"] != 1 {
+		t.Fatalf("join ran %d times", res.Visits()["j"])
 	}
 	if got := jsonOf(res.State["log"]); got != `["r","a","b","a2","a3","j:r,a,b,a2,a3"]` {
 		t.Fatalf("log %s", got)
@@ -322,8 +322,8 @@ edges:
 func TestBoundedCycle(t *testing.T) {
 	g := compile(t, loop)
 	res := mustRun(t, g, nil, "t", map[string]any{"until": 5})
-	if res.State["i"] != 5 || res.Visits["head"] != 5 {
-		t.Fatalf("state %v visits %v", res.State, res.Visits)
+	if res.State["i"] != 5 || res.Visits()["head"] != 5 {
+		t.Fatalf("state %v visits %v", res.State, res.Visits())
 	}
 	_, err := run(t, g, nil, "t2", map[string]any{"until": 20})
 	var le *engine.LimitError
@@ -501,8 +501,8 @@ func TestThreadContinues(t *testing.T) {
 	eng := engine.New(memory.New())
 	mustRun(t, g, eng, "t", map[string]any{"until": 2})
 	res := mustRun(t, g, eng, "t", map[string]any{"until": 4})
-	if res.State["i"] != 4 || res.Visits["head"] != 2 {
-		t.Fatalf("state %v visits %v", res.State, res.Visits)
+	if res.State["i"] != 4 || res.Visits()["head"] != 2 {
+		t.Fatalf("state %v visits %v", res.State, res.Visits())
 	}
 	hist, _ := eng.Store.History(context.Background(), "t")
 	if hist[0].Seq != res.Checkpoint || hist[len(hist)-1].Source != "create" {

@@ -30,28 +30,66 @@ type Env struct {
 	vars   types.Map
 	shapes map[string]*schema.Shape
 	names  []string
+	// flat names the object variables whose declared fields are also bound
+	// as variables of their own ("state.count"), see WithFields.
+	flat map[string]bool
 }
 
 // NewEnv returns an empty environment.
 func NewEnv() *Env {
-	return &Env{vars: types.Map{}, shapes: map[string]*schema.Shape{}}
+	return &Env{vars: types.Map{}, shapes: map[string]*schema.Shape{}, flat: map[string]bool{}}
 }
 
 // With returns a copy of e with variable name of the given shape added
 // (nil shape: any value).
 func (e *Env) With(name string, shape *schema.Shape) *Env {
-	n := &Env{vars: make(types.Map, len(e.vars)+1), shapes: make(map[string]*schema.Shape, len(e.shapes)+1)}
+	n := &Env{vars: make(types.Map, len(e.vars)+1), shapes: make(map[string]*schema.Shape, len(e.shapes)+1), flat: map[string]bool{}}
 	for k, v := range e.vars {
 		n.vars[k] = v
 	}
 	for k, v := range e.shapes {
 		n.shapes[k] = v
 	}
+	for k := range e.flat {
+		if k != name {
+			n.flat[k] = true
+		}
+	}
 	n.names = append(slices.Clone(e.names), name)
 	n.vars[name] = TypeOf(shape)
 	n.shapes[name] = shape
 	return n
 }
+
+// WithFields is With for an object variable whose declared fields are
+// also bound as variables named "name.field". Expressions reading
+// name.field with a constant field name compile to a direct load of that
+// variable instead of a reflective lookup in the object. Variable maps for
+// such an environment must be built with Bind and kept current with
+// BindField.
+func (e *Env) WithFields(name string, shape *schema.Shape) *Env {
+	n := e.With(name, shape)
+	if shape != nil {
+		n.flat[name] = true
+		for f, p := range shape.Props {
+			n.vars[name+"."+f] = TypeOf(p)
+		}
+	}
+	return n
+}
+
+// Bind sets variable name to the object m in vars, with a "name.field"
+// variable per field of m.
+func Bind(vars map[string]any, name string, m map[string]any) {
+	vars[name] = m
+	for k, v := range m {
+		vars[name+"."+k] = v
+	}
+}
+
+// BindField updates one field variable after the object's field changed;
+// key is name+"."+field, precomputed by the caller.
+func BindField(vars map[string]any, key string, v any) { vars[key] = v }
 
 // Names lists the variables in the order they were added.
 func (e *Env) Names() []string { return e.names }
@@ -116,6 +154,28 @@ func (p *Program) String() string { return p.src }
 
 var vms = sync.Pool{New: func() any { return new(vm.VM) }}
 
+// Machine evaluates programs with a virtual machine of its own; the zero
+// value is ready. A Machine must not be used by two goroutines at once.
+type Machine struct{ vm vm.VM }
+
+// Eval runs p over vars.
+func (m *Machine) Eval(p *Program, vars map[string]any) (any, error) {
+	v, err := m.vm.Run(p.prog, vars)
+	if err != nil {
+		return nil, errors.New(trimSnippet(err.Error()))
+	}
+	return v, nil
+}
+
+// EvalBool runs a condition.
+func (m *Machine) EvalBool(p *Program, vars map[string]any) (bool, error) {
+	v, err := m.Eval(p, vars)
+	if err != nil {
+		return false, err
+	}
+	return asBool(p, v)
+}
+
 // Eval runs the program over vars (a map from variable name to value).
 func (p *Program) Eval(vars map[string]any) (any, error) {
 	m := vms.Get().(*vm.VM)
@@ -133,6 +193,10 @@ func (p *Program) EvalBool(vars map[string]any) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	return asBool(p, v)
+}
+
+func asBool(p *Program, v any) (bool, error) {
 	b, ok := v.(bool)
 	if !ok {
 		if v == nil {
@@ -162,6 +226,9 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		return nil, probs
 	}
 	opts := append([]expr.Option{expr.Env(env.vars)}, functions...)
+	if len(env.flat) > 0 {
+		opts = append(opts, expr.Patch(&flattener{env: env}))
+	}
 	if wantBool {
 		opts = append(opts, expr.AsBool())
 	}
@@ -285,6 +352,29 @@ func position(src string, offset int) (line, col int) {
 		}
 	}
 	return line, col
+}
+
+// flattener rewrites name.field (a constant field of a flattened object
+// variable) into the variable "name.field".
+type flattener struct{ env *Env }
+
+func (f *flattener) Visit(n *ast.Node) {
+	m, ok := (*n).(*ast.MemberNode)
+	if !ok {
+		return
+	}
+	id, ok := m.Node.(*ast.IdentifierNode)
+	if !ok || !f.env.flat[id.Value] {
+		return
+	}
+	prop, ok := m.Property.(*ast.StringNode)
+	if !ok {
+		return
+	}
+	if _, declared := f.env.shapes[id.Value].Props[prop.Value]; !declared {
+		return
+	}
+	ast.Patch(n, &ast.IdentifierNode{Value: id.Value + "." + prop.Value})
 }
 
 type visitor struct{ fn func(ast.Node) }

@@ -143,6 +143,12 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	}
 	c.state()
 	c.nodes()
+	for _, n := range c.g.Nodes {
+		n.WriteMask = make([]bool, len(c.g.Fields))
+		for i, f := range c.g.Fields {
+			n.WriteMask[i] = n.Writes[f.Name]
+		}
+	}
 	c.edges()
 	c.analyse()
 	return c.g
@@ -251,7 +257,7 @@ func (c *compiler) state() {
 	}
 	for i, name := range shape.Order {
 		fs := shape.Props[name]
-		f := &Field{Name: name, Index: i, Shape: fs, Reducer: &Reducer{Name: "replace"}}
+		f := &Field{Name: name, Index: i, Shape: fs, Reducer: &Reducer{Name: "replace"}, Var: "state." + name}
 		if compiled != nil {
 			if sub := compiled.Properties[name]; sub != nil {
 				f.Validator = schema.NewValidator(sub, fs)
@@ -280,7 +286,7 @@ func (c *compiler) state() {
 		c.g.Fields = append(c.g.Fields, f)
 		c.g.fields[name] = f
 	}
-	c.env = expression.NewEnv().With("state", shape)
+	c.env = expression.NewEnv().WithFields("state", shape)
 	if len(shape.Props) == 0 {
 		// no fields to check names against: every name would be reported
 		c.env = expression.NewEnv().With("state", nil).With("input", nil)
@@ -295,7 +301,7 @@ func (c *compiler) state() {
 		inShape.Props[f.Name] = f.Shape
 		inShape.Order = append(inShape.Order, f.Name)
 	}
-	c.env = c.env.With("input", inShape)
+	c.env = c.env.WithFields("input", inShape)
 }
 
 // schemaPos locates a field's definition: in an inline schema, the
@@ -603,6 +609,7 @@ func (c *compiler) nodes() {
 		b := &builder{c: c, name: name, body: body, path: path}
 		n.Impl = spec.New(b)
 		c.common(n, b)
+		n.Inline = spec.Inline && n.Timeout == 0
 		for f := range c.writes[name] {
 			n.Writes[f] = true
 		}

@@ -56,6 +56,8 @@ type Field struct {
 	Reducer   *Reducer
 	ReadOnly  bool
 	Input     bool
+	// Var is the field's expression variable, "state.<name>".
+	Var string
 	// Default is the schema default (a state value), when HasDefault.
 	Default    any
 	HasDefault bool
@@ -72,9 +74,13 @@ type Node struct {
 	// WriteList holds them in field order.
 	Writes    map[string]bool
 	WriteList []string
+	// WriteMask[i] is set when the node may write Fields[i].
+	WriteMask []bool
 	Retry     Retry
 	Timeout   time.Duration
-	OnError   OnError
+	// Inline nodes run on the engine's goroutine (see kind.Spec.Inline).
+	Inline  bool
+	OnError OnError
 	// Out are the edges leaving the node, in declaration order.
 	Out []*Edge
 	// Description from the flow file.

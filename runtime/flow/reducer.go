@@ -28,24 +28,28 @@ func (r *Reducer) Reduce(cur, upd any) (any, error) {
 	case "replace":
 		return upd, nil
 	case "append":
-		items := AsItems(upd)
-		if len(items) == 0 {
-			return orEmptyList(cur)
-		}
-		c, err := orEmptyList(cur)
+		cl, err := orEmptyList(cur)
 		if err != nil {
 			return nil, err
 		}
-		cl := c.([]any)
-		out := make([]any, len(cl), len(cl)+len(items))
-		copy(out, cl)
-		return append(out, items...), nil
+		switch u := upd.(type) {
+		case nil:
+			return cl, nil
+		case []any:
+			out := make([]any, len(cl), len(cl)+len(u))
+			copy(out, cl)
+			return append(out, u...), nil
+		default:
+			out := make([]any, len(cl)+1)
+			copy(out, cl)
+			out[len(cl)] = upd
+			return out, nil
+		}
 	case "union":
-		c, err := orEmptyList(cur)
+		cl, err := orEmptyList(cur)
 		if err != nil {
 			return nil, err
 		}
-		cl := c.([]any)
 		out := cl
 		for _, it := range AsItems(upd) {
 			if r.contains(out, it) {
@@ -100,7 +104,7 @@ func AsItems(upd any) []any {
 	return []any{upd}
 }
 
-func orEmptyList(cur any) (any, error) {
+func orEmptyList(cur any) ([]any, error) {
 	switch c := cur.(type) {
 	case nil:
 		return []any{}, nil

@@ -34,6 +34,11 @@ type Spec struct {
 	// New builds a node from its settings. It reports problems through the
 	// builder and may return nil when it found any; it does no I/O.
 	New func(b Builder) Node
+	// Inline declares that Run never blocks: no I/O, no waiting, bounded
+	// computation. The engine then runs such nodes on its own goroutine
+	// instead of starting one per node; they still see the superstep's
+	// snapshot and merge in declaration order like every other node.
+	Inline bool
 }
 
 // Node is one built node. Run receives a read-only view of state and returns
@@ -83,7 +88,22 @@ type State struct {
 	Node    string
 	Attempt int
 	vars    map[string]any
+	machine expression.Machine
+	buf     Update
 }
+
+// NewUpdate returns an empty update with room for n fields, in a buffer
+// the engine reuses from step to step: return it from Run and keep no
+// reference to it afterwards.
+func (s *State) NewUpdate(n int) Update {
+	if cap(s.buf) < n {
+		s.buf = make(Update, 0, n)
+	}
+	return s.buf[:0]
+}
+
+// Eval evaluates a compiled expression over the state's variables.
+func (s *State) Eval(p *expression.Program) (any, error) { return s.machine.Eval(p, s.vars) }
 
 // NewState returns a view over the given expression variables, which must
 // hold at least "state" and "input".

@@ -18,10 +18,13 @@ type Store struct {
 	threads map[string]*thread
 }
 
+// thread keeps the chain; its full state is materialised on demand, from
+// the last materialised checkpoint on, so a commit is an append.
 type thread struct {
 	chain    []*store.Checkpoint
 	head     map[string]any
 	versions map[string]uint64
+	applied  int // checkpoints folded into head
 }
 
 // New returns an empty store.
@@ -34,6 +37,12 @@ func (s *Store) Head(_ context.Context, id string) (*store.Snapshot, error) {
 	t, ok := s.threads[id]
 	if !ok {
 		return nil, store.ErrNotFound
+	}
+	if t.head == nil {
+		t.head, t.versions = map[string]any{}, map[string]uint64{}
+	}
+	for ; t.applied < len(t.chain); t.applied++ {
+		store.Apply(t.head, t.versions, t.chain[t.applied])
 	}
 	last := t.chain[len(t.chain)-1]
 	return &store.Snapshot{Thread: id, Seq: last.Seq, Values: maps.Clone(t.head), Versions: maps.Clone(t.versions), Next: last.Next}, nil
@@ -53,11 +62,10 @@ func (s *Store) Commit(_ context.Context, cp *store.Checkpoint) error {
 		return store.ErrConflict
 	}
 	if !ok {
-		t = &thread{head: map[string]any{}, versions: map[string]uint64{}}
+		t = &thread{}
 		s.threads[cp.Thread] = t
 	}
 	t.chain = append(t.chain, cp)
-	store.Apply(t.head, t.versions, cp)
 	return nil
 }
 
