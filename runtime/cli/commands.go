@@ -206,6 +206,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	var inputs multi
 	fs.Var(&inputs, "input", "set an input field: name=value (repeatable; value parsed as YAML)")
 	inputFile := fs.String("input-file", "", "read input fields from a YAML or JSON file")
+	with := fs.String("with", "", "create the thread with these initial values (YAML or JSON file)")
 	thread := fs.String("thread", "main", "thread id")
 	trace := fs.Bool("trace", false, "print the run's events to stderr")
 	paths, code, ok := parse(fs, args)
@@ -226,10 +227,28 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		return 2
 	}
 	eng := engine.New(memory.New())
-	req := engine.Request{Thread: *thread, Input: in}
-	if *trace {
-		req.Observe = TraceTo(env.Stderr)
+	if *with != "" {
+		values, err := schema.ReadFile(*with)
+		m, ok := values.(map[string]any)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s: want a mapping of field to value", *with)
+		}
+		if err == nil {
+			_, err = eng.Create(ctx, g, *thread, m)
+		}
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
+			return 1
+		}
 	}
+	var observe engine.Observer
+	if *trace {
+		observe = TraceTo(env.Stderr)
+	}
+	if g.Conversation != nil && len(in) == 0 {
+		return converse(ctx, env, eng, g, *thread, observe)
+	}
+	req := engine.Request{Thread: *thread, Input: in, Observe: observe}
 	res, err := eng.Run(ctx, g, req)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)

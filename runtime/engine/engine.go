@@ -39,7 +39,7 @@ type Engine struct {
 }
 
 // New returns an engine over st.
-func New(st store.Store) *Engine { return &Engine{Store: st, busy: map[string]bool{}} }
+func New(st store.Store) *Engine { return &Engine{Store: st} }
 
 // ErrBusy is returned when a run is started on a thread that is running.
 var ErrBusy = errors.New("thread is busy with another run")
@@ -155,7 +155,7 @@ func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, value
 			state[f.Name] = f.Default
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(values)) {
+	for _, k := range sortedKeys(values) {
 		f, ok := g.Field(k)
 		if !ok {
 			return nil, &InputError{Field: k, Reason: "not a state field", Suggestion: diag.Suggest(k, fieldNames(g))}
@@ -195,6 +195,9 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 	if e.busy[req.Thread] {
 		e.mu.Unlock()
 		return nil, ErrBusy
+	}
+	if e.busy == nil {
+		e.busy = map[string]bool{}
 	}
 	e.busy[req.Thread] = true
 	e.mu.Unlock()
@@ -355,8 +358,22 @@ func (r *run) clock(outs []outcome) time.Time {
 // bindVars builds fresh expression variables for the current state.
 func (r *run) bindVars() {
 	r.vars = make(map[string]any, len(r.g.Fields)+len(r.input)+2)
-	expression.Bind(r.vars, "state", r.values)
-	expression.Bind(r.vars, "input", r.input)
+	r.vars["state"], r.vars["input"] = r.values, r.input
+	for _, f := range r.g.Fields {
+		if v, ok := r.values[f.Name]; ok {
+			r.vars[f.Var] = v
+		}
+		if v, ok := r.input[f.Name]; ok {
+			r.vars[f.InputVar] = v
+		}
+	}
+}
+
+func sortedKeys(m map[string]any) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(m))
 }
 
 func (r *run) emit(ev Event) {
@@ -412,7 +429,7 @@ func (r *run) applyInput(ctx context.Context) error {
 	next := maps.Clone(r.values)
 	r.input = make(map[string]any, len(r.req.Input))
 	cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: "input", Time: time.Now()}
-	for _, k := range slices.Sorted(maps.Keys(r.req.Input)) {
+	for _, k := range sortedKeys(r.req.Input) {
 		f, ok := r.g.Field(k)
 		if !ok || !f.Input {
 			var names []string
@@ -456,7 +473,7 @@ func (r *run) applyInput(ctx context.Context) error {
 
 func writeOf(f *flow.Field, version uint64, value, update any) store.Write {
 	if f.Reducer.Appends {
-		return store.Write{Field: f.Name, Version: version, Value: flow.AsItems(update), Append: true}
+		return store.Write{Field: f.Name, Version: version, Items: flow.AsItems(update), Append: true}
 	}
 	return store.Write{Field: f.Name, Version: version, Value: value}
 }
@@ -534,9 +551,11 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		writes := rec.writes[:0]
 		for _, f := range changed {
 			r.versions[f.Index]++
-			w := store.Write{Field: f.Name, Version: r.versions[f.Index], Value: next[f.Name]}
+			w := store.Write{Field: f.Name, Version: r.versions[f.Index]}
 			if f.Reducer.Appends {
-				w.Value, w.Append = next[f.Name].([]any)[r.oldLen[f.Index]:], true
+				w.Items, w.Append = next[f.Name].([]any)[r.oldLen[f.Index]:], true
+			} else {
+				w.Value = next[f.Name]
 			}
 			writes = append(writes, w)
 		}

@@ -142,6 +142,7 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 		}
 	}
 	c.state()
+	c.conversation()
 	c.nodes()
 	for _, n := range c.g.Nodes {
 		n.WriteMask = make([]bool, len(c.g.Fields))
@@ -257,7 +258,7 @@ func (c *compiler) state() {
 	}
 	for i, name := range shape.Order {
 		fs := shape.Props[name]
-		f := &Field{Name: name, Index: i, Shape: fs, Reducer: &Reducer{Name: "replace"}, Var: "state." + name}
+		f := &Field{Name: name, Index: i, Shape: fs, Reducer: &Reducer{Name: "replace"}, Var: "state." + name, InputVar: "input." + name}
 		if compiled != nil {
 			if sub := compiled.Properties[name]; sub != nil {
 				f.Validator = schema.NewValidator(sub, fs)
@@ -510,6 +511,48 @@ func exprMessage(p expression.Problem) string {
 		return "expression: " + p.Message
 	}
 	return p.Message
+}
+
+// conversation compiles the conversation block: the input and attachment
+// fields must be inputs, the output a state field.
+func (c *compiler) conversation() {
+	cn := c.get("conversation")
+	if cn == nil || cn.Kind != yaml.MappingNode || c.stateShape == nil {
+		return
+	}
+	conv := &Conversation{Attachments: map[string]string{}}
+	input := func(n *yaml.Node, path string) string {
+		if n == nil {
+			return ""
+		}
+		f, ok := c.g.fields[n.Value]
+		if !ok || !f.Input {
+			var names []string
+			for _, in := range c.g.Inputs {
+				names = append(names, in.Name)
+			}
+			c.dl.Errorf(CodeUnknownInput, c.pos(n), path, "%q is not an input of this flow", n.Value).Suggestion = diag.Suggest(n.Value, names)
+			return ""
+		}
+		return n.Value
+	}
+	conv.Input = input(mapGet(cn, "input"), "conversation.input")
+	if out := mapGet(cn, "output"); out != nil {
+		if _, ok := c.g.fields[out.Value]; !ok {
+			c.dl.Errorf(CodeUnknownInput, c.pos(out), "conversation.output", "output %q is not a state field", out.Value).
+				Suggestion = diag.Suggest(out.Value, c.stateShape.Order)
+		}
+		conv.Output = out.Value
+	}
+	if u := mapGet(cn, "until"); u != nil {
+		conv.Until = c.compileExpr(u, c.env, true, "conversation.until")
+	}
+	for _, kv := range pairs(mapGet(cn, "attachments")) {
+		if f := input(kv[1], "conversation.attachments."+kv[0].Value); f != "" {
+			conv.Attachments[kv[0].Value] = f
+		}
+	}
+	c.g.Conversation = conv
 }
 
 // ---------------------------------------------------------------- nodes

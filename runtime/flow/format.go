@@ -180,6 +180,19 @@ func FormatSchema(reg kind.Registry) ([]byte, error) {
 			},
 			"input": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "uniqueItems": true,
 				"description": "State fields a caller may set when starting a run; anything else is refused."},
+			"conversation": map[string]any{
+				"type":                 "object",
+				"additionalProperties": false,
+				"required":             []any{"input", "output"},
+				"description":          "Declares the flow as a conversation, so a terminal or a voice agent can talk with it: one run per message.",
+				"properties": map[string]any{
+					"input":  map[string]any{"type": "string", "description": "The input field that receives a person's message."},
+					"output": map[string]any{"type": "string", "description": "The state field holding the reply to show or speak."},
+					"until":  map[string]any{"type": "string", "description": "A condition over state: the conversation is over when it holds."},
+					"attachments": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
+						"description": "Named attachments (e.g. code: current_code): the input field that receives a file's content."},
+				},
+			},
 			"limits": map[string]any{
 				"type": "object", "additionalProperties": false,
 				"properties": map[string]any{

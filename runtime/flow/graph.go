@@ -30,6 +30,8 @@ type Graph struct {
 	MaxSteps int
 	// Joins counts join edges (each has its own arrival set per run).
 	Joins int
+	// Conversation is the flow's conversation block, or nil.
+	Conversation *Conversation
 	// FullValidation is set when the state schema has root-level
 	// constraints beyond its properties; the whole state is then validated
 	// at every commit instead of only the changed fields.
@@ -39,6 +41,16 @@ type Graph struct {
 	nodes  map[string]*Node
 	root   *schema.Validator
 	loops  [][]*Node // strongly connected components with a cycle
+}
+
+// Conversation declares how a person talks with the flow: each message is
+// one run with Input set; Output is shown after the run; the conversation
+// ends when Until holds.
+type Conversation struct {
+	Input, Output string
+	Until         *expression.Program
+	// Attachments maps an attachment name to the input field receiving it.
+	Attachments map[string]string
 }
 
 // DefaultMaxSteps is the superstep limit of a flow that sets none.
@@ -56,8 +68,9 @@ type Field struct {
 	Reducer   *Reducer
 	ReadOnly  bool
 	Input     bool
-	// Var is the field's expression variable, "state.<name>".
-	Var string
+	// Var and InputVar are the field's expression variables,
+	// "state.<name>" and "input.<name>".
+	Var, InputVar string
 	// Default is the schema default (a state value), when HasDefault.
 	Default    any
 	HasDefault bool
@@ -228,4 +241,11 @@ func (e *Edge) Targets() []*Node {
 		out = append(out, e.Default)
 	}
 	return out
+}
+
+// BindState fills expression variables for evaluating the graph's
+// expressions over a state outside a run.
+func BindState(vars map[string]any, state map[string]any) {
+	expression.Bind(vars, "state", state)
+	expression.Bind(vars, "input", map[string]any{})
 }

@@ -51,8 +51,10 @@ type Write struct {
 	Field string
 	// Version counts the field's changes over the thread's life.
 	Version uint64
-	// Value is the new value, or for Append the appended items only.
+	// Value is the new value; for Append, Items holds the appended items
+	// instead.
 	Value  any
+	Items  []any
 	Append bool
 }
 
@@ -98,8 +100,7 @@ func Apply(values map[string]any, versions map[string]uint64, cp *Checkpoint) {
 	for _, w := range cp.Writes {
 		if w.Append {
 			cur, _ := values[w.Field].([]any)
-			items, _ := w.Value.([]any)
-			values[w.Field] = append(cur, items...)
+			values[w.Field] = append(cur, w.Items...)
 		} else {
 			values[w.Field] = w.Value
 		}

@@ -62,7 +62,7 @@ func (s *Store) Commit(_ context.Context, cp *store.Checkpoint) error {
 		return store.ErrConflict
 	}
 	if !ok {
-		t = &thread{}
+		t = &thread{chain: make([]*store.Checkpoint, 0, 16)}
 		s.threads[cp.Thread] = t
 	}
 	t.chain = append(t.chain, cp)

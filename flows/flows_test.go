@@ -1,0 +1,214 @@
+package flows_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/runtime/cli"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+)
+
+// TestFlowsValidate: every flow in this folder compiles with no diagnostic.
+func TestFlowsValidate(t *testing.T) {
+	files, err := cli.FlowFiles([]string{"."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 4 {
+		t.Fatalf("found only %v", files)
+	}
+	for _, f := range files {
+		if _, dl := flow.Load(f, all.Registry()); len(dl) > 0 {
+			t.Errorf("%s:\n%v", f, dl)
+		}
+	}
+}
+
+type turn struct {
+	say, code string
+	// want is the action node the turn must reach.
+	want string
+}
+
+func interview(t *testing.T, turns []turn) (*engine.Engine, *flow.Graph, []*engine.Result) {
+	t.Helper()
+	g, dl := flow.Load("interview.yaml", all.Registry())
+	if g == nil {
+		t.Fatal(dl)
+	}
+	values, err := schema.ReadFile("examples/candidate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(memory.New())
+	ctx := context.Background()
+	if _, err := eng.Create(ctx, g, "i1", values.(map[string]any)); err != nil {
+		t.Fatal(err)
+	}
+	var results []*engine.Result
+	for i, tr := range turns {
+		in := map[string]any{}
+		if tr.say != "" || i > 0 {
+			in["last_response"] = tr.say
+		}
+		if tr.code != "" {
+			in["current_code"] = tr.code
+		}
+		res, err := eng.Run(ctx, g, engine.Request{Thread: "i1", Input: in, RecordPath: true})
+		if err != nil {
+			t.Fatalf("turn %d: %v", i+1, err)
+		}
+		if got := res.State["last_node"]; got != tr.want {
+			t.Fatalf("turn %d (%q): reached %v, want %s; path %v", i+1, tr.say, got, tr.want, res.Path)
+		}
+		results = append(results, res)
+	}
+	return eng, g, results
+}
+
+func TestInterviewOffline(t *testing.T) {
+	_, _, res := interview(t, []turn{
+		{"", "", "greeting"},
+		{"I build data pipelines in Go and PostgreSQL at Northwind.", "", "question"},
+		{"Backpressure: consumers fell behind at peak, so we added bounded queues and scaled on lag.", "", "question"},
+		{"ok", "", "followup"}, // a short answer to a question gets a follow-up
+		{"Can we do a technical exercise instead?", "", "sandbox_guidance"}, // the active request wins
+		{"Here it is.", "def top_k(words, k):\n    # count, then sort\n    return sorted(words)[:k]\n", "code_review"},
+		{"It is O(n log n); I would test ties first.", "", "question"}, // the code was consumed
+		{"Could you rephrase that?", "", "followup"},
+		{"We measured a ten times drop in search latency after the change.", "", "question"},
+		{"Let us wrap up here, please.", "", "closing"}, // stop: evaluation, then closing in one run
+	})
+	final := res[len(res)-1]
+	st := final.State
+	if st["phase"] != "done" || st["evaluation"] == nil {
+		t.Fatalf("interview did not close with an evaluation: phase %v", st["phase"])
+	}
+	if got := fmt.Sprint(final.Path); got != "[[ingest_input] [detect_intent] [decide_next_action] [evaluation] [closing] [finalize_turn]]" {
+		t.Fatalf("last turn path %s", got)
+	}
+	if st["interview_id"] != "demo-001" || st["user_id"] != "ada" {
+		t.Fatalf("identifiers changed: %v %v", st["interview_id"], st["user_id"])
+	}
+	if n := len(st["conversation_history"].([]any)); n != 19 {
+		t.Fatalf("conversation has %d messages, want 19 (9 answers, 10 replies)", n)
+	}
+	// the three de-duplication layers hold over everything asked
+	var asked []map[string]any
+	for _, q := range st["questions_asked"].([]any) {
+		if q := q.(map[string]any); q["source"] == "resume" {
+			asked = append(asked, q)
+		}
+	}
+	if len(asked) != 4 {
+		t.Fatalf("%d resume questions", len(asked))
+	}
+	for i, a := range asked {
+		for _, b := range asked[:i] {
+			switch {
+			case expression.Normalize(a["text"].(string)) == expression.Normalize(b["text"].(string)):
+				t.Errorf("question repeated: %v", a["text"])
+			case a["resume_anchor"] == b["resume_anchor"] && a["aspect"] == b["aspect"]:
+				t.Errorf("anchor %v aspect %v asked twice", a["resume_anchor"], a["aspect"])
+			case expression.WordOverlap(a["text"].(string), b["text"].(string)) > 0.8:
+				t.Errorf("near-duplicate questions:\n%v\n%v", a["text"], b["text"])
+			}
+		}
+	}
+	if !strings.Contains(st["next_message"].(string), "Overall") {
+		t.Fatalf("closing message lacks the evaluation: %v", st["next_message"])
+	}
+}
+
+// TestInterviewCoverage: after max_questions resume questions the
+// interview evaluates and closes by itself.
+func TestInterviewCoverage(t *testing.T) {
+	long := "We sharded by tenant, kept hot data in memory and measured every change against a replayed day of traffic."
+	_, _, res := interview(t, []turn{{"", "", "greeting"}, {long, "", "question"}, {long, "", "question"},
+		{long, "", "question"}, {long, "", "question"}, {long, "", "closing"}})
+	st := res[len(res)-1].State
+	if len(st["questions_asked"].([]any)) != 4 || st["phase"] != "done" {
+		t.Fatalf("questions %d phase %v", len(st["questions_asked"].([]any)), st["phase"])
+	}
+	if ev := st["evaluation"].(map[string]any); ev["communication"].(float64) < 6 || len(ev["strengths"].([]any)) == 0 {
+		t.Fatalf("detailed answers not reflected: %v", ev)
+	}
+}
+
+// TestInterviewBlocksRepeats fills the history with questions the next
+// candidates would repeat, by text, by anchor and aspect, and by wording,
+// and checks that each is skipped.
+func TestInterviewBlocksRepeats(t *testing.T) {
+	g, dl := flow.Load("interview.yaml", all.Registry())
+	if g == nil {
+		t.Fatal(dl)
+	}
+	n, _ := g.Node("question")
+	anchors := []any{
+		map[string]any{"id": "project_1", "type": "project", "label": "the indexer"},
+		map[string]any{"id": "project_2", "type": "project", "label": "the flag service"},
+	}
+	first := "What was the hardest technical challenge in the indexer, and how did you work through it?"
+	cases := []struct {
+		name  string
+		asked map[string]any
+	}{
+		{"same text", map[string]any{"text": "  WHAT was the hardest technical challenge in the indexer and how did you work through it", "resume_anchor": nil, "aspect": nil}},
+		{"same anchor and aspect", map[string]any{"text": "Tell me about obstacles.", "resume_anchor": "project_1", "aspect": "challenges"}},
+		{"word overlap", map[string]any{"text": "What was the hardest technical challenge in the indexer, and how did you get through it?", "resume_anchor": nil, "aspect": nil}},
+	}
+	for _, c := range cases {
+		state := map[string]any{"anchors": anchors, "questions_asked": []any{c.asked}}
+		vars := map[string]any{}
+		flow.BindState(vars, state)
+		upd, err := n.Impl.Run(context.Background(), kind.NewState(vars))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, _ := upd.Get("next_question")
+		if text := q.(map[string]any)["text"]; text == first {
+			t.Errorf("%s: the repeat was not blocked", c.name)
+		}
+	}
+	// with nothing asked, the first candidate is the one blocked above
+	vars := map[string]any{}
+	flow.BindState(vars, map[string]any{"anchors": anchors, "questions_asked": []any{}})
+	upd, _ := n.Impl.Run(context.Background(), kind.NewState(vars))
+	if q, _ := upd.Get("next_question"); q.(map[string]any)["text"] != first {
+		t.Fatalf("first question %v", q)
+	}
+}
+
+func TestInterviewInTheTerminal(t *testing.T) {
+	code := filepath.Join(t.TempDir(), "sol.py")
+	os.WriteFile(code, []byte("def top_k(words, k):\n    return sorted(words)[:k]\n"), 0o644)
+	script := strings.Join([]string{
+		"I build data pipelines in Go.",
+		"/state",
+		"Can we do a coding exercise?",
+		"/code " + code + " here is my answer",
+		"I would test ties first.",
+		"Please wrap up.",
+	}, "\n") + "\n"
+	var out, errb strings.Builder
+	exit := cli.Main([]string{"run", "interview.yaml", "--with", "examples/candidate.yaml"},
+		&cli.Env{Stdin: strings.NewReader(script), Stdout: &out, Stderr: &errb, Registry: all.Registry()})
+	if exit != 0 {
+		t.Fatalf("exit %d: %s", exit, errb.String())
+	}
+	for _, want := range []string{"interview> Hi Ada", `"interview_id": "demo-001"`, "coding exercise", "I have your code: 2 lines", "Overall"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("transcript lacks %q:\n%s", want, out.String())
+		}
+	}
+}
