@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -242,7 +243,15 @@ func (c *compiler) state() {
 	}
 	compiled, err := comp.Compile(url, raw)
 	if err != nil {
-		c.dl.Errorf(CodeStateSchema, c.pos(sn), "state.schema", "invalid state schema: %s", firstLineOf(err.Error()))
+		ptr, msg := schemaProblem(err)
+		at := c.pos(sn)
+		if n, ok := c.doc.at["/state/schema"+ptr]; ok && sn.Kind == yaml.MappingNode {
+			at = c.pos(n)
+		} else if sdoc != nil {
+			n, _ := sdoc.nearest(ptr)
+			at = sdoc.pos(n)
+		}
+		c.dl.Errorf(CodeStateSchema, at, "state.schema", "invalid state schema: %s", msg)
 	}
 	resolve := refResolver(raw, url)
 	shape := schema.ShapeOf(raw, resolve)
@@ -318,6 +327,21 @@ func (c *compiler) schemaPos(sn *yaml.Node, sdoc *document, field string) diag.P
 		return c.pos(k)
 	}
 	return c.pos(sn)
+}
+
+var schemaFailure = regexp.MustCompile(`^'([^']*)' does not validate with \S+: (.*)$`)
+
+// schemaProblem reduces a schema compilation error to the JSON pointer of
+// the offending value inside the schema and a short reason.
+func schemaProblem(err error) (ptr, msg string) {
+	msg = firstLineOf(err.Error())
+	if _, rest, ok := strings.Cut(msg, " compilation failed: "); ok {
+		msg = rest
+	}
+	if m := schemaFailure.FindStringSubmatch(msg); m != nil {
+		return m[1], fmt.Sprintf("%s: %s", m[1], m[2])
+	}
+	return "", msg
 }
 
 func firstLineOf(s string) string {
