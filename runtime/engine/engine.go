@@ -217,7 +217,9 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 		return nil, err
 	}
 	r := newRun(e, g, req, head)
-	return r.execute(ctx)
+	res, err := r.execute(ctx)
+	r.release()
+	return res, err
 }
 
 // run is the state of one executing run.
@@ -249,6 +251,7 @@ type run struct {
 	abandoned  atomic.Bool
 	outs       []outcome
 	outsBuf    [2]outcome
+	words      []uint64
 	nextBuf    [2][4]*flow.Node
 	changed    []*flow.Field
 	oldLen     []int // per append field: its length before this step
@@ -259,20 +262,26 @@ type run struct {
 func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	nf, nn, ne := len(g.Fields), len(g.Nodes), len(g.Edges)
 	ints := make([]int, nn+ne+2*nf)
-	words := make([]uint64, nf+g.Joins)
-	r := &run{
-		e: e, g: g, req: req, id: runID(),
-		values:   head.Values,
-		versions: words[:nf:nf],
-		joins:    words[nf:],
-		seq:      head.Seq,
-		visits:   ints[:nn:nn],
-		bounds:   ints[nn : nn+ne : nn+ne],
-		writer:   ints[nn+ne : nn+ne+nf : nn+ne+nf],
-		oldLen:   ints[nn+ne+nf:],
-		mark:     make([]bool, nn),
-		started:  time.Now(),
+	r := runs.Get().(*run)
+	words := r.words[:0]
+	if cap(words) < nf+g.Joins {
+		words = make([]uint64, nf+g.Joins)
 	}
+	words = words[:nf+g.Joins]
+	clear(words)
+	mark := r.mark[:0]
+	if cap(mark) < nn {
+		mark = make([]bool, nn)
+	}
+	mark = mark[:nn]
+	clear(mark)
+	r.e, r.g, r.req, r.id = e, g, req, runID()
+	r.values, r.seq, r.input, r.step, r.path = head.Values, head.Seq, nil, 0, nil
+	r.words, r.versions, r.joins = words, words[:nf:nf], words[nf:]
+	r.visits, r.bounds = ints[:nn:nn], ints[nn:nn+ne:nn+ne]
+	r.writer, r.oldLen = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:]
+	r.mark, r.started, r.now, r.sinceClock, r.flip = mark, time.Now(), time.Time{}, 0, 0
+	r.changed = r.changed[:0]
 	for i, f := range g.Fields {
 		if head.Versions == nil {
 			// a thread created by this run: every present field is new
@@ -284,9 +293,36 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 		}
 		r.writer[i] = -1
 	}
-	r.outs = r.outsBuf[:0]
-	r.next[0], r.next[1] = r.nextBuf[0][:0], r.nextBuf[1][:0]
+	if r.outs == nil {
+		r.outs = r.outsBuf[:0]
+		r.next[0], r.next[1] = r.nextBuf[0][:0], r.nextBuf[1][:0]
+	}
 	return r
+}
+
+// runs recycles run structs: their node views (each with a virtual
+// machine), buffers and variable map survive from run to run.
+var runs = sync.Pool{New: func() any { return new(run) }}
+
+// release returns r to the pool, unless a timed-out node may still hold
+// its variables.
+func (r *run) release() {
+	if r.abandoned.Load() {
+		return
+	}
+	all := r.outs[:cap(r.outs)]
+	for i := range all {
+		o := &all[i]
+		o.node, o.update, o.err, o.route = nil, nil, nil, nil
+		o.view.Reset(nil, "", 0)
+	}
+	clear(r.next[0][:cap(r.next[0])])
+	clear(r.next[1][:cap(r.next[1])])
+	r.e, r.g, r.values, r.input, r.path, r.req = nil, nil, nil, nil, nil, Request{}
+	if r.vars != nil {
+		clear(r.vars)
+	}
+	runs.Put(r)
 }
 
 var (
@@ -357,7 +393,11 @@ func (r *run) clock(outs []outcome) time.Time {
 
 // bindVars builds fresh expression variables for the current state.
 func (r *run) bindVars() {
-	r.vars = make(map[string]any, len(r.g.Fields)+len(r.input)+2)
+	if r.vars == nil || r.abandoned.Load() {
+		r.vars = make(map[string]any, len(r.g.Fields)+len(r.input)+2)
+	} else {
+		clear(r.vars)
+	}
 	r.vars["state"], r.vars["input"] = r.values, r.input
 	for _, f := range r.g.Fields {
 		if v, ok := r.values[f.Name]; ok {
