@@ -42,6 +42,6 @@ fuzz:
 bench:
 	$(GO) test ./flows -run '^$$' -bench . -benchmem -count 5
 
-# Rewrite schemas/flow.schema.json from the node-kind registry.
+# Rewrite schemas/flow.schema.json and nodes/README.md from the node-kind registry.
 schema:
-	$(GO) test ./nodes/all -run TestFlowSchemaUpToDate -update
+	$(GO) test ./nodes/all -run "TestFlowSchemaUpToDate|TestNodeReferenceUpToDate" -update

@@ -22,3 +22,16 @@ func Registry() kind.Registry {
 	})
 	return reg
 }
+
+const common = `Every node has a ` + "`kind`" + ` and may set these common settings:
+
+| setting | what it does |
+| --- | --- |
+| ` + "`description`" + ` | what the node does, for people and graphs |
+| ` + "`retry`" + ` | ` + "`{attempts, backoff, max_backoff, factor}`" + `: retry a failing node with exponential backoff (attempts count the first) |
+| ` + "`timeout`" + ` | cancel an attempt that runs longer than this duration (e.g. ` + "`2s`" + `) |
+| ` + "`on_error`" + ` | ` + "`fail`" + ` (default), ` + "`{set: {field: expr}}`" + ` to write fallback values and go on, or ` + "`{route: node}`" + ` (with an optional ` + "`set`" + `) to go elsewhere; expressions may read ` + "`error`" + ` |
+`
+
+// Reference renders the node-kind reference (nodes/README.md).
+func Reference() []byte { return kind.Reference(Registry(), common) }

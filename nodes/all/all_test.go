@@ -12,7 +12,10 @@ import (
 
 var update = flag.Bool("update", false, "rewrite schemas/flow.schema.json")
 
-const published = "../../schemas/flow.schema.json"
+const (
+	published = "../../schemas/flow.schema.json"
+	reference = "../README.md"
+)
 
 // TestFlowSchemaUpToDate fails when the published flow schema no longer
 // matches the registry; `make schema` (go test -update) rewrites it.
@@ -32,6 +35,23 @@ func TestFlowSchemaUpToDate(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s is out of date with the node kinds; run `make schema`", published)
+	}
+}
+
+// TestNodeReferenceUpToDate checks nodes/README.md against the registry.
+func TestNodeReferenceUpToDate(t *testing.T) {
+	want := all.Reference()
+	if *update {
+		if err := os.WriteFile(reference, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(reference)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s is out of date with the node kinds; run `make schema`", reference)
 	}
 }
 
