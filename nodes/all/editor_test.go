@@ -169,8 +169,8 @@ edges:
 		want      []string
 	}{
 		{8, 4, []string{"set", "retry", "timeout", "on_error", "description"}}, // inside an assign node
-		{10, 10, []string{"assign", "noop"}},                                    // a node's kind
-		{13, 4, []string{"from", "to", "branch", "route", "choices", "bound"}},  // an edge
+		{10, 10, []string{"assign", "noop"}},                                   // a node's kind
+		{13, 4, []string{"from", "to", "branch", "route", "choices", "bound"}}, // an edge
 	} {
 		got := complete(c.line, c.col)
 		for _, w := range c.want {
