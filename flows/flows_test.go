@@ -201,7 +201,8 @@ func TestInterviewInTheTerminal(t *testing.T) {
 		"Please wrap up.",
 	}, "\n") + "\n"
 	var out, errb strings.Builder
-	exit := cli.Main([]string{"run", "interview.yaml", "--with", "examples/candidate.yaml"},
+	db := "sqlite:" + filepath.Join(t.TempDir(), "t.db")
+	exit := cli.Main([]string{"run", "interview.yaml", "--with", "examples/candidate.yaml", "--store", db, "--thread", "i1"},
 		&cli.Env{Stdin: strings.NewReader(script), Stdout: &out, Stderr: &errb, Registry: all.Registry()})
 	if exit != 0 {
 		t.Fatalf("exit %d: %s", exit, errb.String())
@@ -210,5 +211,12 @@ func TestInterviewInTheTerminal(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("transcript lacks %q:\n%s", want, out.String())
 		}
+	}
+	// the conversation is in the SQLite file: a new process sees it ended
+	var again strings.Builder
+	exit = cli.Main([]string{"run", "interview.yaml", "--store", db, "--thread", "i1"},
+		&cli.Env{Stdin: strings.NewReader("hello?\n"), Stdout: &again, Stderr: &errb, Registry: all.Registry()})
+	if exit != 0 || !strings.Contains(again.String(), "Overall") || strings.Contains(again.String(), "you>") {
+		t.Fatalf("resumed finished interview: %d\n%s", exit, again.String())
 	}
 }

@@ -132,7 +132,8 @@ func TestGraph(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	out, stderr, exit := trellis(t, "run", "testdata/diag/G008.ok.yaml", "--input", "count=1", "--trace")
+	db := "sqlite:" + filepath.Join(t.TempDir(), "t.db")
+	out, stderr, exit := trellis(t, "run", "testdata/diag/G008.ok.yaml", "--input", "count=1", "--trace", "--store", db, "--thread", "t1")
 	if exit != 0 {
 		t.Fatalf("exit %d: %s", exit, stderr)
 	}
@@ -148,9 +149,29 @@ func TestRun(t *testing.T) {
 			t.Errorf("trace lacks %s:\n%s", ev, stderr)
 		}
 	}
-	_, stderr, exit = trellis(t, "run", "testdata/diag/G008.ok.yaml", "--input", "cont=1")
+	_, stderr, exit = trellis(t, "run", "testdata/diag/G008.ok.yaml", "--input", "cont=1", "--store", "memory")
 	if exit != 1 || !strings.Contains(stderr, `did you mean "count"`) {
 		t.Fatalf("bad input: exit %d %s", exit, stderr)
+	}
+	// the thread persisted: a second process continues it
+	out, stderr, exit = trellis(t, "run", "testdata/diag/G008.ok.yaml", "--input", "count=0", "--store", db, "--thread", "t1")
+	if exit != 0 || !strings.Contains(out, `"count": 3`) {
+		t.Fatalf("second run: %d %s %s", exit, out, stderr)
+	}
+	out, _, exit = trellis(t, "history", "t1", "--store", db)
+	if exit != 0 || len(strings.Split(strings.TrimSpace(out), "\n")) < 6 || !strings.Contains(out, "create") {
+		t.Fatalf("history:\n%s", out)
+	}
+	out, _, _ = trellis(t, "state", "t1", "--store", db, "--at", "1")
+	if !strings.Contains(out, `"count": 0`) {
+		t.Fatalf("state at 1:\n%s", out)
+	}
+	if _, stderr, exit := trellis(t, "fork", "t1", "--at", "2", "--to", "t2", "--store", db); exit != 0 {
+		t.Fatal(stderr)
+	}
+	out, _, _ = trellis(t, "threads", "--store", db)
+	if !strings.Contains(out, "t1") || !strings.Contains(out, "t2") {
+		t.Fatalf("threads:\n%s", out)
 	}
 }
 
@@ -159,7 +180,7 @@ func TestHelp(t *testing.T) {
 	if exit != 0 || !strings.Contains(out, "validate") {
 		t.Fatalf("help: %d %s", exit, out)
 	}
-	for _, cmd := range []string{"validate", "graph", "run", "schema"} {
+	for _, cmd := range []string{"validate", "graph", "run", "schema", "threads", "history", "state", "fork", "migrate"} {
 		_, stderr, exit := trellis(t, cmd, "--help")
 		if exit != 0 || !strings.Contains(stderr, "Usage: trellis "+cmd) {
 			t.Errorf("%s --help: %d %s", cmd, exit, stderr)

@@ -40,6 +40,11 @@ func init() {
 		{"graph", "graph FLOW [--format mermaid|dot|json]", "Draw a flow's graph", cmdGraph},
 		{"run", "run FLOW [--with FILE] [--input k=v ...] [--input-file FILE] [--thread ID] [--trace]",
 			"Run a flow: talk with a conversational flow in the terminal, or run once and print the final state", cmdRun},
+		{"threads", "threads [--store ADDR] [--limit N]", "List threads, most recently updated first", cmdThreads},
+		{"history", "history THREAD [--store ADDR] [--limit N] [--before SEQ]", "List a thread's checkpoints, newest first", cmdHistory},
+		{"state", "state THREAD [--store ADDR] [--at SEQ]", "Print a thread's state, now or at a checkpoint", cmdState},
+		{"fork", "fork THREAD --at SEQ --to NEW [--store ADDR]", "Start a new thread from a thread's checkpoint", cmdFork},
+		{"migrate", "migrate [--store ADDR]", "Apply the store's database migrations", cmdMigrate},
 		{"schema", "schema", "Print the JSON Schema of the flow format", cmdSchema},
 	}
 }

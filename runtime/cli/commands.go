@@ -18,7 +18,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/schema"
-	"github.com/trellisflow/trellis/runtime/store/memory"
+	"github.com/trellisflow/trellis/runtime/store/stores"
 )
 
 func cmdValidate(_ context.Context, env *Env, args []string) int {
@@ -207,7 +207,8 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	fs.Var(&inputs, "input", "set an input field: name=value (repeatable; value parsed as YAML)")
 	inputFile := fs.String("input-file", "", "read input fields from a YAML or JSON file")
 	with := fs.String("with", "", "create the thread with these initial values (YAML or JSON file)")
-	thread := fs.String("thread", "main", "thread id")
+	thread := fs.String("thread", "", "thread id: continue this thread, or create it (default: a new thread)")
+	storeAddr := storeFlag(fs)
 	trace := fs.Bool("trace", false, "print the run's events to stderr")
 	paths, code, ok := parse(fs, args)
 	if !ok {
@@ -226,8 +227,22 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
 		return 2
 	}
-	eng := engine.New(memory.New())
-	if *with != "" {
+	st, err := stores.Open(ctx, *storeAddr)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
+		return 1
+	}
+	defer st.Close()
+	eng := engine.New(st)
+	if *thread == "" {
+		*thread = g.Name + "-" + time.Now().UTC().Format("20060102-150405.000")
+	}
+	_, err = st.Head(ctx, *thread)
+	exists := err == nil
+	if exists && *with != "" {
+		fmt.Fprintf(env.Stderr, "thread %s exists; continuing it (--with applies to new threads)\n", *thread)
+	}
+	if !exists && *with != "" {
 		values, err := schema.ReadFile(*with)
 		m, ok := values.(map[string]any)
 		if err == nil && !ok {
@@ -246,7 +261,8 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		observe = TraceTo(env.Stderr)
 	}
 	if g.Conversation != nil && len(in) == 0 {
-		return converse(ctx, env, eng, g, *thread, observe)
+		fmt.Fprintf(env.Stderr, "thread %s in %s\n", *thread, *storeAddr)
+		return converse(ctx, env, eng, g, *thread, observe, exists)
 	}
 	req := engine.Request{Thread: *thread, Input: in, Observe: observe}
 	res, err := eng.Run(ctx, g, req)

@@ -20,7 +20,7 @@ const converseHelp = `Type your reply and press Enter. Commands:
 
 // converse talks with a conversational flow: the first run has no message
 // (the flow speaks first), then every line is one run.
-func converse(ctx context.Context, env *Env, eng *engine.Engine, g *flow.Graph, thread string, observe engine.Observer) int {
+func converse(ctx context.Context, env *Env, eng *engine.Engine, g *flow.Graph, thread string, observe engine.Observer, resumed bool) int {
 	conv := g.Conversation
 	var names []string
 	for name := range conv.Attachments {
@@ -41,9 +41,23 @@ func converse(ctx context.Context, env *Env, eng *engine.Engine, g *flow.Graph, 
 		}
 		return res.State, true
 	}
-	state, ok := turn(nil)
-	if !ok {
-		return 1
+	var state map[string]any
+	if resumed {
+		// an existing thread: show where it stands instead of a new turn
+		snap, err := eng.Store.Head(ctx, thread)
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
+			return 1
+		}
+		state = snap.Values
+		if out, ok := state[conv.Output].(string); ok && out != "" {
+			fmt.Fprintf(env.Stdout, "%s> %s\n\n", g.Name, out)
+		}
+	} else {
+		var ok bool
+		if state, ok = turn(nil); !ok {
+			return 1
+		}
 	}
 	lines := bufio.NewScanner(env.Stdin)
 	lines.Buffer(make([]byte, 64*1024), 1<<20)

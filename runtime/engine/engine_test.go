@@ -14,6 +14,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind/kindtest"
+	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 )
 
@@ -173,7 +174,7 @@ func TestConcurrentReplaceRejectedAtRun(t *testing.T) {
 	if !errors.As(err, &ne) || ne.Node != "b" || !strings.Contains(err.Error(), `also written by "a"`) {
 		t.Fatalf("want conflict error from b, got %v", err)
 	}
-	hist, _ := eng.Store.History(context.Background(), "t")
+	hist, _ := eng.Store.History(context.Background(), "t", store.HistoryOptions{})
 	for _, cp := range hist {
 		if cp.Step == 2 {
 			t.Fatalf("the conflicting step was committed: %+v", cp)
@@ -504,7 +505,7 @@ func TestThreadContinues(t *testing.T) {
 	if res.State["i"] != 4 || res.Visits()["head"] != 2 {
 		t.Fatalf("state %v visits %v", res.State, res.Visits())
 	}
-	hist, _ := eng.Store.History(context.Background(), "t")
+	hist, _ := eng.Store.History(context.Background(), "t", store.HistoryOptions{})
 	if hist[0].Seq != res.Checkpoint || hist[len(hist)-1].Source != "create" {
 		t.Fatalf("history %v", hist)
 	}

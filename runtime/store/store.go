@@ -8,6 +8,9 @@ package store
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
+	"strconv"
 	"time"
 )
 
@@ -33,7 +36,7 @@ type Checkpoint struct {
 	// (0 for the run's input).
 	Run  string
 	Step int
-	// Source is "create", "input", "step" or "update".
+	// Source is "create", "fork", "input", "step" or "update".
 	Source string
 	Time   time.Time
 	// Writes are the fields that changed.
@@ -73,37 +76,155 @@ type Snapshot struct {
 	Next     []string
 }
 
-// Store persists threads.
+// Store persists threads. Every implementation passes the conformance
+// suite in package storetest.
 type Store interface {
 	// Head returns the thread's newest state, or ErrNotFound.
 	Head(ctx context.Context, thread string) (*Snapshot, error)
+	// StateAt returns the thread's state as of checkpoint seq.
+	StateAt(ctx context.Context, thread string, seq uint64) (*Snapshot, error)
 	// Commit appends cp to its thread. A first checkpoint (Parent 0)
 	// creates the thread, or fails with ErrExists; its writes hold every
 	// initial value. A Parent that is not the head fails with ErrConflict.
 	// The store owns cp afterwards; the values it points to are never
 	// modified.
 	Commit(ctx context.Context, cp *Checkpoint) error
-	// History lists the thread's checkpoints, newest first.
-	History(ctx context.Context, thread string) ([]*Checkpoint, error)
+	// History lists the thread's checkpoints, newest first, paged and
+	// filtered by opts.
+	History(ctx context.Context, thread string, opts HistoryOptions) ([]*Checkpoint, error)
+	// Threads lists threads, most recently updated first.
+	Threads(ctx context.Context, opts ThreadOptions) ([]ThreadInfo, error)
+	// Delete removes a thread and all its checkpoints.
+	Delete(ctx context.Context, thread string) error
+	// Close releases the store's resources.
+	Close() error
 }
 
-// Apply folds a checkpoint's writes into values (modified in place) and
-// versions.
+// HistoryOptions pages and filters History.
+type HistoryOptions struct {
+	// Before lists only checkpoints older than this sequence number (0: from the newest).
+	Before uint64
+	// After lists only checkpoints newer than this sequence number.
+	After uint64
+	// Limit caps the number returned (0: all).
+	Limit int
+	// Source, Run and Node keep only checkpoints with that source, of that
+	// run, or written by that node.
+	Source, Run, Node string
+}
+
+// Keep reports whether cp passes the filters.
+func (o HistoryOptions) Keep(cp *Checkpoint) bool {
+	if o.Before > 0 && cp.Seq >= o.Before || cp.Seq <= o.After {
+		return false
+	}
+	if o.Source != "" && cp.Source != o.Source {
+		return false
+	}
+	if o.Run != "" && cp.Run != o.Run {
+		return false
+	}
+	if o.Node != "" {
+		for _, w := range cp.Writers {
+			if w.Node == o.Node {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// ThreadOptions pages Threads.
+type ThreadOptions struct {
+	// Limit caps the number returned (0: all).
+	Limit int
+	// IdleSince keeps only threads not updated since this time.
+	IdleSince time.Time
+}
+
+// ThreadInfo describes one thread.
+type ThreadInfo struct {
+	ID      string
+	Head    uint64
+	Created time.Time
+	Updated time.Time
+}
+
+// Fork copies the state of thread from at checkpoint seq into a new
+// thread to, whose history starts there.
+func Fork(ctx context.Context, st Store, from string, seq uint64, to string) (*Snapshot, error) {
+	snap, err := st.StateAt(ctx, from, seq)
+	if err != nil {
+		return nil, err
+	}
+	cp := &Checkpoint{Thread: to, Seq: 1, Source: "fork", Run: from + "@" + strconv.FormatUint(seq, 10), Time: time.Now()}
+	for _, k := range sortedFields(snap.Values) {
+		cp.Writes = append(cp.Writes, Write{Field: k, Version: snap.Versions[k], Value: snap.Values[k]})
+	}
+	if err := st.Commit(ctx, cp); err != nil {
+		return nil, err
+	}
+	return &Snapshot{Thread: to, Seq: 1, Values: snap.Values, Versions: snap.Versions}, nil
+}
+
+func sortedFields(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Replay folds a thread's checkpoints, oldest first, into a snapshot.
+func Replay(thread string, chain []*Checkpoint) *Snapshot {
+	f := NewFolder()
+	for _, cp := range chain {
+		f.Apply(cp)
+	}
+	return f.Snapshot(thread)
+}
+
+// Folder folds checkpoints, oldest first, into a state.
 //
-// Appends extend the list with the built-in append, which may write into the
-// list's spare capacity. That is safe because of one invariant every part of
-// Trellis keeps: a list in state is never extended in place by anyone who
-// did not allocate it (reducers always build a new list), so a slice handed
-// out earlier never sees the new items, and its holder never writes into the
-// spare capacity.
-func Apply(values map[string]any, versions map[string]uint64, cp *Checkpoint) {
+// Appends extend a list in place only when the folder allocated that list
+// itself; a list that came from a checkpoint (a replaced value) is copied
+// on its first append. Snapshots share the folder's lists, so later
+// appends write past their length, which they never read.
+type Folder struct {
+	Values   map[string]any
+	Versions map[string]uint64
+	Seq      uint64
+	Next     []string
+	owned    map[string]bool
+}
+
+// NewFolder returns an empty folder.
+func NewFolder() *Folder {
+	return &Folder{Values: map[string]any{}, Versions: map[string]uint64{}, owned: map[string]bool{}}
+}
+
+// Apply folds one checkpoint.
+func (f *Folder) Apply(cp *Checkpoint) {
 	for _, w := range cp.Writes {
 		if w.Append {
-			cur, _ := values[w.Field].([]any)
-			values[w.Field] = append(cur, w.Items...)
+			cur, _ := f.Values[w.Field].([]any)
+			if !f.owned[w.Field] {
+				cur = append(make([]any, 0, 2*(len(cur)+len(w.Items))), cur...)
+				f.owned[w.Field] = true
+			}
+			f.Values[w.Field] = append(cur, w.Items...)
 		} else {
-			values[w.Field] = w.Value
+			f.Values[w.Field] = w.Value
+			delete(f.owned, w.Field)
 		}
-		versions[w.Field] = w.Version
+		f.Versions[w.Field] = w.Version
 	}
+	f.Seq, f.Next = cp.Seq, cp.Next
+}
+
+// Snapshot returns the folded state; its maps are copies, its values shared.
+func (f *Folder) Snapshot(thread string) *Snapshot {
+	return &Snapshot{Thread: thread, Seq: f.Seq, Values: maps.Clone(f.Values), Versions: maps.Clone(f.Versions), Next: f.Next}
 }

@@ -1,13 +1,13 @@
 // Package memory is the in-process checkpoint store, for tests and
-// short-lived runs. It keeps every checkpoint and the newest full state of
-// each thread.
+// short-lived runs. It keeps every checkpoint; a thread's state is folded
+// from its chain when it is read.
 package memory
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/store"
 )
@@ -18,34 +18,57 @@ type Store struct {
 	threads map[string]*thread
 }
 
-// thread keeps the chain; its full state is materialised on demand, from
-// the last materialised checkpoint on, so a commit is an append.
 type thread struct {
-	chain    []*store.Checkpoint
-	head     map[string]any
-	versions map[string]uint64
-	applied  int // checkpoints folded into head
+	chain   []*store.Checkpoint
+	folder  *store.Folder
+	applied int // checkpoints folded so far
+	created time.Time
+	updated time.Time
 }
 
 // New returns an empty store.
 func New() *Store { return &Store{threads: map[string]*thread{}} }
 
-// Head implements store.Store.
-func (s *Store) Head(_ context.Context, id string) (*store.Snapshot, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Store) thread(id string) (*thread, error) {
 	t, ok := s.threads[id]
 	if !ok {
 		return nil, store.ErrNotFound
 	}
-	if t.head == nil {
-		t.head, t.versions = map[string]any{}, map[string]uint64{}
+	return t, nil
+}
+
+// Head implements store.Store.
+func (s *Store) Head(_ context.Context, id string) (*store.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, err := s.thread(id)
+	if err != nil {
+		return nil, err
+	}
+	if t.folder == nil {
+		t.folder = store.NewFolder()
 	}
 	for ; t.applied < len(t.chain); t.applied++ {
-		store.Apply(t.head, t.versions, t.chain[t.applied])
+		t.folder.Apply(t.chain[t.applied])
 	}
-	last := t.chain[len(t.chain)-1]
-	return &store.Snapshot{Thread: id, Seq: last.Seq, Values: maps.Clone(t.head), Versions: maps.Clone(t.versions), Next: last.Next}, nil
+	return t.folder.Snapshot(id), nil
+}
+
+// StateAt implements store.Store.
+func (s *Store) StateAt(_ context.Context, id string, seq uint64) (*store.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, err := s.thread(id)
+	if err != nil {
+		return nil, err
+	}
+	i, found := slices.BinarySearchFunc(t.chain, seq, func(cp *store.Checkpoint, seq uint64) int {
+		return int(cp.Seq) - int(seq)
+	})
+	if !found {
+		return nil, store.ErrNotFound
+	}
+	return store.Replay(id, t.chain[:i+1]), nil
 }
 
 // Commit implements store.Store.
@@ -62,24 +85,72 @@ func (s *Store) Commit(_ context.Context, cp *store.Checkpoint) error {
 		return store.ErrConflict
 	}
 	if !ok {
-		t = &thread{chain: make([]*store.Checkpoint, 0, 16)}
+		t = &thread{chain: make([]*store.Checkpoint, 0, 16), created: cp.Time}
 		s.threads[cp.Thread] = t
 	}
 	t.chain = append(t.chain, cp)
+	t.updated = cp.Time
 	return nil
 }
 
 // History implements store.Store.
-func (s *Store) History(_ context.Context, id string) ([]*store.Checkpoint, error) {
+func (s *Store) History(_ context.Context, id string, opts store.HistoryOptions) ([]*store.Checkpoint, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok := s.threads[id]
-	if !ok {
-		return nil, store.ErrNotFound
+	t, err := s.thread(id)
+	if err != nil {
+		return nil, err
 	}
-	out := slices.Clone(t.chain)
-	slices.Reverse(out)
+	var out []*store.Checkpoint
+	for i := len(t.chain) - 1; i >= 0; i-- {
+		if cp := t.chain[i]; opts.Keep(cp) {
+			out = append(out, cp)
+			if opts.Limit > 0 && len(out) == opts.Limit {
+				break
+			}
+		}
+	}
 	return out, nil
 }
+
+// Threads implements store.Store.
+func (s *Store) Threads(_ context.Context, opts store.ThreadOptions) ([]store.ThreadInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.ThreadInfo
+	for id, t := range s.threads {
+		if !opts.IdleSince.IsZero() && !t.updated.Before(opts.IdleSince) {
+			continue
+		}
+		out = append(out, store.ThreadInfo{ID: id, Head: t.chain[len(t.chain)-1].Seq, Created: t.created, Updated: t.updated})
+	}
+	slices.SortFunc(out, func(a, b store.ThreadInfo) int {
+		if c := b.Updated.Compare(a.Updated); c != 0 {
+			return c
+		}
+		if a.ID < b.ID {
+			return -1
+		}
+		return 1
+	})
+	if opts.Limit > 0 && len(out) > opts.Limit {
+		out = out[:opts.Limit]
+	}
+	return out, nil
+}
+
+// Delete implements store.Store.
+func (s *Store) Delete(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.threads[id]; !ok {
+		return store.ErrNotFound
+	}
+	delete(s.threads, id)
+	return nil
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error { return nil }
 
 var _ store.Store = (*Store)(nil)

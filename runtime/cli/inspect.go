@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/stores"
+)
+
+func storeFlag(fs *flag.FlagSet) *string {
+	return fs.String("store", stores.Default, "checkpoint store: memory, sqlite:PATH or postgres://...")
+}
+
+// openStore parses a command's flags and opens its store.
+func openStore(ctx context.Context, env *Env, name string, args []string, setup func(*flag.FlagSet)) (store.Store, []string, int) {
+	fs := flags(env, name)
+	addr := storeFlag(fs)
+	if setup != nil {
+		setup(fs)
+	}
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return nil, nil, code
+	}
+	st, err := stores.Open(ctx, *addr)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis %s: %v\n", name, err)
+		return nil, nil, 1
+	}
+	return st, pos, 0
+}
+
+func fail(env *Env, name string, err error) int {
+	fmt.Fprintf(env.Stderr, "trellis %s: %v\n", name, err)
+	return 1
+}
+
+func printJSON(env *Env, v any) {
+	enc := json.NewEncoder(env.Stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func cmdThreads(ctx context.Context, env *Env, args []string) int {
+	var limit *int
+	st, _, code := openStore(ctx, env, "threads", args, func(fs *flag.FlagSet) { limit = fs.Int("limit", 50, "threads to list") })
+	if st == nil {
+		return code
+	}
+	defer st.Close()
+	list, err := st.Threads(ctx, store.ThreadOptions{Limit: *limit})
+	if err != nil {
+		return fail(env, "threads", err)
+	}
+	for _, t := range list {
+		fmt.Fprintf(env.Stdout, "%s\tcheckpoint %d\tupdated %s\n", t.ID, t.Head, t.Updated.Local().Format(time.DateTime))
+	}
+	return 0
+}
+
+func cmdHistory(ctx context.Context, env *Env, args []string) int {
+	var limit *int
+	var before *uint64
+	st, pos, code := openStore(ctx, env, "history", args, func(fs *flag.FlagSet) {
+		limit = fs.Int("limit", 20, "checkpoints to list")
+		before = fs.Uint64("before", 0, "list checkpoints older than this one")
+	})
+	if st == nil {
+		return code
+	}
+	defer st.Close()
+	if len(pos) != 1 {
+		return fail(env, "history", fmt.Errorf("want one THREAD"))
+	}
+	cps, err := st.History(ctx, pos[0], store.HistoryOptions{Limit: *limit, Before: *before})
+	if err != nil {
+		return fail(env, "history", err)
+	}
+	for _, cp := range cps {
+		var nodes, fields []string
+		for _, w := range cp.Writers {
+			nodes = append(nodes, w.Node)
+		}
+		for _, w := range cp.Writes {
+			fields = append(fields, w.Field)
+		}
+		fmt.Fprintf(env.Stdout, "%d\t%s\t%-6s step %-3d nodes [%s] wrote [%s]", cp.Seq, cp.Time.Local().Format(time.DateTime),
+			cp.Source, cp.Step, strings.Join(nodes, ", "), strings.Join(fields, ", "))
+		if len(cp.Next) > 0 {
+			fmt.Fprintf(env.Stdout, " next [%s]", strings.Join(cp.Next, ", "))
+		}
+		fmt.Fprintln(env.Stdout)
+	}
+	return 0
+}
+
+func cmdState(ctx context.Context, env *Env, args []string) int {
+	var at *uint64
+	st, pos, code := openStore(ctx, env, "state", args, func(fs *flag.FlagSet) { at = fs.Uint64("at", 0, "checkpoint (default: the newest)") })
+	if st == nil {
+		return code
+	}
+	defer st.Close()
+	if len(pos) != 1 {
+		return fail(env, "state", fmt.Errorf("want one THREAD"))
+	}
+	var snap *store.Snapshot
+	var err error
+	if *at > 0 {
+		snap, err = st.StateAt(ctx, pos[0], *at)
+	} else {
+		snap, err = st.Head(ctx, pos[0])
+	}
+	if err != nil {
+		return fail(env, "state", err)
+	}
+	printJSON(env, snap.Values)
+	return 0
+}
+
+func cmdFork(ctx context.Context, env *Env, args []string) int {
+	var at *uint64
+	var to *string
+	st, pos, code := openStore(ctx, env, "fork", args, func(fs *flag.FlagSet) {
+		at = fs.Uint64("at", 0, "checkpoint to fork from")
+		to = fs.String("to", "", "id of the new thread")
+	})
+	if st == nil {
+		return code
+	}
+	defer st.Close()
+	if len(pos) != 1 || *at == 0 || *to == "" {
+		return fail(env, "fork", fmt.Errorf("want THREAD --at SEQ --to NEW"))
+	}
+	if _, err := store.Fork(ctx, st, pos[0], *at, *to); err != nil {
+		return fail(env, "fork", err)
+	}
+	fmt.Fprintf(env.Stdout, "%s forked from %s at checkpoint %d\n", *to, pos[0], *at)
+	return 0
+}
+
+func cmdMigrate(ctx context.Context, env *Env, args []string) int {
+	st, _, code := openStore(ctx, env, "migrate", args, nil)
+	if st == nil {
+		return code
+	}
+	defer st.Close()
+	fmt.Fprintln(env.Stdout, "migrations applied")
+	return 0
+}

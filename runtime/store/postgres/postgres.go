@@ -1,0 +1,384 @@
+// Package postgres is the production checkpoint store, on PostgreSQL
+// through pgx. It uses no named prepared statements, so it works behind
+// PgBouncer in transaction mode. A commit is one statement: the thread's
+// head moves only if it is still the checkpoint's parent, and the
+// checkpoint and its writes are inserted only if it moved, so concurrent
+// writers on one thread can never fork its chain.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is a store.Store on PostgreSQL.
+type Store struct {
+	pool  *pgxpool.Pool
+	cache *sqlstore.Cache
+}
+
+// Open connects to the database at url and applies pending migrations.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{pool: pool, cache: sqlstore.NewCache(256)}
+	if err := s.Migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// migrationLock is the advisory lock key that serialises migrations.
+const migrationLock = 0x7472656c6c6973 // "trellis"
+
+// Migrate applies the embedded migrations not yet recorded, under a
+// transaction-scoped advisory lock, so processes starting together apply
+// each migration exactly once.
+func (s *Store) Migrate(ctx context.Context) error {
+	files, _ := fs.Glob(migrations, "migrations/*.sql")
+	slices.Sort(files)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS trellis_migrations (
+			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return err
+		}
+		for _, f := range files {
+			name := filepath.Base(f)
+			version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+			if err != nil {
+				return fmt.Errorf("migration %s: bad name", name)
+			}
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM trellis_migrations WHERE version = $1`, version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				continue
+			}
+			body, _ := migrations.ReadFile(f)
+			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				return fmt.Errorf("migration %s: %w", name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO trellis_migrations (version, name) VALUES ($1, $2)`, version, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Migrations lists the applied migration versions.
+func (s *Store) Migrations(ctx context.Context) ([]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT version FROM trellis_migrations ORDER BY version`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int])
+}
+
+const commitSQL = `
+WITH t AS (%s),
+c AS (INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
+      SELECT $1, $2, $3, $5, $6, $7, $4, $8::jsonb FROM t RETURNING seq),
+w AS (INSERT INTO writes (thread, seq, field, version, append, value)
+      SELECT $1, $2, u.f, u.v, u.a, u.val::jsonb FROM c,
+             unnest($9::text[], $10::bigint[], $11::boolean[], $12::text[]) AS u(f, v, a, val))
+SELECT count(*) FROM t`
+
+var (
+	commitFirst = fmt.Sprintf(commitSQL, `INSERT INTO threads (id, head, created_at, updated_at) VALUES ($1, $2, $4, $4)
+	      ON CONFLICT (id) DO NOTHING RETURNING id`)
+	commitNext = fmt.Sprintf(commitSQL, `UPDATE threads SET head = $2, updated_at = $4 WHERE id = $1 AND head = $3 RETURNING id`)
+)
+
+// Commit implements store.Store.
+func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	meta, err := sqlstore.EncodeMeta(cp)
+	if err != nil {
+		return err
+	}
+	n := len(cp.Writes)
+	fields, versions, appends, values := make([]string, n), make([]int64, n), make([]bool, n), make([]string, n)
+	for i, w := range cp.Writes {
+		b, err := sqlstore.Encode(w)
+		if err != nil {
+			return err
+		}
+		fields[i], versions[i], appends[i], values[i] = w.Field, int64(w.Version), w.Append, string(b)
+	}
+	q := commitNext
+	if cp.Parent == 0 {
+		q = commitFirst
+	}
+	var moved int
+	err = s.pool.QueryRow(ctx, q, cp.Thread, int64(cp.Seq), int64(cp.Parent), sqlstore.Nanos(cp.Time),
+		cp.Run, cp.Step, cp.Source, string(meta), fields, versions, appends, values).Scan(&moved)
+	if err != nil {
+		return err
+	}
+	if moved == 1 {
+		s.cache.Committed(cp)
+		return nil
+	}
+	if cp.Parent == 0 {
+		return store.ErrExists
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM threads WHERE id = $1)`, cp.Thread).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return store.ErrNotFound
+	}
+	return store.ErrConflict
+}
+
+// Head implements store.Store.
+func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error) {
+	var head, born int64
+	if err := s.pool.QueryRow(ctx, `SELECT head, created_at FROM threads WHERE id = $1`, thread).Scan(&head, &born); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, store.ErrNotFound
+		}
+		return nil, err
+	}
+	seq := uint64(head)
+	if cached := s.cache.Seq(thread, born); cached > 0 && cached <= seq && seq-cached <= sqlstore.MaxCatchUp {
+		var tail []*store.Checkpoint
+		if cached < seq {
+			cps, err := s.History(ctx, thread, store.HistoryOptions{After: cached, Before: seq + 1})
+			if err != nil {
+				return nil, err
+			}
+			for i := len(cps) - 1; i >= 0; i-- {
+				tail = append(tail, cps[i])
+			}
+		}
+		if snap, ok := s.cache.Snapshot(thread, seq, tail); ok {
+			return snap, nil
+		}
+	}
+	f, err := s.fold(ctx, thread, seq)
+	if err != nil {
+		return nil, err
+	}
+	s.cache.Put(thread, born, f)
+	return f.Snapshot(thread), nil
+}
+
+// StateAt implements store.Store.
+func (s *Store) StateAt(ctx context.Context, thread string, seq uint64) (*store.Snapshot, error) {
+	f, err := s.fold(ctx, thread, seq)
+	if err != nil {
+		return nil, err
+	}
+	return f.Snapshot(thread), nil
+}
+
+// fold loads the state at checkpoint seq from its rows.
+func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Folder, error) {
+	var f *store.Folder
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		var meta string
+		if err := tx.QueryRow(ctx, `SELECT meta::text FROM checkpoints WHERE thread = $1 AND seq = $2`, thread, int64(seq)).Scan(&meta); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return store.ErrNotFound
+			}
+			return err
+		}
+		var cp store.Checkpoint
+		if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			WITH base AS (
+				SELECT field, max(CASE WHEN append THEN 0 ELSE seq END) AS seq
+				FROM writes WHERE thread = $1 AND seq <= $2 GROUP BY field)
+			SELECT w.field, w.seq, w.version, w.append, w.value::text
+			FROM base b JOIN writes w ON w.thread = $1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= $2
+			ORDER BY w.field, w.seq`, thread, int64(seq))
+		if err != nil {
+			return err
+		}
+		frs, err := pgx.CollectRows(rows, scanFieldRow)
+		if err != nil {
+			return err
+		}
+		f, err = sqlstore.Fold(seq, cp.Next, frs)
+		return err
+	})
+	return f, err
+}
+
+func scanFieldRow(row pgx.CollectableRow) (sqlstore.FieldRow, error) {
+	var r sqlstore.FieldRow
+	var seq, version int64
+	var value string
+	err := row.Scan(&r.Field, &seq, &version, &r.Append, &value)
+	r.Seq, r.Version, r.Value = uint64(seq), uint64(version), []byte(value)
+	return r, err
+}
+
+// History implements store.Store.
+func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOptions) ([]*store.Checkpoint, error) {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM threads WHERE id = $1)`, thread).Scan(&exists); err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, store.ErrNotFound
+	}
+	q := `SELECT seq, parent, run, step, source, at, meta::text FROM checkpoints WHERE thread = $1`
+	args := []any{thread}
+	if opts.Before > 0 {
+		args = append(args, int64(opts.Before))
+		q += ` AND seq < $` + strconv.Itoa(len(args))
+	}
+	if opts.After > 0 {
+		args = append(args, int64(opts.After))
+		q += ` AND seq > $` + strconv.Itoa(len(args))
+	}
+	if opts.Source != "" {
+		args = append(args, opts.Source)
+		q += ` AND source = $` + strconv.Itoa(len(args))
+	}
+	if opts.Run != "" {
+		args = append(args, opts.Run)
+		q += ` AND run = $` + strconv.Itoa(len(args))
+	}
+	q += ` ORDER BY seq DESC`
+	if opts.Limit > 0 && opts.Node == "" {
+		q += ` LIMIT ` + strconv.Itoa(opts.Limit)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []*store.Checkpoint
+	for rows.Next() {
+		cp := &store.Checkpoint{Thread: thread}
+		var seq, parent, at int64
+		var meta string
+		if err := rows.Scan(&seq, &parent, &cp.Run, &cp.Step, &cp.Source, &at, &meta); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		cp.Seq, cp.Parent, cp.Time = uint64(seq), uint64(parent), sqlstore.Time(at)
+		if err := sqlstore.DecodeMeta([]byte(meta), cp); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if opts.Keep(cp) {
+			out = append(out, cp)
+			if opts.Limit > 0 && len(out) == opts.Limit {
+				break
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(out) == 0 {
+		return out, err
+	}
+	wrows, err := s.pool.Query(ctx, `SELECT field, seq, version, append, value::text FROM writes
+		WHERE thread = $1 AND seq BETWEEN $2 AND $3 ORDER BY seq, field`, thread, int64(out[len(out)-1].Seq), int64(out[0].Seq))
+	if err != nil {
+		return nil, err
+	}
+	frs, err := pgx.CollectRows(wrows, scanFieldRow)
+	if err != nil {
+		return nil, err
+	}
+	bySeq := map[uint64]*store.Checkpoint{}
+	for _, cp := range out {
+		bySeq[cp.Seq] = cp
+	}
+	for _, r := range frs {
+		if cp, ok := bySeq[r.Seq]; ok {
+			w, err := sqlstore.Decode(r)
+			if err != nil {
+				return nil, err
+			}
+			cp.Writes = append(cp.Writes, w)
+		}
+	}
+	return out, nil
+}
+
+// Threads implements store.Store.
+func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.ThreadInfo, error) {
+	q := `SELECT id, head, created_at, updated_at FROM threads`
+	var args []any
+	if !opts.IdleSince.IsZero() {
+		q += ` WHERE updated_at < $1`
+		args = append(args, sqlstore.Nanos(opts.IdleSince))
+	}
+	q += ` ORDER BY updated_at DESC, id`
+	if opts.Limit > 0 {
+		q += ` LIMIT ` + strconv.Itoa(opts.Limit)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ThreadInfo, error) {
+		var ti store.ThreadInfo
+		var head, c, u int64
+		err := row.Scan(&ti.ID, &head, &c, &u)
+		ti.Head, ti.Created, ti.Updated = uint64(head), sqlstore.Time(c), sqlstore.Time(u)
+		return ti, err
+	})
+}
+
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, thread string) error {
+	s.cache.Forget(thread)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM threads WHERE id = $1`, thread)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return store.ErrNotFound
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM writes WHERE thread = $1`, thread); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM checkpoints WHERE thread = $1`, thread)
+		return err
+	})
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+var _ store.Store = (*Store)(nil)

@@ -1,0 +1,430 @@
+// Package sqlite is the embedded checkpoint store: one SQLite file, no
+// server, no cgo (modernc.org/sqlite). It is the default store of
+// `trellis run` and `trellis serve`. Write transactions begin IMMEDIATE, so
+// two processes sharing a file serialise their commits instead of failing
+// halfway.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is a store.Store in a SQLite file.
+type Store struct {
+	db    *sql.DB
+	cache *sqlstore.Cache
+}
+
+// Open opens (creating if needed) the database at path and applies any
+// pending migrations.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)", "foreign_keys(ON)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, cache: sqlstore.NewCache(256)}
+	if err := s.Migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Migrate applies the embedded migrations not yet recorded in the
+// trellis_migrations table, each in its own immediate transaction, so two
+// processes migrating at once apply each migration exactly once.
+func (s *Store) Migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS trellis_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("migrations table: %w", err)
+	}
+	files, _ := fs.Glob(migrations, "migrations/*.sql")
+	slices.Sort(files)
+	for _, f := range files {
+		name := filepath.Base(f)
+		version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: bad name", name)
+		}
+		body, _ := migrations.ReadFile(f)
+		err = s.tx(ctx, func(tx *sql.Tx) error {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM trellis_migrations WHERE version = ?`, version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO trellis_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+				version, name, time.Now().UnixNano())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Migrations lists the applied migration versions.
+func (s *Store) Migrations(ctx context.Context) ([]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT version FROM trellis_migrations ORDER BY version`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// Commit implements store.Store.
+func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	meta, err := sqlstore.EncodeMeta(cp)
+	if err != nil {
+		return err
+	}
+	values := make([][]byte, len(cp.Writes))
+	for i, w := range cp.Writes {
+		if values[i], err = sqlstore.Encode(w); err != nil {
+			return err
+		}
+	}
+	at := sqlstore.Nanos(cp.Time)
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		if cp.Parent == 0 {
+			res, err := tx.ExecContext(ctx, `INSERT INTO threads (id, head, created_at, updated_at) VALUES (?, ?, ?, ?)
+				ON CONFLICT (id) DO NOTHING`, cp.Thread, cp.Seq, at, at)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				return store.ErrExists
+			}
+		} else {
+			res, err := tx.ExecContext(ctx, `UPDATE threads SET head = ?, updated_at = ? WHERE id = ? AND head = ?`,
+				cp.Seq, at, cp.Thread, cp.Parent)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				var one int
+				if err := tx.QueryRowContext(ctx, `SELECT 1 FROM threads WHERE id = ?`, cp.Thread).Scan(&one); errors.Is(err, sql.ErrNoRows) {
+					return store.ErrNotFound
+				}
+				return store.ErrConflict
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source, at, string(meta)); err != nil {
+			return err
+		}
+		if len(cp.Writes) == 0 {
+			return nil
+		}
+		var q strings.Builder
+		q.WriteString(`INSERT INTO writes (thread, seq, field, version, append, value) VALUES `)
+		args := make([]any, 0, 6*len(cp.Writes))
+		for i, w := range cp.Writes {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteString("(?, ?, ?, ?, ?, ?)")
+			args = append(args, cp.Thread, cp.Seq, w.Field, w.Version, w.Append, string(values[i]))
+		}
+		_, err := tx.ExecContext(ctx, q.String(), args...)
+		return err
+	})
+	if err == nil {
+		s.cache.Committed(cp)
+	}
+	return err
+}
+
+// Head implements store.Store.
+func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error) {
+	var head uint64
+	var born int64
+	if err := s.db.QueryRowContext(ctx, `SELECT head, created_at FROM threads WHERE id = ?`, thread).Scan(&head, &born); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, store.ErrNotFound
+		}
+		return nil, err
+	}
+	if cached := s.cache.Seq(thread, born); cached > 0 && cached <= head && head-cached <= sqlstore.MaxCatchUp {
+		var tail []*store.Checkpoint
+		if cached < head {
+			cps, err := s.History(ctx, thread, store.HistoryOptions{After: cached, Before: head + 1})
+			if err != nil {
+				return nil, err
+			}
+			tail = reversed(cps)
+		}
+		if snap, ok := s.cache.Snapshot(thread, head, tail); ok {
+			return snap, nil
+		}
+	}
+	f, err := s.fold(ctx, thread, head)
+	if err != nil {
+		return nil, err
+	}
+	s.cache.Put(thread, born, f)
+	return f.Snapshot(thread), nil
+}
+
+func reversed(cps []*store.Checkpoint) []*store.Checkpoint {
+	out := make([]*store.Checkpoint, len(cps))
+	for i, cp := range cps {
+		out[len(cps)-1-i] = cp
+	}
+	return out
+}
+
+// StateAt implements store.Store.
+func (s *Store) StateAt(ctx context.Context, thread string, seq uint64) (*store.Snapshot, error) {
+	f, err := s.fold(ctx, thread, seq)
+	if err != nil {
+		return nil, err
+	}
+	return f.Snapshot(thread), nil
+}
+
+// fold loads the state at checkpoint seq from its rows.
+func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Folder, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	var meta string
+	if err := tx.QueryRowContext(ctx, `SELECT meta FROM checkpoints WHERE thread = ? AND seq = ?`, thread, seq).Scan(&meta); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, store.ErrNotFound
+		}
+		return nil, err
+	}
+	var cp store.Checkpoint
+	if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, `
+		WITH base AS (
+			SELECT field, max(CASE WHEN append = 0 THEN seq ELSE 0 END) AS seq
+			FROM writes WHERE thread = ?1 AND seq <= ?2 GROUP BY field)
+		SELECT w.field, w.seq, w.version, w.append, w.value
+		FROM base b JOIN writes w ON w.thread = ?1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= ?2
+		ORDER BY w.field, w.seq`, thread, seq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var frs []sqlstore.FieldRow
+	for rows.Next() {
+		var r sqlstore.FieldRow
+		var value string
+		if err := rows.Scan(&r.Field, &r.Seq, &r.Version, &r.Append, &value); err != nil {
+			return nil, err
+		}
+		r.Value = []byte(value)
+		frs = append(frs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return sqlstore.Fold(seq, cp.Next, frs)
+}
+
+// History implements store.Store.
+func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOptions) ([]*store.Checkpoint, error) {
+	var exists int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM threads WHERE id = ?`, thread).Scan(&exists); err != nil {
+		return nil, err
+	}
+	if exists == 0 {
+		return nil, store.ErrNotFound
+	}
+	q := `SELECT seq, parent, run, step, source, at, meta FROM checkpoints WHERE thread = ?`
+	args := []any{thread}
+	if opts.Before > 0 {
+		q += ` AND seq < ?`
+		args = append(args, opts.Before)
+	}
+	if opts.After > 0 {
+		q += ` AND seq > ?`
+		args = append(args, opts.After)
+	}
+	if opts.Source != "" {
+		q += ` AND source = ?`
+		args = append(args, opts.Source)
+	}
+	if opts.Run != "" {
+		q += ` AND run = ?`
+		args = append(args, opts.Run)
+	}
+	q += ` ORDER BY seq DESC`
+	if opts.Limit > 0 && opts.Node == "" {
+		q += ` LIMIT ` + strconv.Itoa(opts.Limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []*store.Checkpoint
+	for rows.Next() {
+		cp := &store.Checkpoint{Thread: thread}
+		var at int64
+		var meta string
+		if err := rows.Scan(&cp.Seq, &cp.Parent, &cp.Run, &cp.Step, &cp.Source, &at, &meta); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		cp.Time = sqlstore.Time(at)
+		if err := sqlstore.DecodeMeta([]byte(meta), cp); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if opts.Keep(cp) {
+			out = append(out, cp)
+			if opts.Limit > 0 && len(out) == opts.Limit {
+				break
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	// the writes of the listed checkpoints
+	wrows, err := s.db.QueryContext(ctx, `SELECT seq, field, version, append, value FROM writes
+		WHERE thread = ? AND seq BETWEEN ? AND ? ORDER BY seq, field`, thread, out[len(out)-1].Seq, out[0].Seq)
+	if err != nil {
+		return nil, err
+	}
+	defer wrows.Close()
+	bySeq := map[uint64]*store.Checkpoint{}
+	for _, cp := range out {
+		bySeq[cp.Seq] = cp
+	}
+	for wrows.Next() {
+		var r sqlstore.FieldRow
+		var value string
+		if err := wrows.Scan(&r.Seq, &r.Field, &r.Version, &r.Append, &value); err != nil {
+			return nil, err
+		}
+		cp, ok := bySeq[r.Seq]
+		if !ok {
+			continue
+		}
+		r.Value = []byte(value)
+		w, err := sqlstore.Decode(r)
+		if err != nil {
+			return nil, err
+		}
+		cp.Writes = append(cp.Writes, w)
+	}
+	return out, wrows.Err()
+}
+
+// Threads implements store.Store.
+func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.ThreadInfo, error) {
+	q := `SELECT id, head, created_at, updated_at FROM threads`
+	var args []any
+	if !opts.IdleSince.IsZero() {
+		q += ` WHERE updated_at < ?`
+		args = append(args, sqlstore.Nanos(opts.IdleSince))
+	}
+	q += ` ORDER BY updated_at DESC, id`
+	if opts.Limit > 0 {
+		q += ` LIMIT ` + strconv.Itoa(opts.Limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.ThreadInfo
+	for rows.Next() {
+		var ti store.ThreadInfo
+		var c, u int64
+		if err := rows.Scan(&ti.ID, &ti.Head, &c, &u); err != nil {
+			return nil, err
+		}
+		ti.Created, ti.Updated = sqlstore.Time(c), sqlstore.Time(u)
+		out = append(out, ti)
+	}
+	return out, rows.Err()
+}
+
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, thread string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		s.cache.Forget(thread)
+		res, err := tx.ExecContext(ctx, `DELETE FROM threads WHERE id = ?`, thread)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return store.ErrNotFound
+		}
+		return nil
+	})
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error { return s.db.Close() }
+
+var _ store.Store = (*Store)(nil)

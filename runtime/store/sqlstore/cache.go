@@ -1,0 +1,116 @@
+package sqlstore
+
+import (
+	"sync"
+
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// Cache keeps the folded newest state of recently used threads, so a
+// thread's next run loads it without decoding its whole history. Entries
+// are keyed by thread and carry the checkpoint they are at: a load first
+// reads the thread's head, then uses the entry when it is current, folds
+// in only the missing checkpoints when it is slightly behind (another
+// process wrote them), and loads from scratch otherwise.
+type Cache struct {
+	mu      sync.Mutex
+	max     int
+	clock   uint64
+	entries map[string]*cached
+}
+
+type cached struct {
+	f *store.Folder
+	// born is the thread's creation time: a thread deleted and created
+	// again under the same id by another process is a different thread.
+	born int64
+	used uint64
+}
+
+// MaxCatchUp is how far behind an entry may be and still be caught up.
+const MaxCatchUp = 256
+
+// NewCache returns a cache holding up to max threads.
+func NewCache(max int) *Cache { return &Cache{max: max, entries: map[string]*cached{}} }
+
+// Seq returns the checkpoint the entry of thread is at, or 0 when there is
+// none for the thread created at born.
+func (c *Cache) Seq(thread string, born int64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[thread]; ok && e.born == born {
+		return e.f.Seq
+	}
+	return 0
+}
+
+// Snapshot returns the thread's state when its entry is at seq, after
+// folding in tail (the checkpoints after the entry, oldest first).
+func (c *Cache) Snapshot(thread string, seq uint64, tail []*store.Checkpoint) (*store.Snapshot, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[thread]
+	if !ok {
+		return nil, false
+	}
+	for _, cp := range tail {
+		if cp.Parent != e.f.Seq {
+			delete(c.entries, thread)
+			return nil, false
+		}
+		e.f.Apply(cp)
+	}
+	if e.f.Seq != seq {
+		return nil, false
+	}
+	c.clock++
+	e.used = c.clock
+	return e.f.Snapshot(thread), true
+}
+
+// Put caches a freshly loaded state of the thread created at born.
+func (c *Cache) Put(thread string, born int64, f *store.Folder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.put(thread, born, f)
+}
+
+func (c *Cache) put(thread string, born int64, f *store.Folder) {
+	if len(c.entries) >= c.max {
+		var oldest string
+		var min uint64
+		for k, e := range c.entries {
+			if oldest == "" || e.used < min {
+				oldest, min = k, e.used
+			}
+		}
+		delete(c.entries, oldest)
+	}
+	c.clock++
+	c.entries[thread] = &cached{f: f, born: born, used: c.clock}
+}
+
+// Committed folds a checkpoint this process committed into its thread's
+// entry; a new thread gets an entry, a stale one is dropped.
+func (c *Cache) Committed(cp *store.Checkpoint) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[cp.Thread]
+	switch {
+	case cp.Parent == 0:
+		f := store.NewFolder()
+		f.Apply(cp)
+		c.put(cp.Thread, Nanos(cp.Time), f)
+	case ok && e.f.Seq == cp.Parent:
+		e.f.Apply(cp)
+	case ok:
+		delete(c.entries, cp.Thread)
+	}
+}
+
+// Forget drops a thread's entry.
+func (c *Cache) Forget(thread string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, thread)
+}

@@ -1,0 +1,210 @@
+package stores_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/postgres"
+	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
+	"github.com/trellisflow/trellis/runtime/store/sqlite"
+	"github.com/trellisflow/trellis/runtime/store/sqlstore"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// turnCheckpoints shapes one interview turn the way the interview flow
+// commits it: the input, intent detection, the decision, the question and
+// finalize_turn appending the exchange to the conversation.
+func turnCheckpoints(thread string, seq uint64, turn int) []*store.Checkpoint {
+	answer := strings.Repeat("I worked on the ingestion pipeline and its backpressure. ", 3)
+	question := fmt.Sprintf("Question %d: how did you design the part of the system that handled retries?", turn)
+	mk := func(step int, node string, writes ...store.Write) *store.Checkpoint {
+		seq++
+		cp := &store.Checkpoint{Thread: thread, Seq: seq, Parent: seq - 1, Run: fmt.Sprint("run-", turn), Step: step,
+			Source: "step", Time: time.Now(), Writes: writes, Next: []string{"next"}}
+		if node != "" {
+			cp.Writers = []store.NodeWrites{{Node: node, Fields: []string{writes[0].Field}}}
+		}
+		return cp
+	}
+	v := uint64(turn)
+	return []*store.Checkpoint{
+		mk(0, "", store.Write{Field: "last_response", Version: v, Value: answer}),
+		mk(1, "detect_intent", store.Write{Field: "detected_intents", Version: v, Append: true,
+			Items: []any{map[string]any{"type": "no_intent", "confidence": 0.3, "turn": turn}}}),
+		mk(2, "decide_next_action", store.Write{Field: "next_node", Version: v, Value: "question"}),
+		mk(3, "question", store.Write{Field: "questions_asked", Version: v, Append: true,
+			Items: []any{map[string]any{"id": fmt.Sprint("q", turn), "text": question, "source": "resume", "asked_at_turn": turn}}},
+			store.Write{Field: "next_message", Version: v, Value: question}),
+		mk(4, "finalize_turn", store.Write{Field: "conversation_history", Version: v, Append: true, Items: []any{
+			map[string]any{"role": "candidate", "content": answer, "turn": turn},
+			map[string]any{"role": "interviewer", "content": question, "turn": turn, "node": "question"}}},
+			store.Write{Field: "turn_count", Version: v, Value: turn}),
+	}
+}
+
+// payload is what a commit sends: metadata and encoded values.
+func payload(cp *store.Checkpoint) int {
+	meta, _ := sqlstore.EncodeMeta(cp)
+	n := len(meta) + len(cp.Thread) + len(cp.Run) + len(cp.Source) + 40
+	for _, w := range cp.Writes {
+		b, _ := sqlstore.Encode(w)
+		n += len(b) + len(w.Field) + 16
+	}
+	return n
+}
+
+type growth struct {
+	turnNs, turnBytes, loadNs, coldNs map[int]float64
+	commits                           []time.Duration
+	walBytes                          map[int]float64
+}
+
+// grow writes turns 1..1000 and measures the turns just before 10, 100
+// and 1,000 (ten turns each) and a state load at each mark.
+// cold opens another store instance on the same database, as a process
+// that has never read the thread would.
+func grow(b *testing.B, st store.Store, cold func() store.Store, wal func() int64) growth {
+	ctx := context.Background()
+	thread := fmt.Sprintf("g%d", time.Now().UnixNano())
+	if err := st.Commit(ctx, &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: time.Now(),
+		Writes: []store.Write{{Field: "conversation_history", Version: 1, Value: []any{}}, {Field: "questions_asked", Version: 1, Value: []any{}},
+			{Field: "detected_intents", Version: 1, Value: []any{}}, {Field: "interview_id", Version: 1, Value: "i-1"}}}); err != nil {
+		b.Fatal(err)
+	}
+	g := growth{turnNs: map[int]float64{}, turnBytes: map[int]float64{}, loadNs: map[int]float64{}, coldNs: map[int]float64{}, walBytes: map[int]float64{}}
+	marks := map[int]bool{10: true, 100: true, 1000: true}
+	seq := uint64(1)
+	var windowStart time.Time
+	var windowBytes int
+	var walStart int64
+	for turn := 1; turn <= 1000; turn++ {
+		inWindow := false
+		for m := range marks {
+			if turn > m-10 && turn <= m {
+				inWindow = true
+			}
+		}
+		if inWindow && (turn-1)%10 == 0 || turn == 1 {
+			windowStart, windowBytes = time.Now(), 0
+			if wal != nil {
+				walStart = wal()
+			}
+		}
+		for _, cp := range turnCheckpoints(thread, seq, turn) {
+			t0 := time.Now()
+			if err := st.Commit(ctx, cp); err != nil {
+				b.Fatalf("turn %d: %v", turn, err)
+			}
+			g.commits = append(g.commits, time.Since(t0))
+			windowBytes += payload(cp)
+			seq = cp.Seq
+		}
+		if marks[turn] {
+			n := float64(min(turn, 10))
+			g.turnNs[turn] = float64(time.Since(windowStart).Nanoseconds()) / n
+			g.turnBytes[turn] = float64(windowBytes) / n
+			if wal != nil {
+				g.walBytes[turn] = float64(wal()-walStart) / n
+			}
+			t0 := time.Now()
+			const loads = 5
+			for range loads {
+				snap, err := st.Head(ctx, thread)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got := len(snap.Values["conversation_history"].([]any)); got != 2*turn {
+					b.Fatalf("turn %d: conversation has %d messages", turn, got)
+				}
+			}
+			g.loadNs[turn] = float64(time.Since(t0).Nanoseconds()) / loads
+			var total time.Duration
+			for range loads {
+				other := cold()
+				t0 := time.Now()
+				if _, err := other.Head(ctx, thread); err != nil {
+					b.Fatal(err)
+				}
+				total += time.Since(t0)
+				other.Close()
+			}
+			g.coldNs[turn] = float64(total.Nanoseconds()) / loads
+		}
+	}
+	return g
+}
+
+func report(b *testing.B, g growth) {
+	for _, m := range []int{10, 100, 1000} {
+		b.ReportMetric(g.turnNs[m]/1e3, fmt.Sprintf("µs/turn@%d", m))
+		b.ReportMetric(g.turnBytes[m], fmt.Sprintf("B/turn@%d", m))
+		b.ReportMetric(g.loadNs[m]/1e3, fmt.Sprintf("µs/load@%d", m))
+		b.ReportMetric(g.coldNs[m]/1e3, fmt.Sprintf("µs/coldload@%d", m))
+		if w, ok := g.walBytes[m]; ok {
+			b.ReportMetric(w, fmt.Sprintf("walB/turn@%d", m))
+		}
+	}
+	slices.Sort(g.commits)
+	b.ReportMetric(float64(g.commits[len(g.commits)/2].Microseconds()), "µs/commit-p50")
+	b.ReportMetric(float64(g.commits[len(g.commits)*99/100].Microseconds()), "µs/commit-p99")
+	b.ReportMetric(g.turnBytes[1000]/g.turnBytes[10], "bytes-1000/10")
+	b.ReportMetric(g.turnNs[1000]/g.turnNs[10], "time-1000/10")
+}
+
+// BenchmarkConversationGrowth: go test ./runtime/store/stores -run '^$' -bench Growth -benchtime 1x
+func BenchmarkConversationGrowth(b *testing.B) {
+	b.Run("sqlite", func(b *testing.B) {
+		path := filepath.Join(b.TempDir(), "g.db")
+		open := func() store.Store {
+			st, err := sqlite.Open(context.Background(), path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return st
+		}
+		st := open()
+		defer st.Close()
+		var g growth
+		for b.Loop() {
+			g = grow(b, st, open, nil)
+		}
+		report(b, g)
+	})
+	b.Run("postgres", func(b *testing.B) {
+		url := pgtest.Database(b)
+		open := func() store.Store {
+			st, err := postgres.Open(context.Background(), url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return st
+		}
+		st := open()
+		defer st.Close()
+		conn, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		wal := func() int64 {
+			var n int64
+			conn.QueryRow(context.Background(), `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&n)
+			return n
+		}
+		var g growth
+		for b.Loop() {
+			g = grow(b, st, open, wal)
+		}
+		report(b, g)
+	})
+}

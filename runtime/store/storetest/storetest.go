@@ -1,0 +1,335 @@
+// Package storetest is the conformance suite every checkpoint store
+// passes: the same behaviour in memory, in SQLite and in PostgreSQL.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// Run runs the suite; open returns an empty store for each subtest.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, st store.Store)
+	}{
+		{"CreateAndHead", testCreateAndHead},
+		{"ChainAndConflicts", testChainAndConflicts},
+		{"AppendReassembled", testAppendReassembled},
+		{"ValuesRoundTrip", testValuesRoundTrip},
+		{"HistoryPagesAndFilters", testHistory},
+		{"StateAtAndFork", testStateAtAndFork},
+		{"ThreadsAndDelete", testThreadsAndDelete},
+		{"ConcurrentWritersOneWins", testConcurrentWriters},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := open(t)
+			t.Cleanup(func() { st.Close() })
+			tc.fn(t, st)
+		})
+	}
+}
+
+var ctx = context.Background()
+
+// RunShared checks two stores over one database, as two processes see it:
+// each must read what the other committed, whatever it holds in memory.
+func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
+	a, b := open(t)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	create(t, a, "t", map[string]any{"log": []any{}, "n": 0})
+	commit(t, a, "t", 2, store.Write{Field: "log", Version: 2, Append: true, Items: []any{"a2"}})
+	if h, err := b.Head(ctx, "t"); err != nil || !reflect.DeepEqual(h.Values["log"], []any{"a2"}) {
+		t.Fatalf("b reads %v %v", h, err)
+	}
+	for i := uint64(3); i <= 6; i++ {
+		commit(t, a, "t", i, store.Write{Field: "log", Version: i, Append: true, Items: []any{fmt.Sprint("a", i)}},
+			store.Write{Field: "n", Version: i, Value: int(i)})
+	}
+	hb, _ := b.Head(ctx, "t")
+	ha, _ := a.Head(ctx, "t")
+	if !reflect.DeepEqual(ha.Values, hb.Values) || hb.Seq != 6 {
+		t.Fatalf("b caught up to %+v, a has %+v", hb, ha)
+	}
+	// b writes next; a must see it
+	commit(t, b, "t", 7, store.Write{Field: "log", Version: 7, Append: true, Items: []any{"b7"}})
+	ha, _ = a.Head(ctx, "t")
+	if l := ha.Values["log"].([]any); len(l) != 6 || l[5] != "b7" {
+		t.Fatalf("a reads %v", l)
+	}
+	// b deletes the thread and creates a new one with the same id; a must
+	// not fold the new thread's checkpoints onto the old state
+	if err := b.Delete(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Source: "create", Time: at(50),
+		Writes: []store.Write{{Field: "log", Version: 1, Value: []any{"new"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(2); i <= 9; i++ {
+		commit(t, b, "t", i, store.Write{Field: "log", Version: i, Append: true, Items: []any{i}})
+	}
+	ha, err := a.Head(ctx, "t")
+	if err != nil || ha.Seq != 9 || len(ha.Values["log"].([]any)) != 9 || ha.Values["n"] != nil {
+		t.Fatalf("a after recreate: %+v %v", ha, err)
+	}
+}
+
+func at(sec int) time.Time { return time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC) }
+
+func create(t *testing.T, st store.Store, thread string, values map[string]any) {
+	t.Helper()
+	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: at(0)}
+	for _, k := range sortedKeys(values) {
+		cp.Writes = append(cp.Writes, store.Write{Field: k, Version: 1, Value: values[k]})
+	}
+	if err := st.Commit(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func commit(t *testing.T, st store.Store, thread string, seq uint64, writes ...store.Write) {
+	t.Helper()
+	cp := &store.Checkpoint{Thread: thread, Seq: seq, Parent: seq - 1, Run: "r1", Step: int(seq), Source: "step", Time: at(int(seq)),
+		Writes: writes, Writers: []store.NodeWrites{{Node: "n", Fields: fieldsOf(writes)}}, Next: []string{"n"}}
+	if err := st.Commit(ctx, cp); err != nil {
+		t.Fatalf("commit %d: %v", seq, err)
+	}
+}
+
+func fieldsOf(ws []store.Write) []string {
+	var f []string
+	for _, w := range ws {
+		f = append(f, w.Field)
+	}
+	return f
+}
+
+func sortedKeys(m map[string]any) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	for i := range keys {
+		for j := i + 1; j < len(keys); j++ {
+			if keys[j] < keys[i] {
+				keys[i], keys[j] = keys[j], keys[i]
+			}
+		}
+	}
+	return keys
+}
+
+func testCreateAndHead(t *testing.T, st store.Store) {
+	if _, err := st.Head(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing thread: %v", err)
+	}
+	create(t, st, "t1", map[string]any{"n": 1, "s": "x"})
+	h, err := st.Head(ctx, "t1")
+	if err != nil || h.Seq != 1 || h.Values["n"] != 1 || h.Values["s"] != "x" || h.Versions["n"] != 1 {
+		t.Fatalf("head %+v %v", h, err)
+	}
+	err = st.Commit(ctx, &store.Checkpoint{Thread: "t1", Seq: 1, Source: "create", Time: at(0)})
+	if !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second create: %v", err)
+	}
+	err = st.Commit(ctx, &store.Checkpoint{Thread: "ghost", Seq: 5, Parent: 4, Source: "step", Time: at(0)})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("commit to a missing thread: %v", err)
+	}
+}
+
+func testChainAndConflicts(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0})
+	commit(t, st, "t", 2, store.Write{Field: "n", Version: 2, Value: 1})
+	commit(t, st, "t", 3, store.Write{Field: "n", Version: 3, Value: 2})
+	err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 3, Parent: 2, Source: "step", Time: at(9)})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale parent: %v", err)
+	}
+	h, _ := st.Head(ctx, "t")
+	if h.Seq != 3 || h.Values["n"] != 2 || h.Versions["n"] != 3 || !reflect.DeepEqual(h.Next, []string{"n"}) {
+		t.Fatalf("head %+v", h)
+	}
+}
+
+func testAppendReassembled(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"log": []any{}})
+	for i := 2; i <= 40; i++ {
+		commit(t, st, "t", uint64(i), store.Write{Field: "log", Version: uint64(i), Append: true, Items: []any{i, fmt.Sprint("m", i)}})
+	}
+	// a replace in the middle of appends resets the list
+	commit(t, st, "t", 41, store.Write{Field: "log", Version: 41, Value: []any{"reset"}})
+	commit(t, st, "t", 42, store.Write{Field: "log", Version: 42, Append: true, Items: []any{"after"}})
+	h, err := st.Head(ctx, "t")
+	if err != nil || !reflect.DeepEqual(h.Values["log"], []any{"reset", "after"}) {
+		t.Fatalf("head log %v %v", h.Values["log"], err)
+	}
+	at20, err := st.StateAt(ctx, "t", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := at20.Values["log"].([]any)
+	if len(log) != 38 || log[0] != 2 || log[37] != "m20" {
+		t.Fatalf("log at 20: %v", log)
+	}
+	// reading twice, and reading the head after an earlier read, agree
+	again, _ := st.StateAt(ctx, "t", 20)
+	if !reflect.DeepEqual(again.Values, at20.Values) {
+		t.Fatalf("StateAt is not repeatable")
+	}
+}
+
+func testValuesRoundTrip(t *testing.T, st store.Store) {
+	values := map[string]any{
+		"int":    42,
+		"big":    1 << 52,
+		"float":  2.5,
+		"neg":    -7,
+		"bool":   true,
+		"null":   nil,
+		"text":   "héllo \"quoted\" \n ✓",
+		"list":   []any{1, "two", 3.5, nil, []any{}, map[string]any{}},
+		"object": map[string]any{"a": map[string]any{"b": []any{1, 2}}, "z": false},
+	}
+	create(t, st, "t", values)
+	h, err := st.Head(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range values {
+		if !reflect.DeepEqual(h.Values[k], v) {
+			t.Errorf("%s: got %#v want %#v", k, h.Values[k], v)
+		}
+	}
+}
+
+func testHistory(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0})
+	for i := 2; i <= 10; i++ {
+		commit(t, st, "t", uint64(i), store.Write{Field: "n", Version: uint64(i), Value: i})
+	}
+	all, err := st.History(ctx, "t", store.HistoryOptions{})
+	if err != nil || len(all) != 10 || all[0].Seq != 10 || all[9].Seq != 1 || all[9].Source != "create" {
+		t.Fatalf("history %d %v", len(all), err)
+	}
+	if cp := all[0]; cp.Run != "r1" || cp.Step != 10 || !cp.Time.Equal(at(10)) || cp.Parent != 9 ||
+		len(cp.Writers) != 1 || cp.Writers[0].Node != "n" || len(cp.Writes) != 1 || cp.Writes[0].Value != 10 {
+		t.Fatalf("checkpoint metadata lost: %+v", cp)
+	}
+	page, _ := st.History(ctx, "t", store.HistoryOptions{Before: 8, Limit: 3})
+	if len(page) != 3 || page[0].Seq != 7 || page[2].Seq != 5 {
+		t.Fatalf("page %v", seqs(page))
+	}
+	created, _ := st.History(ctx, "t", store.HistoryOptions{Source: "create"})
+	if len(created) != 1 {
+		t.Fatalf("filter by source %v", seqs(created))
+	}
+	byNode, _ := st.History(ctx, "t", store.HistoryOptions{Node: "n", Limit: 2})
+	if len(byNode) != 2 || byNode[0].Seq != 10 {
+		t.Fatalf("filter by node %v", seqs(byNode))
+	}
+}
+
+func seqs(cps []*store.Checkpoint) []uint64 {
+	var s []uint64
+	for _, cp := range cps {
+		s = append(s, cp.Seq)
+	}
+	return s
+}
+
+func testStateAtAndFork(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0, "log": []any{}})
+	for i := 2; i <= 5; i++ {
+		commit(t, st, "t", uint64(i), store.Write{Field: "n", Version: uint64(i), Value: i},
+			store.Write{Field: "log", Version: uint64(i), Append: true, Items: []any{i}})
+	}
+	s3, err := st.StateAt(ctx, "t", 3)
+	if err != nil || s3.Values["n"] != 3 || !reflect.DeepEqual(s3.Values["log"], []any{2, 3}) {
+		t.Fatalf("state at 3: %+v %v", s3, err)
+	}
+	if _, err := st.StateAt(ctx, "t", 99); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("state at a missing checkpoint: %v", err)
+	}
+	f, err := store.Fork(ctx, st, "t", 3, "t2")
+	if err != nil || f.Seq != 1 {
+		t.Fatal(err)
+	}
+	commit(t, st, "t2", 2, store.Write{Field: "log", Version: 4, Append: true, Items: []any{"fork"}})
+	h2, _ := st.Head(ctx, "t2")
+	h1, _ := st.Head(ctx, "t")
+	if !reflect.DeepEqual(h2.Values["log"], []any{2, 3, "fork"}) || !reflect.DeepEqual(h1.Values["log"], []any{2, 3, 4, 5}) {
+		t.Fatalf("fork %v original %v", h2.Values["log"], h1.Values["log"])
+	}
+}
+
+func testThreadsAndDelete(t *testing.T, st store.Store) {
+	create(t, st, "a", map[string]any{"n": 1})
+	create(t, st, "b", map[string]any{"n": 1})
+	commit(t, st, "b", 2, store.Write{Field: "n", Version: 2, Value: 2})
+	list, err := st.Threads(ctx, store.ThreadOptions{})
+	if err != nil || len(list) != 2 || list[0].ID != "b" || list[0].Head != 2 {
+		t.Fatalf("threads %+v %v", list, err)
+	}
+	idle, _ := st.Threads(ctx, store.ThreadOptions{IdleSince: at(1)})
+	if len(idle) != 1 || idle[0].ID != "a" {
+		t.Fatalf("idle threads %+v", idle)
+	}
+	if err := st.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Head(ctx, "a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleted thread: %v", err)
+	}
+	if err := st.Delete(ctx, "a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	create(t, st, "a", map[string]any{"n": 7}) // the id can be reused
+}
+
+func testConcurrentWriters(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0})
+	const writers = 8
+	for seq := uint64(2); seq <= 6; seq++ {
+		var wg sync.WaitGroup
+		won := make([]bool, writers)
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Source: "step", Time: at(int(seq)),
+					Writes: []store.Write{{Field: "n", Version: seq, Value: w}}})
+				if err == nil {
+					won[w] = true
+				} else if !errors.Is(err, store.ErrConflict) {
+					t.Errorf("writer %d: %v", w, err)
+				}
+			}()
+		}
+		wg.Wait()
+		n := 0
+		for _, ok := range won {
+			if ok {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("seq %d: %d writers won", seq, n)
+		}
+	}
+	hist, _ := st.History(ctx, "t", store.HistoryOptions{})
+	for i, cp := range hist[:len(hist)-1] {
+		if cp.Parent != hist[i+1].Seq {
+			t.Fatalf("chain forked at %d", cp.Seq)
+		}
+	}
+}
