@@ -210,6 +210,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	thread := fs.String("thread", "", "thread id: continue this thread, or create it (default: a new thread)")
 	storeAddr := storeFlag(fs)
 	trace := fs.Bool("trace", false, "print the run's events to stderr")
+	resume := fs.Bool("resume", false, "continue the thread's unfinished run (after a crash) instead of starting one")
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -264,7 +265,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "thread %s in %s\n", *thread, *storeAddr)
 		return converse(ctx, env, eng, g, *thread, observe, exists)
 	}
-	req := engine.Request{Thread: *thread, Input: in, Observe: observe}
+	req := engine.Request{Thread: *thread, Input: in, Observe: observe, Resume: *resume}
 	res, err := eng.Run(ctx, g, req)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)

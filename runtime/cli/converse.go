@@ -42,6 +42,13 @@ func converse(ctx context.Context, env *Env, eng *engine.Engine, g *flow.Graph, 
 		return res.State, true
 	}
 	var state map[string]any
+	if snap, err := eng.Store.Head(ctx, thread); resumed && err == nil && len(snap.Next) > 0 {
+		fmt.Fprintf(env.Stderr, "resuming the unfinished turn of thread %s\n", thread)
+		if _, err := eng.Run(ctx, g, engine.Request{Thread: thread, Resume: true, Observe: observe}); err != nil {
+			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
+			return 1
+		}
+	}
 	if resumed {
 		// an existing thread: show where it stands instead of a new turn
 		snap, err := eng.Store.Head(ctx, thread)

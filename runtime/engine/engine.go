@@ -34,8 +34,12 @@ import (
 // one thread never overlap.
 type Engine struct {
 	Store store.Store
-	mu    sync.Mutex
-	busy  map[string]bool // threads with a run in progress
+	// LeaseTTL is how long a run's hold on its thread outlives a holder
+	// that stopped renewing it, such as a process that died (default
+	// DefaultLeaseTTL).
+	LeaseTTL time.Duration
+	mu       sync.Mutex
+	busy     map[string]bool // threads with a run in progress
 }
 
 // New returns an engine over st.
@@ -54,7 +58,19 @@ type Request struct {
 	Observe Observer
 	// RecordPath keeps the nodes of every step in Result.Path.
 	RecordPath bool
+	// Resume continues the thread's unfinished run (one that stopped
+	// after a checkpoint with nodes still to run, such as a crashed
+	// process's). Input must be empty. Nodes whose updates were saved as
+	// pending writes are not run again.
+	Resume bool
 }
+
+// ErrUnfinished refuses a new run on a thread whose previous run did not
+// finish; resume it first.
+var ErrUnfinished = errors.New("thread has an unfinished run; resume it first")
+
+// DefaultLeaseTTL is the default Engine.LeaseTTL.
+const DefaultLeaseTTL = 15 * time.Second
 
 // Result is a finished run.
 type Result struct {
@@ -206,6 +222,38 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 		delete(e.busy, req.Thread)
 		e.mu.Unlock()
 	}()
+	// one writer per thread across processes: the store's lease
+	owner := runID()
+	ttl := e.LeaseTTL
+	if ttl <= 0 {
+		ttl = DefaultLeaseTTL
+	}
+	if err := e.Store.Acquire(ctx, req.Thread, owner, ttl); err != nil {
+		if errors.Is(err, store.ErrLeased) {
+			return nil, ErrBusy
+		}
+		return nil, fmt.Errorf("lease thread: %w", err)
+	}
+	renewCtx, stopRenew := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-renewCtx.Done():
+				return
+			case <-t.C:
+				_ = e.Store.Acquire(renewCtx, req.Thread, owner, ttl)
+			}
+		}
+	}()
+	defer func() {
+		stopRenew()
+		<-renewed
+		_ = e.Store.Release(context.WithoutCancel(ctx), req.Thread, owner)
+	}()
 	head, err := e.Store.Head(ctx, req.Thread)
 	if errors.Is(err, store.ErrNotFound) {
 		var state map[string]any
@@ -216,7 +264,19 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case req.Resume && len(req.Input) > 0:
+		return nil, &InputError{Field: sortedKeys(req.Input)[0], Reason: "a resumed run takes no input"}
+	case !req.Resume && len(head.Next) > 0:
+		return nil, ErrUnfinished
+	}
 	r := newRun(e, g, req, head)
+	if req.Resume {
+		if err := r.restore(ctx, head); err != nil {
+			r.release()
+			return nil, err
+		}
+	}
 	res, err := r.execute(ctx)
 	r.release()
 	return res, err
@@ -252,6 +312,8 @@ type run struct {
 	outs       []outcome
 	outsBuf    [2]outcome
 	words      []uint64
+	resumed    []*flow.Node             // the next nodes of a resumed run
+	pending    map[string][]store.Write // their saved updates
 	nextBuf    [2][4]*flow.Node
 	changed    []*flow.Field
 	oldLen     []int // per append field: its length before this step
@@ -282,6 +344,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	r.writer, r.oldLen = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:]
 	r.mark, r.started, r.now, r.sinceClock, r.flip = mark, time.Now(), time.Time{}, 0, 0
 	r.changed = r.changed[:0]
+	r.resumed, r.pending = nil, nil
 	for i, f := range g.Fields {
 		if head.Versions == nil {
 			// a thread created by this run: every present field is new
@@ -357,6 +420,9 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[str
 			go func() {
 				defer wg.Done()
 				r.exec(ctx, n, vars, &outs[i])
+				if err := r.savePending(ctx, &outs[i]); err != nil && outs[i].err == nil {
+					outs[i].err = err
+				}
 			}()
 		}
 	}
@@ -366,6 +432,52 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[str
 		}
 	}
 	wg.Wait()
+}
+
+// runState copies the join arrivals and edge counts an unfinished run
+// needs to resume; nil when there is nothing to carry.
+func (r *run) runState() (joins []uint64, taken []int) {
+	for _, j := range r.joins {
+		if j != 0 {
+			joins = slices.Clone(r.joins)
+			break
+		}
+	}
+	for _, t := range r.bounds {
+		if t != 0 {
+			taken = slices.Clone(r.bounds)
+			break
+		}
+	}
+	return joins, taken
+}
+
+// restore sets a resumed run up from the thread's unfinished run: its
+// step, join arrivals, edge counts, input, next nodes and pending writes.
+func (r *run) restore(ctx context.Context, head *store.Snapshot) error {
+	r.step = head.Step
+	copy(r.joins, head.Joins)
+	copy(r.bounds, head.Taken)
+	if cps, err := r.e.Store.History(ctx, r.req.Thread, store.HistoryOptions{Run: head.Run, Source: "input", Limit: 1}); err == nil && len(cps) == 1 {
+		r.input = map[string]any{}
+		for _, w := range cps[0].Writes {
+			if w.Append {
+				r.input[w.Field] = w.Items
+			} else {
+				r.input[w.Field] = w.Value
+			}
+		}
+	}
+	for _, name := range head.Next {
+		n, ok := r.g.Node(name)
+		if !ok {
+			return fmt.Errorf("resume: the flow has no node %q (it changed since the run stopped)", name)
+		}
+		r.resumed = append(r.resumed, n)
+	}
+	r.pending = head.Pending
+	r.bindVars()
+	return nil
 }
 
 // clockEvery bounds how many inline-only steps may share one clock reading.
@@ -435,13 +547,29 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			}
 		}()
 	}
-	if err := r.applyInput(ctx); err != nil {
-		return nil, err
-	}
-	r.bindVars()
-	triggered, err := r.route(r.vars, nil)
-	if err != nil {
-		return nil, err
+	var triggered []*flow.Node
+	if r.resumed != nil {
+		triggered = r.resumed
+	} else {
+		cp, err := r.applyInput()
+		if err != nil {
+			return nil, err
+		}
+		r.bindVars()
+		if triggered, err = r.route(r.vars, nil); err != nil {
+			return nil, err
+		}
+		if cp != nil {
+			// the input checkpoint names the entry nodes, so a run that
+			// dies before its first step can be resumed
+			for _, n := range triggered {
+				cp.Next = append(cp.Next, n.Name)
+			}
+			if err := r.e.Store.Commit(ctx, cp); err != nil {
+				return nil, fmt.Errorf("commit input: %w", err)
+			}
+			r.seq = cp.Seq
+		}
 	}
 	for len(triggered) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -461,10 +589,12 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 	return res, nil
 }
 
-// applyInput validates the input and commits it through the reducers.
-func (r *run) applyInput(ctx context.Context) error {
+// applyInput validates the input and applies it through the reducers. It
+// returns the input checkpoint, for the caller to commit once it knows
+// the entry nodes, or nil when there is no input.
+func (r *run) applyInput() (*store.Checkpoint, error) {
 	if len(r.req.Input) == 0 {
-		return nil
+		return nil, nil
 	}
 	next := maps.Clone(r.values)
 	r.input = make(map[string]any, len(r.req.Input))
@@ -480,20 +610,20 @@ func (r *run) applyInput(ctx context.Context) error {
 			if len(names) > 0 {
 				reason += " (inputs: " + strings.Join(names, ", ") + ")"
 			}
-			return &InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)}
+			return nil, &InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)}
 		}
 		v, err := schema.Normalize(r.req.Input[k])
 		if err != nil {
-			return &InputError{Field: k, Reason: err.Error()}
+			return nil, &InputError{Field: k, Reason: err.Error()}
 		}
 		v = schema.Coerce(f.Shape, v)
 		r.input[k] = v
 		nv, err := f.Reducer.Reduce(next[k], v)
 		if err != nil {
-			return &InputError{Field: k, Reason: err.Error()}
+			return nil, &InputError{Field: k, Reason: err.Error()}
 		}
 		if err := validateField(f, nv, v); err != nil {
-			return &InputError{Field: k, Reason: err.Error()}
+			return nil, &InputError{Field: k, Reason: err.Error()}
 		}
 		next[k] = nv
 		r.versions[f.Index]++
@@ -501,14 +631,11 @@ func (r *run) applyInput(ctx context.Context) error {
 	}
 	if r.g.FullValidation {
 		if err := r.g.Root().Validate(next); err != nil {
-			return &InputError{Field: cp.Writes[0].Field, Reason: err.Error()}
+			return nil, &InputError{Field: cp.Writes[0].Field, Reason: err.Error()}
 		}
 	}
-	if err := r.e.Store.Commit(ctx, cp); err != nil {
-		return fmt.Errorf("commit input: %w", err)
-	}
-	r.values, r.seq = next, cp.Seq
-	return nil
+	r.values = next
+	return cp, nil
 }
 
 func writeOf(f *flow.Field, version uint64, value, update any) store.Write {
@@ -571,6 +698,8 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		}
 	}
 	r.runNodes(ctx, triggered, vars, outs)
+	// saved updates belong to the first superstep of a resumed run only
+	r.pending = nil
 	if r.req.RecordPath {
 		names := make([]string, len(triggered))
 		for i, n := range triggered {
@@ -631,6 +760,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			names = append(names, n.Name)
 		}
 		cp.Next = names
+		cp.Joins, cp.Taken = r.runState()
 	}
 	if err := r.e.Store.Commit(ctx, cp); err != nil {
 		return nil, fmt.Errorf("commit step %d: %w", r.step, err)
@@ -790,8 +920,37 @@ func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Upd
 
 // exec runs one node with its retry and timeout policy.
 func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
+	if ws, ok := r.pending[n.Name]; ok {
+		// completed before the run stopped: take its saved update
+		upd := make(kind.Update, len(ws))
+		for i, w := range ws {
+			upd[i] = kind.FieldValue{Field: w.Field, Value: w.Value}
+		}
+		o.node, o.update, o.err, o.attempts, o.took = n, upd, nil, 0, 0
+		return
+	}
 	res := r.attempt(ctx, n, vars, &o.view)
 	o.node, o.update, o.err, o.attempts, o.took = res.node, res.update, res.err, res.attempts, res.took
+}
+
+// savePending stores a blocking node's update as soon as it completes, so
+// that a run resumed after a crash does not run it again.
+func (r *run) savePending(ctx context.Context, o *outcome) error {
+	if o.err != nil || o.attempts == 0 {
+		return nil
+	}
+	ws := make([]store.Write, len(o.update))
+	for i, fv := range o.update {
+		v, err := schema.Normalize(fv.Value)
+		if err != nil {
+			return nil // the barrier reports it
+		}
+		ws[i] = store.Write{Field: fv.Field, Value: v}
+	}
+	if err := r.e.Store.PutPending(ctx, r.req.Thread, r.seq, o.node.Name, ws); err != nil {
+		return fmt.Errorf("node %q: save pending writes: %w", o.node.Name, err)
+	}
+	return nil
 }
 
 func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, st *kind.State) outcome {

@@ -23,6 +23,8 @@ var (
 	ErrConflict = errors.New("thread was advanced by another writer")
 	// ErrExists: a thread with that id already exists.
 	ErrExists = errors.New("thread already exists")
+	// ErrLeased: another owner holds the thread's lease.
+	ErrLeased = errors.New("thread is leased by another run")
 )
 
 // Checkpoint is one committed step of a thread.
@@ -45,8 +47,13 @@ type Checkpoint struct {
 	// wrote, in declaration order.
 	Writers []NodeWrites
 	// Next lists the nodes triggered for the following superstep; empty
-	// when the run finished.
+	// when the run finished. A thread whose newest checkpoint has Next
+	// holds an unfinished run that can be resumed.
 	Next []string
+	// Joins and Taken carry the unfinished run's join arrivals (per join
+	// slot) and how often each bounded edge was taken (per edge index).
+	Joins []uint64
+	Taken []int
 }
 
 // Write is one changed field.
@@ -73,7 +80,16 @@ type Snapshot struct {
 	Seq      uint64
 	Values   map[string]any
 	Versions map[string]uint64
-	Next     []string
+	// Next, Joins and Taken describe an unfinished run (see Checkpoint).
+	Next  []string
+	Joins []uint64
+	Taken []int
+	// Run and Step are those of the newest checkpoint.
+	Run  string
+	Step int
+	// Pending holds the saved updates of nodes that completed in the
+	// unfinished superstep after this checkpoint, by node.
+	Pending map[string][]Write
 }
 
 // Store persists threads. Every implementation passes the conformance
@@ -96,6 +112,16 @@ type Store interface {
 	Threads(ctx context.Context, opts ThreadOptions) ([]ThreadInfo, error)
 	// Delete removes a thread and all its checkpoints.
 	Delete(ctx context.Context, thread string) error
+	// PutPending saves the update of a node that completed in the
+	// superstep following checkpoint parent, before that superstep is
+	// committed. Head returns it in Snapshot.Pending until the next commit.
+	PutPending(ctx context.Context, thread string, parent uint64, node string, writes []Write) error
+	// Acquire takes the thread's lease for owner for ttl; it fails with
+	// ErrLeased while another owner holds an unexpired lease. Acquiring a
+	// lease one holds renews it.
+	Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error
+	// Release gives the lease up, if owner holds it.
+	Release(ctx context.Context, thread, owner string) error
 	// Close releases the store's resources.
 	Close() error
 }
@@ -197,6 +223,10 @@ type Folder struct {
 	Versions map[string]uint64
 	Seq      uint64
 	Next     []string
+	Joins    []uint64
+	Taken    []int
+	Run      string
+	Step     int
 	owned    map[string]bool
 }
 
@@ -221,10 +251,11 @@ func (f *Folder) Apply(cp *Checkpoint) {
 		}
 		f.Versions[w.Field] = w.Version
 	}
-	f.Seq, f.Next = cp.Seq, cp.Next
+	f.Seq, f.Next, f.Joins, f.Taken, f.Run, f.Step = cp.Seq, cp.Next, cp.Joins, cp.Taken, cp.Run, cp.Step
 }
 
 // Snapshot returns the folded state; its maps are copies, its values shared.
 func (f *Folder) Snapshot(thread string) *Snapshot {
-	return &Snapshot{Thread: thread, Seq: f.Seq, Values: maps.Clone(f.Values), Versions: maps.Clone(f.Versions), Next: f.Next}
+	return &Snapshot{Thread: thread, Seq: f.Seq, Values: maps.Clone(f.Values), Versions: maps.Clone(f.Versions),
+		Next: f.Next, Joins: f.Joins, Taken: f.Taken, Run: f.Run, Step: f.Step}
 }

@@ -16,10 +16,17 @@ import (
 type Store struct {
 	mu      sync.Mutex
 	threads map[string]*thread
+	leases  map[string]lease
+}
+
+type lease struct {
+	owner   string
+	expires time.Time
 }
 
 type thread struct {
 	chain   []*store.Checkpoint
+	pending map[string][]store.Write // of the superstep after the newest checkpoint
 	folder  *store.Folder
 	applied int // checkpoints folded so far
 	created time.Time
@@ -27,7 +34,7 @@ type thread struct {
 }
 
 // New returns an empty store.
-func New() *Store { return &Store{threads: map[string]*thread{}} }
+func New() *Store { return &Store{threads: map[string]*thread{}, leases: map[string]lease{}} }
 
 func (s *Store) thread(id string) (*thread, error) {
 	t, ok := s.threads[id]
@@ -51,7 +58,54 @@ func (s *Store) Head(_ context.Context, id string) (*store.Snapshot, error) {
 	for ; t.applied < len(t.chain); t.applied++ {
 		t.folder.Apply(t.chain[t.applied])
 	}
-	return t.folder.Snapshot(id), nil
+	snap := t.folder.Snapshot(id)
+	if len(snap.Next) > 0 && len(t.pending) > 0 {
+		snap.Pending = map[string][]store.Write{}
+		for k, v := range t.pending {
+			snap.Pending[k] = v
+		}
+	}
+	return snap, nil
+}
+
+// PutPending implements store.Store.
+func (s *Store) PutPending(_ context.Context, id string, parent uint64, node string, writes []store.Write) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, err := s.thread(id)
+	if err != nil {
+		return err
+	}
+	if t.chain[len(t.chain)-1].Seq != parent {
+		return store.ErrConflict
+	}
+	if t.pending == nil {
+		t.pending = map[string][]store.Write{}
+	}
+	t.pending[node] = writes
+	return nil
+}
+
+// Acquire implements store.Store.
+func (s *Store) Acquire(_ context.Context, id, owner string, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if l, ok := s.leases[id]; ok && l.owner != owner && now.Before(l.expires) {
+		return store.ErrLeased
+	}
+	s.leases[id] = lease{owner: owner, expires: now.Add(ttl)}
+	return nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(_ context.Context, id, owner string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.leases[id]; ok && l.owner == owner {
+		delete(s.leases, id)
+	}
+	return nil
 }
 
 // StateAt implements store.Store.
@@ -90,6 +144,7 @@ func (s *Store) Commit(_ context.Context, cp *store.Checkpoint) error {
 	}
 	t.chain = append(t.chain, cp)
 	t.updated = cp.Time
+	t.pending = nil
 	return nil
 }
 
@@ -147,6 +202,7 @@ func (s *Store) Delete(_ context.Context, id string) error {
 		return store.ErrNotFound
 	}
 	delete(s.threads, id)
+	delete(s.leases, id)
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -109,7 +110,8 @@ c AS (INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
       SELECT $1, $2, $3, $5, $6, $7, $4, $8::jsonb FROM t RETURNING seq),
 w AS (INSERT INTO writes (thread, seq, field, version, append, value)
       SELECT $1, $2, u.f, u.v, u.a, u.val::jsonb FROM c,
-             unnest($9::text[], $10::bigint[], $11::boolean[], $12::text[]) AS u(f, v, a, val))
+             unnest($9::text[], $10::bigint[], $11::boolean[], $12::text[]) AS u(f, v, a, val)),
+p AS (DELETE FROM pending WHERE thread = $1 AND parent < $2 AND EXISTS (SELECT 1 FROM t))
 SELECT count(*) FROM t`
 
 var (
@@ -182,7 +184,7 @@ func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error
 			}
 		}
 		if snap, ok := s.cache.Snapshot(thread, seq, tail); ok {
-			return snap, nil
+			return s.withPending(ctx, snap)
 		}
 	}
 	f, err := s.fold(ctx, thread, seq)
@@ -190,7 +192,66 @@ func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error
 		return nil, err
 	}
 	s.cache.Put(thread, born, f)
-	return f.Snapshot(thread), nil
+	return s.withPending(ctx, f.Snapshot(thread))
+}
+
+// withPending adds the pending writes of an unfinished run to snap.
+func (s *Store) withPending(ctx context.Context, snap *store.Snapshot) (*store.Snapshot, error) {
+	if len(snap.Next) == 0 {
+		return snap, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT node, writes::text FROM pending WHERE thread = $1 AND parent = $2`, snap.Thread, int64(snap.Seq))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var node, writes string
+		if err := rows.Scan(&node, &writes); err != nil {
+			return nil, err
+		}
+		ws, err := sqlstore.DecodePending([]byte(writes))
+		if err != nil {
+			return nil, err
+		}
+		if snap.Pending == nil {
+			snap.Pending = map[string][]store.Write{}
+		}
+		snap.Pending[node] = ws
+	}
+	return snap, rows.Err()
+}
+
+// PutPending implements store.Store.
+func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, node string, writes []store.Write) error {
+	b, err := sqlstore.EncodePending(writes)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO pending (thread, parent, node, writes) VALUES ($1, $2, $3, $4::jsonb)
+		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, int64(parent), node, string(b))
+	return err
+}
+
+// Acquire implements store.Store.
+func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error {
+	now := time.Now()
+	tag, err := s.pool.Exec(ctx, `INSERT INTO leases (thread, owner, expires_at) VALUES ($1, $2, $3)
+		ON CONFLICT (thread) DO UPDATE SET owner = $2, expires_at = $3
+		WHERE leases.owner = $2 OR leases.expires_at < $4`, thread, owner, now.Add(ttl).UnixNano(), now.UnixNano())
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrLeased
+	}
+	return nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, thread, owner string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM leases WHERE thread = $1 AND owner = $2`, thread, owner)
+	return err
 }
 
 // StateAt implements store.Store.
@@ -207,13 +268,13 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	var f *store.Folder
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 		var meta string
-		if err := tx.QueryRow(ctx, `SELECT meta::text FROM checkpoints WHERE thread = $1 AND seq = $2`, thread, int64(seq)).Scan(&meta); err != nil {
+		cp := store.Checkpoint{Seq: seq}
+		if err := tx.QueryRow(ctx, `SELECT meta::text, run, step FROM checkpoints WHERE thread = $1 AND seq = $2`, thread, int64(seq)).Scan(&meta, &cp.Run, &cp.Step); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return store.ErrNotFound
 			}
 			return err
 		}
-		var cp store.Checkpoint
 		if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
 			return err
 		}
@@ -231,7 +292,7 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 		if err != nil {
 			return err
 		}
-		f, err = sqlstore.Fold(seq, cp.Next, frs)
+		f, err = sqlstore.Fold(&cp, frs)
 		return err
 	})
 	return f, err
@@ -367,8 +428,10 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 		if tag.RowsAffected() == 0 {
 			return store.ErrNotFound
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM writes WHERE thread = $1`, thread); err != nil {
-			return err
+		for _, table := range []string{"writes", "pending", "leases"} {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE thread = $1`, thread); err != nil {
+				return err
+			}
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM checkpoints WHERE thread = $1`, thread)
 		return err

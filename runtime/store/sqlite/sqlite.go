@@ -166,6 +166,9 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 				return store.ErrConflict
 			}
 		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM pending WHERE thread = ? AND parent < ?`, cp.Thread, cp.Seq); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source, at, string(meta)); err != nil {
 			return err
@@ -212,7 +215,7 @@ func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error
 			tail = reversed(cps)
 		}
 		if snap, ok := s.cache.Snapshot(thread, head, tail); ok {
-			return snap, nil
+			return s.withPending(ctx, snap)
 		}
 	}
 	f, err := s.fold(ctx, thread, head)
@@ -220,7 +223,7 @@ func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error
 		return nil, err
 	}
 	s.cache.Put(thread, born, f)
-	return f.Snapshot(thread), nil
+	return s.withPending(ctx, f.Snapshot(thread))
 }
 
 func reversed(cps []*store.Checkpoint) []*store.Checkpoint {
@@ -248,13 +251,13 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	}
 	defer tx.Rollback()
 	var meta string
-	if err := tx.QueryRowContext(ctx, `SELECT meta FROM checkpoints WHERE thread = ? AND seq = ?`, thread, seq).Scan(&meta); err != nil {
+	cp := store.Checkpoint{Seq: seq}
+	if err := tx.QueryRowContext(ctx, `SELECT meta, run, step FROM checkpoints WHERE thread = ? AND seq = ?`, thread, seq).Scan(&meta, &cp.Run, &cp.Step); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, store.ErrNotFound
 		}
 		return nil, err
 	}
-	var cp store.Checkpoint
 	if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
 		return nil, err
 	}
@@ -282,7 +285,66 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	return sqlstore.Fold(seq, cp.Next, frs)
+	return sqlstore.Fold(&cp, frs)
+}
+
+// withPending adds the pending writes of an unfinished run to snap.
+func (s *Store) withPending(ctx context.Context, snap *store.Snapshot) (*store.Snapshot, error) {
+	if len(snap.Next) == 0 {
+		return snap, nil
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT node, writes FROM pending WHERE thread = ? AND parent = ?`, snap.Thread, snap.Seq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var node, writes string
+		if err := rows.Scan(&node, &writes); err != nil {
+			return nil, err
+		}
+		ws, err := sqlstore.DecodePending([]byte(writes))
+		if err != nil {
+			return nil, err
+		}
+		if snap.Pending == nil {
+			snap.Pending = map[string][]store.Write{}
+		}
+		snap.Pending[node] = ws
+	}
+	return snap, rows.Err()
+}
+
+// PutPending implements store.Store.
+func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, node string, writes []store.Write) error {
+	b, err := sqlstore.EncodePending(writes)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO pending (thread, parent, node, writes) VALUES (?, ?, ?, ?)
+		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, parent, node, string(b))
+	return err
+}
+
+// Acquire implements store.Store.
+func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error {
+	now := time.Now()
+	res, err := s.db.ExecContext(ctx, `INSERT INTO leases (thread, owner, expires_at) VALUES (?1, ?2, ?3)
+		ON CONFLICT (thread) DO UPDATE SET owner = ?2, expires_at = ?3
+		WHERE leases.owner = ?2 OR leases.expires_at < ?4`, thread, owner, now.Add(ttl).UnixNano(), now.UnixNano())
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.ErrLeased
+	}
+	return nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, thread, owner string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM leases WHERE thread = ? AND owner = ?`, thread, owner)
+	return err
 }
 
 // History implements store.Store.
@@ -419,6 +481,11 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			return store.ErrNotFound
+		}
+		for _, table := range []string{"pending", "leases"} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE thread = ?`, thread); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

@@ -46,7 +46,7 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := stores[0].Migrations(ctx)
-	if err != nil || !reflect.DeepEqual(got, []int{1}) {
+	if err != nil || !reflect.DeepEqual(got, []int{1, 2}) {
 		t.Fatalf("migrations %v %v", got, err)
 	}
 }

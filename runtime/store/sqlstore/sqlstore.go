@@ -57,7 +57,7 @@ func Decode(r FieldRow) (store.Write, error) {
 // Fold builds the state at checkpoint seq from field rows ordered by
 // field, then sequence, each field starting at its newest full write (or
 // its first append).
-func Fold(seq uint64, next []string, rows []FieldRow) (*store.Folder, error) {
+func Fold(meta *store.Checkpoint, rows []FieldRow) (*store.Folder, error) {
 	f := store.NewFolder()
 	cp := &store.Checkpoint{Writes: make([]store.Write, 1)}
 	for _, r := range rows {
@@ -68,7 +68,7 @@ func Fold(seq uint64, next []string, rows []FieldRow) (*store.Folder, error) {
 		cp.Writes[0] = w
 		f.Apply(cp)
 	}
-	f.Seq, f.Next = seq, next
+	f.Seq, f.Next, f.Joins, f.Taken, f.Run, f.Step = meta.Seq, meta.Next, meta.Joins, meta.Taken, meta.Run, meta.Step
 	return f, nil
 }
 
@@ -76,11 +76,13 @@ func Fold(seq uint64, next []string, rows []FieldRow) (*store.Folder, error) {
 type Meta struct {
 	Writers []store.NodeWrites `json:"writers,omitempty"`
 	Next    []string           `json:"next,omitempty"`
+	Joins   []uint64           `json:"joins,omitempty"`
+	Taken   []int              `json:"taken,omitempty"`
 }
 
 // EncodeMeta serialises a checkpoint's writers and next nodes.
 func EncodeMeta(cp *store.Checkpoint) ([]byte, error) {
-	return json.Marshal(Meta{Writers: cp.Writers, Next: cp.Next})
+	return json.Marshal(Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins, Taken: cp.Taken})
 }
 
 // DecodeMeta fills cp's writers and next nodes.
@@ -92,7 +94,7 @@ func DecodeMeta(b []byte, cp *store.Checkpoint) error {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	cp.Writers, cp.Next = m.Writers, m.Next
+	cp.Writers, cp.Next, cp.Joins, cp.Taken = m.Writers, m.Next, m.Joins, m.Taken
 	return nil
 }
 
@@ -102,3 +104,38 @@ func Nanos(t time.Time) int64 { return t.UnixNano() }
 
 // Time is the inverse of Nanos.
 func Time(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+type pendingWrite struct {
+	Field string          `json:"f"`
+	Value json.RawMessage `json:"v"`
+}
+
+// EncodePending serialises a node's pending update.
+func EncodePending(ws []store.Write) ([]byte, error) {
+	out := make([]pendingWrite, len(ws))
+	for i, w := range ws {
+		b, err := json.Marshal(w.Value)
+		if err != nil {
+			return nil, fmt.Errorf("field %q: %w", w.Field, err)
+		}
+		out[i] = pendingWrite{Field: w.Field, Value: b}
+	}
+	return json.Marshal(out)
+}
+
+// DecodePending is the inverse of EncodePending.
+func DecodePending(b []byte) ([]store.Write, error) {
+	var in []pendingWrite
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, err
+	}
+	out := make([]store.Write, len(in))
+	for i, p := range in {
+		v, err := schema.Decode(p.Value)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = store.Write{Field: p.Field, Value: v}
+	}
+	return out, nil
+}

@@ -28,6 +28,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"StateAtAndFork", testStateAtAndFork},
 		{"ThreadsAndDelete", testThreadsAndDelete},
 		{"ConcurrentWritersOneWins", testConcurrentWriters},
+		{"PendingWrites", testPending},
+		{"Leases", testLeases},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -331,5 +333,60 @@ func testConcurrentWriters(t *testing.T, st store.Store) {
 		if cp.Parent != hist[i+1].Seq {
 			t.Fatalf("chain forked at %d", cp.Seq)
 		}
+	}
+}
+
+func testPending(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0})
+	commit(t, st, "t", 2, store.Write{Field: "n", Version: 2, Value: 1}) // Next: [n]
+	if err := st.PutPending(ctx, "t", 2, "slow", []store.Write{{Field: "n", Value: 5}, {Field: "s", Value: map[string]any{"k": []any{1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := st.Head(ctx, "t")
+	if err != nil || len(h.Pending) != 1 || !reflect.DeepEqual(h.Pending["slow"], []store.Write{{Field: "n", Value: 5}, {Field: "s", Value: map[string]any{"k": []any{1}}}}) {
+		t.Fatalf("pending %+v %v", h.Pending, err)
+	}
+	if len(h.Next) != 1 || h.Run != "r1" || h.Step != 2 {
+		t.Fatalf("unfinished run not described: %+v", h)
+	}
+	commit(t, st, "t", 3, store.Write{Field: "n", Version: 3, Value: 6})
+	if h, _ := st.Head(ctx, "t"); len(h.Pending) != 0 {
+		t.Fatalf("pending writes survived the commit: %v", h.Pending)
+	}
+	// run state round-trips
+	cp := &store.Checkpoint{Thread: "t", Seq: 4, Parent: 3, Run: "r2", Step: 7, Source: "step", Time: at(4),
+		Next: []string{"j"}, Joins: []uint64{0, 5}, Taken: []int{0, 3}}
+	if err := st.Commit(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	h, _ = st.Head(ctx, "t")
+	if !reflect.DeepEqual(h.Joins, []uint64{0, 5}) || !reflect.DeepEqual(h.Taken, []int{0, 3}) || h.Step != 7 || h.Run != "r2" {
+		t.Fatalf("run state %+v", h)
+	}
+}
+
+func testLeases(t *testing.T, st store.Store) {
+	if err := st.Acquire(ctx, "t", "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Acquire(ctx, "t", "b", time.Minute); !errors.Is(err, store.ErrLeased) {
+		t.Fatalf("b acquired a held lease: %v", err)
+	}
+	if err := st.Acquire(ctx, "t", "a", time.Minute); err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	if err := st.Release(ctx, "t", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Acquire(ctx, "t", "b", time.Minute); !errors.Is(err, store.ErrLeased) {
+		t.Fatalf("b released a's lease: %v", err)
+	}
+	st.Release(ctx, "t", "a")
+	if err := st.Acquire(ctx, "t", "b", 30*time.Millisecond); err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if err := st.Acquire(ctx, "t", "c", time.Minute); err != nil {
+		t.Fatalf("expired lease not taken over: %v", err)
 	}
 }

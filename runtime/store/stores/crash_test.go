@@ -1,0 +1,299 @@
+package stores_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
+	"github.com/trellisflow/trellis/runtime/store/stores"
+)
+
+// The crash test: a child process (this test binary) runs the crash flow
+// for crashTurns turns; the parent kills it with SIGKILL at random moments
+// and starts a new one, which resumes the thread. The record nodes append
+// every execution to a side file before returning.
+
+const crashTurns = 30
+
+func init() {
+	if addr := os.Getenv("TRELLIS_CRASH_STORE"); addr != "" {
+		os.Exit(crashChild(addr, os.Getenv("TRELLIS_CRASH_LOG")))
+	}
+}
+
+// crashKinds: calc evaluates expressions inline; record is a blocking node
+// that sleeps a little, records its execution, and returns its update
+// with its execution id.
+func crashKinds(logPath string) kind.Registry {
+	compile := func(b kind.Builder) []func(*kind.State) (kind.FieldValue, error) {
+		var out []func(*kind.State) (kind.FieldValue, error)
+		set := b.Setting("set")
+		for i := 0; set != nil && i+1 < len(set.Content); i += 2 {
+			field := set.Content[i].Value
+			b.Writes(field, set.Content[i])
+			p := b.Expr(set.Content[i+1], false)
+			out = append(out, func(s *kind.State) (kind.FieldValue, error) {
+				v, err := s.Eval(p)
+				return kind.FieldValue{Field: field, Value: v}, err
+			})
+		}
+		return out
+	}
+	eval := func(fs []func(*kind.State) (kind.FieldValue, error), s *kind.State) (kind.Update, error) {
+		var u kind.Update
+		for _, f := range fs {
+			fv, err := f(s)
+			if err != nil {
+				return nil, err
+			}
+			u = append(u, fv)
+		}
+		return u, nil
+	}
+	return kind.NewSet(
+		kind.Spec{Name: "calc", Summary: "Expressions to fields.", Inline: true, Settings: `{"properties": {"set": {"type": "object"}}}`,
+			New: func(b kind.Builder) kind.Node {
+				fs := compile(b)
+				return kind.Func(func(_ context.Context, s *kind.State) (kind.Update, error) { return eval(fs, s) })
+			}},
+		kind.Spec{Name: "record", Summary: "Record each execution.", Settings: `{"properties": {"set": {"type": "object"}}}`,
+			New: func(b kind.Builder) kind.Node {
+				fs := compile(b)
+				b.Writes("execs", nil)
+				name := b.Node()
+				return kind.Func(func(ctx context.Context, s *kind.State) (kind.Update, error) {
+					select {
+					case <-time.After(time.Duration(500+rand.IntN(2500)) * time.Microsecond):
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+					u, err := eval(fs, s)
+					if err != nil {
+						return nil, err
+					}
+					id := fmt.Sprintf("%s/%v/%v/%s", name, s.Get("turn"), s.Get("round"), expression.NewID()[:8])
+					if logPath != "" {
+						f, err := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+						if err != nil {
+							return nil, err
+						}
+						_, err = f.WriteString("exec " + id + "\n")
+						f.Close()
+						if err != nil {
+							return nil, err
+						}
+					}
+					return append(u, kind.FieldValue{Field: "execs", Value: []any{id}}), nil
+				})
+			}},
+	)
+}
+
+func crashGraph(t testing.TB, logPath string) *flow.Graph {
+	g, dl := flow.Load("testdata/crash.yaml", crashKinds(logPath))
+	if g == nil {
+		if t == nil {
+			panic(fmt.Sprint(dl))
+		}
+		t.Fatal(dl)
+	}
+	return g
+}
+
+func note(logPath, line string) {
+	f, err := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		f.WriteString(line + "\n")
+		f.Close()
+	}
+}
+
+// crashChild drives the thread to crashTurns finished turns, resuming an
+// unfinished run first.
+func crashChild(addr, logPath string) int {
+	ctx := context.Background()
+	st, err := stores.Open(ctx, addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer st.Close()
+	g := crashGraph(nil, logPath)
+	eng := engine.New(st)
+	eng.LeaseTTL = 150 * time.Millisecond
+	for {
+		head, err := st.Head(ctx, "t")
+		if errors.Is(err, store.ErrNotFound) {
+			if _, err := eng.Create(ctx, g, "t", nil); err != nil && !errors.Is(err, store.ErrExists) {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+			continue
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		req := engine.Request{Thread: "t"}
+		switch {
+		case len(head.Next) > 0:
+			req.Resume = true
+			note(logPath, fmt.Sprintf("resume pending=%d", len(head.Pending)))
+		case head.Values["turn"].(int) < crashTurns:
+			req.Input = map[string]any{"turn": head.Values["turn"].(int) + 1}
+		default:
+			return 0
+		}
+		if _, err := eng.Run(ctx, g, req); err != nil {
+			if errors.Is(err, engine.ErrBusy) {
+				time.Sleep(20 * time.Millisecond) // the killed process's lease
+				continue
+			}
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
+}
+
+func crashTest(t *testing.T, addr string, kills int) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "side.log")
+	killed, exits := 0, 0
+	for {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "TRELLIS_CRASH_STORE="+addr, "TRELLIS_CRASH_LOG="+logPath)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if killed < kills {
+			// let the child start working (its first execution reaches
+			// the side log), then kill it at a random moment
+			size := logSize(logPath)
+			for deadline := time.Now().Add(30 * time.Second); logSize(logPath) == size && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+			cmd.Process.Signal(syscall.SIGKILL)
+			err := cmd.Wait()
+			if err == nil {
+				exits++ // finished before the kill; start over below
+				if exits > 3 {
+					t.Fatalf("the job finished before %d kills (only %d)", kills, killed)
+				}
+				break
+			}
+			killed++
+			continue
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("final child: %v\n%s", err, stderr.String())
+		}
+		break
+	}
+	// the state every crash-free run reaches
+	ref := engine.New(memory.New())
+	g := crashGraph(t, "")
+	for turn := 1; turn <= crashTurns; turn++ {
+		if _, err := ref.Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"turn": turn}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, _ := ref.Store.Head(context.Background(), "t")
+	st, err := stores.Open(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got, err := st.Head(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"turn", "round", "log", "total"} {
+		if !reflect.DeepEqual(got.Values[f], want.Values[f]) {
+			t.Errorf("%s after %d kills:\n%v\nwant\n%v", f, killed, got.Values[f], want.Values[f])
+		}
+	}
+	// every logical execution (node, turn, round) committed exactly once,
+	// and never executed again after the execution that was committed
+	committed := map[string]string{}
+	for _, e := range got.Values["execs"].([]any) {
+		id := e.(string)
+		key := id[:strings.LastIndexByte(id, '/')]
+		if prev, dup := committed[key]; dup {
+			t.Errorf("%s committed twice: %s and %s", key, prev, id)
+		}
+		committed[key] = id
+	}
+	if len(committed) != crashTurns*6*3 {
+		t.Errorf("%d committed executions, want %d", len(committed), crashTurns*6*3)
+	}
+	f, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	last := map[string]string{}
+	resumes, withPending, reruns := 0, 0, 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "exec "):
+			id := strings.TrimPrefix(line, "exec ")
+			key := id[:strings.LastIndexByte(id, '/')]
+			if _, seen := last[key]; seen {
+				reruns++
+			}
+			last[key] = id
+		case strings.HasPrefix(line, "resume"):
+			resumes++
+			if !strings.HasSuffix(line, "pending=0") {
+				withPending++
+			}
+		}
+	}
+	for key, id := range committed {
+		if last[key] != id {
+			t.Errorf("%s ran again after its committed execution %s (last: %s)", key, id, last[key])
+		}
+	}
+	t.Logf("%d kills, %d resumed runs (%d with pending writes), %d executions re-run that had not completed", killed, resumes, withPending, reruns)
+	if resumes == 0 || withPending == 0 {
+		t.Errorf("the kills never interrupted a run with saved pending writes (%d resumes, %d with pending)", resumes, withPending)
+	}
+}
+
+func logSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+func TestCrashRecoverySQLite(t *testing.T) {
+	crashTest(t, "sqlite:"+filepath.Join(t.TempDir(), "crash.db"), 50)
+}
+
+func TestCrashRecoveryPostgres(t *testing.T) {
+	crashTest(t, pgtest.Database(t), 50)
+}
