@@ -53,11 +53,30 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, cache: sqlstore.NewCache(256)}
-	if err := s.Migrate(ctx); err != nil {
+	// Two processes opening a new file at once contend for the switch to
+	// WAL mode, which can fail with "database is locked" without waiting
+	// for the busy timeout: retry, as the loser will find the work done.
+	for attempt, wait := 0, 5*time.Millisecond; ; attempt++ {
+		if err = s.Migrate(ctx); err == nil || !busy(err) || attempt == 20 {
+			break
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+func busy(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
 }
 
 // Migrate applies the embedded migrations not yet recorded in the
