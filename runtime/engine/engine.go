@@ -234,26 +234,8 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 		}
 		return nil, fmt.Errorf("lease thread: %w", err)
 	}
-	renewCtx, stopRenew := context.WithCancel(ctx)
-	renewed := make(chan struct{})
-	go func() {
-		defer close(renewed)
-		t := time.NewTicker(ttl / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-renewCtx.Done():
-				return
-			case <-t.C:
-				_ = e.Store.Acquire(renewCtx, req.Thread, owner, ttl)
-			}
-		}
-	}()
-	defer func() {
-		stopRenew()
-		<-renewed
-		_ = e.Store.Release(context.WithoutCancel(ctx), req.Thread, owner)
-	}()
+	hold := &lease{st: e.Store, thread: req.Thread, owner: owner, ttl: ttl, renewed: time.Now()}
+	defer hold.release(ctx)
 	head, err := e.Store.Head(ctx, req.Thread)
 	if errors.Is(err, store.ErrNotFound) {
 		var state map[string]any
@@ -271,6 +253,7 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 		return nil, ErrUnfinished
 	}
 	r := newRun(e, g, req, head)
+	r.lease = hold
 	if req.Resume {
 		if err := r.restore(ctx, head); err != nil {
 			r.release()
@@ -312,6 +295,7 @@ type run struct {
 	outs       []outcome
 	outsBuf    [2]outcome
 	words      []uint64
+	lease      *lease
 	resumed    []*flow.Node             // the next nodes of a resumed run
 	pending    map[string][]store.Write // their saved updates
 	nextBuf    [2][4]*flow.Node
@@ -344,7 +328,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	r.writer, r.oldLen = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:]
 	r.mark, r.started, r.now, r.sinceClock, r.flip = mark, time.Now(), time.Time{}, 0, 0
 	r.changed = r.changed[:0]
-	r.resumed, r.pending = nil, nil
+	r.resumed, r.pending, r.lease = nil, nil, nil
 	for i, f := range g.Fields {
 		if head.Versions == nil {
 			// a thread created by this run: every present field is new
@@ -434,30 +418,77 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[str
 	wg.Wait()
 }
 
-// runState copies the join arrivals and edge counts an unfinished run
-// needs to resume; nil when there is nothing to carry.
-func (r *run) runState() (joins []uint64, taken []int) {
+// lease is a run's hold on its thread. Runs of inline nodes renew it at
+// step boundaries when it is due; once a step runs a node that may block,
+// a goroutine renews it until the run ends.
+type lease struct {
+	st            store.Store
+	thread, owner string
+	ttl           time.Duration
+	renewed       time.Time
+	stop          context.CancelFunc
+	done          chan struct{}
+}
+
+// keepAlive starts renewing in the background, once.
+func (l *lease) keepAlive(ctx context.Context) {
+	if l.stop != nil {
+		return
+	}
+	ctx, l.stop = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(l.ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = l.st.Acquire(ctx, l.thread, l.owner, l.ttl)
+			}
+		}
+	}()
+}
+
+// renewIfDue renews from the run's own goroutine when a third of the
+// lease has passed.
+func (l *lease) renewIfDue(ctx context.Context, now time.Time) {
+	if l.stop == nil && now.Sub(l.renewed) > l.ttl/3 {
+		if l.st.Acquire(ctx, l.thread, l.owner, l.ttl) == nil {
+			l.renewed = now
+		}
+	}
+}
+
+func (l *lease) release(ctx context.Context) {
+	if l.stop != nil {
+		l.stop()
+		<-l.done
+	}
+	_ = l.st.Release(context.WithoutCancel(ctx), l.thread, l.owner)
+}
+
+// runState copies the join arrivals an unfinished run needs to resume;
+// nil when no join is waiting.
+//
+// Edge bounds are not carried: a resumed run counts them from where it
+// resumes (its superstep count, which max_steps limits, is carried).
+func (r *run) runState(rec *record) []uint64 {
 	for _, j := range r.joins {
 		if j != 0 {
-			joins = slices.Clone(r.joins)
-			break
+			return append(rec.joins[:0], r.joins...)
 		}
 	}
-	for _, t := range r.bounds {
-		if t != 0 {
-			taken = slices.Clone(r.bounds)
-			break
-		}
-	}
-	return joins, taken
+	return nil
 }
 
 // restore sets a resumed run up from the thread's unfinished run: its
-// step, join arrivals, edge counts, input, next nodes and pending writes.
+// step, join arrivals, input, next nodes and pending writes.
 func (r *run) restore(ctx context.Context, head *store.Snapshot) error {
 	r.step = head.Step
 	copy(r.joins, head.Joins)
-	copy(r.bounds, head.Taken)
 	if cps, err := r.e.Store.History(ctx, r.req.Thread, store.HistoryOptions{Run: head.Run, Source: "input", Limit: 1}); err == nil && len(cps) == 1 {
 		r.input = map[string]any{}
 		for _, w := range cps[0].Writes {
@@ -680,6 +711,7 @@ type record struct {
 	writes  [2]store.Write
 	writers [1]store.NodeWrites
 	next    [1]string
+	joins   [1]uint64
 }
 
 func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.Node, error) {
@@ -695,6 +727,14 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	if observe {
 		for _, n := range triggered {
 			r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
+		}
+	}
+	if r.lease != nil {
+		for _, n := range triggered {
+			if !n.Inline {
+				r.lease.keepAlive(ctx)
+				break
+			}
 		}
 	}
 	r.runNodes(ctx, triggered, vars, outs)
@@ -760,12 +800,15 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			names = append(names, n.Name)
 		}
 		cp.Next = names
-		cp.Joins, cp.Taken = r.runState()
+		cp.Joins = r.runState(rec)
 	}
 	if err := r.e.Store.Commit(ctx, cp); err != nil {
 		return nil, fmt.Errorf("commit step %d: %w", r.step, err)
 	}
 	r.seq = cp.Seq
+	if r.lease != nil {
+		r.lease.renewIfDue(ctx, cp.Time)
+	}
 	if observe {
 		upd := make(map[string]any, len(cp.Writes))
 		for _, w := range cp.Writes {

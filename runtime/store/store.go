@@ -50,10 +50,8 @@ type Checkpoint struct {
 	// when the run finished. A thread whose newest checkpoint has Next
 	// holds an unfinished run that can be resumed.
 	Next []string
-	// Joins and Taken carry the unfinished run's join arrivals (per join
-	// slot) and how often each bounded edge was taken (per edge index).
+	// Joins carries the unfinished run's join arrivals (per join slot).
 	Joins []uint64
-	Taken []int
 }
 
 // Write is one changed field.
@@ -80,10 +78,9 @@ type Snapshot struct {
 	Seq      uint64
 	Values   map[string]any
 	Versions map[string]uint64
-	// Next, Joins and Taken describe an unfinished run (see Checkpoint).
+	// Next and Joins describe an unfinished run (see Checkpoint).
 	Next  []string
 	Joins []uint64
-	Taken []int
 	// Run and Step are those of the newest checkpoint.
 	Run  string
 	Step int
@@ -224,7 +221,6 @@ type Folder struct {
 	Seq      uint64
 	Next     []string
 	Joins    []uint64
-	Taken    []int
 	Run      string
 	Step     int
 	owned    map[string]bool
@@ -251,11 +247,11 @@ func (f *Folder) Apply(cp *Checkpoint) {
 		}
 		f.Versions[w.Field] = w.Version
 	}
-	f.Seq, f.Next, f.Joins, f.Taken, f.Run, f.Step = cp.Seq, cp.Next, cp.Joins, cp.Taken, cp.Run, cp.Step
+	f.Seq, f.Next, f.Joins, f.Run, f.Step = cp.Seq, cp.Next, cp.Joins, cp.Run, cp.Step
 }
 
 // Snapshot returns the folded state; its maps are copies, its values shared.
 func (f *Folder) Snapshot(thread string) *Snapshot {
 	return &Snapshot{Thread: thread, Seq: f.Seq, Values: maps.Clone(f.Values), Versions: maps.Clone(f.Versions),
-		Next: f.Next, Joins: f.Joins, Taken: f.Taken, Run: f.Run, Step: f.Step}
+		Next: f.Next, Joins: f.Joins, Run: f.Run, Step: f.Step}
 }

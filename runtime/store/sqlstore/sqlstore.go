@@ -68,7 +68,7 @@ func Fold(meta *store.Checkpoint, rows []FieldRow) (*store.Folder, error) {
 		cp.Writes[0] = w
 		f.Apply(cp)
 	}
-	f.Seq, f.Next, f.Joins, f.Taken, f.Run, f.Step = meta.Seq, meta.Next, meta.Joins, meta.Taken, meta.Run, meta.Step
+	f.Seq, f.Next, f.Joins, f.Run, f.Step = meta.Seq, meta.Next, meta.Joins, meta.Run, meta.Step
 	return f, nil
 }
 
@@ -77,12 +77,11 @@ type Meta struct {
 	Writers []store.NodeWrites `json:"writers,omitempty"`
 	Next    []string           `json:"next,omitempty"`
 	Joins   []uint64           `json:"joins,omitempty"`
-	Taken   []int              `json:"taken,omitempty"`
 }
 
 // EncodeMeta serialises a checkpoint's writers and next nodes.
 func EncodeMeta(cp *store.Checkpoint) ([]byte, error) {
-	return json.Marshal(Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins, Taken: cp.Taken})
+	return json.Marshal(Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins})
 }
 
 // DecodeMeta fills cp's writers and next nodes.
@@ -94,7 +93,7 @@ func DecodeMeta(b []byte, cp *store.Checkpoint) error {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	cp.Writers, cp.Next, cp.Joins, cp.Taken = m.Writers, m.Next, m.Joins, m.Taken
+	cp.Writers, cp.Next, cp.Joins = m.Writers, m.Next, m.Joins
 	return nil
 }
 

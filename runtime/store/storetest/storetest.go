@@ -355,12 +355,12 @@ func testPending(t *testing.T, st store.Store) {
 	}
 	// run state round-trips
 	cp := &store.Checkpoint{Thread: "t", Seq: 4, Parent: 3, Run: "r2", Step: 7, Source: "step", Time: at(4),
-		Next: []string{"j"}, Joins: []uint64{0, 5}, Taken: []int{0, 3}}
+		Next: []string{"j"}, Joins: []uint64{0, 5}}
 	if err := st.Commit(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
 	h, _ = st.Head(ctx, "t")
-	if !reflect.DeepEqual(h.Joins, []uint64{0, 5}) || !reflect.DeepEqual(h.Taken, []int{0, 3}) || h.Step != 7 || h.Run != "r2" {
+	if !reflect.DeepEqual(h.Joins, []uint64{0, 5}) || h.Step != 7 || h.Run != "r2" {
 		t.Fatalf("run state %+v", h)
 	}
 }
