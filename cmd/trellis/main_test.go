@@ -173,6 +173,14 @@ func TestRun(t *testing.T) {
 	if !strings.Contains(out, "t1") || !strings.Contains(out, "t2") {
 		t.Fatalf("threads:\n%s", out)
 	}
+	out, stderr, exit = trellis(t, "prune", "t1", "--keep", "2", "--store", db)
+	if exit != 0 || !strings.Contains(out, "folded") {
+		t.Fatalf("prune: %d %s %s", exit, out, stderr)
+	}
+	out, _, _ = trellis(t, "state", "t1", "--store", db)
+	if !strings.Contains(out, `"count": 3`) {
+		t.Fatalf("state after prune:\n%s", out)
+	}
 }
 
 func TestHelp(t *testing.T) {
@@ -180,7 +188,7 @@ func TestHelp(t *testing.T) {
 	if exit != 0 || !strings.Contains(out, "validate") {
 		t.Fatalf("help: %d %s", exit, out)
 	}
-	for _, cmd := range []string{"validate", "graph", "run", "schema", "threads", "history", "state", "fork", "migrate"} {
+	for _, cmd := range []string{"validate", "graph", "run", "schema", "threads", "history", "state", "fork", "prune", "migrate"} {
 		_, stderr, exit := trellis(t, cmd, "--help")
 		if exit != 0 || !strings.Contains(stderr, "Usage: trellis "+cmd) {
 			t.Errorf("%s --help: %d %s", cmd, exit, stderr)

@@ -44,6 +44,7 @@ func init() {
 		{"history", "history THREAD [--store ADDR] [--limit N] [--before SEQ]", "List a thread's checkpoints, newest first", cmdHistory},
 		{"state", "state THREAD [--store ADDR] [--at SEQ]", "Print a thread's state, now or at a checkpoint", cmdState},
 		{"fork", "fork THREAD --at SEQ --to NEW [--store ADDR]", "Start a new thread from a thread's checkpoint", cmdFork},
+		{"prune", "prune [THREAD --keep N] [--idle DURATION] [--store ADDR]", "Fold old checkpoints of a thread into a base, or delete idle threads", cmdPrune},
 		{"migrate", "migrate [--store ADDR]", "Apply the store's database migrations", cmdMigrate},
 		{"schema", "schema", "Print the JSON Schema of the flow format", cmdSchema},
 	}

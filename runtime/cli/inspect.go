@@ -145,6 +145,36 @@ func cmdFork(ctx context.Context, env *Env, args []string) int {
 	return 0
 }
 
+func cmdPrune(ctx context.Context, env *Env, args []string) int {
+	var keep *int
+	var idle *time.Duration
+	st, pos, code := openStore(ctx, env, "prune", args, func(fs *flag.FlagSet) {
+		keep = fs.Int("keep", 0, "checkpoints of THREAD to keep")
+		idle = fs.Duration("idle", 0, "delete threads not updated for this long (e.g. 720h)")
+	})
+	if st == nil {
+		return code
+	}
+	defer st.Close()
+	switch {
+	case len(pos) == 1 && *keep > 0:
+		n, err := st.Prune(ctx, pos[0], *keep)
+		if err != nil {
+			return fail(env, "prune", err)
+		}
+		fmt.Fprintf(env.Stdout, "%s: folded %d checkpoints into a base\n", pos[0], n)
+	case len(pos) == 0 && *idle > 0:
+		n, err := store.PruneIdle(ctx, st, *idle)
+		if err != nil {
+			return fail(env, "prune", err)
+		}
+		fmt.Fprintf(env.Stdout, "deleted %d idle threads\n", n)
+	default:
+		return fail(env, "prune", fmt.Errorf("want THREAD --keep N, or --idle DURATION"))
+	}
+	return 0
+}
+
 func cmdMigrate(ctx context.Context, env *Env, args []string) int {
 	st, _, code := openStore(ctx, env, "migrate", args, nil)
 	if st == nil {

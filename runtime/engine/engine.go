@@ -251,6 +251,9 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 		return nil, &InputError{Field: sortedKeys(req.Input)[0], Reason: "a resumed run takes no input"}
 	case !req.Resume && len(head.Next) > 0:
 		return nil, ErrUnfinished
+	case req.Resume && len(head.Next) == 0:
+		// nothing to resume: the thread's newest run finished
+		return &Result{Thread: req.Thread, State: head.Values, Checkpoint: head.Seq, g: g, visits: make([]int, len(g.Nodes))}, nil
 	}
 	r := newRun(e, g, req, head)
 	r.lease = hold
@@ -1207,4 +1210,85 @@ func loopNames(g *flow.Graph, n *flow.Node) []string {
 		names[i] = m.Name
 	}
 	return names
+}
+
+// Update writes values to a thread as if node had written them: through
+// the fields' reducers, checked against the node's declared writes and the
+// schema, and committed as a checkpoint with source "update". It is how a
+// person corrects a thread (time travel) between runs.
+func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string, values map[string]any) (*store.Snapshot, error) {
+	n, ok := g.Node(node)
+	if !ok {
+		var names []string
+		for _, m := range g.Nodes {
+			names = append(names, m.Name)
+		}
+		return nil, &InputError{Field: node, Reason: "not a node of this flow", Suggestion: diag.Suggest(node, names)}
+	}
+	e.mu.Lock()
+	if e.busy[thread] {
+		e.mu.Unlock()
+		return nil, ErrBusy
+	}
+	if e.busy == nil {
+		e.busy = map[string]bool{}
+	}
+	e.busy[thread] = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.busy, thread)
+		e.mu.Unlock()
+	}()
+	owner := runID()
+	if err := e.Store.Acquire(ctx, thread, owner, DefaultLeaseTTL); err != nil {
+		if errors.Is(err, store.ErrLeased) {
+			return nil, ErrBusy
+		}
+		return nil, err
+	}
+	defer e.Store.Release(context.WithoutCancel(ctx), thread, owner)
+	head, err := e.Store.Head(ctx, thread)
+	if err != nil {
+		return nil, err
+	}
+	if len(head.Next) > 0 {
+		return nil, ErrUnfinished
+	}
+	next := maps.Clone(head.Values)
+	versions := maps.Clone(head.Versions)
+	cp := &store.Checkpoint{Thread: thread, Seq: head.Seq + 1, Parent: head.Seq, Run: runID(), Source: "update", Time: time.Now()}
+	for _, k := range sortedKeys(values) {
+		f, ok := g.Field(k)
+		if !ok {
+			return nil, &InputError{Field: k, Reason: "not a state field", Suggestion: diag.Suggest(k, fieldNames(g))}
+		}
+		if !n.Writes[k] {
+			return nil, &InputError{Field: k, Reason: fmt.Sprintf("node %q does not write it", node)}
+		}
+		v, err := normalizeFor(f, values[k])
+		if err != nil {
+			return nil, &InputError{Field: k, Reason: err.Error()}
+		}
+		merged, err := f.Reducer.Reduce(next[k], v)
+		if err == nil {
+			err = validateField(f, merged, v)
+		}
+		if err != nil {
+			return nil, &InputError{Field: k, Reason: err.Error()}
+		}
+		next[k] = merged
+		versions[k]++
+		cp.Writes = append(cp.Writes, writeOf(f, versions[k], merged, v))
+	}
+	if g.FullValidation {
+		if err := g.Root().Validate(next); err != nil {
+			return nil, fmt.Errorf("update rejected: %w", err)
+		}
+	}
+	cp.Writers = []store.NodeWrites{{Node: node, Fields: sortedKeys(values)}}
+	if err := e.Store.Commit(ctx, cp); err != nil {
+		return nil, err
+	}
+	return &store.Snapshot{Thread: thread, Seq: cp.Seq, Values: next, Versions: versions}, nil
 }

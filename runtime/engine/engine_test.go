@@ -620,3 +620,57 @@ edges:
 		t.Fatalf("unexpected final state %s", first)
 	}
 }
+
+func TestUpdateAsNode(t *testing.T) {
+	g := compile(t, loop)
+	eng := engine.New(memory.New())
+	mustRun(t, g, eng, "t", map[string]any{"until": 2})
+	snap, err := eng.Update(context.Background(), g, "t", "head", map[string]any{"i": 10})
+	if err != nil || snap.Values["i"] != 10 {
+		t.Fatalf("update %v %v", snap, err)
+	}
+	hist, _ := eng.Store.History(context.Background(), "t", store.HistoryOptions{Limit: 1})
+	if hist[0].Source != "update" || hist[0].Writers[0].Node != "head" {
+		t.Fatalf("checkpoint %+v", hist[0])
+	}
+	var ie *engine.InputError
+	if _, err := eng.Update(context.Background(), g, "t", "body", map[string]any{"i": 1}); !errors.As(err, &ie) {
+		t.Fatalf("a field the node does not write was accepted: %v", err)
+	}
+	if _, err := eng.Update(context.Background(), g, "t", "head", map[string]any{"i": "x"}); !errors.As(err, &ie) {
+		t.Fatalf("an invalid value was accepted: %v", err)
+	}
+	if _, err := eng.Update(context.Background(), g, "t", "haed", nil); !errors.As(err, &ie) || ie.Suggestion != "head" {
+		t.Fatalf("unknown node: %v", err)
+	}
+	// the next run continues from the updated state
+	res := mustRun(t, g, eng, "t", map[string]any{"until": 12})
+	if res.State["i"] != 12 {
+		t.Fatalf("after update: %v", res.State)
+	}
+}
+
+func TestResumeAfterCrash(t *testing.T) {
+	// A run stops after a checkpoint with nodes still to run (as when its
+	// process dies); a new run is refused until it is resumed.
+	g := compile(t, loop)
+	st := memory.New()
+	eng := engine.New(st)
+	mustRun(t, g, eng, "t", map[string]any{"until": 1})
+	head, _ := st.Head(context.Background(), "t")
+	cp := &store.Checkpoint{Thread: "t", Seq: head.Seq + 1, Parent: head.Seq, Run: "dead", Step: 1, Source: "input",
+		Writes: []store.Write{{Field: "until", Version: 3, Value: 4}}, Next: []string{"head"}}
+	if err := st.Commit(context.Background(), cp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, g, eng, "t", map[string]any{"until": 9}); !errors.Is(err, engine.ErrUnfinished) {
+		t.Fatalf("new run on an unfinished thread: %v", err)
+	}
+	res, err := eng.Run(context.Background(), g, engine.Request{Thread: "t", Resume: true})
+	if err != nil || res.State["i"] != 4 {
+		t.Fatalf("resume: %v %v", res, err)
+	}
+	if res, err := eng.Run(context.Background(), g, engine.Request{Thread: "t", Resume: true}); err != nil || res.Steps != 0 {
+		t.Fatalf("resume with nothing to resume: %v %v", res, err)
+	}
+}

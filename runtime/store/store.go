@@ -119,8 +119,39 @@ type Store interface {
 	Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error
 	// Release gives the lease up, if owner holds it.
 	Release(ctx context.Context, thread, owner string) error
+	// Prune keeps the thread's newest keep checkpoints (at least one) and
+	// folds the older ones into a base checkpoint (source "base") holding
+	// the full state just before them; it returns how many checkpoints it
+	// removed. The head and any pending writes stay, so a paused run can
+	// still resume. States before the base are no longer available.
+	Prune(ctx context.Context, thread string, keep int) (int, error)
 	// Close releases the store's resources.
 	Close() error
+}
+
+// BaseWrites turns a state into the writes of a base checkpoint.
+func BaseWrites(s *Snapshot) []Write {
+	ws := make([]Write, 0, len(s.Values))
+	for _, k := range sortedFields(s.Values) {
+		ws = append(ws, Write{Field: k, Version: s.Versions[k], Value: s.Values[k]})
+	}
+	return ws
+}
+
+// PruneIdle deletes the threads not updated for ttl and returns how many.
+func PruneIdle(ctx context.Context, st Store, ttl time.Duration) (int, error) {
+	idle, err := st.Threads(ctx, ThreadOptions{IdleSince: time.Now().Add(-ttl)})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range idle {
+		if err := st.Delete(ctx, t.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // HistoryOptions pages and filters History.

@@ -206,6 +206,27 @@ func (s *Store) Delete(_ context.Context, id string) error {
 	return nil
 }
 
+// Prune implements store.Store.
+func (s *Store) Prune(_ context.Context, id string, keep int) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, err := s.thread(id)
+	if err != nil {
+		return 0, err
+	}
+	keep = max(keep, 1)
+	if len(t.chain) <= keep+1 {
+		return 0, nil
+	}
+	cut := len(t.chain) - keep // chain[:cut] folds into the base
+	baseState := store.Replay(id, t.chain[:cut])
+	last := t.chain[cut-1]
+	base := &store.Checkpoint{Thread: id, Seq: last.Seq, Source: "base", Time: last.Time, Writes: store.BaseWrites(baseState)}
+	t.chain = append([]*store.Checkpoint{base}, t.chain[cut:]...)
+	t.folder, t.applied = nil, 0
+	return cut - 1, nil
+}
+
 // Close implements store.Store.
 func (s *Store) Close() error { return nil }
 

@@ -438,6 +438,55 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 	})
 }
 
+// Prune implements store.Store.
+func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error) {
+	keep = max(keep, 1)
+	var cut int64 // the newest checkpoint folded into the base
+	err := s.pool.QueryRow(ctx, `SELECT seq FROM checkpoints WHERE thread = $1 ORDER BY seq DESC LIMIT 1 OFFSET $2`, thread, keep).Scan(&cut)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	f, err := s.fold(ctx, thread, uint64(cut))
+	if err != nil {
+		return 0, err
+	}
+	base := store.BaseWrites(f.Snapshot(thread))
+	removed := 0
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var at int64
+		if err := tx.QueryRow(ctx, `SELECT at FROM checkpoints WHERE thread = $1 AND seq = $2`, thread, cut).Scan(&at); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM checkpoints WHERE thread = $1 AND seq <= $2`, thread, cut)
+		if err != nil {
+			return err
+		}
+		removed = int(tag.RowsAffected()) - 1
+		if _, err := tx.Exec(ctx, `DELETE FROM writes WHERE thread = $1 AND seq <= $2`, thread, cut); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
+			VALUES ($1, $2, 0, '', 0, 'base', $3, '{}'::jsonb)`, thread, cut, at); err != nil {
+			return err
+		}
+		for _, w := range base {
+			b, err := sqlstore.Encode(w)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO writes (thread, seq, field, version, append, value) VALUES ($1, $2, $3, $4, false, $5::jsonb)`,
+				thread, cut, w.Field, int64(w.Version), string(b)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return removed, err
+}
+
 // Close implements store.Store.
 func (s *Store) Close() error {
 	s.pool.Close()

@@ -510,6 +510,56 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 	})
 }
 
+// Prune implements store.Store.
+func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error) {
+	keep = max(keep, 1)
+	var cut uint64 // the newest checkpoint folded into the base
+	err := s.db.QueryRowContext(ctx, `SELECT seq FROM checkpoints WHERE thread = ? ORDER BY seq DESC LIMIT 1 OFFSET ?`, thread, keep).Scan(&cut)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	f, err := s.fold(ctx, thread, cut)
+	if err != nil {
+		return 0, err
+	}
+	base := store.BaseWrites(f.Snapshot(thread))
+	removed := 0
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		var at int64
+		if err := tx.QueryRowContext(ctx, `SELECT at FROM checkpoints WHERE thread = ? AND seq = ?`, thread, cut).Scan(&at); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE thread = ? AND seq <= ?`, thread, cut)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		removed = int(n) - 1
+		if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ? AND seq <= ?`, thread, cut); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
+			VALUES (?, ?, 0, '', 0, 'base', ?, '{}')`, thread, cut, at); err != nil {
+			return err
+		}
+		for _, w := range base {
+			b, err := sqlstore.Encode(w)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO writes (thread, seq, field, version, append, value) VALUES (?, ?, ?, ?, 0, ?)`,
+				thread, cut, w.Field, w.Version, string(b)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return removed, err
+}
+
 // Close implements store.Store.
 func (s *Store) Close() error { return s.db.Close() }
 

@@ -30,6 +30,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentWritersOneWins", testConcurrentWriters},
 		{"PendingWrites", testPending},
 		{"Leases", testLeases},
+		{"PruneKeepsHeadAndPausedRun", testPrune},
+		{"PruneIdleThreads", testPruneIdle},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -388,5 +390,63 @@ func testLeases(t *testing.T, st store.Store) {
 	time.Sleep(60 * time.Millisecond)
 	if err := st.Acquire(ctx, "t", "c", time.Minute); err != nil {
 		t.Fatalf("expired lease not taken over: %v", err)
+	}
+}
+
+func testPrune(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0, "log": []any{"start"}})
+	for i := 2; i <= 20; i++ {
+		commit(t, st, "t", uint64(i), store.Write{Field: "n", Version: uint64(i), Value: i},
+			store.Write{Field: "log", Version: uint64(i), Append: true, Items: []any{i}})
+	}
+	// the thread is paused: its newest checkpoint has nodes to run and a
+	// pending write
+	if err := st.PutPending(ctx, "t", 20, "slow", []store.Write{{Field: "n", Value: 99}}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := st.Head(ctx, "t")
+	at16, _ := st.StateAt(ctx, "t", 16)
+	removed, err := st.Prune(ctx, "t", 5)
+	if err != nil || removed != 14 {
+		t.Fatalf("pruned %d %v", removed, err)
+	}
+	after, err := st.Head(ctx, "t")
+	if err != nil || !reflect.DeepEqual(after.Values, before.Values) || after.Seq != 20 || len(after.Pending) != 1 || len(after.Next) != 1 {
+		t.Fatalf("head changed by pruning: %+v %v", after, err)
+	}
+	hist, _ := st.History(ctx, "t", store.HistoryOptions{})
+	if len(hist) != 6 || hist[5].Source != "base" || hist[5].Seq != 15 {
+		t.Fatalf("history after prune: %v", seqs(hist))
+	}
+	if s16, err := st.StateAt(ctx, "t", 16); err != nil || !reflect.DeepEqual(s16.Values, at16.Values) {
+		t.Fatalf("state at a kept checkpoint changed: %v %v", s16, err)
+	}
+	if _, err := st.StateAt(ctx, "t", 10); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("state at a pruned checkpoint: %v", err)
+	}
+	commit(t, st, "t", 21, store.Write{Field: "log", Version: 21, Append: true, Items: []any{21}})
+	if h, _ := st.Head(ctx, "t"); len(h.Values["log"].([]any)) != 21 {
+		t.Fatalf("log after prune and commit: %v", h.Values["log"])
+	}
+	if n, err := st.Prune(ctx, "t", 50); err != nil || n != 0 {
+		t.Fatalf("prune of a short thread: %d %v", n, err)
+	}
+}
+
+func testPruneIdle(t *testing.T, st store.Store) {
+	create(t, st, "old", map[string]any{"n": 1}) // created at(0), long ago
+	cp := &store.Checkpoint{Thread: "new", Seq: 1, Source: "create", Time: time.Now()}
+	if err := st.Commit(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	n, err := store.PruneIdle(ctx, st, time.Hour)
+	if err != nil || n != 1 {
+		t.Fatalf("pruned %d idle threads: %v", n, err)
+	}
+	if _, err := st.Head(ctx, "old"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("idle thread kept: %v", err)
+	}
+	if _, err := st.Head(ctx, "new"); err != nil {
+		t.Fatalf("active thread pruned: %v", err)
 	}
 }
