@@ -211,6 +211,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	storeAddr := storeFlag(fs)
 	trace := fs.Bool("trace", false, "print the run's events to stderr")
 	resume := fs.Bool("resume", false, "continue the thread's unfinished run (after a crash) instead of starting one")
+	durability := fs.String("durability", "sync", "when steps are committed: sync, async or exit")
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -265,7 +266,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "thread %s in %s\n", *thread, *storeAddr)
 		return converse(ctx, env, eng, g, *thread, observe, exists)
 	}
-	req := engine.Request{Thread: *thread, Input: in, Observe: observe, Resume: *resume}
+	req := engine.Request{Thread: *thread, Input: in, Observe: observe, Resume: *resume, Durability: engine.Durability(*durability)}
 	res, err := eng.Run(ctx, g, req)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)

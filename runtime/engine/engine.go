@@ -58,12 +58,32 @@ type Request struct {
 	Observe Observer
 	// RecordPath keeps the nodes of every step in Result.Path.
 	RecordPath bool
+	// Durability says when steps reach the store: Sync (the default),
+	// Async or Exit.
+	Durability Durability
 	// Resume continues the thread's unfinished run (one that stopped
 	// after a checkpoint with nodes still to run, such as a crashed
 	// process's). Input must be empty. Nodes whose updates were saved as
 	// pending writes are not run again.
 	Resume bool
 }
+
+// Durability is when a run's steps are committed.
+type Durability string
+
+const (
+	// Sync commits each step before the next one starts: a crash loses
+	// nothing that completed.
+	Sync Durability = "sync"
+	// Async commits steps in order in the background while the run goes
+	// on, and waits for them before the run returns: a crash can lose the
+	// last steps.
+	Async Durability = "async"
+	// Exit commits one checkpoint when the run ends, holding everything
+	// the run changed (for append fields only the appended items): a crash
+	// loses the run.
+	Exit Durability = "exit"
+)
 
 // ErrUnfinished refuses a new run on a thread whose previous run did not
 // finish; resume it first.
@@ -246,6 +266,11 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 	if err != nil {
 		return nil, err
 	}
+	switch req.Durability {
+	case "", Sync, Async, Exit:
+	default:
+		return nil, fmt.Errorf("unknown durability %q (sync, async, exit)", req.Durability)
+	}
 	switch {
 	case req.Resume && len(req.Input) > 0:
 		return nil, &InputError{Field: sortedKeys(req.Input)[0], Reason: "a resumed run takes no input"}
@@ -299,6 +324,8 @@ type run struct {
 	outsBuf    [2]outcome
 	words      []uint64
 	lease      *lease
+	async      *committer               // Async durability
+	deferred   []*store.Checkpoint      // Exit durability
 	resumed    []*flow.Node             // the next nodes of a resumed run
 	pending    map[string][]store.Write // their saved updates
 	nextBuf    [2][4]*flow.Node
@@ -331,7 +358,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	r.writer, r.oldLen = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:]
 	r.mark, r.started, r.now, r.sinceClock, r.flip = mark, time.Now(), time.Time{}, 0, 0
 	r.changed = r.changed[:0]
-	r.resumed, r.pending, r.lease = nil, nil, nil
+	r.resumed, r.pending, r.lease, r.async, r.deferred = nil, nil, nil, nil, nil
 	for i, f := range g.Fields {
 		if head.Versions == nil {
 			// a thread created by this run: every present field is new
@@ -581,6 +608,14 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			}
 		}()
 	}
+	defer func() {
+		if ferr := r.flush(ctx, err == nil); err == nil && ferr != nil {
+			res, err = nil, ferr
+		}
+		if res != nil {
+			res.Checkpoint = r.seq
+		}
+	}()
 	var triggered []*flow.Node
 	if r.resumed != nil {
 		triggered = r.resumed
@@ -599,7 +634,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			for _, n := range triggered {
 				cp.Next = append(cp.Next, n.Name)
 			}
-			if err := r.e.Store.Commit(ctx, cp); err != nil {
+			if err := r.commit(ctx, cp); err != nil {
 				return nil, fmt.Errorf("commit input: %w", err)
 			}
 			r.seq = cp.Seq
@@ -805,7 +840,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		cp.Next = names
 		cp.Joins = r.runState(rec)
 	}
-	if err := r.e.Store.Commit(ctx, cp); err != nil {
+	if err := r.commit(ctx, cp); err != nil {
 		return nil, fmt.Errorf("commit step %d: %w", r.step, err)
 	}
 	r.seq = cp.Seq
@@ -979,10 +1014,103 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 	o.node, o.update, o.err, o.attempts, o.took = res.node, res.update, res.err, res.attempts, res.took
 }
 
+// commit sends a checkpoint to the store as the run's durability says.
+func (r *run) commit(ctx context.Context, cp *store.Checkpoint) error {
+	switch r.req.Durability {
+	case Async:
+		if r.async == nil {
+			r.async = &committer{ch: make(chan *store.Checkpoint, 64), done: make(chan struct{})}
+			go r.async.loop(context.WithoutCancel(ctx), r.e.Store)
+		}
+		if err := r.async.failed(); err != nil {
+			return err
+		}
+		r.async.ch <- cp
+		return nil
+	case Exit:
+		r.deferred = append(r.deferred, cp)
+		return nil
+	}
+	return r.e.Store.Commit(ctx, cp)
+}
+
+// flush completes the commits of an Async or Exit run. A failed Exit run
+// commits nothing.
+func (r *run) flush(ctx context.Context, ok bool) error {
+	if r.async != nil {
+		close(r.async.ch)
+		<-r.async.done
+		err := r.async.err
+		r.async = nil
+		return err
+	}
+	if len(r.deferred) == 0 {
+		return nil
+	}
+	cps := r.deferred
+	r.deferred = nil
+	if !ok {
+		return nil
+	}
+	first, last := cps[0], cps[len(cps)-1]
+	merged := &store.Checkpoint{Thread: first.Thread, Seq: first.Seq, Parent: first.Parent, Run: r.id, Step: last.Step,
+		Source: "run", Time: last.Time}
+	pos := map[string]int{}
+	for _, cp := range cps {
+		merged.Writers = append(merged.Writers, cp.Writers...)
+		for _, w := range cp.Writes {
+			i, seen := pos[w.Field]
+			switch {
+			case !seen:
+				pos[w.Field] = len(merged.Writes)
+				merged.Writes = append(merged.Writes, w)
+			case w.Append && merged.Writes[i].Append:
+				m := &merged.Writes[i]
+				m.Items, m.Version = append(slices.Clip(m.Items), w.Items...), w.Version
+			default:
+				merged.Writes[i] = store.Write{Field: w.Field, Version: w.Version, Value: r.values[w.Field]}
+			}
+		}
+	}
+	if err := r.e.Store.Commit(ctx, merged); err != nil {
+		return fmt.Errorf("commit run: %w", err)
+	}
+	r.seq = merged.Seq
+	return nil
+}
+
+// committer commits an Async run's checkpoints in order.
+type committer struct {
+	ch   chan *store.Checkpoint
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+func (c *committer) loop(ctx context.Context, st store.Store) {
+	defer close(c.done)
+	for cp := range c.ch {
+		if c.failed() != nil {
+			continue
+		}
+		if err := st.Commit(ctx, cp); err != nil {
+			c.mu.Lock()
+			c.err = fmt.Errorf("commit step %d: %w", cp.Step, err)
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *committer) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
 // savePending stores a blocking node's update as soon as it completes, so
 // that a run resumed after a crash does not run it again.
 func (r *run) savePending(ctx context.Context, o *outcome) error {
-	if o.err != nil || o.attempts == 0 {
+	if o.err != nil || o.attempts == 0 || (r.req.Durability != "" && r.req.Durability != Sync) {
 		return nil
 	}
 	ws := make([]store.Write, len(o.update))

@@ -674,3 +674,72 @@ func TestResumeAfterCrash(t *testing.T) {
 		t.Fatalf("resume with nothing to resume: %v %v", res, err)
 	}
 }
+
+func TestDurabilityModes(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: durable
+state:
+	schema:
+		type: object
+		properties:
+			i: {type: integer, default: 0}
+			log: {type: array, items: {type: integer}, default: []}
+			until: {type: integer, default: 3}
+	reducers: {log: append}
+input: [until]
+nodes:
+	step: {kind: set, set: {i: "state.i + 1", log: "state.i"}}
+edges:
+	- {from: START, to: step}
+	- from: step
+	  bound: 100
+	  branch:
+	    - {when: "state.i < state.until", to: step}
+	    - else: END
+`)
+	ctx := context.Background()
+	want := map[string]any{}
+	for _, d := range []engine.Durability{engine.Sync, engine.Async, engine.Exit} {
+		st := memory.New()
+		eng := engine.New(st)
+		for turn, until := range []int{3, 7} {
+			res, err := eng.Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"until": until}, Durability: d})
+			if err != nil {
+				t.Fatalf("%s: %v", d, err)
+			}
+			head, _ := st.Head(ctx, "t")
+			if !reflect.DeepEqual(head.Values, res.State) || head.Seq != res.Checkpoint {
+				t.Fatalf("%s turn %d: store has %v at %d, run returned %v at %d", d, turn, head.Values, head.Seq, res.State, res.Checkpoint)
+			}
+			if turn == 1 {
+				if len(want) == 0 {
+					want = head.Values
+				} else if !reflect.DeepEqual(head.Values, want) {
+					t.Fatalf("%s ends in %v, sync in %v", d, head.Values, want)
+				}
+			}
+		}
+		hist, _ := st.History(ctx, "t", store.HistoryOptions{})
+		switch d {
+		case engine.Exit:
+			// create, then one checkpoint per run; the second run's holds
+			// only the items it appended
+			if len(hist) != 3 || hist[0].Source != "run" || len(hist[0].Writes) != 3 {
+				t.Fatalf("exit history: %d checkpoints, newest %+v", len(hist), hist[0])
+			}
+			for _, w := range hist[0].Writes {
+				if w.Field == "log" && (!w.Append || len(w.Items) != 4) {
+					t.Fatalf("exit run's log write %+v", w)
+				}
+			}
+		default:
+			if len(hist) != 1+(1+3)+(1+4) { // create; input and steps of each run
+				t.Fatalf("%s history: %d checkpoints", d, len(hist))
+			}
+		}
+	}
+	if _, err := engine.New(memory.New()).Run(ctx, g, engine.Request{Thread: "t", Durability: "sometimes"}); err == nil {
+		t.Fatal("unknown durability accepted")
+	}
+}
