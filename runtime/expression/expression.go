@@ -246,15 +246,6 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	return &Program{src: src, prog: prog, IsConst: isConst}, nil
 }
 
-// MustCompile compiles or panics; for expressions built by code, not users.
-func MustCompile(src string, env *Env, wantBool bool) *Program {
-	p, probs := Compile(src, env, wantBool)
-	if len(probs) > 0 {
-		panic(fmt.Sprintf("expression %q: %s", src, probs[0].Message))
-	}
-	return p
-}
-
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]

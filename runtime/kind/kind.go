@@ -127,14 +127,6 @@ func (s *State) Input(field string) any {
 // It is shared by every node of a superstep and must not be modified.
 func (s *State) Vars() map[string]any { return s.vars }
 
-// With returns expression variables extended with name=value, leaving the
-// shared map untouched.
-func (s *State) With(name string, value any) map[string]any {
-	m := maps.Clone(s.vars)
-	m[name] = value
-	return m
-}
-
 // Builder is what a kind's constructor uses to read its settings.
 type Builder interface {
 	// Node is the node's name.

@@ -172,27 +172,15 @@ func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error
 		return nil, err
 	}
 	seq := uint64(head)
-	if cached := s.cache.Seq(thread, born); cached > 0 && cached <= seq && seq-cached <= sqlstore.MaxCatchUp {
-		var tail []*store.Checkpoint
-		if cached < seq {
-			cps, err := s.History(ctx, thread, store.HistoryOptions{After: cached, Before: seq + 1})
-			if err != nil {
-				return nil, err
-			}
-			for i := len(cps) - 1; i >= 0; i-- {
-				tail = append(tail, cps[i])
-			}
-		}
-		if snap, ok := s.cache.Snapshot(thread, seq, tail); ok {
-			return s.withPending(ctx, snap)
-		}
-	}
-	f, err := s.fold(ctx, thread, seq)
+	snap, err := s.cache.Load(ctx, thread, seq, born,
+		func(ctx context.Context, after, head uint64) ([]*store.Checkpoint, error) {
+			return s.History(ctx, thread, store.HistoryOptions{After: after, Before: head + 1})
+		},
+		func(ctx context.Context) (*store.Folder, error) { return s.fold(ctx, thread, seq) })
 	if err != nil {
 		return nil, err
 	}
-	s.cache.Put(thread, born, f)
-	return s.withPending(ctx, f.Snapshot(thread))
+	return s.withPending(ctx, snap)
 }
 
 // withPending adds the pending writes of an unfinished run to snap.
@@ -210,14 +198,9 @@ func (s *Store) withPending(ctx context.Context, snap *store.Snapshot) (*store.S
 		if err := rows.Scan(&node, &writes); err != nil {
 			return nil, err
 		}
-		ws, err := sqlstore.DecodePending([]byte(writes))
-		if err != nil {
+		if err := sqlstore.AddPending(snap, node, []byte(writes)); err != nil {
 			return nil, err
 		}
-		if snap.Pending == nil {
-			snap.Pending = map[string][]store.Write{}
-		}
-		snap.Pending[node] = ws
 	}
 	return snap, rows.Err()
 }

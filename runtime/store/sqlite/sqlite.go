@@ -224,33 +224,15 @@ func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error
 		}
 		return nil, err
 	}
-	if cached := s.cache.Seq(thread, born); cached > 0 && cached <= head && head-cached <= sqlstore.MaxCatchUp {
-		var tail []*store.Checkpoint
-		if cached < head {
-			cps, err := s.History(ctx, thread, store.HistoryOptions{After: cached, Before: head + 1})
-			if err != nil {
-				return nil, err
-			}
-			tail = reversed(cps)
-		}
-		if snap, ok := s.cache.Snapshot(thread, head, tail); ok {
-			return s.withPending(ctx, snap)
-		}
-	}
-	f, err := s.fold(ctx, thread, head)
+	snap, err := s.cache.Load(ctx, thread, head, born,
+		func(ctx context.Context, after, head uint64) ([]*store.Checkpoint, error) {
+			return s.History(ctx, thread, store.HistoryOptions{After: after, Before: head + 1})
+		},
+		func(ctx context.Context) (*store.Folder, error) { return s.fold(ctx, thread, head) })
 	if err != nil {
 		return nil, err
 	}
-	s.cache.Put(thread, born, f)
-	return s.withPending(ctx, f.Snapshot(thread))
-}
-
-func reversed(cps []*store.Checkpoint) []*store.Checkpoint {
-	out := make([]*store.Checkpoint, len(cps))
-	for i, cp := range cps {
-		out[len(cps)-1-i] = cp
-	}
-	return out
+	return s.withPending(ctx, snap)
 }
 
 // StateAt implements store.Store.
@@ -322,14 +304,9 @@ func (s *Store) withPending(ctx context.Context, snap *store.Snapshot) (*store.S
 		if err := rows.Scan(&node, &writes); err != nil {
 			return nil, err
 		}
-		ws, err := sqlstore.DecodePending([]byte(writes))
-		if err != nil {
+		if err := sqlstore.AddPending(snap, node, []byte(writes)); err != nil {
 			return nil, err
 		}
-		if snap.Pending == nil {
-			snap.Pending = map[string][]store.Write{}
-		}
-		snap.Pending[node] = ws
 	}
 	return snap, rows.Err()
 }

@@ -1,6 +1,8 @@
 package sqlstore
 
 import (
+	"context"
+	"slices"
 	"sync"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -113,4 +115,48 @@ func (c *Cache) Forget(thread string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.entries, thread)
+}
+
+// Load returns the state at checkpoint head of the thread created at
+// born: from its entry when current, after folding in the checkpoints the
+// entry lacks when it is at most MaxCatchUp behind (history lists the
+// thread's checkpoints newer than after, up to head, newest first), or
+// else from full, whose result is cached.
+func (c *Cache) Load(ctx context.Context, thread string, head uint64, born int64,
+	history func(ctx context.Context, after, head uint64) ([]*store.Checkpoint, error),
+	full func(ctx context.Context) (*store.Folder, error)) (*store.Snapshot, error) {
+	if cached := c.Seq(thread, born); cached > 0 && cached <= head && head-cached <= MaxCatchUp {
+		var tail []*store.Checkpoint
+		if cached < head {
+			cps, err := history(ctx, cached, head)
+			if err != nil {
+				return nil, err
+			}
+			tail = slices.Clone(cps)
+			slices.Reverse(tail)
+		}
+		if snap, ok := c.Snapshot(thread, head, tail); ok {
+			return snap, nil
+		}
+	}
+	f, err := full(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.Put(thread, born, f)
+	return f.Snapshot(thread), nil
+}
+
+// AddPending records one node's pending writes, read from a database row,
+// in snap.
+func AddPending(snap *store.Snapshot, node string, writes []byte) error {
+	ws, err := DecodePending(writes)
+	if err != nil {
+		return err
+	}
+	if snap.Pending == nil {
+		snap.Pending = map[string][]store.Write{}
+	}
+	snap.Pending[node] = ws
+	return nil
 }
