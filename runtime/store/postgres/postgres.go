@@ -193,16 +193,7 @@ func (s *Store) withPending(ctx context.Context, snap *store.Snapshot) (*store.S
 		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var node, writes string
-		if err := rows.Scan(&node, &writes); err != nil {
-			return nil, err
-		}
-		if err := sqlstore.AddPending(snap, node, []byte(writes)); err != nil {
-			return nil, err
-		}
-	}
-	return snap, rows.Err()
+	return sqlstore.ReadPending(snap, rows)
 }
 
 // PutPending implements store.Store.

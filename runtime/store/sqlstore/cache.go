@@ -147,6 +147,28 @@ func (c *Cache) Load(ctx context.Context, thread string, head uint64, born int64
 	return f.Snapshot(thread), nil
 }
 
+// Rows is what database/sql and pgx result sets have in common.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ReadPending adds the (node, writes) rows of an unfinished run's pending
+// writes to snap.
+func ReadPending(snap *store.Snapshot, rows Rows) (*store.Snapshot, error) {
+	for rows.Next() {
+		var node, writes string
+		if err := rows.Scan(&node, &writes); err != nil {
+			return nil, err
+		}
+		if err := AddPending(snap, node, []byte(writes)); err != nil {
+			return nil, err
+		}
+	}
+	return snap, rows.Err()
+}
+
 // AddPending records one node's pending writes, read from a database row,
 // in snap.
 func AddPending(snap *store.Snapshot, node string, writes []byte) error {
