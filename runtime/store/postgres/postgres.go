@@ -11,11 +11,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,8 +56,10 @@ const migrationLock = 0x7472656c6c6973 // "trellis"
 // transaction-scoped advisory lock, so processes starting together apply
 // each migration exactly once.
 func (s *Store) Migrate(ctx context.Context) error {
-	files, _ := fs.Glob(migrations, "migrations/*.sql")
-	slices.Sort(files)
+	ms, err := sqlstore.Migrations(migrations)
+	if err != nil {
+		return err
+	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 			return err
@@ -70,12 +68,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 			return err
 		}
-		for _, f := range files {
-			name := filepath.Base(f)
-			version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
-			if err != nil {
-				return fmt.Errorf("migration %s: bad name", name)
-			}
+		for _, m := range ms {
+			version, name := m.Version, m.Name
 			var n int
 			if err := tx.QueryRow(ctx, `SELECT count(*) FROM trellis_migrations WHERE version = $1`, version).Scan(&n); err != nil {
 				return err
@@ -83,8 +77,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if n > 0 {
 				continue
 			}
-			body, _ := migrations.ReadFile(f)
-			if _, err := tx.Exec(ctx, string(body)); err != nil {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", name, err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO trellis_migrations (version, name) VALUES ($1, $2)`, version, name); err != nil {
@@ -350,20 +343,7 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 	if err != nil {
 		return nil, err
 	}
-	bySeq := map[uint64]*store.Checkpoint{}
-	for _, cp := range out {
-		bySeq[cp.Seq] = cp
-	}
-	for _, r := range frs {
-		if cp, ok := bySeq[r.Seq]; ok {
-			w, err := sqlstore.Decode(r)
-			if err != nil {
-				return nil, err
-			}
-			cp.Writes = append(cp.Writes, w)
-		}
-	}
-	return out, nil
+	return out, sqlstore.AttachWrites(out, frs)
 }
 
 // Threads implements store.Store.

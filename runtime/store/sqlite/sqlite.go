@@ -11,11 +11,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -87,16 +85,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 		return fmt.Errorf("migrations table: %w", err)
 	}
-	files, _ := fs.Glob(migrations, "migrations/*.sql")
-	slices.Sort(files)
-	for _, f := range files {
-		name := filepath.Base(f)
-		version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("migration %s: bad name", name)
-		}
-		body, _ := migrations.ReadFile(f)
-		err = s.tx(ctx, func(tx *sql.Tx) error {
+	ms, err := sqlstore.Migrations(migrations)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		version, name, body := m.Version, m.Name, m.SQL
+		err := s.tx(ctx, func(tx *sql.Tx) error {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM trellis_migrations WHERE version = ?`, version).Scan(&n); err != nil {
 				return err
@@ -104,7 +99,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if n > 0 {
 				return nil
 			}
-			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+			if _, err := tx.ExecContext(ctx, body); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, `INSERT INTO trellis_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
@@ -404,28 +399,20 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 		return nil, err
 	}
 	defer wrows.Close()
-	bySeq := map[uint64]*store.Checkpoint{}
-	for _, cp := range out {
-		bySeq[cp.Seq] = cp
-	}
+	var frs []sqlstore.FieldRow
 	for wrows.Next() {
 		var r sqlstore.FieldRow
 		var value string
 		if err := wrows.Scan(&r.Seq, &r.Field, &r.Version, &r.Append, &value); err != nil {
 			return nil, err
 		}
-		cp, ok := bySeq[r.Seq]
-		if !ok {
-			continue
-		}
 		r.Value = []byte(value)
-		w, err := sqlstore.Decode(r)
-		if err != nil {
-			return nil, err
-		}
-		cp.Writes = append(cp.Writes, w)
+		frs = append(frs, r)
 	}
-	return out, wrows.Err()
+	if err := wrows.Err(); err != nil {
+		return nil, err
+	}
+	return out, sqlstore.AttachWrites(out, frs)
 }
 
 // Threads implements store.Store.

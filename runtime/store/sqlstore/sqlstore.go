@@ -11,6 +11,11 @@ package sqlstore
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -137,4 +142,55 @@ func DecodePending(b []byte) ([]store.Write, error) {
 		out[i] = store.Write{Field: p.Field, Value: v}
 	}
 	return out, nil
+}
+
+// Migration is one embedded schema migration, NNN_name.sql.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// Migrations reads the migrations/*.sql files of fsys in version order.
+func Migrations(fsys fs.FS) ([]Migration, error) {
+	files, err := fs.Glob(fsys, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(files)
+	out := make([]Migration, 0, len(files))
+	for _, f := range files {
+		name := path.Base(f)
+		version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: the name must start with its version", name)
+		}
+		body, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Migration{Version: version, Name: name, SQL: string(body)})
+	}
+	return out, nil
+}
+
+// AttachWrites adds decoded field rows to the checkpoints with their
+// sequence numbers; rows of other checkpoints are skipped.
+func AttachWrites(cps []*store.Checkpoint, rows []FieldRow) error {
+	bySeq := make(map[uint64]*store.Checkpoint, len(cps))
+	for _, cp := range cps {
+		bySeq[cp.Seq] = cp
+	}
+	for _, r := range rows {
+		cp, ok := bySeq[r.Seq]
+		if !ok {
+			continue
+		}
+		w, err := Decode(r)
+		if err != nil {
+			return err
+		}
+		cp.Writes = append(cp.Writes, w)
+	}
+	return nil
 }
