@@ -71,7 +71,7 @@ func TestValidateDirectoryReportsEverything(t *testing.T) {
 	if exit != 1 {
 		t.Fatalf("exit %d", exit)
 	}
-	lines := regexp.MustCompile(`(?m)^testdata/diag/(\w+)\.bad\.yaml:\d+:\d+: error\[(\w+)\]`).FindAllStringSubmatch(out, -1)
+	lines := regexp.MustCompile(`(?m)^testdata/diag/(?:prompts/)?(\w+)\.bad\.(?:yaml|prompt):\d+:\d+: error\[(\w+)\]`).FindAllStringSubmatch(out, -1)
 	files := map[string]bool{}
 	for _, l := range lines {
 		files[l[1]] = true

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/trellisflow/trellis/nodes/assign"
+	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/noop"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
@@ -18,9 +19,15 @@ var (
 // shared, so compiled flow schemas are cached across loads.
 func Registry() kind.Registry {
 	once.Do(func() {
-		reg = kind.NewSet(assign.Spec, noop.Spec)
+		reg = WithProvider(llm.FromEnv)
 	})
 	return reg
+}
+
+// WithProvider returns a new registry of the built-in kinds whose llm kind
+// calls provider when a flow is loaded (nil from it: no model).
+func WithProvider(provider func() *llm.Provider) *kind.Set {
+	return kind.NewSet(assign.Spec, noop.Spec, llm.NewSpec(provider))
 }
 
 const common = `Every node has a ` + "`kind`" + ` and may set these common settings:

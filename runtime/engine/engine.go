@@ -740,6 +740,7 @@ type outcome struct {
 	attempts int
 	took     time.Duration
 	route    *flow.Node // on_error route taken
+	degraded string     // why the update is a fallback
 }
 
 // record holds a step's checkpoint and the small slices it points to, so a
@@ -893,7 +894,7 @@ func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) 
 			}
 			o.update, o.route = upd, n.OnError.Route
 		} else if observe {
-			r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: o.update.Map()})
+			r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: o.update.Map(), Degraded: o.degraded})
 		}
 		if len(o.update) == 0 {
 			continue
@@ -1007,11 +1008,18 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 		for i, w := range ws {
 			upd[i] = kind.FieldValue{Field: w.Field, Value: w.Value}
 		}
-		o.node, o.update, o.err, o.attempts, o.took = n, upd, nil, 0, 0
+		o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, upd, nil, 0, 0, ""
 		return
 	}
+	o.view.SetStream(nil)
+	if r.req.Observe != nil {
+		step := r.step
+		o.view.SetStream(func(text string) {
+			r.emit(Event{Type: NodeOutput, Step: step, Node: n.Name, Kind: n.Kind, Text: text})
+		})
+	}
 	res := r.attempt(ctx, n, vars, &o.view)
-	o.node, o.update, o.err, o.attempts, o.took = res.node, res.update, res.err, res.attempts, res.took
+	o.node, o.update, o.err, o.attempts, o.took, o.degraded = res.node, res.update, res.err, res.attempts, res.took, res.degraded
 }
 
 // commit sends a checkpoint to the store as the run's durability says.
@@ -1144,9 +1152,16 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, st
 		st.Reset(vars, n.Name, attempt)
 		upd, err := r.call(ctx, n, st)
 		if err == nil {
-			return outcome{node: n, update: upd, attempts: attempt, took: took()}
+			return outcome{node: n, update: upd, attempts: attempt, took: took(), degraded: st.Degraded()}
 		}
 		if ctx.Err() != nil || attempt >= n.Retry.Attempts {
+			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil {
+				upd, ferr := fb.Fallback(ctx, st, err)
+				if ferr == nil {
+					return outcome{node: n, update: upd, attempts: attempt, took: took(), degraded: err.Error()}
+				}
+				err = fmt.Errorf("%w; fallback: %v", err, ferr)
+			}
 			return outcome{node: n, err: err, attempts: attempt, took: took()}
 		}
 		if r.req.Observe != nil {

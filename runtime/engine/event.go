@@ -12,6 +12,7 @@ const (
 	RunStart    EventType = "run_start"
 	NodeStart   EventType = "node_start"
 	NodeRetry   EventType = "node_retry"
+	NodeOutput  EventType = "node_output"
 	NodeEnd     EventType = "node_end"
 	NodeFailed  EventType = "node_error"
 	StateUpdate EventType = "state_update"
@@ -41,8 +42,12 @@ type Event struct {
 	// Next lists the nodes triggered for the next step (state_update).
 	Next []string `json:"next,omitempty"`
 	// Handled marks a node_error that on_error absorbed.
-	Handled bool   `json:"handled,omitempty"`
-	Error   string `json:"error,omitempty"`
+	Handled bool `json:"handled,omitempty"`
+	// Degraded gives why a node's update is a fallback (node_end).
+	Degraded string `json:"degraded,omitempty"`
+	// Text is a piece of a node's streamed output (node_output).
+	Text  string `json:"text,omitempty"`
+	Error string `json:"error,omitempty"`
 	// State is the final state (run_end).
 	State map[string]any `json:"state,omitempty"`
 }

@@ -32,6 +32,8 @@ var Codes = map[string]string{
 	CodeWriteConflict:   "two nodes that can run in one superstep replace the same field",
 	CodeReadOnlyWrite:   "a node writes a read-only field",
 	CodeUnknownInput:    "an input field the state does not declare",
+	CodePrompt:          "a prompt file cannot be found, parsed or compiled",
+	CodePromptField:     "a prompt template reads a field the state, the input or the node's vars do not have",
 	"E001":              "an expression does not parse or does not type-check",
 	"E002":              "a condition that is not boolean",
 	"E003":              "an expression reads a field or name that does not exist",

@@ -63,7 +63,8 @@ func Load(path string, reg kind.Registry) (*Graph, diag.List) {
 // LoadSource is Load for a flow already in memory; path locates relative
 // schema files and names the flow in diagnostics.
 func LoadSource(path string, src []byte, reg kind.Registry) (*Graph, diag.List) {
-	c := &compiler{reg: reg, dir: filepath.Dir(path), sources: diag.Sources{path: src}}
+	c := &compiler{reg: reg, dir: filepath.Dir(path), sources: diag.Sources{path: src},
+		prompts: map[string]*promptFile{}, reported: map[string]bool{}}
 	g := c.compile(path, src)
 	dl := c.dl.Sort()
 	if dl.HasErrors() {
@@ -93,7 +94,12 @@ type compiler struct {
 	g       *Graph
 
 	stateShape *schema.Shape
+	inShape    *schema.Shape
 	env        *expression.Env
+	// prompts are the prompt files read, by path; reported holds the
+	// prompt diagnostics already given (several nodes share a prompt).
+	prompts  map[string]*promptFile
+	reported map[string]bool
 	// badNodes have format errors in their block; their kind is not built.
 	badNodes map[string]bool
 	// writes records where each node declares a write: node -> field -> pos.
@@ -312,6 +318,7 @@ func (c *compiler) state() {
 		inShape.Order = append(inShape.Order, f.Name)
 	}
 	c.env = c.env.WithFields("input", inShape)
+	c.inShape = inShape
 }
 
 // schemaPos locates a field's definition: in an inline schema, the

@@ -180,6 +180,8 @@ func FormatSchema(reg kind.Registry) ([]byte, error) {
 			},
 			"input": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "uniqueItems": true,
 				"description": "State fields a caller may set when starting a run; anything else is refused."},
+			"model": map[string]any{"type": "string", "minLength": 1,
+				"description": "The model this flow's prompts use unless a prompt or node names another (default: $TRELLIS_MODEL)."},
 			"conversation": map[string]any{
 				"type":                 "object",
 				"additionalProperties": false,

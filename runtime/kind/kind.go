@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/prompt"
 	"github.com/trellisflow/trellis/runtime/schema"
 )
 
@@ -85,12 +86,45 @@ func (u Update) Map() map[string]any {
 // variables.
 type State struct {
 	// Node is the name of the running node, Attempt its 1-based attempt.
-	Node    string
-	Attempt int
-	vars    map[string]any
-	machine expression.Machine
-	buf     Update
+	Node     string
+	Attempt  int
+	vars     map[string]any
+	machine  expression.Machine
+	buf      Update
+	stream   func(text string)
+	degraded string
 }
+
+// Fallback is implemented by nodes that can still produce an update when
+// their work fails (a model that does not answer): after the last attempt
+// fails, the engine calls Fallback, commits its update like any other and
+// marks the node degraded in the run's events. on_error applies only when
+// Fallback fails too.
+type Fallback interface {
+	Fallback(ctx context.Context, s *State, err error) (Update, error)
+}
+
+// Observed reports whether anyone receives the run's events, so a node can
+// skip work (such as streaming) that only events need.
+func (s *State) Observed() bool { return s.stream != nil }
+
+// Stream reports a piece of output as it is produced (a model's tokens);
+// it reaches the run's events as a node_output event.
+func (s *State) Stream(text string) {
+	if s.stream != nil {
+		s.stream(text)
+	}
+}
+
+// Degrade marks this attempt's result as a stand-in (a fallback), with the
+// reason; the node's end event carries it.
+func (s *State) Degrade(reason string) { s.degraded = reason }
+
+// Degraded returns the reason given to Degrade, or "".
+func (s *State) Degraded() string { return s.degraded }
+
+// SetStream directs Stream to f (nil: nobody listens). For the engine.
+func (s *State) SetStream(f func(text string)) { s.stream = f }
 
 // NewUpdate returns an empty update with room for n fields, in a buffer
 // the engine reuses from step to step: return it from Run and keep no
@@ -111,7 +145,7 @@ func NewState(vars map[string]any) *State { return &State{vars: vars} }
 
 // Reset points s at new variables, for reuse by the engine.
 func (s *State) Reset(vars map[string]any, node string, attempt int) {
-	s.vars, s.Node, s.Attempt = vars, node, attempt
+	s.vars, s.Node, s.Attempt, s.degraded = vars, node, attempt, ""
 }
 
 // Get returns the value of a state field (nil when unset).
@@ -145,6 +179,13 @@ type Builder interface {
 	Writes(field string, at *yaml.Node)
 	// Field returns the shape of a state field, or nil when undeclared.
 	Field(name string) *schema.Shape
+	// Prompt loads the prompt named by a string scalar (see package
+	// prompt), checks its templates against the state, the input and the
+	// given vars, and compiles its fallback for this node. It returns nil
+	// after reporting a problem.
+	Prompt(at *yaml.Node, vars map[string]*schema.Shape) *prompt.Prompt
+	// Model is the flow's model setting, or "".
+	Model() string
 	// Errorf reports a problem with the node's settings at a position.
 	Errorf(at *yaml.Node, format string, args ...any)
 }

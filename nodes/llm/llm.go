@@ -1,0 +1,349 @@
+// Package llm is the llm node kind: it renders a prompt file over state,
+// asks an OpenAI-compatible model for a chat completion (plain text, or JSON
+// checked against the prompt's output schema) and writes the reply to state
+// through expressions.
+//
+//	detect_intent:
+//	  kind: llm
+//	  prompt: interview/detect_intent      # prompts/interview/detect_intent.prompt
+//	  vars:
+//	    recent: "last(state.conversation_history, 6)"
+//	  writes:
+//	    detected_intents: "[output]"
+//
+// A structured reply that fails its schema gets one repair turn quoting the
+// validation error. Calls that fail with 429, 5xx or a timeout are retried
+// with backoff, honouring Retry-After. When no model is configured, or the
+// model still fails, the node writes its prompt's fallback instead and its
+// end event is marked degraded. With events observed, the reply is streamed
+// token by token as node_output events.
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	openai "github.com/sashabaranov/go-openai"
+	"gopkg.in/yaml.v3"
+
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/prompt"
+	"github.com/trellisflow/trellis/runtime/schema"
+)
+
+// Spec is the kind with the provider the environment configures.
+var Spec = NewSpec(FromEnv)
+
+// NewSpec returns the kind with the provider returned by provider, called
+// when a flow is loaded (nil: no model; every node uses its fallback).
+func NewSpec(provider func() *Provider) kind.Spec {
+	return kind.Spec{
+		Name:    "llm",
+		Summary: "Ask a chat model with a prompt file and write its reply (text or schema-checked JSON) to state; the prompt's fallback stands in when no model answers.",
+		Settings: `{
+		  "required": ["prompt", "writes"],
+		  "properties": {
+		    "prompt": {"type": "string", "description": "The prompt: a name under prompts/ (interview/question), or a path ending in .prompt relative to the flow."},
+		    "vars": {"type": "object", "additionalProperties": {"type": "string"},
+		      "description": "Extra template variables ({{.vars.NAME}}): expressions over state and input."},
+		    "writes": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"},
+		      "description": "Field to expression over output (the reply), vars, state and input."},
+		    "model": {"type": "string", "minLength": 1, "description": "The model, overriding the prompt's and the flow's."},
+		    "temperature": {"type": "number", "minimum": 0, "maximum": 2, "description": "Overrides the prompt's temperature."},
+		    "max_tokens": {"type": "integer", "minimum": 1, "description": "Overrides the prompt's max_tokens."}
+		  }
+		}`,
+		New: func(b kind.Builder) kind.Node { return build(b, provider) },
+	}
+}
+
+type binding struct {
+	name    string
+	program *expression.Program
+}
+
+type node struct {
+	prompt      *prompt.Prompt
+	vars        []binding
+	writes      []binding
+	model       string
+	temperature *float32
+	maxTokens   int
+	client      *client // nil: no model configured
+}
+
+var stringShape = &schema.Shape{Types: []string{"string"}}
+
+func build(b kind.Builder, provider func() *Provider) kind.Node {
+	n := &node{}
+	varShapes := map[string]*schema.Shape{}
+	for _, kv := range pairs(b.Setting("vars")) {
+		p := b.Expr(kv[1], false)
+		n.vars = append(n.vars, binding{kv[0].Value, p})
+		varShapes[kv[0].Value] = nil
+	}
+	n.prompt = b.Prompt(b.Setting("prompt"), varShapes)
+	outShape := stringShape
+	if n.prompt != nil && n.prompt.Output != nil {
+		outShape = n.prompt.Output.Validator.Shape
+	}
+	varsShape := &schema.Shape{Types: []string{"object"}, Props: varShapes, Order: slices.Sorted(maps.Keys(varShapes)), Closed: true}
+	for _, kv := range pairs(b.Setting("writes")) {
+		b.Writes(kv[0].Value, kv[0])
+		p := b.ExprWith(kv[1], false, map[string]*schema.Shape{"output": outShape, "vars": varsShape})
+		n.writes = append(n.writes, binding{kv[0].Value, p})
+	}
+	b.Decode("max_tokens", &n.maxTokens)
+	if t := b.Setting("temperature"); t != nil {
+		var f float32
+		if b.Decode("temperature", &f) {
+			n.temperature = &f
+		}
+	}
+	if n.prompt == nil || slices.ContainsFunc(append(n.vars, n.writes...), func(x binding) bool { return x.program == nil }) {
+		return nil
+	}
+	if n.maxTokens == 0 {
+		n.maxTokens = n.prompt.MaxTokens
+	}
+	if n.temperature == nil {
+		n.temperature = n.prompt.Temperature
+	}
+	n.model = firstOf(b.Setting("model"), n.prompt.Model, b.Model())
+	if p := provider(); p != nil {
+		n.client = newClient(p)
+		if n.model == "" {
+			n.model = n.client.p.Model
+		}
+	}
+	return n
+}
+
+func firstOf(setting *yaml.Node, rest ...string) string {
+	if setting != nil && setting.Value != "" {
+		return setting.Value
+	}
+	for _, s := range rest {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func pairs(m *yaml.Node) [][2]*yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	var out [][2]*yaml.Node
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		out = append(out, [2]*yaml.Node{m.Content[i], m.Content[i+1]})
+	}
+	return out
+}
+
+// ErrNoModel is the reason a node uses its fallback when no model is
+// configured.
+var ErrNoModel = errors.New("no model is configured (set OPENAI_BASE_URL or OPENAI_API_KEY)")
+
+// Run implements kind.Node.
+func (n *node) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
+	data, vars, err := n.data(s)
+	if err != nil {
+		return nil, err
+	}
+	if n.client == nil {
+		s.Degrade(ErrNoModel.Error())
+		return n.fallback(data, vars, ErrNoModel)
+	}
+	msgs, err := n.prompt.Render(data)
+	if err != nil {
+		return nil, err
+	}
+	out, err := n.ask(ctx, s, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return n.write(vars, out)
+}
+
+// Fallback implements kind.Fallback: the prompt's fallback, with the
+// failure as .error.
+func (n *node) Fallback(_ context.Context, s *kind.State, cause error) (kind.Update, error) {
+	data, vars, err := n.data(s)
+	if err != nil {
+		return nil, err
+	}
+	return n.fallback(data, vars, cause)
+}
+
+func (n *node) fallback(data prompt.Data, vars map[string]any, cause error) (kind.Update, error) {
+	data.Error = n.client.redact(cause.Error())
+	vars["error"] = data.Error
+	out, err := n.prompt.Fallback(data, func(p *expression.Program) (any, error) { return p.Eval(vars) })
+	if err != nil {
+		return nil, fmt.Errorf("fallback of prompt %s: %w", n.prompt.Name, err)
+	}
+	if out, err = schema.Normalize(out); err != nil {
+		return nil, fmt.Errorf("fallback of prompt %s: %w", n.prompt.Name, err)
+	}
+	if n.prompt.Output != nil {
+		if err := n.prompt.Output.Validator.Validate(out); err != nil {
+			return nil, fmt.Errorf("fallback of prompt %s does not match its output schema: %w", n.prompt.Name, err)
+		}
+	}
+	return n.write(vars, out)
+}
+
+// data evaluates the node's vars and returns the template data and the
+// expression variables (a copy of the step's, plus vars).
+func (n *node) data(s *kind.State) (prompt.Data, map[string]any, error) {
+	base := s.Vars()
+	vars := make(map[string]any, len(base)+3)
+	maps.Copy(vars, base)
+	nv := make(map[string]any, len(n.vars))
+	for _, b := range n.vars {
+		v, err := b.program.Eval(base)
+		if err != nil {
+			return prompt.Data{}, nil, fmt.Errorf("vars.%s: %w", b.name, err)
+		}
+		nv[b.name] = v
+	}
+	vars["vars"] = nv
+	st, _ := base["state"].(map[string]any)
+	in, _ := base["input"].(map[string]any)
+	return prompt.Data{State: st, Input: in, Vars: nv}, vars, nil
+}
+
+func (n *node) write(vars map[string]any, out any) (kind.Update, error) {
+	vars["output"] = out
+	upd := make(kind.Update, 0, len(n.writes))
+	for _, w := range n.writes {
+		v, err := w.program.Eval(vars)
+		if err != nil {
+			return nil, fmt.Errorf("writes.%s: %w", w.name, err)
+		}
+		upd = append(upd, kind.FieldValue{Field: w.name, Value: v})
+	}
+	return upd, nil
+}
+
+// ask sends the prompt and returns the reply: a string, or for a
+// structured prompt the decoded JSON value, checked against its schema
+// (with one repair turn).
+func (n *node) ask(ctx context.Context, s *kind.State, msgs prompt.Messages) (any, error) {
+	req := openai.ChatCompletionRequest{
+		Model:       n.model,
+		Temperature: temperature(n.temperature),
+		MaxTokens:   n.maxTokens,
+	}
+	if msgs.System != "" {
+		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: msgs.System})
+	}
+	req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: msgs.User})
+	out := n.prompt.Output
+	if out != nil {
+		raw, err := json.Marshal(out.Schema)
+		if err != nil {
+			return nil, err
+		}
+		req.ResponseFormat = &openai.ChatCompletionResponseFormat{
+			Type:       openai.ChatCompletionResponseFormatTypeJSONSchema,
+			JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{Name: out.Name, Schema: json.RawMessage(raw)},
+		}
+	}
+	reply, err := n.complete(ctx, s, req)
+	if err != nil || out == nil {
+		return reply, err
+	}
+	v, perr := parseStructured(reply, out)
+	if perr == nil {
+		return v, nil
+	}
+	// one repair turn: show the model its reply and what is wrong with it
+	req.Messages = append(req.Messages,
+		openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply},
+		openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: "Your reply does not match the required JSON schema: " +
+			perr.Error() + "\nReply again with only the corrected JSON object."})
+	if reply, err = n.complete(ctx, s, req); err != nil {
+		return nil, err
+	}
+	v, err = parseStructured(reply, out)
+	if err != nil {
+		return nil, fmt.Errorf("model reply does not match the output schema after a repair turn: %w", err)
+	}
+	return v, nil
+}
+
+func parseStructured(reply string, out *prompt.Output) (any, error) {
+	text := strings.TrimSpace(reply)
+	if strings.HasPrefix(text, "```") {
+		text = strings.TrimPrefix(text[strings.IndexByte(text+"\n", '\n'):], "\n")
+		text = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(text), "```"))
+	}
+	v, err := schema.Decode([]byte(text))
+	if err != nil {
+		return nil, fmt.Errorf("not valid JSON: %v", err)
+	}
+	if err := out.Validator.Validate(v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// complete makes one chat completion with retries, streaming the reply
+// when the run is observed.
+func (n *node) complete(ctx context.Context, s *kind.State, req openai.ChatCompletionRequest) (string, error) {
+	c := n.client
+	var reply string
+	err := c.call(ctx, func(ctx context.Context) error {
+		if !s.Observed() {
+			resp, err := c.oa.CreateChatCompletion(ctx, req)
+			if err != nil {
+				return err
+			}
+			if len(resp.Choices) == 0 {
+				return fmt.Errorf("the reply has no choices")
+			}
+			reply = resp.Choices[0].Message.Content
+			return nil
+		}
+		req.Stream = true
+		stream, err := c.oa.CreateChatCompletionStream(ctx, req)
+		if err != nil {
+			return err
+		}
+		defer stream.Close()
+		var b strings.Builder
+		for {
+			chunk, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if len(chunk.Choices) > 0 {
+				if d := chunk.Choices[0].Delta.Content; d != "" {
+					b.WriteString(d)
+					s.Stream(d)
+				}
+			}
+		}
+		reply = b.String()
+		return nil
+	})
+	if err != nil {
+		return "", c.errorf(err)
+	}
+	return reply, nil
+}
+
+var _ kind.Fallback = (*node)(nil)

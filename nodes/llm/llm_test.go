@@ -1,0 +1,315 @@
+package llm_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/nodes/llm/modelserver"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+)
+
+const reviewFlow = `version: 1
+name: review
+state:
+  schema:
+    type: object
+    properties:
+      resume: {type: string, default: "Go engineer, built a queue"}
+      feedback:
+        type: [object, "null"]
+        default: null
+      summary: {type: string, default: ""}
+nodes:
+  review:
+    kind: llm
+    prompt: review
+    vars:
+      words: "len(split(state.resume, ' '))"
+    writes:
+      feedback: output
+  summarise:
+    kind: llm
+    prompt: summary
+    writes:
+      summary: "upper(output)"
+edges:
+  - {from: START, to: review}
+  - {from: review, to: summarise}
+  - {from: summarise, to: END}
+`
+
+const reviewPrompt = `---
+temperature: 0
+output:
+  schema:
+    type: object
+    required: [score, notes]
+    additionalProperties: false
+    properties:
+      score: {type: number, minimum: 0, maximum: 10}
+      notes: {type: string}
+fallback: {score: 5.0, notes: "review failed: {{.error}}"}
+---
+Review this resume of {{.vars.words}} words:
+{{.state.resume}}
+`
+
+const summaryPrompt = `---
+system: You summarise reviews.
+fallback_expr: "'no summary (' + error + ')'"
+---
+Summarise: score {{.state.feedback.score}}.
+`
+
+// setup writes the flow and its prompts into a temporary directory and
+// loads it with the given provider.
+func setup(t *testing.T, p *llm.Provider) *flow.Graph {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, body string) {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("flows/review.yaml", reviewFlow)
+	write("prompts/review.prompt", reviewPrompt)
+	write("prompts/summary.prompt", summaryPrompt)
+	reg := all.WithProvider(func() *llm.Provider { return p })
+	g, dl := flow.Load(filepath.Join(dir, "flows/review.yaml"), reg)
+	if dl.HasErrors() {
+		t.Fatalf("load: %v", dl)
+	}
+	return g
+}
+
+func serve(t *testing.T, srv *modelserver.Server) *llm.Provider {
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return &llm.Provider{BaseURL: ts.URL + "/v1", APIKey: srv.Key, Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, Retries: 2}
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []engine.Event
+}
+
+func (r *recorder) observe(ev engine.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+}
+
+func (r *recorder) nodeEnd(node string) engine.Event {
+	for _, ev := range r.events {
+		if ev.Type == engine.NodeEnd && ev.Node == node {
+			return ev
+		}
+	}
+	return engine.Event{}
+}
+
+func runFlow(t *testing.T, g *flow.Graph, st store.Store, observe engine.Observer) map[string]any {
+	t.Helper()
+	res, err := engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t", Observe: observe})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return res.State
+}
+
+func TestStructuredReplyAndText(t *testing.T) {
+	srv := modelserver.New(
+		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{{Content: `{"score": 8, "notes": "solid"}`}}},
+		modelserver.Rule{Match: "Summarise", Replies: []modelserver.Reply{{Content: "good resume"}}},
+	)
+	g := setup(t, serve(t, srv))
+	state := runFlow(t, g, memory.New(), nil)
+	fb := state["feedback"].(map[string]any)
+	if fb["notes"] != "solid" || state["summary"] != "GOOD RESUME" {
+		t.Fatalf("state = %v", state)
+	}
+	calls := srv.Calls()
+	if len(calls) != 2 || !calls[0].Structured || calls[1].Structured {
+		t.Fatalf("calls = %+v", calls)
+	}
+	if !strings.Contains(calls[0].Messages[0].Content, "of 5 words") {
+		t.Errorf("vars not rendered: %q", calls[0].Messages[0].Content)
+	}
+	if calls[1].Messages[0].Role != "system" || calls[1].Messages[1].Content != "Summarise: score 8.\n" {
+		t.Errorf("summary messages = %+v", calls[1].Messages)
+	}
+	if calls[0].Model != llm.DefaultModel {
+		t.Errorf("model = %q", calls[0].Model)
+	}
+}
+
+func TestRepairTurn(t *testing.T) {
+	srv := modelserver.New(
+		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{
+			{Content: `{"score": 12, "notes": "too generous"}`},
+			{Content: "```json\n{\"score\": 9, \"notes\": \"fixed\"}\n```"},
+		}},
+	)
+	g := setup(t, serve(t, srv))
+	state := runFlow(t, g, memory.New(), nil)
+	if fb := state["feedback"].(map[string]any); fb["notes"] != "fixed" {
+		t.Fatalf("feedback = %v", fb)
+	}
+	calls := srv.Calls()
+	repair := calls[1].Messages
+	if len(repair) != 3 || repair[1].Role != "assistant" || !strings.Contains(repair[2].Content, "does not match the required JSON schema") ||
+		!strings.Contains(repair[2].Content, "score") {
+		t.Fatalf("repair turn = %+v", repair)
+	}
+}
+
+func TestRepairFailsThenFallback(t *testing.T) {
+	srv := modelserver.New(
+		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{{Content: `{"score": "high"`}}},
+	)
+	g := setup(t, serve(t, srv))
+	rec := &recorder{}
+	state := runFlow(t, g, memory.New(), rec.observe)
+	fb := state["feedback"].(map[string]any)
+	if fb["score"] != 5.0 || !strings.Contains(fb["notes"].(string), "review failed: model reply does not match the output schema after a repair turn") {
+		t.Fatalf("feedback = %v", fb)
+	}
+	if ev := rec.nodeEnd("review"); ev.Degraded == "" {
+		t.Fatalf("review not marked degraded: %+v", ev)
+	}
+	if ev := rec.nodeEnd("summarise"); ev.Degraded != "" {
+		t.Fatalf("summarise marked degraded: %+v", ev)
+	}
+}
+
+func TestRetryHonoursRetryAfter(t *testing.T) {
+	srv := modelserver.New(
+		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{
+			{Status: 429, RetryAfter: "1"},
+			{Content: `{"score": 7, "notes": "ok"}`},
+		}},
+	)
+	g := setup(t, serve(t, srv)) // backoff 1ms: only Retry-After makes it wait
+	start := time.Now()
+	state := runFlow(t, g, memory.New(), nil)
+	if waited := time.Since(start); waited < 900*time.Millisecond {
+		t.Fatalf("retried after %v, before Retry-After's 1s", waited)
+	}
+	if fb := state["feedback"].(map[string]any); fb["notes"] != "ok" {
+		t.Fatalf("feedback = %v", fb)
+	}
+	calls := srv.Calls()
+	if len(calls) != 3 || calls[0].Status != 429 || calls[1].Status != 0 {
+		t.Fatalf("calls = %+v", calls)
+	}
+}
+
+func TestPersistentFailureFallsBack(t *testing.T) {
+	srv := modelserver.New(modelserver.Rule{Replies: []modelserver.Reply{{Status: 500}}})
+	g := setup(t, serve(t, srv))
+	rec := &recorder{}
+	state := runFlow(t, g, memory.New(), rec.observe)
+	fb := state["feedback"].(map[string]any)
+	if fb["score"] != 5.0 || !strings.Contains(fb["notes"].(string), "500") {
+		t.Fatalf("feedback = %v", fb)
+	}
+	if !strings.HasPrefix(state["summary"].(string), "NO SUMMARY (MODEL:") {
+		t.Fatalf("summary = %q", state["summary"])
+	}
+	if len(srv.Calls()) != 6 { // two nodes, three tries each
+		t.Fatalf("calls = %d, want 6", len(srv.Calls()))
+	}
+	for _, node := range []string{"review", "summarise"} {
+		if ev := rec.nodeEnd(node); !strings.Contains(ev.Degraded, "500") {
+			t.Fatalf("%s end event = %+v", node, ev)
+		}
+	}
+}
+
+func TestNoModelUsesFallbacks(t *testing.T) {
+	g := setup(t, nil)
+	rec := &recorder{}
+	state := runFlow(t, g, memory.New(), rec.observe)
+	fb := state["feedback"].(map[string]any)
+	if fb["score"] != 5.0 || fb["notes"] != "review failed: "+llm.ErrNoModel.Error() {
+		t.Fatalf("feedback = %v", fb)
+	}
+	if ev := rec.nodeEnd("review"); ev.Degraded != llm.ErrNoModel.Error() {
+		t.Fatalf("end event = %+v", ev)
+	}
+}
+
+func TestStreamingReachesEvents(t *testing.T) {
+	srv := modelserver.New(
+		modelserver.Rule{Match: "Summarise", Replies: []modelserver.Reply{{Content: "a fine resume with clear impact"}}},
+	)
+	g := setup(t, serve(t, srv))
+	rec := &recorder{}
+	state := runFlow(t, g, memory.New(), rec.observe)
+	var streamed strings.Builder
+	pieces := 0
+	for _, ev := range rec.events {
+		if ev.Type == engine.NodeOutput && ev.Node == "summarise" {
+			streamed.WriteString(ev.Text)
+			pieces++
+		}
+	}
+	if streamed.String() != "a fine resume with clear impact" || pieces < 6 {
+		t.Fatalf("streamed %d pieces: %q", pieces, streamed.String())
+	}
+	if state["summary"] != "A FINE RESUME WITH CLEAR IMPACT" {
+		t.Fatalf("summary = %q", state["summary"])
+	}
+	for _, c := range srv.Calls() {
+		if !c.Stream {
+			t.Fatalf("observed run did not stream: %+v", c)
+		}
+	}
+}
+
+func TestCredentialNeverLeaks(t *testing.T) {
+	const key = "sk-test-0123456789-SECRET"
+	srv := modelserver.New(
+		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{{Content: `{"score": 6, "notes": "fine"}`}}},
+		modelserver.Rule{Match: "Summarise", Replies: []modelserver.Reply{{Status: 503}}},
+	)
+	srv.Key = key
+	g := setup(t, serve(t, srv))
+	rec := &recorder{}
+	st := memory.New()
+	state := runFlow(t, g, st, rec.observe)
+	for _, c := range srv.Calls() {
+		if !c.Authorized {
+			t.Fatalf("request without the key: %+v", c)
+		}
+	}
+	hist, err := st.History(context.Background(), "t", store.HistoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, v := range map[string]any{"events": rec.events, "state": state, "history": hist} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), key) || strings.Contains(string(b), "SECRET") {
+			t.Fatalf("the API key appears in %s", what)
+		}
+	}
+}

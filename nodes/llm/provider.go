@@ -1,0 +1,204 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// DefaultModel is used when neither a node, its prompt, its flow nor the
+// environment names a model.
+const DefaultModel = "gpt-4o-mini"
+
+// Provider is an OpenAI-compatible endpoint and how to call it.
+type Provider struct {
+	// BaseURL is the API root (…/v1); empty means OpenAI's.
+	BaseURL string
+	// APIKey is sent as a bearer token. It is never written to state,
+	// events or errors.
+	APIKey string
+	// Model is the default model.
+	Model string
+	// Retries is how many times a failed call (429, 5xx, timeout, broken
+	// connection) is repeated; Backoff is the first wait, doubled up to
+	// MaxBackoff. A Retry-After header overrides the wait.
+	Retries             int
+	Backoff, MaxBackoff time.Duration
+	// Timeout bounds one call.
+	Timeout time.Duration
+	// HTTP is the client to use (nil: a default one).
+	HTTP *http.Client
+}
+
+// FromEnv returns the provider the environment configures: OPENAI_BASE_URL
+// and OPENAI_API_KEY (either one is enough, so a local server without keys
+// works), TRELLIS_MODEL for the default model. It returns nil when no model
+// is configured.
+func FromEnv() *Provider {
+	base, key := os.Getenv("OPENAI_BASE_URL"), os.Getenv("OPENAI_API_KEY")
+	if base == "" && key == "" {
+		return nil
+	}
+	return &Provider{BaseURL: base, APIKey: key, Model: os.Getenv("TRELLIS_MODEL")}
+}
+
+func (p *Provider) withDefaults() *Provider {
+	q := *p
+	if q.Model == "" {
+		q.Model = DefaultModel
+	}
+	if q.Retries == 0 {
+		q.Retries = 3
+	}
+	if q.Backoff == 0 {
+		q.Backoff = 500 * time.Millisecond
+	}
+	if q.MaxBackoff == 0 {
+		q.MaxBackoff = 20 * time.Second
+	}
+	if q.Timeout == 0 {
+		q.Timeout = 2 * time.Minute
+	}
+	if q.HTTP == nil {
+		q.HTTP = &http.Client{}
+	}
+	return &q
+}
+
+// client is a configured go-openai client with our retry policy.
+type client struct {
+	p  *Provider
+	oa *openai.Client
+}
+
+func newClient(p *Provider) *client {
+	p = p.withDefaults()
+	cfg := openai.DefaultConfig(p.APIKey)
+	if p.BaseURL != "" {
+		cfg.BaseURL = strings.TrimRight(p.BaseURL, "/")
+	}
+	cfg.HTTPClient = retryAfterDoer{p.HTTP}
+	return &client{p: p, oa: openai.NewClientWithConfig(cfg)}
+}
+
+// retryAfterDoer records the Retry-After header of failed responses in the
+// request's context, where the retry loop reads it; go-openai's errors do
+// not carry headers.
+type retryAfterDoer struct{ c *http.Client }
+
+type retryAfterKey struct{}
+
+func (d retryAfterDoer) Do(req *http.Request) (*http.Response, error) {
+	resp, err := d.c.Do(req)
+	if err == nil && resp.StatusCode >= 400 {
+		if box, ok := req.Context().Value(retryAfterKey{}).(*time.Duration); ok {
+			*box = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		}
+	}
+	return resp, err
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date; 0 when absent.
+func parseRetryAfter(h string, now time.Time) time.Duration {
+	if h == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(h, 64); err == nil && s >= 0 {
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
+}
+
+// call runs one request with retries. attempt is called once per try with
+// a context bounded by the provider's timeout.
+func (c *client) call(ctx context.Context, attempt func(ctx context.Context) error) error {
+	backoff := c.p.Backoff
+	for try := 0; ; try++ {
+		var after time.Duration
+		actx, cancel := context.WithTimeout(context.WithValue(ctx, retryAfterKey{}, &after), c.p.Timeout)
+		err := attempt(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if try >= c.p.Retries || !retryable(err) {
+			return err
+		}
+		wait := after
+		if wait == 0 {
+			// full jitter keeps clients that failed together apart
+			wait = backoff/2 + rand.N(backoff/2+1)
+			backoff = min(backoff*2, c.p.MaxBackoff)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// retryable: rate limits, server errors, timeouts and broken connections.
+func retryable(err error) bool {
+	var api *openai.APIError
+	var req *openai.RequestError
+	status := 0
+	switch {
+	case errors.As(err, &api):
+		status = api.HTTPStatusCode
+	case errors.As(err, &req):
+		status = req.HTTPStatusCode
+	}
+	if status != 0 {
+		return status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) {
+		return true
+	}
+	return errors.Is(err, errTruncated)
+}
+
+var errTruncated = errors.New("the reply stream ended early")
+
+// temperature turns an explicit 0 into the smallest positive float, which
+// go-openai does not drop as an empty field.
+func temperature(t *float32) float32 {
+	if t == nil {
+		return 0
+	}
+	if *t == 0 {
+		return math.SmallestNonzeroFloat32
+	}
+	return *t
+}
+
+// redact removes the API key from s.
+func (c *client) redact(s string) string {
+	if c == nil || len(c.p.APIKey) < 4 {
+		return s
+	}
+	return strings.ReplaceAll(s, c.p.APIKey, "[redacted]")
+}
+
+func (c *client) errorf(err error) error {
+	return fmt.Errorf("model: %s", c.redact(err.Error()))
+}

@@ -1,0 +1,197 @@
+package prompt
+
+import (
+	"fmt"
+	"strings"
+	"text/template"
+	"text/template/parse"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/schema"
+)
+
+// Problem is a template reading a field its data does not have.
+type Problem struct {
+	// Offset is the byte offset of the field name in the template text;
+	// Len its length in runes.
+	Offset, Len         int
+	Message, Suggestion string
+}
+
+// Root returns the shape of a template's data: state and input as given,
+// vars with the named variables (of unknown shape) and, when withError,
+// error.
+func Root(state, input *schema.Shape, vars []string, withError bool) *schema.Shape {
+	obj := func() *schema.Shape {
+		return &schema.Shape{Types: []string{"object"}, Props: map[string]*schema.Shape{}, Closed: true}
+	}
+	v := obj()
+	for _, name := range vars {
+		v.Props[name] = nil
+		v.Order = append(v.Order, name)
+	}
+	root := obj()
+	root.Props["state"], root.Props["input"], root.Props["vars"] = state, input, v
+	root.Order = []string{"state", "input", "vars"}
+	if withError {
+		root.Props["error"] = &schema.Shape{Types: []string{"string"}}
+		root.Order = append(root.Order, "error")
+	}
+	return root
+}
+
+// Check reports every field chain in t that root does not declare. Dot
+// follows with and range (a range's dot is the list's item shape); where a
+// shape is unknown, nothing below it is checked.
+func Check(t *template.Template, root *schema.Shape) []Problem {
+	c := &checker{root: root, vars: map[string]*schema.Shape{"$": root}}
+	for _, tt := range t.Templates() {
+		if tt.Tree == nil || tt.Tree.Root == nil {
+			continue
+		}
+		dot := root
+		if tt.Name() != t.Name() {
+			dot = nil // a defined template's dot is whatever it is given
+		}
+		c.list(tt.Tree.Root, dot)
+	}
+	return c.probs
+}
+
+type checker struct {
+	root  *schema.Shape
+	vars  map[string]*schema.Shape
+	probs []Problem
+}
+
+func (c *checker) list(l *parse.ListNode, dot *schema.Shape) {
+	if l == nil {
+		return
+	}
+	for _, n := range l.Nodes {
+		c.node(n, dot)
+	}
+}
+
+func (c *checker) node(n parse.Node, dot *schema.Shape) {
+	switch x := n.(type) {
+	case *parse.ActionNode:
+		c.pipe(x.Pipe, dot)
+	case *parse.IfNode:
+		c.pipe(x.Pipe, dot)
+		c.list(x.List, dot)
+		c.list(x.ElseList, dot)
+	case *parse.WithNode:
+		inner := c.pipe(x.Pipe, dot)
+		c.list(x.List, inner)
+		c.list(x.ElseList, dot)
+	case *parse.RangeNode:
+		s := c.pipe(x.Pipe, dot)
+		var item *schema.Shape
+		if s != nil && s.Is("array") {
+			item = s.Items
+		}
+		if len(x.Pipe.Decl) > 0 {
+			c.vars[x.Pipe.Decl[len(x.Pipe.Decl)-1].Ident[0]] = item
+		}
+		c.list(x.List, item)
+		c.list(x.ElseList, dot)
+	case *parse.TemplateNode:
+		c.pipe(x.Pipe, dot)
+	}
+}
+
+// pipe checks a pipeline and returns its shape when it is a single field
+// reference (nil when unknown).
+func (c *checker) pipe(p *parse.PipeNode, dot *schema.Shape) *schema.Shape {
+	if p == nil {
+		return nil
+	}
+	var last *schema.Shape
+	for i, cmd := range p.Cmds {
+		last = nil
+		for _, arg := range cmd.Args {
+			s := c.arg(arg, dot)
+			if len(cmd.Args) == 1 && i == 0 {
+				last = s
+			}
+		}
+	}
+	if len(p.Cmds) != 1 {
+		last = nil
+	}
+	for _, d := range p.Decl {
+		c.vars[d.Ident[0]] = last
+	}
+	return last
+}
+
+func (c *checker) arg(n parse.Node, dot *schema.Shape) *schema.Shape {
+	switch x := n.(type) {
+	case *parse.DotNode:
+		return dot
+	case *parse.FieldNode:
+		return c.chain(dot, "", x.Ident, chainStart(int(x.Position()), x.Ident, false))
+	case *parse.VariableNode:
+		base, ok := c.vars[x.Ident[0]]
+		if !ok {
+			return nil
+		}
+		name := strings.TrimPrefix(x.Ident[0], "$")
+		return c.chain(base, name, x.Ident[1:], chainStart(int(x.Position()), x.Ident, true)+len(x.Ident[0]))
+	case *parse.ChainNode:
+		var base *schema.Shape
+		if _, ok := x.Node.(*parse.PipeNode); ok {
+			base = c.pipe(x.Node.(*parse.PipeNode), dot)
+		} else {
+			base = c.arg(x.Node, dot)
+		}
+		return c.chain(base, "value", x.Field, int(x.Position())+len(x.Node.String()))
+	case *parse.PipeNode:
+		return c.pipe(x, dot)
+	}
+	return nil
+}
+
+// chain resolves .a.b.c (starting at offset, the first dot) against s.
+func (c *checker) chain(s *schema.Shape, path string, idents []string, offset int) *schema.Shape {
+	for _, id := range idents {
+		offset++ // the dot
+		if s == nil {
+			return nil
+		}
+		child, ok := s.Prop(id)
+		if !ok {
+			what := path
+			if what == "" {
+				what = "the template data"
+			}
+			c.probs = append(c.probs, Problem{Offset: offset, Len: len([]rune(id)),
+				Message:    fmt.Sprintf("%s has no field %q", what, id),
+				Suggestion: diag.Suggest(id, s.Order)})
+			return nil
+		}
+		if path == "" {
+			path = id
+		} else {
+			path += "." + id
+		}
+		s = child
+		offset += len(id)
+	}
+	return s
+}
+
+// chainStart returns the offset where a chain of identifiers begins: the
+// parser places a chain at its second identifier. A variable's first
+// identifier ($x) has no dot before it.
+func chainStart(pos int, idents []string, variable bool) int {
+	if len(idents) < 2 {
+		return pos
+	}
+	pos -= len(idents[0])
+	if !variable {
+		pos-- // its dot
+	}
+	return pos
+}
