@@ -24,6 +24,21 @@ func Registry() kind.Registry {
 	return reg
 }
 
+var (
+	offlineOnce sync.Once
+	offline     *kind.Set
+)
+
+// Offline returns the registry of the built-in kinds with no model
+// configured: llm nodes always use their prompts' fallbacks. Flow tests
+// use it, so they are deterministic wherever they run.
+func Offline() kind.Registry {
+	offlineOnce.Do(func() {
+		offline = WithProvider(func() *llm.Provider { return nil })
+	})
+	return offline
+}
+
 // WithProvider returns a new registry of the built-in kinds whose llm kind
 // calls provider when a flow is loaded (nil from it: no model).
 func WithProvider(provider func() *llm.Provider) *kind.Set {

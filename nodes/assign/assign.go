@@ -55,6 +55,9 @@ func build(b kind.Builder) kind.Node {
 	n := &node{}
 	for i := 0; i+1 < len(set.Content); i += 2 {
 		k, v := set.Content[i], set.Content[i+1]
+		for v.Kind == yaml.AliasNode && v.Alias != nil {
+			v = v.Alias // an alias of an expression is that expression
+		}
 		b.Writes(k.Value, k)
 		f := field{name: k.Value}
 		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {

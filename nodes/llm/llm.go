@@ -174,6 +174,27 @@ func (n *node) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
 	return n.write(vars, out)
 }
 
+// Render implements kind.Renderer.
+func (n *node) Render(s *kind.State) (prompt.Request, error) {
+	data, _, err := n.data(s)
+	if err != nil {
+		return prompt.Request{}, err
+	}
+	msgs, err := n.prompt.Render(data)
+	if err != nil {
+		return prompt.Request{}, err
+	}
+	r := prompt.Request{Prompt: n.prompt.Name, Model: n.model, Temperature: n.temperature, MaxTokens: n.maxTokens,
+		System: msgs.System, User: msgs.User}
+	if r.Model == "" {
+		r.Model = FromEnvModel()
+	}
+	if n.prompt.Output != nil {
+		r.Output = n.prompt.Output.Schema
+	}
+	return r, nil
+}
+
 // Fallback implements kind.Fallback: the prompt's fallback, with the
 // failure as .error.
 func (n *node) Fallback(_ context.Context, s *kind.State, cause error) (kind.Update, error) {

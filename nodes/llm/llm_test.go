@@ -13,9 +13,9 @@ import (
 
 	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/nodes/llm"
-	"github.com/trellisflow/trellis/nodes/llm/modelserver"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/modelserver"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 )

@@ -52,6 +52,14 @@ func FromEnv() *Provider {
 	return &Provider{BaseURL: base, APIKey: key, Model: os.Getenv("TRELLIS_MODEL")}
 }
 
+// FromEnvModel is the model a node with no model of its own uses.
+func FromEnvModel() string {
+	if m := os.Getenv("TRELLIS_MODEL"); m != "" {
+		return m
+	}
+	return DefaultModel
+}
+
 func (p *Provider) withDefaults() *Provider {
 	q := *p
 	if q.Model == "" {

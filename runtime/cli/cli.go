@@ -23,6 +23,9 @@ type Env struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Registry       kind.Registry
+	// Offline is the registry flow tests use: the same kinds with no
+	// model configured (nil: Registry).
+	Offline kind.Registry
 }
 
 type command struct {
@@ -40,6 +43,11 @@ func init() {
 		{"graph", "graph FLOW [--format mermaid|dot|json]", "Draw a flow's graph", cmdGraph},
 		{"run", "run FLOW [--with FILE] [--input k=v ...] [--input-file FILE] [--thread ID] [--trace]",
 			"Run a flow: talk with a conversational flow in the terminal, or run once and print the final state", cmdRun},
+		{"test", "test [--run TEXT] [-v] [--model] [FILE|DIR ...]", "Run flow tests (*.test.yaml): scripted node outputs, assertions on path, visits and state", cmdTest},
+		{"prompt", "prompt render FLOW NODE [--with FILE | --thread ID [--store ADDR]] [--input k=v ...] [--json]",
+			"Show exactly what a node would send to the model for a given state", cmdPrompt},
+		{"dev", "dev model-server [--addr HOST:PORT] [--script FILE] [--key KEY]",
+			"Serve an OpenAI-compatible test model (scripted or generated replies) for demos and tests", cmdDev},
 		{"threads", "threads [--store ADDR] [--limit N]", "List threads, most recently updated first", cmdThreads},
 		{"history", "history THREAD [--store ADDR] [--limit N] [--before SEQ]", "List a thread's checkpoints, newest first", cmdHistory},
 		{"state", "state THREAD [--store ADDR] [--at SEQ]", "Print a thread's state, now or at a checkpoint", cmdState},

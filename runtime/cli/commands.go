@@ -334,6 +334,12 @@ func TraceTo(w io.Writer) engine.Observer {
 		if ev.Duration > 0 {
 			fmt.Fprintf(&b, " %s", ev.Duration.Round(time.Microsecond))
 		}
+		if ev.Degraded != "" {
+			fmt.Fprintf(&b, " DEGRADED (%s)", ev.Degraded)
+		}
+		if ev.Text != "" {
+			fmt.Fprintf(&b, " %q", ev.Text)
+		}
 		if len(ev.Update) > 0 {
 			u, _ := json.Marshal(ev.Update)
 			fmt.Fprintf(&b, " %s", u)

@@ -159,6 +159,7 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	}
 	c.edges()
 	c.analyse()
+	c.g.env = c.env
 	return c.g
 }
 

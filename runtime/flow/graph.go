@@ -39,6 +39,7 @@ type Graph struct {
 
 	fields map[string]*Field
 	nodes  map[string]*Node
+	env    *expression.Env
 	root   *schema.Validator
 	loops  [][]*Node // strongly connected components with a cycle
 }
@@ -166,6 +167,25 @@ func (g *Graph) Node(name string) (*Node, bool) {
 
 // Root is the validator of the whole state.
 func (g *Graph) Root() *schema.Validator { return g.root }
+
+// Env is the expression environment of the flow: state and input. Tools
+// compile their own expressions (test assertions) against it.
+func (g *Graph) Env() *expression.Env { return g.env }
+
+// Vars returns expression variables for a state and an input, as the
+// engine binds them.
+func (g *Graph) Vars(state, input map[string]any) map[string]any {
+	vars := make(map[string]any, 2*len(g.Fields)+2)
+	for _, f := range g.Fields {
+		vars[f.Var] = nil // unset fields read as nil
+	}
+	expression.Bind(vars, "state", state)
+	if input == nil {
+		input = map[string]any{}
+	}
+	expression.Bind(vars, "input", input)
+	return vars
+}
 
 // Loop returns a cycle of nodes through n, when n is on one.
 func (g *Graph) Loop(n *Node) []*Node {

@@ -104,6 +104,12 @@ type Fallback interface {
 	Fallback(ctx context.Context, s *State, err error) (Update, error)
 }
 
+// Renderer is implemented by nodes that send a prompt to a model, so a
+// designer can see exactly what they would send for a given state.
+type Renderer interface {
+	Render(s *State) (prompt.Request, error)
+}
+
 // Observed reports whether anyone receives the run's events, so a node can
 // skip work (such as streaming) that only events need.
 func (s *State) Observed() bool { return s.stream != nil }

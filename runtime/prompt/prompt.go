@@ -66,6 +66,17 @@ func (d Data) value() map[string]any {
 	return map[string]any{"state": d.State, "input": d.Input, "vars": d.Vars, "error": d.Error}
 }
 
+// Request is what a node would send to a model: for inspection.
+type Request struct {
+	Prompt      string         `json:"prompt"`
+	Model       string         `json:"model"`
+	Temperature *float32       `json:"temperature,omitempty"`
+	MaxTokens   int            `json:"max_tokens,omitempty"`
+	System      string         `json:"system,omitempty"`
+	User        string         `json:"user"`
+	Output      map[string]any `json:"output_schema,omitempty"`
+}
+
 // Messages are a rendered prompt.
 type Messages struct {
 	System, User string

@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/flowtest"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/modelserver"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+	"github.com/trellisflow/trellis/runtime/store/stores"
+)
+
+// TestFiles expands paths (files or directories) into flow test files.
+func TestFiles(paths []string) ([]string, error) {
+	if len(paths) == 0 {
+		paths = []string{"."}
+	}
+	var out []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			out = append(out, p)
+			continue
+		}
+		err = filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && path != p && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() && strings.HasSuffix(path, flowtest.Suffix) {
+				out = append(out, path)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func cmdTest(ctx context.Context, env *Env, args []string) int {
+	fs := flags(env, "test")
+	match := fs.String("run", "", "run only the tests whose name contains this text")
+	verbose := fs.Bool("v", false, "list every test, not only failures")
+	useModel := fs.Bool("model", false, "call the configured model instead of using fallbacks (tests are then not deterministic)")
+	paths, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	files, err := TestFiles(paths)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis test: %v\n", err)
+		return 2
+	}
+	if len(files) == 0 {
+		fmt.Fprintf(env.Stderr, "trellis test: no %s files\n", flowtest.Suffix)
+		return 1
+	}
+	reg := env.Offline
+	if *useModel || reg == nil {
+		reg = env.Registry
+	}
+	passed, failed := 0, 0
+	start := time.Now()
+	for _, path := range files {
+		f, err := flowtest.Load(path)
+		if err != nil {
+			fmt.Fprintf(env.Stdout, "FAIL %s\n    %v\n", path, err)
+			failed++
+			continue
+		}
+		results, err := flowtest.RunFile(ctx, f, reg, *match)
+		if err != nil {
+			var le *diag.ListError
+			if errors.As(err, &le) {
+				fmt.Fprintf(env.Stdout, "FAIL %s: the flow %s does not load\n", path, f.FlowPath())
+				diag.WriteText(env.Stdout, le.List, flow.Sources(f.FlowPath()))
+			} else {
+				fmt.Fprintf(env.Stdout, "FAIL %s: %v\n", path, err)
+			}
+			failed++
+			continue
+		}
+		for _, r := range results {
+			if r.Passed() {
+				passed++
+				if *verbose {
+					fmt.Fprintf(env.Stdout, "ok   %s: %s (%s)\n", path, r.Name, r.Took.Round(time.Millisecond))
+				}
+				continue
+			}
+			failed++
+			fmt.Fprintf(env.Stdout, "FAIL %s: %s (%s)\n", path, r.Name, r.Took.Round(time.Millisecond))
+			for _, m := range r.Failures {
+				fmt.Fprintf(env.Stdout, "    %s\n", m)
+			}
+		}
+	}
+	fmt.Fprintf(env.Stderr, "%d passed, %d failed in %s\n", passed, failed, time.Since(start).Round(time.Millisecond))
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+func cmdPrompt(ctx context.Context, env *Env, args []string) int {
+	fs := flags(env, "prompt")
+	with := fs.String("with", "", "render over a new thread created with these values (YAML or JSON file)")
+	thread := fs.String("thread", "", "render over this thread's current state")
+	storeAddr := storeFlag(fs)
+	var inputs multi
+	fs.Var(&inputs, "input", "set an input field: name=value (repeatable)")
+	asJSON := fs.Bool("json", false, "print the request as JSON")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 3 || pos[0] != "render" {
+		fs.Usage()
+		return 2
+	}
+	g, ok := load(env, pos[1])
+	if !ok {
+		return 1
+	}
+	n, found := g.Node(pos[2])
+	if !found {
+		fmt.Fprintf(env.Stderr, "trellis prompt: %s has no node %q\n", g.Name, pos[2])
+		return 2
+	}
+	r, isRenderer := n.Impl.(kind.Renderer)
+	if !isRenderer {
+		fmt.Fprintf(env.Stderr, "trellis prompt: node %q (%s) sends no prompt\n", n.Name, n.Kind)
+		return 2
+	}
+	in, err := ParseInputs(g, inputs, "")
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis prompt: %v\n", err)
+		return 2
+	}
+	var state map[string]any
+	if *thread != "" {
+		st, err := stores.Open(ctx, *storeAddr)
+		if err != nil {
+			return fail(env, "prompt", err)
+		}
+		defer st.Close()
+		snap, err := st.Head(ctx, *thread)
+		if err != nil {
+			return fail(env, "prompt", err)
+		}
+		state = snap.Values
+	} else {
+		values := map[string]any{}
+		if *with != "" {
+			raw, err := schema.ReadFile(*with)
+			m, isMap := raw.(map[string]any)
+			if err == nil && !isMap {
+				err = fmt.Errorf("%s: want a mapping of field to value", *with)
+			}
+			if err != nil {
+				return fail(env, "prompt", err)
+			}
+			values = m
+		}
+		snap, err := engine.New(memory.New()).Create(ctx, g, "render", values)
+		if err != nil {
+			return fail(env, "prompt", err)
+		}
+		state = snap.Values
+	}
+	req, err := r.Render(kind.NewState(g.Vars(state, in)))
+	if err != nil {
+		return fail(env, "prompt", err)
+	}
+	if *asJSON {
+		printJSON(env, req)
+		return 0
+	}
+	fmt.Fprintf(env.Stdout, "# prompt %s, model %s", req.Prompt, req.Model)
+	if req.Temperature != nil {
+		fmt.Fprintf(env.Stdout, ", temperature %g", *req.Temperature)
+	}
+	if req.MaxTokens > 0 {
+		fmt.Fprintf(env.Stdout, ", max_tokens %d", req.MaxTokens)
+	}
+	fmt.Fprintln(env.Stdout)
+	if req.System != "" {
+		fmt.Fprintf(env.Stdout, "\n## system\n\n%s\n", strings.TrimRight(req.System, "\n"))
+	}
+	fmt.Fprintf(env.Stdout, "\n## user\n\n%s\n", strings.TrimRight(req.User, "\n"))
+	if req.Output != nil {
+		b, _ := json.MarshalIndent(req.Output, "", "  ")
+		fmt.Fprintf(env.Stdout, "\n## reply schema\n\n%s\n", b)
+	}
+	return 0
+}
+
+func cmdDev(ctx context.Context, env *Env, args []string) int {
+	fs := flags(env, "dev")
+	addr := fs.String("addr", "127.0.0.1:8089", "address to listen on")
+	script := fs.String("script", "", "YAML file of rules: [{match: TEXT, replies: [{content, status, retry_after, delay}]}]")
+	key := fs.String("key", "", "require this API key")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 || pos[0] != "model-server" {
+		fs.Usage()
+		return 2
+	}
+	var rules []modelserver.Rule
+	if *script != "" {
+		b, err := os.ReadFile(*script)
+		if err == nil {
+			err = yaml.Unmarshal(b, &rules)
+		}
+		if err != nil {
+			return fail(env, "dev", err)
+		}
+	}
+	srv := modelserver.New(rules...)
+	srv.Key = *key
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fail(env, "dev", err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(env.Stderr, "model server on http://%s/v1 (%d rules); use OPENAI_BASE_URL=http://%s/v1\n", ln.Addr(), len(rules), ln.Addr())
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fail(env, "dev", err)
+	}
+	return 0
+}
