@@ -13,6 +13,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/flowtest"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store/memory"
@@ -153,7 +154,7 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 	if g == nil {
 		t.Fatal(dl)
 	}
-	n, _ := g.Node("question")
+	n, _ := g.Node("plan_question")
 	anchors := []any{
 		map[string]any{"id": "project_1", "type": "project", "label": "the indexer"},
 		map[string]any{"id": "project_2", "type": "project", "label": "the flag service"},
@@ -168,10 +169,8 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 		{"word overlap", map[string]any{"text": "What was the hardest technical challenge in the indexer, and how did you get through it?", "resume_anchor": nil, "aspect": nil}},
 	}
 	for _, c := range cases {
-		state := map[string]any{"anchors": anchors, "questions_asked": []any{c.asked}}
-		vars := map[string]any{}
-		flow.BindState(vars, state)
-		upd, err := n.Impl.Run(context.Background(), kind.NewState(vars))
+		state := map[string]any{"anchors": anchors, "questions_asked": []any{c.asked}, "bridge": ""}
+		upd, err := n.Impl.Run(context.Background(), kind.NewState(g.Vars(state, nil)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,9 +180,7 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 		}
 	}
 	// with nothing asked, the first candidate is the one blocked above
-	vars := map[string]any{}
-	flow.BindState(vars, map[string]any{"anchors": anchors, "questions_asked": []any{}})
-	upd, _ := n.Impl.Run(context.Background(), kind.NewState(vars))
+	upd, _ := n.Impl.Run(context.Background(), kind.NewState(g.Vars(map[string]any{"anchors": anchors, "questions_asked": []any{}, "bridge": ""}, nil)))
 	if q, _ := upd.Get("next_question"); q.(map[string]any)["text"] != first {
 		t.Fatalf("first question %v", q)
 	}
@@ -218,5 +215,30 @@ func TestInterviewInTheTerminal(t *testing.T) {
 		&cli.Env{Stdin: strings.NewReader("hello?\n"), Stdout: &again, Stderr: &errb, Registry: all.Registry()})
 	if exit != 0 || !strings.Contains(again.String(), "Overall") || strings.Contains(again.String(), "you>") {
 		t.Fatalf("resumed finished interview: %d\n%s", exit, again.String())
+	}
+}
+
+// TestFlowTests runs every flow test file (*.test.yaml) offline.
+func TestFlowTests(t *testing.T) {
+	files, err := filepath.Glob("*" + flowtest.Suffix)
+	if err != nil || len(files) < 2 {
+		t.Fatalf("flow test files: %v %v", files, err)
+	}
+	for _, path := range files {
+		f, err := flowtest.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		results, err := flowtest.RunFile(context.Background(), f, all.Offline(), "")
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, r := range results {
+			t.Run(strings.TrimSuffix(path, flowtest.Suffix)+"/"+r.Name, func(t *testing.T) {
+				for _, m := range r.Failures {
+					t.Error(m)
+				}
+			})
+		}
 	}
 }

@@ -90,9 +90,12 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 		varShapes[kv[0].Value] = nil
 	}
 	n.prompt = b.Prompt(b.Setting("prompt"), varShapes)
-	outShape := stringShape
-	if n.prompt != nil && n.prompt.Output != nil {
-		outShape = n.prompt.Output.Validator.Shape
+	var outShape *schema.Shape // unknown when the prompt did not load: no cascade
+	if n.prompt != nil {
+		outShape = stringShape
+		if n.prompt.Output != nil {
+			outShape = n.prompt.Output.Validator.Shape
+		}
 	}
 	varsShape := &schema.Shape{Types: []string{"object"}, Props: varShapes, Order: slices.Sorted(maps.Keys(varShapes)), Closed: true}
 	for _, kv := range pairs(b.Setting("writes")) {
@@ -155,13 +158,12 @@ var ErrNoModel = errors.New("no model is configured (set OPENAI_BASE_URL or OPEN
 
 // Run implements kind.Node.
 func (n *node) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
+	if n.client == nil {
+		return nil, ErrNoModel // the engine calls Fallback
+	}
 	data, vars, err := n.data(s)
 	if err != nil {
 		return nil, err
-	}
-	if n.client == nil {
-		s.Degrade(ErrNoModel.Error())
-		return n.fallback(data, vars, ErrNoModel)
 	}
 	msgs, err := n.prompt.Render(data)
 	if err != nil {
@@ -170,6 +172,23 @@ func (n *node) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
 	out, err := n.ask(ctx, s, msgs)
 	if err != nil {
 		return nil, err
+	}
+	return n.write(vars, out)
+}
+
+// WithOutput implements kind.Outputter: out stands for the model's reply;
+// a structured reply is checked against the prompt's schema.
+func (n *node) WithOutput(s *kind.State, out any) (kind.Update, error) {
+	_, vars, err := n.data(s)
+	if err != nil {
+		return nil, err
+	}
+	if n.prompt.Output != nil {
+		if err := n.prompt.Output.Validator.Validate(out); err != nil {
+			return nil, fmt.Errorf("output does not match the schema of prompt %s: %w", n.prompt.Name, err)
+		}
+	} else if _, ok := out.(string); !ok {
+		return nil, fmt.Errorf("prompt %s replies with text, not %s", n.prompt.Name, schema.TypeOf(out))
 	}
 	return n.write(vars, out)
 }

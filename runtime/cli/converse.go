@@ -68,7 +68,7 @@ func converse(ctx context.Context, env *Env, eng *engine.Engine, g *flow.Graph, 
 	}
 	lines := bufio.NewScanner(env.Stdin)
 	lines.Buffer(make([]byte, 64*1024), 1<<20)
-	for !done(conv, state) {
+	for !done(g, state) {
 		fmt.Fprint(env.Stdout, "you> ")
 		if !lines.Scan() {
 			fmt.Fprintln(env.Stdout)
@@ -116,12 +116,10 @@ func converse(ctx context.Context, env *Env, eng *engine.Engine, g *flow.Graph, 
 	return 0
 }
 
-func done(conv *flow.Conversation, state map[string]any) bool {
-	if conv.Until == nil {
+func done(g *flow.Graph, state map[string]any) bool {
+	if g.Conversation.Until == nil {
 		return false
 	}
-	vars := map[string]any{}
-	flow.BindState(vars, state)
-	ok, err := conv.Until.EvalBool(vars)
+	ok, err := g.Conversation.Until.EvalBool(g.Vars(state, nil))
 	return err == nil && ok
 }

@@ -526,6 +526,9 @@ func (c *compiler) inputs() {
 // compileExpr compiles the expression in scalar n and reports problems at
 // their exact position in the file.
 func (c *compiler) compileExpr(n *yaml.Node, env *expression.Env, condition bool, path string) *expression.Program {
+	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias // an alias of an expression is that expression
+	}
 	if n == nil || n.Kind != yaml.ScalarNode {
 		return nil
 	}

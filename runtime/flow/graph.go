@@ -264,8 +264,3 @@ func (e *Edge) Targets() []*Node {
 }
 
 // BindState fills expression variables for evaluating the graph's
-// expressions over a state outside a run.
-func BindState(vars map[string]any, state map[string]any) {
-	expression.Bind(vars, "state", state)
-	expression.Bind(vars, "input", map[string]any{})
-}

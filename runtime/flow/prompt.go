@@ -332,8 +332,10 @@ func (c *compiler) promptOutput(pf *promptFile, v *yaml.Node) {
 	if n := mapGet(v, "name"); n != nil {
 		name = n.Value
 	}
-	pf.p.Output = &prompt.Output{Name: name, Schema: m,
-		Validator: schema.NewValidator(compiled, schema.ShapeOf(raw, refResolver(raw, url)))}
+	resolve := refResolver(raw, url)
+	bundled, _ := bundle(m, resolve, 0).(map[string]any)
+	pf.p.Output = &prompt.Output{Name: name, Schema: bundled,
+		Validator: schema.NewValidator(compiled, schema.ShapeOf(raw, resolve))}
 }
 
 var templateLine = regexp.MustCompile(`^template: [^:]*:(\d+):(?:(\d+):)? ?(.*)$`)
@@ -433,10 +435,11 @@ func (b *builder) Prompt(at *yaml.Node, vars map[string]*schema.Shape) *prompt.P
 	}
 	p := *pf.p
 	if pf.fbExpr != nil {
-		env := c.env.With("error", &schema.Shape{Types: []string{"string"}})
+		vs := &schema.Shape{Types: []string{"object"}, Props: map[string]*schema.Shape{}, Order: names, Closed: true}
 		for _, name := range names {
-			env = env.With(name, vars[name])
+			vs.Props[name] = vars[name]
 		}
+		env := c.env.With("error", &schema.Shape{Types: []string{"string"}}).With("vars", vs)
 		saved := c.doc
 		c.doc = pf.front
 		p.FallbackExpr = c.compileExpr(pf.fbExpr, env, false, "fallback_expr")
@@ -475,3 +478,34 @@ func (c *compiler) promptNames() []string {
 
 // Model implements kind.Builder: the flow's model, or "".
 func (b *builder) Model() string { return scalar(b.c.get("model")) }
+
+// bundle inlines every $ref of a schema, so the schema sent to a model
+// stands alone. Recursive schemas are cut at a fixed depth.
+func bundle(v any, resolve func(string) any, depth int) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		if ref, ok := x["$ref"].(string); ok {
+			if depth < 12 {
+				if t, ok := bundle(resolve(ref), resolve, depth+1).(map[string]any); ok {
+					maps.Copy(out, t)
+				}
+			}
+		}
+		for k, e := range x {
+			switch k {
+			case "$ref", "$defs", "definitions", "$schema", "$id", "title", "default":
+				continue
+			}
+			out[k] = bundle(e, resolve, depth)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = bundle(e, resolve, depth)
+		}
+		return out
+	}
+	return v
+}

@@ -73,11 +73,15 @@ type Test struct {
 	Line   int               `yaml:"-"`
 }
 
-// Call is one scripted node call: exactly one of Set, Error or Run.
+// Call is one scripted node call: exactly one of Set (the node's update),
+// Output (its output, for kinds that produce one, such as an llm node's
+// reply: the node's writes still apply), Error (the node fails) or Run (the
+// node runs for real).
 type Call struct {
-	Set   map[string]any `yaml:"set"`
-	Error string         `yaml:"error"`
-	Run   bool           `yaml:"run"`
+	Set    map[string]any `yaml:"set"`
+	Output any            `yaml:"output"`
+	Error  string         `yaml:"error"`
+	Run    bool           `yaml:"run"`
 }
 
 // Run is one run of the thread.
@@ -231,6 +235,13 @@ func (s *scripted) Run(ctx context.Context, st *kind.State) (kind.Update, error)
 	if c.Error != "" {
 		return nil, errors.New(c.Error)
 	}
+	if c.Output != nil {
+		o, ok := s.inner.(kind.Outputter)
+		if !ok {
+			return nil, fmt.Errorf("script: node %s produces no output; script set instead", st.Node)
+		}
+		return o.WithOutput(st, c.Output)
+	}
 	upd := st.NewUpdate(len(c.Set))
 	for _, k := range slices.Sorted(mapKeys(c.Set)) {
 		upd = append(upd, kind.FieldValue{Field: k, Value: c.Set[k]})
@@ -268,15 +279,23 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			at(t.Line, "script: no node %q in %s", name, g.Name)
 			continue
 		}
-		for _, c := range calls {
+		for ci := range calls {
+			c := &calls[ci]
+			if c.Output != nil {
+				norm, err := schema.Normalize(c.Output)
+				if err != nil {
+					at(t.Line, "script %s output: %v", name, err)
+				}
+				c.Output = norm
+			}
 			given := 0
-			for _, b := range []bool{c.Set != nil, c.Error != "", c.Run} {
+			for _, b := range []bool{c.Set != nil, c.Output != nil, c.Error != "", c.Run} {
 				if b {
 					given++
 				}
 			}
 			if given != 1 {
-				at(t.Line, "script %s: each call is exactly one of set, error or run: true", name)
+				at(t.Line, "script %s: each call is exactly one of set, output, error or run: true", name)
 			}
 			for field, v := range c.Set {
 				if !n.Writes[field] {

@@ -110,6 +110,13 @@ type Renderer interface {
 	Render(s *State) (prompt.Request, error)
 }
 
+// Outputter is implemented by nodes whose work produces one output value
+// that expressions then write to state (a model's reply). Flow tests
+// script such a node's output and still exercise its writes.
+type Outputter interface {
+	WithOutput(s *State, output any) (Update, error)
+}
+
 // Observed reports whether anyone receives the run's events, so a node can
 // skip work (such as streaming) that only events need.
 func (s *State) Observed() bool { return s.stream != nil }
