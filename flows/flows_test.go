@@ -29,7 +29,7 @@ func TestFlowsValidate(t *testing.T) {
 		t.Fatalf("found only %v", files)
 	}
 	for _, f := range files {
-		if _, dl := flow.Load(f, all.Registry()); len(dl) > 0 {
+		if _, dl := flow.Load(f, all.Offline()); len(dl) > 0 {
 			t.Errorf("%s:\n%v", f, dl)
 		}
 	}
@@ -43,7 +43,7 @@ type turn struct {
 
 func interview(t *testing.T, turns []turn) (*engine.Engine, *flow.Graph, []*engine.Result) {
 	t.Helper()
-	g, dl := flow.Load("interview.yaml", all.Registry())
+	g, dl := flow.Load("interview.yaml", all.Offline())
 	if g == nil {
 		t.Fatal(dl)
 	}
@@ -150,7 +150,7 @@ func TestInterviewCoverage(t *testing.T) {
 // candidates would repeat, by text, by anchor and aspect, and by wording,
 // and checks that each is skipped.
 func TestInterviewBlocksRepeats(t *testing.T) {
-	g, dl := flow.Load("interview.yaml", all.Registry())
+	g, dl := flow.Load("interview.yaml", all.Offline())
 	if g == nil {
 		t.Fatal(dl)
 	}
@@ -200,7 +200,7 @@ func TestInterviewInTheTerminal(t *testing.T) {
 	var out, errb strings.Builder
 	db := "sqlite:" + filepath.Join(t.TempDir(), "t.db")
 	exit := cli.Main([]string{"run", "interview.yaml", "--with", "examples/candidate.yaml", "--store", db, "--thread", "i1"},
-		&cli.Env{Stdin: strings.NewReader(script), Stdout: &out, Stderr: &errb, Registry: all.Registry()})
+		&cli.Env{Stdin: strings.NewReader(script), Stdout: &out, Stderr: &errb, Registry: all.Offline()})
 	if exit != 0 {
 		t.Fatalf("exit %d: %s", exit, errb.String())
 	}
@@ -212,7 +212,7 @@ func TestInterviewInTheTerminal(t *testing.T) {
 	// the conversation is in the SQLite file: a new process sees it ended
 	var again strings.Builder
 	exit = cli.Main([]string{"run", "interview.yaml", "--store", db, "--thread", "i1"},
-		&cli.Env{Stdin: strings.NewReader("hello?\n"), Stdout: &again, Stderr: &errb, Registry: all.Registry()})
+		&cli.Env{Stdin: strings.NewReader("hello?\n"), Stdout: &again, Stderr: &errb, Registry: all.Offline()})
 	if exit != 0 || !strings.Contains(again.String(), "Overall") || strings.Contains(again.String(), "you>") {
 		t.Fatalf("resumed finished interview: %d\n%s", exit, again.String())
 	}

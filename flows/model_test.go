@@ -1,0 +1,198 @@
+package flows_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/modelserver"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+)
+
+// twelveTurns is one interview: what the candidate says, and for the run
+// with a model, what the model classifies and decides on that turn.
+var twelveTurns = []struct {
+	say, code      string
+	intent, decide string // model replies (JSON); empty: the node does not run
+	want           string // the action the turn reaches with the model
+}{
+	{say: "", want: "greeting"},
+	{say: "I build data pipelines in Go and PostgreSQL at Northwind.", intent: "no_intent", decide: "question", want: "question"},
+	{say: "Backpressure was the hard part; we added bounded queues.", intent: "no_intent", decide: "question", want: "question"},
+	{say: "Sorry, what do you mean?", intent: "clarify", decide: "followup", want: "followup"},
+	{say: "I meant the indexer's write path: batching and retries.", intent: "no_intent", decide: "transition", want: "question"},
+	{say: "Could we do a coding exercise?", intent: "technical_assessment", decide: "sandbox_guidance", want: "sandbox_guidance"},
+	{say: "Here it is.", code: "def top_k(words, k):\n    # count, then sort\n    return sorted(words)[:k]\n", want: "code_review"},
+	{say: "It is O(n log n); I would test ties first.", intent: "no_intent", decide: "question", want: "question"},
+	{say: "We cut search latency tenfold.", intent: "no_intent", decide: "followup", want: "followup"},
+	{say: "I wrote the cache invalidation myself.", intent: "no_intent", decide: "question", want: "question"},
+	{say: "The flag service served forty teams.", intent: "no_intent", decide: "question", want: "question"},
+	{say: "Let us wrap up here, please.", intent: "stop", decide: "evaluation", want: "closing"},
+}
+
+// modelScript answers every interview prompt, matched by a phrase of its
+// body. The second question repeats the first: the flow must block it.
+func modelScript() []modelserver.Rule {
+	var intents, decisions []modelserver.Reply
+	for _, tr := range twelveTurns {
+		if tr.intent != "" {
+			intents = append(intents, modelserver.Reply{Content: `{"type": "` + tr.intent + `", "confidence": 0.92}`})
+			decisions = append(decisions, modelserver.Reply{Content: `{"next_node": "` + tr.decide + `", "reason": "scripted"}`})
+		}
+	}
+	text := func(s string) []modelserver.Reply { return []modelserver.Reply{{Content: s}} }
+	return []modelserver.Rule{
+		{Match: "introduce themselves", Replies: text("Welcome Ada! I'm glad you're here. Tell me about yourself.")},
+		{Match: "Intents:", Replies: intents},
+		{Match: "Choose the next action", Replies: decisions},
+		{Match: "Ask the candidate one question", Replies: []modelserver.Reply{
+			{Content: `{"text": "What made the streaming log indexer hard to build?"}`},
+			{Content: `{"text": "what made the streaming log indexer hard to build"}`}, // a repeat
+			{Content: `{"text": "How did you roll out the feature-flag service to other teams?"}`},
+			{Content: `{"text": "Which trade-off in the ingestion pipeline would you revisit?"}`},
+			{Content: `{"text": "How did you measure the indexer's search latency?"}`},
+			{Content: `{"text": "What would you change in the flag service's cache design?"}`},
+		}},
+		{Match: "Rephrase it more simply", Replies: text("Let me rephrase: which part of the indexer did you build yourself?")},
+		{Match: "Ask one follow-up question", Replies: text("How did you verify that tenfold improvement?")},
+		{Match: "moving to another topic", Replies: text("Thanks, that is clear; let us switch topics.")},
+		{Match: "asked for a coding exercise", Replies: text(`{"exercise": "Implement top_k(words, k).", "hints": ["count first"], "message": "Please implement top_k(words, k) and submit it."}`)},
+		{Match: "Review it: correctness", Replies: text(`{"message": "Sorting the words does not count them; how would you fix it?", "quality": 4.5, "issues": ["does not count"]}`)},
+		{Match: "structured interview feedback", Replies: text(`{"overall": 7.2, "communication": 7.5, "technical": 7.0, "problem_solving": 6.8, "code_quality": 4.5,
+			"strengths": ["clear answers"], "weaknesses": ["top_k did not count"], "recommendations": ["practise hash maps"], "topics_covered": ["project_1"]}`)},
+		{Match: "Close the interview warmly", Replies: text("Thank you Ada! Overall you scored 7.2 out of 10. Good luck!")},
+	}
+}
+
+func runTwelve(t *testing.T, reg kind.Registry, observe engine.Observer, checkTurns bool) map[string]any {
+	t.Helper()
+	g, dl := flow.Load("interview.yaml", reg)
+	if g == nil {
+		t.Fatal(dl)
+	}
+	values, err := schema.ReadFile("examples/candidate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(memory.New())
+	ctx := context.Background()
+	if _, err := eng.Create(ctx, g, "i12", values.(map[string]any)); err != nil {
+		t.Fatal(err)
+	}
+	var state map[string]any
+	for i, tr := range twelveTurns {
+		in := map[string]any{}
+		if i > 0 {
+			in["last_response"] = tr.say
+		}
+		if tr.code != "" {
+			in["current_code"] = tr.code
+		}
+		res, err := eng.Run(ctx, g, engine.Request{Thread: "i12", Input: in, Observe: observe, RecordPath: true})
+		if err != nil {
+			t.Fatalf("turn %d: %v", i+1, err)
+		}
+		if got := res.State["last_node"]; checkTurns && got != tr.want {
+			t.Fatalf("turn %d (%q): reached %v, want %s; path %v", i+1, tr.say, got, tr.want, res.Path)
+		}
+		state = res.State
+	}
+	if state["phase"] != "done" || state["evaluation"] == nil {
+		t.Fatalf("the interview did not reach closing with an evaluation: phase %v, last node %v", state["phase"], state["last_node"])
+	}
+	return state
+}
+
+// TestInterviewWithModel runs twelve turns against the test model server
+// over HTTP, streaming, and checks the model's words and decisions reach
+// the state, a repeated question is blocked, and nothing degrades.
+func TestInterviewWithModel(t *testing.T) {
+	srv := modelserver.New(modelScript()...)
+	srv.Key = "sk-interview-test-key"
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	reg := all.WithProvider(func() *llm.Provider {
+		return &llm.Provider{BaseURL: ts.URL + "/v1", APIKey: srv.Key, Backoff: time.Millisecond}
+	})
+	var mu sync.Mutex
+	var streamed strings.Builder
+	degraded := map[string]string{}
+	var events []engine.Event
+	state := runTwelve(t, reg, func(ev engine.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev)
+		switch {
+		case ev.Type == engine.NodeOutput:
+			streamed.WriteString(ev.Text)
+		case ev.Type == engine.NodeEnd && ev.Degraded != "":
+			degraded[ev.Node] = ev.Degraded
+		}
+	}, true)
+	if len(degraded) > 0 {
+		t.Fatalf("degraded nodes with a model: %v", degraded)
+	}
+	calls := srv.Calls()
+	for _, c := range calls {
+		if !c.Stream || !c.Authorized || c.Rule < 0 {
+			t.Fatalf("call not streamed, unauthorised or unscripted: %+v", c)
+		}
+	}
+	if !strings.Contains(streamed.String(), "Welcome Ada!") || !strings.Contains(streamed.String(), "Overall you scored 7.2") {
+		t.Fatalf("the replies were not streamed into the events")
+	}
+	if ev := state["evaluation"].(map[string]any); ev["overall"] != 7.2 || ev["code_quality"] != 4.5 {
+		t.Fatalf("evaluation = %v", ev)
+	}
+	if state["next_message"] != "Thank you Ada! Overall you scored 7.2 out of 10. Good luck!" {
+		t.Fatalf("closing message = %v", state["next_message"])
+	}
+	asked := map[string]bool{}
+	for _, q := range state["questions_asked"].([]any) {
+		text := q.(map[string]any)["text"].(string)
+		if asked[strings.ToLower(strings.Trim(text, "?"))] {
+			t.Fatalf("question asked twice: %q", text)
+		}
+		asked[strings.ToLower(strings.Trim(text, "?"))] = true
+	}
+	if !asked["what made the streaming log indexer hard to build"] || len(asked) < 6 {
+		t.Fatalf("questions = %v", asked)
+	}
+	subs := state["code_submissions"].([]any)
+	if len(subs) != 1 || subs[0].(map[string]any)["quality"] != 4.5 {
+		t.Fatalf("code review = %v", subs)
+	}
+	b, _ := json.Marshal([]any{events, state})
+	if strings.Contains(string(b), srv.Key) {
+		t.Fatal("the API key reached the events or the state")
+	}
+}
+
+// TestInterviewTwelveTurnsOffline: the same conversation with no model
+// reaches closing on the prompts' fallbacks, every llm node degraded.
+func TestInterviewTwelveTurnsOffline(t *testing.T) {
+	degraded := map[string]bool{}
+	state := runTwelve(t, all.Offline(), func(ev engine.Event) {
+		if ev.Type == engine.NodeEnd && ev.Degraded != "" {
+			degraded[ev.Node] = true
+		}
+	}, false)
+	if !strings.HasPrefix(state["next_message"].(string), "Thank you, that is all from me.") {
+		t.Fatalf("closing = %v", state["next_message"])
+	}
+	for _, n := range []string{"greeting", "detect_intent", "decide_next_action", "question", "evaluation", "closing"} {
+		if !degraded[n] {
+			t.Errorf("%s did not run degraded", n)
+		}
+	}
+}
