@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 func trellis(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = cli.Main(args, &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Registry: all.Registry()})
+	code = cli.Main(args, &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Registry: all.Registry(), Offline: all.Offline()})
 	return out.String(), errb.String(), code
 }
 

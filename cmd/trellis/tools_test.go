@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/runtime/cli"
+)
+
+// TestMain lets a test start this test binary as the trellis command (a
+// real process) by setting TRELLIS_AS_MAIN.
+func TestMain(m *testing.M) {
+	if os.Getenv("TRELLIS_AS_MAIN") == "1" {
+		os.Exit(cli.Main(os.Args[1:], &cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Registry: all.Registry(), Offline: all.Offline()}))
+	}
+	os.Exit(m.Run())
+}
+
+func TestFlowTestCommand(t *testing.T) {
+	out, stderr, exit := trellis(t, "test", "-v", "../../flows")
+	if exit != 0 || !strings.Contains(out, "ok   ../../flows/interview.test.yaml") || !strings.Contains(stderr, " passed, 0 failed") {
+		t.Fatalf("exit %d\n%s%s", exit, out, stderr)
+	}
+	// a failing assertion names the file and line, and the values it read
+	dir := t.TempDir()
+	flowSrc, _ := os.ReadFile("testdata/diag/E003.ok.yaml")
+	os.WriteFile(filepath.Join(dir, "f.yaml"), flowSrc, 0o644)
+	os.WriteFile(filepath.Join(dir, "f.test.yaml"), []byte(`flow: f.yaml
+tests:
+  - name: counts
+    runs:
+      - input: {count: 2}
+        expect:
+          path: [first, second]
+          state: ["state.count == 4"]
+`), 0o644)
+	out, _, exit = trellis(t, "test", dir)
+	if exit != 1 || !strings.Contains(out, "f.test.yaml:7: run 1: state: state.count == 4 does not hold\n      state.count = 3") {
+		t.Fatalf("exit %d\n%s", exit, out)
+	}
+}
+
+func TestPromptRender(t *testing.T) {
+	out, stderr, exit := trellis(t, "prompt", "render", "../../flows/resume_review.yaml", "recruiter", "--with", "../../flows/examples/resume.yaml")
+	if exit != 0 {
+		t.Fatalf("exit %d: %s", exit, stderr)
+	}
+	for _, want := range []string{"# prompt resume_review/recruiter", "hiring for LLM Engineer", "review round 1", "name: Grace Lin", "## reply schema", `"agent_name"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("render lacks %q:\n%s", want, out)
+		}
+	}
+	_, stderr, exit = trellis(t, "prompt", "render", "../../flows/resume_review.yaml", "aggregator")
+	if exit != 2 || !strings.Contains(stderr, "sends no prompt") {
+		t.Fatalf("exit %d: %s", exit, stderr)
+	}
+}
+
+// TestDevModelServer starts `trellis dev model-server` as a process, talks
+// to it with go-openai (plain and streamed) and stops it with SIGINT.
+func TestDevModelServer(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "script.yaml")
+	os.WriteFile(script, []byte("- match: hello\n  replies:\n    - {content: hi there from the script}\n"), 0o644)
+	cmd := exec.Command(os.Args[0], "dev", "model-server", "--addr", "127.0.0.1:0", "--script", script, "--key", "k1")
+	cmd.Env = append(os.Environ(), "TRELLIS_AS_MAIN=1")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`http://(\S+)/v1`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("no address in %q", line)
+	}
+	cfg := openai.DefaultConfig("k1")
+	cfg.BaseURL = "http://" + m[1] + "/v1"
+	c := openai.NewClientWithConfig(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hello"}}}
+	resp, err := c.CreateChatCompletion(ctx, req)
+	if err != nil || resp.Choices[0].Message.Content != "hi there from the script" {
+		t.Fatalf("reply %+v, %v", resp, err)
+	}
+	stream, err := c.CreateChatCompletionStream(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(chunk.Choices) > 0 {
+			got.WriteString(chunk.Choices[0].Delta.Content)
+		}
+	}
+	stream.Close()
+	if got.String() != "hi there from the script" {
+		t.Fatalf("streamed %q", got.String())
+	}
+	bad := openai.DefaultConfig("wrong")
+	bad.BaseURL = cfg.BaseURL
+	if _, err := openai.NewClientWithConfig(bad).CreateChatCompletion(ctx, req); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("a wrong key was accepted: %v", err)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("model server exit: %v", err)
+	}
+}
