@@ -313,3 +313,39 @@ func TestCredentialNeverLeaks(t *testing.T) {
 		}
 	}
 }
+
+func TestSlowReplyTimesOutAndRetries(t *testing.T) {
+	srv := modelserver.New(
+		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{
+			{Delay: 2 * time.Second, Content: `{"score": 1, "notes": "too late"}`},
+			{Content: `{"score": 6, "notes": "in time"}`},
+		}},
+	)
+	p := serve(t, srv)
+	p.Timeout = 200 * time.Millisecond
+	g := setup(t, p)
+	state := runFlow(t, g, memory.New(), nil)
+	if fb := state["feedback"].(map[string]any); fb["notes"] != "in time" {
+		t.Fatalf("feedback = %v", fb)
+	}
+	if n := len(srv.Calls()); n != 3 {
+		t.Fatalf("calls = %d, want 3 (a timed-out review, its retry, the summary)", n)
+	}
+}
+
+func TestMalformedReplyIsRepaired(t *testing.T) {
+	srv := modelserver.New(
+		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{
+			{Content: `{"score": 7, "notes": "cut off`},
+			{Content: `{"score": 7, "notes": "whole"}`},
+		}},
+	)
+	g := setup(t, serve(t, srv))
+	state := runFlow(t, g, memory.New(), nil)
+	if fb := state["feedback"].(map[string]any); fb["notes"] != "whole" {
+		t.Fatalf("feedback = %v", fb)
+	}
+	if msg := srv.Calls()[1].Messages[2].Content; !strings.Contains(msg, "not valid JSON") {
+		t.Fatalf("repair turn = %q", msg)
+	}
+}
