@@ -90,6 +90,16 @@ func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 // that are not flow tests (*.test.yaml) and, when they parse, have a
 // top-level version, nodes or edges key.
 func FlowFiles(paths []string) ([]string, error) {
+	return expand(paths, func(path string) bool {
+		ext := filepath.Ext(path)
+		return (ext == ".yaml" || ext == ".yml") && !strings.HasSuffix(path, ".test"+ext) && looksLikeFlow(path)
+	})
+}
+
+// expand turns files and directories into the files that keep accepts
+// (named files are kept as they are), sorted; hidden directories and
+// testdata are skipped.
+func expand(paths []string, keep func(path string) bool) ([]string, error) {
 	var out []string
 	for _, p := range paths {
 		st, err := os.Stat(p)
@@ -101,20 +111,12 @@ func FlowFiles(paths []string) ([]string, error) {
 			continue
 		}
 		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
+			switch {
+			case err != nil:
 				return err
-			}
-			if d.IsDir() {
-				if path != p && strings.HasPrefix(d.Name(), ".") {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			ext := filepath.Ext(path)
-			if (ext != ".yaml" && ext != ".yml") || strings.HasSuffix(path, ".test"+ext) {
-				return nil
-			}
-			if looksLikeFlow(path) {
+			case d.IsDir() && path != p && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata"):
+				return filepath.SkipDir
+			case !d.IsDir() && keep(path):
 				out = append(out, path)
 			}
 			return nil

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -30,33 +29,7 @@ func TestFiles(paths []string) ([]string, error) {
 	if len(paths) == 0 {
 		paths = []string{"."}
 	}
-	var out []string
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			return nil, err
-		}
-		if !st.IsDir() {
-			out = append(out, p)
-			continue
-		}
-		err = filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() && path != p && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
-				return filepath.SkipDir
-			}
-			if !d.IsDir() && strings.HasSuffix(path, flowtest.Suffix) {
-				out = append(out, path)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return expand(paths, func(path string) bool { return strings.HasSuffix(path, flowtest.Suffix) })
 }
 
 func cmdTest(ctx context.Context, env *Env, args []string) int {

@@ -227,26 +227,12 @@ func (c *compiler) state() {
 		return
 	}
 	comp := schema.NewCompiler()
-	var raw any
-	var url string
-	var sdoc *document
-	switch sn.Kind {
-	case yaml.ScalarNode:
-		p := sn.Value
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(c.dir, p)
-		}
-		sdoc = readDocument(p, &diag.List{})
-		if sdoc == nil {
-			c.dl.Errorf(CodeStateSchema, c.pos(sn), "state.schema", "cannot read state schema %q", sn.Value)
-			c.env = expression.NewEnv().With("state", nil).With("input", nil)
-			return
-		}
-		c.sources[p] = sdoc.src
-		raw, url = sdoc.value, schema.FileURL(p)
-	case yaml.MappingNode:
-		raw = c.doc.value.(map[string]any)["state"].(map[string]any)["schema"]
-		url = schema.FileURL(strings.TrimSuffix(c.doc.path, filepath.Ext(c.doc.path)) + ".state.json")
+	raw, url, sdoc, ok := c.schemaSource(sn, c.dir, func() any { return c.doc.value.(map[string]any)["state"].(map[string]any)["schema"] },
+		strings.TrimSuffix(c.doc.path, filepath.Ext(c.doc.path))+".state.json")
+	if !ok {
+		c.dl.Errorf(CodeStateSchema, c.pos(sn), "state.schema", "cannot read state schema %q", sn.Value)
+		c.env = expression.NewEnv().With("state", nil).With("input", nil)
+		return
 	}
 	compiled, err := comp.Compile(url, raw)
 	if err != nil {
@@ -320,6 +306,27 @@ func (c *compiler) state() {
 	}
 	c.env = c.env.WithFields("input", inShape)
 	c.inShape = inShape
+}
+
+// schemaSource reads a schema given as a path (relative to dir) or inline
+// (inline returns its value; inlineName names it). ok is false when the
+// file cannot be read or the node is neither.
+func (c *compiler) schemaSource(sn *yaml.Node, dir string, inline func() any, inlineName string) (raw any, url string, sdoc *document, ok bool) {
+	switch sn.Kind {
+	case yaml.ScalarNode:
+		p := sn.Value
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if sdoc = readDocument(p, &diag.List{}); sdoc == nil {
+			return nil, "", nil, false
+		}
+		c.sources[p] = sdoc.src
+		return sdoc.value, schema.FileURL(p), sdoc, true
+	case yaml.MappingNode:
+		return inline(), schema.FileURL(inlineName), nil, true
+	}
+	return nil, "", nil, false
 }
 
 // schemaPos locates a field's definition: in an inline schema, the

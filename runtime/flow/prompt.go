@@ -289,27 +289,11 @@ func (c *compiler) promptOutput(pf *promptFile, v *yaml.Node) {
 		return
 	}
 	sn := mapGet(v, "schema")
-	var raw any
-	var url string
-	var sdoc *document
-	switch sn.Kind {
-	case yaml.ScalarNode:
-		p := sn.Value
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(filepath.Dir(pf.p.Path), p)
-		}
-		var dl diag.List
-		if sdoc = readDocument(p, &dl); sdoc == nil {
-			c.dl.Errorf(CodePrompt, d.pos(sn), "output.schema", "cannot read output schema %q", sn.Value)
-			return
-		}
-		c.sources[p] = sdoc.src
-		raw, url = sdoc.value, schema.FileURL(p)
-	case yaml.MappingNode:
-		raw = d.value.(map[string]any)["output"].(map[string]any)["schema"]
-		url = schema.FileURL(pf.p.Path + ".output.json")
-	default:
-		c.dl.Errorf(CodePrompt, d.pos(sn), "output.schema", "output.schema must be a schema or a path")
+	raw, url, sdoc, ok := c.schemaSource(sn, filepath.Dir(pf.p.Path), func() any {
+		return d.value.(map[string]any)["output"].(map[string]any)["schema"]
+	}, pf.p.Path+".output.json")
+	if !ok {
+		c.dl.Errorf(CodePrompt, d.pos(sn), "output.schema", "cannot read output schema %q (a schema, or a path relative to the prompt file)", sn.Value)
 		return
 	}
 	compiled, err := schema.NewCompiler().Compile(url, raw)
