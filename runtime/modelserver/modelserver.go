@@ -240,7 +240,7 @@ func generate(req *openai.ChatCompletionRequest) string {
 		if err == nil {
 			var sch any
 			if json.Unmarshal(raw, &sch) == nil {
-				b, _ := json.Marshal(sample(sch, sch, 0))
+				b, _ := json.Marshal(sample(sch, sch, 0, "reply"))
 				return string(b)
 			}
 		}
@@ -250,7 +250,7 @@ func generate(req *openai.ChatCompletionRequest) string {
 
 // sample builds a value valid for common schemas: required properties,
 // the first enum value or const, minimums, minItems.
-func sample(s, root any, depth int) any {
+func sample(s, root any, depth int, name string) any {
 	m, ok := s.(map[string]any)
 	if !ok || depth > 12 {
 		return nil
@@ -261,7 +261,7 @@ func sample(s, root any, depth int) any {
 			tm, _ := target.(map[string]any)
 			target = tm[part]
 		}
-		return sample(target, root, depth+1)
+		return sample(target, root, depth+1, name)
 	}
 	if c, ok := m["const"]; ok {
 		return c
@@ -271,7 +271,7 @@ func sample(s, root any, depth int) any {
 	}
 	for _, key := range []string{"anyOf", "oneOf", "allOf"} {
 		if alts, ok := m[key].([]any); ok && len(alts) > 0 {
-			return sample(alts[0], root, depth+1)
+			return sample(alts[0], root, depth+1, name)
 		}
 	}
 	t := m["type"]
@@ -285,19 +285,23 @@ func sample(s, root any, depth int) any {
 		req, _ := m["required"].([]any)
 		for _, r := range req {
 			name, _ := r.(string)
-			out[name] = sample(props[name], root, depth+1)
+			out[name] = sample(props[name], root, depth+1, name)
 		}
 		return out
 	case "array":
 		n, _ := m["minItems"].(float64)
 		out := make([]any, int(n))
 		for i := range out {
-			out[i] = sample(m["items"], root, depth+1)
+			out[i] = sample(m["items"], root, depth+1, name)
 		}
 		return out
 	case "string":
 		n, _ := m["minLength"].(float64)
-		return strings.Repeat("x", max(int(n), 2))
+		text := "sample " + strings.ReplaceAll(name, "_", " ")
+		for len(text) < int(n) {
+			text += "."
+		}
+		return text
 	case "integer", "number":
 		if v, ok := m["minimum"].(float64); ok {
 			return v
