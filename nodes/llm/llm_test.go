@@ -77,6 +77,11 @@ Summarise: score {{.state.feedback.score}}.
 // loads it with the given provider.
 func setup(t *testing.T, p *llm.Provider) *flow.Graph {
 	t.Helper()
+	return setupFlow(t, p, reviewFlow)
+}
+
+func setupFlow(t *testing.T, p *llm.Provider, flowSrc string) *flow.Graph {
+	t.Helper()
 	dir := t.TempDir()
 	write := func(name, body string) {
 		path := filepath.Join(dir, name)
@@ -87,7 +92,7 @@ func setup(t *testing.T, p *llm.Provider) *flow.Graph {
 			t.Fatal(err)
 		}
 	}
-	write("flows/review.yaml", reviewFlow)
+	write("flows/review.yaml", flowSrc)
 	write("prompts/review.prompt", reviewPrompt)
 	write("prompts/summary.prompt", summaryPrompt)
 	reg := all.WithProvider(func() *llm.Provider { return p })
@@ -347,5 +352,24 @@ func TestMalformedReplyIsRepaired(t *testing.T) {
 	}
 	if msg := srv.Calls()[1].Messages[2].Content; !strings.Contains(msg, "not valid JSON") {
 		t.Fatalf("repair turn = %q", msg)
+	}
+}
+
+func TestModelPrecedence(t *testing.T) {
+	srv := modelserver.New()
+	p := serve(t, srv)
+	p.Model = "env-model"
+	src := strings.Replace(reviewFlow, "nodes:\n", "model: flow-model\nnodes:\n", 1)
+	src = strings.Replace(src, "    prompt: summary\n", "    prompt: summary\n    model: node-model\n", 1)
+	g := setupFlow(t, p, src)
+	runFlow(t, g, memory.New(), nil)
+	calls := srv.Calls()
+	if len(calls) != 2 || calls[0].Model != "flow-model" || calls[1].Model != "node-model" {
+		t.Fatalf("models: %+v", calls)
+	}
+	g = setup(t, p)
+	runFlow(t, g, memory.New(), nil)
+	if calls := srv.Calls(); calls[2].Model != "env-model" {
+		t.Fatalf("default model: %q", calls[2].Model)
 	}
 }
