@@ -159,7 +159,7 @@ var ErrNoModel = errors.New("no model is configured (set OPENAI_BASE_URL or OPEN
 // Run implements kind.Node.
 func (n *node) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
 	if n.client == nil {
-		return nil, ErrNoModel // the engine calls Fallback
+		return nil, kind.Permanent(ErrNoModel) // no retry: the engine calls Fallback
 	}
 	data, vars, err := n.data(s)
 	if err != nil {

@@ -248,15 +248,21 @@ func TestPersistentFailureFallsBack(t *testing.T) {
 }
 
 func TestNoModelUsesFallbacks(t *testing.T) {
-	g := setup(t, nil)
+	// retries cannot help without a model: none are made
+	g := setupFlow(t, nil, strings.Replace(reviewFlow, "    prompt: review\n", "    prompt: review\n    retry: {attempts: 3, backoff: 1s}\n", 1))
 	rec := &recorder{}
 	state := runFlow(t, g, memory.New(), rec.observe)
 	fb := state["feedback"].(map[string]any)
 	if fb["score"] != 5.0 || fb["notes"] != "review failed: "+llm.ErrNoModel.Error() {
 		t.Fatalf("feedback = %v", fb)
 	}
-	if ev := rec.nodeEnd("review"); ev.Degraded != llm.ErrNoModel.Error() {
+	if ev := rec.nodeEnd("review"); ev.Degraded != llm.ErrNoModel.Error() || ev.Attempt > 1 {
 		t.Fatalf("end event = %+v", ev)
+	}
+	for _, ev := range rec.events {
+		if ev.Type == engine.NodeRetry {
+			t.Fatalf("retried with no model: %+v", ev)
+		}
 	}
 }
 

@@ -1154,7 +1154,7 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, st
 		if err == nil {
 			return outcome{node: n, update: upd, attempts: attempt, took: took(), degraded: st.Degraded()}
 		}
-		if ctx.Err() != nil || attempt >= n.Retry.Attempts {
+		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
 			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil {
 				upd, ferr := fb.Fallback(ctx, st, err)
 				if ferr == nil {

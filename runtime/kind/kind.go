@@ -9,6 +9,7 @@ package kind
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -109,6 +110,21 @@ type Fallback interface {
 type Renderer interface {
 	Render(s *State) (prompt.Request, error)
 }
+
+// Permanent marks an error that retrying cannot fix (a missing model, a
+// malformed setting): the engine does not retry it. It unwraps to err.
+func Permanent(err error) error { return permanent{err} }
+
+// IsPermanent reports whether err was marked by Permanent.
+func IsPermanent(err error) bool {
+	var p permanent
+	return errors.As(err, &p)
+}
+
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
 
 // Outputter is implemented by nodes whose work produces one output value
 // that expressions then write to state (a model's reply). Flow tests
