@@ -84,7 +84,7 @@ var stringShape = &schema.Shape{Types: []string{"string"}}
 func build(b kind.Builder, provider func() *Provider) kind.Node {
 	n := &node{}
 	varShapes := map[string]*schema.Shape{}
-	for _, kv := range pairs(b.Setting("vars")) {
+	for _, kv := range kind.Pairs(b.Setting("vars")) {
 		p := b.Expr(kv[1], false)
 		n.vars = append(n.vars, binding{kv[0].Value, p})
 		varShapes[kv[0].Value] = nil
@@ -98,7 +98,7 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 		}
 	}
 	varsShape := &schema.Shape{Types: []string{"object"}, Props: varShapes, Order: slices.Sorted(maps.Keys(varShapes)), Closed: true}
-	for _, kv := range pairs(b.Setting("writes")) {
+	for _, kv := range kind.Pairs(b.Setting("writes")) {
 		b.Writes(kv[0].Value, kv[0])
 		p := b.ExprWith(kv[1], false, map[string]*schema.Shape{"output": outShape, "vars": varsShape})
 		n.writes = append(n.writes, binding{kv[0].Value, p})
@@ -139,17 +139,6 @@ func firstOf(setting *yaml.Node, rest ...string) string {
 		}
 	}
 	return ""
-}
-
-func pairs(m *yaml.Node) [][2]*yaml.Node {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	var out [][2]*yaml.Node
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		out = append(out, [2]*yaml.Node{m.Content[i], m.Content[i+1]})
-	}
-	return out
 }
 
 // ErrNoModel is the reason a node uses its fallback when no model is

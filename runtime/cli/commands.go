@@ -247,11 +247,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "thread %s exists; continuing it (--with applies to new threads)\n", *thread)
 	}
 	if !exists && *with != "" {
-		values, err := schema.ReadFile(*with)
-		m, ok := values.(map[string]any)
-		if err == nil && !ok {
-			err = fmt.Errorf("%s: want a mapping of field to value", *with)
-		}
+		m, err := readValues(*with)
 		if err == nil {
 			_, err = eng.Create(ctx, g, *thread, m)
 		}
@@ -278,6 +274,19 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(res.State)
 	return 0
+}
+
+// readValues reads a thread's initial values from a YAML or JSON file.
+func readValues(path string) (map[string]any, error) {
+	raw, err := schema.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: want a mapping of field to value", path)
+	}
+	return m, nil
 }
 
 // ParseInputs builds a run input from name=value pairs and an input file.

@@ -19,7 +19,6 @@ import (
 	"github.com/trellisflow/trellis/runtime/flowtest"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/modelserver"
-	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 	"github.com/trellisflow/trellis/runtime/store/stores"
 )
@@ -147,15 +146,9 @@ func cmdPrompt(ctx context.Context, env *Env, args []string) int {
 	} else {
 		values := map[string]any{}
 		if *with != "" {
-			raw, err := schema.ReadFile(*with)
-			m, isMap := raw.(map[string]any)
-			if err == nil && !isMap {
-				err = fmt.Errorf("%s: want a mapping of field to value", *with)
-			}
-			if err != nil {
+			if values, err = readValues(*with); err != nil {
 				return fail(env, "prompt", err)
 			}
-			values = m
 		}
 		snap, err := engine.New(memory.New()).Create(ctx, g, "render", values)
 		if err != nil {

@@ -197,24 +197,6 @@ func scalar(n *yaml.Node) string {
 	return n.Value
 }
 
-// pairs iterates a mapping's key/value nodes in order, first occurrence of
-// each key only.
-func pairs(m *yaml.Node) [][2]*yaml.Node {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	var out [][2]*yaml.Node
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if seen[m.Content[i].Value] {
-			continue
-		}
-		seen[m.Content[i].Value] = true
-		out = append(out, [2]*yaml.Node{m.Content[i], m.Content[i+1]})
-	}
-	return out
-}
-
 func (c *compiler) pos(n *yaml.Node) diag.Pos { return c.doc.pos(n) }
 
 // ---------------------------------------------------------------- state
@@ -450,7 +432,7 @@ var reducerTypes = map[string]string{
 }
 
 func (c *compiler) reducers(rn *yaml.Node) {
-	for _, kv := range pairs(rn) {
+	for _, kv := range kind.Pairs(rn) {
 		k, v := kv[0], kv[1]
 		f, ok := c.g.fields[k.Value]
 		if !ok {
@@ -589,7 +571,7 @@ func (c *compiler) conversation() {
 	if u := mapGet(cn, "until"); u != nil {
 		conv.Until = c.compileExpr(u, c.env, true, "conversation.until")
 	}
-	for _, kv := range pairs(mapGet(cn, "attachments")) {
+	for _, kv := range kind.Pairs(mapGet(cn, "attachments")) {
 		if f := input(kv[1], "conversation.attachments."+kv[0].Value); f != "" {
 			conv.Attachments[kv[0].Value] = f
 		}
@@ -671,7 +653,7 @@ func (b *builder) Errorf(at *yaml.Node, format string, args ...any) {
 }
 
 func (c *compiler) nodes() {
-	for _, kv := range pairs(c.get("nodes")) {
+	for _, kv := range kind.Pairs(c.get("nodes")) {
 		k, body := kv[0], kv[1]
 		name := k.Value
 		path := "nodes." + name
@@ -724,7 +706,7 @@ func (c *compiler) common(n *Node, b *builder) {
 	if set := mapGet(oe, "set"); set != nil {
 		n.OnError.Set = map[string]*expression.Program{}
 		env := c.env.With("error", &schema.Shape{Types: []string{"string"}})
-		for _, kv := range pairs(set) {
+		for _, kv := range kind.Pairs(set) {
 			b.Writes(kv[0].Value, kv[0])
 			if p := c.compileExpr(kv[1], env, false, b.path+".on_error.set."+kv[0].Value); p != nil {
 				n.OnError.Set[kv[0].Value] = p

@@ -6,6 +6,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/kind"
 )
 
 func (c *compiler) edges() {
@@ -273,7 +274,7 @@ func (c *compiler) assumeBest(e *yaml.Node) {
 			walk(ch, into)
 		}
 	}
-	for _, kv := range pairs(e) {
+	for _, kv := range kind.Pairs(e) {
 		switch kv[0].Value {
 		case "from":
 			walk(kv[1], c.assumeEnds)

@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/prompt"
 	"github.com/trellisflow/trellis/runtime/schema"
 )
@@ -168,7 +169,7 @@ func (c *compiler) promptFront(pf *promptFile) {
 		}
 		return
 	}
-	for _, kv := range pairs(root) {
+	for _, kv := range kind.Pairs(root) {
 		k, v := kv[0], kv[1]
 		bad := func(format string, args ...any) {
 			c.dl.Errorf(CodePrompt, d.pos(v), k.Value, format, args...)
@@ -360,10 +361,7 @@ func lineOffset(b []byte, line int) int {
 
 // promptPos turns a byte offset in the prompt file into a position.
 func (c *compiler) promptPos(pf *promptFile, off int) diag.Pos {
-	off = min(off, len(pf.src))
-	before := pf.src[:off]
-	line := bytes.Count(before, []byte("\n")) + 1
-	col := len([]rune(string(before[bytes.LastIndexByte(before, '\n')+1:]))) + 1
+	line, col := textPos(string(pf.src), off)
 	return diag.Pos{File: pf.p.Path, Line: line, Col: col}
 }
 

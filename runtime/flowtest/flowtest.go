@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -243,7 +244,7 @@ func (s *scripted) Run(ctx context.Context, st *kind.State) (kind.Update, error)
 		return o.WithOutput(st, c.Output)
 	}
 	upd := st.NewUpdate(len(c.Set))
-	for _, k := range slices.Sorted(mapKeys(c.Set)) {
+	for _, k := range slices.Sorted(maps.Keys(c.Set)) {
 		upd = append(upd, kind.FieldValue{Field: k, Value: c.Set[k]})
 	}
 	return upd, nil
@@ -254,16 +255,6 @@ type scriptedFallback struct{ *scripted }
 
 func (s scriptedFallback) Fallback(ctx context.Context, st *kind.State, err error) (kind.Update, error) {
 	return s.inner.(kind.Fallback).Fallback(ctx, st, err)
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test) (fails []string) {
@@ -397,7 +388,7 @@ func check(file string, ex *Expect, g *flow.Graph, state map[string]any, visits 
 			fail("path:\n      got  %s\n      want %s", showPath(path), showPath(want))
 		}
 	}
-	for _, name := range slices.Sorted(mapKeys(ex.Visits)) {
+	for _, name := range slices.Sorted(maps.Keys(ex.Visits)) {
 		if _, ok := g.Node(name); !ok {
 			fail("visits: no node %q", name)
 			continue
@@ -407,7 +398,7 @@ func check(file string, ex *Expect, g *flow.Graph, state map[string]any, visits 
 		}
 	}
 	if ex.Degraded != nil && degraded != nil {
-		got := slices.Sorted(mapKeys(degraded))
+		got := slices.Sorted(maps.Keys(degraded))
 		want := slices.Sorted(slices.Values(*ex.Degraded))
 		if !slices.Equal(got, want) {
 			fail("degraded nodes: got %v, want %v", got, want)

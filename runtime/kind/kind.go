@@ -283,3 +283,21 @@ type Func func(ctx context.Context, s *State) (Update, error)
 
 // Run implements Node.
 func (f Func) Run(ctx context.Context, s *State) (Update, error) { return f(ctx, s) }
+
+// Pairs returns a mapping's key and value nodes in order. A repeated key
+// (which the loader reports) keeps its first value.
+func Pairs(m *yaml.Node) [][2]*yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	var out [][2]*yaml.Node
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if seen[m.Content[i].Value] {
+			continue
+		}
+		seen[m.Content[i].Value] = true
+		out = append(out, [2]*yaml.Node{m.Content[i], m.Content[i+1]})
+	}
+	return out
+}

@@ -46,23 +46,28 @@ func Registry() kind.Registry {
 	return reg
 }
 
+// Sets is a compiled set: block (field: expression), for test kinds of
+// other packages too.
+type Sets []assignment
+
 type assignment struct {
 	field string
 	prog  *expression.Program
 }
 
 type setNode struct {
-	sets   []assignment
+	sets   Sets
 	sleep  *expression.Program
 	jitter int
 }
 
-func compileSet(b kind.Builder) []assignment {
+// CompileSet compiles the node's set: block, declaring its writes.
+func CompileSet(b kind.Builder) Sets {
 	n := b.Setting("set")
 	if n == nil || n.Kind != yaml.MappingNode {
 		return nil
 	}
-	var out []assignment
+	var out Sets
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		b.Writes(n.Content[i].Value, n.Content[i])
 		if p := b.Expr(n.Content[i+1], false); p != nil {
@@ -73,7 +78,7 @@ func compileSet(b kind.Builder) []assignment {
 }
 
 func newSet(b kind.Builder) kind.Node {
-	n := &setNode{sets: compileSet(b)}
+	n := &setNode{sets: CompileSet(b)}
 	if s := b.Setting("sleep_ms"); s != nil {
 		n.sleep = b.Expr(s, false)
 	}
@@ -81,7 +86,8 @@ func newSet(b kind.Builder) kind.Node {
 	return n
 }
 
-func evalSet(sets []assignment, s *kind.State) (kind.Update, error) {
+// Eval evaluates every expression into an update.
+func (sets Sets) Eval(s *kind.State) (kind.Update, error) {
 	upd := make(kind.Update, 0, len(sets))
 	for _, a := range sets {
 		v, err := a.prog.Eval(s.Vars())
@@ -109,17 +115,17 @@ func (n *setNode) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
 			return nil, ctx.Err()
 		}
 	}
-	return evalSet(n.sets, s)
+	return n.sets.Eval(s)
 }
 
 type failNode struct {
-	sets    []assignment
+	sets    Sets
 	times   int
 	message string
 }
 
 func newFail(b kind.Builder) kind.Node {
-	n := &failNode{sets: compileSet(b), message: "injected failure"}
+	n := &failNode{sets: CompileSet(b), message: "injected failure"}
 	b.Decode("times", &n.times)
 	b.Decode("message", &n.message)
 	return n
@@ -132,17 +138,17 @@ func (n *failNode) Run(_ context.Context, s *kind.State) (kind.Update, error) {
 	if n.times == 0 || s.Attempt <= n.times {
 		return nil, fmt.Errorf("%w: %s (attempt %d)", ErrInjected, n.message, s.Attempt)
 	}
-	return evalSet(n.sets, s)
+	return n.sets.Eval(s)
 }
 
 type sleepNode struct {
-	sets         []assignment
+	sets         Sets
 	ms           int
 	ignoreCancel bool
 }
 
 func newSleep(b kind.Builder) kind.Node {
-	n := &sleepNode{sets: compileSet(b)}
+	n := &sleepNode{sets: CompileSet(b)}
 	b.Decode("ms", &n.ms)
 	b.Decode("ignore_cancel", &n.ignoreCancel)
 	return n
@@ -159,5 +165,5 @@ func (n *sleepNode) Run(ctx context.Context, s *kind.State) (kind.Update, error)
 			return nil, ctx.Err()
 		}
 	}
-	return evalSet(n.sets, s)
+	return n.sets.Eval(s)
 }

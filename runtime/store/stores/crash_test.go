@@ -19,6 +19,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
@@ -42,40 +43,15 @@ func init() {
 // that sleeps a little, records its execution, and returns its update
 // with its execution id.
 func crashKinds(logPath string) kind.Registry {
-	compile := func(b kind.Builder) []func(*kind.State) (kind.FieldValue, error) {
-		var out []func(*kind.State) (kind.FieldValue, error)
-		set := b.Setting("set")
-		for i := 0; set != nil && i+1 < len(set.Content); i += 2 {
-			field := set.Content[i].Value
-			b.Writes(field, set.Content[i])
-			p := b.Expr(set.Content[i+1], false)
-			out = append(out, func(s *kind.State) (kind.FieldValue, error) {
-				v, err := s.Eval(p)
-				return kind.FieldValue{Field: field, Value: v}, err
-			})
-		}
-		return out
-	}
-	eval := func(fs []func(*kind.State) (kind.FieldValue, error), s *kind.State) (kind.Update, error) {
-		var u kind.Update
-		for _, f := range fs {
-			fv, err := f(s)
-			if err != nil {
-				return nil, err
-			}
-			u = append(u, fv)
-		}
-		return u, nil
-	}
 	return kind.NewSet(
 		kind.Spec{Name: "calc", Summary: "Expressions to fields.", Inline: true, Settings: `{"properties": {"set": {"type": "object"}}}`,
 			New: func(b kind.Builder) kind.Node {
-				fs := compile(b)
-				return kind.Func(func(_ context.Context, s *kind.State) (kind.Update, error) { return eval(fs, s) })
+				sets := kindtest.CompileSet(b)
+				return kind.Func(func(_ context.Context, s *kind.State) (kind.Update, error) { return sets.Eval(s) })
 			}},
 		kind.Spec{Name: "record", Summary: "Record each execution.", Settings: `{"properties": {"set": {"type": "object"}}}`,
 			New: func(b kind.Builder) kind.Node {
-				fs := compile(b)
+				sets := kindtest.CompileSet(b)
 				b.Writes("execs", nil)
 				name := b.Node()
 				return kind.Func(func(ctx context.Context, s *kind.State) (kind.Update, error) {
@@ -84,7 +60,7 @@ func crashKinds(logPath string) kind.Registry {
 					case <-ctx.Done():
 						return nil, ctx.Err()
 					}
-					u, err := eval(fs, s)
+					u, err := sets.Eval(s)
 					if err != nil {
 						return nil, err
 					}
