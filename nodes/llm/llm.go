@@ -97,7 +97,7 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 			outShape = n.prompt.Output.Validator.Shape
 		}
 	}
-	varsShape := &schema.Shape{Types: []string{"object"}, Props: varShapes, Order: slices.Sorted(maps.Keys(varShapes)), Closed: true}
+	varsShape := schema.Object(varShapes)
 	for _, kv := range kind.Pairs(b.Setting("writes")) {
 		b.Writes(kv[0].Value, kv[0])
 		p := b.ExprWith(kv[1], false, map[string]*schema.Shape{"output": outShape, "vars": varsShape})

@@ -281,11 +281,12 @@ func (c *compiler) state() {
 	c.reducers(mapGet(st, "reducers"))
 	c.readonly(mapGet(st, "readonly"))
 	c.inputs()
-	inShape := &schema.Shape{Types: []string{"object"}, Props: map[string]*schema.Shape{}, Closed: true}
+	props, order := map[string]*schema.Shape{}, []string{}
 	for _, f := range c.g.Inputs {
-		inShape.Props[f.Name] = f.Shape
-		inShape.Order = append(inShape.Order, f.Name)
+		props[f.Name] = f.Shape
+		order = append(order, f.Name)
 	}
+	inShape := schema.Object(props, order...)
 	c.env = c.env.WithFields("input", inShape)
 	c.inShape = inShape
 }

@@ -394,7 +394,7 @@ func (b *builder) Prompt(at *yaml.Node, vars map[string]*schema.Shape) *prompt.P
 	if c.stateShape == nil {
 		return nil // the state schema is broken; reported where it is
 	}
-	names := slices.Sorted(maps.Keys(vars))
+	vs := schema.Object(vars)
 	inShape := c.inShape
 	report := func(pos diag.Pos, path string, pr prompt.Problem) {
 		key := pos.String() + pr.Message
@@ -404,23 +404,19 @@ func (b *builder) Prompt(at *yaml.Node, vars map[string]*schema.Shape) *prompt.P
 		c.reported[key] = true
 		c.dl.Errorf(CodePromptField, pos, path, "%s", pr.Message).Suggestion = pr.Suggestion
 	}
-	for _, pr := range prompt.Check(pf.p.User, prompt.Root(c.stateShape, inShape, names, false)) {
+	for _, pr := range prompt.Check(pf.p.User, prompt.Root(c.stateShape, inShape, vs, false)) {
 		pos := c.promptPos(pf, pf.bodyOff+pr.Offset)
 		pos.EndCol = pos.Col + pr.Len
 		report(pos, "", pr)
 	}
 	for _, ft := range pf.templates {
-		for _, pr := range prompt.Check(ft.t, prompt.Root(c.stateShape, inShape, names, ft.withError)) {
+		for _, pr := range prompt.Check(ft.t, prompt.Root(c.stateShape, inShape, vs, ft.withError)) {
 			line, col := textPos(ft.at.Value, pr.Offset)
 			report(pf.front.exprPos(ft.at, line, col, col+pr.Len), ft.path, pr)
 		}
 	}
 	p := *pf.p
 	if pf.fbExpr != nil {
-		vs := &schema.Shape{Types: []string{"object"}, Props: map[string]*schema.Shape{}, Order: names, Closed: true}
-		for _, name := range names {
-			vs.Props[name] = vars[name]
-		}
 		env := c.env.With("error", &schema.Shape{Types: []string{"string"}}).With("vars", vs)
 		saved := c.doc
 		c.doc = pf.front

@@ -18,26 +18,16 @@ type Problem struct {
 	Message, Suggestion string
 }
 
-// Root returns the shape of a template's data: state and input as given,
-// vars with the named variables (of unknown shape) and, when withError,
-// error.
-func Root(state, input *schema.Shape, vars []string, withError bool) *schema.Shape {
-	obj := func() *schema.Shape {
-		return &schema.Shape{Types: []string{"object"}, Props: map[string]*schema.Shape{}, Closed: true}
-	}
-	v := obj()
-	for _, name := range vars {
-		v.Props[name] = nil
-		v.Order = append(v.Order, name)
-	}
-	root := obj()
-	root.Props["state"], root.Props["input"], root.Props["vars"] = state, input, v
-	root.Order = []string{"state", "input", "vars"}
+// Root returns the shape of a template's data: state, input and vars as
+// given and, when withError, error.
+func Root(state, input, vars *schema.Shape, withError bool) *schema.Shape {
+	props := map[string]*schema.Shape{"state": state, "input": input, "vars": vars}
+	order := []string{"state", "input", "vars"}
 	if withError {
-		root.Props["error"] = &schema.Shape{Types: []string{"string"}}
-		root.Order = append(root.Order, "error")
+		props["error"] = &schema.Shape{Types: []string{"string"}}
+		order = append(order, "error")
 	}
-	return root
+	return schema.Object(props, order...)
 }
 
 // Check reports every field chain in t that root does not declare. Dot

@@ -23,7 +23,7 @@ func TestCheckFollowsDot(t *testing.T) {
 		"resume":    obj(map[string]*schema.Shape{"name": str}),
 		"notes":     {Types: []string{"object"}}, // open: anything below is unchecked
 	})
-	root := Root(state, obj(map[string]*schema.Shape{}), []string{"recent"}, false)
+	root := Root(state, obj(map[string]*schema.Shape{}), obj(map[string]*schema.Shape{"recent": nil}), false)
 	cases := map[string]string{
 		"{{.state.resume.name}}":                               "",
 		"{{.state.resume.nme}}":                                `state.resume has no field "nme"; name`,

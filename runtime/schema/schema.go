@@ -7,6 +7,7 @@
 package schema
 
 import (
+	"maps"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -61,6 +62,15 @@ func (s *Shape) Describe() string {
 		return "any"
 	}
 	return strings.Join(s.Types, " or ")
+}
+
+// Object returns the shape of a closed object with these properties (a nil
+// shape is unknown), ordered as given or, without an order, by name.
+func Object(props map[string]*Shape, order ...string) *Shape {
+	if order == nil {
+		order = slices.Sorted(maps.Keys(props))
+	}
+	return &Shape{Types: []string{"object"}, Props: props, Order: order, Closed: true}
 }
 
 // Prop returns the shape of property name, or nil with ok false when the
