@@ -7,11 +7,11 @@
 package schema
 
 import (
-	"maps"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
