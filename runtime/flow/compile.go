@@ -516,6 +516,12 @@ func (c *compiler) inputs() {
 // compileExpr compiles the expression in scalar n and reports problems at
 // their exact position in the file.
 func (c *compiler) compileExpr(n *yaml.Node, env *expression.Env, condition bool, path string) *expression.Program {
+	return c.compileExprIn(c.doc, n, env, condition, path)
+}
+
+// compileExprIn is compileExpr for an expression held in document doc (a
+// prompt file's front matter).
+func (c *compiler) compileExprIn(doc *document, n *yaml.Node, env *expression.Env, condition bool, path string) *expression.Program {
 	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias // an alias of an expression is that expression
 	}
@@ -524,7 +530,7 @@ func (c *compiler) compileExpr(n *yaml.Node, env *expression.Env, condition bool
 	}
 	p, probs := expression.Compile(n.Value, env, condition)
 	for _, pr := range probs {
-		d := c.dl.Errorf(pr.Code, c.doc.exprPos(n, pr.Line, pr.Col, pr.EndCol), path, "%s", exprMessage(pr))
+		d := c.dl.Errorf(pr.Code, doc.exprPos(n, pr.Line, pr.Col, pr.EndCol), path, "%s", exprMessage(pr))
 		d.Suggestion = pr.Suggestion
 		d.Detail = "in expression: " + strings.TrimSpace(n.Value)
 	}

@@ -418,10 +418,7 @@ func (b *builder) Prompt(at *yaml.Node, vars map[string]*schema.Shape) *prompt.P
 	p := *pf.p
 	if pf.fbExpr != nil {
 		env := c.env.With("error", &schema.Shape{Types: []string{"string"}}).With("vars", vs)
-		saved := c.doc
-		c.doc = pf.front
-		p.FallbackExpr = c.compileExpr(pf.fbExpr, env, false, "fallback_expr")
-		c.doc = saved
+		p.FallbackExpr = c.compileExprIn(pf.front, pf.fbExpr, env, false, "fallback_expr")
 		if p.FallbackExpr == nil {
 			return nil
 		}
