@@ -331,8 +331,18 @@ type run struct {
 	nextBuf    [2][4]*flow.Node
 	changed    []*flow.Field
 	oldLen     []int // per append field: its length before this step
-	next       [2][]*flow.Node
-	flip       int
+	// lists holds, per append field, the list this run last appended to,
+	// with its spare capacity. State, events and checkpoints only ever see
+	// it capped at its length, so appending in place beyond that length
+	// changes nothing anyone can read: a run appends in amortised constant
+	// time instead of copying the list every step.
+	lists [][]any
+	// cur mirrors the state map by field index, so the step loop reads
+	// and writes field values without hashing their names.
+	cur  []any
+	recs []record // preallocated step records, see newRecord
+	next [2][]*flow.Node
+	flip int
 }
 
 func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
@@ -358,6 +368,14 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	r.writer, r.oldLen = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:]
 	r.mark, r.started, r.now, r.sinceClock, r.flip = mark, time.Now(), time.Time{}, 0, 0
 	r.changed = r.changed[:0]
+	if cap(r.lists) < nf {
+		r.lists = make([][]any, nf)
+	}
+	r.lists = r.lists[:nf]
+	if cap(r.cur) < nf {
+		r.cur = make([]any, nf)
+	}
+	r.cur = r.cur[:nf]
 	r.resumed, r.pending, r.lease, r.async, r.deferred = nil, nil, nil, nil, nil
 	for i, f := range g.Fields {
 		if head.Versions == nil {
@@ -394,6 +412,8 @@ func (r *run) release() {
 		o.view.Reset(nil, "", 0)
 	}
 	clear(r.next[0][:cap(r.next[0])])
+	clear(r.lists)
+	clear(r.cur)
 	clear(r.next[1][:cap(r.next[1])])
 	r.e, r.g, r.values, r.input, r.path, r.req = nil, nil, nil, nil, nil, Request{}
 	if r.vars != nil {
@@ -572,8 +592,10 @@ func (r *run) bindVars() {
 		clear(r.vars)
 	}
 	r.vars["state"], r.vars["input"] = r.values, r.input
-	for _, f := range r.g.Fields {
-		if v, ok := r.values[f.Name]; ok {
+	for i, f := range r.g.Fields {
+		v, ok := r.values[f.Name]
+		r.cur[i] = v
+		if ok {
 			r.vars[f.Var] = v
 		}
 		if v, ok := r.input[f.Name]; ok {
@@ -790,7 +812,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	if err != nil {
 		return nil, err
 	}
-	rec := &record{}
+	rec := r.newRecord()
 	cp := &rec.cp
 	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, "step"
 	if len(changed) > 0 {
@@ -801,9 +823,10 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			r.versions[f.Index]++
 			w := store.Write{Field: f.Name, Version: r.versions[f.Index]}
 			if f.Reducer.Appends {
-				w.Items, w.Append = next[f.Name].([]any)[r.oldLen[f.Index]:], true
+				list := r.cur[f.Index].([]any)
+				w.Items, w.Append = list[r.oldLen[f.Index]:len(list):len(list)], true
 			} else {
-				w.Value = next[f.Name]
+				w.Value = r.cur[f.Index]
 			}
 			writes = append(writes, w)
 		}
@@ -825,7 +848,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		r.bindVars()
 	} else {
 		for _, f := range changed {
-			expression.BindField(r.vars, f.Var, r.values[f.Name])
+			expression.BindField(r.vars, f.Var, r.cur[f.Index])
 		}
 	}
 	following, err := r.route(r.vars, outs)
@@ -845,7 +868,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		return nil, fmt.Errorf("commit step %d: %w", r.step, err)
 	}
 	r.seq = cp.Seq
-	if r.lease != nil {
+	if r.lease != nil && r.sinceClock == 0 {
 		r.lease.renewIfDue(ctx, cp.Time)
 	}
 	if observe {
@@ -856,6 +879,46 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		r.emit(Event{Type: StateUpdate, Step: r.step, Update: upd, Checkpoint: cp.Seq, Next: cp.Next})
 	}
 	return following, nil
+}
+
+// newRecord hands out a zeroed step record from a preallocated chunk; the
+// chunks grow with the run, so short runs stay small and long ones
+// allocate once every 64 steps.
+func (r *run) newRecord() *record {
+	if len(r.recs) == 0 {
+		n := min(max(r.step, 4), 64)
+		r.recs = make([]record, n)
+	}
+	rec := &r.recs[0]
+	r.recs = r.recs[1:]
+	return rec
+}
+
+// appendOwned appends an update to an append field. When the current list
+// is the one this run last produced, the items go in place into its spare
+// capacity; otherwise (the list came from the store, or the field was
+// replaced) it is copied once into a list this run owns.
+func (r *run) appendOwned(f *flow.Field, cur, upd any) (any, error) {
+	cl, ok := cur.([]any)
+	if !ok && cur != nil {
+		return f.Reducer.Reduce(cur, upd)
+	}
+	full := r.lists[f.Index]
+	if len(full) != len(cl) || len(cl) > 0 && &full[0] != &cl[0] {
+		full = slices.Clip(cl)
+	}
+	switch u := upd.(type) {
+	case nil:
+	case []any:
+		full = append(full, u...)
+	default:
+		full = append(full, u)
+	}
+	if full == nil {
+		full = []any{}
+	}
+	r.lists[f.Index] = full
+	return full[:len(full):len(full)], nil
 }
 
 // barrier merges the step's updates through the reducers in node
@@ -912,9 +975,12 @@ func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) 
 			return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
 		}
 		for j, fv := range o.update {
-			f, ok := r.g.Field(fv.Field)
-			if !ok {
-				return nil, nil, fail("wrote %q, which is not a state field", fv.Field)
+			f := declared(n, fv.Field)
+			if f == nil {
+				var ok bool
+				if f, ok = r.g.Field(fv.Field); !ok {
+					return nil, nil, fail("wrote %q, which is not a state field", fv.Field)
+				}
 			}
 			if !n.WriteMask[f.Index] {
 				return nil, nil, fail("wrote field %q, which the node does not declare", f.Name)
@@ -929,7 +995,12 @@ func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) 
 			if err != nil {
 				return nil, nil, fail("field %q: %w", f.Name, err)
 			}
-			merged, err := f.Reducer.Reduce(next[f.Name], v)
+			var merged any
+			if f.Reducer.Appends {
+				merged, err = r.appendOwned(f, r.cur[f.Index], v)
+			} else {
+				merged, err = f.Reducer.Reduce(r.cur[f.Index], v)
+			}
 			if err == nil {
 				err = validateField(f, merged, v)
 			}
@@ -939,15 +1010,26 @@ func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) 
 			if r.writer[f.Index] < 0 {
 				changed = append(changed, f)
 				if f.Reducer.Appends {
-					old, _ := next[f.Name].([]any)
+					old, _ := r.cur[f.Index].([]any)
 					r.oldLen[f.Index] = len(old)
 				}
 			}
 			next[f.Name] = merged
+			r.cur[f.Index] = merged
 			r.writer[f.Index] = n.Index
 		}
 	}
 	return next, changed, nil
+}
+
+// declared returns the node's declared field called name, or nil.
+func declared(n *flow.Node, name string) *flow.Field {
+	for i, w := range n.WriteList {
+		if w == name {
+			return n.WriteFields[i]
+		}
+	}
+	return nil
 }
 
 // writtenFields lists the fields of upd in field order, sharing the node's
@@ -1018,8 +1100,7 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 			r.emit(Event{Type: NodeOutput, Step: step, Node: n.Name, Kind: n.Kind, Text: text})
 		})
 	}
-	res := r.attempt(ctx, n, vars, &o.view)
-	o.node, o.update, o.err, o.attempts, o.took, o.degraded = res.node, res.update, res.err, res.attempts, res.took, res.degraded
+	r.attempt(ctx, n, vars, o)
 }
 
 // commit sends a checkpoint to the store as the run's durability says.
@@ -1135,34 +1216,38 @@ func (r *run) savePending(ctx context.Context, o *outcome) error {
 	return nil
 }
 
-func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, st *kind.State) outcome {
+func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
+	st := &o.view
 	var start time.Time
 	timed := r.req.Observe != nil
 	if timed {
 		start = time.Now()
 	}
-	took := func() time.Duration {
+	done := func(upd kind.Update, err error, attempts int, degraded string) {
+		o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, upd, err, attempts, 0, degraded
 		if timed {
-			return time.Since(start)
+			o.took = time.Since(start)
 		}
-		return 0
 	}
 	backoff := n.Retry.Backoff
 	for attempt := 1; ; attempt++ {
 		st.Reset(vars, n.Name, attempt)
 		upd, err := r.call(ctx, n, st)
 		if err == nil {
-			return outcome{node: n, update: upd, attempts: attempt, took: took(), degraded: st.Degraded()}
+			done(upd, nil, attempt, st.Degraded())
+			return
 		}
 		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
 			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil {
 				upd, ferr := fb.Fallback(ctx, st, err)
 				if ferr == nil {
-					return outcome{node: n, update: upd, attempts: attempt, took: took(), degraded: err.Error()}
+					done(upd, nil, attempt, err.Error())
+					return
 				}
 				err = fmt.Errorf("%w; fallback: %v", err, ferr)
 			}
-			return outcome{node: n, err: err, attempts: attempt, took: took()}
+			done(nil, err, attempt, "")
+			return
 		}
 		if r.req.Observe != nil {
 			r.emit(Event{Type: NodeRetry, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: attempt, Error: err.Error(), Duration: backoff})
@@ -1171,7 +1256,8 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, st
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return outcome{node: n, err: ctx.Err(), attempts: attempt, took: took()}
+			done(nil, ctx.Err(), attempt, "")
+			return
 		case <-t.C:
 		}
 		backoff = min(time.Duration(float64(backoff)*n.Retry.Factor), n.Retry.MaxBackoff)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -741,5 +742,89 @@ edges:
 	}
 	if _, err := engine.New(memory.New()).Run(ctx, g, engine.Request{Thread: "t", Durability: "sometimes"}); err == nil {
 		t.Fatal("unknown durability accepted")
+	}
+}
+
+// A run appends to its own lists in place. Nobody outside the run may see
+// that: every list handed out (events, results, checkpoints, forks) keeps
+// its contents, and appending to one never reaches the state.
+func TestInPlaceAppendsStayPrivate(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: appends
+state:
+	schema:
+		type: object
+		properties:
+			n: {type: integer, default: 0}
+			log: {type: array, items: {type: string}, default: []}
+	reducers: {log: append}
+nodes:
+	step: {kind: set, set: {n: "state.n + 1", log: "'s' + string(state.n)"}}
+edges:
+	- {from: START, to: step}
+	- from: step
+		bound: 20
+		branch:
+			- {when: "state.n % 6 != 0", to: step}
+			- else: END
+`)
+	st := memory.New()
+	eng := engine.New(st)
+	ctx := context.Background()
+	var seen, own [][]any
+	observe := func(e engine.Event) {
+		if l, ok := e.Update["log"].([]any); ok {
+			seen = append(seen, l)
+			own = append(own, append(l, "mine")) // a consumer extending what it got
+		}
+	}
+	res, err := eng.Run(ctx, g, engine.Request{Thread: "a", Observe: observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own = append(own, append(res.State["log"].([]any), "mine"))
+	if _, err := store.Fork(ctx, st, "a", res.Checkpoint, "b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, thread := range []string{"a", "b", "a"} {
+		if _, err := eng.Run(ctx, g, engine.Request{Thread: thread, Observe: observe}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(seen) != 24 {
+		t.Fatalf("%d state updates with the log, want 24", len(seen))
+	}
+	// each view is the log as it was at its step
+	for i := 1; i < len(seen); i++ {
+		prev, cur := seen[i-1], seen[i]
+		if len(cur) > len(prev) && jsonOf(cur[:len(prev)]) != jsonOf(prev) {
+			t.Fatalf("view %d changed under view %d: %v vs %v", i-1, i, prev, cur)
+		}
+		for _, it := range cur {
+			if it == "mine" {
+				t.Fatalf("view %d holds an item appended outside the run: %v", i, cur)
+			}
+		}
+	}
+	for i, l := range own {
+		if l[len(l)-1] != "mine" {
+			t.Fatalf("a list extended outside the run was overwritten by the run: %d %v", i, l)
+		}
+	}
+	for thread, n := range map[string]int{"a": 18, "b": 12} {
+		snap, err := st.Head(ctx, thread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := snap.Values["log"].([]any)
+		if len(log) != n || snap.Values["n"] != n {
+			t.Fatalf("thread %s: n=%v log=%v", thread, snap.Values["n"], log)
+		}
+		for i, it := range log {
+			if it != fmt.Sprintf("s%d", i) {
+				t.Fatalf("thread %s: item %d is %v: %v", thread, i, it, log)
+			}
+		}
 	}
 }

@@ -156,6 +156,10 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 		for i, f := range c.g.Fields {
 			n.WriteMask[i] = n.Writes[f.Name]
 		}
+		n.WriteFields = make([]*Field, len(n.WriteList))
+		for i, name := range n.WriteList {
+			n.WriteFields[i], _ = c.g.Field(name)
+		}
 	}
 	c.edges()
 	c.analyse()

@@ -90,8 +90,11 @@ type Node struct {
 	WriteList []string
 	// WriteMask[i] is set when the node may write Fields[i].
 	WriteMask []bool
-	Retry     Retry
-	Timeout   time.Duration
+	// WriteFields are the fields of WriteList (nil entries for names
+	// that are not fields; the validator reports those).
+	WriteFields []*Field
+	Retry       Retry
+	Timeout     time.Duration
 	// Inline nodes run on the engine's goroutine (see kind.Spec.Inline).
 	Inline  bool
 	OnError OnError

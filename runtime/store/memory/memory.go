@@ -17,6 +17,10 @@ type Store struct {
 	mu      sync.Mutex
 	threads map[string]*thread
 	leases  map[string]lease
+	// last is the thread of the latest commit: a run commits every step
+	// to one thread, and this spares hashing its name each time.
+	lastID string
+	last   *thread
 }
 
 type lease struct {
@@ -129,7 +133,10 @@ func (s *Store) StateAt(_ context.Context, id string, seq uint64) (*store.Snapsh
 func (s *Store) Commit(_ context.Context, cp *store.Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok := s.threads[cp.Thread]
+	t, ok := s.last, s.last != nil && s.lastID == cp.Thread
+	if !ok {
+		t, ok = s.threads[cp.Thread]
+	}
 	switch {
 	case !ok && cp.Parent != 0:
 		return store.ErrNotFound
@@ -142,6 +149,7 @@ func (s *Store) Commit(_ context.Context, cp *store.Checkpoint) error {
 		t = &thread{chain: make([]*store.Checkpoint, 0, 16), created: cp.Time}
 		s.threads[cp.Thread] = t
 	}
+	s.lastID, s.last = cp.Thread, t
 	t.chain = append(t.chain, cp)
 	t.updated = cp.Time
 	t.pending = nil
@@ -202,6 +210,9 @@ func (s *Store) Delete(_ context.Context, id string) error {
 		return store.ErrNotFound
 	}
 	delete(s.threads, id)
+	if s.lastID == id {
+		s.lastID, s.last = "", nil
+	}
 	delete(s.leases, id)
 	return nil
 }
