@@ -23,6 +23,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CreateAndHead", testCreateAndHead},
 		{"ChainAndConflicts", testChainAndConflicts},
 		{"AppendReassembled", testAppendReassembled},
+		{"AppendItemsOfAnyContent", testAppendItemsOfAnyContent},
 		{"ValuesRoundTrip", testValuesRoundTrip},
 		{"HistoryPagesAndFilters", testHistory},
 		{"StateAtAndFork", testStateAtAndFork},
@@ -189,6 +190,34 @@ func testAppendReassembled(t *testing.T, st store.Store) {
 	again, _ := st.StateAt(ctx, "t", 20)
 	if !reflect.DeepEqual(again.Values, at20.Values) {
 		t.Fatalf("StateAt is not repeatable")
+	}
+}
+
+// Appended items come back exactly, whatever they hold: separators,
+// brackets, quotes, non-ASCII text, nested lists, and empty appends.
+func testAppendItemsOfAnyContent(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"log": []any{}})
+	batches := [][]any{
+		{"a,b]", "[c"},
+		{},
+		{"é€😀 \"quoted\"", []any{}, []any{"x", []any{1, 2.5}}},
+		{map[string]any{"k": "]", "n": []any{}}},
+		{},
+		{""},
+	}
+	var want []any
+	for i, b := range batches {
+		commit(t, st, "t", uint64(i+2), store.Write{Field: "log", Version: uint64(i + 2), Append: true, Items: b})
+		want = append(want, b...)
+	}
+	head := uint64(len(batches) + 1)
+	got, err := st.StateAt(ctx, "t", head)
+	if err != nil || !reflect.DeepEqual(got.Values["log"], want) || got.Versions["log"] != head {
+		t.Fatalf("log %#v (version %d) %v\nwant %#v", got.Values["log"], got.Versions["log"], err, want)
+	}
+	at3, err := st.StateAt(ctx, "t", 3)
+	if err != nil || !reflect.DeepEqual(at3.Values["log"], []any{"a,b]", "[c"}) {
+		t.Fatalf("log at 3 %#v %v", at3.Values["log"], err)
 	}
 }
 
