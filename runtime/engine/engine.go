@@ -309,6 +309,7 @@ type run struct {
 	joins    []uint64 // arrivals per join slot
 	writer   []int    // per field: index of the node that wrote it this step, -1 none
 	mark     []bool   // per node: triggered for the next step
+	marked   bool     // some node is marked
 	path     [][]string
 	emitMu   sync.Mutex
 	started  time.Time
@@ -905,7 +906,7 @@ func (r *run) appendOwned(f *flow.Field, cur, upd any) (any, error) {
 	}
 	full := r.lists[f.Index]
 	if len(full) != len(cl) || len(cl) > 0 && &full[0] != &cl[0] {
-		full = slices.Clip(cl)
+		full = append(make([]any, 0, max(2*len(cl), 8)), cl...)
 	}
 	switch u := upd.(type) {
 	case nil:
@@ -925,32 +926,39 @@ func (r *run) appendOwned(f *flow.Field, cur, upd any) (any, error) {
 // declaration order and validates every changed field. It returns the new
 // state (nil when nothing changed) and the changed fields in write order.
 func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) (map[string]any, []*flow.Field, error) {
+	r.changed = r.changed[:0]
+	next, err := r.merge(ctx, outs, vars)
+	changed := r.changed
+	for _, f := range changed {
+		r.writer[f.Index] = -1
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return next, changed, nil
+}
+
+// merge is barrier's work; it lists the changed fields in r.changed.
+func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (map[string]any, error) {
 	observe := r.req.Observe != nil
 	var next map[string]any
-	changed := r.changed[:0]
-	defer func() {
-		for _, f := range changed {
-			r.writer[f.Index] = -1
-		}
-		r.changed = changed[:0]
-	}()
 	for i := range outs {
 		o := &outs[i]
 		n := o.node
 		r.visits[n.Index]++
 		if o.err != nil {
 			if ctx.Err() != nil {
-				return nil, nil, ctx.Err()
+				return nil, ctx.Err()
 			}
 			if !n.OnError.Handled {
 				if observe {
 					r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error()})
 				}
-				return nil, nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
+				return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
 			}
 			upd, err := r.fallback(n, vars, o.err)
 			if err != nil {
-				return nil, nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", err, o.err)}
+				return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", err, o.err)}
 			}
 			if observe {
 				r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Handled: true, Update: upd.Map()})
@@ -979,21 +987,21 @@ func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) 
 			if f == nil {
 				var ok bool
 				if f, ok = r.g.Field(fv.Field); !ok {
-					return nil, nil, fail("wrote %q, which is not a state field", fv.Field)
+					return nil, fail("wrote %q, which is not a state field", fv.Field)
 				}
 			}
 			if !n.WriteMask[f.Index] {
-				return nil, nil, fail("wrote field %q, which the node does not declare", f.Name)
+				return nil, fail("wrote field %q, which the node does not declare", f.Name)
 			}
 			if _, dup := o.update[:j].Get(f.Name); dup {
-				return nil, nil, fail("wrote field %q twice in one update", f.Name)
+				return nil, fail("wrote field %q twice in one update", f.Name)
 			}
 			if w := r.writer[f.Index]; w >= 0 && !f.Reducer.Concurrent {
-				return nil, nil, fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
+				return nil, fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
 			}
 			v, err := normalizeFor(f, fv.Value)
 			if err != nil {
-				return nil, nil, fail("field %q: %w", f.Name, err)
+				return nil, fail("field %q: %w", f.Name, err)
 			}
 			var merged any
 			if f.Reducer.Appends {
@@ -1005,10 +1013,10 @@ func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) 
 				err = validateField(f, merged, v)
 			}
 			if err != nil {
-				return nil, nil, fail("update of field %q rejected: %w", f.Name, err)
+				return nil, fail("update of field %q rejected: %w", f.Name, err)
 			}
 			if r.writer[f.Index] < 0 {
-				changed = append(changed, f)
+				r.changed = append(r.changed, f)
 				if f.Reducer.Appends {
 					old, _ := r.cur[f.Index].([]any)
 					r.oldLen[f.Index] = len(old)
@@ -1019,7 +1027,7 @@ func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) 
 			r.writer[f.Index] = n.Index
 		}
 	}
-	return next, changed, nil
+	return next, nil
 }
 
 // declared returns the node's declared field called name, or nil.
@@ -1223,31 +1231,28 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o 
 	if timed {
 		start = time.Now()
 	}
-	done := func(upd kind.Update, err error, attempts int, degraded string) {
-		o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, upd, err, attempts, 0, degraded
-		if timed {
-			o.took = time.Since(start)
-		}
-	}
+	o.node, o.update, o.err, o.took, o.degraded = n, nil, nil, 0, ""
 	backoff := n.Retry.Backoff
+attempts:
 	for attempt := 1; ; attempt++ {
+		o.attempts = attempt
 		st.Reset(vars, n.Name, attempt)
 		upd, err := r.call(ctx, n, st)
 		if err == nil {
-			done(upd, nil, attempt, st.Degraded())
-			return
+			o.update, o.degraded = upd, st.Degraded()
+			break
 		}
 		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
 			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil {
 				upd, ferr := fb.Fallback(ctx, st, err)
 				if ferr == nil {
-					done(upd, nil, attempt, err.Error())
-					return
+					o.update, o.degraded = upd, err.Error()
+					break
 				}
 				err = fmt.Errorf("%w; fallback: %v", err, ferr)
 			}
-			done(nil, err, attempt, "")
-			return
+			o.err = err
+			break
 		}
 		if r.req.Observe != nil {
 			r.emit(Event{Type: NodeRetry, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: attempt, Error: err.Error(), Duration: backoff})
@@ -1256,11 +1261,14 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			done(nil, ctx.Err(), attempt, "")
-			return
+			o.err = ctx.Err()
+			break attempts
 		case <-t.C:
 		}
 		backoff = min(time.Duration(float64(backoff)*n.Retry.Factor), n.Retry.MaxBackoff)
+	}
+	if timed {
+		o.took = time.Since(start)
 	}
 }
 
@@ -1310,16 +1318,10 @@ func safeRun(ctx context.Context, n *flow.Node, st *kind.State) (upd kind.Update
 // route fires the edges of the nodes that ran (or START's edges when outs
 // is nil) and returns the next triggered set in declaration order.
 func (r *run) route(vars map[string]any, outs []outcome) ([]*flow.Node, error) {
-	any := false
-	trigger := func(ns []*flow.Node) {
-		for _, n := range ns {
-			r.mark[n.Index] = true
-			any = true
-		}
-	}
+	r.marked = false
 	if outs == nil {
 		for _, e := range r.g.Entry {
-			if err := r.fire(e, nil, vars, trigger); err != nil {
+			if err := r.fire(e, nil, vars); err != nil {
 				return nil, err
 			}
 		}
@@ -1327,16 +1329,16 @@ func (r *run) route(vars map[string]any, outs []outcome) ([]*flow.Node, error) {
 	for i := range outs {
 		n := outs[i].node
 		if outs[i].route != nil {
-			trigger([]*flow.Node{outs[i].route})
+			r.mark[outs[i].route.Index], r.marked = true, true
 			continue
 		}
 		for _, e := range n.Out {
-			if err := r.fire(e, n, vars, trigger); err != nil {
+			if err := r.fire(e, n, vars); err != nil {
 				return nil, err
 			}
 		}
 	}
-	if !any {
+	if !r.marked {
 		return nil, nil
 	}
 	r.flip ^= 1
@@ -1351,7 +1353,7 @@ func (r *run) route(vars map[string]any, outs []outcome) ([]*flow.Node, error) {
 	return next, nil
 }
 
-func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any, trigger func([]*flow.Node)) error {
+func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
 	var targets []*flow.Node
 	switch {
 	case e.Join >= 0:
@@ -1416,7 +1418,10 @@ func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any, trigger f
 			return &LimitError{Limit: e.Bound, Loop: loopNames(r.g, targets[0]), Edge: &pos}
 		}
 	}
-	trigger(targets)
+	for _, n := range targets {
+		r.mark[n.Index] = true
+	}
+	r.marked = true
 	return nil
 }
 
