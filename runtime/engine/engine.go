@@ -340,10 +340,10 @@ type run struct {
 	lists [][]any
 	// cur mirrors the state map by field index, so the step loop reads
 	// and writes field values without hashing their names.
-	cur  []any
-	recs []record // preallocated step records, see newRecord
-	next [2][]*flow.Node
-	flip int
+	cur   []any
+	slabs slabs // parts of step checkpoints
+	next  [2][]*flow.Node
+	flip  int
 }
 
 func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
@@ -526,10 +526,10 @@ func (l *lease) release(ctx context.Context) {
 //
 // Edge bounds are not carried: a resumed run counts them from where it
 // resumes (its superstep count, which max_steps limits, is carried).
-func (r *run) runState(rec *record) []uint64 {
+func (r *run) runState() []uint64 {
 	for _, j := range r.joins {
 		if j != 0 {
-			return append(rec.joins[:0], r.joins...)
+			return append(take(&r.slabs.joins, len(r.joins))[:0], r.joins...)
 		}
 	}
 	return nil
@@ -766,14 +766,29 @@ type outcome struct {
 	degraded string     // why the update is a fallback
 }
 
-// record holds a step's checkpoint and the small slices it points to, so a
-// typical step allocates its checkpoint once.
-type record struct {
-	cp      store.Checkpoint
-	writes  [2]store.Write
-	writers [1]store.NodeWrites
-	next    [1]string
-	joins   [1]uint64
+// slabs hand out the parts of step checkpoints from chunks, so a step
+// allocates nothing for its checkpoint and each part takes exactly the
+// room it needs. What a run leaves over serves the next run.
+type slabs struct {
+	cps     []store.Checkpoint
+	writes  []store.Write
+	writers []store.NodeWrites
+	names   []string
+	joins   []uint64
+}
+
+// slabChunk is how many items a slab allocates at a time.
+const slabChunk = 64
+
+// take returns n zeroed items of s, capped so that appending to them
+// cannot reach the items handed out next.
+func take[T any](s *[]T, n int) []T {
+	if len(*s) < n {
+		*s = make([]T, max(n, slabChunk))
+	}
+	out := (*s)[:n:n]
+	*s = (*s)[n:]
+	return out
 }
 
 func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.Node, error) {
@@ -813,13 +828,12 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	if err != nil {
 		return nil, err
 	}
-	rec := r.newRecord()
-	cp := &rec.cp
+	cp := &take(&r.slabs.cps, 1)[0]
 	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, "step"
 	if len(changed) > 0 {
 		// one write per changed field; an append field records only the
 		// items this step appended (several writers fold in order)
-		writes := rec.writes[:0]
+		writes := take(&r.slabs.writes, len(changed))[:0]
 		for _, f := range changed {
 			r.versions[f.Index]++
 			w := store.Write{Field: f.Name, Version: r.versions[f.Index]}
@@ -839,7 +853,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		}
 		r.values = next
 	}
-	writers := rec.writers[:0]
+	writers := take(&r.slabs.writers, len(outs))[:0]
 	for i := range outs {
 		writers = append(writers, store.NodeWrites{Node: outs[i].node.Name, Fields: writtenFields(outs[i].node, outs[i].update)})
 	}
@@ -858,12 +872,12 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	cp.Time = r.clock(outs)
 	if len(following) > 0 {
-		names := rec.next[:0]
+		names := take(&r.slabs.names, len(following))[:0]
 		for _, n := range following {
 			names = append(names, n.Name)
 		}
 		cp.Next = names
-		cp.Joins = r.runState(rec)
+		cp.Joins = r.runState()
 	}
 	if err := r.commit(ctx, cp); err != nil {
 		return nil, fmt.Errorf("commit step %d: %w", r.step, err)
@@ -880,19 +894,6 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		r.emit(Event{Type: StateUpdate, Step: r.step, Update: upd, Checkpoint: cp.Seq, Next: cp.Next})
 	}
 	return following, nil
-}
-
-// newRecord hands out a zeroed step record from a preallocated chunk; the
-// chunks grow with the run, so short runs stay small and long ones
-// allocate once every 64 steps.
-func (r *run) newRecord() *record {
-	if len(r.recs) == 0 {
-		n := min(max(r.step, 4), 64)
-		r.recs = make([]record, n)
-	}
-	rec := &r.recs[0]
-	r.recs = r.recs[1:]
-	return rec
 }
 
 // appendOwned appends an update to an append field. When the current list
