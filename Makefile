@@ -42,6 +42,20 @@ fuzz:
 bench:
 	$(GO) test ./flows -run '^$$' -bench . -benchmem -count 5
 
+# The same workloads on the hand-written floor, eino and Trellis in one
+# session: copies the peer suite, adds flows/bench/peer as a package of it
+# and runs its interleaved rounds (about 3 minutes).
+PEERBENCH ?= ../shared/peerbench
+PEERDIR   ?= $(or $(TMPDIR),/tmp)/trellis-peerbench
+ROUNDS    ?= 5
+peerbench:
+	@test -x $(PEERBENCH)/run.sh || { echo "no peer suite at $(PEERBENCH); set PEERBENCH=DIR"; exit 1; }
+	rm -rf $(PEERDIR) && cp -r $(PEERBENCH) $(PEERDIR) && mkdir -p $(PEERDIR)/trellis
+	grep -v '^//go:build ignore' flows/bench/peer/trellis_test.go > $(PEERDIR)/trellis/trellis_test.go
+	cd $(PEERDIR) && $(GO) mod edit -require=github.com/trellisflow/trellis@v0.0.0 -replace=github.com/trellisflow/trellis=$(CURDIR) \
+	  && GOFLAGS=-mod=mod $(GO) mod tidy \
+	  && TRELLIS_FLOWS=$(CURDIR)/flows/bench PKGS="baseline einob trellis" ROUNDS=$(ROUNDS) ./run.sh
+
 # Rewrite schemas/flow.schema.json and nodes/README.md from the node-kind registry.
 schema:
 	$(GO) test ./nodes/all -run "TestFlowSchemaUpToDate|TestNodeReferenceUpToDate" -update

@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -93,7 +95,7 @@ func at(sec int) time.Time { return time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC
 func create(t *testing.T, st store.Store, thread string, values map[string]any) {
 	t.Helper()
 	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: at(0)}
-	for _, k := range sortedKeys(values) {
+	for _, k := range slices.Sorted(maps.Keys(values)) {
 		cp.Writes = append(cp.Writes, store.Write{Field: k, Version: 1, Value: values[k]})
 	}
 	if err := st.Commit(ctx, cp); err != nil {
@@ -116,21 +118,6 @@ func fieldsOf(ws []store.Write) []string {
 		f = append(f, w.Field)
 	}
 	return f
-}
-
-func sortedKeys(m map[string]any) []string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	for i := range keys {
-		for j := i + 1; j < len(keys); j++ {
-			if keys[j] < keys[i] {
-				keys[i], keys[j] = keys[j], keys[i]
-			}
-		}
-	}
-	return keys
 }
 
 func testCreateAndHead(t *testing.T, st store.Store) {
