@@ -2,6 +2,8 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sync"
@@ -46,7 +48,7 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := stores[0].Migrations(ctx)
-	if err != nil || !reflect.DeepEqual(got, []int{1, 2}) {
+	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3}) {
 		t.Fatalf("migrations %v %v", got, err)
 	}
 }
@@ -64,4 +66,55 @@ func TestTwoProcesses(t *testing.T) {
 		}
 		return a, b
 	})
+}
+
+// A database written before the writes table was clustered keeps every
+// thread through the migration that rebuilds it.
+func TestClusteringMigrationKeepsThreads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"migrations/001_checkpoints.sql", "migrations/002_pending_and_leases.sql"} {
+		body, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(string(body)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	for _, q := range []string{
+		`CREATE TABLE trellis_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`,
+		`INSERT INTO trellis_migrations VALUES (1, '001_checkpoints', 0), (2, '002_pending_and_leases', 0)`,
+		`INSERT INTO threads VALUES ('t', 3, 1, 3)`,
+		`INSERT INTO checkpoints VALUES ('t', 1, 0, 'r', 0, 'create', 1, '{}'), ('t', 2, 1, 'r', 1, 'step', 2, '{}'), ('t', 3, 2, 'r', 2, 'step', 3, '{}')`,
+		`INSERT INTO writes VALUES ('t', 1, 'log', 1, 0, '[]'), ('t', 1, 'n', 1, 0, '0'),
+			('t', 2, 'log', 2, 1, '["a"]'), ('t', 2, 'n', 2, 0, '1'), ('t', 3, 'log', 3, 1, '["b","c"]')`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	st, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got, err := st.Migrations(context.Background())
+	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3}) {
+		t.Fatalf("migrations %v %v", got, err)
+	}
+	snap, err := st.Head(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(snap.Values, map[string]any{"log": []any{"a", "b", "c"}, "n": 1}) || snap.Versions["log"] != 3 {
+		t.Fatalf("state after migration %v versions %v", snap.Values, snap.Versions)
+	}
+	if err := st.Delete(context.Background(), "t"); err != nil {
+		t.Fatal(err)
+	}
 }
