@@ -222,7 +222,36 @@ func Decode(b []byte) (any, error) {
 	if err := d.Decode(&v); err != nil {
 		return nil, err
 	}
-	return Normalize(v)
+	return numbers(v)
+}
+
+// numbers turns the json.Numbers of a freshly decoded value into int or
+// float64 in place: the decoder made every container, so none is shared.
+func numbers(v any) (any, error) {
+	var err error
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := strconv.Atoi(string(x)); err == nil {
+			return i, nil
+		}
+		return x.Float64()
+	case []any:
+		for i, e := range x {
+			if x[i], err = numbers(e); err != nil {
+				return nil, err
+			}
+		}
+	case map[string]any:
+		for k, e := range x {
+			switch e.(type) {
+			case json.Number, []any, map[string]any:
+				if x[k], err = numbers(e); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return v, nil
 }
 
 // Coerce brings numbers in line with the shape: an integral float64 where
