@@ -249,14 +249,9 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 			WITH base AS (
 				SELECT field, max(CASE WHEN append THEN 0 ELSE seq END) AS seq
 				FROM writes WHERE thread = $1 AND seq <= $2 GROUP BY field)
-			SELECT w.field, w.seq, w.version, false, w.value::text
-			FROM base b JOIN writes w ON w.thread = $1 AND w.field = b.field AND w.seq = b.seq AND NOT w.append
-			UNION ALL
-			SELECT w.field, max(w.seq), max(w.version), true,
-				'[' || coalesce(string_agg(nullif(substr(w.value::text, 2, length(w.value::text) - 2), ''), ',' ORDER BY w.seq), '') || ']'
-			FROM base b JOIN writes w ON w.thread = $1 AND w.field = b.field AND w.seq > b.seq AND w.seq <= $2 AND w.append
-			GROUP BY w.field
-			ORDER BY 1, 2`, thread, int64(seq))
+			SELECT w.field, w.seq, w.version, w.append, w.value::text
+			FROM base b JOIN writes w ON w.thread = $1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= $2
+			ORDER BY w.field, w.seq`, thread, int64(seq))
 		if err != nil {
 			return err
 		}

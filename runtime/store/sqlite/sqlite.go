@@ -261,14 +261,9 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 		WITH base AS (
 			SELECT field, max(CASE WHEN append = 0 THEN seq ELSE 0 END) AS seq
 			FROM writes WHERE thread = ?1 AND seq <= ?2 GROUP BY field)
-		SELECT w.field, w.seq, w.version, 0, w.value
-		FROM base b JOIN writes w ON w.thread = ?1 AND w.field = b.field AND w.seq = b.seq AND w.append = 0
-		UNION ALL
-		SELECT w.field, max(w.seq), max(w.version), 1,
-			'[' || coalesce(group_concat(nullif(substr(w.value, 2, length(w.value) - 2), ''), ',' ORDER BY w.seq), '') || ']'
-		FROM base b JOIN writes w ON w.thread = ?1 AND w.field = b.field AND w.seq > b.seq AND w.seq <= ?2 AND w.append = 1
-		GROUP BY w.field
-		ORDER BY 1, 2`, thread, seq)
+		SELECT w.field, w.seq, w.version, w.append, w.value
+		FROM base b JOIN writes w ON w.thread = ?1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= ?2
+		ORDER BY w.field, w.seq`, thread, seq)
 	if err != nil {
 		return nil, err
 	}

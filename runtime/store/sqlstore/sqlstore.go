@@ -9,6 +9,7 @@
 package sqlstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -62,19 +63,59 @@ func Decode(r FieldRow) (store.Write, error) {
 // Fold builds the state at checkpoint seq from field rows ordered by
 // field, then sequence, each field starting at its newest full write (or
 // its first append).
+//
+// Consecutive appends to one field are joined into one JSON list and
+// decoded at once: a long conversation costs one decode, not one per turn.
 func Fold(meta *store.Checkpoint, rows []FieldRow) (*store.Folder, error) {
 	f := store.NewFolder()
 	cp := &store.Checkpoint{Writes: make([]store.Write, 1)}
-	for _, r := range rows {
+	var joined []byte
+	for i := 0; i < len(rows); {
+		r, n := rows[i], 1
+		if r.Append {
+			r, n, joined = joinAppends(rows[i:], joined[:0])
+		}
 		w, err := Decode(r)
 		if err != nil {
 			return nil, err
 		}
 		cp.Writes[0] = w
 		f.Apply(cp)
+		i += n
 	}
 	f.Seq, f.Next, f.Joins, f.Run, f.Step = meta.Seq, meta.Next, meta.Joins, meta.Run, meta.Step
 	return f, nil
+}
+
+// joinAppends folds the leading run of append rows of one field into a
+// single row whose value lists all their items in order. It returns the
+// row and how many rows it used (just the first when a value is not a
+// plain JSON list, which Decode then reports).
+func joinAppends(rows []FieldRow, buf []byte) (FieldRow, int, []byte) {
+	first := rows[0]
+	n := 0
+	buf = append(buf, '[')
+	for _, r := range rows {
+		if !r.Append || r.Field != first.Field {
+			break
+		}
+		v := bytes.TrimSpace(r.Value)
+		if len(v) < 2 || v[0] != '[' || v[len(v)-1] != ']' {
+			break
+		}
+		if inner := bytes.TrimSpace(v[1 : len(v)-1]); len(inner) > 0 {
+			if len(buf) > 1 {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, inner...)
+		}
+		n++
+	}
+	if n < 2 {
+		return first, 1, buf
+	}
+	last := rows[n-1]
+	return FieldRow{Field: first.Field, Seq: last.Seq, Version: last.Version, Append: true, Value: append(buf, ']')}, n, buf
 }
 
 // Meta is the stored metadata of a checkpoint.
