@@ -69,8 +69,8 @@ type growth struct {
 	// median is what the growth ratio compares, as a single slow commit
 	// (a WAL checkpoint, an autovacuum) says nothing about growth.
 	turnNs, turnMeanNs, turnBytes, loadNs, coldNs map[int]float64
-	commits                           []time.Duration
-	walBytes                          map[int]float64
+	commits                                       []time.Duration
+	walBytes                                      map[int]float64
 }
 
 // grow writes turns 1..1000 and measures the turns just before 10, 100
