@@ -34,6 +34,7 @@ var Codes = map[string]string{
 	CodeUnknownInput:    "an input field the state does not declare",
 	CodePrompt:          "a prompt file cannot be found, parsed or compiled",
 	CodePromptField:     "a prompt template reads a field the state, the input or the node's vars do not have",
+	CodePromptNull:      "a prompt template reads a field of a value that may be null outside a with or if on that value",
 	"E001":              "an expression does not parse or does not type-check",
 	"E002":              "a condition that is not boolean",
 	"E003":              "an expression reads a field or name that does not exist",

@@ -23,6 +23,7 @@ import (
 const (
 	CodePrompt      = "P001" // a prompt that cannot be found, parsed or compiled
 	CodePromptField = "P002" // a prompt template reads a field that does not exist
+	CodePromptNull  = "P003" // a prompt template reads through a value that may be null, unguarded
 )
 
 // PromptExt is the extension of prompt files.
@@ -402,6 +403,10 @@ func (b *builder) Prompt(at *yaml.Node, vars map[string]*schema.Shape) *prompt.P
 			return
 		}
 		c.reported[key] = true
+		if pr.MayBeNull {
+			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: CodePromptNull, Pos: pos, Path: path, Summary: pr.Message})
+			return
+		}
 		c.dl.Errorf(CodePromptField, pos, path, "%s", pr.Message).Suggestion = pr.Suggestion
 	}
 	for _, pr := range prompt.Check(pf.p.User, prompt.Root(c.stateShape, inShape, vs, false)) {

@@ -2,6 +2,7 @@ package prompt
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -10,12 +11,15 @@ import (
 	"github.com/trellisflow/trellis/runtime/schema"
 )
 
-// Problem is a template reading a field its data does not have.
+// Problem is a template reading a field its data does not have or, when
+// MayBeNull, reading a field of a value that may be null without a guard:
+// text/template fails on that when the prompt is rendered.
 type Problem struct {
 	// Offset is the byte offset of the field name in the template text;
 	// Len its length in runes.
 	Offset, Len         int
 	Message, Suggestion string
+	MayBeNull           bool
 }
 
 // Root returns the shape of a template's data: state, input and vars as
@@ -30,11 +34,13 @@ func Root(state, input, vars *schema.Shape, withError bool) *schema.Shape {
 	return schema.Object(props, order...)
 }
 
-// Check reports every field chain in t that root does not declare. Dot
-// follows with and range (a range's dot is the list's item shape); where a
-// shape is unknown, nothing below it is checked.
+// Check reports every field chain in t that root does not declare, and
+// every chain that reads through a value its schema allows to be null
+// outside a with or if on that value. Dot follows with and range (a
+// range's dot is the list's item shape); where a shape is unknown, nothing
+// below it is checked.
 func Check(t *template.Template, root *schema.Shape) []Problem {
-	c := &checker{root: root, vars: map[string]*schema.Shape{"$": root}}
+	c := &checker{root: root, vars: map[string]*schema.Shape{"$": root}, guards: map[guard]int{}}
 	for _, tt := range t.Templates() {
 		if tt.Tree == nil || tt.Tree.Root == nil {
 			continue
@@ -52,6 +58,15 @@ type checker struct {
 	root  *schema.Shape
 	vars  map[string]*schema.Shape
 	probs []Problem
+	// guards counts the enclosing ifs that test a chain, so that reading
+	// through it inside them cannot meet a null
+	guards map[guard]int
+}
+
+// guard names a chain: the shape it starts from and its identifiers.
+type guard struct {
+	base *schema.Shape
+	path string
 }
 
 func (c *checker) list(l *parse.ListNode, dot *schema.Shape) {
@@ -69,10 +84,17 @@ func (c *checker) node(n parse.Node, dot *schema.Shape) {
 		c.pipe(x.Pipe, dot)
 	case *parse.IfNode:
 		c.pipe(x.Pipe, dot)
+		g, ok := c.guardOf(x.Pipe, dot)
+		if ok {
+			c.guards[g]++
+		}
 		c.list(x.List, dot)
+		if ok {
+			c.guards[g]--
+		}
 		c.list(x.ElseList, dot)
 	case *parse.WithNode:
-		inner := c.pipe(x.Pipe, dot)
+		inner := nonNull(c.pipe(x.Pipe, dot)) // with skips null
 		c.list(x.List, inner)
 		c.list(x.ElseList, dot)
 	case *parse.RangeNode:
@@ -143,11 +165,37 @@ func (c *checker) arg(n parse.Node, dot *schema.Shape) *schema.Shape {
 	return nil
 }
 
+// guardOf returns the chain an if tests, when its pipeline is just one.
+func (c *checker) guardOf(p *parse.PipeNode, dot *schema.Shape) (guard, bool) {
+	if p == nil || len(p.Decl) > 0 || len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 {
+		return guard{}, false
+	}
+	switch x := p.Cmds[0].Args[0].(type) {
+	case *parse.FieldNode:
+		return guard{dot, strings.Join(x.Ident, ".")}, true
+	case *parse.VariableNode:
+		if base, ok := c.vars[x.Ident[0]]; ok {
+			return guard{base, strings.Join(x.Ident[1:], ".")}, true
+		}
+	}
+	return guard{}, false
+}
+
 // chain resolves .a.b.c (starting at offset, the first dot) against s.
 func (c *checker) chain(s *schema.Shape, path string, idents []string, offset int) *schema.Shape {
-	for _, id := range idents {
+	base := s
+	for i, id := range idents {
 		offset++ // the dot
 		if s == nil {
+			return nil
+		}
+		if nullable(s) && c.guards[guard{base, strings.Join(idents[:i], ".")}] == 0 {
+			what := path
+			if what == "" {
+				what = "dot"
+			}
+			c.probs = append(c.probs, Problem{Offset: offset, Len: len([]rune(id)), MayBeNull: true,
+				Message: fmt.Sprintf("%s may be null, and reading %q of null fails when the prompt is rendered; read it inside a with or an if on %s", what, id, what)})
 			return nil
 		}
 		child, ok := s.Prop(id)
@@ -170,6 +218,21 @@ func (c *checker) chain(s *schema.Shape, path string, idents []string, offset in
 		offset += len(id)
 	}
 	return s
+}
+
+// nullable reports whether a shape names null among its types.
+func nullable(s *schema.Shape) bool {
+	return len(s.Types) > 1 && s.Allows("null")
+}
+
+// nonNull is s without null among its types.
+func nonNull(s *schema.Shape) *schema.Shape {
+	if s == nil || !nullable(s) {
+		return s
+	}
+	c := *s
+	c.Types = slices.DeleteFunc(slices.Clone(s.Types), func(t string) bool { return t == "null" })
+	return &c
 }
 
 // chainStart returns the offset where a chain of identifiers begins: the

@@ -64,3 +64,60 @@ func TestCheckFollowsDot(t *testing.T) {
 		}
 	}
 }
+
+// Reading through a value that may be null fails at render time, so it is
+// reported unless a with or an if on that value guards it.
+func TestCheckNullableNeedsAGuard(t *testing.T) {
+	str := &schema.Shape{Types: []string{"string"}}
+	port := obj(map[string]*schema.Shape{"headline": str})
+	port.Types = []string{"object", "null"}
+	item := obj(map[string]*schema.Shape{"text": str})
+	item.Types = []string{"object", "null"}
+	state := obj(map[string]*schema.Shape{
+		"portfolio": port,
+		"items":     {Types: []string{"array"}, Items: item},
+		"name":      {Types: []string{"string", "null"}},
+	})
+	root := Root(state, obj(map[string]*schema.Shape{}), obj(map[string]*schema.Shape{}), false)
+	cases := map[string]string{
+		"{{.state.portfolio.headline}}":                                                            `state.portfolio may be null, and reading "headline"`,
+		"{{with .state.portfolio}}{{.headline}}{{end}}":                                            "",
+		"{{if .state.portfolio}}{{.state.portfolio.headline}}{{end}}":                              "",
+		"{{if .state.portfolio}}{{else}}{{.state.portfolio.headline}}{{end}}":                      `state.portfolio may be null`,
+		"{{if .state.name}}{{.state.portfolio.headline}}{{end}}":                                   `state.portfolio may be null`,
+		"{{$p := .state.portfolio}}{{$p.headline}}":                                                `p may be null, and reading "headline"`,
+		"{{$p := .state.portfolio}}{{if $p}}{{$p.headline}}{{end}}":                                "",
+		"{{range .state.items}}{{.text}}{{end}}":                                                   `dot may be null, and reading "text"`,
+		"{{range .state.items}}{{with .}}{{.text}}{{end}}{{end}}":                                  "",
+		"{{.state.portfolio}} {{.state.name}} {{yaml .state.portfolio}}":                           "",
+		"{{with .state.portfolio}}{{.headlin}}{{end}}":                                             `has no field "headlin"`,
+		"{{if .state.portfolio}}{{.state.portfolio.headline}}{{end}}{{.state.portfolio.headline}}": `state.portfolio may be null`,
+	}
+	for text, want := range cases {
+		tmpl, err := Parse("t", text)
+		if err != nil {
+			t.Fatalf("%s: %v", text, err)
+		}
+		probs := Check(tmpl, root)
+		if want == "" {
+			if len(probs) > 0 {
+				t.Errorf("%s: unexpected %+v", text, probs)
+			}
+			continue
+		}
+		if len(probs) != 1 || !strings.Contains(probs[0].Message, want) {
+			t.Errorf("%s: got %+v, want one problem saying %q", text, probs, want)
+			continue
+		}
+		if null := strings.Contains(want, "may be null"); probs[0].MayBeNull != null {
+			t.Errorf("%s: MayBeNull %v", text, probs[0].MayBeNull)
+		}
+		if strings.Contains(want, "may be null") && strings.Count(want, `"`) == 2 {
+			// the offset points at the field read through the null
+			field := strings.SplitN(want, `"`, 3)[1]
+			if got := text[probs[0].Offset : probs[0].Offset+probs[0].Len]; got != field {
+				t.Errorf("%s: offset points at %q, want %q", text, got, field)
+			}
+		}
+	}
+}

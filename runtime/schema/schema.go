@@ -160,6 +160,11 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 				}
 			}
 			simple = false
+		case "anyOf", "oneOf":
+			simple = false
+			if r := orNull(v, resolve, depth); r != nil {
+				s.Types, s.Props, s.Closed, s.Required, s.Items = r.Types, r.Props, r.Closed, r.Required, r.Items
+			}
 		case "$defs", "definitions":
 			// definitions do not constrain the value itself
 		default:
@@ -177,6 +182,26 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 	}
 	s.simple = simple
 	return s
+}
+
+// orNull reads the optional-value idiom, anyOf [X, {type: null}], as X's
+// shape with null added to its types; nil for any other combination.
+func orNull(v any, resolve func(string) any, depth int) *Shape {
+	branches := asSlice(v)
+	if len(branches) != 2 {
+		return nil
+	}
+	for i, b := range branches {
+		if m, ok := b.(map[string]any); ok && len(m) == 1 && m["type"] == "null" {
+			r := shapeOf(branches[1-i], resolve, depth+1)
+			if len(r.Types) == 0 || slices.Contains(r.Types, "null") {
+				return nil
+			}
+			r.Types = append(slices.Clip(r.Types), "null")
+			return r
+		}
+	}
+	return nil
 }
 
 func asSlice(v any) []any {
