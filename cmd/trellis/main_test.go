@@ -84,7 +84,7 @@ func TestValidateDirectoryReportsEverything(t *testing.T) {
 	if strings.Contains(out, ".ok.yaml") {
 		t.Fatalf("a clean fixture was reported:\n%s", out)
 	}
-	if !strings.Contains(stderr, "error(s) in") {
+	if !regexp.MustCompile(`^\d+ error\(s\), \d+ warning\(s\) in \d+ file\(s\)\n$`).MatchString(stderr) {
 		t.Fatalf("no summary: %s", stderr)
 	}
 }

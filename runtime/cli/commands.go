@@ -52,16 +52,22 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
 		return 2
 	}
-	if all.HasErrors() {
-		if *format == "text" {
-			n := 0
-			for _, d := range all {
-				if d.Severity == diag.Error {
-					n++
-				}
+	if *format == "text" && len(all) > 0 {
+		errs, warns := 0, 0
+		for _, d := range all {
+			if d.Severity == diag.Error {
+				errs++
+			} else {
+				warns++
 			}
-			fmt.Fprintf(env.Stderr, "%d error(s) in %d file(s)\n", n, len(files))
 		}
+		summary := fmt.Sprintf("%d error(s)", errs)
+		if warns > 0 {
+			summary += fmt.Sprintf(", %d warning(s)", warns)
+		}
+		fmt.Fprintf(env.Stderr, "%s in %d file(s)\n", summary, len(files))
+	}
+	if all.HasErrors() {
 		return 1
 	}
 	return 0
