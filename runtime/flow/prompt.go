@@ -2,11 +2,11 @@ package flow
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -229,27 +229,69 @@ func (c *compiler) promptFront(pf *promptFile) {
 	if mapGet(root, "fallback") != nil && pf.fbExpr != nil {
 		c.dl.Errorf(CodePrompt, d.pos(pf.fbExpr), "fallback_expr", "give fallback or fallback_expr, not both")
 	}
-	if p.Output != nil && p.FallbackValue != nil && !hasTemplate(p.FallbackValue) {
-		if err := p.Output.Validator.Validate(p.FallbackValue); err != nil {
+	if p.Output != nil && p.FallbackValue != nil {
+		if err := checkFallback(p.Output.Validator, p.FallbackValue); err != nil {
 			c.dl.Errorf(CodePrompt, d.pos(mapGet(root, "fallback")), "fallback", "the fallback does not match the output schema: %v", err)
 		}
 	}
 }
 
-func hasTemplate(v any) bool {
+// checkFallback validates a fallback value against the output schema
+// before any of its templates is rendered. A template always renders to a
+// string, so the value is checked with each template's source text in its
+// place, and a failure at a template's place counts only when it is about
+// the type (a string where the schema wants something else): whether the
+// rendered text meets a pattern, an enum or a length is known only when it
+// is rendered.
+func checkFallback(v *schema.Validator, value any) error {
+	templated := map[string]bool{}
+	probe := sourceProbe(value, "", templated)
+	err := v.Validate(probe)
+	var se *schema.Error
+	if err == nil || len(templated) == 0 || !errors.As(err, &se) {
+		return err
+	}
+	// per templated place: whether every failure there is about the type
+	onlyType := map[string]bool{}
+	for _, c := range se.Causes {
+		if templated[c.Pointer] {
+			prev, seen := onlyType[c.Pointer]
+			onlyType[c.Pointer] = (prev || !seen) && c.Keyword == "type"
+		}
+	}
+	kept := &schema.Error{}
+	for _, c := range se.Causes {
+		if !templated[c.Pointer] || onlyType[c.Pointer] {
+			kept.Causes = append(kept.Causes, c)
+		}
+	}
+	if len(kept.Causes) == 0 {
+		return nil
+	}
+	return kept
+}
+
+// sourceProbe copies a fallback value with each template replaced by its
+// source text, noting the JSON pointer of every replaced string.
+func sourceProbe(v any, ptr string, templated map[string]bool) any {
 	switch x := v.(type) {
 	case *template.Template:
-		return true
+		templated[ptr] = true
+		return x.Root.String()
 	case map[string]any:
-		for _, e := range x {
-			if hasTemplate(e) {
-				return true
-			}
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = sourceProbe(e, ptr+"/"+escape(k), templated)
 		}
+		return out
 	case []any:
-		return slices.ContainsFunc(x, hasTemplate)
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = sourceProbe(e, ptr+"/"+strconv.Itoa(i), templated)
+		}
+		return out
 	}
-	return false
+	return v
 }
 
 // fallbackValue turns the strings of a fallback value that hold template
