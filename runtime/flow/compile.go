@@ -394,16 +394,18 @@ func arrayOnlyItems(raw any, field string, resolve func(string) any) bool {
 }
 
 // refResolver resolves local JSON pointers ("#/$defs/x") and relative files
-// ("other.json#/$defs/x") for shapes.
+// ("other.json#/$defs/x") for shapes. The refs inside a referenced file
+// are rewritten to name that file (or the files it names) relative to the
+// root schema's folder, so they resolve where their file meant them to.
 func refResolver(root any, base string) func(string) any {
 	var resolve func(ref string) any
 	seen := map[string]any{}
+	rootDir := filepath.Dir(filepath.FromSlash(strings.TrimPrefix(base, "file://")))
 	resolve = func(ref string) any {
 		file, frag, _ := strings.Cut(ref, "#")
 		doc := root
 		if file != "" {
-			basePath := strings.TrimPrefix(base, "file://")
-			p := filepath.Join(filepath.Dir(filepath.FromSlash(basePath)), file)
+			p := filepath.Join(rootDir, filepath.FromSlash(file))
 			if v, ok := seen[p]; ok {
 				doc = v
 			} else {
@@ -411,6 +413,7 @@ func refResolver(root any, base string) func(string) any {
 				if err != nil {
 					return nil
 				}
+				v = rebaseRefs(v, rootDir, filepath.Dir(p), filepath.ToSlash(file))
 				seen[p] = v
 				doc = v
 			}
@@ -429,6 +432,41 @@ func refResolver(root any, base string) func(string) any {
 		return cur
 	}
 	return resolve
+}
+
+// rebaseRefs copies a schema read from file (as named from rootDir; it
+// lives in fileDir) with its refs made relative to rootDir: "#/x" becomes
+// "file#/x", "other.json#/x" the path of other.json from rootDir.
+func rebaseRefs(v any, rootDir, fileDir, file string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			if ref, ok := e.(string); ok && k == "$ref" {
+				target, frag, _ := strings.Cut(ref, "#")
+				switch {
+				case strings.Contains(target, "://"):
+				case target == "":
+					ref = file + "#" + frag
+				default:
+					if rel, err := filepath.Rel(rootDir, filepath.Join(fileDir, filepath.FromSlash(target))); err == nil {
+						ref = filepath.ToSlash(rel) + "#" + frag
+					}
+				}
+				out[k] = ref
+				continue
+			}
+			out[k] = rebaseRefs(e, rootDir, fileDir, file)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = rebaseRefs(e, rootDir, fileDir, file)
+		}
+		return out
+	}
+	return v
 }
 
 var reducerTypes = map[string]string{

@@ -502,32 +502,45 @@ func (c *compiler) promptNames() []string {
 func (b *builder) Model() string { return scalar(b.c.get("model")) }
 
 // bundle inlines every $ref of a schema, so the schema sent to a model
-// stands alone. Recursive schemas are cut at a fixed depth.
+// stands alone. Recursive schemas are cut at a fixed depth. Annotations
+// and definitions are dropped; property names, enum and const values are
+// kept as written.
 func bundle(v any, resolve func(string) any, depth int) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := map[string]any{}
-		if ref, ok := x["$ref"].(string); ok {
-			if depth < 12 {
-				if t, ok := bundle(resolve(ref), resolve, depth+1).(map[string]any); ok {
-					maps.Copy(out, t)
-				}
-			}
-		}
-		for k, e := range x {
-			switch k {
-			case "$ref", "$defs", "definitions", "$schema", "$id", "title", "default":
-				continue
-			}
-			out[k] = bundle(e, resolve, depth)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = bundle(e, resolve, depth)
-		}
-		return out
+	x, ok := v.(map[string]any)
+	if !ok {
+		return v // true, false
 	}
-	return v
+	out := map[string]any{}
+	if ref, ok := x["$ref"].(string); ok && depth < 12 {
+		if t, ok := bundle(resolve(ref), resolve, depth+1).(map[string]any); ok {
+			maps.Copy(out, t)
+		}
+	}
+	for k, e := range x {
+		switch k {
+		case "$ref", "$defs", "definitions", "$schema", "$id", "$comment", "title", "default", "examples":
+		case "properties", "patternProperties", "dependentSchemas":
+			if m, ok := e.(map[string]any); ok {
+				named := make(map[string]any, len(m))
+				for name, sub := range m {
+					named[name] = bundle(sub, resolve, depth)
+				}
+				out[k] = named
+			}
+		case "allOf", "anyOf", "oneOf", "prefixItems":
+			if l, ok := e.([]any); ok {
+				subs := make([]any, len(l))
+				for i, sub := range l {
+					subs[i] = bundle(sub, resolve, depth)
+				}
+				out[k] = subs
+			}
+		case "items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+			"unevaluatedItems", "unevaluatedProperties", "additionalItems":
+			out[k] = bundle(e, resolve, depth)
+		default:
+			out[k] = e
+		}
+	}
+	return out
 }
