@@ -380,13 +380,50 @@ func (c *compiler) templateError(pf *promptFile, err error, at *yaml.Node, path 
 		}
 		msg = m[3]
 	}
+	text := string(pf.src[pf.bodyOff:])
+	if at != nil {
+		text = at.Value
+	}
+	lineStart := lineOffset([]byte(text), line)
+	if col == 1 {
+		lineText, _, _ := strings.Cut(text[lineStart:], "\n")
+		col = templateColumn(lineText, msg)
+	}
 	var pos diag.Pos
 	if at == nil {
-		pos = c.promptPos(pf, lineOffset(pf.src[pf.bodyOff:], line)+pf.bodyOff)
+		pos = c.promptPos(pf, pf.bodyOff+lineStart+len(string([]rune(text[lineStart:])[:col-1])))
 	} else {
 		pos = pf.front.exprPos(at, line, col, 0)
 	}
 	c.dl.Errorf(CodePrompt, pos, path, "template: %s", msg)
+}
+
+var (
+	quotedToken = regexp.MustCompile(`"([^"]+)"|'(.)'`)
+	actionToken = regexp.MustCompile(`\{\{(\w+)\}\}|for (\w+)$`)
+)
+
+// templateColumn finds the 1-based column (in runes) of what a template
+// parse error names on its line, since text/template reports only the
+// line: a quoted name, a keyword, or for an unclosed action its "{{". It
+// is 1 when nothing fits.
+func templateColumn(line, msg string) int {
+	at := -1
+	if m := quotedToken.FindStringSubmatch(msg); m != nil && m[1] != "" {
+		at = strings.Index(line, m[1])
+	} else if m != nil {
+		at = strings.LastIndex(line, m[2]) // a bad character: the lexer stopped at the last one
+	} else if m := actionToken.FindStringSubmatch(msg); m != nil {
+		if loc := regexp.MustCompile(`\{\{-?\s*` + m[1] + m[2] + `\b`).FindStringIndex(line); loc != nil {
+			at = loc[0]
+		}
+	} else if strings.Contains(msg, "unclosed action") {
+		at = strings.LastIndex(line, "{{")
+	}
+	if at < 0 {
+		return 1
+	}
+	return len([]rune(line[:at])) + 1
 }
 
 // lineOffset returns the byte offset of 1-based line in b.
