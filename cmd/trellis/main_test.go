@@ -163,6 +163,20 @@ func TestRun(t *testing.T) {
 	if exit != 0 || len(strings.Split(strings.TrimSpace(out), "\n")) < 6 || !strings.Contains(out, "create") {
 		t.Fatalf("history:\n%s", out)
 	}
+	out, _, exit = trellis(t, "history", "t1", "--store", db, "--node", "second", "--limit", "0")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); exit != 0 || len(lines) < 2 || strings.Contains(out, "create") {
+		t.Fatalf("history of node second:\n%s", out)
+	} else {
+		for _, l := range lines {
+			if !strings.Contains(l, "nodes [second]") {
+				t.Fatalf("history of node second lists %q", l)
+			}
+		}
+	}
+	out, _, _ = trellis(t, "history", "t1", "--store", db, "--source", "create")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 || !strings.Contains(out, "create") {
+		t.Fatalf("history of source create:\n%s", out)
+	}
 	out, _, _ = trellis(t, "state", "t1", "--store", db, "--at", "1")
 	if !strings.Contains(out, `"count": 0`) {
 		t.Fatalf("state at 1:\n%s", out)

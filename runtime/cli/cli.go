@@ -49,7 +49,7 @@ func init() {
 		{"dev", "dev model-server [--addr HOST:PORT] [--script FILE] [--key KEY]",
 			"Serve an OpenAI-compatible test model (scripted or generated replies) for demos and tests", cmdDev},
 		{"threads", "threads [--store ADDR] [--limit N]", "List threads, most recently updated first", cmdThreads},
-		{"history", "history THREAD [--store ADDR] [--limit N] [--before SEQ]", "List a thread's checkpoints, newest first", cmdHistory},
+		{"history", "history THREAD [--store ADDR] [--limit N] [--before SEQ] [--source S] [--run ID] [--node NAME]", "List a thread's checkpoints, newest first", cmdHistory},
 		{"state", "state THREAD [--store ADDR] [--at SEQ]", "Print a thread's state, now or at a checkpoint", cmdState},
 		{"fork", "fork THREAD --at SEQ --to NEW [--store ADDR]", "Start a new thread from a thread's checkpoint", cmdFork},
 		{"prune", "prune [THREAD --keep N] [--idle DURATION] [--store ADDR]", "Fold old checkpoints of a thread into a base, or delete idle threads", cmdPrune},

@@ -67,9 +67,13 @@ func cmdThreads(ctx context.Context, env *Env, args []string) int {
 func cmdHistory(ctx context.Context, env *Env, args []string) int {
 	var limit *int
 	var before *uint64
+	var source, run, node *string
 	st, pos, code := openStore(ctx, env, "history", args, func(fs *flag.FlagSet) {
 		limit = fs.Int("limit", 20, "checkpoints to list")
 		before = fs.Uint64("before", 0, "list checkpoints older than this one")
+		source = fs.String("source", "", "only checkpoints of this source: create, fork, input, step or update")
+		run = fs.String("run", "", "only checkpoints of this run")
+		node = fs.String("node", "", "only checkpoints this node wrote")
 	})
 	if st == nil {
 		return code
@@ -78,7 +82,7 @@ func cmdHistory(ctx context.Context, env *Env, args []string) int {
 	if len(pos) != 1 {
 		return fail(env, "history", fmt.Errorf("want one THREAD"))
 	}
-	cps, err := st.History(ctx, pos[0], store.HistoryOptions{Limit: *limit, Before: *before})
+	cps, err := st.History(ctx, pos[0], store.HistoryOptions{Limit: *limit, Before: *before, Source: *source, Run: *run, Node: *node})
 	if err != nil {
 		return fail(env, "history", err)
 	}
