@@ -177,6 +177,19 @@ func TestRun(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 || !strings.Contains(out, "create") {
 		t.Fatalf("history of source create:\n%s", out)
 	}
+	// a correction between runs, written as a node
+	out, stderr, exit = trellis(t, "update", "testdata/diag/G008.ok.yaml", "t1", "--as", "second", "--set", "summary=fixed by hand", "--store", db)
+	if exit != 0 || !strings.Contains(out, `"summary": "fixed by hand"`) || !strings.Contains(stderr, "written as second") {
+		t.Fatalf("update: %d\n%s%s", exit, out, stderr)
+	}
+	out, _, _ = trellis(t, "history", "t1", "--store", db, "--source", "update")
+	if !strings.Contains(out, "nodes [second] wrote [summary]") {
+		t.Fatalf("history of the update:\n%s", out)
+	}
+	_, stderr, exit = trellis(t, "update", "testdata/diag/G008.ok.yaml", "t1", "--as", "first", "--set", "summary=x", "--store", db)
+	if exit != 1 || !strings.Contains(stderr, `node "first" does not write it`) {
+		t.Fatalf("update of a field the node does not write: %d %s", exit, stderr)
+	}
 	out, _, _ = trellis(t, "state", "t1", "--store", db, "--at", "1")
 	if !strings.Contains(out, `"count": 0`) {
 		t.Fatalf("state at 1:\n%s", out)
@@ -196,6 +209,16 @@ func TestRun(t *testing.T) {
 	if !strings.Contains(out, `"count": 3`) {
 		t.Fatalf("state after prune:\n%s", out)
 	}
+	if out, stderr, exit := trellis(t, "delete", "t2", "--store", db); exit != 0 || out != "deleted t2\n" {
+		t.Fatalf("delete: %d %s %s", exit, out, stderr)
+	}
+	out, _, _ = trellis(t, "threads", "--store", db)
+	if !strings.Contains(out, "t1") || strings.Contains(out, "t2") {
+		t.Fatalf("threads after delete:\n%s", out)
+	}
+	if _, stderr, exit := trellis(t, "delete", "t2", "--store", db); exit != 1 || !strings.Contains(stderr, "t2") {
+		t.Fatalf("deleting a missing thread: %d %s", exit, stderr)
+	}
 }
 
 func TestHelp(t *testing.T) {
@@ -203,7 +226,7 @@ func TestHelp(t *testing.T) {
 	if exit != 0 || !strings.Contains(out, "validate") {
 		t.Fatalf("help: %d %s", exit, out)
 	}
-	for _, cmd := range []string{"validate", "graph", "run", "schema", "threads", "history", "state", "fork", "prune", "migrate"} {
+	for _, cmd := range []string{"validate", "graph", "run", "schema", "threads", "history", "state", "fork", "update", "delete", "prune", "migrate"} {
 		_, stderr, exit := trellis(t, cmd, "--help")
 		if exit != 0 || !strings.Contains(stderr, "Usage: trellis "+cmd) {
 			t.Errorf("%s --help: %d %s", cmd, exit, stderr)

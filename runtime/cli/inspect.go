@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/stores"
 )
@@ -186,5 +187,61 @@ func cmdMigrate(ctx context.Context, env *Env, args []string) int {
 	}
 	defer st.Close()
 	fmt.Fprintln(env.Stdout, "migrations applied")
+	return 0
+}
+
+// cmdUpdate writes values to a thread as if a node had written them: a
+// correction between runs, recorded as a checkpoint with source "update".
+func cmdUpdate(ctx context.Context, env *Env, args []string) int {
+	fs := flags(env, "update")
+	var sets multi
+	fs.Var(&sets, "set", "a field to write: name=value (repeatable; value parsed as YAML)")
+	setFile := fs.String("set-file", "", "read the fields to write from a YAML or JSON file")
+	as := fs.String("as", "", "the node the update is written as (its declared writes and reducers apply)")
+	addr := storeFlag(fs)
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 2 || *as == "" || len(sets) == 0 && *setFile == "" {
+		return fail(env, "update", fmt.Errorf("want FLOW THREAD --as NODE and --set name=value or --set-file FILE"))
+	}
+	g, ok := load(env, pos[0])
+	if !ok {
+		return 1
+	}
+	values, err := ParseInputs(g, sets, *setFile)
+	if err != nil {
+		return fail(env, "update", err)
+	}
+	st, err := stores.Open(ctx, *addr)
+	if err != nil {
+		return fail(env, "update", err)
+	}
+	defer st.Close()
+	snap, err := engine.New(st).Update(ctx, g, pos[1], *as, values)
+	if err != nil {
+		return fail(env, "update", err)
+	}
+	fmt.Fprintf(env.Stderr, "%s: checkpoint %d written as %s\n", pos[1], snap.Seq, *as)
+	printJSON(env, snap.Values)
+	return 0
+}
+
+func cmdDelete(ctx context.Context, env *Env, args []string) int {
+	st, pos, code := openStore(ctx, env, "delete", args, nil)
+	if st == nil {
+		return code
+	}
+	defer st.Close()
+	if len(pos) == 0 {
+		return fail(env, "delete", fmt.Errorf("want THREAD ..."))
+	}
+	for _, id := range pos {
+		if err := st.Delete(ctx, id); err != nil {
+			return fail(env, "delete", fmt.Errorf("%s: %w", id, err))
+		}
+		fmt.Fprintf(env.Stdout, "deleted %s\n", id)
+	}
 	return 0
 }
