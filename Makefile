@@ -33,10 +33,11 @@ tidy-check:
 flows: build
 	./bin/trellis validate flows
 
-# Short fuzzing of the loader and the expression glue.
+# Short fuzzing of the loader, the expression glue and the template checker.
 fuzz:
 	$(GO) test ./runtime/flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runtime/prompt -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
 
 # The peer workloads (W1-W3) as YAML flows; compare with ../shared/peerbench.
 bench:

@@ -391,7 +391,8 @@ func (c *compiler) templateError(pf *promptFile, err error, at *yaml.Node, path 
 	}
 	var pos diag.Pos
 	if at == nil {
-		pos = c.promptPos(pf, pf.bodyOff+lineStart+len(string([]rune(text[lineStart:])[:col-1])))
+		rest := []rune(text[lineStart:])
+		pos = c.promptPos(pf, pf.bodyOff+lineStart+len(string(rest[:min(col-1, len(rest))])))
 	} else {
 		pos = pf.front.exprPos(at, line, col, 0)
 	}

@@ -158,7 +158,7 @@ func (c *checker) arg(n parse.Node, dot *schema.Shape) *schema.Shape {
 		} else {
 			base = c.arg(x.Node, dot)
 		}
-		return c.chain(base, "value", x.Field, int(x.Position())+len(x.Node.String()))
+		return c.chain(base, "value", x.Field, int(x.Position())) // a chain sits at its first dot
 	case *parse.PipeNode:
 		return c.pipe(x, dot)
 	}

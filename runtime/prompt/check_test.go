@@ -121,3 +121,23 @@ func TestCheckNullableNeedsAGuard(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckChainOffsets(t *testing.T) {
+	str := &schema.Shape{Types: []string{"string"}}
+	state := obj(map[string]*schema.Shape{"p": obj(map[string]*schema.Shape{"h": str})})
+	root := Root(state, obj(map[string]*schema.Shape{}), obj(map[string]*schema.Shape{}), false)
+	for _, text := range []string{"{{(.state.p).hh}}", "{{ (.state.p).x.k }}", "x {{(.state.p).zz}}"} {
+		tmpl, err := Parse("t", text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probs := Check(tmpl, root)
+		if len(probs) != 1 {
+			t.Fatalf("%s: %+v", text, probs)
+		}
+		name := strings.SplitN(probs[0].Message, `"`, 3)[1]
+		if got := text[probs[0].Offset : probs[0].Offset+probs[0].Len]; got != name {
+			t.Errorf("%s: offset points at %q, want %q", text, got, name)
+		}
+	}
+}
