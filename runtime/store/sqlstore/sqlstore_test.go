@@ -1,0 +1,83 @@
+package sqlstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// Folding joins a field's consecutive append rows into one decode; the
+// state must be exactly what decoding each row on its own gives, whatever
+// the rows hold and however they are spaced.
+func TestFoldJoinsAppendsLikeSeparateDecodes(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var value func(depth int) any
+	value = func(depth int) any {
+		switch r.IntN(7) {
+		case 0:
+			return r.IntN(2000) - 1000
+		case 1:
+			return r.Float64()*100 + 0.5
+		case 2:
+			return []string{"", ",", "]", "[", `"`, "é😀", "a, b]", "{}"}[r.IntN(8)]
+		case 3:
+			return nil
+		case 4:
+			if depth < 3 {
+				l := make([]any, r.IntN(3))
+				for i := range l {
+					l[i] = value(depth + 1)
+				}
+				return l
+			}
+		case 5:
+			if depth < 3 {
+				return map[string]any{"k": value(depth + 1), "]": value(depth + 1)}
+			}
+		}
+		return r.IntN(2) == 0
+	}
+	for round := range 200 {
+		var rows []FieldRow
+		seq := uint64(1)
+		for _, field := range []string{"a", "b", "c"} {
+			if r.IntN(2) == 0 {
+				b, _ := json.Marshal([]any{value(0)})
+				rows = append(rows, FieldRow{Field: field, Seq: seq, Version: seq, Value: b})
+				seq++
+			}
+			for range r.IntN(6) {
+				items := make([]any, r.IntN(3))
+				for i := range items {
+					items[i] = value(0)
+				}
+				b, _ := json.Marshal(items)
+				if r.IntN(3) == 0 { // stores may space their JSON
+					b = []byte(" " + strings.ReplaceAll(string(b), ",", ", ") + "\n")
+				}
+				rows = append(rows, FieldRow{Field: field, Seq: seq, Version: seq, Append: true, Value: b})
+				seq++
+			}
+		}
+		got, err := Fold(&store.Checkpoint{Seq: seq}, rows)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		want := store.NewFolder()
+		for _, row := range rows {
+			w, err := Decode(row)
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			want.Apply(&store.Checkpoint{Writes: []store.Write{w}})
+		}
+		if !reflect.DeepEqual(got.Values, want.Values) || !reflect.DeepEqual(got.Versions, want.Versions) {
+			t.Fatalf("round %d: joined fold %v %v\nseparate %v %v\nrows %s", round, got.Values, got.Versions, want.Values, want.Versions, fmt.Sprint(rows))
+		}
+	}
+}
