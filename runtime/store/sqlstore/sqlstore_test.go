@@ -20,7 +20,7 @@ func TestFoldJoinsAppendsLikeSeparateDecodes(t *testing.T) {
 	value = func(depth int) any {
 		switch r.IntN(7) {
 		case 0:
-			return r.IntN(2000) - 1000
+			return []int{r.IntN(10), r.IntN(2000) - 1000}[r.IntN(2)]
 		case 1:
 			return r.Float64()*100 + 0.5
 		case 2:
