@@ -9,6 +9,8 @@ package expression
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -130,6 +132,10 @@ type Problem struct {
 	Code              string
 	Message           string
 	Suggestion        string
+	// Warning marks a problem that does not stop the expression compiling;
+	// Path is then the value it is about (state.x).
+	Warning bool
+	Path    string
 }
 
 // Problem codes, shared with the flow validator.
@@ -137,6 +143,7 @@ const (
 	CodeSyntax       = "E001" // does not parse or does not type-check
 	CodeNotBool      = "E002" // a condition that is not boolean
 	CodeUnknownField = "E003" // reads a field the schema does not have
+	CodeMayBeNull    = "E004" // reads a field of a value that may be null, unguarded
 )
 
 // Program is a compiled expression.
@@ -216,7 +223,7 @@ func trimSnippet(s string) string {
 
 // Compile compiles src against env. With wantBool the result must be a
 // boolean. It returns every problem it can find: all unknown fields at once,
-// else the first syntax or type error.
+// else the first syntax or type error. Warnings come with a program.
 func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	tree, err := parser.Parse(src)
 	if err != nil {
@@ -225,6 +232,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	if probs := checkFields(src, tree.Node, env); len(probs) > 0 {
 		return nil, probs
 	}
+	warnings := checkNullable(src, tree.Node, env)
 	opts := append([]expr.Option{expr.Env(env.vars)}, functions...)
 	if len(env.flat) > 0 {
 		opts = append(opts, expr.Patch(&flattener{env: env}))
@@ -243,7 +251,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		return nil, []Problem{p}
 	}
 	_, isConst := prog.Node().(*ast.BoolNode)
-	return &Program{src: src, prog: prog, IsConst: isConst}, nil
+	return &Program{src: src, prog: prog, IsConst: isConst}, warnings
 }
 
 func firstLine(s string) string {
@@ -316,6 +324,137 @@ func checkFields(src string, root ast.Node, env *Env) []Problem {
 	}}
 	ast.Walk(&root, v)
 	return probs
+}
+
+// checkNullable reports member reads through a value whose schema allows
+// null (x.y where x may be null): expr fails on them at run time. x?.y
+// reads are safe, and so are reads on the guarded side of x != nil && ...,
+// of x != nil ? ... : ..., or of x == nil ? ... : ....
+func checkNullable(src string, root ast.Node, env *Env) []Problem {
+	var probs []Problem
+	var shapeOf func(n ast.Node) *schema.Shape
+	shapeOf = func(n ast.Node) *schema.Shape {
+		switch x := n.(type) {
+		case *ast.IdentifierNode:
+			return env.shapes[x.Value]
+		case *ast.MemberNode:
+			prop, isStr := x.Property.(*ast.StringNode)
+			if parent := shapeOf(x.Node); parent != nil && isStr {
+				if child, ok := parent.Prop(prop.Value); ok {
+					return child
+				}
+			}
+		}
+		return nil
+	}
+	var walk func(n ast.Node, guarded map[string]bool)
+	walk = func(n ast.Node, guarded map[string]bool) {
+		switch x := n.(type) {
+		case nil:
+			return
+		case *ast.BinaryNode:
+			if x.Operator == "&&" || x.Operator == "and" {
+				walk(x.Left, guarded)
+				walk(x.Right, with(guarded, nilTests(x.Left, "!=")))
+				return
+			}
+		case *ast.ConditionalNode:
+			walk(x.Cond, guarded)
+			walk(x.Exp1, with(guarded, nilTests(x.Cond, "!=")))
+			walk(x.Exp2, with(guarded, nilTests(x.Cond, "==")))
+			return
+		case *ast.MemberNode:
+			prop, isStr := x.Property.(*ast.StringNode)
+			path := describePath(x.Node)
+			if parent := shapeOf(x.Node); isStr && !x.Optional && nullable(parent) && !guarded[path] {
+				line, col := position(src, prop.Location().From)
+				probs = append(probs, Problem{Line: line, Col: col, EndCol: col + len([]rune(prop.Value)), Code: CodeMayBeNull,
+					Warning: true, Path: path,
+					Message: fmt.Sprintf("%s may be null here, and reading %q of null fails at run time; write %s?.%s, or test %s != nil first",
+						path, prop.Value, path, prop.Value, path)})
+			}
+		}
+		for _, c := range children(n) {
+			walk(c, guarded)
+		}
+	}
+	walk(root, nil)
+	return probs
+}
+
+// nilTests lists the paths that cond compares with nil using op, alone or
+// joined by && (for !=): where cond holds, they are known not to be null
+// (op !=) or, where it fails, known not to be null (op ==).
+func nilTests(cond ast.Node, op string) []string {
+	x, ok := cond.(*ast.BinaryNode)
+	if !ok {
+		return nil
+	}
+	if x.Operator == "&&" || x.Operator == "and" {
+		if op == "!=" {
+			return append(nilTests(x.Left, op), nilTests(x.Right, op)...)
+		}
+		return nil
+	}
+	if x.Operator != op {
+		return nil
+	}
+	if _, isNil := x.Right.(*ast.NilNode); isNil {
+		return []string{describePath(x.Left)}
+	}
+	if _, isNil := x.Left.(*ast.NilNode); isNil {
+		return []string{describePath(x.Right)}
+	}
+	return nil
+}
+
+func with(guarded map[string]bool, paths []string) map[string]bool {
+	if len(paths) == 0 {
+		return guarded
+	}
+	out := maps.Clone(guarded)
+	if out == nil {
+		out = map[string]bool{}
+	}
+	for _, p := range paths {
+		out[p] = true
+	}
+	return out
+}
+
+func nullable(s *schema.Shape) bool {
+	return s != nil && len(s.Types) > 1 && slices.Contains(s.Types, "null")
+}
+
+var nodeType = reflect.TypeFor[ast.Node]()
+
+// children lists a node's direct child nodes.
+func children(n ast.Node) []ast.Node {
+	v := reflect.ValueOf(n)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	var out []ast.Node
+	v = v.Elem()
+	for i := range v.NumField() {
+		if !v.Type().Field(i).IsExported() {
+			continue
+		}
+		f := v.Field(i)
+		switch {
+		case f.Type() == nodeType:
+			if c, ok := f.Interface().(ast.Node); ok && c != nil {
+				out = append(out, c)
+			}
+		case f.Kind() == reflect.Slice && f.Type().Elem() == nodeType:
+			for j := range f.Len() {
+				if c, ok := f.Index(j).Interface().(ast.Node); ok && c != nil {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func describePath(n ast.Node) string {

@@ -38,4 +38,5 @@ var Codes = map[string]string{
 	"E001":              "an expression does not parse or does not type-check",
 	"E002":              "a condition that is not boolean",
 	"E003":              "an expression reads a field or name that does not exist",
+	"E004":              "an expression reads a field of a value that may be null, where no node has set it on every path, without ?. or a nil test",
 }

@@ -109,6 +109,13 @@ type compiler struct {
 	// Nodes named by edges that did not compile: the graph checks assume
 	// the best of them (reached, reaching END) rather than cascade.
 	assumeReached, assumeEnds map[*Node]bool
+	// reader is the node whose settings or outgoing edge are being
+	// compiled (readerRan: an edge, read after its node ran); nullReads
+	// are the reads through possibly-null values found meanwhile, judged
+	// once the graph is known.
+	reader    *Node
+	readerRan bool
+	nullReads []nullRead
 }
 
 func (c *compiler) compile(path string, src []byte) *Graph {
@@ -163,8 +170,69 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	}
 	c.edges()
 	c.analyse()
+	c.nullWarnings()
 	c.g.env = c.env
 	return c.g
+}
+
+// nullRead is a read through a value that may be null (path, such as
+// state.x), by a node or, with no node, by the flow itself.
+type nullRead struct {
+	node *Node
+	ran  bool
+	path string
+	d    diag.Diagnostic
+}
+
+// noteNullRead keeps a possibly-null read for nullWarnings.
+func (c *compiler) noteNullRead(path string, d diag.Diagnostic) {
+	c.nullReads = append(c.nullReads, nullRead{node: c.reader, ran: c.readerRan, path: path, d: d})
+}
+
+// nullWarnings reports the possibly-null reads of state fields that some
+// path from START reaches without passing a node that writes the field:
+// a read after the field's writer on every path is taken to see it set.
+func (c *compiler) nullWarnings() {
+	seen := map[string]bool{}
+	for _, r := range c.nullReads {
+		field, ok := strings.CutPrefix(r.path, "state.")
+		if ok && !strings.Contains(field, ".") && r.node != nil && c.writtenBefore(field, r.node, r.ran) {
+			continue
+		}
+		key := r.d.Pos.String() + r.d.Summary
+		if !seen[key] {
+			seen[key] = true
+			c.dl.Add(r.d)
+		}
+	}
+}
+
+// writtenBefore reports whether every path from START to n passes a node
+// that writes field before n reads it (or, when ran, n itself writes it).
+func (c *compiler) writtenBefore(field string, n *Node, ran bool) bool {
+	if ran && n.Writes[field] {
+		return true
+	}
+	seen := map[*Node]bool{}
+	var queue []*Node
+	for _, e := range c.g.Entry {
+		queue = append(queue, e.Targets()...)
+	}
+	for len(queue) > 0 {
+		m := queue[0]
+		queue = queue[1:]
+		if seen[m] {
+			continue
+		}
+		seen[m] = true
+		if m == n {
+			return false // reached with nothing writing the field on the way
+		}
+		if !m.Writes[field] {
+			queue = append(queue, successors(m)...)
+		}
+	}
+	return true
 }
 
 // get returns the value node of a top-level key.
@@ -572,9 +640,14 @@ func (c *compiler) compileExprIn(doc *document, n *yaml.Node, env *expression.En
 	}
 	p, probs := expression.Compile(n.Value, env, condition)
 	for _, pr := range probs {
-		d := c.dl.Errorf(pr.Code, doc.exprPos(n, pr.Line, pr.Col, pr.EndCol), path, "%s", exprMessage(pr))
-		d.Suggestion = pr.Suggestion
-		d.Detail = "in expression: " + strings.TrimSpace(n.Value)
+		d := diag.Diagnostic{Severity: diag.Error, Code: pr.Code, Pos: doc.exprPos(n, pr.Line, pr.Col, pr.EndCol), Path: path,
+			Summary: exprMessage(pr), Suggestion: pr.Suggestion, Detail: "in expression: " + strings.TrimSpace(n.Value)}
+		if pr.Warning {
+			d.Severity = diag.Warning
+			c.noteNullRead(pr.Path, d)
+			continue
+		}
+		c.dl.Add(d)
 	}
 	return p
 }
@@ -723,8 +796,10 @@ func (c *compiler) nodes() {
 			continue // reported by the format check
 		}
 		b := &builder{c: c, name: name, body: body, path: path}
+		c.reader, c.readerRan = n, false
 		n.Impl = spec.New(b)
 		c.common(n, b)
+		c.reader = nil
 		n.Inline = spec.Inline && n.Timeout == 0
 		for f := range c.writes[name] {
 			n.Writes[f] = true

@@ -106,9 +106,13 @@ func (c *compiler) edge(i int, e *yaml.Node) {
 		edge.To, edge.ToEnd, tok = c.targets(toN, path+".to")
 		ok = ok && tok
 	case branchN != nil:
+		c.edgeReader(edge)
 		ok = c.branch(edge, branchN, path+".branch") && ok
+		c.reader = nil
 	case routeN != nil:
+		c.edgeReader(edge)
 		ok = c.route(edge, e, routeN, path) && ok
+		c.reader = nil
 	}
 	if !ok {
 		c.assumeBest(e)
@@ -281,5 +285,14 @@ func (c *compiler) assumeBest(e *yaml.Node) {
 		case "to", "branch", "choices", "default":
 			walk(kv[1], c.assumeReached)
 		}
+	}
+}
+
+// edgeReader makes an edge's single source the reader of its conditions,
+// which are evaluated once that node ran.
+func (c *compiler) edgeReader(edge *Edge) {
+	c.reader, c.readerRan = nil, true
+	if len(edge.From) == 1 {
+		c.reader = edge.From[0]
 	}
 }

@@ -478,15 +478,17 @@ func (b *builder) Prompt(at *yaml.Node, vars map[string]*schema.Shape) *prompt.P
 	vs := schema.Object(vars)
 	inShape := c.inShape
 	report := func(pos diag.Pos, path string, pr prompt.Problem) {
+		if pr.MayBeNull {
+			// judged per node once the graph is known (a shared prompt
+			// may be read after the field is set by one node, not another)
+			c.noteNullRead(pr.Path, diag.Diagnostic{Severity: diag.Warning, Code: CodePromptNull, Pos: pos, Path: path, Summary: pr.Message})
+			return
+		}
 		key := pos.String() + pr.Message
 		if c.reported[key] {
 			return
 		}
 		c.reported[key] = true
-		if pr.MayBeNull {
-			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: CodePromptNull, Pos: pos, Path: path, Summary: pr.Message})
-			return
-		}
 		c.dl.Errorf(CodePromptField, pos, path, "%s", pr.Message).Suggestion = pr.Suggestion
 	}
 	for _, pr := range prompt.Check(pf.p.User, prompt.Root(c.stateShape, inShape, vs, false)) {

@@ -407,7 +407,7 @@ func check(file string, ex *Expect, g *flow.Graph, state map[string]any, visits 
 	vars := g.Vars(state, nil)
 	for _, cond := range ex.State {
 		p, probs := expression.Compile(cond, g.Env(), true)
-		if len(probs) > 0 {
+		if p == nil {
 			fail("state %q: %s", cond, probs[0].Message)
 			continue
 		}

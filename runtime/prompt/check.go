@@ -20,6 +20,8 @@ type Problem struct {
 	Offset, Len         int
 	Message, Suggestion string
 	MayBeNull           bool
+	// Path is the value that may be null (state.x), with MayBeNull.
+	Path string
 }
 
 // Root returns the shape of a template's data: state, input and vars as
@@ -194,7 +196,7 @@ func (c *checker) chain(s *schema.Shape, path string, idents []string, offset in
 			if what == "" {
 				what = "dot"
 			}
-			c.probs = append(c.probs, Problem{Offset: offset, Len: len([]rune(id)), MayBeNull: true,
+			c.probs = append(c.probs, Problem{Offset: offset, Len: len([]rune(id)), MayBeNull: true, Path: what,
 				Message: fmt.Sprintf("%s may be null, and reading %q of null fails when the prompt is rendered; read it inside a with or an if on %s", what, id, what)})
 			return nil
 		}
