@@ -2,6 +2,7 @@ package flow
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,22 +22,11 @@ func (c *compiler) analyse() {
 	}
 	// reachability from START
 	reached := map[*Node]bool{}
-	var queue []*Node
-	for n := range c.assumeReached {
-		queue = append(queue, n)
-	}
-	for _, e := range g.Entry {
-		queue = append(queue, e.Targets()...)
-	}
-	for len(queue) > 0 {
-		n := queue[0]
-		queue = queue[1:]
-		if reached[n] {
-			continue
-		}
+	start := slices.Collect(maps.Keys(c.assumeReached))
+	walkFrom(append(start, entryTargets(g)...), func(n *Node) bool {
 		reached[n] = true
-		queue = append(queue, successors(n)...)
-	}
+		return true
+	})
 	if len(g.Entry) > 0 {
 		for _, n := range g.Nodes {
 			if !reached[n] {
@@ -73,6 +63,33 @@ func (c *compiler) analyse() {
 	}
 	c.cycles()
 	c.explore()
+}
+
+// entryTargets lists the nodes START's edges can trigger.
+func entryTargets(g *Graph) []*Node {
+	var out []*Node
+	for _, e := range g.Entry {
+		out = append(out, e.Targets()...)
+	}
+	return out
+}
+
+// walkFrom visits every node reachable from start once, breadth first;
+// visit says whether to go on to a node's successors.
+func walkFrom(start []*Node, visit func(*Node) bool) {
+	seen := map[*Node]bool{}
+	queue := start
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		if visit(n) {
+			queue = append(queue, successors(n)...)
+		}
+	}
 }
 
 func firstName(g *Graph) string {

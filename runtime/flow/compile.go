@@ -213,26 +213,12 @@ func (c *compiler) writtenBefore(field string, n *Node, ran bool) bool {
 	if ran && n.Writes[field] {
 		return true
 	}
-	seen := map[*Node]bool{}
-	var queue []*Node
-	for _, e := range c.g.Entry {
-		queue = append(queue, e.Targets()...)
-	}
-	for len(queue) > 0 {
-		m := queue[0]
-		queue = queue[1:]
-		if seen[m] {
-			continue
-		}
-		seen[m] = true
-		if m == n {
-			return false // reached with nothing writing the field on the way
-		}
-		if !m.Writes[field] {
-			queue = append(queue, successors(m)...)
-		}
-	}
-	return true
+	unguarded := false
+	walkFrom(entryTargets(c.g), func(m *Node) bool {
+		unguarded = unguarded || m == n // reached with nothing writing the field on the way
+		return !unguarded && !m.Writes[field]
+	})
+	return !unguarded
 }
 
 // get returns the value node of a top-level key.
