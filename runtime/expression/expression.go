@@ -282,23 +282,6 @@ func fromError(src string, err error, env *Env) Problem {
 // their shapes and reports every field a closed object does not declare.
 func checkFields(src string, root ast.Node, env *Env) []Problem {
 	var probs []Problem
-	var resolve func(n ast.Node) (*schema.Shape, bool)
-	resolve = func(n ast.Node) (*schema.Shape, bool) {
-		switch x := n.(type) {
-		case *ast.IdentifierNode:
-			s, ok := env.shapes[x.Value]
-			return s, ok && s != nil
-		case *ast.MemberNode:
-			parent, ok := resolve(x.Node)
-			prop, isStr := x.Property.(*ast.StringNode)
-			if !ok || !isStr {
-				return nil, false
-			}
-			child, ok := parent.Prop(prop.Value)
-			return child, ok && child != nil
-		}
-		return nil, false
-	}
 	v := &visitor{fn: func(n ast.Node) {
 		m, ok := n.(*ast.MemberNode)
 		if !ok {
@@ -308,8 +291,8 @@ func checkFields(src string, root ast.Node, env *Env) []Problem {
 		if !isStr {
 			return
 		}
-		parent, ok := resolve(m.Node)
-		if !ok {
+		parent := env.shapeAt(m.Node)
+		if parent == nil {
 			return
 		}
 		if _, ok := parent.Prop(prop.Value); ok {
@@ -326,27 +309,28 @@ func checkFields(src string, root ast.Node, env *Env) []Problem {
 	return probs
 }
 
+// shapeAt resolves a chain of constant member reads rooted at a variable
+// (state.a.b) to its shape; nil when any step is unknown.
+func (e *Env) shapeAt(n ast.Node) *schema.Shape {
+	switch x := n.(type) {
+	case *ast.IdentifierNode:
+		return e.shapes[x.Value]
+	case *ast.MemberNode:
+		prop, isStr := x.Property.(*ast.StringNode)
+		if parent := e.shapeAt(x.Node); parent != nil && isStr {
+			child, _ := parent.Prop(prop.Value)
+			return child
+		}
+	}
+	return nil
+}
+
 // checkNullable reports member reads through a value whose schema allows
 // null (x.y where x may be null): expr fails on them at run time. x?.y
 // reads are safe, and so are reads on the guarded side of x != nil && ...,
 // of x != nil ? ... : ..., or of x == nil ? ... : ....
 func checkNullable(src string, root ast.Node, env *Env) []Problem {
 	var probs []Problem
-	var shapeOf func(n ast.Node) *schema.Shape
-	shapeOf = func(n ast.Node) *schema.Shape {
-		switch x := n.(type) {
-		case *ast.IdentifierNode:
-			return env.shapes[x.Value]
-		case *ast.MemberNode:
-			prop, isStr := x.Property.(*ast.StringNode)
-			if parent := shapeOf(x.Node); parent != nil && isStr {
-				if child, ok := parent.Prop(prop.Value); ok {
-					return child
-				}
-			}
-		}
-		return nil
-	}
 	var walk func(n ast.Node, guarded map[string]bool)
 	walk = func(n ast.Node, guarded map[string]bool) {
 		switch x := n.(type) {
@@ -366,7 +350,7 @@ func checkNullable(src string, root ast.Node, env *Env) []Problem {
 		case *ast.MemberNode:
 			prop, isStr := x.Property.(*ast.StringNode)
 			path := describePath(x.Node)
-			if parent := shapeOf(x.Node); isStr && !x.Optional && nullable(parent) && !guarded[path] {
+			if isStr && !x.Optional && env.shapeAt(x.Node).Nullable() && !guarded[path] {
 				line, col := position(src, prop.Location().From)
 				probs = append(probs, Problem{Line: line, Col: col, EndCol: col + len([]rune(prop.Value)), Code: CodeMayBeNull,
 					Warning: true, Path: path,
@@ -420,10 +404,6 @@ func with(guarded map[string]bool, paths []string) map[string]bool {
 		out[p] = true
 	}
 	return out
-}
-
-func nullable(s *schema.Shape) bool {
-	return s != nil && len(s.Types) > 1 && slices.Contains(s.Types, "null")
 }
 
 var nodeType = reflect.TypeFor[ast.Node]()

@@ -99,20 +99,18 @@ func (c *compiler) edge(i int, e *yaml.Node) {
 			ok = false
 		}
 	}
-	// targets
+	// targets; conditions read the state after the source node ran
+	c.edgeReader(edge)
+	defer func() { c.reader = nil }()
 	switch {
 	case toN != nil:
 		var tok bool
 		edge.To, edge.ToEnd, tok = c.targets(toN, path+".to")
 		ok = ok && tok
 	case branchN != nil:
-		c.edgeReader(edge)
 		ok = c.branch(edge, branchN, path+".branch") && ok
-		c.reader = nil
 	case routeN != nil:
-		c.edgeReader(edge)
 		ok = c.route(edge, e, routeN, path) && ok
-		c.reader = nil
 	}
 	if !ok {
 		c.assumeBest(e)

@@ -2,7 +2,6 @@ package prompt
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -96,7 +95,7 @@ func (c *checker) node(n parse.Node, dot *schema.Shape) {
 		}
 		c.list(x.ElseList, dot)
 	case *parse.WithNode:
-		inner := nonNull(c.pipe(x.Pipe, dot)) // with skips null
+		inner := c.pipe(x.Pipe, dot).NonNull() // with skips null
 		c.list(x.List, inner)
 		c.list(x.ElseList, dot)
 	case *parse.RangeNode:
@@ -191,7 +190,7 @@ func (c *checker) chain(s *schema.Shape, path string, idents []string, offset in
 		if s == nil {
 			return nil
 		}
-		if nullable(s) && c.guards[guard{base, strings.Join(idents[:i], ".")}] == 0 {
+		if s.Nullable() && c.guards[guard{base, strings.Join(idents[:i], ".")}] == 0 {
 			what := path
 			if what == "" {
 				what = "dot"
@@ -220,21 +219,6 @@ func (c *checker) chain(s *schema.Shape, path string, idents []string, offset in
 		offset += len(id)
 	}
 	return s
-}
-
-// nullable reports whether a shape names null among its types.
-func nullable(s *schema.Shape) bool {
-	return len(s.Types) > 1 && s.Allows("null")
-}
-
-// nonNull is s without null among its types.
-func nonNull(s *schema.Shape) *schema.Shape {
-	if s == nil || !nullable(s) {
-		return s
-	}
-	c := *s
-	c.Types = slices.DeleteFunc(slices.Clone(s.Types), func(t string) bool { return t == "null" })
-	return &c
 }
 
 // chainStart returns the offset where a chain of identifiers begins: the

@@ -43,6 +43,22 @@ type Shape struct {
 	simple bool
 }
 
+// Nullable reports whether the shape names null beside other types: a
+// value that may or may not be there.
+func (s *Shape) Nullable() bool {
+	return s != nil && len(s.Types) > 1 && slices.Contains(s.Types, "null")
+}
+
+// NonNull is s without null among its types.
+func (s *Shape) NonNull() *Shape {
+	if !s.Nullable() {
+		return s
+	}
+	c := *s
+	c.Types = slices.DeleteFunc(slices.Clone(s.Types), func(t string) bool { return t == "null" })
+	return &c
+}
+
 // Is reports whether the shape allows exactly one type, t.
 func (s *Shape) Is(t string) bool { return s != nil && len(s.Types) == 1 && s.Types[0] == t }
 

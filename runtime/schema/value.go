@@ -146,11 +146,7 @@ func Normalize(v any) (any, error) {
 		}
 		return out, nil
 	case json.Number:
-		if i, err := strconv.Atoi(string(x)); err == nil {
-			return i, nil
-		}
-		f, err := x.Float64()
-		return f, err
+		return number(x)
 	case int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, uintptr:
 		r := reflect.ValueOf(v)
 		if r.CanInt() {
@@ -231,10 +227,7 @@ func numbers(v any) (any, error) {
 	var err error
 	switch x := v.(type) {
 	case json.Number:
-		if i, err := strconv.Atoi(string(x)); err == nil {
-			return i, nil
-		}
-		return x.Float64()
+		return number(x)
 	case []any:
 		for i, e := range x {
 			if x[i], err = numbers(e); err != nil {
@@ -252,6 +245,15 @@ func numbers(v any) (any, error) {
 		}
 	}
 	return v, nil
+}
+
+// number is a JSON number as a state value: int when integral and in
+// range, else float64.
+func number(x json.Number) (any, error) {
+	if i, err := strconv.Atoi(string(x)); err == nil {
+		return i, nil
+	}
+	return x.Float64()
 }
 
 // Coerce brings numbers in line with the shape: an integral float64 where
