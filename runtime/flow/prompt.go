@@ -164,6 +164,7 @@ func closingFence(src []byte) int {
 func (c *compiler) promptFront(pf *promptFile) {
 	d, p := pf.front, pf.p
 	root := d.root
+	var rawFallback any // the fallback as written, templates as text
 	if root.Kind != yaml.MappingNode {
 		if root.Kind != 0 {
 			c.dl.Errorf(CodePrompt, d.pos(root), "", "front matter must be a mapping")
@@ -214,6 +215,7 @@ func (c *compiler) promptFront(pf *promptFile) {
 			p.HasFallback = true
 			raw := d.value.(map[string]any)["fallback"]
 			p.FallbackValue = c.fallbackValue(pf, raw, "/fallback", "fallback")
+			rawFallback = raw
 		case "fallback_expr":
 			if v.Kind != yaml.ScalarNode {
 				bad("fallback_expr must be an expression")
@@ -230,27 +232,25 @@ func (c *compiler) promptFront(pf *promptFile) {
 		c.dl.Errorf(CodePrompt, d.pos(pf.fbExpr), "fallback_expr", "give fallback or fallback_expr, not both")
 	}
 	if p.Output != nil && p.FallbackValue != nil {
-		if err := checkFallback(p.Output.Validator, p.FallbackValue); err != nil {
+		if err := checkFallback(p.Output.Validator, rawFallback); err != nil {
 			c.dl.Errorf(CodePrompt, d.pos(mapGet(root, "fallback")), "fallback", "the fallback does not match the output schema: %v", err)
 		}
 	}
 }
 
-// checkFallback validates a fallback value against the output schema
-// before any of its templates is rendered. A template always renders to a
-// string, so the value is checked with each template's source text in its
-// place, and a failure at a template's place counts only when it is about
-// the type (a string where the schema wants something else): whether the
-// rendered text meets a pattern, an enum or a length is known only when it
-// is rendered.
-func checkFallback(v *schema.Validator, value any) error {
-	templated := map[string]bool{}
-	probe := sourceProbe(value, "", templated)
-	err := v.Validate(probe)
+// checkFallback validates a fallback value, as written, against the
+// output schema. A template always renders to a string, so a failure at a
+// template's place counts only when it is about the type (a string where
+// the schema wants something else): whether the rendered text meets a
+// pattern, an enum or a length is known only when it is rendered.
+func checkFallback(v *schema.Validator, raw any) error {
+	err := v.Validate(raw)
 	var se *schema.Error
-	if err == nil || len(templated) == 0 || !errors.As(err, &se) {
+	if err == nil || !errors.As(err, &se) {
 		return err
 	}
+	templated := map[string]bool{}
+	templateStrings(raw, "", templated)
 	// per templated place: whether every failure there is about the type
 	onlyType := map[string]bool{}
 	for _, c := range se.Causes {
@@ -271,27 +271,23 @@ func checkFallback(v *schema.Validator, value any) error {
 	return kept
 }
 
-// sourceProbe copies a fallback value with each template replaced by its
-// source text, noting the JSON pointer of every replaced string.
-func sourceProbe(v any, ptr string, templated map[string]bool) any {
+// templateStrings notes the JSON pointer of every string in v that holds
+// template actions.
+func templateStrings(v any, ptr string, into map[string]bool) {
 	switch x := v.(type) {
-	case *template.Template:
-		templated[ptr] = true
-		return x.Root.String()
+	case string:
+		if strings.Contains(x, "{{") {
+			into[ptr] = true
+		}
 	case map[string]any:
-		out := make(map[string]any, len(x))
 		for k, e := range x {
-			out[k] = sourceProbe(e, ptr+"/"+escape(k), templated)
+			templateStrings(e, ptr+"/"+escape(k), into)
 		}
-		return out
 	case []any:
-		out := make([]any, len(x))
 		for i, e := range x {
-			out[i] = sourceProbe(e, ptr+"/"+strconv.Itoa(i), templated)
+			templateStrings(e, ptr+"/"+strconv.Itoa(i), into)
 		}
-		return out
 	}
-	return v
 }
 
 // fallbackValue turns the strings of a fallback value that hold template
