@@ -35,11 +35,13 @@ tidy-check:
 flows: build
 	./bin/trellis validate flows
 
-# Short fuzzing of the loader, the expression glue and the template checker.
+# Short fuzzing of the loader, the expression glue, the template checker and
+# the JSON decoder.
 fuzz:
 	$(GO) test ./runtime/flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/prompt -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runtime/schema -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 
 # The peer workloads (W1-W3) as YAML flows; compare with ../shared/peerbench.
 bench:

@@ -48,3 +48,73 @@ func BenchmarkDecodeConversation(b *testing.B) {
 		}
 	}
 }
+
+// decodeStd is what Decode must agree with: encoding/json with UseNumber,
+// numbers made int or float64 by number.
+func decodeStd(b []byte) (any, error) {
+	d := json.NewDecoder(strings.NewReader(string(b)))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if d.More() || d.InputOffset() < int64(len(strings.TrimRight(string(b), " \t\r\n"))) {
+		return nil, fmt.Errorf("trailing data")
+	}
+	var fix func(v any) (any, error)
+	fix = func(v any) (any, error) {
+		var err error
+		switch x := v.(type) {
+		case json.Number:
+			return number(x)
+		case []any:
+			for i := range x {
+				if x[i], err = fix(x[i]); err != nil {
+					return nil, err
+				}
+			}
+		case map[string]any:
+			for k := range x {
+				if x[k], err = fix(x[k]); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return v, nil
+	}
+	return fix(v)
+}
+
+// agree checks Decode against decodeStd on one input: both fail, or both
+// give the same value.
+func agree(t *testing.T, b []byte) {
+	t.Helper()
+	got, err := Decode(b)
+	want, werr := decodeStd(b)
+	if (err != nil) != (werr != nil) {
+		t.Fatalf("%q: Decode error %v, encoding/json error %v", b, err, werr)
+	}
+	if err == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q:\nDecode        %#v\nencoding/json %#v", b, got, want)
+	}
+}
+
+func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
+	for _, s := range []string{
+		`{}`, `[]`, `null`, `true`, ` false `, `0`, `-0`, `1.0`, `-12`, `1e2`, `1E-2`, `9223372036854775807`,
+		`9223372036854775808`, `-9223372036854775809`, `1e400`, `""`, `"a\"b\\c\/d\n\u00e9\ud83d\ude00"`,
+		`"\ud800"`, `"\udc00x"`, "\"\xff\xfe\"", "\"caf\xc3\xa9\"", `{"a":1,"a":2}`, `{"a":{"b":[1,{"c":null}]}}`,
+		`[1,2,]`, `{"a":1,}`, `{"a" 1}`, `[1 2]`, `{"a":1} x`, `{"a":1} {}`, `[1]]`, ``, ` `, `nul`, `tru`,
+		`01`, `1.`, `.5`, `-`, `+1`, `NaN`, `"\x"`, "\"a\tb\"", `{"k":"` + strings.Repeat("long ", 20) + `"}`,
+		`[` + strings.Repeat(`{"role":"candidate","turn":300},`, 50) + `{}]`,
+	} {
+		agree(t, []byte(s))
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2.5,"x",null,true]}`, `"\u00e9\ud83d\ude00"`, `[{"k":1},{"k":2}]`, `1e400`, "\"\xff\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { agree(t, b) })
+}

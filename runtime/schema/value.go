@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -210,43 +209,6 @@ func same(a, b any) bool {
 	return a == b
 }
 
-// Decode parses JSON into state values (integral numbers become int).
-func Decode(b []byte) (any, error) {
-	var v any
-	d := json.NewDecoder(bytesReader(b))
-	d.UseNumber()
-	if err := d.Decode(&v); err != nil {
-		return nil, err
-	}
-	return numbers(v)
-}
-
-// numbers turns the json.Numbers of a freshly decoded value into int or
-// float64 in place: the decoder made every container, so none is shared.
-func numbers(v any) (any, error) {
-	var err error
-	switch x := v.(type) {
-	case json.Number:
-		return number(x)
-	case []any:
-		for i, e := range x {
-			if x[i], err = numbers(e); err != nil {
-				return nil, err
-			}
-		}
-	case map[string]any:
-		for k, e := range x {
-			switch e.(type) {
-			case json.Number, []any, map[string]any:
-				if x[k], err = numbers(e); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	return v, nil
-}
-
 // number is a JSON number as a state value: int when integral and in
 // range, else float64.
 func number(x json.Number) (any, error) {
@@ -309,8 +271,6 @@ func Coerce(s *Shape, v any) any {
 	}
 	return v
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 // TypeOf names the JSON type of a state value.
 func TypeOf(v any) string {

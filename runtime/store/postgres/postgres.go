@@ -132,9 +132,19 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	if cp.Parent == 0 {
 		q = commitFirst
 	}
+	args := []any{cp.Thread, int64(cp.Seq), int64(cp.Parent), sqlstore.Nanos(cp.Time),
+		cp.Run, cp.Step, cp.Source, string(meta), fields, versions, appends, values}
 	var moved int
-	err = s.pool.QueryRow(ctx, q, cp.Thread, int64(cp.Seq), int64(cp.Parent), sqlstore.Nanos(cp.Time),
-		cp.Run, cp.Step, cp.Source, string(meta), fields, versions, appends, values).Scan(&moved)
+	if cp.Seq%sqlstore.FoldEvery == 0 {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, q, args...).Scan(&moved); err != nil || moved != 1 {
+				return err
+			}
+			return sqlstore.RecordFold(ctx, foldTx{tx}, cp.Thread, cp.Seq)
+		})
+	} else {
+		err = s.pool.QueryRow(ctx, q, args...).Scan(&moved)
+	}
 	if err != nil {
 		return err
 	}
@@ -245,13 +255,39 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 		if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `
-			WITH base AS (
-				SELECT field, max(CASE WHEN append THEN 0 ELSE seq END) AS seq
-				FROM writes WHERE thread = $1 AND seq <= $2 GROUP BY field)
-			SELECT w.field, w.seq, w.version, w.append, w.value::text
-			FROM base b JOIN writes w ON w.thread = $1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= $2
-			ORDER BY w.field, w.seq`, thread, int64(seq))
+		c, spans, err := foldTx{tx}.LastFold(ctx, thread, seq)
+		if err != nil {
+			return err
+		}
+		var rows pgx.Rows
+		if spans == nil {
+			// a thread younger than its first fold: every row it has
+			rows, err = tx.Query(ctx, `
+				WITH base AS (
+					SELECT field, max(CASE WHEN append THEN 0 ELSE seq END) AS seq
+					FROM writes WHERE thread = $1 AND seq <= $2 GROUP BY field)
+				SELECT w.field, w.seq, w.version, w.append, w.value::text
+				FROM base b JOIN writes w ON w.thread = $1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= $2
+				ORDER BY w.field, w.seq`, thread, int64(seq))
+		} else {
+			sp, err := sqlstore.DecodeSpans(spans)
+			if err != nil {
+				return err
+			}
+			rf, rlo, rhi := rangeArrays(sp.Rows(c))
+			gf, glo, ghi := rangeArrays(sp.Segments())
+			rows, err = tx.Query(ctx, `
+				SELECT w.field, w.seq, w.version, w.append, w.value::text
+				FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
+				JOIN writes w ON w.thread = $1 AND w.field = p.field AND w.seq BETWEEN p.lo AND p.hi
+				UNION ALL
+				SELECT field, seq, version, append, value::text FROM writes WHERE thread = $1 AND seq > $5 AND seq <= $6
+				UNION ALL
+				SELECT g.field, g.last, g.version, true, g.items
+				FROM unnest($7::text[], $8::bigint[], $9::bigint[]) AS p(field, lo, hi)
+				JOIN segments g ON g.thread = $1 AND g.field = p.field AND g.last BETWEEN p.lo AND p.hi AND g.first >= p.lo`,
+				thread, rf, rlo, rhi, int64(c), int64(seq), gf, glo, ghi)
+		}
 		if err != nil {
 			return err
 		}
@@ -259,10 +295,67 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 		if err != nil {
 			return err
 		}
+		sqlstore.SortRows(frs)
 		f, err = sqlstore.Fold(&cp, frs)
 		return err
 	})
 	return f, err
+}
+
+// rangeArrays splits ranges into the arrays the fold queries unnest.
+func rangeArrays(rs []sqlstore.Range) (fields []string, lo, hi []int64) {
+	for _, r := range rs {
+		fields, lo, hi = append(fields, r.Field), append(lo, int64(r.Lo)), append(hi, int64(r.Hi))
+	}
+	return fields, lo, hi
+}
+
+// foldTx gives sqlstore.RecordFold the rows of a transaction.
+type foldTx struct{ pgx.Tx }
+
+func (tx foldTx) LastFold(ctx context.Context, thread string, seq uint64) (uint64, []byte, error) {
+	var c int64
+	var spans string
+	err := tx.QueryRow(ctx, `SELECT seq, spans FROM folds WHERE thread = $1 AND seq <= $2 ORDER BY seq DESC LIMIT 1`, thread, int64(seq)).Scan(&c, &spans)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil, nil
+	}
+	return uint64(c), []byte(spans), err
+}
+
+func (tx foldTx) Keys(ctx context.Context, thread string, after, upto uint64) ([]sqlstore.KeyRow, error) {
+	rows, err := tx.Query(ctx, `SELECT field, seq, append FROM writes WHERE thread = $1 AND seq > $2 AND seq <= $3 ORDER BY field, seq`,
+		thread, int64(after), int64(upto))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (sqlstore.KeyRow, error) {
+		var k sqlstore.KeyRow
+		var seq int64
+		err := row.Scan(&k.Field, &seq, &k.Append)
+		k.Seq = uint64(seq)
+		return k, err
+	})
+}
+
+func (tx foldTx) Rows(ctx context.Context, thread string, r sqlstore.Range) ([]sqlstore.FieldRow, error) {
+	rows, err := tx.Query(ctx, `SELECT field, seq, version, append, value::text FROM writes
+		WHERE thread = $1 AND field = $2 AND seq BETWEEN $3 AND $4 ORDER BY seq`, thread, r.Field, int64(r.Lo), int64(r.Hi))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanFieldRow)
+}
+
+func (tx foldTx) PutSegment(ctx context.Context, thread string, r sqlstore.Range, version uint64, items []byte) error {
+	_, err := tx.Exec(ctx, `INSERT INTO segments (thread, field, last, first, version, items) VALUES ($1, $2, $3, $4, $5, $6)`,
+		thread, r.Field, int64(r.Hi), int64(r.Lo), int64(version), string(items))
+	return err
+}
+
+func (tx foldTx) PutFold(ctx context.Context, thread string, seq uint64, spans []byte) error {
+	_, err := tx.Exec(ctx, `INSERT INTO folds (thread, seq, spans) VALUES ($1, $2, $3)`, thread, int64(seq), string(spans))
+	return err
 }
 
 func scanFieldRow(row pgx.CollectableRow) (sqlstore.FieldRow, error) {
@@ -382,7 +475,7 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 		if tag.RowsAffected() == 0 {
 			return store.ErrNotFound
 		}
-		for _, table := range []string{"writes", "pending", "leases"} {
+		for _, table := range []string{"writes", "pending", "leases", "folds", "segments"} {
 			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE thread = $1`, thread); err != nil {
 				return err
 			}
@@ -421,6 +514,13 @@ func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error)
 		removed = int(tag.RowsAffected()) - 1
 		if _, err := tx.Exec(ctx, `DELETE FROM writes WHERE thread = $1 AND seq <= $2`, thread, cut); err != nil {
 			return err
+		}
+		// folds refer to the rows just replaced by the base: the next
+		// fold starts afresh
+		for _, table := range []string{"folds", "segments"} {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE thread = $1`, thread); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
 			VALUES ($1, $2, 0, '', 0, 'base', $3, '{}'::jsonb)`, thread, cut, at); err != nil {

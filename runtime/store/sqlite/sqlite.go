@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -188,6 +189,9 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 			return err
 		}
 		if len(cp.Writes) == 0 {
+			if cp.Seq%sqlstore.FoldEvery == 0 {
+				return sqlstore.RecordFold(ctx, foldTx{tx}, cp.Thread, cp.Seq)
+			}
 			return nil
 		}
 		var q strings.Builder
@@ -200,8 +204,13 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 			q.WriteString("(?, ?, ?, ?, ?, ?)")
 			args = append(args, cp.Thread, cp.Seq, w.Field, w.Version, w.Append, string(values[i]))
 		}
-		_, err := tx.ExecContext(ctx, q.String(), args...)
-		return err
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			return err
+		}
+		if cp.Seq%sqlstore.FoldEvery == 0 {
+			return sqlstore.RecordFold(ctx, foldTx{tx}, cp.Thread, cp.Seq)
+		}
+		return nil
 	})
 	if err == nil {
 		s.cache.Committed(cp)
@@ -257,18 +266,70 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, `
-		WITH base AS (
-			SELECT field, max(CASE WHEN append = 0 THEN seq ELSE 0 END) AS seq
-			FROM writes WHERE thread = ?1 AND seq <= ?2 GROUP BY field)
-		SELECT w.field, w.seq, w.version, w.append, w.value
-		FROM base b JOIN writes w ON w.thread = ?1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= ?2
-		ORDER BY w.field, w.seq`, thread, seq)
+	c, spans, err := foldTx{tx}.LastFold(ctx, thread, seq)
 	if err != nil {
 		return nil, err
 	}
+	if spans == nil {
+		// a thread younger than its first fold: every row it has
+		rows, err := tx.QueryContext(ctx, `
+			WITH base AS (
+				SELECT field, max(CASE WHEN append = 0 THEN seq ELSE 0 END) AS seq
+				FROM writes WHERE thread = ?1 AND seq <= ?2 GROUP BY field)
+			SELECT w.field, w.seq, w.version, w.append, w.value
+			FROM base b JOIN writes w ON w.thread = ?1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= ?2
+			ORDER BY w.field, w.seq`, thread, seq)
+		if err != nil {
+			return nil, err
+		}
+		frs, err := scanFieldRows(rows, nil)
+		if err != nil {
+			return nil, err
+		}
+		return sqlstore.Fold(&cp, frs)
+	}
+	sp, err := sqlstore.DecodeSpans(spans)
+	if err != nil {
+		return nil, err
+	}
+	ranges, segments := rangesJSON(sp.Rows(c)), rangesJSON(sp.Segments())
+	rows, err := tx.QueryContext(ctx, `
+		SELECT w.field, w.seq, w.version, w.append, w.value
+		FROM json_each(?2) p CROSS JOIN writes w
+			ON w.thread = ?1 AND w.field = p.value->>0 AND w.seq BETWEEN p.value->>1 AND p.value->>2
+		UNION ALL
+		SELECT field, seq, version, append, value FROM writes WHERE thread = ?1 AND seq > ?3 AND seq <= ?4
+		UNION ALL
+		SELECT g.field, g.last, g.version, 1, g.items
+		FROM json_each(?5) p CROSS JOIN segments g
+			ON g.thread = ?1 AND g.field = p.value->>0 AND g.last BETWEEN p.value->>1 AND p.value->>2 AND g.first >= p.value->>1`,
+		thread, ranges, c, seq, segments)
+	if err != nil {
+		return nil, err
+	}
+	frs, err := scanFieldRows(rows, nil)
+	if err != nil {
+		return nil, err
+	}
+	sqlstore.SortRows(frs)
+	return sqlstore.Fold(&cp, frs)
+}
+
+// rangesJSON lists ranges as the JSON the fold queries take apart with
+// json_each: [[field, lo, hi], ...].
+func rangesJSON(rs []sqlstore.Range) string {
+	l := make([][3]any, len(rs))
+	for i, r := range rs {
+		l[i] = [3]any{r.Field, r.Lo, r.Hi}
+	}
+	b, _ := json.Marshal(l)
+	return string(b)
+}
+
+// scanFieldRows reads rows of (field, seq, version, append, value) and
+// closes them.
+func scanFieldRows(rows *sql.Rows, out []sqlstore.FieldRow) ([]sqlstore.FieldRow, error) {
 	defer rows.Close()
-	var frs []sqlstore.FieldRow
 	for rows.Next() {
 		var r sqlstore.FieldRow
 		var value string
@@ -276,12 +337,59 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 			return nil, err
 		}
 		r.Value = []byte(value)
-		frs = append(frs, r)
+		out = append(out, r)
 	}
-	if err := rows.Err(); err != nil {
+	return out, rows.Err()
+}
+
+// foldTx gives sqlstore.RecordFold the rows of a write transaction.
+type foldTx struct{ *sql.Tx }
+
+func (tx foldTx) LastFold(ctx context.Context, thread string, seq uint64) (uint64, []byte, error) {
+	var c uint64
+	var spans string
+	err := tx.QueryRowContext(ctx, `SELECT seq, spans FROM folds WHERE thread = ? AND seq <= ? ORDER BY seq DESC LIMIT 1`, thread, seq).Scan(&c, &spans)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil, nil
+	}
+	return c, []byte(spans), err
+}
+
+func (tx foldTx) Keys(ctx context.Context, thread string, after, upto uint64) ([]sqlstore.KeyRow, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT field, seq, append FROM writes WHERE thread = ? AND seq > ? AND seq <= ? ORDER BY field, seq`, thread, after, upto)
+	if err != nil {
 		return nil, err
 	}
-	return sqlstore.Fold(&cp, frs)
+	defer rows.Close()
+	var keys []sqlstore.KeyRow
+	for rows.Next() {
+		var k sqlstore.KeyRow
+		if err := rows.Scan(&k.Field, &k.Seq, &k.Append); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
+}
+
+func (tx foldTx) Rows(ctx context.Context, thread string, r sqlstore.Range) ([]sqlstore.FieldRow, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT field, seq, version, append, value FROM writes
+		WHERE thread = ? AND field = ? AND seq BETWEEN ? AND ? ORDER BY seq`, thread, r.Field, r.Lo, r.Hi)
+	if err != nil {
+		return nil, err
+	}
+	return scanFieldRows(rows, nil)
+}
+
+func (tx foldTx) PutSegment(ctx context.Context, thread string, r sqlstore.Range, version uint64, items []byte) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO segments (thread, field, last, first, version, items) VALUES (?, ?, ?, ?, ?, ?)`,
+		thread, r.Field, r.Hi, r.Lo, version, string(items))
+	return err
+}
+
+func (tx foldTx) PutFold(ctx context.Context, thread string, seq uint64, spans []byte) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO folds (thread, seq, spans) VALUES (?, ?, ?)`, thread, seq, string(spans))
+	return err
 }
 
 // withPending adds the pending writes of an unfinished run to snap.
@@ -393,23 +501,13 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 		return out, nil
 	}
 	// the writes of the listed checkpoints
-	wrows, err := s.db.QueryContext(ctx, `SELECT seq, field, version, append, value FROM writes
+	wrows, err := s.db.QueryContext(ctx, `SELECT field, seq, version, append, value FROM writes
 		WHERE thread = ? AND seq BETWEEN ? AND ? ORDER BY seq, field`, thread, out[len(out)-1].Seq, out[0].Seq)
 	if err != nil {
 		return nil, err
 	}
-	defer wrows.Close()
-	var frs []sqlstore.FieldRow
-	for wrows.Next() {
-		var r sqlstore.FieldRow
-		var value string
-		if err := wrows.Scan(&r.Seq, &r.Field, &r.Version, &r.Append, &value); err != nil {
-			return nil, err
-		}
-		r.Value = []byte(value)
-		frs = append(frs, r)
-	}
-	if err := wrows.Err(); err != nil {
+	frs, err := scanFieldRows(wrows, nil)
+	if err != nil {
 		return nil, err
 	}
 	return out, sqlstore.AttachWrites(out, frs)
@@ -495,6 +593,13 @@ func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error)
 		removed = int(n) - 1
 		if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ? AND seq <= ?`, thread, cut); err != nil {
 			return err
+		}
+		// folds refer to the rows just replaced by the base: the next
+		// fold starts afresh
+		for _, table := range []string{"folds", "segments"} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE thread = ?`, thread); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
 			VALUES (?, ?, 0, '', 0, 'base', ?, '{}')`, thread, cut, at); err != nil {

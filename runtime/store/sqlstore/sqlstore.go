@@ -11,12 +11,16 @@ package sqlstore
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -64,42 +68,90 @@ func Decode(r FieldRow) (store.Write, error) {
 // field, then sequence, each field starting at its newest full write (or
 // its first append).
 //
-// Consecutive appends to one field are joined into one JSON list and
-// decoded at once: a long conversation costs one decode, not one per turn.
+// Consecutive appends to one field are joined into JSON lists of up to
+// partBytes and decoded at once: a long conversation costs a decode per
+// part, not one per turn. When there is much to decode, the parts are
+// decoded on all processors; they are folded in order all the same.
 func Fold(meta *store.Checkpoint, rows []FieldRow) (*store.Folder, error) {
-	f := store.NewFolder()
-	cp := &store.Checkpoint{Writes: make([]store.Write, 1)}
-	var joined []byte
+	parts := make([]FieldRow, 0, len(rows))
+	size := 0
 	for i := 0; i < len(rows); {
 		r, n := rows[i], 1
 		if r.Append {
-			r, n, joined = joinAppends(rows[i:], joined[:0])
+			r, n, _ = joinAppends(rows[i:], partBytes, nil)
 		}
-		w, err := Decode(r)
-		if err != nil {
-			return nil, err
-		}
+		parts = append(parts, r)
+		size += len(r.Value)
+		i += n
+	}
+	writes := make([]store.Write, len(parts))
+	if err := decodeParts(parts, writes, size); err != nil {
+		return nil, err
+	}
+	f := store.NewFolder()
+	cp := &store.Checkpoint{Writes: make([]store.Write, 1)}
+	for _, w := range writes {
 		cp.Writes[0] = w
 		f.Apply(cp)
-		i += n
 	}
 	f.Seq, f.Next, f.Joins, f.Run, f.Step = meta.Seq, meta.Next, meta.Joins, meta.Run, meta.Step
 	return f, nil
 }
 
+const (
+	// partBytes bounds how much of a field's appends one part joins.
+	partBytes = 32 << 10
+	// parallelBytes is how much JSON is worth decoding on more than one
+	// processor.
+	parallelBytes = 128 << 10
+)
+
+// decodeParts decodes parts into writes, on every processor when size
+// is large enough to repay it.
+func decodeParts(parts []FieldRow, writes []store.Write, size int) error {
+	workers := min(runtime.GOMAXPROCS(0), len(parts))
+	if size < parallelBytes || workers < 2 {
+		for i, p := range parts {
+			w, err := Decode(p)
+			if err != nil {
+				return err
+			}
+			writes[i] = w
+		}
+		return nil
+	}
+	var next atomic.Int64
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(parts); i = int(next.Add(1) - 1) {
+				writes[i], errs[i] = Decode(parts[i])
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // joinAppends folds the leading run of append rows of one field into a
-// single row whose value lists all their items in order. It returns the
-// row and how many rows it used (just the first when a value is not a
-// plain JSON list, which Decode then reports).
-func joinAppends(rows []FieldRow, buf []byte) (FieldRow, int, []byte) {
+// single row whose value lists all their items in order, up to limit
+// bytes.
+// It returns the row and how many rows it used (just the first when a
+// value is not a plain JSON list, which Decode then reports).
+func joinAppends(rows []FieldRow, limit int, buf []byte) (FieldRow, int, []byte) {
 	first := rows[0]
 	n := 0
 	buf = append(buf, '[')
 	for _, r := range rows {
-		if !r.Append || r.Field != first.Field {
+		if !r.Append || r.Field != first.Field || n > 0 && len(buf)+len(r.Value) > limit {
 			break
 		}
 		v := bytes.TrimSpace(r.Value)
+		if string(v) == "null" { // nil items
+			n++
+			continue
+		}
 		if len(v) < 2 || v[0] != '[' || v[len(v)-1] != ']' {
 			break
 		}

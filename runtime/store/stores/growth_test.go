@@ -2,6 +2,7 @@ package stores_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -71,13 +72,17 @@ type growth struct {
 	turnNs, turnMeanNs, turnBytes, loadNs, coldNs map[int]float64
 	commits                                       []time.Duration
 	walBytes                                      map[int]float64
+	// foldBytes is what the store wrote into folds and segments over the
+	// thread's 1,000 turns: their rows are derived, so they are reported
+	// apart from the commits, as bytes per turn over the whole run.
+	foldBytes float64
 }
 
 // grow writes turns 1..1000 and measures the turns just before 10, 100
 // and 1,000 (ten turns each) and a state load at each mark.
 // cold opens another store instance on the same database, as a process
 // that has never read the thread would.
-func grow(b *testing.B, st store.Store, cold func() store.Store, wal func() int64) growth {
+func grow(b *testing.B, st store.Store, cold func() store.Store, wal func() int64, derived func(thread string) int64) growth {
 	ctx := context.Background()
 	thread := fmt.Sprintf("g%d", time.Now().UnixNano())
 	if err := st.Commit(ctx, &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: time.Now(),
@@ -150,6 +155,7 @@ func grow(b *testing.B, st store.Store, cold func() store.Store, wal func() int6
 			g.coldNs[turn] = float64(total.Nanoseconds()) / loads
 		}
 	}
+	g.foldBytes = float64(derived(thread)) / 1000
 	return g
 }
 
@@ -179,6 +185,7 @@ func report(b *testing.B, g growth) {
 	b.ReportMetric(float64(g.commits[len(g.commits)/2].Microseconds()), "µs/commit-p50")
 	b.ReportMetric(float64(g.commits[len(g.commits)*99/100].Microseconds()), "µs/commit-p99")
 	b.ReportMetric(g.turnBytes[1000]/g.turnBytes[10], "bytes-1000/10")
+	b.ReportMetric(g.foldBytes, "fold-B/turn")
 	b.ReportMetric(g.turnNs[1000]/g.turnNs[10], "time-1000/10")
 }
 
@@ -197,7 +204,19 @@ func BenchmarkConversationGrowth(b *testing.B) {
 		defer st.Close()
 		var g growth
 		for b.Loop() {
-			g = grow(b, st, open, nil)
+			g = grow(b, st, open, nil, func(thread string) int64 {
+				db, err := sql.Open("sqlite", path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer db.Close()
+				var n int64
+				if err := db.QueryRow(`SELECT (SELECT coalesce(sum(length(CAST(items AS BLOB))) + 48*count(*), 0) FROM segments WHERE thread = ?1)
+					+ (SELECT coalesce(sum(length(spans)) + 24*count(*), 0) FROM folds WHERE thread = ?1)`, thread).Scan(&n); err != nil {
+					b.Fatal(err)
+				}
+				return n
+			})
 		}
 		report(b, g)
 	})
@@ -224,7 +243,14 @@ func BenchmarkConversationGrowth(b *testing.B) {
 		}
 		var g growth
 		for b.Loop() {
-			g = grow(b, st, open, wal)
+			g = grow(b, st, open, wal, func(thread string) int64 {
+				var n int64
+				if err := conn.QueryRow(context.Background(), `SELECT (SELECT coalesce(sum(octet_length(items)) + 48*count(*), 0) FROM segments WHERE thread = $1)
+					+ (SELECT coalesce(sum(octet_length(spans)) + 24*count(*), 0) FROM folds WHERE thread = $1)`, thread).Scan(&n); err != nil {
+					b.Fatal(err)
+				}
+				return n
+			})
 		}
 		report(b, g)
 	})

@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Leases", testLeases},
 		{"PruneKeepsHeadAndPausedRun", testPrune},
 		{"PruneIdleThreads", testPruneIdle},
+		{"LongThreadEveryState", testLongThread},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -465,4 +466,106 @@ func testPruneIdle(t *testing.T, st store.Store) {
 	if _, err := st.Head(ctx, "new"); err != nil {
 		t.Fatalf("active thread pruned: %v", err)
 	}
+}
+
+// testLongThread writes a thread long enough for a store to summarise
+// (the SQL stores fold it every 64 checkpoints and join long runs of
+// appends), with fields replaced often, rarely, once or never, and lists
+// replaced midway; the state at each checkpoint must be what folding the
+// checkpoints gives. Pruning, continuing, deleting and creating the thread
+// again must keep it so.
+func testLongThread(t *testing.T, st store.Store) {
+	want := map[uint64]*store.Snapshot{}
+	var f *store.Folder
+	version := map[string]uint64{}
+	step := func(cp *store.Checkpoint) {
+		t.Helper()
+		for i := range cp.Writes {
+			version[cp.Writes[i].Field]++
+			cp.Writes[i].Version = version[cp.Writes[i].Field]
+		}
+		if err := st.Commit(ctx, cp); err != nil {
+			t.Fatalf("commit %d: %v", cp.Seq, err)
+		}
+		f.Apply(cp)
+		want[cp.Seq] = f.Snapshot("t")
+	}
+	writes := func(seq uint64) []store.Write {
+		var ws []store.Write
+		if seq%150 == 0 {
+			return append(ws, store.Write{Field: "log", Value: []any{"reset", int(seq)}})
+		}
+		if seq%7 != 0 { // some checkpoints append nothing
+			items := []any{fmt.Sprint("m", seq)}
+			if seq%5 == 0 {
+				items = append(items, map[string]any{"seq": int(seq), "note": "a, b]"})
+			}
+			if seq%11 == 0 {
+				items = nil
+			}
+			ws = append(ws, store.Write{Field: "log", Append: true, Items: items})
+		}
+		if seq%3 == 0 {
+			ws = append(ws, store.Write{Field: "n", Value: int(seq)})
+		}
+		if seq%40 == 0 {
+			ws = append(ws, store.Write{Field: "tags", Append: true, Items: []any{int(seq)}})
+		}
+		if seq > 200 {
+			ws = append(ws, store.Write{Field: "late", Append: true, Items: []any{int(seq)}})
+		}
+		return ws
+	}
+	check := func(from, to uint64) {
+		t.Helper()
+		for seq := from; seq <= to; seq++ {
+			// the states around every 64th checkpoint, where the SQL
+			// stores fold, and a sample of the rest
+			if near := (seq+2)%64 <= 4; !near && seq%5 != 0 && seq != to {
+				continue
+			}
+			got, err := st.StateAt(ctx, "t", seq)
+			if err != nil {
+				t.Fatalf("state at %d: %v", seq, err)
+			}
+			if w := want[seq]; !reflect.DeepEqual(got.Values, w.Values) || !reflect.DeepEqual(got.Versions, w.Versions) {
+				t.Fatalf("state at %d:\n got %v %v\nwant %v %v", seq, got.Values, got.Versions, w.Values, w.Versions)
+			}
+		}
+		h, err := st.Head(ctx, "t")
+		if err != nil || !reflect.DeepEqual(h.Values, want[to].Values) {
+			t.Fatalf("head at %d: %+v %v", to, h, err)
+		}
+	}
+	run := func(from, to uint64) {
+		for seq := from; seq <= to; seq++ {
+			step(&store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Run: "r", Step: int(seq), Source: "step", Time: at(int(seq)),
+				Writes: writes(seq), Next: []string{"n"}})
+		}
+	}
+	begin := func() {
+		f, version = store.NewFolder(), map[string]uint64{}
+		clear(want)
+		step(&store.Checkpoint{Thread: "t", Seq: 1, Source: "create", Time: at(0),
+			Writes: []store.Write{{Field: "log", Value: []any{}}, {Field: "n", Value: 0}, {Field: "once", Value: "set at creation"}}})
+	}
+	begin()
+	run(2, 460)
+	check(1, 460)
+
+	// prune folds the older checkpoints into a base; the kept states and
+	// the states after it must not change
+	if _, err := st.Prune(ctx, "t", 100); err != nil {
+		t.Fatal(err)
+	}
+	run(461, 700)
+	check(361, 700)
+
+	// a thread deleted and created again under its id starts from nothing
+	if err := st.Delete(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	begin()
+	run(2, 140)
+	check(1, 140)
 }

@@ -1,0 +1,235 @@
+package sqlstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// A long thread is read through folds and segments, so that loading its
+// state reads rows in proportion to the state, not to its history.
+//
+// Every FoldEvery checkpoints the committing transaction records a fold:
+// for each field, the sequence number of its newest full write (Base) and
+// how far the field's segments reach past it (Chain). A segment joins a
+// run of one field's append rows, all after its newest full write, into
+// one stored list; it is made once SegmentRows such rows have gathered
+// since the last one. The state at checkpoint T is then the newest fold at
+// C <= T, and for each field the row at Base, the segments up to Chain,
+// the rows after Chain up to C, and every row after C.
+//
+// Segments duplicate what the write rows hold: the rows stay the record
+// of each checkpoint (history, time travel), the segments are a faster way
+// to read their sum. Every appended item is written twice, once in its row
+// and once in its segment, so the bytes written per turn stay flat.
+const (
+	FoldEvery   = 64
+	SegmentRows = 32
+)
+
+// Span locates one field's value at a fold.
+type Span struct {
+	// Base is the checkpoint of the field's newest full write; 0 when the
+	// field has only ever been appended to.
+	Base uint64 `json:"b,omitempty"`
+	// Chain is the last checkpoint covered by the field's segments after
+	// Base; no greater than Base when there are none.
+	Chain uint64 `json:"c,omitempty"`
+	// Tail counts the append rows after max(Base, Chain).
+	Tail int `json:"t,omitempty"`
+}
+
+// Spans is a fold: every field's span.
+type Spans map[string]Span
+
+// KeyRow is a stored write without its value.
+type KeyRow struct {
+	Field  string
+	Seq    uint64
+	Append bool
+}
+
+// Range is a run of one field's rows, or of its segments, Lo..Hi
+// inclusive.
+type Range struct {
+	Field  string
+	Lo, Hi uint64
+}
+
+// DecodeSpans parses a stored fold.
+func DecodeSpans(b []byte) (Spans, error) {
+	s := Spans{}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Encode serialises a fold.
+func (s Spans) Encode() ([]byte, error) { return json.Marshal(s) }
+
+// Advance returns the spans after the rows written since the fold (in
+// sequence order within each field).
+func (s Spans) Advance(rows []KeyRow) Spans {
+	out := make(Spans, len(s))
+	for f, sp := range s {
+		out[f] = sp
+	}
+	for _, r := range rows {
+		sp := out[r.Field]
+		if r.Append {
+			sp.Tail++
+		} else {
+			sp = Span{Base: r.Seq}
+		}
+		out[r.Field] = sp
+	}
+	return out
+}
+
+// start is the last checkpoint whose rows of the field are read through
+// the base row or the segments.
+func (sp Span) start() uint64 { return max(sp.Base, sp.Chain) }
+
+// Due lists the fields whose tail has grown to a segment, each with the
+// rows to join, up to the fold at c.
+func (s Spans) Due(c uint64) []Range {
+	var out []Range
+	for _, f := range s.fields() {
+		if sp := s[f]; sp.Tail >= SegmentRows {
+			out = append(out, Range{Field: f, Lo: sp.start() + 1, Hi: c})
+		}
+	}
+	return out
+}
+
+// Segmented records that the field's rows up to c now form a segment.
+func (s Spans) Segmented(field string, c uint64) {
+	sp := s[field]
+	s[field] = Span{Base: sp.Base, Chain: c}
+}
+
+// Rows lists the rows to read, besides those after the fold at c, to
+// build the state at c: each field's base row and the rows after its
+// segments.
+func (s Spans) Rows(c uint64) []Range {
+	out := make([]Range, 0, len(s)+1)
+	for _, f := range s.fields() {
+		sp := s[f]
+		if sp.Chain > sp.Base && sp.Base > 0 {
+			out = append(out, Range{Field: f, Lo: sp.Base, Hi: sp.Base})
+		}
+		lo := max(sp.Base, 1)
+		if sp.Chain > sp.Base {
+			lo = sp.Chain + 1
+		}
+		if lo <= c {
+			out = append(out, Range{Field: f, Lo: lo, Hi: c})
+		}
+	}
+	return out
+}
+
+// Segments lists, per field, the range of checkpoints its segments cover.
+func (s Spans) Segments() []Range {
+	var out []Range
+	for _, f := range s.fields() {
+		if sp := s[f]; sp.Chain > sp.Base {
+			out = append(out, Range{Field: f, Lo: sp.Base + 1, Hi: sp.Chain})
+		}
+	}
+	return out
+}
+
+func (s Spans) fields() []string {
+	fs := make([]string, 0, len(s))
+	for f := range s {
+		fs = append(fs, f)
+	}
+	slices.Sort(fs)
+	return fs
+}
+
+// Join joins the items of a field's append rows, in order, into one JSON
+// list: the value of the segment they form.
+func Join(rows []FieldRow) ([]byte, error) {
+	r, n, _ := joinAppends(rows, math.MaxInt, nil)
+	if n != len(rows) {
+		return nil, fmt.Errorf("field %q at %d: a row to join is not an appended JSON list", rows[n].Field, rows[n].Seq)
+	}
+	return r.Value, nil
+}
+
+// SortRows orders rows by field, then sequence, as Fold reads them.
+func SortRows(rows []FieldRow) {
+	slices.SortFunc(rows, func(a, b FieldRow) int {
+		if c := strings.Compare(a.Field, b.Field); c != 0 {
+			return c
+		}
+		switch {
+		case a.Seq < b.Seq:
+			return -1
+		case a.Seq > b.Seq:
+			return 1
+		}
+		return 0
+	})
+}
+
+// FoldTx is what recording a fold needs of a store's write transaction.
+type FoldTx interface {
+	// LastFold returns the newest fold at or before seq; 0 and nil spans
+	// when there is none.
+	LastFold(ctx context.Context, thread string, seq uint64) (uint64, []byte, error)
+	// Keys lists the rows after one checkpoint up to another, by field,
+	// then sequence.
+	Keys(ctx context.Context, thread string, after, upto uint64) ([]KeyRow, error)
+	// Rows reads a range of one field's rows in sequence order.
+	Rows(ctx context.Context, thread string, r Range) ([]FieldRow, error)
+	PutSegment(ctx context.Context, thread string, r Range, version uint64, items []byte) error
+	PutFold(ctx context.Context, thread string, seq uint64, spans []byte) error
+}
+
+// RecordFold records the fold at checkpoint c from the previous one and
+// the rows written since, making segments of the fields whose tails have
+// grown long enough. Without a previous fold (a young thread, or one just
+// pruned) it starts from the thread's first row.
+func RecordFold(ctx context.Context, tx FoldTx, thread string, c uint64) error {
+	prev, stored, err := tx.LastFold(ctx, thread, c-1)
+	if err != nil {
+		return err
+	}
+	s := Spans{}
+	if stored != nil {
+		if s, err = DecodeSpans(stored); err != nil {
+			return err
+		}
+	}
+	keys, err := tx.Keys(ctx, thread, prev, c)
+	if err != nil {
+		return err
+	}
+	s = s.Advance(keys)
+	for _, r := range s.Due(c) {
+		rows, err := tx.Rows(ctx, thread, r)
+		if err != nil {
+			return err
+		}
+		items, err := Join(rows)
+		if err != nil {
+			return err
+		}
+		if err := tx.PutSegment(ctx, thread, r, rows[len(rows)-1].Version, items); err != nil {
+			return err
+		}
+		s.Segmented(r.Field, c)
+	}
+	b, err := s.Encode()
+	if err != nil {
+		return err
+	}
+	return tx.PutFold(ctx, thread, c, b)
+}

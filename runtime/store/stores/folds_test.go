@@ -1,0 +1,163 @@
+package stores_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/postgres"
+	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
+	"github.com/trellisflow/trellis/runtime/store/sqlite"
+	"github.com/trellisflow/trellis/runtime/store/sqlstore"
+)
+
+// A long thread's state is read through its segments, not its rows: once
+// the append rows a segment covers are removed behind the store's back, a
+// store that has never seen the thread still reads the whole state.
+func TestColdReadUsesSegments(t *testing.T) {
+	ctx := context.Background()
+	const n = 3*sqlstore.FoldEvery + 10
+	write := func(t *testing.T, st store.Store) *store.Snapshot {
+		if err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Source: "create", Time: time.Now(),
+			Writes: []store.Write{{Field: "log", Version: 1, Value: []any{}}, {Field: "n", Version: 1, Value: 0}}}); err != nil {
+			t.Fatal(err)
+		}
+		for seq := uint64(2); seq <= n; seq++ {
+			if err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Source: "step", Time: time.Now(),
+				Writes: []store.Write{{Field: "log", Version: seq, Append: true, Items: []any{fmt.Sprint("m", seq)}},
+					{Field: "n", Version: seq, Value: int(seq)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := st.Head(ctx, "t")
+		if err != nil || len(h.Values["log"].([]any)) != n-1 {
+			t.Fatalf("head %v %v", h, err)
+		}
+		return h
+	}
+	check := func(t *testing.T, want *store.Snapshot, removed int64, open func() store.Store) {
+		if removed < 2*sqlstore.FoldEvery {
+			t.Fatalf("removed %d rows covered by segments", removed)
+		}
+		st := open()
+		defer st.Close()
+		got, err := st.Head(ctx, "t")
+		if err != nil || !reflect.DeepEqual(got.Values, want.Values) || !reflect.DeepEqual(got.Versions, want.Versions) {
+			t.Fatalf("cold read without the covered rows: %v %v", got, err)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "s.db")
+		open := func() store.Store {
+			st, err := sqlite.Open(ctx, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}
+		st := open()
+		want := write(t, st)
+		st.Close()
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		res, err := db.Exec(`DELETE FROM writes WHERE thread = 't' AND field = 'log' AND append = 1
+			AND seq <= (SELECT max(last) FROM segments WHERE thread = 't' AND field = 'log')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		removed, _ := res.RowsAffected()
+		check(t, want, removed, open)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.Database(t)
+		open := func() store.Store {
+			st, err := postgres.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}
+		st := open()
+		want := write(t, st)
+		st.Close()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		tag, err := conn.Exec(ctx, `DELETE FROM writes WHERE thread = 't' AND field = 'log' AND append
+			AND seq <= (SELECT max(last) FROM segments WHERE thread = 't' AND field = 'log')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, want, tag.RowsAffected(), open)
+	})
+}
+
+// BenchmarkColdLoad loads the state of a 1,000-turn interview from a store
+// instance that has never read it, as after a restart:
+// go test ./runtime/store/stores -run '^$' -bench ColdLoad
+func BenchmarkColdLoad(b *testing.B) {
+	ctx := context.Background()
+	bench := func(b *testing.B, open func() store.Store) {
+		st := open()
+		if err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Source: "create", Time: time.Now(),
+			Writes: []store.Write{{Field: "conversation_history", Version: 1, Value: []any{}}, {Field: "questions_asked", Version: 1, Value: []any{}},
+				{Field: "detected_intents", Version: 1, Value: []any{}}, {Field: "interview_id", Version: 1, Value: "i-1"}}}); err != nil {
+			b.Fatal(err)
+		}
+		seq := uint64(1)
+		for turn := 1; turn <= 1000; turn++ {
+			for _, cp := range turnCheckpoints("t", seq, turn) {
+				if err := st.Commit(ctx, cp); err != nil {
+					b.Fatal(err)
+				}
+				seq = cp.Seq
+			}
+		}
+		st.Close()
+		b.ResetTimer()
+		for b.Loop() {
+			b.StopTimer()
+			st := open()
+			b.StartTimer()
+			h, err := st.Head(ctx, "t")
+			if err != nil || len(h.Values["conversation_history"].([]any)) != 2000 {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			st.Close()
+			b.StartTimer()
+		}
+	}
+	b.Run("sqlite", func(b *testing.B) {
+		path := filepath.Join(b.TempDir(), "c.db")
+		bench(b, func() store.Store {
+			st, err := sqlite.Open(ctx, path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return st
+		})
+	})
+	b.Run("postgres", func(b *testing.B) {
+		url := pgtest.Database(b)
+		bench(b, func() store.Store {
+			st, err := postgres.Open(ctx, url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return st
+		})
+	})
+}
