@@ -7,6 +7,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -240,66 +241,91 @@ func (s *Store) StateAt(ctx context.Context, thread string, seq uint64) (*store.
 	return f.Snapshot(thread), nil
 }
 
-// fold loads the state at checkpoint seq from its rows.
+// fold loads the state at checkpoint seq from its rows, in one repeatable
+// read transaction sent in two round trips: the checkpoint and its fold,
+// then the rows the fold names with the commit.
 func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Folder, error) {
-	var f *store.Folder
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		var meta string
-		cp := store.Checkpoint{Seq: seq}
-		if err := tx.QueryRow(ctx, `SELECT meta::text, run, step FROM checkpoints WHERE thread = $1 AND seq = $2`, thread, int64(seq)).Scan(&meta, &cp.Run, &cp.Step); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return store.ErrNotFound
-			}
-			return err
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// a connection an error leaves inside the transaction is closed on
+	// release, never reused
+	defer conn.Release()
+	var head pgx.Batch
+	head.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`)
+	head.Queue(`SELECT c.meta::text, c.run, c.step, f.seq, f.spans FROM checkpoints c
+		LEFT JOIN LATERAL (SELECT seq, spans FROM folds WHERE thread = $1 AND seq <= $2 ORDER BY seq DESC LIMIT 1) f ON true
+		WHERE c.thread = $1 AND c.seq = $2`, thread, int64(seq))
+	br := conn.SendBatch(ctx, &head)
+	var meta string
+	var c *int64
+	var spans *string
+	cp := store.Checkpoint{Seq: seq}
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&meta, &cp.Run, &cp.Step, &c, &spans)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			_, err = conn.Exec(ctx, `ROLLBACK`)
+			return nil, cmp.Or(err, store.ErrNotFound)
 		}
-		if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
-			return err
-		}
-		c, spans, err := foldTx{tx}.LastFold(ctx, thread, seq)
+		return nil, err
+	}
+	if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
+		return nil, err
+	}
+	var body pgx.Batch
+	if spans == nil {
+		// a thread younger than its first fold: every row it has
+		body.Queue(`
+			WITH base AS MATERIALIZED (
+				SELECT field, max(CASE WHEN append THEN 0 ELSE seq END) AS seq
+				FROM writes WHERE thread = $1 AND seq <= $2 GROUP BY field)
+			SELECT w.field, w.seq, w.version, w.append, w.value::text
+			FROM base b JOIN writes w ON w.thread = $1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= $2
+			ORDER BY w.field, w.seq`, thread, int64(seq))
+	} else {
+		sp, err := sqlstore.DecodeSpans([]byte(*spans))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		var rows pgx.Rows
-		if spans == nil {
-			// a thread younger than its first fold: every row it has
-			rows, err = tx.Query(ctx, `
-				WITH base AS (
-					SELECT field, max(CASE WHEN append THEN 0 ELSE seq END) AS seq
-					FROM writes WHERE thread = $1 AND seq <= $2 GROUP BY field)
-				SELECT w.field, w.seq, w.version, w.append, w.value::text
-				FROM base b JOIN writes w ON w.thread = $1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= $2
-				ORDER BY w.field, w.seq`, thread, int64(seq))
-		} else {
-			sp, err := sqlstore.DecodeSpans(spans)
-			if err != nil {
-				return err
-			}
-			rf, rlo, rhi := rangeArrays(sp.Rows(c))
-			gf, glo, ghi := rangeArrays(sp.Segments())
-			rows, err = tx.Query(ctx, `
-				SELECT w.field, w.seq, w.version, w.append, w.value::text
-				FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
-				JOIN writes w ON w.thread = $1 AND w.field = p.field AND w.seq BETWEEN p.lo AND p.hi
-				UNION ALL
-				SELECT field, seq, version, append, value::text FROM writes WHERE thread = $1 AND seq > $5 AND seq <= $6
-				UNION ALL
-				SELECT g.field, g.last, g.version, true, g.items
-				FROM unnest($7::text[], $8::bigint[], $9::bigint[]) AS p(field, lo, hi)
-				JOIN segments g ON g.thread = $1 AND g.field = p.field AND g.last BETWEEN p.lo AND p.hi AND g.first >= p.lo`,
-				thread, rf, rlo, rhi, int64(c), int64(seq), gf, glo, ghi)
-		}
-		if err != nil {
-			return err
-		}
-		frs, err := pgx.CollectRows(rows, scanFieldRow)
-		if err != nil {
-			return err
-		}
-		sqlstore.SortRows(frs)
-		f, err = sqlstore.Fold(&cp, frs)
-		return err
-	})
-	return f, err
+		rf, rlo, rhi := rangeArrays(sp.Rows(uint64(*c)))
+		gf, glo, ghi := rangeArrays(sp.Segments())
+		body.Queue(`
+			SELECT w.field, w.seq, w.version, w.append, w.value::text
+			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
+			JOIN writes w ON w.thread = $1 AND w.field = p.field AND w.seq BETWEEN p.lo AND p.hi
+			UNION ALL
+			SELECT field, seq, version, append, value::text FROM writes WHERE thread = $1 AND seq > $5 AND seq <= $6
+			UNION ALL
+			SELECT g.field, g.last, g.version, true, g.items
+			FROM unnest($7::text[], $8::bigint[], $9::bigint[]) AS p(field, lo, hi)
+			JOIN segments g ON g.thread = $1 AND g.field = p.field AND g.last BETWEEN p.lo AND p.hi AND g.first >= p.lo`,
+			thread, rf, rlo, rhi, *c, int64(seq), gf, glo, ghi)
+	}
+	body.Queue(`COMMIT`)
+	br = conn.SendBatch(ctx, &body)
+	rows, err := br.Query()
+	var frs []sqlstore.FieldRow
+	if err == nil {
+		frs, err = pgx.CollectRows(rows, scanFieldRow)
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	sqlstore.SortRows(frs)
+	return sqlstore.Fold(&cp, frs)
 }
 
 // rangeArrays splits ranges into the arrays the fold queries unnest.
