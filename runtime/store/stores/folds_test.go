@@ -12,9 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/postgres"
 	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
-	"github.com/trellisflow/trellis/runtime/store/sqlite"
 	"github.com/trellisflow/trellis/runtime/store/sqlstore"
 )
 
@@ -55,13 +53,7 @@ func TestColdReadUsesSegments(t *testing.T) {
 	}
 	t.Run("sqlite", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "s.db")
-		open := func() store.Store {
-			st, err := sqlite.Open(ctx, path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
-		}
+		open := sqliteOpener(t, path)
 		st := open()
 		want := write(t, st)
 		st.Close()
@@ -80,13 +72,7 @@ func TestColdReadUsesSegments(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Database(t)
-		open := func() store.Store {
-			st, err := postgres.Open(ctx, url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
-		}
+		open := postgresOpener(t, url)
 		st := open()
 		want := write(t, st)
 		st.Close()
@@ -142,22 +128,10 @@ func BenchmarkColdLoad(b *testing.B) {
 	}
 	b.Run("sqlite", func(b *testing.B) {
 		path := filepath.Join(b.TempDir(), "c.db")
-		bench(b, func() store.Store {
-			st, err := sqlite.Open(ctx, path)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return st
-		})
+		bench(b, sqliteOpener(b, path))
 	})
 	b.Run("postgres", func(b *testing.B) {
 		url := pgtest.Database(b)
-		bench(b, func() store.Store {
-			st, err := postgres.Open(ctx, url)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return st
-		})
+		bench(b, postgresOpener(b, url))
 	})
 }

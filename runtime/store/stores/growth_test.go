@@ -22,6 +22,28 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
+// sqliteOpener and postgresOpener open store instances over one database,
+// as separate processes would.
+func sqliteOpener(tb testing.TB, path string) func() store.Store {
+	return func() store.Store {
+		st, err := sqlite.Open(context.Background(), path)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return st
+	}
+}
+
+func postgresOpener(tb testing.TB, url string) func() store.Store {
+	return func() store.Store {
+		st, err := postgres.Open(context.Background(), url)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return st
+	}
+}
+
 // turnCheckpoints shapes one interview turn the way the interview flow
 // commits it: the input, intent detection, the decision, the question and
 // finalize_turn appending the exchange to the conversation.
@@ -193,13 +215,7 @@ func report(b *testing.B, g growth) {
 func BenchmarkConversationGrowth(b *testing.B) {
 	b.Run("sqlite", func(b *testing.B) {
 		path := filepath.Join(b.TempDir(), "g.db")
-		open := func() store.Store {
-			st, err := sqlite.Open(context.Background(), path)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return st
-		}
+		open := sqliteOpener(b, path)
 		st := open()
 		defer st.Close()
 		var g growth
@@ -222,13 +238,7 @@ func BenchmarkConversationGrowth(b *testing.B) {
 	})
 	b.Run("postgres", func(b *testing.B) {
 		url := pgtest.Database(b)
-		open := func() store.Store {
-			st, err := postgres.Open(context.Background(), url)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return st
-		}
+		open := postgresOpener(b, url)
 		st := open()
 		defer st.Close()
 		conn, err := pgx.Connect(context.Background(), url)
