@@ -9,8 +9,6 @@ package expression
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -330,39 +328,40 @@ func (e *Env) shapeAt(n ast.Node) *schema.Shape {
 // reads are safe, and so are reads on the guarded side of x != nil && ...,
 // of x != nil ? ... : ..., or of x == nil ? ... : ....
 func checkNullable(src string, root ast.Node, env *Env) []Problem {
-	var probs []Problem
-	var walk func(n ast.Node, guarded map[string]bool)
-	walk = func(n ast.Node, guarded map[string]bool) {
-		switch x := n.(type) {
-		case nil:
-			return
-		case *ast.BinaryNode:
-			if x.Operator == "&&" || x.Operator == "and" {
-				walk(x.Left, guarded)
-				walk(x.Right, with(guarded, nilTests(x.Left, "!=")))
-				return
-			}
-		case *ast.ConditionalNode:
-			walk(x.Cond, guarded)
-			walk(x.Exp1, with(guarded, nilTests(x.Cond, "!=")))
-			walk(x.Exp2, with(guarded, nilTests(x.Cond, "==")))
-			return
-		case *ast.MemberNode:
-			prop, isStr := x.Property.(*ast.StringNode)
-			path := describePath(x.Node)
-			if isStr && !x.Optional && env.shapeAt(x.Node).Nullable() && !guarded[path] {
-				line, col := position(src, prop.Location().From)
-				probs = append(probs, Problem{Line: line, Col: col, EndCol: col + len([]rune(prop.Value)), Code: CodeMayBeNull,
-					Warning: true, Path: path,
-					Message: fmt.Sprintf("%s may be null here, and reading %q of null fails at run time; write %s?.%s, or test %s != nil first",
-						path, prop.Value, path, prop.Value, path)})
-			}
-		}
-		for _, c := range children(n) {
-			walk(c, guarded)
+	// first the paths each node is guarded against null by, then the reads
+	guards := map[ast.Node][]string{}
+	guard := func(sub ast.Node, paths []string) {
+		if len(paths) > 0 {
+			ast.Walk(&sub, &visitor{fn: func(n ast.Node) { guards[n] = append(guards[n], paths...) }})
 		}
 	}
-	walk(root, nil)
+	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
+		switch x := n.(type) {
+		case *ast.BinaryNode:
+			if x.Operator == "&&" || x.Operator == "and" {
+				guard(x.Right, nilTests(x.Left, "!="))
+			}
+		case *ast.ConditionalNode:
+			guard(x.Exp1, nilTests(x.Cond, "!="))
+			guard(x.Exp2, nilTests(x.Cond, "=="))
+		}
+	}})
+	var probs []Problem
+	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
+		x, ok := n.(*ast.MemberNode)
+		if !ok {
+			return
+		}
+		prop, isStr := x.Property.(*ast.StringNode)
+		path := describePath(x.Node)
+		if isStr && !x.Optional && env.shapeAt(x.Node).Nullable() && !slices.Contains(guards[n], path) {
+			line, col := position(src, prop.Location().From)
+			probs = append(probs, Problem{Line: line, Col: col, EndCol: col + len([]rune(prop.Value)), Code: CodeMayBeNull,
+				Warning: true, Path: path,
+				Message: fmt.Sprintf("%s may be null here, and reading %q of null fails at run time; write %s?.%s, or test %s != nil first",
+					path, prop.Value, path, prop.Value, path)})
+		}
+	}})
 	return probs
 }
 
@@ -390,51 +389,6 @@ func nilTests(cond ast.Node, op string) []string {
 		return []string{describePath(x.Right)}
 	}
 	return nil
-}
-
-func with(guarded map[string]bool, paths []string) map[string]bool {
-	if len(paths) == 0 {
-		return guarded
-	}
-	out := maps.Clone(guarded)
-	if out == nil {
-		out = map[string]bool{}
-	}
-	for _, p := range paths {
-		out[p] = true
-	}
-	return out
-}
-
-var nodeType = reflect.TypeFor[ast.Node]()
-
-// children lists a node's direct child nodes.
-func children(n ast.Node) []ast.Node {
-	v := reflect.ValueOf(n)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return nil
-	}
-	var out []ast.Node
-	v = v.Elem()
-	for i := range v.NumField() {
-		if !v.Type().Field(i).IsExported() {
-			continue
-		}
-		f := v.Field(i)
-		switch {
-		case f.Type() == nodeType:
-			if c, ok := f.Interface().(ast.Node); ok && c != nil {
-				out = append(out, c)
-			}
-		case f.Kind() == reflect.Slice && f.Type().Elem() == nodeType:
-			for j := range f.Len() {
-				if c, ok := f.Index(j).Interface().(ast.Node); ok && c != nil {
-					out = append(out, c)
-				}
-			}
-		}
-	}
-	return out
 }
 
 func describePath(n ast.Node) string {

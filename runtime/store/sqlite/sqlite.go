@@ -188,24 +188,20 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source, at, string(meta)); err != nil {
 			return err
 		}
-		if len(cp.Writes) == 0 {
-			if cp.Seq%sqlstore.FoldEvery == 0 {
-				return sqlstore.RecordFold(ctx, foldTx{tx}, cp.Thread, cp.Seq)
+		if len(cp.Writes) > 0 {
+			var q strings.Builder
+			q.WriteString(`INSERT INTO writes (thread, seq, field, version, append, value) VALUES `)
+			args := make([]any, 0, 6*len(cp.Writes))
+			for i, w := range cp.Writes {
+				if i > 0 {
+					q.WriteByte(',')
+				}
+				q.WriteString("(?, ?, ?, ?, ?, ?)")
+				args = append(args, cp.Thread, cp.Seq, w.Field, w.Version, w.Append, string(values[i]))
 			}
-			return nil
-		}
-		var q strings.Builder
-		q.WriteString(`INSERT INTO writes (thread, seq, field, version, append, value) VALUES `)
-		args := make([]any, 0, 6*len(cp.Writes))
-		for i, w := range cp.Writes {
-			if i > 0 {
-				q.WriteByte(',')
+			if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+				return err
 			}
-			q.WriteString("(?, ?, ?, ?, ?, ?)")
-			args = append(args, cp.Thread, cp.Seq, w.Field, w.Version, w.Append, string(values[i]))
-		}
-		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-			return err
 		}
 		if cp.Seq%sqlstore.FoldEvery == 0 {
 			return sqlstore.RecordFold(ctx, foldTx{tx}, cp.Thread, cp.Seq)
@@ -270,44 +266,37 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	if err != nil {
 		return nil, err
 	}
+	var rows *sql.Rows
 	if spans == nil {
 		// a thread younger than its first fold: every row it has
-		rows, err := tx.QueryContext(ctx, `
+		rows, err = tx.QueryContext(ctx, `
 			WITH base AS (
 				SELECT field, max(CASE WHEN append = 0 THEN seq ELSE 0 END) AS seq
 				FROM writes WHERE thread = ?1 AND seq <= ?2 GROUP BY field)
 			SELECT w.field, w.seq, w.version, w.append, w.value
 			FROM base b JOIN writes w ON w.thread = ?1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= ?2
 			ORDER BY w.field, w.seq`, thread, seq)
-		if err != nil {
+	} else {
+		var sp sqlstore.Spans
+		if sp, err = sqlstore.DecodeSpans(spans); err != nil {
 			return nil, err
 		}
-		frs, err := scanFieldRows(rows, nil)
-		if err != nil {
-			return nil, err
-		}
-		return sqlstore.Fold(&cp, frs)
+		rows, err = tx.QueryContext(ctx, `
+			SELECT w.field, w.seq, w.version, w.append, w.value
+			FROM json_each(?2) p CROSS JOIN writes w
+				ON w.thread = ?1 AND w.field = p.value->>0 AND w.seq BETWEEN p.value->>1 AND p.value->>2
+			UNION ALL
+			SELECT field, seq, version, append, value FROM writes WHERE thread = ?1 AND seq > ?3 AND seq <= ?4
+			UNION ALL
+			SELECT g.field, g.last, g.version, 1, g.items
+			FROM json_each(?5) p CROSS JOIN segments g
+				ON g.thread = ?1 AND g.field = p.value->>0 AND g.last BETWEEN p.value->>1 AND p.value->>2 AND g.first >= p.value->>1`,
+			thread, rangesJSON(sp.Rows(c)), c, seq, rangesJSON(sp.Segments()))
 	}
-	sp, err := sqlstore.DecodeSpans(spans)
 	if err != nil {
 		return nil, err
 	}
-	ranges, segments := rangesJSON(sp.Rows(c)), rangesJSON(sp.Segments())
-	rows, err := tx.QueryContext(ctx, `
-		SELECT w.field, w.seq, w.version, w.append, w.value
-		FROM json_each(?2) p CROSS JOIN writes w
-			ON w.thread = ?1 AND w.field = p.value->>0 AND w.seq BETWEEN p.value->>1 AND p.value->>2
-		UNION ALL
-		SELECT field, seq, version, append, value FROM writes WHERE thread = ?1 AND seq > ?3 AND seq <= ?4
-		UNION ALL
-		SELECT g.field, g.last, g.version, 1, g.items
-		FROM json_each(?5) p CROSS JOIN segments g
-			ON g.thread = ?1 AND g.field = p.value->>0 AND g.last BETWEEN p.value->>1 AND p.value->>2 AND g.first >= p.value->>1`,
-		thread, ranges, c, seq, segments)
-	if err != nil {
-		return nil, err
-	}
-	frs, err := scanFieldRows(rows, nil)
+	frs, err := scanFieldRows(rows)
 	if err != nil {
 		return nil, err
 	}
@@ -328,8 +317,9 @@ func rangesJSON(rs []sqlstore.Range) string {
 
 // scanFieldRows reads rows of (field, seq, version, append, value) and
 // closes them.
-func scanFieldRows(rows *sql.Rows, out []sqlstore.FieldRow) ([]sqlstore.FieldRow, error) {
+func scanFieldRows(rows *sql.Rows) ([]sqlstore.FieldRow, error) {
 	defer rows.Close()
+	var out []sqlstore.FieldRow
 	for rows.Next() {
 		var r sqlstore.FieldRow
 		var value string
@@ -342,7 +332,8 @@ func scanFieldRows(rows *sql.Rows, out []sqlstore.FieldRow) ([]sqlstore.FieldRow
 	return out, rows.Err()
 }
 
-// foldTx gives sqlstore.RecordFold the rows of a write transaction.
+// foldTx reads and writes folds in a transaction: for loading, and for
+// sqlstore.RecordFold.
 type foldTx struct{ *sql.Tx }
 
 func (tx foldTx) LastFold(ctx context.Context, thread string, seq uint64) (uint64, []byte, error) {
@@ -378,7 +369,7 @@ func (tx foldTx) Rows(ctx context.Context, thread string, r sqlstore.Range) ([]s
 	if err != nil {
 		return nil, err
 	}
-	return scanFieldRows(rows, nil)
+	return scanFieldRows(rows)
 }
 
 func (tx foldTx) PutSegment(ctx context.Context, thread string, r sqlstore.Range, version uint64, items []byte) error {
@@ -506,7 +497,7 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 	if err != nil {
 		return nil, err
 	}
-	frs, err := scanFieldRows(wrows, nil)
+	frs, err := scanFieldRows(wrows)
 	if err != nil {
 		return nil, err
 	}

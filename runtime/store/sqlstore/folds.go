@@ -156,7 +156,7 @@ func (s Spans) fields() []string {
 // Join joins the items of a field's append rows, in order, into one JSON
 // list: the value of the segment they form.
 func Join(rows []FieldRow) ([]byte, error) {
-	r, n, _ := joinAppends(rows, math.MaxInt, nil)
+	r, n := joinAppends(rows, math.MaxInt)
 	if n != len(rows) {
 		return nil, fmt.Errorf("field %q at %d: a row to join is not an appended JSON list", rows[n].Field, rows[n].Seq)
 	}

@@ -78,7 +78,7 @@ func Fold(meta *store.Checkpoint, rows []FieldRow) (*store.Folder, error) {
 	for i := 0; i < len(rows); {
 		r, n := rows[i], 1
 		if r.Append {
-			r, n, _ = joinAppends(rows[i:], partBytes, nil)
+			r, n = joinAppends(rows[i:], partBytes)
 		}
 		parts = append(parts, r)
 		size += len(r.Value)
@@ -109,27 +109,20 @@ const (
 // decodeParts decodes parts into writes, on every processor when size
 // is large enough to repay it.
 func decodeParts(parts []FieldRow, writes []store.Write, size int) error {
-	workers := min(runtime.GOMAXPROCS(0), len(parts))
-	if size < parallelBytes || workers < 2 {
-		for i, p := range parts {
-			w, err := Decode(p)
-			if err != nil {
-				return err
-			}
-			writes[i] = w
-		}
-		return nil
-	}
 	var next atomic.Int64
 	errs := make([]error, len(parts))
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(parts); i = int(next.Add(1) - 1) {
-				writes[i], errs[i] = Decode(parts[i])
-			}
-		})
+	work := func() {
+		for i := int(next.Add(1) - 1); i < len(parts); i = int(next.Add(1) - 1) {
+			writes[i], errs[i] = Decode(parts[i])
+		}
 	}
+	var wg sync.WaitGroup
+	if size >= parallelBytes {
+		for range min(runtime.GOMAXPROCS(0), len(parts)) - 1 {
+			wg.Go(work)
+		}
+	}
+	work()
 	wg.Wait()
 	return errors.Join(errs...)
 }
@@ -139,10 +132,10 @@ func decodeParts(parts []FieldRow, writes []store.Write, size int) error {
 // bytes.
 // It returns the row and how many rows it used (just the first when a
 // value is not a plain JSON list, which Decode then reports).
-func joinAppends(rows []FieldRow, limit int, buf []byte) (FieldRow, int, []byte) {
+func joinAppends(rows []FieldRow, limit int) (FieldRow, int) {
 	first := rows[0]
 	n := 0
-	buf = append(buf, '[')
+	buf := []byte{'['}
 	for _, r := range rows {
 		if !r.Append || r.Field != first.Field || n > 0 && len(buf)+len(r.Value) > limit {
 			break
@@ -164,10 +157,10 @@ func joinAppends(rows []FieldRow, limit int, buf []byte) (FieldRow, int, []byte)
 		n++
 	}
 	if n < 2 {
-		return first, 1, buf
+		return first, 1
 	}
 	last := rows[n-1]
-	return FieldRow{Field: first.Field, Seq: last.Seq, Version: last.Version, Append: true, Value: append(buf, ']')}, n, buf
+	return FieldRow{Field: first.Field, Seq: last.Seq, Version: last.Version, Append: true, Value: append(buf, ']')}, n
 }
 
 // Meta is the stored metadata of a checkpoint.
