@@ -32,6 +32,69 @@ func TestDecodeNumbers(t *testing.T) {
 // BenchmarkDecodeConversation decodes a 1,000-turn conversation as a cold
 // thread load does: go test ./runtime/schema -run '^$' -bench Decode
 func BenchmarkDecodeConversation(b *testing.B) {
+	data := conversation()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkUnpackConversation reads the same conversation from its packed
+// form, as a cold load reads a thread's segments:
+// go test ./runtime/schema -run '^$' -bench Conversation
+func BenchmarkUnpackConversation(b *testing.B) {
+	v, err := Decode(conversation())
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := Pack(nil, v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Unpack(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestUnpackRejectsMalformed(t *testing.T) {
+	v := map[string]any{"role": "candidate", "turn": 300, "score": 0.5, "tags": []any{"a", true, nil, false}, "n": -1}
+	p, err := Pack(nil, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := Unpack(p); err != nil || !reflect.DeepEqual(back, v) {
+		t.Fatalf("round trip: %#v, %v", back, err)
+	}
+	// every truncation, and trailing bytes, are errors
+	for n := range len(p) {
+		if back, err := Unpack(p[:n]); err == nil {
+			t.Fatalf("%d of %d bytes unpacked to %#v", n, len(p), back)
+		}
+	}
+	if _, err := Unpack(append(p, tagNull)); err == nil {
+		t.Fatal("trailing byte accepted")
+	}
+	if _, err := Unpack([]byte(`["json"]`)); err == nil {
+		t.Fatal("JSON unpacked")
+	}
+	// a count larger than what remains is refused before anything is made
+	if _, err := Unpack([]byte{PackMagic, tagArray, 0xff, 0xff, 0xff, 0xff, 0x0f}); err == nil {
+		t.Fatal("huge count accepted")
+	}
+	if _, err := Pack(nil, struct{}{}); err == nil {
+		t.Fatal("packed a struct")
+	}
+}
+
+// conversation is a 1,000-turn interview's messages as JSON.
+func conversation() []byte {
 	answer := strings.Repeat("I worked on the ingestion pipeline and its backpressure. ", 3)
 	var items []any
 	for turn := 1; turn <= 1000; turn++ {
@@ -40,13 +103,7 @@ func BenchmarkDecodeConversation(b *testing.B) {
 			map[string]any{"role": "interviewer", "content": q, "turn": turn, "node": "question"})
 	}
 	data, _ := json.Marshal(items)
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Decode(data); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return data
 }
 
 // decodeStd is what Decode must agree with: encoding/json with UseNumber,
@@ -96,6 +153,18 @@ func agree(t *testing.T, b []byte) {
 	}
 	if err == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q:\nDecode        %#v\nencoding/json %#v", b, got, want)
+	}
+	// any input read as a packed value is an error or a value, never a
+	// panic; a decoded value survives packing unchanged
+	Unpack(append([]byte{PackMagic}, b...))
+	if err == nil {
+		p, err := Pack(nil, got)
+		if err != nil {
+			t.Fatalf("%q: Pack: %v", b, err)
+		}
+		if back, err := Unpack(p); err != nil || !reflect.DeepEqual(back, got) {
+			t.Fatalf("%q: Unpack(Pack(v)) = %#v, %v", b, back, err)
+		}
 	}
 }
 

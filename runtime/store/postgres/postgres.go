@@ -301,19 +301,26 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
 			JOIN writes w ON w.thread = $1 AND w.field = p.field AND w.seq BETWEEN p.lo AND p.hi
 			UNION ALL
-			SELECT field, seq, version, append, value::text FROM writes WHERE thread = $1 AND seq > $5 AND seq <= $6
-			UNION ALL
+			SELECT field, seq, version, append, value::text FROM writes WHERE thread = $1 AND seq > $5 AND seq <= $6`,
+			thread, rf, rlo, rhi, *c, int64(seq))
+		// segments are binary: a query of their own
+		body.Queue(`
 			SELECT g.field, g.last, g.version, true, g.items
-			FROM unnest($7::text[], $8::bigint[], $9::bigint[]) AS p(field, lo, hi)
+			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
 			JOIN segments g ON g.thread = $1 AND g.field = p.field AND g.last BETWEEN p.lo AND p.hi AND g.first >= p.lo`,
-			thread, rf, rlo, rhi, *c, int64(seq), gf, glo, ghi)
+			thread, gf, glo, ghi)
 	}
 	body.Queue(`COMMIT`)
 	br = conn.SendBatch(ctx, &body)
-	rows, err := br.Query()
 	var frs []sqlstore.FieldRow
-	if err == nil {
-		frs, err = pgx.CollectRows(rows, scanFieldRow)
+	for range body.Len() - 1 {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			frs, err = pgx.AppendRows(frs, rows, scanFieldRow)
+		}
+		if err != nil {
+			break
+		}
 	}
 	if err == nil {
 		_, err = br.Exec()
@@ -375,7 +382,7 @@ func (tx foldTx) Rows(ctx context.Context, thread string, r sqlstore.Range) ([]s
 
 func (tx foldTx) PutSegment(ctx context.Context, thread string, r sqlstore.Range, version uint64, items []byte) error {
 	_, err := tx.Exec(ctx, `INSERT INTO segments (thread, field, last, first, version, items) VALUES ($1, $2, $3, $4, $5, $6)`,
-		thread, r.Field, int64(r.Hi), int64(r.Lo), int64(version), string(items))
+		thread, r.Field, int64(r.Hi), int64(r.Lo), int64(version), items)
 	return err
 }
 
@@ -387,9 +394,8 @@ func (tx foldTx) PutFold(ctx context.Context, thread string, seq uint64, spans [
 func scanFieldRow(row pgx.CollectableRow) (sqlstore.FieldRow, error) {
 	var r sqlstore.FieldRow
 	var seq, version int64
-	var value string
-	err := row.Scan(&r.Field, &seq, &version, &r.Append, &value)
-	r.Seq, r.Version, r.Value = uint64(seq), uint64(version), []byte(value)
+	err := row.Scan(&r.Field, &seq, &version, &r.Append, &r.Value)
+	r.Seq, r.Version = uint64(seq), uint64(version)
 	return r, err
 }
 

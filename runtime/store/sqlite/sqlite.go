@@ -322,11 +322,9 @@ func scanFieldRows(rows *sql.Rows) ([]sqlstore.FieldRow, error) {
 	var out []sqlstore.FieldRow
 	for rows.Next() {
 		var r sqlstore.FieldRow
-		var value string
-		if err := rows.Scan(&r.Field, &r.Seq, &r.Version, &r.Append, &value); err != nil {
+		if err := rows.Scan(&r.Field, &r.Seq, &r.Version, &r.Append, &r.Value); err != nil {
 			return nil, err
 		}
-		r.Value = []byte(value)
 		out = append(out, r)
 	}
 	return out, rows.Err()

@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/trellisflow/trellis/runtime/schema"
 )
 
 // A long thread is read through folds and segments, so that loading its
@@ -153,14 +155,19 @@ func (s Spans) fields() []string {
 	return fs
 }
 
-// Join joins the items of a field's append rows, in order, into one JSON
-// list: the value of the segment they form.
-func Join(rows []FieldRow) ([]byte, error) {
+// Segment joins the items of a field's append rows, in order, into the
+// value of the segment they form: one list, packed (see schema.Pack), as
+// segments are read far more often than they are written.
+func Segment(rows []FieldRow) ([]byte, error) {
 	r, n := joinAppends(rows, math.MaxInt)
 	if n != len(rows) {
 		return nil, fmt.Errorf("field %q at %d: a row to join is not an appended JSON list", rows[n].Field, rows[n].Seq)
 	}
-	return r.Value, nil
+	items, err := schema.Decode(r.Value)
+	if err != nil {
+		return nil, fmt.Errorf("field %q at %d: %w", r.Field, r.Seq, err)
+	}
+	return schema.Pack(nil, items)
 }
 
 // SortRows orders rows by field, then sequence, as Fold reads them.
@@ -218,7 +225,7 @@ func RecordFold(ctx context.Context, tx FoldTx, thread string, c uint64) error {
 		if err != nil {
 			return err
 		}
-		items, err := Join(rows)
+		items, err := Segment(rows)
 		if err != nil {
 			return err
 		}

@@ -49,9 +49,13 @@ func Encode(w store.Write) ([]byte, error) {
 	return b, nil
 }
 
-// Decode parses a stored write back into a store.Write.
+// Decode parses a stored write, or a segment, back into a store.Write.
 func Decode(r FieldRow) (store.Write, error) {
-	v, err := schema.Decode(r.Value)
+	decode := schema.Decode
+	if schema.Packed(r.Value) {
+		decode = schema.Unpack
+	}
+	v, err := decode(r.Value)
 	if err != nil {
 		return store.Write{}, fmt.Errorf("field %q at %d: %w", r.Field, r.Seq, err)
 	}
@@ -70,7 +74,7 @@ func Decode(r FieldRow) (store.Write, error) {
 //
 // Consecutive appends to one field are joined into JSON lists of up to
 // partBytes and decoded at once: a long conversation costs a decode per
-// part, not one per turn. When there is much to decode, the parts are
+// part, not one per turn. A segment, packed, is a part of its own. When there is much to decode, the parts are
 // decoded on all processors; they are folded in order all the same.
 func Fold(meta *store.Checkpoint, rows []FieldRow) (*store.Folder, error) {
 	parts := make([]FieldRow, 0, len(rows))
@@ -137,7 +141,7 @@ func joinAppends(rows []FieldRow, limit int) (FieldRow, int) {
 	n := 0
 	buf := []byte{'['}
 	for _, r := range rows {
-		if !r.Append || r.Field != first.Field || n > 0 && len(buf)+len(r.Value) > limit {
+		if !r.Append || r.Field != first.Field || n > 0 && len(buf)+len(r.Value) > limit || schema.Packed(r.Value) {
 			break
 		}
 		v := bytes.TrimSpace(r.Value)

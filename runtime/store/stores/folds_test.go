@@ -3,6 +3,7 @@ package stores_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellisflow/trellis/runtime/store/sqlstore"
@@ -18,7 +20,9 @@ import (
 
 // A long thread's state is read through its segments, not its rows: once
 // the append rows a segment covers are removed behind the store's back, a
-// store that has never seen the thread still reads the whole state.
+// store that has never seen the thread still reads the whole state. The
+// segments are packed; one rewritten as JSON, as segments were first
+// stored, still reads.
 func TestColdReadUsesSegments(t *testing.T) {
 	ctx := context.Background()
 	const n = 3*sqlstore.FoldEvery + 10
@@ -68,6 +72,14 @@ func TestColdReadUsesSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 		removed, _ := res.RowsAffected()
+		var items []byte
+		if err := db.QueryRow(`SELECT items FROM segments WHERE thread = 't' AND field = 'log' ORDER BY last LIMIT 1`).Scan(&items); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`UPDATE segments SET items = ? WHERE thread = 't' AND field = 'log'
+			AND last = (SELECT min(last) FROM segments WHERE thread = 't')`, string(asJSON(t, items))); err != nil {
+			t.Fatal(err)
+		}
 		check(t, want, removed, open)
 	})
 	t.Run("postgres", func(t *testing.T) {
@@ -86,8 +98,34 @@ func TestColdReadUsesSegments(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var items []byte
+		if err := conn.QueryRow(ctx, `SELECT items FROM segments WHERE thread = 't' AND field = 'log' ORDER BY last LIMIT 1`).Scan(&items); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `UPDATE segments SET items = $1 WHERE thread = 't' AND field = 'log'
+			AND last = (SELECT min(last) FROM segments WHERE thread = 't')`, asJSON(t, items)); err != nil {
+			t.Fatal(err)
+		}
 		check(t, want, tag.RowsAffected(), open)
 	})
+}
+
+// asJSON checks that a segment is packed and returns it as JSON, the form
+// segments had before they were packed, which a load still reads.
+func asJSON(t *testing.T, items []byte) []byte {
+	t.Helper()
+	if !schema.Packed(items) {
+		t.Fatalf("segment not packed: %q", items)
+	}
+	v, err := schema.Unpack(items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // BenchmarkColdLoad loads the state of a 1,000-turn interview from a store
