@@ -57,7 +57,7 @@ func BenchmarkUnpackConversation(b *testing.B) {
 	b.SetBytes(int64(len(p)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Unpack(p); err != nil {
+		if _, err := Unpack(string(p)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -69,23 +69,23 @@ func TestUnpackRejectsMalformed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back, err := Unpack(p); err != nil || !reflect.DeepEqual(back, v) {
+	if back, err := Unpack(string(p)); err != nil || !reflect.DeepEqual(back, v) {
 		t.Fatalf("round trip: %#v, %v", back, err)
 	}
 	// every truncation, and trailing bytes, are errors
 	for n := range len(p) {
-		if back, err := Unpack(p[:n]); err == nil {
+		if back, err := Unpack(string(p[:n])); err == nil {
 			t.Fatalf("%d of %d bytes unpacked to %#v", n, len(p), back)
 		}
 	}
-	if _, err := Unpack(append(p, tagNull)); err == nil {
+	if _, err := Unpack(string(append(p, tagNull))); err == nil {
 		t.Fatal("trailing byte accepted")
 	}
-	if _, err := Unpack([]byte(`["json"]`)); err == nil {
+	if _, err := Unpack(`["json"]`); err == nil {
 		t.Fatal("JSON unpacked")
 	}
 	// a count larger than what remains is refused before anything is made
-	if _, err := Unpack([]byte{PackMagic, tagArray, 0xff, 0xff, 0xff, 0xff, 0x0f}); err == nil {
+	if _, err := Unpack(string([]byte{PackMagic, tagArray, 0xff, 0xff, 0xff, 0xff, 0x0f})); err == nil {
 		t.Fatal("huge count accepted")
 	}
 	if _, err := Pack(nil, struct{}{}); err == nil {
@@ -156,13 +156,13 @@ func agree(t *testing.T, b []byte) {
 	}
 	// any input read as a packed value is an error or a value, never a
 	// panic; a decoded value survives packing unchanged
-	Unpack(append([]byte{PackMagic}, b...))
+	Unpack(string(append([]byte{PackMagic}, b...)))
 	if err == nil {
 		p, err := Pack(nil, got)
 		if err != nil {
 			t.Fatalf("%q: Pack: %v", b, err)
 		}
-		if back, err := Unpack(p); err != nil || !reflect.DeepEqual(back, got) {
+		if back, err := Unpack(string(p)); err != nil || !reflect.DeepEqual(back, got) {
 			t.Fatalf("%q: Unpack(Pack(v)) = %#v, %v", b, back, err)
 		}
 	}

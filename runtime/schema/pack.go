@@ -11,7 +11,7 @@ import (
 // cheaper to read back than JSON: every length is known before its data,
 // so nothing is scanned twice, nothing is unescaped or validated, maps are
 // made at their final size, and every string (keys included) is a slice of
-// one string made from the whole input. The stores keep derived data in it
+// the input. The stores keep derived data in it
 // (the segments of a long thread), never the record itself, which stays
 // JSON.
 //
@@ -81,16 +81,18 @@ func pack(b []byte, v any) ([]byte, error) {
 }
 
 // Packed reports whether b holds a packed value rather than JSON.
-func Packed(b []byte) bool { return len(b) > 0 && b[0] == PackMagic }
+func Packed[T ~string | ~[]byte](b T) bool { return len(b) > 0 && b[0] == PackMagic }
 
 var errPacked = errors.New("malformed packed value")
 
-// Unpack reads a value written by Pack. Its strings share one copy of b.
-func Unpack(b []byte) (any, error) {
-	if !Packed(b) {
+// Unpack reads a value written by Pack. It takes the packed bytes as a
+// string, so that the strings it returns (keys included) are slices of it
+// rather than copies.
+func Unpack(s string) (any, error) {
+	if !Packed(s) {
 		return nil, errPacked
 	}
-	u := unpacker{s: string(b[1:]), boxed: make(map[string]any, 16)}
+	u := unpacker{s: s[1:], boxed: make(map[string]any, 16)}
 	v, err := u.value(0)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@
 package postgres
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"embed"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/sqlstore"
 )
@@ -296,6 +298,13 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 		}
 		rf, rlo, rhi := rangeArrays(sp.Rows(uint64(*c)))
 		gf, glo, ghi := rangeArrays(sp.Segments())
+		// segments are binary, so a query of their own, and come first:
+		// they decode while the rows are read
+		body.Queue(`
+			SELECT g.field, g.last, g.version, true, g.items
+			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
+			JOIN segments g ON g.thread = $1 AND g.field = p.field AND g.last BETWEEN p.lo AND p.hi AND g.first >= p.lo`,
+			thread, gf, glo, ghi)
 		body.Queue(`
 			SELECT w.field, w.seq, w.version, w.append, w.value::text
 			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
@@ -303,22 +312,13 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 			UNION ALL
 			SELECT field, seq, version, append, value::text FROM writes WHERE thread = $1 AND seq > $5 AND seq <= $6`,
 			thread, rf, rlo, rhi, *c, int64(seq))
-		// segments are binary: a query of their own
-		body.Queue(`
-			SELECT g.field, g.last, g.version, true, g.items
-			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
-			JOIN segments g ON g.thread = $1 AND g.field = p.field AND g.last BETWEEN p.lo AND p.hi AND g.first >= p.lo`,
-			thread, gf, glo, ghi)
 	}
 	body.Queue(`COMMIT`)
 	br = conn.SendBatch(ctx, &body)
-	var frs []sqlstore.FieldRow
+	var l sqlstore.Loader
+	defer l.Close()
 	for range body.Len() - 1 {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			frs, err = pgx.AppendRows(frs, rows, scanFieldRow)
-		}
-		if err != nil {
+		if err = addRows(br, &l); err != nil {
 			break
 		}
 	}
@@ -331,8 +331,7 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	if err != nil {
 		return nil, err
 	}
-	sqlstore.SortRows(frs)
-	return sqlstore.Fold(&cp, frs)
+	return l.Fold(&cp)
 }
 
 // rangeArrays splits ranges into the arrays the fold queries unnest.
@@ -391,12 +390,42 @@ func (tx foldTx) PutFold(ctx context.Context, thread string, seq uint64, spans [
 	return err
 }
 
+// addRows reads the field rows of a batch's next query into l.
+func addRows(br pgx.BatchResults, l *sqlstore.Loader) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanFieldRow(rows)
+		if err != nil {
+			return err
+		}
+		l.Add(r)
+	}
+	return rows.Err()
+}
+
 func scanFieldRow(row pgx.CollectableRow) (sqlstore.FieldRow, error) {
 	var r sqlstore.FieldRow
 	var seq, version int64
-	err := row.Scan(&r.Field, &seq, &version, &r.Append, &r.Value)
+	err := row.Scan(&r.Field, &seq, &version, &r.Append, rowValue{&r})
 	r.Seq, r.Version = uint64(seq), uint64(version)
 	return r, err
+}
+
+// rowValue scans a stored value, JSON text or a packed segment, into its
+// row with one copy.
+type rowValue struct{ r *sqlstore.FieldRow }
+
+func (v rowValue) ScanBytes(b []byte) error {
+	if schema.Packed(b) {
+		v.r.Packed = string(b)
+	} else {
+		v.r.Value = bytes.Clone(b)
+	}
+	return nil
 }
 
 // History implements store.Store.

@@ -21,6 +21,7 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
+	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/sqlstore"
 )
@@ -281,27 +282,28 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 		if sp, err = sqlstore.DecodeSpans(spans); err != nil {
 			return nil, err
 		}
+		// segments first: they decode while the rows are read
 		rows, err = tx.QueryContext(ctx, `
+			SELECT g.field, g.last, g.version, 1, g.items
+			FROM json_each(?5) p CROSS JOIN segments g
+				ON g.thread = ?1 AND g.field = p.value->>0 AND g.last BETWEEN p.value->>1 AND p.value->>2 AND g.first >= p.value->>1
+			UNION ALL
 			SELECT w.field, w.seq, w.version, w.append, w.value
 			FROM json_each(?2) p CROSS JOIN writes w
 				ON w.thread = ?1 AND w.field = p.value->>0 AND w.seq BETWEEN p.value->>1 AND p.value->>2
 			UNION ALL
-			SELECT field, seq, version, append, value FROM writes WHERE thread = ?1 AND seq > ?3 AND seq <= ?4
-			UNION ALL
-			SELECT g.field, g.last, g.version, 1, g.items
-			FROM json_each(?5) p CROSS JOIN segments g
-				ON g.thread = ?1 AND g.field = p.value->>0 AND g.last BETWEEN p.value->>1 AND p.value->>2 AND g.first >= p.value->>1`,
+			SELECT field, seq, version, append, value FROM writes WHERE thread = ?1 AND seq > ?3 AND seq <= ?4`,
 			thread, rangesJSON(sp.Rows(c)), c, seq, rangesJSON(sp.Segments()))
 	}
 	if err != nil {
 		return nil, err
 	}
-	frs, err := scanFieldRows(rows)
-	if err != nil {
+	var l sqlstore.Loader
+	defer l.Close()
+	if err := scanFieldRows(rows, l.Add); err != nil {
 		return nil, err
 	}
-	sqlstore.SortRows(frs)
-	return sqlstore.Fold(&cp, frs)
+	return l.Fold(&cp)
 }
 
 // rangesJSON lists ranges as the JSON the fold queries take apart with
@@ -315,19 +317,31 @@ func rangesJSON(rs []sqlstore.Range) string {
 	return string(b)
 }
 
-// scanFieldRows reads rows of (field, seq, version, append, value) and
-// closes them.
-func scanFieldRows(rows *sql.Rows) ([]sqlstore.FieldRow, error) {
+// scanFieldRows reads rows of (field, seq, version, append, value),
+// passing each to add, and closes them.
+func scanFieldRows(rows *sql.Rows, add func(sqlstore.FieldRow)) error {
 	defer rows.Close()
-	var out []sqlstore.FieldRow
 	for rows.Next() {
 		var r sqlstore.FieldRow
-		if err := rows.Scan(&r.Field, &r.Seq, &r.Version, &r.Append, &r.Value); err != nil {
-			return nil, err
+		var value string
+		if err := rows.Scan(&r.Field, &r.Seq, &r.Version, &r.Append, &value); err != nil {
+			return err
 		}
-		out = append(out, r)
+		if schema.Packed(value) {
+			r.Packed = value
+		} else {
+			r.Value = []byte(value)
+		}
+		add(r)
 	}
-	return out, rows.Err()
+	return rows.Err()
+}
+
+// fieldRows collects the rows scanFieldRows reads.
+func fieldRows(rows *sql.Rows) ([]sqlstore.FieldRow, error) {
+	var out []sqlstore.FieldRow
+	err := scanFieldRows(rows, func(r sqlstore.FieldRow) { out = append(out, r) })
+	return out, err
 }
 
 // foldTx reads and writes folds in a transaction: for loading, and for
@@ -367,7 +381,7 @@ func (tx foldTx) Rows(ctx context.Context, thread string, r sqlstore.Range) ([]s
 	if err != nil {
 		return nil, err
 	}
-	return scanFieldRows(rows)
+	return fieldRows(rows)
 }
 
 func (tx foldTx) PutSegment(ctx context.Context, thread string, r sqlstore.Range, version uint64, items []byte) error {
@@ -495,7 +509,7 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 	if err != nil {
 		return nil, err
 	}
-	frs, err := scanFieldRows(wrows)
+	frs, err := fieldRows(wrows)
 	if err != nil {
 		return nil, err
 	}

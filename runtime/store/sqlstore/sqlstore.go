@@ -33,7 +33,12 @@ type FieldRow struct {
 	Seq     uint64
 	Version uint64
 	Append  bool
-	Value   []byte
+	Value   []byte // JSON
+	// Packed holds a segment's items, packed (see Segment), in place of
+	// Value.
+	Packed string
+	// early is the row decoded as it was read (see Loader).
+	early *decoded
 }
 
 // Encode serialises a write's payload: its value, or its appended items.
@@ -51,11 +56,13 @@ func Encode(w store.Write) ([]byte, error) {
 
 // Decode parses a stored write, or a segment, back into a store.Write.
 func Decode(r FieldRow) (store.Write, error) {
-	decode := schema.Decode
-	if schema.Packed(r.Value) {
-		decode = schema.Unpack
+	var v any
+	var err error
+	if r.Packed != "" {
+		v, err = schema.Unpack(r.Packed)
+	} else {
+		v, err = schema.Decode(r.Value)
 	}
-	v, err := decode(r.Value)
 	if err != nil {
 		return store.Write{}, fmt.Errorf("field %q at %d: %w", r.Field, r.Seq, err)
 	}
@@ -68,24 +75,81 @@ func Decode(r FieldRow) (store.Write, error) {
 	return w, nil
 }
 
-// Fold builds the state at checkpoint seq from field rows ordered by
-// field, then sequence, each field starting at its newest full write (or
-// its first append).
+// A Loader gathers the rows a store reads to build one state. Each packed
+// segment starts decoding on another processor the moment it is read, so
+// decoding overlaps the rest of the read; Fold decodes what is left. A
+// Loader must be closed, or folded, once the store is done reading.
+type Loader struct {
+	rows   []FieldRow
+	jobs   chan FieldRow
+	wg     sync.WaitGroup
+	closed bool
+}
+
+// decoded is the result of decoding a row ahead of its fold.
+type decoded struct {
+	w   store.Write
+	err error
+}
+
+// Add takes one row read from the store.
+func (l *Loader) Add(r FieldRow) {
+	if procs := runtime.GOMAXPROCS(0); procs > 1 && r.Packed != "" && !l.closed {
+		if l.jobs == nil {
+			l.jobs = make(chan FieldRow, 64)
+			for range procs - 1 {
+				l.wg.Go(l.work)
+			}
+		}
+		r.early = new(decoded)
+		l.jobs <- r
+	}
+	l.rows = append(l.rows, r)
+}
+
+func (l *Loader) work() {
+	for r := range l.jobs {
+		r.early.w, r.early.err = Decode(r)
+	}
+}
+
+// Close waits for the decoding under way, the caller taking part.
+func (l *Loader) Close() {
+	if l.closed {
+		return
+	}
+	l.closed = true
+	if l.jobs != nil {
+		close(l.jobs)
+		l.work()
+		l.wg.Wait()
+	}
+}
+
+// Fold builds the state at checkpoint meta.Seq from the rows, which hold
+// for each field its newest full write at or before it (or its first
+// append) and everything after.
 //
 // Consecutive appends to one field are joined into JSON lists of up to
 // partBytes and decoded at once: a long conversation costs a decode per
-// part, not one per turn. A segment, packed, is a part of its own. When there is much to decode, the parts are
-// decoded on all processors; they are folded in order all the same.
-func Fold(meta *store.Checkpoint, rows []FieldRow) (*store.Folder, error) {
+// part, not one per turn. A segment, packed, is a part of its own. When
+// there is much to decode, the parts are decoded on all processors; they
+// are folded in order all the same.
+func (l *Loader) Fold(meta *store.Checkpoint) (*store.Folder, error) {
+	l.Close()
+	rows := l.rows
+	SortRows(rows)
 	parts := make([]FieldRow, 0, len(rows))
 	size := 0
 	for i := 0; i < len(rows); {
 		r, n := rows[i], 1
-		if r.Append {
+		if r.Append && r.early == nil {
 			r, n = joinAppends(rows[i:], partBytes)
 		}
 		parts = append(parts, r)
-		size += len(r.Value)
+		if r.early == nil {
+			size += len(r.Value)
+		}
 		i += n
 	}
 	writes := make([]store.Write, len(parts))
@@ -117,7 +181,11 @@ func decodeParts(parts []FieldRow, writes []store.Write, size int) error {
 	errs := make([]error, len(parts))
 	work := func() {
 		for i := int(next.Add(1) - 1); i < len(parts); i = int(next.Add(1) - 1) {
-			writes[i], errs[i] = Decode(parts[i])
+			if e := parts[i].early; e != nil {
+				writes[i], errs[i] = e.w, e.err
+			} else {
+				writes[i], errs[i] = Decode(parts[i])
+			}
 		}
 	}
 	var wg sync.WaitGroup
@@ -141,7 +209,7 @@ func joinAppends(rows []FieldRow, limit int) (FieldRow, int) {
 	n := 0
 	buf := []byte{'['}
 	for _, r := range rows {
-		if !r.Append || r.Field != first.Field || n > 0 && len(buf)+len(r.Value) > limit || schema.Packed(r.Value) {
+		if !r.Append || r.Field != first.Field || r.Packed != "" || n > 0 && len(buf)+len(r.Value) > limit {
 			break
 		}
 		v := bytes.TrimSpace(r.Value)

@@ -117,7 +117,7 @@ func asJSON(t *testing.T, items []byte) []byte {
 	if !schema.Packed(items) {
 		t.Fatalf("segment not packed: %q", items)
 	}
-	v, err := schema.Unpack(items)
+	v, err := schema.Unpack(string(items))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,40 +129,54 @@ func asJSON(t *testing.T, items []byte) []byte {
 }
 
 // BenchmarkColdLoad loads the state of a 1,000-turn interview from a store
-// instance that has never read it, as after a restart:
+// instance that does not hold it in memory: first in a process that has
+// just started (restart: its connection and statements are new too), then
+// in one that has already served another thread (uncached):
 // go test ./runtime/store/stores -run '^$' -bench ColdLoad
 func BenchmarkColdLoad(b *testing.B) {
 	ctx := context.Background()
-	bench := func(b *testing.B, open func() store.Store) {
-		st := open()
-		if err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Source: "create", Time: time.Now(),
+	write := func(b *testing.B, st store.Store, thread string, turns int) {
+		if err := st.Commit(ctx, &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: time.Now(),
 			Writes: []store.Write{{Field: "conversation_history", Version: 1, Value: []any{}}, {Field: "questions_asked", Version: 1, Value: []any{}},
 				{Field: "detected_intents", Version: 1, Value: []any{}}, {Field: "interview_id", Version: 1, Value: "i-1"}}}); err != nil {
 			b.Fatal(err)
 		}
 		seq := uint64(1)
-		for turn := 1; turn <= 1000; turn++ {
-			for _, cp := range turnCheckpoints("t", seq, turn) {
+		for turn := 1; turn <= turns; turn++ {
+			for _, cp := range turnCheckpoints(thread, seq, turn) {
 				if err := st.Commit(ctx, cp); err != nil {
 					b.Fatal(err)
 				}
 				seq = cp.Seq
 			}
 		}
+	}
+	bench := func(b *testing.B, open func() store.Store) {
+		st := open()
+		write(b, st, "t", 1000)
+		write(b, st, "other", 2)
 		st.Close()
-		b.ResetTimer()
-		for b.Loop() {
-			b.StopTimer()
-			st := open()
-			b.StartTimer()
-			h, err := st.Head(ctx, "t")
-			if err != nil || len(h.Values["conversation_history"].([]any)) != 2000 {
-				b.Fatal(err)
+		load := func(b *testing.B, warm bool) {
+			for b.Loop() {
+				b.StopTimer()
+				st := open()
+				if warm {
+					if _, err := st.Head(ctx, "other"); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				h, err := st.Head(ctx, "t")
+				if err != nil || len(h.Values["conversation_history"].([]any)) != 2000 {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				st.Close()
+				b.StartTimer()
 			}
-			b.StopTimer()
-			st.Close()
-			b.StartTimer()
 		}
+		b.Run("restart", func(b *testing.B) { load(b, false) })
+		b.Run("uncached", func(b *testing.B) { load(b, true) })
 	}
 	b.Run("sqlite", func(b *testing.B) {
 		path := filepath.Join(b.TempDir(), "c.db")
