@@ -1,6 +1,8 @@
 // Package postgres is the production checkpoint store, on PostgreSQL
 // through pgx. It uses no named prepared statements, so it works behind
-// PgBouncer in transaction mode. A commit is one statement: the thread's
+// PgBouncer in transaction mode: each connection caches the parameter and
+// result types of the statements it has run, and runs them with binary
+// parameters and results, which spares long segments a hex round trip. A commit is one statement: the thread's
 // head moves only if it is still the checkpoint's parent, and the
 // checkpoint and its writes are inserted only if it moved, so concurrent
 // writers on one thread can never fork its chain.
@@ -39,7 +41,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	// statement descriptions, not statements, are cached: binary results
+	// with nothing prepared on the server
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -170,6 +174,16 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 
 // Head implements store.Store.
 func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error) {
+	if !s.cache.Holds(thread) {
+		// nothing to catch up from: the head, its state and its pending
+		// writes in one load
+		l, err := s.fold(ctx, thread, 0)
+		if err != nil {
+			return nil, err
+		}
+		s.cache.Put(thread, l.born, l.f)
+		return l.snapshot(thread)
+	}
 	var head, born int64
 	if err := s.pool.QueryRow(ctx, `SELECT head, created_at FROM threads WHERE id = $1`, thread).Scan(&head, &born); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -182,7 +196,13 @@ func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error
 		func(ctx context.Context, after, head uint64) ([]*store.Checkpoint, error) {
 			return s.History(ctx, thread, store.HistoryOptions{After: after, Before: head + 1})
 		},
-		func(ctx context.Context) (*store.Folder, error) { return s.fold(ctx, thread, seq) })
+		func(ctx context.Context) (*store.Folder, error) {
+			l, err := s.fold(ctx, thread, seq)
+			if err != nil {
+				return nil, err
+			}
+			return l.f, nil
+		})
 	if err != nil {
 		return nil, err
 	}
@@ -236,17 +256,38 @@ func (s *Store) Release(ctx context.Context, thread, owner string) error {
 
 // StateAt implements store.Store.
 func (s *Store) StateAt(ctx context.Context, thread string, seq uint64) (*store.Snapshot, error) {
-	f, err := s.fold(ctx, thread, seq)
+	l, err := s.fold(ctx, thread, seq)
 	if err != nil {
 		return nil, err
 	}
-	return f.Snapshot(thread), nil
+	return l.f.Snapshot(thread), nil
 }
 
-// fold loads the state at checkpoint seq from its rows, in one repeatable
-// read transaction sent in two round trips: the checkpoint and its fold,
-// then the rows the fold names with the commit.
-func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Folder, error) {
+// loaded is a state read from the database.
+type loaded struct {
+	f       *store.Folder
+	born    int64
+	pending []pendingRow // of the head, when it was loaded as such
+}
+
+type pendingRow struct{ node, writes string }
+
+// snapshot is the loaded state with its pending writes.
+func (l *loaded) snapshot(thread string) (*store.Snapshot, error) {
+	snap := l.f.Snapshot(thread)
+	for _, p := range l.pending {
+		if err := sqlstore.AddPending(snap, p.node, []byte(p.writes)); err != nil {
+			return nil, err
+		}
+	}
+	return snap, nil
+}
+
+// fold loads the state at checkpoint seq, or at the thread's head when
+// seq is 0 (with the head's pending writes), in one repeatable read
+// transaction sent in two round trips: the checkpoint and its fold, then
+// the rows the fold names with the commit.
+func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*loaded, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -256,17 +297,20 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	defer conn.Release()
 	var head pgx.Batch
 	head.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`)
-	head.Queue(`SELECT c.meta::text, c.run, c.step, f.seq, f.spans FROM checkpoints c
-		LEFT JOIN LATERAL (SELECT seq, spans FROM folds WHERE thread = $1 AND seq <= $2 ORDER BY seq DESC LIMIT 1) f ON true
-		WHERE c.thread = $1 AND c.seq = $2`, thread, int64(seq))
+	head.Queue(`SELECT c.seq, t.created_at, c.meta::text, c.run, c.step, f.seq, f.spans FROM threads t
+		JOIN checkpoints c ON c.thread = t.id AND c.seq = CASE WHEN $2::bigint = 0 THEN t.head ELSE $2::bigint END
+		LEFT JOIN LATERAL (SELECT seq, spans FROM folds WHERE thread = $1 AND seq <= c.seq ORDER BY seq DESC LIMIT 1) f ON true
+		WHERE t.id = $1`, thread, int64(seq))
 	br := conn.SendBatch(ctx, &head)
 	var meta string
+	var at int64
 	var c *int64
 	var spans *string
-	cp := store.Checkpoint{Seq: seq}
+	var cp store.Checkpoint
+	l := &loaded{}
 	_, err = br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&meta, &cp.Run, &cp.Step, &c, &spans)
+		err = br.QueryRow().Scan(&at, &l.born, &meta, &cp.Run, &cp.Step, &c, &spans)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -278,6 +322,7 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 		}
 		return nil, err
 	}
+	cp.Seq = uint64(at)
 	if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
 		return nil, err
 	}
@@ -290,7 +335,7 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 				FROM writes WHERE thread = $1 AND seq <= $2 GROUP BY field)
 			SELECT w.field, w.seq, w.version, w.append, w.value::text
 			FROM base b JOIN writes w ON w.thread = $1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= $2
-			ORDER BY w.field, w.seq`, thread, int64(seq))
+			ORDER BY w.field, w.seq`, thread, at)
 	} else {
 		sp, err := sqlstore.DecodeSpans([]byte(*spans))
 		if err != nil {
@@ -311,15 +356,28 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 			JOIN writes w ON w.thread = $1 AND w.field = p.field AND w.seq BETWEEN p.lo AND p.hi
 			UNION ALL
 			SELECT field, seq, version, append, value::text FROM writes WHERE thread = $1 AND seq > $5 AND seq <= $6`,
-			thread, rf, rlo, rhi, *c, int64(seq))
+			thread, rf, rlo, rhi, *c, at)
+	}
+	queries := body.Len()
+	pending := seq == 0 && len(cp.Next) > 0
+	if pending {
+		body.Queue(`SELECT node, writes::text FROM pending WHERE thread = $1 AND parent = $2`, thread, at)
 	}
 	body.Queue(`COMMIT`)
 	br = conn.SendBatch(ctx, &body)
-	var l sqlstore.Loader
-	defer l.Close()
-	for range body.Len() - 1 {
-		if err = addRows(br, &l); err != nil {
+	var rows sqlstore.Loader
+	defer rows.Close()
+	for range queries {
+		if err = addRows(br, &rows); err != nil {
 			break
+		}
+	}
+	if err == nil && pending {
+		var pr pgx.Rows
+		if pr, err = br.Query(); err == nil {
+			l.pending, err = pgx.CollectRows(pr, func(row pgx.CollectableRow) (p pendingRow, err error) {
+				return p, row.Scan(&p.node, &p.writes)
+			})
 		}
 	}
 	if err == nil {
@@ -331,7 +389,8 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	if err != nil {
 		return nil, err
 	}
-	return l.Fold(&cp)
+	l.f, err = rows.Fold(&cp)
+	return l, err
 }
 
 // rangeArrays splits ranges into the arrays the fold queries unnest.
@@ -557,11 +616,11 @@ func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error)
 	if err != nil {
 		return 0, err
 	}
-	f, err := s.fold(ctx, thread, uint64(cut))
+	l, err := s.fold(ctx, thread, uint64(cut))
 	if err != nil {
 		return 0, err
 	}
-	base := store.BaseWrites(f.Snapshot(thread))
+	base := store.BaseWrites(l.f.Snapshot(thread))
 	removed := 0
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var at int64

@@ -46,6 +46,14 @@ func (c *Cache) Seq(thread string, born int64) uint64 {
 	return 0
 }
 
+// Holds reports whether there is an entry for thread.
+func (c *Cache) Holds(thread string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.entries[thread]
+	return ok
+}
+
 // Snapshot returns the thread's state when its entry is at seq, after
 // folding in tail (the checkpoints after the entry, oldest first).
 func (c *Cache) Snapshot(thread string, seq uint64, tail []*store.Checkpoint) (*store.Snapshot, bool) {

@@ -89,6 +89,20 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 	if err != nil || ha.Seq != 9 || len(ha.Values["log"].([]any)) != 9 || ha.Values["n"] != nil {
 		t.Fatalf("a after recreate: %+v %v", ha, err)
 	}
+	// b reads an unfinished run of a thread it has never read: the head's
+	// pending writes come with its state
+	create(t, a, "p", map[string]any{"n": 0})
+	commit(t, a, "p", 2, store.Write{Field: "n", Version: 2, Value: 1})
+	if err := a.PutPending(ctx, "p", 2, "slow", []store.Write{{Field: "n", Value: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	hp, err := b.Head(ctx, "p")
+	if err != nil || hp.Seq != 2 || hp.Values["n"] != 1 || !reflect.DeepEqual(hp.Pending, map[string][]store.Write{"slow": {{Field: "n", Value: 5}}}) {
+		t.Fatalf("b reads the unfinished run as %+v %v", hp, err)
+	}
+	if _, err := b.Head(ctx, "none"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("b reads a thread that does not exist: %v", err)
+	}
 }
 
 func at(sec int) time.Time { return time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC) }
