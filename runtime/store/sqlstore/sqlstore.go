@@ -148,7 +148,7 @@ func (l *Loader) Fold(meta *store.Checkpoint) (*store.Folder, error) {
 		}
 		parts = append(parts, r)
 		if r.early == nil {
-			size += len(r.Value)
+			size += len(r.Value) + len(r.Packed)
 		}
 		i += n
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -16,6 +17,8 @@ import (
 // the rows hold and however they are spaced.
 func TestFoldJoinsAppendsLikeSeparateDecodes(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
+	procs := max(runtime.GOMAXPROCS(0), 2)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	var value func(depth int) any
 	value = func(depth int) any {
 		switch r.IntN(7) {
@@ -73,6 +76,8 @@ func TestFoldJoinsAppendsLikeSeparateDecodes(t *testing.T) {
 			}
 		}
 		// the loader takes rows in any order, and segments decode early
+		// (on one processor: in the fold)
+		runtime.GOMAXPROCS(map[bool]int{true: 1, false: procs}[round%4 == 0])
 		var l Loader
 		for _, i := range r.Perm(len(rows)) {
 			l.Add(rows[i])
