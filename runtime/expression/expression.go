@@ -149,6 +149,11 @@ type Program struct {
 	src     string
 	prog    *vm.Program
 	IsConst bool
+	// lit is the value of a program that is a scalar literal once
+	// compiled ('n0', 3, true, or what constant folding left), which
+	// every run would compute again.
+	lit    any
+	hasLit bool
 }
 
 // Source is the expression text.
@@ -165,6 +170,9 @@ type Machine struct{ vm vm.VM }
 
 // Eval runs p over vars.
 func (m *Machine) Eval(p *Program, vars map[string]any) (any, error) {
+	if p.hasLit {
+		return p.lit, nil
+	}
 	v, err := m.vm.Run(p.prog, vars)
 	if err != nil {
 		return nil, errors.New(trimSnippet(err.Error()))
@@ -183,6 +191,9 @@ func (m *Machine) EvalBool(p *Program, vars map[string]any) (bool, error) {
 
 // Eval runs the program over vars (a map from variable name to value).
 func (p *Program) Eval(vars map[string]any) (any, error) {
+	if p.hasLit {
+		return p.lit, nil
+	}
 	m := vms.Get().(*vm.VM)
 	v, err := m.Run(p.prog, vars)
 	vms.Put(m)
@@ -249,7 +260,28 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		return nil, []Problem{p}
 	}
 	_, isConst := prog.Node().(*ast.BoolNode)
-	return &Program{src: src, prog: prog, IsConst: isConst}, warnings
+	p := &Program{src: src, prog: prog, IsConst: isConst}
+	if literal(prog.Node()) {
+		// the literal is what the machine would return, every time
+		if v, err := new(vm.VM).Run(prog, map[string]any{}); err == nil {
+			p.lit, p.hasLit = v, true
+		}
+	}
+	return p, warnings
+}
+
+// literal reports whether n is a scalar constant.
+func literal(n ast.Node) bool {
+	switch n := n.(type) {
+	case *ast.NilNode, *ast.BoolNode, *ast.IntegerNode, *ast.FloatNode, *ast.StringNode:
+		return true
+	case *ast.ConstantNode:
+		switch n.Value.(type) {
+		case nil, bool, int, float64, string:
+			return true
+		}
+	}
+	return false
 }
 
 func firstLine(s string) string {

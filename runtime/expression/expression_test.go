@@ -51,3 +51,28 @@ func TestNullableReads(t *testing.T) {
 		}
 	}
 }
+
+func TestLiteralPrograms(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Props: map[string]*schema.Shape{"n": {Types: []string{"integer"}}}})
+	for src, want := range map[string]any{"'n0'": "n0", "1 + 2": 3, "2.5 * 2": 5.0, "!false": true, "nil": nil, "-7": -7} {
+		p, probs := expression.Compile(src, env, false)
+		if len(probs) > 0 {
+			t.Fatal(probs)
+		}
+		if lit, ok := expression.Literal(p); !ok || lit != want {
+			t.Errorf("%s: literal %#v %v, want %#v", src, lit, ok, want)
+		}
+		if v, err := p.Eval(nil); err != nil || v != want {
+			t.Errorf("%s: %#v %v", src, v, err)
+		}
+	}
+	for _, src := range []string{"state.n + 1", "[1, 2]", "now()"} {
+		p, probs := expression.Compile(src, env, false)
+		if len(probs) > 0 {
+			t.Fatal(probs)
+		}
+		if _, ok := expression.Literal(p); ok {
+			t.Errorf("%s: taken for a literal", src)
+		}
+	}
+}

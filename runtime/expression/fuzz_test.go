@@ -1,6 +1,7 @@
 package expression_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/trellisflow/trellis/runtime/expression"
@@ -25,7 +26,8 @@ var fuzzEnv = expression.NewEnv().With("state", &schema.Shape{
 func FuzzCompile(f *testing.F) {
 	for _, s := range []string{"state.n + 1", "state.nme", "len(state.list) > 2 && state.name == 'x'",
 		"normalize(state.name)", "word_overlap(state.name, 'a b')", "filter(state.list, # != '')",
-		"state.obj.x.y ?? 3", "input.anything", "[1, 2][5]", "1 / 0", "state.n ? 1 : 2", "{a: 1}.a"} {
+		"state.obj.x.y ?? 3", "input.anything", "[1, 2][5]", "1 / 0", "state.n ? 1 : 2", "{a: 1}.a",
+		"'n0'", "1 + 2", "2.5 * 2", "true && !false", "nil", "'a' + 'b'", "[1, 2]", "-7"} {
 		f.Add(s, true)
 		f.Add(s, false)
 	}
@@ -50,6 +52,13 @@ func FuzzCompile(f *testing.F) {
 			_, _ = p.EvalBool(vars)
 		} else {
 			_, _ = p.Eval(vars)
+		}
+		// a literal program answers what the machine would
+		if lit, ok := expression.Literal(p); ok {
+			v, err := expression.RunVM(p, vars)
+			if err != nil || fmt.Sprintf("%#v", v) != fmt.Sprintf("%#v", lit) {
+				t.Fatalf("%q: literal %#v, machine %#v %v", src, lit, v, err)
+			}
 		}
 	})
 }

@@ -1,0 +1,9 @@
+package expression
+
+import "github.com/expr-lang/expr/vm"
+
+// Literal exposes a program's precomputed literal, and RunVM runs it on a
+// fresh virtual machine, so tests can hold one to the other.
+func Literal(p *Program) (any, bool) { return p.lit, p.hasLit }
+
+func RunVM(p *Program, vars map[string]any) (any, error) { return new(vm.VM).Run(p.prog, vars) }
