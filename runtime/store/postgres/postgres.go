@@ -256,6 +256,9 @@ func (s *Store) Release(ctx context.Context, thread, owner string) error {
 
 // StateAt implements store.Store.
 func (s *Store) StateAt(ctx context.Context, thread string, seq uint64) (*store.Snapshot, error) {
+	if seq == 0 { // fold reads 0 as the head
+		return nil, store.ErrNotFound
+	}
 	l, err := s.fold(ctx, thread, seq)
 	if err != nil {
 		return nil, err

@@ -292,6 +292,9 @@ func testStateAtAndFork(t *testing.T, st store.Store) {
 	if err != nil || s3.Values["n"] != 3 || !reflect.DeepEqual(s3.Values["log"], []any{2, 3}) {
 		t.Fatalf("state at 3: %+v %v", s3, err)
 	}
+	if _, err := st.StateAt(ctx, "t", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("state at checkpoint 0: %v", err)
+	}
 	if _, err := st.StateAt(ctx, "t", 99); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("state at a missing checkpoint: %v", err)
 	}
