@@ -1,8 +1,10 @@
 package schema
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -89,6 +91,20 @@ func TestUnpackRejectsMalformed(t *testing.T) {
 	if _, err := Unpack(string([]byte{PackMagic, tagArray, 0xff, 0xff, 0xff, 0xff, 0x0f})); err == nil {
 		t.Fatal("huge count accepted")
 	}
+	// varints as encoding/binary reads them: the extremes, and overflow
+	for _, n := range []int{0, -1, 1, math.MaxInt64, math.MinInt64} {
+		p, _ := Pack(nil, n)
+		if back, err := Unpack(string(p)); err != nil || back != n {
+			t.Fatalf("%d unpacked as %v %v", n, back, err)
+		}
+	}
+	over := []byte{PackMagic, tagInt, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}
+	if _, n := binary.Uvarint(over[2:]); n > 0 {
+		t.Fatal("encoding/binary reads the overflowing varint")
+	}
+	if v, err := Unpack(string(over)); err == nil {
+		t.Fatalf("overflowing varint unpacked as %v", v)
+	}
 	if _, err := Pack(nil, struct{}{}); err == nil {
 		t.Fatal("packed a struct")
 	}
@@ -155,6 +171,12 @@ func agree(t *testing.T, b []byte) {
 	if err == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q:\nDecode        %#v\nencoding/json %#v", b, got, want)
 	}
+	// the varint reader agrees with encoding/binary's
+	x, n := binary.Uvarint(b)
+	u := unpacker{s: string(b)}
+	if y, err := u.uvarint(); (n > 0) != (err == nil) || n > 0 && (x != y || u.i != n) {
+		t.Fatalf("%q: uvarint %d %v at %d, encoding/binary %d at %d", b, y, err, u.i, x, n)
+	}
 	// any input read as a packed value is an error or a value, never a
 	// panic; a decoded value survives packing unchanged
 	Unpack(string(append([]byte{PackMagic}, b...)))
@@ -183,7 +205,8 @@ func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, s := range []string{`{"a":[1,2.5,"x",null,true]}`, `"\u00e9\ud83d\ude00"`, `[{"k":1},{"k":2}]`, `1e400`, "\"\xff\""} {
+	for _, s := range []string{`{"a":[1,2.5,"x",null,true]}`, `"\u00e9\ud83d\ude00"`, `[{"k":1},{"k":2}]`, `1e400`, "\"\xff\"",
+		"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { agree(t, b) })

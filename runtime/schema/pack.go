@@ -114,12 +114,17 @@ type unpacker struct {
 // maxDepth bounds nesting, as the JSON decoder does.
 const maxDepth = 10000
 
+// uvarint reads what binary.AppendUvarint wrote, from the string (as
+// binary.Uvarint does from bytes), rejecting overflow as it does.
 func (u *unpacker) uvarint() (uint64, error) {
 	var x uint64
 	for shift := uint(0); u.i < len(u.s) && shift < 64; shift += 7 {
 		c := u.s[u.i]
 		u.i++
 		if c < 0x80 {
+			if shift == 63 && c > 1 {
+				break
+			}
 			return x | uint64(c)<<shift, nil
 		}
 		x |= uint64(c&0x7f) << shift
