@@ -31,24 +31,12 @@ func TestDecodeNumbers(t *testing.T) {
 	}
 }
 
-// BenchmarkDecodeConversation decodes a 1,000-turn conversation as a cold
-// thread load does: go test ./runtime/schema -run '^$' -bench Decode
-func BenchmarkDecodeConversation(b *testing.B) {
-	data := conversation()
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Decode(data); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkUnpackConversation reads the same conversation from its packed
-// form, as a cold load reads a thread's segments:
+// BenchmarkConversation reads a 1,000-turn conversation as a cold thread
+// load does: from JSON, as write rows hold it, and packed, as segments do:
 // go test ./runtime/schema -run '^$' -bench Conversation
-func BenchmarkUnpackConversation(b *testing.B) {
-	v, err := Decode(conversation())
+func BenchmarkConversation(b *testing.B) {
+	data := conversation()
+	v, err := Decode(data)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,12 +45,23 @@ func BenchmarkUnpackConversation(b *testing.B) {
 		b.Fatal(err)
 	}
 	packed := string(p) // as a store reads it
-	b.SetBytes(int64(len(p)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Unpack(packed); err != nil {
-			b.Fatal(err)
-		}
+	for _, c := range []struct {
+		name string
+		size int
+		read func() (any, error)
+	}{
+		{"json", len(data), func() (any, error) { return Decode(data) }},
+		{"packed", len(p), func() (any, error) { return Unpack(packed) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(c.size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.read(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
