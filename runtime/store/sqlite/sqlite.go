@@ -33,6 +33,37 @@ var migrations embed.FS
 type Store struct {
 	db    *sql.DB
 	cache *sqlstore.Cache
+	st    statements
+}
+
+// statements are the queries of commits and loads, prepared once: SQLite
+// compiling a statement costs as much as running these.
+type statements struct {
+	createThread, advanceThread, threadExists, dropPending, insertCheckpoint, insertWrite,
+	head, checkpoint, lastFold *sql.Stmt
+}
+
+func (st *statements) prepare(ctx context.Context, db *sql.DB) error {
+	for _, q := range []struct {
+		stmt  **sql.Stmt
+		query string
+	}{
+		{&st.createThread, `INSERT INTO threads (id, head, created_at, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
+		{&st.advanceThread, `UPDATE threads SET head = ?, updated_at = ? WHERE id = ? AND head = ?`},
+		{&st.threadExists, `SELECT 1 FROM threads WHERE id = ?`},
+		{&st.dropPending, `DELETE FROM pending WHERE thread = ? AND parent < ?`},
+		{&st.insertCheckpoint, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&st.insertWrite, `INSERT INTO writes (thread, seq, field, version, append, value) VALUES (?, ?, ?, ?, ?, ?)`},
+		{&st.head, `SELECT head, created_at FROM threads WHERE id = ?`},
+		{&st.checkpoint, `SELECT meta, run, step FROM checkpoints WHERE thread = ? AND seq = ?`},
+		{&st.lastFold, `SELECT seq, spans FROM folds WHERE thread = ? AND seq <= ? ORDER BY seq DESC LIMIT 1`},
+	} {
+		var err error
+		if *q.stmt, err = db.PrepareContext(ctx, q.query); err != nil {
+			return fmt.Errorf("prepare %q: %w", q.query, err)
+		}
+	}
+	return nil
 }
 
 // Open opens (creating if needed) the database at path and applies any
@@ -66,6 +97,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 			err = ctx.Err()
 		}
 		wait = min(2*wait, 500*time.Millisecond)
+	}
+	if err == nil {
+		err = s.st.prepare(ctx, db)
 	}
 	if err != nil {
 		db.Close()
@@ -160,8 +194,7 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	at := sqlstore.Nanos(cp.Time)
 	err = s.tx(ctx, func(tx *sql.Tx) error {
 		if cp.Parent == 0 {
-			res, err := tx.ExecContext(ctx, `INSERT INTO threads (id, head, created_at, updated_at) VALUES (?, ?, ?, ?)
-				ON CONFLICT (id) DO NOTHING`, cp.Thread, cp.Seq, at, at)
+			res, err := tx.StmtContext(ctx, s.st.createThread).ExecContext(ctx, cp.Thread, cp.Seq, at, at)
 			if err != nil {
 				return err
 			}
@@ -169,43 +202,35 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 				return store.ErrExists
 			}
 		} else {
-			res, err := tx.ExecContext(ctx, `UPDATE threads SET head = ?, updated_at = ? WHERE id = ? AND head = ?`,
-				cp.Seq, at, cp.Thread, cp.Parent)
+			res, err := tx.StmtContext(ctx, s.st.advanceThread).ExecContext(ctx, cp.Seq, at, cp.Thread, cp.Parent)
 			if err != nil {
 				return err
 			}
 			if n, _ := res.RowsAffected(); n == 0 {
 				var one int
-				if err := tx.QueryRowContext(ctx, `SELECT 1 FROM threads WHERE id = ?`, cp.Thread).Scan(&one); errors.Is(err, sql.ErrNoRows) {
+				if err := tx.StmtContext(ctx, s.st.threadExists).QueryRowContext(ctx, cp.Thread).Scan(&one); errors.Is(err, sql.ErrNoRows) {
 					return store.ErrNotFound
 				}
 				return store.ErrConflict
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM pending WHERE thread = ? AND parent < ?`, cp.Thread, cp.Seq); err != nil {
+		if _, err := tx.StmtContext(ctx, s.st.dropPending).ExecContext(ctx, cp.Thread, cp.Seq); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source, at, string(meta)); err != nil {
+		if _, err := tx.StmtContext(ctx, s.st.insertCheckpoint).ExecContext(ctx,
+			cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source, at, string(meta)); err != nil {
 			return err
 		}
 		if len(cp.Writes) > 0 {
-			var q strings.Builder
-			q.WriteString(`INSERT INTO writes (thread, seq, field, version, append, value) VALUES `)
-			args := make([]any, 0, 6*len(cp.Writes))
+			insert := tx.StmtContext(ctx, s.st.insertWrite)
 			for i, w := range cp.Writes {
-				if i > 0 {
-					q.WriteByte(',')
+				if _, err := insert.ExecContext(ctx, cp.Thread, cp.Seq, w.Field, w.Version, w.Append, string(values[i])); err != nil {
+					return err
 				}
-				q.WriteString("(?, ?, ?, ?, ?, ?)")
-				args = append(args, cp.Thread, cp.Seq, w.Field, w.Version, w.Append, string(values[i]))
-			}
-			if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-				return err
 			}
 		}
 		if cp.Seq%sqlstore.FoldEvery == 0 {
-			return sqlstore.RecordFold(ctx, foldTx{tx}, cp.Thread, cp.Seq)
+			return sqlstore.RecordFold(ctx, foldTx{tx, s}, cp.Thread, cp.Seq)
 		}
 		return nil
 	})
@@ -219,7 +244,7 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error) {
 	var head uint64
 	var born int64
-	if err := s.db.QueryRowContext(ctx, `SELECT head, created_at FROM threads WHERE id = ?`, thread).Scan(&head, &born); err != nil {
+	if err := s.st.head.QueryRowContext(ctx, thread).Scan(&head, &born); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, store.ErrNotFound
 		}
@@ -254,7 +279,7 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	defer tx.Rollback()
 	var meta string
 	cp := store.Checkpoint{Seq: seq}
-	if err := tx.QueryRowContext(ctx, `SELECT meta, run, step FROM checkpoints WHERE thread = ? AND seq = ?`, thread, seq).Scan(&meta, &cp.Run, &cp.Step); err != nil {
+	if err := tx.StmtContext(ctx, s.st.checkpoint).QueryRowContext(ctx, thread, seq).Scan(&meta, &cp.Run, &cp.Step); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, store.ErrNotFound
 		}
@@ -263,7 +288,7 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
 		return nil, err
 	}
-	c, spans, err := foldTx{tx}.LastFold(ctx, thread, seq)
+	c, spans, err := foldTx{tx, s}.LastFold(ctx, thread, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -346,12 +371,15 @@ func fieldRows(rows *sql.Rows) ([]sqlstore.FieldRow, error) {
 
 // foldTx reads and writes folds in a transaction: for loading, and for
 // sqlstore.RecordFold.
-type foldTx struct{ *sql.Tx }
+type foldTx struct {
+	*sql.Tx
+	s *Store
+}
 
 func (tx foldTx) LastFold(ctx context.Context, thread string, seq uint64) (uint64, []byte, error) {
 	var c uint64
 	var spans string
-	err := tx.QueryRowContext(ctx, `SELECT seq, spans FROM folds WHERE thread = ? AND seq <= ? ORDER BY seq DESC LIMIT 1`, thread, seq).Scan(&c, &spans)
+	err := tx.StmtContext(ctx, tx.s.st.lastFold).QueryRowContext(ctx, thread, seq).Scan(&c, &spans)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil, nil
 	}
