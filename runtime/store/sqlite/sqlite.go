@@ -40,7 +40,7 @@ type Store struct {
 // compiling a statement costs as much as running these.
 type statements struct {
 	createThread, advanceThread, threadExists, dropPending, insertCheckpoint, insertWrite,
-	head, checkpoint, lastFold *sql.Stmt
+	head, checkpoint, lastFold, youngState, foldedState, pending, putPending, acquire, release *sql.Stmt
 }
 
 func (st *statements) prepare(ctx context.Context, db *sql.DB) error {
@@ -57,6 +57,33 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB) error {
 		{&st.head, `SELECT head, created_at FROM threads WHERE id = ?`},
 		{&st.checkpoint, `SELECT meta, run, step FROM checkpoints WHERE thread = ? AND seq = ?`},
 		{&st.lastFold, `SELECT seq, spans FROM folds WHERE thread = ? AND seq <= ? ORDER BY seq DESC LIMIT 1`},
+		// the state of a thread younger than its first fold: every row it has
+		{&st.youngState, `
+			WITH base AS (
+				SELECT field, max(CASE WHEN append = 0 THEN seq ELSE 0 END) AS seq
+				FROM writes WHERE thread = ?1 AND seq <= ?2 GROUP BY field)
+			SELECT w.field, w.seq, w.version, w.append, w.value
+			FROM base b JOIN writes w ON w.thread = ?1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= ?2
+			ORDER BY w.field, w.seq`},
+		// the state through a fold: segments first, so that they decode
+		// while the rows are read
+		{&st.foldedState, `
+			SELECT g.field, g.last, g.version, 1, g.items
+			FROM json_each(?5) p CROSS JOIN segments g
+				ON g.thread = ?1 AND g.field = p.value->>0 AND g.last BETWEEN p.value->>1 AND p.value->>2 AND g.first >= p.value->>1
+			UNION ALL
+			SELECT w.field, w.seq, w.version, w.append, w.value
+			FROM json_each(?2) p CROSS JOIN writes w
+				ON w.thread = ?1 AND w.field = p.value->>0 AND w.seq BETWEEN p.value->>1 AND p.value->>2
+			UNION ALL
+			SELECT field, seq, version, append, value FROM writes WHERE thread = ?1 AND seq > ?3 AND seq <= ?4`},
+		{&st.pending, `SELECT node, writes FROM pending WHERE thread = ? AND parent = ?`},
+		{&st.putPending, `INSERT INTO pending (thread, parent, node, writes) VALUES (?, ?, ?, ?)
+			ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`},
+		{&st.acquire, `INSERT INTO leases (thread, owner, expires_at) VALUES (?1, ?2, ?3)
+			ON CONFLICT (thread) DO UPDATE SET owner = ?2, expires_at = ?3
+			WHERE leases.owner = ?2 OR leases.expires_at < ?4`},
+		{&st.release, `DELETE FROM leases WHERE thread = ? AND owner = ?`},
 	} {
 		var err error
 		if *q.stmt, err = db.PrepareContext(ctx, q.query); err != nil {
@@ -294,30 +321,13 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	}
 	var rows *sql.Rows
 	if spans == nil {
-		// a thread younger than its first fold: every row it has
-		rows, err = tx.QueryContext(ctx, `
-			WITH base AS (
-				SELECT field, max(CASE WHEN append = 0 THEN seq ELSE 0 END) AS seq
-				FROM writes WHERE thread = ?1 AND seq <= ?2 GROUP BY field)
-			SELECT w.field, w.seq, w.version, w.append, w.value
-			FROM base b JOIN writes w ON w.thread = ?1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= ?2
-			ORDER BY w.field, w.seq`, thread, seq)
+		rows, err = tx.StmtContext(ctx, s.st.youngState).QueryContext(ctx, thread, seq)
 	} else {
 		var sp sqlstore.Spans
 		if sp, err = sqlstore.DecodeSpans(spans); err != nil {
 			return nil, err
 		}
-		// segments first: they decode while the rows are read
-		rows, err = tx.QueryContext(ctx, `
-			SELECT g.field, g.last, g.version, 1, g.items
-			FROM json_each(?5) p CROSS JOIN segments g
-				ON g.thread = ?1 AND g.field = p.value->>0 AND g.last BETWEEN p.value->>1 AND p.value->>2 AND g.first >= p.value->>1
-			UNION ALL
-			SELECT w.field, w.seq, w.version, w.append, w.value
-			FROM json_each(?2) p CROSS JOIN writes w
-				ON w.thread = ?1 AND w.field = p.value->>0 AND w.seq BETWEEN p.value->>1 AND p.value->>2
-			UNION ALL
-			SELECT field, seq, version, append, value FROM writes WHERE thread = ?1 AND seq > ?3 AND seq <= ?4`,
+		rows, err = tx.StmtContext(ctx, s.st.foldedState).QueryContext(ctx,
 			thread, rangesJSON(sp.Rows(c)), c, seq, rangesJSON(sp.Segments()))
 	}
 	if err != nil {
@@ -428,7 +438,7 @@ func (s *Store) withPending(ctx context.Context, snap *store.Snapshot) (*store.S
 	if len(snap.Next) == 0 {
 		return snap, nil
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT node, writes FROM pending WHERE thread = ? AND parent = ?`, snap.Thread, snap.Seq)
+	rows, err := s.st.pending.QueryContext(ctx, snap.Thread, snap.Seq)
 	if err != nil {
 		return nil, err
 	}
@@ -442,17 +452,14 @@ func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, no
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO pending (thread, parent, node, writes) VALUES (?, ?, ?, ?)
-		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, parent, node, string(b))
+	_, err = s.st.putPending.ExecContext(ctx, thread, parent, node, string(b))
 	return err
 }
 
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error {
 	now := time.Now()
-	res, err := s.db.ExecContext(ctx, `INSERT INTO leases (thread, owner, expires_at) VALUES (?1, ?2, ?3)
-		ON CONFLICT (thread) DO UPDATE SET owner = ?2, expires_at = ?3
-		WHERE leases.owner = ?2 OR leases.expires_at < ?4`, thread, owner, now.Add(ttl).UnixNano(), now.UnixNano())
+	res, err := s.st.acquire.ExecContext(ctx, thread, owner, now.Add(ttl).UnixNano(), now.UnixNano())
 	if err != nil {
 		return err
 	}
@@ -464,7 +471,7 @@ func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Dura
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, thread, owner string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM leases WHERE thread = ? AND owner = ?`, thread, owner)
+	_, err := s.st.release.ExecContext(ctx, thread, owner)
 	return err
 }
 
