@@ -18,10 +18,11 @@ import (
 // for each field, the sequence number of its newest full write (Base) and
 // how far the field's segments reach past it (Chain). A segment joins a
 // run of one field's append rows, all after its newest full write, into
-// one stored list; it is made once SegmentRows such rows have gathered
-// since the last one. The state at checkpoint T is then the newest fold at
-// C <= T, and for each field the row at Base, the segments up to Chain,
-// the rows after Chain up to C, and every row after C.
+// one stored list, packed (see schema.Pack); it is made once SegmentRows
+// such rows have gathered since the last one. The state at checkpoint T is
+// then the newest fold at C <= T, and for each field the row at Base, the
+// segments up to Chain, the rows after Chain up to C, and every row after
+// C.
 //
 // Segments duplicate what the write rows hold: the rows stay the record
 // of each checkpoint (history, time travel), the segments are a faster way
