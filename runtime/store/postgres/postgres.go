@@ -2,10 +2,13 @@
 // through pgx. It uses no named prepared statements, so it works behind
 // PgBouncer in transaction mode: each connection caches the parameter and
 // result types of the statements it has run, and runs them with binary
-// parameters and results, which spares long segments a hex round trip. A commit is one statement: the thread's
-// head moves only if it is still the checkpoint's parent, and the
-// checkpoint and its writes are inserted only if it moved, so concurrent
-// writers on one thread can never fork its chain.
+// parameters and results, which spares long segments a hex round trip.
+//
+// A commit is one call of a PL/pgSQL function, whose statements the server
+// plans once per session: the thread's head moves only if it is still the
+// checkpoint's parent, and the checkpoint and its writes are inserted only
+// if it moved, so concurrent writers on one thread can never fork its
+// chain.
 package postgres
 
 import (
@@ -104,21 +107,9 @@ func (s *Store) Migrations(ctx context.Context) ([]int, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[int])
 }
 
-const commitSQL = `
-WITH t AS (%s),
-c AS (INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
-      SELECT $1, $2, $3, $5, $6, $7, $4, $8::jsonb FROM t RETURNING seq),
-w AS (INSERT INTO writes (thread, seq, field, version, append, value)
-      SELECT $1, $2, u.f, u.v, u.a, u.val::jsonb FROM c,
-             unnest($9::text[], $10::bigint[], $11::boolean[], $12::text[]) AS u(f, v, a, val)),
-p AS (DELETE FROM pending WHERE thread = $1 AND parent < $2 AND EXISTS (SELECT 1 FROM t))
-SELECT count(*) FROM t`
-
-var (
-	commitFirst = fmt.Sprintf(commitSQL, `INSERT INTO threads (id, head, created_at, updated_at) VALUES ($1, $2, $4, $4)
-	      ON CONFLICT (id) DO NOTHING RETURNING id`)
-	commitNext = fmt.Sprintf(commitSQL, `UPDATE threads SET head = $2, updated_at = $4 WHERE id = $1 AND head = $3 RETURNING id`)
-)
+// commitSQL commits a checkpoint (see migration 005): 1 when the thread's
+// head moved to it, else 0.
+const commitSQL = `SELECT trellis_commit($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12)`
 
 // Commit implements store.Store.
 func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
@@ -135,22 +126,18 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		}
 		fields[i], versions[i], appends[i], values[i] = w.Field, int64(w.Version), w.Append, string(b)
 	}
-	q := commitNext
-	if cp.Parent == 0 {
-		q = commitFirst
-	}
 	args := []any{cp.Thread, int64(cp.Seq), int64(cp.Parent), sqlstore.Nanos(cp.Time),
 		cp.Run, cp.Step, cp.Source, string(meta), fields, versions, appends, values}
 	var moved int
 	if cp.Seq%sqlstore.FoldEvery == 0 {
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, q, args...).Scan(&moved); err != nil || moved != 1 {
+			if err := tx.QueryRow(ctx, commitSQL, args...).Scan(&moved); err != nil || moved != 1 {
 				return err
 			}
 			return sqlstore.RecordFold(ctx, foldTx{tx}, cp.Thread, cp.Seq)
 		})
 	} else {
-		err = s.pool.QueryRow(ctx, q, args...).Scan(&moved)
+		err = s.pool.QueryRow(ctx, commitSQL, args...).Scan(&moved)
 	}
 	if err != nil {
 		return err

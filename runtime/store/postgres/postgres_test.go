@@ -51,7 +51,7 @@ func TestMigrationsFromEmptyAndIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := stores[1].Migrations(ctx)
-	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4}) {
+	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5}) {
 		t.Fatalf("migrations %v %v", got, err)
 	}
 }

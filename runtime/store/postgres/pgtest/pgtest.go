@@ -28,12 +28,19 @@ import (
 )
 
 var (
-	mu      sync.Mutex
-	cluster *server
+	mu sync.Mutex
+	// cluster serves the tests. It runs without fsync, synchronous commit
+	// and full page writes: tests need no durability against power loss.
+	cluster = &server{fast: true}
+	// durable serves benchmarks of commit latency with the server's
+	// default settings: each commit waits for its WAL to reach the disk.
+	durable = &server{}
 	counter atomic.Int64
 )
 
 type server struct {
+	fast     bool
+	started  bool
 	dir, bin string
 	url      string // admin URL (database postgres)
 	cred     *syscall.Credential
@@ -46,8 +53,10 @@ func Main(m *testing.M) int {
 	code := m.Run()
 	mu.Lock()
 	defer mu.Unlock()
-	if cluster != nil && cluster.err == nil {
-		cluster.stop()
+	for _, s := range []*server{cluster, durable} {
+		if s.started && s.err == nil {
+			s.stop()
+		}
 	}
 	return code
 }
@@ -55,7 +64,21 @@ func Main(m *testing.M) int {
 // Database creates an empty database and returns its connection URL.
 func Database(t testing.TB) string {
 	t.Helper()
-	admin, err := adminURL()
+	return database(t, cluster)
+}
+
+// DurableDatabase is Database on a cluster of its own that keeps
+// PostgreSQL's default durability: fsync, synchronous commit and full page
+// writes on. With TRELLIS_TEST_DATABASE_URL set, that server is used as it
+// is configured.
+func DurableDatabase(t testing.TB) string {
+	t.Helper()
+	return database(t, durable)
+}
+
+func database(t testing.TB, s *server) string {
+	t.Helper()
+	admin, err := adminURL(s)
 	if err != nil {
 		t.Fatalf("postgres: %v", err)
 	}
@@ -75,17 +98,17 @@ func Database(t testing.TB) string {
 	return u.String()
 }
 
-func adminURL() (string, error) {
+func adminURL(s *server) (string, error) {
 	if u := os.Getenv("TRELLIS_TEST_DATABASE_URL"); u != "" {
 		return u, nil
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if cluster == nil {
-		cluster = &server{}
-		cluster.err = cluster.start()
+	if !s.started {
+		s.started = true
+		s.err = s.start()
 	}
-	return cluster.url, cluster.err
+	return s.url, s.err
 }
 
 func findBin() (string, error) {
@@ -150,7 +173,10 @@ func (s *server) start() error {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", port, s.dir)
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200", port, s.dir)
+	if s.fast {
+		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
 	if err := s.run("pg_ctl", "-D", data, "-l", filepath.Join(s.dir, "server.log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
 		return err
 	}
