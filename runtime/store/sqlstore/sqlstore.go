@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -76,9 +75,10 @@ func Decode(r FieldRow) (store.Write, error) {
 }
 
 // A Loader gathers the rows a store reads to build one state. Each packed
-// segment starts decoding on another processor the moment it is read, so
-// decoding overlaps the rest of the read; Fold decodes what is left. A
-// Loader must be closed, or folded, once the store is done reading.
+// segment starts decoding on the other processors the moment it is read,
+// so decoding overlaps the rest of the read; Fold hands the rest to the
+// same workers when there is enough of it. A Loader must be closed, or
+// folded, once the store is done reading.
 type Loader struct {
 	rows   []FieldRow
 	jobs   chan FieldRow
@@ -94,17 +94,32 @@ type decoded struct {
 
 // Add takes one row read from the store.
 func (l *Loader) Add(r FieldRow) {
-	if procs := runtime.GOMAXPROCS(0); procs > 1 && r.Packed != "" && !l.closed {
-		if l.jobs == nil {
-			l.jobs = make(chan FieldRow, 64)
-			for range procs - 1 {
-				l.wg.Go(l.work)
-			}
-		}
-		r.early = new(decoded)
-		l.jobs <- r
+	if r.Packed != "" {
+		l.start()
+		l.decode(&r)
 	}
 	l.rows = append(l.rows, r)
+}
+
+// start starts a decoding worker per processor beyond the caller's, once.
+func (l *Loader) start() {
+	if procs := runtime.GOMAXPROCS(0); procs > 1 && l.jobs == nil && !l.closed {
+		l.jobs = make(chan FieldRow, 64)
+		for range procs - 1 {
+			l.wg.Go(l.work)
+		}
+	}
+}
+
+// decode decodes r on the workers when they run, else at once; the result
+// lands in r.early.
+func (l *Loader) decode(r *FieldRow) {
+	r.early = new(decoded)
+	if l.jobs != nil && !l.closed {
+		l.jobs <- *r
+		return
+	}
+	r.early.w, r.early.err = Decode(*r)
 }
 
 func (l *Loader) work() {
@@ -136,30 +151,41 @@ func (l *Loader) Close() {
 // there is much to decode, the parts are decoded on all processors; they
 // are folded in order all the same.
 func (l *Loader) Fold(meta *store.Checkpoint) (*store.Folder, error) {
-	l.Close()
 	rows := l.rows
 	SortRows(rows)
 	parts := make([]FieldRow, 0, len(rows))
 	size := 0
 	for i := 0; i < len(rows); {
 		r, n := rows[i], 1
-		if r.Append && r.early == nil {
-			r, n = joinAppends(rows[i:], partBytes)
+		if r.early == nil {
+			if r.Append {
+				r, n = joinAppends(rows[i:], partBytes)
+			}
+			size += len(r.Value)
 		}
 		parts = append(parts, r)
-		if r.early == nil {
-			size += len(r.Value) + len(r.Packed)
-		}
 		i += n
 	}
-	writes := make([]store.Write, len(parts))
-	if err := decodeParts(parts, writes, size); err != nil {
+	if size >= parallelBytes {
+		l.start()
+	}
+	for i := range parts {
+		if parts[i].early == nil {
+			l.decode(&parts[i])
+		}
+	}
+	l.Close()
+	errs := make([]error, len(parts))
+	for i, p := range parts {
+		errs[i] = p.early.err
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	f := store.NewFolder()
 	cp := &store.Checkpoint{Writes: make([]store.Write, 1)}
-	for _, w := range writes {
-		cp.Writes[0] = w
+	for _, p := range parts {
+		cp.Writes[0] = p.early.w
 		f.Apply(cp)
 	}
 	f.Seq, f.Next, f.Joins, f.Run, f.Step = meta.Seq, meta.Next, meta.Joins, meta.Run, meta.Step
@@ -173,31 +199,6 @@ const (
 	// processor.
 	parallelBytes = 128 << 10
 )
-
-// decodeParts decodes parts into writes, on every processor when size
-// is large enough to repay it.
-func decodeParts(parts []FieldRow, writes []store.Write, size int) error {
-	var next atomic.Int64
-	errs := make([]error, len(parts))
-	work := func() {
-		for i := int(next.Add(1) - 1); i < len(parts); i = int(next.Add(1) - 1) {
-			if e := parts[i].early; e != nil {
-				writes[i], errs[i] = e.w, e.err
-			} else {
-				writes[i], errs[i] = Decode(parts[i])
-			}
-		}
-	}
-	var wg sync.WaitGroup
-	if size >= parallelBytes {
-		for range min(runtime.GOMAXPROCS(0), len(parts)) - 1 {
-			wg.Go(work)
-		}
-	}
-	work()
-	wg.Wait()
-	return errors.Join(errs...)
-}
 
 // joinAppends folds the leading run of append rows of one field into a
 // single row whose value lists all their items in order, up to limit
