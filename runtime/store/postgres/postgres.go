@@ -169,7 +169,7 @@ func (s *Store) Head(ctx context.Context, thread string) (*store.Snapshot, error
 			return nil, err
 		}
 		s.cache.Put(thread, l.born, l.f)
-		return l.snapshot(thread)
+		return l.snapshot(thread), nil
 	}
 	var head, born int64
 	if err := s.pool.QueryRow(ctx, `SELECT head, created_at FROM threads WHERE id = $1`, thread).Scan(&head, &born); err != nil {
@@ -257,20 +257,14 @@ func (s *Store) StateAt(ctx context.Context, thread string, seq uint64) (*store.
 type loaded struct {
 	f       *store.Folder
 	born    int64
-	pending []pendingRow // of the head, when it was loaded as such
+	pending map[string][]store.Write // of the head, when it was loaded as such
 }
 
-type pendingRow struct{ node, writes string }
-
 // snapshot is the loaded state with its pending writes.
-func (l *loaded) snapshot(thread string) (*store.Snapshot, error) {
+func (l *loaded) snapshot(thread string) *store.Snapshot {
 	snap := l.f.Snapshot(thread)
-	for _, p := range l.pending {
-		if err := sqlstore.AddPending(snap, p.node, []byte(p.writes)); err != nil {
-			return nil, err
-		}
-	}
-	return snap, nil
+	snap.Pending = l.pending
+	return snap
 }
 
 // fold loads the state at checkpoint seq, or at the thread's head when
@@ -365,9 +359,10 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*loaded, e
 	if err == nil && pending {
 		var pr pgx.Rows
 		if pr, err = br.Query(); err == nil {
-			l.pending, err = pgx.CollectRows(pr, func(row pgx.CollectableRow) (p pendingRow, err error) {
-				return p, row.Scan(&p.node, &p.writes)
-			})
+			read := &store.Snapshot{}
+			_, err = sqlstore.ReadPending(read, pr)
+			pr.Close()
+			l.pending = read.Pending
 		}
 	}
 	if err == nil {

@@ -25,18 +25,16 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // sqliteOpener and postgresOpener open store instances over one database,
 // as separate processes would.
 func sqliteOpener(tb testing.TB, path string) func() store.Store {
-	return func() store.Store {
-		st, err := sqlite.Open(context.Background(), path)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return st
-	}
+	return opener(tb, sqlite.Open, path)
 }
 
 func postgresOpener(tb testing.TB, url string) func() store.Store {
+	return opener(tb, postgres.Open, url)
+}
+
+func opener[S store.Store](tb testing.TB, open func(context.Context, string) (S, error), dsn string) func() store.Store {
 	return func() store.Store {
-		st, err := postgres.Open(context.Background(), url)
+		st, err := open(context.Background(), dsn)
 		if err != nil {
 			tb.Fatal(err)
 		}
