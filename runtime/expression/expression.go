@@ -146,9 +146,8 @@ const (
 
 // Program is a compiled expression.
 type Program struct {
-	src     string
-	prog    *vm.Program
-	IsConst bool
+	src  string
+	prog *vm.Program
 	// lit is the value of a program that is a scalar literal once
 	// compiled ('n0', 3, true, or what constant folding left), which
 	// every run would compute again.
@@ -259,8 +258,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 		return nil, []Problem{p}
 	}
-	_, isConst := prog.Node().(*ast.BoolNode)
-	p := &Program{src: src, prog: prog, IsConst: isConst}
+	p := &Program{src: src, prog: prog}
 	if literal(prog.Node()) {
 		// the literal is what the machine would return, every time
 		if v, err := new(vm.VM).Run(prog, map[string]any{}); err == nil {
