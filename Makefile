@@ -5,15 +5,29 @@ PKGS    := ./...
 # (go.dev/issue/75804, fixed in Go 1.27) and can fail with no crasher.
 FUZZTIME ?= 40000x
 
-.PHONY: build test check bench fmt vet race tidy-check flows fuzz schema peerbench
+.PHONY: build test check deps bench fmt vet race tidy-check flows fuzz schema peerbench
 
 build:
 	$(GO) build -o bin/trellis ./cmd/trellis
 
-test:
+test: deps
 	$(GO) test -race -shuffle=on $(PKGS)
 
-check: fmt vet tidy-check race flows fuzz
+check: deps fmt vet tidy-check race flows fuzz
+
+# What the tests need beyond Go and the PostgreSQL server binaries:
+# PgBouncer, which the PostgreSQL store's tests put in front of a server.
+# As root with apt-get (a fresh Debian machine) it is installed; otherwise
+# the tests that need it fail and say how to install it.
+deps:
+	@if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing pgbouncer"; export DEBIAN_FRONTEND=noninteractive; log=$$(mktemp); \
+	    if ! { apt-get install -y -q --no-install-recommends pgbouncer || \
+	      { apt-get update -q && apt-get install -y -q --no-install-recommends pgbouncer; }; } >$$log 2>&1; then \
+	      cat $$log; rm -f $$log; exit 1; fi; rm -f $$log; \
+	  else echo "PgBouncer is missing: install the pgbouncer package (the PostgreSQL store's tests need it)"; fi; \
+	fi
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

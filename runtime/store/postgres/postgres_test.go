@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/postgres"
 	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
@@ -69,4 +71,73 @@ func TestTwoProcesses(t *testing.T) {
 		}
 		return a, b
 	})
+}
+
+// Behind PgBouncer in transaction pooling mode, a store's transactions
+// land on whichever server connection is free: the store must keep no
+// state on the server between them.
+func TestBehindPgBouncer(t *testing.T) {
+	openPooled := func(t *testing.T, url string) *postgres.Store {
+		st, err := postgres.Open(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	t.Run("conformance", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) store.Store { return openPooled(t, pgtest.PooledDatabase(t)) })
+	})
+	t.Run("two processes", func(t *testing.T) {
+		storetest.RunShared(t, func(t *testing.T) (store.Store, store.Store) {
+			url := pgtest.PooledDatabase(t)
+			return openPooled(t, url), openPooled(t, url)
+		})
+	})
+}
+
+// The pooled test databases do multiplex: more clients than PgBouncer
+// has server connections all run queries while connected at once, which
+// session pooling could not serve; and a client that prepares named
+// statements, as pgx does by default, soon finds its statement's name
+// taken on a server connection another client prepared it on. The stores
+// would fail the same way if they relied on any server-side session state.
+func TestPgBouncerMultiplexes(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.PooledDatabase(t)
+	clients := 3 * pgtest.PoolSize
+	connect := func(mode pgx.QueryExecMode) *pgx.Conn {
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DefaultQueryExecMode = mode
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(ctx) })
+		return conn
+	}
+	pids := map[uint32]bool{}
+	for range clients {
+		var pid uint32
+		if err := connect(pgx.QueryExecModeCacheDescribe).QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids[pid] = true
+	}
+	if len(pids) > pgtest.PoolSize {
+		t.Fatalf("%d clients ran on %d server connections; PgBouncer opens at most %d", clients, len(pids), pgtest.PoolSize)
+	}
+	var failed error
+	for range clients {
+		var one int
+		if err := connect(pgx.QueryExecModeCacheStatement).QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+			failed = err
+		}
+	}
+	if failed == nil {
+		t.Fatalf("%d clients preparing one named statement over %d server connections all succeeded", clients, pgtest.PoolSize)
+	}
+	t.Logf("named statements fail as expected: %v", failed)
 }

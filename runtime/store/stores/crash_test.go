@@ -273,3 +273,10 @@ func TestCrashRecoverySQLite(t *testing.T) {
 func TestCrashRecoveryPostgres(t *testing.T) {
 	crashTest(t, pgtest.Database(t), 50)
 }
+
+// Crash recovery behind PgBouncer in transaction pooling mode, where a
+// killed client's unfinished transaction sits on a server connection the
+// pooler shares.
+func TestCrashRecoveryPgBouncer(t *testing.T) {
+	crashTest(t, pgtest.PooledDatabase(t), 20)
+}

@@ -149,3 +149,9 @@ func TestRacingProcessesSQLite(t *testing.T) {
 func TestRacingProcessesPostgres(t *testing.T) {
 	raceTest(t, pgtest.Database(t))
 }
+
+// The same race with both processes behind PgBouncer in transaction
+// pooling mode: leases and commits hold with server connections shared.
+func TestRacingProcessesPgBouncer(t *testing.T) {
+	raceTest(t, pgtest.PooledDatabase(t))
+}

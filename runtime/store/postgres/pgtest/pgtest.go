@@ -5,9 +5,13 @@
 // as the postgres user when the tests run as root, on a free loopback
 // port, and removes it when the test binary's tests are done. Missing
 // binaries fail the tests: the PostgreSQL suite is never skipped.
+//
+// PooledDatabase puts PgBouncer, in transaction pooling mode, between the
+// tests and such a database.
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -35,6 +39,9 @@ var (
 	// durable serves benchmarks of commit latency with the server's
 	// default settings: each commit waits for its WAL to reach the disk.
 	durable = &server{}
+	// bouncer pools connections to cluster, or to the server of
+	// TRELLIS_TEST_DATABASE_URL.
+	bouncer = &pooler{}
 	counter atomic.Int64
 )
 
@@ -53,6 +60,9 @@ func Main(m *testing.M) int {
 	code := m.Run()
 	mu.Lock()
 	defer mu.Unlock()
+	if bouncer.started && bouncer.err == nil {
+		bouncer.stop()
+	}
 	for _, s := range []*server{cluster, durable} {
 		if s.started && s.err == nil {
 			s.stop()
@@ -152,14 +162,10 @@ func (s *server) start() error {
 	}
 	if os.Geteuid() == 0 {
 		// the server refuses to run as root
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return fmt.Errorf("running as root needs the postgres user: %w", err)
+		if s.cred, err = postgresUser(); err != nil {
+			return err
 		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(s.dir, uid, gid); err != nil {
+		if err := os.Chown(s.dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
 			return err
 		}
 	}
@@ -184,7 +190,162 @@ func (s *server) start() error {
 	return nil
 }
 
+// postgresUser is who runs the servers when the tests run as root.
+func postgresUser() (*syscall.Credential, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs the postgres user: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
 func (s *server) stop() {
 	_ = s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-m", "immediate", "-w", "stop")
 	os.RemoveAll(s.dir)
+}
+
+// PooledDatabase is Database reached through PgBouncer in transaction
+// pooling mode, with fewer server connections than a store's pool holds:
+// consecutive transactions of one client connection run on different
+// server connections, and nothing survives a transaction on the server
+// (no prepared statements, no session settings, no session locks).
+// PgBouncer is found on PATH or in /usr/sbin; its absence fails the test.
+func PooledDatabase(t testing.TB) string {
+	t.Helper()
+	direct := Database(t)
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	mu.Lock()
+	if !bouncer.started {
+		bouncer.started = true
+		bouncer.err = bouncer.start(u)
+	}
+	addr, err := bouncer.addr, bouncer.err
+	mu.Unlock()
+	if err != nil {
+		t.Fatalf("pgbouncer: %v", err)
+	}
+	u.Host = addr
+	return u.String()
+}
+
+// PoolSize is how many server connections PgBouncer opens per database.
+const PoolSize = 2
+
+type pooler struct {
+	started bool
+	dir     string
+	addr    string
+	cmd     *exec.Cmd
+	err     error
+}
+
+func findBouncer() (string, error) {
+	if p, err := exec.LookPath("pgbouncer"); err == nil {
+		return p, nil
+	}
+	if _, err := os.Stat("/usr/sbin/pgbouncer"); err == nil {
+		return "/usr/sbin/pgbouncer", nil
+	}
+	return "", fmt.Errorf("no pgbouncer on PATH or in /usr/sbin; install the pgbouncer package (make deps does)")
+}
+
+// start runs PgBouncer in front of the server of u, forwarding every
+// database name to the database of that name there.
+func (p *pooler) start(u *url.URL) error {
+	bin, err := findBouncer()
+	if err != nil {
+		return err
+	}
+	// the server side: PgBouncer logs in as the test user, with its
+	// password when the URL has one; clients are trusted
+	server := fmt.Sprintf("host=%s port=%s user=%s", u.Hostname(), cmp.Or(u.Port(), "5432"), u.User.Username())
+	if pw, ok := u.User.Password(); ok {
+		server += " password=" + pw
+	}
+	if p.dir, err = os.MkdirTemp("", "trellis-pgbouncer-"); err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	p.addr = l.Addr().String()
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	conf := fmt.Sprintf(`[databases]
+* = %s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = trust
+auth_file = %s
+pool_mode = transaction
+default_pool_size = %d
+max_client_conn = 1000
+ignore_startup_parameters = extra_float_digits
+logfile = %s
+pidfile = %s
+`, server, port, filepath.Join(p.dir, "users.txt"), PoolSize, filepath.Join(p.dir, "pgbouncer.log"), filepath.Join(p.dir, "pgbouncer.pid"))
+	files := map[string]string{
+		"pgbouncer.ini": conf,
+		"users.txt":     fmt.Sprintf("%q \"\"\n", u.User.Username()),
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(p.dir, name), []byte(body), 0o600); err != nil {
+			return err
+		}
+	}
+	cmd := exec.Command(bin, filepath.Join(p.dir, "pgbouncer.ini"))
+	if os.Geteuid() == 0 {
+		// PgBouncer refuses to run as root
+		cred, err := postgresUser()
+		if err != nil {
+			return err
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if err := filepath.WalkDir(p.dir, func(path string, _ os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Chown(path, int(cred.Uid), int(cred.Gid))
+		}); err != nil {
+			return err
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p.cmd = cmd
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(filepath.Join(p.dir, "pgbouncer.log"))
+			return fmt.Errorf("exited at start: %v\n%s", err, log)
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", p.addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not listening on %s after 30s", p.addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *pooler) stop() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+	}
+	os.RemoveAll(p.dir)
 }
