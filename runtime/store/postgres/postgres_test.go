@@ -30,7 +30,14 @@ func TestConformance(t *testing.T) {
 }
 
 func TestMigrationsFromEmptyAndIdempotent(t *testing.T) {
-	url := pgtest.Database(t)
+	t.Run("direct", func(t *testing.T) { migrateTogether(t, pgtest.Database(t)) })
+	t.Run("pgbouncer", func(t *testing.T) { migrateTogether(t, pgtest.PooledDatabase(t)) })
+}
+
+// migrateTogether opens four stores on an empty database at once: each
+// migration is applied exactly once, and applying them again changes
+// nothing.
+func migrateTogether(t *testing.T, url string) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	stores := make([]*postgres.Store, 4)
