@@ -278,5 +278,5 @@ func TestCrashRecoveryPostgres(t *testing.T) {
 // killed client's unfinished transaction sits on a server connection the
 // pooler shares.
 func TestCrashRecoveryPgBouncer(t *testing.T) {
-	crashTest(t, pgtest.PooledDatabase(t), 20)
+	crashTest(t, pgtest.PooledDatabase(t), 50)
 }
