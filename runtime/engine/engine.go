@@ -455,9 +455,7 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[str
 			go func() {
 				defer wg.Done()
 				r.exec(ctx, n, vars, &outs[i])
-				if err := r.savePending(ctx, &outs[i]); err != nil && outs[i].err == nil {
-					outs[i].err = err
-				}
+				outs[i].saveErr = r.savePending(ctx, &outs[i])
 			}()
 		}
 	}
@@ -764,6 +762,10 @@ type outcome struct {
 	took     time.Duration
 	route    *flow.Node // on_error route taken
 	degraded string     // why the update is a fallback
+	// saveErr is the store's failure to save the node's update as a
+	// pending write: the run's failure, not the node's, so on_error does
+	// not apply to it.
+	saveErr error
 }
 
 // slabs hand out the parts of step checkpoints from chunks, so a step
@@ -799,7 +801,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	outs := r.outs[:len(triggered)]
 	for i := range outs {
-		outs[i].update, outs[i].err, outs[i].route = nil, nil, nil
+		outs[i].update, outs[i].err, outs[i].route, outs[i].saveErr = nil, nil, nil, nil
 	}
 	if observe {
 		for _, n := range triggered {
@@ -815,6 +817,11 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		}
 	}
 	r.runNodes(ctx, triggered, vars, outs)
+	for i := range outs {
+		if err := outs[i].saveErr; err != nil {
+			return nil, err
+		}
+	}
 	// saved updates belong to the first superstep of a resumed run only
 	r.pending = nil
 	if r.req.RecordPath {
@@ -1220,7 +1227,7 @@ func (r *run) savePending(ctx context.Context, o *outcome) error {
 		ws[i] = store.Write{Field: fv.Field, Value: v}
 	}
 	if err := r.e.Store.PutPending(ctx, r.req.Thread, r.seq, o.node.Name, ws); err != nil {
-		return fmt.Errorf("node %q: save pending writes: %w", o.node.Name, err)
+		return fmt.Errorf("step %d: save the update of node %q: %w", r.step, o.node.Name, err)
 	}
 	return nil
 }

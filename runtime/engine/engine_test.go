@@ -442,6 +442,52 @@ func TestOnError(t *testing.T) {
 	}
 }
 
+// pendingFails is a store that cannot save pending writes.
+type pendingFails struct{ *memory.Store }
+
+var errStoreDown = errors.New("store down")
+
+func (pendingFails) PutPending(context.Context, string, uint64, string, []store.Write) error {
+	return errStoreDown
+}
+
+// A store that fails to save the update of a node that ran beside another
+// blocking node fails the run: the node succeeded, so its on_error
+// fallback does not stand in for the update, and nothing of the step is
+// committed.
+func TestPendingWriteFailureFailsTheRun(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: pending
+state:
+	schema:
+		type: object
+		properties:
+			out: {type: string, default: ""}
+			other: {type: string, default: ""}
+nodes:
+	work:
+		kind: sleep
+		ms: 1
+		set: {out: "'done'"}
+		on_error: {set: {out: "'fallback'"}}
+	other: {kind: sleep, ms: 1, set: {other: "'done'"}}
+edges:
+	- {from: START, to: [work, other]}
+	- {from: [work, other], to: END}
+`)
+	st := pendingFails{memory.New()}
+	_, err := run(t, g, engine.New(st), "t", nil)
+	var ne *engine.NodeError
+	if !errors.Is(err, errStoreDown) || errors.As(err, &ne) || !strings.Contains(err.Error(), "save the update of node") {
+		t.Fatalf("want the store's failure as the run's, got %v", err)
+	}
+	head, err := st.Head(context.Background(), "t")
+	if err != nil || head.Values["out"] != "" || head.Values["other"] != "" {
+		t.Fatalf("head %+v (%v): want the step uncommitted", head, err)
+	}
+}
+
 func TestInvalidUpdateIsNotCommitted(t *testing.T) {
 	g := compile(t, `
 version: 1
