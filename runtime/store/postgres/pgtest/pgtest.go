@@ -49,6 +49,7 @@ type server struct {
 	fast     bool
 	started  bool
 	dir, bin string
+	opts     string // the server's command-line options
 	url      string // admin URL (database postgres)
 	cred     *syscall.Credential
 	err      error
@@ -92,6 +93,27 @@ func database(t testing.TB, s *server) string {
 	if err != nil {
 		t.Fatalf("postgres: %v", err)
 	}
+	return createDatabase(t, admin)
+}
+
+// Restartable starts a server for the calling test alone, from the local
+// binaries even when TRELLIS_TEST_DATABASE_URL is set, and returns a
+// database on it and a function that restarts the server the way an
+// operator would (pg_ctl restart -m fast: every open connection is cut).
+// The server is removed when the test ends.
+func Restartable(t testing.TB) (url string, restart func() error) {
+	t.Helper()
+	s := &server{fast: true}
+	if err := s.start(); err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	t.Cleanup(s.stop)
+	return createDatabase(t, s.url), s.restart
+}
+
+// createDatabase creates an empty database on the server of the admin URL.
+func createDatabase(t testing.TB, admin string) string {
+	t.Helper()
 	name := fmt.Sprintf("trellis_test_%d_%d", os.Getpid(), counter.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -179,11 +201,11 @@ func (s *server) start() error {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200", port, s.dir)
+	s.opts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200", port, s.dir)
 	if s.fast {
-		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+		s.opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}
-	if err := s.run("pg_ctl", "-D", data, "-l", filepath.Join(s.dir, "server.log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
+	if err := s.run("pg_ctl", "-D", data, "-l", filepath.Join(s.dir, "server.log"), "-w", "-t", "60", "-o", s.opts, "start"); err != nil {
 		return err
 	}
 	s.url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
@@ -199,6 +221,10 @@ func postgresUser() (*syscall.Credential, error) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func (s *server) restart() error {
+	return s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-l", filepath.Join(s.dir, "server.log"), "-m", "fast", "-w", "-t", "60", "-o", s.opts, "restart")
 }
 
 func (s *server) stop() {

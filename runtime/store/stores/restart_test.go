@@ -1,0 +1,152 @@
+package stores_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
+	"github.com/trellisflow/trellis/runtime/store/stores"
+)
+
+// A PostgreSQL server restarted in the middle of a run cuts every
+// connection the store holds, and refuses new ones until it is back. The
+// run fails; once the server is back, the thread resumes to the state a
+// run without the restart reaches, each execution committed once, on one
+// unbroken chain of checkpoints.
+func TestPostgresServerRestart(t *testing.T) {
+	const turns = 6
+	// the crash flow runs 31 nodes a turn: restart during turn 3's rounds
+	const restartAt = 2*31 + 15
+	url, restart := pgtest.Restartable(t)
+	ctx := context.Background()
+	before := serverStart(t, url)
+	st, err := stores.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	g := crashGraph(t, "")
+	eng := engine.New(st)
+	eng.LeaseTTL = 150 * time.Millisecond
+	starts := 0
+	restarted := make(chan error, 1)
+	observe := func(ev engine.Event) {
+		if ev.Type != engine.NodeStart {
+			return
+		}
+		if starts++; starts == restartAt {
+			// the run goes on while the server goes down
+			go func() { restarted <- restart() }()
+		}
+	}
+	var failures []string
+	for attempt := 0; ; attempt++ {
+		if attempt > 400 {
+			t.Fatalf("no progress after %d attempts; failures: %v", attempt, failures)
+		}
+		head, err := st.Head(ctx, "t")
+		if errors.Is(err, store.ErrNotFound) {
+			if _, err := eng.Create(ctx, g, "t", nil); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err != nil {
+			failures = append(failures, "head: "+err.Error())
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		req := engine.Request{Thread: "t", Observe: observe}
+		switch {
+		case len(head.Next) > 0:
+			req.Resume = true
+		case head.Values["turn"].(int) < turns:
+			req.Input = map[string]any{"turn": head.Values["turn"].(int) + 1}
+		}
+		if !req.Resume && req.Input == nil {
+			break
+		}
+		if _, err := eng.Run(ctx, g, req); err != nil {
+			if !errors.Is(err, engine.ErrBusy) {
+				failures = append(failures, "run: "+err.Error())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if starts < restartAt {
+		t.Fatalf("the runs started %d nodes; the restart was due at %d", starts, restartAt)
+	}
+	if err := <-restarted; err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	if after := serverStart(t, url); !after.After(before) {
+		t.Fatalf("the server was not restarted: started at %v, then %v", before, after)
+	}
+	t.Logf("%d failures across the restart: %s", len(failures), strings.Join(failures, "; "))
+	if len(failures) == 0 {
+		t.Fatal("no run or read failed while the server was down: the restart came too late to test anything")
+	}
+
+	ref := engine.New(memory.New())
+	for turn := 1; turn <= turns; turn++ {
+		if _, err := ref.Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"turn": turn}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, _ := ref.Store.Head(ctx, "t")
+	got, err := st.Head(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"turn", "round", "log", "total"} {
+		if !reflect.DeepEqual(got.Values[f], want.Values[f]) {
+			t.Errorf("%s:\n%v\nwant\n%v", f, got.Values[f], want.Values[f])
+		}
+	}
+	committed := map[string]bool{}
+	for _, e := range got.Values["execs"].([]any) {
+		id := e.(string)
+		key := id[:strings.LastIndexByte(id, '/')]
+		if committed[key] {
+			t.Errorf("%s committed twice", key)
+		}
+		committed[key] = true
+	}
+	if len(committed) != turns*6*3 {
+		t.Errorf("%d committed executions, want %d", len(committed), turns*6*3)
+	}
+	hist, err := st.History(ctx, "t", store.HistoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hist); i++ { // newest first
+		if hist[i].Parent != hist[i+1].Seq {
+			t.Fatalf("checkpoint %d has parent %d, but the one before it is %d", hist[i].Seq, hist[i].Parent, hist[i+1].Seq)
+		}
+	}
+}
+
+// serverStart is when the server of url last started.
+func serverStart(t *testing.T, url string) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var at time.Time
+	if err := conn.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	return at
+}
