@@ -40,6 +40,11 @@ type Engine struct {
 	LeaseTTL time.Duration
 	mu       sync.Mutex
 	busy     map[string]bool // threads with a run in progress
+	// owner names the engine's leases. Runs of one engine on one thread
+	// never overlap (busy), so a run may take over a lease an earlier run
+	// of the engine could not release, when the store was unreachable:
+	// the thread is not locked out until the lease expires.
+	owner string
 }
 
 // New returns an engine over st.
@@ -225,35 +230,48 @@ func fieldNames(g *flow.Graph) []string {
 	return names
 }
 
-// Run executes one run of g on req.Thread.
-func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
+// claim makes thread busy in this engine and takes its lease in the
+// store, for one writer per thread across processes; free ends the busy
+// mark (the caller releases the lease). A thread another run holds is
+// ErrBusy.
+func (e *Engine) claim(ctx context.Context, thread string, ttl time.Duration) (owner string, free func(), err error) {
 	e.mu.Lock()
-	if e.busy[req.Thread] {
+	if e.busy[thread] {
 		e.mu.Unlock()
-		return nil, ErrBusy
+		return "", nil, ErrBusy
 	}
 	if e.busy == nil {
-		e.busy = map[string]bool{}
+		e.busy, e.owner = map[string]bool{}, runID()
 	}
-	e.busy[req.Thread] = true
+	e.busy[thread] = true
+	owner = e.owner
 	e.mu.Unlock()
-	defer func() {
+	free = func() {
 		e.mu.Lock()
-		delete(e.busy, req.Thread)
+		delete(e.busy, thread)
 		e.mu.Unlock()
-	}()
-	// one writer per thread across processes: the store's lease
-	owner := runID()
+	}
+	if err := e.Store.Acquire(ctx, thread, owner, ttl); err != nil {
+		free()
+		if errors.Is(err, store.ErrLeased) {
+			return "", nil, ErrBusy
+		}
+		return "", nil, fmt.Errorf("lease thread: %w", err)
+	}
+	return owner, free, nil
+}
+
+// Run executes one run of g on req.Thread.
+func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
 	ttl := e.LeaseTTL
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL
 	}
-	if err := e.Store.Acquire(ctx, req.Thread, owner, ttl); err != nil {
-		if errors.Is(err, store.ErrLeased) {
-			return nil, ErrBusy
-		}
-		return nil, fmt.Errorf("lease thread: %w", err)
+	owner, free, err := e.claim(ctx, req.Thread, ttl)
+	if err != nil {
+		return nil, err
 	}
+	defer free()
 	hold := &lease{st: e.Store, thread: req.Thread, owner: owner, ttl: ttl, renewed: time.Now()}
 	defer hold.release(ctx)
 	head, err := e.Store.Head(ctx, req.Thread)
@@ -1467,28 +1485,11 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 		}
 		return nil, &InputError{Field: node, Reason: "not a node of this flow", Suggestion: diag.Suggest(node, names)}
 	}
-	e.mu.Lock()
-	if e.busy[thread] {
-		e.mu.Unlock()
-		return nil, ErrBusy
-	}
-	if e.busy == nil {
-		e.busy = map[string]bool{}
-	}
-	e.busy[thread] = true
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.busy, thread)
-		e.mu.Unlock()
-	}()
-	owner := runID()
-	if err := e.Store.Acquire(ctx, thread, owner, DefaultLeaseTTL); err != nil {
-		if errors.Is(err, store.ErrLeased) {
-			return nil, ErrBusy
-		}
+	owner, free, err := e.claim(ctx, thread, DefaultLeaseTTL)
+	if err != nil {
 		return nil, err
 	}
+	defer free()
 	defer e.Store.Release(context.WithoutCancel(ctx), thread, owner)
 	head, err := e.Store.Head(ctx, thread)
 	if err != nil {

@@ -488,6 +488,28 @@ edges:
 	}
 }
 
+// releaseFails is a store that cannot release leases, as when it is
+// unreachable at the end of a run.
+type releaseFails struct{ *memory.Store }
+
+func (releaseFails) Release(context.Context, string, string) error { return errStoreDown }
+
+// A lease a run could not release keeps other engines off the thread until
+// it expires, but not the next run of the engine that holds it.
+func TestUnreleasedLeaseBindsOtherEnginesOnly(t *testing.T) {
+	g := compile(t, loop)
+	st := releaseFails{memory.New()}
+	eng, other := engine.New(st), engine.New(st)
+	for i := range 2 {
+		if _, err := run(t, g, eng, "t", map[string]any{"until": 3}); err != nil {
+			t.Fatalf("run %d: %v", i+1, err)
+		}
+	}
+	if _, err := run(t, g, other, "t", map[string]any{"until": 3}); !errors.Is(err, engine.ErrBusy) {
+		t.Fatalf("another engine ran while the lease was held: %v", err)
+	}
+}
+
 func TestInvalidUpdateIsNotCommitted(t *testing.T) {
 	g := compile(t, `
 version: 1
