@@ -216,8 +216,11 @@ func TestRun(t *testing.T) {
 	if !strings.Contains(out, "t1") || strings.Contains(out, "t2") {
 		t.Fatalf("threads after delete:\n%s", out)
 	}
-	if _, stderr, exit := trellis(t, "delete", "t2", "--store", db); exit != 1 || !strings.Contains(stderr, "t2") {
+	if _, stderr, exit := trellis(t, "delete", "t2", "--store", db); exit != 1 || !strings.Contains(stderr, `no thread "t2"`) {
 		t.Fatalf("deleting a missing thread: %d %s", exit, stderr)
+	}
+	if _, stderr, exit := trellis(t, "state", "t1", "--at", "999", "--store", db); exit != 1 || !strings.Contains(stderr, `thread "t1" has no checkpoint 999`) {
+		t.Fatalf("state at a missing checkpoint: %d %s", exit, stderr)
 	}
 }
 

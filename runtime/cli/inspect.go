@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -39,6 +40,18 @@ func openStore(ctx context.Context, env *Env, name string, args []string, setup 
 func fail(env *Env, name string, err error) int {
 	fmt.Fprintf(env.Stderr, "trellis %s: %v\n", name, err)
 	return 1
+}
+
+// missing names what the store did not find: the thread, or a checkpoint
+// of it (at > 0); other errors pass unchanged.
+func missing(err error, thread string, at uint64) error {
+	switch {
+	case !errors.Is(err, store.ErrNotFound):
+		return err
+	case at > 0:
+		return fmt.Errorf("thread %q has no checkpoint %d (trellis history %s lists them)", thread, at, thread)
+	}
+	return fmt.Errorf("no thread %q in this store (trellis threads lists them)", thread)
 }
 
 func printJSON(env *Env, v any) {
@@ -85,7 +98,7 @@ func cmdHistory(ctx context.Context, env *Env, args []string) int {
 	}
 	cps, err := st.History(ctx, pos[0], store.HistoryOptions{Limit: *limit, Before: *before, Source: *source, Run: *run, Node: *node})
 	if err != nil {
-		return fail(env, "history", err)
+		return fail(env, "history", missing(err, pos[0], 0))
 	}
 	for _, cp := range cps {
 		var nodes, fields []string
@@ -123,7 +136,7 @@ func cmdState(ctx context.Context, env *Env, args []string) int {
 		snap, err = st.Head(ctx, pos[0])
 	}
 	if err != nil {
-		return fail(env, "state", err)
+		return fail(env, "state", missing(err, pos[0], *at))
 	}
 	printJSON(env, snap.Values)
 	return 0
@@ -144,7 +157,7 @@ func cmdFork(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "fork", fmt.Errorf("want THREAD --at SEQ --to NEW"))
 	}
 	if _, err := store.Fork(ctx, st, pos[0], *at, *to); err != nil {
-		return fail(env, "fork", err)
+		return fail(env, "fork", missing(err, pos[0], *at))
 	}
 	fmt.Fprintf(env.Stdout, "%s forked from %s at checkpoint %d\n", *to, pos[0], *at)
 	return 0
@@ -165,7 +178,7 @@ func cmdPrune(ctx context.Context, env *Env, args []string) int {
 	case len(pos) == 1 && *keep > 0:
 		n, err := st.Prune(ctx, pos[0], *keep)
 		if err != nil {
-			return fail(env, "prune", err)
+			return fail(env, "prune", missing(err, pos[0], 0))
 		}
 		fmt.Fprintf(env.Stdout, "%s: folded %d checkpoints into a base\n", pos[0], n)
 	case len(pos) == 0 && *idle > 0:
@@ -221,7 +234,7 @@ func cmdUpdate(ctx context.Context, env *Env, args []string) int {
 	defer st.Close()
 	snap, err := engine.New(st).Update(ctx, g, pos[1], *as, values)
 	if err != nil {
-		return fail(env, "update", err)
+		return fail(env, "update", missing(err, pos[1], 0))
 	}
 	fmt.Fprintf(env.Stderr, "%s: checkpoint %d written as %s\n", pos[1], snap.Seq, *as)
 	printJSON(env, snap.Values)
@@ -239,7 +252,7 @@ func cmdDelete(ctx context.Context, env *Env, args []string) int {
 	}
 	for _, id := range pos {
 		if err := st.Delete(ctx, id); err != nil {
-			return fail(env, "delete", fmt.Errorf("%s: %w", id, err))
+			return fail(env, "delete", missing(err, id, 0))
 		}
 		fmt.Fprintf(env.Stdout, "deleted %s\n", id)
 	}
