@@ -185,15 +185,6 @@ func crashTest(t *testing.T, addr string, kills int) {
 		}
 		break
 	}
-	// the state every crash-free run reaches
-	ref := engine.New(memory.New())
-	g := crashGraph(t, "")
-	for turn := 1; turn <= crashTurns; turn++ {
-		if _, err := ref.Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"turn": turn}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, _ := ref.Store.Head(context.Background(), "t")
 	st, err := stores.Open(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)
@@ -203,25 +194,9 @@ func crashTest(t *testing.T, addr string, kills int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"turn", "round", "log", "total"} {
-		if !reflect.DeepEqual(got.Values[f], want.Values[f]) {
-			t.Errorf("%s after %d kills:\n%v\nwant\n%v", f, killed, got.Values[f], want.Values[f])
-		}
-	}
-	// every logical execution (node, turn, round) committed exactly once,
-	// and never executed again after the execution that was committed
-	committed := map[string]string{}
-	for _, e := range got.Values["execs"].([]any) {
-		id := e.(string)
-		key := id[:strings.LastIndexByte(id, '/')]
-		if prev, dup := committed[key]; dup {
-			t.Errorf("%s committed twice: %s and %s", key, prev, id)
-		}
-		committed[key] = id
-	}
-	if len(committed) != crashTurns*6*3 {
-		t.Errorf("%d committed executions, want %d", len(committed), crashTurns*6*3)
-	}
+	// the crash-free state, each execution committed once, and (from the
+	// side log) none executed again after the one that was committed
+	committed := uninterrupted(t, got, crashTurns)
 	f, err := os.Open(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -256,6 +231,40 @@ func crashTest(t *testing.T, addr string, kills int) {
 	if resumes == 0 || withPending == 0 {
 		t.Errorf("the kills never interrupted a run with saved pending writes (%d resumes, %d with pending)", resumes, withPending)
 	}
+}
+
+// uninterrupted checks a thread of the crash flow after turns turns
+// against the state a run with no failure reaches, and that every logical
+// execution (node, turn, round) was committed exactly once. It returns
+// the committed execution of each.
+func uninterrupted(t *testing.T, got *store.Snapshot, turns int) map[string]string {
+	t.Helper()
+	ref := engine.New(memory.New())
+	g := crashGraph(t, "")
+	for turn := 1; turn <= turns; turn++ {
+		if _, err := ref.Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"turn": turn}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, _ := ref.Store.Head(context.Background(), "t")
+	for _, f := range []string{"turn", "round", "log", "total"} {
+		if !reflect.DeepEqual(got.Values[f], want.Values[f]) {
+			t.Errorf("%s:\n%v\nwant\n%v", f, got.Values[f], want.Values[f])
+		}
+	}
+	committed := map[string]string{}
+	for _, e := range got.Values["execs"].([]any) {
+		id := e.(string)
+		key := id[:strings.LastIndexByte(id, '/')]
+		if prev, dup := committed[key]; dup {
+			t.Errorf("%s committed twice: %s and %s", key, prev, id)
+		}
+		committed[key] = id
+	}
+	if len(committed) != turns*6*3 {
+		t.Errorf("%d committed executions, want %d", len(committed), turns*6*3)
+	}
+	return committed
 }
 
 func logSize(path string) int64 {
