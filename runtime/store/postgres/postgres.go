@@ -221,11 +221,14 @@ func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, no
 }
 
 // Acquire implements store.Store.
+//
+// Lease times are the server's clock, not the callers': processes on
+// machines whose clocks disagree still see one expiry.
 func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error {
-	now := time.Now()
-	tag, err := s.pool.Exec(ctx, `INSERT INTO leases (thread, owner, expires_at) VALUES ($1, $2, $3)
-		ON CONFLICT (thread) DO UPDATE SET owner = $2, expires_at = $3
-		WHERE leases.owner = $2 OR leases.expires_at < $4`, thread, owner, now.Add(ttl).UnixNano(), now.UnixNano())
+	tag, err := s.pool.Exec(ctx, `WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1e9)::bigint AS ns)
+		INSERT INTO leases (thread, owner, expires_at) SELECT $1, $2, ns + $3 FROM now
+		ON CONFLICT (thread) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+		WHERE leases.owner = excluded.owner OR leases.expires_at < (SELECT ns FROM now)`, thread, owner, ttl.Nanoseconds())
 	if err != nil {
 		return err
 	}
