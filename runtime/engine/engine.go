@@ -230,6 +230,13 @@ func fieldNames(g *flow.Graph) []string {
 	return names
 }
 
+func (e *Engine) leaseTTL() time.Duration {
+	if e.LeaseTTL > 0 {
+		return e.LeaseTTL
+	}
+	return DefaultLeaseTTL
+}
+
 // claim makes thread busy in this engine and takes its lease in the
 // store, for one writer per thread across processes; free ends the busy
 // mark (the caller releases the lease). A thread another run holds is
@@ -263,10 +270,7 @@ func (e *Engine) claim(ctx context.Context, thread string, ttl time.Duration) (o
 
 // Run executes one run of g on req.Thread.
 func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
-	ttl := e.LeaseTTL
-	if ttl <= 0 {
-		ttl = DefaultLeaseTTL
-	}
+	ttl := e.leaseTTL()
 	owner, free, err := e.claim(ctx, req.Thread, ttl)
 	if err != nil {
 		return nil, err
@@ -1485,7 +1489,7 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 		}
 		return nil, &InputError{Field: node, Reason: "not a node of this flow", Suggestion: diag.Suggest(node, names)}
 	}
-	owner, free, err := e.claim(ctx, thread, DefaultLeaseTTL)
+	owner, free, err := e.claim(ctx, thread, e.leaseTTL())
 	if err != nil {
 		return nil, err
 	}
