@@ -96,6 +96,11 @@ type growth struct {
 	// thread's 1,000 turns: their rows are derived, so they are reported
 	// apart from the commits, as bytes per turn over the whole run.
 	foldBytes float64
+	// longTurns and shortTurns are turns timed alternately once the thread
+	// has 1,000 turns: one on it, then one of turns 1..10 on a new thread.
+	// Noise from the machine falls on both alike, so their ratio is the
+	// growth measure that does not drift with the load over the run.
+	longTurns, shortTurns []time.Duration
 }
 
 // grow writes turns 1..1000 and measures the turns just before 10, 100
@@ -176,6 +181,34 @@ func grow(b *testing.B, st store.Store, cold func() store.Store, wal func() int6
 		}
 	}
 	g.foldBytes = float64(derived(thread)) / 1000
+	// alternate: turn 1000+i of the long thread, turn i%10+1 of a short one
+	short, shortSeq := "", uint64(0)
+	for i := range 100 {
+		if i%10 == 0 {
+			short = fmt.Sprintf("%s-short%d", thread, i/10)
+			if err := st.Commit(ctx, &store.Checkpoint{Thread: short, Seq: 1, Source: "create", Time: time.Now(),
+				Writes: []store.Write{{Field: "conversation_history", Version: 1, Value: []any{}}, {Field: "questions_asked", Version: 1, Value: []any{}},
+					{Field: "detected_intents", Version: 1, Value: []any{}}, {Field: "interview_id", Version: 1, Value: "i-2"}}}); err != nil {
+				b.Fatal(err)
+			}
+			shortSeq = 1
+		}
+		for _, t := range []struct {
+			thread string
+			seq    *uint64
+			turn   int
+			into   *[]time.Duration
+		}{{thread, &seq, 1001 + i, &g.longTurns}, {short, &shortSeq, i%10 + 1, &g.shortTurns}} {
+			t0 := time.Now()
+			for _, cp := range turnCheckpoints(t.thread, *t.seq, t.turn) {
+				if err := st.Commit(ctx, cp); err != nil {
+					b.Fatalf("%s turn %d: %v", t.thread, t.turn, err)
+				}
+				*t.seq = cp.Seq
+			}
+			*t.into = append(*t.into, time.Since(t0))
+		}
+	}
 	return g
 }
 
@@ -207,6 +240,10 @@ func report(b *testing.B, g growth) {
 	b.ReportMetric(g.turnBytes[1000]/g.turnBytes[10], "bytes-1000/10")
 	b.ReportMetric(g.foldBytes, "fold-B/turn")
 	b.ReportMetric(g.turnNs[1000]/g.turnNs[10], "time-1000/10")
+	long, short := p50(g.longTurns), p50(g.shortTurns)
+	b.ReportMetric(long/1e3, "µs/turn@1000-alternating")
+	b.ReportMetric(short/1e3, "µs/turn@10-alternating")
+	b.ReportMetric(long/short, "time-1000/10-alternating")
 }
 
 // BenchmarkConversationGrowth: go test ./runtime/store/stores -run '^$' -bench Growth -benchtime 1x
