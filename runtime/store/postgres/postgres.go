@@ -130,12 +130,7 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		cp.Run, cp.Step, cp.Source, string(meta), fields, versions, appends, values}
 	var moved int
 	if cp.Seq%sqlstore.FoldEvery == 0 {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, commitSQL, args...).Scan(&moved); err != nil || moved != 1 {
-				return err
-			}
-			return sqlstore.RecordFold(ctx, foldTx{tx}, cp.Thread, cp.Seq)
-		})
+		moved, err = s.commitFold(ctx, cp, args)
 	} else {
 		err = s.pool.QueryRow(ctx, commitSQL, args...).Scan(&moved)
 	}
@@ -389,52 +384,86 @@ func rangeArrays(rs []sqlstore.Range) (fields []string, lo, hi []int64) {
 	return fields, lo, hi
 }
 
-// foldTx gives sqlstore.RecordFold the rows of a transaction.
-type foldTx struct{ pgx.Tx }
-
-func (tx foldTx) LastFold(ctx context.Context, thread string, seq uint64) (uint64, []byte, error) {
-	var c int64
-	var spans string
-	err := tx.QueryRow(ctx, `SELECT seq, spans FROM folds WHERE thread = $1 AND seq <= $2 ORDER BY seq DESC LIMIT 1`, thread, int64(seq)).Scan(&c, &spans)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil, nil
-	}
-	return uint64(c), []byte(spans), err
-}
-
-func (tx foldTx) Keys(ctx context.Context, thread string, after, upto uint64) ([]sqlstore.KeyRow, error) {
-	rows, err := tx.Query(ctx, `SELECT field, seq, append FROM writes WHERE thread = $1 AND seq > $2 AND seq <= $3 ORDER BY field, seq`,
-		thread, int64(after), int64(upto))
+// commitFold commits a checkpoint that also records a fold (see
+// sqlstore.FoldPlan), in one transaction and at most three round trips:
+// the commit with what the fold is planned from (trellis_fold_since,
+// migration 006), then the rows due to become segments when there are
+// any, then the fold, its segments and the commit of the transaction.
+func (s *Store) commitFold(ctx context.Context, cp *store.Checkpoint, args []any) (moved int, err error) {
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (sqlstore.KeyRow, error) {
-		var k sqlstore.KeyRow
-		var seq int64
-		err := row.Scan(&k.Field, &seq, &k.Append)
-		k.Seq = uint64(seq)
-		return k, err
-	})
-}
-
-func (tx foldTx) Rows(ctx context.Context, thread string, r sqlstore.Range) ([]sqlstore.FieldRow, error) {
-	rows, err := tx.Query(ctx, `SELECT field, seq, version, append, value::text FROM writes
-		WHERE thread = $1 AND field = $2 AND seq BETWEEN $3 AND $4 ORDER BY seq`, thread, r.Field, int64(r.Lo), int64(r.Hi))
+	// a connection an error leaves inside the transaction is closed on
+	// release, never reused
+	defer conn.Release()
+	thread, c := cp.Thread, int64(cp.Seq)
+	var plan pgx.Batch
+	plan.Queue(`BEGIN`)
+	plan.Queue(commitSQL, args...)
+	plan.Queue(`SELECT spans, fields, seqs, appends FROM trellis_fold_since($1, $2)`, thread, c)
+	br := conn.SendBatch(ctx, &plan)
+	var spans *string
+	var fields []string
+	var seqs []int64
+	var appends []bool
+	if _, err = br.Exec(); err == nil {
+		err = br.QueryRow().Scan(&moved)
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&spans, &fields, &seqs, &appends)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	return pgx.CollectRows(rows, scanFieldRow)
-}
-
-func (tx foldTx) PutSegment(ctx context.Context, thread string, r sqlstore.Range, version uint64, items []byte) error {
-	_, err := tx.Exec(ctx, `INSERT INTO segments (thread, field, last, first, version, items) VALUES ($1, $2, $3, $4, $5, $6)`,
-		thread, r.Field, int64(r.Hi), int64(r.Lo), int64(version), items)
-	return err
-}
-
-func (tx foldTx) PutFold(ctx context.Context, thread string, seq uint64, spans []byte) error {
-	_, err := tx.Exec(ctx, `INSERT INTO folds (thread, seq, spans) VALUES ($1, $2, $3)`, thread, int64(seq), string(spans))
-	return err
+	if moved != 1 {
+		_, err = conn.Exec(ctx, `ROLLBACK`)
+		return moved, err
+	}
+	var stored []byte
+	if spans != nil {
+		stored = []byte(*spans)
+	}
+	keys := make([]sqlstore.KeyRow, len(fields))
+	for i := range keys {
+		keys[i] = sqlstore.KeyRow{Field: fields[i], Seq: uint64(seqs[i]), Append: appends[i]}
+	}
+	p, err := sqlstore.PlanFold(cp.Seq, stored, keys)
+	if err != nil {
+		return 0, err
+	}
+	var due []sqlstore.FieldRow
+	if len(p.Due) > 0 {
+		f, lo, hi := rangeArrays(p.Due)
+		rows, err := conn.Query(ctx, `SELECT w.field, w.seq, w.version, w.append, w.value::text
+			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
+			JOIN writes w ON w.thread = $1 AND w.field = p.field AND w.seq BETWEEN p.lo AND p.hi`, thread, f, lo, hi)
+		if err != nil {
+			return 0, err
+		}
+		if due, err = pgx.CollectRows(rows, scanFieldRow); err != nil {
+			return 0, err
+		}
+	}
+	folded, segs, err := p.Finish(due)
+	if err != nil {
+		return 0, err
+	}
+	var put pgx.Batch
+	if len(segs) > 0 {
+		fields, last, first, versions, items := make([]string, len(segs)), make([]int64, len(segs)), make([]int64, len(segs)), make([]int64, len(segs)), make([][]byte, len(segs))
+		for i, g := range segs {
+			fields[i], last[i], first[i], versions[i], items[i] = g.Field, int64(g.Hi), int64(g.Lo), int64(g.Version), g.Items
+		}
+		put.Queue(`INSERT INTO segments (thread, field, last, first, version, items)
+			SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bytea[])`, thread, fields, last, first, versions, items)
+	}
+	put.Queue(`INSERT INTO folds (thread, seq, spans) VALUES ($1, $2, $3)`, thread, c, string(folded))
+	put.Queue(`COMMIT`)
+	return moved, conn.SendBatch(ctx, &put).Close()
 }
 
 // addRows reads the field rows of a batch's next query into l.

@@ -210,34 +210,87 @@ func RecordFold(ctx context.Context, tx FoldTx, thread string, c uint64) error {
 	if err != nil {
 		return err
 	}
-	s := Spans{}
-	if stored != nil {
-		if s, err = DecodeSpans(stored); err != nil {
-			return err
-		}
-	}
 	keys, err := tx.Keys(ctx, thread, prev, c)
 	if err != nil {
 		return err
 	}
-	s = s.Advance(keys)
-	for _, r := range s.Due(c) {
-		rows, err := tx.Rows(ctx, thread, r)
-		if err != nil {
-			return err
-		}
-		items, err := Segment(rows)
-		if err != nil {
-			return err
-		}
-		if err := tx.PutSegment(ctx, thread, r, rows[len(rows)-1].Version, items); err != nil {
-			return err
-		}
-		s.Segmented(r.Field, c)
-	}
-	b, err := s.Encode()
+	p, err := PlanFold(c, stored, keys)
 	if err != nil {
 		return err
 	}
-	return tx.PutFold(ctx, thread, c, b)
+	var rows []FieldRow
+	for _, r := range p.Due {
+		rs, err := tx.Rows(ctx, thread, r)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, rs...)
+	}
+	spans, segs, err := p.Finish(rows)
+	if err != nil {
+		return err
+	}
+	for _, g := range segs {
+		if err := tx.PutSegment(ctx, thread, g.Range, g.Version, g.Items); err != nil {
+			return err
+		}
+	}
+	return tx.PutFold(ctx, thread, c, spans)
+}
+
+// A FoldPlan is the fold being recorded at checkpoint C: the previous
+// fold's spans advanced over the rows written since, and the ranges of
+// rows due to be joined into segments. A store reads the due rows and
+// hands them to Finish, in as few round trips as it can.
+type FoldPlan struct {
+	C     uint64
+	Spans Spans
+	Due   []Range
+}
+
+// PlanFold plans the fold at c from the stored spans of the newest fold
+// before it (nil when there is none) and the keys of the rows written
+// after that fold, up to c.
+func PlanFold(c uint64, stored []byte, keys []KeyRow) (*FoldPlan, error) {
+	s := Spans{}
+	if stored != nil {
+		var err error
+		if s, err = DecodeSpans(stored); err != nil {
+			return nil, err
+		}
+	}
+	s = s.Advance(keys)
+	return &FoldPlan{C: c, Spans: s, Due: s.Due(c)}, nil
+}
+
+// A NewSegment is a segment to store: the rows of Range joined, packed,
+// with the version of the last.
+type NewSegment struct {
+	Range
+	Version uint64
+	Items   []byte
+}
+
+// Finish joins the rows of the due ranges (in any order) into segments
+// and returns them with the fold's encoded spans.
+func (p *FoldPlan) Finish(rows []FieldRow) (spans []byte, segs []NewSegment, err error) {
+	SortRows(rows)
+	for _, r := range p.Due {
+		lo, _ := slices.BinarySearchFunc(rows, r.Field, func(row FieldRow, f string) int { return strings.Compare(row.Field, f) })
+		hi := lo
+		for hi < len(rows) && rows[hi].Field == r.Field {
+			hi++
+		}
+		if lo == hi {
+			return nil, nil, fmt.Errorf("fold at %d: no rows of field %q to join for checkpoints %d-%d", p.C, r.Field, r.Lo, r.Hi)
+		}
+		items, err := Segment(rows[lo:hi])
+		if err != nil {
+			return nil, nil, err
+		}
+		segs = append(segs, NewSegment{Range: r, Version: rows[hi-1].Version, Items: items})
+		p.Spans.Segmented(r.Field, p.C)
+	}
+	spans, err = p.Spans.Encode()
+	return spans, segs, err
 }

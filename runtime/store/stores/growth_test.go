@@ -91,7 +91,9 @@ type growth struct {
 	// (a WAL checkpoint, an autovacuum) says nothing about growth.
 	turnNs, turnMeanNs, turnBytes, loadNs, coldNs map[int]float64
 	commits                                       []time.Duration
-	walBytes                                      map[int]float64
+	// foldCommits are the commits that also recorded a fold.
+	foldCommits []time.Duration
+	walBytes    map[int]float64
 	// foldBytes is what the store wrote into folds and segments over the
 	// thread's 1,000 turns: their rows are derived, so they are reported
 	// apart from the commits, as bytes per turn over the whole run.
@@ -142,6 +144,9 @@ func grow(b *testing.B, st store.Store, cold func() store.Store, wal func() int6
 				b.Fatalf("turn %d: %v", turn, err)
 			}
 			g.commits = append(g.commits, time.Since(t0))
+			if cp.Seq%sqlstore.FoldEvery == 0 {
+				g.foldCommits = append(g.foldCommits, time.Since(t0))
+			}
 			windowBytes += payload(cp)
 			seq = cp.Seq
 		}
@@ -237,6 +242,7 @@ func report(b *testing.B, g growth) {
 	slices.Sort(g.commits)
 	b.ReportMetric(float64(g.commits[len(g.commits)/2].Microseconds()), "µs/commit-p50")
 	b.ReportMetric(float64(g.commits[len(g.commits)*99/100].Microseconds()), "µs/commit-p99")
+	b.ReportMetric(p50(g.foldCommits)/1e3, "µs/fold-commit-p50")
 	b.ReportMetric(g.turnBytes[1000]/g.turnBytes[10], "bytes-1000/10")
 	b.ReportMetric(g.foldBytes, "fold-B/turn")
 	b.ReportMetric(g.turnNs[1000]/g.turnNs[10], "time-1000/10")
