@@ -90,10 +90,10 @@ type growth struct {
 	// median is what the growth ratio compares, as a single slow commit
 	// (a WAL checkpoint, an autovacuum) says nothing about growth.
 	turnNs, turnMeanNs, turnBytes, loadNs, coldNs map[int]float64
-	commits                                       []time.Duration
-	// foldCommits are the commits that also recorded a fold.
-	foldCommits []time.Duration
-	walBytes    map[int]float64
+	walBytes                                      map[int]float64
+	// commits times every commit; foldCommits those that also recorded a
+	// fold.
+	commits, foldCommits []time.Duration
 	// foldBytes is what the store wrote into folds and segments over the
 	// thread's 1,000 turns: their rows are derived, so they are reported
 	// apart from the commits, as bytes per turn over the whole run.
