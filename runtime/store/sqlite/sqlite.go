@@ -41,7 +41,8 @@ type Store struct {
 // a commit's time.
 type statements struct {
 	createThread, advanceThread, threadExists, dropPending, insertCheckpoint, insertWrite,
-	head, checkpoint, lastFold, youngState, foldedState, pending, putPending, acquire, release *sql.Stmt
+	head, checkpoint, lastFold, youngState, foldedState, pending, putPending, acquire, release,
+	foldKeys, foldRows, putSegment, putFold *sql.Stmt
 }
 
 func (st *statements) prepare(ctx context.Context, db *sql.DB) error {
@@ -78,6 +79,11 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB) error {
 				ON w.thread = ?1 AND w.field = p.value->>0 AND w.seq BETWEEN p.value->>1 AND p.value->>2
 			UNION ALL
 			SELECT field, seq, version, append, value FROM writes WHERE thread = ?1 AND seq > ?3 AND seq <= ?4`},
+		// recording a fold
+		{&st.foldKeys, `SELECT field, seq, append FROM writes WHERE thread = ? AND seq > ? AND seq <= ? ORDER BY field, seq`},
+		{&st.foldRows, `SELECT field, seq, version, append, value FROM writes WHERE thread = ? AND field = ? AND seq BETWEEN ? AND ? ORDER BY seq`},
+		{&st.putSegment, `INSERT INTO segments (thread, field, last, first, version, items) VALUES (?, ?, ?, ?, ?, ?)`},
+		{&st.putFold, `INSERT INTO folds (thread, seq, spans) VALUES (?, ?, ?)`},
 		{&st.pending, `SELECT node, writes FROM pending WHERE thread = ? AND parent = ?`},
 		{&st.putPending, `INSERT INTO pending (thread, parent, node, writes) VALUES (?, ?, ?, ?)
 			ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`},
@@ -398,7 +404,7 @@ func (tx foldTx) LastFold(ctx context.Context, thread string, seq uint64) (uint6
 }
 
 func (tx foldTx) Keys(ctx context.Context, thread string, after, upto uint64) ([]sqlstore.KeyRow, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT field, seq, append FROM writes WHERE thread = ? AND seq > ? AND seq <= ? ORDER BY field, seq`, thread, after, upto)
+	rows, err := tx.StmtContext(ctx, tx.s.st.foldKeys).QueryContext(ctx, thread, after, upto)
 	if err != nil {
 		return nil, err
 	}
@@ -415,8 +421,7 @@ func (tx foldTx) Keys(ctx context.Context, thread string, after, upto uint64) ([
 }
 
 func (tx foldTx) Rows(ctx context.Context, thread string, r sqlstore.Range) ([]sqlstore.FieldRow, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT field, seq, version, append, value FROM writes
-		WHERE thread = ? AND field = ? AND seq BETWEEN ? AND ? ORDER BY seq`, thread, r.Field, r.Lo, r.Hi)
+	rows, err := tx.StmtContext(ctx, tx.s.st.foldRows).QueryContext(ctx, thread, r.Field, r.Lo, r.Hi)
 	if err != nil {
 		return nil, err
 	}
@@ -424,13 +429,12 @@ func (tx foldTx) Rows(ctx context.Context, thread string, r sqlstore.Range) ([]s
 }
 
 func (tx foldTx) PutSegment(ctx context.Context, thread string, r sqlstore.Range, version uint64, items []byte) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO segments (thread, field, last, first, version, items) VALUES (?, ?, ?, ?, ?, ?)`,
-		thread, r.Field, r.Hi, r.Lo, version, string(items))
+	_, err := tx.StmtContext(ctx, tx.s.st.putSegment).ExecContext(ctx, thread, r.Field, r.Hi, r.Lo, version, string(items))
 	return err
 }
 
 func (tx foldTx) PutFold(ctx context.Context, thread string, seq uint64, spans []byte) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO folds (thread, seq, spans) VALUES (?, ?, ?)`, thread, seq, string(spans))
+	_, err := tx.StmtContext(ctx, tx.s.st.putFold).ExecContext(ctx, thread, seq, string(spans))
 	return err
 }
 
