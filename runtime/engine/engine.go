@@ -241,7 +241,7 @@ func (e *Engine) leaseTTL() time.Duration {
 // store, for one writer per thread across processes; free ends the busy
 // mark (the caller releases the lease). A thread another run holds is
 // ErrBusy.
-func (e *Engine) claim(ctx context.Context, thread string, ttl time.Duration) (owner string, free func(), err error) {
+func (e *Engine) claim(ctx context.Context, thread string) (owner string, free func(), err error) {
 	e.mu.Lock()
 	if e.busy[thread] {
 		e.mu.Unlock()
@@ -258,7 +258,7 @@ func (e *Engine) claim(ctx context.Context, thread string, ttl time.Duration) (o
 		delete(e.busy, thread)
 		e.mu.Unlock()
 	}
-	if err := e.Store.Acquire(ctx, thread, owner, ttl); err != nil {
+	if err := e.Store.Acquire(ctx, thread, owner, e.leaseTTL()); err != nil {
 		free()
 		if errors.Is(err, store.ErrLeased) {
 			return "", nil, ErrBusy
@@ -270,13 +270,12 @@ func (e *Engine) claim(ctx context.Context, thread string, ttl time.Duration) (o
 
 // Run executes one run of g on req.Thread.
 func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
-	ttl := e.leaseTTL()
-	owner, free, err := e.claim(ctx, req.Thread, ttl)
+	owner, free, err := e.claim(ctx, req.Thread)
 	if err != nil {
 		return nil, err
 	}
 	defer free()
-	hold := &lease{st: e.Store, thread: req.Thread, owner: owner, ttl: ttl, renewed: time.Now()}
+	hold := &lease{st: e.Store, thread: req.Thread, owner: owner, ttl: e.leaseTTL(), renewed: time.Now()}
 	defer hold.release(ctx)
 	head, err := e.Store.Head(ctx, req.Thread)
 	if errors.Is(err, store.ErrNotFound) {
@@ -1489,7 +1488,7 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 		}
 		return nil, &InputError{Field: node, Reason: "not a node of this flow", Suggestion: diag.Suggest(node, names)}
 	}
-	owner, free, err := e.claim(ctx, thread, e.leaseTTL())
+	owner, free, err := e.claim(ctx, thread)
 	if err != nil {
 		return nil, err
 	}

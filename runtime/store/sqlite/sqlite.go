@@ -36,9 +36,9 @@ type Store struct {
 	st    statements
 }
 
-// statements are the queries every run makes (leases, commits, loads,
-// pending writes), prepared once: compiling them took about a quarter of
-// a commit's time.
+// statements are the queries every run makes (leases, commits and the
+// folds they record, loads, pending writes), prepared once: compiling
+// them took about a quarter of a commit's time.
 type statements struct {
 	createThread, advanceThread, threadExists, dropPending, insertCheckpoint, insertWrite,
 	head, checkpoint, lastFold, youngState, foldedState, pending, putPending, acquire, release,

@@ -136,9 +136,7 @@ func asJSON(t *testing.T, items []byte) []byte {
 func BenchmarkColdLoad(b *testing.B) {
 	ctx := context.Background()
 	write := func(b *testing.B, st store.Store, thread string, turns int) {
-		if err := st.Commit(ctx, &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: time.Now(),
-			Writes: []store.Write{{Field: "conversation_history", Version: 1, Value: []any{}}, {Field: "questions_asked", Version: 1, Value: []any{}},
-				{Field: "detected_intents", Version: 1, Value: []any{}}, {Field: "interview_id", Version: 1, Value: "i-1"}}}); err != nil {
+		if err := st.Commit(ctx, createCheckpoint(thread)); err != nil {
 			b.Fatal(err)
 		}
 		seq := uint64(1)

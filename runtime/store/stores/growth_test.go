@@ -45,6 +45,14 @@ func opener[S store.Store](tb testing.TB, open func(context.Context, string) (S,
 // turnCheckpoints shapes one interview turn the way the interview flow
 // commits it: the input, intent detection, the decision, the question and
 // finalize_turn appending the exchange to the conversation.
+// createCheckpoint creates an interview-shaped thread: empty lists, and
+// an interview id.
+func createCheckpoint(thread string) *store.Checkpoint {
+	return &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: time.Now(),
+		Writes: []store.Write{{Field: "conversation_history", Version: 1, Value: []any{}}, {Field: "questions_asked", Version: 1, Value: []any{}},
+			{Field: "detected_intents", Version: 1, Value: []any{}}, {Field: "interview_id", Version: 1, Value: "i-1"}}}
+}
+
 func turnCheckpoints(thread string, seq uint64, turn int) []*store.Checkpoint {
 	answer := strings.Repeat("I worked on the ingestion pipeline and its backpressure. ", 3)
 	question := fmt.Sprintf("Question %d: how did you design the part of the system that handled retries?", turn)
@@ -112,9 +120,7 @@ type growth struct {
 func grow(b *testing.B, st store.Store, cold func() store.Store, wal func() int64, derived func(thread string) int64) growth {
 	ctx := context.Background()
 	thread := fmt.Sprintf("g%d", time.Now().UnixNano())
-	if err := st.Commit(ctx, &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: time.Now(),
-		Writes: []store.Write{{Field: "conversation_history", Version: 1, Value: []any{}}, {Field: "questions_asked", Version: 1, Value: []any{}},
-			{Field: "detected_intents", Version: 1, Value: []any{}}, {Field: "interview_id", Version: 1, Value: "i-1"}}}); err != nil {
+	if err := st.Commit(ctx, createCheckpoint(thread)); err != nil {
 		b.Fatal(err)
 	}
 	g := growth{turnNs: map[int]float64{}, turnMeanNs: map[int]float64{}, turnBytes: map[int]float64{}, loadNs: map[int]float64{}, coldNs: map[int]float64{}, walBytes: map[int]float64{}}
@@ -191,9 +197,7 @@ func grow(b *testing.B, st store.Store, cold func() store.Store, wal func() int6
 	for i := range 100 {
 		if i%10 == 0 {
 			short = fmt.Sprintf("%s-short%d", thread, i/10)
-			if err := st.Commit(ctx, &store.Checkpoint{Thread: short, Seq: 1, Source: "create", Time: time.Now(),
-				Writes: []store.Write{{Field: "conversation_history", Version: 1, Value: []any{}}, {Field: "questions_asked", Version: 1, Value: []any{}},
-					{Field: "detected_intents", Version: 1, Value: []any{}}, {Field: "interview_id", Version: 1, Value: "i-2"}}}); err != nil {
+			if err := st.Commit(ctx, createCheckpoint(short)); err != nil {
 				b.Fatal(err)
 			}
 			shortSeq = 1

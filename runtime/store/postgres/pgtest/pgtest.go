@@ -182,25 +182,17 @@ func (s *server) start() error {
 	if err != nil {
 		return err
 	}
-	if os.Geteuid() == 0 {
-		// the server refuses to run as root
-		if s.cred, err = postgresUser(); err != nil {
-			return err
-		}
-		if err := os.Chown(s.dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
-			return err
-		}
+	if s.cred, err = runAs(s.dir); err != nil {
+		return err
 	}
 	data := filepath.Join(s.dir, "data")
 	if err := s.run("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"); err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	s.opts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200", port, s.dir)
 	if s.fast {
 		s.opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
@@ -212,15 +204,36 @@ func (s *server) start() error {
 	return nil
 }
 
-// postgresUser is who runs the servers when the tests run as root.
-func postgresUser() (*syscall.Credential, error) {
+// runAs is who runs a server whose files are in dir: the caller (nil), or
+// the postgres user when the tests run as root, which PostgreSQL and
+// PgBouncer refuse; dir and what it holds are then given to that user.
+func runAs(dir string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
 		return nil, fmt.Errorf("running as root needs the postgres user: %w", err)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	err = filepath.WalkDir(dir, func(path string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chown(path, uid, gid)
+	})
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, err
+}
+
+// freePort returns a loopback port nothing listens on.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *server) restart() error {
@@ -296,13 +309,11 @@ func (p *pooler) start(u *url.URL) error {
 	if p.dir, err = os.MkdirTemp("", "trellis-pgbouncer-"); err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	p.addr = l.Addr().String()
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	p.addr = fmt.Sprintf("127.0.0.1:%d", port)
 	conf := fmt.Sprintf(`[databases]
 * = %s
 
@@ -328,23 +339,12 @@ pidfile = %s
 			return err
 		}
 	}
-	cmd := exec.Command(bin, filepath.Join(p.dir, "pgbouncer.ini"))
-	if os.Geteuid() == 0 {
-		// PgBouncer refuses to run as root
-		cred, err := postgresUser()
-		if err != nil {
-			return err
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		if err := filepath.WalkDir(p.dir, func(path string, _ os.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			return os.Chown(path, int(cred.Uid), int(cred.Gid))
-		}); err != nil {
-			return err
-		}
+	cred, err := runAs(p.dir)
+	if err != nil {
+		return err
 	}
+	cmd := exec.Command(bin, filepath.Join(p.dir, "pgbouncer.ini"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
