@@ -117,7 +117,7 @@ func TestInterviewOffline(t *testing.T) {
 	for i, a := range asked {
 		for _, b := range asked[:i] {
 			switch {
-			case expression.Normalize(a["text"].(string)) == expression.Normalize(b["text"].(string)):
+			case expression.NormalizeText(a["text"].(string)) == expression.NormalizeText(b["text"].(string)):
 				t.Errorf("question repeated: %v", a["text"])
 			case a["resume_anchor"] == b["resume_anchor"] && a["aspect"] == b["aspect"]:
 				t.Errorf("anchor %v aspect %v asked twice", a["resume_anchor"], a["aspect"])

@@ -17,7 +17,7 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
-	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // Spec registers the kind.
@@ -66,13 +66,13 @@ func build(b kind.Builder) kind.Node {
 				continue
 			}
 		} else {
-			lit, err := schema.FromYAML(v)
+			lit, err := value.FromYAML(v)
 			if err != nil {
 				b.Errorf(v, "set.%s: %v", k.Value, err)
 				continue
 			}
-			if shape := b.Field(k.Value); shape != nil && !shape.Allows(schema.TypeOf(lit)) {
-				b.Errorf(v, "set.%s: a literal %s cannot be written to a field of type %s", k.Value, schema.TypeOf(lit), shape.Describe())
+			if shape := b.Field(k.Value); shape != nil && !shape.Allows(value.TypeOf(lit)) {
+				b.Errorf(v, "set.%s: a literal %s cannot be written to a field of type %s", k.Value, value.TypeOf(lit), shape.Describe())
 				continue
 			}
 			f.literal = lit

@@ -36,6 +36,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/prompt"
 	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // Spec is the kind with the provider the environment configures.
@@ -177,7 +178,7 @@ func (n *node) WithOutput(s *kind.State, out any) (kind.Update, error) {
 			return nil, fmt.Errorf("output does not match the schema of prompt %s: %w", n.prompt.Name, err)
 		}
 	} else if _, ok := out.(string); !ok {
-		return nil, fmt.Errorf("prompt %s replies with text, not %s", n.prompt.Name, schema.TypeOf(out))
+		return nil, fmt.Errorf("prompt %s replies with text, not %s", n.prompt.Name, value.TypeOf(out))
 	}
 	return n.write(vars, out)
 }
@@ -220,7 +221,7 @@ func (n *node) fallback(data prompt.Data, vars map[string]any, cause error) (kin
 	if err != nil {
 		return nil, fmt.Errorf("fallback of prompt %s: %w", n.prompt.Name, err)
 	}
-	if out, err = schema.Normalize(out); err != nil {
+	if out, err = value.Normalize(out); err != nil {
 		return nil, fmt.Errorf("fallback of prompt %s: %w", n.prompt.Name, err)
 	}
 	if n.prompt.Output != nil {
@@ -317,7 +318,7 @@ func parseStructured(reply string, out *prompt.Output) (any, error) {
 		text = strings.TrimPrefix(text[strings.IndexByte(text+"\n", '\n'):], "\n")
 		text = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(text), "```"))
 	}
-	v, err := schema.Decode([]byte(text))
+	v, err := value.Decode([]byte(text))
 	if err != nil {
 		return nil, fmt.Errorf("not valid JSON: %v", err)
 	}

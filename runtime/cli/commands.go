@@ -19,6 +19,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store/stores"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 func cmdValidate(_ context.Context, env *Env, args []string) int {
@@ -327,7 +328,7 @@ func ParseInputs(g *flow.Graph, pairs []string, file string) (map[string]any, er
 			in[k] = raw
 			continue
 		}
-		v, err := schema.FromYAML(&n)
+		v, err := value.FromYAML(&n)
 		if err != nil {
 			in[k] = raw
 			continue

@@ -28,6 +28,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // Engine runs flows against a store. It is safe for concurrent use; runs on
@@ -201,7 +202,7 @@ func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, value
 		if !ok {
 			return nil, &InputError{Field: k, Reason: "not a state field", Suggestion: diag.Suggest(k, fieldNames(g))}
 		}
-		v, err := schema.Normalize(values[k])
+		v, err := value.Normalize(values[k])
 		if err != nil {
 			return nil, &InputError{Field: k, Reason: err.Error()}
 		}
@@ -723,7 +724,7 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 			}
 			return nil, &InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)}
 		}
-		v, err := schema.Normalize(r.req.Input[k])
+		v, err := value.Normalize(r.req.Input[k])
 		if err != nil {
 			return nil, &InputError{Field: k, Reason: err.Error()}
 		}
@@ -1094,7 +1095,7 @@ func (r *run) resetWriters() {
 }
 
 func normalizeFor(f *flow.Field, v any) (any, error) {
-	n, err := schema.Normalize(v)
+	n, err := value.Normalize(v)
 	if err != nil {
 		return nil, err
 	}
@@ -1241,7 +1242,7 @@ func (r *run) savePending(ctx context.Context, o *outcome) error {
 	}
 	ws := make([]store.Write, len(o.update))
 	for i, fv := range o.update {
-		v, err := schema.Normalize(fv.Value)
+		v, err := value.Normalize(fv.Value)
 		if err != nil {
 			return nil // the barrier reports it
 		}

@@ -14,7 +14,7 @@ import (
 // de-duplication, and ids.
 var functions = []expr.Option{
 	expr.Function("normalize", func(p ...any) (any, error) {
-		return Normalize(p[0].(string)), nil
+		return NormalizeText(p[0].(string)), nil
 	}, new(func(string) string)),
 	expr.Function("word_overlap", func(p ...any) (any, error) {
 		return WordOverlap(p[0].(string), p[1].(string)), nil
@@ -23,15 +23,15 @@ var functions = []expr.Option{
 		return NewID(), nil
 	}, new(func() string)),
 	expr.Function("slug", func(p ...any) (any, error) {
-		return strings.ReplaceAll(Normalize(p[0].(string)), " ", "_"), nil
+		return strings.ReplaceAll(NormalizeText(p[0].(string)), " ", "_"), nil
 	}, new(func(string) string)),
 }
 
 var registered = []string{"normalize", "word_overlap", "uuid", "slug"}
 
-// Normalize lowercases s, turns punctuation into spaces and collapses runs of
+// NormalizeText lowercases s, turns punctuation into spaces and collapses runs of
 // spaces: "What's  your Stack?" becomes "what s your stack".
-func Normalize(s string) string {
+func NormalizeText(s string) string {
 	var b strings.Builder
 	space := true
 	for _, r := range s {
@@ -49,8 +49,8 @@ func Normalize(s string) string {
 // WordOverlap is the Jaccard similarity of the two texts' normalised word
 // sets: 1 for the same words, 0 for none in common.
 func WordOverlap(a, b string) float64 {
-	wa := strings.Fields(Normalize(a))
-	wb := strings.Fields(Normalize(b))
+	wa := strings.Fields(NormalizeText(a))
+	wb := strings.Fields(NormalizeText(b))
 	if len(wa) == 0 && len(wb) == 0 {
 		return 1
 	}

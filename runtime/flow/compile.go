@@ -16,6 +16,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // Semantic diagnostic codes. Every code has a failing and a passing fixture
@@ -316,7 +317,7 @@ func (c *compiler) state() {
 			}
 		}
 		if fs.HasDefault {
-			v, err := schema.Normalize(fs.Default)
+			v, err := value.Normalize(fs.Default)
 			if err == nil {
 				f.Default, f.HasDefault = schema.Coerce(fs, v), true
 				if f.Validator != nil {

@@ -11,7 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/trellisflow/trellis/runtime/diag"
-	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // Diagnostic codes of the loader and the flow-format schema.
@@ -131,7 +131,7 @@ func (d *document) index(n *yaml.Node, ptr string, dl *diag.List) (any, error) {
 		}
 		return s, nil
 	default:
-		return schema.FromYAML(n)
+		return value.FromYAML(n)
 	}
 }
 

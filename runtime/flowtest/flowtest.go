@@ -48,8 +48,8 @@ import (
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
-	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store/memory"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // Suffix names flow test files.
@@ -273,7 +273,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		for ci := range calls {
 			c := &calls[ci]
 			if c.Output != nil {
-				norm, err := schema.Normalize(c.Output)
+				norm, err := value.Normalize(c.Output)
 				if err != nil {
 					at(t.Line, "script %s output: %v", name, err)
 				}
@@ -293,7 +293,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 					at(t.Line, "script %s: the node does not write %q", name, field)
 					continue
 				}
-				norm, err := schema.Normalize(v)
+				norm, err := value.Normalize(v)
 				if err != nil {
 					at(t.Line, "script %s.%s: %v", name, field, err)
 				}
@@ -316,7 +316,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 	const thread = "test"
 	with := map[string]any{}
 	for k, v := range t.With {
-		norm, err := schema.Normalize(v)
+		norm, err := value.Normalize(v)
 		if err != nil {
 			at(t.Line, "with.%s: %v", k, err)
 			return fails
@@ -337,7 +337,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		degraded := map[string]bool{}
 		in := map[string]any{}
 		for k, v := range r.Input {
-			norm, err := schema.Normalize(v)
+			norm, err := value.Normalize(v)
 			if err != nil {
 				at(r.Line, "input.%s: %v", k, err)
 				return fails

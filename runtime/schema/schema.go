@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
+
+	"github.com/trellisflow/trellis/runtime/value"
 	"gopkg.in/yaml.v3"
 )
 
@@ -275,7 +277,7 @@ func ReadFile(path string) (any, error) {
 	if err := yaml.Unmarshal(b, &n); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return FromYAML(&n)
+	return value.FromYAML(&n)
 }
 
 // Compile adds raw under url and compiles it.

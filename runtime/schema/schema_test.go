@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // TestFastCheckAgreesWithValidator compares the fast path for type-only
@@ -99,7 +100,7 @@ func TestFastCheckAgreesWithValidator(t *testing.T) {
 }
 
 func TestNormalizeAndCoerce(t *testing.T) {
-	v, err := schema.Normalize(map[string]int64{"a": 3})
+	v, err := value.Normalize(map[string]int64{"a": 3})
 	if err != nil || fmt.Sprint(v) != "map[a:3]" {
 		t.Fatalf("%v %v", v, err)
 	}
@@ -111,7 +112,7 @@ func TestNormalizeAndCoerce(t *testing.T) {
 	if _, ok := c.([]any)[0].(int); !ok || c.([]any)[1] != 2.5 {
 		t.Fatalf("coerce %#v", c)
 	}
-	if _, err := schema.Normalize([]float32{1}); err != nil {
+	if _, err := value.Normalize([]float32{1}); err != nil {
 		t.Fatal(err)
 	}
 }

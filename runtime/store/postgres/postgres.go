@@ -24,9 +24,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/sqlstore"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 //go:embed migrations/*.sql
@@ -496,7 +496,7 @@ func scanFieldRow(row pgx.CollectableRow) (sqlstore.FieldRow, error) {
 type rowValue struct{ r *sqlstore.FieldRow }
 
 func (v rowValue) ScanBytes(b []byte) error {
-	if schema.Packed(b) {
+	if value.Packed(b) {
 		v.r.Packed = string(b)
 	} else {
 		v.r.Value = bytes.Clone(b)

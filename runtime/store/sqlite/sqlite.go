@@ -21,9 +21,9 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
-	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/sqlstore"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 //go:embed migrations/*.sql
@@ -365,14 +365,14 @@ func scanFieldRows(rows *sql.Rows, add func(sqlstore.FieldRow)) error {
 	defer rows.Close()
 	for rows.Next() {
 		var r sqlstore.FieldRow
-		var value string
-		if err := rows.Scan(&r.Field, &r.Seq, &r.Version, &r.Append, &value); err != nil {
+		var stored string
+		if err := rows.Scan(&r.Field, &r.Seq, &r.Version, &r.Append, &stored); err != nil {
 			return err
 		}
-		if schema.Packed(value) {
-			r.Packed = value
+		if value.Packed(stored) {
+			r.Packed = stored
 		} else {
-			r.Value = []byte(value)
+			r.Value = []byte(stored)
 		}
 		add(r)
 	}

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // A long thread is read through folds and segments, so that loading its
@@ -18,7 +18,7 @@ import (
 // for each field, the sequence number of its newest full write (Base) and
 // how far the field's segments reach past it (Chain). A segment joins a
 // run of one field's append rows, all after its newest full write, into
-// one stored list, packed (see schema.Pack); it is made once SegmentRows
+// one stored list, packed (see value.Pack); it is made once SegmentRows
 // such rows have gathered since the last one. The state at checkpoint T is
 // then the newest fold at C <= T, and for each field the row at Base, the
 // segments up to Chain, the rows after Chain up to C, and every row after
@@ -157,18 +157,18 @@ func (s Spans) fields() []string {
 }
 
 // Segment joins the items of a field's append rows, in order, into the
-// value of the segment they form: one list, packed (see schema.Pack), as
+// value of the segment they form: one list, packed (see value.Pack), as
 // segments are read far more often than they are written.
 func Segment(rows []FieldRow) ([]byte, error) {
 	r, n := joinAppends(rows, math.MaxInt)
 	if n != len(rows) {
 		return nil, fmt.Errorf("field %q at %d: a row to join is not an appended JSON list", rows[n].Field, rows[n].Seq)
 	}
-	items, err := schema.Decode(r.Value)
+	items, err := value.Decode(r.Value)
 	if err != nil {
 		return nil, fmt.Errorf("field %q at %d: %w", r.Field, r.Seq, err)
 	}
-	return schema.Pack(nil, items)
+	return value.Pack(nil, items)
 }
 
 // SortRows orders rows by field, then sequence, as Fold reads them.

@@ -22,8 +22,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // FieldRow is one stored write.
@@ -58,9 +58,9 @@ func Decode(r FieldRow) (store.Write, error) {
 	var v any
 	var err error
 	if r.Packed != "" {
-		v, err = schema.Unpack(r.Packed)
+		v, err = value.Unpack(r.Packed)
 	} else {
-		v, err = schema.Decode(r.Value)
+		v, err = value.Decode(r.Value)
 	}
 	if err != nil {
 		return store.Write{}, fmt.Errorf("field %q at %d: %w", r.Field, r.Seq, err)
@@ -294,7 +294,7 @@ func DecodePending(b []byte) ([]store.Write, error) {
 	}
 	out := make([]store.Write, len(in))
 	for i, p := range in {
-		v, err := schema.Decode(p.Value)
+		v, err := value.Decode(p.Value)
 		if err != nil {
 			return nil, err
 		}

@@ -12,10 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellisflow/trellis/runtime/store/sqlstore"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // A long thread's state is read through its segments, not its rows: once
@@ -114,10 +114,10 @@ func TestColdReadUsesSegments(t *testing.T) {
 // segments had before they were packed, which a load still reads.
 func asJSON(t *testing.T, items []byte) []byte {
 	t.Helper()
-	if !schema.Packed(items) {
+	if !value.Packed(items) {
 		t.Fatalf("segment not packed: %q", items)
 	}
-	v, err := schema.Unpack(string(items))
+	v, err := value.Unpack(string(items))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package schema
+package value
 
 import (
 	"encoding/json"
@@ -9,11 +9,6 @@ import (
 
 	"gopkg.in/yaml.v3"
 )
-
-// State values are JSON values held as Go values of a fixed set of types:
-// nil, bool, int, float64, string, []any and map[string]any. Integers are
-// int whenever the value is integral and the schema says integer, so that
-// expressions compiled against the schema's types see the types they expect.
 
 // FromYAML converts a YAML node into a JSON-compatible value. Aliases are
 // expanded; a self-referencing alias, or expansion beyond a million values,
@@ -216,60 +211,6 @@ func number(x json.Number) (any, error) {
 		return i, nil
 	}
 	return x.Float64()
-}
-
-// Coerce brings numbers in line with the shape: an integral float64 where
-// the shape says integer becomes int. Containers are copied only when a
-// member changes.
-func Coerce(s *Shape, v any) any {
-	if s == nil {
-		return v
-	}
-	switch x := v.(type) {
-	case float64:
-		if s.Is("integer") && x == math.Trunc(x) && math.Abs(x) < 1<<53 {
-			return int(x)
-		}
-	case []any:
-		if s.Items == nil {
-			return v
-		}
-		var out []any
-		for i, e := range x {
-			c := Coerce(s.Items, e)
-			if out == nil && !same(c, e) {
-				out = make([]any, len(x))
-				copy(out, x)
-			}
-			if out != nil {
-				out[i] = c
-			}
-		}
-		if out != nil {
-			return out
-		}
-	case map[string]any:
-		if s.Props == nil {
-			return v
-		}
-		var out map[string]any
-		for k, e := range x {
-			c := Coerce(s.Props[k], e)
-			if out == nil && !same(c, e) {
-				out = make(map[string]any, len(x))
-				for k2, e2 := range x {
-					out[k2] = e2
-				}
-			}
-			if out != nil {
-				out[k] = c
-			}
-		}
-		if out != nil {
-			return out
-		}
-	}
-	return v
 }
 
 // TypeOf names the JSON type of a state value.

@@ -1,4 +1,4 @@
-package schema
+package value
 
 import (
 	"encoding/binary"
@@ -33,7 +33,7 @@ func TestDecodeNumbers(t *testing.T) {
 
 // BenchmarkConversation reads a 1,000-turn conversation as a cold thread
 // load does: from JSON, as write rows hold it, and packed, as segments do:
-// go test ./runtime/schema -run '^$' -bench Conversation
+// go test ./runtime/value -run '^$' -bench Conversation
 func BenchmarkConversation(b *testing.B) {
 	data := conversation()
 	v, err := Decode(data)
