@@ -170,7 +170,7 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 	}
 	for _, c := range cases {
 		state := map[string]any{"anchors": anchors, "questions_asked": []any{c.asked}, "bridge": ""}
-		upd, err := n.Impl.Run(context.Background(), kind.NewState(g.Vars(state, nil)))
+		upd, err := n.Impl.Run(context.Background(), kind.View("plan_question", g.Vars(state, nil)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +180,7 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 		}
 	}
 	// with nothing asked, the first candidate is the one blocked above
-	upd, _ := n.Impl.Run(context.Background(), kind.NewState(g.Vars(map[string]any{"anchors": anchors, "questions_asked": []any{}, "bridge": ""}, nil)))
+	upd, _ := n.Impl.Run(context.Background(), kind.View("plan_question", g.Vars(map[string]any{"anchors": anchors, "questions_asked": []any{}, "bridge": ""}, nil)))
 	if q, _ := upd.Get("next_question"); q.(map[string]any)["text"] != first {
 		t.Fatalf("first question %v", q)
 	}

@@ -7,13 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/runtime/cli"
-	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/diag"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -60,8 +59,8 @@ func TestDiagnosticFixtures(t *testing.T) {
 			}
 		})
 	}
-	for code := range flow.Codes {
-		if !covered[code] {
+	for _, c := range diag.Codes {
+		if code := string(c.Code); !covered[code] {
 			t.Errorf("code %s has no fixture", code)
 		}
 	}
@@ -241,14 +240,17 @@ func TestHelp(t *testing.T) {
 }
 
 func TestCodesAreDocumented(t *testing.T) {
-	codes := slices.Sorted(func(yield func(string) bool) {
-		for c := range flow.Codes {
-			if !yield(c) {
-				return
-			}
+	seen := map[diag.Code]bool{}
+	for _, c := range diag.Codes {
+		if !regexp.MustCompile(`^[A-Z]\d{3}$`).MatchString(string(c.Code)) || c.Doc == "" || seen[c.Code] {
+			t.Errorf("code %q: malformed, undocumented or listed twice", c.Code)
 		}
-	})
-	if len(codes) < 30 {
-		t.Fatalf("only %d codes", len(codes))
+		seen[c.Code] = true
+		if c.Code.Doc() != c.Doc {
+			t.Errorf("code %s: Doc() disagrees with the table", c.Code)
+		}
+	}
+	if len(seen) < 30 {
+		t.Fatalf("only %d codes", len(seen))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/trellisflow/trellis/nodes/assign"
 	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/noop"
+	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
 
@@ -45,15 +46,5 @@ func WithProvider(provider func() *llm.Provider) *kind.Set {
 	return kind.NewSet(assign.Spec, noop.Spec, llm.NewSpec(provider))
 }
 
-const common = `Every node has a ` + "`kind`" + ` and may set these common settings:
-
-| setting | what it does |
-| --- | --- |
-| ` + "`description`" + ` | what the node does, for people and graphs |
-| ` + "`retry`" + ` | ` + "`{attempts, backoff, max_backoff, factor}`" + `: retry a failing node with exponential backoff (attempts count the first) |
-| ` + "`timeout`" + ` | cancel an attempt that runs longer than this duration (e.g. ` + "`2s`" + `) |
-| ` + "`on_error`" + ` | ` + "`fail`" + ` (default), ` + "`{set: {field: expr}}`" + ` to write fallback values and go on, or ` + "`{route: node}`" + ` (with an optional ` + "`set`" + `) to go elsewhere; expressions may read ` + "`error`" + ` |
-`
-
 // Reference renders the node-kind reference (nodes/README.md).
-func Reference() []byte { return kind.Reference(Registry(), common) }
+func Reference() []byte { return flow.Reference(Registry()) }

@@ -13,8 +13,7 @@ import (
 	"context"
 	"fmt"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/value"
@@ -24,17 +23,10 @@ import (
 var Spec = kind.Spec{
 	Name:    "assign",
 	Summary: "Evaluate expressions over state and input and write the results to state fields.",
-	Settings: `{
-	  "required": ["set"],
-	  "properties": {
-	    "set": {
-	      "type": "object",
-	      "minProperties": 1,
-	      "description": "Field to value: a string is an expression over state and input; any other YAML value is written as it is.",
-	      "additionalProperties": true
-	    }
-	  }
-	}`,
+	Fields: []config.Field{
+		config.Map("set", "Field to value: a string is an expression over state and input; any other YAML value is written as it is.", nil).
+			NonEmpty(1).Require(),
+	},
 	New:    build,
 	Inline: true,
 }
@@ -48,31 +40,24 @@ type field struct {
 type node struct{ fields []field }
 
 func build(b kind.Builder) kind.Node {
-	set := b.Setting("set")
-	if set == nil || set.Kind != yaml.MappingNode {
-		return nil
-	}
 	n := &node{}
-	for i := 0; i+1 < len(set.Content); i += 2 {
-		k, v := set.Content[i], set.Content[i+1]
-		for v.Kind == yaml.AliasNode && v.Alias != nil {
-			v = v.Alias // an alias of an expression is that expression
-		}
-		b.Writes(k.Value, k)
-		f := field{name: k.Value}
-		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {
-			f.program = b.Expr(v, false)
+	for _, e := range b.Settings().Entries("set") {
+		v := e.Value
+		b.Writes(e.Name, e.Key)
+		f := field{name: e.Name}
+		if v.IsString() {
+			f.program = b.Expr(v, nil)
 			if f.program == nil {
 				continue
 			}
 		} else {
-			lit, err := value.FromYAML(v)
+			lit, err := v.JSON()
 			if err != nil {
-				b.Errorf(v, "set.%s: %v", k.Value, err)
+				b.Errorf(v, "set.%s: %v", e.Name, err)
 				continue
 			}
-			if shape := b.Field(k.Value); shape != nil && !shape.Allows(value.TypeOf(lit)) {
-				b.Errorf(v, "set.%s: a literal %s cannot be written to a field of type %s", k.Value, value.TypeOf(lit), shape.Describe())
+			if shape := b.Field(e.Name); shape != nil && !shape.Allows(value.TypeOf(lit)) {
+				b.Errorf(v, "set.%s: a literal %s cannot be written to a field of type %s", e.Name, value.TypeOf(lit), shape.Describe())
 				continue
 			}
 			f.literal = lit
@@ -83,7 +68,7 @@ func build(b kind.Builder) kind.Node {
 }
 
 // Run implements kind.Node.
-func (n *node) Run(_ context.Context, s *kind.State) (kind.Update, error) {
+func (n *node) Run(_ context.Context, s kind.State) (kind.Update, error) {
 	upd := s.NewUpdate(len(n.fields))
 	for _, f := range n.fields {
 		v := f.literal

@@ -30,11 +30,11 @@ import (
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
-	"gopkg.in/yaml.v3"
 
+	"github.com/trellisflow/trellis/nodes/llm/prompt"
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
-	"github.com/trellisflow/trellis/runtime/prompt"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/value"
 )
@@ -48,19 +48,19 @@ func NewSpec(provider func() *Provider) kind.Spec {
 	return kind.Spec{
 		Name:    "llm",
 		Summary: "Ask a chat model with a prompt file and write its reply (text or schema-checked JSON) to state; the prompt's fallback stands in when no model answers.",
-		Settings: `{
-		  "required": ["prompt", "writes"],
-		  "properties": {
-		    "prompt": {"type": "string", "description": "The prompt: a name under prompts/ (interview/question), or a path ending in .prompt relative to the flow."},
-		    "vars": {"type": "object", "additionalProperties": {"type": "string"},
-		      "description": "Extra template variables ({{.vars.NAME}}): expressions over state and input."},
-		    "writes": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"},
-		      "description": "Field to expression over output (the reply), vars, state and input."},
-		    "model": {"type": "string", "minLength": 1, "description": "The model, overriding the prompt's and the flow's."},
-		    "temperature": {"type": "number", "minimum": 0, "maximum": 2, "description": "Overrides the prompt's temperature."},
-		    "max_tokens": {"type": "integer", "minimum": 1, "description": "Overrides the prompt's max_tokens."}
-		  }
-		}`,
+		Fields: []config.Field{
+			config.String("prompt", "The prompt: a name under prompts/ (interview/question), or a path ending in .prompt relative to the flow.").Require(),
+			config.Map("vars", "Extra template variables ({{.vars.NAME}}): expressions over state and input.",
+				config.Elem(config.Expression("", ""))),
+			config.Map("writes", "Field to expression over output (the reply), vars, state and input.",
+				config.Elem(config.Expression("", ""))).NonEmpty(1).Require(),
+			config.String("model", "The model, overriding the prompt's and the flow's.").NonEmpty(1),
+			config.Number("temperature", "Overrides the prompt's temperature.").Min(0).Max(2),
+			config.Integer("max_tokens", "Overrides the prompt's max_tokens.").Min(1),
+		},
+		FlowFields: []config.Field{
+			config.String("model", "The model this flow's prompts use unless a prompt or node names another (default: $TRELLIS_MODEL).").NonEmpty(1),
+		},
 		New: func(b kind.Builder) kind.Node { return build(b, provider) },
 	}
 }
@@ -83,14 +83,15 @@ type node struct {
 var stringShape = &schema.Shape{Types: []string{"string"}}
 
 func build(b kind.Builder, provider func() *Provider) kind.Node {
+	s := b.Settings()
 	n := &node{}
-	varShapes := map[string]*schema.Shape{}
-	for _, kv := range kind.Pairs(b.Setting("vars")) {
-		p := b.Expr(kv[1], false)
-		n.vars = append(n.vars, binding{kv[0].Value, p})
-		varShapes[kv[0].Value] = nil
+	varShapes := kind.Vars{}
+	for _, e := range s.Entries("vars") {
+		p := b.Expr(e.Value, nil)
+		n.vars = append(n.vars, binding{e.Name, p})
+		varShapes[e.Name] = nil
 	}
-	n.prompt = b.Prompt(b.Setting("prompt"), varShapes)
+	n.prompt = prompt.Load(b, s.Value("prompt"), varShapes)
 	var outShape *schema.Shape // unknown when the prompt did not load: no cascade
 	if n.prompt != nil {
 		outShape = stringShape
@@ -99,17 +100,15 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 		}
 	}
 	varsShape := schema.Object(varShapes)
-	for _, kv := range kind.Pairs(b.Setting("writes")) {
-		b.Writes(kv[0].Value, kv[0])
-		p := b.ExprWith(kv[1], false, map[string]*schema.Shape{"output": outShape, "vars": varsShape})
-		n.writes = append(n.writes, binding{kv[0].Value, p})
+	for _, e := range s.Entries("writes") {
+		b.Writes(e.Name, e.Key)
+		p := b.Expr(e.Value, kind.Vars{"output": outShape, "vars": varsShape})
+		n.writes = append(n.writes, binding{e.Name, p})
 	}
-	b.Decode("max_tokens", &n.maxTokens)
-	if t := b.Setting("temperature"); t != nil {
-		var f float32
-		if b.Decode("temperature", &f) {
-			n.temperature = &f
-		}
+	n.maxTokens, _ = s.Int("max_tokens")
+	if t, ok := s.Float("temperature"); ok {
+		f := float32(t)
+		n.temperature = &f
 	}
 	if n.prompt == nil || slices.ContainsFunc(append(n.vars, n.writes...), func(x binding) bool { return x.program == nil }) {
 		return nil
@@ -120,7 +119,9 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 	if n.temperature == nil {
 		n.temperature = n.prompt.Temperature
 	}
-	n.model = firstOf(b.Setting("model"), n.prompt.Model, b.Model())
+	model, _ := s.String("model")
+	flowModel, _ := b.FlowSettings().String("model")
+	n.model = firstOf(model, n.prompt.Model, flowModel)
 	if p := provider(); p != nil {
 		n.client = newClient(p)
 		if n.model == "" {
@@ -130,11 +131,8 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 	return n
 }
 
-func firstOf(setting *yaml.Node, rest ...string) string {
-	if setting != nil && setting.Value != "" {
-		return setting.Value
-	}
-	for _, s := range rest {
+func firstOf(names ...string) string {
+	for _, s := range names {
 		if s != "" {
 			return s
 		}
@@ -147,7 +145,7 @@ func firstOf(setting *yaml.Node, rest ...string) string {
 var ErrNoModel = errors.New("no model is configured (set OPENAI_BASE_URL or OPENAI_API_KEY)")
 
 // Run implements kind.Node.
-func (n *node) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
+func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 	if n.client == nil {
 		return nil, kind.Permanent(ErrNoModel) // no retry: the engine calls Fallback
 	}
@@ -168,7 +166,7 @@ func (n *node) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
 
 // WithOutput implements kind.Outputter: out stands for the model's reply;
 // a structured reply is checked against the prompt's schema.
-func (n *node) WithOutput(s *kind.State, out any) (kind.Update, error) {
+func (n *node) WithOutput(s kind.State, out any) (kind.Update, error) {
 	_, vars, err := n.data(s)
 	if err != nil {
 		return nil, err
@@ -183,30 +181,57 @@ func (n *node) WithOutput(s *kind.State, out any) (kind.Update, error) {
 	return n.write(vars, out)
 }
 
-// Render implements kind.Renderer.
-func (n *node) Render(s *kind.State) (prompt.Request, error) {
+// Preview implements kind.Previewer: the messages, model settings and
+// reply schema the node would send.
+func (n *node) Preview(s kind.State) (*kind.Preview, error) {
 	data, _, err := n.data(s)
 	if err != nil {
-		return prompt.Request{}, err
+		return nil, err
 	}
 	msgs, err := n.prompt.Render(data)
 	if err != nil {
-		return prompt.Request{}, err
+		return nil, err
 	}
-	r := prompt.Request{Prompt: n.prompt.Name, Model: n.model, Temperature: n.temperature, MaxTokens: n.maxTokens,
+	r := request{Prompt: n.prompt.Name, Model: n.model, Temperature: n.temperature, MaxTokens: n.maxTokens,
 		System: msgs.System, User: msgs.User}
 	if r.Model == "" {
 		r.Model = FromEnvModel()
 	}
+	title := fmt.Sprintf("prompt %s, model %s", r.Prompt, r.Model)
+	if r.Temperature != nil {
+		title += fmt.Sprintf(", temperature %g", *r.Temperature)
+	}
+	if r.MaxTokens > 0 {
+		title += fmt.Sprintf(", max_tokens %d", r.MaxTokens)
+	}
+	p := &kind.Preview{Title: title, Request: r}
+	if r.System != "" {
+		p.Sections = append(p.Sections, kind.Section{Name: "system", Text: r.System})
+	}
+	p.Sections = append(p.Sections, kind.Section{Name: "user", Text: r.User})
 	if n.prompt.Output != nil {
 		r.Output = n.prompt.Output.Schema
+		p.Request = r
+		b, _ := json.MarshalIndent(r.Output, "", "  ")
+		p.Sections = append(p.Sections, kind.Section{Name: "reply schema", Text: string(b)})
 	}
-	return r, nil
+	return p, nil
+}
+
+// request is what a node would send to a model, as a preview shows it.
+type request struct {
+	Prompt      string         `json:"prompt"`
+	Model       string         `json:"model"`
+	Temperature *float32       `json:"temperature,omitempty"`
+	MaxTokens   int            `json:"max_tokens,omitempty"`
+	System      string         `json:"system,omitempty"`
+	User        string         `json:"user"`
+	Output      map[string]any `json:"output_schema,omitempty"`
 }
 
 // Fallback implements kind.Fallback: the prompt's fallback, with the
 // failure as .error.
-func (n *node) Fallback(_ context.Context, s *kind.State, cause error) (kind.Update, error) {
+func (n *node) Fallback(_ context.Context, s kind.State, cause error) (kind.Update, error) {
 	data, vars, err := n.data(s)
 	if err != nil {
 		return nil, err
@@ -234,7 +259,7 @@ func (n *node) fallback(data prompt.Data, vars map[string]any, cause error) (kin
 
 // data evaluates the node's vars and returns the template data and the
 // expression variables (a copy of the step's, plus vars).
-func (n *node) data(s *kind.State) (prompt.Data, map[string]any, error) {
+func (n *node) data(s kind.State) (prompt.Data, map[string]any, error) {
 	base := s.Vars()
 	vars := make(map[string]any, len(base)+3)
 	maps.Copy(vars, base)
@@ -268,7 +293,7 @@ func (n *node) write(vars map[string]any, out any) (kind.Update, error) {
 // ask sends the prompt and returns the reply: a string, or for a
 // structured prompt the decoded JSON value, checked against its schema
 // (with one repair turn).
-func (n *node) ask(ctx context.Context, s *kind.State, msgs prompt.Messages) (any, error) {
+func (n *node) ask(ctx context.Context, s kind.State, msgs prompt.Messages) (any, error) {
 	req := openai.ChatCompletionRequest{
 		Model:       n.model,
 		Temperature: temperature(n.temperature),
@@ -330,7 +355,7 @@ func parseStructured(reply string, out *prompt.Output) (any, error) {
 
 // complete makes one chat completion with retries, streaming the reply
 // when the run is observed.
-func (n *node) complete(ctx context.Context, s *kind.State, req openai.ChatCompletionRequest) (string, error) {
+func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatCompletionRequest) (string, error) {
 	c := n.client
 	var reply string
 	err := c.call(ctx, func(ctx context.Context) error {
@@ -376,4 +401,8 @@ func (n *node) complete(ctx context.Context, s *kind.State, req openai.ChatCompl
 	return reply, nil
 }
 
-var _ kind.Fallback = (*node)(nil)
+var (
+	_ kind.Fallback  = (*node)(nil)
+	_ kind.Outputter = (*node)(nil)
+	_ kind.Previewer = (*node)(nil)
+)

@@ -19,4 +19,4 @@ var Spec = kind.Spec{
 type node struct{}
 
 // Run implements kind.Node.
-func (node) Run(context.Context, *kind.State) (kind.Update, error) { return nil, nil }
+func (node) Run(context.Context, kind.State) (kind.Update, error) { return nil, nil }

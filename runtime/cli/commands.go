@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,15 +81,9 @@ func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 	var all diag.List
 	sources := diag.Sources{}
 	for _, f := range files {
-		_, dl := flow.Load(f, env.Registry)
+		_, dl, src := flow.Compile(nil, f, nil, env.Registry)
 		all = append(all, dl...)
-		for _, d := range dl {
-			if _, ok := sources[d.File]; !ok {
-				if b, err := os.ReadFile(d.File); err == nil {
-					sources[d.File] = b
-				}
-			}
-		}
+		maps.Copy(sources, src)
 	}
 	return all.Sort(), sources
 }
@@ -155,9 +150,9 @@ func looksLikeFlow(path string) bool {
 
 // load compiles one flow, printing its diagnostics on failure.
 func load(env *Env, path string) (*flow.Graph, bool) {
-	g, dl := flow.Load(path, env.Registry)
+	g, dl, src := flow.Compile(nil, path, nil, env.Registry)
 	if len(dl) > 0 {
-		_ = diag.WriteText(env.Stderr, dl, flow.Sources(path))
+		_ = diag.WriteText(env.Stderr, dl, src)
 	}
 	return g, g != nil
 }

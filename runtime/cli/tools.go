@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/engine"
-	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/flowtest"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/modelserver"
@@ -67,7 +65,7 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 			var le *diag.ListError
 			if errors.As(err, &le) {
 				fmt.Fprintf(env.Stdout, "FAIL %s: the flow %s does not load\n", path, f.FlowPath())
-				diag.WriteText(env.Stdout, le.List, flow.Sources(f.FlowPath()))
+				diag.WriteText(env.Stdout, le.List, le.Sources)
 			} else {
 				fmt.Fprintf(env.Stdout, "FAIL %s: %v\n", path, err)
 			}
@@ -121,8 +119,8 @@ func cmdPrompt(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis prompt: %s has no node %q\n", g.Name, pos[2])
 		return 2
 	}
-	r, isRenderer := n.Impl.(kind.Renderer)
-	if !isRenderer {
+	r, isPreviewer := n.Impl.(kind.Previewer)
+	if !isPreviewer {
 		fmt.Fprintf(env.Stderr, "trellis prompt: node %q (%s) sends no prompt\n", n.Name, n.Kind)
 		return 2
 	}
@@ -156,29 +154,17 @@ func cmdPrompt(ctx context.Context, env *Env, args []string) int {
 		}
 		state = snap.Values
 	}
-	req, err := r.Render(kind.NewState(g.Vars(state, in)))
+	p, err := r.Preview(kind.View(n.Name, g.Vars(state, in)))
 	if err != nil {
 		return fail(env, "prompt", err)
 	}
 	if *asJSON {
-		printJSON(env, req)
+		printJSON(env, p.Request)
 		return 0
 	}
-	fmt.Fprintf(env.Stdout, "# prompt %s, model %s", req.Prompt, req.Model)
-	if req.Temperature != nil {
-		fmt.Fprintf(env.Stdout, ", temperature %g", *req.Temperature)
-	}
-	if req.MaxTokens > 0 {
-		fmt.Fprintf(env.Stdout, ", max_tokens %d", req.MaxTokens)
-	}
-	fmt.Fprintln(env.Stdout)
-	if req.System != "" {
-		fmt.Fprintf(env.Stdout, "\n## system\n\n%s\n", strings.TrimRight(req.System, "\n"))
-	}
-	fmt.Fprintf(env.Stdout, "\n## user\n\n%s\n", strings.TrimRight(req.User, "\n"))
-	if req.Output != nil {
-		b, _ := json.MarshalIndent(req.Output, "", "  ")
-		fmt.Fprintf(env.Stdout, "\n## reply schema\n\n%s\n", b)
+	fmt.Fprintf(env.Stdout, "# %s\n", p.Title)
+	for _, s := range p.Sections {
+		fmt.Fprintf(env.Stdout, "\n## %s\n\n%s\n", s.Name, strings.TrimRight(s.Text, "\n"))
 	}
 	return 0
 }

@@ -50,7 +50,7 @@ func (p Pos) String() string {
 // Diagnostic is one problem found in a flow, a schema or a prompt.
 type Diagnostic struct {
 	Severity Severity `json:"severity"`
-	Code     string   `json:"code"`
+	Code     Code     `json:"code"`
 	Pos
 	// Path is the YAML path of the value, e.g. "nodes.recruiter.prompt".
 	Path string `json:"path,omitempty"`
@@ -81,7 +81,7 @@ type List []Diagnostic
 func (l *List) Add(d Diagnostic) { *l = append(*l, d) }
 
 // Errorf appends an error at pos.
-func (l *List) Errorf(code string, pos Pos, path, format string, args ...any) *Diagnostic {
+func (l *List) Errorf(code Code, pos Pos, path, format string, args ...any) *Diagnostic {
 	*l = append(*l, Diagnostic{Severity: Error, Code: code, Pos: pos, Path: path, Summary: fmt.Sprintf(format, args...)})
 	return &(*l)[len(*l)-1]
 }
@@ -119,8 +119,12 @@ func (l List) Err() error {
 	return &ListError{List: l}
 }
 
-// ListError is a diagnostics list used as an error.
-type ListError struct{ List List }
+// ListError is a diagnostics list used as an error, with the text of the
+// files it points into when known.
+type ListError struct {
+	List    List
+	Sources Sources
+}
 
 func (e *ListError) Error() string {
 	n := 0

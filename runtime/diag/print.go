@@ -56,7 +56,7 @@ func WriteGitHub(w io.Writer, l List) error {
 	for _, d := range l {
 		fmt.Fprintf(&b, "::%s file=%s,line=%d,col=%d,title=%s::%s\n",
 			d.Severity, escapeProperty(d.File), max(d.Line, 1), max(d.Col, 1),
-			escapeProperty("trellis "+d.Code), escapeData(d.Message()))
+			escapeProperty("trellis "+string(d.Code)), escapeData(d.Message()))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -432,7 +432,7 @@ func (r *run) release() {
 	for i := range all {
 		o := &all[i]
 		o.node, o.update, o.err, o.route = nil, nil, nil, nil
-		o.view.Reset(nil, "", 0)
+		o.view.reset(nil, "", 0)
 	}
 	clear(r.next[0][:cap(r.next[0])])
 	clear(r.lists)
@@ -777,7 +777,7 @@ func validateField(f *flow.Field, value, update any) error {
 // outcome is one node's result in a superstep.
 type outcome struct {
 	node     *flow.Node
-	view     kind.State
+	view     view
 	update   kind.Update
 	err      error
 	attempts int
@@ -1131,12 +1131,12 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 		o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, upd, nil, 0, 0, ""
 		return
 	}
-	o.view.SetStream(nil)
+	o.view.stream = nil
 	if r.req.Observe != nil {
 		step := r.step
-		o.view.SetStream(func(text string) {
+		o.view.stream = func(text string) {
 			r.emit(Event{Type: NodeOutput, Step: step, Node: n.Name, Kind: n.Kind, Text: text})
-		})
+		}
 	}
 	r.attempt(ctx, n, vars, o)
 }
@@ -1266,10 +1266,10 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o 
 attempts:
 	for attempt := 1; ; attempt++ {
 		o.attempts = attempt
-		st.Reset(vars, n.Name, attempt)
+		st.reset(vars, n.Name, attempt)
 		upd, err := r.call(ctx, n, st)
 		if err == nil {
-			o.update, o.degraded = upd, st.Degraded()
+			o.update, o.degraded = upd, st.degraded
 			break
 		}
 		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
@@ -1304,7 +1304,7 @@ attempts:
 
 // call runs one attempt, turning a panic into an error and enforcing the
 // node's timeout.
-func (r *run) call(ctx context.Context, n *flow.Node, st *kind.State) (upd kind.Update, err error) {
+func (r *run) call(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update, err error) {
 	if n.Timeout <= 0 {
 		return safeRun(ctx, n, st)
 	}
@@ -1336,7 +1336,7 @@ func (r *run) call(ctx context.Context, n *flow.Node, st *kind.State) (upd kind.
 	}
 }
 
-func safeRun(ctx context.Context, n *flow.Node, st *kind.State) (upd kind.Update, err error) {
+func safeRun(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)

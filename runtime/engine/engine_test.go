@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind/kindtest"
@@ -154,7 +155,7 @@ func TestConcurrentReplaceRejectedAtLoad(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "f.yaml")
 	os.WriteFile(path, []byte(strings.ReplaceAll(src, "\t", "  ")), 0o644)
 	g, dl := flow.Load(path, kindtest.Registry())
-	if g != nil || len(dl) != 1 || dl[0].Code != flow.CodeWriteConflict {
+	if g != nil || len(dl) != 1 || dl[0].Code != diag.CodeWriteConflict {
 		t.Fatalf("want one W002, got %v", dl)
 	}
 	if !strings.Contains(dl[0].Summary, `"a" and "b"`) {
@@ -168,7 +169,8 @@ func TestConcurrentReplaceRejectedAtRun(t *testing.T) {
 	// compiled reducer after validation.
 	g := compile(t, twoWriters)
 	f, _ := g.Field("x")
-	f.Reducer = &flow.Reducer{Name: "replace"}
+	replace, _ := flow.LookupReducer("replace")
+	f.Reducer = flow.NewReducer(replace)
 	eng := engine.New(memory.New())
 	_, err := run(t, g, eng, "t", nil)
 	var ne *engine.NodeError

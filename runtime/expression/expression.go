@@ -127,7 +127,7 @@ func TypeOf(s *schema.Shape) types.Type {
 // (1-based line and column).
 type Problem struct {
 	Line, Col, EndCol int
-	Code              string
+	Code              diag.Code
 	Message           string
 	Suggestion        string
 	// Warning marks a problem that does not stop the expression compiling;
@@ -135,14 +135,6 @@ type Problem struct {
 	Warning bool
 	Path    string
 }
-
-// Problem codes, shared with the flow validator.
-const (
-	CodeSyntax       = "E001" // does not parse or does not type-check
-	CodeNotBool      = "E002" // a condition that is not boolean
-	CodeUnknownField = "E003" // reads a field the schema does not have
-	CodeMayBeNull    = "E004" // reads a field of a value that may be null, unguarded
-)
 
 // Program is a compiled expression.
 type Program struct {
@@ -252,7 +244,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	if err != nil {
 		p := fromError(src, err, env)
 		if wantBool && strings.HasPrefix(p.Message, "expected bool") {
-			p.Code = CodeNotBool
+			p.Code = diag.CodeExprNotBool
 			p.Message = "condition is not boolean: " + strings.TrimPrefix(p.Message, "expected bool, but got ") + " expression"
 			p.Line, p.Col, p.EndCol = 1, 1, 1+len([]rune(firstLine(src)))
 		}
@@ -292,14 +284,14 @@ func firstLine(s string) string {
 func fromError(src string, err error, env *Env) Problem {
 	var fe *file.Error
 	if !errors.As(err, &fe) {
-		return Problem{Line: 1, Col: 1, Code: CodeSyntax, Message: err.Error()}
+		return Problem{Line: 1, Col: 1, Code: diag.CodeExprSyntax, Message: err.Error()}
 	}
-	p := Problem{Line: max(fe.Line, 1), Col: fe.Column + 1, Code: CodeSyntax, Message: fe.Message}
+	p := Problem{Line: max(fe.Line, 1), Col: fe.Column + 1, Code: diag.CodeExprSyntax, Message: fe.Message}
 	if fe.To > fe.From {
 		p.EndCol = p.Col + (fe.To - fe.From)
 	}
 	if name, ok := strings.CutPrefix(fe.Message, "unknown name "); ok {
-		p.Code = CodeUnknownField
+		p.Code = diag.CodeExprUnknown
 		p.Message = fmt.Sprintf("unknown name %q", name)
 		p.Suggestion = diag.Suggest(name, append(slices.Clone(env.names), FunctionNames()...))
 	}
@@ -328,7 +320,7 @@ func checkFields(src string, root ast.Node, env *Env) []Problem {
 		}
 		loc := prop.Location()
 		line, col := position(src, loc.From)
-		p := Problem{Line: line, Col: col, EndCol: col + len([]rune(prop.Value)), Code: CodeUnknownField,
+		p := Problem{Line: line, Col: col, EndCol: col + len([]rune(prop.Value)), Code: diag.CodeExprUnknown,
 			Message: fmt.Sprintf("%s has no field %q", describePath(m.Node), prop.Value)}
 		p.Suggestion = diag.Suggest(prop.Value, parent.Order)
 		probs = append(probs, p)
@@ -386,7 +378,7 @@ func checkNullable(src string, root ast.Node, env *Env) []Problem {
 		path := describePath(x.Node)
 		if isStr && !x.Optional && env.shapeAt(x.Node).Nullable() && !slices.Contains(guards[n], path) {
 			line, col := position(src, prop.Location().From)
-			probs = append(probs, Problem{Line: line, Col: col, EndCol: col + len([]rune(prop.Value)), Code: CodeMayBeNull,
+			probs = append(probs, Problem{Line: line, Col: col, EndCol: col + len([]rune(prop.Value)), Code: diag.CodeExprMayBeNil,
 				Warning: true, Path: path,
 				Message: fmt.Sprintf("%s may be null here, and reading %q of null fails at run time; write %s?.%s, or test %s != nil first",
 					path, prop.Value, path, prop.Value, path)})

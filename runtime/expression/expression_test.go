@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/schema"
 )
@@ -42,7 +43,7 @@ func TestNullableReads(t *testing.T) {
 		}
 		if warns {
 			pr := probs[0]
-			if !pr.Warning || pr.Code != expression.CodeMayBeNull || pr.Path != "state.q" || !strings.Contains(pr.Message, "state.q?.text") {
+			if !pr.Warning || pr.Code != diag.CodeExprMayBeNil || pr.Path != "state.q" || !strings.Contains(pr.Message, "state.q?.text") {
 				t.Errorf("%s: %+v", src, pr)
 			}
 			if got := []rune(src)[pr.Col-1 : pr.EndCol-1]; string(got) != "text" {

@@ -15,9 +15,8 @@ import (
 // run in one superstep (for write conflicts) and joins that can starve.
 func (c *compiler) analyse() {
 	g := c.g
-	if len(g.Entry) == 0 && c.get("edges") != nil {
-		at := c.doc.keys["/edges"]
-		c.dl.Errorf(CodeEntry, c.pos(at), "edges", "no edge leaves START: the flow has no entry").
+	if len(g.Entry) == 0 && c.root.Get("edges").Exists() {
+		c.dl.Errorf(diag.CodeEntry, c.root.KeyOf("edges").Pos(), "edges", "no edge leaves START: the flow has no entry").
 			Detail = "add an edge such as {from: START, to: " + firstName(g) + "}"
 	}
 	// reachability from START
@@ -30,7 +29,7 @@ func (c *compiler) analyse() {
 	if len(g.Entry) > 0 {
 		for _, n := range g.Nodes {
 			if !reached[n] {
-				c.dl.Errorf(CodeUnreachable, n.Pos, "nodes."+n.Name, "node %q is unreachable: no edge path from START leads to it", n.Name)
+				c.dl.Errorf(diag.CodeUnreachable, n.Pos, "nodes."+n.Name, "node %q is unreachable: no edge path from START leads to it", n.Name)
 			}
 		}
 	}
@@ -56,9 +55,9 @@ func (c *compiler) analyse() {
 			continue
 		}
 		if len(n.Out) == 0 && n.OnError.Route == nil {
-			c.dl.Errorf(CodeNoPathToEnd, n.Pos, "nodes."+n.Name, "node %q has no outgoing edge, so runs through it never reach END", n.Name)
+			c.dl.Errorf(diag.CodeNoPathToEnd, n.Pos, "nodes."+n.Name, "node %q has no outgoing edge, so runs through it never reach END", n.Name)
 		} else {
-			c.dl.Errorf(CodeNoPathToEnd, n.Pos, "nodes."+n.Name, "node %q has no path to END", n.Name)
+			c.dl.Errorf(diag.CodeNoPathToEnd, n.Pos, "nodes."+n.Name, "node %q has no path to END", n.Name)
 		}
 	}
 	c.cycles()
@@ -166,7 +165,7 @@ func (c *compiler) cycles() {
 				break
 			}
 		}
-		c.dl.Errorf(CodeUnboundedCycle, pos, "edges", "cycle %s has no bounded edge", loopString(loop)).
+		c.dl.Errorf(diag.CodeUnboundedCycle, pos, "edges", "cycle %s has no bounded edge", loopString(loop)).
 			Detail = "add bound: N to one of its edges to cap how often a run may go round"
 	}
 }
@@ -357,7 +356,7 @@ func (c *compiler) explore() {
 	}
 	for len(work) > 0 {
 		if len(seen) > maxAbstractStates {
-			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: CodeWriteConflict, Pos: diag.Pos{File: c.doc.path, Line: 1, Col: 1},
+			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeWriteConflict, Pos: diag.Pos{File: c.doc.Path, Line: 1, Col: 1},
 				Summary: fmt.Sprintf("the flow has more than %d abstract states; write conflicts and starving joins were not fully checked", maxAbstractStates)})
 			break
 		}
@@ -402,7 +401,7 @@ func (c *compiler) explore() {
 				missing = append(missing, src.Name)
 			}
 		}
-		c.dl.Errorf(CodeJoinStarves, je.Pos, fmt.Sprintf("edges[%d]", je.Index),
+		c.dl.Errorf(diag.CodeJoinStarves, je.Pos, fmt.Sprintf("edges[%d]", je.Index),
 			"join into %s can wait forever: a run can end after %s arrived without %s",
 			names(je.To, je.ToEnd), strings.Join(arrived, ", "), strings.Join(missing, ", ")).
 			Detail = "a branch or route upstream can skip " + strings.Join(missing, ", ") + "; join only nodes that always run together"
@@ -534,7 +533,7 @@ func (c *compiler) conflicts(coRun map[[2]int]bool) {
 				continue
 			}
 			pos := c.writes[b.Name][f.Name]
-			c.dl.Errorf(CodeWriteConflict, pos, "nodes."+b.Name, "nodes %q and %q can run in the same superstep and both write %q, whose reducer is replace", a.Name, b.Name, f.Name).
+			c.dl.Errorf(diag.CodeWriteConflict, pos, "nodes."+b.Name, "nodes %q and %q can run in the same superstep and both write %q, whose reducer is replace", a.Name, b.Name, f.Name).
 				Detail = fmt.Sprintf("declare a reducer for %q under state.reducers, or write it from one node only (%s writes it at %s)", f.Name, a.Name, c.writes[a.Name][f.Name])
 		}
 	}

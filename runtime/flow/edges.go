@@ -3,41 +3,37 @@ package flow
 import (
 	"fmt"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
-	"github.com/trellisflow/trellis/runtime/kind"
 )
 
-func (c *compiler) edges() {
+// edges compiles the edges, after the nodes (and their error routes).
+func (c *compiler) edges(en config.Value) {
 	for _, pr := range c.pendingRoutes {
-		target, ok := c.g.nodes[pr.at.Value]
+		target, ok := c.g.nodes[pr.at.Text()]
 		if !ok {
-			c.dl.Errorf(CodeUnknownTarget, c.pos(pr.at), "nodes."+pr.n.Name+".on_error.route", "on_error routes to %q, which is not a node", pr.at.Value).
-				Suggestion = diag.Suggest(pr.at.Value, c.nodeNames())
+			c.dl.Errorf(diag.CodeUnknownTarget, pr.at.Pos(), "nodes."+pr.n.Name+".on_error.route", "on_error routes to %q, which is not a node", pr.at.Text()).
+				Suggestion = diag.Suggest(pr.at.Text(), c.nodeNames())
 			continue
 		}
 		pr.n.OnError.Route = target
 	}
-	en := c.get("edges")
-	if en == nil || en.Kind != yaml.SequenceNode {
-		return
-	}
-	for i, e := range en.Content {
-		if e.Kind != yaml.MappingNode {
+	for i, e := range en.Items() {
+		if !e.IsMapping() {
 			continue
 		}
-		c.edge(i, e)
+		c.edge(i, config.NewSettings(e, definitions["edge"].Fields))
 	}
 }
 
-func (c *compiler) edge(i int, e *yaml.Node) {
+func (c *compiler) edge(i int, s config.Settings) {
+	e := s.Block()
 	path := fmt.Sprintf("edges[%d]", i)
-	edge := &Edge{Index: i, Pos: c.pos(e), Join: -1}
-	fromN, toN, branchN, routeN := mapGet(e, "from"), mapGet(e, "to"), mapGet(e, "branch"), mapGet(e, "route")
+	edge := &Edge{Index: i, Pos: e.Pos(), Join: -1}
+	fromN, toN, branchN, routeN := s.Value("from"), s.Value("to"), s.Value("branch"), s.Value("route")
 	kinds := 0
-	for _, n := range []*yaml.Node{toN, branchN, routeN} {
-		if n != nil {
+	for _, n := range []config.Value{toN, branchN, routeN} {
+		if n.Exists() {
 			kinds++
 		}
 	}
@@ -46,31 +42,29 @@ func (c *compiler) edge(i int, e *yaml.Node) {
 		if kinds > 1 {
 			msg = "edge mixes to, branch and route; use exactly one"
 		}
-		c.dl.Errorf(CodeEdgeShape, c.pos(e), path, "%s", msg)
+		c.dl.Errorf(diag.CodeEdgeShape, e.Pos(), path, "%s", msg)
 		c.assumeBest(e)
 		return
 	}
-	if b := mapGet(e, "bound"); b != nil {
-		_ = b.Decode(&edge.Bound)
-	}
-	if choices := mapGet(e, "choices"); choices != nil && routeN == nil {
-		c.dl.Errorf(CodeEdgeShape, c.pos(mapKey(e, "choices")), path, "choices belong to a route edge")
+	edge.Bound, _ = s.Int("bound")
+	if s.Has("choices") && !routeN.Exists() {
+		c.dl.Errorf(diag.CodeEdgeShape, s.Key("choices").Pos(), path, "choices belong to a route edge")
 	}
 	// sources
 	entry := false
 	ok := true
 	switch {
-	case fromN == nil:
+	case !fromN.Exists():
 		return // the format check reported it
-	case fromN.Kind == yaml.ScalarNode:
-		switch fromN.Value {
+	case fromN.IsScalar():
+		switch fromN.Text() {
 		case startName:
 			entry = true
 		case endName:
-			c.dl.Errorf(CodeReserved, c.pos(fromN), path+".from", "END cannot be the source of an edge")
+			c.dl.Errorf(diag.CodeReserved, fromN.Pos(), path+".from", "END cannot be the source of an edge")
 			ok = false
 		default:
-			n, found := c.g.nodes[fromN.Value]
+			n, found := c.g.nodes[fromN.Text()]
 			if !found {
 				c.unknownNode(fromN, path+".from", true)
 				ok = false
@@ -78,15 +72,15 @@ func (c *compiler) edge(i int, e *yaml.Node) {
 			}
 			edge.From = []*Node{n}
 		}
-	case fromN.Kind == yaml.SequenceNode:
-		for _, s := range fromN.Content {
-			switch s.Value {
+	case fromN.IsSequence():
+		for _, s := range fromN.Items() {
+			switch s.Text() {
 			case startName, endName:
-				c.dl.Errorf(CodeReserved, c.pos(s), path+".from", "%s cannot be part of a join", s.Value)
+				c.dl.Errorf(diag.CodeReserved, s.Pos(), path+".from", "%s cannot be part of a join", s.Text())
 				ok = false
 				continue
 			}
-			n, found := c.g.nodes[s.Value]
+			n, found := c.g.nodes[s.Text()]
 			if !found {
 				c.unknownNode(s, path+".from", false)
 				ok = false
@@ -94,8 +88,8 @@ func (c *compiler) edge(i int, e *yaml.Node) {
 			}
 			edge.From = append(edge.From, n)
 		}
-		if toN == nil {
-			c.dl.Errorf(CodeEdgeShape, c.pos(fromN), path, "a join (from: a list) must use to")
+		if !toN.Exists() {
+			c.dl.Errorf(diag.CodeEdgeShape, fromN.Pos(), path, "a join (from: a list) must use to")
 			ok = false
 		}
 	}
@@ -103,14 +97,14 @@ func (c *compiler) edge(i int, e *yaml.Node) {
 	c.edgeReader(edge)
 	defer func() { c.reader = nil }()
 	switch {
-	case toN != nil:
+	case toN.Exists():
 		var tok bool
 		edge.To, edge.ToEnd, tok = c.targets(toN, path+".to")
 		ok = ok && tok
-	case branchN != nil:
+	case branchN.Exists():
 		ok = c.branch(edge, branchN, path+".branch") && ok
-	case routeN != nil:
-		ok = c.route(edge, e, routeN, path) && ok
+	case routeN.Exists():
+		ok = c.route(edge, s, routeN, path) && ok
 	}
 	if !ok {
 		c.assumeBest(e)
@@ -121,7 +115,6 @@ func (c *compiler) edge(i int, e *yaml.Node) {
 		c.g.Joins++
 	}
 	c.g.Edges = append(c.g.Edges, edge)
-	c.edgeOf[edge] = e
 	if entry {
 		c.g.Entry = append(c.g.Entry, edge)
 		return
@@ -131,39 +124,36 @@ func (c *compiler) edge(i int, e *yaml.Node) {
 	}
 }
 
-func (c *compiler) unknownNode(n *yaml.Node, path string, allowStart bool) {
+func (c *compiler) unknownNode(n config.Value, path string, allowStart bool) {
 	cands := c.nodeNames()
 	if allowStart {
 		cands = append(cands, startName)
 	}
-	c.dl.Errorf(CodeUnknownTarget, c.pos(n), path, "edge source %q is not a node", n.Value).
-		Suggestion = diag.Suggest(n.Value, cands)
+	c.dl.Errorf(diag.CodeUnknownTarget, n.Pos(), path, "edge source %q is not a node", n.Text()).
+		Suggestion = diag.Suggest(n.Text(), cands)
 }
 
 // targets resolves a target or a list of targets.
-func (c *compiler) targets(n *yaml.Node, path string) (nodes []*Node, toEnd, ok bool) {
+func (c *compiler) targets(n config.Value, path string) (nodes []*Node, toEnd, ok bool) {
 	ok = true
-	var items []*yaml.Node
-	switch n.Kind {
-	case yaml.ScalarNode:
-		items = []*yaml.Node{n}
-	case yaml.SequenceNode:
-		items = n.Content
+	items := n.Items()
+	if n.IsScalar() {
+		items = []config.Value{n}
 	}
 	for _, t := range items {
-		switch t.Value {
+		switch t.Text() {
 		case endName:
 			toEnd = true
 			continue
 		case startName:
-			c.dl.Errorf(CodeReserved, c.pos(t), path, "START cannot be the target of an edge")
+			c.dl.Errorf(diag.CodeReserved, t.Pos(), path, "START cannot be the target of an edge")
 			ok = false
 			continue
 		}
-		node, found := c.g.nodes[t.Value]
+		node, found := c.g.nodes[t.Text()]
 		if !found {
-			c.dl.Errorf(CodeUnknownTarget, c.pos(t), path, "edge target %q is not a node", t.Value).
-				Suggestion = diag.Suggest(t.Value, append(c.nodeNames(), endName))
+			c.dl.Errorf(diag.CodeUnknownTarget, t.Pos(), path, "edge target %q is not a node", t.Text()).
+				Suggestion = diag.Suggest(t.Text(), append(c.nodeNames(), endName))
 			ok = false
 			continue
 		}
@@ -172,35 +162,36 @@ func (c *compiler) targets(n *yaml.Node, path string) (nodes []*Node, toEnd, ok 
 	return nodes, toEnd, ok
 }
 
-func (c *compiler) branch(edge *Edge, bn *yaml.Node, path string) bool {
+func (c *compiler) branch(edge *Edge, bn config.Value, path string) bool {
 	ok := true
-	for j, cn := range bn.Content {
+	cases := bn.Items()
+	for j, cn := range cases {
 		cpath := fmt.Sprintf("%s[%d]", path, j)
-		when, to, els := mapGet(cn, "when"), mapGet(cn, "to"), mapGet(cn, "else")
+		when, to, els := cn.Get("when"), cn.Get("to"), cn.Get("else")
 		cs := &Case{}
 		switch {
-		case els != nil && (when != nil || to != nil):
-			c.dl.Errorf(CodeEdgeShape, c.pos(cn), cpath, "a branch case has either when and to, or else alone")
+		case els.Exists() && (when.Exists() || to.Exists()):
+			c.dl.Errorf(diag.CodeEdgeShape, cn.Pos(), cpath, "a branch case has either when and to, or else alone")
 			ok = false
 			continue
-		case els != nil:
-			if j != len(bn.Content)-1 {
-				c.dl.Errorf(CodeEdgeShape, c.pos(mapKey(cn, "else")), cpath, "else must be the last case of a branch")
+		case els.Exists():
+			if j != len(cases)-1 {
+				c.dl.Errorf(diag.CodeEdgeShape, cn.KeyOf("else").Pos(), cpath, "else must be the last case of a branch")
 				ok = false
 			}
 			var tok bool
 			cs.To, cs.ToEnd, tok = c.targets(els, cpath+".else")
 			ok = ok && tok
-		case when == nil || to == nil:
+		case !when.Exists() || !to.Exists():
 			missing := "when"
-			if when != nil {
+			if when.Exists() {
 				missing = "to"
 			}
-			c.dl.Errorf(CodeEdgeShape, c.pos(cn), cpath, "branch case is missing %s", missing)
+			c.dl.Errorf(diag.CodeEdgeShape, cn.Pos(), cpath, "branch case is missing %s", missing)
 			ok = false
 			continue
 		default:
-			cs.When = c.compileExpr(when, c.env, true, cpath+".when")
+			cs.When = c.compileExpr(when, c.env, true)
 			ok = ok && cs.When != nil
 			var tok bool
 			cs.To, cs.ToEnd, tok = c.targets(to, cpath+".to")
@@ -211,38 +202,37 @@ func (c *compiler) branch(edge *Edge, bn *yaml.Node, path string) bool {
 	return ok
 }
 
-func (c *compiler) route(edge *Edge, e, rn *yaml.Node, path string) bool {
-	ok := true
-	edge.Route = c.compileExpr(rn, c.env, false, path+".route")
-	ok = edge.Route != nil
-	choices := mapGet(e, "choices")
-	if choices == nil {
-		c.dl.Errorf(CodeEdgeShape, c.pos(mapKey(e, "route")), path, "a route edge needs choices: the nodes its expression may yield")
+func (c *compiler) route(edge *Edge, s config.Settings, rn config.Value, path string) bool {
+	edge.Route = c.compileExpr(rn, c.env, false)
+	ok := edge.Route != nil
+	choices := s.Value("choices")
+	if !choices.Exists() {
+		c.dl.Errorf(diag.CodeEdgeShape, s.Key("route").Pos(), path, "a route edge needs choices: the nodes its expression may yield")
 		return false
 	}
 	edge.Choices = map[string]*Node{}
 	cands := append(c.nodeNames(), endName)
-	for _, ch := range choices.Content {
-		if ch.Value == endName {
+	for _, ch := range choices.Items() {
+		if ch.Text() == endName {
 			edge.Choices[endName] = nil
 			continue
 		}
-		n, found := c.g.nodes[ch.Value]
+		n, found := c.g.nodes[ch.Text()]
 		if !found {
-			c.dl.Errorf(CodeRouteChoice, c.pos(ch), path+".choices", "route choice %q is not a node", ch.Value).
-				Suggestion = diag.Suggest(ch.Value, cands)
+			c.dl.Errorf(diag.CodeRouteChoice, ch.Pos(), path+".choices", "route choice %q is not a node", ch.Text()).
+				Suggestion = diag.Suggest(ch.Text(), cands)
 			ok = false
 			continue
 		}
-		edge.Choices[ch.Value] = n
+		edge.Choices[ch.Text()] = n
 	}
-	if d := mapGet(e, "default"); d != nil {
+	if d := s.Value("default"); d.Exists() {
 		edge.HasDefault = true
-		if d.Value != endName {
-			n, found := c.g.nodes[d.Value]
+		if d.Text() != endName {
+			n, found := c.g.nodes[d.Text()]
 			if !found {
-				c.dl.Errorf(CodeRouteChoice, c.pos(d), path+".default", "route default %q is not a node", d.Value).
-					Suggestion = diag.Suggest(d.Value, cands)
+				c.dl.Errorf(diag.CodeRouteChoice, d.Pos(), path+".default", "route default %q is not a node", d.Text()).
+					Suggestion = diag.Suggest(d.Text(), cands)
 				return false
 			}
 			edge.Default = n
@@ -253,17 +243,14 @@ func (c *compiler) route(edge *Edge, e, rn *yaml.Node, path string) bool {
 
 // assumeBest records the nodes a broken edge names, so that the graph
 // checks do not report what is only a consequence of the broken edge.
-func (c *compiler) assumeBest(e *yaml.Node) {
+func (c *compiler) assumeBest(e config.Value) {
 	if c.assumeReached == nil {
 		c.assumeReached, c.assumeEnds = map[*Node]bool{}, map[*Node]bool{}
 	}
-	var walk func(n *yaml.Node, into map[*Node]bool)
-	walk = func(n *yaml.Node, into map[*Node]bool) {
-		if n == nil {
-			return
-		}
-		if n.Kind == yaml.ScalarNode {
-			name := n.Value
+	var walk func(n config.Value, into map[*Node]bool)
+	walk = func(n config.Value, into map[*Node]bool) {
+		if n.IsScalar() {
+			name := n.Text()
 			if _, ok := c.g.nodes[name]; !ok {
 				// a misspelt name most likely meant its suggestion
 				name = diag.Suggest(name, c.nodeNames())
@@ -272,16 +259,20 @@ func (c *compiler) assumeBest(e *yaml.Node) {
 				into[node] = true
 			}
 		}
-		for _, ch := range n.Content {
+		for _, ch := range n.Items() {
 			walk(ch, into)
 		}
+		for _, en := range n.Entries() {
+			walk(en.Key, into)
+			walk(en.Value, into)
+		}
 	}
-	for _, kv := range kind.Pairs(e) {
-		switch kv[0].Value {
+	for _, en := range e.Entries() {
+		switch en.Name {
 		case "from":
-			walk(kv[1], c.assumeEnds)
+			walk(en.Value, c.assumeEnds)
 		case "to", "branch", "choices", "default":
-			walk(kv[1], c.assumeReached)
+			walk(en.Value, c.assumeReached)
 		}
 	}
 }

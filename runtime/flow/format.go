@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
-	"gopkg.in/yaml.v3"
 
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
@@ -19,123 +20,140 @@ import (
 // Version is the flow format version this runtime reads.
 const Version = 1
 
-// common settings every node accepts, whatever its kind.
-var commonSettings = map[string]any{
-	"kind":        map[string]any{"description": "The node kind: one of the built-in Go kinds."},
-	"description": map[string]any{"type": "string", "description": "What the node does, for people and graphs."},
-	"retry": map[string]any{
-		"type":                 "object",
-		"description":          "Retry a failing node with exponential backoff.",
-		"additionalProperties": false,
-		"properties": map[string]any{
-			"attempts":    map[string]any{"type": "integer", "minimum": 1, "description": "Total attempts, the first included."},
-			"backoff":     map[string]any{"$ref": "#/$defs/duration", "description": "Wait before the second attempt (default 100ms)."},
-			"max_backoff": map[string]any{"$ref": "#/$defs/duration", "description": "Upper bound of the wait (default 10s)."},
-			"factor":      map[string]any{"type": "number", "minimum": 1, "description": "Growth of the wait per attempt (default 2)."},
-		},
-	},
-	"timeout": map[string]any{"$ref": "#/$defs/duration", "description": "Cancel an attempt that runs longer than this."},
-	"on_error": map[string]any{
-		"description": "What a failure after all retries does: fail the run (default), write fallback values (set) and go on, or route to another node.",
-		"anyOf": []any{
-			map[string]any{"const": "fail"},
-			map[string]any{
-				"type":                 "object",
-				"additionalProperties": false,
-				"minProperties":        1,
-				"properties": map[string]any{
-					"set":   map[string]any{"type": "object", "description": "Fields to write instead: expressions over state, input and error."},
-					"route": map[string]any{"type": "string", "description": "Node to run next instead of the node's own edges."},
-				},
-			},
-		},
-	},
+// The flow format, declared once: FormatSchema generates the published
+// JSON Schema from it, the compiler reads files through it.
+
+// name is a node's name; START and END are reserved.
+var name = config.String("", "").Match(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// definitions are the shared parts of the format, referred to by name.
+var definitions = map[string]config.Field{
+	"name": name,
+	"duration": config.String("", "A duration such as 250ms, 2s or 1m30s.").
+		Match(`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`),
+	"targets": config.OneOf("", "A node name, END, or a list of node names (fan-out).",
+		ref("name"), config.List("", "", config.Elem(ref("name"))).NonEmpty(1)),
+	"edge": config.Object("", "Static (to), fan-out (to: [..]), join (from: [..]), conditional (branch) or computed (route) edge.",
+		config.OneOf("from", "Source node, START, or a list of nodes to join (the target waits for all).",
+			ref("name"), config.List("", "", config.Elem(ref("name"))).NonEmpty(2)).Require(),
+		config.Ref("to", "", "targets"),
+		config.List("branch", "Cases tried in order; the first whose condition holds is taken.", config.Elem(config.Object("", "",
+			config.Condition("when", "A boolean expression over state and input."),
+			config.Ref("to", "", "targets"),
+			config.Ref("else", "Taken when no case holds.", "targets"),
+		))).NonEmpty(1),
+		config.Expression("route", "An expression yielding the name of the next node."),
+		config.List("choices", "Every node the route may yield.", config.Elem(ref("name"))).NonEmpty(1),
+		config.Ref("default", "Taken when the route yields a name not in choices.", "name"),
+		config.Integer("bound", "How many times per run this edge may be taken; bounds the loops it closes.").Min(1),
+		config.String("description", ""),
+	),
+}
+
+func ref(def string) config.Field { return config.Ref("", "", def) }
+
+// CommonFields are the settings every node accepts, whatever its kind.
+var CommonFields = []config.Field{
+	config.String("description", "What the node does, for people and graphs."),
+	config.Object("retry", "Retry a failing node with exponential backoff.",
+		config.Integer("attempts", "Total attempts, the first included.").Min(1),
+		config.Duration("backoff", "Wait before the second attempt (default 100ms)."),
+		config.Duration("max_backoff", "Upper bound of the wait (default 10s)."),
+		config.Number("factor", "Growth of the wait per attempt (default 2).").Min(1),
+	),
+	config.Duration("timeout", "Cancel an attempt that runs longer than this."),
+	config.OneOf("on_error", "What a failure after all retries does: fail the run (default), write fallback values (set) and go on, or route to another node.",
+		config.Const("fail"),
+		config.Object("", "",
+			config.Map("set", "Fields to write instead: expressions over state, input and error.", nil),
+			config.String("route", "Node to run next instead of the node's own edges."),
+		).NonEmpty(1),
+	),
+}
+
+// flowFields are the top-level keys of a flow file; the keys kinds declare
+// (kind.Spec.FlowFields) go after them.
+func flowFields(kinds []config.Field) []config.Field {
+	fields := []config.Field{
+		config.Any("version", "Flow format version.").Is(Version).Require(),
+		config.String("name", "The flow's name (snake_case).").Match(`^[a-z][a-z0-9_]*$`).Require(),
+		config.String("description", ""),
+		config.Object("state", "",
+			config.Any("schema", "The state's JSON Schema (draft 2020-12): inline, or a path relative to this file.").
+				AlsoTypes("object", "string").Require(),
+			config.Map("reducers", "A reducer per top-level field; fields without one use replace.", config.Elem(ref("reducer"))),
+			config.List("readonly", "Fields set when a thread is created and never changed by a run.",
+				config.Elem(config.String("", ""))).Distinct(),
+		).Require(),
+		config.List("input", "State fields a caller may set when starting a run; anything else is refused.",
+			config.Elem(config.String("", ""))).Distinct(),
+		config.Object("conversation", "Declares the flow as a conversation, so a terminal or a voice agent can talk with it: one run per message.",
+			config.String("input", "The input field that receives a person's message.").Require(),
+			config.String("output", "The state field holding the reply to show or speak.").Require(),
+			config.Condition("until", "A condition over state: the conversation is over when it holds."),
+			config.Map("attachments", "Named attachments (e.g. code: current_code): the input field that receives a file's content.",
+				config.Elem(config.String("", ""))),
+		),
+		config.Object("limits", "",
+			config.Integer("max_steps", "Supersteps per run (default 500).").Min(1),
+		),
+		config.Map("nodes", "", config.Elem(ref("node"))).NonEmpty(1).KeysAre(ref("name")).Require(),
+		config.List("edges", "", config.Elem(ref("edge"))).NonEmpty(1).Require(),
+	}
+	return append(fields, kinds...)
+}
+
+// kindFlowFields gathers the top-level keys the kinds declare; a key two
+// kinds declare differently is a programmer error.
+func kindFlowFields(reg kind.Registry) ([]config.Field, error) {
+	var out []config.Field
+	owner := map[string]string{}
+	for _, sp := range reg.Specs() {
+		for _, f := range sp.FlowFields {
+			if i := slices.IndexFunc(out, func(o config.Field) bool { return o.Name == f.Name }); i >= 0 {
+				if !reflect.DeepEqual(out[i], f) {
+					return nil, fmt.Errorf("kinds %q and %q declare flow key %q differently", owner[f.Name], sp.Name, f.Name)
+				}
+				continue
+			}
+			owner[f.Name] = sp.Name
+			out = append(out, f)
+		}
+	}
+	return out, nil
 }
 
 // FormatSchema generates the JSON Schema of the flow file format from the
-// registry: every kind's block is discriminated by its kind name.
+// declarations and the registry: every kind's block is discriminated by
+// its kind name.
 func FormatSchema(reg kind.Registry) ([]byte, error) {
+	kindKeys, err := kindFlowFields(reg)
+	if err != nil {
+		return nil, err
+	}
+	defs := map[string]any{"reducer": reducerSchema()}
+	for name, f := range definitions {
+		defs[name] = f.Schema()
+	}
+	for _, f := range flowFields(nil) {
+		if slices.ContainsFunc(kindKeys, func(k config.Field) bool { return k.Name == f.Name }) {
+			return nil, fmt.Errorf("a kind declares flow key %q, which the format has", f.Name)
+		}
+	}
 	specs := reg.Specs()
 	names := make([]any, len(specs))
 	var branches []any
-	defs := map[string]any{
-		"name": map[string]any{"type": "string", "pattern": `^[A-Za-z_][A-Za-z0-9_]*$`},
-		"duration": map[string]any{
-			"type": "string", "pattern": `^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`,
-			"description": "A duration such as 250ms, 2s or 1m30s.",
-		},
-		"targets": map[string]any{
-			"description": "A node name, END, or a list of node names (fan-out).",
-			"anyOf": []any{
-				map[string]any{"$ref": "#/$defs/name"},
-				map[string]any{"type": "array", "items": map[string]any{"$ref": "#/$defs/name"}, "minItems": 1},
-			},
-		},
-		"reducer": map[string]any{
-			"description": "How updates to the field merge: replace (default), append, union, merge, add, max, min, {union: {key: id}} or {expr: 'current + update'}.",
-			"anyOf": []any{
-				map[string]any{"enum": []any{"replace", "append", "union", "merge", "add", "max", "min"}},
-				map[string]any{"type": "object", "additionalProperties": false, "required": []any{"union"},
-					"properties": map[string]any{"union": map[string]any{"type": "object", "additionalProperties": false,
-						"properties": map[string]any{"key": map[string]any{"type": "string", "description": "Items with the same key value are the same item."}}}}},
-				map[string]any{"type": "object", "additionalProperties": false, "required": []any{"expr"},
-					"properties": map[string]any{"expr": map[string]any{"type": "string", "description": "An expression of current and update."}}},
-			},
-		},
-		"node": nil, // filled below
-		"edge": map[string]any{
-			"type":                 "object",
-			"additionalProperties": false,
-			"required":             []any{"from"},
-			"description":          "Static (to), fan-out (to: [..]), join (from: [..]), conditional (branch) or computed (route) edge.",
-			"properties": map[string]any{
-				"from": map[string]any{"description": "Source node, START, or a list of nodes to join (the target waits for all).",
-					"anyOf": []any{map[string]any{"$ref": "#/$defs/name"}, map[string]any{"type": "array", "items": map[string]any{"$ref": "#/$defs/name"}, "minItems": 2}}},
-				"to": map[string]any{"$ref": "#/$defs/targets"},
-				"branch": map[string]any{"type": "array", "minItems": 1, "description": "Cases tried in order; the first whose condition holds is taken.",
-					"items": map[string]any{"type": "object", "additionalProperties": false,
-						"properties": map[string]any{
-							"when": map[string]any{"type": "string", "description": "A boolean expression over state and input."},
-							"to":   map[string]any{"$ref": "#/$defs/targets"},
-							"else": map[string]any{"$ref": "#/$defs/targets", "description": "Taken when no case holds."},
-						}}},
-				"route":       map[string]any{"type": "string", "description": "An expression yielding the name of the next node."},
-				"choices":     map[string]any{"type": "array", "items": map[string]any{"$ref": "#/$defs/name"}, "minItems": 1, "description": "Every node the route may yield."},
-				"default":     map[string]any{"$ref": "#/$defs/name", "description": "Taken when the route yields a name not in choices."},
-				"bound":       map[string]any{"type": "integer", "minimum": 1, "description": "How many times per run this edge may be taken; bounds the loops it closes."},
-				"description": map[string]any{"type": "string"},
-			},
-		},
-	}
 	for i, sp := range specs {
 		names[i] = sp.Name
-		var settings struct {
-			Properties map[string]any `json:"properties"`
-			Required   []any          `json:"required"`
-		}
-		if err := json.Unmarshal([]byte(sp.Settings), &settings); err != nil {
-			return nil, fmt.Errorf("kind %q: settings schema: %w", sp.Name, err)
-		}
-		props := map[string]any{}
-		for k, v := range commonSettings {
-			props[k] = v
-		}
-		for k, v := range settings.Properties {
-			if _, clash := commonSettings[k]; clash {
-				return nil, fmt.Errorf("kind %q: setting %q clashes with a common setting", sp.Name, k)
+		for _, f := range sp.Fields {
+			if _, clash := config.Lookup(CommonFields, f.Name); clash || f.Name == "kind" {
+				return nil, fmt.Errorf("kind %q: setting %q clashes with a common setting", sp.Name, f.Name)
 			}
-			props[k] = v
 		}
+		block := config.Object("", sp.Summary, append(slices.Clone(CommonFields), sp.Fields...)...)
+		def := block.Schema()
+		props := def["properties"].(map[string]any)
 		props["kind"] = map[string]any{"const": sp.Name, "description": sp.Summary}
-		def := map[string]any{
-			"type":                 "object",
-			"description":          sp.Summary,
-			"additionalProperties": false,
-			"properties":           props,
-		}
-		if len(settings.Required) > 0 {
-			def["required"] = settings.Required
-		}
 		defs["kind."+sp.Name] = def
 		branches = append(branches, map[string]any{
 			"if":   map[string]any{"required": []any{"kind"}, "properties": map[string]any{"kind": map[string]any{"const": sp.Name}}},
@@ -152,67 +170,10 @@ func FormatSchema(reg kind.Registry) ([]byte, error) {
 		node["allOf"] = branches
 	}
 	defs["node"] = node
-	doc := map[string]any{
-		"$schema":              "https://json-schema.org/draft/2020-12/schema",
-		"title":                "Trellis flow",
-		"description":          "A Trellis flow: state, nodes, edges and limits.",
-		"type":                 "object",
-		"additionalProperties": false,
-		"required":             []any{"version", "name", "state", "nodes", "edges"},
-		"properties": map[string]any{
-			"version":     map[string]any{"const": Version, "description": "Flow format version."},
-			"name":        map[string]any{"type": "string", "pattern": `^[a-z][a-z0-9_]*$`, "description": "The flow's name (snake_case)."},
-			"description": map[string]any{"type": "string"},
-			"state": map[string]any{
-				"type":                 "object",
-				"additionalProperties": false,
-				"required":             []any{"schema"},
-				"properties": map[string]any{
-					"schema": map[string]any{
-						"description": "The state's JSON Schema (draft 2020-12): inline, or a path relative to this file.",
-						"type":        []any{"object", "string"},
-					},
-					"reducers": map[string]any{"type": "object", "additionalProperties": map[string]any{"$ref": "#/$defs/reducer"},
-						"description": "A reducer per top-level field; fields without one use replace."},
-					"readonly": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "uniqueItems": true,
-						"description": "Fields set when a thread is created and never changed by a run."},
-				},
-			},
-			"input": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "uniqueItems": true,
-				"description": "State fields a caller may set when starting a run; anything else is refused."},
-			"model": map[string]any{"type": "string", "minLength": 1,
-				"description": "The model this flow's prompts use unless a prompt or node names another (default: $TRELLIS_MODEL)."},
-			"conversation": map[string]any{
-				"type":                 "object",
-				"additionalProperties": false,
-				"required":             []any{"input", "output"},
-				"description":          "Declares the flow as a conversation, so a terminal or a voice agent can talk with it: one run per message.",
-				"properties": map[string]any{
-					"input":  map[string]any{"type": "string", "description": "The input field that receives a person's message."},
-					"output": map[string]any{"type": "string", "description": "The state field holding the reply to show or speak."},
-					"until":  map[string]any{"type": "string", "description": "A condition over state: the conversation is over when it holds."},
-					"attachments": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
-						"description": "Named attachments (e.g. code: current_code): the input field that receives a file's content."},
-				},
-			},
-			"limits": map[string]any{
-				"type": "object", "additionalProperties": false,
-				"properties": map[string]any{
-					"max_steps": map[string]any{"type": "integer", "minimum": 1, "description": "Supersteps per run (default 500)."},
-				},
-			},
-			"nodes": map[string]any{
-				"type":          "object",
-				"minProperties": 1,
-				"propertyNames": map[string]any{"$ref": "#/$defs/name"},
-				"additionalProperties": map[string]any{
-					"$ref": "#/$defs/node",
-				},
-			},
-			"edges": map[string]any{"type": "array", "minItems": 1, "items": map[string]any{"$ref": "#/$defs/edge"}},
-		},
-		"$defs": defs,
-	}
+	doc := config.Object("", "A Trellis flow: state, nodes, edges and limits.", flowFields(kindKeys)...).Schema()
+	doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+	doc["title"] = "Trellis flow"
+	doc["$defs"] = defs
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
@@ -223,10 +184,60 @@ func FormatSchema(reg kind.Registry) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Reference renders the node-kind reference in Markdown from the
+// declarations: the settings every node shares, then each kind's summary
+// and settings.
+func Reference(reg kind.Registry) []byte {
+	var b strings.Builder
+	b.WriteString("# Node kinds\n\n")
+	b.WriteString("<!-- Generated from the node-kind registry by `make schema`; do not edit. -->\n\n")
+	b.WriteString("Every node has a `kind` and may set these common settings:\n\n")
+	b.WriteString(config.Table(CommonFields))
+	b.WriteString("\nExpressions in `on_error.set` may read `error`, the failure's message.\n")
+	for _, sp := range reg.Specs() {
+		fmt.Fprintf(&b, "\n## `%s`\n\n%s\n", sp.Name, sp.Summary)
+		if sp.Inline {
+			b.WriteString("\nRuns inline: it never blocks, so the engine runs it without a goroutine of its own.\n")
+		}
+		if len(sp.Fields) == 0 {
+			b.WriteString("\nNo settings of its own.\n")
+		} else {
+			b.WriteString("\n" + config.Table(sp.Fields))
+		}
+		if len(sp.FlowFields) > 0 {
+			b.WriteString("\nIt also reads these top-level keys of the flow file:\n\n" + config.Table(sp.FlowFields))
+		}
+	}
+	b.WriteString("\n## Reducers\n\nEach state field has a reducer (`state.reducers`) that says how a node's write merges with the field's value:\n\n")
+	b.WriteString("| reducer | field type | writes in one superstep | what it does |\n| --- | --- | --- | --- |\n")
+	for _, r := range Reducers {
+		typ, writes := r.Type, "fold in node order"
+		if typ == "" {
+			typ = "any"
+		}
+		if !r.Concurrent {
+			writes = "one writer only"
+		}
+		form := "`" + r.Name + "`"
+		if r.Form != "" {
+			if r.Bare {
+				form += " or "
+			} else {
+				form = ""
+			}
+			form += "`" + r.Form + "`"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", form, typ, writes, r.Doc)
+	}
+	return []byte(b.String())
+}
+
 // formatValidator is the compiled flow schema of one registry.
 type formatValidator struct {
 	schema *jsonschema.Schema
 	raw    map[string]any
+	// top lists the top-level keys a registry's kinds declare.
+	top []config.Field
 }
 
 var formatCache sync.Map // kind.Registry -> *formatValidator
@@ -250,6 +261,7 @@ func formatFor(reg kind.Registry) (*formatValidator, error) {
 		return nil, err
 	}
 	fv := &formatValidator{schema: s}
+	fv.top, _ = kindFlowFields(reg)
 	_ = json.Unmarshal(b, &fv.raw)
 	formatCache.Store(reg, fv)
 	return fv, nil
@@ -259,14 +271,14 @@ var quoted = regexp.MustCompile(`'([^']*)'`)
 
 // check validates the document against the flow format and turns every
 // violation into a positioned diagnostic.
-func (fv *formatValidator) check(d *document, dl *diag.List) {
-	err := fv.schema.Validate(d.value)
+func (fv *formatValidator) check(d *config.File, dl *diag.List) {
+	err := fv.schema.Validate(d.JSON())
 	if err == nil {
 		return
 	}
 	ve, ok := err.(*jsonschema.ValidationError)
 	if !ok {
-		dl.Errorf(CodeConstraint, d.pos(d.root), "", "%v", err)
+		dl.Errorf(diag.CodeConstraint, d.Root().Pos(), "", "%v", err)
 		return
 	}
 	var leaves []*jsonschema.ValidationError
@@ -288,8 +300,8 @@ func (fv *formatValidator) check(d *document, dl *diag.List) {
 		if strings.Contains(e.KeywordLocation, "/anyOf/") && fv.anyOfSibling(leaves, e) {
 			continue
 		}
-		n, ptr := d.nearest(e.InstanceLocation)
-		path := d.yamlPath(ptr)
+		n, ptr := d.Nearest(e.InstanceLocation)
+		path := d.YAMLPath(ptr)
 		key := ptr + "|" + keyword + "|" + e.Message
 		if seen[key] {
 			continue
@@ -300,11 +312,11 @@ func (fv *formatValidator) check(d *document, dl *diag.List) {
 			allowed := fv.allowedKeys(e.AbsoluteKeywordLocation)
 			for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
 				k := m[1]
-				kn := d.keys[ptr+"/"+escape(k)]
-				if kn == nil {
+				kn := d.KeyAt(ptr + "/" + config.Escape(k))
+				if !kn.Exists() {
 					kn = n
 				}
-				dl.Errorf(CodeUnknownKey, d.pos(kn), joinPath(path, k), "unknown key %q", k).Suggestion = diag.Suggest(k, allowed)
+				dl.Errorf(diag.CodeUnknownKey, kn.Pos(), joinPath(path, k), "unknown key %q", k).Suggestion = diag.Suggest(k, allowed)
 			}
 		case "required":
 			for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
@@ -315,18 +327,22 @@ func (fv *formatValidator) check(d *document, dl *diag.List) {
 				if path == "" {
 					where = "flow"
 				}
-				dl.Errorf(CodeMissingKey, d.pos(keyOrValue(d, ptr)), path, "%s is missing required key %q", where, m[1])
+				at := d.KeyAt(ptr)
+				if !at.Exists() {
+					at = d.At(ptr)
+				}
+				dl.Errorf(diag.CodeMissingKey, at.Pos(), path, "%s is missing required key %q", where, m[1])
 			}
 		case "type":
-			dl.Errorf(CodeType, d.pos(n), path, "%s: %s", describeAt(path), e.Message)
+			dl.Errorf(diag.CodeType, n.Pos(), path, "%s: %s", describeAt(path), e.Message)
 		case "enum", "const":
 			if strings.HasSuffix(ptr, "/kind") && strings.HasPrefix(ptr, "/nodes/") {
-				got, _ := fv.stringAt(d, ptr)
-				dl.Errorf(CodeUnknownKind, d.pos(n), path, "unknown node kind %q", got).Suggestion = diag.Suggest(got, fv.kindNames())
+				got := d.At(ptr).Text()
+				dl.Errorf(diag.CodeUnknownKind, n.Pos(), path, "unknown node kind %q", got).Suggestion = diag.Suggest(got, fv.kindNames())
 				continue
 			}
-			got, _ := fv.stringAt(d, ptr)
-			dd := dl.Errorf(CodeNotAllowed, d.pos(n), path, "%s: %s", describeAt(path), e.Message)
+			got := d.At(ptr).Text()
+			dd := dl.Errorf(diag.CodeNotAllowed, n.Pos(), path, "%s: %s", describeAt(path), e.Message)
 			if got != "" && keyword == "enum" {
 				var opts []string
 				for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
@@ -338,7 +354,7 @@ func (fv *formatValidator) check(d *document, dl *diag.List) {
 				dd.Suggestion = diag.Suggest(got, opts)
 			}
 		default:
-			dl.Errorf(CodeConstraint, d.pos(n), path, "%s: %s", describeAt(path), e.Message)
+			dl.Errorf(diag.CodeConstraint, n.Pos(), path, "%s: %s", describeAt(path), e.Message)
 		}
 	}
 }
@@ -364,13 +380,6 @@ func (fv *formatValidator) anyOfSibling(leaves []*jsonschema.ValidationError, e 
 	return false
 }
 
-func keyOrValue(d *document, ptr string) *yaml.Node {
-	if k := d.keys[ptr]; k != nil {
-		return k
-	}
-	return d.at[ptr]
-}
-
 func joinPath(path, key string) string {
 	if path == "" {
 		return key
@@ -383,14 +392,6 @@ func describeAt(path string) string {
 		return "flow"
 	}
 	return path
-}
-
-func (fv *formatValidator) stringAt(d *document, ptr string) (string, bool) {
-	n := d.at[ptr]
-	if n == nil {
-		return "", false
-	}
-	return n.Value, true
 }
 
 func (fv *formatValidator) kindNames() []string {
@@ -416,7 +417,7 @@ func (fv *formatValidator) allowedKeys(absLoc string) []string {
 		}
 		switch c := cur.(type) {
 		case map[string]any:
-			cur = c[unescape(p)]
+			cur = c[config.Unescape(p)]
 		case []any:
 			var i int
 			fmt.Sscan(p, &i)

@@ -1,6 +1,8 @@
 package flow
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/diag"
@@ -267,3 +269,5 @@ func (e *Edge) Targets() []*Node {
 }
 
 // BindState fills expression variables for evaluating the graph's
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -1,251 +1,232 @@
 package flow
 
 import (
-	"errors"
-	"fmt"
-	"os"
-	"regexp"
-	"strconv"
+	"io/fs"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
-	"github.com/trellisflow/trellis/runtime/value"
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
 )
 
-// Diagnostic codes of the loader and the flow-format schema.
 const (
-	CodeYAML        = "Y001" // not valid YAML
-	CodeDuplicate   = "Y002" // a mapping repeats a key
-	CodeUnknownKey  = "S001" // a key the format does not have
-	CodeMissingKey  = "S002" // a required key is missing
-	CodeType        = "S003" // a value of the wrong type
-	CodeNotAllowed  = "S004" // a value outside an enumeration
-	CodeConstraint  = "S005" // any other format constraint
-	CodeUnknownKind = "K001" // a node kind no one registered
-	CodeKindSetting = "K002" // a kind rejected its settings
+	startName = "START"
+	endName   = "END"
 )
 
-// document is one parsed YAML file with the positions of its values.
-type document struct {
-	path string
-	src  []byte
-	root *yaml.Node
-	// value is the file as JSON-compatible values.
-	value any
-	// at maps a JSON pointer to the YAML node holding the value; keys maps
-	// it to the node of the mapping key that introduced it.
-	at, keys map[string]*yaml.Node
-	// expanding holds the aliases being expanded (a cycle is an error);
-	// budget caps the values indexed, so alias fan-out cannot explode.
-	expanding map[*yaml.Node]bool
-	budget    int
+// Load reads, validates and compiles the flow file at path on the disk.
+// It returns the graph when there are no errors, and every diagnostic
+// found in any case.
+func Load(path string, reg kind.Registry) (*Graph, diag.List) {
+	g, dl, _ := Compile(nil, path, nil, reg)
+	return g, dl
 }
 
-// maxValues bounds the values one flow file may expand to.
-const maxValues = 200000
+// LoadSource is Load for a flow already in memory; path locates the files
+// it names (relative schema and prompt files) and names it in
+// diagnostics.
+func LoadSource(path string, src []byte, reg kind.Registry) (*Graph, diag.List) {
+	g, dl, _ := Compile(nil, path, src, reg)
+	return g, dl
+}
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+// LoadFS is Load for a flow inside a file system, such as an embed.FS:
+// path and every file it names are read from fsys.
+func LoadFS(fsys fs.FS, path string, reg kind.Registry) (*Graph, diag.List) {
+	g, dl, _ := Compile(config.FS(fsys), path, nil, reg)
+	return g, dl
+}
 
-// parseDocument reads YAML (or JSON) with positions. Syntax errors and
-// duplicate keys are reported; a nil document means nothing usable.
-func parseDocument(path string, src []byte, dl *diag.List) *document {
-	var n yaml.Node
-	if err := yaml.Unmarshal(src, &n); err != nil {
-		pos := diag.Pos{File: path, Line: 1, Col: 1}
-		msg := err.Error()
-		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			pos.Line, _ = strconv.Atoi(m[1])
-			msg = m[2]
-		} else {
-			msg = strings.TrimPrefix(msg, "yaml: ")
+// Compile reads, validates and compiles the flow at path from files (the
+// disk when nil); src, when not nil, is the flow file's content. It
+// returns the graph (nil when there are errors), every diagnostic sorted,
+// and the text of every file it read, for printing diagnostics with their
+// source lines.
+func Compile(files *config.Files, path string, src []byte, reg kind.Registry) (*Graph, diag.List, diag.Sources) {
+	if files == nil {
+		files = config.Disk()
+	}
+	c := &compiler{reg: reg, files: files, dir: files.Dir(path), sources: diag.Sources{}, shared: map[string]any{}}
+	if src == nil {
+		var err error
+		if src, err = files.ReadFile(path); err != nil {
+			c.dl.Errorf(diag.CodeYAML, diag.Pos{File: path}, "", "cannot read flow: %v", err)
+			return nil, c.dl, c.sources
 		}
-		dl.Errorf(CodeYAML, pos, "", "invalid YAML: %s", msg)
+	}
+	c.sources[path] = src
+	g := c.compile(path, src)
+	dl := c.dl.Sort()
+	if dl.HasErrors() {
+		return nil, dl, c.sources
+	}
+	return g, dl, c.sources
+}
+
+// compiler holds one load's work: the graph being built and everything the
+// phases pass on to each other.
+type compiler struct {
+	reg     kind.Registry
+	files   *config.Files
+	dir     string
+	dl      diag.List
+	sources diag.Sources
+	doc     *config.File
+	root    config.Value
+	g       *Graph
+	// kindKeys are the top-level keys the registry's kinds declare.
+	kindKeys []config.Field
+
+	stateShape *schema.Shape
+	inShape    *schema.Shape
+	env        *expression.Env
+	// shared holds what kinds build once per load (Builder.Shared).
+	shared map[string]any
+	// badNodes have format errors in their block; their kind is not built.
+	badNodes map[string]bool
+	// writes records where each node declares a write: node -> field -> pos.
+	writes        map[string]map[string]diag.Pos
+	pendingRoutes []pendingRoute
+	// Nodes named by edges that did not compile: the graph checks assume
+	// the best of them (reached, reaching END) rather than cascade.
+	assumeReached, assumeEnds map[*Node]bool
+	// reader is the node whose settings or outgoing edge are being
+	// compiled (readerRan: an edge, read after its node ran); nullReads
+	// are the reads through possibly-null values found meanwhile, judged
+	// once the graph is known.
+	reader    *Node
+	readerRan bool
+	nullReads []nullRead
+}
+
+// compile runs the phases in order: the file and its format, the state,
+// the conversation block, the nodes (each kind builds its own), the edges,
+// then the graph-wide analyses. Each phase reports what it finds and
+// builds what it can, so that one load reports every problem.
+func (c *compiler) compile(path string, src []byte) *Graph {
+	d := config.Parse(path, src, &c.dl, config.ParseOptions{Duplicate: func(ptr string) (diag.Code, string) {
+		if ptr == "/nodes" {
+			return diag.CodeDuplicateNode, "node"
+		}
+		return diag.CodeDuplicate, "key"
+	}})
+	if d == nil {
 		return nil
 	}
-	d := &document{path: path, src: src, at: map[string]*yaml.Node{}, keys: map[string]*yaml.Node{},
-		expanding: map[*yaml.Node]bool{}, budget: maxValues}
-	if n.Kind == 0 || len(n.Content) == 0 {
-		dl.Errorf(CodeYAML, diag.Pos{File: path, Line: 1, Col: 1}, "", "file is empty")
+	c.doc, c.root = d, d.Root()
+	if !c.root.IsMapping() {
+		c.dl.Errorf(diag.CodeType, c.root.Pos(), "", "a flow must be a mapping with version, name, state, nodes and edges")
 		return nil
 	}
-	d.root = n.Content[0]
-	v, err := d.index(d.root, "", dl)
+	fv, err := formatFor(c.reg)
 	if err != nil {
-		dl.Errorf(CodeYAML, d.pos(d.root), "", "%v", err)
+		c.dl.Errorf(diag.CodeConstraint, c.root.Pos(), "", "flow format: %v", err)
 		return nil
 	}
-	d.value = v
-	return d
-}
-
-// index converts n to JSON values and records every value's position.
-func (d *document) index(n *yaml.Node, ptr string, dl *diag.List) (any, error) {
-	d.at[ptr] = n
-	if d.budget--; d.budget < 0 {
-		return nil, fmt.Errorf("line %d: the document expands to more than %d values", n.Line, maxValues)
-	}
-	switch n.Kind {
-	case yaml.AliasNode:
-		if d.expanding[n] {
-			return nil, fmt.Errorf("line %d: alias *%s refers to itself", n.Line, n.Value)
+	c.kindKeys = fv.top
+	before := len(c.dl)
+	fv.check(d, &c.dl)
+	c.badNodes = map[string]bool{}
+	for _, x := range c.dl[before:] {
+		if rest, ok := strings.CutPrefix(x.Path, "nodes."); ok {
+			c.badNodes[strings.SplitN(rest, ".", 2)[0]] = true
 		}
-		d.expanding[n] = true
-		defer delete(d.expanding, n)
-		return d.index(n.Alias, ptr, dl)
-	case yaml.MappingNode:
-		m := make(map[string]any, len(n.Content)/2)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("line %d: mapping keys must be plain strings", k.Line)
-			}
-			if _, dup := m[k.Value]; dup {
-				code, what := CodeDuplicate, "key"
-				if ptr == "/nodes" {
-					code, what = CodeDuplicateNode, "node"
-				}
-				first := d.keys[ptr+"/"+escape(k.Value)]
-				dl.Errorf(code, d.pos(k), d.yamlPath(ptr+"/"+escape(k.Value)), "duplicate %s %q", what, k.Value).
-					Detail = fmt.Sprintf("first defined at %s", d.pos(first))
-				continue
-			}
-			child := ptr + "/" + escape(k.Value)
-			d.keys[child] = k
-			cv, err := d.index(v, child, dl)
-			if err != nil {
-				return nil, err
-			}
-			m[k.Value] = cv
+	}
+	top := config.NewSettings(c.root, flowFields(c.kindKeys))
+	if v, _ := top.Value("version").JSON(); v != Version {
+		// the format check reported it; nothing below can be trusted
+		return nil
+	}
+	c.g = &Graph{Path: path, fields: map[string]*Field{}, nodes: map[string]*Node{}, MaxSteps: DefaultMaxSteps}
+	c.g.Name, _ = top.String("name")
+	c.g.Description, _ = top.String("description")
+	c.writes = map[string]map[string]diag.Pos{}
+	if n, ok := top.Object("limits").Int("max_steps"); ok {
+		c.g.MaxSteps = n
+	}
+	c.state(top.Object("state"))
+	c.conversation(top.Object("conversation"))
+	c.nodes(top.Value("nodes"))
+	for _, n := range c.g.Nodes {
+		n.WriteMask = make([]bool, len(c.g.Fields))
+		for i, f := range c.g.Fields {
+			n.WriteMask[i] = n.Writes[f.Name]
 		}
-		return m, nil
-	case yaml.SequenceNode:
-		s := make([]any, len(n.Content))
-		for i, c := range n.Content {
-			cv, err := d.index(c, ptr+"/"+strconv.Itoa(i), dl)
-			if err != nil {
-				return nil, err
-			}
-			s[i] = cv
+		n.WriteFields = make([]*Field, len(n.WriteList))
+		for i, name := range n.WriteList {
+			n.WriteFields[i], _ = c.g.Field(name)
 		}
-		return s, nil
-	default:
-		return value.FromYAML(n)
 	}
+	c.edges(top.Value("edges"))
+	c.analyse()
+	c.nullWarnings()
+	c.g.env = c.env
+	return c.g
 }
 
-func escape(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+// nullRead is a read through a value that may be null (path, such as
+// state.x), by a node or, with no node, by the flow itself.
+type nullRead struct {
+	node *Node
+	ran  bool
+	path string
+	d    diag.Diagnostic
 }
 
-func unescape(s string) string {
-	return strings.NewReplacer("~1", "/", "~0", "~").Replace(s)
+// noteNullRead keeps a possibly-null read for nullWarnings.
+func (c *compiler) noteNullRead(path string, d diag.Diagnostic) {
+	c.nullReads = append(c.nullReads, nullRead{node: c.reader, ran: c.readerRan, path: path, d: d})
 }
 
-// pos is the position of a node in this document.
-func (d *document) pos(n *yaml.Node) diag.Pos {
-	if n == nil {
-		return diag.Pos{File: d.path, Line: 1, Col: 1}
-	}
-	p := diag.Pos{File: d.path, Line: n.Line, Col: n.Column}
-	if n.Kind == yaml.ScalarNode && !strings.Contains(n.Value, "\n") && n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
-		w := len([]rune(n.Value))
-		if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
-			w += 2
-		}
-		p.EndCol = n.Column + max(w, 1)
-	}
-	return p
-}
-
-// path turns a JSON pointer into the dotted YAML path used in diagnostics.
-func (d *document) yamlPath(ptr string) string {
-	if ptr == "" {
-		return ""
-	}
-	parts := strings.Split(ptr[1:], "/")
-	var b strings.Builder
-	for i, p := range parts {
-		p = unescape(p)
-		if _, err := strconv.Atoi(p); err == nil {
-			b.WriteString("[" + p + "]")
+// nullWarnings reports the possibly-null reads of state fields that some
+// path from START reaches without passing a node that writes the field:
+// a read after the field's writer on every path is taken to see it set.
+func (c *compiler) nullWarnings() {
+	seen := map[string]bool{}
+	for _, r := range c.nullReads {
+		field, ok := strings.CutPrefix(r.path, "state.")
+		if ok && !strings.Contains(field, ".") && r.node != nil && c.writtenBefore(field, r.node, r.ran) {
 			continue
 		}
-		if i > 0 {
-			b.WriteByte('.')
+		key := r.d.Pos.String() + r.d.Summary
+		if !seen[key] {
+			seen[key] = true
+			c.dl.Add(r.d)
 		}
-		b.WriteString(p)
-	}
-	return b.String()
-}
-
-// nearest returns the node for ptr or its closest indexed ancestor.
-func (d *document) nearest(ptr string) (*yaml.Node, string) {
-	for {
-		if n, ok := d.at[ptr]; ok {
-			return n, ptr
-		}
-		i := strings.LastIndexByte(ptr, '/')
-		if i < 0 {
-			return d.root, ""
-		}
-		ptr = ptr[:i]
 	}
 }
 
-// exprPos maps a position inside an expression held by scalar n onto the
-// file: line and col are 1-based within the expression text.
-func (d *document) exprPos(n *yaml.Node, line, col, endCol int) diag.Pos {
-	p := diag.Pos{File: d.path, Line: n.Line, Col: n.Column}
-	switch {
-	case n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0:
-		// content starts on the line after the indicator, indented
-		p.Line = n.Line + line
-		indent := 0
-		if ln, ok := lineOf(d.src, p.Line); ok {
-			indent = len(ln) - len(strings.TrimLeft(ln, " "))
-		}
-		p.Col = indent + col
-	case line > 1:
-		// a multi-line flow scalar: continuation lines keep their indent
-		p.Line = n.Line + line - 1
-		indent := 0
-		if ln, ok := lineOf(d.src, p.Line); ok {
-			indent = len(ln) - len(strings.TrimLeft(ln, " "))
-		}
-		p.Col = indent + col
-	default:
-		p.Col = n.Column + col - 1
-		if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
-			p.Col++
-		}
+// writtenBefore reports whether every path from START to n passes a node
+// that writes field before n reads it (or, when ran, n itself writes it).
+func (c *compiler) writtenBefore(field string, n *Node, ran bool) bool {
+	if ran && n.Writes[field] {
+		return true
 	}
-	if endCol > col {
-		p.EndCol = p.Col + (endCol - col)
-	}
-	return p
+	unguarded := false
+	walkFrom(entryTargets(c.g), func(m *Node) bool {
+		unguarded = unguarded || m == n // reached with nothing writing the field on the way
+		return !unguarded && !m.Writes[field]
+	})
+	return !unguarded
 }
 
-func lineOf(src []byte, line int) (string, bool) {
-	lines := strings.SplitN(string(src), "\n", line+1)
-	if line < 1 || line > len(lines) {
-		return "", false
+// readFile reads a file the flow names, keeping its text for printing
+// diagnostics.
+func (c *compiler) readFile(name string) ([]byte, error) {
+	b, err := c.files.ReadFile(name)
+	if err == nil {
+		c.sources[name] = b
 	}
-	return lines[line-1], true
+	return b, err
 }
 
-// readDocument loads and parses a file.
-func readDocument(path string, dl *diag.List) *document {
-	src, err := os.ReadFile(path)
-	if err != nil {
-		var pe *os.PathError
-		msg := err.Error()
-		if errors.As(err, &pe) {
-			msg = pe.Err.Error()
-		}
-		dl.Errorf(CodeYAML, diag.Pos{File: path}, "", "cannot read file: %s", msg)
-		return nil
+// nodeNames lists the node names, for suggestions.
+func (c *compiler) nodeNames() []string {
+	names := make([]string, len(c.g.Nodes))
+	for i, n := range c.g.Nodes {
+		names[i] = n.Name
 	}
-	return parseDocument(path, src, dl)
+	return names
 }

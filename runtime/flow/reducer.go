@@ -3,93 +3,180 @@ package flow
 import (
 	"fmt"
 	"reflect"
+	"strings"
 
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/expression"
 )
 
-// Reducer merges a node's update into a field's current value.
+// ReducerSpec declares a reducer: how a node's write to a field merges
+// with the field's value. Reducers is the one table of them; the
+// compiler checks fields against it, FormatSchema and Reference describe
+// it, and the engine follows what it says about concurrency and appends.
+type ReducerSpec struct {
+	Name string
+	// Doc says what it does, for the reference.
+	Doc string
+	// Type is the JSON type of the fields it applies to ("": any).
+	Type string
+	// Concurrent: several writes in one superstep fold in node declaration
+	// order. Otherwise a second write in one superstep is an error.
+	Concurrent bool
+	// Appends: an update's items are what was added, so a checkpoint
+	// stores only them and a step validates only them.
+	Appends bool
+	// Bare: it may be written as its name alone.
+	Bare bool
+	// Option, when set, is the setting of its mapping form, {NAME: option}
+	// (union's key, expr's expression); Form shows that form.
+	Option *config.Field
+	Form   string
+	reduce func(r *Reducer, cur, upd any) (any, error)
+}
+
+// Reducers lists every reducer; replace is the default.
+var Reducers = []*ReducerSpec{
+	{Name: "replace", Bare: true, Doc: "the update replaces the value (the default)",
+		reduce: func(_ *Reducer, _, upd any) (any, error) { return upd, nil }},
+	{Name: "append", Type: "array", Bare: true, Concurrent: true, Appends: true,
+		Doc: "a list update adds its items, any other value is one item", reduce: reduceAppend},
+	{Name: "union", Type: "array", Bare: true, Concurrent: true, Form: "{union: {key: id}}",
+		Option: config.Elem(config.Object("union", "", config.String("key", "Items with the same key value are the same item."))),
+		Doc:    "adds the items not already in the list (compared whole, or by key)", reduce: reduceUnion},
+	{Name: "merge", Type: "object", Bare: true, Concurrent: true,
+		Doc: "sets the update's keys in the object (shallow)", reduce: reduceMerge},
+	{Name: "add", Type: "number", Bare: true, Concurrent: true, Doc: "adds the update to the number",
+		reduce: func(r *Reducer, cur, upd any) (any, error) { return arith("add", cur, upd) }},
+	{Name: "max", Type: "number", Bare: true, Concurrent: true, Doc: "keeps the larger number",
+		reduce: func(r *Reducer, cur, upd any) (any, error) { return arith("max", cur, upd) }},
+	{Name: "min", Type: "number", Bare: true, Concurrent: true, Doc: "keeps the smaller number",
+		reduce: func(r *Reducer, cur, upd any) (any, error) { return arith("min", cur, upd) }},
+	{Name: "expr", Concurrent: true, Form: "{expr: 'current + update'}",
+		Option: config.Elem(config.Expression("expr", "An expression of current and update.")),
+		Doc:    "an expression of `current` and `update` computes the new value",
+		reduce: func(r *Reducer, cur, upd any) (any, error) {
+			return r.expr.Eval(map[string]any{"current": cur, "update": upd})
+		}},
+}
+
+// LookupReducer returns the reducer called name.
+func LookupReducer(name string) (*ReducerSpec, bool) {
+	for _, r := range Reducers {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// reducerSchema is the JSON Schema of a reducer setting: a bare name, or
+// the mapping form of a reducer with an option.
+func reducerSchema() map[string]any {
+	var bare []any
+	var parts []string
+	alts := []any{nil}
+	for _, r := range Reducers {
+		if r.Bare {
+			bare = append(bare, r.Name)
+			if r.Name == "replace" {
+				parts = append(parts, r.Name+" (default)")
+			} else {
+				parts = append(parts, r.Name)
+			}
+		}
+	}
+	for _, r := range Reducers {
+		if r.Option != nil {
+			opt := *r.Option
+			opt.Name = r.Name
+			alts = append(alts, config.Object("", "", opt.Require()).Schema())
+			parts = append(parts, r.Form)
+		}
+	}
+	alts[0] = map[string]any{"enum": bare}
+	last := len(parts) - 1
+	desc := "How updates to the field merge: " + strings.Join(parts[:last], ", ") + " or " + parts[last] + "."
+	return map[string]any{"description": desc, "anyOf": alts}
+}
+
+// Reducer is a field's compiled reducer.
 type Reducer struct {
-	// Name is the reducer as written: replace, append, union, merge, add,
-	// max, min or expr.
+	Spec *ReducerSpec
+	// Name is the reducer as written.
 	Name string
 	// Key is union's identity key ("" compares whole items).
 	Key string
-	// Concurrent is false for replace: two writes in one superstep are an
-	// error. Every other reducer folds writes in declaration order.
-	Concurrent bool
-	// Appends is set for append: the update's items are what was added.
-	Appends bool
-	expr    *expression.Program
+	// Concurrent and Appends are the spec's, at hand for the engine.
+	Concurrent, Appends bool
+	expr                *expression.Program
+}
+
+// NewReducer returns a field's reducer of the given spec, with no options.
+func NewReducer(spec *ReducerSpec) *Reducer {
+	return &Reducer{Spec: spec, Name: spec.Name, Concurrent: spec.Concurrent, Appends: spec.Appends}
 }
 
 // Reduce returns the merged value. cur is nil when the field is unset.
-func (r *Reducer) Reduce(cur, upd any) (any, error) {
-	switch r.Name {
-	case "replace":
-		return upd, nil
-	case "append":
-		cl, err := orEmptyList(cur)
-		if err != nil {
-			return nil, err
-		}
-		switch u := upd.(type) {
-		case nil:
-			return cl, nil
-		case []any:
-			out := make([]any, len(cl), len(cl)+len(u))
-			copy(out, cl)
-			return append(out, u...), nil
-		default:
-			out := make([]any, len(cl)+1)
-			copy(out, cl)
-			out[len(cl)] = upd
-			return out, nil
-		}
-	case "union":
-		cl, err := orEmptyList(cur)
-		if err != nil {
-			return nil, err
-		}
-		out := cl
-		for _, it := range AsItems(upd) {
-			if r.contains(out, it) {
-				continue
-			}
-			if len(out) == len(cl) {
-				out = append(make([]any, 0, len(cl)+1), cl...)
-			}
-			out = append(out, it)
-		}
-		return out, nil
-	case "merge":
-		if upd == nil {
-			return cur, nil
-		}
-		um, ok := upd.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("merge needs an object, got %s", typeName(upd))
-		}
-		cm, _ := cur.(map[string]any)
-		if cur != nil && cm == nil {
-			return nil, fmt.Errorf("merge into %s: not an object", typeName(cur))
-		}
-		out := make(map[string]any, len(cm)+len(um))
-		for k, v := range cm {
-			out[k] = v
-		}
-		for k, v := range um {
-			out[k] = v
-		}
-		return out, nil
-	case "add", "max", "min":
-		if cur == nil {
-			return upd, nil
-		}
-		return arith(r.Name, cur, upd)
-	case "expr":
-		return r.expr.Eval(map[string]any{"current": cur, "update": upd})
+func (r *Reducer) Reduce(cur, upd any) (any, error) { return r.Spec.reduce(r, cur, upd) }
+
+func reduceAppend(_ *Reducer, cur, upd any) (any, error) {
+	cl, err := orEmptyList(cur)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("unknown reducer %q", r.Name)
+	switch u := upd.(type) {
+	case nil:
+		return cl, nil
+	case []any:
+		out := make([]any, len(cl), len(cl)+len(u))
+		copy(out, cl)
+		return append(out, u...), nil
+	default:
+		out := make([]any, len(cl)+1)
+		copy(out, cl)
+		out[len(cl)] = upd
+		return out, nil
+	}
+}
+
+func reduceUnion(r *Reducer, cur, upd any) (any, error) {
+	cl, err := orEmptyList(cur)
+	if err != nil {
+		return nil, err
+	}
+	out := cl
+	for _, it := range AsItems(upd) {
+		if r.contains(out, it) {
+			continue
+		}
+		if len(out) == len(cl) {
+			out = append(make([]any, 0, len(cl)+1), cl...)
+		}
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+func reduceMerge(_ *Reducer, cur, upd any) (any, error) {
+	if upd == nil {
+		return cur, nil
+	}
+	um, ok := upd.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("merge needs an object, got %s", typeName(upd))
+	}
+	cm, _ := cur.(map[string]any)
+	if cur != nil && cm == nil {
+		return nil, fmt.Errorf("merge into %s: not an object", typeName(cur))
+	}
+	out := make(map[string]any, len(cm)+len(um))
+	for k, v := range cm {
+		out[k] = v
+	}
+	for k, v := range um {
+		out[k] = v
+	}
+	return out, nil
 }
 
 // AsItems turns an append update into items: a list contributes its items,
@@ -137,6 +224,9 @@ func (r *Reducer) contains(list []any, item any) bool {
 }
 
 func arith(op string, a, b any) (any, error) {
+	if a == nil {
+		return b, nil
+	}
 	ai, aInt := a.(int)
 	bi, bInt := b.(int)
 	if aInt && bInt {

@@ -192,9 +192,9 @@ func (f *File) FlowPath() string {
 // contains match, when it is not empty). A flow that does not load is an
 // error with its diagnostics.
 func RunFile(ctx context.Context, f *File, reg kind.Registry, match string) ([]Result, error) {
-	g, dl := flow.Load(f.FlowPath(), reg)
+	g, dl, src := flow.Compile(nil, f.FlowPath(), nil, reg)
 	if dl.HasErrors() {
-		return nil, &diag.ListError{List: dl}
+		return nil, &diag.ListError{List: dl, Sources: src}
 	}
 	impls := make([]kind.Node, len(g.Nodes))
 	for i, n := range g.Nodes {
@@ -226,7 +226,7 @@ type scripted struct {
 	n     int
 }
 
-func (s *scripted) Run(ctx context.Context, st *kind.State) (kind.Update, error) {
+func (s *scripted) Run(ctx context.Context, st kind.State) (kind.Update, error) {
 	i := s.n
 	s.n++
 	if i >= len(s.calls) || s.calls[i].Run {
@@ -239,7 +239,7 @@ func (s *scripted) Run(ctx context.Context, st *kind.State) (kind.Update, error)
 	if c.Output != nil {
 		o, ok := s.inner.(kind.Outputter)
 		if !ok {
-			return nil, fmt.Errorf("script: node %s produces no output; script set instead", st.Node)
+			return nil, fmt.Errorf("script: node %s produces no output; script set instead", st.Node())
 		}
 		return o.WithOutput(st, c.Output)
 	}
@@ -253,7 +253,7 @@ func (s *scripted) Run(ctx context.Context, st *kind.State) (kind.Update, error)
 // scriptedFallback keeps the fallback of a node that has one.
 type scriptedFallback struct{ *scripted }
 
-func (s scriptedFallback) Fallback(ctx context.Context, st *kind.State, err error) (kind.Update, error) {
+func (s scriptedFallback) Fallback(ctx context.Context, st kind.State, err error) (kind.Update, error) {
 	return s.inner.(kind.Fallback).Fallback(ctx, st, err)
 }
 

@@ -233,14 +233,41 @@ type Compiler struct {
 	c *jsonschema.Compiler
 }
 
-// NewCompiler returns a compiler defaulting to draft 2020-12.
-func NewCompiler() *Compiler {
+// Reader reads the file a file:// URL names, given the URL's path: the
+// disk, or a file system a flow was loaded from.
+type Reader func(path string) ([]byte, error)
+
+// NewCompiler returns a compiler defaulting to draft 2020-12 that reads
+// referenced files with read (nil: from the disk).
+func NewCompiler(read Reader) *Compiler {
+	if read == nil {
+		read = diskReader
+	}
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	c.ExtractAnnotations = false
-	c.LoadURL = loadURL
+	c.LoadURL = func(s string) (io.ReadCloser, error) {
+		u, err := url.Parse(s)
+		if err != nil || u.Scheme != "file" {
+			return nil, fmt.Errorf("schema %s: only local files can be referenced", s)
+		}
+		b, err := read(u.Path)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := Parse(u.Path, b)
+		if err != nil {
+			return nil, err
+		}
+		if b, err = json.Marshal(raw); err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}
 	return &Compiler{c: c}
 }
+
+func diskReader(path string) ([]byte, error) { return os.ReadFile(filepath.FromSlash(path)) }
 
 // FileURL names a schema resource for a path on disk.
 func FileURL(path string) string {
@@ -251,31 +278,20 @@ func FileURL(path string) string {
 	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
 }
 
-func loadURL(s string) (io.ReadCloser, error) {
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "file" {
-		return nil, fmt.Errorf("schema %s: only local files can be referenced", s)
-	}
-	raw, err := ReadFile(filepath.FromSlash(u.Path))
-	if err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return nil, err
-	}
-	return io.NopCloser(bytes.NewReader(b)), nil
-}
-
-// ReadFile reads a JSON or YAML schema file into JSON-compatible values.
+// ReadFile reads a JSON or YAML file from the disk into state values.
 func ReadFile(path string) (any, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
+	return Parse(path, b)
+}
+
+// Parse reads JSON or YAML text into state values; name is for errors.
+func Parse(name string, b []byte) (any, error) {
 	var n yaml.Node
 	if err := yaml.Unmarshal(b, &n); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return value.FromYAML(&n)
 }

@@ -80,7 +80,7 @@ func TestFastCheckAgreesWithValidator(t *testing.T) {
 	}
 	for i := range 3000 {
 		raw := genSchema(0)
-		c := schema.NewCompiler()
+		c := schema.NewCompiler(nil)
 		url := fmt.Sprintf("file:///s%d.json", i)
 		compiled, err := c.Compile(url, raw)
 		if err != nil {

@@ -20,8 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
@@ -34,13 +33,14 @@ var (
 // Registry returns the test kinds.
 func Registry() kind.Registry {
 	once.Do(func() {
+		set := config.Map("set", "Field to expression.", nil)
 		reg = kind.NewSet(
-			kind.Spec{Name: "set", Summary: "Write expressions to fields.", New: newSet,
-				Settings: `{"properties": {"set": {"type": "object"}, "sleep_ms": {"type": "string"}, "jitter_ms": {"type": "integer"}}}`},
-			kind.Spec{Name: "fail", Summary: "Fail the first attempts, then write.", New: newFail,
-				Settings: `{"properties": {"set": {"type": "object"}, "times": {"type": "integer"}, "message": {"type": "string"}}}`},
-			kind.Spec{Name: "sleep", Summary: "Wait, then write.", New: newSleep,
-				Settings: `{"properties": {"set": {"type": "object"}, "ms": {"type": "integer"}, "ignore_cancel": {"type": "boolean"}}}`},
+			kind.Spec{Name: "set", Summary: "Write expressions to fields.", New: newSet, Fields: []config.Field{
+				set, config.Expression("sleep_ms", "Milliseconds to wait first."), config.Integer("jitter_ms", "A random extra wait, up to this.")}},
+			kind.Spec{Name: "fail", Summary: "Fail the first attempts, then write.", New: newFail, Fields: []config.Field{
+				set, config.Integer("times", "Attempts that fail (0: all)."), config.String("message", "The failure's message.")}},
+			kind.Spec{Name: "sleep", Summary: "Wait, then write.", New: newSleep, Fields: []config.Field{
+				set, config.Integer("ms", "Milliseconds to wait."), config.Bool("ignore_cancel", "Wait even when cancelled.")}},
 		)
 	})
 	return reg
@@ -63,31 +63,28 @@ type setNode struct {
 
 // CompileSet compiles the node's set: block, declaring its writes.
 func CompileSet(b kind.Builder) Sets {
-	n := b.Setting("set")
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
 	var out Sets
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		b.Writes(n.Content[i].Value, n.Content[i])
-		if p := b.Expr(n.Content[i+1], false); p != nil {
-			out = append(out, assignment{n.Content[i].Value, p})
+	for _, e := range b.Settings().Entries("set") {
+		b.Writes(e.Name, e.Key)
+		if p := b.Expr(e.Value, nil); p != nil {
+			out = append(out, assignment{e.Name, p})
 		}
 	}
 	return out
 }
 
 func newSet(b kind.Builder) kind.Node {
+	s := b.Settings()
 	n := &setNode{sets: CompileSet(b)}
-	if s := b.Setting("sleep_ms"); s != nil {
-		n.sleep = b.Expr(s, false)
+	if v := s.Value("sleep_ms"); v.Exists() {
+		n.sleep = b.Expr(v, nil)
 	}
-	b.Decode("jitter_ms", &n.jitter)
+	n.jitter, _ = s.Int("jitter_ms")
 	return n
 }
 
 // Eval evaluates every expression into an update.
-func (sets Sets) Eval(s *kind.State) (kind.Update, error) {
+func (sets Sets) Eval(s kind.State) (kind.Update, error) {
 	upd := make(kind.Update, 0, len(sets))
 	for _, a := range sets {
 		v, err := a.prog.Eval(s.Vars())
@@ -99,7 +96,7 @@ func (sets Sets) Eval(s *kind.State) (kind.Update, error) {
 	return upd, nil
 }
 
-func (n *setNode) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
+func (n *setNode) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 	if n.jitter > 0 {
 		time.Sleep(time.Duration(rand.IntN(n.jitter*1000)) * time.Microsecond)
 	}
@@ -125,18 +122,21 @@ type failNode struct {
 }
 
 func newFail(b kind.Builder) kind.Node {
+	s := b.Settings()
 	n := &failNode{sets: CompileSet(b), message: "injected failure"}
-	b.Decode("times", &n.times)
-	b.Decode("message", &n.message)
+	n.times, _ = s.Int("times")
+	if m, ok := s.String("message"); ok {
+		n.message = m
+	}
 	return n
 }
 
 // ErrInjected is the error fail nodes return.
 var ErrInjected = errors.New("injected")
 
-func (n *failNode) Run(_ context.Context, s *kind.State) (kind.Update, error) {
-	if n.times == 0 || s.Attempt <= n.times {
-		return nil, fmt.Errorf("%w: %s (attempt %d)", ErrInjected, n.message, s.Attempt)
+func (n *failNode) Run(_ context.Context, s kind.State) (kind.Update, error) {
+	if n.times == 0 || s.Attempt() <= n.times {
+		return nil, fmt.Errorf("%w: %s (attempt %d)", ErrInjected, n.message, s.Attempt())
 	}
 	return n.sets.Eval(s)
 }
@@ -148,13 +148,14 @@ type sleepNode struct {
 }
 
 func newSleep(b kind.Builder) kind.Node {
+	s := b.Settings()
 	n := &sleepNode{sets: CompileSet(b)}
-	b.Decode("ms", &n.ms)
-	b.Decode("ignore_cancel", &n.ignoreCancel)
+	n.ms, _ = s.Int("ms")
+	n.ignoreCancel, _ = s.Bool("ignore_cancel")
 	return n
 }
 
-func (n *sleepNode) Run(ctx context.Context, s *kind.State) (kind.Update, error) {
+func (n *sleepNode) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 	d := time.Duration(n.ms) * time.Millisecond
 	if n.ignoreCancel {
 		time.Sleep(d)

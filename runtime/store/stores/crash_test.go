@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
@@ -44,17 +45,17 @@ func init() {
 // with its execution id.
 func crashKinds(logPath string) kind.Registry {
 	return kind.NewSet(
-		kind.Spec{Name: "calc", Summary: "Expressions to fields.", Inline: true, Settings: `{"properties": {"set": {"type": "object"}}}`,
+		kind.Spec{Name: "calc", Summary: "Expressions to fields.", Inline: true, Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
 			New: func(b kind.Builder) kind.Node {
 				sets := kindtest.CompileSet(b)
-				return kind.Func(func(_ context.Context, s *kind.State) (kind.Update, error) { return sets.Eval(s) })
+				return kind.Func(func(_ context.Context, s kind.State) (kind.Update, error) { return sets.Eval(s) })
 			}},
-		kind.Spec{Name: "record", Summary: "Record each execution.", Settings: `{"properties": {"set": {"type": "object"}}}`,
+		kind.Spec{Name: "record", Summary: "Record each execution.", Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
 			New: func(b kind.Builder) kind.Node {
 				sets := kindtest.CompileSet(b)
-				b.Writes("execs", nil)
+				b.Writes("execs", config.Value{})
 				name := b.Node()
-				return kind.Func(func(ctx context.Context, s *kind.State) (kind.Update, error) {
+				return kind.Func(func(ctx context.Context, s kind.State) (kind.Update, error) {
 					select {
 					case <-time.After(time.Duration(500+rand.IntN(2500)) * time.Microsecond):
 					case <-ctx.Done():

@@ -1,4 +1,4 @@
-package prompt
+package tmpl
 
 import (
 	"testing"
@@ -22,7 +22,7 @@ func FuzzCheck(f *testing.F) {
 	p.Types = []string{"object", "null"}
 	state := schema.Object(map[string]*schema.Shape{"p": p, "a": schema.Object(map[string]*schema.Shape{"b": str}),
 		"l": {Types: []string{"array"}, Items: p}})
-	root := Root(state, schema.Object(nil), schema.Object(nil), true)
+	root := Root(state, schema.Object(nil), map[string]*schema.Shape{"vars": schema.Object(nil), "error": {Types: []string{"string"}}})
 	f.Fuzz(func(t *testing.T, text string) {
 		tmpl, err := Parse("f", text)
 		if err != nil {

@@ -1,7 +1,9 @@
-package prompt
+package tmpl
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -23,14 +25,15 @@ type Problem struct {
 	Path string
 }
 
-// Root returns the shape of a template's data: state, input and vars as
-// given and, when withError, error.
-func Root(state, input, vars *schema.Shape, withError bool) *schema.Shape {
-	props := map[string]*schema.Shape{"state": state, "input": input, "vars": vars}
-	order := []string{"state", "input", "vars"}
-	if withError {
-		props["error"] = &schema.Shape{Types: []string{"string"}}
-		order = append(order, "error")
+// Root returns the shape of a template's data: state and input, and the
+// extra top-level values a node adds (its variables, an error), each with
+// its shape.
+func Root(state, input *schema.Shape, extra map[string]*schema.Shape) *schema.Shape {
+	props := map[string]*schema.Shape{"state": state, "input": input}
+	order := []string{"state", "input"}
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		props[k] = extra[k]
+		order = append(order, k)
 	}
 	return schema.Object(props, order...)
 }

@@ -1,8 +1,9 @@
-// Package prompt holds compiled prompt files: the model settings of their
-// front matter, their text/template bodies, the schema of a structured
-// reply and the fallback used when no model answers. The flow compiler
-// parses and checks prompt files (every variable a template reads must exist
-// in the state, the input or the node's vars); this package renders them.
+// Package prompt reads, checks and renders prompt files: YAML front matter
+// (model settings, the schema of a structured reply, the fallback used when
+// no model answers) and a text/template body. Load reads a file through a
+// node's kind.Builder, so every problem in it is reported at its
+// file:line:col and every field a template reads is checked against the
+// flow's state, the input and the node's vars before anything runs.
 //
 // A template sees one value with four keys:
 //
@@ -13,16 +14,12 @@
 package prompt
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"text/template"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/tmpl"
 )
 
 // Prompt is one compiled prompt file.
@@ -66,17 +63,6 @@ func (d Data) value() map[string]any {
 	return map[string]any{"state": d.State, "input": d.Input, "vars": d.Vars, "error": d.Error}
 }
 
-// Request is what a node would send to a model: for inspection.
-type Request struct {
-	Prompt      string         `json:"prompt"`
-	Model       string         `json:"model"`
-	Temperature *float32       `json:"temperature,omitempty"`
-	MaxTokens   int            `json:"max_tokens,omitempty"`
-	System      string         `json:"system,omitempty"`
-	User        string         `json:"user"`
-	Output      map[string]any `json:"output_schema,omitempty"`
-}
-
 // Messages are a rendered prompt.
 type Messages struct {
 	System, User string
@@ -87,13 +73,13 @@ func (p *Prompt) Render(d Data) (Messages, error) {
 	var m Messages
 	v := d.value()
 	if p.System != nil {
-		s, err := execute(p.System, v)
+		s, err := tmpl.Execute(p.System, v)
 		if err != nil {
 			return m, fmt.Errorf("prompt %s: system: %w", p.Name, err)
 		}
 		m.System = s
 	}
-	u, err := execute(p.User, v)
+	u, err := tmpl.Execute(p.User, v)
 	if err != nil {
 		return m, fmt.Errorf("prompt %s: %w", p.Name, err)
 	}
@@ -113,7 +99,7 @@ func (p *Prompt) Fallback(d Data, eval func(*expression.Program) (any, error)) (
 func renderValue(v any, data map[string]any) (any, error) {
 	switch x := v.(type) {
 	case *template.Template:
-		return execute(x, data)
+		return tmpl.Execute(x, data)
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
@@ -136,66 +122,4 @@ func renderValue(v any, data map[string]any) (any, error) {
 		return out, nil
 	}
 	return v, nil
-}
-
-func execute(t *template.Template, data any) (string, error) {
-	var b bytes.Buffer
-	if err := t.Execute(&b, data); err != nil {
-		return "", err
-	}
-	return b.String(), nil
-}
-
-// Funcs are the functions templates may call, besides text/template's own.
-var Funcs = template.FuncMap{
-	// json renders a value as indented JSON.
-	"json": func(v any) (string, error) {
-		b, err := json.MarshalIndent(v, "", "  ")
-		return string(b), err
-	},
-	// yaml renders a value as YAML, which models read easily.
-	"yaml": func(v any) (string, error) {
-		b, err := yaml.Marshal(v)
-		return strings.TrimRight(string(b), "\n"), err
-	},
-	// default returns def when v is nil or empty.
-	"default": func(def, v any) any {
-		switch x := v.(type) {
-		case nil:
-			return def
-		case string:
-			if x == "" {
-				return def
-			}
-		case []any:
-			if len(x) == 0 {
-				return def
-			}
-		}
-		return v
-	},
-	"join": func(sep string, v any) string {
-		items, _ := v.([]any)
-		s := make([]string, len(items))
-		for i, it := range items {
-			s[i] = fmt.Sprint(it)
-		}
-		return strings.Join(s, sep)
-	},
-	// last returns the last n items of a list (all when it has fewer).
-	"last": func(n int, v any) []any {
-		items, _ := v.([]any)
-		if len(items) > n {
-			return items[len(items)-n:]
-		}
-		return items
-	},
-	"upper": strings.ToUpper,
-	"lower": strings.ToLower,
-	"trim":  strings.TrimSpace,
-}
-
-// Parse parses a template. name is used in error messages.
-func Parse(name, text string) (*template.Template, error) {
-	return template.New(name).Funcs(Funcs).Option("missingkey=zero").Parse(text)
 }

@@ -1,4 +1,4 @@
-package prompt
+package tmpl
 
 import (
 	"strings"
@@ -23,7 +23,7 @@ func TestCheckFollowsDot(t *testing.T) {
 		"resume":    obj(map[string]*schema.Shape{"name": str}),
 		"notes":     {Types: []string{"object"}}, // open: anything below is unchecked
 	})
-	root := Root(state, obj(map[string]*schema.Shape{}), obj(map[string]*schema.Shape{"recent": nil}), false)
+	root := Root(state, obj(map[string]*schema.Shape{}), map[string]*schema.Shape{"vars": obj(map[string]*schema.Shape{"recent": nil})})
 	cases := map[string]string{
 		"{{.state.resume.name}}":                               "",
 		"{{.state.resume.nme}}":                                `state.resume has no field "nme"; name`,
@@ -78,7 +78,7 @@ func TestCheckNullableNeedsAGuard(t *testing.T) {
 		"items":     {Types: []string{"array"}, Items: item},
 		"name":      {Types: []string{"string", "null"}},
 	})
-	root := Root(state, obj(map[string]*schema.Shape{}), obj(map[string]*schema.Shape{}), false)
+	root := Root(state, obj(map[string]*schema.Shape{}), map[string]*schema.Shape{"vars": obj(map[string]*schema.Shape{})})
 	cases := map[string]string{
 		"{{.state.portfolio.headline}}":                                                            `state.portfolio may be null, and reading "headline"`,
 		"{{with .state.portfolio}}{{.headline}}{{end}}":                                            "",
@@ -125,7 +125,7 @@ func TestCheckNullableNeedsAGuard(t *testing.T) {
 func TestCheckChainOffsets(t *testing.T) {
 	str := &schema.Shape{Types: []string{"string"}}
 	state := obj(map[string]*schema.Shape{"p": obj(map[string]*schema.Shape{"h": str})})
-	root := Root(state, obj(map[string]*schema.Shape{}), obj(map[string]*schema.Shape{}), false)
+	root := Root(state, obj(map[string]*schema.Shape{}), map[string]*schema.Shape{"vars": obj(map[string]*schema.Shape{})})
 	for _, text := range []string{"{{(.state.p).hh}}", "{{ (.state.p).x.k }}", "x {{(.state.p).zz}}"} {
 		tmpl, err := Parse("t", text)
 		if err != nil {

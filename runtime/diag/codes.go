@@ -1,0 +1,116 @@
+package diag
+
+// Code identifies a kind of problem. Codes are stable: tools and CI
+// annotations match on them, and every code has a failing and a passing
+// fixture (cmd/trellis/testdata/diag).
+type Code string
+
+// The codes, by the phase that reports them. Codes lists them with their
+// descriptions.
+const (
+	// Reading files.
+	CodeYAML      Code = "Y001"
+	CodeDuplicate Code = "Y002"
+
+	// The flow format (its JSON Schema).
+	CodeUnknownKey  Code = "S001"
+	CodeMissingKey  Code = "S002"
+	CodeType        Code = "S003"
+	CodeNotAllowed  Code = "S004"
+	CodeConstraint  Code = "S005"
+	CodeUnknownKind Code = "K001"
+	CodeKindSetting Code = "K002"
+
+	// The graph.
+	CodeUnknownTarget  Code = "G001"
+	CodeDuplicateNode  Code = "G002"
+	CodeUnreachable    Code = "G003"
+	CodeNoPathToEnd    Code = "G004"
+	CodeEntry          Code = "G005"
+	CodeReserved       Code = "G006"
+	CodeEdgeShape      Code = "G007"
+	CodeUnboundedCycle Code = "G008"
+	CodeJoinStarves    Code = "G009"
+	CodeRouteChoice    Code = "G010"
+
+	// The state.
+	CodeStateSchema  Code = "D001"
+	CodeStateShape   Code = "D002"
+	CodeReducerField Code = "D003"
+	CodeReducerType  Code = "D004"
+	CodeReadOnly     Code = "D005"
+	CodeBadDefault   Code = "D006"
+
+	// Writes and inputs.
+	CodeUndeclaredWrite Code = "W001"
+	CodeWriteConflict   Code = "W002"
+	CodeReadOnlyWrite   Code = "W003"
+	CodeUnknownInput    Code = "I001"
+
+	// Files a node reads (prompts) and the templates in them.
+	CodeResource      Code = "P001"
+	CodeTemplateField Code = "P002"
+	CodeTemplateNull  Code = "P003"
+
+	// Expressions.
+	CodeExprSyntax   Code = "E001"
+	CodeExprNotBool  Code = "E002"
+	CodeExprUnknown  Code = "E003"
+	CodeExprMayBeNil Code = "E004"
+)
+
+// CodeDoc is one code and what it means.
+type CodeDoc struct {
+	Code Code
+	Doc  string
+}
+
+// Codes describes every code, in the order of the constants above.
+var Codes = []CodeDoc{
+	{CodeYAML, "the file is not valid YAML or cannot be read"},
+	{CodeDuplicate, "a mapping repeats a key"},
+	{CodeUnknownKey, "a key the flow format does not have"},
+	{CodeMissingKey, "a required key is missing"},
+	{CodeType, "a value has the wrong type"},
+	{CodeNotAllowed, "a value is not one of the allowed values"},
+	{CodeConstraint, "a value breaks another rule of the flow format"},
+	{CodeUnknownKind, "a node kind that is not registered"},
+	{CodeKindSetting, "a node kind rejected its settings"},
+	{CodeUnknownTarget, "an edge names a node that does not exist"},
+	{CodeDuplicateNode, "two nodes share a name"},
+	{CodeUnreachable, "no path from START reaches the node"},
+	{CodeNoPathToEnd, "the node can never reach END"},
+	{CodeEntry, "no edge leaves START"},
+	{CodeReserved, "START used as a target, END as a source, or either as a node name"},
+	{CodeEdgeShape, "an edge is not exactly one of to, branch or route, or a case is malformed"},
+	{CodeUnboundedCycle, "a cycle with no bounded edge"},
+	{CodeJoinStarves, "a join can wait forever because a branch can skip one of its sources"},
+	{CodeRouteChoice, "a route choice or default that is not a node"},
+	{CodeStateSchema, "the state schema cannot be read or is not a valid JSON Schema"},
+	{CodeStateShape, "the state schema is not an object with properties"},
+	{CodeReducerField, "a reducer for a field the state does not declare"},
+	{CodeReducerType, "a reducer that cannot apply to its field's type"},
+	{CodeReadOnly, "a read-only field that is not declared, or that is also an input"},
+	{CodeBadDefault, "a default that violates its field's schema"},
+	{CodeUndeclaredWrite, "a node writes a field the state does not declare"},
+	{CodeWriteConflict, "two nodes that can run in one superstep replace the same field"},
+	{CodeReadOnlyWrite, "a node writes a read-only field"},
+	{CodeUnknownInput, "an input field the state does not declare"},
+	{CodeResource, "a file a node reads (a prompt) cannot be found, parsed or compiled"},
+	{CodeTemplateField, "a template reads a field the state, the input or the node's variables do not have"},
+	{CodeTemplateNull, "a template reads a field of a value that may be null outside a with or if on that value"},
+	{CodeExprSyntax, "an expression does not parse or does not type-check"},
+	{CodeExprNotBool, "a condition that is not boolean"},
+	{CodeExprUnknown, "an expression reads a field or name that does not exist"},
+	{CodeExprMayBeNil, "an expression reads a field of a value that may be null, where no node has set it on every path, without ?. or a nil test"},
+}
+
+// Doc returns what code means, or "" for a code that does not exist.
+func (c Code) Doc() string {
+	for _, d := range Codes {
+		if d.Code == c {
+			return d.Doc
+		}
+	}
+	return ""
+}

@@ -1,0 +1,253 @@
+package flow
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
+)
+
+// nodes builds every node: its kind's constructor reads the kind's own
+// settings through a builder, then the common settings are compiled.
+func (c *compiler) nodes(nodes config.Value) {
+	for _, e := range nodes.Entries() {
+		name, body := e.Name, e.Value
+		path := "nodes." + name
+		if name == startName || name == endName {
+			c.dl.Errorf(diag.CodeReserved, e.Key.Pos(), path, "%s is reserved and cannot name a node", name)
+			continue
+		}
+		n := &Node{Name: name, Index: len(c.g.Nodes), Pos: e.Key.Pos(), Writes: map[string]bool{}}
+		n.Kind = body.Get("kind").Text()
+		n.Description = body.Get("description").Text()
+		c.g.Nodes = append(c.g.Nodes, n)
+		c.g.nodes[name] = n
+		if c.badNodes[name] {
+			continue
+		}
+		spec, ok := c.reg.Lookup(n.Kind)
+		if !ok {
+			continue // reported by the format check
+		}
+		b := &builder{c: c, name: name, body: body, path: path, spec: spec}
+		c.reader, c.readerRan = n, false
+		n.Impl = spec.New(b)
+		c.common(n, b, config.NewSettings(body, CommonFields))
+		c.reader = nil
+		n.Inline = spec.Inline && n.Timeout == 0
+		for f := range c.writes[name] {
+			n.Writes[f] = true
+		}
+		n.WriteList = slices.Sorted(maps.Keys(n.Writes))
+	}
+}
+
+// common compiles the settings every kind shares.
+func (c *compiler) common(n *Node, b *builder, s config.Settings) {
+	n.Retry = Retry{Attempts: 1, Backoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, Factor: 2}
+	retry := s.Object("retry")
+	if a, ok := retry.Int("attempts"); ok {
+		n.Retry.Attempts = a
+	}
+	if d, ok := retry.Duration("backoff"); ok {
+		n.Retry.Backoff = d
+	}
+	if d, ok := retry.Duration("max_backoff"); ok {
+		n.Retry.MaxBackoff = d
+	}
+	if f, ok := retry.Float("factor"); ok {
+		n.Retry.Factor = f
+	}
+	n.Timeout, _ = s.Duration("timeout")
+	oe := s.Object("on_error")
+	if !oe.Block().IsMapping() {
+		return
+	}
+	n.OnError.Handled = true
+	if set := oe.Value("set"); set.Exists() {
+		n.OnError.Set = map[string]*expression.Program{}
+		env := c.env.With("error", &schema.Shape{Types: []string{"string"}})
+		for _, e := range set.Entries() {
+			b.Writes(e.Name, e.Key)
+			if p := c.compileExpr(e.Value, env, false); p != nil {
+				n.OnError.Set[e.Name] = p
+			}
+		}
+		n.OnError.SetOrder = slices.Sorted(maps.Keys(n.OnError.Set))
+	}
+	if r := oe.Value("route"); r.Exists() {
+		// resolved with the edges, once every node is known
+		c.pendingRoutes = append(c.pendingRoutes, pendingRoute{n, r})
+	}
+}
+
+type pendingRoute struct {
+	n  *Node
+	at config.Value
+}
+
+// compileExpr compiles the expression in scalar v and reports problems at
+// their exact position in its file.
+func (c *compiler) compileExpr(v config.Value, env *expression.Env, condition bool) *expression.Program {
+	if !v.IsScalar() {
+		return nil
+	}
+	path := v.Path()
+	p, probs := expression.Compile(v.Text(), env, condition)
+	for _, pr := range probs {
+		msg := pr.Message
+		if pr.Code == diag.CodeExprSyntax {
+			msg = "expression: " + msg
+		}
+		d := diag.Diagnostic{Severity: diag.Error, Code: pr.Code, Pos: v.PosIn(pr.Line, pr.Col, pr.EndCol), Path: path,
+			Summary: msg, Suggestion: pr.Suggestion, Detail: "in expression: " + strings.TrimSpace(v.Text())}
+		if pr.Warning {
+			d.Severity = diag.Warning
+			c.noteNullRead(pr.Path, d)
+			continue
+		}
+		c.dl.Add(d)
+	}
+	return p
+}
+
+// builder implements kind.Builder for one node.
+type builder struct {
+	c    *compiler
+	name string
+	body config.Value
+	path string
+	spec *kind.Spec
+}
+
+func (b *builder) Node() string { return b.name }
+
+func (b *builder) Settings() config.Settings { return config.NewSettings(b.body, b.spec.Fields) }
+
+func (b *builder) FlowSettings() config.Settings {
+	return config.NewSettings(b.c.root, b.spec.FlowFields)
+}
+
+func (b *builder) env(vars kind.Vars) *expression.Env {
+	env := b.c.env
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		env = env.With(name, vars[name])
+	}
+	return env
+}
+
+func (b *builder) Expr(v config.Value, vars kind.Vars) *expression.Program {
+	return b.c.compileExpr(v, b.env(vars), false)
+}
+
+func (b *builder) Condition(v config.Value, vars kind.Vars) *expression.Program {
+	return b.c.compileExpr(v, b.env(vars), true)
+}
+
+func (b *builder) Writes(field string, at config.Value) {
+	w := b.c.writes[b.name]
+	if w == nil {
+		w = map[string]diag.Pos{}
+		b.c.writes[b.name] = w
+	}
+	if _, dup := w[field]; !dup {
+		w[field] = at.Pos()
+	}
+	f, ok := b.c.g.fields[field]
+	switch {
+	case b.c.stateShape == nil:
+		// the state schema is broken; reported once, where it is
+	case !ok:
+		b.c.dl.Errorf(diag.CodeUndeclaredWrite, at.Pos(), b.path, "node %q writes field %q, which the state schema does not declare", b.name, field).
+			Suggestion = diag.Suggest(field, b.c.stateShape.Order)
+	case f.ReadOnly:
+		b.c.dl.Errorf(diag.CodeReadOnlyWrite, at.Pos(), b.path, "node %q writes read-only field %q", b.name, field)
+	}
+}
+
+func (b *builder) Field(name string) *schema.Shape {
+	if f, ok := b.c.g.fields[name]; ok {
+		return f.Shape
+	}
+	return nil
+}
+
+func (b *builder) Errorf(at config.Value, format string, args ...any) {
+	if !at.Exists() {
+		at = b.body
+	}
+	b.c.dl.Errorf(diag.CodeKindSetting, at.Pos(), b.path, format, args...)
+}
+
+func (b *builder) Report(code diag.Code, pos diag.Pos, path, format string, args ...any) *diag.Diagnostic {
+	return b.c.dl.Errorf(code, pos, path, format, args...)
+}
+
+func (b *builder) Shared(key string, build func() any) any {
+	if v, ok := b.c.shared[key]; ok {
+		return v
+	}
+	v := build()
+	b.c.shared[key] = v
+	return v
+}
+
+// File implements kind.Builder: a file named relative to the flow.
+func (b *builder) File(name string) (*kind.Resource, error) {
+	p := b.c.files.Join(b.c.dir, name)
+	src, err := b.c.readFile(p)
+	if err != nil {
+		return nil, err
+	}
+	return &kind.Resource{Path: p, Data: src}, nil
+}
+
+// Find implements kind.Builder: folder/name beside the flow or above it.
+func (b *builder) Find(folder, name string) (*kind.Resource, bool) {
+	fs := b.c.files
+	for _, dir := range fs.Up(b.c.dir) {
+		p := fs.Join(fs.Join(dir, folder), name)
+		if !fs.Exists(p) {
+			continue
+		}
+		p = fs.Display(p)
+		src, err := b.c.readFile(p)
+		if err != nil {
+			return nil, false
+		}
+		return &kind.Resource{Path: p, Data: src}, true
+	}
+	return nil, false
+}
+
+// Names implements kind.Builder.
+func (b *builder) Names(folder, ext string) []string {
+	var names []string
+	fs := b.c.files
+	for _, dir := range fs.Up(b.c.dir) {
+		root := fs.Join(dir, folder)
+		fs.Walk(root, func(p string) {
+			if strings.HasSuffix(p, ext) {
+				names = append(names, strings.TrimSuffix(fs.Rel(root, p), ext))
+			}
+		})
+	}
+	return names
+}
+
+// ParseYAML implements kind.Builder.
+func (b *builder) ParseYAML(path string, src []byte) *config.File {
+	if _, ok := b.c.sources[path]; !ok {
+		b.c.sources[path] = src
+	}
+	return config.Parse(path, src, &b.c.dl)
+}
+
+func (b *builder) String() string { return fmt.Sprintf("builder(%s)", b.name) }

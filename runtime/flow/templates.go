@@ -1,0 +1,107 @@
+package flow
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/tmpl"
+)
+
+// Template implements kind.Builder: it parses the template v holds,
+// reporting a parse error at its line and column, then checks every field
+// chain it reads against state, input and vars. A read through a value
+// that may be null is judged with the graph, once it is known (a template
+// shared by several nodes may run after the field is set by one, not by
+// another).
+func (b *builder) Template(v config.Value, name string, vars kind.Vars) *template.Template {
+	c := b.c
+	if !v.IsScalar() {
+		return nil
+	}
+	path := v.Path()
+	t, err := tmpl.Parse(name, v.Text())
+	if err != nil {
+		c.templateError(v, err, path)
+		return nil
+	}
+	if c.stateShape == nil {
+		return t // the state schema is broken; reported where it is
+	}
+	for _, pr := range tmpl.Check(t, tmpl.Root(c.stateShape, c.inShape, vars)) {
+		pos := v.Span(pr.Offset, pr.Len)
+		if pr.MayBeNull {
+			c.noteNullRead(pr.Path, diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeTemplateNull, Pos: pos, Path: path, Summary: pr.Message})
+			continue
+		}
+		c.dl.Errorf(diag.CodeTemplateField, pos, path, "%s", pr.Message).Suggestion = pr.Suggestion
+	}
+	return t
+}
+
+var templateLine = regexp.MustCompile(`^template: [^:]*:(\d+):(?:(\d+):)? ?(.*)$`)
+
+// templateError reports a template parse error at its line; text/template
+// gives no column, so it is found from what the message names.
+func (c *compiler) templateError(v config.Value, err error, path string) {
+	msg := err.Error()
+	line, col := 1, 1
+	if m := templateLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		if m[2] != "" {
+			col, _ = strconv.Atoi(m[2])
+		}
+		msg = m[3]
+	}
+	text := v.Text()
+	if col == 1 {
+		lineText, _, _ := strings.Cut(text[lineOffset(text, line):], "\n")
+		col = templateColumn(lineText, msg)
+	}
+	c.dl.Errorf(diag.CodeResource, v.PosIn(line, col, 0), path, "template: %s", msg)
+}
+
+var (
+	quotedToken = regexp.MustCompile(`"([^"]+)"|'(.)'`)
+	actionToken = regexp.MustCompile(`\{\{(\w+)\}\}|for (\w+)$`)
+)
+
+// templateColumn finds the 1-based column (in runes) of what a template
+// parse error names on its line, since text/template reports only the
+// line: a quoted name, a keyword, or for an unclosed action its "{{". It
+// is 1 when nothing fits.
+func templateColumn(line, msg string) int {
+	at := -1
+	if m := quotedToken.FindStringSubmatch(msg); m != nil && m[1] != "" {
+		at = strings.Index(line, m[1])
+	} else if m != nil {
+		at = strings.LastIndex(line, m[2]) // a bad character: the lexer stopped at the last one
+	} else if m := actionToken.FindStringSubmatch(msg); m != nil {
+		if loc := regexp.MustCompile(`\{\{-?\s*` + m[1] + m[2] + `\b`).FindStringIndex(line); loc != nil {
+			at = loc[0]
+		}
+	} else if strings.Contains(msg, "unclosed action") {
+		at = strings.LastIndex(line, "{{")
+	}
+	if at < 0 {
+		return 1
+	}
+	return len([]rune(line[:at])) + 1
+}
+
+// lineOffset returns the byte offset of 1-based line in text.
+func lineOffset(text string, line int) int {
+	off := 0
+	for l := 1; l < line; l++ {
+		i := strings.IndexByte(text[off:], '\n')
+		if i < 0 {
+			return off
+		}
+		off += i + 1
+	}
+	return off
+}

@@ -1,0 +1,103 @@
+package kind
+
+import (
+	"text/template"
+
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/schema"
+)
+
+// Builder is what a kind's constructor works with: the node's settings
+// and the hooks to compile what they hold. Every hook reports the problems
+// it finds at their exact position (in the flow file, or in a file the
+// node reads) and returns nil after reporting one, so a constructor goes on
+// and every problem of a flow is reported in one pass.
+type Builder interface {
+	// Node is the node's name.
+	Node() string
+	// Settings reads the node's block through the kind's Fields.
+	Settings() config.Settings
+	// FlowSettings reads the flow file's top level through the kind's
+	// FlowFields.
+	FlowSettings() config.Settings
+
+	// Field returns the shape of a state field, or nil when the state has
+	// no such field.
+	Field(name string) *schema.Shape
+	// Writes declares that the node writes field; at is where it says so.
+	Writes(field string, at config.Value)
+
+	// Expr compiles the expression held by a string scalar against the
+	// flow's state and input and the extra variables vars. It returns nil
+	// after reporting a problem.
+	Expr(v config.Value, vars Vars) *expression.Program
+	// Condition compiles like Expr an expression that must be boolean.
+	Condition(v config.Value, vars Vars) *expression.Program
+	// Template compiles the text/template held by a string scalar (or a
+	// text region, see config.TextAt) and checks every field it reads
+	// against its data: state, input and the extra values vars (each
+	// top-level, as .state, .input, .NAME). name names it in render
+	// errors. It returns nil after reporting a problem.
+	Template(v config.Value, name string, vars Vars) *template.Template
+	// Schema reads a JSON Schema written inline (a mapping) or named by a
+	// path relative to the file holding v, and compiles it. It reports
+	// nothing: the error says what is wrong and where, for the kind to
+	// report in its own words.
+	Schema(v config.Value, name string) (*JSONSchema, *SchemaError)
+
+	// File reads a file named relative to the flow file (or absolute).
+	File(name string) (*Resource, error)
+	// Find looks for folder/name beside the flow file and in each directory
+	// above it, and reads the first it finds.
+	Find(folder, name string) (*Resource, bool)
+	// Names lists the files ending in ext under folder beside the flow file
+	// and above it (relative to folder, without ext), for suggestions.
+	Names(folder, ext string) []string
+	// ParseYAML reads YAML with positions, reporting syntax errors; nil
+	// when nothing usable was read.
+	ParseYAML(path string, src []byte) *config.File
+
+	// Errorf reports a problem with the node's settings at a position
+	// (the node's block when at is the zero Value).
+	Errorf(at config.Value, format string, args ...any)
+	// Report reports a problem of the given code at a position, such as
+	// one inside a file the node reads; path is the YAML path of the value.
+	Report(code diag.Code, pos diag.Pos, path, format string, args ...any) *diag.Diagnostic
+	// Shared returns what build returns for key, calling it once per flow
+	// load: a file several nodes read is parsed, and its problems
+	// reported, once.
+	Shared(key string, build func() any) any
+}
+
+// Vars declares extra expression or template variables and their shapes
+// (nil: unknown, so nothing below it is checked).
+type Vars map[string]*schema.Shape
+
+// Resource is a file a node reads.
+type Resource struct {
+	// Path is the file's name as diagnostics show it.
+	Path string
+	// Data is its content.
+	Data []byte
+}
+
+// JSONSchema is a compiled JSON Schema.
+type JSONSchema struct {
+	// Raw is the schema with every $ref inlined, so it stands alone (as
+	// sent to a model); annotations and definitions are dropped.
+	Raw map[string]any
+	// Validator checks values and holds the schema's shape.
+	Validator *schema.Validator
+}
+
+// SchemaError says why Schema failed.
+type SchemaError struct {
+	// Unreadable is set when the file cannot be read (or v is neither a
+	// mapping nor a path); Message then is empty.
+	Unreadable bool
+	// Pos is where the problem is: inside the schema when it is invalid.
+	Pos     diag.Pos
+	Message string
+}

@@ -1,0 +1,66 @@
+package kind
+
+import (
+	"github.com/trellisflow/trellis/runtime/expression"
+)
+
+// State is the read-only view a node runs on: the committed state of the
+// superstep's snapshot, the run's input, and what the engine tells the
+// node about its attempt. The engine implements it; View gives one for
+// calling a node outside a run.
+type State interface {
+	// Node is the name of the running node, Attempt its 1-based attempt.
+	Node() string
+	Attempt() int
+	// Get returns the value of a state field (nil when unset).
+	Get(field string) any
+	// Input returns a run input value (nil when not given).
+	Input(field string) any
+	// Eval evaluates a compiled expression over the state and input.
+	Eval(p *expression.Program) (any, error)
+	// Vars is the variable map expressions are evaluated over: state and
+	// input. It is shared by every node of a superstep and must not be
+	// modified; a node that adds variables of its own copies it.
+	Vars() map[string]any
+	// NewUpdate returns an empty update with room for n fields, in a
+	// buffer the engine may reuse from step to step: return it from Run
+	// and keep no reference to it afterwards.
+	NewUpdate(n int) Update
+	// Observed reports whether anyone receives the run's events, so a node
+	// can skip work (such as streaming) that only events need.
+	Observed() bool
+	// Stream reports a piece of output as it is produced (a model's
+	// tokens); it reaches the run's events as a node_output event.
+	Stream(text string)
+	// Degrade marks this attempt's result as a stand-in (a fallback), with
+	// the reason; the node's end event carries it.
+	Degrade(reason string)
+}
+
+// View returns a State over fixed expression variables (which must hold
+// at least "state" and "input"), for tools that call a node outside a run:
+// previewing a prompt, testing a kind. Nobody observes it.
+func View(node string, vars map[string]any) State { return &view{node: node, vars: vars} }
+
+type view struct {
+	node    string
+	vars    map[string]any
+	machine expression.Machine
+}
+
+func (v *view) Node() string { return v.node }
+func (v *view) Attempt() int { return 1 }
+func (v *view) Get(field string) any {
+	st, _ := v.vars["state"].(map[string]any)
+	return st[field]
+}
+func (v *view) Input(field string) any {
+	in, _ := v.vars["input"].(map[string]any)
+	return in[field]
+}
+func (v *view) Eval(p *expression.Program) (any, error) { return v.machine.Eval(p, v.vars) }
+func (v *view) Vars() map[string]any                    { return v.vars }
+func (v *view) NewUpdate(n int) Update                  { return make(Update, 0, n) }
+func (v *view) Observed() bool                          { return false }
+func (v *view) Stream(string)                           {}
+func (v *view) Degrade(string)                          {}
