@@ -13,10 +13,10 @@ import (
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
-	"github.com/trellisflow/trellis/runtime/flowtest"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store/memory"
+	"github.com/trellisflow/trellis/runtime/testfile"
 )
 
 // TestFlowsValidate: every flow in this folder compiles with no diagnostic.
@@ -220,21 +220,21 @@ func TestInterviewInTheTerminal(t *testing.T) {
 
 // TestFlowTests runs every flow test file (*.test.yaml) offline.
 func TestFlowTests(t *testing.T) {
-	files, err := filepath.Glob("*" + flowtest.Suffix)
+	files, err := filepath.Glob("*" + testfile.Suffix)
 	if err != nil || len(files) < 2 {
 		t.Fatalf("flow test files: %v %v", files, err)
 	}
 	for _, path := range files {
-		f, err := flowtest.Load(path)
+		f, err := testfile.Load(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		results, err := flowtest.RunFile(context.Background(), f, all.Offline(), "")
+		results, err := testfile.RunFile(context.Background(), f, all.Offline(), "")
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 		for _, r := range results {
-			t.Run(strings.TrimSuffix(path, flowtest.Suffix)+"/"+r.Name, func(t *testing.T) {
+			t.Run(strings.TrimSuffix(path, testfile.Suffix)+"/"+r.Name, func(t *testing.T) {
 				for _, m := range r.Failures {
 					t.Error(m)
 				}

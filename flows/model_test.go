@@ -11,10 +11,10 @@ import (
 
 	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
-	"github.com/trellisflow/trellis/runtime/modelserver"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 )
@@ -42,20 +42,20 @@ var twelveTurns = []struct {
 
 // modelScript answers every interview prompt, matched by a phrase of its
 // body. The second question repeats the first: the flow must block it.
-func modelScript() []modelserver.Rule {
-	var intents, decisions []modelserver.Reply
+func modelScript() []llmtest.Rule {
+	var intents, decisions []llmtest.Reply
 	for _, tr := range twelveTurns {
 		if tr.intent != "" {
-			intents = append(intents, modelserver.Reply{Content: `{"type": "` + tr.intent + `", "confidence": 0.92}`})
-			decisions = append(decisions, modelserver.Reply{Content: `{"next_node": "` + tr.decide + `", "reason": "scripted"}`})
+			intents = append(intents, llmtest.Reply{Content: `{"type": "` + tr.intent + `", "confidence": 0.92}`})
+			decisions = append(decisions, llmtest.Reply{Content: `{"next_node": "` + tr.decide + `", "reason": "scripted"}`})
 		}
 	}
-	text := func(s string) []modelserver.Reply { return []modelserver.Reply{{Content: s}} }
-	return []modelserver.Rule{
+	text := func(s string) []llmtest.Reply { return []llmtest.Reply{{Content: s}} }
+	return []llmtest.Rule{
 		{Match: "introduce themselves", Replies: text("Welcome Ada! I'm glad you're here. Tell me about yourself.")},
 		{Match: "Intents:", Replies: intents},
 		{Match: "Choose the next action", Replies: decisions},
-		{Match: "Ask the candidate one question", Replies: []modelserver.Reply{
+		{Match: "Ask the candidate one question", Replies: []llmtest.Reply{
 			{Content: `{"text": "What made the streaming log indexer hard to build?"}`},
 			{Content: `{"text": "what made the streaming log indexer hard to build"}`}, // a repeat
 			{Content: `{"text": "How did you roll out the feature-flag service to other teams?"}`},
@@ -117,7 +117,7 @@ func runTwelve(t *testing.T, reg kind.Registry, observe engine.Observer, checkTu
 // over HTTP, streaming, and checks the model's words and decisions reach
 // the state, a repeated question is blocked, and nothing degrades.
 func TestInterviewWithModel(t *testing.T) {
-	srv := modelserver.New(modelScript()...)
+	srv := llmtest.New(modelScript()...)
 	srv.Key = "sk-interview-test-key"
 	ts := httptest.NewServer(srv)
 	defer ts.Close()

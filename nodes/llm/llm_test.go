@@ -13,9 +13,9 @@ import (
 
 	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
-	"github.com/trellisflow/trellis/runtime/modelserver"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 )
@@ -103,7 +103,7 @@ func setupFlow(t *testing.T, p *llm.Provider, flowSrc string) *flow.Graph {
 	return g
 }
 
-func serve(t *testing.T, srv *modelserver.Server) *llm.Provider {
+func serve(t *testing.T, srv *llmtest.Server) *llm.Provider {
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	return &llm.Provider{BaseURL: ts.URL + "/v1", APIKey: srv.Key, Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, Retries: 2}
@@ -139,9 +139,9 @@ func runFlow(t *testing.T, g *flow.Graph, st store.Store, observe engine.Observe
 }
 
 func TestStructuredReplyAndText(t *testing.T) {
-	srv := modelserver.New(
-		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{{Content: `{"score": 8, "notes": "solid"}`}}},
-		modelserver.Rule{Match: "Summarise", Replies: []modelserver.Reply{{Content: "good resume"}}},
+	srv := llmtest.New(
+		llmtest.Rule{Match: "Review this resume", Replies: []llmtest.Reply{{Content: `{"score": 8, "notes": "solid"}`}}},
+		llmtest.Rule{Match: "Summarise", Replies: []llmtest.Reply{{Content: "good resume"}}},
 	)
 	g := setup(t, serve(t, srv))
 	state := runFlow(t, g, memory.New(), nil)
@@ -165,8 +165,8 @@ func TestStructuredReplyAndText(t *testing.T) {
 }
 
 func TestRepairTurn(t *testing.T) {
-	srv := modelserver.New(
-		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{
+	srv := llmtest.New(
+		llmtest.Rule{Match: "Review this resume", Replies: []llmtest.Reply{
 			{Content: `{"score": 12, "notes": "too generous"}`},
 			{Content: "```json\n{\"score\": 9, \"notes\": \"fixed\"}\n```"},
 		}},
@@ -185,8 +185,8 @@ func TestRepairTurn(t *testing.T) {
 }
 
 func TestRepairFailsThenFallback(t *testing.T) {
-	srv := modelserver.New(
-		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{{Content: `{"score": "high"`}}},
+	srv := llmtest.New(
+		llmtest.Rule{Match: "Review this resume", Replies: []llmtest.Reply{{Content: `{"score": "high"`}}},
 	)
 	g := setup(t, serve(t, srv))
 	rec := &recorder{}
@@ -204,8 +204,8 @@ func TestRepairFailsThenFallback(t *testing.T) {
 }
 
 func TestRetryHonoursRetryAfter(t *testing.T) {
-	srv := modelserver.New(
-		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{
+	srv := llmtest.New(
+		llmtest.Rule{Match: "Review this resume", Replies: []llmtest.Reply{
 			{Status: 429, RetryAfter: "1"},
 			{Content: `{"score": 7, "notes": "ok"}`},
 		}},
@@ -226,7 +226,7 @@ func TestRetryHonoursRetryAfter(t *testing.T) {
 }
 
 func TestPersistentFailureFallsBack(t *testing.T) {
-	srv := modelserver.New(modelserver.Rule{Replies: []modelserver.Reply{{Status: 500}}})
+	srv := llmtest.New(llmtest.Rule{Replies: []llmtest.Reply{{Status: 500}}})
 	g := setup(t, serve(t, srv))
 	rec := &recorder{}
 	state := runFlow(t, g, memory.New(), rec.observe)
@@ -267,8 +267,8 @@ func TestNoModelUsesFallbacks(t *testing.T) {
 }
 
 func TestStreamingReachesEvents(t *testing.T) {
-	srv := modelserver.New(
-		modelserver.Rule{Match: "Summarise", Replies: []modelserver.Reply{{Content: "a fine resume with clear impact"}}},
+	srv := llmtest.New(
+		llmtest.Rule{Match: "Summarise", Replies: []llmtest.Reply{{Content: "a fine resume with clear impact"}}},
 	)
 	g := setup(t, serve(t, srv))
 	rec := &recorder{}
@@ -296,9 +296,9 @@ func TestStreamingReachesEvents(t *testing.T) {
 
 func TestCredentialNeverLeaks(t *testing.T) {
 	const key = "sk-test-0123456789-SECRET"
-	srv := modelserver.New(
-		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{{Content: `{"score": 6, "notes": "fine"}`}}},
-		modelserver.Rule{Match: "Summarise", Replies: []modelserver.Reply{{Status: 503}}},
+	srv := llmtest.New(
+		llmtest.Rule{Match: "Review this resume", Replies: []llmtest.Reply{{Content: `{"score": 6, "notes": "fine"}`}}},
+		llmtest.Rule{Match: "Summarise", Replies: []llmtest.Reply{{Status: 503}}},
 	)
 	srv.Key = key
 	g := setup(t, serve(t, srv))
@@ -326,8 +326,8 @@ func TestCredentialNeverLeaks(t *testing.T) {
 }
 
 func TestSlowReplyTimesOutAndRetries(t *testing.T) {
-	srv := modelserver.New(
-		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{
+	srv := llmtest.New(
+		llmtest.Rule{Match: "Review this resume", Replies: []llmtest.Reply{
 			{Delay: 2 * time.Second, Content: `{"score": 1, "notes": "too late"}`},
 			{Content: `{"score": 6, "notes": "in time"}`},
 		}},
@@ -345,8 +345,8 @@ func TestSlowReplyTimesOutAndRetries(t *testing.T) {
 }
 
 func TestMalformedReplyIsRepaired(t *testing.T) {
-	srv := modelserver.New(
-		modelserver.Rule{Match: "Review this resume", Replies: []modelserver.Reply{
+	srv := llmtest.New(
+		llmtest.Rule{Match: "Review this resume", Replies: []llmtest.Reply{
 			{Content: `{"score": 7, "notes": "cut off`},
 			{Content: `{"score": 7, "notes": "whole"}`},
 		}},
@@ -362,7 +362,7 @@ func TestMalformedReplyIsRepaired(t *testing.T) {
 }
 
 func TestModelPrecedence(t *testing.T) {
-	srv := modelserver.New()
+	srv := llmtest.New()
 	p := serve(t, srv)
 	p.Model = "env-model"
 	src := strings.Replace(reviewFlow, "nodes:\n", "model: flow-model\nnodes:\n", 1)

@@ -12,13 +12,13 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/engine"
-	"github.com/trellisflow/trellis/runtime/flowtest"
 	"github.com/trellisflow/trellis/runtime/kind"
-	"github.com/trellisflow/trellis/runtime/modelserver"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 	"github.com/trellisflow/trellis/runtime/store/stores"
+	"github.com/trellisflow/trellis/runtime/testfile"
 )
 
 // TestFiles expands paths (files or directories) into flow test files.
@@ -26,7 +26,7 @@ func TestFiles(paths []string) ([]string, error) {
 	if len(paths) == 0 {
 		paths = []string{"."}
 	}
-	return expand(paths, func(path string) bool { return strings.HasSuffix(path, flowtest.Suffix) })
+	return expand(paths, func(path string) bool { return strings.HasSuffix(path, testfile.Suffix) })
 }
 
 func cmdTest(ctx context.Context, env *Env, args []string) int {
@@ -44,7 +44,7 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 		return 2
 	}
 	if len(files) == 0 {
-		fmt.Fprintf(env.Stderr, "trellis test: no %s files\n", flowtest.Suffix)
+		fmt.Fprintf(env.Stderr, "trellis test: no %s files\n", testfile.Suffix)
 		return 1
 	}
 	reg := env.Offline
@@ -54,13 +54,13 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 	passed, failed := 0, 0
 	start := time.Now()
 	for _, path := range files {
-		f, err := flowtest.Load(path)
+		f, err := testfile.Load(path)
 		if err != nil {
 			fmt.Fprintf(env.Stdout, "FAIL %s\n    %v\n", path, err)
 			failed++
 			continue
 		}
-		results, err := flowtest.RunFile(ctx, f, reg, *match)
+		results, err := testfile.RunFile(ctx, f, reg, *match)
 		if err != nil {
 			var le *diag.ListError
 			if errors.As(err, &le) {
@@ -182,7 +182,7 @@ func cmdDev(ctx context.Context, env *Env, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	var rules []modelserver.Rule
+	var rules []llmtest.Rule
 	if *script != "" {
 		b, err := os.ReadFile(*script)
 		if err == nil {
@@ -192,7 +192,7 @@ func cmdDev(ctx context.Context, env *Env, args []string) int {
 			return fail(env, "dev", err)
 		}
 	}
-	srv := modelserver.New(rules...)
+	srv := llmtest.New(rules...)
 	srv.Key = *key
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

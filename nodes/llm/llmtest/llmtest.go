@@ -1,4 +1,4 @@
-// Package modelserver is an OpenAI-compatible chat-completions server for
+// Package llmtest is an OpenAI-compatible chat-completions server for
 // tests and demos. It speaks the real wire protocol over HTTP (plain and
 // SSE-streamed replies, response_format json_schema), answers from a script
 // of rules matched against the request's messages, and can inject the
@@ -6,12 +6,12 @@
 // JSON and slow replies. A request no rule answers gets a generated reply:
 // for a structured request, the smallest value that satisfies its schema.
 //
-//	srv := modelserver.New(modelserver.Rule{Match: "recruiter", Replies: []modelserver.Reply{
+//	srv := llmtest.New(llmtest.Rule{Match: "recruiter", Replies: []llmtest.Reply{
 //		{Status: 429, RetryAfter: "1"},
 //		{Content: `{"agent_name": "recruiter", "score": 8, ...}`},
 //	}})
 //	ts := httptest.NewServer(srv)
-package modelserver
+package llmtest
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-// Package flowtest runs flow tests: YAML files beside a flow that start
+// Package testfile runs flow test files: YAML files beside a flow that start
 // threads with given values, run them through one or more turns with
 // scripted node outputs, and check the path taken, visit counts and the
 // state with expressions.
@@ -26,7 +26,7 @@
 // A call beyond a node's script runs the real node. With no model
 // configured, llm nodes use their prompts' fallbacks, so tests are offline
 // and deterministic.
-package flowtest
+package testfile
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package modelserver
+package llmtest
 
 import (
 	"encoding/json"

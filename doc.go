@@ -1,0 +1,56 @@
+// Package trellis runs declarative graph flows: stateful, LLM-driven
+// workflows whose state schema, reducers, nodes, edges, routing
+// expressions and prompt templates live in YAML files that designers
+// edit. A Go program embeds Trellis through this package; the trellis
+// command line is built on it too.
+//
+// # Loading a flow
+//
+// Load reads a flow file from the disk, LoadFS from an fs.FS (so a flow,
+// its prompts and its schemas can be compiled into the program with
+// go:embed). Loading validates everything before anything runs: the file
+// format, the state schema, every expression and template against the
+// state's fields, the graph (reachability, unbounded loops, joins that can
+// starve, two nodes replacing one field in one step). A flow with errors
+// is a *LoadError holding every problem with its file:line:col, never
+// just the first:
+//
+//	f, err := trellis.Load("flows/interview.yaml")
+//	var le *trellis.LoadError
+//	if errors.As(err, &le) {
+//		le.Print(os.Stderr) // every problem, with its source line
+//	}
+//
+// Nodes are built from the built-in kinds (assign, llm, noop). An llm node
+// calls the OpenAI-compatible endpoint the environment names
+// (OPENAI_BASE_URL, OPENAI_API_KEY, TRELLIS_MODEL); with no model
+// configured, or with the Offline option, it writes its prompt's fallback,
+// so every flow runs end to end, deterministically.
+//
+// # Running
+//
+// A Runtime runs flows against a checkpoint store. Open opens one by
+// address: "memory", "sqlite:PATH" (the embedded default,
+// sqlite:.trellis/trellis.db) or a postgres:// URL; a store package of
+// your own registers its scheme with store.Register. A thread is one
+// conversation (one interview); a run is one turn of it:
+//
+//	rt, err := trellis.Open(ctx, "sqlite:app.db")
+//	defer rt.Close()
+//	res, err := rt.Run(ctx, f, "thread-1", map[string]any{"last_response": "Hi"})
+//	fmt.Println(res.State["next_message"])
+//
+// Every superstep is checkpointed before the next one starts, so a run
+// that dies (a crashed process) resumes with Resume without running a
+// completed node again. Runs on one thread never overlap, across processes
+// sharing a store too: a second run on a busy thread fails with ErrBusy.
+//
+// Stream runs like Run and yields the run's events as they happen: node
+// starts and ends, retries, a model's tokens, each committed step.
+//
+// # Threads and time travel
+//
+// State, StateAt and History read a thread; Fork starts a new thread from
+// any checkpoint of another; Update writes values as if a node had written
+// them (a person correcting a thread); Prune folds old checkpoints away.
+package trellis

@@ -1,0 +1,382 @@
+package trellis
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"time"
+
+	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/stores"
+)
+
+// The runtime's types a program works with.
+type (
+	// Event is one entry of a run's event stream.
+	Event = engine.Event
+	// EventType names what an Event reports.
+	EventType = engine.EventType
+	// Result is a finished run: its final state and checkpoint.
+	Result = engine.Result
+	// Durability is when a run's steps reach the store.
+	Durability = engine.Durability
+	// Snapshot is a thread's state at one checkpoint.
+	Snapshot = store.Snapshot
+	// Checkpoint is one committed step of a thread.
+	Checkpoint = store.Checkpoint
+	// HistoryOptions pages and filters History.
+	HistoryOptions = store.HistoryOptions
+	// ThreadOptions pages Threads.
+	ThreadOptions = store.ThreadOptions
+	// ThreadInfo describes one thread.
+	ThreadInfo = store.ThreadInfo
+	// Store persists threads and their checkpoints.
+	Store = store.Store
+	// Diagnostic is one problem found in a flow's files.
+	Diagnostic = diag.Diagnostic
+)
+
+// The events of a run, in the order they occur.
+const (
+	RunStart    = engine.RunStart
+	NodeStart   = engine.NodeStart
+	NodeRetry   = engine.NodeRetry
+	NodeOutput  = engine.NodeOutput
+	NodeEnd     = engine.NodeEnd
+	NodeFailed  = engine.NodeFailed
+	StateUpdate = engine.StateUpdate
+	RunEnd      = engine.RunEnd
+	RunError    = engine.RunError
+)
+
+// When a run's steps are committed.
+const (
+	// Sync commits each step before the next starts (the default).
+	Sync = engine.Sync
+	// Async commits steps in the background, in order.
+	Async = engine.Async
+	// Exit commits one checkpoint when the run ends.
+	Exit = engine.Exit
+)
+
+// Errors a run returns.
+var (
+	// ErrBusy: another run holds the thread.
+	ErrBusy = engine.ErrBusy
+	// ErrUnfinished: the thread's last run stopped part way; Resume it.
+	ErrUnfinished = engine.ErrUnfinished
+	// ErrNotFound: no such thread or checkpoint.
+	ErrNotFound = store.ErrNotFound
+)
+
+// Flow is a loaded, validated and compiled flow, ready to run. It is
+// immutable and safe to share between runs and goroutines.
+type Flow struct {
+	graph    *flow.Graph
+	warnings diag.List
+	sources  diag.Sources
+}
+
+// Name is the flow's name.
+func (f *Flow) Name() string { return f.graph.Name }
+
+// Path is the file the flow was loaded from.
+func (f *Flow) Path() string { return f.graph.Path }
+
+// Graph is the compiled graph, for tools that draw or inspect it.
+func (f *Flow) Graph() *flow.Graph { return f.graph }
+
+// Warnings lists the problems that did not stop the flow compiling.
+func (f *Flow) Warnings() []Diagnostic { return f.warnings }
+
+// Inputs lists the fields a run may set.
+func (f *Flow) Inputs() []string {
+	names := make([]string, len(f.graph.Inputs))
+	for i, in := range f.graph.Inputs {
+		names[i] = in.Name
+	}
+	return names
+}
+
+// Conversation describes how a person talks with a conversational flow.
+type Conversation struct {
+	// Input is the input field a person's message goes to; Output the
+	// state field holding the reply.
+	Input, Output string
+	// Attachments maps an attachment's name to the input field receiving
+	// a file's content.
+	Attachments map[string]string
+}
+
+// Conversation returns the flow's conversation block, or nil when the flow
+// declares none.
+func (f *Flow) Conversation() *Conversation {
+	c := f.graph.Conversation
+	if c == nil {
+		return nil
+	}
+	return &Conversation{Input: c.Input, Output: c.Output, Attachments: c.Attachments}
+}
+
+// Finished reports whether a conversation is over in state: whether the
+// flow's conversation.until condition holds. A flow without one never
+// finishes.
+func (f *Flow) Finished(state map[string]any) (bool, error) {
+	c := f.graph.Conversation
+	if c == nil || c.Until == nil {
+		return false, nil
+	}
+	ok, err := c.Until.EvalBool(f.graph.Vars(state, nil))
+	if err != nil {
+		return false, fmt.Errorf("conversation.until: %w", err)
+	}
+	return ok, nil
+}
+
+// LoadError is a flow that does not compile: every problem found in its
+// files, and their text for printing the lines they point at.
+type LoadError struct {
+	Diagnostics []Diagnostic
+	Sources     diag.Sources
+}
+
+func (e *LoadError) Error() string { return (&diag.ListError{List: e.Diagnostics}).Error() }
+
+// Print writes every problem as `file:line:col: error[CODE]: message`
+// with its source line and a caret under the spot.
+func (e *LoadError) Print(w io.Writer) error { return diag.WriteText(w, e.Diagnostics, e.Sources) }
+
+// Option adjusts how a flow is loaded.
+type Option func(*options)
+
+type options struct {
+	kinds kind.Registry
+}
+
+// WithKinds builds nodes from reg instead of the built-in kinds.
+func WithKinds(reg kind.Registry) Option { return func(o *options) { o.kinds = reg } }
+
+// Offline builds llm nodes with no model, whatever the environment says:
+// they write their prompts' fallbacks. Flow tests run this way.
+func Offline() Option { return func(o *options) { o.kinds = all.Offline() } }
+
+// Load reads, validates and compiles the flow file at path.
+func Load(path string, opts ...Option) (*Flow, error) {
+	return compile(nil, path, nil, opts)
+}
+
+// LoadFS is Load for a flow in fsys: the flow file and every file it names
+// (prompts, schemas) are read from there.
+func LoadFS(fsys fs.FS, path string, opts ...Option) (*Flow, error) {
+	return compile(config.FS(fsys), path, nil, opts)
+}
+
+// LoadSource compiles a flow held in memory. name names it in diagnostics
+// and locates the files it names on the disk.
+func LoadSource(name string, src []byte, opts ...Option) (*Flow, error) {
+	return compile(nil, name, src, opts)
+}
+
+func compile(files *config.Files, path string, src []byte, opts []Option) (*Flow, error) {
+	o := options{kinds: all.Registry()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	g, dl, sources := flow.Compile(files, path, src, o.kinds)
+	if g == nil {
+		return nil, &LoadError{Diagnostics: dl, Sources: sources}
+	}
+	return &Flow{graph: g, warnings: dl, sources: sources}, nil
+}
+
+// DefaultStore is the store Open uses for an empty address: a SQLite file
+// in .trellis/ under the working directory.
+const DefaultStore = stores.Default
+
+// OpenStore opens a checkpoint store by address: "memory", "sqlite:PATH"
+// or a postgres:// URL, creating or migrating its database as needed.
+func OpenStore(ctx context.Context, addr string) (Store, error) {
+	if addr == "" {
+		addr = DefaultStore
+	}
+	return stores.Open(ctx, addr)
+}
+
+// Runtime runs flows against a store. It is safe for concurrent use.
+type Runtime struct {
+	eng   *engine.Engine
+	owned bool
+}
+
+// Open opens the store at addr (see OpenStore) and returns a runtime over
+// it; Close closes the store.
+func Open(ctx context.Context, addr string) (*Runtime, error) {
+	st, err := OpenStore(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &Runtime{eng: engine.New(st), owned: true}, nil
+}
+
+// New returns a runtime over an open store, which Close leaves open.
+func New(st Store) *Runtime { return &Runtime{eng: engine.New(st)} }
+
+// Store is the runtime's store.
+func (rt *Runtime) Store() Store { return rt.eng.Store }
+
+// Engine is the engine the runtime runs flows on, for its settings (such
+// as the lease time of a thread).
+func (rt *Runtime) Engine() *engine.Engine { return rt.eng }
+
+// Close closes the store when Open opened it.
+func (rt *Runtime) Close() error {
+	if rt.owned {
+		return rt.eng.Store.Close()
+	}
+	return nil
+}
+
+// Create makes a thread with the state schema's defaults overlaid by
+// values (which may set read-only fields). A run on a thread that does not
+// exist creates it from the defaults alone.
+func (rt *Runtime) Create(ctx context.Context, f *Flow, thread string, values map[string]any) (*Snapshot, error) {
+	return rt.eng.Create(ctx, f.graph, thread, values)
+}
+
+// RunOption adjusts one run.
+type RunOption func(*engine.Request)
+
+// WithDurability says when the run's steps reach the store.
+func WithDurability(d Durability) RunOption {
+	return func(r *engine.Request) { r.Durability = d }
+}
+
+// WithObserver sends the run's events to fn, synchronously and in order.
+func WithObserver(fn func(Event)) RunOption {
+	return func(r *engine.Request) { r.Observe = fn }
+}
+
+// WithPath records the nodes of every step in Result.Path.
+func WithPath() RunOption { return func(r *engine.Request) { r.RecordPath = true } }
+
+// Run runs one turn of f on thread with input (the fields the flow
+// declares as inputs; anything else is refused) and returns the final
+// state.
+func (rt *Runtime) Run(ctx context.Context, f *Flow, thread string, input map[string]any, opts ...RunOption) (*Result, error) {
+	req := engine.Request{Thread: thread, Input: input}
+	for _, opt := range opts {
+		opt(&req)
+	}
+	return rt.eng.Run(ctx, f.graph, req)
+}
+
+// Resume finishes the thread's unfinished run, one that stopped after a
+// checkpoint with nodes still to run (its process died, say). Nodes whose
+// updates were saved are not run again.
+func (rt *Runtime) Resume(ctx context.Context, f *Flow, thread string, opts ...RunOption) (*Result, error) {
+	req := engine.Request{Thread: thread, Resume: true}
+	for _, opt := range opts {
+		opt(&req)
+	}
+	return rt.eng.Run(ctx, f.graph, req)
+}
+
+// Stream runs like Run and yields the run's events as they happen, with a
+// nil error: RunStart first, then RunEnd (with the final state) or
+// RunError last. When the run fails, a last item carries its error. Stopping
+// the iteration early cancels the run.
+func (rt *Runtime) Stream(ctx context.Context, f *Flow, thread string, input map[string]any, opts ...RunOption) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		events := make(chan Event, 64)
+		done := make(chan error, 1)
+		req := engine.Request{Thread: thread, Input: input}
+		for _, opt := range opts {
+			opt(&req)
+		}
+		inner := req.Observe
+		req.Observe = func(ev Event) {
+			if inner != nil {
+				inner(ev)
+			}
+			select {
+			case events <- ev:
+			case <-ctx.Done():
+			}
+		}
+		go func() {
+			_, err := rt.eng.Run(ctx, f.graph, req)
+			close(events)
+			done <- err
+		}()
+		for ev := range events {
+			if !yield(ev, nil) {
+				cancel()
+				for range events {
+				}
+				<-done
+				return
+			}
+		}
+		if err := <-done; err != nil {
+			yield(Event{}, err)
+		}
+	}
+}
+
+// State returns the thread's newest state.
+func (rt *Runtime) State(ctx context.Context, thread string) (*Snapshot, error) {
+	return rt.eng.Store.Head(ctx, thread)
+}
+
+// StateAt returns the thread's state as of checkpoint seq.
+func (rt *Runtime) StateAt(ctx context.Context, thread string, seq uint64) (*Snapshot, error) {
+	return rt.eng.Store.StateAt(ctx, thread, seq)
+}
+
+// History lists the thread's checkpoints, newest first.
+func (rt *Runtime) History(ctx context.Context, thread string, opts HistoryOptions) ([]*Checkpoint, error) {
+	return rt.eng.Store.History(ctx, thread, opts)
+}
+
+// Threads lists threads, most recently updated first.
+func (rt *Runtime) Threads(ctx context.Context, opts ThreadOptions) ([]ThreadInfo, error) {
+	return rt.eng.Store.Threads(ctx, opts)
+}
+
+// Fork starts thread to from the state of thread from at checkpoint seq.
+func (rt *Runtime) Fork(ctx context.Context, from string, seq uint64, to string) (*Snapshot, error) {
+	return store.Fork(ctx, rt.eng.Store, from, seq, to)
+}
+
+// Update writes values to a thread between runs as if node had written
+// them: through the fields' reducers, checked against the node's writes
+// and the schema.
+func (rt *Runtime) Update(ctx context.Context, f *Flow, thread, node string, values map[string]any) (*Snapshot, error) {
+	return rt.eng.Update(ctx, f.graph, thread, node, values)
+}
+
+// Delete removes a thread and all its checkpoints.
+func (rt *Runtime) Delete(ctx context.Context, thread string) error {
+	return rt.eng.Store.Delete(ctx, thread)
+}
+
+// Prune keeps the thread's newest keep checkpoints and folds the older
+// ones into a base; it returns how many it removed.
+func (rt *Runtime) Prune(ctx context.Context, thread string, keep int) (int, error) {
+	return rt.eng.Store.Prune(ctx, thread, keep)
+}
+
+// PruneIdle deletes the threads not updated for ttl and returns how many.
+func (rt *Runtime) PruneIdle(ctx context.Context, ttl time.Duration) (int, error) {
+	return store.PruneIdle(ctx, rt.eng.Store, ttl)
+}
