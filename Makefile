@@ -63,17 +63,30 @@ bench:
 
 # The same workloads on the hand-written floor, eino and Trellis in one
 # session: copies the peer suite, adds flows/bench/peer as a package of it
-# and runs its interleaved rounds (about 3 minutes).
+# and runs its interleaved rounds (about 3 minutes). BEFORE=REV adds the
+# same package built from revision REV (as module trellisbefore), so a
+# change is measured against its base in the same rounds.
 PEERBENCH ?= ../shared/peerbench
 PEERDIR   ?= $(or $(TMPDIR),/tmp)/trellis-peerbench
 ROUNDS    ?= 5
+BEFORE    ?=
 peerbench:
 	@test -x $(PEERBENCH)/run.sh || { echo "no peer suite at $(PEERBENCH); set PEERBENCH=DIR"; exit 1; }
 	rm -rf $(PEERDIR) && cp -r $(PEERBENCH) $(PEERDIR) && mkdir -p $(PEERDIR)/trellis
 	grep -v '^//go:build ignore' flows/bench/peer/trellis_test.go > $(PEERDIR)/trellis/trellis_test.go
-	cd $(PEERDIR) && $(GO) mod edit -require=github.com/trellisflow/trellis@v0.0.0 -replace=github.com/trellisflow/trellis=$(CURDIR) \
-	  && GOFLAGS=-mod=mod $(GO) mod tidy \
-	  && TRELLIS_FLOWS=$(CURDIR)/flows/bench PKGS="baseline einob trellis" ROUNDS=$(ROUNDS) ./run.sh
+	cd $(PEERDIR) && $(GO) mod edit -require=github.com/trellisflow/trellis@v0.0.0 -replace=github.com/trellisflow/trellis=$(CURDIR)
+	@if [ -n "$(BEFORE)" ]; then \
+	  set -e; src=$(PEERDIR)/before-src; mkdir -p $$src $(PEERDIR)/trellisbefore; \
+	  git archive $(BEFORE) | tar -x -C $$src; \
+	  grep -rl 'github.com/trellisflow/trellis' $$src --include='*.go' --include=go.mod | \
+	    xargs sed -i 's#github.com/trellisflow/trellis\b#github.com/trellisflow/trellisbefore#g'; \
+	  grep -v '^//go:build ignore' $$src/flows/bench/peer/trellis_test.go | \
+	    sed 's/^package trellis$$/package trellisbefore/; s/TRELLIS_FLOWS/TRELLIS_FLOWS_BEFORE/' > $(PEERDIR)/trellisbefore/trellis_test.go; \
+	  cd $(PEERDIR) && $(GO) mod edit -require=github.com/trellisflow/trellisbefore@v0.0.0 -replace=github.com/trellisflow/trellisbefore=$$src; \
+	fi
+	cd $(PEERDIR) && GOFLAGS=-mod=mod $(GO) mod tidy \
+	  && TRELLIS_FLOWS=$(CURDIR)/flows/bench TRELLIS_FLOWS_BEFORE=$(PEERDIR)/before-src/flows/bench \
+	     PKGS="baseline einob trellis$(if $(BEFORE), trellisbefore)" ROUNDS=$(ROUNDS) ./run.sh
 
 # Rewrite schemas/flow.schema.json and nodes/README.md from the node-kind registry.
 schema:

@@ -97,6 +97,10 @@ func (f *Flow) Graph() *flow.Graph { return f.graph }
 // Warnings lists the problems that did not stop the flow compiling.
 func (f *Flow) Warnings() []Diagnostic { return f.warnings }
 
+// Sources holds the text of every file the flow was compiled from, by
+// name, for printing diagnostics with their lines.
+func (f *Flow) Sources() diag.Sources { return f.sources }
+
 // Inputs lists the fields a run may set.
 func (f *Flow) Inputs() []string {
 	names := make([]string, len(f.graph.Inputs))

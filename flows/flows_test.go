@@ -3,13 +3,11 @@ package flows_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/trellisflow/trellis/nodes/all"
-	"github.com/trellisflow/trellis/runtime/cli"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
@@ -18,22 +16,6 @@ import (
 	"github.com/trellisflow/trellis/runtime/store/memory"
 	"github.com/trellisflow/trellis/runtime/testfile"
 )
-
-// TestFlowsValidate: every flow in this folder compiles with no diagnostic.
-func TestFlowsValidate(t *testing.T) {
-	files, err := cli.FlowFiles([]string{"."})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) < 4 {
-		t.Fatalf("found only %v", files)
-	}
-	for _, f := range files {
-		if _, dl := flow.Load(f, all.Offline()); len(dl) > 0 {
-			t.Errorf("%s:\n%v", f, dl)
-		}
-	}
-}
 
 type turn struct {
 	say, code string
@@ -183,38 +165,6 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 	upd, _ := n.Impl.Run(context.Background(), kind.View("plan_question", g.Vars(map[string]any{"anchors": anchors, "questions_asked": []any{}, "bridge": ""}, nil)))
 	if q, _ := upd.Get("next_question"); q.(map[string]any)["text"] != first {
 		t.Fatalf("first question %v", q)
-	}
-}
-
-func TestInterviewInTheTerminal(t *testing.T) {
-	code := filepath.Join(t.TempDir(), "sol.py")
-	os.WriteFile(code, []byte("def top_k(words, k):\n    return sorted(words)[:k]\n"), 0o644)
-	script := strings.Join([]string{
-		"I build data pipelines in Go.",
-		"/state",
-		"Can we do a coding exercise?",
-		"/code " + code + " here is my answer",
-		"I would test ties first.",
-		"Please wrap up.",
-	}, "\n") + "\n"
-	var out, errb strings.Builder
-	db := "sqlite:" + filepath.Join(t.TempDir(), "t.db")
-	exit := cli.Main([]string{"run", "interview.yaml", "--with", "examples/candidate.yaml", "--store", db, "--thread", "i1"},
-		&cli.Env{Stdin: strings.NewReader(script), Stdout: &out, Stderr: &errb, Registry: all.Offline()})
-	if exit != 0 {
-		t.Fatalf("exit %d: %s", exit, errb.String())
-	}
-	for _, want := range []string{"interview> Hi Ada", `"interview_id": "demo-001"`, "coding exercise", "I have your code: 2 lines", "Overall"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("transcript lacks %q:\n%s", want, out.String())
-		}
-	}
-	// the conversation is in the SQLite file: a new process sees it ended
-	var again strings.Builder
-	exit = cli.Main([]string{"run", "interview.yaml", "--store", db, "--thread", "i1"},
-		&cli.Env{Stdin: strings.NewReader("hello?\n"), Stdout: &again, Stderr: &errb, Registry: all.Offline()})
-	if exit != 0 || !strings.Contains(again.String(), "Overall") || strings.Contains(again.String(), "you>") {
-		t.Fatalf("resumed finished interview: %d\n%s", exit, again.String())
 	}
 }
 

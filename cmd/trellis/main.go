@@ -4,8 +4,8 @@ package main
 import (
 	"os"
 
+	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
 	"github.com/trellisflow/trellis/nodes/all"
-	"github.com/trellisflow/trellis/runtime/cli"
 )
 
 func main() {

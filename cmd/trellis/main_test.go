@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
 	"github.com/trellisflow/trellis/nodes/all"
-	"github.com/trellisflow/trellis/runtime/cli"
 	"github.com/trellisflow/trellis/runtime/diag"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
 	"github.com/trellisflow/trellis/nodes/all"
-	"github.com/trellisflow/trellis/runtime/cli"
 )
 
 // TestMain lets a test start this test binary as the trellis command (a

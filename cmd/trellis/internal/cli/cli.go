@@ -1,7 +1,7 @@
 // Package cli is the trellis command line. It holds no logic of its own
-// beyond argument handling and printing: validation, graphs and runs are the
-// runtime's functions, the same ones the HTTP API calls. The node kinds are
-// injected by the caller, so this package imports none.
+// beyond argument handling and printing: loading, validating and running
+// flows go through package trellis, the same functions any program that
+// embeds Trellis calls. The node kinds are injected by the caller.
 package cli
 
 import (

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,11 +16,10 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/diag"
-	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/schema"
-	"github.com/trellisflow/trellis/runtime/store/stores"
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
@@ -80,10 +80,17 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 	var all diag.List
 	sources := diag.Sources{}
-	for _, f := range files {
-		_, dl, src := flow.Compile(nil, f, nil, env.Registry)
-		all = append(all, dl...)
-		maps.Copy(sources, src)
+	for _, file := range files {
+		f, err := trellis.Load(file, trellis.WithKinds(env.Registry))
+		var le *trellis.LoadError
+		switch {
+		case errors.As(err, &le):
+			all = append(all, le.Diagnostics...)
+			maps.Copy(sources, le.Sources)
+		case err == nil:
+			all = append(all, f.Warnings()...)
+			maps.Copy(sources, f.Sources())
+		}
 	}
 	return all.Sort(), sources
 }
@@ -148,13 +155,22 @@ func looksLikeFlow(path string) bool {
 	return false
 }
 
-// load compiles one flow, printing its diagnostics on failure.
-func load(env *Env, path string) (*flow.Graph, bool) {
-	g, dl, src := flow.Compile(nil, path, nil, env.Registry)
-	if len(dl) > 0 {
-		_ = diag.WriteText(env.Stderr, dl, src)
+// load compiles one flow, printing its diagnostics (warnings too).
+func load(env *Env, path string) (*trellis.Flow, bool) {
+	f, err := trellis.Load(path, trellis.WithKinds(env.Registry))
+	var le *trellis.LoadError
+	switch {
+	case errors.As(err, &le):
+		_ = le.Print(env.Stderr)
+		return nil, false
+	case err != nil:
+		fmt.Fprintf(env.Stderr, "trellis: %v\n", err)
+		return nil, false
 	}
-	return g, g != nil
+	if len(f.Warnings()) > 0 {
+		_ = diag.WriteText(env.Stderr, f.Warnings(), f.Sources())
+	}
+	return f, true
 }
 
 func cmdGraph(_ context.Context, env *Env, args []string) int {
@@ -168,10 +184,11 @@ func cmdGraph(_ context.Context, env *Env, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	g, ok := load(env, paths[0])
+	f, ok := load(env, paths[0])
 	if !ok {
 		return 1
 	}
+	g := f.Graph()
 	switch *format {
 	case "mermaid":
 		fmt.Fprint(env.Stdout, g.Mermaid())
@@ -224,26 +241,25 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	g, ok := load(env, paths[0])
+	f, ok := load(env, paths[0])
 	if !ok {
 		return 1
 	}
-	in, err := ParseInputs(g, inputs, *inputFile)
+	in, err := ParseInputs(f, inputs, *inputFile)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
 		return 2
 	}
-	st, err := stores.Open(ctx, *storeAddr)
+	rt, err := trellis.Open(ctx, *storeAddr)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
 		return 1
 	}
-	defer st.Close()
-	eng := engine.New(st)
+	defer rt.Close()
 	if *thread == "" {
-		*thread = g.Name + "-" + time.Now().UTC().Format("20060102-150405.000")
+		*thread = f.Name() + "-" + time.Now().UTC().Format("20060102-150405.000")
 	}
-	_, err = st.Head(ctx, *thread)
+	_, err = rt.State(ctx, *thread)
 	exists := err == nil
 	if exists && *with != "" {
 		fmt.Fprintf(env.Stderr, "thread %s exists; continuing it (--with applies to new threads)\n", *thread)
@@ -251,23 +267,32 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	if !exists && *with != "" {
 		m, err := readValues(*with)
 		if err == nil {
-			_, err = eng.Create(ctx, g, *thread, m)
+			_, err = rt.Create(ctx, f, *thread, m)
 		}
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
 			return 1
 		}
 	}
-	var observe engine.Observer
+	var opts []trellis.RunOption
 	if *trace {
-		observe = TraceTo(env.Stderr)
+		opts = append(opts, trellis.WithObserver(TraceTo(env.Stderr)))
 	}
-	if g.Conversation != nil && len(in) == 0 {
+	if f.Conversation() != nil && len(in) == 0 {
 		fmt.Fprintf(env.Stderr, "thread %s in %s\n", *thread, *storeAddr)
-		return converse(ctx, env, eng, g, *thread, observe, exists)
+		return converse(ctx, env, rt, f, *thread, opts, exists)
 	}
-	req := engine.Request{Thread: *thread, Input: in, Observe: observe, Resume: *resume, Durability: engine.Durability(*durability)}
-	res, err := eng.Run(ctx, g, req)
+	opts = append(opts, trellis.WithDurability(trellis.Durability(*durability)))
+	var res *trellis.Result
+	if *resume {
+		if len(in) > 0 {
+			fmt.Fprintf(env.Stderr, "trellis run: a resumed run takes no input\n")
+			return 1
+		}
+		res, err = rt.Resume(ctx, f, *thread, opts...)
+	} else {
+		res, err = rt.Run(ctx, f, *thread, in, opts...)
+	}
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
 		return 1
@@ -294,7 +319,8 @@ func readValues(path string) (map[string]any, error) {
 // ParseInputs builds a run input from name=value pairs and an input file.
 // Values are read as YAML scalars, except that a field whose schema says
 // string keeps the text as written.
-func ParseInputs(g *flow.Graph, pairs []string, file string) (map[string]any, error) {
+func ParseInputs(f *trellis.Flow, pairs []string, file string) (map[string]any, error) {
+	g := f.Graph()
 	in := map[string]any{}
 	if file != "" {
 		v, err := schema.ReadFile(file)
@@ -334,8 +360,8 @@ func ParseInputs(g *flow.Graph, pairs []string, file string) (map[string]any, er
 }
 
 // TraceTo prints events as one line each.
-func TraceTo(w io.Writer) engine.Observer {
-	return func(ev engine.Event) {
+func TraceTo(w io.Writer) func(trellis.Event) {
+	return func(ev trellis.Event) {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%-12s step %-3d", ev.Type, ev.Step)
 		if ev.Node != "" {

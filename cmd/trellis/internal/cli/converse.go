@@ -8,8 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/trellisflow/trellis/runtime/engine"
-	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis"
 )
 
 const converseHelp = `Type your reply and press Enter. Commands:
@@ -20,8 +19,8 @@ const converseHelp = `Type your reply and press Enter. Commands:
 
 // converse talks with a conversational flow: the first run has no message
 // (the flow speaks first), then every line is one run.
-func converse(ctx context.Context, env *Env, eng *engine.Engine, g *flow.Graph, thread string, observe engine.Observer, resumed bool) int {
-	conv := g.Conversation
+func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flow, thread string, opts []trellis.RunOption, resumed bool) int {
+	conv := f.Conversation()
 	var names []string
 	for name := range conv.Attachments {
 		names = append(names, "/"+name)
@@ -31,34 +30,34 @@ func converse(ctx context.Context, env *Env, eng *engine.Engine, g *flow.Graph, 
 	}
 	fmt.Fprintf(env.Stdout, converseHelp+"\n", strings.Join(names, ", "))
 	turn := func(input map[string]any) (map[string]any, bool) {
-		res, err := eng.Run(ctx, g, engine.Request{Thread: thread, Input: input, Observe: observe})
+		res, err := rt.Run(ctx, f, thread, input, opts...)
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
 			return nil, false
 		}
 		if out, ok := res.State[conv.Output].(string); ok && out != "" {
-			fmt.Fprintf(env.Stdout, "%s> %s\n\n", g.Name, out)
+			fmt.Fprintf(env.Stdout, "%s> %s\n\n", f.Name(), out)
 		}
 		return res.State, true
 	}
 	var state map[string]any
-	if snap, err := eng.Store.Head(ctx, thread); resumed && err == nil && len(snap.Next) > 0 {
+	if snap, err := rt.State(ctx, thread); resumed && err == nil && len(snap.Next) > 0 {
 		fmt.Fprintf(env.Stderr, "resuming the unfinished turn of thread %s\n", thread)
-		if _, err := eng.Run(ctx, g, engine.Request{Thread: thread, Resume: true, Observe: observe}); err != nil {
+		if _, err := rt.Resume(ctx, f, thread, opts...); err != nil {
 			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
 			return 1
 		}
 	}
 	if resumed {
 		// an existing thread: show where it stands instead of a new turn
-		snap, err := eng.Store.Head(ctx, thread)
+		snap, err := rt.State(ctx, thread)
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
 			return 1
 		}
 		state = snap.Values
 		if out, ok := state[conv.Output].(string); ok && out != "" {
-			fmt.Fprintf(env.Stdout, "%s> %s\n\n", g.Name, out)
+			fmt.Fprintf(env.Stdout, "%s> %s\n\n", f.Name(), out)
 		}
 	} else {
 		var ok bool
@@ -68,7 +67,7 @@ func converse(ctx context.Context, env *Env, eng *engine.Engine, g *flow.Graph, 
 	}
 	lines := bufio.NewScanner(env.Stdin)
 	lines.Buffer(make([]byte, 64*1024), 1<<20)
-	for !done(g, state) {
+	for !done(env, f, state) {
 		fmt.Fprint(env.Stdout, "you> ")
 		if !lines.Scan() {
 			fmt.Fprintln(env.Stdout)
@@ -116,10 +115,13 @@ func converse(ctx context.Context, env *Env, eng *engine.Engine, g *flow.Graph, 
 	return 0
 }
 
-func done(g *flow.Graph, state map[string]any) bool {
-	if g.Conversation.Until == nil {
-		return false
+// done reports whether the conversation is over; a condition that cannot
+// be evaluated is reported and ends it, rather than looping on.
+func done(env *Env, f *trellis.Flow, state map[string]any) bool {
+	ok, err := f.Finished(state)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
+		return true
 	}
-	ok, err := g.Conversation.Until.EvalBool(g.Vars(state, nil))
-	return err == nil && ok
+	return ok
 }

@@ -12,12 +12,10 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/diag"
-	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/kind"
-	"github.com/trellisflow/trellis/runtime/store/memory"
-	"github.com/trellisflow/trellis/runtime/store/stores"
 	"github.com/trellisflow/trellis/runtime/testfile"
 )
 
@@ -110,10 +108,11 @@ func cmdPrompt(ctx context.Context, env *Env, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	g, ok := load(env, pos[1])
+	f, ok := load(env, pos[1])
 	if !ok {
 		return 1
 	}
+	g := f.Graph()
 	n, found := g.Node(pos[2])
 	if !found {
 		fmt.Fprintf(env.Stderr, "trellis prompt: %s has no node %q\n", g.Name, pos[2])
@@ -124,19 +123,19 @@ func cmdPrompt(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis prompt: node %q (%s) sends no prompt\n", n.Name, n.Kind)
 		return 2
 	}
-	in, err := ParseInputs(g, inputs, "")
+	in, err := ParseInputs(f, inputs, "")
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis prompt: %v\n", err)
 		return 2
 	}
 	var state map[string]any
 	if *thread != "" {
-		st, err := stores.Open(ctx, *storeAddr)
+		rt, err := trellis.Open(ctx, *storeAddr)
 		if err != nil {
 			return fail(env, "prompt", err)
 		}
-		defer st.Close()
-		snap, err := st.Head(ctx, *thread)
+		defer rt.Close()
+		snap, err := rt.State(ctx, *thread)
 		if err != nil {
 			return fail(env, "prompt", err)
 		}
@@ -148,7 +147,12 @@ func cmdPrompt(ctx context.Context, env *Env, args []string) int {
 				return fail(env, "prompt", err)
 			}
 		}
-		snap, err := engine.New(memory.New()).Create(ctx, g, "render", values)
+		rt, err := trellis.Open(ctx, "memory")
+		if err != nil {
+			return fail(env, "prompt", err)
+		}
+		defer rt.Close()
+		snap, err := rt.Create(ctx, f, "render", values)
 		if err != nil {
 			return fail(env, "prompt", err)
 		}

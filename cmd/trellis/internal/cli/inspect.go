@@ -9,17 +9,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trellisflow/trellis/runtime/engine"
-	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/stores"
+	"github.com/trellisflow/trellis"
 )
 
 func storeFlag(fs *flag.FlagSet) *string {
-	return fs.String("store", stores.Default, "checkpoint store: memory, sqlite:PATH or postgres://...")
+	return fs.String("store", trellis.DefaultStore, "checkpoint store: memory, sqlite:PATH or postgres://...")
 }
 
-// openStore parses a command's flags and opens its store.
-func openStore(ctx context.Context, env *Env, name string, args []string, setup func(*flag.FlagSet)) (store.Store, []string, int) {
+// openStore parses a command's flags and opens a runtime over its store.
+func openStore(ctx context.Context, env *Env, name string, args []string, setup func(*flag.FlagSet)) (*trellis.Runtime, []string, int) {
 	fs := flags(env, name)
 	addr := storeFlag(fs)
 	if setup != nil {
@@ -29,12 +27,12 @@ func openStore(ctx context.Context, env *Env, name string, args []string, setup 
 	if !ok {
 		return nil, nil, code
 	}
-	st, err := stores.Open(ctx, *addr)
+	rt, err := trellis.Open(ctx, *addr)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis %s: %v\n", name, err)
 		return nil, nil, 1
 	}
-	return st, pos, 0
+	return rt, pos, 0
 }
 
 func fail(env *Env, name string, err error) int {
@@ -46,7 +44,7 @@ func fail(env *Env, name string, err error) int {
 // of it (at > 0); other errors pass unchanged.
 func missing(err error, thread string, at uint64) error {
 	switch {
-	case !errors.Is(err, store.ErrNotFound):
+	case !errors.Is(err, trellis.ErrNotFound):
 		return err
 	case at > 0:
 		return fmt.Errorf("thread %q has no checkpoint %d (trellis history %s lists them)", thread, at, thread)
@@ -68,7 +66,7 @@ func cmdThreads(ctx context.Context, env *Env, args []string) int {
 		return code
 	}
 	defer st.Close()
-	list, err := st.Threads(ctx, store.ThreadOptions{Limit: *limit})
+	list, err := st.Threads(ctx, trellis.ThreadOptions{Limit: *limit})
 	if err != nil {
 		return fail(env, "threads", err)
 	}
@@ -96,7 +94,7 @@ func cmdHistory(ctx context.Context, env *Env, args []string) int {
 	if len(pos) != 1 {
 		return fail(env, "history", fmt.Errorf("want one THREAD"))
 	}
-	cps, err := st.History(ctx, pos[0], store.HistoryOptions{Limit: *limit, Before: *before, Source: *source, Run: *run, Node: *node})
+	cps, err := st.History(ctx, pos[0], trellis.HistoryOptions{Limit: *limit, Before: *before, Source: *source, Run: *run, Node: *node})
 	if err != nil {
 		return fail(env, "history", missing(err, pos[0], 0))
 	}
@@ -128,12 +126,12 @@ func cmdState(ctx context.Context, env *Env, args []string) int {
 	if len(pos) != 1 {
 		return fail(env, "state", fmt.Errorf("want one THREAD"))
 	}
-	var snap *store.Snapshot
+	var snap *trellis.Snapshot
 	var err error
 	if *at > 0 {
 		snap, err = st.StateAt(ctx, pos[0], *at)
 	} else {
-		snap, err = st.Head(ctx, pos[0])
+		snap, err = st.State(ctx, pos[0])
 	}
 	if err != nil {
 		return fail(env, "state", missing(err, pos[0], *at))
@@ -156,7 +154,7 @@ func cmdFork(ctx context.Context, env *Env, args []string) int {
 	if len(pos) != 1 || *at == 0 || *to == "" {
 		return fail(env, "fork", fmt.Errorf("want THREAD --at SEQ --to NEW"))
 	}
-	if _, err := store.Fork(ctx, st, pos[0], *at, *to); err != nil {
+	if _, err := st.Fork(ctx, pos[0], *at, *to); err != nil {
 		return fail(env, "fork", missing(err, pos[0], *at))
 	}
 	fmt.Fprintf(env.Stdout, "%s forked from %s at checkpoint %d\n", *to, pos[0], *at)
@@ -182,7 +180,7 @@ func cmdPrune(ctx context.Context, env *Env, args []string) int {
 		}
 		fmt.Fprintf(env.Stdout, "%s: folded %d checkpoints into a base\n", pos[0], n)
 	case len(pos) == 0 && *idle > 0:
-		n, err := store.PruneIdle(ctx, st, *idle)
+		n, err := st.PruneIdle(ctx, *idle)
 		if err != nil {
 			return fail(env, "prune", err)
 		}
@@ -227,12 +225,12 @@ func cmdUpdate(ctx context.Context, env *Env, args []string) int {
 	if err != nil {
 		return fail(env, "update", err)
 	}
-	st, err := stores.Open(ctx, *addr)
+	rt, err := trellis.Open(ctx, *addr)
 	if err != nil {
 		return fail(env, "update", err)
 	}
-	defer st.Close()
-	snap, err := engine.New(st).Update(ctx, g, pos[1], *as, values)
+	defer rt.Close()
+	snap, err := rt.Update(ctx, g, pos[1], *as, values)
 	if err != nil {
 		return fail(env, "update", missing(err, pos[1], 0))
 	}
