@@ -7,6 +7,7 @@ import (
 	"github.com/trellisflow/trellis/nodes/assign"
 	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/noop"
+	"github.com/trellisflow/trellis/nodes/render"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
@@ -43,7 +44,7 @@ func Offline() kind.Registry {
 // WithProvider returns a new registry of the built-in kinds whose llm kind
 // calls provider when a flow is loaded (nil from it: no model).
 func WithProvider(provider func() *llm.Provider) *kind.Set {
-	return kind.NewSet(assign.Spec, noop.Spec, llm.NewSpec(provider))
+	return kind.NewSet(assign.Spec, noop.Spec, render.Spec, llm.NewSpec(provider))
 }
 
 // Reference renders the node-kind reference (nodes/README.md).

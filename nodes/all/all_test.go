@@ -56,7 +56,7 @@ func TestNodeReferenceUpToDate(t *testing.T) {
 }
 
 func TestRegistry(t *testing.T) {
-	for _, name := range []string{"assign", "noop"} {
+	for _, name := range []string{"assign", "llm", "noop", "render"} {
 		if _, ok := all.Registry().Lookup(name); !ok {
 			t.Errorf("kind %q is not registered", name)
 		}

@@ -1,0 +1,106 @@
+// Package render is the render node kind: it renders text templates over
+// state and input and writes the text to state fields, for messages a
+// flow composes without a model.
+//
+//	closing:
+//	  kind: render
+//	  set:
+//	    next_message: |
+//	      Thank you, {{.state.resume_structured.name}}. We will be in touch.
+//
+// A template sees .state, .input and .vars (the node's vars, expressions
+// over state and input); every field it reads is checked when the flow
+// loads.
+package render
+
+import (
+	"context"
+	"fmt"
+	"text/template"
+
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/tmpl"
+)
+
+// Spec registers the kind.
+var Spec = kind.Spec{
+	Name:    "render",
+	Summary: "Render text templates over state and input and write the text to state fields.",
+	Fields: []config.Field{
+		config.Map("set", "Field to template: Go text/template over .state, .input and .vars.",
+			config.Elem(config.Template("", ""))).NonEmpty(1).Require(),
+		config.Map("vars", "Template variables ({{.vars.NAME}}): expressions over state and input.",
+			config.Elem(config.Expression("", ""))),
+	},
+	New:    build,
+	Inline: true,
+}
+
+type field struct {
+	name string
+	t    *template.Template
+}
+
+type variable struct {
+	name string
+	p    *expression.Program
+}
+
+type node struct {
+	fields []field
+	vars   []variable
+}
+
+func build(b kind.Builder) kind.Node {
+	s := b.Settings()
+	n := &node{}
+	shapes := map[string]*schema.Shape{}
+	ok := true
+	for _, e := range s.Entries("vars") {
+		p := b.Expr(e.Value, nil)
+		ok = ok && p != nil
+		n.vars = append(n.vars, variable{e.Name, p})
+		shapes[e.Name] = nil
+	}
+	for _, e := range s.Entries("set") {
+		b.Writes(e.Name, e.Key)
+		if shape := b.Field(e.Name); shape != nil && !shape.Allows("string") {
+			b.Errorf(e.Key, "set.%s: a template renders text, but field %q is %s", e.Name, e.Name, shape.Describe())
+			ok = false
+		}
+		t := b.Template(e.Value, b.Node()+"."+e.Name, kind.Vars{"vars": schema.Object(shapes)})
+		ok = ok && t != nil
+		n.fields = append(n.fields, field{e.Name, t})
+	}
+	if !ok {
+		return nil
+	}
+	return n
+}
+
+// Run implements kind.Node.
+func (n *node) Run(_ context.Context, s kind.State) (kind.Update, error) {
+	vars := make(map[string]any, len(n.vars))
+	for _, v := range n.vars {
+		x, err := s.Eval(v.p)
+		if err != nil {
+			return nil, fmt.Errorf("vars.%s: %w", v.name, err)
+		}
+		vars[v.name] = x
+	}
+	st, _ := s.Vars()["state"].(map[string]any)
+	in, _ := s.Vars()["input"].(map[string]any)
+	data := map[string]any{"state": st, "input": in, "vars": vars}
+	upd := s.NewUpdate(len(n.fields))
+	for _, f := range n.fields {
+		text, err := tmpl.Execute(f.t, data)
+		if err != nil {
+			return nil, fmt.Errorf("set.%s: %w", f.name, err)
+		}
+		upd = append(upd, kind.FieldValue{Field: f.name, Value: text})
+	}
+	return upd, nil
+}
