@@ -44,7 +44,9 @@ var Reducers = []*ReducerSpec{
 		Option: config.Elem(config.Object("union", "", config.String("key", "Items with the same key value are the same item."))),
 		Doc:    "adds the items not already in the list (compared whole, or by key)", reduce: reduceUnion},
 	{Name: "merge", Type: "object", Bare: true, Concurrent: true,
-		Doc: "sets the update's keys in the object (shallow)", reduce: reduceMerge},
+		Doc: "sets the update's keys in the object (shallow: a nested object is replaced whole)", reduce: reduceMerge},
+	{Name: "deep_merge", Type: "object", Bare: true, Concurrent: true,
+		Doc: "sets the update's keys in the object, merging nested objects key by key", reduce: reduceDeepMerge},
 	{Name: "add", Type: "number", Bare: true, Concurrent: true, Doc: "adds the update to the number",
 		reduce: func(r *Reducer, cur, upd any) (any, error) { return arith("add", cur, upd) }},
 	{Name: "max", Type: "number", Bare: true, Concurrent: true, Doc: "keeps the larger number",
@@ -177,6 +179,40 @@ func reduceMerge(_ *Reducer, cur, upd any) (any, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+func reduceDeepMerge(_ *Reducer, cur, upd any) (any, error) {
+	if upd == nil {
+		return cur, nil
+	}
+	um, ok := upd.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("deep_merge needs an object, got %s", typeName(upd))
+	}
+	cm, _ := cur.(map[string]any)
+	if cur != nil && cm == nil {
+		return nil, fmt.Errorf("deep_merge into %s: not an object", typeName(cur))
+	}
+	return deepMerge(cm, um), nil
+}
+
+// deepMerge returns a copy of cur with upd's keys set; where both hold an
+// object, they are merged the same way.
+func deepMerge(cur, upd map[string]any) map[string]any {
+	out := make(map[string]any, len(cur)+len(upd))
+	for k, v := range cur {
+		out[k] = v
+	}
+	for k, v := range upd {
+		um, uok := v.(map[string]any)
+		cm, cok := out[k].(map[string]any)
+		if uok && cok {
+			out[k] = deepMerge(cm, um)
+			continue
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // AsItems turns an append update into items: a list contributes its items,
