@@ -256,8 +256,8 @@ func lineOf(src []byte, line int) (string, bool) {
 	return lines[line-1], true
 }
 
-// lineOffset returns the byte offset of 1-based line in text.
-func lineOffset(text string, line int) int {
+// LineOffset returns the byte offset of 1-based line in text.
+func LineOffset(text string, line int) int {
 	off := 0
 	for l := 1; l < line; l++ {
 		i := strings.IndexByte(text[off:], '\n')

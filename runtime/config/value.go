@@ -201,7 +201,7 @@ func (v Value) PosIn(line, col, endCol int) diag.Pos {
 	}
 	if v.off > 0 {
 		text := v.n.Value
-		start := lineOffset(text, line)
+		start := LineOffset(text, line)
 		rest := []rune(text[start:])
 		p := v.f.Offset(v.off - 1 + start + len(string(rest[:min(max(col-1, 0), len(rest))])))
 		if endCol > col {

@@ -160,16 +160,9 @@ func reduceUnion(r *Reducer, cur, upd any) (any, error) {
 }
 
 func reduceMerge(_ *Reducer, cur, upd any) (any, error) {
-	if upd == nil {
-		return cur, nil
-	}
-	um, ok := upd.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("merge needs an object, got %s", typeName(upd))
-	}
-	cm, _ := cur.(map[string]any)
-	if cur != nil && cm == nil {
-		return nil, fmt.Errorf("merge into %s: not an object", typeName(cur))
+	cm, um, err := objects("merge", cur, upd)
+	if um == nil || err != nil {
+		return cur, err
 	}
 	out := make(map[string]any, len(cm)+len(um))
 	for k, v := range cm {
@@ -182,18 +175,28 @@ func reduceMerge(_ *Reducer, cur, upd any) (any, error) {
 }
 
 func reduceDeepMerge(_ *Reducer, cur, upd any) (any, error) {
+	cm, um, err := objects("deep_merge", cur, upd)
+	if um == nil || err != nil {
+		return cur, err
+	}
+	return deepMerge(cm, um), nil
+}
+
+// objects checks the operands of a merge: objects, or nil (an unset field,
+// an update that changes nothing).
+func objects(op string, cur, upd any) (cm, um map[string]any, err error) {
 	if upd == nil {
-		return cur, nil
+		return nil, nil, nil
 	}
 	um, ok := upd.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("deep_merge needs an object, got %s", typeName(upd))
+		return nil, nil, fmt.Errorf("%s needs an object, got %s", op, typeName(upd))
 	}
-	cm, _ := cur.(map[string]any)
+	cm, _ = cur.(map[string]any)
 	if cur != nil && cm == nil {
-		return nil, fmt.Errorf("deep_merge into %s: not an object", typeName(cur))
+		return nil, nil, fmt.Errorf("%s into %s: not an object", op, typeName(cur))
 	}
-	return deepMerge(cm, um), nil
+	return cm, um, nil
 }
 
 // deepMerge returns a copy of cur with upd's keys set; where both hold an

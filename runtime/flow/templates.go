@@ -59,7 +59,7 @@ func (c *compiler) templateError(v config.Value, err error, path string) {
 	}
 	text := v.Text()
 	if col == 1 {
-		lineText, _, _ := strings.Cut(text[lineOffset(text, line):], "\n")
+		lineText, _, _ := strings.Cut(text[config.LineOffset(text, line):], "\n")
 		col = templateColumn(lineText, msg)
 	}
 	c.dl.Errorf(diag.CodeResource, v.PosIn(line, col, 0), path, "template: %s", msg)
@@ -91,17 +91,4 @@ func templateColumn(line, msg string) int {
 		return 1
 	}
 	return len([]rune(line[:at])) + 1
-}
-
-// lineOffset returns the byte offset of 1-based line in text.
-func lineOffset(text string, line int) int {
-	off := 0
-	for l := 1; l < line; l++ {
-		i := strings.IndexByte(text[off:], '\n')
-		if i < 0 {
-			return off
-		}
-		off += i + 1
-	}
-	return off
 }
