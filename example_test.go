@@ -137,7 +137,7 @@ func ExampleRuntime_Fork() {
 		}
 	}
 	// the step that greeted Grace
-	steps, _ := rt.History(ctx, "t1", trellis.HistoryOptions{Source: "step"})
+	steps, _ := rt.History(ctx, "t1", trellis.HistoryOptions{Source: trellis.SourceStep})
 	grace := steps[1]
 	if _, err := rt.Fork(ctx, "t1", grace.Seq, "t2"); err != nil {
 		panic(err)

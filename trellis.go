@@ -15,7 +15,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/stores"
+	_ "github.com/trellisflow/trellis/runtime/store/all" // the built-in stores' schemes
 )
 
 // The runtime's types a program works with.
@@ -32,6 +32,8 @@ type (
 	Snapshot = store.Snapshot
 	// Checkpoint is one committed step of a thread.
 	Checkpoint = store.Checkpoint
+	// Source says what wrote a checkpoint.
+	Source = store.Source
 	// HistoryOptions pages and filters History.
 	HistoryOptions = store.HistoryOptions
 	// ThreadOptions pages Threads.
@@ -65,6 +67,17 @@ const (
 	Async = engine.Async
 	// Exit commits one checkpoint when the run ends.
 	Exit = engine.Exit
+)
+
+// What wrote a checkpoint.
+const (
+	SourceCreate = store.SourceCreate
+	SourceFork   = store.SourceFork
+	SourceInput  = store.SourceInput
+	SourceStep   = store.SourceStep
+	SourceRun    = store.SourceRun
+	SourceUpdate = store.SourceUpdate
+	SourceBase   = store.SourceBase
 )
 
 // Errors a run returns.
@@ -203,15 +216,16 @@ func compile(files *config.Files, path string, src []byte, opts []Option) (*Flow
 
 // DefaultStore is the store Open uses for an empty address: a SQLite file
 // in .trellis/ under the working directory.
-const DefaultStore = stores.Default
+const DefaultStore = store.Default
 
 // OpenStore opens a checkpoint store by address: "memory", "sqlite:PATH"
-// or a postgres:// URL, creating or migrating its database as needed.
+// or a postgres:// URL (or the scheme of a store package of your own that
+// called store.Register), creating or migrating its database as needed.
 func OpenStore(ctx context.Context, addr string) (Store, error) {
 	if addr == "" {
 		addr = DefaultStore
 	}
-	return stores.Open(ctx, addr)
+	return store.Open(ctx, addr)
 }
 
 // Runtime runs flows against a store. It is safe for concurrent use.

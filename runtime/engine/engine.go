@@ -191,7 +191,7 @@ func (e *Engine) Create(ctx context.Context, g *flow.Graph, thread string, value
 // field of which is at version 1.
 func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, values map[string]any) (map[string]any, error) {
 	state := make(map[string]any, len(g.Fields))
-	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: time.Now()}
+	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: store.SourceCreate, Time: time.Now()}
 	for _, f := range g.Fields {
 		if f.HasDefault {
 			state[f.Name] = f.Default
@@ -560,7 +560,7 @@ func (r *run) runState() []uint64 {
 func (r *run) restore(ctx context.Context, head *store.Snapshot) error {
 	r.step = head.Step
 	copy(r.joins, head.Joins)
-	if cps, err := r.e.Store.History(ctx, r.req.Thread, store.HistoryOptions{Run: head.Run, Source: "input", Limit: 1}); err == nil && len(cps) == 1 {
+	if cps, err := r.e.Store.History(ctx, r.req.Thread, store.HistoryOptions{Run: head.Run, Source: store.SourceInput, Limit: 1}); err == nil && len(cps) == 1 {
 		r.input = map[string]any{}
 		for _, w := range cps[0].Writes {
 			if w.Append {
@@ -710,7 +710,7 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 	}
 	next := maps.Clone(r.values)
 	r.input = make(map[string]any, len(r.req.Input))
-	cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: "input", Time: time.Now()}
+	cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now()}
 	for _, k := range sortedKeys(r.req.Input) {
 		f, ok := r.g.Field(k)
 		if !ok || !f.Input {
@@ -858,7 +858,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		return nil, err
 	}
 	cp := &take(&r.slabs.cps, 1)[0]
-	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, "step"
+	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, store.SourceStep
 	if len(changed) > 0 {
 		// one write per changed field; an append field records only the
 		// items this step appended (several writers fold in order)
@@ -1181,7 +1181,7 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 	}
 	first, last := cps[0], cps[len(cps)-1]
 	merged := &store.Checkpoint{Thread: first.Thread, Seq: first.Seq, Parent: first.Parent, Run: r.id, Step: last.Step,
-		Source: "run", Time: last.Time}
+		Source: store.SourceRun, Time: last.Time}
 	pos := map[string]int{}
 	for _, cp := range cps {
 		merged.Writers = append(merged.Writers, cp.Writers...)
@@ -1504,7 +1504,7 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 	}
 	next := maps.Clone(head.Values)
 	versions := maps.Clone(head.Versions)
-	cp := &store.Checkpoint{Thread: thread, Seq: head.Seq + 1, Parent: head.Seq, Run: runID(), Source: "update", Time: time.Now()}
+	cp := &store.Checkpoint{Thread: thread, Seq: head.Seq + 1, Parent: head.Seq, Run: runID(), Source: store.SourceUpdate, Time: time.Now()}
 	for _, k := range sortedKeys(values) {
 		f, ok := g.Field(k)
 		if !ok {

@@ -38,8 +38,8 @@ type Checkpoint struct {
 	// (0 for the run's input).
 	Run  string
 	Step int
-	// Source is "create", "fork", "input", "step" or "update".
-	Source string
+	// Source says what wrote the checkpoint.
+	Source Source
 	Time   time.Time
 	// Writes are the fields that changed.
 	Writes []Write
@@ -53,6 +53,29 @@ type Checkpoint struct {
 	// Joins carries the unfinished run's join arrivals (per join slot).
 	Joins []uint64
 }
+
+// Source says what wrote a checkpoint.
+type Source string
+
+// The sources of checkpoints.
+const (
+	// SourceCreate: a thread's first checkpoint, its initial values.
+	SourceCreate Source = "create"
+	// SourceFork: a thread's first checkpoint, copied from a checkpoint of
+	// another thread.
+	SourceFork Source = "fork"
+	// SourceInput: a run's input, applied before its first step.
+	SourceInput Source = "input"
+	// SourceStep: one superstep of a run.
+	SourceStep Source = "step"
+	// SourceRun: a whole run, committed when it ended (Exit durability).
+	SourceRun Source = "run"
+	// SourceUpdate: values written between runs as if a node had written
+	// them.
+	SourceUpdate Source = "update"
+	// SourceBase: the state just before the checkpoints Prune removed.
+	SourceBase Source = "base"
+)
 
 // Write is one changed field.
 type Write struct {
@@ -120,7 +143,7 @@ type Store interface {
 	// Release gives the lease up, if owner holds it.
 	Release(ctx context.Context, thread, owner string) error
 	// Prune keeps the thread's newest keep checkpoints (at least one) and
-	// folds the older ones into a base checkpoint (source "base") holding
+	// folds the older ones into a base checkpoint (SourceBase) holding
 	// the full state just before them; it returns how many checkpoints it
 	// removed. The head and any pending writes stay, so a paused run can
 	// still resume. States before the base are no longer available.
@@ -164,7 +187,8 @@ type HistoryOptions struct {
 	Limit int
 	// Source, Run and Node keep only checkpoints with that source, of that
 	// run, or written by that node.
-	Source, Run, Node string
+	Source    Source
+	Run, Node string
 }
 
 // Keep reports whether cp passes the filters.
@@ -212,7 +236,7 @@ func Fork(ctx context.Context, st Store, from string, seq uint64, to string) (*S
 	if err != nil {
 		return nil, err
 	}
-	cp := &Checkpoint{Thread: to, Seq: 1, Source: "fork", Run: from + "@" + strconv.FormatUint(seq, 10), Time: time.Now()}
+	cp := &Checkpoint{Thread: to, Seq: 1, Source: SourceFork, Run: from + "@" + strconv.FormatUint(seq, 10), Time: time.Now()}
 	for _, k := range sortedFields(snap.Values) {
 		cp.Writes = append(cp.Writes, Write{Field: k, Version: snap.Versions[k], Value: snap.Values[k]})
 	}

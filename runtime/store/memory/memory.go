@@ -1,10 +1,12 @@
 // Package memory is the in-process checkpoint store, for tests and
 // short-lived runs. It keeps every checkpoint; a thread's state is folded
-// from its chain when it is read.
+// from its chain when it is read. Its address is "memory": each Open
+// makes a new, empty store.
 package memory
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -39,6 +41,15 @@ type thread struct {
 
 // New returns an empty store.
 func New() *Store { return &Store{threads: map[string]*thread{}, leases: map[string]lease{}} }
+
+func init() {
+	store.Register("memory", func(_ context.Context, addr string) (store.Store, error) {
+		if addr != "memory" {
+			return nil, fmt.Errorf("memory store: the address is just %q, not %q", "memory", addr)
+		}
+		return New(), nil
+	})
+}
 
 func (s *Store) thread(id string) (*thread, error) {
 	t, ok := s.threads[id]
@@ -232,7 +243,7 @@ func (s *Store) Prune(_ context.Context, id string, keep int) (int, error) {
 	cut := len(t.chain) - keep // chain[:cut] folds into the base
 	baseState := store.Replay(id, t.chain[:cut])
 	last := t.chain[cut-1]
-	base := &store.Checkpoint{Thread: id, Seq: last.Seq, Source: "base", Time: last.Time, Writes: store.BaseWrites(baseState)}
+	base := &store.Checkpoint{Thread: id, Seq: last.Seq, Source: store.SourceBase, Time: last.Time, Writes: store.BaseWrites(baseState)}
 	t.chain = append([]*store.Checkpoint{base}, t.chain[cut:]...)
 	t.folder, t.applied = nil, 0
 	return cut - 1, nil

@@ -1,5 +1,6 @@
 // Package postgres is the production checkpoint store, on PostgreSQL
-// through pgx. It uses no named prepared statements, so it works behind
+// through pgx. Its address is a postgres:// (or postgresql://) URL as pgx
+// reads it; several processes may share one database. It uses no named prepared statements, so it works behind
 // PgBouncer in transaction mode: each connection caches the parameter and
 // result types of the statements it has run, and runs them with binary
 // parameters and results, which spares long segments a hex round trip.
@@ -25,7 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/sqlstore"
+	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
@@ -36,6 +37,12 @@ var migrations embed.FS
 type Store struct {
 	pool  *pgxpool.Pool
 	cache *sqlstore.Cache
+}
+
+func init() {
+	for _, scheme := range []string{"postgres", "postgresql"} {
+		store.Register(scheme, func(ctx context.Context, addr string) (store.Store, error) { return Open(ctx, addr) })
+	}
 }
 
 // Open connects to the database at url and applies pending migrations.
@@ -127,7 +134,7 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		fields[i], versions[i], appends[i], values[i] = w.Field, int64(w.Version), w.Append, string(b)
 	}
 	args := []any{cp.Thread, int64(cp.Seq), int64(cp.Parent), sqlstore.Nanos(cp.Time),
-		cp.Run, cp.Step, cp.Source, string(meta), fields, versions, appends, values}
+		cp.Run, cp.Step, string(cp.Source), string(meta), fields, versions, appends, values}
 	var moved int
 	if cp.Seq%sqlstore.FoldEvery == 0 {
 		moved, err = s.commitFold(ctx, cp, args)
@@ -524,7 +531,7 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 		q += ` AND seq > $` + strconv.Itoa(len(args))
 	}
 	if opts.Source != "" {
-		args = append(args, opts.Source)
+		args = append(args, string(opts.Source))
 		q += ` AND source = $` + strconv.Itoa(len(args))
 	}
 	if opts.Run != "" {
@@ -660,7 +667,7 @@ func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error)
 			}
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
-			VALUES ($1, $2, 0, '', 0, 'base', $3, '{}'::jsonb)`, thread, cut, at); err != nil {
+			VALUES ($1, $2, 0, '', 0, $3, $4, '{}'::jsonb)`, thread, cut, string(store.SourceBase), at); err != nil {
 			return err
 		}
 		for _, w := range base {

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
 	"github.com/trellisflow/trellis/runtime/store/postgres"
-	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 

@@ -1,6 +1,6 @@
 // Package sqlite is the embedded checkpoint store: one SQLite file, no
-// server, no cgo (modernc.org/sqlite). It is the default store of
-// `trellis run` and `trellis serve`. Write transactions begin IMMEDIATE, so
+// server, no cgo (modernc.org/sqlite). Its address is sqlite:PATH; it is
+// the default store (store.Default). Write transactions begin IMMEDIATE, so
 // two processes sharing a file serialise their commits instead of failing
 // halfway.
 package sqlite
@@ -22,7 +22,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/sqlstore"
+	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
@@ -98,6 +98,12 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	return nil
+}
+
+func init() {
+	store.Register("sqlite", func(ctx context.Context, addr string) (store.Store, error) {
+		return Open(ctx, strings.TrimPrefix(addr, "sqlite:"))
+	})
 }
 
 // Open opens (creating if needed) the database at path and applies any
@@ -252,7 +258,7 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 			return err
 		}
 		if _, err := tx.StmtContext(ctx, s.st.insertCheckpoint).ExecContext(ctx,
-			cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source, at, string(meta)); err != nil {
+			cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, string(cp.Source), at, string(meta)); err != nil {
 			return err
 		}
 		if len(cp.Writes) > 0 {
@@ -501,7 +507,7 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 	}
 	if opts.Source != "" {
 		q += ` AND source = ?`
-		args = append(args, opts.Source)
+		args = append(args, string(opts.Source))
 	}
 	if opts.Run != "" {
 		q += ` AND run = ?`
@@ -645,7 +651,7 @@ func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error)
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
-			VALUES (?, ?, 0, '', 0, 'base', ?, '{}')`, thread, cut, at); err != nil {
+			VALUES (?, ?, 0, '', 0, ?, ?, '{}')`, thread, cut, string(store.SourceBase), at); err != nil {
 			return err
 		}
 		for _, w := range base {

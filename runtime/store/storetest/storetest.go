@@ -78,7 +78,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 	if err := b.Delete(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Source: "create", Time: at(50),
+	if err := b.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Source: store.SourceCreate, Time: at(50),
 		Writes: []store.Write{{Field: "log", Version: 1, Value: []any{"new"}}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func at(sec int) time.Time { return time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC
 
 func create(t *testing.T, st store.Store, thread string, values map[string]any) {
 	t.Helper()
-	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: "create", Time: at(0)}
+	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: store.SourceCreate, Time: at(0)}
 	for _, k := range slices.Sorted(maps.Keys(values)) {
 		cp.Writes = append(cp.Writes, store.Write{Field: k, Version: 1, Value: values[k]})
 	}
@@ -120,7 +120,7 @@ func create(t *testing.T, st store.Store, thread string, values map[string]any) 
 
 func commit(t *testing.T, st store.Store, thread string, seq uint64, writes ...store.Write) {
 	t.Helper()
-	cp := &store.Checkpoint{Thread: thread, Seq: seq, Parent: seq - 1, Run: "r1", Step: int(seq), Source: "step", Time: at(int(seq)),
+	cp := &store.Checkpoint{Thread: thread, Seq: seq, Parent: seq - 1, Run: "r1", Step: int(seq), Source: store.SourceStep, Time: at(int(seq)),
 		Writes: writes, Writers: []store.NodeWrites{{Node: "n", Fields: fieldsOf(writes)}}, Next: []string{"n"}}
 	if err := st.Commit(ctx, cp); err != nil {
 		t.Fatalf("commit %d: %v", seq, err)
@@ -144,11 +144,11 @@ func testCreateAndHead(t *testing.T, st store.Store) {
 	if err != nil || h.Seq != 1 || h.Values["n"] != 1 || h.Values["s"] != "x" || h.Versions["n"] != 1 {
 		t.Fatalf("head %+v %v", h, err)
 	}
-	err = st.Commit(ctx, &store.Checkpoint{Thread: "t1", Seq: 1, Source: "create", Time: at(0)})
+	err = st.Commit(ctx, &store.Checkpoint{Thread: "t1", Seq: 1, Source: store.SourceCreate, Time: at(0)})
 	if !errors.Is(err, store.ErrExists) {
 		t.Fatalf("second create: %v", err)
 	}
-	err = st.Commit(ctx, &store.Checkpoint{Thread: "ghost", Seq: 5, Parent: 4, Source: "step", Time: at(0)})
+	err = st.Commit(ctx, &store.Checkpoint{Thread: "ghost", Seq: 5, Parent: 4, Source: store.SourceStep, Time: at(0)})
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("commit to a missing thread: %v", err)
 	}
@@ -158,7 +158,7 @@ func testChainAndConflicts(t *testing.T, st store.Store) {
 	create(t, st, "t", map[string]any{"n": 0})
 	commit(t, st, "t", 2, store.Write{Field: "n", Version: 2, Value: 1})
 	commit(t, st, "t", 3, store.Write{Field: "n", Version: 3, Value: 2})
-	err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 3, Parent: 2, Source: "step", Time: at(9)})
+	err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 3, Parent: 2, Source: store.SourceStep, Time: at(9)})
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale parent: %v", err)
 	}
@@ -253,7 +253,7 @@ func testHistory(t *testing.T, st store.Store) {
 		commit(t, st, "t", uint64(i), store.Write{Field: "n", Version: uint64(i), Value: i})
 	}
 	all, err := st.History(ctx, "t", store.HistoryOptions{})
-	if err != nil || len(all) != 10 || all[0].Seq != 10 || all[9].Seq != 1 || all[9].Source != "create" {
+	if err != nil || len(all) != 10 || all[0].Seq != 10 || all[9].Seq != 1 || all[9].Source != store.SourceCreate {
 		t.Fatalf("history %d %v", len(all), err)
 	}
 	if cp := all[0]; cp.Run != "r1" || cp.Step != 10 || !cp.Time.Equal(at(10)) || cp.Parent != 9 ||
@@ -264,7 +264,7 @@ func testHistory(t *testing.T, st store.Store) {
 	if len(page) != 3 || page[0].Seq != 7 || page[2].Seq != 5 {
 		t.Fatalf("page %v", seqs(page))
 	}
-	created, _ := st.History(ctx, "t", store.HistoryOptions{Source: "create"})
+	created, _ := st.History(ctx, "t", store.HistoryOptions{Source: store.SourceCreate})
 	if len(created) != 1 {
 		t.Fatalf("filter by source %v", seqs(created))
 	}
@@ -349,7 +349,7 @@ func testConcurrentWriters(t *testing.T, st store.Store) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Source: "step", Time: at(int(seq)),
+				err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Source: store.SourceStep, Time: at(int(seq)),
 					Writes: []store.Write{{Field: "n", Version: seq, Value: w}}})
 				if err == nil {
 					won[w] = true
@@ -395,7 +395,7 @@ func testPending(t *testing.T, st store.Store) {
 		t.Fatalf("pending writes survived the commit: %v", h.Pending)
 	}
 	// run state round-trips
-	cp := &store.Checkpoint{Thread: "t", Seq: 4, Parent: 3, Run: "r2", Step: 7, Source: "step", Time: at(4),
+	cp := &store.Checkpoint{Thread: "t", Seq: 4, Parent: 3, Run: "r2", Step: 7, Source: store.SourceStep, Time: at(4),
 		Next: []string{"j"}, Joins: []uint64{0, 5}}
 	if err := st.Commit(ctx, cp); err != nil {
 		t.Fatal(err)
@@ -454,7 +454,7 @@ func testPrune(t *testing.T, st store.Store) {
 		t.Fatalf("head changed by pruning: %+v %v", after, err)
 	}
 	hist, _ := st.History(ctx, "t", store.HistoryOptions{})
-	if len(hist) != 6 || hist[5].Source != "base" || hist[5].Seq != 15 {
+	if len(hist) != 6 || hist[5].Source != store.SourceBase || hist[5].Seq != 15 {
 		t.Fatalf("history after prune: %v", seqs(hist))
 	}
 	if s16, err := st.StateAt(ctx, "t", 16); err != nil || !reflect.DeepEqual(s16.Values, at16.Values) {
@@ -474,7 +474,7 @@ func testPrune(t *testing.T, st store.Store) {
 
 func testPruneIdle(t *testing.T, st store.Store) {
 	create(t, st, "old", map[string]any{"n": 1}) // created at(0), long ago
-	cp := &store.Checkpoint{Thread: "new", Seq: 1, Source: "create", Time: time.Now()}
+	cp := &store.Checkpoint{Thread: "new", Seq: 1, Source: store.SourceCreate, Time: time.Now()}
 	if err := st.Commit(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
@@ -561,14 +561,14 @@ func testLongThread(t *testing.T, st store.Store) {
 	}
 	run := func(from, to uint64) {
 		for seq := from; seq <= to; seq++ {
-			step(&store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Run: "r", Step: int(seq), Source: "step", Time: at(int(seq)),
+			step(&store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Run: "r", Step: int(seq), Source: store.SourceStep, Time: at(int(seq)),
 				Writes: writes(seq), Next: []string{"n"}})
 		}
 	}
 	begin := func() {
 		f, version = store.NewFolder(), map[string]uint64{}
 		clear(want)
-		step(&store.Checkpoint{Thread: "t", Seq: 1, Source: "create", Time: at(0),
+		step(&store.Checkpoint{Thread: "t", Seq: 1, Source: store.SourceCreate, Time: at(0),
 			Writes: []store.Write{{Field: "log", Value: []any{}}, {Field: "n", Value: 0}, {Field: "once", Value: "set at creation"}}})
 	}
 	begin()

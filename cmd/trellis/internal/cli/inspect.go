@@ -83,7 +83,7 @@ func cmdHistory(ctx context.Context, env *Env, args []string) int {
 	st, pos, code := openStore(ctx, env, "history", args, func(fs *flag.FlagSet) {
 		limit = fs.Int("limit", 20, "checkpoints to list")
 		before = fs.Uint64("before", 0, "list checkpoints older than this one")
-		source = fs.String("source", "", "only checkpoints of this source: create, fork, input, step or update")
+		source = fs.String("source", "", "only checkpoints of this source: create, fork, input, step, run, update or base")
 		run = fs.String("run", "", "only checkpoints of this run")
 		node = fs.String("node", "", "only checkpoints this node wrote")
 	})
@@ -94,7 +94,7 @@ func cmdHistory(ctx context.Context, env *Env, args []string) int {
 	if len(pos) != 1 {
 		return fail(env, "history", fmt.Errorf("want one THREAD"))
 	}
-	cps, err := st.History(ctx, pos[0], trellis.HistoryOptions{Limit: *limit, Before: *before, Source: *source, Run: *run, Node: *node})
+	cps, err := st.History(ctx, pos[0], trellis.HistoryOptions{Limit: *limit, Before: *before, Source: trellis.Source(*source), Run: *run, Node: *node})
 	if err != nil {
 		return fail(env, "history", missing(err, pos[0], 0))
 	}

@@ -1,4 +1,4 @@
-package stores_test
+package store_test
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
-	"github.com/trellisflow/trellis/runtime/store/stores"
+	_ "github.com/trellisflow/trellis/runtime/store/all"
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
 )
 
 const raceRuns = 150
@@ -31,7 +31,7 @@ func init() {
 // other process holds the thread.
 func raceChild(addr string) int {
 	ctx := context.Background()
-	st, err := stores.Open(ctx, addr)
+	st, err := store.Open(ctx, addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -94,7 +94,7 @@ func raceTest(t *testing.T, addr string) {
 			t.Fatalf("process %d: %v\n%s", i, err, errs[i])
 		}
 	}
-	st, err := stores.Open(context.Background(), addr)
+	st, err := store.Open(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)
 	}

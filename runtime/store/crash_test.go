@@ -1,4 +1,4 @@
-package stores_test
+package store_test
 
 import (
 	"bufio"
@@ -22,9 +22,9 @@ import (
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 	"github.com/trellisflow/trellis/runtime/store"
+	_ "github.com/trellisflow/trellis/runtime/store/all"
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
 	"github.com/trellisflow/trellis/runtime/store/memory"
-	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
-	"github.com/trellisflow/trellis/runtime/store/stores"
 )
 
 // The crash test: a child process (this test binary) runs the crash flow
@@ -106,7 +106,7 @@ func note(logPath, line string) {
 // unfinished run first.
 func crashChild(addr, logPath string) int {
 	ctx := context.Background()
-	st, err := stores.Open(ctx, addr)
+	st, err := store.Open(ctx, addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -186,7 +186,7 @@ func crashTest(t *testing.T, addr string, kills int) {
 		}
 		break
 	}
-	st, err := stores.Open(context.Background(), addr)
+	st, err := store.Open(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package stores_test
+package store_test
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
+	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
 	"github.com/trellisflow/trellis/runtime/store/postgres"
-	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellisflow/trellis/runtime/store/sqlite"
-	"github.com/trellisflow/trellis/runtime/store/sqlstore"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -256,7 +256,7 @@ func report(b *testing.B, g growth) {
 	b.ReportMetric(long/short, "time-1000/10-alternating")
 }
 
-// BenchmarkConversationGrowth: go test ./runtime/store/stores -run '^$' -bench Growth -benchtime 1x
+// BenchmarkConversationGrowth: go test ./runtime/store -run '^$' -bench Growth -benchtime 1x
 func BenchmarkConversationGrowth(b *testing.B) {
 	b.Run("sqlite", func(b *testing.B) {
 		path := filepath.Join(b.TempDir(), "g.db")

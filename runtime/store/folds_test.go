@@ -1,4 +1,4 @@
-package stores_test
+package store_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
-	"github.com/trellisflow/trellis/runtime/store/sqlstore"
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
+	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
@@ -132,7 +132,7 @@ func asJSON(t *testing.T, items []byte) []byte {
 // instance that does not hold it in memory: first in a process that has
 // just started (restart: its connection and statements are new too), then
 // in one that has already served another thread (uncached):
-// go test ./runtime/store/stores -run '^$' -bench ColdLoad
+// go test ./runtime/store -run '^$' -bench ColdLoad
 func BenchmarkColdLoad(b *testing.B) {
 	ctx := context.Background()
 	write := func(b *testing.B, st store.Store, thread string, turns int) {

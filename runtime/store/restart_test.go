@@ -1,4 +1,4 @@
-package stores_test
+package store_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/postgres/pgtest"
-	"github.com/trellisflow/trellis/runtime/store/stores"
+	_ "github.com/trellisflow/trellis/runtime/store/all"
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
 )
 
 // A PostgreSQL server restarted in the middle of a run cuts every
@@ -27,7 +27,7 @@ func TestPostgresServerRestart(t *testing.T) {
 	url, restart := pgtest.Restartable(t)
 	ctx := context.Background()
 	before := serverStart(t, url)
-	st, err := stores.Open(ctx, url)
+	st, err := store.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
