@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+)
+
+// ErrBusy is returned when a run is started on a thread that is running.
+var ErrBusy = errors.New("thread is busy with another run")
+
+// ErrUnfinished refuses a new run on a thread whose previous run did not
+// finish; resume it first.
+var ErrUnfinished = errors.New("thread has an unfinished run; resume it first")
+
+// InputError refuses a run input.
+type InputError struct {
+	Field      string
+	Reason     string
+	Suggestion string
+}
+
+func (e *InputError) Error() string {
+	msg := fmt.Sprintf("input %q: %s", e.Field, e.Reason)
+	if e.Suggestion != "" {
+		msg += fmt.Sprintf("; did you mean %q?", e.Suggestion)
+	}
+	return msg
+}
+
+// NodeError is a node's failure, located in its flow file.
+type NodeError struct {
+	Node string
+	Kind string
+	Pos  diag.Pos
+	Err  error
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("node %q (%s) at %s: %v", e.Node, e.Kind, e.Pos, e.Err)
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// LimitError is a run stopped by its superstep limit or an edge bound.
+type LimitError struct {
+	Limit int
+	Loop  []string
+	// Edge is the bounded edge's position, for bound errors.
+	Edge *diag.Pos
+}
+
+func (e *LimitError) Error() string {
+	loop := strings.Join(e.Loop, " → ")
+	if e.Edge != nil {
+		return fmt.Sprintf("edge at %s exceeded its bound of %d in loop %s", e.Edge, e.Limit, loop)
+	}
+	if loop == "" {
+		return fmt.Sprintf("run exceeded its limit of %d supersteps", e.Limit)
+	}
+	return fmt.Sprintf("run exceeded its limit of %d supersteps in loop %s", e.Limit, loop)
+}

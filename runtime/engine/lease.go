@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+func (e *Engine) leaseTTL() time.Duration {
+	if e.LeaseTTL > 0 {
+		return e.LeaseTTL
+	}
+	return DefaultLeaseTTL
+}
+
+// claim makes thread busy in this engine and takes its lease in the
+// store, for one writer per thread across processes; free ends the busy
+// mark (the caller releases the lease). A thread another run holds is
+// ErrBusy.
+func (e *Engine) claim(ctx context.Context, thread string) (owner string, free func(), err error) {
+	e.mu.Lock()
+	if e.busy[thread] {
+		e.mu.Unlock()
+		return "", nil, ErrBusy
+	}
+	if e.busy == nil {
+		e.busy, e.owner = map[string]bool{}, runID()
+	}
+	e.busy[thread] = true
+	owner = e.owner
+	e.mu.Unlock()
+	free = func() {
+		e.mu.Lock()
+		delete(e.busy, thread)
+		e.mu.Unlock()
+	}
+	if err := e.Store.Acquire(ctx, thread, owner, e.leaseTTL()); err != nil {
+		free()
+		if errors.Is(err, store.ErrLeased) {
+			return "", nil, ErrBusy
+		}
+		return "", nil, fmt.Errorf("lease thread: %w", err)
+	}
+	return owner, free, nil
+}
+
+// lease is a run's hold on its thread. Runs of inline nodes renew it at
+// step boundaries when it is due; once a step runs a node that may block,
+// a goroutine renews it until the run ends.
+type lease struct {
+	st            store.Store
+	thread, owner string
+	ttl           time.Duration
+	renewed       time.Time
+	stop          context.CancelFunc
+	done          chan struct{}
+}
+
+// keepAlive starts renewing in the background, once.
+func (l *lease) keepAlive(ctx context.Context) {
+	if l.stop != nil {
+		return
+	}
+	ctx, l.stop = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(l.ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = l.st.Acquire(ctx, l.thread, l.owner, l.ttl)
+			}
+		}
+	}()
+}
+
+// renewIfDue renews from the run's own goroutine when a third of the
+// lease has passed.
+func (l *lease) renewIfDue(ctx context.Context, now time.Time) {
+	if l.stop == nil && now.Sub(l.renewed) > l.ttl/3 {
+		if l.st.Acquire(ctx, l.thread, l.owner, l.ttl) == nil {
+			l.renewed = now
+		}
+	}
+}
+
+func (l *lease) release(ctx context.Context) {
+	if l.stop != nil {
+		l.stop()
+		<-l.done
+	}
+	_ = l.st.Release(context.WithoutCancel(ctx), l.thread, l.owner)
+}

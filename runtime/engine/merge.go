@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/value"
+)
+
+func writeOf(f *flow.Field, version uint64, value, update any) store.Write {
+	if f.Reducer.Appends {
+		return store.Write{Field: f.Name, Version: version, Items: flow.AsItems(update), Append: true}
+	}
+	return store.Write{Field: f.Name, Version: version, Value: value}
+}
+
+// validateField checks a field's new value: only the appended items when
+// the field's schema allows that, else the whole value.
+func validateField(f *flow.Field, value, update any) error {
+	if f.Items != nil && f.Reducer.Appends {
+		for i, it := range flow.AsItems(update) {
+			if err := f.Items.Validate(it); err != nil {
+				return fmt.Errorf("appended item %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+	if f.Validator == nil {
+		return nil
+	}
+	return f.Validator.Validate(value)
+}
+
+// appendOwned appends an update to an append field. When the current list
+// is the one this run last produced, the items go in place into its spare
+// capacity; otherwise (the list came from the store, or the field was
+// replaced) it is copied once into a list this run owns.
+func (r *run) appendOwned(f *flow.Field, cur, upd any) (any, error) {
+	cl, ok := cur.([]any)
+	if !ok && cur != nil {
+		return f.Reducer.Reduce(cur, upd)
+	}
+	full := r.lists[f.Index]
+	if len(full) != len(cl) || len(cl) > 0 && &full[0] != &cl[0] {
+		full = append(make([]any, 0, max(2*len(cl), 8)), cl...)
+	}
+	switch u := upd.(type) {
+	case nil:
+	case []any:
+		full = append(full, u...)
+	default:
+		full = append(full, u)
+	}
+	if full == nil {
+		full = []any{}
+	}
+	r.lists[f.Index] = full
+	return full[:len(full):len(full)], nil
+}
+
+// barrier merges the step's updates through the reducers in node
+// declaration order and validates every changed field. It returns the new
+// state (nil when nothing changed) and the changed fields in write order,
+// and leaves the per-step writer marks cleared for the next step, even
+// when the merge fails.
+func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) (map[string]any, []*flow.Field, error) {
+	r.changed = r.changed[:0]
+	next, err := r.merge(ctx, outs, vars)
+	changed := r.changed
+	for _, f := range changed {
+		r.writer[f.Index] = -1
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return next, changed, nil
+}
+
+// merge is barrier's work. For each node, in declaration order: a failed
+// node's on_error applies (or the run fails); each written field must be a
+// field the node declares, written once, and by no other node this step
+// unless its reducer folds concurrent writes; the value is normalised,
+// reduced into the field (appends in place, see appendOwned) and
+// validated. It lists the changed fields in r.changed.
+func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (map[string]any, error) {
+	observe := r.req.Observe != nil
+	var next map[string]any
+	for i := range outs {
+		o := &outs[i]
+		n := o.node
+		r.visits[n.Index]++
+		if o.err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if !n.OnError.Handled {
+				if observe {
+					r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error()})
+				}
+				return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
+			}
+			upd, err := r.fallback(n, vars, o.err)
+			if err != nil {
+				return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", err, o.err)}
+			}
+			if observe {
+				r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Handled: true, Update: upd.Map()})
+			}
+			o.update, o.route = upd, n.OnError.Route
+		} else if observe {
+			r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: o.update.Map(), Degraded: o.degraded})
+		}
+		if len(o.update) == 0 {
+			continue
+		}
+		if next == nil {
+			// The run owns its state map: it came from the store as a copy
+			// and nodes are done reading it. Only when a timed-out node may
+			// still read it does the step work on a copy.
+			next = r.values
+			if r.abandoned.Load() {
+				next = maps.Clone(r.values)
+			}
+		}
+		fail := func(format string, args ...any) error {
+			return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
+		}
+		for j, fv := range o.update {
+			f := declared(n, fv.Field)
+			if f == nil {
+				var ok bool
+				if f, ok = r.g.Field(fv.Field); !ok {
+					return nil, fail("wrote %q, which is not a state field", fv.Field)
+				}
+			}
+			if !n.WriteMask[f.Index] {
+				return nil, fail("wrote field %q, which the node does not declare", f.Name)
+			}
+			if _, dup := o.update[:j].Get(f.Name); dup {
+				return nil, fail("wrote field %q twice in one update", f.Name)
+			}
+			if w := r.writer[f.Index]; w >= 0 && !f.Reducer.Concurrent {
+				return nil, fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
+			}
+			v, err := normalizeFor(f, fv.Value)
+			if err != nil {
+				return nil, fail("field %q: %w", f.Name, err)
+			}
+			var merged any
+			if f.Reducer.Appends {
+				merged, err = r.appendOwned(f, r.cur[f.Index], v)
+			} else {
+				merged, err = f.Reducer.Reduce(r.cur[f.Index], v)
+			}
+			if err == nil {
+				err = validateField(f, merged, v)
+			}
+			if err != nil {
+				return nil, fail("update of field %q rejected: %w", f.Name, err)
+			}
+			if r.writer[f.Index] < 0 {
+				r.changed = append(r.changed, f)
+				if f.Reducer.Appends {
+					old, _ := r.cur[f.Index].([]any)
+					r.oldLen[f.Index] = len(old)
+				}
+			}
+			next[f.Name] = merged
+			r.cur[f.Index] = merged
+			r.writer[f.Index] = n.Index
+		}
+	}
+	return next, nil
+}
+
+// declared returns the node's declared field called name, or nil.
+func declared(n *flow.Node, name string) *flow.Field {
+	for i, w := range n.WriteList {
+		if w == name {
+			return n.WriteFields[i]
+		}
+	}
+	return nil
+}
+
+// writtenFields lists the fields of upd in field order, sharing the node's
+// own list when it wrote every field it declares.
+func writtenFields(n *flow.Node, upd kind.Update) []string {
+	if len(upd) == 0 {
+		return nil
+	}
+	if len(upd) == len(n.WriteList) {
+		return n.WriteList
+	}
+	fs := make([]string, 0, len(upd))
+	for _, f := range n.WriteList {
+		if _, ok := upd.Get(f); ok {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+func normalizeFor(f *flow.Field, v any) (any, error) {
+	n, err := value.Normalize(v)
+	if err != nil {
+		return nil, err
+	}
+	return schema.Coerce(f.Shape, n), nil
+}

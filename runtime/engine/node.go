@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+)
+
+// runNodes runs a superstep's nodes: each node that may block on a
+// goroutine of its own, inline nodes one after another on this goroutine.
+func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[string]any, outs []outcome) {
+	blocking := 0
+	for _, n := range triggered {
+		if !n.Inline {
+			blocking++
+		}
+	}
+	if blocking <= 1 {
+		for i, n := range triggered {
+			r.exec(ctx, n, vars, &outs[i])
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for i, n := range triggered {
+		if !n.Inline {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.exec(ctx, n, vars, &outs[i])
+				outs[i].saveErr = r.savePending(ctx, &outs[i])
+			}()
+		}
+	}
+	for i, n := range triggered {
+		if n.Inline {
+			r.exec(ctx, n, vars, &outs[i])
+		}
+	}
+	wg.Wait()
+}
+
+// outcome is one node's result in a superstep.
+type outcome struct {
+	node     *flow.Node
+	view     view
+	update   kind.Update
+	err      error
+	attempts int
+	took     time.Duration
+	route    *flow.Node // on_error route taken
+	degraded string     // why the update is a fallback
+	// saveErr is the store's failure to save the node's update as a
+	// pending write: the run's failure, not the node's, so on_error does
+	// not apply to it.
+	saveErr error
+}
+
+// fallback evaluates a node's on_error.set.
+func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Update, error) {
+	if len(n.OnError.Set) == 0 {
+		return nil, nil
+	}
+	ev := maps.Clone(vars)
+	ev["error"] = cause.Error()
+	upd := make(kind.Update, 0, len(n.OnError.Set))
+	for _, f := range n.OnError.SetOrder {
+		v, err := n.OnError.Set[f].Eval(ev)
+		if err != nil {
+			return nil, fmt.Errorf("set %s: %w", f, err)
+		}
+		upd = append(upd, kind.FieldValue{Field: f, Value: v})
+	}
+	return upd, nil
+}
+
+// exec runs one node with its retry and timeout policy.
+func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
+	if ws, ok := r.pending[n.Name]; ok {
+		// completed before the run stopped: take its saved update
+		upd := make(kind.Update, len(ws))
+		for i, w := range ws {
+			upd[i] = kind.FieldValue{Field: w.Field, Value: w.Value}
+		}
+		o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, upd, nil, 0, 0, ""
+		return
+	}
+	o.view.stream = nil
+	if r.req.Observe != nil {
+		step := r.step
+		o.view.stream = func(text string) {
+			r.emit(Event{Type: NodeOutput, Step: step, Node: n.Name, Kind: n.Kind, Text: text})
+		}
+	}
+	r.attempt(ctx, n, vars, o)
+}
+
+// attempt runs a node until it succeeds or its retries are spent: each
+// failure that is not permanent waits the retry policy's backoff (doubling
+// up to its maximum) and tries again; after the last, a node that has a
+// Fallback produces its stand-in update, else the outcome holds the error
+// for the barrier (and on_error) to deal with.
+func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
+	st := &o.view
+	var start time.Time
+	timed := r.req.Observe != nil
+	if timed {
+		start = time.Now()
+	}
+	o.node, o.update, o.err, o.took, o.degraded = n, nil, nil, 0, ""
+	backoff := n.Retry.Backoff
+attempts:
+	for attempt := 1; ; attempt++ {
+		o.attempts = attempt
+		st.reset(vars, n.Name, attempt)
+		upd, err := r.call(ctx, n, st)
+		if err == nil {
+			o.update, o.degraded = upd, st.degraded
+			break
+		}
+		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
+			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil {
+				upd, ferr := fb.Fallback(ctx, st, err)
+				if ferr == nil {
+					o.update, o.degraded = upd, err.Error()
+					break
+				}
+				err = fmt.Errorf("%w; fallback: %v", err, ferr)
+			}
+			o.err = err
+			break
+		}
+		if r.req.Observe != nil {
+			r.emit(Event{Type: NodeRetry, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: attempt, Error: err.Error(), Duration: backoff})
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			o.err = ctx.Err()
+			break attempts
+		case <-t.C:
+		}
+		backoff = min(time.Duration(float64(backoff)*n.Retry.Factor), n.Retry.MaxBackoff)
+	}
+	if timed {
+		o.took = time.Since(start)
+	}
+}
+
+// call runs one attempt, turning a panic into an error and enforcing the
+// node's timeout.
+func (r *run) call(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update, err error) {
+	if n.Timeout <= 0 {
+		return safeRun(ctx, n, st)
+	}
+	tctx, cancel := context.WithTimeout(ctx, n.Timeout)
+	defer cancel()
+	type result struct {
+		upd kind.Update
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		u, e := safeRun(tctx, n, st)
+		done <- result{u, e}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil && errors.Is(tctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, fmt.Errorf("timed out after %s", n.Timeout)
+		}
+		return res.upd, res.err
+	case <-tctx.Done():
+		// the attempt goes on in the background until it notices; it may
+		// still read this step's variables
+		r.abandoned.Store(true)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("timed out after %s", n.Timeout)
+	}
+}
+
+func safeRun(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return n.Impl.Run(ctx, st)
+}

@@ -1,0 +1,190 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/value"
+)
+
+// runState copies the join arrivals an unfinished run needs to resume;
+// nil when no join is waiting.
+//
+// Edge bounds are not carried: a resumed run counts them from where it
+// resumes (its superstep count, which max_steps limits, is carried).
+func (r *run) runState() []uint64 {
+	for _, j := range r.joins {
+		if j != 0 {
+			return append(take(&r.slabs.joins, len(r.joins))[:0], r.joins...)
+		}
+	}
+	return nil
+}
+
+// restore sets a resumed run up from the thread's unfinished run: its
+// step, join arrivals, input, next nodes and pending writes.
+func (r *run) restore(ctx context.Context, head *store.Snapshot) error {
+	r.step = head.Step
+	copy(r.joins, head.Joins)
+	if cps, err := r.e.Store.History(ctx, r.req.Thread, store.HistoryOptions{Run: head.Run, Source: store.SourceInput, Limit: 1}); err == nil && len(cps) == 1 {
+		r.input = map[string]any{}
+		for _, w := range cps[0].Writes {
+			if w.Append {
+				r.input[w.Field] = w.Items
+			} else {
+				r.input[w.Field] = w.Value
+			}
+		}
+	}
+	for _, name := range head.Next {
+		n, ok := r.g.Node(name)
+		if !ok {
+			return fmt.Errorf("resume: the flow has no node %q (it changed since the run stopped)", name)
+		}
+		r.resumed = append(r.resumed, n)
+	}
+	r.pending = head.Pending
+	r.bindVars()
+	return nil
+}
+
+// slabs hand out the parts of step checkpoints from chunks, so a step
+// allocates nothing for its checkpoint and each part takes exactly the
+// room it needs. What a run leaves over serves the next run.
+type slabs struct {
+	cps     []store.Checkpoint
+	writes  []store.Write
+	writers []store.NodeWrites
+	names   []string
+	joins   []uint64
+}
+
+// slabChunk is how many items a slab allocates at a time.
+const slabChunk = 64
+
+// take returns n zeroed items of s, capped so that appending to them
+// cannot reach the items handed out next.
+func take[T any](s *[]T, n int) []T {
+	if len(*s) < n {
+		*s = make([]T, max(n, slabChunk))
+	}
+	out := (*s)[:n:n]
+	*s = (*s)[n:]
+	return out
+}
+
+// commit sends a checkpoint to the store as the run's durability says.
+func (r *run) commit(ctx context.Context, cp *store.Checkpoint) error {
+	switch r.req.Durability {
+	case Async:
+		if r.async == nil {
+			r.async = &committer{ch: make(chan *store.Checkpoint, 64), done: make(chan struct{})}
+			go r.async.loop(context.WithoutCancel(ctx), r.e.Store)
+		}
+		if err := r.async.failed(); err != nil {
+			return err
+		}
+		r.async.ch <- cp
+		return nil
+	case Exit:
+		r.deferred = append(r.deferred, cp)
+		return nil
+	}
+	return r.e.Store.Commit(ctx, cp)
+}
+
+// flush completes the commits of an Async or Exit run. A failed Exit run
+// commits nothing.
+func (r *run) flush(ctx context.Context, ok bool) error {
+	if r.async != nil {
+		close(r.async.ch)
+		<-r.async.done
+		err := r.async.err
+		r.async = nil
+		return err
+	}
+	if len(r.deferred) == 0 {
+		return nil
+	}
+	cps := r.deferred
+	r.deferred = nil
+	if !ok {
+		return nil
+	}
+	first, last := cps[0], cps[len(cps)-1]
+	merged := &store.Checkpoint{Thread: first.Thread, Seq: first.Seq, Parent: first.Parent, Run: r.id, Step: last.Step,
+		Source: store.SourceRun, Time: last.Time}
+	pos := map[string]int{}
+	for _, cp := range cps {
+		merged.Writers = append(merged.Writers, cp.Writers...)
+		for _, w := range cp.Writes {
+			i, seen := pos[w.Field]
+			switch {
+			case !seen:
+				pos[w.Field] = len(merged.Writes)
+				merged.Writes = append(merged.Writes, w)
+			case w.Append && merged.Writes[i].Append:
+				m := &merged.Writes[i]
+				m.Items, m.Version = append(slices.Clip(m.Items), w.Items...), w.Version
+			default:
+				merged.Writes[i] = store.Write{Field: w.Field, Version: w.Version, Value: r.values[w.Field]}
+			}
+		}
+	}
+	if err := r.e.Store.Commit(ctx, merged); err != nil {
+		return fmt.Errorf("commit run: %w", err)
+	}
+	r.seq = merged.Seq
+	return nil
+}
+
+// committer commits an Async run's checkpoints in order.
+type committer struct {
+	ch   chan *store.Checkpoint
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+func (c *committer) loop(ctx context.Context, st store.Store) {
+	defer close(c.done)
+	for cp := range c.ch {
+		if c.failed() != nil {
+			continue
+		}
+		if err := st.Commit(ctx, cp); err != nil {
+			c.mu.Lock()
+			c.err = fmt.Errorf("commit step %d: %w", cp.Step, err)
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *committer) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// savePending stores a blocking node's update as soon as it completes, so
+// that a run resumed after a crash does not run it again.
+func (r *run) savePending(ctx context.Context, o *outcome) error {
+	if o.err != nil || o.attempts == 0 || (r.req.Durability != "" && r.req.Durability != Sync) {
+		return nil
+	}
+	ws := make([]store.Write, len(o.update))
+	for i, fv := range o.update {
+		v, err := value.Normalize(fv.Value)
+		if err != nil {
+			return nil // the barrier reports it
+		}
+		ws[i] = store.Write{Field: fv.Field, Value: v}
+	}
+	if err := r.e.Store.PutPending(ctx, r.req.Thread, r.seq, o.node.Name, ws); err != nil {
+		return fmt.Errorf("step %d: save the update of node %q: %w", r.step, o.node.Name, err)
+	}
+	return nil
+}

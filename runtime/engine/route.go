@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/trellisflow/trellis/runtime/flow"
+)
+
+// route fires the edges of the nodes that ran (or START's edges when outs
+// is nil) and returns the next triggered set in declaration order. A node
+// whose on_error routed elsewhere triggers that node instead of its edges.
+// Conditions and routes are evaluated over vars, the post-barrier state.
+func (r *run) route(vars map[string]any, outs []outcome) ([]*flow.Node, error) {
+	r.marked = false
+	if outs == nil {
+		for _, e := range r.g.Entry {
+			if err := r.fire(e, nil, vars); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i := range outs {
+		n := outs[i].node
+		if outs[i].route != nil {
+			r.mark[outs[i].route.Index], r.marked = true, true
+			continue
+		}
+		for _, e := range n.Out {
+			if err := r.fire(e, n, vars); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if !r.marked {
+		return nil, nil
+	}
+	r.flip ^= 1
+	next := r.next[r.flip][:0]
+	for i, m := range r.mark {
+		if m {
+			next = append(next, r.g.Nodes[i])
+			r.mark[i] = false
+		}
+	}
+	r.next[r.flip] = next
+	return next, nil
+}
+
+// fire takes one edge out of from: a join records from's arrival and fires
+// once every source has arrived; a branch takes its first case that holds;
+// a route takes the choice its expression names (or its default). A
+// bounded edge taken more often than its bound stops the run.
+func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
+	var targets []*flow.Node
+	switch {
+	case e.Join >= 0:
+		for i, s := range e.From {
+			if s == from {
+				r.joins[e.Join] |= 1 << i
+			}
+		}
+		if r.joins[e.Join] != 1<<len(e.From)-1 {
+			return nil
+		}
+		r.joins[e.Join] = 0
+		targets = e.To
+	case e.Cases != nil:
+		matched := false
+		for _, c := range e.Cases {
+			ok := c.When == nil
+			if !ok {
+				var err error
+				ok, err = r.machine.EvalBool(c.When, vars)
+				if err != nil {
+					return fmt.Errorf("branch at %s: %q: %w", e.Pos, c.When.Source(), err)
+				}
+			}
+			if ok {
+				targets, matched = c.To, true
+				break
+			}
+		}
+		if !matched {
+			return fmt.Errorf("branch at %s: no case matched and there is no else", e.Pos)
+		}
+	case e.Route != nil:
+		v, err := r.machine.Eval(e.Route, vars)
+		if err != nil {
+			return fmt.Errorf("route at %s: %q: %w", e.Pos, e.Route.Source(), err)
+		}
+		name, _ := v.(string)
+		n, ok := e.Choices[name]
+		switch {
+		case ok:
+			if n != nil {
+				targets = []*flow.Node{n}
+			}
+		case e.HasDefault:
+			if e.Default != nil {
+				targets = []*flow.Node{e.Default}
+			}
+		default:
+			return fmt.Errorf("route at %s yielded %v, which is not one of its choices (%s)", e.Pos, v, strings.Join(slices.Sorted(maps.Keys(e.Choices)), ", "))
+		}
+	default:
+		targets = e.To
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	if e.Bound > 0 {
+		r.bounds[e.Index]++
+		if r.bounds[e.Index] > e.Bound {
+			pos := e.Pos
+			return &LimitError{Limit: e.Bound, Loop: loopNames(r.g, targets[0]), Edge: &pos}
+		}
+	}
+	for _, n := range targets {
+		r.mark[n.Index] = true
+	}
+	r.marked = true
+	return nil
+}
+
+func (r *run) limitError(triggered []*flow.Node) error {
+	for _, n := range triggered {
+		if loop := loopNames(r.g, n); loop != nil {
+			return &LimitError{Limit: r.g.MaxSteps, Loop: loop}
+		}
+	}
+	return &LimitError{Limit: r.g.MaxSteps}
+}
+
+func loopNames(g *flow.Graph, n *flow.Node) []string {
+	loop := g.Loop(n)
+	if loop == nil {
+		return nil
+	}
+	names := make([]string, len(loop))
+	for i, m := range loop {
+		names[i] = m.Name
+	}
+	return names
+}

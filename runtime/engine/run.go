@@ -1,0 +1,243 @@
+package engine
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// run is the state of one executing run: who it is, and its parts, each
+// with one job. The parts are embedded, so the step loop reads their
+// fields as directly as if they were the run's own.
+type run struct {
+	e       *Engine
+	g       *flow.Graph
+	req     Request
+	id      string
+	step    int
+	started time.Time
+	path    [][]string // each step's nodes, with Request.RecordPath
+	emitMu  sync.Mutex // serialises events from node goroutines
+
+	working
+	schedule
+	durability
+	clockReading
+
+	// outs holds each triggered node's outcome of the current step; its
+	// views (each with an expression machine) survive from run to run.
+	outs    []outcome
+	outsBuf [2]outcome
+	// words backs versions and joins, so a run allocates them at once.
+	words []uint64
+}
+
+// working is the state a run builds: the values it reads and the changes
+// a step makes to them. The barrier changes it; everything else reads it.
+type working struct {
+	values   map[string]any
+	versions []uint64 // per field: its version, as checkpoints record it
+	input    map[string]any
+	// vars are the expression variables of the current snapshot. They are
+	// updated in place between steps, unless a timed-out node may still be
+	// reading them (abandoned): then every step gets fresh ones.
+	vars      map[string]any
+	machine   expression.Machine // for edge conditions and routes
+	abandoned atomic.Bool
+	// cur mirrors the state map by field index, so the step loop reads
+	// and writes field values without hashing their names.
+	cur []any
+	// lists holds, per append field, the list this run last appended to,
+	// with its spare capacity. State, events and checkpoints only ever see
+	// it capped at its length, so appending in place beyond that length
+	// changes nothing anyone can read: a run appends in amortised constant
+	// time instead of copying the list every step.
+	lists   [][]any
+	changed []*flow.Field // the fields this step changed, in write order
+	oldLen  []int         // per append field: its length before this step
+	writer  []int         // per field: the node that wrote it this step, -1 none
+}
+
+// schedule is what decides which nodes run next: the edges' state and the
+// triggered set being built. Routing changes it.
+type schedule struct {
+	visits  []int    // per node: how often it ran
+	bounds  []int    // per edge: how often it was taken
+	joins   []uint64 // per join slot: the sources that arrived
+	mark    []bool   // per node: triggered for the next step
+	marked  bool     // some node is marked
+	next    [2][]*flow.Node
+	nextBuf [2][4]*flow.Node
+	flip    int
+	// resumed are the next nodes of a resumed run; pending their saved
+	// updates, which the first step takes instead of running them.
+	resumed []*flow.Node
+	pending map[string][]store.Write
+}
+
+// durability is how the run's steps reach the store, and its hold on the
+// thread.
+type durability struct {
+	seq      uint64 // the thread's head: the run's last checkpoint
+	lease    *lease
+	async    *committer          // Async durability
+	deferred []*store.Checkpoint // Exit durability
+	slabs    slabs               // parts of step checkpoints
+}
+
+// clockReading is the last reading of the clock, see run.clock.
+type clockReading struct {
+	now        time.Time
+	sinceClock int
+}
+
+func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
+	nf, nn, ne := len(g.Fields), len(g.Nodes), len(g.Edges)
+	ints := make([]int, nn+ne+2*nf)
+	r := runs.Get().(*run)
+	words := r.words[:0]
+	if cap(words) < nf+g.Joins {
+		words = make([]uint64, nf+g.Joins)
+	}
+	words = words[:nf+g.Joins]
+	clear(words)
+	mark := r.mark[:0]
+	if cap(mark) < nn {
+		mark = make([]bool, nn)
+	}
+	mark = mark[:nn]
+	clear(mark)
+	r.e, r.g, r.req, r.id = e, g, req, runID()
+	r.values, r.seq, r.input, r.step, r.path = head.Values, head.Seq, nil, 0, nil
+	r.words, r.versions, r.joins = words, words[:nf:nf], words[nf:]
+	r.visits, r.bounds = ints[:nn:nn], ints[nn:nn+ne:nn+ne]
+	r.writer, r.oldLen = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:]
+	r.mark, r.started, r.now, r.sinceClock, r.flip = mark, time.Now(), time.Time{}, 0, 0
+	r.changed = r.changed[:0]
+	if cap(r.lists) < nf {
+		r.lists = make([][]any, nf)
+	}
+	r.lists = r.lists[:nf]
+	if cap(r.cur) < nf {
+		r.cur = make([]any, nf)
+	}
+	r.cur = r.cur[:nf]
+	r.resumed, r.pending, r.lease, r.async, r.deferred = nil, nil, nil, nil, nil
+	for i, f := range g.Fields {
+		if head.Versions == nil {
+			// a thread created by this run: every present field is new
+			if _, ok := head.Values[f.Name]; ok {
+				r.versions[i] = 1
+			}
+		} else {
+			r.versions[i] = head.Versions[f.Name]
+		}
+		r.writer[i] = -1
+	}
+	if r.outs == nil {
+		r.outs = r.outsBuf[:0]
+		r.next[0], r.next[1] = r.nextBuf[0][:0], r.nextBuf[1][:0]
+	}
+	return r
+}
+
+// runs recycles run structs: their node views (each with a virtual
+// machine), buffers and variable map survive from run to run.
+var runs = sync.Pool{New: func() any { return new(run) }}
+
+// release returns r to the pool, unless a timed-out node may still hold
+// its variables.
+func (r *run) release() {
+	if r.abandoned.Load() {
+		return
+	}
+	all := r.outs[:cap(r.outs)]
+	for i := range all {
+		o := &all[i]
+		o.node, o.update, o.err, o.route = nil, nil, nil, nil
+		o.view.reset(nil, "", 0)
+	}
+	clear(r.next[0][:cap(r.next[0])])
+	clear(r.lists)
+	clear(r.cur)
+	clear(r.next[1][:cap(r.next[1])])
+	r.e, r.g, r.values, r.input, r.path, r.req = nil, nil, nil, nil, nil, Request{}
+	if r.vars != nil {
+		clear(r.vars)
+	}
+	runs.Put(r)
+}
+
+var (
+	runPrefix = expression.NewID()[:8]
+	runSeq    atomic.Uint64
+)
+
+// runID names a run uniquely: a per-process random prefix and a counter.
+func runID() string {
+	return runPrefix + "-" + strconv.FormatUint(runSeq.Add(1), 36)
+}
+
+// clockEvery bounds how many inline-only steps may share one clock reading.
+const clockEvery = 64
+
+// clock returns the time for a step's checkpoint. Reading the clock costs
+// as much as a whole inline step on some machines, so it is read only when
+// time can have passed: after a step that ran a node which may block (or
+// retried), and at least every clockEvery steps. A step of inline nodes
+// only takes microseconds, so its checkpoint time is off by at most the
+// few inline steps since the last reading.
+func (r *run) clock(outs []outcome) time.Time {
+	r.sinceClock++
+	fresh := r.sinceClock >= clockEvery
+	for i := range outs {
+		if !outs[i].node.Inline || outs[i].attempts > 1 {
+			fresh = true
+		}
+	}
+	if fresh || r.now.IsZero() {
+		r.now, r.sinceClock = time.Now(), 0
+	}
+	return r.now
+}
+
+// bindVars builds fresh expression variables for the current state.
+func (r *run) bindVars() {
+	if r.vars == nil || r.abandoned.Load() {
+		r.vars = make(map[string]any, len(r.g.Fields)+len(r.input)+2)
+	} else {
+		clear(r.vars)
+	}
+	r.vars["state"], r.vars["input"] = r.values, r.input
+	for i, f := range r.g.Fields {
+		v, ok := r.values[f.Name]
+		r.cur[i] = v
+		if ok {
+			r.vars[f.Var] = v
+		}
+		if v, ok := r.input[f.Name]; ok {
+			r.vars[f.InputVar] = v
+		}
+	}
+}
+
+func sortedKeys(m map[string]any) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+func (r *run) emit(ev Event) {
+	ev.Run, ev.Thread, ev.Time = r.id, r.req.Thread, time.Now()
+	r.emitMu.Lock()
+	r.req.Observe(ev)
+	r.emitMu.Unlock()
+}

@@ -1,0 +1,267 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/value"
+)
+
+// execute drives a run from its input to its end. A new run applies its
+// input (one checkpoint, naming the entry nodes so that a run that dies
+// before its first step can be resumed) and routes from START; a resumed
+// run starts from the nodes its last checkpoint names. Then it runs
+// supersteps until no node is triggered, the context ends, a step fails or
+// max_steps is exceeded. Whatever happens, the commits of an Async or Exit
+// run are completed (or, for a failed Exit run, dropped) before it returns,
+// and an observed run ends with run_end or run_error.
+func (r *run) execute(ctx context.Context) (res *Result, err error) {
+	observe := r.req.Observe != nil
+	if observe {
+		r.emit(Event{Type: RunStart})
+		defer func() {
+			if err != nil {
+				r.emit(Event{Type: RunError, Step: r.step, Error: err.Error(), Duration: time.Since(r.started)})
+			} else {
+				r.emit(Event{Type: RunEnd, Step: r.step, State: res.State, Duration: time.Since(r.started)})
+			}
+		}()
+	}
+	defer func() {
+		if ferr := r.flush(ctx, err == nil); err == nil && ferr != nil {
+			res, err = nil, ferr
+		}
+		if res != nil {
+			res.Checkpoint = r.seq
+		}
+	}()
+	var triggered []*flow.Node
+	if r.resumed != nil {
+		triggered = r.resumed
+	} else {
+		cp, err := r.applyInput()
+		if err != nil {
+			return nil, err
+		}
+		r.bindVars()
+		if triggered, err = r.route(r.vars, nil); err != nil {
+			return nil, err
+		}
+		if cp != nil {
+			// the input checkpoint names the entry nodes, so a run that
+			// dies before its first step can be resumed
+			for _, n := range triggered {
+				cp.Next = append(cp.Next, n.Name)
+			}
+			if err := r.commit(ctx, cp); err != nil {
+				return nil, fmt.Errorf("commit input: %w", err)
+			}
+			r.seq = cp.Seq
+		}
+	}
+	for len(triggered) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r.step++
+		if r.step > r.g.MaxSteps {
+			return nil, r.limitError(triggered)
+		}
+		triggered, err = r.superstep(ctx, triggered)
+		if err != nil {
+			return nil, err
+		}
+	}
+	res = &Result{Run: r.id, Thread: r.req.Thread, State: r.values, Checkpoint: r.seq, Steps: r.step, Path: r.path,
+		g: r.g, visits: r.visits}
+	return res, nil
+}
+
+// applyInput validates the input and applies it through the reducers. It
+// returns the input checkpoint, for the caller to commit once it knows
+// the entry nodes, or nil when there is no input.
+func (r *run) applyInput() (*store.Checkpoint, error) {
+	if len(r.req.Input) == 0 {
+		return nil, nil
+	}
+	next := maps.Clone(r.values)
+	r.input = make(map[string]any, len(r.req.Input))
+	cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now()}
+	for _, k := range sortedKeys(r.req.Input) {
+		f, ok := r.g.Field(k)
+		if !ok || !f.Input {
+			var names []string
+			for _, in := range r.g.Inputs {
+				names = append(names, in.Name)
+			}
+			reason := "not an input of this flow"
+			if len(names) > 0 {
+				reason += " (inputs: " + strings.Join(names, ", ") + ")"
+			}
+			return nil, &InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)}
+		}
+		v, err := value.Normalize(r.req.Input[k])
+		if err != nil {
+			return nil, &InputError{Field: k, Reason: err.Error()}
+		}
+		v = schema.Coerce(f.Shape, v)
+		r.input[k] = v
+		nv, err := f.Reducer.Reduce(next[k], v)
+		if err != nil {
+			return nil, &InputError{Field: k, Reason: err.Error()}
+		}
+		if err := validateField(f, nv, v); err != nil {
+			return nil, &InputError{Field: k, Reason: err.Error()}
+		}
+		next[k] = nv
+		r.versions[f.Index]++
+		cp.Writes = append(cp.Writes, writeOf(f, r.versions[f.Index], nv, v))
+	}
+	if r.g.FullValidation {
+		if err := r.g.Root().Validate(next); err != nil {
+			return nil, &InputError{Field: cp.Writes[0].Field, Reason: err.Error()}
+		}
+	}
+	r.values = next
+	return cp, nil
+}
+
+// superstep runs one step of the run, the heart of the runtime:
+//
+//  1. Every triggered node runs on the same snapshot: nodes that may block
+//     each on a goroutine of their own, inline nodes one after another
+//     here. A blocking node's update is saved as a pending write the moment
+//     it completes, so a crash does not run it again.
+//  2. The barrier merges the updates through the fields' reducers in node
+//     declaration order (never completion order, so the result does not
+//     depend on timing), enforces single writers and declared writes, and
+//     validates each changed field against its sub-schema (the whole state
+//     too, when the schema constrains it as a whole).
+//  3. The step becomes a checkpoint: one write per changed field (for an
+//     append field only the items this step appended), the nodes that ran
+//     and what each wrote.
+//  4. The edges of the nodes that ran are fired on the post-barrier state,
+//     giving the next triggered set; the checkpoint records it, so an
+//     unfinished run can be resumed from here.
+//  5. The checkpoint is committed as the run's durability says, the
+//     thread's lease renewed when due, and the step's changes emitted.
+//
+// It returns the nodes triggered for the next step (none: the run is
+// over).
+func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.Node, error) {
+	observe := r.req.Observe != nil
+	vars := r.vars
+	if cap(r.outs) < len(triggered) {
+		r.outs = make([]outcome, len(triggered))
+	}
+	outs := r.outs[:len(triggered)]
+	for i := range outs {
+		outs[i].update, outs[i].err, outs[i].route, outs[i].saveErr = nil, nil, nil, nil
+	}
+	if observe {
+		for _, n := range triggered {
+			r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
+		}
+	}
+	if r.lease != nil {
+		for _, n := range triggered {
+			if !n.Inline {
+				r.lease.keepAlive(ctx)
+				break
+			}
+		}
+	}
+	r.runNodes(ctx, triggered, vars, outs)
+	for i := range outs {
+		if err := outs[i].saveErr; err != nil {
+			return nil, err
+		}
+	}
+	// saved updates belong to the first superstep of a resumed run only
+	r.pending = nil
+	if r.req.RecordPath {
+		names := make([]string, len(triggered))
+		for i, n := range triggered {
+			names[i] = n.Name
+		}
+		r.path = append(r.path, names)
+	}
+	next, changed, err := r.barrier(ctx, outs, vars)
+	if err != nil {
+		return nil, err
+	}
+	cp := &take(&r.slabs.cps, 1)[0]
+	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, store.SourceStep
+	if len(changed) > 0 {
+		// one write per changed field; an append field records only the
+		// items this step appended (several writers fold in order)
+		writes := take(&r.slabs.writes, len(changed))[:0]
+		for _, f := range changed {
+			r.versions[f.Index]++
+			w := store.Write{Field: f.Name, Version: r.versions[f.Index]}
+			if f.Reducer.Appends {
+				list := r.cur[f.Index].([]any)
+				w.Items, w.Append = list[r.oldLen[f.Index]:len(list):len(list)], true
+			} else {
+				w.Value = r.cur[f.Index]
+			}
+			writes = append(writes, w)
+		}
+		cp.Writes = writes
+		if r.g.FullValidation {
+			if err := r.g.Root().Validate(next); err != nil {
+				return nil, fmt.Errorf("step %d: state rejected: %w", r.step, err)
+			}
+		}
+		r.values = next
+	}
+	writers := take(&r.slabs.writers, len(outs))[:0]
+	for i := range outs {
+		writers = append(writers, store.NodeWrites{Node: outs[i].node.Name, Fields: writtenFields(outs[i].node, outs[i].update)})
+	}
+	cp.Writers = writers
+	// routing on the post-barrier state
+	if r.abandoned.Load() {
+		r.bindVars()
+	} else {
+		for _, f := range changed {
+			expression.BindField(r.vars, f.Var, r.cur[f.Index])
+		}
+	}
+	following, err := r.route(r.vars, outs)
+	if err != nil {
+		return nil, err
+	}
+	cp.Time = r.clock(outs)
+	if len(following) > 0 {
+		names := take(&r.slabs.names, len(following))[:0]
+		for _, n := range following {
+			names = append(names, n.Name)
+		}
+		cp.Next = names
+		cp.Joins = r.runState()
+	}
+	if err := r.commit(ctx, cp); err != nil {
+		return nil, fmt.Errorf("commit step %d: %w", r.step, err)
+	}
+	r.seq = cp.Seq
+	if r.lease != nil && r.sinceClock == 0 {
+		r.lease.renewIfDue(ctx, cp.Time)
+	}
+	if observe {
+		upd := make(map[string]any, len(cp.Writes))
+		for _, w := range cp.Writes {
+			upd[w.Field] = r.values[w.Field]
+		}
+		r.emit(Event{Type: StateUpdate, Step: r.step, Update: upd, Checkpoint: cp.Seq, Next: cp.Next})
+	}
+	return following, nil
+}

@@ -1,0 +1,136 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/value"
+)
+
+// Create makes a new thread with the schema defaults overlaid by values.
+// Read-only fields can only be set here.
+func (e *Engine) Create(ctx context.Context, g *flow.Graph, thread string, values map[string]any) (*store.Snapshot, error) {
+	state, err := e.create(ctx, g, thread, values)
+	if err != nil {
+		return nil, err
+	}
+	versions := map[string]uint64{}
+	for k := range state {
+		versions[k] = 1
+	}
+	return &store.Snapshot{Thread: thread, Seq: 1, Values: maps.Clone(state), Versions: versions}, nil
+}
+
+// create commits a thread's first checkpoint and returns its state, every
+// field of which is at version 1.
+func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, values map[string]any) (map[string]any, error) {
+	state := make(map[string]any, len(g.Fields))
+	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: store.SourceCreate, Time: time.Now()}
+	for _, f := range g.Fields {
+		if f.HasDefault {
+			state[f.Name] = f.Default
+		}
+	}
+	for _, k := range sortedKeys(values) {
+		f, ok := g.Field(k)
+		if !ok {
+			return nil, &InputError{Field: k, Reason: "not a state field", Suggestion: diag.Suggest(k, fieldNames(g))}
+		}
+		v, err := value.Normalize(values[k])
+		if err != nil {
+			return nil, &InputError{Field: k, Reason: err.Error()}
+		}
+		state[k] = schema.Coerce(f.Shape, v)
+	}
+	if err := g.Root().Validate(state); err != nil {
+		return nil, fmt.Errorf("initial state of thread %q: %w", thread, err)
+	}
+	cp.Writes = make([]store.Write, 0, len(state))
+	for _, f := range g.Fields {
+		if v, ok := state[f.Name]; ok {
+			cp.Writes = append(cp.Writes, store.Write{Field: f.Name, Version: 1, Value: v})
+		}
+	}
+	if err := e.Store.Commit(ctx, cp); err != nil {
+		return nil, fmt.Errorf("create thread %q: %w", thread, err)
+	}
+	return state, nil
+}
+
+func fieldNames(g *flow.Graph) []string {
+	names := make([]string, len(g.Fields))
+	for i, f := range g.Fields {
+		names[i] = f.Name
+	}
+	return names
+}
+
+// Update writes values to a thread as if node had written them: through
+// the fields' reducers, checked against the node's declared writes and the
+// schema, and committed as a checkpoint with source "update". It is how a
+// person corrects a thread (time travel) between runs.
+func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string, values map[string]any) (*store.Snapshot, error) {
+	n, ok := g.Node(node)
+	if !ok {
+		var names []string
+		for _, m := range g.Nodes {
+			names = append(names, m.Name)
+		}
+		return nil, &InputError{Field: node, Reason: "not a node of this flow", Suggestion: diag.Suggest(node, names)}
+	}
+	owner, free, err := e.claim(ctx, thread)
+	if err != nil {
+		return nil, err
+	}
+	defer free()
+	defer e.Store.Release(context.WithoutCancel(ctx), thread, owner)
+	head, err := e.Store.Head(ctx, thread)
+	if err != nil {
+		return nil, err
+	}
+	if len(head.Next) > 0 {
+		return nil, ErrUnfinished
+	}
+	next := maps.Clone(head.Values)
+	versions := maps.Clone(head.Versions)
+	cp := &store.Checkpoint{Thread: thread, Seq: head.Seq + 1, Parent: head.Seq, Run: runID(), Source: store.SourceUpdate, Time: time.Now()}
+	for _, k := range sortedKeys(values) {
+		f, ok := g.Field(k)
+		if !ok {
+			return nil, &InputError{Field: k, Reason: "not a state field", Suggestion: diag.Suggest(k, fieldNames(g))}
+		}
+		if !n.Writes[k] {
+			return nil, &InputError{Field: k, Reason: fmt.Sprintf("node %q does not write it", node)}
+		}
+		v, err := normalizeFor(f, values[k])
+		if err != nil {
+			return nil, &InputError{Field: k, Reason: err.Error()}
+		}
+		merged, err := f.Reducer.Reduce(next[k], v)
+		if err == nil {
+			err = validateField(f, merged, v)
+		}
+		if err != nil {
+			return nil, &InputError{Field: k, Reason: err.Error()}
+		}
+		next[k] = merged
+		versions[k]++
+		cp.Writes = append(cp.Writes, writeOf(f, versions[k], merged, v))
+	}
+	if g.FullValidation {
+		if err := g.Root().Validate(next); err != nil {
+			return nil, fmt.Errorf("update rejected: %w", err)
+		}
+	}
+	cp.Writers = []store.NodeWrites{{Node: node, Fields: sortedKeys(values)}}
+	if err := e.Store.Commit(ctx, cp); err != nil {
+		return nil, err
+	}
+	return &store.Snapshot{Thread: thread, Seq: cp.Seq, Values: next, Versions: versions}, nil
+}
