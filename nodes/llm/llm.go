@@ -39,9 +39,6 @@ import (
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
-// Spec is the kind with the provider the environment configures.
-var Spec = NewSpec(FromEnv)
-
 // NewSpec returns the kind with the provider returned by provider, called
 // when a flow is loaded (nil: no model; every node uses its fallback).
 func NewSpec(provider func() *Provider) kind.Spec {
