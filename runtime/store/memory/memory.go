@@ -23,6 +23,9 @@ type Store struct {
 	// to one thread, and this spares hashing its name each time.
 	lastID string
 	last   *thread
+	// catalog holds the served records (see catalog.go), made on first use.
+	catOnce sync.Once
+	catalog *catalog
 }
 
 type lease struct {

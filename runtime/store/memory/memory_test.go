@@ -11,3 +11,7 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(*testing.T) store.Store { return memory.New() })
 }
+
+func TestCatalogConformance(t *testing.T) {
+	storetest.RunCatalog(t, func(*testing.T) store.Store { return memory.New() })
+}

@@ -37,6 +37,9 @@ var migrations embed.FS
 type Store struct {
 	pool  *pgxpool.Pool
 	cache *sqlstore.Cache
+	// Catalog is the store's store.Catalog: the shared SQL catalog on
+	// this database.
+	sqlstore.Catalog
 }
 
 func init() {
@@ -59,6 +62,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{pool: pool, cache: sqlstore.NewCache(256)}
+	s.Catalog = sqlstore.Catalog{DB: catalogDB{q: pool, s: s}}
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -60,7 +60,7 @@ func migrateTogether(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	got, err := stores[1].Migrations(ctx)
-	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6}) {
+	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7}) {
 		t.Fatalf("migrations %v %v", got, err)
 	}
 }
@@ -147,4 +147,17 @@ func TestPgBouncerMultiplexes(t *testing.T) {
 		t.Fatalf("%d clients preparing one named statement over %d server connections all succeeded", clients, pgtest.PoolSize)
 	}
 	t.Logf("named statements fail as expected: %v", failed)
+}
+
+func TestCatalogConformance(t *testing.T) {
+	t.Run("direct", func(t *testing.T) { storetest.RunCatalog(t, func(t *testing.T) store.Store { return open(t) }) })
+	t.Run("pgbouncer", func(t *testing.T) {
+		storetest.RunCatalog(t, func(t *testing.T) store.Store {
+			st, err := postgres.Open(context.Background(), pgtest.PooledDatabase(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		})
+	})
 }

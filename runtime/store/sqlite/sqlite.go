@@ -34,6 +34,9 @@ type Store struct {
 	db    *sql.DB
 	cache *sqlstore.Cache
 	st    statements
+	// Catalog is the store's store.Catalog: the shared SQL catalog on
+	// this database.
+	sqlstore.Catalog
 }
 
 // statements are the queries every run makes (leases, commits and the
@@ -124,6 +127,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, cache: sqlstore.NewCache(256)}
+	s.Catalog = sqlstore.Catalog{DB: catalogDB{db: db, s: s}}
 	// Two processes opening a new file at once contend for the switch to
 	// WAL mode, which can fail with "database is locked" without waiting
 	// for the busy timeout: retry, as the loser will find the work done.

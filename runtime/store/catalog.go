@@ -1,0 +1,151 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Catalog keeps what a served runtime records beside the checkpoints: who
+// owns each thread and which flow it runs; the runs started on threads and
+// their events, so a client that reconnects misses none; and the API keys
+// that say who a caller is. The built-in stores implement it, and
+// storetest.RunCatalog is its conformance suite.
+//
+// Every record belongs to a tenant; a read names the tenant and does not
+// see another tenant's records (ErrNotFound), so one tenant cannot even
+// learn that another's thread exists.
+type Catalog interface {
+	// CreateThread records a new thread, or fails with ErrExists.
+	CreateThread(ctx context.Context, t *ThreadRecord) error
+	// Thread returns a thread's record.
+	Thread(ctx context.Context, tenant, id string) (*ThreadRecord, error)
+	// ListThreads lists a tenant's threads, newest first, paged and
+	// filtered by q.
+	ListThreads(ctx context.Context, q ThreadQuery) ([]*ThreadRecord, error)
+	// DeleteThread removes a thread's record with its runs and their
+	// events.
+	DeleteThread(ctx context.Context, tenant, id string) error
+
+	// CreateRun records a new run, or fails with ErrExists.
+	CreateRun(ctx context.Context, r *RunRecord) error
+	// UpdateRun saves a run's status, outcome and times.
+	UpdateRun(ctx context.Context, r *RunRecord) error
+	// Run returns a run's record.
+	Run(ctx context.Context, tenant, id string) (*RunRecord, error)
+	// Runs lists a thread's runs, newest first (at most limit, 0: all).
+	Runs(ctx context.Context, tenant, thread string, limit int) ([]*RunRecord, error)
+	// AppendEvent records a run's event; seq numbers a run's events from
+	// 1 and a repeated seq fails with ErrExists.
+	AppendEvent(ctx context.Context, run string, seq int64, data []byte) error
+	// Events returns a run's events after seq, in order.
+	Events(ctx context.Context, run string, after int64) ([]EventRecord, error)
+
+	// CreateKey records an API key (its hash, never the key), or fails
+	// with ErrExists.
+	CreateKey(ctx context.Context, k *KeyRecord) error
+	// KeyByHash returns the key with that hash, revoked or not.
+	KeyByHash(ctx context.Context, hash string) (*KeyRecord, error)
+	// Keys lists the keys, of one tenant or (tenant "") of all.
+	Keys(ctx context.Context, tenant string) ([]*KeyRecord, error)
+	// RevokeKey marks a key revoked.
+	RevokeKey(ctx context.Context, id string, at time.Time) error
+}
+
+// ThreadRecord is a served thread: its owner, its flow and its metadata.
+type ThreadRecord struct {
+	ID       string
+	Tenant   string
+	Flow     string
+	Metadata map[string]string
+	Created  time.Time
+}
+
+// ThreadQuery pages and filters ListThreads.
+type ThreadQuery struct {
+	Tenant string
+	// Flow and Metadata keep only the threads of that flow and carrying
+	// every given metadata pair.
+	Flow     string
+	Metadata map[string]string
+	// After continues a listing after the thread with this id (the last
+	// of the previous page).
+	After string
+	Limit int
+}
+
+// RunStatus is where a run stands.
+type RunStatus string
+
+// The states of a run.
+const (
+	RunQueued    RunStatus = "queued"
+	RunRunning   RunStatus = "running"
+	RunSucceeded RunStatus = "succeeded"
+	RunFailed    RunStatus = "failed"
+	RunCancelled RunStatus = "cancelled"
+)
+
+// Done reports whether the run has ended.
+func (s RunStatus) Done() bool { return s == RunSucceeded || s == RunFailed || s == RunCancelled }
+
+// RunRecord is a run started through the API.
+type RunRecord struct {
+	ID     string
+	Tenant string
+	Thread string
+	// Flow and FlowVersion are the flow the run ran, as loaded then.
+	Flow, FlowVersion string
+	Status            RunStatus
+	Input             json.RawMessage
+	// Error is a failed run's message; Checkpoint the thread's checkpoint
+	// when the run ended.
+	Error      string
+	Checkpoint uint64
+	Created    time.Time
+	Started    time.Time
+	Finished   time.Time
+}
+
+// EventRecord is one stored event of a run.
+type EventRecord struct {
+	Seq  int64
+	Data []byte
+}
+
+// KeyRecord is an API key: its id (public), the hash of its secret, its
+// tenant, whether it may manage keys.
+type KeyRecord struct {
+	ID      string
+	Hash    string
+	Tenant  string
+	Admin   bool
+	Name    string
+	Created time.Time
+	Revoked time.Time
+}
+
+// ErrNoCatalog says a store does not keep a Catalog.
+var ErrNoCatalog = errors.New("this store keeps no catalog of served threads, runs and keys")
+
+// CatalogOf returns st's Catalog.
+func CatalogOf(st Store) (Catalog, error) {
+	if c, ok := st.(Catalog); ok {
+		return c, nil
+	}
+	return nil, ErrNoCatalog
+}
+
+// MatchThread reports whether t passes q's filters (not its paging).
+func (q ThreadQuery) MatchThread(t *ThreadRecord) bool {
+	if t.Tenant != q.Tenant || q.Flow != "" && t.Flow != q.Flow {
+		return false
+	}
+	for k, v := range q.Metadata {
+		if t.Metadata[k] != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,338 @@
+package sqlstore
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// DB is what Catalog needs of a database: statements written with ?
+// placeholders (a store whose driver numbers them rewrites them), and
+// transactions.
+type DB interface {
+	// Exec runs a statement and returns how many rows it changed.
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	// Query runs a query; the caller closes its rows.
+	Query(ctx context.Context, query string, args ...any) (CloseRows, error)
+	// Tx runs fn in a transaction, committed when fn returns nil.
+	Tx(ctx context.Context, fn func(DB) error) error
+	// Unique reports whether err is a unique-constraint violation.
+	Unique(err error) bool
+}
+
+// CloseRows are a query's rows.
+type CloseRows interface {
+	Rows
+	Close()
+}
+
+// Catalog implements store.Catalog on the tables of the SQL stores'
+// migrations (api_threads, api_runs, api_events, api_keys). Times are
+// stored as Unix nanoseconds, zero as 0.
+type Catalog struct{ DB DB }
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func (c Catalog) insert(ctx context.Context, query string, args ...any) error {
+	_, err := c.DB.Exec(ctx, query, args...)
+	if err != nil && c.DB.Unique(err) {
+		return store.ErrExists
+	}
+	return err
+}
+
+// one scans the single row of a query, or returns ErrNotFound.
+func one(ctx context.Context, db DB, scan func(Rows) error, query string, args ...any) error {
+	rows, err := db.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return store.ErrNotFound
+	}
+	return scan(rows)
+}
+
+// CreateThread implements store.Catalog.
+func (c Catalog) CreateThread(ctx context.Context, t *store.ThreadRecord) error {
+	md, err := json.Marshal(orEmpty(t.Metadata))
+	if err != nil {
+		return err
+	}
+	return c.insert(ctx, `INSERT INTO api_threads (id, tenant, flow, metadata, created_at) VALUES (?, ?, ?, ?, ?)`,
+		t.ID, t.Tenant, t.Flow, string(md), nanos(t.Created))
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+const threadColumns = `id, tenant, flow, metadata, created_at`
+
+func scanThread(r Rows) (*store.ThreadRecord, error) {
+	var t store.ThreadRecord
+	var md string
+	var created int64
+	if err := r.Scan(&t.ID, &t.Tenant, &t.Flow, &md, &created); err != nil {
+		return nil, err
+	}
+	t.Created = fromNanos(created)
+	if err := json.Unmarshal([]byte(md), &t.Metadata); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Thread implements store.Catalog.
+func (c Catalog) Thread(ctx context.Context, tenant, id string) (*store.ThreadRecord, error) {
+	var t *store.ThreadRecord
+	err := one(ctx, c.DB, func(r Rows) (err error) { t, err = scanThread(r); return err },
+		`SELECT `+threadColumns+` FROM api_threads WHERE id = ? AND tenant = ?`, id, tenant)
+	return t, err
+}
+
+// ListThreads implements store.Catalog. Tenant, flow and the cursor are
+// applied in SQL; metadata, which the stores keep as JSON text, is
+// matched here, reading the candidates in batches until a page is full.
+func (c Catalog) ListThreads(ctx context.Context, q store.ThreadQuery) ([]*store.ThreadRecord, error) {
+	var cursor *store.ThreadRecord
+	if q.After != "" {
+		var err error
+		if cursor, err = c.Thread(ctx, q.Tenant, q.After); err != nil {
+			return nil, err
+		}
+	}
+	batch := 200
+	if q.Limit > 0 && len(q.Metadata) == 0 {
+		batch = q.Limit
+	}
+	var out []*store.ThreadRecord
+	for {
+		query := `SELECT ` + threadColumns + ` FROM api_threads WHERE tenant = ?`
+		args := []any{q.Tenant}
+		if q.Flow != "" {
+			query += ` AND flow = ?`
+			args = append(args, q.Flow)
+		}
+		if cursor != nil {
+			query += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
+			at := nanos(cursor.Created)
+			args = append(args, at, at, cursor.ID)
+		}
+		query += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+		args = append(args, batch)
+		rows, err := c.DB.Query(ctx, query, args...)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for rows.Next() {
+			n++
+			t, err := scanThread(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			cursor = t
+			if q.MatchThread(t) {
+				out = append(out, t)
+				if q.Limit > 0 && len(out) == q.Limit {
+					rows.Close()
+					return out, nil
+				}
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil || n < batch {
+			return out, err
+		}
+	}
+}
+
+// DeleteThread implements store.Catalog.
+func (c Catalog) DeleteThread(ctx context.Context, tenant, id string) error {
+	return c.DB.Tx(ctx, func(db DB) error {
+		n, err := db.Exec(ctx, `DELETE FROM api_threads WHERE id = ? AND tenant = ?`, id, tenant)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrNotFound
+		}
+		if _, err := db.Exec(ctx, `DELETE FROM api_events WHERE run IN (SELECT id FROM api_runs WHERE thread = ? AND tenant = ?)`, id, tenant); err != nil {
+			return err
+		}
+		_, err = db.Exec(ctx, `DELETE FROM api_runs WHERE thread = ? AND tenant = ?`, id, tenant)
+		return err
+	})
+}
+
+// CreateRun implements store.Catalog.
+func (c Catalog) CreateRun(ctx context.Context, r *store.RunRecord) error {
+	input := string(r.Input)
+	if input == "" {
+		input = "null"
+	}
+	return c.insert(ctx, `INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint,
+		created_at, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, string(r.Status), input, r.Error, int64(r.Checkpoint),
+		nanos(r.Created), nanos(r.Started), nanos(r.Finished))
+}
+
+// UpdateRun implements store.Catalog.
+func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord) error {
+	n, err := c.DB.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ? WHERE id = ?`,
+		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.ID)
+	if err == nil && n == 0 {
+		err = store.ErrNotFound
+	}
+	return err
+}
+
+const runColumns = `id, tenant, thread, flow, flow_version, status, input, error, checkpoint, created_at, started_at, finished_at`
+
+func scanRun(rows Rows) (*store.RunRecord, error) {
+	var r store.RunRecord
+	var status, input string
+	var checkpoint, created, started, finished int64
+	if err := rows.Scan(&r.ID, &r.Tenant, &r.Thread, &r.Flow, &r.FlowVersion, &status, &input, &r.Error, &checkpoint,
+		&created, &started, &finished); err != nil {
+		return nil, err
+	}
+	r.Status, r.Input, r.Checkpoint = store.RunStatus(status), json.RawMessage(input), uint64(checkpoint)
+	r.Created, r.Started, r.Finished = fromNanos(created), fromNanos(started), fromNanos(finished)
+	return &r, nil
+}
+
+// Run implements store.Catalog.
+func (c Catalog) Run(ctx context.Context, tenant, id string) (*store.RunRecord, error) {
+	var r *store.RunRecord
+	err := one(ctx, c.DB, func(rows Rows) (err error) { r, err = scanRun(rows); return err },
+		`SELECT `+runColumns+` FROM api_runs WHERE id = ? AND tenant = ?`, id, tenant)
+	return r, err
+}
+
+// Runs implements store.Catalog.
+func (c Catalog) Runs(ctx context.Context, tenant, thread string, limit int) ([]*store.RunRecord, error) {
+	if limit <= 0 {
+		limit = math.MaxInt32
+	}
+	rows, err := c.DB.Query(ctx, `SELECT `+runColumns+` FROM api_runs WHERE thread = ? AND tenant = ?
+		ORDER BY created_at DESC, id DESC LIMIT ?`, thread, tenant, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.RunRecord
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// AppendEvent implements store.Catalog.
+func (c Catalog) AppendEvent(ctx context.Context, run string, seq int64, data []byte) error {
+	return c.insert(ctx, `INSERT INTO api_events (run, seq, data) VALUES (?, ?, ?)`, run, seq, string(data))
+}
+
+// Events implements store.Catalog.
+func (c Catalog) Events(ctx context.Context, run string, after int64) ([]store.EventRecord, error) {
+	rows, err := c.DB.Query(ctx, `SELECT seq, data FROM api_events WHERE run = ? AND seq > ? ORDER BY seq`, run, after)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.EventRecord
+	for rows.Next() {
+		var e store.EventRecord
+		var data string
+		if err := rows.Scan(&e.Seq, &data); err != nil {
+			return nil, err
+		}
+		e.Data = []byte(data)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// CreateKey implements store.Catalog.
+func (c Catalog) CreateKey(ctx context.Context, k *store.KeyRecord) error {
+	return c.insert(ctx, `INSERT INTO api_keys (id, hash, tenant, admin, name, created_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.Hash, k.Tenant, k.Admin, k.Name, nanos(k.Created), nanos(k.Revoked))
+}
+
+const keyColumns = `id, hash, tenant, admin, name, created_at, revoked_at`
+
+func scanKey(rows Rows) (*store.KeyRecord, error) {
+	var k store.KeyRecord
+	var created, revoked int64
+	if err := rows.Scan(&k.ID, &k.Hash, &k.Tenant, &k.Admin, &k.Name, &created, &revoked); err != nil {
+		return nil, err
+	}
+	k.Created, k.Revoked = fromNanos(created), fromNanos(revoked)
+	return &k, nil
+}
+
+// KeyByHash implements store.Catalog.
+func (c Catalog) KeyByHash(ctx context.Context, hash string) (*store.KeyRecord, error) {
+	var k *store.KeyRecord
+	err := one(ctx, c.DB, func(rows Rows) (err error) { k, err = scanKey(rows); return err },
+		`SELECT `+keyColumns+` FROM api_keys WHERE hash = ?`, hash)
+	return k, err
+}
+
+// Keys implements store.Catalog.
+func (c Catalog) Keys(ctx context.Context, tenant string) ([]*store.KeyRecord, error) {
+	rows, err := c.DB.Query(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE ? = '' OR tenant = ? ORDER BY created_at DESC, id DESC`, tenant, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.KeyRecord
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// RevokeKey implements store.Catalog.
+func (c Catalog) RevokeKey(ctx context.Context, id string, at time.Time) error {
+	n, err := c.DB.Exec(ctx, `UPDATE api_keys SET revoked_at = CASE WHEN revoked_at = 0 THEN ? ELSE revoked_at END WHERE id = ?`, nanos(at), id)
+	if err == nil && n == 0 {
+		err = store.ErrNotFound
+	}
+	return err
+}
+
+var _ store.Catalog = Catalog{}

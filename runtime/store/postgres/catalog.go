@@ -1,0 +1,80 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
+)
+
+// querier is what the pool and a transaction share.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// catalogDB runs the shared catalog's statements on pgx, numbering their
+// placeholders.
+type catalogDB struct {
+	q querier
+	s *Store
+}
+
+// numbered holds each catalog statement with $n placeholders, made once.
+var numbered sync.Map // string -> string
+
+func number(query string) string {
+	if n, ok := numbered.Load(query); ok {
+		return n.(string)
+	}
+	var b strings.Builder
+	i := 0
+	for _, r := range query {
+		if r == '?' {
+			i++
+			b.WriteString("$" + strconv.Itoa(i))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	numbered.Store(query, b.String())
+	return b.String()
+}
+
+func (d catalogDB) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := d.q.Exec(ctx, number(query), args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+type closeRows struct{ pgx.Rows }
+
+func (r closeRows) Close() { r.Rows.Close() }
+
+func (d catalogDB) Query(ctx context.Context, query string, args ...any) (sqlstore.CloseRows, error) {
+	rows, err := d.q.Query(ctx, number(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	return closeRows{rows}, nil
+}
+
+func (d catalogDB) Tx(ctx context.Context, fn func(sqlstore.DB) error) error {
+	return pgx.BeginFunc(ctx, d.s.pool, func(tx pgx.Tx) error { return fn(catalogDB{q: tx, s: d.s}) })
+}
+
+func (d catalogDB) Unique(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+var _ store.Catalog = (*Store)(nil)
