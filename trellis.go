@@ -78,14 +78,19 @@ const (
 	SourceRun    = store.SourceRun
 	SourceUpdate = store.SourceUpdate
 	SourceBase   = store.SourceBase
+	// SourceAbandon marks an unfinished run given up with Abandon.
+	SourceAbandon = store.SourceAbandon
 )
 
 // Errors a run returns.
 var (
 	// ErrBusy: another run holds the thread.
 	ErrBusy = engine.ErrBusy
-	// ErrUnfinished: the thread's last run stopped part way; Resume it.
+	// ErrUnfinished: the thread's last run stopped part way; Resume or
+	// Abandon it.
 	ErrUnfinished = engine.ErrUnfinished
+	// ErrStopped: the run was stopped between steps (WithStop).
+	ErrStopped = engine.ErrStopped
 	// ErrNotFound: no such thread or checkpoint.
 	ErrNotFound = store.ErrNotFound
 )
@@ -282,6 +287,14 @@ func WithObserver(fn func(Event)) RunOption {
 	return func(r *engine.Request) { r.Observe = fn }
 }
 
+// WithStop stops the run at its next step boundary once stop is closed:
+// the step in progress is committed and the run returns ErrStopped,
+// leaving an unfinished run to Resume or Abandon.
+func WithStop(stop <-chan struct{}) RunOption { return func(r *engine.Request) { r.Stop = stop } }
+
+// WithRunID names the run in its checkpoints and events.
+func WithRunID(id string) RunOption { return func(r *engine.Request) { r.ID = id } }
+
 // WithPath records the nodes of every step in Result.Path.
 func WithPath() RunOption { return func(r *engine.Request) { r.RecordPath = true } }
 
@@ -349,6 +362,12 @@ func (rt *Runtime) Stream(ctx context.Context, f *Flow, thread string, input map
 			yield(Event{}, err)
 		}
 	}
+}
+
+// Abandon gives up the thread's unfinished run, recording it in the
+// history (SourceAbandon), so the thread takes new input again.
+func (rt *Runtime) Abandon(ctx context.Context, thread string) (*Snapshot, error) {
+	return rt.eng.Abandon(ctx, thread)
 }
 
 // State returns the thread's newest state.

@@ -69,6 +69,15 @@ type Request struct {
 	// Durability says when steps reach the store: Sync (the default),
 	// Async or Exit.
 	Durability Durability
+	// Stop, when closed, stops the run at its next step boundary: the step
+	// in progress completes and is committed, and if nodes remain to run
+	// the run returns ErrStopped, leaving an unfinished run to Resume (or
+	// Abandon); a run whose last step is in progress just finishes.
+	// Cancelling the context instead stops the nodes in progress too.
+	Stop <-chan struct{}
+	// ID names the run in its checkpoints and events (default: a new
+	// unique id).
+	ID string
 	// Resume continues the thread's unfinished run (one that stopped
 	// after a checkpoint with nodes still to run, such as a crashed
 	// process's). Input must be empty. Nodes whose updates were saved as

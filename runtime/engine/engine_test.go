@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -896,5 +897,65 @@ edges:
 				t.Fatalf("thread %s: item %d is %v: %v", thread, i, it, log)
 			}
 		}
+	}
+}
+
+// A run stopped between steps leaves an unfinished run; Resume finishes
+// it, or Abandon gives it up so the thread takes new input.
+func TestStopResumeAndAbandon(t *testing.T) {
+	g := compile(t, `version: 1
+name: chain
+state:
+  schema: {type: object, properties: {n: {type: integer, default: 0}, x: {type: integer, default: 0}}}
+input: [x]
+nodes:
+  a: {kind: set, set: {n: "state.n + 1"}}
+  b: {kind: set, set: {n: "state.n + 10"}}
+  c: {kind: set, set: {n: "state.n + 100"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: b}
+  - {from: b, to: c}
+  - {from: c, to: END}
+`)
+	ctx := context.Background()
+	eng := engine.New(memory.New())
+	for _, thread := range []string{"resume", "abandon"} {
+		stop := make(chan struct{})
+		_, err := eng.Run(ctx, g, engine.Request{Thread: thread, ID: "run-" + thread, Stop: stop, Observe: func(ev engine.Event) {
+			if ev.Type == engine.StateUpdate && ev.Step == 1 {
+				close(stop)
+			}
+		}})
+		if !errors.Is(err, engine.ErrStopped) {
+			t.Fatalf("%s: stopped run returned %v", thread, err)
+		}
+		head, _ := eng.Store.Head(ctx, thread)
+		if head.Values["n"] != 1 || !slices.Equal(head.Next, []string{"b"}) || head.Run != "run-"+thread {
+			t.Fatalf("%s: after the stop %v next %v run %q", thread, head.Values, head.Next, head.Run)
+		}
+		if _, err := eng.Run(ctx, g, engine.Request{Thread: thread, Input: map[string]any{"x": 1}}); !errors.Is(err, engine.ErrUnfinished) {
+			t.Fatalf("%s: new input on an unfinished run: %v", thread, err)
+		}
+	}
+	res, err := eng.Run(ctx, g, engine.Request{Thread: "resume", Resume: true})
+	if err != nil || res.State["n"] != 111 {
+		t.Fatalf("resumed: %v %v", res, err)
+	}
+	snap, err := eng.Abandon(ctx, "abandon")
+	if err != nil || snap.Values["n"] != 1 {
+		t.Fatalf("abandon: %v %v", snap, err)
+	}
+	hist, _ := eng.Store.History(ctx, "abandon", store.HistoryOptions{Limit: 1})
+	if hist[0].Source != store.SourceAbandon || len(hist[0].Writes) != 0 || len(hist[0].Next) != 0 {
+		t.Fatalf("abandon checkpoint %+v", hist[0])
+	}
+	res, err = eng.Run(ctx, g, engine.Request{Thread: "abandon", Input: map[string]any{"x": 1}})
+	if err != nil || res.State["n"] != 112 {
+		t.Fatalf("a new run after abandoning: %v %v", res, err)
+	}
+	// abandoning a finished thread changes nothing
+	if snap, err := eng.Abandon(ctx, "abandon"); err != nil || snap.Seq != res.Checkpoint {
+		t.Fatalf("abandon of a finished thread: %v %v", snap, err)
 	}
 }

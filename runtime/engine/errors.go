@@ -11,6 +11,9 @@ import (
 // ErrBusy is returned when a run is started on a thread that is running.
 var ErrBusy = errors.New("thread is busy with another run")
 
+// ErrStopped is returned by a run stopped through Request.Stop.
+var ErrStopped = errors.New("run stopped between steps; the thread has an unfinished run")
+
 // ErrUnfinished refuses a new run on a thread whose previous run did not
 // finish; resume it first.
 var ErrUnfinished = errors.New("thread has an unfinished run; resume it first")

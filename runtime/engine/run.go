@@ -114,7 +114,10 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	}
 	mark = mark[:nn]
 	clear(mark)
-	r.e, r.g, r.req, r.id = e, g, req, runID()
+	r.e, r.g, r.req, r.id = e, g, req, req.ID
+	if r.id == "" {
+		r.id = runID()
+	}
 	r.values, r.seq, r.input, r.step, r.path = head.Values, head.Seq, nil, 0, nil
 	r.words, r.versions, r.joins = words, words[:nf:nf], words[nf:]
 	r.visits, r.bounds = ints[:nn:nn], ints[nn:nn+ne:nn+ne]

@@ -19,8 +19,9 @@ import (
 // input (one checkpoint, naming the entry nodes so that a run that dies
 // before its first step can be resumed) and routes from START; a resumed
 // run starts from the nodes its last checkpoint names. Then it runs
-// supersteps until no node is triggered, the context ends, a step fails or
-// max_steps is exceeded. Whatever happens, the commits of an Async or Exit
+// supersteps until no node is triggered, the context ends, Request.Stop is
+// closed (checked after each step that leaves nodes to run), a step fails
+// or max_steps is exceeded. Whatever happens, the commits of an Async or Exit
 // run are completed (or, for a failed Exit run, dropped) before it returns,
 // and an observed run ends with run_end or run_error.
 func (r *run) execute(ctx context.Context) (res *Result, err error) {
@@ -78,6 +79,15 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		triggered, err = r.superstep(ctx, triggered)
 		if err != nil {
 			return nil, err
+		}
+		if len(triggered) > 0 {
+			select {
+			case <-r.req.Stop:
+				// the step's checkpoint names the triggered nodes: the
+				// run can be resumed from here
+				return nil, ErrStopped
+			default:
+			}
 		}
 	}
 	res = &Result{Run: r.id, Thread: r.req.Thread, State: r.values, Checkpoint: r.seq, Steps: r.step, Path: r.path,

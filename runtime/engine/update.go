@@ -134,3 +134,28 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 	}
 	return &store.Snapshot{Thread: thread, Seq: cp.Seq, Values: next, Versions: versions}, nil
 }
+
+// Abandon gives up the thread's unfinished run (one a crash or a Stop left
+// with nodes still to run): it commits a checkpoint with source "abandon"
+// that changes no field and names no next node, so the thread takes new
+// runs again and its history says what happened. Updates the unfinished
+// step saved as pending writes are dropped. A thread with no unfinished
+// run is returned as it is.
+func (e *Engine) Abandon(ctx context.Context, thread string) (*store.Snapshot, error) {
+	owner, free, err := e.claim(ctx, thread)
+	if err != nil {
+		return nil, err
+	}
+	defer free()
+	defer e.Store.Release(context.WithoutCancel(ctx), thread, owner)
+	head, err := e.Store.Head(ctx, thread)
+	if err != nil || len(head.Next) == 0 {
+		return head, err
+	}
+	cp := &store.Checkpoint{Thread: thread, Seq: head.Seq + 1, Parent: head.Seq, Run: head.Run, Step: head.Step,
+		Source: store.SourceAbandon, Time: time.Now()}
+	if err := e.Store.Commit(ctx, cp); err != nil {
+		return nil, err
+	}
+	return &store.Snapshot{Thread: thread, Seq: cp.Seq, Values: head.Values, Versions: head.Versions, Run: head.Run, Step: head.Step}, nil
+}

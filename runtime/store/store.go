@@ -75,6 +75,9 @@ const (
 	SourceUpdate Source = "update"
 	// SourceBase: the state just before the checkpoints Prune removed.
 	SourceBase Source = "base"
+	// SourceAbandon: an unfinished run given up; it writes nothing and
+	// names no next nodes, so the thread takes new runs again.
+	SourceAbandon Source = "abandon"
 )
 
 // Write is one changed field.

@@ -55,6 +55,7 @@ func init() {
 		{"update", "update FLOW THREAD --as NODE --set k=v ... [--set-file FILE] [--store ADDR]",
 			"Correct a thread between runs: write values as if NODE had written them", cmdUpdate},
 		{"delete", "delete THREAD ... [--store ADDR]", "Delete threads and all their checkpoints", cmdDelete},
+		{"abandon", "abandon THREAD [--store ADDR]", "Give up a thread's unfinished run (recorded in its history) so it takes new input", cmdAbandon},
 		{"prune", "prune [THREAD --keep N] [--idle DURATION] [--store ADDR]", "Fold old checkpoints of a thread into a base, or delete idle threads", cmdPrune},
 		{"migrate", "migrate [--store ADDR]", "Apply the store's database migrations", cmdMigrate},
 		{"schema", "schema", "Print the JSON Schema of the flow format", cmdSchema},

@@ -83,7 +83,7 @@ func cmdHistory(ctx context.Context, env *Env, args []string) int {
 	st, pos, code := openStore(ctx, env, "history", args, func(fs *flag.FlagSet) {
 		limit = fs.Int("limit", 20, "checkpoints to list")
 		before = fs.Uint64("before", 0, "list checkpoints older than this one")
-		source = fs.String("source", "", "only checkpoints of this source: create, fork, input, step, run, update or base")
+		source = fs.String("source", "", "only checkpoints of this source: create, fork, input, step, run, update, base or abandon")
 		run = fs.String("run", "", "only checkpoints of this run")
 		node = fs.String("node", "", "only checkpoints this node wrote")
 	})
@@ -254,5 +254,30 @@ func cmdDelete(ctx context.Context, env *Env, args []string) int {
 		}
 		fmt.Fprintf(env.Stdout, "deleted %s\n", id)
 	}
+	return 0
+}
+
+func cmdAbandon(ctx context.Context, env *Env, args []string) int {
+	rt, pos, code := openStore(ctx, env, "abandon", args, nil)
+	if rt == nil {
+		return code
+	}
+	defer rt.Close()
+	if len(pos) != 1 {
+		return fail(env, "abandon", fmt.Errorf("want one THREAD"))
+	}
+	before, err := rt.State(ctx, pos[0])
+	if err != nil {
+		return fail(env, "abandon", missing(err, pos[0], 0))
+	}
+	snap, err := rt.Abandon(ctx, pos[0])
+	if err != nil {
+		return fail(env, "abandon", err)
+	}
+	if snap.Seq == before.Seq {
+		fmt.Fprintf(env.Stdout, "%s has no unfinished run\n", pos[0])
+		return 0
+	}
+	fmt.Fprintf(env.Stdout, "%s: the unfinished run was abandoned at checkpoint %d (it ran up to step %d)\n", pos[0], snap.Seq, snap.Step)
 	return 0
 }
