@@ -322,8 +322,9 @@ func (rt *Runtime) Resume(ctx context.Context, f *Flow, thread string, opts ...R
 
 // Stream runs like Run and yields the run's events as they happen, with a
 // nil error: RunStart first, then RunEnd (with the final state) or
-// RunError last. When the run fails, a last item carries its error. Stopping
-// the iteration early cancels the run.
+// RunError last. When the run fails, a last item carries its error; a run
+// refused before it starts (a busy thread, an input the flow refuses)
+// yields that error alone. Stopping the iteration early cancels the run.
 func (rt *Runtime) Stream(ctx context.Context, f *Flow, thread string, input map[string]any, opts ...RunOption) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)

@@ -74,8 +74,8 @@ func TestStreamYieldsAnErrorWhenTheRunCannotStart(t *testing.T) {
 	for ev, err := range rt.Stream(ctx, f, "t", map[string]any{"nope": 1}) {
 		types, last = append(types, ev.Type), err
 	}
-	if last == nil || !strings.Contains(last.Error(), `input "nope"`) || len(types) != 3 || types[1] != trellis.RunError {
-		t.Fatalf("want run_start, run_error and the input error, got %v %v", types, last)
+	if last == nil || !strings.Contains(last.Error(), `input "nope"`) || len(types) != 1 {
+		t.Fatalf("want the input error alone, got %v %v", types, last)
 	}
 	// a busy thread fails before the run starts: the error alone
 	rt.Engine().Store.Acquire(ctx, "busy", "someone else", time.Minute)

@@ -959,3 +959,16 @@ edges:
 		t.Fatalf("abandon of a finished thread: %v %v", snap, err)
 	}
 }
+
+// A run refused for its input emits nothing: run_start means the run
+// holds its thread and has accepted its input.
+func TestRefusedRunEmitsNothing(t *testing.T) {
+	g := compile(t, twoWriters)
+	var events []engine.Event
+	_, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t",
+		Input: map[string]any{"nope": 1}, Observe: func(ev engine.Event) { events = append(events, ev) }})
+	var ie *engine.InputError
+	if !errors.As(err, &ie) || len(events) != 0 {
+		t.Fatalf("err %v, events %v", err, events)
+	}
+}

@@ -7,7 +7,9 @@ import (
 // EventType names what happened.
 type EventType string
 
-// The events of a run, in the order they occur.
+// The events of a run, in the order they occur. run_start comes once the
+// run holds its thread and has accepted its input; a run refused before
+// then (a busy thread, a bad input) emits nothing.
 const (
 	RunStart    EventType = "run_start"
 	NodeStart   EventType = "node_start"

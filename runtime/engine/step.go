@@ -22,16 +22,28 @@ import (
 // supersteps until no node is triggered, the context ends, Request.Stop is
 // closed (checked after each step that leaves nodes to run), a step fails
 // or max_steps is exceeded. Whatever happens, the commits of an Async or Exit
-// run are completed (or, for a failed Exit run, dropped) before it returns,
-// and an observed run ends with run_end or run_error.
+// run are completed (or, for a failed Exit run, dropped) before it returns.
+// An observed run starts with run_start once its input is accepted, and
+// ends with run_end or run_error; a run refused for its input emits no
+// event.
 func (r *run) execute(ctx context.Context) (res *Result, err error) {
 	observe := r.req.Observe != nil
+	started := false
+	start := func() {
+		// run_start follows the input's acceptance: a run refused for
+		// its input emits nothing and returns the error alone
+		started = true
+		if observe {
+			r.emit(Event{Type: RunStart})
+		}
+	}
 	if observe {
-		r.emit(Event{Type: RunStart})
 		defer func() {
-			if err != nil {
+			switch {
+			case !started:
+			case err != nil:
 				r.emit(Event{Type: RunError, Step: r.step, Error: err.Error(), Duration: time.Since(r.started)})
-			} else {
+			default:
 				r.emit(Event{Type: RunEnd, Step: r.step, State: res.State, Duration: time.Since(r.started)})
 			}
 		}()
@@ -47,11 +59,13 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 	var triggered []*flow.Node
 	if r.resumed != nil {
 		triggered = r.resumed
+		start()
 	} else {
 		cp, err := r.applyInput()
 		if err != nil {
 			return nil, err
 		}
+		start()
 		r.bindVars()
 		if triggered, err = r.route(r.vars, nil); err != nil {
 			return nil, err

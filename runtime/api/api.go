@@ -1,0 +1,303 @@
+// Package api is the Trellis HTTP API as Go types, and a typed client for
+// it (Client). The server is `trellis serve`; schemas/openapi.yaml is the
+// reference of its routes.
+//
+// Every error is one JSON shape, {"error": {"code", "message",
+// "details"}}, with a stable code (the Code constants) and an HTTP status
+// that follows from it.
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+)
+
+// Code is a stable error code.
+type Code string
+
+// The error codes, with the status each is sent with.
+const (
+	CodeBadRequest       Code = "bad_request"            // 400: the body is not the JSON the route takes
+	CodeUnauthorized     Code = "unauthorized"           // 401: no key, or a key that is not valid
+	CodeForbidden        Code = "forbidden"              // 403: the key may not do this (an admin route)
+	CodeNotFound         Code = "not_found"              // 404: no such flow, thread, run or key for this tenant
+	CodeMethodNotAllowed Code = "method_not_allowed"     // 405
+	CodeThreadExists     Code = "thread_exists"          // 409: a thread with that id exists
+	CodeThreadBusy       Code = "thread_busy"            // 409: another run holds the thread
+	CodeUnfinished       Code = "thread_unfinished"      // 409: the thread's last run stopped part way
+	CodeTooLarge         Code = "body_too_large"         // 413
+	CodeUnsupportedMedia Code = "unsupported_media_type" // 415
+	CodeInvalidInput     Code = "invalid_input"          // 422: values or input the flow refuses
+	CodeInvalidFlow      Code = "invalid_flow"           // 422: a flow with errors (details: the diagnostics)
+	CodeUnavailable      Code = "unavailable"            // 503: the store does not answer, or the server is stopping
+	CodeInternal         Code = "internal"               // 500
+)
+
+// Status is the HTTP status a code is sent with.
+func (c Code) Status() int {
+	switch c {
+	case CodeBadRequest:
+		return http.StatusBadRequest
+	case CodeUnauthorized:
+		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case CodeThreadExists, CodeThreadBusy, CodeUnfinished:
+		return http.StatusConflict
+	case CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeUnsupportedMedia:
+		return http.StatusUnsupportedMediaType
+	case CodeInvalidInput, CodeInvalidFlow:
+		return http.StatusUnprocessableEntity
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// Error is the error every route answers with.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	Details any    `json:"details,omitempty"`
+	// Status is the HTTP status it came with (set by the client).
+	Status int `json:"-"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// ErrorBody is an error response's body.
+type ErrorBody struct {
+	Error *Error `json:"error"`
+}
+
+// Flow is a loaded flow.
+type Flow struct {
+	Name string `json:"name"`
+	// Version changes whenever the flow file or a file it reads changes.
+	Version      string        `json:"version"`
+	Description  string        `json:"description,omitempty"`
+	Path         string        `json:"path"`
+	Inputs       []string      `json:"inputs"`
+	Conversation *Conversation `json:"conversation,omitempty"`
+	// The state's and the input's JSON Schemas and the flow file's text,
+	// on a single flow's page.
+	StateSchema json.RawMessage `json:"state_schema,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	Source      string          `json:"source,omitempty"`
+}
+
+// Conversation is a conversational flow's declaration.
+type Conversation struct {
+	Input       string            `json:"input"`
+	Output      string            `json:"output"`
+	Attachments map[string]string `json:"attachments,omitempty"`
+}
+
+// FlowList lists the loaded flows.
+type FlowList struct {
+	Flows []Flow `json:"flows"`
+}
+
+// Validation is the outcome of validating a flow.
+type Validation struct {
+	Valid       bool              `json:"valid"`
+	Diagnostics []diag.Diagnostic `json:"diagnostics"`
+}
+
+// Reload is the outcome of reloading the flows.
+type Reload struct {
+	Flows []Flow `json:"flows"`
+}
+
+// CreateThread starts a thread.
+type CreateThread struct {
+	// ID names the thread (default: a new id).
+	ID   string `json:"id,omitempty"`
+	Flow string `json:"flow"`
+	// Values are the thread's initial values, over the schema's defaults.
+	Values   map[string]any    `json:"values,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Thread statuses.
+const (
+	ThreadIdle       = "idle"
+	ThreadUnfinished = "unfinished"
+)
+
+// Thread is a thread.
+type Thread struct {
+	ID       string            `json:"id"`
+	Flow     string            `json:"flow"`
+	Metadata map[string]string `json:"metadata"`
+	Created  time.Time         `json:"created"`
+	// Checkpoint is the thread's newest checkpoint; Status is idle, or
+	// unfinished when its last run stopped with nodes still to run.
+	Checkpoint uint64 `json:"checkpoint"`
+	Status     string `json:"status"`
+}
+
+// ThreadList is a page of threads; Next, when set, is the cursor of the
+// next page.
+type ThreadList struct {
+	Threads []Thread `json:"threads"`
+	Next    string   `json:"next,omitempty"`
+}
+
+// State is a thread's state at a checkpoint.
+type State struct {
+	Thread     string         `json:"thread"`
+	Checkpoint uint64         `json:"checkpoint"`
+	Values     map[string]any `json:"values"`
+	// Next lists the nodes an unfinished run would run next.
+	Next []string `json:"next,omitempty"`
+	Run  string   `json:"run,omitempty"`
+	Step int      `json:"step"`
+}
+
+// Checkpoint is one step of a thread's history.
+type Checkpoint struct {
+	Seq     uint64    `json:"seq"`
+	Parent  uint64    `json:"parent"`
+	Run     string    `json:"run,omitempty"`
+	Step    int       `json:"step"`
+	Source  string    `json:"source"`
+	Time    time.Time `json:"time"`
+	Writes  []Write   `json:"writes"`
+	Writers []Writer  `json:"writers,omitempty"`
+	Next    []string  `json:"next,omitempty"`
+}
+
+// Write is one field a checkpoint changed: its new value, or for an
+// append field the items appended.
+type Write struct {
+	Field   string `json:"field"`
+	Version uint64 `json:"version"`
+	Value   any    `json:"value,omitempty"`
+	Items   []any  `json:"items,omitempty"`
+	Append  bool   `json:"append,omitempty"`
+}
+
+// Writer is a node that ran in a step and the fields it wrote.
+type Writer struct {
+	Node   string   `json:"node"`
+	Fields []string `json:"fields"`
+}
+
+// History is a page of a thread's checkpoints, newest first.
+type History struct {
+	Checkpoints []Checkpoint `json:"checkpoints"`
+}
+
+// Fork starts a thread from another's checkpoint.
+type Fork struct {
+	// At is the checkpoint to fork from; ID names the new thread (default:
+	// a new id).
+	At       uint64            `json:"at"`
+	ID       string            `json:"id,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Update writes values to a thread between runs as if node As had.
+type Update struct {
+	As     string         `json:"as"`
+	Values map[string]any `json:"values"`
+}
+
+// What a run does when its thread is busy with another.
+const (
+	// OnBusyReject fails the new run with thread_busy (the default).
+	OnBusyReject = "reject"
+	// OnBusyEnqueue runs it once the thread is free.
+	OnBusyEnqueue = "enqueue"
+	// OnBusyInterrupt stops the running one at its next step boundary,
+	// gives up what it left unfinished, then runs the new one.
+	OnBusyInterrupt = "interrupt"
+)
+
+// StartRun starts a run on a thread.
+type StartRun struct {
+	// Input sets the flow's input fields; anything else is refused.
+	Input  map[string]any `json:"input,omitempty"`
+	OnBusy string         `json:"on_busy,omitempty"`
+	// Resume continues the thread's unfinished run instead (no input).
+	Resume bool `json:"resume,omitempty"`
+}
+
+// Run statuses.
+const (
+	RunQueued    = "queued"
+	RunRunning   = "running"
+	RunSucceeded = "succeeded"
+	RunFailed    = "failed"
+	RunCancelled = "cancelled"
+)
+
+// Run is a run started through the API.
+type Run struct {
+	ID          string         `json:"id"`
+	Thread      string         `json:"thread"`
+	Flow        string         `json:"flow"`
+	FlowVersion string         `json:"flow_version"`
+	Status      string         `json:"status"`
+	Input       map[string]any `json:"input,omitempty"`
+	// Error is why a run failed (or was cancelled).
+	Error string `json:"error,omitempty"`
+	// Checkpoint is the thread's checkpoint when the run ended.
+	Checkpoint uint64     `json:"checkpoint,omitempty"`
+	Created    time.Time  `json:"created"`
+	Started    *time.Time `json:"started,omitempty"`
+	Finished   *time.Time `json:"finished,omitempty"`
+	// State is the thread's state after a finished run (on wait).
+	State map[string]any `json:"state,omitempty"`
+}
+
+// Done reports whether the run has ended.
+func (r *Run) Done() bool {
+	return r.Status == RunSucceeded || r.Status == RunFailed || r.Status == RunCancelled
+}
+
+// RunList lists a thread's runs, newest first.
+type RunList struct {
+	Runs []Run `json:"runs"`
+}
+
+// CreateKey creates an API key.
+type CreateKey struct {
+	Tenant string `json:"tenant"`
+	Name   string `json:"name,omitempty"`
+	Admin  bool   `json:"admin,omitempty"`
+}
+
+// Key is an API key. Secret, the key itself, is given once, when it is
+// created; the server keeps only its hash.
+type Key struct {
+	ID      string     `json:"id"`
+	Tenant  string     `json:"tenant"`
+	Name    string     `json:"name,omitempty"`
+	Admin   bool       `json:"admin"`
+	Created time.Time  `json:"created"`
+	Revoked *time.Time `json:"revoked,omitempty"`
+	Secret  string     `json:"secret,omitempty"`
+}
+
+// KeyList lists keys.
+type KeyList struct {
+	Keys []Key `json:"keys"`
+}
+
+// Health is the body of /healthz and /readyz.
+type Health struct {
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
