@@ -44,6 +44,9 @@ type (
 	Store = store.Store
 	// Diagnostic is one problem found in a flow's files.
 	Diagnostic = diag.Diagnostic
+	// InputError refuses a run's input or a thread's values: which field
+	// and why.
+	InputError = engine.InputError
 )
 
 // The events of a run, in the order they occur.
@@ -205,6 +208,13 @@ func LoadFS(fsys fs.FS, path string, opts ...Option) (*Flow, error) {
 // and locates the files it names on the disk.
 func LoadSource(name string, src []byte, opts ...Option) (*Flow, error) {
 	return compile(nil, name, src, opts)
+}
+
+// LoadSourceFS compiles a flow held in memory whose named files (prompts,
+// schemas) are read from fsys, as if the flow were the file name in it;
+// nothing outside fsys is read.
+func LoadSourceFS(fsys fs.FS, name string, src []byte, opts ...Option) (*Flow, error) {
+	return compile(config.FS(fsys), name, src, opts)
 }
 
 func compile(files *config.Files, path string, src []byte, opts []Option) (*Flow, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,61 +18,44 @@ import (
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store/memory"
+	"gopkg.in/yaml.v3"
 )
 
-// twelveTurns is one interview: what the candidate says, and for the run
-// with a model, what the model classifies and decides on that turn.
+// twelveTurns is one interview: what the candidate says, and the action
+// the turn reaches with the model of examples/interview.model.yaml (which
+// classifies and decides each turn in this order).
 var twelveTurns = []struct {
-	say, code      string
-	intent, decide string // model replies (JSON); empty: the node does not run
-	want           string // the action the turn reaches with the model
+	say, code string
+	want      string // the action the turn reaches with the model
 }{
 	{say: "", want: "greeting"},
-	{say: "I build data pipelines in Go and PostgreSQL at Northwind.", intent: "no_intent", decide: "question", want: "question"},
-	{say: "Backpressure was the hard part; we added bounded queues.", intent: "no_intent", decide: "question", want: "question"},
-	{say: "Sorry, what do you mean?", intent: "clarify", decide: "followup", want: "followup"},
-	{say: "I meant the indexer's write path: batching and retries.", intent: "no_intent", decide: "transition", want: "question"},
-	{say: "Could we do a coding exercise?", intent: "technical_assessment", decide: "sandbox_guidance", want: "sandbox_guidance"},
+	{say: "I build data pipelines in Go and PostgreSQL at Northwind.", want: "question"},
+	{say: "Backpressure was the hard part; we added bounded queues.", want: "question"},
+	{say: "Sorry, what do you mean?", want: "followup"},
+	{say: "I meant the indexer's write path: batching and retries.", want: "question"},
+	{say: "Could we do a coding exercise?", want: "sandbox_guidance"},
 	{say: "Here it is.", code: "def top_k(words, k):\n    # count, then sort\n    return sorted(words)[:k]\n", want: "code_review"},
-	{say: "It is O(n log n); I would test ties first.", intent: "no_intent", decide: "question", want: "question"},
-	{say: "We cut search latency tenfold.", intent: "no_intent", decide: "followup", want: "followup"},
-	{say: "I wrote the cache invalidation myself.", intent: "no_intent", decide: "question", want: "question"},
-	{say: "The flag service served forty teams.", intent: "no_intent", decide: "question", want: "question"},
-	{say: "Let us wrap up here, please.", intent: "stop", decide: "evaluation", want: "closing"},
+	{say: "It is O(n log n); I would test ties first.", want: "question"},
+	{say: "We cut search latency tenfold.", want: "followup"},
+	{say: "I wrote the cache invalidation myself.", want: "question"},
+	{say: "The flag service served forty teams.", want: "question"},
+	{say: "Let us wrap up here, please.", want: "closing"},
 }
 
 // modelScript answers every interview prompt, matched by a phrase of its
-// body. The second question repeats the first: the flow must block it.
-func modelScript() []llmtest.Rule {
-	var intents, decisions []llmtest.Reply
-	for _, tr := range twelveTurns {
-		if tr.intent != "" {
-			intents = append(intents, llmtest.Reply{Content: `{"type": "` + tr.intent + `", "confidence": 0.92}`})
-			decisions = append(decisions, llmtest.Reply{Content: `{"next_node": "` + tr.decide + `", "reason": "scripted"}`})
-		}
+// body (examples/interview.model.yaml, which `trellis dev model-server
+// --script` serves too). The second question repeats the first: the flow
+// must block it.
+func modelScript(t *testing.T) []llmtest.Rule {
+	b, err := os.ReadFile("examples/interview.model.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	text := func(s string) []llmtest.Reply { return []llmtest.Reply{{Content: s}} }
-	return []llmtest.Rule{
-		{Match: "introduce themselves", Replies: text("Welcome Ada! I'm glad you're here. Tell me about yourself.")},
-		{Match: "Intents:", Replies: intents},
-		{Match: "Choose the next action", Replies: decisions},
-		{Match: "Ask the candidate one question", Replies: []llmtest.Reply{
-			{Content: `{"text": "What made the streaming log indexer hard to build?"}`},
-			{Content: `{"text": "what made the streaming log indexer hard to build"}`}, // a repeat
-			{Content: `{"text": "How did you roll out the feature-flag service to other teams?"}`},
-			{Content: `{"text": "Which trade-off in the ingestion pipeline would you revisit?"}`},
-			{Content: `{"text": "How did you measure the indexer's search latency?"}`},
-			{Content: `{"text": "What would you change in the flag service's cache design?"}`},
-		}},
-		{Match: "Rephrase it more simply", Replies: text("Let me rephrase: which part of the indexer did you build yourself?")},
-		{Match: "Ask one follow-up question", Replies: text("How did you verify that tenfold improvement?")},
-		{Match: "moving to another topic", Replies: text("Thanks, that is clear; let us switch topics.")},
-		{Match: "asked for a coding exercise", Replies: text(`{"exercise": "Implement top_k(words, k).", "hints": ["count first"], "message": "Please implement top_k(words, k) and submit it."}`)},
-		{Match: "Review it: correctness", Replies: text(`{"message": "Sorting the words does not count them; how would you fix it?", "quality": 4.5, "issues": ["does not count"]}`)},
-		{Match: "structured interview feedback", Replies: text(`{"overall": 7.2, "communication": 7.5, "technical": 7.0, "problem_solving": 6.8, "code_quality": 4.5,
-			"strengths": ["clear answers"], "weaknesses": ["top_k did not count"], "recommendations": ["practise hash maps"], "topics_covered": ["project_1"]}`)},
-		{Match: "Close the interview warmly", Replies: text("Thank you Ada! Overall you scored 7.2 out of 10. Good luck!")},
+	var rules []llmtest.Rule
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		t.Fatal(err)
 	}
+	return rules
 }
 
 func runTwelve(t *testing.T, reg kind.Registry, observe engine.Observer, checkTurns bool) map[string]any {
@@ -117,7 +101,7 @@ func runTwelve(t *testing.T, reg kind.Registry, observe engine.Observer, checkTu
 // over HTTP, streaming, and checks the model's words and decisions reach
 // the state, a repeated question is blocked, and nothing degrades.
 func TestInterviewWithModel(t *testing.T) {
-	srv := llmtest.New(modelScript()...)
+	srv := llmtest.New(modelScript(t)...)
 	srv.Key = "sk-interview-test-key"
 	ts := httptest.NewServer(srv)
 	defer ts.Close()

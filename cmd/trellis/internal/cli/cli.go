@@ -58,6 +58,9 @@ func init() {
 		{"abandon", "abandon THREAD [--store ADDR]", "Give up a thread's unfinished run (recorded in its history) so it takes new input", cmdAbandon},
 		{"prune", "prune [THREAD --keep N] [--idle DURATION] [--store ADDR]", "Fold old checkpoints of a thread into a base, or delete idle threads", cmdPrune},
 		{"migrate", "migrate [--store ADDR]", "Apply the store's database migrations", cmdMigrate},
+		{"serve", "serve [--flows DIR] [--store ADDR] [--addr HOST:PORT]", "Serve the flows as an HTTP API (schemas/openapi.yaml)", cmdServe},
+		{"keys", "keys create --tenant T [--admin] [--name N] | keys list [--tenant T] | keys revoke ID  [--store ADDR]",
+			"Manage the API keys of trellis serve", cmdKeys},
 		{"schema", "schema", "Print the JSON Schema of the flow format", cmdSchema},
 	}
 }

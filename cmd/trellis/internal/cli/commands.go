@@ -6,11 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -95,65 +91,8 @@ func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 	return all.Sort(), sources
 }
 
-// FlowFiles expands directories into the flow files they hold: YAML files
-// that are not flow tests (*.test.yaml) and, when they parse, have a
-// top-level version, nodes or edges key.
-func FlowFiles(paths []string) ([]string, error) {
-	return expand(paths, func(path string) bool {
-		ext := filepath.Ext(path)
-		return (ext == ".yaml" || ext == ".yml") && !strings.HasSuffix(path, ".test"+ext) && looksLikeFlow(path)
-	})
-}
-
-// expand turns files and directories into the files that keep accepts
-// (named files are kept as they are), sorted; hidden directories and
-// testdata are skipped.
-func expand(paths []string, keep func(path string) bool) ([]string, error) {
-	var out []string
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			return nil, err
-		}
-		if !st.IsDir() {
-			out = append(out, p)
-			continue
-		}
-		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			switch {
-			case err != nil:
-				return err
-			case d.IsDir() && path != p && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata"):
-				return filepath.SkipDir
-			case !d.IsDir() && keep(path):
-				out = append(out, path)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
-}
-
-func looksLikeFlow(path string) bool {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return true
-	}
-	var top map[string]any
-	if err := yaml.Unmarshal(b, &top); err != nil {
-		return true // broken YAML: let validate say so
-	}
-	for _, k := range []string{"version", "nodes", "edges"} {
-		if _, ok := top[k]; ok {
-			return true
-		}
-	}
-	return false
-}
+// FlowFiles expands directories into the flow files they hold.
+func FlowFiles(paths []string) ([]string, error) { return trellis.FindFlows(paths...) }
 
 // load compiles one flow, printing its diagnostics (warnings too).
 func load(env *Env, path string) (*trellis.Flow, bool) {

@@ -24,7 +24,7 @@ func TestFiles(paths []string) ([]string, error) {
 	if len(paths) == 0 {
 		paths = []string{"."}
 	}
-	return expand(paths, func(path string) bool { return strings.HasSuffix(path, testfile.Suffix) })
+	return trellis.FindTests(paths...)
 }
 
 func cmdTest(ctx context.Context, env *Env, args []string) int {

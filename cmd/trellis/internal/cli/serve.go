@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+func cmdServe(ctx context.Context, env *Env, args []string) int {
+	fs := flags(env, "serve")
+	flows := fs.String("flows", "flows", "directory of the flows to serve")
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
+	storeAddr := storeFlag(fs)
+	stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long runs may take to reach a step boundary before they are cancelled")
+	if _, code, ok := parse(fs, args); !ok {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewJSONHandler(env.Stderr, nil))
+	rt, err := trellis.Open(ctx, *storeAddr)
+	if err != nil {
+		return fail(env, "serve", err)
+	}
+	defer rt.Close()
+	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout})
+	if err != nil {
+		return fail(env, "serve", err)
+	}
+	if cat, err := store.CatalogOf(rt.Store()); err == nil {
+		if keys, err := cat.Keys(ctx, ""); err == nil && len(keys) == 0 {
+			log.Warn("no API keys yet: create one with `trellis keys create --tenant NAME --admin --store " + *storeAddr + "`")
+		}
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fail(env, "serve", err)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			_ = srv.Reload()
+		}
+	}()
+	log.Info("serving", "addr", ln.Addr().String(), "flows", *flows, "store", *storeAddr)
+	if err := srv.Serve(ctx, ln); err != nil {
+		return fail(env, "serve", err)
+	}
+	return 0
+}
+
+func cmdKeys(ctx context.Context, env *Env, args []string) int {
+	if len(args) == 0 {
+		flags(env, "keys").Usage()
+		return 2
+	}
+	sub, args := args[0], args[1:]
+	var tenant, name *string
+	var admin *bool
+	rt, pos, code := openStore(ctx, env, "keys", args, func(fs *flag.FlagSet) {
+		tenant = fs.String("tenant", "", "the key's tenant (create), or whose keys to list")
+		name = fs.String("name", "", "a name to recognise the key by")
+		admin = fs.Bool("admin", false, "the key manages keys and reloads flows")
+	})
+	if rt == nil {
+		return code
+	}
+	defer rt.Close()
+	cat, err := store.CatalogOf(rt.Store())
+	if err != nil {
+		return fail(env, "keys", err)
+	}
+	switch sub {
+	case "create":
+		k, secret, err := server.CreateKey(ctx, cat, *tenant, *name, *admin)
+		if err != nil {
+			return fail(env, "keys", err)
+		}
+		fmt.Fprintf(env.Stderr, "key %s for tenant %s (shown once; keep it secret):\n", k.ID, k.Tenant)
+		fmt.Fprintln(env.Stdout, secret)
+	case "list":
+		keys, err := cat.Keys(ctx, *tenant)
+		if err != nil {
+			return fail(env, "keys", err)
+		}
+		for _, k := range keys {
+			state := "active"
+			if !k.Revoked.IsZero() {
+				state = "revoked " + k.Revoked.Local().Format(time.DateTime)
+			}
+			role := "tenant"
+			if k.Admin {
+				role = "admin"
+			}
+			fmt.Fprintf(env.Stdout, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, role, k.Name, state)
+		}
+	case "revoke":
+		if len(pos) != 1 {
+			return fail(env, "keys", errors.New("want keys revoke ID"))
+		}
+		if err := cat.RevokeKey(ctx, pos[0], time.Now().UTC()); err != nil {
+			return fail(env, "keys", missingKey(err, pos[0]))
+		}
+		fmt.Fprintf(env.Stdout, "revoked %s\n", pos[0])
+	default:
+		return fail(env, "keys", fmt.Errorf("unknown keys command %q: create, list or revoke", sub))
+	}
+	return 0
+}
+
+func missingKey(err error, id string) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("no key %q (trellis keys list shows them)", id)
+	}
+	return err
+}

@@ -1,0 +1,273 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"path"
+	"slices"
+	"sync"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/schema"
+)
+
+// flowSet is the flows the server runs, loaded from a directory and
+// replaced whole by a reload.
+type flowSet struct {
+	dir  string
+	opts []trellis.Option
+	mu   sync.RWMutex
+	set  map[string]*loaded
+}
+
+// loaded is one flow with its version: a hash of every file it was
+// compiled from, so that a changed prompt or schema is a new version.
+type loaded struct {
+	flow    *trellis.Flow
+	version string
+}
+
+// reloadError is a reload whose flows did not all load: the old set stays.
+type reloadError struct{ diags []diag.Diagnostic }
+
+func (e *reloadError) Error() string {
+	return fmt.Sprintf("the flows do not load (%d problems); the loaded set is unchanged: %s", len(e.diags), (&diag.ListError{List: e.diags}).Error())
+}
+
+// reload loads every flow of the directory; only when all of them load is
+// the set replaced.
+func (fs *flowSet) reload() ([]*loaded, error) {
+	files, err := trellis.FindFlows(fs.dir)
+	if err != nil {
+		return nil, fmt.Errorf("flows: %w", err)
+	}
+	next := map[string]*loaded{}
+	var problems []diag.Diagnostic
+	for _, file := range files {
+		f, err := trellis.Load(file, fs.opts...)
+		var le *trellis.LoadError
+		switch {
+		case errors.As(err, &le):
+			problems = append(problems, le.Diagnostics...)
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if other, dup := next[f.Name()]; dup {
+			problems = append(problems, diag.Diagnostic{Severity: diag.Error, Code: diag.CodeDuplicate, Pos: diag.Pos{File: file, Line: 1, Col: 1},
+				Summary: fmt.Sprintf("flow %q is also defined by %s", f.Name(), other.flow.Path())})
+			continue
+		}
+		next[f.Name()] = &loaded{flow: f, version: version(f)}
+	}
+	if len(problems) > 0 {
+		return nil, &reloadError{diags: problems}
+	}
+	fs.mu.Lock()
+	fs.set = next
+	fs.mu.Unlock()
+	return fs.list(), nil
+}
+
+// version hashes the files a flow was compiled from.
+func version(f *trellis.Flow) string {
+	h := sha256.New()
+	src := f.Sources()
+	for _, name := range slices.Sorted(maps.Keys(src)) {
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(src[name]))
+		h.Write(src[name])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func (fs *flowSet) get(name string) (*loaded, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	l, ok := fs.set[name]
+	if !ok {
+		return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no flow %q", name)}
+	}
+	return l, nil
+}
+
+func (fs *flowSet) list() []*loaded {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	out := make([]*loaded, 0, len(fs.set))
+	for _, name := range slices.Sorted(maps.Keys(fs.set)) {
+		out = append(out, fs.set[name])
+	}
+	return out
+}
+
+// flowInfo describes a flow; full adds its schemas and source.
+func flowInfo(l *loaded, full bool) api.Flow {
+	f := l.flow
+	out := api.Flow{Name: f.Name(), Version: l.version, Description: f.Graph().Description, Path: f.Path(), Inputs: f.Inputs()}
+	if out.Inputs == nil {
+		out.Inputs = []string{}
+	}
+	if c := f.Conversation(); c != nil {
+		out.Conversation = &api.Conversation{Input: c.Input, Output: c.Output, Attachments: c.Attachments}
+	}
+	if full {
+		g := f.Graph()
+		props, inProps := map[string]any{}, map[string]any{}
+		for _, fl := range g.Fields {
+			props[fl.Name] = shapeSchema(fl.Shape)
+			if fl.Input {
+				inProps[fl.Name] = props[fl.Name]
+			}
+		}
+		out.StateSchema, _ = json.Marshal(map[string]any{"type": "object", "properties": props, "additionalProperties": false})
+		out.InputSchema, _ = json.Marshal(map[string]any{"type": "object", "properties": inProps, "additionalProperties": false})
+		out.Source = string(f.Sources()[f.Path()])
+	}
+	return out
+}
+
+// shapeSchema writes a field's shape back as JSON Schema: the types and
+// structure the runtime checks statically (the compiled validators check
+// the rest on every commit).
+func shapeSchema(s *schema.Shape) map[string]any {
+	out := map[string]any{}
+	if s == nil {
+		return out
+	}
+	switch len(s.Types) {
+	case 0:
+	case 1:
+		out["type"] = s.Types[0]
+	default:
+		out["type"] = s.Types
+	}
+	if s.Items != nil {
+		out["items"] = shapeSchema(s.Items)
+	}
+	if len(s.Props) > 0 {
+		props := map[string]any{}
+		for k, v := range s.Props {
+			props[k] = shapeSchema(v)
+		}
+		out["properties"] = props
+	}
+	if s.HasDefault {
+		out["default"] = s.Default
+	}
+	return out
+}
+
+func (s *Server) listFlows(w http.ResponseWriter, _ *http.Request, _ *caller) error {
+	out := api.FlowList{Flows: []api.Flow{}}
+	for _, l := range s.flows.list() {
+		out.Flows = append(out.Flows, flowInfo(l, false))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getFlow(w http.ResponseWriter, r *http.Request, _ *caller) error {
+	l, err := s.flows.get(r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, flowInfo(l, true))
+	return nil
+}
+
+func (s *Server) flowGraph(w http.ResponseWriter, r *http.Request, _ *caller) error {
+	l, err := s.flows.get(r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	g := l.flow.Graph()
+	switch format := r.URL.Query().Get("format"); format {
+	case "", "json":
+		b, err := g.JSON()
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, err = w.Write(append(b, '\n'))
+		return err
+	case "mermaid", "dot":
+		text := g.Mermaid()
+		if format == "dot" {
+			text = g.DOT()
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, err := io.WriteString(w, text)
+		return err
+	default:
+		return &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("unknown format %q: json, mermaid or dot", format)}
+	}
+}
+
+// validateFlow checks a posted flow file (YAML) as `trellis validate`
+// does; the files it names are read relative to the flow directory.
+func (s *Server) validateFlow(w http.ResponseWriter, r *http.Request, _ *caller) error {
+	src, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	// the files a posted flow names are read inside the flow directory,
+	// never outside it
+	name := path.Clean("/" + r.URL.Query().Get("name"))[1:]
+	if name == "" {
+		name = "posted.yaml"
+	}
+	f, err := trellis.LoadSourceFS(os.DirFS(s.flows.dir), name, src, s.flows.opts...)
+	var le *trellis.LoadError
+	switch {
+	case errors.As(err, &le):
+		return &api.Error{Code: api.CodeInvalidFlow, Message: le.Error(), Details: api.Validation{Valid: false, Diagnostics: le.Diagnostics}}
+	case err != nil:
+		return err
+	}
+	out := api.Validation{Valid: true, Diagnostics: f.Warnings()}
+	if out.Diagnostics == nil {
+		out.Diagnostics = []diag.Diagnostic{}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) reloadFlows(w http.ResponseWriter, _ *http.Request, _ *caller) error {
+	loaded, err := s.flows.reload()
+	var re *reloadError
+	if errors.As(err, &re) {
+		s.log.Warn("reload refused", "problems", len(re.diags))
+		return &api.Error{Code: api.CodeInvalidFlow, Message: re.Error(), Details: api.Validation{Valid: false, Diagnostics: re.diags}}
+	}
+	if err != nil {
+		return err
+	}
+	out := api.Reload{Flows: []api.Flow{}}
+	for _, l := range loaded {
+		out.Flows = append(out.Flows, flowInfo(l, false))
+	}
+	s.log.Info("flows reloaded", "flows", len(out.Flows))
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// Reload reloads the flow directory (on SIGHUP); a directory that does not
+// load keeps the old set.
+func (s *Server) Reload() error {
+	_, err := s.flows.reload()
+	if err != nil {
+		s.log.Warn("reload refused", "error", err.Error())
+	} else {
+		s.log.Info("flows reloaded")
+	}
+	return err
+}

@@ -1,0 +1,320 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/value"
+)
+
+// plain brings decoded JSON (numbers as json.Number) to state values.
+func plain(m map[string]any) (map[string]any, error) {
+	if m == nil {
+		return nil, nil
+	}
+	v, err := value.Normalize(m)
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
+	}
+	return v.(map[string]any), nil
+}
+
+func runInfo(rec store.RunRecord, state map[string]any) api.Run {
+	out := api.Run{ID: rec.ID, Thread: publicID(rec.Thread), Flow: rec.Flow, FlowVersion: rec.FlowVersion, Status: string(rec.Status),
+		Error: rec.Error, Checkpoint: rec.Checkpoint, Created: rec.Created, State: state}
+	if len(rec.Input) > 0 && string(rec.Input) != "null" {
+		_ = json.Unmarshal(rec.Input, &out.Input)
+	}
+	if !rec.Started.IsZero() {
+		t := rec.Started
+		out.Started = &t
+	}
+	if !rec.Finished.IsZero() {
+		t := rec.Finished
+		out.Finished = &t
+	}
+	return out
+}
+
+// begin starts a run on the path's thread as the body asks.
+func (s *Server) begin(r *http.Request, c *caller) (*liveRun, error) {
+	rec, err := s.thread(r, c)
+	if err != nil {
+		return nil, err
+	}
+	var in api.StartRun
+	if err := readJSON(r, &in); err != nil {
+		return nil, err
+	}
+	l, err := s.flows.get(rec.Flow)
+	if err != nil {
+		return nil, err
+	}
+	return s.runs.start(r.Context(), c, rec, l, in)
+}
+
+func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *caller) error {
+	lr, err := s.begin(r, c)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, runInfo(lr.record(), nil))
+	return nil
+}
+
+func (s *Server) startRunWait(w http.ResponseWriter, r *http.Request, c *caller) error {
+	lr, err := s.begin(r, c)
+	if err != nil {
+		return err
+	}
+	return s.wait(w, r, lr)
+}
+
+// wait answers with a live run once it has ended.
+func (s *Server) wait(w http.ResponseWriter, r *http.Request, lr *liveRun) error {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	select {
+	case <-lr.done:
+	case <-r.Context().Done():
+		return r.Context().Err()
+	}
+	lr.mu.Lock()
+	out := runInfo(lr.rec, lr.state)
+	lr.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) startRunStream(w http.ResponseWriter, r *http.Request, c *caller) error {
+	lr, err := s.begin(r, c)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Trellis-Run", lr.rec.ID)
+	return s.streamLive(w, r, lr, 0)
+}
+
+// run returns the caller's run named in the path, on the path's thread.
+func (s *Server) run(r *http.Request, c *caller) (*store.ThreadRecord, *store.RunRecord, error) {
+	th, err := s.thread(r, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	id := r.PathValue("run")
+	if lr := s.runs.get(id); lr != nil && lr.thread == th.ID {
+		rec := lr.record()
+		return th, &rec, nil
+	}
+	rec, err := s.cat.Run(r.Context(), c.tenant, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && rec.Thread != th.ID {
+		return nil, nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no run %q on thread %q", id, publicID(th.ID))}
+	}
+	return th, rec, err
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *caller) error {
+	_, rec, err := s.run(r, c)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, runInfo(*rec, nil))
+	return nil
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *caller) error {
+	th, err := s.thread(r, c)
+	if err != nil {
+		return err
+	}
+	recs, err := s.cat.Runs(r.Context(), c.tenant, th.ID, 100)
+	if err != nil {
+		return err
+	}
+	out := api.RunList{Runs: []api.Run{}}
+	for _, rec := range recs {
+		if lr := s.runs.get(rec.ID); lr != nil {
+			*rec = lr.record()
+		}
+		out.Runs = append(out.Runs, runInfo(*rec, nil))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// joinRun waits for a run to end. A run of another server (or one that
+// ended) is followed through its record.
+func (s *Server) joinRun(w http.ResponseWriter, r *http.Request, c *caller) error {
+	th, rec, err := s.run(r, c)
+	if err != nil {
+		return err
+	}
+	if lr := s.runs.get(rec.ID); lr != nil {
+		return s.wait(w, r, lr)
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	for !rec.Status.Done() {
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-r.Context().Done():
+			return r.Context().Err()
+		}
+		if rec, err = s.cat.Run(r.Context(), c.tenant, rec.ID); err != nil {
+			return err
+		}
+	}
+	var state map[string]any
+	if snap, err := s.cfg.Runtime.State(r.Context(), th.ID); err == nil && snap.Seq == rec.Checkpoint {
+		state = snap.Values
+	} else if snap, err := s.cfg.Runtime.StateAt(r.Context(), th.ID, rec.Checkpoint); err == nil {
+		state = snap.Values
+	}
+	writeJSON(w, http.StatusOK, runInfo(*rec, state))
+	return nil
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, c *caller) error {
+	_, rec, err := s.run(r, c)
+	if err != nil {
+		return err
+	}
+	if rec.Status.Done() {
+		writeJSON(w, http.StatusOK, runInfo(*rec, nil))
+		return nil
+	}
+	lr, ok := s.runs.cancel(rec.ID)
+	if !ok {
+		return &api.Error{Code: api.CodeThreadBusy, Message: "the run is running on another server; cancel it there"}
+	}
+	<-lr.done
+	writeJSON(w, http.StatusOK, runInfo(lr.record(), nil))
+	return nil
+}
+
+// joinStream streams a run's events after Last-Event-ID.
+func (s *Server) joinStream(w http.ResponseWriter, r *http.Request, c *caller) error {
+	_, rec, err := s.run(r, c)
+	if err != nil {
+		return err
+	}
+	var after int64
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		if after, err = strconv.ParseInt(id, 10, 64); err != nil || after < 0 {
+			return &api.Error{Code: api.CodeBadRequest, Message: "Last-Event-ID is an event id of this run"}
+		}
+	}
+	w.Header().Set("Trellis-Run", rec.ID)
+	if lr := s.runs.get(rec.ID); lr != nil {
+		return s.streamLive(w, r, lr, after)
+	}
+	return s.streamStored(w, r, c, rec, after)
+}
+
+// sse writes Server-Sent Events.
+type sse struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func startSSE(w http.ResponseWriter) *sse {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	return &sse{w: w, rc: rc}
+}
+
+func (e *sse) event(seq int64, typ string, data []byte) error {
+	if _, err := fmt.Fprintf(e.w, "id: %d\nevent: %s\ndata: %s\n\n", seq, typ, data); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+func (e *sse) ping() error {
+	if _, err := fmt.Fprint(e.w, ": ping\n\n"); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+const pingEvery = 15 * time.Second
+
+// streamLive streams a run of this server from its event log.
+func (s *Server) streamLive(w http.ResponseWriter, r *http.Request, lr *liveRun, after int64) error {
+	out := startSSE(w)
+	ping := time.NewTicker(pingEvery)
+	defer ping.Stop()
+	for {
+		items, closed, more := lr.events.since(after)
+		for _, it := range items {
+			if err := out.event(it.seq, it.typ, it.data); err != nil {
+				return nil // the client left
+			}
+			after = it.seq
+		}
+		if closed && len(items) == 0 {
+			return nil
+		}
+		select {
+		case <-more:
+		case <-ping.C:
+			if out.ping() != nil {
+				return nil
+			}
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+}
+
+// streamStored streams a run's recorded events: all of them for a run
+// that ended, and, for one still running on another server, those it
+// records as it goes, until it ends.
+func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller, rec *store.RunRecord, after int64) error {
+	out := startSSE(w)
+	ctx := r.Context()
+	lastPing := time.Now()
+	for {
+		done := rec.Status.Done()
+		evs, err := s.cat.Events(ctx, rec.ID, after)
+		if err != nil {
+			return nil
+		}
+		for _, ev := range evs {
+			var head struct {
+				Type string `json:"type"`
+			}
+			_ = json.Unmarshal(ev.Data, &head)
+			if out.event(ev.Seq, head.Type, ev.Data) != nil {
+				return nil
+			}
+			after = ev.Seq
+		}
+		if done {
+			return nil
+		}
+		if time.Since(lastPing) > pingEvery {
+			if out.ping() != nil {
+				return nil
+			}
+			lastPing = time.Now()
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return nil
+		}
+		if rec, err = s.cat.Run(context.WithoutCancel(ctx), c.tenant, rec.ID); err != nil {
+			return nil
+		}
+	}
+}

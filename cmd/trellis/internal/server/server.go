@@ -1,0 +1,409 @@
+// Package server is `trellis serve`: the HTTP API over package trellis.
+// Flows come from a directory, threads and runs live in the store; every
+// route but the probes takes an API key, and every thread and run belongs
+// to its creator's tenant. schemas/openapi.yaml describes the routes, and
+// runtime/api holds their types and a client.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// Config is how a server runs.
+type Config struct {
+	// Runtime runs the flows; its store keeps threads, runs and keys (it
+	// must be a store.Catalog).
+	Runtime *trellis.Runtime
+	// FlowsDir holds the flows the server runs.
+	FlowsDir string
+	// Kinds builds the flows' nodes (nil: the built-in kinds).
+	Kinds kind.Registry
+	// Logger receives the request and run logs (nil: JSON on stderr).
+	Logger *slog.Logger
+	// MaxBody bounds a request body (default 4 MiB).
+	MaxBody int64
+	// StopTimeout bounds how long Shutdown waits for runs to reach a
+	// step boundary before cancelling them (default 30s).
+	StopTimeout time.Duration
+}
+
+// Server serves the API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	cat     store.Catalog
+	flows   *flowSet
+	runs    *manager
+	metrics *metrics
+	mux     *http.ServeMux
+	handler http.Handler
+	// stopping is closed when Shutdown begins.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
+}
+
+// New returns a server over cfg, with its flows loaded: a flow directory
+// with errors is an error (with every diagnostic), so a server never
+// starts on a broken set.
+func New(cfg Config) (*Server, error) {
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = 4 << 20
+	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	cat, err := store.CatalogOf(cfg.Runtime.Store())
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, cat: cat, stopping: make(chan struct{})}
+	s.metrics = newMetrics()
+	var opts []trellis.Option
+	if cfg.Kinds != nil {
+		opts = append(opts, trellis.WithKinds(cfg.Kinds))
+	}
+	s.flows = &flowSet{dir: cfg.FlowsDir, opts: opts}
+	if _, err := s.flows.reload(); err != nil {
+		return nil, err
+	}
+	s.runs = newManager(s)
+	s.mux = http.NewServeMux()
+	routes := http.NewServeMux() // the routes alone, to tell 404 from 405
+	for _, rt := range s.routes() {
+		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
+		routes.Handle(rt.method+" "+rt.path, http.NotFoundHandler())
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		var allowed []string
+		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := routes.Handler(probe); pattern != "" {
+				allowed = append(allowed, m)
+			}
+		}
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			writeError(w, r, &api.Error{Code: api.CodeMethodNotAllowed, Message: r.Method + " is not a method of " + r.URL.Path + "; it takes " + strings.Join(allowed, ", ")})
+			return
+		}
+		writeError(w, r, &api.Error{Code: api.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
+	})
+	s.handler = s.requests(s.mux)
+	return s, nil
+}
+
+// Handler is the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve accepts connections on ln until ctx ends, then shuts down
+// gracefully: it stops accepting, lets every run reach its next step
+// boundary and checkpoint (within StopTimeout), and returns.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		WriteTimeout:      2 * time.Minute, // streams and waits lift it
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down: finishing the runs' current steps")
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.StopTimeout)
+	defer cancel()
+	s.beginStop()
+	// streams end when their runs do; the runs end at a step boundary
+	s.runs.shutdown(sctx)
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	return nil
+}
+
+func (s *Server) beginStop() { s.stoppingOnce.Do(func() { close(s.stopping) }) }
+
+// Shutdown stops the runs as Serve does when its context ends, for a
+// server whose handler is served by someone else.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.beginStop()
+	s.runs.shutdown(ctx)
+}
+
+// access is who may call a route.
+type access int
+
+const (
+	public access = iota // no key
+	tenant               // any valid key, acting for its tenant
+	admin                // an admin key
+)
+
+// route is one route of the API; routes() is the table every route is
+// registered, documented and tested from.
+type route struct {
+	method, path string
+	access       access
+	// stream marks a route that answers with Server-Sent Events.
+	stream bool
+	handle func(w http.ResponseWriter, r *http.Request, c *caller) error
+}
+
+func (s *Server) routes() []route {
+	return []route{
+		{method: "GET", path: "/healthz", access: public, handle: s.healthz},
+		{method: "GET", path: "/readyz", access: public, handle: s.readyz},
+		{method: "GET", path: "/metrics", access: public, handle: s.metricsHandler},
+		{method: "GET", path: "/openapi.yaml", access: public, handle: s.openapi},
+
+		{method: "GET", path: "/v1/flows", access: tenant, handle: s.listFlows},
+		{method: "GET", path: "/v1/flows/{name}", access: tenant, handle: s.getFlow},
+		{method: "GET", path: "/v1/flows/{name}/graph", access: tenant, handle: s.flowGraph},
+		{method: "POST", path: "/v1/flows/validate", access: tenant, handle: s.validateFlow},
+		{method: "POST", path: "/v1/flows/reload", access: admin, handle: s.reloadFlows},
+
+		{method: "POST", path: "/v1/threads", access: tenant, handle: s.createThread},
+		{method: "GET", path: "/v1/threads", access: tenant, handle: s.listThreads},
+		{method: "GET", path: "/v1/threads/{id}", access: tenant, handle: s.getThread},
+		{method: "DELETE", path: "/v1/threads/{id}", access: tenant, handle: s.deleteThread},
+		{method: "GET", path: "/v1/threads/{id}/state", access: tenant, handle: s.threadState},
+		{method: "GET", path: "/v1/threads/{id}/history", access: tenant, handle: s.threadHistory},
+		{method: "POST", path: "/v1/threads/{id}/fork", access: tenant, handle: s.forkThread},
+		{method: "POST", path: "/v1/threads/{id}/update", access: tenant, handle: s.updateThread},
+
+		{method: "POST", path: "/v1/threads/{id}/runs", access: tenant, handle: s.startRun},
+		{method: "POST", path: "/v1/threads/{id}/runs/wait", access: tenant, handle: s.startRunWait},
+		{method: "POST", path: "/v1/threads/{id}/runs/stream", access: tenant, stream: true, handle: s.startRunStream},
+		{method: "GET", path: "/v1/threads/{id}/runs", access: tenant, handle: s.listRuns},
+		{method: "GET", path: "/v1/threads/{id}/runs/{run}", access: tenant, handle: s.getRun},
+		{method: "GET", path: "/v1/threads/{id}/runs/{run}/wait", access: tenant, handle: s.joinRun},
+		{method: "GET", path: "/v1/threads/{id}/runs/{run}/stream", access: tenant, stream: true, handle: s.joinStream},
+		{method: "POST", path: "/v1/threads/{id}/runs/{run}/cancel", access: tenant, handle: s.cancelRun},
+
+		{method: "POST", path: "/v1/keys", access: admin, handle: s.createKey},
+		{method: "GET", path: "/v1/keys", access: admin, handle: s.listKeys},
+		{method: "DELETE", path: "/v1/keys/{key}", access: admin, handle: s.revokeKey},
+	}
+}
+
+// caller is who makes a request.
+type caller struct {
+	key    *store.KeyRecord
+	tenant string
+}
+
+type ctxKey int
+
+const requestIDKey ctxKey = 0
+
+// requests gives every request an id, a body limit and a log line.
+func (s *Server) requests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if !validRequestID(id) {
+			id = newID("req")
+		}
+		w.Header().Set("X-Request-Id", id)
+		r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
+		}
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		next.ServeHTTP(rec, r)
+		pattern := r.Pattern
+		if pattern == "" {
+			pattern = "unmatched"
+		}
+		s.metrics.request(pattern, rec.status, time.Since(start))
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("id", id), slog.String("method", r.Method),
+			slog.String("path", r.URL.Path), slog.Int("status", rec.status), slog.Duration("took", time.Since(start)))
+	})
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.:", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// statusRecorder keeps the status a handler sent, and passes flushes on.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// wrap authenticates a route's caller and turns its error into the error
+// shape.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &caller{}
+		if rt.access != public {
+			var err error
+			if c, err = s.authenticate(r); err != nil {
+				writeError(w, r, err)
+				return
+			}
+			if rt.access == admin && !c.key.Admin {
+				writeError(w, r, &api.Error{Code: api.CodeForbidden, Message: "this route takes an admin key"})
+				return
+			}
+		}
+		if err := rt.handle(w, r, c); err != nil {
+			if code := s.errorCode(err); code == api.CodeInternal {
+				s.log.Error("request failed", "id", r.Context().Value(requestIDKey), "error", err.Error())
+			}
+			writeError(w, r, err)
+		}
+	})
+}
+
+// errorCode is the code err is answered with.
+func (s *Server) errorCode(err error) api.Code { return toAPIError(err).Code }
+
+// toAPIError maps the errors handlers return onto the error shape; an
+// error it does not know is internal, and its message is not sent.
+func toAPIError(err error) *api.Error {
+	var ae *api.Error
+	var ie *trellis.InputError
+	var mbe *http.MaxBytesError
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &mbe):
+		return &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("the body is larger than %d bytes", mbe.Limit)}
+	case errors.As(err, &se), errors.As(err, &te), errors.Is(err, errBadJSON):
+		return &api.Error{Code: api.CodeBadRequest, Message: "the body is not valid JSON for this route: " + err.Error()}
+	case errors.As(err, &ie):
+		return &api.Error{Code: api.CodeInvalidInput, Message: ie.Error(), Details: map[string]string{"field": ie.Field, "reason": ie.Reason, "suggestion": ie.Suggestion}}
+	case errors.Is(err, trellis.ErrBusy):
+		return &api.Error{Code: api.CodeThreadBusy, Message: "another run holds the thread; retry, or start the run with on_busy enqueue or interrupt"}
+	case errors.Is(err, trellis.ErrUnfinished):
+		return &api.Error{Code: api.CodeUnfinished, Message: "the thread's last run stopped part way: resume it (resume: true) or start the run with on_busy interrupt"}
+	case errors.Is(err, store.ErrNotFound):
+		return &api.Error{Code: api.CodeNotFound, Message: "not found"}
+	case errors.Is(err, store.ErrExists):
+		return &api.Error{Code: api.CodeThreadExists, Message: "a thread with that id exists"}
+	case errors.Is(err, errStopping):
+		return &api.Error{Code: api.CodeUnavailable, Message: "the server is stopping"}
+	}
+	return &api.Error{Code: api.CodeInternal, Message: "internal error"}
+}
+
+var (
+	errBadJSON  = errors.New("bad JSON")
+	errStopping = errors.New("the server is stopping")
+)
+
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	ae := toAPIError(err)
+	if ae.Code == api.CodeInternal {
+		ae = &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("internal error (request %v)", r.Context().Value(requestIDKey))}
+	}
+	writeJSON(w, ae.Code.Status(), api.ErrorBody{Error: ae})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// readJSON decodes a request body into v, refusing unknown fields and
+// anything after the value.
+func readJSON(r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return &api.Error{Code: api.CodeUnsupportedMedia, Message: "send application/json"}
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		if err.Error() == "EOF" {
+			return fmt.Errorf("%w: the body is empty", errBadJSON)
+		}
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errBadJSON, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: more than one value", errBadJSON)
+	}
+	return nil
+}
+
+// newID makes an id: a prefix and 16 random hex digits.
+func newID(prefix string) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return prefix + "_" + hex.EncodeToString(b)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request, _ *caller) error {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ *caller) error {
+	select {
+	case <-s.stopping:
+		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "stopping"})
+		return nil
+	default:
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := s.cfg.Runtime.Store().Threads(ctx, store.ThreadOptions{Limit: 1}); err != nil {
+		s.log.Warn("not ready", "error", err.Error())
+		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "unavailable", Error: "the store does not answer"})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+	return nil
+}

@@ -1,0 +1,349 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// Thread ids are what a caller names a thread by. In the store a thread
+// is keyed by its tenant and its id, so two tenants may use the same id
+// and neither can learn of the other's threads.
+var threadIDFormat = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+func threadKey(c *caller, id string) string { return c.tenant + "/" + id }
+
+func publicID(key string) string {
+	_, id, _ := strings.Cut(key, "/")
+	return id
+}
+
+func checkThreadID(id string) error {
+	if !threadIDFormat.MatchString(id) {
+		return &api.Error{Code: api.CodeInvalidInput, Message: "a thread id is 1 to 128 letters, digits, '.', '_', ':' or '-'"}
+	}
+	return nil
+}
+
+// thread returns the caller's thread named in the path: another tenant's
+// thread is not found, like one that does not exist.
+func (s *Server) thread(r *http.Request, c *caller) (*store.ThreadRecord, error) {
+	id := r.PathValue("id")
+	if checkThreadID(id) != nil {
+		return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
+	}
+	rec, err := s.cat.Thread(r.Context(), c.tenant, threadKey(c, id))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
+	}
+	return rec, err
+}
+
+func (s *Server) threadInfo(r *http.Request, rec *store.ThreadRecord) (api.Thread, error) {
+	out := api.Thread{ID: publicID(rec.ID), Flow: rec.Flow, Metadata: rec.Metadata, Created: rec.Created, Status: api.ThreadIdle}
+	if out.Metadata == nil {
+		out.Metadata = map[string]string{}
+	}
+	head, err := s.cfg.Runtime.State(r.Context(), rec.ID)
+	if err != nil {
+		return out, err
+	}
+	out.Checkpoint = head.Seq
+	if len(head.Next) > 0 {
+		out.Status = api.ThreadUnfinished
+	}
+	return out, nil
+}
+
+// valuesError turns a state the schema refuses into invalid_input.
+func valuesError(err error) error {
+	var se *schema.Error
+	if errors.As(err, &se) {
+		return &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
+	}
+	return err
+}
+
+func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller) error {
+	var in api.CreateThread
+	if err := readJSON(r, &in); err != nil {
+		return err
+	}
+	if in.ID == "" {
+		in.ID = newID("thread")
+	}
+	if err := checkThreadID(in.ID); err != nil {
+		return err
+	}
+	l, err := s.flows.get(in.Flow)
+	if err != nil {
+		return err
+	}
+	values, err := plain(in.Values)
+	if err != nil {
+		return err
+	}
+	key := threadKey(c, in.ID)
+	if _, err := s.cat.Thread(r.Context(), c.tenant, key); err == nil {
+		return &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", in.ID)}
+	}
+	if _, err := s.cfg.Runtime.Create(r.Context(), l.flow, key, values); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", in.ID)}
+		}
+		if ae, ok := valuesError(err).(*api.Error); ok {
+			ae.Message = strings.ReplaceAll(ae.Message, strconv.Quote(key), strconv.Quote(in.ID))
+			return ae
+		}
+		return err
+	}
+	rec := &store.ThreadRecord{ID: key, Tenant: c.tenant, Flow: l.flow.Name(), Metadata: in.Metadata, Created: time.Now().UTC()}
+	if err := s.cat.CreateThread(r.Context(), rec); err != nil {
+		// nothing half-made stays behind
+		_ = s.cfg.Runtime.Delete(r.Context(), key)
+		if errors.Is(err, store.ErrExists) {
+			return &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", in.ID)}
+		}
+		return err
+	}
+	out, err := s.threadInfo(r, rec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+func (s *Server) listThreads(w http.ResponseWriter, r *http.Request, c *caller) error {
+	q := r.URL.Query()
+	query := store.ThreadQuery{Tenant: c.tenant, Flow: q.Get("flow"), Limit: 50}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			return &api.Error{Code: api.CodeBadRequest, Message: "limit is 1 to 500"}
+		}
+		query.Limit = n
+	}
+	if after := q.Get("after"); after != "" {
+		if checkThreadID(after) != nil {
+			return &api.Error{Code: api.CodeBadRequest, Message: "after is a thread id"}
+		}
+		query.After = threadKey(c, after)
+	}
+	for k, v := range q {
+		if name, ok := strings.CutPrefix(k, "metadata."); ok {
+			if query.Metadata == nil {
+				query.Metadata = map[string]string{}
+			}
+			query.Metadata[name] = v[0]
+		}
+	}
+	// one more than asked tells whether there is a next page
+	want := query.Limit
+	query.Limit++
+	recs, err := s.cat.ListThreads(r.Context(), query)
+	if errors.Is(err, store.ErrNotFound) {
+		return &api.Error{Code: api.CodeBadRequest, Message: "after names no thread of yours"}
+	}
+	if err != nil {
+		return err
+	}
+	out := api.ThreadList{Threads: []api.Thread{}}
+	if len(recs) > want {
+		recs = recs[:want]
+		out.Next = publicID(recs[want-1].ID)
+	}
+	for _, rec := range recs {
+		t, err := s.threadInfo(r, rec)
+		if err != nil {
+			return err
+		}
+		out.Threads = append(out.Threads, t)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getThread(w http.ResponseWriter, r *http.Request, c *caller) error {
+	rec, err := s.thread(r, c)
+	if err != nil {
+		return err
+	}
+	out, err := s.threadInfo(r, rec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) deleteThread(w http.ResponseWriter, r *http.Request, c *caller) error {
+	rec, err := s.thread(r, c)
+	if err != nil {
+		return err
+	}
+	if s.runs.busy(rec.ID) {
+		return &api.Error{Code: api.CodeThreadBusy, Message: "a run is queued or running on the thread: cancel it first"}
+	}
+	if err := s.cfg.Runtime.Delete(r.Context(), rec.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if err := s.cat.DeleteThread(r.Context(), c.tenant, rec.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func stateInfo(snap *trellis.Snapshot) api.State {
+	values := snap.Values
+	if values == nil {
+		values = map[string]any{}
+	}
+	return api.State{Thread: publicID(snap.Thread), Checkpoint: snap.Seq, Values: values, Next: snap.Next, Run: snap.Run, Step: snap.Step}
+}
+
+func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) error {
+	rec, err := s.thread(r, c)
+	if err != nil {
+		return err
+	}
+	var snap *trellis.Snapshot
+	if at := r.URL.Query().Get("at"); at != "" {
+		seq, perr := strconv.ParseUint(at, 10, 64)
+		if perr != nil || seq == 0 {
+			return &api.Error{Code: api.CodeBadRequest, Message: "at is a checkpoint number"}
+		}
+		snap, err = s.cfg.Runtime.StateAt(r.Context(), rec.ID, seq)
+		if errors.Is(err, store.ErrNotFound) {
+			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), seq)}
+		}
+	} else {
+		snap, err = s.cfg.Runtime.State(r.Context(), rec.ID)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, stateInfo(snap))
+	return nil
+}
+
+func (s *Server) threadHistory(w http.ResponseWriter, r *http.Request, c *caller) error {
+	rec, err := s.thread(r, c)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	opts := trellis.HistoryOptions{Limit: 50, Source: trellis.Source(q.Get("source")), Run: q.Get("run"), Node: q.Get("node")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return &api.Error{Code: api.CodeBadRequest, Message: "limit is 1 to 1000"}
+		}
+		opts.Limit = n
+	}
+	if v := q.Get("before"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return &api.Error{Code: api.CodeBadRequest, Message: "before is a checkpoint number"}
+		}
+		opts.Before = n
+	}
+	cps, err := s.cfg.Runtime.History(r.Context(), rec.ID, opts)
+	if err != nil {
+		return err
+	}
+	out := api.History{Checkpoints: []api.Checkpoint{}}
+	for _, cp := range cps {
+		x := api.Checkpoint{Seq: cp.Seq, Parent: cp.Parent, Run: cp.Run, Step: cp.Step, Source: string(cp.Source), Time: cp.Time,
+			Writes: []api.Write{}, Next: cp.Next}
+		for _, wr := range cp.Writes {
+			x.Writes = append(x.Writes, api.Write{Field: wr.Field, Version: wr.Version, Value: wr.Value, Items: wr.Items, Append: wr.Append})
+		}
+		for _, nw := range cp.Writers {
+			x.Writers = append(x.Writers, api.Writer{Node: nw.Node, Fields: nw.Fields})
+		}
+		out.Checkpoints = append(out.Checkpoints, x)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) error {
+	rec, err := s.thread(r, c)
+	if err != nil {
+		return err
+	}
+	var in api.Fork
+	if err := readJSON(r, &in); err != nil {
+		return err
+	}
+	if in.ID == "" {
+		in.ID = newID("thread")
+	}
+	if err := checkThreadID(in.ID); err != nil {
+		return err
+	}
+	if in.At == 0 {
+		return &api.Error{Code: api.CodeInvalidInput, Message: "at names the checkpoint to fork from"}
+	}
+	key := threadKey(c, in.ID)
+	if _, err := s.cfg.Runtime.Fork(r.Context(), rec.ID, in.At, key); err != nil {
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), in.At)}
+		case errors.Is(err, store.ErrExists):
+			return &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", in.ID)}
+		}
+		return err
+	}
+	md := in.Metadata
+	if md == nil {
+		md = rec.Metadata
+	}
+	fork := &store.ThreadRecord{ID: key, Tenant: c.tenant, Flow: rec.Flow, Metadata: md, Created: time.Now().UTC()}
+	if err := s.cat.CreateThread(r.Context(), fork); err != nil {
+		_ = s.cfg.Runtime.Delete(r.Context(), key)
+		return err
+	}
+	out, err := s.threadInfo(r, fork)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller) error {
+	rec, err := s.thread(r, c)
+	if err != nil {
+		return err
+	}
+	var in api.Update
+	if err := readJSON(r, &in); err != nil {
+		return err
+	}
+	l, err := s.flows.get(rec.Flow)
+	if err != nil {
+		return err
+	}
+	values, err := plain(in.Values)
+	if err != nil {
+		return err
+	}
+	snap, err := s.cfg.Runtime.Update(r.Context(), l.flow, rec.ID, in.As, values)
+	if err != nil {
+		return valuesError(err)
+	}
+	writeJSON(w, http.StatusOK, stateInfo(snap))
+	return nil
+}

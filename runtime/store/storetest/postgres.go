@@ -1,0 +1,21 @@
+package storetest
+
+import (
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
+)
+
+// Postgres creates an empty PostgreSQL database for a test and returns its
+// connection URL. With TRELLIS_TEST_DATABASE_URL set it creates databases
+// on that server; otherwise it starts a throwaway cluster from the local
+// PostgreSQL binaries, once per test binary (see Main). Missing binaries
+// fail the test: PostgreSQL tests are never skipped.
+func Postgres(t testing.TB) string {
+	t.Helper()
+	return pgtest.Database(t)
+}
+
+// Main runs a test binary's tests and stops the PostgreSQL cluster they
+// started; call it from TestMain: os.Exit(storetest.Main(m)).
+func Main(m *testing.M) int { return pgtest.Main(m) }
