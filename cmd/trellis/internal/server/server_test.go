@@ -43,7 +43,9 @@ type harness struct {
 	admin  *api.Client
 	acme   *api.Client
 	globex *api.Client
-	stop   func()
+	// http checks every response against schemas/openapi.yaml.
+	http *http.Client
+	stop func()
 }
 
 // backends are the stores the end-to-end tests run on.
@@ -86,12 +88,16 @@ func newHarness(t *testing.T, backend string, rules []llmtest.Rule) *harness {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln) }()
 	h := &harness{t: t, srv: srv, base: "http://" + ln.Addr().String(), model: model}
+	hc := checkedClient(t)
+	h.http = hc
 	key := func(tenant string, admin bool) *api.Client {
 		_, secret, err := CreateKey(ctx, srv.cat, tenant, tenant+" key", admin)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return api.NewClient(h.base, secret)
+		c := api.NewClient(h.base, secret)
+		c.HTTP = hc
+		return c
 	}
 	h.admin, h.acme, h.globex = key("ops", true), key("acme", false), key("globex", false)
 	h.stop = func() {
@@ -433,7 +439,7 @@ func TestErrors(t *testing.T) {
 			req.Header.Set("Content-Type", tc.ctype)
 		}
 		req.Header.Set("Authorization", "Bearer "+h.acme.Key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := h.http.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,156 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/api"
+)
+
+// authCase is how the authorization matrix calls one route: the body it
+// sends and the status the thread's owner (or, on admin routes, an admin)
+// gets.
+type authCase struct {
+	body, ctype string
+	ok          int
+}
+
+// authCases covers every route of the table; a route without a case fails
+// the matrix, so a new route cannot be forgotten.
+var authCases = map[string]authCase{
+	"GET /healthz":      {ok: 200},
+	"GET /readyz":       {ok: 200},
+	"GET /metrics":      {ok: 200},
+	"GET /openapi.yaml": {ok: 200},
+
+	"GET /v1/flows":              {ok: 200},
+	"GET /v1/flows/{name}":       {ok: 200},
+	"GET /v1/flows/{name}/graph": {ok: 200},
+	"POST /v1/flows/validate":    {ok: 200, ctype: "application/yaml", body: "FLOW"},
+	"POST /v1/flows/reload":      {ok: 200},
+
+	"POST /v1/threads":                        {ok: 201, body: `{"flow": "greet"}`},
+	"GET /v1/threads":                         {ok: 200},
+	"GET /v1/threads/{id}":                    {ok: 200},
+	"DELETE /v1/threads/{id}":                 {ok: 204},
+	"GET /v1/threads/{id}/state":              {ok: 200},
+	"GET /v1/threads/{id}/history":            {ok: 200},
+	"POST /v1/threads/{id}/fork":              {ok: 201, body: `{"at": 1}`},
+	"POST /v1/threads/{id}/update":            {ok: 200, body: `{"as": "greet", "values": {"greeting": "hi"}}`},
+	"POST /v1/threads/{id}/runs":              {ok: 202, body: `{"input": {"name": "Ada"}}`},
+	"POST /v1/threads/{id}/runs/wait":         {ok: 200, body: `{"input": {"name": "Ada"}}`},
+	"POST /v1/threads/{id}/runs/stream":       {ok: 200, body: `{"input": {"name": "Ada"}}`},
+	"GET /v1/threads/{id}/runs":               {ok: 200},
+	"GET /v1/threads/{id}/runs/{run}":         {ok: 200},
+	"GET /v1/threads/{id}/runs/{run}/wait":    {ok: 200},
+	"GET /v1/threads/{id}/runs/{run}/stream":  {ok: 200},
+	"POST /v1/threads/{id}/runs/{run}/cancel": {ok: 200},
+
+	"POST /v1/keys":         {ok: 201, body: `{"tenant": "newco"}`},
+	"GET /v1/keys":          {ok: 200},
+	"DELETE /v1/keys/{key}": {ok: 204},
+}
+
+// TestAuthorizationMatrix calls every route as five callers: with no key,
+// with a key that is not valid, as another tenant, as the owner of the
+// thread it names, and as an admin of another tenant.
+func TestAuthorizationMatrix(t *testing.T) {
+	h := newHarness(t, "memory", nil)
+	greet := readFile(t, flowsDir+"/examples/greet.yaml")
+	callers := []struct {
+		name string
+		key  string
+	}{
+		{"none", ""},
+		{"bad", "trk_aaaaaaaaaaaa_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+		{"other", h.globex.Key},
+		{"owner", h.acme.Key},
+		{"admin", h.admin.Key},
+	}
+	n := 0
+	for _, rt := range h.srv.routes() {
+		pattern := rt.method + " " + rt.path
+		tc, ok := authCases[pattern]
+		if !ok {
+			t.Errorf("route %s has no case in the authorization matrix", pattern)
+			continue
+		}
+		for _, c := range callers {
+			// a thread of acme's with one finished run, and a key to revoke
+			n++
+			thread := "m" + strconv.Itoa(n)
+			interviewless(t, h, thread)
+			run, err := h.acme.RunWait(ctx, thread, api.StartRun{Input: map[string]any{"name": "Grace"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			victim, _, err := CreateKey(ctx, h.srv.cat, "acme", "victim", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{key}", victim.ID).Replace(rt.path)
+			body := tc.body
+			if body == "FLOW" {
+				body = greet
+			}
+			req, _ := http.NewRequest(rt.method, h.base+path, strings.NewReader(body))
+			if body != "" {
+				ctype := tc.ctype
+				if ctype == "" {
+					ctype = "application/json"
+				}
+				req.Header.Set("Content-Type", ctype)
+			}
+			if c.key != "" {
+				req.Header.Set("Authorization", "Bearer "+c.key)
+			}
+			resp, err := h.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			want := expected(rt, tc, c.name)
+			if resp.StatusCode != want {
+				t.Errorf("%s as %s: %d, want %d", pattern, c.name, resp.StatusCode, want)
+			}
+		}
+	}
+}
+
+// expected is the documented status of a route for a caller.
+func expected(rt route, tc authCase, caller string) int {
+	switch {
+	case rt.access == public:
+		return tc.ok
+	case caller == "none" || caller == "bad":
+		return http.StatusUnauthorized
+	case rt.access == admin && caller != "admin":
+		return http.StatusForbidden
+	case rt.access == admin:
+		return tc.ok
+	case strings.Contains(rt.path, "{id}") && caller != "owner":
+		// another tenant's thread is not found, like one that does not exist
+		return http.StatusNotFound
+	}
+	return tc.ok
+}
+
+func interviewless(t *testing.T, h *harness, id string) {
+	t.Helper()
+	if _, err := h.acme.CreateThread(ctx, api.CreateThread{ID: id, Flow: "greet"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
