@@ -49,13 +49,14 @@ tidy-check:
 flows: build
 	./bin/trellis validate flows
 
-# Short fuzzing of the loader, the expression glue, the template checker and
-# the JSON decoder.
+# Short fuzzing of the loader, the expression glue, the template checker,
+# the JSON decoder and the HTTP API's request bodies.
 fuzz:
 	$(GO) test ./runtime/flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/tmpl -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/value -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/trellis/internal/server -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime 10000x
 
 # The peer workloads (W1-W3) as YAML flows; compare with ../shared/peerbench.
 bench:

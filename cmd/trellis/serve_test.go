@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	facade "github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
+	"github.com/trellisflow/trellis/nodes/llm/llmtest"
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// A test binary started with TRELLIS_MAIN_ARGS runs the command line with
+// those arguments, so tests can run `trellis serve` as a real process.
+func init() {
+	if args := os.Getenv("TRELLIS_MAIN_ARGS"); args != "" {
+		os.Args = append(os.Args[:1], strings.Split(args, "\x1f")...)
+		main()
+	}
+}
+
+// trellisProcess starts the command line in a process of its own.
+func trellisProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), append(env, "TRELLIS_MAIN_ARGS="+strings.Join(args, "\x1f"))...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, &stderr
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitReady(t *testing.T, c *api.Client) {
+	t.Helper()
+	for range 100 {
+		if c.Ready(context.Background()) == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the server did not become ready")
+}
+
+// SIGTERM stops a server gracefully: it stops taking requests, lets the
+// run in progress finish its step and checkpoint, records the run as
+// stopped, and exits 0; another server resumes the thread.
+func TestServeStopsAtAStepBoundary(t *testing.T) {
+	ctx := context.Background()
+	model := llmtest.New(llmtest.Rule{Match: "introduce themselves", Replies: []llmtest.Reply{{Content: "Welcome!", Delay: 1500 * time.Millisecond}}})
+	ms := httptest.NewServer(model)
+	defer ms.Close()
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "t.db")
+	rt, err := facade.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, _ := store.CatalogOf(rt.Store())
+	_, key, err := server.CreateKey(ctx, cat, "acme", "", false)
+	rt.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"OPENAI_BASE_URL=" + ms.URL + "/v1", "OPENAI_API_KEY=k"}
+	addr := freeAddr(t)
+	serve, stderr := trellisProcess(t, env, "serve", "--flows", "../../flows", "--store", db, "--addr", addr)
+	c := api.NewClient("http://"+addr, key)
+	waitReady(t, c)
+	values, _ := schema.ReadFile("../../flows/examples/candidate.yaml")
+	if _, err := c.CreateThread(ctx, api.CreateThread{ID: "ada", Flow: "interview", Values: values.(map[string]any)}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.StartRun(ctx, "ada", api.StartRun{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the greeting's model call is in progress
+	for len(model.Calls()) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := serve.Wait(); err != nil {
+		t.Fatalf("serve exited with %v:\n%s", err, stderr.String())
+	}
+	if took := time.Since(start); took < time.Second {
+		t.Fatalf("serve exited after %s, before the step in progress could end", took)
+	}
+	if !strings.Contains(stderr.String(), "shutting down") {
+		t.Fatalf("no shutdown in the log:\n%s", stderr.String())
+	}
+
+	// the step completed and was committed; the rest of the run waits
+	serve2, stderr2 := trellisProcess(t, env, "serve", "--flows", "../../flows", "--store", db, "--addr", addr)
+	waitReady(t, c)
+	r, err := c.Run(ctx, "ada", run.ID)
+	if err != nil || r.Status != api.RunCancelled || !strings.Contains(r.Error, "server stopped") {
+		t.Fatalf("the stopped run: %+v %v", r, err)
+	}
+	st, err := c.State(ctx, "ada", 0)
+	if err != nil || st.Values["next_message"] != "Welcome!" || fmt.Sprint(st.Next) != "[finalize_turn]" {
+		t.Fatalf("state after the stop: %v next %v (%v)", st.Values["next_message"], st.Next, err)
+	}
+	done, err := c.RunWait(ctx, "ada", api.StartRun{Resume: true})
+	if err != nil || done.Status != api.RunSucceeded || len(done.State["conversation_history"].([]any)) != 1 {
+		t.Fatalf("resumed run %+v %v", done, err)
+	}
+	if len(model.Calls()) != 1 {
+		t.Fatalf("the model was called %d times: the resumed run ran the greeting again", len(model.Calls()))
+	}
+	_ = serve2.Process.Signal(syscall.SIGTERM)
+	if err := serve2.Wait(); err != nil {
+		t.Fatalf("second serve: %v\n%s", err, stderr2.String())
+	}
+}
