@@ -30,6 +30,29 @@ type Catalog interface {
 
 	// CreateRun records a new run, or fails with ErrExists.
 	CreateRun(ctx context.Context, r *RunRecord) error
+	// EnqueueRun records a new queued run on its thread as policy says
+	// when the thread already has a queued or running run: BusyReject
+	// fails with ErrBusy, BusyEnqueue queues it behind them, BusyInterrupt
+	// cancels the queued ones and asks the running one to stop (Stop
+	// "interrupt"). It reports whether the thread had such a run.
+	EnqueueRun(ctx context.Context, r *RunRecord, policy BusyPolicy) (busy bool, err error)
+	// ClaimRun gives server the oldest queued run of a thread that has no
+	// running run, now running (Server and Started set); ErrNotFound when
+	// there is none.
+	ClaimRun(ctx context.Context, server string, now time.Time) (*RunRecord, error)
+	// RequestStop cancels a queued run now, or asks the server running a
+	// run to stop it (Stop set to why); it returns the run as it is then.
+	RequestStop(ctx context.Context, tenant, id, why string) (*RunRecord, error)
+	// ServerRuns lists the runs server is running.
+	ServerRuns(ctx context.Context, server string) ([]*RunRecord, error)
+	// Beat records that server is alive at now.
+	Beat(ctx context.Context, server string, now time.Time) error
+	// AdoptRun gives server one running run whose server's last beat is
+	// before staleBefore (a server that died); ErrNotFound when none.
+	AdoptRun(ctx context.Context, server string, staleBefore time.Time) (*RunRecord, error)
+	// DeleteRun removes a run and its events (one refused before it
+	// started).
+	DeleteRun(ctx context.Context, id string) error
 	// UpdateRun saves a run's status, outcome and times.
 	UpdateRun(ctx context.Context, r *RunRecord) error
 	// Run returns a run's record.
@@ -106,7 +129,30 @@ type RunRecord struct {
 	Created    time.Time
 	Started    time.Time
 	Finished   time.Time
+	// Resume: the run continues its thread's unfinished run instead of
+	// applying Input. Interrupt: it gives up what a run it interrupted
+	// left unfinished before it starts.
+	Resume, Interrupt bool
+	// Server is the server running it; Stop, when set, asks that server
+	// to stop it ("cancel" now, "interrupt" at its next step boundary).
+	Server string
+	Stop   string
 }
+
+// BusyPolicy is what EnqueueRun does on a thread with a queued or running
+// run.
+type BusyPolicy string
+
+// The busy policies.
+const (
+	BusyReject    BusyPolicy = "reject"
+	BusyEnqueue   BusyPolicy = "enqueue"
+	BusyInterrupt BusyPolicy = "interrupt"
+)
+
+// ErrBusy: EnqueueRun with BusyReject on a thread with a queued or
+// running run.
+var ErrBusy = errors.New("the thread has a queued or running run")
 
 // EventRecord is one stored event of a run.
 type EventRecord struct {

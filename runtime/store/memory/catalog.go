@@ -19,12 +19,13 @@ type catalog struct {
 	runs    map[string]*store.RunRecord
 	events  map[string][]store.EventRecord
 	keys    map[string]*store.KeyRecord
+	servers map[string]time.Time
 }
 
 func (s *Store) cat() *catalog {
 	s.catOnce.Do(func() {
 		s.catalog = &catalog{threads: map[string]*store.ThreadRecord{}, runs: map[string]*store.RunRecord{},
-			events: map[string][]store.EventRecord{}, keys: map[string]*store.KeyRecord{}}
+			events: map[string][]store.EventRecord{}, keys: map[string]*store.KeyRecord{}, servers: map[string]time.Time{}}
 	})
 	return s.catalog
 }
@@ -142,6 +143,153 @@ func (s *Store) UpdateRun(_ context.Context, r *store.RunRecord) error {
 		return store.ErrNotFound
 	}
 	old.Status, old.Error, old.Checkpoint, old.Started, old.Finished = r.Status, r.Error, r.Checkpoint, r.Started, r.Finished
+	old.Resume, old.Server, old.Stop = r.Resume, r.Server, r.Stop
+	return nil
+}
+
+// active lists a thread's queued and running runs. The caller holds c.mu.
+func (c *catalog) active(thread string) []*store.RunRecord {
+	var out []*store.RunRecord
+	for _, r := range c.runs {
+		if r.Thread == thread && (r.Status == store.RunQueued || r.Status == store.RunRunning) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// EnqueueRun implements store.Catalog.
+func (s *Store) EnqueueRun(_ context.Context, r *store.RunRecord, policy store.BusyPolicy) (bool, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.runs[r.ID]; ok {
+		return false, store.ErrExists
+	}
+	active := c.active(r.Thread)
+	if len(active) > 0 {
+		switch policy {
+		case store.BusyReject:
+			return true, store.ErrBusy
+		case store.BusyInterrupt:
+			for _, a := range active {
+				if a.Status == store.RunQueued {
+					a.Status, a.Error, a.Finished = store.RunCancelled, "interrupted by run "+r.ID, r.Created
+				} else if a.Stop == "" {
+					a.Stop = "interrupt"
+				}
+			}
+		}
+	}
+	cp := *r
+	cp.Status = store.RunQueued
+	c.runs[r.ID] = &cp
+	return len(active) > 0, nil
+}
+
+// ClaimRun implements store.Catalog.
+func (s *Store) ClaimRun(_ context.Context, server string, now time.Time) (*store.RunRecord, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best *store.RunRecord
+	running := map[string]bool{}
+	first := map[string]*store.RunRecord{}
+	for _, r := range c.runs {
+		switch r.Status {
+		case store.RunRunning:
+			running[r.Thread] = true
+		case store.RunQueued:
+			if f := first[r.Thread]; f == nil || newer(f.Created, r.Created, f.ID, r.ID) < 0 {
+				first[r.Thread] = r
+			}
+		}
+	}
+	for thread, r := range first {
+		if !running[thread] && (best == nil || newer(best.Created, r.Created, best.ID, r.ID) < 0) {
+			best = r
+		}
+	}
+	if best == nil {
+		return nil, store.ErrNotFound
+	}
+	best.Status, best.Server, best.Started = store.RunRunning, server, now
+	cp := *best
+	return &cp, nil
+}
+
+// RequestStop implements store.Catalog.
+func (s *Store) RequestStop(_ context.Context, tenant, id, why string) (*store.RunRecord, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.runs[id]
+	if !ok || r.Tenant != tenant {
+		return nil, store.ErrNotFound
+	}
+	switch r.Status {
+	case store.RunQueued:
+		r.Status, r.Error, r.Finished = store.RunCancelled, why, time.Now().UTC()
+	case store.RunRunning:
+		r.Stop = why
+	}
+	cp := *r
+	return &cp, nil
+}
+
+// ServerRuns implements store.Catalog.
+func (s *Store) ServerRuns(_ context.Context, server string) ([]*store.RunRecord, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*store.RunRecord
+	for _, r := range c.runs {
+		if r.Server == server && r.Status == store.RunRunning {
+			cp := *r
+			out = append(out, &cp)
+		}
+	}
+	return out, nil
+}
+
+// Beat implements store.Catalog.
+func (s *Store) Beat(_ context.Context, server string, now time.Time) error {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.servers[server] = now
+	return nil
+}
+
+// AdoptRun implements store.Catalog.
+func (s *Store) AdoptRun(_ context.Context, server string, staleBefore time.Time) (*store.RunRecord, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.runs {
+		if r.Status != store.RunRunning || r.Server == server {
+			continue
+		}
+		if seen, ok := c.servers[r.Server]; ok && !seen.Before(staleBefore) {
+			continue
+		}
+		r.Server = server
+		cp := *r
+		return &cp, nil
+	}
+	return nil, store.ErrNotFound
+}
+
+// DeleteRun implements store.Catalog.
+func (s *Store) DeleteRun(_ context.Context, id string) error {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.runs[id]; !ok {
+		return store.ErrNotFound
+	}
+	delete(c.runs, id)
+	delete(c.events, id)
 	return nil
 }
 

@@ -72,6 +72,14 @@ func (d catalogDB) Tx(ctx context.Context, fn func(sqlstore.DB) error) error {
 	return pgx.BeginFunc(ctx, d.s.pool, func(tx pgx.Tx) error { return fn(catalogDB{q: tx, s: d.s}) })
 }
 
+// LockThread implements sqlstore.DB with a transaction-scoped advisory
+// lock on the thread's name, which works whether the thread has rows yet
+// or not, and behind PgBouncer in transaction mode.
+func (d catalogDB) LockThread(ctx context.Context, thread string) error {
+	_, err := d.q.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, thread)
+	return err
+}
+
 func (d catalogDB) Unique(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"

@@ -45,6 +45,10 @@ func (d catalogDB) Tx(ctx context.Context, fn func(sqlstore.DB) error) error {
 	return d.s.tx(ctx, func(tx *sql.Tx) error { return fn(catalogDB{db: tx, s: d.s}) })
 }
 
+// LockThread implements sqlstore.DB: SQLite runs one write transaction at
+// a time (they begin IMMEDIATE).
+func (d catalogDB) LockThread(context.Context, string) error { return nil }
+
 func (d catalogDB) Unique(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE)

@@ -24,6 +24,10 @@ func RunCatalog(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RunsAndEvents", testCatalogRuns},
 		{"ConcurrentEventAppends", testCatalogConcurrentEvents},
 		{"Keys", testCatalogKeys},
+		{"QueuePolicies", testQueuePolicies},
+		{"QueueOrderAndStops", testQueueOrder},
+		{"QueueConcurrentClaims", testQueueConcurrentClaims},
+		{"QueueAdoptsRunsOfDeadServers", testQueueAdopt},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -267,5 +271,200 @@ func testCatalogKeys(t *testing.T, c store.Catalog) {
 	keys, _ = c.Keys(ctx, "root")
 	if len(keys) != 1 || keys[0].ID != "k0" {
 		t.Fatalf("root's keys %v", keys)
+	}
+}
+
+func queued(id, thread string, at int) *store.RunRecord {
+	return &store.RunRecord{ID: id, Tenant: "acme", Thread: thread, Flow: "f", Created: moment(at)}
+}
+
+func testQueuePolicies(t *testing.T, c store.Catalog) {
+	if busy, err := c.EnqueueRun(ctx, queued("r1", "t", 1), store.BusyReject); err != nil || busy {
+		t.Fatalf("first run: %v %v", busy, err)
+	}
+	if busy, err := c.EnqueueRun(ctx, queued("r2", "t", 2), store.BusyReject); !errors.Is(err, store.ErrBusy) || !busy {
+		t.Fatalf("reject on a busy thread: %v %v", busy, err)
+	}
+	if _, err := c.Run(ctx, "acme", "r2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a rejected run was recorded: %v", err)
+	}
+	if busy, err := c.EnqueueRun(ctx, queued("r2", "t", 2), store.BusyEnqueue); err != nil || !busy {
+		t.Fatalf("enqueue: %v %v", busy, err)
+	}
+	if _, err := c.EnqueueRun(ctx, queued("r2", "u", 3), store.BusyEnqueue); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("a second run r2: %v", err)
+	}
+	r1, err := c.ClaimRun(ctx, "s1", moment(5))
+	if err != nil || r1.ID != "r1" || r1.Status != store.RunRunning || r1.Server != "s1" || !sameTime(r1.Started, moment(5)) {
+		t.Fatalf("claim %+v %v", r1, err)
+	}
+	// interrupt: the queued run is cancelled, the running one asked to stop
+	if busy, err := c.EnqueueRun(ctx, &store.RunRecord{ID: "r3", Tenant: "acme", Thread: "t", Created: moment(6), Interrupt: true}, store.BusyInterrupt); err != nil || !busy {
+		t.Fatalf("interrupt: %v %v", busy, err)
+	}
+	r2, _ := c.Run(ctx, "acme", "r2")
+	r1, _ = c.Run(ctx, "acme", "r1")
+	r3, _ := c.Run(ctx, "acme", "r3")
+	if r2.Status != store.RunCancelled || r2.Error == "" || r1.Stop != "interrupt" || r1.Status != store.RunRunning || !r3.Interrupt || r3.Status != store.RunQueued {
+		t.Fatalf("after the interrupt: r1 %+v, r2 %+v, r3 %+v", r1, r2, r3)
+	}
+	if rs, _ := c.ServerRuns(ctx, "s1"); len(rs) != 1 || rs[0].ID != "r1" || rs[0].Stop != "interrupt" {
+		t.Fatalf("s1's runs %v", rs)
+	}
+	if err := c.DeleteRun(ctx, "r3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run(ctx, "acme", "r3"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleted run: %v", err)
+	}
+}
+
+func testQueueOrder(t *testing.T, c store.Catalog) {
+	for i, id := range []string{"a1", "a2", "b1", "a3"} {
+		thread := id[:1]
+		if _, err := c.EnqueueRun(ctx, queued(id, thread, i+1), store.BusyEnqueue); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(want string) *store.RunRecord {
+		t.Helper()
+		r, err := c.ClaimRun(ctx, "s", moment(10))
+		if want == "" {
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("claimed %+v, want none", r)
+			}
+			return nil
+		}
+		if err != nil || r.ID != want {
+			t.Fatalf("claimed %+v %v, want %s", r, err, want)
+		}
+		return r
+	}
+	a1 := claim("a1")
+	claim("b1")
+	claim("") // a2 waits for a1
+	// a queued run cancelled is never claimed
+	if r, err := c.RequestStop(ctx, "acme", "a2", "cancelled"); err != nil || r.Status != store.RunCancelled {
+		t.Fatalf("stop of a queued run: %+v %v", r, err)
+	}
+	if r, err := c.RequestStop(ctx, "acme", "a1", "cancel"); err != nil || r.Status != store.RunRunning || r.Stop != "cancel" {
+		t.Fatalf("stop of a running run: %+v %v", r, err)
+	}
+	if _, err := c.RequestStop(ctx, "other", "a1", "cancel"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another tenant stopped a1: %v", err)
+	}
+	a1.Status, a1.Finished = store.RunCancelled, moment(11)
+	if err := c.UpdateRun(ctx, a1); err != nil {
+		t.Fatal(err)
+	}
+	claim("a3")
+	claim("")
+}
+
+// Servers claiming at once each get a different run, and a thread's runs
+// run one at a time, in the order they were queued.
+func testQueueConcurrentClaims(t *testing.T, c store.Catalog) {
+	const threads, per = 5, 4
+	for i := range per {
+		for th := range threads {
+			id := fmt.Sprintf("t%d-r%d", th, i)
+			if _, err := c.EnqueueRun(ctx, queued(id, fmt.Sprint("t", th), i*threads+th), store.BusyEnqueue); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var mu sync.Mutex
+	running := map[string]string{}
+	order := map[string][]string{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for s := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			idle := 0
+			for idle < 20 {
+				r, err := c.ClaimRun(ctx, fmt.Sprint("s", s), time.Now())
+				if errors.Is(err, store.ErrNotFound) {
+					idle++
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				idle = 0
+				mu.Lock()
+				if other, busy := running[r.Thread]; busy {
+					mu.Unlock()
+					errs <- fmt.Errorf("%s claimed while %s runs on %s", r.ID, other, r.Thread)
+					return
+				}
+				running[r.Thread] = r.ID
+				order[r.Thread] = append(order[r.Thread], r.ID)
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				delete(running, r.Thread)
+				mu.Unlock()
+				r.Status, r.Finished = store.RunSucceeded, time.Now()
+				if err := c.UpdateRun(ctx, r); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for th := range threads {
+		var want []string
+		for i := range per {
+			want = append(want, fmt.Sprintf("t%d-r%d", th, i))
+		}
+		if got := order[fmt.Sprint("t", th)]; !reflect.DeepEqual(got, want) {
+			t.Fatalf("thread t%d ran %v, want %v", th, got, want)
+		}
+	}
+}
+
+func testQueueAdopt(t *testing.T, c store.Catalog) {
+	for i, id := range []string{"x", "y"} {
+		if _, err := c.EnqueueRun(ctx, queued(id, id, i), store.BusyEnqueue); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Beat(ctx, "dead", moment(10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Beat(ctx, "alive", moment(10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ClaimRun(ctx, "dead", moment(10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ClaimRun(ctx, "alive", moment(10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Beat(ctx, "alive", moment(40)); err != nil {
+		t.Fatal(err)
+	}
+	// nothing is stale yet at 10
+	if r, err := c.AdoptRun(ctx, "heir", moment(10)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("adopted %+v while every server was alive", r)
+	}
+	r, err := c.AdoptRun(ctx, "heir", moment(30))
+	if err != nil || r.ID != "x" || r.Server != "heir" || r.Status != store.RunRunning {
+		t.Fatalf("adopted %+v %v, want x", r, err)
+	}
+	if r, err := c.AdoptRun(ctx, "heir", moment(30)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("adopted %+v twice", r)
+	}
+	if rs, _ := c.ServerRuns(ctx, "heir"); len(rs) != 1 || rs[0].ID != "x" {
+		t.Fatalf("heir runs %v", rs)
 	}
 }

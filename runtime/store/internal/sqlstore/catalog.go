@@ -21,6 +21,10 @@ type DB interface {
 	Tx(ctx context.Context, fn func(DB) error) error
 	// Unique reports whether err is a unique-constraint violation.
 	Unique(err error) bool
+	// LockThread serialises, until the end of the transaction, the
+	// transactions that lock the same thread's runs (a no-op where
+	// write transactions are serialised anyway).
+	LockThread(ctx context.Context, thread string) error
 }
 
 // CloseRows are a query's rows.
@@ -192,34 +196,44 @@ func (c Catalog) DeleteThread(ctx context.Context, tenant, id string) error {
 
 // CreateRun implements store.Catalog.
 func (c Catalog) CreateRun(ctx context.Context, r *store.RunRecord) error {
+	return insertRun(ctx, c.DB, r)
+}
+
+func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 	input := string(r.Input)
 	if input == "" {
 		input = "null"
 	}
-	return c.insert(ctx, `INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint,
-		created_at, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := db.Exec(ctx, `INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint,
+		created_at, started_at, finished_at, resume, interrupt, server, stop) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, string(r.Status), input, r.Error, int64(r.Checkpoint),
-		nanos(r.Created), nanos(r.Started), nanos(r.Finished))
+		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, r.Stop)
+	if err != nil && db.Unique(err) {
+		return store.ErrExists
+	}
+	return err
 }
 
 // UpdateRun implements store.Catalog.
 func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord) error {
-	n, err := c.DB.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ? WHERE id = ?`,
-		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.ID)
+	n, err := c.DB.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
+		resume = ?, server = ?, stop = ? WHERE id = ?`,
+		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, r.Stop, r.ID)
 	if err == nil && n == 0 {
 		err = store.ErrNotFound
 	}
 	return err
 }
 
-const runColumns = `id, tenant, thread, flow, flow_version, status, input, error, checkpoint, created_at, started_at, finished_at`
+const runColumns = `id, tenant, thread, flow, flow_version, status, input, error, checkpoint, created_at, started_at, finished_at,
+	resume, interrupt, server, stop`
 
 func scanRun(rows Rows) (*store.RunRecord, error) {
 	var r store.RunRecord
 	var status, input string
 	var checkpoint, created, started, finished int64
 	if err := rows.Scan(&r.ID, &r.Tenant, &r.Thread, &r.Flow, &r.FlowVersion, &status, &input, &r.Error, &checkpoint,
-		&created, &started, &finished); err != nil {
+		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &r.Stop); err != nil {
 		return nil, err
 	}
 	r.Status, r.Input, r.Checkpoint = store.RunStatus(status), json.RawMessage(input), uint64(checkpoint)
@@ -255,6 +269,195 @@ func (c Catalog) Runs(ctx context.Context, tenant, thread string, limit int) ([]
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// runsWhere returns the runs a query selects.
+func runsWhere(ctx context.Context, db DB, where string, args ...any) ([]*store.RunRecord, error) {
+	rows, err := db.Query(ctx, `SELECT `+runColumns+` FROM api_runs WHERE `+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.RunRecord
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// EnqueueRun implements store.Catalog.
+func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy store.BusyPolicy) (busy bool, err error) {
+	err = c.DB.Tx(ctx, func(db DB) error {
+		if err := db.LockThread(ctx, r.Thread); err != nil {
+			return err
+		}
+		active, err := runsWhere(ctx, db, `thread = ? AND status IN ('queued', 'running')`, r.Thread)
+		if err != nil {
+			return err
+		}
+		busy = len(active) > 0
+		if busy {
+			switch policy {
+			case store.BusyReject:
+				return store.ErrBusy
+			case store.BusyInterrupt:
+				why := "interrupted by run " + r.ID
+				if _, err := db.Exec(ctx, `UPDATE api_runs SET status = 'cancelled', error = ?, finished_at = ?
+					WHERE thread = ? AND status = 'queued'`, why, nanos(r.Created), r.Thread); err != nil {
+					return err
+				}
+				if _, err := db.Exec(ctx, `UPDATE api_runs SET stop = 'interrupt' WHERE thread = ? AND status = 'running' AND stop = ''`, r.Thread); err != nil {
+					return err
+				}
+			}
+		}
+		q := *r
+		q.Status = store.RunQueued
+		return insertRun(ctx, db, &q)
+	})
+	return busy, err
+}
+
+// ClaimRun implements store.Catalog: the oldest queued run of a thread
+// with no running run. Two servers claiming at once may pick the same
+// run; the update takes it only while it is still queued, and the loser
+// looks again.
+func (c Catalog) ClaimRun(ctx context.Context, server string, now time.Time) (*store.RunRecord, error) {
+	for {
+		rows, err := c.DB.Query(ctx, `SELECT r.id FROM api_runs r WHERE r.status = 'queued'
+			AND NOT EXISTS (SELECT 1 FROM api_runs x WHERE x.thread = r.thread AND x.status = 'running')
+			AND NOT EXISTS (SELECT 1 FROM api_runs y WHERE y.thread = r.thread AND y.status = 'queued'
+				AND (y.created_at < r.created_at OR (y.created_at = r.created_at AND y.id < r.id)))
+			ORDER BY r.created_at, r.id LIMIT 1`)
+		if err != nil {
+			return nil, err
+		}
+		var id string
+		found := rows.Next()
+		if found {
+			err = rows.Scan(&id)
+		} else {
+			err = rows.Err()
+		}
+		rows.Close()
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, store.ErrNotFound
+		}
+		var claimed *store.RunRecord
+		err = c.DB.Tx(ctx, func(db DB) error {
+			var tenant, thread string
+			if err := one(ctx, db, func(r Rows) error { return r.Scan(&tenant, &thread) },
+				`SELECT tenant, thread FROM api_runs WHERE id = ?`, id); err != nil {
+				return err
+			}
+			if err := db.LockThread(ctx, thread); err != nil {
+				return err
+			}
+			n, err := db.Exec(ctx, `UPDATE api_runs SET status = 'running', server = ?, started_at = ? WHERE id = ? AND status = 'queued'
+				AND NOT EXISTS (SELECT 1 FROM api_runs x WHERE x.thread = ? AND x.status = 'running')`, server, nanos(now), id, thread)
+			if err != nil || n == 0 {
+				return err
+			}
+			rs, err := runsWhere(ctx, db, `id = ?`, id)
+			if err == nil && len(rs) == 1 {
+				claimed = rs[0]
+			}
+			return err
+		})
+		if err != nil && err != store.ErrNotFound {
+			return nil, err
+		}
+		if claimed != nil {
+			return claimed, nil
+		}
+	}
+}
+
+// RequestStop implements store.Catalog.
+func (c Catalog) RequestStop(ctx context.Context, tenant, id, why string) (*store.RunRecord, error) {
+	var out *store.RunRecord
+	err := c.DB.Tx(ctx, func(db DB) error {
+		if _, err := db.Exec(ctx, `UPDATE api_runs SET status = 'cancelled', error = ?, finished_at = ? WHERE id = ? AND tenant = ? AND status = 'queued'`,
+			why, nanos(time.Now()), id, tenant); err != nil {
+			return err
+		}
+		if _, err := db.Exec(ctx, `UPDATE api_runs SET stop = ? WHERE id = ? AND tenant = ? AND status = 'running'`, why, id, tenant); err != nil {
+			return err
+		}
+		rs, err := runsWhere(ctx, db, `id = ? AND tenant = ?`, id, tenant)
+		if err != nil {
+			return err
+		}
+		if len(rs) == 0 {
+			return store.ErrNotFound
+		}
+		out = rs[0]
+		return nil
+	})
+	return out, err
+}
+
+// ServerRuns implements store.Catalog.
+func (c Catalog) ServerRuns(ctx context.Context, server string) ([]*store.RunRecord, error) {
+	return runsWhere(ctx, c.DB, `server = ? AND status = 'running'`, server)
+}
+
+// Beat implements store.Catalog.
+func (c Catalog) Beat(ctx context.Context, server string, now time.Time) error {
+	n, err := c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = ? WHERE id = ?`, nanos(now), server)
+	if err != nil || n > 0 {
+		return err
+	}
+	err = c.insert(ctx, `INSERT INTO api_servers (id, seen_at) VALUES (?, ?)`, server, nanos(now))
+	if err == store.ErrExists {
+		_, err = c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = ? WHERE id = ?`, nanos(now), server)
+	}
+	return err
+}
+
+// AdoptRun implements store.Catalog.
+func (c Catalog) AdoptRun(ctx context.Context, server string, staleBefore time.Time) (*store.RunRecord, error) {
+	for {
+		rs, err := runsWhere(ctx, c.DB, `status = 'running' AND server <> ? AND NOT EXISTS
+			(SELECT 1 FROM api_servers s WHERE s.id = api_runs.server AND s.seen_at >= ?) ORDER BY started_at LIMIT 1`, server, nanos(staleBefore))
+		if err != nil {
+			return nil, err
+		}
+		if len(rs) == 0 {
+			return nil, store.ErrNotFound
+		}
+		r := rs[0]
+		n, err := c.DB.Exec(ctx, `UPDATE api_runs SET server = ? WHERE id = ? AND server = ? AND status = 'running'`, server, r.ID, r.Server)
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			r.Server = server
+			return r, nil
+		}
+	}
+}
+
+// DeleteRun implements store.Catalog.
+func (c Catalog) DeleteRun(ctx context.Context, id string) error {
+	return c.DB.Tx(ctx, func(db DB) error {
+		n, err := db.Exec(ctx, `DELETE FROM api_runs WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrNotFound
+		}
+		_, err = db.Exec(ctx, `DELETE FROM api_events WHERE run = ?`, id)
+		return err
+	})
 }
 
 // AppendEvent implements store.Catalog.
