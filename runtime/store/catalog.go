@@ -37,9 +37,9 @@ type Catalog interface {
 	// "interrupt"). It reports whether the thread had such a run.
 	EnqueueRun(ctx context.Context, r *RunRecord, policy BusyPolicy) (busy bool, err error)
 	// ClaimRun gives server the oldest queued run of a thread that has no
-	// running run, now running (Server and Started set); ErrNotFound when
-	// there is none.
-	ClaimRun(ctx context.Context, server string, now time.Time) (*RunRecord, error)
+	// running run (run id, when not "", only that run), now running
+	// (Server and Started set); ErrNotFound when there is none.
+	ClaimRun(ctx context.Context, server, id string, now time.Time) (*RunRecord, error)
 	// RequestStop cancels a queued run now, or asks the server running a
 	// run to stop it (Stop set to why); it returns the run as it is then.
 	RequestStop(ctx context.Context, tenant, id, why string) (*RunRecord, error)
@@ -53,7 +53,8 @@ type Catalog interface {
 	// DeleteRun removes a run and its events (one refused before it
 	// started).
 	DeleteRun(ctx context.Context, id string) error
-	// UpdateRun saves a run's status, outcome and times.
+	// UpdateRun saves a run's status, outcome, times, flow version and
+	// queue fields (Resume, Server, Stop).
 	UpdateRun(ctx context.Context, r *RunRecord) error
 	// Run returns a run's record.
 	Run(ctx context.Context, tenant, id string) (*RunRecord, error)

@@ -143,7 +143,7 @@ func (s *Store) UpdateRun(_ context.Context, r *store.RunRecord) error {
 		return store.ErrNotFound
 	}
 	old.Status, old.Error, old.Checkpoint, old.Started, old.Finished = r.Status, r.Error, r.Checkpoint, r.Started, r.Finished
-	old.Resume, old.Server, old.Stop = r.Resume, r.Server, r.Stop
+	old.Resume, old.Server, old.Stop, old.FlowVersion = r.Resume, r.Server, r.Stop, r.FlowVersion
 	return nil
 }
 
@@ -188,7 +188,7 @@ func (s *Store) EnqueueRun(_ context.Context, r *store.RunRecord, policy store.B
 }
 
 // ClaimRun implements store.Catalog.
-func (s *Store) ClaimRun(_ context.Context, server string, now time.Time) (*store.RunRecord, error) {
+func (s *Store) ClaimRun(_ context.Context, server, id string, now time.Time) (*store.RunRecord, error) {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -206,6 +206,9 @@ func (s *Store) ClaimRun(_ context.Context, server string, now time.Time) (*stor
 		}
 	}
 	for thread, r := range first {
+		if id != "" && r.ID != id {
+			continue
+		}
 		if !running[thread] && (best == nil || newer(best.Created, r.Created, best.ID, r.ID) < 0) {
 			best = r
 		}

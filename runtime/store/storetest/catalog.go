@@ -294,7 +294,7 @@ func testQueuePolicies(t *testing.T, c store.Catalog) {
 	if _, err := c.EnqueueRun(ctx, queued("r2", "u", 3), store.BusyEnqueue); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("a second run r2: %v", err)
 	}
-	r1, err := c.ClaimRun(ctx, "s1", moment(5))
+	r1, err := c.ClaimRun(ctx, "s1", "", moment(5))
 	if err != nil || r1.ID != "r1" || r1.Status != store.RunRunning || r1.Server != "s1" || !sameTime(r1.Started, moment(5)) {
 		t.Fatalf("claim %+v %v", r1, err)
 	}
@@ -328,7 +328,7 @@ func testQueueOrder(t *testing.T, c store.Catalog) {
 	}
 	claim := func(want string) *store.RunRecord {
 		t.Helper()
-		r, err := c.ClaimRun(ctx, "s", moment(10))
+		r, err := c.ClaimRun(ctx, "s", "", moment(10))
 		if want == "" {
 			if !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("claimed %+v, want none", r)
@@ -384,7 +384,7 @@ func testQueueConcurrentClaims(t *testing.T, c store.Catalog) {
 			defer wg.Done()
 			idle := 0
 			for idle < 20 {
-				r, err := c.ClaimRun(ctx, fmt.Sprint("s", s), time.Now())
+				r, err := c.ClaimRun(ctx, fmt.Sprint("s", s), "", time.Now())
 				if errors.Is(err, store.ErrNotFound) {
 					idle++
 					time.Sleep(time.Millisecond)
@@ -444,10 +444,14 @@ func testQueueAdopt(t *testing.T, c store.Catalog) {
 	if err := c.Beat(ctx, "alive", moment(10)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ClaimRun(ctx, "dead", moment(10)); err != nil {
-		t.Fatal(err)
+	// a run named is claimed only if it is runnable
+	if _, err := c.ClaimRun(ctx, "dead", "nope", moment(10)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("claimed a run that does not exist: %v", err)
 	}
-	if _, err := c.ClaimRun(ctx, "alive", moment(10)); err != nil {
+	if r, err := c.ClaimRun(ctx, "dead", "x", moment(10)); err != nil || r.ID != "x" {
+		t.Fatalf("claim x: %+v %v", r, err)
+	}
+	if _, err := c.ClaimRun(ctx, "alive", "", moment(10)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Beat(ctx, "alive", moment(40)); err != nil {

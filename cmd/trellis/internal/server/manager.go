@@ -13,159 +13,238 @@ import (
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
-// manager runs the runs this server started: one at a time per thread,
-// the others queued behind it, each in the background so it outlives the
-// request that started it.
+// manager runs runs from the store's queue (store.Catalog), which every
+// server on one store shares: a run is queued first, then whichever server
+// claims it runs it, one run at a time per thread, in the order they were
+// queued. A server beats a heartbeat; the runs of a server whose beat
+// stopped (it died) are adopted by another, which resumes them from their
+// last checkpoint once the dead server's lease on the thread expires.
 type manager struct {
 	s        *Server
+	id       string // this server's name in the queue
 	mu       sync.Mutex
-	lanes    map[string]*lane    // by thread key
-	live     map[string]*liveRun // queued or running here, by run id
+	live     map[string]*liveRun // running here
 	stopping bool
 	wg       sync.WaitGroup
+	kick     chan struct{}
+	quit     chan struct{}
+	loopDone chan struct{}
 	// base is the runs' context: cancelled only when a shutdown has
 	// waited too long for runs to reach a step boundary.
 	base     context.Context
 	hardStop context.CancelFunc
 }
 
-// lane is one thread's runs: the one running and those waiting for it.
-type lane struct {
-	active *liveRun
-	queue  []*liveRun
-}
+// Timing of the dispatcher.
+const (
+	pollEvery = 200 * time.Millisecond // look for runs, stop requests and dead servers
+	beatEvery = time.Second
+	capacity  = 256 // runs at once per server
+)
 
-// liveRun is a run this server is running or will run.
+// liveRun is a run running on this server.
 type liveRun struct {
 	m      *manager
-	thread string // the thread's key
 	flow   *loaded
-	input  map[string]any
-	resume bool
-	policy string
-	// abandonFirst: an interrupting run gives up what the run it
-	// interrupted left unfinished before it starts.
-	abandonFirst bool
-	events       *eventLog
+	events *eventLog
+	// refuseBusy: a run started for a caller waiting with on_busy reject
+	// is refused, not delayed, when another process holds the thread.
+	refuseBusy bool
+	adopted    bool
 	// started receives nil once the run has started, or the error that
 	// refused it; done is closed when it has ended and its record says so.
 	started chan error
+	begun   chan struct{} // closed at run_start
 	done    chan struct{}
 	stop    chan struct{}
 
-	mu        sync.Mutex
-	rec       store.RunRecord
-	persisted bool
-	cancel    context.CancelFunc
-	cancelled string // why the run was cancelled, when it was
-	state     map[string]any
+	mu       sync.Mutex
+	rec      store.RunRecord
+	cancel   context.CancelFunc
+	why      string // why the run was stopped, when it was
+	shutdown bool   // stopped by this server's shutdown: queued again
+	state    map[string]any
+	refusal  error // why it was refused before it started
 }
 
 func newManager(s *Server) *manager {
 	base, hard := context.WithCancel(context.Background())
-	return &manager{s: s, lanes: map[string]*lane{}, live: map[string]*liveRun{}, base: base, hardStop: hard}
+	m := &manager{s: s, id: newID("server"), live: map[string]*liveRun{}, kick: make(chan struct{}, 1),
+		quit: make(chan struct{}), loopDone: make(chan struct{}), base: base, hardStop: hard}
+	go m.loop()
+	return m
 }
 
-// busy reports whether a run is queued or running on the thread here.
-func (m *manager) busy(thread string) bool {
+func (m *manager) nudge() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop claims queued runs, passes stop requests on to the runs they name,
+// beats the heartbeat and adopts the runs of servers that died.
+func (m *manager) loop() {
+	defer close(m.loopDone)
+	poll := time.NewTicker(pollEvery)
+	defer poll.Stop()
+	var lastBeat time.Time
+	for {
+		select {
+		case <-m.quit:
+			return
+		case <-m.kick:
+		case <-poll.C:
+		}
+		ctx := m.base
+		now := time.Now()
+		if now.Sub(lastBeat) >= beatEvery {
+			if err := m.s.cat.Beat(ctx, m.id, now); err == nil {
+				lastBeat = now
+			}
+			m.adopt(ctx, now)
+		}
+		m.passStops(ctx)
+		for m.room() {
+			rec, err := m.s.cat.ClaimRun(ctx, m.id, "", time.Now().UTC())
+			if err != nil {
+				if !errors.Is(err, store.ErrNotFound) {
+					m.s.log.Warn("claiming runs", "error", err.Error())
+				}
+				break
+			}
+			m.launch(rec, false, false)
+		}
+	}
+}
+
+// room reports whether this server takes another run.
+func (m *manager) room() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ln := m.lanes[thread]
-	return ln != nil && (ln.active != nil || len(ln.queue) > 0)
+	return !m.stopping && len(m.live) < capacity
 }
 
-// start starts or queues a run as its policy says, and returns once it
-// has started or been queued, or with the error that refused it (nothing
-// is recorded then).
-func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadRecord, l *loaded, in api.StartRun) (*liveRun, error) {
+// adopt takes over the runs of servers whose heartbeat stopped.
+func (m *manager) adopt(ctx context.Context, now time.Time) {
+	for m.room() {
+		rec, err := m.s.cat.AdoptRun(ctx, m.id, now.Add(-m.s.cfg.DeadAfter))
+		if err != nil {
+			return
+		}
+		m.s.log.Warn("adopting a run of a server that stopped beating", "run", rec.ID, "thread", rec.Thread)
+		m.launch(rec, false, true)
+	}
+}
+
+// passStops passes the stop requests other servers recorded for this
+// server's runs on to them.
+func (m *manager) passStops(ctx context.Context) {
+	m.mu.Lock()
+	n := len(m.live)
+	m.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	recs, err := m.s.cat.ServerRuns(ctx, m.id)
+	if err != nil {
+		return
+	}
+	for _, rec := range recs {
+		if rec.Stop == "" {
+			continue
+		}
+		if lr := m.get(rec.ID); lr != nil {
+			lr.request(rec.Stop)
+		}
+	}
+}
+
+// launch runs a claimed run on this server.
+func (m *manager) launch(rec *store.RunRecord, refuseBusy, adopted bool) *liveRun {
+	lr := &liveRun{m: m, rec: *rec, refuseBusy: refuseBusy, adopted: adopted,
+		started: make(chan error, 1), begun: make(chan struct{}), done: make(chan struct{}), stop: make(chan struct{})}
+	m.mu.Lock()
+	m.live[rec.ID] = lr
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go m.execute(lr)
+	return lr
+}
+
+// busy reports whether the thread has a queued or running run.
+func (m *manager) busy(ctx context.Context, c *caller, thread string) (bool, error) {
+	runs, err := m.s.cat.Runs(ctx, c.tenant, thread, 0)
+	if err != nil {
+		return false, err
+	}
+	for _, r := range runs {
+		if !r.Status.Done() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// start queues a run as its policy says and, when its thread was free,
+// runs it here at once and returns once it has started, or with the error
+// that refused it (the run is then forgotten: nothing is recorded). A run
+// queued behind others is returned queued.
+func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadRecord, l *loaded, in api.StartRun) (store.RunRecord, *liveRun, error) {
 	policy := in.OnBusy
 	switch policy {
 	case "":
 		policy = api.OnBusyReject
 	case api.OnBusyReject, api.OnBusyEnqueue, api.OnBusyInterrupt:
 	default:
-		return nil, &api.Error{Code: api.CodeInvalidInput, Message: "on_busy is reject, enqueue or interrupt"}
+		return store.RunRecord{}, nil, &api.Error{Code: api.CodeInvalidInput, Message: "on_busy is reject, enqueue or interrupt"}
 	}
 	if in.Resume && len(in.Input) > 0 {
-		return nil, &api.Error{Code: api.CodeInvalidInput, Message: "a resumed run takes no input"}
+		return store.RunRecord{}, nil, &api.Error{Code: api.CodeInvalidInput, Message: "a resumed run takes no input"}
 	}
 	input, err := plain(in.Input)
 	if err != nil {
-		return nil, err
+		return store.RunRecord{}, nil, err
+	}
+	m.mu.Lock()
+	stopping := m.stopping
+	m.mu.Unlock()
+	if stopping {
+		return store.RunRecord{}, nil, errStopping
 	}
 	raw, _ := json.Marshal(input)
-	lr := &liveRun{m: m, thread: thread.ID, flow: l, input: input, resume: in.Resume, policy: policy,
-		started: make(chan error, 1), done: make(chan struct{}), stop: make(chan struct{})}
-	lr.rec = store.RunRecord{ID: newID("run"), Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
-		Status: store.RunQueued, Input: raw, Created: time.Now().UTC()}
-	lr.events = newEventLog(m.s.cat, lr.rec.ID, publicID(thread.ID))
-
-	m.mu.Lock()
-	if m.stopping {
-		m.mu.Unlock()
-		return nil, errStopping
+	rec := &store.RunRecord{ID: newID("run"), Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
+		Input: raw, Created: time.Now().UTC(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt}
+	busy, err := m.s.cat.EnqueueRun(ctx, rec, store.BusyPolicy(policy))
+	if errors.Is(err, store.ErrBusy) {
+		return store.RunRecord{}, nil, trellis.ErrBusy
 	}
-	ln := m.lanes[thread.ID]
-	if ln == nil {
-		ln = &lane{}
-		m.lanes[thread.ID] = ln
+	if err != nil {
+		return store.RunRecord{}, nil, err
 	}
-	if ln.active != nil || len(ln.queue) > 0 {
-		switch policy {
-		case api.OnBusyReject:
-			m.mu.Unlock()
-			return nil, trellis.ErrBusy
-		case api.OnBusyEnqueue:
-			ln.queue = append(ln.queue, lr)
-		case api.OnBusyInterrupt:
-			// the running one stops at its next step boundary; the
-			// queued ones give way too
-			if ln.active != nil {
-				ln.active.interrupt("interrupted by run " + lr.rec.ID)
-			}
-			for _, q := range ln.queue {
-				m.cancelQueued(q, "interrupted by run "+lr.rec.ID)
-			}
-			lr.abandonFirst = true
-			ln.queue = []*liveRun{lr}
-		}
-		m.live[lr.rec.ID] = lr
-		m.mu.Unlock()
-		if err := lr.persist(ctx); err != nil {
-			return nil, err
-		}
+	rec.Status = store.RunQueued
+	if busy {
 		m.s.metrics.queued.Inc()
-		return lr, nil
+		m.nudge()
+		return *rec, nil, nil
 	}
-	ln.active = lr
-	m.live[lr.rec.ID] = lr
-	m.wg.Add(1)
-	m.mu.Unlock()
-	go m.execute(lr)
+	claimed, err := m.s.cat.ClaimRun(ctx, m.id, rec.ID, time.Now().UTC())
+	if err != nil {
+		// another server took it first: it runs there
+		m.nudge()
+		return *rec, nil, nil
+	}
+	lr := m.launch(claimed, policy == api.OnBusyReject, false)
 	select {
 	case err := <-lr.started:
 		if err != nil {
-			return nil, err
+			<-lr.done
+			return store.RunRecord{}, nil, err
 		}
-		return lr, nil
+		return lr.record(), lr, nil
 	case <-ctx.Done():
-		// the caller left; the run goes on
-		return lr, ctx.Err()
+		return lr.record(), lr, ctx.Err()
 	}
-}
-
-// persist records the run as it stands.
-func (lr *liveRun) persist(ctx context.Context) error {
-	lr.mu.Lock()
-	rec := lr.rec
-	first := !lr.persisted
-	lr.persisted = true
-	lr.mu.Unlock()
-	ctx = context.WithoutCancel(ctx)
-	if first {
-		return lr.m.s.cat.CreateRun(ctx, &rec)
-	}
-	return lr.m.s.cat.UpdateRun(ctx, &rec)
 }
 
 // record returns a copy of the run's record.
@@ -175,43 +254,100 @@ func (lr *liveRun) record() store.RunRecord {
 	return lr.rec
 }
 
-// interrupt stops the run at its next step boundary.
-func (lr *liveRun) interrupt(why string) {
+// request stops the run: "cancel" now, anything else (an interrupt, a
+// shutdown) at its next step boundary.
+func (lr *liveRun) request(why string) {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
-	if lr.cancelled == "" {
-		lr.cancelled = why
+	if lr.why != "" && why != "cancel" {
+		return
+	}
+	first := lr.why == ""
+	lr.why = why
+	if why == "cancel" && lr.cancel != nil {
+		lr.cancel()
+	}
+	if first {
 		close(lr.stop)
 	}
 }
 
-// execute runs lr, then the next run its thread has queued.
+// execute runs a claimed run and records how it ended.
 func (m *manager) execute(lr *liveRun) {
 	defer m.wg.Done()
-	defer m.next(lr)
+	defer func() {
+		m.mu.Lock()
+		delete(m.live, lr.rec.ID)
+		m.mu.Unlock()
+		m.nudge() // the thread's next run may be waiting
+	}()
 	ctx, cancel := context.WithCancel(m.base)
 	defer cancel()
 	lr.mu.Lock()
 	lr.cancel = cancel
+	if lr.why == "cancel" {
+		cancel()
+	}
+	rec := lr.rec
 	lr.mu.Unlock()
-	rt := m.s.cfg.Runtime
-	f := lr.flow.flow
-	if lr.abandonFirst {
-		if _, err := rt.Abandon(ctx, lr.thread); err != nil && !errors.Is(err, store.ErrNotFound) {
-			m.s.log.Warn("abandon before an interrupting run", "thread", lr.thread, "error", err.Error())
+	// an adopted run's events go on after those already recorded
+	var after int64
+	if lr.adopted {
+		if evs, err := m.s.cat.Events(ctx, rec.ID, 0); err == nil && len(evs) > 0 {
+			after = evs[len(evs)-1].Seq
 		}
 	}
-	opts := []trellis.RunOption{trellis.WithRunID(lr.rec.ID), trellis.WithStop(lr.stop), trellis.WithObserver(lr.observe)}
-	var res *trellis.Result
-	var err error
-	for {
-		if lr.resume {
-			res, err = rt.Resume(ctx, f, lr.thread, opts...)
+	lr.events = newEventLog(m.s.cat, rec.ID, publicID(rec.Thread), after)
+	l, err := m.s.flows.get(rec.Flow)
+	if err != nil {
+		if lr.adopted {
+			lr.finish(ctx, nil, err)
 		} else {
-			res, err = rt.Run(ctx, f, lr.thread, lr.input, opts...)
+			lr.refuse(ctx, err)
 		}
-		// a run queued behind one on another server waits for it
-		if !errors.Is(err, trellis.ErrBusy) || lr.policy == api.OnBusyReject || lr.isStarted() {
+		return
+	}
+	lr.flow = l
+	lr.mu.Lock()
+	lr.rec.FlowVersion = l.version
+	lr.mu.Unlock()
+	rt := m.s.cfg.Runtime
+	resume := rec.Resume
+	if lr.adopted {
+		head, err := rt.State(ctx, rec.Thread)
+		if err != nil {
+			lr.finish(ctx, nil, err)
+			return
+		}
+		if len(head.Next) == 0 {
+			// it finished before its server died, or never started
+			lr.started <- nil
+			lr.finish(ctx, &trellis.Result{State: head.Values, Checkpoint: head.Seq}, nil)
+			return
+		}
+		resume = true
+	}
+	if rec.Interrupt && !lr.adopted {
+		if _, err := rt.Abandon(ctx, rec.Thread); err != nil && !errors.Is(err, store.ErrNotFound) {
+			m.s.log.Warn("abandoning before an interrupting run", "thread", rec.Thread, "error", err.Error())
+		}
+	}
+	var input map[string]any
+	if len(rec.Input) > 0 {
+		_ = json.Unmarshal(rec.Input, &input)
+		input, _ = plain(input)
+	}
+	opts := []trellis.RunOption{trellis.WithRunID(rec.ID), trellis.WithStop(lr.stop), trellis.WithObserver(lr.observe)}
+	var res *trellis.Result
+	for {
+		if resume {
+			res, err = rt.Resume(ctx, l.flow, rec.Thread, opts...)
+		} else {
+			res, err = rt.Run(ctx, l.flow, rec.Thread, input, opts...)
+		}
+		// another process holds the thread (a server that died, until
+		// its lease expires): wait for it, unless a caller waits to hear
+		if !errors.Is(err, trellis.ErrBusy) || lr.refuseBusy || lr.isStarted() {
 			break
 		}
 		select {
@@ -222,181 +358,180 @@ func (m *manager) execute(lr *liveRun) {
 		}
 		break
 	}
+	if !lr.isStarted() && err != nil && lr.stopReason() == "" && !lr.adopted {
+		lr.refuse(ctx, err)
+		return
+	}
 	lr.finish(ctx, res, err)
 }
 
 func (lr *liveRun) isStarted() bool {
-	lr.mu.Lock()
-	defer lr.mu.Unlock()
-	return lr.rec.Status != store.RunQueued
+	select {
+	case <-lr.begun:
+		return true
+	default:
+		return false
+	}
 }
 
-// observe receives the run's events: it records the run when it starts,
-// and logs every event for the run's streams.
+func (lr *liveRun) stopReason() string {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	return lr.why
+}
+
+// observe receives the run's events: it signals the start, and logs every
+// event for the run's streams.
 func (lr *liveRun) observe(ev trellis.Event) {
 	if ev.Type == trellis.RunStart {
-		lr.mu.Lock()
-		lr.rec.Status, lr.rec.Started = store.RunRunning, time.Now().UTC()
-		lr.mu.Unlock()
-		err := lr.persist(context.Background())
+		close(lr.begun)
 		lr.m.s.metrics.active.Inc()
-		lr.started <- err
+		lr.started <- nil
 	}
-	lr.m.s.metrics.event(lr.flow.flow.Name(), ev)
+	lr.m.s.metrics.event(lr.rec.Flow, ev)
 	lr.events.add(ev)
 }
 
-// finish records how the run ended.
-func (lr *liveRun) finish(ctx context.Context, res *trellis.Result, err error) {
-	m := lr.m
-	lr.mu.Lock()
-	started := lr.rec.Status == store.RunRunning
-	why := lr.cancelled
-	lr.mu.Unlock()
-	if !started {
-		// refused before it started: the caller hears why, and only a
-		// run already recorded (queued) records it
-		select {
-		case lr.started <- err:
-		default:
-		}
-		lr.events.close()
-		lr.mu.Lock()
-		persisted := lr.persisted
-		lr.rec.Status, lr.rec.Finished = store.RunFailed, time.Now().UTC()
-		if why != "" {
-			lr.rec.Status = store.RunCancelled
-		}
-		if err != nil {
-			lr.rec.Error = toAPIError(err).Message
-		}
-		if why != "" {
-			lr.rec.Error = why
-		}
-		lr.mu.Unlock()
-		if persisted {
-			_ = lr.persist(ctx)
-		}
-		close(lr.done)
-		return
-	}
-	m.s.metrics.active.Dec()
-	status, msg := store.RunSucceeded, ""
-	switch {
-	case err == nil:
-	case why != "" && (errors.Is(err, trellis.ErrStopped) || errors.Is(err, context.Canceled)):
-		status, msg = store.RunCancelled, why
-	default:
-		status, msg = store.RunFailed, err.Error()
-	}
+// refuse forgets a run refused before it started: nothing of it stays
+// recorded, and its caller hears why.
+func (lr *liveRun) refuse(ctx context.Context, err error) {
 	lr.events.close()
+	if derr := lr.m.s.cat.DeleteRun(context.WithoutCancel(ctx), lr.rec.ID); derr != nil {
+		lr.m.s.log.Warn("forgetting a refused run", "run", lr.rec.ID, "error", derr.Error())
+	}
 	lr.mu.Lock()
-	lr.rec.Status, lr.rec.Error, lr.rec.Finished = status, msg, time.Now().UTC()
-	if res != nil {
-		lr.rec.Checkpoint, lr.state = res.Checkpoint, res.State
-	} else if head, herr := m.s.cfg.Runtime.State(context.WithoutCancel(ctx), lr.thread); herr == nil {
-		lr.rec.Checkpoint = head.Seq
-	}
+	lr.refusal = err
+	lr.rec.Status, lr.rec.Error = store.RunFailed, toAPIError(err).Message
 	lr.mu.Unlock()
-	if perr := lr.persist(ctx); perr != nil {
-		m.s.log.Error("recording a run's end", "run", lr.rec.ID, "error", perr.Error())
-	}
-	m.s.metrics.runs.WithLabelValues(lr.flow.flow.Name(), string(status)).Inc()
-	m.s.log.Info("run ended", "run", lr.rec.ID, "thread", lr.thread, "flow", lr.flow.flow.Name(), "status", string(status))
+	lr.started <- err
 	close(lr.done)
 }
 
-// next starts the run queued behind lr on its thread, if any.
-func (m *manager) next(lr *liveRun) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.live, lr.rec.ID)
-	ln := m.lanes[lr.thread]
-	if ln == nil {
-		return
+// finish records how the run ended. A run this server's shutdown stopped
+// between steps is queued again to resume, here after a restart or on
+// another server.
+func (lr *liveRun) finish(ctx context.Context, res *trellis.Result, err error) {
+	m := lr.m
+	if lr.isStarted() {
+		m.s.metrics.active.Dec()
 	}
-	if ln.active == lr {
-		ln.active = nil
-	}
-	if len(ln.queue) == 0 || m.stopping {
-		if ln.active == nil && len(ln.queue) == 0 {
-			delete(m.lanes, lr.thread)
-		}
-		return
-	}
-	nx := ln.queue[0]
-	ln.queue = ln.queue[1:]
-	ln.active = nx
-	m.s.metrics.queued.Dec()
-	m.wg.Add(1)
-	go m.execute(nx)
-}
-
-// cancelQueued ends a queued run without running it. The caller holds
-// m.mu.
-func (m *manager) cancelQueued(lr *liveRun, why string) {
+	lr.events.close()
+	why := lr.stopReason()
 	lr.mu.Lock()
-	lr.cancelled = why
+	shutdown := lr.shutdown
 	lr.mu.Unlock()
-	delete(m.live, lr.rec.ID)
-	m.s.metrics.queued.Dec()
-	go lr.finish(context.Background(), nil, nil)
-}
-
-// cancel cancels a run of this server: a queued one is dropped, a running
-// one is stopped now (its nodes' contexts are cancelled), leaving the
-// thread with an unfinished run to resume. It returns false when the run
-// is not this server's.
-func (m *manager) cancel(id string) (*liveRun, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	lr, ok := m.live[id]
-	if !ok {
-		return nil, false
-	}
-	ln := m.lanes[lr.thread]
-	if ln != nil && ln.active != lr {
-		if i := slices.Index(ln.queue, lr); i >= 0 {
-			ln.queue = slices.Delete(ln.queue, i, i+1)
-			m.cancelQueued(lr, "cancelled")
-			return lr, true
+	status, msg := store.RunSucceeded, ""
+	switch {
+	case err == nil:
+	case shutdown && errors.Is(err, trellis.ErrStopped):
+		status = store.RunQueued
+	case why != "" && (errors.Is(err, trellis.ErrStopped) || errors.Is(err, context.Canceled)):
+		status, msg = store.RunCancelled, why
+		if why == "cancel" {
+			msg = "cancelled"
 		}
+	default:
+		status, msg = store.RunFailed, err.Error()
 	}
 	lr.mu.Lock()
-	if lr.cancelled == "" {
-		lr.cancelled = "cancelled"
+	lr.rec.Status, lr.rec.Error, lr.rec.Stop = status, msg, ""
+	if status == store.RunQueued {
+		lr.rec.Resume, lr.rec.Server, lr.rec.Interrupt = true, "", false
+	} else {
+		lr.rec.Finished = time.Now().UTC()
 	}
-	cancel := lr.cancel
+	if res != nil {
+		lr.rec.Checkpoint = res.Checkpoint
+		lr.state = res.State
+	} else {
+		lr.state = nil
+		if head, herr := m.s.cfg.Runtime.State(context.WithoutCancel(ctx), lr.rec.Thread); herr == nil {
+			lr.rec.Checkpoint = head.Seq
+		}
+	}
+	rec := lr.rec
 	lr.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if perr := m.s.cat.UpdateRun(context.WithoutCancel(ctx), &rec); perr != nil {
+		m.s.log.Error("recording a run's end", "run", rec.ID, "error", perr.Error())
 	}
-	return lr, true
+	if status != store.RunQueued {
+		m.s.metrics.runs.WithLabelValues(rec.Flow, string(status)).Inc()
+	}
+	m.s.log.Info("run ended", "run", rec.ID, "thread", rec.Thread, "flow", rec.Flow, "status", string(status))
+	select {
+	case lr.started <- err:
+	default:
+	}
+	close(lr.done)
 }
 
-// get returns a run of this server.
+// result is the run's record and final state, after it has ended.
+func (lr *liveRun) result() (store.RunRecord, map[string]any) {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	return lr.rec, lr.state
+}
+
+// get returns a run running on this server.
 func (m *manager) get(id string) *liveRun {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.live[id]
 }
 
-// shutdown stops taking runs, drops the queued ones, stops the running
-// ones at their next step boundary and waits for them; when ctx ends
-// first, it cancels them.
-func (m *manager) shutdown(ctx context.Context) {
-	m.mu.Lock()
-	m.stopping = true
-	for _, ln := range m.lanes {
-		for _, q := range ln.queue {
-			m.cancelQueued(q, "the server stopped before the run started")
+// cancel cancels a run wherever it runs: a queued one now, a running one
+// through its server (now, when it runs here). It returns the run's
+// record once the run has ended, or as it is when ctx ends first.
+func (m *manager) cancel(ctx context.Context, tenant, id string) (*store.RunRecord, error) {
+	rec, err := m.s.cat.RequestStop(ctx, tenant, id, "cancel")
+	if err != nil {
+		return nil, err
+	}
+	if lr := m.get(id); lr != nil {
+		lr.request("cancel")
+		<-lr.done
+		out := lr.record()
+		return &out, nil
+	}
+	for !rec.Status.Done() && rec.Status != store.RunQueued {
+		select {
+		case <-time.After(pollEvery):
+		case <-ctx.Done():
+			return rec, nil
 		}
-		ln.queue = nil
-		if ln.active != nil {
-			ln.active.interrupt("the server stopped between steps; resume the thread to finish the run")
+		if rec, err = m.s.cat.Run(ctx, tenant, id); err != nil {
+			return nil, err
 		}
 	}
+	return rec, nil
+}
+
+// shutdown stops claiming runs and stops the running ones at their next
+// step boundary, queueing them again to resume; when ctx ends first, it
+// cancels them.
+func (m *manager) shutdown(ctx context.Context) {
+	m.mu.Lock()
+	if m.stopping {
+		m.mu.Unlock()
+		return
+	}
+	m.stopping = true
+	live := slices.Collect(func(yield func(*liveRun) bool) {
+		for _, lr := range m.live {
+			if !yield(lr) {
+				return
+			}
+		}
+	})
 	m.mu.Unlock()
+	close(m.quit)
+	<-m.loopDone
+	for _, lr := range live {
+		lr.mu.Lock()
+		lr.shutdown = true
+		lr.mu.Unlock()
+		lr.request("the server stopped")
+	}
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()
 	select {
@@ -414,6 +549,7 @@ type eventLog struct {
 	cat    store.Catalog
 	run    string
 	thread string // the public thread id the events name
+	first  int64  // the seq before this log's first event
 
 	mu      sync.Mutex
 	items   []logged
@@ -429,8 +565,8 @@ type logged struct {
 	data []byte
 }
 
-func newEventLog(cat store.Catalog, run, thread string) *eventLog {
-	l := &eventLog{cat: cat, run: run, thread: thread, changed: make(chan struct{}), saved: make(chan struct{}), pending: make(chan logged, 1024)}
+func newEventLog(cat store.Catalog, run, thread string, after int64) *eventLog {
+	l := &eventLog{cat: cat, run: run, thread: thread, first: after, changed: make(chan struct{}), saved: make(chan struct{}), pending: make(chan logged, 1024)}
 	go l.save()
 	return l
 }
@@ -446,7 +582,7 @@ func (l *eventLog) add(ev trellis.Event) {
 		l.mu.Unlock()
 		return
 	}
-	it := logged{seq: int64(len(l.items) + 1), typ: string(ev.Type), data: data}
+	it := logged{seq: l.first + int64(len(l.items)) + 1, typ: string(ev.Type), data: data}
 	l.items = append(l.items, it)
 	close(l.changed)
 	l.changed = make(chan struct{})
@@ -477,13 +613,14 @@ func (l *eventLog) close() {
 }
 
 // since returns the events after seq, whether the log is closed, and a
-// channel closed when more arrive.
+// channel closed when more arrive. Events before the log's first (an
+// adopted run's) are not in it: the caller reads them from the store.
 func (l *eventLog) since(seq int64) ([]logged, bool, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []logged
-	if seq < int64(len(l.items)) {
-		out = slices.Clone(l.items[max(seq, 0):])
+	if i := seq - l.first; i < int64(len(l.items)) {
+		out = slices.Clone(l.items[max(i, 0):])
 	}
 	return out, l.closed, l.changed
 }

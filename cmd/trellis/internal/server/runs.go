@@ -43,62 +43,91 @@ func runInfo(rec store.RunRecord, state map[string]any) api.Run {
 	return out
 }
 
-// begin starts a run on the path's thread as the body asks.
-func (s *Server) begin(r *http.Request, c *caller) (*liveRun, error) {
+// begin starts a run on the path's thread as the body asks: it returns
+// the run (running here, or queued) or the error that refused it.
+func (s *Server) begin(r *http.Request, c *caller) (store.RunRecord, *liveRun, error) {
 	rec, err := s.thread(r, c)
 	if err != nil {
-		return nil, err
+		return store.RunRecord{}, nil, err
 	}
 	var in api.StartRun
 	if err := readJSON(r, &in); err != nil {
-		return nil, err
+		return store.RunRecord{}, nil, err
 	}
 	l, err := s.flows.get(rec.Flow)
 	if err != nil {
-		return nil, err
+		return store.RunRecord{}, nil, err
 	}
 	return s.runs.start(r.Context(), c, rec, l, in)
 }
 
 func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *caller) error {
-	lr, err := s.begin(r, c)
+	rec, _, err := s.begin(r, c)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, runInfo(lr.record(), nil))
+	writeJSON(w, http.StatusAccepted, runInfo(rec, nil))
 	return nil
 }
 
 func (s *Server) startRunWait(w http.ResponseWriter, r *http.Request, c *caller) error {
-	lr, err := s.begin(r, c)
+	rec, _, err := s.begin(r, c)
 	if err != nil {
 		return err
 	}
-	return s.wait(w, r, lr)
+	return s.wait(w, r, c, rec.ID)
 }
 
-// wait answers with a live run once it has ended.
-func (s *Server) wait(w http.ResponseWriter, r *http.Request, lr *liveRun) error {
+// wait answers with a run once it has ended, with the thread's state
+// after it. A run of this server is waited for directly; one queued or
+// running elsewhere is followed through its record.
+func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id string) error {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	select {
-	case <-lr.done:
-	case <-r.Context().Done():
-		return r.Context().Err()
+	ctx := r.Context()
+	for {
+		if lr := s.runs.get(id); lr != nil {
+			select {
+			case <-lr.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			rec, state := lr.result()
+			if rec.Status.Done() {
+				writeJSON(w, http.StatusOK, runInfo(rec, state))
+				return nil
+			}
+			continue // stopped by a shutdown, queued again
+		}
+		rec, err := s.cat.Run(ctx, c.tenant, id)
+		if err != nil {
+			return err
+		}
+		if rec.Status.Done() {
+			var state map[string]any
+			if snap, err := s.cfg.Runtime.StateAt(ctx, rec.Thread, rec.Checkpoint); err == nil && rec.Checkpoint > 0 {
+				state = snap.Values
+			}
+			writeJSON(w, http.StatusOK, runInfo(*rec, state))
+			return nil
+		}
+		select {
+		case <-time.After(pollEvery):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	lr.mu.Lock()
-	out := runInfo(lr.rec, lr.state)
-	lr.mu.Unlock()
-	writeJSON(w, http.StatusOK, out)
-	return nil
 }
 
 func (s *Server) startRunStream(w http.ResponseWriter, r *http.Request, c *caller) error {
-	lr, err := s.begin(r, c)
+	rec, lr, err := s.begin(r, c)
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Trellis-Run", lr.rec.ID)
-	return s.streamLive(w, r, lr, 0)
+	w.Header().Set("Trellis-Run", rec.ID)
+	if lr != nil {
+		return s.streamLive(w, r, lr, 0)
+	}
+	return s.streamStored(w, r, c, &rec, 0)
 }
 
 // run returns the caller's run named in the path, on the path's thread.
@@ -108,9 +137,10 @@ func (s *Server) run(r *http.Request, c *caller) (*store.ThreadRecord, *store.Ru
 		return nil, nil, err
 	}
 	id := r.PathValue("run")
-	if lr := s.runs.get(id); lr != nil && lr.thread == th.ID {
-		rec := lr.record()
-		return th, &rec, nil
+	if lr := s.runs.get(id); lr != nil {
+		if rec := lr.record(); rec.Thread == th.ID && rec.Tenant == c.tenant {
+			return th, &rec, nil
+		}
 	}
 	rec, err := s.cat.Run(r.Context(), c.tenant, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && rec.Thread != th.ID {
@@ -148,35 +178,13 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *caller) err
 	return nil
 }
 
-// joinRun waits for a run to end. A run of another server (or one that
-// ended) is followed through its record.
+// joinRun waits for a run to end.
 func (s *Server) joinRun(w http.ResponseWriter, r *http.Request, c *caller) error {
-	th, rec, err := s.run(r, c)
+	_, rec, err := s.run(r, c)
 	if err != nil {
 		return err
 	}
-	if lr := s.runs.get(rec.ID); lr != nil {
-		return s.wait(w, r, lr)
-	}
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	for !rec.Status.Done() {
-		select {
-		case <-time.After(250 * time.Millisecond):
-		case <-r.Context().Done():
-			return r.Context().Err()
-		}
-		if rec, err = s.cat.Run(r.Context(), c.tenant, rec.ID); err != nil {
-			return err
-		}
-	}
-	var state map[string]any
-	if snap, err := s.cfg.Runtime.State(r.Context(), th.ID); err == nil && snap.Seq == rec.Checkpoint {
-		state = snap.Values
-	} else if snap, err := s.cfg.Runtime.StateAt(r.Context(), th.ID, rec.Checkpoint); err == nil {
-		state = snap.Values
-	}
-	writeJSON(w, http.StatusOK, runInfo(*rec, state))
-	return nil
+	return s.wait(w, r, c, rec.ID)
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, c *caller) error {
@@ -188,12 +196,10 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, c *caller) er
 		writeJSON(w, http.StatusOK, runInfo(*rec, nil))
 		return nil
 	}
-	lr, ok := s.runs.cancel(rec.ID)
-	if !ok {
-		return &api.Error{Code: api.CodeThreadBusy, Message: "the run is running on another server; cancel it there"}
+	if rec, err = s.runs.cancel(r.Context(), c.tenant, rec.ID); err != nil {
+		return err
 	}
-	<-lr.done
-	writeJSON(w, http.StatusOK, runInfo(lr.record(), nil))
+	writeJSON(w, http.StatusOK, runInfo(*rec, nil))
 	return nil
 }
 
@@ -248,9 +254,28 @@ func (e *sse) ping() error {
 
 const pingEvery = 15 * time.Second
 
-// streamLive streams a run of this server from its event log.
+// streamLive streams a run of this server from its event log (events an
+// adopted run had before it came here are read from the store first).
 func (s *Server) streamLive(w http.ResponseWriter, r *http.Request, lr *liveRun, after int64) error {
-	out := startSSE(w)
+	return s.followLive(startSSE(w), r, lr, after)
+}
+
+func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64) error {
+	if after < lr.events.first {
+		evs, err := s.cat.Events(r.Context(), lr.rec.ID, after)
+		if err != nil {
+			return nil
+		}
+		for _, ev := range evs {
+			if ev.Seq > lr.events.first {
+				break
+			}
+			if out.event(ev.Seq, eventType(ev.Data), ev.Data) != nil {
+				return nil
+			}
+			after = ev.Seq
+		}
+	}
 	ping := time.NewTicker(pingEvery)
 	defer ping.Stop()
 	for {
@@ -276,6 +301,15 @@ func (s *Server) streamLive(w http.ResponseWriter, r *http.Request, lr *liveRun,
 	}
 }
 
+// eventType reads a recorded event's type.
+func eventType(data []byte) string {
+	var head struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(data, &head)
+	return head.Type
+}
+
 // streamStored streams a run's recorded events: all of them for a run
 // that ended, and, for one still running on another server, those it
 // records as it goes, until it ends.
@@ -290,17 +324,17 @@ func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller,
 			return nil
 		}
 		for _, ev := range evs {
-			var head struct {
-				Type string `json:"type"`
-			}
-			_ = json.Unmarshal(ev.Data, &head)
-			if out.event(ev.Seq, head.Type, ev.Data) != nil {
+			if out.event(ev.Seq, eventType(ev.Data), ev.Data) != nil {
 				return nil
 			}
 			after = ev.Seq
 		}
 		if done {
 			return nil
+		}
+		if lr := s.runs.get(rec.ID); lr != nil {
+			// the run came to this server: follow it live
+			return s.followLive(out, r, lr, after)
 		}
 		if time.Since(lastPing) > pingEvery {
 			if out.ping() != nil {
@@ -309,9 +343,11 @@ func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller,
 			lastPing = time.Now()
 		}
 		select {
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(pollEvery):
 		case <-ctx.Done():
 			return nil
+		case <-s.stopping:
+			return nil // the client reconnects to another server, or this one restarted
 		}
 		if rec, err = s.cat.Run(context.WithoutCancel(ctx), c.tenant, rec.ID); err != nil {
 			return nil

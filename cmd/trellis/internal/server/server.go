@@ -42,6 +42,9 @@ type Config struct {
 	// StopTimeout bounds how long Shutdown waits for runs to reach a
 	// step boundary before cancelling them (default 30s).
 	StopTimeout time.Duration
+	// DeadAfter is how long a server's heartbeat may be silent before
+	// another server sharing the store adopts its runs (default 10s).
+	DeadAfter time.Duration
 }
 
 // Server serves the API.
@@ -68,6 +71,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = 30 * time.Second
+	}
+	if cfg.DeadAfter == 0 {
+		cfg.DeadAfter = 10 * time.Second
 	}
 	log := cfg.Logger
 	if log == nil {

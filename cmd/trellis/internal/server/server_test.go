@@ -336,6 +336,9 @@ func TestCancelLeavesAResumableThread(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitRunning(t, h.acme, "c1", r.ID)
+			for len(h.model.Calls()) == 0 { // the greeting is in progress
+				time.Sleep(5 * time.Millisecond)
+			}
 			r, err = h.acme.Cancel(ctx, "c1", r.ID)
 			if err != nil || r.Status != api.RunCancelled {
 				t.Fatalf("cancelled run %+v %v", r, err)

@@ -191,7 +191,10 @@ func (s *Server) deleteThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
-	if s.runs.busy(rec.ID) {
+	if busy, err := s.runs.busy(r.Context(), c, rec.ID); err != nil || busy {
+		if err != nil {
+			return err
+		}
 		return &api.Error{Code: api.CodeThreadBusy, Message: "a run is queued or running on the thread: cancel it first"}
 	}
 	if err := s.cfg.Runtime.Delete(r.Context(), rec.ID); err != nil && !errors.Is(err, store.ErrNotFound) {

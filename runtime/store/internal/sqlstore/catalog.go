@@ -217,8 +217,8 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 // UpdateRun implements store.Catalog.
 func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord) error {
 	n, err := c.DB.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
-		resume = ?, server = ?, stop = ? WHERE id = ?`,
-		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, r.Stop, r.ID)
+		resume = ?, server = ?, stop = ?, flow_version = ? WHERE id = ?`,
+		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, r.Stop, r.FlowVersion, r.ID)
 	if err == nil && n == 0 {
 		err = store.ErrNotFound
 	}
@@ -326,13 +326,13 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 // with no running run. Two servers claiming at once may pick the same
 // run; the update takes it only while it is still queued, and the loser
 // looks again.
-func (c Catalog) ClaimRun(ctx context.Context, server string, now time.Time) (*store.RunRecord, error) {
+func (c Catalog) ClaimRun(ctx context.Context, server, only string, now time.Time) (*store.RunRecord, error) {
 	for {
-		rows, err := c.DB.Query(ctx, `SELECT r.id FROM api_runs r WHERE r.status = 'queued'
+		rows, err := c.DB.Query(ctx, `SELECT r.id FROM api_runs r WHERE r.status = 'queued' AND (? = '' OR r.id = ?)
 			AND NOT EXISTS (SELECT 1 FROM api_runs x WHERE x.thread = r.thread AND x.status = 'running')
 			AND NOT EXISTS (SELECT 1 FROM api_runs y WHERE y.thread = r.thread AND y.status = 'queued'
 				AND (y.created_at < r.created_at OR (y.created_at = r.created_at AND y.id < r.id)))
-			ORDER BY r.created_at, r.id LIMIT 1`)
+			ORDER BY r.created_at, r.id LIMIT 1`, only, only)
 		if err != nil {
 			return nil, err
 		}
