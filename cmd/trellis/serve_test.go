@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,21 +22,12 @@ import (
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
-// A test binary started with TRELLIS_MAIN_ARGS runs the command line with
-// those arguments, so tests can run `trellis serve` as a real process.
-func init() {
-	if args := os.Getenv("TRELLIS_MAIN_ARGS"); args != "" {
-		os.Args = append(os.Args[:1], strings.Split(args, "\x1f")...)
-		main()
-	}
-}
-
 // trellisProcess starts the command line in a process of its own.
-func trellisProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *strings.Builder) {
+func trellisProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), append(env, "TRELLIS_MAIN_ARGS="+strings.Join(args, "\x1f"))...)
-	var stderr strings.Builder
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), append(env, "TRELLIS_AS_MAIN=1")...)
+	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -139,4 +131,22 @@ func TestServeStopsAtAStepBoundary(t *testing.T) {
 	if err := serve2.Wait(); err != nil {
 		t.Fatalf("second serve: %v\n%s", err, stderr2.String())
 	}
+}
+
+// syncBuffer is a process's output, read while the process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -18,15 +18,17 @@ import (
 
 	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
 	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
 // TestMain lets a test start this test binary as the trellis command (a
-// real process) by setting TRELLIS_AS_MAIN.
+// real process) by setting TRELLIS_AS_MAIN, and stops the PostgreSQL
+// cluster tests started.
 func TestMain(m *testing.M) {
 	if os.Getenv("TRELLIS_AS_MAIN") == "1" {
 		os.Exit(cli.Main(os.Args[1:], &cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Registry: all.Registry(), Offline: all.Offline()}))
 	}
-	os.Exit(m.Run())
+	os.Exit(storetest.Main(m))
 }
 
 func TestFlowTestCommand(t *testing.T) {

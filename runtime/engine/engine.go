@@ -76,7 +76,10 @@ type Request struct {
 	// Cancelling the context instead stops the nodes in progress too.
 	Stop <-chan struct{}
 	// ID names the run in its checkpoints and events (default: a new
-	// unique id).
+	// unique id). A named run runs once: started again on a thread whose
+	// newest checkpoint is already its own, it returns the thread's state
+	// when it had finished, and continues where it stopped when it had
+	// not, without applying its input again.
 	ID string
 	// Resume continues the thread's unfinished run (one that stopped
 	// after a checkpoint with nodes still to run, such as a crashed
@@ -155,6 +158,12 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 	case "", Sync, Async, Exit:
 	default:
 		return nil, fmt.Errorf("unknown durability %q (sync, async, exit)", req.Durability)
+	}
+	if req.ID != "" && !req.Resume && head.Run == req.ID {
+		// a named run runs once: the thread's newest checkpoint is already
+		// this run's, so it ran (or began) before, in this process or in
+		// one that died; it is finished, or continued where it stopped
+		req.Resume, req.Input = true, nil
 	}
 	switch {
 	case req.Resume && len(req.Input) > 0:

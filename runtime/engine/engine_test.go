@@ -972,3 +972,46 @@ func TestRefusedRunEmitsNothing(t *testing.T) {
 		t.Fatalf("err %v, events %v", err, events)
 	}
 }
+
+// A named run runs once: started again (by a process that took over from
+// one that died), it neither applies its input again nor runs its nodes
+// again, and it continues where it stopped.
+func TestNamedRunRunsOnce(t *testing.T) {
+	g := compile(t, `version: 1
+name: chain
+state:
+  schema: {type: object, properties: {n: {type: integer, default: 0}, x: {type: integer, default: 0}}}
+input: [x]
+nodes:
+  a: {kind: set, set: {n: "state.n + input.x"}}
+  b: {kind: set, set: {n: "state.n * 10"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: b}
+  - {from: b, to: END}
+`)
+	ctx := context.Background()
+	eng := engine.New(memory.New())
+	in := map[string]any{"x": 2}
+	res, err := eng.Run(ctx, g, engine.Request{Thread: "t", ID: "r1", Input: in})
+	if err != nil || res.State["n"] != 20 {
+		t.Fatalf("first run %v %v", res, err)
+	}
+	again, err := eng.Run(ctx, g, engine.Request{Thread: "t", ID: "r1", Input: in})
+	if err != nil || again.State["n"] != 20 || again.Checkpoint != res.Checkpoint {
+		t.Fatalf("the same run again: %v %v", again, err)
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if _, err := eng.Run(ctx, g, engine.Request{Thread: "t", ID: "r2", Input: in, Stop: stop}); !errors.Is(err, engine.ErrStopped) {
+		t.Fatalf("stopped: %v", err)
+	}
+	res, err = eng.Run(ctx, g, engine.Request{Thread: "t", ID: "r2", Input: in})
+	if err != nil || res.State["n"] != 220 {
+		t.Fatalf("the stopped run started again continues: %v %v", res, err)
+	}
+	// another run is refused on the unfinished thread as before
+	if _, err := eng.Run(ctx, g, engine.Request{Thread: "t", Input: in}); err != nil {
+		t.Fatalf("a new run after: %v", err)
+	}
+}

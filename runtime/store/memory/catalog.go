@@ -181,6 +181,12 @@ func (s *Store) EnqueueRun(_ context.Context, r *store.RunRecord, policy store.B
 			}
 		}
 	}
+	// a thread's runs are claimed in the order they were queued
+	for _, o := range c.runs {
+		if o.Thread == r.Thread && !o.Created.Before(r.Created) {
+			r.Created = o.Created.Add(time.Nanosecond)
+		}
+	}
 	cp := *r
 	cp.Status = store.RunQueued
 	c.runs[r.ID] = &cp

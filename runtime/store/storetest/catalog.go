@@ -359,6 +359,14 @@ func testQueueOrder(t *testing.T, c store.Catalog) {
 	}
 	claim("a3")
 	claim("")
+	// a run queued later claims later, even with an earlier clock
+	if _, err := c.EnqueueRun(ctx, queued("c1", "c", 50), store.BusyEnqueue); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EnqueueRun(ctx, queued("c2", "c", 40), store.BusyEnqueue); err != nil {
+		t.Fatal(err)
+	}
+	claim("c1")
 }
 
 // Servers claiming at once each get a different run, and a thread's runs

@@ -23,6 +23,8 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	storeAddr := storeFlag(fs)
 	stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long runs may take to reach a step boundary before they are cancelled")
+	leaseTTL := fs.Duration("lease-ttl", 0, "how long a thread stays held by a server that stopped renewing it (default 15s)")
+	deadAfter := fs.Duration("dead-after", 10*time.Second, "how long a server sharing the store may be silent before its runs are adopted")
 	if _, code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -34,7 +36,8 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "serve", err)
 	}
 	defer rt.Close()
-	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout})
+	rt.Engine().LeaseTTL = *leaseTTL
+	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter})
 	if err != nil {
 		return fail(env, "serve", err)
 	}
@@ -55,7 +58,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 			_ = srv.Reload()
 		}
 	}()
-	log.Info("serving", "addr", ln.Addr().String(), "flows", *flows, "store", *storeAddr)
+	log.Info("serving", "server", srv.ID(), "addr", ln.Addr().String(), "flows", *flows, "store", *storeAddr)
 	if err := srv.Serve(ctx, ln); err != nil {
 		return fail(env, "serve", err)
 	}

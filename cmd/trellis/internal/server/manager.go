@@ -47,10 +47,13 @@ type liveRun struct {
 	m      *manager
 	flow   *loaded
 	events *eventLog
-	// refuseBusy: a run started for a caller waiting with on_busy reject
-	// is refused, not delayed, when another process holds the thread.
-	refuseBusy bool
-	adopted    bool
+	// waiting: a caller waits to hear whether the run starts (its thread
+	// was free when it was queued): a run refused before it starts is
+	// then forgotten, and the caller hears why. refuseBusy: that caller
+	// asked on_busy reject, so another process holding the thread refuses
+	// the run rather than delaying it.
+	waiting, refuseBusy bool
+	adopted             bool
 	// started receives nil once the run has started, or the error that
 	// refused it; done is closed when it has ended and its record says so.
 	started chan error
@@ -88,7 +91,8 @@ func (m *manager) loop() {
 	defer close(m.loopDone)
 	poll := time.NewTicker(pollEvery)
 	defer poll.Stop()
-	var lastBeat time.Time
+	go m.beat()
+	var lastAdopt time.Time
 	for {
 		select {
 		case <-m.quit:
@@ -98,10 +102,8 @@ func (m *manager) loop() {
 		}
 		ctx := m.base
 		now := time.Now()
-		if now.Sub(lastBeat) >= beatEvery {
-			if err := m.s.cat.Beat(ctx, m.id, now); err == nil {
-				lastBeat = now
-			}
+		if now.Sub(lastAdopt) >= beatEvery {
+			lastAdopt = now
 			m.adopt(ctx, now)
 		}
 		m.passStops(ctx)
@@ -113,7 +115,22 @@ func (m *manager) loop() {
 				}
 				break
 			}
-			m.launch(rec, false, false)
+			m.launch(rec, false, false, false)
+		}
+	}
+}
+
+// beat records that this server is alive, on its own goroutine so that a
+// busy dispatcher does not make it look dead.
+func (m *manager) beat() {
+	t := time.NewTicker(beatEvery)
+	defer t.Stop()
+	for {
+		_ = m.s.cat.Beat(m.base, m.id, time.Now())
+		select {
+		case <-m.quit:
+			return
+		case <-t.C:
 		}
 	}
 }
@@ -133,7 +150,7 @@ func (m *manager) adopt(ctx context.Context, now time.Time) {
 			return
 		}
 		m.s.log.Warn("adopting a run of a server that stopped beating", "run", rec.ID, "thread", rec.Thread)
-		m.launch(rec, false, true)
+		m.launch(rec, false, false, true)
 	}
 }
 
@@ -161,8 +178,8 @@ func (m *manager) passStops(ctx context.Context) {
 }
 
 // launch runs a claimed run on this server.
-func (m *manager) launch(rec *store.RunRecord, refuseBusy, adopted bool) *liveRun {
-	lr := &liveRun{m: m, rec: *rec, refuseBusy: refuseBusy, adopted: adopted,
+func (m *manager) launch(rec *store.RunRecord, waiting, refuseBusy, adopted bool) *liveRun {
+	lr := &liveRun{m: m, rec: *rec, waiting: waiting, refuseBusy: refuseBusy, adopted: adopted,
 		started: make(chan error, 1), begun: make(chan struct{}), done: make(chan struct{}), stop: make(chan struct{})}
 	m.mu.Lock()
 	m.live[rec.ID] = lr
@@ -234,7 +251,7 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 		m.nudge()
 		return *rec, nil, nil
 	}
-	lr := m.launch(claimed, policy == api.OnBusyReject, false)
+	lr := m.launch(claimed, true, policy == api.OnBusyReject, false)
 	select {
 	case err := <-lr.started:
 		if err != nil {
@@ -300,10 +317,10 @@ func (m *manager) execute(lr *liveRun) {
 	lr.events = newEventLog(m.s.cat, rec.ID, publicID(rec.Thread), after)
 	l, err := m.s.flows.get(rec.Flow)
 	if err != nil {
-		if lr.adopted {
-			lr.finish(ctx, nil, err)
-		} else {
+		if lr.waiting {
 			lr.refuse(ctx, err)
+		} else {
+			lr.finish(ctx, nil, err)
 		}
 		return
 	}
@@ -313,25 +330,10 @@ func (m *manager) execute(lr *liveRun) {
 	lr.mu.Unlock()
 	rt := m.s.cfg.Runtime
 	resume := rec.Resume
-	if lr.adopted {
-		head, err := rt.State(ctx, rec.Thread)
-		if err != nil {
-			lr.finish(ctx, nil, err)
-			return
-		}
-		if len(head.Next) == 0 {
-			// it finished before its server died, or never started
-			lr.started <- nil
-			lr.finish(ctx, &trellis.Result{State: head.Values, Checkpoint: head.Seq}, nil)
-			return
-		}
-		resume = true
-	}
-	if rec.Interrupt && !lr.adopted {
-		if _, err := rt.Abandon(ctx, rec.Thread); err != nil && !errors.Is(err, store.ErrNotFound) {
-			m.s.log.Warn("abandoning before an interrupting run", "thread", rec.Thread, "error", err.Error())
-		}
-	}
+	// A run that another server began (it died, or seemed to) is started
+	// again under its name: the engine runs a named run once, so it only
+	// continues where the other left it, or finds it finished.
+	abandon := rec.Interrupt
 	var input map[string]any
 	if len(rec.Input) > 0 {
 		_ = json.Unmarshal(rec.Input, &input)
@@ -340,9 +342,23 @@ func (m *manager) execute(lr *liveRun) {
 	opts := []trellis.RunOption{trellis.WithRunID(rec.ID), trellis.WithStop(lr.stop), trellis.WithObserver(lr.observe)}
 	var res *trellis.Result
 	for {
-		if resume {
+		err = nil
+		if abandon {
+			// an interrupting run gives up what the run it interrupted
+			// left unfinished (not its own progress, when it is taken over)
+			var head *trellis.Snapshot
+			if head, err = rt.State(ctx, rec.Thread); err == nil && head.Run != rec.ID && len(head.Next) > 0 {
+				_, err = rt.Abandon(ctx, rec.Thread)
+			}
+			if err == nil {
+				abandon = false
+			}
+		}
+		switch {
+		case err != nil:
+		case resume:
 			res, err = rt.Resume(ctx, l.flow, rec.Thread, opts...)
-		} else {
+		default:
 			res, err = rt.Run(ctx, l.flow, rec.Thread, input, opts...)
 		}
 		// another process holds the thread (a server that died, until
@@ -358,7 +374,7 @@ func (m *manager) execute(lr *liveRun) {
 		}
 		break
 	}
-	if !lr.isStarted() && err != nil && lr.stopReason() == "" && !lr.adopted {
+	if !lr.isStarted() && err != nil && lr.stopReason() == "" && lr.waiting {
 		lr.refuse(ctx, err)
 		return
 	}
@@ -420,11 +436,22 @@ func (lr *liveRun) finish(ctx context.Context, res *trellis.Result, err error) {
 	lr.mu.Lock()
 	shutdown := lr.shutdown
 	lr.mu.Unlock()
+	if err != nil && !lr.isStarted() {
+		// a run taken over from a server that died may have finished
+		// there before it could say so: the thread's checkpoints tell
+		if head, herr := m.s.cfg.Runtime.State(context.WithoutCancel(ctx), lr.rec.Thread); herr == nil &&
+			head.Run == lr.rec.ID && len(head.Next) == 0 {
+			res, err = &trellis.Result{State: head.Values, Checkpoint: head.Seq}, nil
+		}
+	}
 	status, msg := store.RunSucceeded, ""
 	switch {
 	case err == nil:
-	case shutdown && errors.Is(err, trellis.ErrStopped):
+	case shutdown && (errors.Is(err, trellis.ErrStopped) || !lr.isStarted()):
 		status = store.RunQueued
+	case why != "" && !lr.isStarted():
+		// stopped while it waited for its thread
+		status, msg = store.RunCancelled, why
 	case why != "" && (errors.Is(err, trellis.ErrStopped) || errors.Is(err, context.Canceled)):
 		status, msg = store.RunCancelled, why
 		if why == "cancel" {

@@ -120,6 +120,9 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// ID names this server in the store's run queue (and in its logs).
+func (s *Server) ID() string { return s.runs.id }
+
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 

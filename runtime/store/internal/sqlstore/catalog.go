@@ -315,6 +315,23 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 				}
 			}
 		}
+		// a thread's runs are claimed in the order they were queued: the
+		// run's time is taken under the thread's lock, after the last
+		// one's, whatever the clocks of the servers that queued them say
+		var last int64
+		if err := one(ctx, db, func(r Rows) error {
+			var n *int64
+			if err := r.Scan(&n); err != nil || n == nil {
+				return err
+			}
+			last = *n
+			return nil
+		}, `SELECT max(created_at) FROM api_runs WHERE thread = ?`, r.Thread); err != nil {
+			return err
+		}
+		if nanos(r.Created) <= last {
+			r.Created = fromNanos(last + 1)
+		}
 		q := *r
 		q.Status = store.RunQueued
 		return insertRun(ctx, db, &q)
