@@ -44,8 +44,10 @@ type Engine struct {
 	// that stopped renewing it, such as a process that died (default
 	// DefaultLeaseTTL).
 	LeaseTTL time.Duration
-	mu       sync.Mutex
-	busy     map[string]bool // threads with a run in progress
+	// Tracer, when set, traces runs and nodes.
+	Tracer Tracer
+	mu     sync.Mutex
+	busy   map[string]bool // threads with a run in progress
 	// owner names the engine's leases. Runs of one engine on one thread
 	// never overlap (busy), so a run may take over a lease an earlier run
 	// of the engine could not release, when the store was unreachable:
@@ -136,7 +138,15 @@ func (r *Result) Visits() map[string]int {
 }
 
 // Run executes one run of g on req.Thread.
-func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
+func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result, err error) {
+	if e.Tracer != nil {
+		if req.ID == "" {
+			req.ID = runID()
+		}
+		var end func(error)
+		ctx, end = e.Tracer.StartRun(ctx, g.Name, req.Thread, req.ID)
+		defer func() { end(err) }()
+	}
 	owner, free, err := e.claim(ctx, req.Thread)
 	if err != nil {
 		return nil, err

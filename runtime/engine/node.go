@@ -98,7 +98,13 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 			r.emit(Event{Type: NodeOutput, Step: step, Node: n.Name, Kind: n.Kind, Text: text})
 		}
 	}
+	if r.e.Tracer == nil {
+		r.attempt(ctx, n, vars, o)
+		return
+	}
+	ctx, end := r.e.Tracer.StartNode(ctx, n.Name, n.Kind, r.step)
 	r.attempt(ctx, n, vars, o)
+	end(o.attempts, o.degraded, o.err)
 }
 
 // attempt runs a node until it succeeds or its retries are spent: each

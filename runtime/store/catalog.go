@@ -60,9 +60,10 @@ type Catalog interface {
 	Run(ctx context.Context, tenant, id string) (*RunRecord, error)
 	// Runs lists a thread's runs, newest first (at most limit, 0: all).
 	Runs(ctx context.Context, tenant, thread string, limit int) ([]*RunRecord, error)
-	// AppendEvent records a run's event; seq numbers a run's events from
-	// 1 and a repeated seq fails with ErrExists.
-	AppendEvent(ctx context.Context, run string, seq int64, data []byte) error
+	// AppendEvents records a run's events, all or none: seq numbers a
+	// run's events from 1, and a seq already recorded fails the batch with
+	// ErrExists.
+	AppendEvents(ctx context.Context, run string, evs []EventRecord) error
 	// Events returns a run's events after seq, in order.
 	Events(ctx context.Context, run string, after int64) ([]EventRecord, error)
 
@@ -195,4 +196,22 @@ func (q ThreadQuery) MatchThread(t *ThreadRecord) bool {
 		}
 	}
 	return true
+}
+
+// Notifier is a store that carries notifications between the processes
+// sharing it (PostgreSQL's NOTIFY and LISTEN), so that they hear at once
+// what they would otherwise find by polling.
+type Notifier interface {
+	// Notify sends payload on channel to every process listening on it,
+	// this one included.
+	Notify(ctx context.Context, channel, payload string) error
+	// Listen calls fn with the payload of every notification on channel
+	// until ctx ends, holding a connection of its own: dsn names the
+	// database to connect to directly, the store's own address when
+	// empty (a connection pooler that shares connections between
+	// transactions does not deliver notifications). It reconnects when
+	// the connection is lost, and calls fn("") each time it (re)connects,
+	// since notifications sent while it was away were missed. It returns
+	// ctx's error, or at once an error in dsn.
+	Listen(ctx context.Context, dsn, channel string, fn func(payload string)) error
 }

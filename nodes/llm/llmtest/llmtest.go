@@ -62,6 +62,9 @@ type Call struct {
 type Server struct {
 	// Key, when set, is the bearer token every request must carry.
 	Key string
+	// Latency delays every answer, as a real model's would be; a reply's
+	// own Delay comes on top.
+	Latency time.Duration
 
 	mu    sync.Mutex
 	rules []Rule
@@ -113,9 +116,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusUnauthorized, "invalid_api_key", "invalid API key")
 		return
 	}
-	if reply.Delay > 0 {
+	if d := reply.Delay + s.Latency; d > 0 {
 		select {
-		case <-time.After(reply.Delay):
+		case <-time.After(d):
 		case <-r.Context().Done():
 			return
 		}

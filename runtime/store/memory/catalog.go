@@ -334,16 +334,26 @@ func (s *Store) Runs(_ context.Context, tenant, thread string, limit int) ([]*st
 	return out, nil
 }
 
-// AppendEvent implements store.Catalog.
-func (s *Store) AppendEvent(_ context.Context, run string, seq int64, data []byte) error {
+// AppendEvents implements store.Catalog.
+func (s *Store) AppendEvents(_ context.Context, run string, add []store.EventRecord) error {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	evs := c.events[run]
-	if n := len(evs); n > 0 && evs[n-1].Seq >= seq {
-		return store.ErrExists
+	last := int64(0)
+	if n := len(evs); n > 0 {
+		last = evs[n-1].Seq
 	}
-	c.events[run] = append(evs, store.EventRecord{Seq: seq, Data: slices.Clone(data)})
+	for _, ev := range add {
+		if ev.Seq <= last {
+			return store.ErrExists
+		}
+		last = ev.Seq
+	}
+	for _, ev := range add {
+		evs = append(evs, store.EventRecord{Seq: ev.Seq, Data: slices.Clone(ev.Data)})
+	}
+	c.events[run] = evs
 	return nil
 }
 

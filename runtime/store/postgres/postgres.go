@@ -19,7 +19,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,6 +51,8 @@ func init() {
 }
 
 // Open connects to the database at url and applies pending migrations.
+// The URL may set pgxpool's pool_max_conns (default: four per CPU, at
+// least 16).
 func Open(ctx context.Context, url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -57,6 +61,11 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	// statement descriptions, not statements, are cached: binary results
 	// with nothing prepared on the server
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	// a run holds a connection only while it writes a step, but many
+	// runs write at once: pgx's default (the number of CPUs) queues them
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = max(int32(4*runtime.NumCPU()), 16)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

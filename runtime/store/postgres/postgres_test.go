@@ -2,10 +2,13 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -160,4 +163,93 @@ func TestCatalogConformance(t *testing.T) {
 			return st
 		})
 	})
+}
+
+// listener listens on a channel and hands over what it hears.
+func listener(t *testing.T, st *postgres.Store, dsn string) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	heard := make(chan string, 16)
+	done := make(chan error, 1)
+	go func() { done <- st.Listen(ctx, dsn, "trellis test", func(p string) { heard <- p }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Listen returned %v", err)
+		}
+	})
+	return heard
+}
+
+func hear(t *testing.T, heard <-chan string, want string) {
+	t.Helper()
+	select {
+	case got := <-heard:
+		if got != want {
+			t.Fatalf("heard %q, want %q", got, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%q never came", want)
+	}
+}
+
+func TestNotify(t *testing.T) {
+	ctx := context.Background()
+	t.Run("direct", func(t *testing.T) {
+		url := pgtest.Database(t)
+		st := openURL(t, url)
+		heard := listener(t, st, "")
+		hear(t, heard, "") // connected
+		if err := st.Notify(ctx, "trellis test", "run r1"); err != nil {
+			t.Fatal(err)
+		}
+		hear(t, heard, "run r1")
+		// the listening connection is lost: it comes back, says so, and
+		// hears what is sent after
+		admin, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()`); err != nil {
+			t.Fatal(err)
+		}
+		hear(t, heard, "")
+		if err := st.Notify(ctx, "trellis test", "run r2"); err != nil {
+			t.Fatal(err)
+		}
+		hear(t, heard, "run r2")
+	})
+	t.Run("pgbouncer", func(t *testing.T) {
+		// notifications are sent through PgBouncer in transaction mode
+		// and heard on a direct connection
+		pooled, direct := pgtest.Pooled(t)
+		st := openURL(t, pooled)
+		heard := listener(t, st, direct)
+		hear(t, heard, "")
+		for i := range 5 {
+			if err := st.Notify(ctx, "trellis test", fmt.Sprint("event ", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 5 {
+			hear(t, heard, fmt.Sprint("event ", i))
+		}
+	})
+	t.Run("bad address", func(t *testing.T) {
+		st := open(t)
+		if err := st.Listen(ctx, "postgres://%zz", "c", func(string) {}); err == nil || errors.Is(err, context.Canceled) {
+			t.Fatalf("a malformed address: %v", err)
+		}
+	})
+}
+
+func openURL(t *testing.T, url string) *postgres.Store {
+	t.Helper()
+	st, err := postgres.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

@@ -22,11 +22,18 @@ type catalogDB struct {
 }
 
 func (d catalogDB) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := d.db.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, err
+	var n int64
+	exec := func() error {
+		res, err := d.db.ExecContext(ctx, query, args...)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
 	}
-	return res.RowsAffected()
+	if _, inTx := d.db.(*sql.Tx); inTx {
+		return n, exec()
+	}
+	return n, d.s.write(ctx, exec)
 }
 
 type closeRows struct{ *sql.Rows }

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -34,6 +35,11 @@ type Store struct {
 	db    *sql.DB
 	cache *sqlstore.Cache
 	st    statements
+	// wmu queues this process's writes: SQLite runs one write at a time,
+	// and a writer that finds the database busy polls for it (the busy
+	// timeout) where one queued here is woken as soon as it is free.
+	// Writers in other processes still meet the busy timeout.
+	wmu sync.Mutex
 	// Catalog is the store's store.Catalog: the shared SQL catalog on
 	// this database.
 	sqlstore.Catalog
@@ -126,6 +132,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// connections are kept open: opening one applies the pragmas and
+	// prepares the statements again
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
 	s := &Store{db: db, cache: sqlstore.NewCache(256)}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{db: db, s: s}}
 	// Two processes opening a new file at once contend for the switch to
@@ -211,7 +221,25 @@ func (s *Store) Migrations(ctx context.Context) ([]int, error) {
 	return out, rows.Err()
 }
 
+// maxConns bounds the connections: one writes at a time, the others read.
+const maxConns = 8
+
+// write runs a write (a statement or a transaction) once this process's
+// writes before it are done.
+func (s *Store) write(ctx context.Context, fn func() error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fn()
+}
+
 func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.write(ctx, func() error { return s.begin(ctx, fn) })
+}
+
+func (s *Store) begin(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -467,18 +495,27 @@ func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, no
 	if err != nil {
 		return err
 	}
-	_, err = s.st.putPending.ExecContext(ctx, thread, parent, node, string(b))
-	return err
+	return s.write(ctx, func() error {
+		_, err := s.st.putPending.ExecContext(ctx, thread, parent, node, string(b))
+		return err
+	})
 }
 
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error {
-	now := time.Now()
-	res, err := s.st.acquire.ExecContext(ctx, thread, owner, now.Add(ttl).UnixNano(), now.UnixNano())
+	var n int64
+	err := s.write(ctx, func() error {
+		now := time.Now()
+		res, err := s.st.acquire.ExecContext(ctx, thread, owner, now.Add(ttl).UnixNano(), now.UnixNano())
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		return store.ErrLeased
 	}
 	return nil
@@ -486,8 +523,10 @@ func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Dura
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, thread, owner string) error {
-	_, err := s.st.release.ExecContext(ctx, thread, owner)
-	return err
+	return s.write(ctx, func() error {
+		_, err := s.st.release.ExecContext(ctx, thread, owner)
+		return err
+	})
 }
 
 // History implements store.Store.

@@ -71,7 +71,7 @@ func testCatalogThreads(t *testing.T, c store.Catalog) {
 	if err := c.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.AppendEvent(ctx, "r1", 1, []byte(`{"type":"run_start"}`)); err != nil {
+	if err := c.AppendEvents(ctx, "r1", []store.EventRecord{{Seq: 1, Data: []byte(`{"type":"run_start"}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.DeleteThread(ctx, "acme", "t1"); err != nil {
@@ -189,13 +189,25 @@ func testCatalogRuns(t *testing.T, c store.Catalog) {
 	if runs, _ := c.Runs(ctx, "other", "t", 0); len(runs) != 0 {
 		t.Fatalf("another tenant lists %d runs", len(runs))
 	}
-	for seq := int64(1); seq <= 5; seq++ {
-		if err := c.AppendEvent(ctx, "r1", seq, []byte(fmt.Sprintf(`{"n":%d}`, seq))); err != nil {
-			t.Fatal(err)
-		}
+	if err := c.AppendEvents(ctx, "r1", []store.EventRecord{{Seq: 1, Data: []byte(`{"n":1}`)}}); err != nil {
+		t.Fatal(err)
 	}
-	if err := c.AppendEvent(ctx, "r1", 3, []byte(`{}`)); !errors.Is(err, store.ErrExists) {
+	var batch []store.EventRecord
+	for seq := int64(2); seq <= 5; seq++ {
+		batch = append(batch, store.EventRecord{Seq: seq, Data: []byte(fmt.Sprintf(`{"n":%d}`, seq))})
+	}
+	if err := c.AppendEvents(ctx, "r1", batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AppendEvents(ctx, "r1", nil); err != nil {
+		t.Fatalf("an empty batch: %v", err)
+	}
+	// a batch with one seq already recorded records none of its events
+	if err := c.AppendEvents(ctx, "r1", []store.EventRecord{{Seq: 6, Data: []byte(`{}`)}, {Seq: 3, Data: []byte(`{}`)}}); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("a repeated event seq: %v", err)
+	}
+	if evs, _ := c.Events(ctx, "r1", 5); len(evs) != 0 {
+		t.Fatalf("a refused batch left %d events", len(evs))
 	}
 	evs, err := c.Events(ctx, "r1", 2)
 	if err != nil || len(evs) != 3 || evs[0].Seq != 3 || string(evs[2].Data) != `{"n":5}` {
@@ -216,7 +228,7 @@ func testCatalogConcurrentEvents(t *testing.T, c store.Catalog) {
 		go func() {
 			defer wg.Done()
 			for seq := int64(1); seq <= 25; seq++ {
-				if err := c.AppendEvent(ctx, fmt.Sprint("run", r), seq, []byte(`{}`)); err != nil {
+				if err := c.AppendEvents(ctx, fmt.Sprint("run", r), []store.EventRecord{{Seq: seq, Data: []byte(`{}`)}}); err != nil {
 					errs <- err
 					return
 				}

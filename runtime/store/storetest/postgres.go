@@ -19,3 +19,11 @@ func Postgres(t testing.TB) string {
 // Main runs a test binary's tests and stops the PostgreSQL cluster they
 // started; call it from TestMain: os.Exit(storetest.Main(m)).
 func Main(m *testing.M) int { return pgtest.Main(m) }
+
+// PooledPostgres is Postgres reached through PgBouncer in transaction
+// pooling mode (found on PATH or in /usr/sbin; its absence fails the
+// test), with the same database's direct URL.
+func PooledPostgres(t testing.TB) (pooled, direct string) {
+	t.Helper()
+	return pgtest.Pooled(t)
+}

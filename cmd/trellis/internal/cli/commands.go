@@ -195,6 +195,11 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		return 1
 	}
 	defer rt.Close()
+	flush, code := traced(ctx, env, "run", rt)
+	if code != 0 {
+		return code
+	}
+	defer flush()
 	if *thread == "" {
 		*thread = f.Name() + "-" + time.Now().UTC().Format("20060102-150405.000")
 	}

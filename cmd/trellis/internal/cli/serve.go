@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,6 +17,7 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/telemetry"
 )
 
 func cmdServe(ctx context.Context, env *Env, args []string) int {
@@ -25,6 +28,8 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long runs may take to reach a step boundary before they are cancelled")
 	leaseTTL := fs.Duration("lease-ttl", 0, "how long a thread stays held by a server that stopped renewing it (default 15s)")
 	deadAfter := fs.Duration("dead-after", 10*time.Second, "how long a server sharing the store may be silent before its runs are adopted")
+	notifyURL := fs.String("notify-url", "", "PostgreSQL: a direct connection to LISTEN on, when --store goes through PgBouncer in transaction mode (default: the store's address; off: poll only)")
+	debugAddr := fs.String("debug-addr", "", "serve Go's profiles (/debug/pprof/) on this address too; keep it private")
 	if _, code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -37,7 +42,12 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	}
 	defer rt.Close()
 	rt.Engine().LeaseTTL = *leaseTTL
-	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter})
+	flush, code := traced(ctx, env, "serve", rt)
+	if code != 0 {
+		return code
+	}
+	defer flush()
+	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL})
 	if err != nil {
 		return fail(env, "serve", err)
 	}
@@ -58,6 +68,15 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 			_ = srv.Reload()
 		}
 	}()
+	if *debugAddr != "" {
+		dln, err := net.Listen("tcp", *debugAddr)
+		if err != nil {
+			return fail(env, "serve", err)
+		}
+		defer dln.Close()
+		go func() { _ = http.Serve(dln, debugMux()) }()
+		log.Info("serving profiles", "addr", dln.Addr().String())
+	}
 	log.Info("serving", "server", srv.ID(), "addr", ln.Addr().String(), "flows", *flows, "store", *storeAddr)
 	if err := srv.Serve(ctx, ln); err != nil {
 		return fail(env, "serve", err)
@@ -129,4 +148,33 @@ func missingKey(err error, id string) error {
 		return fmt.Errorf("no key %q (trellis keys list shows them)", id)
 	}
 	return err
+}
+
+// debugMux serves Go's runtime profiles.
+func debugMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// traced traces the runtime's runs when the OpenTelemetry environment
+// asks for it (see telemetry.FromEnv); flush exports the spans not yet
+// exported.
+func traced(ctx context.Context, env *Env, name string, rt *trellis.Runtime) (flush func(), code int) {
+	tr, shutdown, err := telemetry.FromEnv(ctx, "trellis")
+	if err != nil {
+		return nil, fail(env, name, err)
+	}
+	rt.Engine().Tracer = tr
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			fmt.Fprintf(env.Stderr, "trellis %s: exporting traces: %v\n", name, err)
+		}
+	}, 0
 }

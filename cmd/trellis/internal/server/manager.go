@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -37,7 +38,6 @@ type manager struct {
 
 // Timing of the dispatcher.
 const (
-	pollEvery = 200 * time.Millisecond // look for runs, stop requests and dead servers
 	beatEvery = time.Second
 	capacity  = 256 // runs at once per server
 )
@@ -89,7 +89,7 @@ func (m *manager) nudge() {
 // beats the heartbeat and adopts the runs of servers that died.
 func (m *manager) loop() {
 	defer close(m.loopDone)
-	poll := time.NewTicker(pollEvery)
+	poll := time.NewTimer(m.s.notes.pollEvery())
 	defer poll.Stop()
 	go m.beat()
 	var lastAdopt time.Time
@@ -100,6 +100,7 @@ func (m *manager) loop() {
 		case <-m.kick:
 		case <-poll.C:
 		}
+		poll.Reset(m.s.notes.pollEvery())
 		ctx := m.base
 		now := time.Now()
 		if now.Sub(lastAdopt) >= beatEvery {
@@ -181,6 +182,15 @@ func (m *manager) passStops(ctx context.Context) {
 func (m *manager) launch(rec *store.RunRecord, waiting, refuseBusy, adopted bool) *liveRun {
 	lr := &liveRun{m: m, rec: *rec, waiting: waiting, refuseBusy: refuseBusy, adopted: adopted,
 		started: make(chan error, 1), begun: make(chan struct{}), done: make(chan struct{}), stop: make(chan struct{})}
+	// the log exists before the run is found by streams; an adopted run's
+	// events go on after those already recorded
+	var after int64
+	if adopted {
+		if evs, err := m.s.cat.Events(m.base, rec.ID, 0); err == nil && len(evs) > 0 {
+			after = evs[len(evs)-1].Seq
+		}
+	}
+	lr.events = newEventLog(m.s.cat, m.s.log, m.s.notes, rec.ID, publicID(rec.Thread), after)
 	m.mu.Lock()
 	m.live[rec.ID] = lr
 	m.wg.Add(1)
@@ -242,6 +252,9 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	rec.Status = store.RunQueued
 	if busy {
 		m.s.metrics.queued.Inc()
+		if policy == api.OnBusyInterrupt {
+			m.s.notes.send(ctx, "stop") // to the server running the thread's run
+		}
 		m.nudge()
 		return *rec, nil, nil
 	}
@@ -307,14 +320,6 @@ func (m *manager) execute(lr *liveRun) {
 	}
 	rec := lr.rec
 	lr.mu.Unlock()
-	// an adopted run's events go on after those already recorded
-	var after int64
-	if lr.adopted {
-		if evs, err := m.s.cat.Events(ctx, rec.ID, 0); err == nil && len(evs) > 0 {
-			after = evs[len(evs)-1].Seq
-		}
-	}
-	lr.events = newEventLog(m.s.cat, rec.ID, publicID(rec.Thread), after)
 	l, err := m.s.flows.get(rec.Flow)
 	if err != nil {
 		if lr.waiting {
@@ -431,7 +436,11 @@ func (lr *liveRun) finish(ctx context.Context, res *trellis.Result, err error) {
 	if lr.isStarted() {
 		m.s.metrics.active.Dec()
 	}
-	lr.events.close()
+	// every event is recorded before the run's end is, and streams hear
+	// the last event only once the run is recorded as ended, so that a
+	// client may start the thread's next run as soon as it hears it
+	lr.events.flush()
+	defer lr.events.close()
 	why := lr.stopReason()
 	lr.mu.Lock()
 	shutdown := lr.shutdown
@@ -481,6 +490,8 @@ func (lr *liveRun) finish(ctx context.Context, res *trellis.Result, err error) {
 	if perr := m.s.cat.UpdateRun(context.WithoutCancel(ctx), &rec); perr != nil {
 		m.s.log.Error("recording a run's end", "run", rec.ID, "error", perr.Error())
 	}
+	m.s.notes.send(ctx, "run "+rec.ID)
+	m.s.notes.send(ctx, "queue")
 	if status != store.RunQueued {
 		m.s.metrics.runs.WithLabelValues(rec.Flow, string(status)).Inc()
 	}
@@ -510,6 +521,8 @@ func (m *manager) get(id string) *liveRun {
 // through its server (now, when it runs here). It returns the run's
 // record once the run has ended, or as it is when ctx ends first.
 func (m *manager) cancel(ctx context.Context, tenant, id string) (*store.RunRecord, error) {
+	woken, release := m.s.notes.wait(id)
+	defer func() { release() }()
 	rec, err := m.s.cat.RequestStop(ctx, tenant, id, "cancel")
 	if err != nil {
 		return nil, err
@@ -520,12 +533,17 @@ func (m *manager) cancel(ctx context.Context, tenant, id string) (*store.RunReco
 		out := lr.record()
 		return &out, nil
 	}
+	if !rec.Status.Done() && rec.Status != store.RunQueued {
+		m.s.notes.send(ctx, "stop")
+	}
 	for !rec.Status.Done() && rec.Status != store.RunQueued {
 		select {
-		case <-time.After(pollEvery):
+		case <-woken:
 		case <-ctx.Done():
 			return rec, nil
 		}
+		release()
+		woken, release = m.s.notes.wait(id)
 		if rec, err = m.s.cat.Run(ctx, tenant, id); err != nil {
 			return nil, err
 		}
@@ -574,12 +592,16 @@ func (m *manager) shutdown(ctx context.Context) {
 // client reconnecting later (or to another server) misses none.
 type eventLog struct {
 	cat    store.Catalog
+	log    *slog.Logger
+	notes  *notifier
 	run    string
 	thread string // the public thread id the events name
 	first  int64  // the seq before this log's first event
 
 	mu      sync.Mutex
 	items   []logged
+	held    []logged // the run's last events, shown to streams on close
+	flushed bool     // no more events come
 	closed  bool
 	changed chan struct{}
 	saved   chan struct{} // closed once every event is recorded
@@ -592,8 +614,8 @@ type logged struct {
 	data []byte
 }
 
-func newEventLog(cat store.Catalog, run, thread string, after int64) *eventLog {
-	l := &eventLog{cat: cat, run: run, thread: thread, first: after, changed: make(chan struct{}), saved: make(chan struct{}), pending: make(chan logged, 1024)}
+func newEventLog(cat store.Catalog, log *slog.Logger, notes *notifier, run, thread string, after int64) *eventLog {
+	l := &eventLog{cat: cat, log: log, notes: notes, run: run, thread: thread, first: after, changed: make(chan struct{}), saved: make(chan struct{}), pending: make(chan logged, 1024)}
 	go l.save()
 	return l
 }
@@ -605,38 +627,76 @@ func (l *eventLog) add(ev trellis.Event) {
 		return
 	}
 	l.mu.Lock()
-	if l.closed {
+	if l.flushed {
 		l.mu.Unlock()
 		return
 	}
-	it := logged{seq: l.first + int64(len(l.items)) + 1, typ: string(ev.Type), data: data}
-	l.items = append(l.items, it)
-	close(l.changed)
-	l.changed = make(chan struct{})
+	it := logged{seq: l.first + int64(len(l.items)+len(l.held)) + 1, typ: string(ev.Type), data: data}
+	if ev.Type == trellis.RunEnd || ev.Type == trellis.RunError || len(l.held) > 0 {
+		l.held = append(l.held, it)
+	} else {
+		l.items = append(l.items, it)
+		close(l.changed)
+		l.changed = make(chan struct{})
+	}
 	l.mu.Unlock()
 	l.pending <- it
 }
 
+// saveBatch is the most events recorded in one write.
+const saveBatch = 256
+
+// save records the events in order, as many in one write as have come
+// while the last write went on.
 func (l *eventLog) save() {
 	defer close(l.saved)
+	batch := make([]store.EventRecord, 0, saveBatch)
 	for it := range l.pending {
-		_ = l.cat.AppendEvent(context.Background(), l.run, it.seq, it.data)
+		batch = append(batch[:0], store.EventRecord{Seq: it.seq, Data: it.data})
+	more:
+		for len(batch) < saveBatch {
+			select {
+			case it, ok := <-l.pending:
+				if !ok {
+					break more
+				}
+				batch = append(batch, store.EventRecord{Seq: it.seq, Data: it.data})
+			default:
+				break more
+			}
+		}
+		if err := l.cat.AppendEvents(context.Background(), l.run, batch); err != nil {
+			l.log.Warn("recording a run's events", "run", l.run, "error", err.Error())
+		}
+		l.notes.send(context.Background(), "run "+l.run)
 	}
 }
 
-// close ends the log once every event is recorded.
-func (l *eventLog) close() {
+// flush takes no more events and returns once every event is recorded.
+func (l *eventLog) flush() {
 	l.mu.Lock()
+	first := !l.flushed
+	l.flushed = true
+	l.mu.Unlock()
+	if first {
+		close(l.pending)
+	}
+	<-l.saved
+}
+
+// close flushes the log and ends it: streams get its last events and
+// return.
+func (l *eventLog) close() {
+	l.flush()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.closed {
-		l.mu.Unlock()
-		<-l.saved
 		return
 	}
 	l.closed = true
+	l.items = append(l.items, l.held...)
+	l.held = nil
 	close(l.changed)
-	l.mu.Unlock()
-	close(l.pending)
-	<-l.saved
 }
 
 // since returns the events after seq, whether the log is closed, and a

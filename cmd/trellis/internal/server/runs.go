@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/value"
@@ -84,6 +85,8 @@ func (s *Server) startRunWait(w http.ResponseWriter, r *http.Request, c *caller)
 func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id string) error {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	ctx := r.Context()
+	woken, release := s.notes.wait(id)
+	defer func() { release() }()
 	for {
 		if lr := s.runs.get(id); lr != nil {
 			select {
@@ -111,10 +114,12 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id stri
 			return nil
 		}
 		select {
-		case <-time.After(pollEvery):
+		case <-woken:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		release()
+		woken, release = s.notes.wait(id)
 	}
 }
 
@@ -317,6 +322,14 @@ func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller,
 	out := startSSE(w)
 	ctx := r.Context()
 	lastPing := time.Now()
+	// listen for the run's notifications before each read of it, so that
+	// none is missed between the read and the wait
+	woken, release := s.notes.wait(rec.ID)
+	defer func() { release() }()
+	rec, err := s.cat.Run(context.WithoutCancel(ctx), c.tenant, rec.ID)
+	if err != nil {
+		return nil
+	}
 	for {
 		done := rec.Status.Done()
 		evs, err := s.cat.Events(ctx, rec.ID, after)
@@ -324,7 +337,11 @@ func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller,
 			return nil
 		}
 		for _, ev := range evs {
-			if out.event(ev.Seq, eventType(ev.Data), ev.Data) != nil {
+			typ := eventType(ev.Data)
+			if !done && (typ == string(trellis.RunEnd) || typ == string(trellis.RunError)) {
+				break // told once the run is recorded as ended
+			}
+			if out.event(ev.Seq, typ, ev.Data) != nil {
 				return nil
 			}
 			after = ev.Seq
@@ -343,12 +360,14 @@ func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller,
 			lastPing = time.Now()
 		}
 		select {
-		case <-time.After(pollEvery):
+		case <-woken:
 		case <-ctx.Done():
 			return nil
 		case <-s.stopping:
 			return nil // the client reconnects to another server, or this one restarted
 		}
+		release()
+		woken, release = s.notes.wait(rec.ID)
 		if rec, err = s.cat.Run(context.WithoutCancel(ctx), c.tenant, rec.ID); err != nil {
 			return nil
 		}

@@ -45,6 +45,18 @@ type Config struct {
 	// DeadAfter is how long a server's heartbeat may be silent before
 	// another server sharing the store adopts its runs (default 10s).
 	DeadAfter time.Duration
+	// NotifyURL is the direct PostgreSQL connection the server LISTENs
+	// on to hear at once what other servers sharing the store do (run
+	// events to stream, queued runs, stop requests): set it when the
+	// store's address goes through a pooler in transaction mode
+	// (PgBouncer), which does not deliver notifications. Empty: the
+	// store's own address; "off": poll only. Stores other than
+	// PostgreSQL are polled.
+	NotifyURL string
+	// PollEvery is how often the server polls the store for what it has
+	// not been notified of (default 200ms; ten times less often while
+	// notifications are heard).
+	PollEvery time.Duration
 }
 
 // Server serves the API.
@@ -54,9 +66,12 @@ type Server struct {
 	cat     store.Catalog
 	flows   *flowSet
 	runs    *manager
+	notes   *notifier
 	metrics *metrics
-	mux     *http.ServeMux
-	handler http.Handler
+	// stopListening ends the notifications' connection.
+	stopListening context.CancelFunc
+	mux           *http.ServeMux
+	handler       http.Handler
 	// stopping is closed when Shutdown begins.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
@@ -74,6 +89,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.DeadAfter == 0 {
 		cfg.DeadAfter = 10 * time.Second
+	}
+	if cfg.PollEvery == 0 {
+		cfg.PollEvery = 200 * time.Millisecond
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -93,7 +111,15 @@ func New(cfg Config) (*Server, error) {
 	if _, err := s.flows.reload(); err != nil {
 		return nil, err
 	}
+	s.notes = &notifier{log: log, every: cfg.PollEvery}
+	if n, ok := cfg.Runtime.Store().(store.Notifier); ok && cfg.NotifyURL != "off" {
+		s.notes.n = n
+	}
 	s.runs = newManager(s)
+	s.notes.kick = s.runs.nudge
+	lctx, stopListening := context.WithCancel(context.Background())
+	s.stopListening = stopListening
+	go s.notes.listen(lctx, cfg.NotifyURL)
 	s.mux = http.NewServeMux()
 	routes := http.NewServeMux() // the routes alone, to tell 404 from 405
 	for _, rt := range s.routes() {
@@ -164,6 +190,7 @@ func (s *Server) beginStop() { s.stoppingOnce.Do(func() { close(s.stopping) }) }
 func (s *Server) Shutdown(ctx context.Context) {
 	s.beginStop()
 	s.runs.shutdown(ctx)
+	s.stopListening()
 }
 
 // access is who may call a route.

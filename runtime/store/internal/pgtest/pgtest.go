@@ -253,7 +253,14 @@ func (s *server) stop() {
 // PgBouncer is found on PATH or in /usr/sbin; its absence fails the test.
 func PooledDatabase(t testing.TB) string {
 	t.Helper()
-	direct := Database(t)
+	pooled, _ := Pooled(t)
+	return pooled
+}
+
+// Pooled is PooledDatabase, and the database's direct URL too.
+func Pooled(t testing.TB) (pooled, direct string) {
+	t.Helper()
+	direct = Database(t)
 	u, err := url.Parse(direct)
 	if err != nil {
 		t.Fatalf("postgres: %v", err)
@@ -269,7 +276,7 @@ func PooledDatabase(t testing.TB) string {
 		t.Fatalf("pgbouncer: %v", err)
 	}
 	u.Host = addr
-	return u.String()
+	return u.String(), direct
 }
 
 // PoolSize is how many server connections PgBouncer opens per database.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -477,9 +478,23 @@ func (c Catalog) DeleteRun(ctx context.Context, id string) error {
 	})
 }
 
-// AppendEvent implements store.Catalog.
-func (c Catalog) AppendEvent(ctx context.Context, run string, seq int64, data []byte) error {
-	return c.insert(ctx, `INSERT INTO api_events (run, seq, data) VALUES (?, ?, ?)`, run, seq, string(data))
+// AppendEvents implements store.Catalog: one statement in one
+// transaction for the whole batch.
+func (c Catalog) AppendEvents(ctx context.Context, run string, evs []store.EventRecord) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	var q strings.Builder
+	q.WriteString(`INSERT INTO api_events (run, seq, data) VALUES `)
+	args := make([]any, 0, 3*len(evs))
+	for i, ev := range evs {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?)")
+		args = append(args, run, ev.Seq, string(ev.Data))
+	}
+	return c.insert(ctx, q.String(), args...)
 }
 
 // Events implements store.Catalog.

@@ -1,0 +1,62 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+var _ store.Notifier = (*Store)(nil)
+
+// Notify implements store.Notifier with pg_notify, a statement like any
+// other: it goes through a pooler in transaction mode.
+func (s *Store) Notify(ctx context.Context, channel, payload string) error {
+	_, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, payload)
+	return err
+}
+
+// Listen implements store.Notifier on a connection of its own.
+func (s *Store) Listen(ctx context.Context, dsn, channel string, fn func(payload string)) error {
+	cfg := s.pool.Config().ConnConfig.Copy()
+	if dsn != "" {
+		var err error
+		if cfg, err = pgx.ParseConfig(dsn); err != nil {
+			return err
+		}
+	}
+	wait := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		if err := listen(ctx, cfg, channel, fn); err == nil || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+	return ctx.Err()
+}
+
+// listen holds one connection until it fails or ctx ends.
+func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, fn func(string)) error {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return err
+	}
+	fn("")
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		fn(n.Payload)
+	}
+}
