@@ -5,7 +5,7 @@ PKGS    := ./...
 # (go.dev/issue/75804, fixed in Go 1.27) and can fail with no crasher.
 FUZZTIME ?= 40000x
 
-.PHONY: build test check deps bench fmt vet race tidy-check flows fuzz schema peerbench
+.PHONY: build test check deps bench fmt vet race tidy-check flows fuzz schema peerbench loadtest
 
 build:
 	$(GO) build -o bin/trellis ./cmd/trellis
@@ -88,6 +88,30 @@ peerbench:
 	cd $(PEERDIR) && GOFLAGS=-mod=mod $(GO) mod tidy \
 	  && TRELLIS_FLOWS=$(CURDIR)/flows/bench TRELLIS_FLOWS_BEFORE=$(PEERDIR)/before-src/flows/bench \
 	     PKGS="baseline einob trellis$(if $(BEFORE), trellisbefore)" ROUNDS=$(ROUNDS) ./run.sh
+
+# The served interview under load: `trellis dev loadtest` drives a
+# `trellis serve` process with LOADTHREADS concurrent interview threads
+# (each greeted, then LOADTURNS turns) against the test model server
+# answering in 200 ms, on SQLite and on a throwaway PostgreSQL cluster
+# (PostgreSQL's default durability), and reports throughput, turn latency,
+# the server's overhead above the model's time and its memory per idle
+# thread. Not part of check: a few minutes.
+LOADTHREADS ?= 100 1000
+LOADTURNS   ?= 3
+PGBIN       ?= /usr/lib/postgresql/15/bin
+PGPORT      ?= 55439
+loadtest: build
+	@set -e; dir=$$(mktemp -d); as=""; \
+	if [ "$$(id -u)" = 0 ]; then chown postgres $$dir; as="runuser -u postgres --"; fi; \
+	trap "$$as $(PGBIN)/pg_ctl -D $$dir/data -m immediate stop >/dev/null 2>&1; rm -rf $$dir" EXIT; \
+	$$as $(PGBIN)/initdb -D $$dir/data -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null; \
+	$$as $(PGBIN)/pg_ctl -D $$dir/data -l $$dir/server.log -w -t 30 \
+	  -o "-c listen_addresses=127.0.0.1 -p $(PGPORT) -k $$dir -c max_connections=300" start >/dev/null; \
+	for n in $(LOADTHREADS); do \
+	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS); \
+	  $(PGBIN)/createdb -h 127.0.0.1 -p $(PGPORT) -U postgres load$$n; \
+	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS) --store postgres://postgres@127.0.0.1:$(PGPORT)/load$$n; \
+	done
 
 # Rewrite schemas/flow.schema.json and nodes/README.md from the node-kind registry.
 schema:

@@ -356,11 +356,13 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 	c := n.client
 	var reply string
 	err := c.call(ctx, func(ctx context.Context) error {
+		s.Measure("calls", 1)
 		if !s.Observed() {
 			resp, err := c.oa.CreateChatCompletion(ctx, req)
 			if err != nil {
 				return err
 			}
+			measure(s, resp.Usage)
 			if len(resp.Choices) == 0 {
 				return fmt.Errorf("the reply has no choices")
 			}
@@ -368,6 +370,7 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 			return nil
 		}
 		req.Stream = true
+		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 		stream, err := c.oa.CreateChatCompletionStream(ctx, req)
 		if err != nil {
 			return err
@@ -381,6 +384,9 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 			}
 			if err != nil {
 				return err
+			}
+			if chunk.Usage != nil {
+				measure(s, *chunk.Usage)
 			}
 			if len(chunk.Choices) > 0 {
 				if d := chunk.Choices[0].Delta.Content; d != "" {
@@ -396,6 +402,16 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 		return "", c.errorf(err)
 	}
 	return reply, nil
+}
+
+// measure reports a reply's token counts.
+func measure(s kind.State, u openai.Usage) {
+	if u.PromptTokens > 0 {
+		s.Measure("input_tokens", int64(u.PromptTokens))
+	}
+	if u.CompletionTokens > 0 {
+		s.Measure("output_tokens", int64(u.CompletionTokens))
+	}
 }
 
 var (

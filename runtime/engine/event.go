@@ -34,7 +34,11 @@ type Event struct {
 	Node    string `json:"node,omitempty"`
 	Kind    string `json:"kind,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
-	// Duration of a node attempt or of the whole run.
+	// Duration of a node's attempts (node_end, node_error), of a retry's
+	// backoff (node_retry), of the step's commit to the store
+	// (state_update, for steps that read the clock: those that ran a node
+	// not inline, and one in 64; with Async durability, the
+	// hand-off) or of the whole run (run_end).
 	Duration time.Duration `json:"duration,omitempty"`
 	// Update is a node's update (node_end) or the committed changes of a
 	// step (state_update): field to new value.
@@ -47,6 +51,9 @@ type Event struct {
 	Handled bool `json:"handled,omitempty"`
 	// Degraded gives why a node's update is a fallback (node_end).
 	Degraded string `json:"degraded,omitempty"`
+	// Usage counts the node's work, as its kind measured it (node_end,
+	// node_error): a model's calls and tokens.
+	Usage map[string]int64 `json:"usage,omitempty"`
 	// Text is a piece of a node's streamed output (node_output).
 	Text  string `json:"text,omitempty"`
 	Error string `json:"error,omitempty"`

@@ -100,7 +100,7 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 			}
 			if !n.OnError.Handled {
 				if observe {
-					r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error()})
+					r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Usage: o.view.usage})
 				}
 				return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
 			}
@@ -109,11 +109,11 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 				return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", err, o.err)}
 			}
 			if observe {
-				r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Handled: true, Update: upd.Map()})
+				r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Handled: true, Update: upd.Map(), Usage: o.view.usage})
 			}
 			o.update, o.route = upd, n.OnError.Route
 		} else if observe {
-			r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: o.update.Map(), Degraded: o.degraded})
+			r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: o.update.Map(), Degraded: o.degraded, Usage: o.view.usage})
 		}
 		if len(o.update) == 0 {
 			continue

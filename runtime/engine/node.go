@@ -91,7 +91,7 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 		o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, upd, nil, 0, 0, ""
 		return
 	}
-	o.view.stream = nil
+	o.view.stream, o.view.usage = nil, nil
 	if r.req.Observe != nil {
 		step := r.step
 		o.view.stream = func(text string) {

@@ -273,8 +273,15 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		cp.Next = names
 		cp.Joins = r.runState()
 	}
+	// a step whose clock was just read (one that called out of the
+	// process, or every clockEvery steps) times its commit from it
+	timed := observe && r.sinceClock == 0
 	if err := r.commit(ctx, cp); err != nil {
 		return nil, fmt.Errorf("commit step %d: %w", r.step, err)
+	}
+	var committed time.Duration
+	if timed {
+		committed = time.Since(cp.Time)
 	}
 	r.seq = cp.Seq
 	if r.lease != nil && r.sinceClock == 0 {
@@ -285,7 +292,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		for _, w := range cp.Writes {
 			upd[w.Field] = r.values[w.Field]
 		}
-		r.emit(Event{Type: StateUpdate, Step: r.step, Update: upd, Checkpoint: cp.Seq, Next: cp.Next})
+		r.emit(Event{Type: StateUpdate, Step: r.step, Update: upd, Checkpoint: cp.Seq, Next: cp.Next, Duration: committed})
 	}
 	return following, nil
 }

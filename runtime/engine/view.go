@@ -16,6 +16,7 @@ type view struct {
 	buf      kind.Update
 	stream   func(text string)
 	degraded string
+	usage    map[string]int64 // the node's Measure counts (observed runs)
 }
 
 var _ kind.State = (*view)(nil)
@@ -39,6 +40,16 @@ func (v *view) Eval(p *expression.Program) (any, error) { return v.machine.Eval(
 func (v *view) Vars() map[string]any                    { return v.vars }
 func (v *view) Observed() bool                          { return v.stream != nil }
 func (v *view) Degrade(reason string)                   { v.degraded = reason }
+
+func (v *view) Measure(name string, n int64) {
+	if v.stream == nil {
+		return
+	}
+	if v.usage == nil {
+		v.usage = map[string]int64{}
+	}
+	v.usage[name] += n
+}
 
 func (v *view) Stream(text string) {
 	if v.stream != nil {

@@ -35,6 +35,11 @@ type State interface {
 	// Degrade marks this attempt's result as a stand-in (a fallback), with
 	// the reason; the node's end event carries it.
 	Degrade(reason string)
+	// Measure adds n to a count of the node's work, such as a model's
+	// "calls", "input_tokens" and "output_tokens"; the node's end event
+	// carries the counts of all its attempts (nothing is kept when the run
+	// is not observed).
+	Measure(name string, n int64)
 }
 
 // View returns a State over fixed expression variables (which must hold
@@ -64,3 +69,4 @@ func (v *view) NewUpdate(n int) Update                  { return make(Update, 0,
 func (v *view) Observed() bool                          { return false }
 func (v *view) Stream(string)                           {}
 func (v *view) Degrade(string)                          {}
+func (v *view) Measure(string, int64)                   {}

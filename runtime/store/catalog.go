@@ -45,6 +45,8 @@ type Catalog interface {
 	RequestStop(ctx context.Context, tenant, id, why string) (*RunRecord, error)
 	// ServerRuns lists the runs server is running.
 	ServerRuns(ctx context.Context, server string) ([]*RunRecord, error)
+	// QueueDepth counts the queued runs, of every tenant.
+	QueueDepth(ctx context.Context) (int, error)
 	// Beat records that server is alive at now.
 	Beat(ctx context.Context, server string, now time.Time) error
 	// AdoptRun gives server one running run whose server's last beat is

@@ -134,15 +134,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiError(w, reply.Status, code, fmt.Sprintf("scripted error %d", reply.Status))
 		return
 	}
+	usage := openai.Usage{PromptTokens: tokens(req.Messages), CompletionTokens: len(strings.Fields(reply.Content))}
+	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	if req.Stream {
-		stream(w, req.Model, reply.Content)
+		var u *openai.Usage
+		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+			u = &usage
+		}
+		stream(w, req.Model, reply.Content, u)
 		return
 	}
 	writeJSON(w, http.StatusOK, openai.ChatCompletionResponse{
 		ID: "chatcmpl-test", Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
 		Choices: []openai.ChatCompletionChoice{{Index: 0, FinishReason: openai.FinishReasonStop,
 			Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content}}},
-		Usage: openai.Usage{PromptTokens: tokens(req.Messages), CompletionTokens: len(strings.Fields(reply.Content))},
+		Usage: usage,
 	})
 }
 
@@ -182,8 +188,10 @@ func tokens(msgs []openai.ChatCompletionMessage) int {
 	return n
 }
 
-// stream sends content as server-sent events, a word per chunk.
-func stream(w http.ResponseWriter, model, content string) {
+// stream sends content as server-sent events, a word per chunk, and, when
+// the request asked for it (stream_options.include_usage), a last chunk
+// with no choices and the usage, as OpenAI's API does.
+func stream(w http.ResponseWriter, model, content string, usage *openai.Usage) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -203,6 +211,11 @@ func stream(w http.ResponseWriter, model, content string) {
 		send(openai.ChatCompletionStreamChoiceDelta{Content: piece}, "")
 	}
 	send(openai.ChatCompletionStreamChoiceDelta{}, openai.FinishReasonStop)
+	if usage != nil {
+		b, _ := json.Marshal(openai.ChatCompletionStreamResponse{ID: "chatcmpl-test", Object: "chat.completion.chunk",
+			Created: time.Now().Unix(), Model: model, Choices: []openai.ChatCompletionStreamChoice{}, Usage: usage})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	if flusher != nil {
 		flusher.Flush()

@@ -261,6 +261,20 @@ func (s *Store) ServerRuns(_ context.Context, server string) ([]*store.RunRecord
 	return out, nil
 }
 
+// QueueDepth implements store.Catalog.
+func (s *Store) QueueDepth(context.Context) (int, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.runs {
+		if r.Status == store.RunQueued {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Beat implements store.Catalog.
 func (s *Store) Beat(_ context.Context, server string, now time.Time) error {
 	c := s.cat()

@@ -168,9 +168,15 @@ func testCatalogRuns(t *testing.T, c store.Catalog) {
 	if err != nil || r.Status != store.RunQueued || string(r.Input) != `{"say":"hi"}` || r.FlowVersion != "v1" {
 		t.Fatalf("run %+v %v", r, err)
 	}
+	if n, err := c.QueueDepth(ctx); n != 3 || err != nil {
+		t.Fatalf("queue depth %d %v, want 3", n, err)
+	}
 	r.Status, r.Started, r.Finished, r.Checkpoint, r.Error = store.RunFailed, moment(10), moment(11), 42, "boom"
 	if err := c.UpdateRun(ctx, r); err != nil {
 		t.Fatal(err)
+	}
+	if n, err := c.QueueDepth(ctx); n != 2 || err != nil {
+		t.Fatalf("queue depth %d %v after a run ended, want 2", n, err)
 	}
 	r, err = c.Run(ctx, "acme", "r2")
 	if err != nil || r.Status != store.RunFailed || r.Error != "boom" || r.Checkpoint != 42 || !sameTime(r.Finished, moment(11)) || !sameTime(r.Started, moment(10)) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -40,7 +41,7 @@ func cmdLoadtest(ctx context.Context, env *Env, args []string) int {
 	storeAddr := fs.String("store", "", "the server's store (default: a new SQLite file)")
 	flows := fs.String("flows", "flows", "the flow directory (with interview.yaml)")
 	values := fs.String("with", "flows/examples/candidate.yaml", "the interview threads' initial values")
-	profile := fs.String("profile", "", "write the server's CPU profile during the turns to this file")
+	profile := fs.String("profile", "", "write the server's CPU profile during the turns to this file, and its heap with the threads idle to FILE.heap")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -105,13 +106,11 @@ func loadtest(ctx context.Context, env *Env, cfg loadConfig) (string, error) {
 		return "", err
 	}
 	args := []string{"serve", "--flows", cfg.flows, "--store", cfg.store, "--addr", addr}
-	var debugAddr string
-	if cfg.profile != "" {
-		if debugAddr, err = freeAddr(); err != nil {
-			return "", err
-		}
-		args = append(args, "--debug-addr", debugAddr)
+	debugAddr, err := freeAddr()
+	if err != nil {
+		return "", err
 	}
+	args = append(args, "--debug-addr", debugAddr)
 	srv := exec.Command(exe, args...)
 	srv.Env = append(os.Environ(), "OPENAI_BASE_URL="+ms.URL+"/v1", "OPENAI_API_KEY=k")
 	var serveLog strings.Builder
@@ -131,7 +130,7 @@ func loadtest(ctx context.Context, env *Env, cfg loadConfig) (string, error) {
 	// memory per idle thread: the server's resident memory before and
 	// after the threads exist (each greeted once)
 	time.Sleep(500 * time.Millisecond)
-	before := rss(srv.Process.Pid)
+	before, heapBefore := rss(srv.Process.Pid), liveHeap(ctx, debugAddr)
 	var mu sync.Mutex
 	var samples []turnSample
 	var errs atomic.Int64
@@ -178,7 +177,12 @@ func loadtest(ctx context.Context, env *Env, cfg loadConfig) (string, error) {
 	}
 	wg.Wait()
 	time.Sleep(500 * time.Millisecond)
-	idle := rss(srv.Process.Pid)
+	idle, heapIdle := rss(srv.Process.Pid), liveHeap(ctx, debugAddr)
+	if cfg.profile != "" {
+		if err := fetch(ctx, "http://"+debugAddr+"/debug/pprof/heap?gc=1", cfg.profile+".heap"); err != nil {
+			return "", err
+		}
+	}
 	greetings := len(samples)
 	samples = samples[:0]
 	profiled := make(chan error, 1)
@@ -220,8 +224,12 @@ func loadtest(ctx context.Context, env *Env, cfg loadConfig) (string, error) {
 	fmt.Fprintf(&b, "  turn latency    p50 %s  p99 %s\n", pct(lat, 50), pct(lat, 99))
 	fmt.Fprintf(&b, "  overhead        p50 %s  p99 %s  (latency minus the model's time in the turn)\n", pct(over, 50), pct(over, 99))
 	if before > 0 && idle > 0 {
-		fmt.Fprintf(&b, "  server memory   %.1f MiB before, %.1f MiB with the threads idle (%.1f KiB per thread), %.1f MiB after the turns\n",
+		fmt.Fprintf(&b, "  server memory   resident %.1f MiB before, %.1f MiB with the threads idle (%.1f KiB per thread), %.1f MiB after the turns\n",
 			mib(before), mib(idle), float64(idle-before)/1024/float64(cfg.threads), mib(after))
+	}
+	if heapBefore > 0 && heapIdle > 0 {
+		fmt.Fprintf(&b, "                  live heap %.1f MiB before, %.1f MiB with the threads idle (%.1f KiB per thread)\n",
+			mib(heapBefore), mib(heapIdle), float64(heapIdle-heapBefore)/1024/float64(cfg.threads))
 	}
 	if errs.Load() > 0 && os.Getenv("TRELLIS_LOADTEST_LOG") != "" {
 		_ = os.WriteFile(os.Getenv("TRELLIS_LOADTEST_LOG"), []byte(serveLog.String()), 0o644)
@@ -272,7 +280,12 @@ func freeAddr() (string, error) {
 
 // fetchProfile writes five seconds of the server's CPU profile to file.
 func fetchProfile(ctx context.Context, addr, file string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/profile?seconds=5", nil)
+	return fetch(ctx, "http://"+addr+"/debug/pprof/profile?seconds=5", file)
+}
+
+// fetch writes what url answers to file.
+func fetch(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
@@ -290,4 +303,27 @@ func fetchProfile(ctx context.Context, addr, file string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// liveHeap is the server's live heap in bytes, after a collection (0 when
+// it cannot be read).
+func liveHeap(ctx context.Context, debugAddr string) int64 {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+debugAddr+"/debug/pprof/heap?gc=1&debug=1", nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }

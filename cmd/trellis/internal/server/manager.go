@@ -251,7 +251,6 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	}
 	rec.Status = store.RunQueued
 	if busy {
-		m.s.metrics.queued.Inc()
 		if policy == api.OnBusyInterrupt {
 			m.s.notes.send(ctx, "stop") // to the server running the thread's run
 		}
@@ -643,16 +642,23 @@ func (l *eventLog) add(ev trellis.Event) {
 	l.pending <- it
 }
 
-// saveBatch is the most events recorded in one write.
-const saveBatch = 256
+// Events are recorded in batches: at most saveBatch in one write, and a
+// write waits up to saveWait after its first event for the others of the
+// burst it came in (a step's node and state events, a reply's tokens).
+// Streams on this server do not wait for it: they read the log.
+const (
+	saveBatch = 256
+	saveWait  = 5 * time.Millisecond
+)
 
-// save records the events in order, as many in one write as have come
-// while the last write went on.
+// save records the events in order.
 func (l *eventLog) save() {
 	defer close(l.saved)
 	batch := make([]store.EventRecord, 0, saveBatch)
+	wait := time.NewTimer(saveWait)
 	for it := range l.pending {
 		batch = append(batch[:0], store.EventRecord{Seq: it.seq, Data: it.data})
+		wait.Reset(saveWait)
 	more:
 		for len(batch) < saveBatch {
 			select {
@@ -661,10 +667,11 @@ func (l *eventLog) save() {
 					break more
 				}
 				batch = append(batch, store.EventRecord{Seq: it.seq, Data: it.data})
-			default:
+			case <-wait.C:
 				break more
 			}
 		}
+		wait.Stop()
 		if err := l.cat.AppendEvents(context.Background(), l.run, batch); err != nil {
 			l.log.Warn("recording a run's events", "run", l.run, "error", err.Error())
 		}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/schemas"
 )
 
@@ -21,12 +23,13 @@ type metrics struct {
 	runs     *prometheus.CounterVec
 	nodes    *prometheus.HistogramVec
 	degraded *prometheus.CounterVec
+	usage    *prometheus.CounterVec
+	commits  prometheus.Histogram
 	active   prometheus.Gauge
-	queued   prometheus.Gauge
 	handler  http.Handler
 }
 
-func newMetrics() *metrics {
+func newMetrics(cat store.Catalog) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_http_requests_total",
 		Help: "HTTP requests by route and status."}, []string{"route", "status"})
@@ -39,8 +42,21 @@ func newMetrics() *metrics {
 	m.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_node_fallbacks_total",
 		Help: "Nodes that wrote a fallback (a model that did not answer), by kind."}, []string{"kind"})
 	m.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellis_active_runs", Help: "Runs running on this server."})
-	m.queued = prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellis_queued_runs", Help: "Runs waiting for their thread on this server."})
-	m.reg.MustRegister(m.requests, m.latency, m.runs, m.nodes, m.degraded, m.active, m.queued,
+	m.usage = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_node_usage_total",
+		Help: "Work nodes measured, by kind and measure: the llm kind's calls, input_tokens and output_tokens."}, []string{"kind", "measure"})
+	m.commits = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_store_commit_seconds",
+		Help: "How long the store took to commit a step.", Buckets: []float64{.0002, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}})
+	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trellis_queued_runs",
+		Help: "Runs in the store's queue, waiting for a server or for their thread (-1: the store did not answer)."}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		n, err := cat.QueueDepth(ctx)
+		if err != nil {
+			return -1
+		}
+		return float64(n)
+	})
+	m.reg.MustRegister(m.requests, m.latency, m.runs, m.nodes, m.degraded, m.usage, m.commits, m.active, queued,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
@@ -59,6 +75,13 @@ func (m *metrics) event(_ string, ev trellis.Event) {
 		}
 		if ev.Degraded != "" {
 			m.degraded.WithLabelValues(ev.Kind).Inc()
+		}
+		for name, n := range ev.Usage {
+			m.usage.WithLabelValues(ev.Kind, name).Add(float64(n))
+		}
+	case trellis.StateUpdate:
+		if ev.Duration > 0 {
+			m.commits.Observe(ev.Duration.Seconds())
 		}
 	}
 }

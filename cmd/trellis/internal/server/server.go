@@ -102,7 +102,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, cat: cat, stopping: make(chan struct{})}
-	s.metrics = newMetrics()
+	s.metrics = newMetrics(cat)
 	var opts []trellis.Option
 	if cfg.Kinds != nil {
 		opts = append(opts, trellis.WithKinds(cfg.Kinds))

@@ -217,8 +217,53 @@ func TestInterviewThroughTheAPI(t *testing.T) {
 					t.Fatalf("model call unauthorised or unscripted: %+v", c)
 				}
 			}
+			// the metrics count what happened: every run, every model
+			// call (the test server's count), tokens and commits
+			m := scrape(t, h)
+			want := map[string]float64{
+				`trellis_runs_total{flow="interview",outcome="succeeded"}`: float64(len(interviewTurns)),
+				`trellis_node_usage_total{kind="llm",measure="calls"}`:     float64(len(h.model.Calls())),
+				`trellis_queued_runs`: 0,
+				`trellis_active_runs`: 0,
+			}
+			for k, v := range want {
+				if got, ok := m[k]; !ok || got != v {
+					t.Errorf("%s = %v (reported: %v), want %v", k, got, ok, v)
+				}
+			}
+			for _, k := range []string{`trellis_node_usage_total{kind="llm",measure="input_tokens"}`, `trellis_node_usage_total{kind="llm",measure="output_tokens"}`,
+				`trellis_store_commit_seconds_count`, `trellis_node_duration_seconds_count{kind="llm"}`} {
+				if m[k] <= 0 {
+					t.Errorf("%s = %v, want more than 0", k, m[k])
+				}
+			}
 		})
 	}
+}
+
+// scrape reads the server's metrics in Prometheus's text format: name
+// with labels, value.
+func scrape(t *testing.T, h *harness) map[string]float64 {
+	t.Helper()
+	resp, err := h.http.Get(h.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
 }
 
 // streamWithReconnect runs a turn streamed, drops the connection after a

@@ -427,6 +427,13 @@ func (c Catalog) ServerRuns(ctx context.Context, server string) ([]*store.RunRec
 	return runsWhere(ctx, c.DB, `server = ? AND status = 'running'`, server)
 }
 
+// QueueDepth implements store.Catalog.
+func (c Catalog) QueueDepth(ctx context.Context) (int, error) {
+	var n int
+	err := one(ctx, c.DB, func(r Rows) error { return r.Scan(&n) }, `SELECT count(*) FROM api_runs WHERE status = 'queued'`)
+	return n, err
+}
+
 // Beat implements store.Catalog.
 func (c Catalog) Beat(ctx context.Context, server string, now time.Time) error {
 	n, err := c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = ? WHERE id = ?`, nanos(now), server)
