@@ -21,7 +21,7 @@
 //		le.Print(os.Stderr) // every problem, with its source line
 //	}
 //
-// Nodes are built from the built-in kinds (assign, llm, noop). An llm node
+// Nodes are built from the built-in kinds (assign, llm, noop, render). An llm node
 // calls the OpenAI-compatible endpoint the environment names
 // (OPENAI_BASE_URL, OPENAI_API_KEY, TRELLIS_MODEL); with no model
 // configured, or with the Offline option, it writes its prompt's fallback,
@@ -47,6 +47,13 @@
 //
 // Stream runs like Run and yields the run's events as they happen: node
 // starts and ends, retries, a model's tokens, each committed step.
+// WithStop ends a run at its next step boundary (for a graceful shutdown),
+// and WithRunID names a run so that starting it again, after a crash,
+// continues it rather than applying its input twice.
+//
+// Runs are traced when Engine().Tracer is set: package runtime/telemetry
+// builds an OpenTelemetry tracer, from the standard OTEL_ environment
+// variables with telemetry.FromEnv.
 //
 // # Threads and time travel
 //

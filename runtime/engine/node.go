@@ -102,7 +102,7 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 		r.attempt(ctx, n, vars, o)
 		return
 	}
-	ctx, end := r.e.Tracer.StartNode(ctx, n.Name, n.Kind, r.step)
+	ctx, end := r.e.Tracer.StartNode(ctx, TracedNode{Flow: r.g.Name, Thread: r.req.Thread, Run: r.id, Node: n.Name, Kind: n.Kind, Step: r.step})
 	r.attempt(ctx, n, vars, o)
 	end(o.attempts, o.degraded, o.err)
 }

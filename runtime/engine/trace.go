@@ -13,5 +13,12 @@ type Tracer interface {
 	// attempts and its fallback; end is called with how many attempts it
 	// took, the error its fallback stood in for ("" when it did not
 	// degrade), and the node's error.
-	StartNode(ctx context.Context, node, kind string, step int) (_ context.Context, end func(attempts int, degraded string, err error))
+	StartNode(ctx context.Context, n TracedNode) (_ context.Context, end func(attempts int, degraded string, err error))
+}
+
+// TracedNode names a node's call in a run.
+type TracedNode struct {
+	Flow, Thread, Run string
+	Node, Kind        string
+	Step              int
 }

@@ -53,8 +53,9 @@ func (t tracer) StartRun(ctx context.Context, flow, thread, run string) (context
 	}
 }
 
-func (t tracer) StartNode(ctx context.Context, node, kind string, step int) (context.Context, func(int, string, error)) {
-	ctx, span := t.t.Start(ctx, "node "+node, trace.WithAttributes(Node.String(node), Kind.String(kind), Step.Int(step)))
+func (t tracer) StartNode(ctx context.Context, n engine.TracedNode) (context.Context, func(int, string, error)) {
+	ctx, span := t.t.Start(ctx, "node "+n.Node, trace.WithAttributes(Flow.String(n.Flow), Thread.String(n.Thread), Run.String(n.Run),
+		Node.String(n.Node), Kind.String(n.Kind), Step.Int(n.Step)))
 	return ctx, func(attempts int, degraded string, err error) {
 		span.SetAttributes(Attempts.Int(attempts))
 		if degraded != "" {

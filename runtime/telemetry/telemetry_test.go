@@ -94,7 +94,8 @@ func TestSpans(t *testing.T) {
 		if s.Parent().SpanID() != run.SpanContext().SpanID() || s.SpanContext().TraceID() != run.SpanContext().TraceID() {
 			t.Errorf("node span %q is not the run's child", s.Name())
 		}
-		if a["trellis.kind"] != "assign" || a["trellis.attempts"] != "1" || s.Status().Code == codes.Error {
+		if a["trellis.kind"] != "assign" || a["trellis.attempts"] != "1" || a["trellis.flow"] != "forked" || a["trellis.thread"] != "t1" ||
+			a["trellis.run"] != res.Run || s.Status().Code == codes.Error {
 			t.Errorf("node span %q: %v %v", s.Name(), a, s.Status())
 		}
 	}
