@@ -1,13 +1,10 @@
-// Command trellis validates, draws and runs Trellis flows.
+// Command trellis validates, draws, runs and serves Trellis flows.
 package main
 
 import (
 	"os"
 
-	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
-	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/cmd/trellis/app"
 )
 
-func main() {
-	os.Exit(cli.Main(os.Args[1:], &cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Registry: all.Registry(), Offline: all.Offline()}))
-}
+func main() { os.Exit(app.Main(os.Args[1:])) }

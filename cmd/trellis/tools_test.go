@@ -16,8 +16,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
-	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/cmd/trellis/app"
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
@@ -26,7 +25,7 @@ import (
 // cluster tests started.
 func TestMain(m *testing.M) {
 	if os.Getenv("TRELLIS_AS_MAIN") == "1" {
-		os.Exit(cli.Main(os.Args[1:], &cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Registry: all.Registry(), Offline: all.Offline()}))
+		os.Exit(app.Main(os.Args[1:]))
 	}
 	os.Exit(storetest.Main(m))
 }
