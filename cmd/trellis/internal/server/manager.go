@@ -12,6 +12,7 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/store"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // manager runs runs from the store's queue (store.Catalog), which every
@@ -54,6 +55,8 @@ type liveRun struct {
 	// the run rather than delaying it.
 	waiting, refuseBusy bool
 	adopted             bool
+	// parent is the trace context of the request that started the run
+	parent trace.SpanContext
 	// started receives nil once the run has started, or the error that
 	// refused it; done is closed when it has ended and its record says so.
 	started chan error
@@ -116,7 +119,7 @@ func (m *manager) loop() {
 				}
 				break
 			}
-			m.launch(rec, false, false, false)
+			m.launch(rec, false, false, false, trace.SpanContext{})
 		}
 	}
 }
@@ -151,7 +154,7 @@ func (m *manager) adopt(ctx context.Context, now time.Time) {
 			return
 		}
 		m.s.log.Warn("adopting a run of a server that stopped beating", "run", rec.ID, "thread", rec.Thread)
-		m.launch(rec, false, false, true)
+		m.launch(rec, false, false, true, trace.SpanContext{})
 	}
 }
 
@@ -179,8 +182,8 @@ func (m *manager) passStops(ctx context.Context) {
 }
 
 // launch runs a claimed run on this server.
-func (m *manager) launch(rec *store.RunRecord, waiting, refuseBusy, adopted bool) *liveRun {
-	lr := &liveRun{m: m, rec: *rec, waiting: waiting, refuseBusy: refuseBusy, adopted: adopted,
+func (m *manager) launch(rec *store.RunRecord, waiting, refuseBusy, adopted bool, parent trace.SpanContext) *liveRun {
+	lr := &liveRun{m: m, rec: *rec, waiting: waiting, refuseBusy: refuseBusy, adopted: adopted, parent: parent,
 		started: make(chan error, 1), begun: make(chan struct{}), done: make(chan struct{}), stop: make(chan struct{})}
 	// the log exists before the run is found by streams; an adopted run's
 	// events go on after those already recorded
@@ -263,7 +266,7 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 		m.nudge()
 		return *rec, nil, nil
 	}
-	lr := m.launch(claimed, true, policy == api.OnBusyReject, false)
+	lr := m.launch(claimed, true, policy == api.OnBusyReject, false, trace.SpanContextFromContext(ctx))
 	select {
 	case err := <-lr.started:
 		if err != nil {
@@ -312,6 +315,9 @@ func (m *manager) execute(lr *liveRun) {
 	}()
 	ctx, cancel := context.WithCancel(m.base)
 	defer cancel()
+	if lr.parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, lr.parent)
+	}
 	lr.mu.Lock()
 	lr.cancel = cancel
 	if lr.why == "cancel" {

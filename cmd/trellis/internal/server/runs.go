@@ -13,6 +13,8 @@ import (
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/value"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // plain brings decoded JSON (numbers as json.Number) to state values.
@@ -59,7 +61,10 @@ func (s *Server) begin(r *http.Request, c *caller) (store.RunRecord, *liveRun, e
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
-	return s.runs.start(r.Context(), c, rec, l, in)
+	// a caller's trace context (W3C traceparent, when tracing is set up)
+	// becomes the parent of the run's span when the run starts here
+	ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	return s.runs.start(ctx, c, rec, l, in)
 }
 
 func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *caller) error {
