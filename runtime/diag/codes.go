@@ -32,6 +32,9 @@ const (
 	CodeUnboundedCycle Code = "G008"
 	CodeJoinStarves    Code = "G009"
 	CodeRouteChoice    Code = "G010"
+	CodeRouteType      Code = "G011"
+	CodeRouteYield     Code = "G012"
+	CodeBranchOpen     Code = "G013"
 
 	// The state.
 	CodeStateSchema  Code = "D001"
@@ -86,6 +89,9 @@ var Codes = []CodeDoc{
 	{CodeUnboundedCycle, "a cycle with no bounded edge"},
 	{CodeJoinStarves, "a join can wait forever because a branch can skip one of its sources"},
 	{CodeRouteChoice, "a route choice or default that is not a node"},
+	{CodeRouteType, "a route expression whose value is not a string, so never a node's name"},
+	{CodeRouteYield, "a route expression can yield a name that is not among its choices"},
+	{CodeBranchOpen, "a branch without else whose conditions may all be false: the run would fail with no case matched"},
 	{CodeStateSchema, "the state schema cannot be read or is not a valid JSON Schema"},
 	{CodeStateShape, "the state schema is not an object with properties"},
 	{CodeReducerField, "a reducer for a field the state does not declare"},

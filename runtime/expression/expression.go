@@ -9,6 +9,7 @@ package expression
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -475,4 +476,105 @@ func FunctionNames() []string {
 		names = append(names, f.Name)
 	}
 	return names
+}
+
+// ResultType is the type the checker gives the expression's value, or nil
+// when it cannot tell (a value of any type, such as a field of an
+// untyped object).
+func (p *Program) ResultType() reflect.Type {
+	t := p.prog.Node().Type()
+	if t == nil || t.Kind() == reflect.Interface {
+		return nil
+	}
+	return t
+}
+
+// Yield is a string literal an expression can yield as its value, with
+// its place in the expression's text (1-based line and columns).
+type Yield struct {
+	Value             string
+	Line, Col, EndCol int
+}
+
+// Yields lists the string literals the expression can yield as its value:
+// itself, or the branches of conditionals (?: and if/else) and ?? that
+// are literals. all reports whether those literals are all it can yield.
+func (p *Program) Yields() (lits []Yield, all bool) {
+	tree, err := parser.Parse(p.src)
+	if err != nil {
+		return nil, false
+	}
+	all = true
+	var walk func(n ast.Node)
+	walk = func(n ast.Node) {
+		switch n := n.(type) {
+		case *ast.StringNode:
+			loc := n.Location()
+			line, col := position(p.src, loc.From)
+			end := col + max(loc.To-loc.From, 1)
+			lits = append(lits, Yield{Value: n.Value, Line: line, Col: col, EndCol: end})
+		case *ast.ConditionalNode:
+			walk(n.Exp1)
+			walk(n.Exp2)
+		case *ast.BinaryNode:
+			if n.Operator != "??" {
+				all = false
+				return
+			}
+			walk(n.Left)
+			walk(n.Right)
+		default:
+			all = false
+		}
+	}
+	walk(tree.Node)
+	return lits, all
+}
+
+// Complements reports whether, whatever the state, at least one of the
+// conditions holds, as far as their text shows: one is the literal true,
+// or two are each other's negation (!c and c, a == b and a != b, a < b
+// and a >= b, a in b and a not in b, ...).
+func Complements(conds []*Program) bool {
+	seen := map[string]bool{}
+	var negs []string
+	for _, c := range conds {
+		if c == nil {
+			continue
+		}
+		tree, err := parser.Parse(c.src)
+		if err != nil {
+			continue
+		}
+		if b, ok := tree.Node.(*ast.BoolNode); ok && b.Value {
+			return true
+		}
+		seen[tree.Node.String()] = true
+		if neg := negation(tree.Node); neg != "" {
+			negs = append(negs, neg)
+		}
+	}
+	for _, n := range negs {
+		if seen[n] {
+			return true
+		}
+	}
+	return false
+}
+
+// negation is the text of n's negation, when n is a negation or a
+// comparison ("" otherwise).
+func negation(n ast.Node) string {
+	switch n := n.(type) {
+	case *ast.UnaryNode:
+		if n.Operator == "!" || n.Operator == "not" {
+			return n.Node.String()
+		}
+	case *ast.BinaryNode:
+		flip := map[string]string{"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+		if op, ok := flip[n.Operator]; ok {
+			return (&ast.BinaryNode{Operator: op, Left: n.Left, Right: n.Right}).String()
+		}
+	}
+	return ""
 }

@@ -77,3 +77,84 @@ func TestLiteralPrograms(t *testing.T) {
 		}
 	}
 }
+
+func routeEnv() *expression.Env {
+	str := &schema.Shape{Types: []string{"string"}}
+	num := &schema.Shape{Types: []string{"integer"}}
+	return expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"s": str, "n": num}, Order: []string{"s", "n"}})
+}
+
+func TestResultTypeAndYields(t *testing.T) {
+	env := routeEnv()
+	cases := []struct {
+		src   string
+		kind  string // "" when unknown
+		lits  []string
+		all   bool
+		first [3]int // line, col, endCol of the first literal
+	}{
+		{"'a'", "string", []string{"a"}, true, [3]int{1, 1, 4}},
+		{"state.n > 1 ? 'big' : 'small'", "string", []string{"big", "small"}, true, [3]int{1, 15, 20}},
+		{"state.n > 1 ? 'big' : state.s", "string", []string{"big"}, false, [3]int{1, 15, 20}},
+		{"state.s ?? 'x'", "string", []string{"x"}, false, [3]int{1, 12, 15}},
+		{"state.n + 1", "int", nil, false, [3]int{}},
+	}
+	for _, c := range cases {
+		p, probs := expression.Compile(c.src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %+v", c.src, probs)
+		}
+		kind := ""
+		if rt := p.ResultType(); rt != nil {
+			kind = rt.Kind().String()
+		}
+		if kind != c.kind {
+			t.Errorf("%s: result %q, want %q", c.src, kind, c.kind)
+		}
+		lits, all := p.Yields()
+		var vals []string
+		for _, l := range lits {
+			vals = append(vals, l.Value)
+		}
+		if strings.Join(vals, ",") != strings.Join(c.lits, ",") || all != c.all {
+			t.Errorf("%s: yields %v (all %v), want %v (all %v)", c.src, vals, all, c.lits, c.all)
+		}
+		if len(lits) > 0 && [3]int{lits[0].Line, lits[0].Col, lits[0].EndCol} != c.first {
+			t.Errorf("%s: first literal at %+v, want %v", c.src, lits[0], c.first)
+		}
+	}
+}
+
+func TestComplements(t *testing.T) {
+	env := routeEnv()
+	compile := func(srcs ...string) []*expression.Program {
+		var out []*expression.Program
+		for _, s := range srcs {
+			p, probs := expression.Compile(s, env, true)
+			if p == nil {
+				t.Fatalf("%s: %+v", s, probs)
+			}
+			out = append(out, p)
+		}
+		return out
+	}
+	cases := []struct {
+		conds []string
+		want  bool
+	}{
+		{[]string{"true"}, true},
+		{[]string{"state.n > 1", "state.n <= 1"}, true},
+		{[]string{"state.s == 'a'", "state.s != 'a'"}, true},
+		{[]string{"state.s == 'a'", "!(state.s == 'a')"}, true},
+		{[]string{"state.n > 1", "not (state.n > 1)"}, true},
+		{[]string{"state.n > 1", "state.n < 1"}, false},
+		{[]string{"state.s == 'a'", "state.s == 'b'"}, false},
+		{[]string{"state.n > 1", "state.n >= 1"}, false},
+	}
+	for _, c := range cases {
+		if got := expression.Complements(compile(c.conds...)); got != c.want {
+			t.Errorf("%v: %v, want %v", c.conds, got, c.want)
+		}
+	}
+}

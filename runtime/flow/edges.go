@@ -2,9 +2,12 @@ package flow
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/expression"
 )
 
 // edges compiles the edges, after the nodes (and their error routes).
@@ -102,7 +105,7 @@ func (c *compiler) edge(i int, s config.Settings) {
 		edge.To, edge.ToEnd, tok = c.targets(toN, path+".to")
 		ok = ok && tok
 	case branchN.Exists():
-		ok = c.branch(edge, branchN, path+".branch") && ok
+		ok = c.branch(edge, branchN, s.Key("branch").Pos(), path+".branch") && ok
 	case routeN.Exists():
 		ok = c.route(edge, s, routeN, path) && ok
 	}
@@ -162,7 +165,7 @@ func (c *compiler) targets(n config.Value, path string) (nodes []*Node, toEnd, o
 	return nodes, toEnd, ok
 }
 
-func (c *compiler) branch(edge *Edge, bn config.Value, path string) bool {
+func (c *compiler) branch(edge *Edge, bn config.Value, at diag.Pos, path string) bool {
 	ok := true
 	cases := bn.Items()
 	for j, cn := range cases {
@@ -199,6 +202,17 @@ func (c *compiler) branch(edge *Edge, bn config.Value, path string) bool {
 		}
 		edge.Cases = append(edge.Cases, cs)
 	}
+	if ok && len(edge.Cases) > 0 && edge.Cases[len(edge.Cases)-1].When != nil {
+		conds := make([]*expression.Program, len(edge.Cases))
+		for i, cs := range edge.Cases {
+			conds[i] = cs.When
+		}
+		if !expression.Complements(conds) {
+			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeBranchOpen, Pos: at, Path: path,
+				Summary: "the cases of this branch may all be false and it has no else: the run would fail with no case matched",
+				Detail:  "add a last case {else: NODE} (END to finish), or end with a condition the others leave true"})
+		}
+	}
 	return ok
 }
 
@@ -212,6 +226,12 @@ func (c *compiler) route(edge *Edge, s config.Settings, rn config.Value, path st
 	}
 	edge.Choices = map[string]*Node{}
 	cands := append(c.nodeNames(), endName)
+	if edge.Route != nil {
+		if t := edge.Route.ResultType(); t != nil && t.Kind() != reflect.String {
+			c.dl.Errorf(diag.CodeRouteType, rn.Pos(), path+".route", "route yields %s, not a node's name (a string)", kindName(t))
+			ok = false
+		}
+	}
 	for _, ch := range choices.Items() {
 		if ch.Text() == endName {
 			edge.Choices[endName] = nil
@@ -225,6 +245,22 @@ func (c *compiler) route(edge *Edge, s config.Settings, rn config.Value, path st
 			continue
 		}
 		edge.Choices[ch.Text()] = n
+	}
+	if edge.Route != nil && len(edge.Choices) == len(choices.Items()) {
+		// (with a choice that is not a node, what the route yields is
+		// judged against what was meant: G010 says it)
+		var names []string
+		for _, ch := range choices.Items() {
+			names = append(names, ch.Text())
+		}
+		lits, _ := edge.Route.Yields()
+		for _, l := range lits {
+			if !slices.Contains(names, l.Value) {
+				c.dl.Errorf(diag.CodeRouteYield, rn.PosIn(l.Line, l.Col, l.EndCol), path+".route",
+					"route can yield %q, which is not among its choices", l.Value).Suggestion = diag.Suggest(l.Value, names)
+				ok = false
+			}
+		}
 	}
 	if d := s.Value("default"); d.Exists() {
 		edge.HasDefault = true
@@ -284,4 +320,21 @@ func (c *compiler) edgeReader(edge *Edge) {
 	if len(edge.From) == 1 {
 		c.reader = edge.From[0]
 	}
+}
+
+// kindName says what kind of value a type holds, in the flow format's
+// words.
+func kindName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+		reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a " + t.String()
 }
