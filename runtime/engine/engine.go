@@ -155,9 +155,10 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result
 	hold := &lease{st: e.Store, thread: req.Thread, owner: owner, ttl: e.leaseTTL(), renewed: time.Now()}
 	defer hold.release(ctx)
 	head, err := e.Store.Head(ctx, req.Thread)
+	var creating *store.Checkpoint // a new thread, committed once the input is accepted
 	if errors.Is(err, store.ErrNotFound) {
 		var state map[string]any
-		if state, err = e.create(ctx, g, req.Thread, nil); err == nil {
+		if state, creating, err = initial(g, req.Thread, nil); err == nil {
 			head = &store.Snapshot{Thread: req.Thread, Seq: 1, Values: state}
 		}
 	}
@@ -186,6 +187,7 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result
 	}
 	r := newRun(e, g, req, head)
 	r.lease = hold
+	r.creating = creating
 	if req.Resume {
 		if err := r.restore(ctx, head); err != nil {
 			r.release()

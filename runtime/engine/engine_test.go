@@ -1015,3 +1015,41 @@ edges:
 		t.Fatalf("a new run after: %v", err)
 	}
 }
+
+// A run refused for its input on a thread that does not exist yet leaves
+// nothing behind: the thread is recorded only once a run is accepted.
+func TestRefusedInputCreatesNoThread(t *testing.T) {
+	g := compile(t, `version: 1
+name: f
+state:
+	schema:
+		type: object
+		properties:
+			n: {type: integer, default: 0, minimum: 0}
+input: [n]
+nodes:
+	inc: {kind: set, set: {n: "state.n + 1"}}
+edges:
+	- {from: START, to: inc}
+	- {from: inc, to: END}
+`)
+	st := memory.New()
+	eng := engine.New(st)
+	for _, in := range []map[string]any{{"m": 1}, {"n": "x"}, {"n": -1}} {
+		var ie *engine.InputError
+		if _, err := run(t, g, eng, "t1", in); !errors.As(err, &ie) {
+			t.Fatalf("input %v: %v", in, err)
+		}
+		if _, err := st.Head(context.Background(), "t1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("input %v was refused but the thread exists (%v)", in, err)
+		}
+	}
+	res := mustRun(t, g, eng, "t1", map[string]any{"n": 2})
+	if res.State["n"] != int64(3) && res.State["n"] != 3 {
+		t.Fatalf("state %v", res.State)
+	}
+	hist, err := st.History(context.Background(), "t1", store.HistoryOptions{})
+	if err != nil || len(hist) != 3 || hist[len(hist)-1].Source != store.SourceCreate {
+		t.Fatalf("history %d checkpoints (%v), want create, input, step", len(hist), err)
+	}
+}

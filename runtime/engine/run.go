@@ -85,7 +85,8 @@ type schedule struct {
 // durability is how the run's steps reach the store, and its hold on the
 // thread.
 type durability struct {
-	seq      uint64 // the thread's head: the run's last checkpoint
+	seq      uint64            // the thread's head: the run's last checkpoint
+	creating *store.Checkpoint // a new thread's first, not yet committed
 	lease    *lease
 	async    *committer          // Async durability
 	deferred []*store.Checkpoint // Exit durability
@@ -171,7 +172,7 @@ func (r *run) release() {
 	clear(r.lists)
 	clear(r.cur)
 	clear(r.next[1][:cap(r.next[1])])
-	r.e, r.g, r.values, r.input, r.path, r.req = nil, nil, nil, nil, nil, Request{}
+	r.e, r.g, r.values, r.input, r.path, r.req, r.creating = nil, nil, nil, nil, nil, Request{}, nil
 	if r.vars != nil {
 		clear(r.vars)
 	}

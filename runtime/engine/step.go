@@ -65,6 +65,14 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		if err != nil {
 			return nil, err
 		}
+		if r.creating != nil {
+			// the thread is new: it is recorded now that its first run
+			// is accepted (a refused input leaves nothing behind)
+			if err := r.e.Store.Commit(ctx, r.creating); err != nil {
+				return nil, fmt.Errorf("create thread %q: %w", r.req.Thread, err)
+			}
+			r.creating = nil
+		}
 		start()
 		r.bindVars()
 		if triggered, err = r.route(r.vars, nil); err != nil {

@@ -30,6 +30,19 @@ func (e *Engine) Create(ctx context.Context, g *flow.Graph, thread string, value
 // create commits a thread's first checkpoint and returns its state, every
 // field of which is at version 1.
 func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, values map[string]any) (map[string]any, error) {
+	state, cp, err := initial(g, thread, values)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Store.Commit(ctx, cp); err != nil {
+		return nil, fmt.Errorf("create thread %q: %w", thread, err)
+	}
+	return state, nil
+}
+
+// initial builds a thread's first state and the checkpoint that records
+// it, from the schema's defaults and values.
+func initial(g *flow.Graph, thread string, values map[string]any) (map[string]any, *store.Checkpoint, error) {
 	state := make(map[string]any, len(g.Fields))
 	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: store.SourceCreate, Time: time.Now()}
 	for _, f := range g.Fields {
@@ -40,16 +53,16 @@ func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, value
 	for _, k := range sortedKeys(values) {
 		f, ok := g.Field(k)
 		if !ok {
-			return nil, &InputError{Field: k, Reason: "not a state field", Suggestion: diag.Suggest(k, fieldNames(g))}
+			return nil, nil, &InputError{Field: k, Reason: "not a state field", Suggestion: diag.Suggest(k, fieldNames(g))}
 		}
 		v, err := value.Normalize(values[k])
 		if err != nil {
-			return nil, &InputError{Field: k, Reason: err.Error()}
+			return nil, nil, &InputError{Field: k, Reason: err.Error()}
 		}
 		state[k] = schema.Coerce(f.Shape, v)
 	}
 	if err := g.Root().Validate(state); err != nil {
-		return nil, fmt.Errorf("initial state of thread %q: %w", thread, err)
+		return nil, nil, fmt.Errorf("initial state of thread %q: %w", thread, err)
 	}
 	cp.Writes = make([]store.Write, 0, len(state))
 	for _, f := range g.Fields {
@@ -57,10 +70,7 @@ func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, value
 			cp.Writes = append(cp.Writes, store.Write{Field: f.Name, Version: 1, Value: v})
 		}
 	}
-	if err := e.Store.Commit(ctx, cp); err != nil {
-		return nil, fmt.Errorf("create thread %q: %w", thread, err)
-	}
-	return state, nil
+	return state, cp, nil
 }
 
 func fieldNames(g *flow.Graph) []string {
