@@ -1053,3 +1053,64 @@ edges:
 		t.Fatalf("history %d checkpoints (%v), want create, input, step", len(hist), err)
 	}
 }
+
+// An update the state schema refuses is the node's failure: on_error
+// handles it like any other (its set, its route), and nothing of the
+// refused update is applied.
+func TestOnErrorHandlesARejectedUpdate(t *testing.T) {
+	base := `version: 1
+name: f
+state:
+	schema:
+		type: object
+		properties:
+			n: {type: integer, default: 0, minimum: 0}
+			log: {type: array, items: {type: string}, default: []}
+			note: {type: string, default: ""}
+	reducers:
+		log: append
+input: [n]
+nodes:
+	dec:
+		kind: set
+		set: {n: "input.n - 5", log: "'dec'"}
+		ON_ERROR
+	handler: {kind: set, set: {note: "'handled'"}}
+edges:
+	- {from: START, to: dec}
+	- {from: dec, to: END}
+	- {from: handler, to: END}
+`
+	cases := []struct {
+		onError string
+		fails   string // the run's error, when it fails
+		note    string
+		log     string
+	}{
+		{"on_error: {set: {note: \"'fallback: ' + error\"}}", "", "fallback: update of field \"n\" rejected", "[]"},
+		{"on_error: {route: handler, set: {log: \"'fell back'\"}}", "", "handled", `["fell back"]`},
+		{"", "update of field \"n\" rejected", "", ""},
+		{"on_error: {set: {n: \"-1\"}}", "on_error: update of field \"n\" rejected", "", ""},
+	}
+	for _, c := range cases {
+		src := strings.Replace(base, "ON_ERROR", c.onError, 1)
+		if !strings.Contains(c.onError, "route") {
+			src = strings.Replace(strings.Replace(src, "\thandler: {kind: set, set: {note: \"'handled'\"}}\n", "", 1),
+				"\t- {from: handler, to: END}\n", "", 1)
+		}
+		g := compile(t, src)
+		res, err := run(t, g, nil, "t", map[string]any{"n": 2})
+		if c.fails != "" {
+			if err == nil || !strings.Contains(err.Error(), c.fails) {
+				t.Errorf("%s: error %v, want %q", c.onError, err, c.fails)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.onError, err)
+		}
+		if note, _ := res.State["note"].(string); !strings.HasPrefix(note, c.note) || jsonOf(res.State["log"]) != c.log || jsonOf(res.State["n"]) != "2" {
+			t.Errorf("%s: state %v", c.onError, res.State)
+		}
+	}
+}

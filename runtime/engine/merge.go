@@ -94,6 +94,17 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 		o := &outs[i]
 		n := o.node
 		r.visits[n.Index]++
+		if o.err == nil && len(o.update) > 0 {
+			// an update the fields refuse is the node's failure, which
+			// its on_error may handle like any other
+			rejected, err := r.stage(n, o.update)
+			if err != nil {
+				return nil, err
+			}
+			if rejected != nil {
+				o.err, o.update = rejected, nil
+			}
+		}
 		if o.err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -107,6 +118,15 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 			upd, err := r.fallback(n, vars, o.err)
 			if err != nil {
 				return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", err, o.err)}
+			}
+			if len(upd) > 0 {
+				rejected, err := r.stage(n, upd)
+				if err != nil {
+					return nil, err
+				}
+				if rejected != nil {
+					return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", rejected, o.err)}
+				}
 			}
 			if observe {
 				r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Handled: true, Update: upd.Map(), Usage: o.view.usage})
@@ -127,42 +147,8 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 				next = maps.Clone(r.values)
 			}
 		}
-		fail := func(format string, args ...any) error {
-			return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
-		}
-		for j, fv := range o.update {
-			f := declared(n, fv.Field)
-			if f == nil {
-				var ok bool
-				if f, ok = r.g.Field(fv.Field); !ok {
-					return nil, fail("wrote %q, which is not a state field", fv.Field)
-				}
-			}
-			if !n.WriteMask[f.Index] {
-				return nil, fail("wrote field %q, which the node does not declare", f.Name)
-			}
-			if _, dup := o.update[:j].Get(f.Name); dup {
-				return nil, fail("wrote field %q twice in one update", f.Name)
-			}
-			if w := r.writer[f.Index]; w >= 0 && !f.Reducer.Concurrent {
-				return nil, fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
-			}
-			v, err := normalizeFor(f, fv.Value)
-			if err != nil {
-				return nil, fail("field %q: %w", f.Name, err)
-			}
-			var merged any
-			if f.Reducer.Appends {
-				merged, err = r.appendOwned(f, r.cur[f.Index], v)
-			} else {
-				merged, err = f.Reducer.Reduce(r.cur[f.Index], v)
-			}
-			if err == nil {
-				err = validateField(f, merged, v)
-			}
-			if err != nil {
-				return nil, fail("update of field %q rejected: %w", f.Name, err)
-			}
+		for _, sv := range r.staged {
+			f := sv.f
 			if r.writer[f.Index] < 0 {
 				r.changed = append(r.changed, f)
 				if f.Reducer.Appends {
@@ -170,12 +156,66 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 					r.oldLen[f.Index] = len(old)
 				}
 			}
-			next[f.Name] = merged
-			r.cur[f.Index] = merged
+			next[f.Name] = sv.merged
+			r.cur[f.Index] = sv.merged
 			r.writer[f.Index] = n.Index
 		}
 	}
 	return next, nil
+}
+
+// staged is a field's value after a node's update, before it is applied.
+type staged struct {
+	f      *flow.Field
+	merged any
+}
+
+// stage checks a node's update and computes the fields' new values in
+// r.staged, applying nothing. A value a field refuses (its schema, its
+// reducer) is returned as rejected, the node's failure; an update the
+// flow's declarations forbid (an undeclared field, a field written twice,
+// or by two nodes whose reducer replaces) fails the run.
+func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
+	r.staged = r.staged[:0]
+	fail := func(format string, args ...any) error {
+		return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
+	}
+	for j, fv := range upd {
+		f := declared(n, fv.Field)
+		if f == nil {
+			var ok bool
+			if f, ok = r.g.Field(fv.Field); !ok {
+				return nil, fail("wrote %q, which is not a state field", fv.Field)
+			}
+		}
+		if !n.WriteMask[f.Index] {
+			return nil, fail("wrote field %q, which the node does not declare", f.Name)
+		}
+		if _, dup := upd[:j].Get(f.Name); dup {
+			return nil, fail("wrote field %q twice in one update", f.Name)
+		}
+		if w := r.writer[f.Index]; w >= 0 && !f.Reducer.Concurrent {
+			return nil, fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
+		}
+		v, err := normalizeFor(f, fv.Value)
+		if err != nil {
+			return fmt.Errorf("field %q: %w", f.Name, err), nil
+		}
+		var merged any
+		if f.Reducer.Appends {
+			merged, err = r.appendOwned(f, r.cur[f.Index], v)
+		} else {
+			merged, err = f.Reducer.Reduce(r.cur[f.Index], v)
+		}
+		if err == nil {
+			err = validateField(f, merged, v)
+		}
+		if err != nil {
+			return fmt.Errorf("update of field %q rejected: %w", f.Name, err), nil
+		}
+		r.staged = append(r.staged, staged{f: f, merged: merged})
+	}
+	return nil, nil
 }
 
 // declared returns the node's declared field called name, or nil.

@@ -63,6 +63,7 @@ type working struct {
 	changed []*flow.Field // the fields this step changed, in write order
 	oldLen  []int         // per append field: its length before this step
 	writer  []int         // per field: the node that wrote it this step, -1 none
+	staged  []staged      // a node's update, checked, before it is applied
 }
 
 // schedule is what decides which nodes run next: the edges' state and the
@@ -173,6 +174,8 @@ func (r *run) release() {
 	clear(r.cur)
 	clear(r.next[1][:cap(r.next[1])])
 	r.e, r.g, r.values, r.input, r.path, r.req, r.creating = nil, nil, nil, nil, nil, Request{}, nil
+	clear(r.staged)
+	r.staged = r.staged[:0]
 	if r.vars != nil {
 		clear(r.vars)
 	}
