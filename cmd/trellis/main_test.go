@@ -254,3 +254,74 @@ func TestCodesAreDocumented(t *testing.T) {
 		t.Fatalf("only %d codes", len(seen))
 	}
 }
+
+// SARIF output carries every diagnostic of a directory, at the place the
+// JSON output gives, under a rule the log defines.
+func TestValidateSARIF(t *testing.T) {
+	out, _, exit := trellis(t, "validate", "--format", "sarif", "testdata/diag")
+	var log struct {
+		Version string `json:"version"`
+		Runs    []struct {
+			Tool struct {
+				Driver struct {
+					Name  string `json:"name"`
+					Rules []struct {
+						ID   string `json:"id"`
+						Desc struct {
+							Text string `json:"text"`
+						} `json:"shortDescription"`
+					} `json:"rules"`
+				} `json:"driver"`
+			} `json:"tool"`
+			Results []struct {
+				RuleID    string `json:"ruleId"`
+				RuleIndex int    `json:"ruleIndex"`
+				Level     string `json:"level"`
+				Message   struct {
+					Text string `json:"text"`
+				} `json:"message"`
+				Locations []struct {
+					Physical struct {
+						Artifact struct {
+							URI string `json:"uri"`
+						} `json:"artifactLocation"`
+						Region struct {
+							StartLine   int `json:"startLine"`
+							StartColumn int `json:"startColumn"`
+						} `json:"region"`
+					} `json:"physicalLocation"`
+				} `json:"locations"`
+			} `json:"results"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &log); err != nil || exit != 1 || log.Version != "2.1.0" || len(log.Runs) != 1 {
+		t.Fatalf("sarif: exit %d, %v\n%.500s", exit, err, out)
+	}
+	run := log.Runs[0]
+	if len(run.Tool.Driver.Rules) != len(diag.Codes) {
+		t.Fatalf("%d rules for %d codes", len(run.Tool.Driver.Rules), len(diag.Codes))
+	}
+	jsonOut, _, _ := trellis(t, "validate", "--format", "json", "testdata/diag")
+	var ds []struct {
+		Code     string `json:"code"`
+		Severity string `json:"severity"`
+		File     string `json:"file"`
+		Line     int    `json:"line"`
+		Col      int    `json:"col"`
+	}
+	if err := json.Unmarshal([]byte(jsonOut), &ds); err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Results) != len(ds) || len(ds) == 0 {
+		t.Fatalf("%d SARIF results for %d diagnostics", len(run.Results), len(ds))
+	}
+	for i, r := range run.Results {
+		d := ds[i]
+		rule := run.Tool.Driver.Rules[r.RuleIndex]
+		loc := r.Locations[0].Physical
+		if r.RuleID != d.Code || rule.ID != d.Code || rule.Desc.Text == "" || r.Level != d.Severity || r.Message.Text == "" ||
+			loc.Artifact.URI != d.File || loc.Region.StartLine != d.Line || loc.Region.StartColumn != d.Col {
+			t.Errorf("result %d %+v for diagnostic %+v", i, r, d)
+		}
+	}
+}

@@ -21,7 +21,7 @@ import (
 
 func cmdValidate(_ context.Context, env *Env, args []string) int {
 	fs := flags(env, "validate")
-	format := fs.String("format", "text", "output format: text, json or github (Actions annotations)")
+	format := fs.String("format", "text", "output format: text, json, github (Actions annotations) or sarif (code scanning)")
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -40,10 +40,12 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		err = diag.WriteJSON(env.Stdout, all)
 	case "github":
 		err = diag.WriteGitHub(env.Stdout, all)
+	case "sarif":
+		err = diag.WriteSARIF(env.Stdout, all)
 	case "text":
 		err = diag.WriteText(env.Stdout, all, sources)
 	default:
-		fmt.Fprintf(env.Stderr, "trellis validate: unknown format %q (text, json, github)\n", *format)
+		fmt.Fprintf(env.Stderr, "trellis validate: unknown format %q (text, json, github, sarif)\n", *format)
 		return 2
 	}
 	if err != nil {
