@@ -147,7 +147,16 @@ func reduceUnion(r *Reducer, cur, upd any) (any, error) {
 		return nil, err
 	}
 	out := cl
-	for _, it := range AsItems(upd) {
+	for i, it := range AsItems(upd) {
+		if r.Key != "" {
+			// an item without its key has no identity to compare:
+			// refused, rather than taken for a copy of another
+			if im, ok := it.(map[string]any); !ok {
+				return nil, fmt.Errorf("union by %q: item %d is %s, not an object", r.Key, i+1, typeName(it))
+			} else if _, ok := im[r.Key]; !ok {
+				return nil, fmt.Errorf("union by %q: item %d has no %q", r.Key, i+1, r.Key)
+			}
+		}
 		if r.contains(out, it) {
 			continue
 		}

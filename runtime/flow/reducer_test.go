@@ -63,3 +63,25 @@ func TestReducerTable(t *testing.T) {
 		}
 	}
 }
+
+// A union by key compares items by that key; an item without it is
+// refused, never taken for a copy of another keyless item.
+func TestUnionByKey(t *testing.T) {
+	spec, _ := LookupReducer("union")
+	r := NewReducer(spec)
+	r.Key = "id"
+	a, b := map[string]any{"id": 1, "v": "a"}, map[string]any{"id": 2, "v": "b"}
+	got, err := r.Reduce([]any{a}, []any{map[string]any{"id": 1, "v": "again"}, b})
+	if err != nil || !reflect.DeepEqual(got, []any{a, b}) {
+		t.Fatalf("union by id: %v, %v", got, err)
+	}
+	for _, upd := range []any{
+		[]any{map[string]any{"v": "no id"}},
+		[]any{b, map[string]any{"name": "x"}},
+		[]any{"not an object"},
+	} {
+		if got, err := r.Reduce([]any{a}, upd); err == nil {
+			t.Errorf("union of %v: %v, want an error", upd, got)
+		}
+	}
+}
