@@ -325,3 +325,30 @@ func TestValidateSARIF(t *testing.T) {
 		}
 	}
 }
+
+// A prompt whose front matter does not parse gets that one error, not
+// also a missing fallback it may well have.
+func TestBrokenFrontMatterIsOneError(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile("testdata/diag/P001.bad.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flowFile := filepath.Join(dir, "flow.yaml")
+	if err := os.WriteFile(flowFile, []byte(strings.Replace(string(src), "prompt: P001.bad", "prompt: broken", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(dir, "prompts"), 0o755)
+	prompt := "---\ntemperature: [0.2\nfallback: done\n---\nSummarise {{.state.count}} in one line.\n"
+	if err := os.WriteFile(filepath.Join(dir, "prompts", "broken.prompt"), []byte(prompt), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, exit := trellis(t, "validate", "--format", "json", flowFile)
+	var ds []map[string]any
+	if err := json.Unmarshal([]byte(out), &ds); err != nil || exit != 1 {
+		t.Fatalf("exit %d, %v\n%s", exit, err, out)
+	}
+	if len(ds) != 1 || ds[0]["code"] != "Y001" || ds[0]["line"].(float64) != 2 || !strings.HasSuffix(ds[0]["file"].(string), "broken.prompt") {
+		t.Fatalf("diagnostics %v, want one Y001 at the prompt's line 2", ds)
+	}
+}

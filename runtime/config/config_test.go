@@ -224,3 +224,38 @@ func TestFilesFromAnFS(t *testing.T) {
 		t.Fatalf("url %s", u)
 	}
 }
+
+// A syntax error is placed on the line that is wrong, at its first
+// character, not on the line of the construct the parser was in.
+func TestSyntaxErrorPositions(t *testing.T) {
+	cases := []struct {
+		src       string
+		line, col int
+	}{
+		// an unclosed flow mapping: its own line
+		{"a: 1\nb:\n  c: {x: 1\nd: 2\n", 3, 3},
+		// a key indented too deep: its line, not the mapping's first
+		{"a:\n  b: 1\n  c: 2\n   d: 3\ne: 4\n", 4, 4},
+		// a list item's key out of place
+		{"a:\n  - {x: 1}\n  - y: 1\n    z: 2\n  w: 3\n", 5, 3},
+		// an unclosed quote
+		{"a: 1\nb: \"x\nc: 2\n", 2, 1},
+		// a tab
+		{"a:\n\tb: 1\n", 2, 1},
+		// a valid multi-line flow mapping and block scalar before the mistake
+		{"a: |\n  t\n  u\nb: {x: 1,\n  y: 2}\nc: {z: 1\nd: 2\n", 6, 1},
+		// a mapping value where none is allowed
+		{"a: 1\nb: c: d\n", 2, 1},
+		// an unclosed flow sequence at the end
+		{"a: 1\nb: [x\n", 2, 1},
+	}
+	for _, c := range cases {
+		var dl diag.List
+		if config.Parse("bad.yaml", []byte(c.src), &dl) != nil || len(dl) != 1 || dl[0].Code != diag.CodeYAML {
+			t.Fatalf("%q: %v", c.src, dl)
+		}
+		if dl[0].Line != c.line || dl[0].Col != c.col {
+			t.Errorf("%q: at %d:%d (%s), want %d:%d", c.src, dl[0].Line, dl[0].Col, dl[0].Summary, c.line, c.col)
+		}
+	}
+}

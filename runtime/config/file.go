@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -51,13 +52,14 @@ func Parse(path string, src []byte, dl *diag.List, opts ...ParseOptions) *File {
 	var n yaml.Node
 	if err := yaml.Unmarshal(src, &n); err != nil {
 		pos := diag.Pos{File: path, Line: 1, Col: 1}
-		msg := err.Error()
-		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			pos.Line, _ = strconv.Atoi(m[1])
-			msg = m[2]
-		} else {
-			msg = strings.TrimPrefix(msg, "yaml: ")
+		line, msg := yamlError(err)
+		if line > 0 {
+			pos.Line = line
 		}
+		if at := problemLine(src, line, msg); at > 0 {
+			pos.Line = at
+		}
+		pos.Col = firstColumn(src, pos.Line)
 		dl.Errorf(diag.CodeYAML, pos, "", "invalid YAML: %s", msg)
 		return nil
 	}
@@ -78,6 +80,59 @@ func Parse(path string, src []byte, dl *diag.List, opts ...ParseOptions) *File {
 	}
 	f.json = v
 	return f
+}
+
+// yamlError splits a yaml.v3 error into its line (0 when it gives none)
+// and message.
+func yamlError(err error) (int, string) {
+	msg := err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return line, m[2]
+	}
+	return 0, strings.TrimPrefix(msg, "yaml: ")
+}
+
+// maxRescan bounds the files whose syntax errors are placed by reparsing.
+const maxRescan = 4000
+
+// problemLine finds the line a syntax error is on. yaml.v3 gives the line
+// of the construct the parser was in (a mapping, a flow collection), which
+// is often lines before the mistake: the mistake is on the first line
+// whose addition makes the text fail the same way, in the same construct.
+// It returns 0 when no such line is found.
+func problemLine(src []byte, line int, msg string) int {
+	lines := bytes.SplitAfter(src, []byte("\n"))
+	if len(lines) > maxRescan {
+		return 0
+	}
+	end := 0
+	for k, l := range lines {
+		end += len(l)
+		if k+1 < line-1 {
+			continue // the construct begins at line-1 at the earliest
+		}
+		var n yaml.Node
+		err := yaml.Unmarshal(src[:end], &n)
+		if err == nil {
+			continue
+		}
+		if at, m := yamlError(err); m == msg && at == line {
+			return k + 1
+		}
+	}
+	return 0
+}
+
+// firstColumn is the column of the first character of a line that is not
+// a space (1 for a blank line or one out of range).
+func firstColumn(src []byte, line int) int {
+	lines := bytes.Split(src, []byte("\n"))
+	if line < 1 || line > len(lines) {
+		return 1
+	}
+	l := lines[line-1]
+	return len(l) - len(bytes.TrimLeft(l, " ")) + 1
 }
 
 // Text returns a file that is read as text (a prompt's body), so that

@@ -114,7 +114,7 @@ func read(b kind.Builder, name string, res *kind.Resource) *file {
 	}
 	f.ok = true
 	bodyOff := 0
-	if bytes.HasPrefix(src, []byte("---\n")) || bytes.HasPrefix(src, []byte("---\r\n")) {
+	if hasFront(src) {
 		end := closingFence(src)
 		if end < 0 {
 			report(diag.Pos{File: res.Path, Line: 1, Col: 1}, "", "front matter opened with --- is never closed")
@@ -137,12 +137,22 @@ func read(b kind.Builder, name string, res *kind.Resource) *file {
 	} else {
 		f.body, f.hasBody = config.TextAt(text, bodyOff), true
 	}
-	if !f.hasFallback && f.front != nil {
+	switch {
+	case f.hasFallback:
+	case f.front != nil:
 		report(f.front.Root().Pos(), "", "the prompt needs a fallback (or fallback_expr): the reply used when no model is configured or the model fails")
-	} else if !f.hasFallback {
+	case hasFront(src):
+		// front matter that does not parse is reported as such: whether
+		// it holds a fallback cannot be told
+	default:
 		report(diag.Pos{File: res.Path, Line: 1, Col: 1}, "", "the prompt needs front matter with a fallback: the reply used when no model is configured or the model fails")
 	}
 	return f
+}
+
+// hasFront reports whether a prompt file opens with front matter.
+func hasFront(src []byte) bool {
+	return bytes.HasPrefix(src, []byte("---\n")) || bytes.HasPrefix(src, []byte("---\r\n"))
 }
 
 // closingFence returns the offset of the line "---" that ends front matter.
