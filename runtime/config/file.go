@@ -93,35 +93,53 @@ func yamlError(err error) (int, string) {
 	return 0, strings.TrimPrefix(msg, "yaml: ")
 }
 
-// maxRescan bounds the files whose syntax errors are placed by reparsing.
-const maxRescan = 4000
+// maxRescan bounds the files whose syntax errors problemLine places: each
+// parse it makes reads the file again.
+const maxRescan = 1 << 20
 
 // problemLine finds the line a syntax error is on. yaml.v3 gives the line
 // of the construct the parser was in (a mapping, a flow collection), which
 // is often lines before the mistake: the mistake is on the first line
 // whose addition makes the text fail the same way, in the same construct.
-// It returns 0 when no such line is found.
+// Once that line is in, every longer prefix fails the same way, so a
+// binary search finds it in a few parses. It returns 0 when the error
+// cannot be placed so.
 func problemLine(src []byte, line int, msg string) int {
-	lines := bytes.SplitAfter(src, []byte("\n"))
-	if len(lines) > maxRescan {
+	if len(src) > maxRescan {
 		return 0
 	}
-	end := 0
-	for k, l := range lines {
-		end += len(l)
-		if k+1 < line-1 {
-			continue // the construct begins at line-1 at the earliest
+	ends := []int{} // ends[k-1] is the offset after line k
+	for off := 0; off < len(src); {
+		i := bytes.IndexByte(src[off:], '\n')
+		if i < 0 {
+			off = len(src)
+		} else {
+			off += i + 1
 		}
+		ends = append(ends, off)
+	}
+	fails := func(k int) bool {
 		var n yaml.Node
-		err := yaml.Unmarshal(src[:end], &n)
+		err := yaml.Unmarshal(src[:ends[k-1]], &n)
 		if err == nil {
-			continue
+			return false
 		}
-		if at, m := yamlError(err); m == msg && at == line {
-			return k + 1
+		at, m := yamlError(err)
+		return m == msg && at == line
+	}
+	lo, hi := max(line-1, 1), len(ends)
+	if hi < lo || !fails(hi) {
+		return 0
+	}
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if fails(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
 		}
 	}
-	return 0
+	return lo
 }
 
 // firstColumn is the column of the first character of a line that is not
