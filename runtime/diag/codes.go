@@ -103,11 +103,11 @@ var Codes = []CodeDoc{
 	{CodeReadOnlyWrite, "a node writes a read-only field"},
 	{CodeUnknownInput, "an input field the state does not declare"},
 	{CodeResource, "a file a node reads (a prompt) cannot be found, parsed or compiled"},
-	{CodeTemplateField, "a template reads a field the state, the input or the node's variables do not have"},
+	{CodeTemplateField, "a template reads a field the state, the input or the node's variables do not have (a warning where the object's schema leaves it open)"},
 	{CodeTemplateNull, "a template reads a field of a value that may be null outside a with or if on that value"},
 	{CodeExprSyntax, "an expression does not parse or does not type-check"},
 	{CodeExprNotBool, "a condition that is not boolean"},
-	{CodeExprUnknown, "an expression reads a field or name that does not exist"},
+	{CodeExprUnknown, "an expression reads a field or name that does not exist (a warning where the object's schema leaves it open)"},
 	{CodeExprMayBeNil, "an expression reads a field of a value that may be null, where no node has set it on every path, without ?. or a nil test"},
 }
 

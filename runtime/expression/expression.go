@@ -230,10 +230,18 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	if err != nil {
 		return nil, []Problem{fromError(src, err, env)}
 	}
-	if probs := checkFields(src, tree.Node, env); len(probs) > 0 {
-		return nil, probs
+	var warnings, errs []Problem
+	for _, p := range checkFields(src, tree.Node, env) {
+		if p.Warning {
+			warnings = append(warnings, p)
+		} else {
+			errs = append(errs, p)
+		}
 	}
-	warnings := checkNullable(src, tree.Node, env)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	warnings = append(warnings, checkNullable(src, tree.Node, env)...)
 	opts := append([]expr.Option{expr.Env(env.vars)}, functions...)
 	if len(env.flat) > 0 {
 		opts = append(opts, expr.Patch(&flattener{env: env}))
@@ -316,13 +324,24 @@ func checkFields(src string, root ast.Node, env *Env) []Problem {
 		if parent == nil {
 			return
 		}
-		if _, ok := parent.Prop(prop.Value); ok {
+		if _, declared := parent.Props[prop.Value]; declared {
 			return
+		}
+		_, allowed := parent.Prop(prop.Value)
+		if allowed && len(parent.Props) == 0 {
+			return // an object that declares nothing may hold anything
 		}
 		loc := prop.Location()
 		line, col := position(src, loc.From)
 		p := Problem{Line: line, Col: col, EndCol: col + len([]rune(prop.Value)), Code: diag.CodeExprUnknown,
 			Message: fmt.Sprintf("%s has no field %q", describePath(m.Node), prop.Value)}
+		if allowed {
+			// an open object may hold it, but does not declare it: most
+			// likely a misspelling, which reads nothing
+			p.Warning = true
+			p.Message = fmt.Sprintf("%s declares no field %q (its schema does not close it, so the read is allowed, and yields nil when absent)",
+				describePath(m.Node), prop.Value)
+		}
 		p.Suggestion = diag.Suggest(prop.Value, parent.Order)
 		probs = append(probs, p)
 	}}

@@ -158,3 +158,34 @@ func TestComplements(t *testing.T) {
 		}
 	}
 }
+
+// A field an open object does not declare is a warning with a suggestion,
+// and the expression compiles; a closed object's is an error; an open
+// object that declares nothing is unchecked.
+func TestOpenObjectMembers(t *testing.T) {
+	str := &schema.Shape{Types: []string{"string"}}
+	open := &schema.Shape{Types: []string{"object"}, Props: map[string]*schema.Shape{"text": str}, Order: []string{"text"}}
+	closed := &schema.Shape{Types: []string{"object"}, Props: map[string]*schema.Shape{"text": str}, Order: []string{"text"}, Closed: true}
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"o": open, "c": closed, "any": {Types: []string{"object"}}}, Order: []string{"o", "c", "any"}})
+	cases := []struct {
+		src      string
+		compiles bool
+		warning  bool
+		problems int
+	}{
+		{"state.o.text", true, false, 0},
+		{"state.o.txt", true, true, 1},
+		{"state.c.txt", false, false, 1},
+		{"state.any.whatever", true, false, 0},
+	}
+	for _, c := range cases {
+		p, probs := expression.Compile(c.src, env, false)
+		if (p != nil) != c.compiles || len(probs) != c.problems {
+			t.Fatalf("%s: compiled %v, %+v", c.src, p != nil, probs)
+		}
+		if c.problems > 0 && (probs[0].Warning != c.warning || probs[0].Suggestion != "text" || probs[0].Code != diag.CodeExprUnknown) {
+			t.Errorf("%s: %+v", c.src, probs[0])
+		}
+	}
+}

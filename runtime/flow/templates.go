@@ -38,6 +38,10 @@ func (b *builder) Template(v config.Value, name string, vars kind.Vars) *templat
 			c.noteNullRead(pr.Path, diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeTemplateNull, Pos: pos, Path: path, Summary: pr.Message})
 			continue
 		}
+		if pr.Open {
+			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeTemplateField, Pos: pos, Path: path, Summary: pr.Message, Suggestion: pr.Suggestion})
+			continue
+		}
 		c.dl.Errorf(diag.CodeTemplateField, pos, path, "%s", pr.Message).Suggestion = pr.Suggestion
 	}
 	return t

@@ -23,6 +23,9 @@ type Problem struct {
 	MayBeNull           bool
 	// Path is the value that may be null (state.x), with MayBeNull.
 	Path string
+	// Open marks a field an object does not declare but, its schema not
+	// closing it, may hold: most likely a misspelling (a warning).
+	Open bool
 }
 
 // Root returns the shape of a template's data: state and input, and the
@@ -203,14 +206,20 @@ func (c *checker) chain(s *schema.Shape, path string, idents []string, offset in
 			return nil
 		}
 		child, ok := s.Prop(id)
-		if !ok {
+		_, declared := s.Props[id]
+		if !ok || !declared && len(s.Props) > 0 {
 			what := path
 			if what == "" {
 				what = "the template data"
 			}
-			c.probs = append(c.probs, Problem{Offset: offset, Len: len([]rune(id)),
+			pr := Problem{Offset: offset, Len: len([]rune(id)),
 				Message:    fmt.Sprintf("%s has no field %q", what, id),
-				Suggestion: diag.Suggest(id, s.Order)})
+				Suggestion: diag.Suggest(id, s.Order)}
+			if ok {
+				pr.Open = true
+				pr.Message = fmt.Sprintf("%s declares no field %q (its schema does not close it, so the read is allowed, and renders nothing when absent)", what, id)
+			}
+			c.probs = append(c.probs, pr)
 			return nil
 		}
 		if path == "" {

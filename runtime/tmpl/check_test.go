@@ -141,3 +141,45 @@ func TestCheckChainOffsets(t *testing.T) {
 		}
 	}
 }
+
+// A field an open object does not declare is a warning (Open), through
+// with and range too; an open object that declares nothing is unchecked.
+func TestCheckOpenObjects(t *testing.T) {
+	str := &schema.Shape{Types: []string{"string"}}
+	open := func(props map[string]*schema.Shape) *schema.Shape {
+		s := obj(props)
+		s.Closed = false
+		return s
+	}
+	item := open(map[string]*schema.Shape{"text": str})
+	state := obj(map[string]*schema.Shape{
+		"q":     item,
+		"qs":    {Types: []string{"array"}, Items: item},
+		"notes": {Types: []string{"object"}},
+	})
+	root := Root(state, obj(map[string]*schema.Shape{}), nil)
+	cases := map[string]string{ // template -> "open:suggestion", or "" for nothing
+		"{{.state.q.text}}":                           "",
+		"{{.state.q.txt}}":                            "open:text",
+		"{{with .state.q}}{{.txet}}{{end}}":           "open:text",
+		"{{range .state.qs}}{{.tex}}{{end}}":          "open:text",
+		"{{.state.notes.anything}}":                   "",
+		"{{range $x := .state.qs}}{{$x.text}}{{end}}": "",
+	}
+	for src, want := range cases {
+		tp, err := Parse("t", src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probs := Check(tp, root)
+		got := ""
+		if len(probs) == 1 && probs[0].Open {
+			got = "open:" + probs[0].Suggestion
+		} else if len(probs) > 0 {
+			got = probs[0].Message
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q (%+v)", src, got, want, probs)
+		}
+	}
+}
