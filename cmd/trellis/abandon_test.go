@@ -16,7 +16,7 @@ import (
 func TestAbandon(t *testing.T) {
 	ctx := context.Background()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "t.db")
-	f, err := facade.Load("testdata/diag/G009.ok.yaml", facade.WithKinds(all.Registry()))
+	f, err := facade.Load(examples+"/G009.ok.yaml", facade.WithKinds(all.Registry()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,16 +24,28 @@ func trellis(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return out.String(), errb.String(), code
 }
 
+// examples are the validator's fixtures: a failing and a passing flow per
+// diagnostic code.
+const examples = "../../runtime/diag/examples"
+
+// relative names the examples' files relative to their folder (prompt
+// files, outside the working directory, are named by absolute paths).
+func relative(out string) string {
+	abs, _ := filepath.Abs(examples)
+	return strings.ReplaceAll(strings.ReplaceAll(out, abs+"/", ""), examples+"/", "")
+}
+
 // TestDiagnosticFixtures checks every code's failing fixture against its
 // golden output, and that its passing fixture is clean.
 func TestDiagnosticFixtures(t *testing.T) {
-	bad, _ := filepath.Glob("testdata/diag/*.bad.yaml")
+	bad, _ := filepath.Glob(examples + "/*.bad.yaml")
 	covered := map[string]bool{}
 	for _, f := range bad {
 		code := strings.TrimSuffix(filepath.Base(f), ".bad.yaml")
 		covered[code] = true
 		t.Run(code, func(t *testing.T) {
 			out, _, exit := trellis(t, "validate", f)
+			out = relative(out) // the golden output names files as explain shows them
 			// exit 1 on any error; a code that only warns exits 0
 			if want := map[bool]int{true: 1, false: 0}[strings.Contains(out, ": error[")]; exit != want {
 				t.Errorf("exit %d, want %d", exit, want)
@@ -67,16 +79,17 @@ func TestDiagnosticFixtures(t *testing.T) {
 }
 
 func TestValidateDirectoryReportsEverything(t *testing.T) {
-	out, stderr, exit := trellis(t, "validate", "testdata/diag")
+	out, stderr, exit := trellis(t, "validate", examples)
+	out = relative(out)
 	if exit != 1 {
 		t.Fatalf("exit %d", exit)
 	}
-	lines := regexp.MustCompile(`(?m)^testdata/diag/(?:prompts/)?(\w+)\.bad\.(?:yaml|prompt):\d+:\d+: (?:error|warning)\[(\w+)\]`).FindAllStringSubmatch(out, -1)
+	lines := regexp.MustCompile(`(?m)^(?:prompts/)?(\w+)\.bad\.(?:yaml|prompt):\d+:\d+: (?:error|warning)\[(\w+)\]`).FindAllStringSubmatch(out, -1)
 	files := map[string]bool{}
 	for _, l := range lines {
 		files[l[1]] = true
 	}
-	bad, _ := filepath.Glob("testdata/diag/*.bad.yaml")
+	bad, _ := filepath.Glob(examples + "/*.bad.yaml")
 	if len(files) != len(bad) {
 		t.Fatalf("diagnostics from %d of %d broken files", len(files), len(bad))
 	}
@@ -89,7 +102,7 @@ func TestValidateDirectoryReportsEverything(t *testing.T) {
 }
 
 func TestValidateFormats(t *testing.T) {
-	f := "testdata/diag/G001.bad.yaml"
+	f := examples + "/G001.bad.yaml"
 	out, _, exit := trellis(t, "validate", "--format", "json", f)
 	var ds []map[string]any
 	if err := json.Unmarshal([]byte(out), &ds); err != nil || exit != 1 || len(ds) != 1 {
@@ -99,17 +112,17 @@ func TestValidateFormats(t *testing.T) {
 		t.Fatalf("json diagnostic %v", ds[0])
 	}
 	out, _, _ = trellis(t, "validate", "--format", "github", f)
-	if !strings.HasPrefix(out, "::error file=testdata/diag/G001.bad.yaml,line=19,col=") {
+	if !strings.HasPrefix(out, "::error file="+examples+"/G001.bad.yaml,line=19,col=") {
 		t.Fatalf("github: %s", out)
 	}
-	out, _, exit = trellis(t, "validate", "--format", "json", "testdata/diag/G001.ok.yaml")
+	out, _, exit = trellis(t, "validate", "--format", "json", examples+"/G001.ok.yaml")
 	if exit != 0 || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("clean json: %d %s", exit, out)
 	}
 }
 
 func TestGraph(t *testing.T) {
-	f := "testdata/diag/G009.ok.yaml"
+	f := examples + "/G009.ok.yaml"
 	for _, format := range []string{"mermaid", "dot", "json"} {
 		out, stderr, exit := trellis(t, "graph", f, "--format", format)
 		if exit != 0 {
@@ -133,7 +146,7 @@ func TestGraph(t *testing.T) {
 
 func TestRun(t *testing.T) {
 	db := "sqlite:" + filepath.Join(t.TempDir(), "t.db")
-	out, stderr, exit := trellis(t, "run", "testdata/diag/G008.ok.yaml", "--input", "count=1", "--trace", "--store", db, "--thread", "t1")
+	out, stderr, exit := trellis(t, "run", examples+"/G008.ok.yaml", "--input", "count=1", "--trace", "--store", db, "--thread", "t1")
 	if exit != 0 {
 		t.Fatalf("exit %d: %s", exit, stderr)
 	}
@@ -149,12 +162,12 @@ func TestRun(t *testing.T) {
 			t.Errorf("trace lacks %s:\n%s", ev, stderr)
 		}
 	}
-	_, stderr, exit = trellis(t, "run", "testdata/diag/G008.ok.yaml", "--input", "cont=1", "--store", "memory")
+	_, stderr, exit = trellis(t, "run", examples+"/G008.ok.yaml", "--input", "cont=1", "--store", "memory")
 	if exit != 1 || !strings.Contains(stderr, `did you mean "count"`) {
 		t.Fatalf("bad input: exit %d %s", exit, stderr)
 	}
 	// the thread persisted: a second process continues it
-	out, stderr, exit = trellis(t, "run", "testdata/diag/G008.ok.yaml", "--input", "count=0", "--store", db, "--thread", "t1")
+	out, stderr, exit = trellis(t, "run", examples+"/G008.ok.yaml", "--input", "count=0", "--store", db, "--thread", "t1")
 	if exit != 0 || !strings.Contains(out, `"count": 3`) {
 		t.Fatalf("second run: %d %s %s", exit, out, stderr)
 	}
@@ -177,7 +190,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("history of source create:\n%s", out)
 	}
 	// a correction between runs, written as a node
-	out, stderr, exit = trellis(t, "update", "testdata/diag/G008.ok.yaml", "t1", "--as", "second", "--set", "summary=fixed by hand", "--store", db)
+	out, stderr, exit = trellis(t, "update", examples+"/G008.ok.yaml", "t1", "--as", "second", "--set", "summary=fixed by hand", "--store", db)
 	if exit != 0 || !strings.Contains(out, `"summary": "fixed by hand"`) || !strings.Contains(stderr, "written as second") {
 		t.Fatalf("update: %d\n%s%s", exit, out, stderr)
 	}
@@ -185,7 +198,7 @@ func TestRun(t *testing.T) {
 	if !strings.Contains(out, "nodes [second] wrote [summary]") {
 		t.Fatalf("history of the update:\n%s", out)
 	}
-	_, stderr, exit = trellis(t, "update", "testdata/diag/G008.ok.yaml", "t1", "--as", "first", "--set", "summary=x", "--store", db)
+	_, stderr, exit = trellis(t, "update", examples+"/G008.ok.yaml", "t1", "--as", "first", "--set", "summary=x", "--store", db)
 	if exit != 1 || !strings.Contains(stderr, `node "first" does not write it`) {
 		t.Fatalf("update of a field the node does not write: %d %s", exit, stderr)
 	}
@@ -258,7 +271,7 @@ func TestCodesAreDocumented(t *testing.T) {
 // SARIF output carries every diagnostic of a directory, at the place the
 // JSON output gives, under a rule the log defines.
 func TestValidateSARIF(t *testing.T) {
-	out, _, exit := trellis(t, "validate", "--format", "sarif", "testdata/diag")
+	out, _, exit := trellis(t, "validate", "--format", "sarif", examples)
 	var log struct {
 		Version string `json:"version"`
 		Runs    []struct {
@@ -301,7 +314,7 @@ func TestValidateSARIF(t *testing.T) {
 	if len(run.Tool.Driver.Rules) != len(diag.Codes) {
 		t.Fatalf("%d rules for %d codes", len(run.Tool.Driver.Rules), len(diag.Codes))
 	}
-	jsonOut, _, _ := trellis(t, "validate", "--format", "json", "testdata/diag")
+	jsonOut, _, _ := trellis(t, "validate", "--format", "json", examples)
 	var ds []struct {
 		Code     string `json:"code"`
 		Severity string `json:"severity"`
@@ -330,7 +343,7 @@ func TestValidateSARIF(t *testing.T) {
 // also a missing fallback it may well have.
 func TestBrokenFrontMatterIsOneError(t *testing.T) {
 	dir := t.TempDir()
-	src, err := os.ReadFile("testdata/diag/P001.bad.yaml")
+	src, err := os.ReadFile(examples + "/P001.bad.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,5 +363,33 @@ func TestBrokenFrontMatterIsOneError(t *testing.T) {
 	}
 	if len(ds) != 1 || ds[0]["code"] != "Y001" || ds[0]["line"].(float64) != 2 || !strings.HasSuffix(ds[0]["file"].(string), "broken.prompt") {
 		t.Fatalf("diagnostics %v, want one Y001 at the prompt's line 2", ds)
+	}
+}
+
+// Every code is explained from its examples: what validate says of the
+// failing one, and the change that fixes it.
+func TestExplain(t *testing.T) {
+	for _, c := range diag.Codes {
+		out, stderr, exit := trellis(t, "explain", strings.ToLower(string(c.Code)))
+		golden, _ := os.ReadFile(examples + "/" + string(c.Code) + ".bad.diags")
+		firstLine, _, _ := strings.Cut(string(golden), "\n")
+		if exit != 0 || !strings.HasPrefix(out, string(c.Code)+": "+c.Doc) || !strings.Contains(out, firstLine) ||
+			!strings.Contains(out, "\n    + ") && !strings.Contains(out, "\n    - ") {
+			t.Errorf("explain %s: exit %d %s\n%s", c.Code, exit, stderr, out)
+		}
+	}
+	out, _, _ := trellis(t, "explain", "G013")
+	if !strings.Contains(out, "ignore: [G013]") {
+		t.Errorf("a warning's explanation says how to accept it:\n%s", out)
+	}
+	out, _, _ = trellis(t, "explain", "G001")
+	if strings.Contains(out, "ignore:") {
+		t.Errorf("an error's explanation offers to ignore it:\n%s", out)
+	}
+	if _, stderr, exit := trellis(t, "explain", "G0133"); exit != 2 || !strings.Contains(stderr, `did you mean "G013"?`) {
+		t.Errorf("an unknown code: exit %d, %s", exit, stderr)
+	}
+	if out, _, exit := trellis(t, "explain"); exit != 0 || strings.Count(out, "\n") != len(diag.Codes) {
+		t.Errorf("the list: exit %d\n%s", exit, out)
 	}
 }

@@ -37,7 +37,7 @@ func TestFlowTestCommand(t *testing.T) {
 	}
 	// a failing assertion names the file and line, and the values it read
 	dir := t.TempDir()
-	flowSrc, _ := os.ReadFile("testdata/diag/E003.ok.yaml")
+	flowSrc, _ := os.ReadFile(examples + "/E003.ok.yaml")
 	os.WriteFile(filepath.Join(dir, "f.yaml"), flowSrc, 0o644)
 	os.WriteFile(filepath.Join(dir, "f.test.yaml"), []byte(`flow: f.yaml
 tests:

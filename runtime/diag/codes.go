@@ -2,7 +2,7 @@ package diag
 
 // Code identifies a kind of problem. Codes are stable: tools and CI
 // annotations match on them, and every code has a failing and a passing
-// fixture (cmd/trellis/testdata/diag).
+// fixture (Examples).
 type Code string
 
 // The codes, by the phase that reports them. Codes lists them with their

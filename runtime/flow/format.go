@@ -97,6 +97,10 @@ func flowFields(kinds []config.Field) []config.Field {
 		config.Object("limits", "",
 			config.Integer("max_steps", "Supersteps per run (default 500).").Min(1),
 		),
+		config.Object("lint", "How validation reports on this flow.",
+			config.List("ignore", "Warning codes this flow accepts deliberately, not reported (errors cannot be ignored); see trellis explain CODE.",
+				config.Elem(config.String("", "").Match(`^[A-Z][0-9]{3}$`))).Distinct(),
+		),
 		config.Map("nodes", "", config.Elem(ref("node"))).NonEmpty(1).KeysAre(ref("name")).Require(),
 		config.List("edges", "", config.Elem(ref("edge"))).NonEmpty(1).Require(),
 	}

@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"fmt"
 	"io/fs"
 	"strings"
 
@@ -162,6 +163,7 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.edges(top.Value("edges"))
 	c.analyse()
 	c.nullWarnings()
+	c.lint(top.Object("lint"))
 	c.g.env = c.env
 	return c.g
 }
@@ -229,4 +231,44 @@ func (c *compiler) nodeNames() []string {
 		names[i] = n.Name
 	}
 	return names
+}
+
+// lint drops the warnings whose codes the flow's lint.ignore lists. A
+// listed code that is not one, or that names only errors, or that this
+// flow does not raise, is reported: a stale or mistaken entry would hide
+// what it was meant to.
+func (c *compiler) lint(s config.Settings) {
+	v := s.Value("ignore")
+	if !v.Exists() {
+		return
+	}
+	ignore := map[diag.Code]config.Value{}
+	var known []string
+	for _, d := range diag.Codes {
+		known = append(known, string(d.Code))
+	}
+	for _, it := range v.Items() {
+		code := diag.Code(it.Text())
+		if code.Doc() == "" {
+			c.dl.Errorf(diag.CodeConstraint, it.Pos(), "lint.ignore", "%q is not a diagnostic code", it.Text()).Suggestion = diag.Suggest(it.Text(), known)
+			continue
+		}
+		ignore[code] = it
+	}
+	used := map[diag.Code]bool{}
+	kept := c.dl[:0]
+	for _, d := range c.dl {
+		if _, ok := ignore[d.Code]; ok && d.Severity == diag.Warning {
+			used[d.Code] = true
+			continue
+		}
+		kept = append(kept, d)
+	}
+	c.dl = kept
+	for code, it := range ignore {
+		if !used[code] {
+			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeConstraint, Pos: it.Pos(), Path: "lint.ignore",
+				Summary: fmt.Sprintf("lint.ignore lists %s, but this flow raises no %s warning: remove it, or it will hide one you did not mean to accept", code, code)})
+		}
+	}
 }

@@ -1,0 +1,68 @@
+package flow_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind/kindtest"
+)
+
+// lint.ignore drops the warnings of the codes it lists, and only
+// warnings; a listed code that is unknown, or that the flow does not
+// raise, is reported.
+func TestLintIgnore(t *testing.T) {
+	base := `version: 1
+name: lint
+state:
+  schema:
+    type: object
+    properties:
+      n: {type: integer, default: 0}
+      o: {type: object, properties: {text: {type: string}}, default: {}}
+      out: {type: string, default: ""}
+nodes:
+  a: {kind: set, set: {out: "state.o.txt ?? ''"}}
+  b: {kind: set, set: {n: "1"}}
+edges:
+  - {from: START, to: a}
+  - from: a
+    branch:
+      - {when: "state.n > 1", to: b}
+  - {from: b, to: END}
+LINT`
+	load := func(lint string) diag.List {
+		_, dl := flow.LoadSource("lint.yaml", []byte(strings.Replace(base, "LINT", lint, 1)), kindtest.Registry())
+		return dl
+	}
+	codes := func(dl diag.List) string {
+		var out []string
+		for _, d := range dl {
+			out = append(out, d.Severity.String()+" "+string(d.Code))
+		}
+		return strings.Join(out, ", ")
+	}
+	cases := map[string]string{
+		"":                                   "warning E003, warning G013",
+		"lint: {ignore: [G013]}":             "warning E003",
+		"lint: {ignore: [G013, E003]}":       "",
+		"lint: {ignore: [G013, E003, G001]}": "warning S005",
+		"lint: {ignore: [G031]}":             "warning E003, warning G013, error S005",
+	}
+	for lint, want := range cases {
+		dl := load(lint)
+		if got := codes(dl); got != want {
+			t.Errorf("%q: %s, want %s", lint, got, want)
+		}
+	}
+	if dl := load("lint: {ignore: [G031]}"); !strings.Contains(dl[len(dl)-1].Message(), `did you mean "G001"?`) {
+		t.Errorf("an unknown code: %v", dl)
+	}
+	// an error is reported whatever the flow lists
+	_, dl := flow.LoadSource("lint.yaml", []byte(strings.Replace(strings.Replace(base, "LINT", "lint: {ignore: [E003]}", 1),
+		`"state.o.txt ?? ''"`, `"state.nope"`, 1)), kindtest.Registry())
+	if !dl.HasErrors() || !strings.Contains(codes(dl), "error E003") {
+		t.Errorf("an ignored code's error: %s", codes(dl))
+	}
+}
