@@ -50,6 +50,7 @@ func build(b kind.Builder) kind.Node {
 			if f.program == nil {
 				continue
 			}
+			b.WritesValue(e.Name, f.program, v)
 		} else {
 			lit, err := v.JSON()
 			if err != nil {

@@ -49,6 +49,7 @@ const (
 	CodeWriteConflict   Code = "W002"
 	CodeReadOnlyWrite   Code = "W003"
 	CodeUnknownInput    Code = "I001"
+	CodeWriteType       Code = "W004"
 
 	// Files a node reads (prompts) and the templates in them.
 	CodeResource      Code = "P001"
@@ -102,6 +103,7 @@ var Codes = []CodeDoc{
 	{CodeWriteConflict, "two nodes that can run in one superstep replace the same field"},
 	{CodeReadOnlyWrite, "a node writes a read-only field"},
 	{CodeUnknownInput, "an input field the state does not declare"},
+	{CodeWriteType, "a node writes a value of a type its field cannot hold, through the field's reducer"},
 	{CodeResource, "a file a node reads (a prompt) cannot be found, parsed or compiled"},
 	{CodeTemplateField, "a template reads a field the state, the input or the node's variables do not have (a warning where the object's schema leaves it open)"},
 	{CodeTemplateNull, "a template reads a field of a value that may be null outside a with or if on that value"},

@@ -3,6 +3,7 @@ package flow
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -170,6 +171,67 @@ func (b *builder) Writes(field string, at config.Value) {
 	case f.ReadOnly:
 		b.c.dl.Errorf(diag.CodeReadOnlyWrite, at.Pos(), b.path, "node %q writes read-only field %q", b.name, field)
 	}
+}
+
+func (b *builder) WritesValue(field string, p *expression.Program, at config.Value) {
+	f, ok := b.c.g.fields[field]
+	if p == nil || !ok || f.Reducer == nil {
+		return
+	}
+	got := jsonType(p.ResultType())
+	if got == "" {
+		return
+	}
+	spec := f.Reducer.Spec
+	want, fits := f.Shape.Describe(), true
+	switch {
+	case spec.Name == "expr":
+	case spec.Appends || spec.Name == "union":
+		// a list adds its items, any other value is one item
+		want = "a list or an item of " + f.Shape.Items.Describe() + " (" + spec.Name + ")"
+		fits = got == "array" || f.Shape.Items.Allows(got)
+	case spec.Name != "replace" && spec.Type != "":
+		want = article(spec.Type) + " (" + spec.Name + ")"
+		fits = (&schema.Shape{Types: []string{spec.Type}}).Allows(got)
+	default:
+		fits = f.Shape.Allows(got)
+	}
+	if !fits {
+		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q takes %s, but this expression yields %s", field, want, article(got))
+	}
+}
+
+// jsonType names the JSON type of values of t ("" when it cannot tell).
+func jsonType(t reflect.Type) string {
+	if t == nil {
+		return ""
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+		reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	}
+	return ""
+}
+
+func article(t string) string {
+	switch t {
+	case "integer", "array", "object":
+		return "an " + t
+	case "number":
+		return "a number"
+	}
+	return "a " + t
 }
 
 func (b *builder) Field(name string) *schema.Shape {

@@ -28,6 +28,10 @@ type Builder interface {
 	Field(name string) *schema.Shape
 	// Writes declares that the node writes field; at is where it says so.
 	Writes(field string, at config.Value)
+	// WritesValue reports when what p yields, as far as its type is
+	// known, cannot be written to field through the field's reducer (a
+	// string to a number, a list to a merge); at holds the expression.
+	WritesValue(field string, p *expression.Program, at config.Value)
 
 	// Expr compiles the expression held by a string scalar against the
 	// flow's state and input and the extra variables vars. It returns nil

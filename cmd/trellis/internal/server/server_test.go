@@ -406,7 +406,10 @@ func TestCancelLeavesAResumableThread(t *testing.T) {
 // A busy thread: reject answers 409, enqueue runs after, interrupt stops
 // the running one at its step boundary and gives up what it left.
 func TestBusyThreadPolicies(t *testing.T) {
-	h := newHarness(t, "sqlite", slowGreeting(500*time.Millisecond))
+	// the greeting and the turn that asks for an exercise take their time,
+	// so that later runs find them running
+	h := newHarness(t, "sqlite", append(slowGreeting(500*time.Millisecond),
+		llmtest.Rule{Match: "Could we do a coding exercise?", Replies: []llmtest.Reply{{Content: "Sure.", Delay: 500 * time.Millisecond}}}))
 	interviewThread(t, h, "b1")
 	first, err := h.acme.StartRun(ctx, "b1", api.StartRun{})
 	if err != nil {
