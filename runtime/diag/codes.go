@@ -35,6 +35,7 @@ const (
 	CodeRouteType      Code = "G011"
 	CodeRouteYield     Code = "G012"
 	CodeBranchOpen     Code = "G013"
+	CodeRouteEnum      Code = "G014"
 
 	// The state.
 	CodeStateSchema  Code = "D001"
@@ -61,6 +62,7 @@ const (
 	CodeExprNotBool  Code = "E002"
 	CodeExprUnknown  Code = "E003"
 	CodeExprMayBeNil Code = "E004"
+	CodeExprEnum     Code = "E005"
 )
 
 // CodeDoc is one code and what it means.
@@ -92,6 +94,7 @@ var Codes = []CodeDoc{
 	{CodeRouteChoice, "a route choice or default that is not a node"},
 	{CodeRouteType, "a route expression whose value is not a string, so never a node's name"},
 	{CodeRouteYield, "a route expression can yield a name that is not among its choices"},
+	{CodeRouteEnum, "a route over an enum field: a value with no choice and no default (an error), or a choice no value leads to (a warning)"},
 	{CodeBranchOpen, "a branch without else whose conditions may all be false: the run would fail with no case matched"},
 	{CodeStateSchema, "the state schema cannot be read or is not a valid JSON Schema"},
 	{CodeStateShape, "the state schema is not an object with properties"},
@@ -110,6 +113,7 @@ var Codes = []CodeDoc{
 	{CodeExprSyntax, "an expression does not parse or does not type-check"},
 	{CodeExprNotBool, "a condition that is not boolean"},
 	{CodeExprUnknown, "an expression reads a field or name that does not exist (a warning where the object's schema leaves it open)"},
+	{CodeExprEnum, "an expression compares a field with a string its enum does not allow, which it can never equal"},
 	{CodeExprMayBeNil, "an expression reads a field of a value that may be null, where no node has set it on every path, without ?. or a nil test"},
 }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -238,6 +239,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 			errs = append(errs, p)
 		}
 	}
+	errs = append(errs, checkEnums(src, tree.Node, env)...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -596,4 +598,83 @@ func negation(n ast.Node) string {
 		}
 	}
 	return ""
+}
+
+// checkEnums reports comparisons (==, !=, in, not in) of a field whose
+// schema is a string enum with a string literal the enum does not allow:
+// the field can never equal it, so the comparison is constant, and most
+// likely misspelt.
+func checkEnums(src string, root ast.Node, env *Env) []Problem {
+	var probs []Problem
+	check := func(field ast.Node, lit ast.Node) {
+		str, ok := lit.(*ast.StringNode)
+		if !ok {
+			return
+		}
+		values, isEnum := env.shapeAt(field).Strings()
+		if !isEnum || slices.Contains(values, str.Value) {
+			return
+		}
+		loc := str.Location()
+		line, col := position(src, loc.From)
+		probs = append(probs, Problem{Line: line, Col: col, EndCol: col + max(loc.To-loc.From, 1), Code: diag.CodeExprEnum,
+			Message:    fmt.Sprintf("%s is one of %s, never %q", describePath(field), quoteAll(values), str.Value),
+			Suggestion: diag.Suggest(str.Value, values)})
+	}
+	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
+		b, ok := n.(*ast.BinaryNode)
+		if !ok {
+			return
+		}
+		switch b.Operator {
+		case "==", "!=":
+			check(b.Left, b.Right)
+			check(b.Right, b.Left)
+		case "in":
+			if arr, ok := b.Right.(*ast.ArrayNode); ok {
+				for _, el := range arr.Nodes {
+					check(b.Left, el)
+				}
+			}
+		}
+	}})
+	return probs
+}
+
+func quoteAll(values []string) string {
+	q := make([]string, len(values))
+	for i, v := range values {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ", ")
+}
+
+// Enum returns the strings the expression can yield when it reads a field
+// whose schema is a string enum (state.x, or state.x ?? 'literal'), and
+// whether it is such a read.
+func (p *Program) Enum(env *Env) ([]string, bool) {
+	tree, err := parser.Parse(p.src)
+	if err != nil {
+		return nil, false
+	}
+	var values func(n ast.Node) ([]string, bool)
+	values = func(n ast.Node) ([]string, bool) {
+		switch x := n.(type) {
+		case *ast.StringNode:
+			return []string{x.Value}, true
+		case *ast.BinaryNode:
+			if x.Operator != "??" {
+				return nil, false
+			}
+			l, lok := values(x.Left)
+			r, rok := values(x.Right)
+			return append(l, r...), lok && rok
+		}
+		return env.shapeAt(n).Strings()
+	}
+	vals, ok := values(tree.Node)
+	if _, isLit := tree.Node.(*ast.StringNode); isLit {
+		return nil, false
+	}
+	return vals, ok
 }

@@ -189,3 +189,38 @@ func TestOpenObjectMembers(t *testing.T) {
 		}
 	}
 }
+
+// A string enum knows its values: comparing it with another string is
+// reported, with a suggestion.
+func TestEnumComparisons(t *testing.T) {
+	phase := &schema.Shape{Types: []string{"string"}, Enum: []any{"intro", "closing", "done"}}
+	nullable := &schema.Shape{Types: []string{"string", "null"}, Enum: []any{"a", "b", nil}}
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"phase": phase, "opt": nullable, "s": {Types: []string{"string"}}}, Order: []string{"phase", "opt", "s"}})
+	cases := map[string]string{ // expression -> the suggestion reported ("-" none, "" no problem)
+		"state.phase == 'done'":              "",
+		"state.phase == 'dne'":               "done",
+		"'closng' != state.phase":            "closing",
+		"state.phase in ['intro', 'clsing']": "closing",
+		"state.phase not in ['xyz']":         "-",
+		"state.opt == 'b'":                   "",
+		"state.opt == 'c'":                   "a",
+		"state.s == 'anything'":              "",
+	}
+	for src, want := range cases {
+		p, probs := expression.Compile(src, env, true)
+		got := ""
+		if len(probs) > 0 {
+			got = probs[0].Suggestion
+			if got == "" {
+				got = "-"
+			}
+			if probs[0].Code != diag.CodeExprEnum || p != nil {
+				t.Errorf("%s: %+v", src, probs)
+			}
+		}
+		if got != want {
+			t.Errorf("%s: suggestion %q, want %q (%+v)", src, got, want, probs)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
@@ -253,6 +254,9 @@ func (c *compiler) route(edge *Edge, s config.Settings, rn config.Value, path st
 		for _, ch := range choices.Items() {
 			names = append(names, ch.Text())
 		}
+		if vals, ok := edge.Route.Enum(c.env); ok {
+			c.routeEnum(edge, s, rn, path, names, vals)
+		}
 		lits, _ := edge.Route.Yields()
 		for _, l := range lits {
 			if !slices.Contains(names, l.Value) {
@@ -337,4 +341,24 @@ func kindName(t reflect.Type) string {
 		return "an object"
 	}
 	return "a " + t.String()
+}
+
+// routeEnum checks a route that reads an enum field against its choices:
+// a value that has no choice fails the run unless there is a default; a
+// choice no value leads to is never taken.
+func (c *compiler) routeEnum(edge *Edge, s config.Settings, rn config.Value, path string, choices, values []string) {
+	what := strings.TrimSpace(rn.Text())
+	for _, v := range values {
+		if !slices.Contains(choices, v) && !edge.HasDefault && !s.Value("default").Exists() {
+			c.dl.Errorf(diag.CodeRouteEnum, rn.Pos(), path+".route",
+				"%s can be %q, which is not among the route's choices, and the route has no default", what, v).Suggestion = diag.Suggest(v, choices)
+		}
+	}
+	for _, ch := range s.Value("choices").Items() {
+		if !slices.Contains(values, ch.Text()) {
+			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeRouteEnum, Pos: ch.Pos(), Path: path + ".choices",
+				Summary:    fmt.Sprintf("no value of %s is %q: the route never takes this choice", what, ch.Text()),
+				Suggestion: diag.Suggest(ch.Text(), values)})
+		}
+	}
 }

@@ -66,3 +66,44 @@ LINT`
 		t.Errorf("an ignored code's error: %s", codes(dl))
 	}
 }
+
+// A route that reads an enum field: a value without a choice is an error
+// unless there is a default; a choice no value leads to is a warning.
+func TestRouteOverAnEnum(t *testing.T) {
+	base := `version: 1
+name: r
+state:
+  schema:
+    type: object
+    properties:
+      next: {type: string, enum: [b, c], default: b}
+      only: {type: [string, "null"], enum: [b, null], default: null}
+nodes:
+  a: {kind: set, set: {next: "'c'"}}
+  b: {kind: set, set: {next: "'b'"}}
+  c: {kind: set, set: {next: "'b'"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, ROUTE}
+  - {from: b, to: END}
+  - {from: c, to: END}
+`
+	cases := map[string]string{
+		`route: "state.next", choices: [b, c]`:          "",
+		`route: "state.next", choices: [b]`:             "error G003, error G014", // c is unreachable too
+		`route: "state.next", choices: [b], default: b`: "error G003",
+		`route: "state.only", choices: [b, c]`:          "warning G014",
+		`route: "state.only ?? 'c'", choices: [b, c]`:   "",
+	}
+	for route, want := range cases {
+		src := strings.Replace(base, "ROUTE", route, 1)
+		_, dl := flow.LoadSource("r.yaml", []byte(src), kindtest.Registry())
+		var got []string
+		for _, d := range dl {
+			got = append(got, d.Severity.String()+" "+string(d.Code))
+		}
+		if g := strings.Join(got, ", "); g != want {
+			t.Errorf("%s: %s, want %s\n%v", route, g, want, dl)
+		}
+	}
+}

@@ -37,6 +37,9 @@ type Shape struct {
 	// Required lists required property names.
 	Required []string
 	Items    *Shape
+	// Enum lists the values the schema allows (enum, or const), nil when
+	// it does not list them.
+	Enum []any
 	// Default is the schema's default, when HasDefault.
 	Default    any
 	HasDefault bool
@@ -160,6 +163,12 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 			simple = simple && s.Items.simple
 		case "default":
 			s.Default, s.HasDefault = v, true
+		case "enum":
+			s.Enum = slices.Clone(asSlice(v))
+			simple = false
+		case "const":
+			s.Enum = []any{v}
+			simple = false
 		case "$ref":
 			ref, _ := v.(string)
 			var target any
@@ -181,7 +190,7 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 		case "anyOf", "oneOf":
 			simple = false
 			if r := orNull(v, resolve, depth); r != nil {
-				s.Types, s.Props, s.Closed, s.Required, s.Items = r.Types, r.Props, r.Closed, r.Required, r.Items
+				s.Types, s.Props, s.Closed, s.Required, s.Items, s.Enum = r.Types, r.Props, r.Closed, r.Required, r.Items, r.Enum
 			}
 		case "$defs", "definitions":
 			// definitions do not constrain the value itself
@@ -460,4 +469,23 @@ func typeMatches(t string, x any) (match, known bool) {
 		return t == "object", true
 	}
 	return false, false
+}
+
+// Strings returns the strings an enum allows (null aside), and whether
+// the shape is such an enum: one that lists its values, all strings.
+func (s *Shape) Strings() ([]string, bool) {
+	if s == nil || len(s.Enum) == 0 {
+		return nil, false
+	}
+	var out []string
+	for _, v := range s.Enum {
+		switch x := v.(type) {
+		case string:
+			out = append(out, x)
+		case nil:
+		default:
+			return nil, false
+		}
+	}
+	return out, len(out) > 0
 }
