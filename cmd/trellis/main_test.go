@@ -393,3 +393,33 @@ func TestExplain(t *testing.T) {
 		t.Errorf("the list: exit %d\n%s", exit, out)
 	}
 }
+
+// An assign expression that can yield a string its enum field does not
+// allow is reported at the string, with a suggestion.
+func TestAssignOutsideAnEnum(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "enum.yaml")
+	src := `version: 1
+name: f
+state:
+  schema:
+    type: object
+    properties:
+      phase: {type: string, enum: [intro, closing, done], default: intro}
+nodes:
+  a: {kind: assign, set: {phase: "1 > 0 ? 'closng' : 'done'"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: END}
+`
+	if err := os.WriteFile(f, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, exit := trellis(t, "validate", "--format", "json", f)
+	var ds []map[string]any
+	if err := json.Unmarshal([]byte(out), &ds); err != nil || exit != 1 || len(ds) != 1 {
+		t.Fatalf("exit %d %v\n%s", exit, err, out)
+	}
+	if ds[0]["code"] != "W004" || ds[0]["suggestion"] != "closing" || ds[0]["col"].(float64) != 43 {
+		t.Fatalf("diagnostic %v", ds[0])
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -198,7 +199,28 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 	}
 	if !fits {
 		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q takes %s, but this expression yields %s", field, want, article(got))
+		return
 	}
+	// a string the field's enum does not allow, written as it is
+	values, isEnum := f.Shape.Strings()
+	if !isEnum || spec.Name != "replace" {
+		return
+	}
+	lits, _ := p.Yields()
+	for _, l := range lits {
+		if !slices.Contains(values, l.Value) {
+			b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(l.Line, l.Col, l.EndCol), b.path, "field %q is one of %s, never %q", field, quoteEach(values), l.Value).
+				Suggestion = diag.Suggest(l.Value, values)
+		}
+	}
+}
+
+func quoteEach(values []string) string {
+	q := make([]string, len(values))
+	for i, v := range values {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ", ")
 }
 
 // jsonType names the JSON type of values of t ("" when it cannot tell).
