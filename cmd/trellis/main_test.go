@@ -423,3 +423,35 @@ edges:
 		t.Fatalf("diagnostic %v", ds[0])
 	}
 }
+
+// Every template scaffolds a flow that validates clean and whose tests
+// pass; init never overwrites a file.
+func TestInitTemplates(t *testing.T) {
+	dir := t.TempDir()
+	for _, tmpl := range []string{"linear", "router", "fanout", "loop", "chat"} {
+		name := "my_" + tmpl
+		if _, stderr, exit := trellis(t, "init", "--template", tmpl, name, dir); exit != 0 {
+			t.Fatalf("init %s: exit %d %s", tmpl, exit, stderr)
+		}
+		flowFile := filepath.Join(dir, name+".yaml")
+		if out, stderr, exit := trellis(t, "validate", flowFile); exit != 0 || out != "" {
+			t.Errorf("%s does not validate clean: exit %d\n%s%s", tmpl, exit, out, stderr)
+		}
+		if out, stderr, exit := trellis(t, "test", filepath.Join(dir, name+".test.yaml")); exit != 0 || !strings.Contains(out+stderr, " passed, 0 failed") {
+			t.Errorf("%s's tests: exit %d\n%s%s", tmpl, exit, out, stderr)
+		}
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, "my_chat.yaml"))
+	if _, stderr, exit := trellis(t, "init", "--template", "linear", "my_chat", dir); exit != 1 || !strings.Contains(stderr, "exists") {
+		t.Errorf("init over an existing flow: exit %d %s", exit, stderr)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "my_chat.yaml")); !bytes.Equal(before, after) {
+		t.Error("init overwrote a flow")
+	}
+	if _, _, exit := trellis(t, "init", "Bad-Name", dir); exit != 2 {
+		t.Errorf("a name that is not snake_case: exit %d", exit)
+	}
+	if _, _, exit := trellis(t, "init", "--template", "nope", "x", dir); exit != 2 {
+		t.Errorf("an unknown template: exit %d", exit)
+	}
+}

@@ -62,6 +62,7 @@ func init() {
 		{"keys", "keys create --tenant T [--admin] [--name N] | keys list [--tenant T] | keys revoke ID  [--store ADDR]",
 			"Manage the API keys of trellis serve", cmdKeys},
 		{"schema", "schema", "Print the JSON Schema of the flow format", cmdSchema},
+		{"init", "init [--template linear|router|fanout|loop|chat] FLOW [DIR]", "Scaffold a flow from a template, with a passing test", cmdInit},
 		{"explain", "explain [CODE]", "Explain a diagnostic code: what it protects against, a failing example and its fix, how to accept a warning", cmdExplain},
 	}
 }
