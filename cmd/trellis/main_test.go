@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -453,5 +454,49 @@ func TestInitTemplates(t *testing.T) {
 	}
 	if _, _, exit := trellis(t, "init", "--template", "nope", "x", dir); exit != 2 {
 		t.Errorf("an unknown template: exit %d", exit)
+	}
+}
+
+// A constant written to a field outside its bounds is reported, written
+// as an expression or as a YAML literal.
+func TestAssignOutOfRange(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "range.yaml")
+	src := `version: 1
+name: f
+state:
+  schema:
+    type: object
+    properties:
+      n: {type: integer, default: 0, minimum: 0, maximum: 10}
+      r: {type: number, default: 0.5, exclusiveMaximum: 1}
+nodes:
+  a: {kind: assign, set: {n: "-1", r: "1.0"}}
+  b: {kind: assign, set: {n: 12, r: "0.5"}}
+  c: {kind: assign, set: {n: "11 - 1", r: 0.25}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: b}
+  - {from: b, to: c}
+  - {from: c, to: END}
+`
+	if err := os.WriteFile(f, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, exit := trellis(t, "validate", "--format", "json", f)
+	var ds []map[string]any
+	if err := json.Unmarshal([]byte(out), &ds); err != nil || exit != 1 {
+		t.Fatalf("exit %d %v\n%s", exit, err, out)
+	}
+	var got []string
+	for _, d := range ds {
+		got = append(got, fmt.Sprintf("%v:%v %v", d["line"], d["col"], d["message"]))
+	}
+	want := []string{
+		`10:30 field "n" is at least 0, but this expression is always -1`,
+		`10:39 field "r" is less than 1, but this expression is always 1`,
+		`11:30 set.n: the field is at most 10, never 12`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("diagnostics:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

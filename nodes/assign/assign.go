@@ -60,6 +60,9 @@ func build(b kind.Builder) kind.Node {
 			if shape := b.Field(e.Name); shape != nil && !shape.Allows(value.TypeOf(lit)) {
 				b.Errorf(v, "set.%s: a literal %s cannot be written to a field of type %s", e.Name, value.TypeOf(lit), shape.Describe())
 				continue
+			} else if why := shape.OutOfRange(lit); why != "" {
+				b.Errorf(v, "set.%s: the field is %s, never %v", e.Name, why, lit)
+				continue
 			}
 			f.literal = lit
 		}

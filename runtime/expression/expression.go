@@ -678,3 +678,7 @@ func (p *Program) Enum(env *Env) ([]string, bool) {
 	}
 	return vals, ok
 }
+
+// Constant returns the expression's value when it is a constant (a
+// literal, or what constant folding left), and whether it is one.
+func (p *Program) Constant() (any, bool) { return p.lit, p.hasLit }

@@ -201,9 +201,19 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q takes %s, but this expression yields %s", field, want, article(got))
 		return
 	}
+	if spec.Name != "replace" {
+		return
+	}
+	// a constant out of the field's range
+	if v, ok := p.Constant(); ok {
+		if why := f.Shape.OutOfRange(v); why != "" {
+			b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q is %s, but this expression is always %v", field, why, v)
+			return
+		}
+	}
 	// a string the field's enum does not allow, written as it is
 	values, isEnum := f.Shape.Strings()
-	if !isEnum || spec.Name != "replace" {
+	if !isEnum {
 		return
 	}
 	lits, _ := p.Yields()

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
@@ -40,6 +41,10 @@ type Shape struct {
 	// Enum lists the values the schema allows (enum, or const), nil when
 	// it does not list them.
 	Enum []any
+	// Minimum and Maximum bound a number (nil: unbounded); the exclusive
+	// forms are recorded with Exclusive set for that side.
+	Minimum, Maximum                   *float64
+	ExclusiveMinimum, ExclusiveMaximum bool
 	// Default is the schema's default, when HasDefault.
 	Default    any
 	HasDefault bool
@@ -169,6 +174,22 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 		case "const":
 			s.Enum = []any{v}
 			simple = false
+		case "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum":
+			simple = false
+			f, ok := number(v)
+			if !ok {
+				break
+			}
+			switch k {
+			case "minimum":
+				s.Minimum = &f
+			case "exclusiveMinimum":
+				s.Minimum, s.ExclusiveMinimum = &f, true
+			case "maximum":
+				s.Maximum = &f
+			default:
+				s.Maximum, s.ExclusiveMaximum = &f, true
+			}
 		case "$ref":
 			ref, _ := v.(string)
 			var target any
@@ -191,6 +212,7 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 			simple = false
 			if r := orNull(v, resolve, depth); r != nil {
 				s.Types, s.Props, s.Closed, s.Required, s.Items, s.Enum = r.Types, r.Props, r.Closed, r.Required, r.Items, r.Enum
+				s.Minimum, s.Maximum, s.ExclusiveMinimum, s.ExclusiveMaximum = r.Minimum, r.Maximum, r.ExclusiveMinimum, r.ExclusiveMaximum
 			}
 		case "$defs", "definitions":
 			// definitions do not constrain the value itself
@@ -488,4 +510,39 @@ func (s *Shape) Strings() ([]string, bool) {
 		}
 	}
 	return out, len(out) > 0
+}
+
+// OutOfRange describes how a number breaks the shape's bounds, such as
+// "at least 0" ("" when it does not, or v is not a number).
+func (s *Shape) OutOfRange(v any) string {
+	x, ok := number(v)
+	if s == nil || !ok {
+		return ""
+	}
+	if m := s.Minimum; m != nil && (x < *m || s.ExclusiveMinimum && x == *m) {
+		if s.ExclusiveMinimum {
+			return "more than " + strconv.FormatFloat(*m, 'g', -1, 64)
+		}
+		return "at least " + strconv.FormatFloat(*m, 'g', -1, 64)
+	}
+	if m := s.Maximum; m != nil && (x > *m || s.ExclusiveMaximum && x == *m) {
+		if s.ExclusiveMaximum {
+			return "less than " + strconv.FormatFloat(*m, 'g', -1, 64)
+		}
+		return "at most " + strconv.FormatFloat(*m, 'g', -1, 64)
+	}
+	return ""
+}
+
+// number reads a JSON number of any Go type the decoders produce.
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case float64:
+		return x, true
+	}
+	return 0, false
 }
