@@ -35,6 +35,10 @@ type Catalog interface {
 	// fails with ErrBusy, BusyEnqueue queues it behind them, BusyInterrupt
 	// cancels the queued ones and asks the running one to stop (Stop
 	// "interrupt"). It reports whether the thread had such a run.
+	// A run whose Server is set is claimed by that server in the same
+	// step when its thread had none: it is recorded running (Started =
+	// Created), and r's Status says so; otherwise it is queued with no
+	// server, for any server to claim.
 	EnqueueRun(ctx context.Context, r *RunRecord, policy BusyPolicy) (busy bool, err error)
 	// ClaimRun gives server the oldest queued run of a thread that has no
 	// running run (run id, when not "", only that run), now running

@@ -188,8 +188,14 @@ func (s *Store) EnqueueRun(_ context.Context, r *store.RunRecord, policy store.B
 		}
 	}
 	cp := *r
-	cp.Status = store.RunQueued
+	cp.Status, cp.Started = store.RunQueued, time.Time{}
+	if len(active) > 0 || cp.Server == "" {
+		cp.Server = ""
+	} else {
+		cp.Status, cp.Started = store.RunRunning, cp.Created
+	}
 	c.runs[r.ID] = &cp
+	*r = cp
 	return len(active) > 0, nil
 }
 

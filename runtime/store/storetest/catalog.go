@@ -335,6 +335,28 @@ func testQueuePolicies(t *testing.T, c store.Catalog) {
 	if _, err := c.Run(ctx, "acme", "r3"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("deleted run: %v", err)
 	}
+
+	// a run queued for a server is claimed by it at once on a free thread,
+	// and queued for anyone on a busy one
+	own := queued("o1", "o", 20)
+	own.Server = "s2"
+	if busy, err := c.EnqueueRun(ctx, own, store.BusyEnqueue); err != nil || busy || own.Status != store.RunRunning || own.Server != "s2" || !sameTime(own.Started, own.Created) {
+		t.Fatalf("enqueue for s2 on a free thread: %v %v %+v", busy, err, own)
+	}
+	if r, err := c.Run(ctx, "acme", "o1"); err != nil || r.Status != store.RunRunning || r.Server != "s2" || !sameTime(r.Started, own.Created) {
+		t.Fatalf("o1 as recorded: %+v %v", r, err)
+	}
+	if r, err := c.ClaimRun(ctx, "s1", "o1", moment(21)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("o1 claimed twice: %+v %v", r, err)
+	}
+	next := queued("o2", "o", 22)
+	next.Server = "s2"
+	if busy, err := c.EnqueueRun(ctx, next, store.BusyEnqueue); err != nil || !busy || next.Status != store.RunQueued || next.Server != "" {
+		t.Fatalf("enqueue for s2 on a busy thread: %v %v %+v", busy, err, next)
+	}
+	if r, err := c.Run(ctx, "acme", "o2"); err != nil || r.Status != store.RunQueued || r.Server != "" || !r.Started.IsZero() {
+		t.Fatalf("o2 as recorded: %+v %v", r, err)
+	}
 }
 
 func testQueueOrder(t *testing.T, c store.Catalog) {

@@ -244,7 +244,10 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	}
 	raw, _ := json.Marshal(input)
 	rec := &store.RunRecord{ID: newID("run"), Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
-		Input: raw, Created: time.Now().UTC(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt}
+		Input: raw, Created: time.Now().UTC(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt, Server: m.id}
+	// on a free thread the run is claimed here as it is queued, so that no
+	// dispatcher (this server's or another's) takes it from under its
+	// caller, who then would not hear why it was refused
 	busy, err := m.s.cat.EnqueueRun(ctx, rec, store.BusyPolicy(policy))
 	if errors.Is(err, store.ErrBusy) {
 		return store.RunRecord{}, nil, trellis.ErrBusy
@@ -252,21 +255,14 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
-	rec.Status = store.RunQueued
-	if busy {
+	if busy || rec.Status != store.RunRunning {
 		if policy == api.OnBusyInterrupt {
 			m.s.notes.send(ctx, "stop") // to the server running the thread's run
 		}
 		m.nudge()
 		return *rec, nil, nil
 	}
-	claimed, err := m.s.cat.ClaimRun(ctx, m.id, rec.ID, time.Now().UTC())
-	if err != nil {
-		// another server took it first: it runs there
-		m.nudge()
-		return *rec, nil, nil
-	}
-	lr := m.launch(claimed, true, policy == api.OnBusyReject, false, trace.SpanContextFromContext(ctx))
+	lr := m.launch(rec, true, policy == api.OnBusyReject, false, trace.SpanContextFromContext(ctx))
 	select {
 	case err := <-lr.started:
 		if err != nil {

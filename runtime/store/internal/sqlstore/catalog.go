@@ -334,8 +334,17 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 			r.Created = fromNanos(last + 1)
 		}
 		q := *r
-		q.Status = store.RunQueued
-		return insertRun(ctx, db, &q)
+		q.Status, q.Started = store.RunQueued, time.Time{}
+		if busy || q.Server == "" {
+			q.Server = ""
+		} else {
+			q.Status, q.Started = store.RunRunning, q.Created
+		}
+		if err := insertRun(ctx, db, &q); err != nil {
+			return err
+		}
+		*r = q
+		return nil
 	})
 	return busy, err
 }
