@@ -8,6 +8,7 @@ import (
 	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/noop"
 	"github.com/trellisflow/trellis/nodes/render"
+	"github.com/trellisflow/trellis/nodes/sandbox"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
@@ -21,7 +22,7 @@ var (
 // shared, so compiled flow schemas are cached across loads.
 func Registry() kind.Registry {
 	once.Do(func() {
-		reg = WithProvider(llm.FromEnv)
+		reg = With(llm.FromEnv, sandbox.Env)
 	})
 	return reg
 }
@@ -31,9 +32,10 @@ var (
 	offline     *kind.Set
 )
 
-// Offline returns the registry of the built-in kinds with no model
-// configured: llm nodes always use their prompts' fallbacks. Flow tests
-// use it, so they are deterministic wherever they run.
+// Offline returns the registry of the built-in kinds with no model and no
+// sandbox configured: llm nodes always use their prompts' fallbacks and
+// sandbox nodes write a not_run result. Flow tests use it, so they are
+// deterministic wherever they run.
 func Offline() kind.Registry {
 	offlineOnce.Do(func() {
 		offline = WithProvider(func() *llm.Provider { return nil })
@@ -42,9 +44,17 @@ func Offline() kind.Registry {
 }
 
 // WithProvider returns a new registry of the built-in kinds whose llm kind
-// calls provider when a flow is loaded (nil from it: no model).
+// calls provider when a flow is loaded (nil from it: no model), with no
+// sandbox.
 func WithProvider(provider func() *llm.Provider) *kind.Set {
-	return kind.NewSet(assign.Spec, noop.Spec, render.Spec, llm.NewSpec(provider))
+	return With(provider, func() *sandbox.Pool { return nil })
+}
+
+// With returns a new registry of the built-in kinds whose llm kind calls
+// provider and whose sandbox kind calls pool when a flow is loaded (nil
+// from them: no model, no sandbox).
+func With(provider func() *llm.Provider, pool func() *sandbox.Pool) *kind.Set {
+	return kind.NewSet(assign.Spec, noop.Spec, render.Spec, llm.NewSpec(provider), sandbox.NewSpec(pool))
 }
 
 // Reference renders the node-kind reference (nodes/README.md).

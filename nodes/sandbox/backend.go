@@ -1,0 +1,240 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Backend runs one command in isolation: no network, a small private
+// workspace as its working directory, nothing of the host's files but
+// the language's runtime, read-only, and the job's limits.
+type Backend interface {
+	// Name is the backend's name (docker, local).
+	Name() string
+	// Check reports whether the backend can run jobs, and how.
+	Check(ctx context.Context) (*Check, error)
+	// Exec runs a job to its end, or until its wall time or ctx ends; it
+	// returns an error only when it could not run the job at all. It
+	// leaves no process, container or file behind.
+	Exec(ctx context.Context, j *Job) (*Outcome, error)
+	// Close releases the backend's resources.
+	Close() error
+}
+
+// Job is one command to run in the sandbox.
+type Job struct {
+	// Image is the Docker image holding the language's runtime; Root is
+	// the same file tree as a directory ("" is the host's /usr).
+	Image, Root string
+	// Command is the command line; Stdin its whole input.
+	Command []string
+	Stdin   []byte
+	Limits  Limits
+}
+
+// Limits bound a job. A zero field takes its default.
+type Limits struct {
+	// Wall is the time the job may take from start to end; CPU the
+	// processor time of each of its processes.
+	Wall, CPU time.Duration
+	// Memory bounds the memory (and swap) of the whole job, in bytes;
+	// Processes the number of its processes and threads.
+	Memory    int64
+	Processes int
+	// Output bounds what the job prints on each of stdout and stderr;
+	// FileSize each file it writes; Workspace the whole workspace.
+	Output, FileSize, Workspace int64
+}
+
+// DefaultLimits are the limits of a job that sets none.
+var DefaultLimits = Limits{Wall: 10 * time.Second, CPU: 5 * time.Second, Memory: 256 << 20, Processes: 64,
+	Output: 64 << 10, FileSize: 1 << 20, Workspace: 16 << 20}
+
+// withDefaults fills l's zero fields from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.Wall > 0 {
+		d.Wall = l.Wall
+	}
+	if l.CPU > 0 {
+		d.CPU = l.CPU
+	}
+	if l.Memory > 0 {
+		d.Memory = l.Memory
+	}
+	if l.Processes > 0 {
+		d.Processes = l.Processes
+	}
+	if l.Output > 0 {
+		d.Output = l.Output
+	}
+	if l.FileSize > 0 {
+		d.FileSize = l.FileSize
+	}
+	if l.Workspace > 0 {
+		d.Workspace = l.Workspace
+	}
+	return d
+}
+
+// The limits a job can meet, as Outcome.Limit names them.
+const (
+	LimitWall      = "wall_time"
+	LimitCPU       = "cpu_time"
+	LimitMemory    = "memory"
+	LimitProcesses = "processes"
+	LimitOutput    = "output"
+	LimitFileSize  = "file_size"
+)
+
+// Outcome is how a job ended.
+type Outcome struct {
+	// Exit is the exit status, -1 when a signal ended the job (Signal
+	// names it) or it was killed at a limit.
+	Exit   int
+	Signal string
+	// Stdout and Stderr are what it printed, cut at the output limit
+	// (Cut says which was).
+	Stdout, Stderr       []byte
+	StdoutCut, StderrCut bool
+	// Wall and CPU are the times it took; Memory its peak memory in
+	// bytes (0 when the backend cannot tell).
+	Wall, CPU time.Duration
+	Memory    int64
+	// Limit names the limit that stopped it, if one did.
+	Limit string
+}
+
+// Check is what a backend reports of itself.
+type Check struct {
+	Backend string
+	// Isolation describes how jobs are isolated, for users to judge.
+	Isolation string
+	// Details are facts found (engine version, runtime, cgroups).
+	Details []string
+	// Warnings are limits the backend cannot enforce here.
+	Warnings []string
+}
+
+// ErrUnavailable says no sandbox backend is configured or reachable.
+var ErrUnavailable = errors.New("no sandbox is available")
+
+// FromEnv returns the backend configured by the environment:
+// TRELLIS_SANDBOX names it (docker, local, none; empty: docker when
+// DOCKER_HOST is set, else local when bwrap is installed, else none).
+// TRELLIS_SANDBOX_IMAGE and TRELLIS_SANDBOX_ROOT name the image and the
+// root directory of the language runtimes; TRELLIS_SANDBOX_RUNTIME a
+// Docker runtime (runsc for gVisor); TRELLIS_SANDBOX_CONCURRENCY bounds
+// the executions that run at once (default 4). It returns nil, nil for
+// none.
+func FromEnv() (*Pool, error) {
+	name := os.Getenv("TRELLIS_SANDBOX")
+	if name == "" {
+		switch {
+		case os.Getenv("DOCKER_HOST") != "":
+			name = "docker"
+		case haveBwrap():
+			name = "local"
+		default:
+			return nil, nil
+		}
+	}
+	var b Backend
+	var err error
+	switch name {
+	case "none", "off":
+		return nil, nil
+	case "docker":
+		b, err = NewDocker(os.Getenv("TRELLIS_SANDBOX_RUNTIME"))
+	case "local":
+		b, err = NewLocal()
+	default:
+		return nil, fmt.Errorf("TRELLIS_SANDBOX=%q: the backends are docker, local and none", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := 4
+	if s := os.Getenv("TRELLIS_SANDBOX_CONCURRENCY"); s != "" {
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			return nil, fmt.Errorf("TRELLIS_SANDBOX_CONCURRENCY=%q is not a positive number", s)
+		}
+	}
+	return NewPool(b, n, Images{Image: os.Getenv("TRELLIS_SANDBOX_IMAGE"), Root: os.Getenv("TRELLIS_SANDBOX_ROOT")}), nil
+}
+
+// Images says where the language runtimes are: the Docker image and the
+// same tree as a directory, for the local backend.
+type Images struct {
+	Image, Root string
+}
+
+// DefaultImage is the image `make sandbox-image` builds.
+const DefaultImage = "trellis-sandbox:1"
+
+func (im Images) image() string {
+	if im.Image != "" {
+		return im.Image
+	}
+	return DefaultImage
+}
+
+// signalName names a signal number as the drivers do (SIGKILL).
+func signalName(n int) string {
+	if s, ok := signalNames[n]; ok {
+		return s
+	}
+	return "SIG" + strconv.Itoa(n)
+}
+
+var signalNames = map[int]string{1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+	9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ", 31: "SIGSYS"}
+
+// capped collects at most n bytes, remembering whether more came.
+type capped struct {
+	n   int64
+	buf []byte
+	cut bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	room := c.n - int64(len(c.buf))
+	if int64(len(p)) > room {
+		c.buf = append(c.buf, p[:max(room, 0)]...)
+		c.cut = true
+		return len(p), nil
+	}
+	c.buf = append(c.buf, p...)
+	return len(p), nil
+}
+
+// short trims an error text for messages.
+func short(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+var env = sync.OnceValues(FromEnv)
+
+// Env returns the pool FromEnv configures, made once per process: nil
+// when no sandbox is configured, or when the configuration is wrong
+// (EnvError says how).
+func Env() *Pool {
+	p, _ := env()
+	return p
+}
+
+// EnvError is what is wrong with the sandbox configuration, if anything.
+func EnvError() error {
+	_, err := env()
+	return err
+}

@@ -1,0 +1,253 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+)
+
+// Docker runs each job in a container of its own on a Docker engine (the
+// one DOCKER_HOST names): no network, a read-only root, a small tmpfs
+// workspace, every capability dropped, no new privileges, an unprivileged
+// user, memory with no swap, a process count and a CPU share; it is
+// killed and removed at the wall limit, when the job's context ends, or
+// when the job ends. The container's first process only waits; the job
+// runs beside it (an exec), so that its memory and CPU can be read from
+// the container once it ends.
+type Docker struct {
+	cli     *client.Client
+	runtime string // "" or runsc
+
+	mu   sync.Mutex
+	live map[string]bool // containers not yet removed
+}
+
+// label marks the containers of this backend, so that leftovers are found.
+const label = "trellis.sandbox"
+
+// NewDocker connects to the engine from the environment (DOCKER_HOST);
+// runtime is an OCI runtime to run containers with ("": the engine's
+// default; runsc for gVisor).
+func NewDocker(runtime string) (*Docker, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, err
+	}
+	return &Docker{cli: cli, runtime: runtime, live: map[string]bool{}}, nil
+}
+
+// Name implements Backend.
+func (d *Docker) Name() string { return "docker" }
+
+// Close implements Backend.
+func (d *Docker) Close() error { return d.cli.Close() }
+
+// Check implements Backend: the engine answers, and the image is there.
+func (d *Docker) Check(ctx context.Context) (*Check, error) {
+	c := &Check{Backend: "docker", Isolation: "a container per execution: no network, read-only root, tmpfs workspace, no capabilities, no new privileges, unprivileged user, memory, process and CPU limits"}
+	v, err := d.cli.ServerVersion(ctx)
+	if err != nil {
+		return c, fmt.Errorf("the Docker engine does not answer (DOCKER_HOST=%s): %w", d.cli.DaemonHost(), err)
+	}
+	c.Details = append(c.Details, fmt.Sprintf("engine %s (API %s) at %s", v.Version, v.APIVersion, d.cli.DaemonHost()))
+	if d.runtime != "" {
+		c.Details = append(c.Details, "runtime "+d.runtime)
+		c.Isolation += "; gVisor" + map[bool]string{true: "", false: " (" + d.runtime + ")"}[d.runtime == "runsc"]
+	}
+	return c, nil
+}
+
+// CheckImage reports whether the engine has image.
+func (d *Docker) CheckImage(ctx context.Context, image string) error {
+	if _, err := d.cli.ImageInspect(ctx, image); err != nil {
+		return fmt.Errorf("image %s: %w (build it with make sandbox-image)", image, err)
+	}
+	return nil
+}
+
+// Exec implements Backend.
+func (d *Docker) Exec(ctx context.Context, j *Job) (*Outcome, error) {
+	lim := j.Limits.withDefaults()
+	wctx, cancel := context.WithTimeout(ctx, lim.Wall)
+	defer cancel()
+	// the container is removed whatever happens to ctx
+	bg := context.WithoutCancel(ctx)
+	id, err := d.create(bg, j.Image, lim)
+	if err != nil {
+		return nil, err
+	}
+	defer d.remove(bg, id)
+	if err := d.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
+		return nil, fmt.Errorf("starting the sandbox container: %w", err)
+	}
+	ex, err := d.cli.ContainerExecCreate(bg, id, container.ExecOptions{
+		User: "65534:65534", WorkingDir: "/work", Cmd: j.Command,
+		Env:         []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8", "TMPDIR=/work"},
+		AttachStdin: true, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox job: %w", err)
+	}
+	att, err := d.cli.ContainerExecAttach(bg, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("attaching to the sandbox job: %w", err)
+	}
+	defer att.Close()
+	start := time.Now()
+	go func() {
+		_, _ = att.Conn.Write(j.Stdin)
+		_ = att.CloseWrite()
+	}()
+	stdout, stderr := &capped{n: lim.Output}, &capped{n: lim.Output}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		copied <- err
+	}()
+	select {
+	case <-copied:
+	case <-wctx.Done():
+		// the wall limit, or the caller gave up: the container dies
+		// with everything in it
+		_ = d.cli.ContainerKill(bg, id, "KILL")
+		att.Close()
+		<-copied
+	}
+	o := &Outcome{Wall: time.Since(start), Exit: -1}
+	ins, err := d.inspectExec(bg, ex.ID)
+	if err == nil && !ins.Running {
+		o.Exit = ins.ExitCode
+		if o.Exit > 128 && o.Exit < 128+32 {
+			o.Exit, o.Signal = -1, signalName(ins.ExitCode-128)
+		}
+	}
+	d.measure(bg, id, o)
+	o.Stdout, o.Stderr, o.StdoutCut, o.StderrCut = stdout.buf, stderr.buf, stdout.cut, stderr.cut
+	switch {
+	case ctx.Err() != nil:
+		return o, ctx.Err()
+	case wctx.Err() != nil:
+		o.Limit, o.Exit, o.Signal = LimitWall, -1, "SIGKILL"
+	case o.Limit != "":
+	case o.Signal == "SIGXCPU", o.Signal == "SIGKILL" && o.CPU >= lim.CPU:
+		o.Limit = LimitCPU
+	case o.Signal == "SIGXFSZ":
+		o.Limit = LimitFileSize
+	case o.StdoutCut || o.StderrCut:
+		o.Limit = LimitOutput
+	}
+	return o, nil
+}
+
+// inspectExec waits briefly for the engine to record the job's end.
+func (d *Docker) inspectExec(ctx context.Context, id string) (container.ExecInspect, error) {
+	for i := 0; ; i++ {
+		ins, err := d.cli.ContainerExecInspect(ctx, id)
+		if err != nil || !ins.Running || i == 50 {
+			return ins, err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, error) {
+	if image == "" {
+		image = DefaultImage
+	}
+	cpu := max(int64(lim.CPU/time.Second), 1)
+	hc := &container.HostConfig{
+		NetworkMode:    "none",
+		ReadonlyRootfs: true,
+		Tmpfs: map[string]string{
+			"/work": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", lim.Workspace),
+			"/tmp":  "rw,nosuid,nodev,noexec,size=1m,mode=1777",
+		},
+		CapDrop:     []string{"ALL"},
+		SecurityOpt: []string{"no-new-privileges"},
+		Runtime:     d.runtime,
+		Resources: container.Resources{
+			Memory: lim.Memory, MemorySwap: lim.Memory,
+			PidsLimit: ptr(int64(lim.Processes)),
+			NanoCPUs:  1e9,
+			Ulimits: []*container.Ulimit{
+				{Name: "cpu", Soft: cpu, Hard: cpu + 1},
+				{Name: "fsize", Soft: lim.FileSize, Hard: lim.FileSize},
+				{Name: "core", Soft: 0, Hard: 0},
+				{Name: "nofile", Soft: 256, Hard: 256},
+			},
+		},
+	}
+	cfg := &container.Config{
+		Image: image, User: "65534:65534", WorkingDir: "/work",
+		Cmd:             []string{"/bin/sleep", "86400"},
+		NetworkDisabled: true, Labels: map[string]string{label: "1"},
+		Env: []string{"PATH=/usr/bin:/bin"},
+	}
+	resp, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
+	if err != nil {
+		return "", fmt.Errorf("creating the sandbox container: %w", err)
+	}
+	d.mu.Lock()
+	d.live[resp.ID] = true
+	d.mu.Unlock()
+	return resp.ID, nil
+}
+
+// measure reads the container's peak memory, CPU time and memory limit
+// hits while it still stands.
+func (d *Docker) measure(ctx context.Context, id string, o *Outcome) {
+	st, err := d.cli.ContainerStatsOneShot(ctx, id)
+	if err != nil {
+		return
+	}
+	defer st.Body.Close()
+	var s container.StatsResponse
+	if json.NewDecoder(st.Body).Decode(&s) != nil {
+		return
+	}
+	o.Memory = int64(s.MemoryStats.MaxUsage)
+	o.CPU = time.Duration(s.CPUStats.CPUUsage.TotalUsage)
+	m := s.MemoryStats
+	// the peak reached the limit: the kernel killed a process of the job
+	// to stay under it (the engine's OOMKilled covers its first only)
+	if m.Failcnt > 0 || m.Limit > 0 && m.MaxUsage >= m.Limit {
+		o.Limit = LimitMemory
+	}
+}
+
+func (d *Docker) remove(ctx context.Context, id string) {
+	for i := range 3 {
+		err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+		if err == nil || strings.Contains(err.Error(), "No such container") {
+			break
+		}
+		time.Sleep(time.Duration(i+1) * 100 * time.Millisecond)
+	}
+	d.mu.Lock()
+	delete(d.live, id)
+	d.mu.Unlock()
+}
+
+// Leftovers lists the containers of this backend that still exist (none,
+// once every job has ended).
+func (d *Docker) Leftovers(ctx context.Context) ([]string, error) {
+	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", label))})
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, c := range list {
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+func ptr[T any](v T) *T { return &v }
