@@ -5,7 +5,7 @@ PKGS    := ./...
 # (go.dev/issue/75804, fixed in Go 1.27) and can fail with no crasher.
 FUZZTIME ?= 40000x
 
-.PHONY: build test check deps bench fmt vet race tidy-check flows fuzz schema peerbench loadtest
+.PHONY: build test check deps bench fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image
 
 build:
 	$(GO) build -o bin/trellis ./cmd/trellis
@@ -16,18 +16,34 @@ test: deps
 check: deps fmt vet tidy-check race flows fuzz
 
 # What the tests need beyond Go and the PostgreSQL server binaries:
-# PgBouncer, which the PostgreSQL store's tests put in front of a server.
-# As root with apt-get (a fresh Debian machine) it is installed; otherwise
-# the tests that need it fail and say how to install it.
+# PgBouncer, which the PostgreSQL store's tests put in front of a server;
+# bubblewrap, for the local sandbox; a Docker engine (docker.io), which the
+# sandbox's tests start on a private socket; and Debian's Python, which the
+# sandbox's file tree is made of. As root with apt-get (a
+# fresh Debian machine) they are installed; otherwise the tests that need
+# them fail and say how to install them.
+DEPS := pgbouncer:pgbouncer bwrap:bubblewrap dockerd:docker.io /usr/bin/python3:python3
 deps:
-	@if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then \
+	@missing=; for d in $(DEPS); do cmd=$${d%%:*}; pkg=$${d#*:}; \
+	  if ! command -v $$cmd >/dev/null && [ ! -x /usr/sbin/$$cmd ]; then missing="$$missing $$pkg"; fi; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing pgbouncer"; export DEBIAN_FRONTEND=noninteractive; log=$$(mktemp); \
-	    if ! { apt-get install -y -q --no-install-recommends pgbouncer || \
-	      { apt-get update -q && apt-get install -y -q --no-install-recommends pgbouncer; }; } >$$log 2>&1; then \
+	    echo "installing$$missing"; export DEBIAN_FRONTEND=noninteractive; log=$$(mktemp); \
+	    if ! { apt-get install -y -q --no-install-recommends $$missing || \
+	      { apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; }; } >$$log 2>&1; then \
 	      cat $$log; rm -f $$log; exit 1; fi; rm -f $$log; \
-	  else echo "PgBouncer is missing: install the pgbouncer package (the PostgreSQL store's tests need it)"; fi; \
+	  else echo "missing packages:$$missing (the store's and the sandbox's tests need them)"; fi; \
 	fi
+
+# The sandbox's file tree (Python, Node.js and the drivers' tools, from
+# this machine's packages) in SANDBOX_ROOT, imported into the Docker engine
+# DOCKER_HOST names as $(SANDBOX_IMAGE). The local backend runs on the tree
+# itself: TRELLIS_SANDBOX_ROOT=$(SANDBOX_ROOT).
+SANDBOX_ROOT  ?= $(HOME)/.cache/trellis/sandbox-root
+SANDBOX_IMAGE ?= trellis-sandbox:1
+sandbox-image:
+	sh nodes/sandbox/image/rootfs.sh $(SANDBOX_ROOT)
+	tar -C $(SANDBOX_ROOT) -c . | docker import - $(SANDBOX_IMAGE)
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -123,6 +123,11 @@ func TestInterviewWithModel(t *testing.T) {
 			degraded[ev.Node] = ev.Degraded
 		}
 	}, true)
+	// no sandbox here: the code is not run, and says so
+	if why := degraded["run_code"]; !strings.Contains(why, "no sandbox") {
+		t.Fatalf("run_code with no sandbox: %q", why)
+	}
+	delete(degraded, "run_code")
 	if len(degraded) > 0 {
 		t.Fatalf("degraded nodes with a model: %v", degraded)
 	}

@@ -233,7 +233,12 @@ func language(b kind.Builder, v config.Value) *Language {
 	if l, ok := builtins()[name]; ok {
 		return l
 	}
-	known := append(BuiltinNames(), b.Names("sandbox", ".yaml")...)
+	known := BuiltinNames()
+	for _, n := range b.Names("sandbox", ".yaml") {
+		if !strings.Contains(n, "/") && !slices.Contains(known, n) {
+			known = append(known, n)
+		}
+	}
 	msg := fmt.Sprintf("unknown language %q (known: %s)", name, strings.Join(known, ", "))
 	if s := diag.Suggest(name, known); s != "" {
 		msg += fmt.Sprintf("; did you mean %q?", s)

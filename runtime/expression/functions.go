@@ -3,6 +3,7 @@ package expression
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 	"unicode"
 
@@ -11,7 +12,8 @@ import (
 
 // The function library flows may call besides expr's built-ins (len, filter,
 // map, mean, lower, ...): text normalisation and word similarity for
-// de-duplication, and ids.
+// de-duplication, ids, and json (a value as compact JSON text, where expr's
+// toJSON indents).
 var functions = []expr.Option{
 	expr.Function("normalize", func(p ...any) (any, error) {
 		return NormalizeText(p[0].(string)), nil
@@ -25,9 +27,13 @@ var functions = []expr.Option{
 	expr.Function("slug", func(p ...any) (any, error) {
 		return strings.ReplaceAll(NormalizeText(p[0].(string)), " ", "_"), nil
 	}, new(func(string) string)),
+	expr.Function("json", func(p ...any) (any, error) {
+		b, err := json.Marshal(p[0])
+		return string(b), err
+	}, new(func(any) string)),
 }
 
-var registered = []string{"normalize", "word_overlap", "uuid", "slug"}
+var registered = []string{"normalize", "word_overlap", "uuid", "slug", "json"}
 
 // NormalizeText lowercases s, turns punctuation into spaces and collapses runs of
 // spaces: "What's  your Stack?" becomes "what s your stack".
