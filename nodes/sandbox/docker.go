@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -202,8 +204,13 @@ func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, 
 }
 
 // measure reads the container's peak memory, CPU time and memory limit
-// hits while it still stands.
+// hits while it still stands: from its cgroups when the engine runs on
+// this machine, else from the engine's statistics (which wait for the
+// engine's next sample, up to a second).
 func (d *Docker) measure(ctx context.Context, id string, o *Outcome) {
+	if d.measureCgroup(id, o) {
+		return
+	}
 	st, err := d.cli.ContainerStatsOneShot(ctx, id)
 	if err != nil {
 		return
@@ -221,6 +228,26 @@ func (d *Docker) measure(ctx context.Context, id string, o *Outcome) {
 	if m.Failcnt > 0 || m.Limit > 0 && m.MaxUsage >= m.Limit {
 		o.Limit = LimitMemory
 	}
+}
+
+// measureCgroup reads a local engine's cgroups of the container (v1 with
+// the cgroupfs driver, or v2): false when they are not there.
+func (d *Docker) measureCgroup(id string, o *Outcome) bool {
+	v1 := filepath.Join(cgroupRoot, "memory", "docker", id)
+	if _, err := os.Stat(v1); err == nil {
+		g := &jobGroup{c: &cgroups{version: "v1"}, dirs: map[string]string{"memory": v1,
+			"pids": filepath.Join(cgroupRoot, "pids", "docker", id), "cpuacct": filepath.Join(cgroupRoot, "cpuacct", "docker", id)}}
+		g.measure(o)
+		return true
+	}
+	for _, v2 := range []string{filepath.Join(cgroupRoot, "system.slice", "docker-"+id+".scope"), filepath.Join(cgroupRoot, "docker", id)} {
+		if _, err := os.Stat(filepath.Join(v2, "memory.peak")); err == nil {
+			g := &jobGroup{c: &cgroups{version: "v2"}, dirs: map[string]string{"": v2}}
+			g.measure(o)
+			return true
+		}
+	}
+	return false
 }
 
 func (d *Docker) remove(ctx context.Context, id string) {

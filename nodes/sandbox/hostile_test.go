@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -166,7 +165,8 @@ func TestHostileCode(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-must-not-leak")
 	t.Setenv("TRELLIS_TEST_SECRET", "must-not-leak")
 	py := sandbox.Builtin()["python"]
-	for name, pool := range sandboxtest.Backends(t, 4) {
+	pools := sandboxtest.Backends(t, 4)
+	for name, pool := range pools {
 		t.Run(name, func(t *testing.T) {
 			var wg sync.WaitGroup
 			for _, c := range hostileCases(t, ln.Addr().String(), secret) {
@@ -213,33 +213,22 @@ func TestHostileCode(t *testing.T) {
 	if n := accepted.Load(); n != 0 {
 		t.Errorf("the sandbox reached the host's loopback %d times", n)
 	}
-	leftovers(t)
+	leftovers(t, pools)
 }
 
 // leftovers fails when a container, a sandbox process or a job's cgroup
 // outlives its execution.
-func leftovers(t *testing.T) {
+func leftovers(t *testing.T, pools map[string]*sandbox.Pool) {
 	t.Helper()
-	d, err := sandbox.NewDocker("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if ids, err := d.Leftovers(ctx); err != nil || len(ids) > 0 {
-		t.Errorf("containers left: %v %v", ids, err)
-	}
-	if out, err := exec.Command("pgrep", "-x", "bwrap").Output(); err == nil {
-		t.Errorf("bwrap processes left: %s", out)
-	}
-	for _, ctl := range []string{"memory", "pids", "cpuacct", ""} {
-		dir := filepath.Join("/sys/fs/cgroup", ctl, "trellis-sandbox")
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			if e.IsDir() {
-				t.Errorf("cgroup left: %s", filepath.Join(dir, e.Name()))
+	for name, p := range pools {
+		switch b := p.Backend().(type) {
+		case *sandbox.Docker:
+			if ids, err := b.Leftovers(ctx); err != nil || len(ids) > 0 {
+				t.Errorf("%s: containers left: %v %v", name, ids, err)
+			}
+		case *sandbox.Local:
+			if left := b.Leftovers(); len(left) > 0 {
+				t.Errorf("%s: left behind: %v", name, left)
 			}
 		}
 	}

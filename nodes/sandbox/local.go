@@ -29,6 +29,7 @@ import (
 type Local struct {
 	bwrap, prlimit string
 	cg             *cgroups // nil: none may be created here
+	id             string   // prefixes the ids of this backend's jobs
 }
 
 func haveBwrap() bool {
@@ -47,7 +48,7 @@ func NewLocal() (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the local sandbox needs prlimit (util-linux): %w", err)
 	}
-	return &Local{bwrap: bw, prlimit: pl, cg: findCgroups()}, nil
+	return &Local{bwrap: bw, prlimit: pl, cg: findCgroups(), id: newID()[:8]}, nil
 }
 
 // Name implements Backend.
@@ -79,7 +80,7 @@ func (l *Local) Check(ctx context.Context) (*Check, error) {
 // Exec implements Backend.
 func (l *Local) Exec(ctx context.Context, j *Job) (*Outcome, error) {
 	lim := j.Limits.withDefaults()
-	id := newID()
+	id := l.id + "-" + newID()
 	var cg *jobGroup
 	if l.cg != nil {
 		var err error
@@ -89,7 +90,8 @@ func (l *Local) Exec(ctx context.Context, j *Job) (*Outcome, error) {
 		defer cg.remove()
 	}
 	args := l.bwrapArgs(j.Root, lim)
-	args = append(args, "--")
+	// the job's id marks its processes, for Leftovers
+	args = append(args, "--setenv", jobEnv, id, "--")
 	args = append(args, j.Command...)
 	cpu := max(int64(lim.CPU/time.Second), 1)
 	// SIGXCPU at the limit, SIGKILL a second later for code that catches it
@@ -168,6 +170,35 @@ func (l *Local) Exec(ctx context.Context, j *Job) (*Outcome, error) {
 		o.Limit = LimitOutput
 	}
 	return o, nil
+}
+
+const jobEnv = "TRELLIS_SANDBOX_JOB"
+
+// Leftovers lists what this backend's jobs left behind: processes and
+// cgroups (none, once every job has ended).
+func (l *Local) Leftovers() []string {
+	var left []string
+	if l.cg != nil {
+		for _, parent := range l.cg.dirs {
+			entries, _ := os.ReadDir(parent)
+			for _, e := range entries {
+				if e.IsDir() && strings.HasPrefix(e.Name(), l.id+"-") {
+					left = append(left, "cgroup "+filepath.Join(parent, e.Name()))
+				}
+			}
+		}
+	}
+	mark := []byte(jobEnv + "\x00" + l.id + "-")
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		if cmd, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline")); err == nil && bytes.Contains(cmd, mark) {
+			left = append(left, "process "+p.Name()+": "+short(strings.ReplaceAll(string(cmd), "\x00", " ")))
+		}
+	}
+	return left
 }
 
 // bwrapArgs isolates a job: root is the tree holding the language

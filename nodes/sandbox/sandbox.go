@@ -324,15 +324,16 @@ func (n *node) submission(s kind.State) (Submission, error) {
 		if err != nil {
 			return sub, fmt.Errorf("tests: %w", err)
 		}
-		if sub.Tests, err = tests(t); err != nil {
+		if sub.Tests, err = Tests(t); err != nil {
 			return sub, kind.Permanent(err)
 		}
 	}
 	return sub, nil
 }
 
-// tests checks test cases from state.
-func tests(v any) ([]map[string]any, error) {
+// Tests checks test cases (a list of objects, as state holds them) and
+// names the unnamed ones.
+func Tests(v any) ([]map[string]any, error) {
 	if v == nil {
 		return nil, nil
 	}

@@ -30,6 +30,8 @@ for p in $pkgs; do
 	done
 done
 ln -sf "$(basename "$py")" "$tmp/usr/bin/python3"
+# the tree is read-only in the sandbox: Python's bytecode is compiled now
+"$py" -m compileall -q -j 0 -d "$lib" "$tmp$lib" >/dev/null || true
 copy "$(readlink -f "$(command -v node)")" /usr/bin/sh /usr/bin/dash /usr/bin/sleep /usr/bin/prlimit
 if [ ! -e "$tmp/usr/bin/node" ]; then cp -L "$(command -v node)" "$tmp/usr/bin/node"; fi
 # the shared libraries every program and Python extension loads

@@ -61,6 +61,8 @@ func init() {
 		{"serve", "serve [--flows DIR] [--store ADDR] [--addr HOST:PORT]", "Serve the flows as an HTTP API (schemas/openapi.yaml)", cmdServe},
 		{"keys", "keys create --tenant T [--admin] [--name N] | keys list [--tenant T] | keys revoke ID  [--store ADDR]",
 			"Manage the API keys of trellis serve", cmdKeys},
+		{"sandbox", "sandbox check | sandbox run FILE [--language L] [--tests FILE] [--stdin FILE] [--wall-time D]",
+			"Report the code sandbox configured by TRELLIS_SANDBOX and run a trivial program in it, or run a file of code", cmdSandbox},
 		{"schema", "schema", "Print the JSON Schema of the flow format", cmdSchema},
 		{"init", "init [--template linear|router|fanout|loop|chat] FLOW [DIR]", "Scaffold a flow from a template, with a passing test", cmdInit},
 		{"explain", "explain [CODE]", "Explain a diagnostic code: what it protects against, a failing example and its fix, how to accept a warning", cmdExplain},
