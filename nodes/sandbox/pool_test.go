@@ -1,0 +1,115 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/nodes/sandbox"
+	"github.com/trellisflow/trellis/nodes/sandbox/sandboxtest"
+)
+
+// recorder is a real backend that records the order jobs reach it and
+// how many run at once.
+type recorder struct {
+	sandbox.Backend
+	mu            sync.Mutex
+	order         []string
+	running, peak int
+}
+
+func (r *recorder) Exec(ctx context.Context, j *sandbox.Job) (*sandbox.Outcome, error) {
+	r.mu.Lock()
+	r.order = append(r.order, string(j.Stdin))
+	r.running++
+	r.peak = max(r.peak, r.running)
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running--
+		r.mu.Unlock()
+	}()
+	return r.Backend.Exec(ctx, j)
+}
+
+// Executions beyond the pool's size wait in the order they came, a
+// waiter whose context ends leaves the queue, and the depth is reported.
+func TestPoolIsBoundedAndFair(t *testing.T) {
+	rec := &recorder{Backend: sandboxtest.Local(t, 1).Backend()}
+	pool := sandbox.NewPool(rec, 2, sandbox.Images{Root: sandboxtest.Root()})
+	job := func(name string) *sandbox.Job {
+		return &sandbox.Job{Command: []string{"sleep", "0.3"}, Stdin: []byte(name), Root: sandboxtest.Root()}
+	}
+	var wg sync.WaitGroup
+	names := []string{"a", "b", "c", "d", "e"}
+	errs := make(map[string]error)
+	var mu sync.Mutex
+	gone, cancel := context.WithCancel(ctx)
+	for i, n := range names {
+		wg.Add(1)
+		c := ctx
+		if n == "d" {
+			c = gone // gives up while waiting
+		}
+		go func() {
+			defer wg.Done()
+			_, err := pool.Exec(c, job(n))
+			mu.Lock()
+			errs[n] = err
+			mu.Unlock()
+		}()
+		// each comes after the one before
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			running, queued := pool.Stats()
+			if running+queued == i+1 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if running, queued := pool.Stats(); running != 2 || queued != 3 {
+		t.Errorf("stats %d running, %d queued; want 2, 3", running, queued)
+	}
+	cancel()
+	wg.Wait()
+	if !errors.Is(errs["d"], context.Canceled) {
+		t.Errorf("the waiter that gave up: %v", errs["d"])
+	}
+	for _, n := range []string{"a", "b", "c", "e"} {
+		if errs[n] != nil {
+			t.Errorf("%s: %v", n, errs[n])
+		}
+	}
+	if rec.peak != 2 {
+		t.Errorf("%d ran at once, want 2", rec.peak)
+	}
+	got := rec.order[2:]
+	if len(rec.order) != 4 || got[0] != "c" || got[1] != "e" {
+		t.Errorf("order %v, want a and b, then c, e", rec.order)
+	}
+	if running, queued := pool.Stats(); running != 0 || queued != 0 {
+		t.Errorf("after: %d running, %d queued", running, queued)
+	}
+}
+
+// A cancelled execution stops at once on each backend and leaves nothing.
+func TestCancelStopsTheExecution(t *testing.T) {
+	pools := sandboxtest.Backends(t, 2)
+	for name, pool := range pools {
+		t.Run(name, func(t *testing.T) {
+			c, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := sandbox.Execute(c, pool, sandbox.Builtin()["python"], sandbox.Submission{Code: "import time\ntime.sleep(30)\n"})
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err %v, want the context's", err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("stopped after %v", d)
+			}
+		})
+	}
+	leftovers(t, pools)
+}
