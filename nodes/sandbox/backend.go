@@ -131,8 +131,9 @@ var ErrUnavailable = errors.New("no sandbox is available")
 // TRELLIS_SANDBOX_IMAGE and TRELLIS_SANDBOX_ROOT name the image and the
 // root directory of the language runtimes; TRELLIS_SANDBOX_RUNTIME a
 // Docker runtime (runsc for gVisor); TRELLIS_SANDBOX_CONCURRENCY bounds
-// the executions that run at once (default 4). It returns nil, nil for
-// none.
+// the executions that run at once (default 4); TRELLIS_SANDBOX_WARM the
+// Docker containers kept started and ready for the next execution (default
+// 2). It returns nil, nil for none.
 func FromEnv() (*Pool, error) {
 	name := os.Getenv("TRELLIS_SANDBOX")
 	if name == "" {
@@ -151,7 +152,16 @@ func FromEnv() (*Pool, error) {
 	case "none", "off":
 		return nil, nil
 	case "docker":
-		b, err = NewDocker(os.Getenv("TRELLIS_SANDBOX_RUNTIME"))
+		var d *Docker
+		if d, err = NewDocker(os.Getenv("TRELLIS_SANDBOX_RUNTIME")); err == nil {
+			d.Warm = 2
+			if s := os.Getenv("TRELLIS_SANDBOX_WARM"); s != "" {
+				if d.Warm, err = strconv.Atoi(s); err != nil || d.Warm < 0 {
+					return nil, fmt.Errorf("TRELLIS_SANDBOX_WARM=%q is not a count", s)
+				}
+			}
+			b = d
+		}
 	case "local":
 		b, err = NewLocal()
 	default:

@@ -11,15 +11,26 @@ import (
 
 // BenchmarkTrivial runs a trivial Python program (no tests) on each
 // backend, one at a time: executions per second, p50 and p99 latency,
-// and the first execution of a new backend (cold) beside the rest.
+// and the first execution of a new backend (cold) beside the rest; on
+// Docker with no started containers kept ready, and with two (warm).
 //
 //	go test ./nodes/sandbox -run '^$' -bench Trivial -benchtime 40x
 func BenchmarkTrivial(b *testing.B) {
 	py := sandbox.Builtin()["python"]
 	sub := sandbox.Submission{Code: "print('ok')\n"}
-	for _, name := range []string{"local", "docker"} {
+	for _, name := range []string{"local", "docker", "docker-warm"} {
 		b.Run(name, func(b *testing.B) {
-			pool := sandboxtest.Backends(b, 1)[name]
+			var pool *sandbox.Pool
+			switch name {
+			case "local":
+				pool = sandboxtest.Local(b, 1)
+			case "docker":
+				sandboxtest.SetWarm(0)
+				pool = sandboxtest.Docker(b, 1)
+			default:
+				sandboxtest.SetWarm(2)
+				pool = sandboxtest.Docker(b, 1)
+			}
 			start := time.Now()
 			if r, err := sandbox.Execute(ctx, pool, py, sub); err != nil || r.Status != sandbox.StatusOK {
 				b.Fatalf("%+v %v", r, err)

@@ -27,9 +27,19 @@ import (
 type Docker struct {
 	cli     *client.Client
 	runtime string // "" or runsc
+	// Warm is how many started containers to keep ready for each image
+	// and set of limits once one has been asked for (0: none). A job
+	// takes one instead of creating and starting its own, and a
+	// replacement is started in the background; a container still runs
+	// one job only.
+	Warm int
 
-	mu   sync.Mutex
-	live map[string]bool // containers not yet removed
+	mu      sync.Mutex
+	live    map[string]bool     // containers not yet removed
+	spares  map[string][]string // started containers ready, by key
+	filling map[string]int      // spares being started, by key
+	closed  bool
+	wg      sync.WaitGroup
 }
 
 // label marks the containers of this backend, so that leftovers are found.
@@ -43,14 +53,81 @@ func NewDocker(runtime string) (*Docker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Docker{cli: cli, runtime: runtime, live: map[string]bool{}}, nil
+	return &Docker{cli: cli, runtime: runtime, live: map[string]bool{}, spares: map[string][]string{}, filling: map[string]int{}}, nil
 }
 
 // Name implements Backend.
 func (d *Docker) Name() string { return "docker" }
 
-// Close implements Backend.
-func (d *Docker) Close() error { return d.cli.Close() }
+// Close implements Backend: the warm containers are removed.
+func (d *Docker) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.wg.Wait()
+	d.mu.Lock()
+	var ids []string
+	for _, list := range d.spares {
+		ids = append(ids, list...)
+	}
+	d.spares = map[string][]string{}
+	d.mu.Unlock()
+	for _, id := range ids {
+		d.remove(context.Background(), id)
+	}
+	return d.cli.Close()
+}
+
+// container returns a started container for a job: a warm one, or a new
+// one; either way a replacement is started for the next job.
+func (d *Docker) container(ctx context.Context, image string, lim Limits) (string, error) {
+	if image == "" {
+		image = DefaultImage
+	}
+	key := image + fmt.Sprint(lim)
+	d.mu.Lock()
+	var id string
+	if list := d.spares[key]; len(list) > 0 {
+		id, d.spares[key] = list[0], list[1:]
+	}
+	for !d.closed && len(d.spares[key])+d.filling[key] < d.Warm {
+		d.filling[key]++
+		d.wg.Add(1)
+		go d.fill(key, image, lim)
+	}
+	d.mu.Unlock()
+	if id != "" {
+		return id, nil
+	}
+	id, err := d.create(ctx, image, lim)
+	if err != nil {
+		return "", err
+	}
+	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		d.remove(ctx, id)
+		return "", fmt.Errorf("starting the sandbox container: %w", err)
+	}
+	return id, nil
+}
+
+// fill starts a spare container.
+func (d *Docker) fill(key, image string, lim Limits) {
+	defer d.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, err := d.create(ctx, image, lim)
+	if err == nil {
+		if err = d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+			d.remove(ctx, id)
+		}
+	}
+	d.mu.Lock()
+	d.filling[key]--
+	if err == nil {
+		d.spares[key] = append(d.spares[key], id)
+	}
+	d.mu.Unlock()
+}
 
 // Check implements Backend: the engine answers, and the image is there.
 func (d *Docker) Check(ctx context.Context) (*Check, error) {
@@ -82,14 +159,11 @@ func (d *Docker) Exec(ctx context.Context, j *Job) (*Outcome, error) {
 	defer cancel()
 	// the container is removed whatever happens to ctx
 	bg := context.WithoutCancel(ctx)
-	id, err := d.create(bg, j.Image, lim)
+	id, err := d.container(bg, j.Image, lim)
 	if err != nil {
 		return nil, err
 	}
-	defer d.remove(bg, id)
-	if err := d.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
-		return nil, fmt.Errorf("starting the sandbox container: %w", err)
-	}
+	defer d.discard(id)
 	ex, err := d.cli.ContainerExecCreate(bg, id, container.ExecOptions{
 		User: "65534:65534", WorkingDir: "/work", Cmd: j.Command,
 		Env:         []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8", "TMPDIR=/work"},
@@ -161,9 +235,6 @@ func (d *Docker) inspectExec(ctx context.Context, id string) (container.ExecInsp
 }
 
 func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, error) {
-	if image == "" {
-		image = DefaultImage
-	}
 	cpu := max(int64(lim.CPU/time.Second), 1)
 	hc := &container.HostConfig{
 		NetworkMode:    "none",
@@ -250,6 +321,23 @@ func (d *Docker) measureCgroup(id string, o *Outcome) bool {
 	return false
 }
 
+// discard kills a job's container at once, with whatever it left
+// running, and removes it in the background.
+func (d *Docker) discard(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if err := d.cli.ContainerKill(ctx, id, "KILL"); err != nil && !strings.Contains(err.Error(), "is not running") {
+		d.remove(ctx, id)
+		cancel()
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer cancel()
+		d.remove(ctx, id)
+	}()
+}
+
 func (d *Docker) remove(ctx context.Context, id string) {
 	for i := range 3 {
 		err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
@@ -263,16 +351,27 @@ func (d *Docker) remove(ctx context.Context, id string) {
 	d.mu.Unlock()
 }
 
-// Leftovers lists the containers of this backend that still exist (none,
-// once every job has ended).
+// Leftovers lists the containers with this backend's label that still
+// exist, but for its warm ones (none, once every job has ended).
 func (d *Docker) Leftovers(ctx context.Context) ([]string, error) {
+	d.wg.Wait() // spares being started
 	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", label))})
 	if err != nil {
 		return nil, err
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	spare := map[string]bool{}
+	for _, l := range d.spares {
+		for _, id := range l {
+			spare[id] = true
+		}
+	}
 	var ids []string
 	for _, c := range list {
-		ids = append(ids, c.ID)
+		if !spare[c.ID] {
+			ids = append(ids, c.ID)
+		}
 	}
 	return ids, nil
 }

@@ -63,6 +63,13 @@ func Local(t testing.TB, n int) *sandbox.Pool {
 	return sandbox.NewPool(b, n, sandbox.Images{Root: root})
 }
 
+// Warm is the number of started containers the Docker pools keep ready
+// (the default of FromEnv).
+var warm = 2
+
+// SetWarm sets the warm containers of the Docker pools made after it.
+func SetWarm(n int) { warm = n }
+
 // Docker returns a pool on the Docker backend; the test fails when no
 // engine runs (make deps installs one, and Main starts it).
 func Docker(t testing.TB, n int) *sandbox.Pool {
@@ -74,6 +81,7 @@ func Docker(t testing.TB, n int) *sandbox.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.Warm = warm
 	t.Cleanup(func() { b.Close() })
 	return sandbox.NewPool(b, n, sandbox.Images{Image: image})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/nodes/sandbox"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/schemas"
 )
@@ -56,10 +57,31 @@ func newMetrics(cat store.Catalog) *metrics {
 		}
 		return float64(n)
 	})
+	// the code sandbox of this process: executions running and waiting
+	// for a place (0 with no sandbox)
+	sandboxRunning := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trellis_sandbox_running",
+		Help: "Code sandbox executions running in this process."}, func() float64 {
+		r, _ := sandboxStats()
+		return float64(r)
+	})
+	sandboxQueued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trellis_sandbox_queued",
+		Help: "Code sandbox executions waiting for a place (TRELLIS_SANDBOX_CONCURRENCY) in this process."}, func() float64 {
+		_, q := sandboxStats()
+		return float64(q)
+	})
 	m.reg.MustRegister(m.requests, m.latency, m.runs, m.nodes, m.degraded, m.usage, m.commits, m.active, queued,
+		sandboxRunning, sandboxQueued,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
+}
+
+// sandboxStats reads the process's sandbox pool, if it has one.
+func sandboxStats() (running, queued int) {
+	if p := sandbox.Env(); p != nil {
+		return p.Stats()
+	}
+	return 0, 0
 }
 
 func (m *metrics) request(route string, status int, took time.Duration) {
