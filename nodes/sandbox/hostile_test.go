@@ -162,6 +162,9 @@ func TestHostileCode(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("top secret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// whatever this process writes to its temporary directory stays there
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
 	t.Setenv("OPENAI_API_KEY", "sk-must-not-leak")
 	t.Setenv("TRELLIS_TEST_SECRET", "must-not-leak")
 	py := sandbox.Builtin()["python"]
@@ -214,6 +217,9 @@ func TestHostileCode(t *testing.T) {
 		t.Errorf("the sandbox reached the host's loopback %d times", n)
 	}
 	leftovers(t, pools)
+	if entries, _ := os.ReadDir(tmp); len(entries) > 0 {
+		t.Errorf("temporary files left: %v", entries)
+	}
 }
 
 // leftovers fails when a container, a sandbox process or a job's cgroup

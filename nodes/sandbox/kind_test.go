@@ -1,6 +1,8 @@
 package sandbox_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -134,5 +136,46 @@ func TestSandboxNodeIsCheckedAtLoad(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("missing %q in:\n%s", want, text)
 		}
+	}
+}
+
+// A flow adds a language as data: sandbox/NAME.yaml beside it, with its
+// driver there too.
+func TestLanguageOfTheFlow(t *testing.T) {
+	dir := t.TempDir()
+	driver, err := os.ReadFile("languages/python.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, "sandbox"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "sandbox", "py.py"), driver, 0o644))
+	must(os.WriteFile(filepath.Join(dir, "sandbox", "py.yaml"), []byte("name: py\ntitle: Python, as the flow's own\nfile: solution.py\ndriver: py.py\ncommand: [python3, -I, -c, $DRIVER]\n"), 0o644))
+	src := strings.Replace(review, "language: python", "language: py", 1)
+	must(os.WriteFile(filepath.Join(dir, "review.yaml"), []byte(src), 0o644))
+	pool := sandboxtest.Local(t, 1)
+	g, dl := flow.Load(filepath.Join(dir, "review.yaml"), kind.NewSet(sandbox.NewSpec(func() *sandbox.Pool { return pool })))
+	if g == nil || len(dl) > 0 {
+		t.Fatal(dl)
+	}
+	res, err := engine.New(memory.New()).Run(ctx, g, engine.Request{Thread: "t",
+		Input: map[string]any{"code": "def add(a, b):\n    return a + b\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.State["results"].([]any)[0].(map[string]any)
+	if res.State["verdict"] != "passed 2/2" || r["language"] != "py" {
+		t.Errorf("verdict %v, result %v", res.State["verdict"], r)
+	}
+
+	// a language file that misses what it needs is reported at the node
+	must(os.WriteFile(filepath.Join(dir, "sandbox", "py.yaml"), []byte("name: py\nfile: a/b.py\ncommand: [python3]\n"), 0o644))
+	_, dl = flow.Load(filepath.Join(dir, "review.yaml"), kind.NewSet(sandbox.NewSpec(func() *sandbox.Pool { return nil })))
+	if len(dl) != 1 || !strings.Contains(dl[0].String(), "missing driver") {
+		t.Errorf("diagnostics %v", dl)
 	}
 }
