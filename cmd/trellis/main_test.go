@@ -13,7 +13,9 @@ import (
 
 	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
 	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/kind"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -21,7 +23,8 @@ var update = flag.Bool("update", false, "rewrite golden files")
 func trellis(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = cli.Main(args, &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Registry: all.Registry(), Offline: all.Offline()})
+	code = cli.Main(args, &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Registry: all.Registry(), Offline: all.Offline(),
+		WithModel: func(p *llm.Provider) kind.Registry { return all.WithProvider(func() *llm.Provider { return p }) }})
 	return out.String(), errb.String(), code
 }
 

@@ -354,6 +354,16 @@ func parseStructured(reply string, out *prompt.Output) (any, error) {
 // when the run is observed.
 func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatCompletionRequest) (string, error) {
 	c := n.client
+	if cas := c.p.Cassette; cas != nil && !cas.Recording {
+		reply, err := cas.replay(s.Node(), req)
+		if err != nil {
+			return "", kind.Permanent(err)
+		}
+		if s.Observed() {
+			s.Stream(reply)
+		}
+		return reply, nil
+	}
 	var reply string
 	err := c.call(ctx, func(ctx context.Context) error {
 		s.Measure("calls", 1)
@@ -400,6 +410,9 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 	})
 	if err != nil {
 		return "", c.errorf(err)
+	}
+	if cas := c.p.Cassette; cas != nil {
+		cas.record(s.Node(), req, reply)
 	}
 	return reply, nil
 }

@@ -38,6 +38,9 @@ type Provider struct {
 	Timeout time.Duration
 	// HTTP is the client to use (nil: a default one).
 	HTTP *http.Client
+	// Cassette, when set, answers from recorded replies (replaying: no
+	// call leaves the process) or records the model's replies.
+	Cassette *Cassette
 }
 
 // FromEnv returns the provider the environment configures: OPENAI_BASE_URL

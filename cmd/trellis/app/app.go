@@ -22,11 +22,14 @@ import (
 
 	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
 	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/runtime/kind"
 )
 
 // Main runs the trellis command on args (the arguments after the
 // program's name) with the process's standard streams and the built-in
 // node kinds, and returns its exit status.
 func Main(args []string) int {
-	return cli.Main(args, &cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Registry: all.Registry(), Offline: all.Offline()})
+	return cli.Main(args, &cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Registry: all.Registry(), Offline: all.Offline(),
+		WithModel: func(p *llm.Provider) kind.Registry { return all.WithProvider(func() *llm.Provider { return p }) }})
 }

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
 
@@ -26,6 +27,10 @@ type Env struct {
 	// Offline is the registry flow tests use: the same kinds with no
 	// model configured (nil: Registry).
 	Offline kind.Registry
+	// WithModel returns the same kinds with the llm kind on provider, for
+	// flow tests that record or replay a cassette (nil: cassettes are not
+	// supported).
+	WithModel func(provider *llm.Provider) kind.Registry
 }
 
 type command struct {
@@ -43,7 +48,8 @@ func init() {
 		{"graph", "graph FLOW [--format mermaid|dot|json]", "Draw a flow's graph", cmdGraph},
 		{"run", "run FLOW [--with FILE] [--input k=v ...] [--input-file FILE] [--thread ID] [--trace]",
 			"Run a flow: talk with a conversational flow in the terminal, or run once and print the final state", cmdRun},
-		{"test", "test [--run TEXT] [-v] [--model] [FILE|DIR ...]", "Run flow tests (*.test.yaml): scripted node outputs, assertions on path, visits and state", cmdTest},
+		{"test", "test [--run TEXT] [-v] [--model | --record] [FILE|DIR ...]",
+			"Run flow tests (*.test.yaml): scripted node outputs, assertions on path, visits and state; model replies recorded once (--record) replay offline from x.cassette.yaml", cmdTest},
 		{"prompt", "prompt render FLOW NODE [--with FILE | --thread ID [--store ADDR]] [--input k=v ...] [--json]",
 			"Show exactly what a node would send to the model for a given state", cmdPrompt},
 		{"dev", "dev model-server [--addr HOST:PORT] [--script FILE] [--key KEY] | dev loadtest [--threads N] [--turns T] [--store ADDR]",

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/kind"
@@ -27,11 +28,35 @@ func TestFiles(paths []string) ([]string, error) {
 	return trellis.FindTests(paths...)
 }
 
+// cassette returns the registry to run a test file with: recording its
+// cassette (model set), replaying it when the file has one, else offline.
+func cassette(env *Env, path string, model *llm.Provider, offline kind.Registry, live bool) (kind.Registry, *llm.Cassette, error) {
+	cp := llm.CassettePath(path)
+	if model != nil {
+		cas, err := llm.OpenCassette(cp, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		p := *model
+		p.Cassette = cas
+		return env.WithModel(&p), cas, nil
+	}
+	if _, err := os.Stat(cp); err != nil || live || env.WithModel == nil {
+		return offline, nil, nil
+	}
+	cas, err := llm.OpenCassette(cp, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return env.WithModel(&llm.Provider{Cassette: cas}), cas, nil
+}
+
 func cmdTest(ctx context.Context, env *Env, args []string) int {
 	fs := flags(env, "test")
 	match := fs.String("run", "", "run only the tests whose name contains this text")
 	verbose := fs.Bool("v", false, "list every test, not only failures")
 	useModel := fs.Bool("model", false, "call the configured model instead of using fallbacks (tests are then not deterministic)")
+	record := fs.Bool("record", false, "call the configured model and keep its replies in each test file's cassette (x.cassette.yaml), which later runs replay offline")
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -45,9 +70,16 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis test: no %s files\n", testfile.Suffix)
 		return 1
 	}
-	reg := env.Offline
-	if *useModel || reg == nil {
-		reg = env.Registry
+	offline := env.Offline
+	if *useModel || offline == nil {
+		offline = env.Registry
+	}
+	var model *llm.Provider
+	if *record {
+		if model = llm.FromEnv(); model == nil || env.WithModel == nil {
+			fmt.Fprintln(env.Stderr, "trellis test --record: no model is configured (set OPENAI_BASE_URL or OPENAI_API_KEY)")
+			return 2
+		}
 	}
 	passed, failed := 0, 0
 	start := time.Now()
@@ -58,7 +90,30 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 			failed++
 			continue
 		}
+		reg, cas, err := cassette(env, path, model, offline, *useModel)
+		if err != nil {
+			fmt.Fprintf(env.Stdout, "FAIL %s\n    %v\n", path, err)
+			failed++
+			continue
+		}
 		results, err := testfile.RunFile(ctx, f, reg, *match)
+		if cas != nil {
+			if drifts := cas.Drifts(); len(drifts) > 0 {
+				failed++
+				fmt.Fprintf(env.Stdout, "FAIL %s: model replies drifted from the cassette\n", path)
+				for _, d := range drifts {
+					fmt.Fprintf(env.Stdout, "    %s\n", d)
+				}
+			}
+			if *record && err == nil {
+				if err := cas.Save(); err != nil {
+					fmt.Fprintf(env.Stdout, "FAIL %s: %v\n", path, err)
+					failed++
+				} else {
+					fmt.Fprintf(env.Stderr, "recorded %s\n", cas.Path)
+				}
+			}
+		}
 		if err != nil {
 			var le *diag.ListError
 			if errors.As(err, &le) {
