@@ -96,8 +96,24 @@ func BindField(vars map[string]any, key string, v any) { vars[key] = v }
 // Names lists the variables in the order they were added.
 func (e *Env) Names() []string { return e.names }
 
-// TypeOf maps a schema shape to the expression type checker's types.
+// TypeOf maps a schema shape to the expression type checker's types. A
+// nullable scalar (type [T, "null"], or anyOf T and null) is a pointer to
+// T: the checker sees through it, so a string compared with a nullable
+// number is still an error, and ?? gives the value or a default.
 func TypeOf(s *schema.Shape) types.Type {
+	if s.Nullable() && len(s.Types) == 2 {
+		switch s.NonNull().Types[0] {
+		case "integer":
+			return types.TypeOf(new(int))
+		case "number":
+			return types.TypeOf(new(float64))
+		case "string":
+			return types.TypeOf(new(string))
+		case "boolean":
+			return types.TypeOf(new(bool))
+		}
+		return types.Any
+	}
 	if s == nil || len(s.Types) != 1 {
 		return types.Any
 	}
@@ -501,9 +517,12 @@ func FunctionNames() []string {
 
 // ResultType is the type the checker gives the expression's value, or nil
 // when it cannot tell (a value of any type, such as a field of an
-// untyped object).
+// untyped object); a nullable value has the type it has when not nil.
 func (p *Program) ResultType() reflect.Type {
 	t := p.prog.Node().Type()
+	if t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem() // a nullable field's value: nil, or this
+	}
 	if t == nil || t.Kind() == reflect.Interface {
 		return nil
 	}

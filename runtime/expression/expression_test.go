@@ -1,6 +1,7 @@
 package expression_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -221,6 +222,54 @@ func TestEnumComparisons(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("%s: suggestion %q, want %q (%+v)", src, got, want, probs)
+		}
+	}
+}
+
+// A nullable scalar is typed as its type when not nil: mismatches are
+// errors, while nil tests, ?? and the value itself compile.
+func TestNullableScalarsAreTyped(t *testing.T) {
+	n := func(ty string) *schema.Shape { return &schema.Shape{Types: []string{ty, "null"}} }
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"count": n("integer"), "name": n("string"), "ratio": n("number"), "ok": n("boolean")},
+		Order: []string{"count", "name", "ratio", "ok"}})
+	for src, bad := range map[string]bool{
+		"state.count > 'three'":  true,
+		"state.name + 1":         true,
+		"state.ratio * 'x'":      true,
+		"state.ok + 1":           true,
+		"state.count > 3":        false,
+		"(state.count ?? 0) + 1": false,
+		"state.name == nil":      false,
+		"state.name != nil && state.name startsWith 'a'": false,
+		"(state.ratio ?? 0.5) * 2":                       false,
+		"state.ok ?? false":                              false,
+	} {
+		_, probs := expression.Compile(src, env, false)
+		if got := len(probs) > 0 && !probs[0].Warning; got != bad {
+			t.Errorf("%s: error %v, want %v (%+v)", src, got, bad, probs)
+		}
+	}
+	p, _ := expression.Compile("state.name", env, false)
+	if rt := p.ResultType(); rt == nil || rt.Kind().String() != "string" {
+		t.Errorf("the type of a nullable string: %v", rt)
+	}
+}
+
+// Nullable values evaluate as the values they hold, or nil.
+func TestNullableScalarsEvaluate(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"count": {Types: []string{"integer", "null"}}}, Order: []string{"count"}})
+	p, probs := expression.Compile("(state.count ?? 10) + 1", env, false)
+	if p == nil {
+		t.Fatal(probs)
+	}
+	for _, c := range []struct{ count, want any }{{nil, 11}, {int64(2), 3}, {2.0, 3.0}} {
+		vars := map[string]any{}
+		expression.Bind(vars, "state", map[string]any{"count": c.count})
+		got, err := p.Eval(vars)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("count %v: %v %v, want %v", c.count, got, err, c.want)
 		}
 	}
 }
