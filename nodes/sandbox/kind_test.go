@@ -179,3 +179,15 @@ func TestLanguageOfTheFlow(t *testing.T) {
 		t.Errorf("diagnostics %v", dl)
 	}
 }
+
+// The result's schema flows into the field it is written to.
+func TestResultTypeFlow(t *testing.T) {
+	src := strings.NewReplacer(
+		"      verdict: {type: string, default: \"\"}", "      verdict: {type: string, default: \"\"}\n      last: {type: object, properties: {status: {enum: [passed, failed]}, wall_ms: {type: string}}, default: {}}",
+		"      results: \"[output]\"", "      results: \"[output]\"\n      last: output",
+	).Replace(review)
+	_, dl := flow.LoadSource("review.yaml", []byte(src), kind.NewSet(sandbox.NewSpec(func() *sandbox.Pool { return nil })))
+	if len(dl) != 1 || !strings.Contains(dl[0].String(), `error[W004]: field "last" cannot hold what this expression gives: output.status may be "ok", "error", "syntax_error", "limit", "not_run", which the field's enum ("passed", "failed") does not list; output.wall_ms is integer, where the field takes string`) {
+		t.Errorf("diagnostics: %v", dl)
+	}
+}

@@ -163,7 +163,15 @@ type Program struct {
 	// every run would compute again.
 	lit    any
 	hasLit bool
+	// shape is the shape of a program that is a chain of member reads
+	// (output.review), nil when not known
+	shape *schema.Shape
 }
+
+// Shape is the shape of the value of an expression that reads a variable
+// or a chain of its members (output, output.review.score), as declared;
+// nil for any other expression.
+func (p *Program) Shape() *schema.Shape { return p.shape }
 
 // Source is the expression text.
 func (p *Program) Source() string { return p.src }
@@ -277,7 +285,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 		return nil, []Problem{p}
 	}
-	p := &Program{src: src, prog: prog}
+	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node)}
 	if literal(prog.Node()) {
 		// the literal is what the machine would return, every time
 		if v, err := new(vm.VM).Run(prog, map[string]any{}); err == nil {

@@ -107,3 +107,53 @@ edges:
 		}
 	}
 }
+
+// Type flow: a value whose shape is declared is checked against the
+// schema of the field it is written to, member by member.
+func TestTypeFlow(t *testing.T) {
+	src := `version: 1
+name: flow
+state:
+  schema:
+    type: object
+    properties:
+      draft:
+        type: object
+        properties: {name: {type: string}, age: {type: string}, note: {type: string}, level: {enum: [low, mid, high]}}
+        default: {name: x, age: "1"}
+      profile:
+        type: object
+        additionalProperties: false
+        required: [name, age]
+        properties: {name: {type: string}, age: {type: integer}, level: {enum: [low, high]}}
+        default: {name: x, age: 1}
+      same:
+        type: object
+        properties: {name: {type: string}, age: {type: string}}
+        default: {}
+      people: {type: array, items: {type: object, required: [name], properties: {name: {type: string}}}, default: []}
+      more: {type: array, items: {type: object, required: [name], properties: {name: {type: integer}}}, default: []}
+  reducers:
+    people: append
+nodes:
+  a: {kind: set, set: {profile: "state.draft", same: "state.draft", people: "state.more"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: END}
+`
+	_, dl := flow.LoadSource("flow.yaml", []byte(src), kindtest.Registry())
+	var got []string
+	for _, d := range dl {
+		got = append(got, d.String())
+	}
+	want := []string{
+		`flow.yaml:26:33: error[W004]: field "profile" cannot hold what this expression gives: state.draft may lack "name", which the field requires; ` +
+			`state.draft may lack "age", which the field requires; state.draft.age is string, where the field takes integer; ` +
+			`state.draft.level may be "mid", which the field's enum ("low", "high") does not list; ` +
+			`state.draft has "note", which the field does not declare (additionalProperties: false)`,
+		`flow.yaml:26:77: error[W004]: the items of field "people" cannot hold what this expression gives: state.more[].name is integer, where the field takes string`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -179,11 +179,29 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 	if p == nil || !ok || f.Reducer == nil {
 		return
 	}
+	spec := f.Reducer.Spec
+	// type flow: a value whose shape is declared (a reply schema, a
+	// sandbox result, another field) against the field's schema
+	if src := p.Shape(); src != nil && (spec.Name == "replace" || spec.Appends || spec.Name == "union") {
+		dst, path := f.Shape, p.Source()
+		if spec.Name != "replace" {
+			if dst = f.Shape.Items; src.Is("array") || src.Items != nil {
+				src, path = src.Items, path+"[]"
+			}
+		}
+		if why := schema.Fits(src, dst, path); len(why) > 0 {
+			into := "field " + strconv.Quote(field)
+			if spec.Name != "replace" {
+				into = "the items of field " + strconv.Quote(field)
+			}
+			b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "%s cannot hold what this expression gives: %s", into, strings.Join(why, "; "))
+			return
+		}
+	}
 	got := jsonType(p.ResultType())
 	if got == "" {
 		return
 	}
-	spec := f.Reducer.Spec
 	want, fits := f.Shape.Describe(), true
 	switch {
 	case spec.Name == "expr":

@@ -67,6 +67,7 @@ func CompileSet(b kind.Builder) Sets {
 	for _, e := range b.Settings().Entries("set") {
 		b.Writes(e.Name, e.Key)
 		if p := b.Expr(e.Value, nil); p != nil {
+			b.WritesValue(e.Name, p, e.Value)
 			out = append(out, assignment{e.Name, p})
 		}
 	}
