@@ -55,7 +55,9 @@ func fits(src, dst *Shape, path string, depth int, out *[]string) {
 			}
 		}
 	}
-	isObject := func(s *Shape) bool { return len(s.Types) == 0 && len(s.Props) > 0 || slices.Contains(s.Types, "object") }
+	isObject := func(s *Shape) bool {
+		return len(s.Types) == 0 && len(s.Props) > 0 || slices.Contains(s.Types, "object")
+	}
 	if isObject(src) && isObject(dst) && len(src.Props) > 0 {
 		for _, name := range dst.Required {
 			if _, has := src.Props[name]; has && !slices.Contains(src.Required, name) {
