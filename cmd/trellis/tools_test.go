@@ -131,3 +131,31 @@ func TestDevModelServer(t *testing.T) {
 		t.Fatalf("model server exit: %v", err)
 	}
 }
+
+// trellis diff: exit 0 for the same flow, 1 with the changes, and a
+// pull-request comment with the changed node highlighted in the graph.
+func TestDiffCommand(t *testing.T) {
+	src, err := os.ReadFile("../../flows/examples/greet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	changed := filepath.Join(dir, "greet.yaml")
+	if err := os.WriteFile(changed, []byte(strings.Replace(string(src), "'Hello, '", "'Hi, '", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errs, code := trellis(t, "diff", "../../flows/examples/greet.yaml", "../../flows/examples/greet.yaml"); code != 0 || !strings.Contains(out, "mean the same flow") {
+		t.Fatalf("same flow: %d %s %s", code, out, errs)
+	}
+	out, errs, code := trellis(t, "diff", "../../flows/examples/greet.yaml", changed)
+	if code != 1 || !strings.Contains(out, "~ node greet") || !strings.Contains(out, `set.greeting: "'Hello, ' + input.name + '!'" → "'Hi, ' + input.name + '!'"`) {
+		t.Fatalf("text: %d\n%s%s", code, out, errs)
+	}
+	out, _, code = trellis(t, "diff", "--format", "github", "../../flows/examples/greet.yaml", changed)
+	if code != 1 || !strings.Contains(out, "```mermaid\nflowchart TD") || !strings.Contains(out, "class n_greet changed") {
+		t.Fatalf("github: %d\n%s", code, out)
+	}
+	if _, errs, code := trellis(t, "diff", "no-such-rev:flows/x.yaml", changed); code != 2 || errs == "" {
+		t.Fatalf("a bad revision: %d %s", code, errs)
+	}
+}

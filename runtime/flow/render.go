@@ -107,6 +107,10 @@ func (g *Graph) Mermaid() string {
 	return b.String()
 }
 
+// MermaidID is the id Mermaid gives a node of the graph, for drawings
+// that add to it.
+func MermaidID(name string) string { return mermaidID(name) }
+
 func mermaidID(name string) string {
 	switch name {
 	case startName, endName:

@@ -69,6 +69,8 @@ func init() {
 			"Manage the API keys of trellis serve", cmdKeys},
 		{"sandbox", "sandbox check | sandbox run FILE [--language L] [--tests FILE] [--stdin FILE] [--wall-time D]",
 			"Report the code sandbox configured by TRELLIS_SANDBOX and run a trivial program in it, or run a file of code", cmdSandbox},
+		{"diff", "diff OLD NEW [--format text|github|mermaid|json]",
+			"Compare two versions of a flow (files, or REV:FILE at a git revision) by meaning: nodes, edges, conditions, state fields, reducers, prompts, limits; exit 1 when they differ", cmdDiff},
 		{"schema", "schema", "Print the JSON Schema of the flow format", cmdSchema},
 		{"init", "init [--template linear|router|fanout|loop|chat] FLOW [DIR]", "Scaffold a flow from a template, with a passing test", cmdInit},
 		{"explain", "explain [CODE]", "Explain a diagnostic code: what it protects against, a failing example and its fix, how to accept a warning", cmdExplain},

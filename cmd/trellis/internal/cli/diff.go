@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/flowdiff"
+)
+
+// cmdDiff compares two versions of a flow by meaning. A version is a
+// file, or REV:FILE for the file as it was at a git revision.
+func cmdDiff(ctx context.Context, env *Env, args []string) int {
+	fs := flags(env, "diff")
+	format := fs.String("format", "text", "output format: text, github (Markdown with a highlighted graph), mermaid or json")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 2 {
+		fmt.Fprintln(env.Stderr, "trellis diff: want OLD NEW (a flow file, or REV:FILE for a git revision)")
+		return 2
+	}
+	old, err := source(pos[0])
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis diff: %v\n", err)
+		return 2
+	}
+	new, err := source(pos[1])
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis diff: %v\n", err)
+		return 2
+	}
+	changes, err := flowdiff.Diff(old, new)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "trellis diff: %v\n", err)
+		return 2
+	}
+	// the drawing is of the new version, when it loads
+	chart := func() string {
+		if strings.Contains(pos[1], ":") && !fileExists(pos[1]) {
+			return ""
+		}
+		g, _ := flow.Load(pos[1], env.Registry)
+		if g == nil {
+			return ""
+		}
+		return flowdiff.Highlight(g.Mermaid(), changes, flow.MermaidID)
+	}
+	switch *format {
+	case "text":
+		flowdiff.Text(env.Stdout, old.Name, new.Name, changes)
+	case "github":
+		flowdiff.GitHub(env.Stdout, old.Name, new.Name, changes, chart())
+	case "mermaid":
+		c := chart()
+		if c == "" {
+			fmt.Fprintf(env.Stderr, "trellis diff: %s does not load: no drawing\n", pos[1])
+			return 2
+		}
+		fmt.Fprint(env.Stdout, c)
+	case "json":
+		b, _ := json.MarshalIndent(changes, "", "  ")
+		fmt.Fprintln(env.Stdout, string(b))
+	default:
+		fmt.Fprintf(env.Stderr, "trellis diff: unknown format %q (text, github, mermaid, json)\n", *format)
+		return 2
+	}
+	if len(changes) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// source reads FILE from disk, or REV:FILE from git.
+func source(arg string) (flowdiff.Source, error) {
+	if rev, file, ok := strings.Cut(arg, ":"); ok && rev != "" && !fileExists(arg) && filepath.VolumeName(arg) == "" {
+		return flowdiff.Git(rev, file)
+	}
+	if !fileExists(arg) {
+		return flowdiff.Source{}, fmt.Errorf("%s: no such file", arg)
+	}
+	return flowdiff.Disk(arg), nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

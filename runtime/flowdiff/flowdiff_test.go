@@ -1,0 +1,160 @@
+package flowdiff_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/flowdiff"
+)
+
+const before = `version: 1
+name: triage
+input: [text]
+state:
+  schema: state.json
+  reducers:
+    notes: append
+limits: {max_steps: 10}
+nodes:
+  classify:
+    kind: llm
+    prompt: classify
+    writes: {label: output}
+  urgent:
+    kind: assign
+    set: {priority: "'high'"}
+  archive:
+    kind: noop
+edges:
+  - {from: START, to: classify}
+  - from: classify
+    branch:
+      - {when: "state.label == 'urgent'", to: urgent}
+      - else: archive
+  - {from: urgent, to: END}
+  - {from: archive, to: END}
+`
+
+const stateBefore = `{"type": "object", "properties": {"text": {"type": "string"}, "label": {"type": "string"}, "priority": {"type": "string"}, "notes": {"type": "array"}}}`
+
+const promptBefore = "---\nfallback_expr: \"'normal'\"\n---\nClassify this message:\n{{.state.text}}\nReply with one word.\n"
+
+func write(t *testing.T, dir, name, text string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func versions(t *testing.T) (old, new string) {
+	dir := t.TempDir()
+	for _, v := range []string{"a", "b"} {
+		write(t, dir, v+"/prompts/classify.prompt", promptBefore)
+		write(t, dir, v+"/state.json", stateBefore)
+		write(t, dir, v+"/flow.yaml", before)
+	}
+	b := filepath.Join(dir, "b")
+	write(t, dir, "b/flow.yaml", strings.NewReplacer(
+		"max_steps: 10", "max_steps: 20",
+		`set: {priority: "'high'"}`, `set: {priority: "'critical'"}`,
+		"  archive:\n    kind: noop\n", "  archive:\n    kind: noop\n  escalate:\n    kind: noop\n",
+		"      - else: archive", "      - {when: \"state.label == 'angry'\", to: escalate}\n      - else: archive",
+		"  - {from: archive, to: END}", "  - {from: archive, to: END}\n  - {from: escalate, to: END}",
+		"    notes: append", "    notes: union",
+	).Replace(before))
+	write(t, dir, "b/state.json", strings.Replace(stateBefore, `"priority": {"type": "string"}`, `"priority": {"enum": ["low", "high", "critical"]}`, 1))
+	write(t, dir, "b/prompts/classify.prompt", strings.Replace(promptBefore, "Reply with one word.", "Reply with one word: urgent, angry or normal.", 1))
+	return filepath.Join(dir, "a", "flow.yaml"), filepath.Join(b, "flow.yaml")
+}
+
+func TestDiff(t *testing.T) {
+	a, b := versions(t)
+	changes, err := flowdiff.Diff(flowdiff.Disk(a), flowdiff.Disk(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range changes {
+		line := c.Kind + " " + c.Area + " " + c.Name
+		if c.Kind == flowdiff.Changed {
+			line += ": " + strings.Join(c.Details(), "; ")
+		}
+		got = append(got, line)
+	}
+	want := []string{
+		`changed limits max_steps: value: 10 → 20`,
+		`changed field priority: enum: added ["low","high","critical"]; type: removed (was "string")`,
+		`changed reducer notes: value: "append" → "union"`,
+		`changed node urgent: set.priority: "'high'" → "'critical'"`,
+		`added node escalate`,
+		`changed prompt classify (classify): - Reply with one word.; + Reply with one word: urgent, angry or normal.`,
+		`changed edge from classify: branch: added {"to":"escalate","when":"state.label == 'angry'"}`,
+		`added edge from escalate`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// the same flow means no change
+	if same, err := flowdiff.Diff(flowdiff.Disk(a), flowdiff.Disk(a)); err != nil || len(same) != 0 {
+		t.Errorf("a flow against itself: %v %v", same, err)
+	}
+	// Markdown for a pull request, with the changed nodes drawn
+	var md bytes.Buffer
+	chart := flowdiff.Highlight("flowchart TD\n", changes, func(n string) string { return "n_" + n })
+	flowdiff.GitHub(&md, "a", "b", changes, chart)
+	for _, want := range []string{"3 added", "| changed | node | `urgent` |", "```diff\n! set.priority", "class n_escalate added", "class n_urgent changed", "class n_classify changed"} {
+		if !strings.Contains(md.String(), strings.Replace(want, "3 added", "2 added", 1)) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+}
+
+// A version is also a file as it was at a git revision, with its prompt
+// and schema files as they were then.
+func TestDiffAgainstGit(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal(err)
+	}
+	a, b := versions(t)
+	repo := filepath.Dir(a)
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@t"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q")
+	git("add", ".")
+	git("commit", "-q", "-m", "v1")
+	// the work tree moves to the new version
+	for _, f := range []string{"flow.yaml", "state.json", "prompts/classify.prompt"} {
+		data, err := os.ReadFile(filepath.Join(filepath.Dir(b), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, repo, f, string(data))
+	}
+	old, err := flowdiff.Git("HEAD", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes, err := flowdiff.Diff(old, flowdiff.Disk(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != 8 || old.Name != "HEAD:flow.yaml" {
+		t.Errorf("%s: %d changes: %+v", old.Name, len(changes), changes)
+	}
+	if _, err := flowdiff.Git("no-such-rev", a); err == nil {
+		t.Error("a revision that does not exist was accepted")
+	}
+}
