@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
+	"github.com/trellisflow/trellis/nodes/all"
+
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/trellisflow/trellis/cmd/trellis/app"
@@ -157,5 +160,20 @@ func TestDiffCommand(t *testing.T) {
 	}
 	if _, errs, code := trellis(t, "diff", "no-such-rev:flows/x.yaml", changed); code != 2 || errs == "" {
 		t.Fatalf("a bad revision: %d %s", code, errs)
+	}
+}
+
+// BenchmarkValidateCommand validates both reference flows as `trellis
+// validate flows/interview.yaml flows/resume_review.yaml` does once its
+// process has started (the flow format compiled once per process).
+//
+//	go test ./cmd/trellis -run '^$' -bench ValidateCommand -benchtime 20x
+func BenchmarkValidateCommand(b *testing.B) {
+	env := &cli.Env{Registry: all.Registry()}
+	files := []string{"../../flows/interview.yaml", "../../flows/resume_review.yaml"}
+	for b.Loop() {
+		if dl, _ := cli.ValidateFiles(files, env); len(dl) > 0 {
+			b.Fatal(dl)
+		}
 	}
 }

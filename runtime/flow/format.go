@@ -244,9 +244,17 @@ type formatValidator struct {
 	top []config.Field
 }
 
-var formatCache sync.Map // kind.Registry -> *formatValidator
+var (
+	formatCache sync.Map   // kind.Registry -> *formatValidator
+	formatMu    sync.Mutex // one compile at a time: flows loading at once wait for it
+)
 
 func formatFor(reg kind.Registry) (*formatValidator, error) {
+	if v, ok := formatCache.Load(reg); ok {
+		return v.(*formatValidator), nil
+	}
+	formatMu.Lock()
+	defer formatMu.Unlock()
 	if v, ok := formatCache.Load(reg); ok {
 		return v.(*formatValidator), nil
 	}
