@@ -63,6 +63,7 @@ const (
 	CodeExprUnknown  Code = "E003"
 	CodeExprMayBeNil Code = "E004"
 	CodeExprEnum     Code = "E005"
+	CodeExprUnset    Code = "E006"
 )
 
 // CodeDoc is one code and what it means.
@@ -115,6 +116,7 @@ var Codes = []CodeDoc{
 	{CodeExprUnknown, "an expression reads a field or name that does not exist (a warning where the object's schema leaves it open)"},
 	{CodeExprEnum, "an expression compares a field with a string its enum does not allow, which it can never equal"},
 	{CodeExprMayBeNil, "an expression reads a field of a value that may be null, where no node has set it on every path, without ?. or a nil test"},
+	{CodeExprUnset, "an expression reads a field with no default that a path from START reaches unwritten (no writer on it, or only a parallel sibling), without ?? or a nil test"},
 }
 
 // Doc returns what code means, or "" for a code that does not exist.

@@ -166,6 +166,76 @@ type Program struct {
 	// shape is the shape of a program that is a chain of member reads
 	// (output.review), nil when not known
 	shape *schema.Shape
+	reads []Read
+}
+
+// Read is a read of a state field (state.NAME) that nothing in the
+// expression guards against the field being unset: not under ?? or a
+// ?. chain, and the expression never compares the field with nil.
+type Read struct {
+	Field             string
+	Line, Col, EndCol int
+}
+
+// Reads lists the expression's unguarded reads of state fields.
+func (p *Program) Reads() []Read { return p.reads }
+
+// stateReads finds the unguarded reads of state fields in an expression.
+func stateReads(src string, root ast.Node) []Read {
+	guarded := map[ast.Node]bool{}
+	tested := map[string]bool{}
+	mark := func(sub ast.Node) {
+		ast.Walk(&sub, &visitor{fn: func(n ast.Node) { guarded[n] = true }})
+	}
+	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
+		switch x := n.(type) {
+		case *ast.BinaryNode:
+			switch x.Operator {
+			case "??":
+				mark(x.Left)
+			case "==", "!=":
+				for _, side := range [][2]ast.Node{{x.Left, x.Right}, {x.Right, x.Left}} {
+					if _, isNil := side[1].(*ast.NilNode); isNil {
+						if f, ok := stateField(side[0]); ok {
+							tested[f] = true
+						}
+						mark(side[0])
+					}
+				}
+			}
+		case *ast.MemberNode:
+			if x.Optional {
+				mark(x.Node)
+			}
+		case *ast.ChainNode:
+			mark(x.Node)
+		}
+	}})
+	var reads []Read
+	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
+		f, ok := stateField(n)
+		if !ok || guarded[n] || tested[f] {
+			return
+		}
+		prop := n.(*ast.MemberNode).Property
+		line, col := position(src, prop.Location().From)
+		reads = append(reads, Read{Field: f, Line: line, Col: col, EndCol: col + len([]rune(f))})
+	}})
+	return reads
+}
+
+// stateField reports whether n reads state.NAME, and NAME.
+func stateField(n ast.Node) (string, bool) {
+	m, ok := n.(*ast.MemberNode)
+	if !ok {
+		return "", false
+	}
+	id, ok := m.Node.(*ast.IdentifierNode)
+	prop, isStr := m.Property.(*ast.StringNode)
+	if !ok || !isStr || id.Value != "state" {
+		return "", false
+	}
+	return prop.Value, true
 }
 
 // Shape is the shape of the value of an expression that reads a variable
@@ -285,7 +355,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 		return nil, []Problem{p}
 	}
-	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node)}
+	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node)}
 	if literal(prog.Node()) {
 		// the literal is what the machine would return, every time
 		if v, err := new(vm.VM).Run(prog, map[string]any{}); err == nil {

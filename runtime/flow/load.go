@@ -100,6 +100,20 @@ type compiler struct {
 	reader    *Node
 	readerRan bool
 	nullReads []nullRead
+	// fieldReads are the unguarded reads of state fields, for
+	// unsetWarnings
+	fieldReads []fieldRead
+}
+
+// fieldRead is an unguarded read of a state field by a node's settings
+// (or, ran, by its outgoing edge).
+type fieldRead struct {
+	node  *Node
+	ran   bool
+	field string
+	pos   diag.Pos
+	path  string
+	text  string
 }
 
 // compile runs the phases in order: the file and its format, the state,
@@ -163,6 +177,7 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.edges(top.Value("edges"))
 	c.analyse()
 	c.nullWarnings()
+	c.unsetWarnings()
 	c.lint(top.Object("lint"))
 	c.g.env = c.env
 	return c.g
@@ -198,6 +213,88 @@ func (c *compiler) nullWarnings() {
 			c.dl.Add(r.d)
 		}
 	}
+}
+
+// unsetWarnings reports the reads of fields that have no default, are not
+// inputs and may not be null, where a path from START reaches the reader
+// without passing a node that writes the field: the read sees nothing.
+// The path is named; exclusive branches are told apart, since only a path
+// that exists counts.
+func (c *compiler) unsetWarnings() {
+	seen := map[string]bool{}
+	for _, r := range c.fieldReads {
+		f, ok := c.g.fields[r.field]
+		if !ok || f.HasDefault || f.Input || f.Shape.Nullable() || r.node == nil {
+			continue
+		}
+		path := c.unwrittenPath(r.field, r.node, r.ran)
+		if path == nil {
+			continue
+		}
+		key := r.pos.String() + r.field
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		var writers []string
+		for _, n := range c.g.Nodes {
+			if n.Writes[r.field] {
+				writers = append(writers, n.Name)
+			}
+		}
+		who := "no node writes it"
+		if len(writers) > 0 {
+			who = "it is written by " + strings.Join(writers, ", ") + ", which this path does not pass"
+		}
+		where := "this node"
+		if r.ran {
+			where = "this edge"
+		}
+		c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeExprUnset, Pos: r.pos, Path: r.path,
+			Summary: fmt.Sprintf("state.%s may be unset here: it has no default, and %s reaches %s with nothing written to it (%s); give it a default, or read it as state.%s ?? a value",
+				r.field, strings.Join(path, " → "), where, who, r.field),
+			Detail: "in expression: " + strings.TrimSpace(r.text)})
+	}
+}
+
+// unwrittenPath is a path from START to n on which no node writes field
+// before n reads it (with ran, n's own write counts), or nil when every
+// path passes a writer.
+func (c *compiler) unwrittenPath(field string, n *Node, ran bool) []string {
+	if ran && n.Writes[field] {
+		return nil
+	}
+	parent := map[*Node]*Node{}
+	seen := map[*Node]bool{}
+	var queue []*Node
+	for _, m := range entryTargets(c.g) {
+		if !seen[m] {
+			seen[m] = true
+			queue = append(queue, m)
+		}
+	}
+	for len(queue) > 0 {
+		m := queue[0]
+		queue = queue[1:]
+		if m == n {
+			path := []string{n.Name}
+			for p := parent[n]; p != nil; p = parent[p] {
+				path = append([]string{p.Name}, path...)
+			}
+			return append([]string{"START"}, path...)
+		}
+		if m.Writes[field] {
+			continue
+		}
+		for _, s := range successors(m) {
+			if !seen[s] {
+				seen[s] = true
+				parent[s] = m
+				queue = append(queue, s)
+			}
+		}
+	}
+	return nil
 }
 
 // writtenBefore reports whether every path from START to n passes a node

@@ -117,6 +117,12 @@ func (c *compiler) compileExpr(v config.Value, env *expression.Env, condition bo
 		}
 		c.dl.Add(d)
 	}
+	if p != nil && c.reader != nil {
+		for _, r := range p.Reads() {
+			c.fieldReads = append(c.fieldReads, fieldRead{node: c.reader, ran: c.readerRan, field: r.Field,
+				pos: v.PosIn(r.Line, r.Col, r.EndCol), path: path, text: v.Text()})
+		}
+	}
 	return p
 }
 
