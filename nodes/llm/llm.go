@@ -100,6 +100,9 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 	for _, e := range s.Entries("writes") {
 		b.Writes(e.Name, e.Key)
 		p := b.Expr(e.Value, kind.Vars{"output": outShape, "vars": varsShape})
+		if p != nil {
+			b.WritesValue(e.Name, p, e.Value)
+		}
 		n.writes = append(n.writes, binding{e.Name, p})
 	}
 	n.maxTokens, _ = s.Int("max_tokens")

@@ -211,6 +211,13 @@ func (v Value) PosIn(line, col, endCol int) diag.Pos {
 	}
 	n := v.n
 	p := diag.Pos{File: v.f.Path, Line: n.Line, Col: n.Column}
+	if q, ok := v.foldedPos(line, col); ok {
+		p = q
+		if endCol > col {
+			p.EndCol = p.Col + (endCol - col)
+		}
+		return p
+	}
 	switch {
 	case n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0:
 		// content starts on the line after the indicator, indented
@@ -238,6 +245,98 @@ func (v Value) PosIn(line, col, endCol int) diag.Pos {
 		p.EndCol = p.Col + (endCol - col)
 	}
 	return p
+}
+
+// foldedPos maps a position inside a folded scalar (a > block, or a
+// plain or quoted scalar written over several lines, whose lines YAML
+// joins with spaces) onto the source line that holds it: each source
+// line's text is found in turn in the value.
+func (v Value) foldedPos(line, col int) (diag.Pos, bool) {
+	n := v.n
+	block := n.Style&yaml.FoldedStyle != 0
+	flow := n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) == 0 && n.Kind == yaml.ScalarNode
+	if !block && !flow {
+		return diag.Pos{}, false
+	}
+	text := n.Value
+	start := LineOffset(text, line)
+	rest := []rune(text[start:])
+	off := start + len(string(rest[:min(max(col-1, 0), len(rest))]))
+	lines := strings.Split(string(v.f.Src), "\n")
+	type seg struct {
+		line, col int // where the segment's text starts in the source
+		text      string
+	}
+	var segs []seg
+	if block {
+		indent := -1
+		for l := n.Line + 1; l <= len(lines); l++ {
+			src := lines[l-1]
+			body := strings.TrimLeft(src, " ")
+			if strings.TrimSpace(src) == "" {
+				continue
+			}
+			in := len(src) - len(body)
+			if indent < 0 {
+				indent = in
+			}
+			if in < indent {
+				break
+			}
+			segs = append(segs, seg{l, indent + 1, strings.TrimRight(src[indent:], " ")})
+		}
+	} else {
+		if n.Line < 1 || n.Line > len(lines) {
+			return diag.Pos{}, false
+		}
+		first := lines[n.Line-1]
+		c := n.Column
+		if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+			c++
+		}
+		if len([]rune(first)) < c {
+			return diag.Pos{}, false
+		}
+		firstText := string([]rune(first)[c-1:])
+		if strings.Contains(text, strings.TrimRight(firstText, " ")) && !strings.HasPrefix(text, "\n") {
+			// a one-line scalar: the usual mapping holds
+			if len(firstText) >= len(text) {
+				return diag.Pos{}, false
+			}
+		}
+		segs = append(segs, seg{n.Line, c, strings.TrimRight(firstText, " ")})
+		for l := n.Line + 1; l <= len(lines) && l <= n.Line+200; l++ {
+			body := strings.TrimLeft(lines[l-1], " ")
+			segs = append(segs, seg{l, len(lines[l-1]) - len(body) + 1, strings.TrimRight(body, " ")})
+		}
+	}
+	pos := 0
+	for _, sg := range segs {
+		t := sg.text
+		if t == "" {
+			continue
+		}
+		i := strings.Index(text[pos:], t)
+		if i < 0 {
+			// the segment ends the scalar (a closing quote and more)
+			for len(t) > 0 && i < 0 {
+				t = t[:len(t)-1]
+				i = strings.Index(text[pos:], t)
+			}
+			if i < 0 || len(t) == 0 {
+				break
+			}
+		}
+		segStart := pos + i
+		if off >= segStart && off <= segStart+len(t) {
+			return diag.Pos{File: v.f.Path, Line: sg.line, Col: sg.col + len([]rune(text[segStart:off]))}, true
+		}
+		pos = segStart + len(t)
+		if pos >= len(text) {
+			break
+		}
+	}
+	return diag.Pos{}, false
 }
 
 // Span maps a byte offset inside a scalar's text, and a length in runes,

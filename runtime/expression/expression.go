@@ -101,6 +101,15 @@ func (e *Env) Names() []string { return e.names }
 // T: the checker sees through it, so a string compared with a nullable
 // number is still an error, and ?? gives the value or a default.
 func TypeOf(s *schema.Shape) types.Type {
+	if s != nil && len(s.Types) == 0 && len(s.Enum) > 0 {
+		// an enum with no type: strings when it lists only strings
+		if _, ok := s.Strings(); ok {
+			if slices.Contains(s.Enum, nil) {
+				return types.TypeOf(new(string))
+			}
+			return types.String
+		}
+	}
 	if s.Nullable() && len(s.Types) == 2 {
 		switch s.NonNull().Types[0] {
 		case "integer":

@@ -32,10 +32,10 @@ var definitions = map[string]config.Field{
 	"duration": config.String("", "A duration such as 250ms, 2s or 1m30s.").
 		Match(`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`),
 	"targets": config.OneOf("", "A node name, END, or a list of node names (fan-out).",
-		ref("name"), config.List("", "", config.Elem(ref("name"))).NonEmpty(1)),
+		ref("name"), config.List("", "", config.Elem(ref("name"))).NonEmpty(1).Distinct()),
 	"edge": config.Object("", "Static (to), fan-out (to: [..]), join (from: [..]), conditional (branch) or computed (route) edge.",
 		config.OneOf("from", "Source node, START, or a list of nodes to join (the target waits for all).",
-			ref("name"), config.List("", "", config.Elem(ref("name"))).NonEmpty(2)).Require(),
+			ref("name"), config.List("", "", config.Elem(ref("name"))).NonEmpty(2).Distinct()).Require(),
 		config.Ref("to", "", "targets"),
 		config.List("branch", "Cases tried in order; the first whose condition holds is taken.", config.Elem(config.Object("", "",
 			config.Condition("when", "A boolean expression over state and input."),
@@ -43,7 +43,7 @@ var definitions = map[string]config.Field{
 			config.Ref("else", "Taken when no case holds.", "targets"),
 		))).NonEmpty(1),
 		config.Expression("route", "An expression yielding the name of the next node."),
-		config.List("choices", "Every node the route may yield.", config.Elem(ref("name"))).NonEmpty(1),
+		config.List("choices", "Every node the route may yield.", config.Elem(ref("name"))).NonEmpty(1).Distinct(),
 		config.Ref("default", "Taken when the route yields a name not in choices.", "name"),
 		config.Integer("bound", "How many times per run this edge may be taken; bounds the loops it closes.").Min(1),
 		config.String("description", ""),
@@ -384,9 +384,19 @@ func (fv *formatValidator) anyOfSibling(leaves []*jsonschema.ValidationError, e 
 		if len(o.InstanceLocation) > len(e.InstanceLocation) {
 			return true
 		}
-		if len(o.InstanceLocation) == len(e.InstanceLocation) && o.KeywordLocation < e.KeywordLocation {
-			// same depth: report only the first alternative's failure
-			return true
+		if len(o.InstanceLocation) == len(e.InstanceLocation) {
+			// same depth: the alternative of the value's type that failed
+			// a constraint (a list with a repeated item) says more than
+			// another of a type the value is not; else the first one
+			et, ot := strings.HasSuffix(e.KeywordLocation, "/type"), strings.HasSuffix(o.KeywordLocation, "/type")
+			switch {
+			case et && !ot:
+				return true
+			case !et && ot:
+				continue
+			case o.KeywordLocation < e.KeywordLocation:
+				return true
+			}
 		}
 	}
 	return false

@@ -169,6 +169,13 @@ func (c *compiler) reducers(rn config.Value) {
 		if want := spec.Type; want != "" && !f.Shape.Allows(want) {
 			c.dl.Errorf(diag.CodeReducerType, v.Pos(), "state.reducers."+e.Name, "reducer %s needs a field of type %s, but %q is %s", spec.Name, want, e.Name, f.Shape.Describe())
 		}
+		if r.Key != "" && f.Shape.Items != nil && len(f.Shape.Items.Types) > 0 && !f.Shape.Items.Allows("object") {
+			at := option
+			if k := option.Get("key"); k.Exists() {
+				at = k
+			}
+			c.dl.Errorf(diag.CodeReducerType, at.Pos(), "state.reducers."+e.Name, "union key %q: the items of %q are %s, which have no properties", r.Key, e.Name, f.Shape.Items.Describe())
+		}
 		if r.Key != "" && f.Shape.Items != nil && f.Shape.Items.Is("object") {
 			if _, ok := f.Shape.Items.Prop(r.Key); !ok {
 				c.dl.Errorf(diag.CodeReducerType, v.Pos(), "state.reducers."+e.Name, "union key %q is not a property of the items of %q", r.Key, e.Name).
