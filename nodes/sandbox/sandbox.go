@@ -55,23 +55,26 @@ import (
 //go:embed result.schema.json
 var resultSchema []byte
 
-var (
-	resultRaw       any
-	resultShape     *schema.Shape
-	resultValidator *schema.Validator
-)
-
-func init() {
-	if err := json.Unmarshal(resultSchema, &resultRaw); err != nil {
+// result is the compiled result schema, made when a flow first uses the
+// kind (not at start-up: most commands never need it).
+var result = sync.OnceValue(func() struct {
+	shape     *schema.Shape
+	validator *schema.Validator
+} {
+	var raw any
+	if err := json.Unmarshal(resultSchema, &raw); err != nil {
 		panic(err)
 	}
-	resultShape = schema.ShapeOf(resultRaw, nil)
-	compiled, err := schema.NewCompiler(nil).Compile("trellis:sandbox-result.schema.json", resultRaw)
+	shape := schema.ShapeOf(raw, nil)
+	compiled, err := schema.NewCompiler(nil).Compile("trellis:sandbox-result.schema.json", raw)
 	if err != nil {
 		panic(err)
 	}
-	resultValidator = schema.NewValidator(compiled, resultShape)
-}
+	return struct {
+		shape     *schema.Shape
+		validator *schema.Validator
+	}{shape, schema.NewValidator(compiled, shape)}
+})
 
 // ResultSchema is the JSON Schema of a sandbox node's output.
 func ResultSchema() []byte { return resultSchema }
@@ -166,7 +169,7 @@ func build(b kind.Builder, pool func() *Pool) kind.Node {
 	}
 	for _, e := range s.Entries("writes") {
 		b.Writes(e.Name, e.Key)
-		p := b.Expr(e.Value, kind.Vars{"output": resultShape})
+		p := b.Expr(e.Value, kind.Vars{"output": result().shape})
 		if p != nil {
 			b.WritesValue(e.Name, p, e.Value)
 		}
@@ -287,7 +290,7 @@ func (n *node) Fallback(_ context.Context, s kind.State, cause error) (kind.Upda
 
 // WithOutput implements kind.Outputter: out stands for the result.
 func (n *node) WithOutput(s kind.State, out any) (kind.Update, error) {
-	if err := resultValidator.Validate(out); err != nil {
+	if err := result().validator.Validate(out); err != nil {
 		return nil, fmt.Errorf("output is not a sandbox result: %w", err)
 	}
 	return n.writeValue(s, out)

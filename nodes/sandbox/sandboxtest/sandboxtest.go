@@ -6,6 +6,8 @@ package sandboxtest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -32,15 +34,46 @@ func Main(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	root = filepath.Join(tmp, "root")
-	if out, err := exec.Command("sh", script(), root).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the sandbox tree: %v\n%s", err, out)
+	if root, err = tree(tmp); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	stop := startDocker(tmp)
 	code := m.Run()
 	stop()
 	return code
+}
+
+// tree builds the sandbox's file tree, or finds it built by an earlier
+// run: it is kept in the user's cache directory under a key of the build
+// script and the runtimes it copies.
+func tree(tmp string) (string, error) {
+	h := sha256.New()
+	b, err := os.ReadFile(script())
+	if err != nil {
+		return "", err
+	}
+	h.Write(b)
+	for _, bin := range []string{"/usr/bin/python3", "node"} {
+		if p, err := exec.LookPath(bin); err == nil {
+			if real, err := filepath.EvalSymlinks(p); err == nil {
+				if fi, err := os.Stat(real); err == nil {
+					fmt.Fprintf(h, "%s %d %d\n", real, fi.Size(), fi.ModTime().UnixNano())
+				}
+			}
+		}
+	}
+	dir := filepath.Join(tmp, "root")
+	if cache, err := os.UserCacheDir(); err == nil {
+		dir = filepath.Join(cache, "trellis", "sandbox-root-"+hex.EncodeToString(h.Sum(nil))[:16])
+		if _, err := os.Stat(filepath.Join(dir, "usr", "bin", "python3")); err == nil {
+			return dir, nil
+		}
+	}
+	if out, err := exec.Command("sh", script(), dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the sandbox tree: %v\n%s", err, out)
+	}
+	return dir, nil
 }
 
 // script is the path of the tree's build script.
