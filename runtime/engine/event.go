@@ -51,6 +51,9 @@ type Event struct {
 	Handled bool `json:"handled,omitempty"`
 	// Degraded gives why a node's update is a fallback (node_end).
 	Degraded string `json:"degraded,omitempty"`
+	// Cached marks an update replayed from the node's cache instead of
+	// run (node_end).
+	Cached bool `json:"cached,omitempty"`
 	// Usage counts the node's work, as its kind measured it (node_end,
 	// node_error): a model's calls and tokens.
 	Usage map[string]int64 `json:"usage,omitempty"`

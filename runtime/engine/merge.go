@@ -133,7 +133,7 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 			}
 			o.update, o.route = upd, n.OnError.Route
 		} else if observe {
-			r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: o.update.Map(), Degraded: o.degraded, Usage: o.view.usage})
+			r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: o.update.Map(), Degraded: o.degraded, Usage: o.view.usage, Cached: o.cached})
 		}
 		if len(o.update) == 0 {
 			continue

@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,6 +13,8 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // runNodes runs a superstep's nodes: each node that may block on a
@@ -56,6 +61,7 @@ type outcome struct {
 	took     time.Duration
 	route    *flow.Node // on_error route taken
 	degraded string     // why the update is a fallback
+	cached   bool       // the update was replayed from the node's cache
 	// saveErr is the store's failure to save the node's update as a
 	// pending write: the run's failure, not the node's, so on_error does
 	// not apply to it.
@@ -92,6 +98,34 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 		return
 	}
 	o.view.stream, o.view.usage = nil, nil
+	o.cached = false
+	if n.Cache != nil {
+		if c, ok := store.CacheOf(r.e.Store); ok {
+			if key, err := r.cacheKey(n, vars); err == nil {
+				if v, hit, err := c.CacheGet(ctx, key, time.Now()); err == nil && hit {
+					if upd, err := decodeUpdate(v); err == nil {
+						o.node, o.update, o.err, o.attempts, o.took, o.degraded, o.cached = n, upd, nil, 0, 0, "", true
+						return
+					}
+				}
+				defer func() {
+					// only a result the node worked out is kept: not a
+					// fallback, not a failure
+					if o.err != nil || o.degraded != "" || ctx.Err() != nil {
+						return
+					}
+					if b, err := encodeUpdate(o.update); err == nil {
+						var expires time.Time
+						now := time.Now()
+						if n.Cache.TTL > 0 {
+							expires = now.Add(n.Cache.TTL)
+						}
+						_ = c.CachePut(ctx, key, b, now, expires)
+					}
+				}()
+			}
+		}
+	}
 	if r.req.Observe != nil {
 		step := r.step
 		o.view.stream = func(text string) {
@@ -201,4 +235,55 @@ func safeRun(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update,
 		}
 	}()
 	return n.Impl.Run(ctx, st)
+}
+
+// cacheKey is a node's cache key: its flow, its name and the value of its
+// cache.key expression.
+func (r *run) cacheKey(n *flow.Node, vars map[string]any) (string, error) {
+	v, err := n.Cache.Key.Eval(vars)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write([]byte(r.g.Name + "\x00" + n.Name + "\x00"))
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// cachedWrite is one field of a kept update.
+type cachedWrite struct {
+	Field string          `json:"f"`
+	Value json.RawMessage `json:"v"`
+}
+
+func encodeUpdate(upd kind.Update) ([]byte, error) {
+	out := make([]cachedWrite, len(upd))
+	for i, fv := range upd {
+		b, err := json.Marshal(fv.Value)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = cachedWrite{fv.Field, b}
+	}
+	return json.Marshal(out)
+}
+
+func decodeUpdate(b []byte) (kind.Update, error) {
+	var ws []cachedWrite
+	if err := json.Unmarshal(b, &ws); err != nil {
+		return nil, err
+	}
+	upd := make(kind.Update, len(ws))
+	for i, w := range ws {
+		v, err := value.Decode(w.Value)
+		if err != nil {
+			return nil, err
+		}
+		upd[i] = kind.FieldValue{Field: w.Field, Value: v}
+	}
+	return upd, nil
 }

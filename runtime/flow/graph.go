@@ -97,6 +97,8 @@ type Node struct {
 	WriteFields []*Field
 	Retry       Retry
 	Timeout     time.Duration
+	// Cache, when set, keeps the node's writes by key in the store.
+	Cache *Cache
 	// Inline nodes run on the engine's goroutine (see kind.Spec.Inline).
 	Inline  bool
 	OnError OnError
@@ -104,6 +106,14 @@ type Node struct {
 	Out []*Edge
 	// Description from the flow file.
 	Description string
+}
+
+// Cache is a node's cache setting: the writes of a run of the node are
+// kept under the value of Key (with the flow's and node's names) for TTL
+// (0: no expiry), and replayed by a later run with the same key.
+type Cache struct {
+	Key *expression.Program
+	TTL time.Duration
 }
 
 // Retry is a node's retry policy. Attempts counts the first attempt.

@@ -68,6 +68,12 @@ func (c *compiler) common(n *Node, b *builder, s config.Settings) {
 		n.Retry.Factor = f
 	}
 	n.Timeout, _ = s.Duration("timeout")
+	if cs := s.Object("cache"); cs.Block().IsMapping() {
+		if p := c.compileExpr(cs.Value("key"), c.env, false); p != nil {
+			n.Cache = &Cache{Key: p}
+			n.Cache.TTL, _ = cs.Duration("ttl")
+		}
+	}
 	oe := s.Object("on_error")
 	if !oe.Block().IsMapping() {
 		return

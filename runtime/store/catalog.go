@@ -221,3 +221,25 @@ type Notifier interface {
 	// ctx's error, or at once an error in dsn.
 	Listen(ctx context.Context, dsn, channel string, fn func(payload string)) error
 }
+
+// Cache keeps node results for a node's cache setting: a value by key,
+// until it expires, across restarts and processes sharing the store.
+// It holds at most CacheLimit entries: a put beyond it drops the expired
+// ones, then the oldest.
+type Cache interface {
+	// CacheGet returns the value kept under key, unless it expired by
+	// now; ok is false when there is none.
+	CacheGet(ctx context.Context, key string, now time.Time) (value []byte, ok bool, err error)
+	// CachePut keeps value under key (replacing one kept before) until
+	// expires (zero: no expiry).
+	CachePut(ctx context.Context, key string, value []byte, now, expires time.Time) error
+}
+
+// CacheLimit is the most entries a Cache keeps (a variable for tests).
+var CacheLimit = 10_000
+
+// CacheOf returns st's Cache, if it keeps one.
+func CacheOf(st Store) (Cache, bool) {
+	c, ok := st.(Cache)
+	return c, ok
+}

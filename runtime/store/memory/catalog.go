@@ -20,12 +20,19 @@ type catalog struct {
 	events  map[string][]store.EventRecord
 	keys    map[string]*store.KeyRecord
 	servers map[string]time.Time
+	cache   map[string]cacheEntry
+}
+
+type cacheEntry struct {
+	value            []byte
+	created, expires time.Time
 }
 
 func (s *Store) cat() *catalog {
 	s.catOnce.Do(func() {
 		s.catalog = &catalog{threads: map[string]*store.ThreadRecord{}, runs: map[string]*store.RunRecord{},
-			events: map[string][]store.EventRecord{}, keys: map[string]*store.KeyRecord{}, servers: map[string]time.Time{}}
+			events: map[string][]store.EventRecord{}, keys: map[string]*store.KeyRecord{}, servers: map[string]time.Time{},
+			cache: map[string]cacheEntry{}}
 	})
 	return s.catalog
 }
@@ -448,3 +455,43 @@ func (s *Store) RevokeKey(_ context.Context, id string, at time.Time) error {
 }
 
 var _ store.Catalog = (*Store)(nil)
+
+// CacheGet implements store.Cache.
+func (s *Store) CacheGet(_ context.Context, key string, now time.Time) ([]byte, bool, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.cache[key]
+	if !ok || !e.expires.IsZero() && !e.expires.After(now) {
+		return nil, false, nil
+	}
+	return slices.Clone(e.value), true, nil
+}
+
+// CachePut implements store.Cache.
+func (s *Store) CachePut(_ context.Context, key string, value []byte, now, expires time.Time) error {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cache[key] = cacheEntry{value: slices.Clone(value), created: now, expires: expires}
+	if len(c.cache) <= store.CacheLimit {
+		return nil
+	}
+	for k, e := range c.cache {
+		if !e.expires.IsZero() && !e.expires.After(now) {
+			delete(c.cache, k)
+		}
+	}
+	for len(c.cache) > store.CacheLimit {
+		oldest, first := "", true
+		for k, e := range c.cache {
+			if first || e.created.Before(c.cache[oldest].created) || e.created.Equal(c.cache[oldest].created) && k < oldest {
+				oldest, first = k, false
+			}
+		}
+		delete(c.cache, oldest)
+	}
+	return nil
+}
+
+var _ store.Cache = (*Store)(nil)

@@ -28,6 +28,7 @@ func RunCatalog(t *testing.T, open func(t *testing.T) store.Store) {
 		{"QueueOrderAndStops", testQueueOrder},
 		{"QueueConcurrentClaims", testQueueConcurrentClaims},
 		{"QueueAdoptsRunsOfDeadServers", testQueueAdopt},
+		{"NodeCache", func(t *testing.T, c store.Catalog) { testNodeCache(t, c.(store.Cache)) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -518,5 +519,44 @@ func testQueueAdopt(t *testing.T, c store.Catalog) {
 	}
 	if rs, _ := c.ServerRuns(ctx, "heir"); len(rs) != 1 || rs[0].ID != "x" {
 		t.Fatalf("heir runs %v", rs)
+	}
+}
+
+func testNodeCache(t *testing.T, c store.Cache) {
+	now := moment(1)
+	if _, ok, err := c.CacheGet(ctx, "k", now); ok || err != nil {
+		t.Fatalf("an empty cache: %v %v", ok, err)
+	}
+	if err := c.CachePut(ctx, "k", []byte("v1"), now, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CachePut(ctx, "k", []byte("v2"), now, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := c.CacheGet(ctx, "k", moment(1000)); !ok || err != nil || string(v) != "v2" {
+		t.Fatalf("kept for ever: %q %v %v", v, ok, err)
+	}
+	if err := c.CachePut(ctx, "t", []byte("x"), now, moment(10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := c.CacheGet(ctx, "t", moment(9)); !ok {
+		t.Fatal("expired early")
+	}
+	if _, ok, _ := c.CacheGet(ctx, "t", moment(10)); ok {
+		t.Fatal("kept past its expiry")
+	}
+	// bounded: beyond the limit the expired go, then the oldest
+	limit := store.CacheLimit
+	store.CacheLimit = 3
+	defer func() { store.CacheLimit = limit }()
+	for i, k := range []string{"a", "b", "c", "d"} {
+		if err := c.CachePut(ctx, k, []byte(k), moment(20+i), time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, want := range map[string]bool{"t": false, "k": false, "a": false, "b": true, "c": true, "d": true} {
+		if _, ok, _ := c.CacheGet(ctx, k, moment(30)); ok != want {
+			t.Errorf("after the bound, %s kept: %v", k, ok)
+		}
 	}
 }
