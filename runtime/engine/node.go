@@ -88,6 +88,7 @@ func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Upd
 
 // exec runs one node with its retry and timeout policy.
 func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
+	o.cached = false
 	if ws, ok := r.pending[n.Name]; ok {
 		// completed before the run stopped: take its saved update
 		upd := make(kind.Update, len(ws))
@@ -98,34 +99,15 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 		return
 	}
 	o.view.stream, o.view.usage = nil, nil
-	o.cached = false
 	if n.Cache != nil {
-		if c, ok := store.CacheOf(r.e.Store); ok {
-			if key, err := r.cacheKey(n, vars); err == nil {
-				if v, hit, err := c.CacheGet(ctx, key, time.Now()); err == nil && hit {
-					if upd, err := decodeUpdate(v); err == nil {
-						o.node, o.update, o.err, o.attempts, o.took, o.degraded, o.cached = n, upd, nil, 0, 0, "", true
-						return
-					}
-				}
-				defer func() {
-					// only a result the node worked out is kept: not a
-					// fallback, not a failure
-					if o.err != nil || o.degraded != "" || ctx.Err() != nil {
-						return
-					}
-					if b, err := encodeUpdate(o.update); err == nil {
-						var expires time.Time
-						now := time.Now()
-						if n.Cache.TTL > 0 {
-							expires = now.Add(n.Cache.TTL)
-						}
-						_ = c.CachePut(ctx, key, b, now, expires)
-					}
-				}()
-			}
-		}
+		r.execCached(ctx, n, vars, o)
+		return
 	}
+	r.execNode(ctx, n, vars, o)
+}
+
+// execNode runs a node's attempts, traced and streamed as the run asks.
+func (r *run) execNode(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
 	if r.req.Observe != nil {
 		step := r.step
 		o.view.stream = func(text string) {
@@ -235,6 +217,40 @@ func safeRun(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update,
 		}
 	}()
 	return n.Impl.Run(ctx, st)
+}
+
+// execCached runs a node that has a cache setting: a kept result for its
+// key stands for the run; else the node runs, and a result it worked out
+// (not a fallback, not a failure) is kept.
+func (r *run) execCached(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
+	c, ok := store.CacheOf(r.e.Store)
+	if !ok {
+		r.execNode(ctx, n, vars, o)
+		return
+	}
+	key, err := r.cacheKey(n, vars)
+	if err != nil {
+		r.execNode(ctx, n, vars, o)
+		return
+	}
+	if v, hit, err := c.CacheGet(ctx, key, time.Now()); err == nil && hit {
+		if upd, err := decodeUpdate(v); err == nil {
+			o.node, o.update, o.err, o.attempts, o.took, o.degraded, o.cached = n, upd, nil, 0, 0, "", true
+			return
+		}
+	}
+	r.execNode(ctx, n, vars, o)
+	if o.err != nil || o.degraded != "" || ctx.Err() != nil {
+		return
+	}
+	if b, err := encodeUpdate(o.update); err == nil {
+		now := time.Now()
+		var expires time.Time
+		if n.Cache.TTL > 0 {
+			expires = now.Add(n.Cache.TTL)
+		}
+		_ = c.CachePut(ctx, key, b, now, expires)
+	}
 }
 
 // cacheKey is a node's cache key: its flow, its name and the value of its
