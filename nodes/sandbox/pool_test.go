@@ -40,7 +40,8 @@ func TestPoolIsBoundedAndFair(t *testing.T) {
 	rec := &recorder{Backend: sandboxtest.Local(t, 1).Backend()}
 	pool := sandbox.NewPool(rec, 2, sandbox.Images{Root: sandboxtest.Root()})
 	job := func(name string) *sandbox.Job {
-		return &sandbox.Job{Command: []string{"sleep", "0.3"}, Stdin: []byte(name), Root: sandboxtest.Root()}
+		// long enough that every job is queued before the first two end
+		return &sandbox.Job{Command: []string{"sleep", "2"}, Stdin: []byte(name), Root: sandboxtest.Root(), Limits: sandbox.Limits{Wall: 30 * time.Second}}
 	}
 	var wg sync.WaitGroup
 	names := []string{"a", "b", "c", "d", "e"}

@@ -48,6 +48,7 @@ func TestNodeCache(t *testing.T) {
 		})
 	}})
 	ctx := context.Background()
+	var runWith func(t *testing.T, g *flow.Graph, st store.Store, thread, topic string) (string, bool)
 	for name, url := range map[string]string{
 		"memory":   "memory",
 		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "c.db"),
@@ -55,8 +56,13 @@ func TestNodeCache(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			calls.Store(0)
-			g, dl := flow.LoadSource("cached.yaml", []byte(strings.Replace(cachedFlow, "TTL", "400ms", 1)), reg)
+			g, dl := flow.LoadSource("cached.yaml", []byte(strings.Replace(cachedFlow, "TTL", "1h", 1)), reg)
 			if g == nil {
+				t.Fatal(dl)
+			}
+			// the same node kept for 10ms: expired by the next run
+			brief, dl := flow.LoadSource("cached.yaml", []byte(strings.Replace(cachedFlow, "TTL", "10ms", 1)), reg)
+			if brief == nil {
 				t.Fatal(dl)
 			}
 			st, err := store.Open(ctx, url)
@@ -64,6 +70,10 @@ func TestNodeCache(t *testing.T) {
 				t.Fatal(err)
 			}
 			run := func(st store.Store, thread, topic string) (string, bool) {
+				t.Helper()
+				return runWith(t, g, st, thread, topic)
+			}
+			runWith = func(t *testing.T, g *flow.Graph, st store.Store, thread, topic string) (string, bool) {
 				t.Helper()
 				cached := false
 				res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: thread, Input: map[string]any{"topic": topic},
@@ -96,8 +106,11 @@ func TestNodeCache(t *testing.T) {
 					t.Fatalf("after a restart: %q cached %v", a, c)
 				}
 			}
-			time.Sleep(450 * time.Millisecond)
-			if a, c := run(st, "t5", "go"); a != "about go #3" || c {
+			if a, c := runWith(t, brief, st, "t5", "zig"); a != "about zig #3" || c {
+				t.Fatalf("a new key: %q cached %v", a, c)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if a, c := runWith(t, brief, st, "t6", "zig"); a != "about zig #4" || c {
 				t.Fatalf("expired: %q cached %v", a, c)
 			}
 			st.Close()
