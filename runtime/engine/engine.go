@@ -121,9 +121,20 @@ type Result struct {
 	Steps int
 	// Path lists each step's nodes (with Request.RecordPath).
 	Path [][]string
+	// Interrupt, when set, says the run paused at a node's
+	// interrupt_before or interrupt_after: the thread's run is unfinished
+	// (its next nodes are pending) and a Resume goes on.
+	Interrupt *Interrupt
 
 	g      *flow.Graph
 	visits []int
+}
+
+// Interrupt names the nodes a run paused at: before them (they run when
+// the thread is resumed), or after them.
+type Interrupt struct {
+	Before []string `json:"before,omitempty"`
+	After  []string `json:"after,omitempty"`
 }
 
 // Visits counts how often each node ran.

@@ -54,6 +54,9 @@ type Event struct {
 	// Cached marks an update replayed from the node's cache instead of
 	// run (node_end).
 	Cached bool `json:"cached,omitempty"`
+	// Interrupt says a run paused at a node's interrupt_before or
+	// interrupt_after (run_end).
+	Interrupt *Interrupt `json:"interrupt,omitempty"`
 	// Usage counts the node's work, as its kind measured it (node_end,
 	// node_error): a model's calls and tokens.
 	Usage map[string]int64 `json:"usage,omitempty"`

@@ -44,7 +44,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			case err != nil:
 				r.emit(Event{Type: RunError, Step: r.step, Error: err.Error(), Duration: time.Since(r.started)})
 			default:
-				r.emit(Event{Type: RunEnd, Step: r.step, State: res.State, Duration: time.Since(r.started)})
+				r.emit(Event{Type: RunEnd, Step: r.step, State: res.State, Duration: time.Since(r.started), Interrupt: res.Interrupt})
 			}
 		}()
 	}
@@ -57,6 +57,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		}
 	}()
 	var triggered []*flow.Node
+	recorded := false // a checkpoint names the entry nodes
 	if r.resumed != nil {
 		triggered = r.resumed
 		start()
@@ -88,21 +89,47 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 				return nil, fmt.Errorf("commit input: %w", err)
 			}
 			r.seq = cp.Seq
+			recorded = true
 		}
 	}
+	// a resumed run runs the step it paused before
+	pauseBefore := r.resumed == nil
 	for len(triggered) > 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if pauseBefore {
+			if names := pausing(triggered, func(n *flow.Node) bool { return n.InterruptBefore }); len(names) > 0 {
+				// the last checkpoint names the triggered nodes, so that
+				// resuming runs them; a run that took no input pausing
+				// before its first step records them now
+				if r.step == 0 && !recorded {
+					cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now()}
+					for _, n := range triggered {
+						cp.Next = append(cp.Next, n.Name)
+					}
+					if err := r.commit(ctx, cp); err != nil {
+						return nil, fmt.Errorf("commit the pause: %w", err)
+					}
+					r.seq = cp.Seq
+				}
+				return r.result(&Interrupt{Before: names}), nil
+			}
+		}
+		pauseBefore = true
 		r.step++
 		if r.step > r.g.MaxSteps {
 			return nil, r.limitError(triggered)
 		}
+		ran := triggered
 		triggered, err = r.superstep(ctx, triggered)
 		if err != nil {
 			return nil, err
 		}
 		if len(triggered) > 0 {
+			if names := pausing(ran, func(n *flow.Node) bool { return n.InterruptAfter }); len(names) > 0 {
+				return r.result(&Interrupt{After: names}), nil
+			}
 			select {
 			case <-r.req.Stop:
 				// the step's checkpoint names the triggered nodes: the
@@ -112,9 +139,24 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			}
 		}
 	}
-	res = &Result{Run: r.id, Thread: r.req.Thread, State: r.values, Checkpoint: r.seq, Steps: r.step, Path: r.path,
-		g: r.g, visits: r.visits}
-	return res, nil
+	return r.result(nil), nil
+}
+
+// result is the run's outcome so far.
+func (r *run) result(in *Interrupt) *Result {
+	return &Result{Run: r.id, Thread: r.req.Thread, State: r.values, Checkpoint: r.seq, Steps: r.step, Path: r.path,
+		g: r.g, visits: r.visits, Interrupt: in}
+}
+
+// pausing names the nodes of a step that pause the run.
+func pausing(nodes []*flow.Node, pauses func(*flow.Node) bool) []string {
+	var names []string
+	for _, n := range nodes {
+		if pauses(n) {
+			names = append(names, n.Name)
+		}
+	}
+	return names
 }
 
 // applyInput validates the input and applies it through the reducers. It

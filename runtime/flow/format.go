@@ -62,6 +62,8 @@ var CommonFields = []config.Field{
 		config.Number("factor", "Growth of the wait per attempt (default 2).").Min(1),
 	),
 	config.Duration("timeout", "Cancel an attempt that runs longer than this."),
+	config.Bool("interrupt_before", "Pause the run before the node runs (for a person to look, or change the state): the run ends interrupted with the node next, and resuming the thread runs it."),
+	config.Bool("interrupt_after", "Pause the run after the node's step: the run ends interrupted with the next nodes pending, and resuming the thread goes on."),
 	config.Object("cache", "Keep the node's writes in the store under a key: a later run with the same key (in any thread, after a restart too) replays them instead of running the node.",
 		config.Expression("key", "What the writes depend on: an expression over state and input (the flow and node are part of the key).").Require(),
 		config.Duration("ttl", "How long a kept result serves (default: until the cache's bound drops it)."),

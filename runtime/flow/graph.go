@@ -99,6 +99,9 @@ type Node struct {
 	Timeout     time.Duration
 	// Cache, when set, keeps the node's writes by key in the store.
 	Cache *Cache
+	// InterruptBefore and InterruptAfter pause a run before the node's
+	// step, or after it.
+	InterruptBefore, InterruptAfter bool
 	// Inline nodes run on the engine's goroutine (see kind.Spec.Inline).
 	Inline  bool
 	OnError OnError

@@ -68,6 +68,8 @@ func (c *compiler) common(n *Node, b *builder, s config.Settings) {
 		n.Retry.Factor = f
 	}
 	n.Timeout, _ = s.Duration("timeout")
+	n.InterruptBefore, _ = s.Bool("interrupt_before")
+	n.InterruptAfter, _ = s.Bool("interrupt_after")
 	if cs := s.Object("cache"); cs.Block().IsMapping() {
 		if p := c.compileExpr(cs.Value("key"), c.env, false); p != nil {
 			n.Cache = &Cache{Key: p}

@@ -83,7 +83,7 @@ func (g *Graph) Mermaid() string {
 	b.WriteString("flowchart TD\n")
 	fmt.Fprintf(&b, "  %s([START])\n", startName)
 	for _, n := range g.Nodes {
-		fmt.Fprintf(&b, "  %s[\"%s<br/><small>%s</small>\"]\n", mermaidID(n.Name), n.Name, n.Kind)
+		fmt.Fprintf(&b, "  %s[\"%s<br/><small>%s%s</small>\"]\n", mermaidID(n.Name), n.Name, n.Kind, marks(n))
 	}
 	fmt.Fprintf(&b, "  %s([END])\n", endName)
 	for _, a := range g.Arcs() {
@@ -105,6 +105,25 @@ func (g *Graph) Mermaid() string {
 		}
 	}
 	return b.String()
+}
+
+// marks lists what a drawing says of a node besides its kind: a pause
+// before or after it, a cache.
+func marks(n *Node) string {
+	var m []string
+	if n.InterruptBefore {
+		m = append(m, "pause before")
+	}
+	if n.InterruptAfter {
+		m = append(m, "pause after")
+	}
+	if n.Cache != nil {
+		m = append(m, "cached")
+	}
+	if len(m) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(m, ", ")
 }
 
 // MermaidID is the id Mermaid gives a node of the graph, for drawings
@@ -129,7 +148,7 @@ func (g *Graph) DOT() string {
 	fmt.Fprintf(&b, "digraph %q {\n  rankdir=TB;\n  node [shape=box, style=rounded];\n", g.Name)
 	fmt.Fprintf(&b, "  %q [shape=circle];\n", startName)
 	for _, n := range g.Nodes {
-		fmt.Fprintf(&b, "  %q [label=%q];\n", n.Name, n.Name+"\n("+n.Kind+")")
+		fmt.Fprintf(&b, "  %q [label=%q];\n", n.Name, n.Name+"\n("+n.Kind+marks(n)+")")
 	}
 	fmt.Fprintf(&b, "  %q [shape=doublecircle];\n", endName)
 	for _, a := range g.Arcs() {

@@ -272,7 +272,21 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(res.State)
+	paused(env, res, *thread)
 	return 0
+}
+
+// paused tells that a run paused at a node's interrupt_before or
+// interrupt_after, and how to go on.
+func paused(env *Env, res *trellis.Result, thread string) {
+	if res.Interrupt == nil {
+		return
+	}
+	where := "after " + strings.Join(res.Interrupt.After, ", ")
+	if len(res.Interrupt.Before) > 0 {
+		where = "before " + strings.Join(res.Interrupt.Before, ", ")
+	}
+	fmt.Fprintf(env.Stderr, "paused %s; the thread's run is unfinished: `trellis run FLOW --thread %s --resume` goes on, `trellis update` changes the state first\n", where, thread)
 }
 
 // readValues reads a thread's initial values from a YAML or JSON file.

@@ -38,6 +38,7 @@ func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flo
 		if out, ok := res.State[conv.Output].(string); ok && out != "" {
 			fmt.Fprintf(env.Stdout, "%s> %s\n\n", f.Name(), out)
 		}
+		paused(env, res, thread)
 		return res.State, true
 	}
 	var state map[string]any
