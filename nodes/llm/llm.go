@@ -70,7 +70,7 @@ type binding struct {
 type node struct {
 	prompt      *prompt.Prompt
 	vars        []binding
-	writes      []binding
+	writes      kind.Writes
 	model       string
 	temperature *float32
 	maxTokens   int
@@ -96,21 +96,14 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 			outShape = n.prompt.Output.Validator.Shape
 		}
 	}
-	varsShape := schema.Object(varShapes)
-	for _, e := range s.Entries("writes") {
-		b.Writes(e.Name, e.Key)
-		p := b.Expr(e.Value, kind.Vars{"output": outShape, "vars": varsShape})
-		if p != nil {
-			b.WritesValue(e.Name, p, e.Value)
-		}
-		n.writes = append(n.writes, binding{e.Name, p})
-	}
+	writes, writesOK := kind.CompileWrites(b, s.Entries("writes"), kind.Vars{"output": outShape, "vars": schema.Object(varShapes)})
+	n.writes = writes
 	n.maxTokens, _ = s.Int("max_tokens")
 	if t, ok := s.Float("temperature"); ok {
 		f := float32(t)
 		n.temperature = &f
 	}
-	if n.prompt == nil || slices.ContainsFunc(append(n.vars, n.writes...), func(x binding) bool { return x.program == nil }) {
+	if n.prompt == nil || !writesOK || slices.ContainsFunc(n.vars, func(x binding) bool { return x.program == nil }) {
 		return nil
 	}
 	if n.maxTokens == 0 {
@@ -279,15 +272,7 @@ func (n *node) data(s kind.State) (prompt.Data, map[string]any, error) {
 
 func (n *node) write(vars map[string]any, out any) (kind.Update, error) {
 	vars["output"] = out
-	upd := make(kind.Update, 0, len(n.writes))
-	for _, w := range n.writes {
-		v, err := w.program.Eval(vars)
-		if err != nil {
-			return nil, fmt.Errorf("writes.%s: %w", w.name, err)
-		}
-		upd = append(upd, kind.FieldValue{Field: w.name, Value: v})
-	}
-	return upd, nil
+	return n.writes.Eval(vars)
 }
 
 // ask sends the prompt and returns the reply: a string, or for a

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,28 +60,9 @@ var DefaultLimits = Limits{Wall: 10 * time.Second, CPU: 5 * time.Second, Memory:
 // withDefaults fills l's zero fields from DefaultLimits.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits
-	if l.Wall > 0 {
-		d.Wall = l.Wall
-	}
-	if l.CPU > 0 {
-		d.CPU = l.CPU
-	}
-	if l.Memory > 0 {
-		d.Memory = l.Memory
-	}
-	if l.Processes > 0 {
-		d.Processes = l.Processes
-	}
-	if l.Output > 0 {
-		d.Output = l.Output
-	}
-	if l.FileSize > 0 {
-		d.FileSize = l.FileSize
-	}
-	if l.Workspace > 0 {
-		d.Workspace = l.Workspace
-	}
-	return d
+	return Limits{Wall: cmp.Or(l.Wall, d.Wall), CPU: cmp.Or(l.CPU, d.CPU), Memory: cmp.Or(l.Memory, d.Memory),
+		Processes: cmp.Or(l.Processes, d.Processes), Output: cmp.Or(l.Output, d.Output),
+		FileSize: cmp.Or(l.FileSize, d.FileSize), Workspace: cmp.Or(l.Workspace, d.Workspace)}
 }
 
 // The limits a job can meet, as Outcome.Limit names them.
@@ -193,6 +175,21 @@ func (im Images) image() string {
 		return im.Image
 	}
 	return DefaultImage
+}
+
+// attribute names the limit that stopped a job that ended by itself,
+// from what the backend saw: a limit it measured (memory, processes), the
+// signal the kernel sends at the CPU or file-size limit, cut output.
+func (o *Outcome) attribute(lim Limits) {
+	switch {
+	case o.Limit != "":
+	case o.Signal == "SIGXCPU", o.Signal == "SIGKILL" && o.CPU >= lim.CPU:
+		o.Limit = LimitCPU
+	case o.Signal == "SIGXFSZ":
+		o.Limit = LimitFileSize
+	case o.StdoutCut || o.StderrCut:
+		o.Limit = LimitOutput
+	}
 }
 
 // signalName names a signal number as the drivers do (SIGKILL).

@@ -212,13 +212,8 @@ func (d *Docker) Exec(ctx context.Context, j *Job) (*Outcome, error) {
 		return o, ctx.Err()
 	case wctx.Err() != nil:
 		o.Limit, o.Exit, o.Signal = LimitWall, -1, "SIGKILL"
-	case o.Limit != "":
-	case o.Signal == "SIGXCPU", o.Signal == "SIGKILL" && o.CPU >= lim.CPU:
-		o.Limit = LimitCPU
-	case o.Signal == "SIGXFSZ":
-		o.Limit = LimitFileSize
-	case o.StdoutCut || o.StderrCut:
-		o.Limit = LimitOutput
+	default:
+		o.attribute(lim)
 	}
 	return o, nil
 }

@@ -161,13 +161,8 @@ func (l *Local) Exec(ctx context.Context, j *Job) (*Outcome, error) {
 		o.Limit, o.Exit = LimitWall, -1
 	case ctx.Err() != nil:
 		return o, ctx.Err()
-	case o.Limit != "":
-	case o.Signal == "SIGXCPU", o.Signal == "SIGKILL" && o.CPU >= lim.CPU:
-		o.Limit = LimitCPU
-	case o.Signal == "SIGXFSZ":
-		o.Limit = LimitFileSize
-	case o.StdoutCut || o.StderrCut:
-		o.Limit = LimitOutput
+	default:
+		o.attribute(lim)
 	}
 	return o, nil
 }

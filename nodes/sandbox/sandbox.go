@@ -108,17 +108,12 @@ func NewSpec(pool func() *Pool) kind.Spec {
 	}
 }
 
-type binding struct {
-	name    string
-	program *expression.Program
-}
-
 type node struct {
 	lang               *Language
 	code, tests, stdin *expression.Program
 	limits             Limits
 	testTime           time.Duration
-	writes             []binding
+	writes             kind.Writes
 	pool               *Pool // nil: no sandbox
 }
 
@@ -167,16 +162,9 @@ func build(b kind.Builder, pool func() *Pool) kind.Node {
 			b.Errorf(l.Block().Get(f.name), "limits.%s: %v is out of range (10ms to 1h)", f.name, f.d)
 		}
 	}
-	for _, e := range s.Entries("writes") {
-		b.Writes(e.Name, e.Key)
-		p := b.Expr(e.Value, kind.Vars{"output": result().shape})
-		if p != nil {
-			b.WritesValue(e.Name, p, e.Value)
-		}
-		n.writes = append(n.writes, binding{e.Name, p})
-	}
-	if n.lang == nil || n.code == nil || s.Has("tests") && n.tests == nil || s.Has("stdin") && n.stdin == nil ||
-		slices.ContainsFunc(n.writes, func(x binding) bool { return x.program == nil }) {
+	writes, writesOK := kind.CompileWrites(b, s.Entries("writes"), kind.Vars{"output": result().shape})
+	n.writes = writes
+	if n.lang == nil || n.code == nil || s.Has("tests") && n.tests == nil || s.Has("stdin") && n.stdin == nil || !writesOK {
 		return nil
 	}
 	n.pool = pool()
@@ -397,15 +385,7 @@ func (n *node) writeValue(s kind.State, out any) (kind.Update, error) {
 	vars := make(map[string]any, len(base)+1)
 	maps.Copy(vars, base)
 	vars["output"] = out
-	upd := make(kind.Update, 0, len(n.writes))
-	for _, w := range n.writes {
-		v, err := w.program.Eval(vars)
-		if err != nil {
-			return nil, fmt.Errorf("writes.%s: %w", w.name, err)
-		}
-		upd = append(upd, kind.FieldValue{Field: w.name, Value: v})
-	}
-	return upd, nil
+	return n.writes.Eval(vars)
 }
 
 var (

@@ -298,11 +298,8 @@ func (v Value) foldedPos(line, col int) (diag.Pos, bool) {
 			return diag.Pos{}, false
 		}
 		firstText := string([]rune(first)[c-1:])
-		if strings.Contains(text, strings.TrimRight(firstText, " ")) && !strings.HasPrefix(text, "\n") {
-			// a one-line scalar: the usual mapping holds
-			if len(firstText) >= len(text) {
-				return diag.Pos{}, false
-			}
+		if len(firstText) >= len(text) {
+			return diag.Pos{}, false // a one-line scalar: the usual mapping holds
 		}
 		segs = append(segs, seg{n.Line, c, strings.TrimRight(firstText, " ")})
 		for l := n.Line + 1; l <= len(lines) && l <= n.Line+200; l++ {

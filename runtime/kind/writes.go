@@ -1,0 +1,51 @@
+package kind
+
+import (
+	"fmt"
+
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/expression"
+)
+
+// Writes are a node's writes setting compiled: each field with the
+// expression whose value it is written (over output, state, input and the
+// kind's other variables).
+type Writes []Write
+
+// Write is one field of Writes.
+type Write struct {
+	Field   string
+	Program *expression.Program
+}
+
+// CompileWrites compiles a writes setting (field to expression): it
+// declares each write, compiles each expression with the extra variables
+// vars and checks what it yields against its field. ok is false when an
+// expression did not compile (reported through b).
+func CompileWrites(b Builder, entries []config.Entry, vars Vars) (w Writes, ok bool) {
+	ok = true
+	for _, e := range entries {
+		b.Writes(e.Name, e.Key)
+		p := b.Expr(e.Value, vars)
+		if p == nil {
+			ok = false
+			continue
+		}
+		b.WritesValue(e.Name, p, e.Value)
+		w = append(w, Write{e.Name, p})
+	}
+	return w, ok
+}
+
+// Eval evaluates every write over vars into an update.
+func (w Writes) Eval(vars map[string]any) (Update, error) {
+	upd := make(Update, 0, len(w))
+	for _, x := range w {
+		v, err := x.Program.Eval(vars)
+		if err != nil {
+			return nil, fmt.Errorf("writes.%s: %w", x.Field, err)
+		}
+		upd = append(upd, FieldValue{Field: x.Field, Value: v})
+	}
+	return upd, nil
+}
