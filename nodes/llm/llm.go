@@ -96,7 +96,7 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 			outShape = n.prompt.Output.Validator.Shape
 		}
 	}
-	writes, writesOK := kind.CompileWrites(b, s.Entries("writes"), kind.Vars{"output": outShape, "vars": schema.Object(varShapes)})
+	writes, writesOK := kind.CompileWrites(b, "writes", kind.Vars{"output": outShape, "vars": schema.Object(varShapes)})
 	n.writes = writes
 	n.maxTokens, _ = s.Int("max_tokens")
 	if t, ok := s.Float("temperature"); ok {
@@ -335,7 +335,8 @@ func parseStructured(reply string, out *prompt.Output) (any, error) {
 	if err := out.Validator.Validate(v); err != nil {
 		return nil, err
 	}
-	return v, nil
+	// 2.0 where the schema says integer is the int 2 for the writes
+	return schema.Coerce(out.Validator.Shape, v), nil
 }
 
 // complete makes one chat completion with retries, streaming the reply

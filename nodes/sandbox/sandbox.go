@@ -162,7 +162,7 @@ func build(b kind.Builder, pool func() *Pool) kind.Node {
 			b.Errorf(l.Block().Get(f.name), "limits.%s: %v is out of range (10ms to 1h)", f.name, f.d)
 		}
 	}
-	writes, writesOK := kind.CompileWrites(b, s.Entries("writes"), kind.Vars{"output": result().shape})
+	writes, writesOK := kind.CompileWrites(b, "writes", kind.Vars{"output": result().shape})
 	n.writes = writes
 	if n.lang == nil || n.code == nil || s.Has("tests") && n.tests == nil || s.Has("stdin") && n.stdin == nil || !writesOK {
 		return nil

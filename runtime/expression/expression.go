@@ -348,6 +348,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	}
 	warnings = append(warnings, checkNullable(src, tree.Node, env)...)
 	opts := append([]expr.Option{expr.Env(env.vars)}, functions...)
+	opts = append(opts, expr.Patch(exact{}))
 	if len(env.flat) > 0 {
 		opts = append(opts, expr.Patch(&flattener{env: env}))
 	}

@@ -3,7 +3,6 @@ package kind
 import (
 	"fmt"
 
-	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/expression"
 )
 
@@ -16,15 +15,18 @@ type Writes []Write
 type Write struct {
 	Field   string
 	Program *expression.Program
+	// at names the entry in errors: the setting and the field.
+	at string
 }
 
-// CompileWrites compiles a writes setting (field to expression): it
-// declares each write, compiles each expression with the extra variables
-// vars and checks what it yields against its field. ok is false when an
-// expression did not compile (reported through b).
-func CompileWrites(b Builder, entries []config.Entry, vars Vars) (w Writes, ok bool) {
+// CompileWrites compiles the node's setting of that name (field to
+// expression, such as writes): it declares each write, compiles each
+// expression with the extra variables vars and checks what it yields
+// against its field. ok is false when an expression did not compile
+// (reported through b).
+func CompileWrites(b Builder, setting string, vars Vars) (w Writes, ok bool) {
 	ok = true
-	for _, e := range entries {
+	for _, e := range b.Settings().Entries(setting) {
 		b.Writes(e.Name, e.Key)
 		p := b.Expr(e.Value, vars)
 		if p == nil {
@@ -32,7 +34,7 @@ func CompileWrites(b Builder, entries []config.Entry, vars Vars) (w Writes, ok b
 			continue
 		}
 		b.WritesValue(e.Name, p, e.Value)
-		w = append(w, Write{e.Name, p})
+		w = append(w, Write{Field: e.Name, Program: p, at: setting + "." + e.Name})
 	}
 	return w, ok
 }
@@ -43,7 +45,7 @@ func (w Writes) Eval(vars map[string]any) (Update, error) {
 	for _, x := range w {
 		v, err := x.Program.Eval(vars)
 		if err != nil {
-			return nil, fmt.Errorf("writes.%s: %w", x.Field, err)
+			return nil, fmt.Errorf("%s: %w", x.at, err)
 		}
 		upd = append(upd, FieldValue{Field: x.Field, Value: v})
 	}

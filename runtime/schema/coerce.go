@@ -1,8 +1,8 @@
 package schema
 
 import (
-	"math"
 	"reflect"
+	"slices"
 )
 
 // Coerce brings numbers in line with the shape: an integral float64 where
@@ -14,7 +14,7 @@ func Coerce(s *Shape, v any) any {
 	}
 	switch x := v.(type) {
 	case float64:
-		if s.Is("integer") && x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+		if slices.Contains(s.Types, "integer") && fitsInt(x) {
 			return int(x)
 		}
 	case []any:

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
+	"github.com/trellisflow/trellis/runtime/config"
 
 	"github.com/trellisflow/trellis/runtime/value"
 	"gopkg.in/yaml.v3"
@@ -365,7 +367,42 @@ func (v *Validator) Validate(x any) error {
 	if err := v.compiled.Validate(x); err != nil {
 		return describe(err)
 	}
+	if causes := v.Shape.wideIntegers(x, "", nil); len(causes) > 0 {
+		return &Error{Causes: causes}
+	}
 	return nil
+}
+
+// wideIntegers finds the numbers in integer positions that JSON Schema
+// calls integers (a zero fraction) but that do not fit the 64-bit
+// integers the state holds, such as 1e23.
+func (s *Shape) wideIntegers(x any, at string, out []Cause) []Cause {
+	if s == nil {
+		return out
+	}
+	switch v := x.(type) {
+	case float64:
+		if slices.Contains(s.Types, "integer") && !slices.Contains(s.Types, "number") && !fitsInt(v) {
+			out = append(out, Cause{Pointer: at, Keyword: "type",
+				Message: fmt.Sprintf("%v is outside the 64-bit integer range [-9223372036854775808, 9223372036854775807]", v)})
+		}
+	case []any:
+		for i, e := range v {
+			out = s.Items.wideIntegers(e, at+"/"+strconv.Itoa(i), out)
+		}
+	case map[string]any:
+		for k, e := range v {
+			if p := s.Props[k]; p != nil {
+				out = p.wideIntegers(e, at+"/"+config.Escape(k), out)
+			}
+		}
+	}
+	return out
+}
+
+// fitsInt reports whether f is a whole number an int holds exactly.
+func fitsInt(f float64) bool {
+	return f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63
 }
 
 // Error is a validation failure: one line per violated constraint, each
@@ -484,7 +521,7 @@ func typeMatches(t string, x any) (match, known bool) {
 		if t == "number" {
 			return true, true
 		}
-		return t == "integer" && v == float64(int64(v)), true
+		return t == "integer" && fitsInt(v), true
 	case []any:
 		return t == "array", true
 	case map[string]any:

@@ -48,7 +48,7 @@ func crashKinds(logPath string) kind.Registry {
 		kind.Spec{Name: "calc", Summary: "Expressions to fields.", Inline: true, Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
 			New: func(b kind.Builder) kind.Node {
 				sets := kindtest.CompileSet(b)
-				return kind.Func(func(_ context.Context, s kind.State) (kind.Update, error) { return sets.Eval(s) })
+				return kind.Func(func(_ context.Context, s kind.State) (kind.Update, error) { return sets.Eval(s.Vars()) })
 			}},
 		kind.Spec{Name: "record", Summary: "Record each execution.", Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
 			New: func(b kind.Builder) kind.Node {
@@ -61,7 +61,7 @@ func crashKinds(logPath string) kind.Registry {
 					case <-ctx.Done():
 						return nil, ctx.Err()
 					}
-					u, err := sets.Eval(s)
+					u, err := sets.Eval(s.Vars())
 					if err != nil {
 						return nil, err
 					}

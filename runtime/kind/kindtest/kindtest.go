@@ -46,32 +46,17 @@ func Registry() kind.Registry {
 	return reg
 }
 
-// Sets is a compiled set: block (field: expression), for test kinds of
-// other packages too.
-type Sets []assignment
-
-type assignment struct {
-	field string
-	prog  *expression.Program
-}
-
 type setNode struct {
-	sets   Sets
+	sets   kind.Writes
 	sleep  *expression.Program
 	jitter int
 }
 
-// CompileSet compiles the node's set: block, declaring its writes.
-func CompileSet(b kind.Builder) Sets {
-	var out Sets
-	for _, e := range b.Settings().Entries("set") {
-		b.Writes(e.Name, e.Key)
-		if p := b.Expr(e.Value, nil); p != nil {
-			b.WritesValue(e.Name, p, e.Value)
-			out = append(out, assignment{e.Name, p})
-		}
-	}
-	return out
+// CompileSet compiles the node's set: block (field: expression), for
+// test kinds of other packages too.
+func CompileSet(b kind.Builder) kind.Writes {
+	w, _ := kind.CompileWrites(b, "set", nil)
+	return w
 }
 
 func newSet(b kind.Builder) kind.Node {
@@ -82,19 +67,6 @@ func newSet(b kind.Builder) kind.Node {
 	}
 	n.jitter, _ = s.Int("jitter_ms")
 	return n
-}
-
-// Eval evaluates every expression into an update.
-func (sets Sets) Eval(s kind.State) (kind.Update, error) {
-	upd := make(kind.Update, 0, len(sets))
-	for _, a := range sets {
-		v, err := a.prog.Eval(s.Vars())
-		if err != nil {
-			return nil, err
-		}
-		upd = append(upd, kind.FieldValue{Field: a.field, Value: v})
-	}
-	return upd, nil
 }
 
 func (n *setNode) Run(ctx context.Context, s kind.State) (kind.Update, error) {
@@ -113,11 +85,11 @@ func (n *setNode) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 			return nil, ctx.Err()
 		}
 	}
-	return n.sets.Eval(s)
+	return n.sets.Eval(s.Vars())
 }
 
 type failNode struct {
-	sets    Sets
+	sets    kind.Writes
 	times   int
 	message string
 }
@@ -139,11 +111,11 @@ func (n *failNode) Run(_ context.Context, s kind.State) (kind.Update, error) {
 	if n.times == 0 || s.Attempt() <= n.times {
 		return nil, fmt.Errorf("%w: %s (attempt %d)", ErrInjected, n.message, s.Attempt())
 	}
-	return n.sets.Eval(s)
+	return n.sets.Eval(s.Vars())
 }
 
 type sleepNode struct {
-	sets         Sets
+	sets         kind.Writes
 	ms           int
 	ignoreCancel bool
 }
@@ -167,5 +139,5 @@ func (n *sleepNode) Run(ctx context.Context, s kind.State) (kind.Update, error) 
 			return nil, ctx.Err()
 		}
 	}
-	return n.sets.Eval(s)
+	return n.sets.Eval(s.Vars())
 }

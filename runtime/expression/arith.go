@@ -1,0 +1,213 @@
+package expression
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/vm/runtime"
+)
+
+// Integer arithmetic is exact or an error. The expression machine adds,
+// subtracts, multiplies and negates ints as Go does, wrapping around on
+// overflow, so a counter at the largest int would become the smallest and
+// be committed. The checker below rewrites those operations whose operands
+// are, or may be, integers into calls that fail on overflow instead; the
+// rest (floats, strings, lists, a mix) keep the machine's own operation.
+
+// overflow is the error of an integer operation whose result does not
+// fit in 64 bits.
+type overflow struct {
+	Op   string
+	A, B int // B unused for negation
+}
+
+func (e *overflow) Error() string {
+	if e.Op == "neg" {
+		return fmt.Sprintf("integer overflow: -(%d) is outside the 64-bit integer range", e.A)
+	}
+	return fmt.Sprintf("integer overflow: %d %s %d is outside the 64-bit integer range", e.A, e.Op, e.B)
+}
+
+func addInt(a, b int) (int, error) {
+	c := a + b
+	if (c > a) != (b > 0) {
+		return 0, &overflow{"+", a, b}
+	}
+	return c, nil
+}
+
+func subInt(a, b int) (int, error) {
+	c := a - b
+	if (c < a) != (b > 0) {
+		return 0, &overflow{"-", a, b}
+	}
+	return c, nil
+}
+
+func mulInt(a, b int) (int, error) {
+	if a == 0 || b == 0 {
+		return 0, nil
+	}
+	c := a * b
+	if c/b != a || (a == -1 && b == math.MinInt) || (b == -1 && a == math.MinInt) {
+		return 0, &overflow{"*", a, b}
+	}
+	return c, nil
+}
+
+// The exact operations are Go functions of types the machine calls
+// directly (no argument list is built); they panic on overflow, which the
+// machine turns into the evaluation's error.
+func exactly(f func(a, b int) (int, error), other func(a, b any) any) func(a, b any) any {
+	return func(a, b any) any {
+		if x, ok := asInt(a); ok {
+			if y, ok := asInt(b); ok {
+				c, err := f(x, y)
+				if err != nil {
+					panic(err)
+				}
+				return c
+			}
+		}
+		return other(a, b)
+	}
+}
+
+// ints is the exact operation over two ints.
+func ints(f func(a, b int) (int, error)) func(a, b int) int {
+	return func(a, b int) int {
+		c, err := f(a, b)
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
+}
+
+// operation is an operator's exact forms: over operands the checker knows
+// are ints (the result stays an int for it), and over others.
+type operation struct {
+	exact func(a, b int) (int, error)
+	ints  func(a, b int) int
+	any   func(a, b any) any
+}
+
+var checked = map[string]operation{
+	"+": {addInt, ints(addInt), exactly(addInt, runtime.Add)},
+	"-": {subInt, ints(subInt), exactly(subInt, runtime.Subtract)},
+	"*": {mulInt, ints(mulInt), exactly(mulInt, runtime.Multiply)},
+}
+
+func negateInt(a int) int {
+	if a == math.MinInt {
+		panic(&overflow{Op: "neg", A: a})
+	}
+	return -a
+}
+
+func negate(a any) any {
+	if x, ok := asInt(a); ok {
+		if x == math.MinInt {
+			panic(&overflow{Op: "neg", A: x})
+		}
+		return -x
+	}
+	return runtime.Negate(a)
+}
+
+func asInt(v any) (int, bool) {
+	switch x := v.(type) {
+	case int:
+		return x, true
+	case int64:
+		return int(x), true
+	}
+	return 0, false
+}
+
+// exact rewrites +, -, * and unary - over operands that are ints, or of
+// a type the checker cannot tell, into the exact operations.
+type exact struct{}
+
+func (exact) Visit(n *ast.Node) {
+	switch x := (*n).(type) {
+	case *ast.BinaryNode:
+		op, ok := checked[x.Operator]
+		if !ok || !mayBeInt(x.Left.Type()) || !mayBeInt(x.Right.Type()) {
+			return
+		}
+		if a, ok := x.Left.(*ast.IntegerNode); ok {
+			if b, ok := x.Right.(*ast.IntegerNode); ok {
+				if c, err := op.exact(a.Value, b.Value); err == nil {
+					ast.Patch(n, &ast.IntegerNode{Value: c}) // folded, as the machine would
+					return
+				}
+			}
+		}
+		var fn any = op.any
+		if allInts(x.Left, x.Right) {
+			fn = op.ints
+		}
+		ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Left, x.Right}})
+	case *ast.BuiltinNode:
+		// sum adds with the machine's own operation: the same as a reduce
+		// with the exact one
+		if x.Name != "sum" || len(x.Arguments) == 0 || len(x.Arguments) > 2 {
+			return
+		}
+		var item ast.Node = &ast.PointerNode{}
+		if len(x.Arguments) == 2 {
+			p, ok := x.Arguments[1].(*ast.PredicateNode)
+			if !ok {
+				return
+			}
+			item = p.Node
+		}
+		add := &ast.CallNode{Callee: &ast.ConstantNode{Value: checked["+"].any}, Arguments: []ast.Node{&ast.PointerNode{Name: "acc"}, item}}
+		ast.Patch(n, &ast.BuiltinNode{Name: "reduce", Arguments: []ast.Node{x.Arguments[0], &ast.PredicateNode{Node: add}, &ast.IntegerNode{Value: 0}}})
+	case *ast.UnaryNode:
+		if x.Operator != "-" || !mayBeInt(x.Node.Type()) {
+			return
+		}
+		if a, ok := x.Node.(*ast.IntegerNode); ok && a.Value != math.MinInt {
+			ast.Patch(n, &ast.IntegerNode{Value: -a.Value})
+			return
+		}
+		var fn any = negate
+		if allInts(x.Node) {
+			fn = negateInt
+		}
+		ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Node}})
+	}
+}
+
+// allInts reports whether the checker knows every operand is an int. The
+// machine then calls the operation over ints directly, as it does for
+// Go functions of that type; the values it is given are ints, since state,
+// input and node outputs are normalised to the schema's types.
+func allInts(operands ...ast.Node) bool {
+	for _, o := range operands {
+		if t := o.Type(); t == nil || t.Kind() != reflect.Int {
+			return false
+		}
+	}
+	return true
+}
+
+// mayBeInt reports whether a value of type t may be an int at run time.
+func mayBeInt(t reflect.Type) bool {
+	if t == nil {
+		return true
+	}
+	switch t.Kind() {
+	case reflect.Int:
+		return true
+	case reflect.Interface:
+		return true
+	case reflect.Pointer:
+		return t.Elem().Kind() == reflect.Int
+	}
+	return false
+}

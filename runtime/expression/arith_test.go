@@ -1,0 +1,102 @@
+package expression_test
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/schema"
+)
+
+// Integer arithmetic is exact or fails: +, - and * over ints whose result
+// leaves the 64-bit range, and negating the smallest int, are errors, on
+// typed fields and on values whose type is known only at run time (an
+// untyped object's fields, lambda arguments); what is not an int keeps
+// the machine's own meaning.
+func TestIntegerArithmeticIsExact(t *testing.T) {
+	integer := &schema.Shape{Types: []string{"integer"}}
+	nullable := &schema.Shape{Types: []string{"integer", "null"}}
+	env := expression.NewEnv().
+		WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+			Props: map[string]*schema.Shape{"n": integer, "m": nullable}, Order: []string{"n", "m"}}).
+		WithFields("input", &schema.Shape{Types: []string{"object"}})
+	vars := func(n, m any, in map[string]any) map[string]any {
+		v := map[string]any{}
+		expression.Bind(v, "state", map[string]any{"n": n, "m": m})
+		expression.Bind(v, "input", in)
+		return v
+	}
+	overflow := []struct {
+		src  string
+		vars map[string]any
+	}{
+		{"state.n + 1", vars(math.MaxInt, 0, nil)},
+		{"1 + state.n", vars(math.MaxInt, 0, nil)},
+		{"state.n - 1", vars(math.MinInt, 0, nil)},
+		{"0 - state.n - 2", vars(math.MaxInt, 0, nil)},
+		{"state.n * 2", vars(math.MaxInt/2+1, 0, nil)},
+		{"state.n * -1", vars(math.MinInt, 0, nil)},
+		{"-1 * state.n", vars(math.MinInt, 0, nil)},
+		{"state.n * state.n", vars(1<<32, 0, nil)},
+		{"-state.n", vars(math.MinInt, 0, nil)},
+		{"state.m + 1", vars(0, math.MaxInt, nil)},
+		{"input.x + 1", vars(0, 0, map[string]any{"x": math.MaxInt})},
+		{"input.x * input.y", vars(0, 0, map[string]any{"x": 1 << 40, "y": 1 << 40})},
+		{"reduce([1, 2], #acc + state.n, 9223372036854775806)", vars(1, 0, nil)},
+		{"9223372036854775807 + 1", vars(0, 0, nil)},
+		{"sum([state.n, 1])", vars(math.MaxInt, 0, nil)},
+		{"sum([1, 2], # * state.n)", vars(math.MaxInt/2, 0, nil)},
+	}
+	for _, c := range overflow {
+		p, probs := expression.Compile(c.src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %+v", c.src, probs)
+		}
+		v, err := p.Eval(c.vars)
+		if err == nil || !strings.Contains(err.Error(), "integer overflow") {
+			t.Errorf("%s: %#v %v, want an overflow", c.src, v, err)
+		}
+	}
+	exact := []struct {
+		src  string
+		vars map[string]any
+		want any
+	}{
+		{"state.n + 1", vars(math.MaxInt-1, 0, nil), math.MaxInt},
+		{"state.n - 1", vars(math.MinInt+1, 0, nil), math.MinInt},
+		{"state.n * -1", vars(math.MaxInt, 0, nil), -math.MaxInt},
+		{"state.n * 3", vars(1<<53+1, 0, nil), 3<<53 + 3},
+		{"state.n + 1", vars(1<<53+1, 0, nil), 1<<53 + 2},
+		{"-state.n", vars(math.MaxInt, 0, nil), -math.MaxInt},
+		{"1 + 2 * 3 - -4", nil, 11},
+		{"input.a + input.b", vars(0, 0, map[string]any{"a": "x", "b": "y"}), "xy"},
+		{"input.a * 2", vars(0, 0, map[string]any{"a": 1.5}), 3.0},
+		{"-input.a", vars(0, 0, map[string]any{"a": 1.5}), -1.5},
+		{"state.n + 0.5", vars(1, 0, nil), 1.5},
+		{"'a' + 'b'", nil, "ab"},
+		{"sum([1, 2, state.n])", vars(1<<53+1, 0, nil), 1<<53 + 4},
+		{"sum([1, 2], # * 2)", nil, 6},
+		{"sum([0.5, 1])", nil, 1.5},
+		{"sum([])", nil, 0},
+	}
+	for _, c := range exact {
+		p, probs := expression.Compile(c.src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %+v", c.src, probs)
+		}
+		v, err := p.Eval(c.vars)
+		if err != nil || !reflect.DeepEqual(v, c.want) {
+			t.Errorf("%s = %#v %v, want %#v", c.src, v, err, c.want)
+		}
+	}
+	// an int expression keeps its type for the checker
+	p, _ := expression.Compile("state.n + 1", env, false)
+	if rt := p.ResultType(); rt == nil || rt.Kind() != reflect.Int {
+		t.Errorf("state.n + 1 has type %v", rt)
+	}
+	if _, probs := expression.Compile("(state.n + 1) + 'x'", env, false); len(probs) == 0 {
+		t.Error("int + string compiles")
+	}
+}
