@@ -116,8 +116,37 @@ func init() {
 }
 
 // Open opens (creating if needed) the database at path and applies any
-// pending migrations.
+// pending migrations. The whole of path names the file, whatever
+// characters it holds; errors name it.
 func Open(ctx context.Context, path string) (*Store, error) {
+	switch path {
+	case "":
+		return nil, errors.New(`sqlite store: no file path: write sqlite:PATH, such as sqlite:.trellis/trellis.db`)
+	case ":memory:":
+		return nil, errors.New(`sqlite store :memory:: an in-memory SQLite database is not shared between connections: use the store "memory"`)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("sqlite store %s: is a directory, not a database file", path)
+	}
+	s, err := open(ctx, path)
+	if err != nil {
+		if strings.Contains(err.Error(), "(14)") { // SQLITE_CANTOPEN: say why
+			if f, oerr := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644); oerr != nil {
+				err = oerr
+			} else {
+				f.Close()
+			}
+		}
+		return nil, fmt.Errorf("sqlite store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// uriPath escapes the characters a SQLite URI filename gives a meaning
+// to, so that they stay part of the file's name.
+var uriPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+
+func open(ctx context.Context, path string) (*Store, error) {
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
@@ -128,7 +157,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	// a clean path never starts with "//", which a URI reads as a host
+	db, err := sql.Open("sqlite", "file:"+uriPath.Replace(filepath.Clean(path))+"?"+q.Encode())
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -127,4 +128,64 @@ func TestCatalogConformance(t *testing.T) {
 		}
 		return st
 	})
+}
+
+// The whole path names the database file, whatever it holds (a "?" once
+// cut the name and dropped WAL mode); an empty path is refused rather than
+// read as a throwaway database; every open error names the file.
+func TestPaths(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"a?b.db", "c#d.db", "e%3fx.db", "f g.db", "h?_pragma=journal_mode(DELETE).db"} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, name)
+		st, err := sqlite.Open(ctx, path)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Writes: []store.Write{{Field: "x", Version: 1, Value: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if e.Name() != name && e.Name() != name+"-wal" && e.Name() != name+"-shm" {
+				t.Errorf("%s: a file named %q", name, e.Name())
+			}
+		}
+		head := make([]byte, 20)
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		_, err = f.Read(head)
+		f.Close()
+		if err != nil || head[18] != 2 || head[19] != 2 { // the file format of WAL mode
+			t.Errorf("%s: not in WAL mode: % x %v", name, head[18:20], err)
+		}
+		again, err := sqlite.Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap, err := again.Head(ctx, "t"); err != nil || snap.Values["x"] != 1 {
+			t.Errorf("%s: reopened: %+v %v", name, snap, err)
+		}
+		again.Close()
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "plain")
+	if err := os.WriteFile(file, []byte(strings.Repeat("not SQLite ", 500)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, why := range map[string]string{
+		"":                              "no file path",
+		":memory:":                      `"memory"`, // and names it
+		dir:                             "is a directory",
+		filepath.Join(file, "under.db"): "not a directory",
+		file:                            "not a database",
+	} {
+		_, err := store.Open(ctx, "sqlite:"+path)
+		if err == nil || !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), path) {
+			t.Errorf("sqlite:%s: %v, want an error naming the path and saying %q", path, err, why)
+		}
+	}
 }
