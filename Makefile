@@ -5,7 +5,7 @@ PKGS    := ./...
 # (go.dev/issue/75804, fixed in Go 1.27) and can fail with no crasher.
 FUZZTIME ?= 40000x
 
-.PHONY: build test check deps bench fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image
+.PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image
 
 build:
 	$(GO) build -o bin/trellis ./cmd/trellis
@@ -128,6 +128,12 @@ loadtest: build
 	  $(PGBIN)/createdb -h 127.0.0.1 -p $(PGPORT) -U postgres load$$n; \
 	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS) --store postgres://postgres@127.0.0.1:$(PGPORT)/load$$n; \
 	done
+
+# Prune on threads of 10^3, 10^5 and 10^6 checkpoints, on SQLite and on
+# PostgreSQL (with its default durability). Not part of check: a minute.
+bench-prune:
+	$(GO) test ./runtime/store/sqlite -run '^$$' -bench Prune -benchtime 1x -timeout 30m
+	$(GO) test ./runtime/store/postgres -run '^$$' -bench Prune -benchtime 1x -timeout 30m
 
 # Rewrite schemas/flow.schema.json and nodes/README.md from the node-kind registry.
 schema:

@@ -38,6 +38,8 @@ type (
 	HistoryOptions = store.HistoryOptions
 	// ThreadOptions pages Threads.
 	ThreadOptions = store.ThreadOptions
+	// PruneOptions says what Prune keeps and how it reports progress.
+	PruneOptions = store.PruneOptions
 	// ThreadInfo describes one thread.
 	ThreadInfo = store.ThreadInfo
 	// Store persists threads and their checkpoints.
@@ -233,6 +235,10 @@ func compile(files *config.Files, path string, src []byte, opts []Option) (*Flow
 // in .trellis/ under the working directory.
 const DefaultStore = store.Default
 
+// DefaultPruneBatch is how many checkpoints one pruning transaction
+// deletes unless PruneOptions.Batch says otherwise.
+const DefaultPruneBatch = store.DefaultPruneBatch
+
 // OpenStore opens a checkpoint store by address: "memory", "sqlite:PATH"
 // or a postgres:// URL (or the scheme of a store package of your own that
 // called store.Register), creating or migrating its database as needed.
@@ -418,10 +424,12 @@ func (rt *Runtime) Delete(ctx context.Context, thread string) error {
 	return rt.eng.Store.Delete(ctx, thread)
 }
 
-// Prune keeps the thread's newest keep checkpoints and folds the older
-// ones into a base; it returns how many it removed.
-func (rt *Runtime) Prune(ctx context.Context, thread string, keep int) (int, error) {
-	return rt.eng.Store.Prune(ctx, thread, keep)
+// Prune keeps the thread's newest opts.Keep checkpoints and folds the
+// older ones into a base; it returns how many it removed. It works in
+// batches, reporting to opts.Progress, and may be stopped between them
+// (through ctx) without harm: the next prune goes on.
+func (rt *Runtime) Prune(ctx context.Context, thread string, opts PruneOptions) (int, error) {
+	return rt.eng.Store.Prune(ctx, thread, opts)
 }
 
 // PruneIdle deletes the threads not updated for ttl and returns how many.

@@ -145,14 +145,68 @@ type Store interface {
 	Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error
 	// Release gives the lease up, if owner holds it.
 	Release(ctx context.Context, thread, owner string) error
-	// Prune keeps the thread's newest keep checkpoints (at least one) and
-	// folds the older ones into a base checkpoint (SourceBase) holding
-	// the full state just before them; it returns how many checkpoints it
-	// removed. The head and any pending writes stay, so a paused run can
-	// still resume. States before the base are no longer available.
-	Prune(ctx context.Context, thread string, keep int) (int, error)
+	// Prune keeps the thread's newest opts.Keep checkpoints (at least
+	// one) and folds the older ones into a base checkpoint (SourceBase)
+	// holding the full state just before them; it returns how many
+	// checkpoints it removed. The head and any pending writes stay, so a
+	// paused run can still resume. States before the base are no longer
+	// available.
+	//
+	// The base is written first, in one transaction; the checkpoints
+	// below it are then deleted newest first in transactions of
+	// opts.Batch, so that a prune stopped at any point (its context
+	// ended, the process killed) leaves every state still listed exact,
+	// and the next prune finishes the deletion.
+	Prune(ctx context.Context, thread string, opts PruneOptions) (int, error)
 	// Close releases the store's resources.
 	Close() error
+}
+
+// PruneOptions says what Prune keeps and how it reports.
+type PruneOptions struct {
+	// Keep is how many of the newest checkpoints stay (at least one).
+	Keep int
+	// Batch is how many checkpoints one transaction deletes (0:
+	// DefaultPruneBatch).
+	Batch int
+	// Progress, when set, is told after each batch how many checkpoints
+	// have been removed of how many there are to remove.
+	Progress func(removed, total int)
+}
+
+// DefaultPruneBatch is the checkpoints one pruning transaction deletes
+// when PruneOptions.Batch is 0.
+const DefaultPruneBatch = 5000
+
+// DeleteBelow deletes a thread's checkpoints below cut, newest first, in
+// batches: del removes those in [lo, hi) and returns how many it removed.
+// floor is the lowest checkpoint and total how many there are below
+// cut. It stops between batches when ctx ends, returning what it removed.
+func DeleteBelow(ctx context.Context, opts PruneOptions, floor, cut uint64, total int, del func(lo, hi uint64) (int, error)) (int, error) {
+	batch := uint64(opts.Batch)
+	if batch == 0 {
+		batch = DefaultPruneBatch
+	}
+	removed := 0
+	for hi := cut; hi > floor; {
+		if err := ctx.Err(); err != nil {
+			return removed, err
+		}
+		lo := floor
+		if hi-floor > batch {
+			lo = hi - batch
+		}
+		n, err := del(lo, hi)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+		if opts.Progress != nil {
+			opts.Progress(removed, total)
+		}
+		hi = lo
+	}
+	return removed, nil
 }
 
 // BaseWrites turns a state into the writes of a base checkpoint.

@@ -232,14 +232,14 @@ func (s *Store) Delete(_ context.Context, id string) error {
 }
 
 // Prune implements store.Store.
-func (s *Store) Prune(_ context.Context, id string, keep int) (int, error) {
+func (s *Store) Prune(_ context.Context, id string, opts store.PruneOptions) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, err := s.thread(id)
 	if err != nil {
 		return 0, err
 	}
-	keep = max(keep, 1)
+	keep := max(opts.Keep, 1)
 	if len(t.chain) <= keep+1 {
 		return 0, nil
 	}
@@ -249,6 +249,9 @@ func (s *Store) Prune(_ context.Context, id string, keep int) (int, error) {
 	base := &store.Checkpoint{Thread: id, Seq: last.Seq, Source: store.SourceBase, Time: last.Time, Writes: store.BaseWrites(baseState)}
 	t.chain = append([]*store.Checkpoint{base}, t.chain[cut:]...)
 	t.folder, t.applied = nil, 0
+	if opts.Progress != nil {
+		opts.Progress(cut-1, cut-1)
+	}
 	return cut - 1, nil
 }
 

@@ -643,12 +643,43 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 }
 
 // Prune implements store.Store.
-func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error) {
-	keep = max(keep, 1)
-	var cut int64 // the newest checkpoint folded into the base
-	err := s.pool.QueryRow(ctx, `SELECT seq FROM checkpoints WHERE thread = $1 ORDER BY seq DESC LIMIT 1 OFFSET $2`, thread, keep).Scan(&cut)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
+func (s *Store) Prune(ctx context.Context, thread string, opts store.PruneOptions) (int, error) {
+	cut, err := s.writeBase(ctx, thread, max(opts.Keep, 1))
+	if err != nil || cut == 0 {
+		return 0, err
+	}
+	var floor int64
+	var total int
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(min(seq), 0), count(*) FROM checkpoints WHERE thread = $1 AND seq < $2`, thread, cut).Scan(&floor, &total); err != nil {
+		return 0, err
+	}
+	return store.DeleteBelow(ctx, opts, uint64(floor), uint64(cut), total, func(lo, hi uint64) (n int, err error) {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `DELETE FROM writes WHERE thread = $1 AND seq >= $2 AND seq < $3`, thread, int64(lo), int64(hi)); err != nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, `DELETE FROM checkpoints WHERE thread = $1 AND seq >= $2 AND seq < $3`, thread, int64(lo), int64(hi))
+			n = int(tag.RowsAffected())
+			return err
+		})
+		return n, err
+	})
+}
+
+// writeBase turns the checkpoint keep places below the head into a base
+// holding the full state there, and returns its seq; when the thread has
+// no such checkpoint, or it is a base already, it returns the newest
+// base's seq (0: none), below which a stopped prune may have left rows.
+func (s *Store) writeBase(ctx context.Context, thread string, keep int) (int64, error) {
+	var cut int64
+	var source string
+	err := s.pool.QueryRow(ctx, `SELECT seq, source FROM checkpoints WHERE thread = $1 ORDER BY seq DESC LIMIT 1 OFFSET $2`, thread, keep).Scan(&cut, &source)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && source == string(store.SourceBase) {
+		err = s.pool.QueryRow(ctx, `SELECT seq FROM checkpoints WHERE thread = $1 AND source = $2 ORDER BY seq DESC LIMIT 1`, thread, string(store.SourceBase)).Scan(&cut)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, nil
+		}
+		return cut, err
 	}
 	if err != nil {
 		return 0, err
@@ -658,30 +689,20 @@ func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error)
 		return 0, err
 	}
 	base := store.BaseWrites(l.f.Snapshot(thread))
-	removed := 0
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var at int64
-		if err := tx.QueryRow(ctx, `SELECT at FROM checkpoints WHERE thread = $1 AND seq = $2`, thread, cut).Scan(&at); err != nil {
+	return cut, pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE checkpoints SET parent = 0, run = '', step = 0, source = $1, meta = '{}'::jsonb WHERE thread = $2 AND seq = $3`,
+			string(store.SourceBase), thread, cut); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM checkpoints WHERE thread = $1 AND seq <= $2`, thread, cut)
-		if err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM writes WHERE thread = $1 AND seq = $2`, thread, cut); err != nil {
 			return err
 		}
-		removed = int(tag.RowsAffected()) - 1
-		if _, err := tx.Exec(ctx, `DELETE FROM writes WHERE thread = $1 AND seq <= $2`, thread, cut); err != nil {
-			return err
-		}
-		// folds refer to the rows just replaced by the base: the next
-		// fold starts afresh
+		// folds refer to the rows the base replaces: the next fold starts
+		// afresh
 		for _, table := range []string{"folds", "segments"} {
 			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE thread = $1`, thread); err != nil {
 				return err
 			}
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
-			VALUES ($1, $2, 0, '', 0, $3, $4, '{}'::jsonb)`, thread, cut, string(store.SourceBase), at); err != nil {
-			return err
 		}
 		for _, w := range base {
 			b, err := sqlstore.Encode(w)
@@ -695,7 +716,6 @@ func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error)
 		}
 		return nil
 	})
-	return removed, err
 }
 
 // Close implements store.Store.

@@ -8,6 +8,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -669,6 +670,11 @@ func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.
 func (s *Store) Delete(ctx context.Context, thread string) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		s.cache.Forget(thread)
+		// the writes first: the checkpoints' cascade would look each one's
+		// writes up among all of the thread's (see Prune)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ?`, thread); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM threads WHERE id = ?`, thread)
 		if err != nil {
 			return err
@@ -686,12 +692,69 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 }
 
 // Prune implements store.Store.
-func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error) {
-	keep = max(keep, 1)
-	var cut uint64 // the newest checkpoint folded into the base
-	err := s.db.QueryRowContext(ctx, `SELECT seq FROM checkpoints WHERE thread = ? ORDER BY seq DESC LIMIT 1 OFFSET ?`, thread, keep).Scan(&cut)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
+func (s *Store) Prune(ctx context.Context, thread string, opts store.PruneOptions) (int, error) {
+	cut, err := s.writeBase(ctx, thread, max(opts.Keep, 1))
+	if err != nil || cut == 0 {
+		return 0, err
+	}
+	var floor uint64
+	var total int
+	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(min(seq), 0), count(*) FROM checkpoints WHERE thread = ? AND seq < ?`, thread, cut).Scan(&floor, &total); err != nil {
+		return 0, err
+	}
+	// Each batch deletes the writes of its checkpoints, then the
+	// checkpoints, on a connection of its own with foreign keys off:
+	// without statistics SQLite looks up a deleted checkpoint's writes
+	// by the thread alone, scanning all of them for every checkpoint.
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
+		return 0, err
+	}
+	defer func() {
+		if _, err := conn.ExecContext(context.Background(), `PRAGMA foreign_keys = ON`); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // not back to the pool
+		}
+	}()
+	return store.DeleteBelow(ctx, opts, floor, cut, total, func(lo, hi uint64) (n int, err error) {
+		err = s.write(ctx, func() error {
+			tx, err := conn.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ? AND seq >= ? AND seq < ?`, thread, int64(lo), int64(hi)); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE thread = ? AND seq >= ? AND seq < ?`, thread, int64(lo), int64(hi))
+			if err != nil {
+				return err
+			}
+			rows, _ := res.RowsAffected()
+			n = int(rows)
+			return tx.Commit()
+		})
+		return n, err
+	})
+}
+
+// writeBase turns the checkpoint keep places below the head into a base
+// holding the full state there, and returns its seq; when the thread has
+// no such checkpoint, or it is a base already, it returns the newest
+// base's seq (0: none), below which a stopped prune may have left rows.
+func (s *Store) writeBase(ctx context.Context, thread string, keep int) (uint64, error) {
+	var cut uint64
+	var source string
+	err := s.db.QueryRowContext(ctx, `SELECT seq, source FROM checkpoints WHERE thread = ? ORDER BY seq DESC LIMIT 1 OFFSET ?`, thread, keep).Scan(&cut, &source)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && source == string(store.SourceBase) {
+		err = s.db.QueryRowContext(ctx, `SELECT seq FROM checkpoints WHERE thread = ? AND source = ? ORDER BY seq DESC LIMIT 1`, thread, string(store.SourceBase)).Scan(&cut)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil
+		}
+		return cut, err
 	}
 	if err != nil {
 		return 0, err
@@ -701,31 +764,20 @@ func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error)
 		return 0, err
 	}
 	base := store.BaseWrites(f.Snapshot(thread))
-	removed := 0
-	err = s.tx(ctx, func(tx *sql.Tx) error {
-		var at int64
-		if err := tx.QueryRowContext(ctx, `SELECT at FROM checkpoints WHERE thread = ? AND seq = ?`, thread, cut).Scan(&at); err != nil {
+	return cut, s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE checkpoints SET parent = 0, run = '', step = 0, source = ?, meta = '{}' WHERE thread = ? AND seq = ?`,
+			string(store.SourceBase), thread, cut); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE thread = ? AND seq <= ?`, thread, cut)
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ? AND seq = ?`, thread, cut); err != nil {
 			return err
 		}
-		n, _ := res.RowsAffected()
-		removed = int(n) - 1
-		if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ? AND seq <= ?`, thread, cut); err != nil {
-			return err
-		}
-		// folds refer to the rows just replaced by the base: the next
-		// fold starts afresh
+		// folds refer to the rows the base replaces: the next fold starts
+		// afresh
 		for _, table := range []string{"folds", "segments"} {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE thread = ?`, thread); err != nil {
 				return err
 			}
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
-			VALUES (?, ?, 0, '', 0, ?, ?, '{}')`, thread, cut, string(store.SourceBase), at); err != nil {
-			return err
 		}
 		for _, w := range base {
 			b, err := sqlstore.Encode(w)
@@ -739,7 +791,6 @@ func (s *Store) Prune(ctx context.Context, thread string, keep int) (int, error)
 		}
 		return nil
 	})
-	return removed, err
 }
 
 // Close implements store.Store.

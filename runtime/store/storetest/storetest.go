@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PendingWrites", testPending},
 		{"Leases", testLeases},
 		{"PruneKeepsHeadAndPausedRun", testPrune},
+		{"PruneStoppedAndFinished", testPruneStopped},
 		{"PruneIdleThreads", testPruneIdle},
 		{"LongThreadEveryState", testLongThread},
 	}
@@ -445,7 +446,7 @@ func testPrune(t *testing.T, st store.Store) {
 	}
 	before, _ := st.Head(ctx, "t")
 	at16, _ := st.StateAt(ctx, "t", 16)
-	removed, err := st.Prune(ctx, "t", 5)
+	removed, err := st.Prune(ctx, "t", store.PruneOptions{Keep: 5})
 	if err != nil || removed != 14 {
 		t.Fatalf("pruned %d %v", removed, err)
 	}
@@ -467,8 +468,81 @@ func testPrune(t *testing.T, st store.Store) {
 	if h, _ := st.Head(ctx, "t"); len(h.Values["log"].([]any)) != 21 {
 		t.Fatalf("log after prune and commit: %v", h.Values["log"])
 	}
-	if n, err := st.Prune(ctx, "t", 50); err != nil || n != 0 {
+	if n, err := st.Prune(ctx, "t", store.PruneOptions{Keep: 50}); err != nil || n != 0 {
 		t.Fatalf("prune of a short thread: %d %v", n, err)
+	}
+}
+
+// A prune works in batches and reports each; stopped between two (its
+// context ended), every state still listed is exact, commits go on and
+// fold as before, and the next prune finishes the work.
+func testPruneStopped(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0, "log": []any{}})
+	states := map[uint64]map[string]any{}
+	for i := 2; i <= 300; i++ {
+		commit(t, st, "t", uint64(i), store.Write{Field: "n", Version: uint64(i), Value: i},
+			store.Write{Field: "log", Version: uint64(i), Append: true, Items: []any{i}})
+	}
+	for seq := uint64(1); seq <= 300; seq++ {
+		s, err := st.StateAt(ctx, "t", seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states[seq] = s.Values
+	}
+	stop, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var reports [][2]int
+	removed, err := st.Prune(stop, "t", store.PruneOptions{Keep: 20, Batch: 30, Progress: func(removed, total int) {
+		reports = append(reports, [2]int{removed, total})
+		if len(reports) == 3 {
+			cancel()
+		}
+	}})
+	atOnce := err == nil && removed == 279 && len(reports) == 1 && reports[0] == [2]int{279, 279} // a store in memory
+	if !atOnce && (!errors.Is(err, context.Canceled) || removed != 90 || len(reports) != 3 || reports[2] != [2]int{90, 279}) {
+		t.Fatalf("stopped prune: removed %d, reports %v, %v", removed, reports, err)
+	}
+	exact := func() []*store.Checkpoint {
+		t.Helper()
+		hist, err := st.History(ctx, "t", store.HistoryOptions{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cp := range hist {
+			s, err := st.StateAt(ctx, "t", cp.Seq)
+			if err != nil || !reflect.DeepEqual(s.Values, states[cp.Seq]) {
+				t.Fatalf("state at %d after a stopped prune: %v %v", cp.Seq, s, err)
+			}
+		}
+		return hist
+	}
+	exact()
+	// commits after it fold (the stores fold every few dozen commits)
+	for i := 301; i <= 500; i++ {
+		commit(t, st, "t", uint64(i), store.Write{Field: "n", Version: uint64(i), Value: i},
+			store.Write{Field: "log", Version: uint64(i), Append: true, Items: []any{i}})
+		s, err := st.StateAt(ctx, "t", uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		states[uint64(i)] = s.Values
+		if l := s.Values["log"].([]any); len(l) != i-1 || l[0] != 2 || l[i-2] != i {
+			t.Fatalf("log at %d: %d items", i, len(l))
+		}
+	}
+	exact()
+	// the next prune finishes: only the base and the kept remain
+	if _, err := st.Prune(ctx, "t", store.PruneOptions{Keep: 20}); err != nil {
+		t.Fatal(err)
+	}
+	hist := exact()
+	if len(hist) != 21 || hist[20].Source != store.SourceBase || hist[20].Seq != 480 {
+		t.Fatalf("history after the prune finished: %v", seqs(hist))
+	}
+	// a prune with nothing to fold removes what a stopped one left
+	if n, err := st.Prune(ctx, "t", store.PruneOptions{Keep: 20}); err != nil || n != 0 {
+		t.Fatalf("a second prune: %d %v", n, err)
 	}
 }
 
@@ -577,7 +651,7 @@ func testLongThread(t *testing.T, st store.Store) {
 
 	// prune folds the older checkpoints into a base; the kept states and
 	// the states after it must not change
-	if _, err := st.Prune(ctx, "t", 100); err != nil {
+	if _, err := st.Prune(ctx, "t", store.PruneOptions{Keep: 100}); err != nil {
 		t.Fatal(err)
 	}
 	run(461, 700)
@@ -590,4 +664,46 @@ func testLongThread(t *testing.T, st store.Store) {
 	begin()
 	run(2, 140)
 	check(1, 140)
+}
+
+// BenchPrune measures Prune (keeping 100) on threads of 10^3, 10^5 and
+// 10^6 checkpoints, each writing a counter and every hundredth appending
+// to a list. The store makes the first two checkpoints; fill copies the
+// second into seq 3..n straight in the store's database (committing a
+// million checkpoints one by one would take longer than the prune) and
+// moves the thread's head to n.
+func BenchPrune(b *testing.B, st store.Store, fill func(b *testing.B, thread string, n int)) {
+	for _, n := range []int{1_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("checkpoints=%d", n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				thread := fmt.Sprintf("prune-%d-%d", n, i)
+				first := &store.Checkpoint{Thread: thread, Seq: 1, Source: store.SourceCreate, Time: at(0),
+					Writes: []store.Write{{Field: "log", Version: 1, Value: []any{}}, {Field: "n", Version: 1, Value: 1}}}
+				second := &store.Checkpoint{Thread: thread, Seq: 2, Parent: 1, Run: "r1", Step: 2, Source: store.SourceStep, Time: at(2),
+					Writes: []store.Write{{Field: "n", Version: 2, Value: 2}}, Writers: []store.NodeWrites{{Node: "n", Fields: []string{"n"}}}, Next: []string{"n"}}
+				for _, cp := range []*store.Checkpoint{first, second} {
+					if err := st.Commit(ctx, cp); err != nil {
+						b.Fatal(err)
+					}
+				}
+				fill(b, thread, n)
+				b.StartTimer()
+				removed, err := st.Prune(ctx, thread, store.PruneOptions{Keep: 100})
+				if err != nil || removed != n-101 {
+					b.Fatalf("pruned %d of %d: %v", removed, n, err)
+				}
+				b.StopTimer()
+				head, err := st.Head(ctx, thread)
+				if err != nil || head.Seq != uint64(n) || head.Values["n"] != n || len(head.Values["log"].([]any)) != n/100 {
+					b.Fatalf("head after the prune: %d %v %v", head.Seq, head.Values["n"], err)
+				}
+				if err := st.Delete(ctx, thread); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/checkpoint")
+		})
+	}
 }

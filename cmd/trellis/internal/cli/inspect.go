@@ -162,10 +162,11 @@ func cmdFork(ctx context.Context, env *Env, args []string) int {
 }
 
 func cmdPrune(ctx context.Context, env *Env, args []string) int {
-	var keep *int
+	var keep, batch *int
 	var idle *time.Duration
 	st, pos, code := openStore(ctx, env, "prune", args, func(fs *flag.FlagSet) {
 		keep = fs.Int("keep", 0, "checkpoints of THREAD to keep")
+		batch = fs.Int("batch", trellis.DefaultPruneBatch, "checkpoints deleted per transaction")
 		idle = fs.Duration("idle", 0, "delete threads not updated for this long (e.g. 720h)")
 	})
 	if st == nil {
@@ -174,8 +175,23 @@ func cmdPrune(ctx context.Context, env *Env, args []string) int {
 	defer st.Close()
 	switch {
 	case len(pos) == 1 && *keep > 0:
-		n, err := st.Prune(ctx, pos[0], *keep)
+		if _, err := st.State(ctx, pos[0]); err != nil {
+			return fail(env, "prune", missing(err, pos[0], 0))
+		}
+		// progress at most once a second, and at the end
+		var last time.Time
+		progress := func(removed, total int) {
+			if now := time.Now(); now.Sub(last) >= time.Second || removed == total {
+				last = now
+				fmt.Fprintf(env.Stderr, "%s: %d of %d older checkpoints removed\n", pos[0], removed, total)
+			}
+		}
+		n, err := st.Prune(ctx, pos[0], trellis.PruneOptions{Keep: *keep, Batch: *batch, Progress: progress})
 		if err != nil {
+			if ctx.Err() != nil {
+				fmt.Fprintf(env.Stderr, "trellis prune: stopped after removing %d checkpoints; every state still listed is intact, and running the command again finishes\n", n)
+				return 1
+			}
 			return fail(env, "prune", missing(err, pos[0], 0))
 		}
 		fmt.Fprintf(env.Stdout, "%s: folded %d checkpoints into a base\n", pos[0], n)

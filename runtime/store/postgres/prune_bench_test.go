@@ -1,0 +1,41 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
+	"github.com/trellisflow/trellis/runtime/store/postgres"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
+)
+
+// go test ./runtime/store/postgres -run '^$' -bench Prune -benchtime 1x
+// (on a server with PostgreSQL's default durability)
+func BenchmarkPrune(b *testing.B) {
+	ctx := context.Background()
+	url := pgtest.DurableDatabase(b)
+	st, err := postgres.Open(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	storetest.BenchPrune(b, st, func(b *testing.B, thread string, n int) {
+		for _, q := range []string{
+			`INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
+			SELECT c.thread, s.i, s.i - 1, c.run, s.i, c.source, c.at + s.i, c.meta FROM generate_series(3, $2::bigint) s(i), checkpoints c WHERE c.thread = $1 AND c.seq = 2`,
+			`INSERT INTO writes (thread, seq, field, version, append, value) SELECT $1, i, 'n', i, false, to_jsonb(i) FROM generate_series(3, $2::bigint) i`,
+			`INSERT INTO writes (thread, seq, field, version, append, value) SELECT $1, i, 'log', i, true, jsonb_build_array(i) FROM generate_series(100, $2::bigint, 100) i`,
+			`UPDATE threads SET head = $2 WHERE id = $1`,
+		} {
+			if _, err := conn.Exec(ctx, q, thread, n); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
