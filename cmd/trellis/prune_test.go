@@ -2,9 +2,9 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"context"
 	"database/sql"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"reflect"
