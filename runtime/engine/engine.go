@@ -169,7 +169,9 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result
 	var creating *store.Checkpoint // a new thread, committed once the input is accepted
 	if errors.Is(err, store.ErrNotFound) {
 		var state map[string]any
-		if state, creating, err = initial(g, req.Thread, nil); err == nil {
+		// checked with the input (applyInput): a required input has no
+		// default
+		if state, creating, err = initial(g, req.Thread, nil, false); err == nil {
 			head = &store.Snapshot{Thread: req.Thread, Seq: 1, Values: state}
 		}
 	}

@@ -23,12 +23,26 @@ type InputError struct {
 	Field      string
 	Reason     string
 	Suggestion string
+	// More are the other problems found with the same input, each
+	// reported with this one.
+	More []*InputError
 }
 
 func (e *InputError) Error() string {
-	msg := fmt.Sprintf("input %q: %s", e.Field, e.Reason)
+	msg := e.one()
+	for _, m := range e.More {
+		msg += "; " + m.one()
+	}
+	return msg
+}
+
+func (e *InputError) one() string {
+	msg := e.Reason
+	if e.Field != "" {
+		msg = fmt.Sprintf("input %q: %s", e.Field, e.Reason)
+	}
 	if e.Suggestion != "" {
-		msg += fmt.Sprintf("; did you mean %q?", e.Suggestion)
+		msg += fmt.Sprintf(" (did you mean %q?)", e.Suggestion)
 	}
 	return msg
 }

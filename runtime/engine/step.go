@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
 	"time"
 
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
@@ -160,15 +162,18 @@ func pausing(nodes []*flow.Node, pauses func(*flow.Node) bool) []string {
 }
 
 // applyInput validates the input and applies it through the reducers. It
-// returns the input checkpoint, for the caller to commit once it knows
-// the entry nodes, or nil when there is no input.
+// returns the checkpoint recording it (nil when there is no input). Every
+// problem is reported at once; on a new thread the input is checked
+// together with the initial values, so a required field is satisfied by
+// either.
 func (r *run) applyInput() (*store.Checkpoint, error) {
-	if len(r.req.Input) == 0 {
+	if len(r.req.Input) == 0 && r.creating == nil {
 		return nil, nil
 	}
 	next := maps.Clone(r.values)
 	r.input = make(map[string]any, len(r.req.Input))
 	cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now()}
+	var probs inputProblems
 	for _, k := range sortedKeys(r.req.Input) {
 		f, ok := r.g.Field(k)
 		if !ok || !f.Input {
@@ -180,32 +185,91 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 			if len(names) > 0 {
 				reason += " (inputs: " + strings.Join(names, ", ") + ")"
 			}
-			return nil, &InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)}
+			probs.add(&InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)})
+			continue
 		}
 		v, err := value.Normalize(r.req.Input[k])
 		if err != nil {
-			return nil, &InputError{Field: k, Reason: err.Error()}
+			probs.add(&InputError{Field: k, Reason: err.Error()})
+			continue
 		}
 		v = schema.Coerce(f.Shape, v)
 		r.input[k] = v
 		nv, err := f.Reducer.Reduce(next[k], v)
 		if err != nil {
-			return nil, &InputError{Field: k, Reason: err.Error()}
+			probs.add(&InputError{Field: k, Reason: err.Error()})
+			continue
 		}
 		if err := validateField(f, nv, v); err != nil {
-			return nil, &InputError{Field: k, Reason: err.Error()}
+			probs.add(&InputError{Field: k, Reason: err.Error()})
+			continue
 		}
 		next[k] = nv
 		r.versions[f.Index]++
 		cp.Writes = append(cp.Writes, writeOf(f, r.versions[f.Index], nv, v))
 	}
-	if r.g.FullValidation {
-		if err := r.g.Root().Validate(next); err != nil {
-			return nil, &InputError{Field: cp.Writes[0].Field, Reason: err.Error()}
-		}
+	if r.creating != nil || r.g.FullValidation {
+		probs.addState(r.g, next, r.req.Input)
+	}
+	if err := probs.err(); err != nil {
+		return nil, err
 	}
 	r.values = next
+	if len(cp.Writes) == 0 {
+		return nil, nil
+	}
 	return cp, nil
+}
+
+// inputProblems gathers what is wrong with a run's input.
+type inputProblems []*InputError
+
+func (p *inputProblems) add(e *InputError) { *p = append(*p, e) }
+
+// addState reports what the whole state breaks once the input is
+// applied: a required field neither given nor defaulted by its name,
+// anything else as the schema words it; a field given as input was
+// checked on its own.
+func (p *inputProblems) addState(g *flow.Graph, state, input map[string]any) {
+	err := g.Root().Validate(state)
+	var se *schema.Error
+	if err == nil {
+		return
+	}
+	if !errors.As(err, &se) {
+		p.add(&InputError{Reason: err.Error()})
+		return
+	}
+	for _, c := range se.Causes {
+		if c.Keyword == "required" && c.Pointer == "" {
+			for _, name := range g.Root().Shape.Required {
+				_, given := input[name]
+				if _, ok := state[name]; !ok && !given {
+					reason := "required: give it as input, or a value when the thread is created"
+					if f, ok := g.Field(name); ok && !f.Input {
+						reason = "required, and not an input of this flow: give it a default, or a value when the thread is created"
+					}
+					p.add(&InputError{Field: name, Reason: reason})
+				}
+			}
+			continue
+		}
+		field, _, _ := strings.Cut(strings.TrimPrefix(c.Pointer, "/"), "/")
+		if _, given := input[config.Unescape(field)]; given && len(*p) > 0 {
+			continue
+		}
+		p.add(&InputError{Field: config.Unescape(field), Reason: c.Pointer + ": " + c.Message})
+	}
+}
+
+// err is nil, the one problem, or the first with the others in More.
+func (p inputProblems) err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	first := *p[0]
+	first.More = p[1:]
+	return &first
 }
 
 // superstep runs one step of the run, the heart of the runtime:
