@@ -13,25 +13,20 @@ type Sources map[string][]byte
 
 // WriteText prints each diagnostic as `file:line:col: severity[CODE]: message`
 // followed by the source line with a caret under the span, and any detail.
+// What it prints is safe for a terminal and bounded: control characters
+// are escaped, a long line is cut around the column, a long message cut.
 func WriteText(w io.Writer, l List, src Sources) error {
 	var b strings.Builder
 	for _, d := range l {
-		b.WriteString(d.String())
+		b.WriteString(Safe(d.String(), MaxMessage))
 		b.WriteByte('\n')
 		if line, ok := sourceLine(src[d.File], d.Line); ok && d.Col > 0 {
-			line = strings.ReplaceAll(line, "\t", " ")
-			fmt.Fprintf(&b, "  %s\n  ", line)
-			b.WriteString(strings.Repeat(" ", min(d.Col-1, len(line))))
-			width := 1
-			if d.EndCol > d.Col {
-				width = d.EndCol - d.Col
-			}
-			b.WriteString(strings.Repeat("^", width))
-			b.WriteByte('\n')
+			shown, caret, width := window(line, d.Col, d.EndCol)
+			fmt.Fprintf(&b, "  %s\n  %s%s\n", shown, strings.Repeat(" ", caret), strings.Repeat("^", width))
 		}
 		if d.Detail != "" {
 			for _, l := range strings.Split(d.Detail, "\n") {
-				fmt.Fprintf(&b, "  = %s\n", l)
+				fmt.Fprintf(&b, "  = %s\n", Safe(l, MaxMessage))
 			}
 		}
 	}

@@ -44,8 +44,8 @@ edges:
 		in       map[string]any
 		problems []string
 	}{
-		"bad and unknown": {map[string]any{"name": "Ann", "age": -3, "nmae": "x"}, []string{`"age"`, ">= 0", `"nmae"`, `did you mean "name"`}},
-		"one missing":     {map[string]any{"age": "x"}, []string{`"age"`, "expected integer", `"name": required`}},
+		"bad-and-unknown": {map[string]any{"name": "Ann", "age": -3, "nmae": "x"}, []string{`"age"`, ">= 0", `"nmae"`, `did you mean "name"`}},
+		"one-missing":     {map[string]any{"age": "x"}, []string{`"age"`, "expected integer", `"name": required`}},
 		"none":            {nil, []string{`"name": required`, `"age": required`}},
 	} {
 		_, err := run(t, g, eng, input, want.in)
@@ -64,5 +64,43 @@ edges:
 		if _, err := st.Head(context.Background(), input); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s: a thread was left: %v", input, err)
 		}
+	}
+}
+
+// A new thread's id is restricted to characters safe to print and to put
+// in a path or URL; a refused id leaves nothing.
+func TestThreadIDs(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: ids
+state:
+	schema:
+		type: object
+		properties:
+			n: {type: integer, default: 0}
+nodes:
+	inc: {kind: set, set: {n: "state.n + 1"}}
+edges:
+	- {from: START, to: inc}
+	- {from: inc, to: END}
+`)
+	st := memory.New()
+	eng := engine.New(st)
+	mustRun(t, g, eng, "Ok-id_1.2:x/y@z+w", nil)
+	for _, id := range []string{"", "a\x1b[2Jb", "tab\there", "space here", "ünï", strings.Repeat("x", 257), "new\nline"} {
+		_, err := run(t, g, eng, id, nil)
+		var ie *engine.InputError
+		if !errors.As(err, &ie) || ie.Field != "thread" || !errors.Is(err, store.ErrThreadID) && !strings.Contains(err.Error(), "thread id") {
+			t.Errorf("%q: %v", id, err)
+		}
+		if _, err := engine.New(st).Create(context.Background(), g, id, nil); err == nil {
+			t.Errorf("%q created", id)
+		}
+		if _, err := store.Fork(context.Background(), st, "Ok-id_1.2:x/y@z+w", 1, id); !errors.Is(err, store.ErrThreadID) {
+			t.Errorf("fork to %q: %v", id, err)
+		}
+	}
+	if threads, _ := st.Threads(context.Background(), store.ThreadOptions{}); len(threads) != 1 {
+		t.Errorf("threads %v", threads)
 	}
 }

@@ -43,6 +43,9 @@ func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, value
 // initial builds a thread's first state and the checkpoint that records
 // it, from the schema's defaults and values; with check, it validates it.
 func initial(g *flow.Graph, thread string, values map[string]any, check bool) (map[string]any, *store.Checkpoint, error) {
+	if err := store.CheckThreadID(thread); err != nil {
+		return nil, nil, &InputError{Field: "thread", Reason: err.Error()}
+	}
 	state := make(map[string]any, len(g.Fields))
 	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: store.SourceCreate, Time: time.Now()}
 	for _, f := range g.Fields {

@@ -8,9 +8,11 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -25,7 +27,25 @@ var (
 	ErrExists = errors.New("thread already exists")
 	// ErrLeased: another owner holds the thread's lease.
 	ErrLeased = errors.New("thread is leased by another run")
+	// ErrThreadID: a new thread's id is not of the form CheckThreadID
+	// allows.
+	ErrThreadID = errors.New("invalid thread id")
 )
+
+// CheckThreadID checks the id of a thread about to be created: 1 to 256
+// of the ASCII letters and digits and . _ : - / @ +, so that an id is safe
+// to print, to put in a path or a URL, and to type.
+func CheckThreadID(id string) error {
+	ok := len(id) > 0 && len(id) <= 256
+	for i := 0; ok && i < len(id); i++ {
+		c := id[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-/@+", c) >= 0
+	}
+	if !ok {
+		return fmt.Errorf("%w %q: a thread id is 1 to 256 of the letters and digits (ASCII) and . _ : - / @ +", ErrThreadID, id)
+	}
+	return nil
+}
 
 // Checkpoint is one committed step of a thread.
 type Checkpoint struct {
@@ -289,6 +309,9 @@ type ThreadInfo struct {
 // Fork copies the state of thread from at checkpoint seq into a new
 // thread to, whose history starts there.
 func Fork(ctx context.Context, st Store, from string, seq uint64, to string) (*Snapshot, error) {
+	if err := CheckThreadID(to); err != nil {
+		return nil, err
+	}
 	snap, err := st.StateAt(ctx, from, seq)
 	if err != nil {
 		return nil, err

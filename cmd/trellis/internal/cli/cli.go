@@ -77,8 +77,12 @@ func init() {
 	}
 }
 
-// Main runs the command line and returns the process exit code.
+// Main runs the command line and returns the process exit code. What it
+// prints is safe for a terminal (see terminal).
 func Main(args []string, env *Env) int {
+	safe := *env
+	safe.Stdout, safe.Stderr = &terminal{w: env.Stdout}, &terminal{w: env.Stderr}
+	env = &safe
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(env.Stdout)
 		if len(args) == 0 {

@@ -354,6 +354,8 @@ func toAPIError(err error) *api.Error {
 		return &api.Error{Code: api.CodeBadRequest, Message: "the body is not valid JSON for this route: " + err.Error()}
 	case errors.As(err, &ie):
 		return &api.Error{Code: api.CodeInvalidInput, Message: ie.Error(), Details: map[string]string{"field": ie.Field, "reason": ie.Reason, "suggestion": ie.Suggestion}}
+	case errors.Is(err, store.ErrThreadID):
+		return &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
 	case errors.Is(err, trellis.ErrBusy):
 		return &api.Error{Code: api.CodeThreadBusy, Message: "another run holds the thread; retry, or start the run with on_busy enqueue or interrupt"}
 	case errors.Is(err, trellis.ErrUnfinished):
