@@ -18,10 +18,26 @@ import (
 // or edges key (or do not parse, so that loading says why). The list is
 // sorted.
 func FindFlows(paths ...string) ([]string, error) {
-	return find(paths, func(path string) bool {
+	flows, _, err := ScanFlows(paths...)
+	return flows, err
+}
+
+// ScanFlows is FindFlows that also lists the YAML files of the searched
+// directories it skipped as not flows.
+func ScanFlows(paths ...string) (flows, skipped []string, err error) {
+	flows, err = find(paths, func(path string) bool {
 		ext := filepath.Ext(path)
-		return (ext == ".yaml" || ext == ".yml") && !strings.HasSuffix(path, ".test"+ext) && looksLikeFlow(path)
+		if ext != ".yaml" && ext != ".yml" || strings.HasSuffix(path, ".test"+ext) {
+			return false
+		}
+		if !looksLikeFlow(path) {
+			skipped = append(skipped, path)
+			return false
+		}
+		return true
 	})
+	slices.Sort(skipped)
+	return flows, skipped, err
 }
 
 // FindTests lists the flow test files (*.test.yaml) among paths, as

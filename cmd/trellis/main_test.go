@@ -100,7 +100,7 @@ func TestValidateDirectoryReportsEverything(t *testing.T) {
 	if strings.Contains(out, ".ok.yaml") {
 		t.Fatalf("a clean fixture was reported:\n%s", out)
 	}
-	if !regexp.MustCompile(`^\d+ error\(s\), \d+ warning\(s\) in \d+ file\(s\)\n$`).MatchString(stderr) {
+	if !regexp.MustCompile(`^\d+ flows checked: \d+ errors, \d+ warnings\n$`).MatchString(stderr) {
 		t.Fatalf("no summary: %s", stderr)
 	}
 }
@@ -167,7 +167,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	_, stderr, exit = trellis(t, "run", examples+"/G008.ok.yaml", "--input", "cont=1", "--store", "memory")
-	if exit != 1 || !strings.Contains(stderr, `did you mean "count"`) {
+	if exit != 2 || !strings.Contains(stderr, `did you mean "count"`) {
 		t.Fatalf("bad input: exit %d %s", exit, stderr)
 	}
 	// the thread persisted: a second process continues it
@@ -203,7 +203,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("history of the update:\n%s", out)
 	}
 	_, stderr, exit = trellis(t, "update", examples+"/G008.ok.yaml", "t1", "--as", "first", "--set", "summary=x", "--store", db)
-	if exit != 1 || !strings.Contains(stderr, `node "first" does not write it`) {
+	if exit != 2 || !strings.Contains(stderr, `node "first" does not write it`) {
 		t.Fatalf("update of a field the node does not write: %d %s", exit, stderr)
 	}
 	out, _, _ = trellis(t, "state", "t1", "--store", db, "--at", "1")
@@ -232,10 +232,10 @@ func TestRun(t *testing.T) {
 	if !strings.Contains(out, "t1") || strings.Contains(out, "t2") {
 		t.Fatalf("threads after delete:\n%s", out)
 	}
-	if _, stderr, exit := trellis(t, "delete", "t2", "--store", db); exit != 1 || !strings.Contains(stderr, `no thread "t2"`) {
+	if _, stderr, exit := trellis(t, "delete", "t2", "--store", db); exit != 3 || !strings.Contains(stderr, `no thread "t2"`) {
 		t.Fatalf("deleting a missing thread: %d %s", exit, stderr)
 	}
-	if _, stderr, exit := trellis(t, "state", "t1", "--at", "999", "--store", db); exit != 1 || !strings.Contains(stderr, `thread "t1" has no checkpoint 999`) {
+	if _, stderr, exit := trellis(t, "state", "t1", "--at", "999", "--store", db); exit != 3 || !strings.Contains(stderr, `thread "t1" has no checkpoint 999`) {
 		t.Fatalf("state at a missing checkpoint: %d %s", exit, stderr)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 // trellis prune on a long thread works in batches and says how far it
 // got; interrupted (SIGINT, a real process), it stops between batches,
-// says so and exits 1, every state still listed is intact, and running
+// says so and exits 3 (interrupted), every state still listed is intact, and running
 // it again finishes.
 func TestPruneInterruptedAndFinished(t *testing.T) {
 	ctx := context.Background()
@@ -66,7 +66,7 @@ func TestPruneInterruptedAndFinished(t *testing.T) {
 	}
 	err = cmd.Wait()
 	var exit *exec.ExitError
-	if !strings.Contains(stderr.String(), "stopped after removing") || !errors.As(err, &exit) || exit.ExitCode() != 1 {
+	if !strings.Contains(stderr.String(), "stopped after removing") || !errors.As(err, &exit) || exit.ExitCode() != 3 {
 		t.Fatalf("interrupted prune: %v\n%s", err, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "long: 100 of 99989 older checkpoints removed") {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/diag"
 )
@@ -13,6 +14,22 @@ var ErrBusy = errors.New("thread is busy with another run")
 
 // ErrStopped is returned by a run stopped through Request.Stop.
 var ErrStopped = errors.New("run stopped between steps; the thread has an unfinished run")
+
+// BusyError is ErrBusy when the thread is leased by another process: who
+// holds it and until when. A process that died holds it until then;
+// after, resuming the thread takes its unfinished run over.
+type BusyError struct {
+	Owner string
+	Until time.Time
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%v: %s holds it until %s (%s from now); if that process is gone, resuming the thread after then takes its run over",
+		ErrBusy, e.Owner, e.Until.UTC().Format("15:04:05 UTC"), time.Until(e.Until).Round(time.Second))
+}
+
+// Is makes a BusyError an ErrBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
 // ErrUnfinished refuses a new run on a thread whose previous run did not
 // finish; resume it first.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -27,7 +28,7 @@ func (e *Engine) claim(ctx context.Context, thread string) (owner string, free f
 		return "", nil, ErrBusy
 	}
 	if e.busy == nil {
-		e.busy, e.owner = map[string]bool{}, runID()
+		e.busy, e.owner = map[string]bool{}, ownerID()
 	}
 	e.busy[thread] = true
 	owner = e.owner
@@ -39,12 +40,23 @@ func (e *Engine) claim(ctx context.Context, thread string) (owner string, free f
 	}
 	if err := e.Store.Acquire(ctx, thread, owner, e.leaseTTL()); err != nil {
 		free()
+		var le *store.LeasedError
+		if errors.As(err, &le) {
+			return "", nil, &BusyError{Owner: le.Owner, Until: le.Until}
+		}
 		if errors.Is(err, store.ErrLeased) {
 			return "", nil, ErrBusy
 		}
 		return "", nil, fmt.Errorf("lease thread: %w", err)
 	}
 	return owner, free, nil
+}
+
+// ownerID names the process holding leases: its host and pid, for people
+// reading who holds a thread, and a random part, for uniqueness.
+func ownerID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("process %d on %s (%s)", os.Getpid(), host, runID()[:8])
 }
 
 // lease is a run's hold on its thread. Runs of inline nodes renew it at

@@ -32,6 +32,19 @@ var (
 	ErrThreadID = errors.New("invalid thread id")
 )
 
+// LeasedError is ErrLeased with who holds the lease and until when.
+type LeasedError struct {
+	Owner string
+	Until time.Time
+}
+
+func (e *LeasedError) Error() string {
+	return fmt.Sprintf("%v (by %s until %s)", ErrLeased, e.Owner, e.Until.UTC().Format(time.RFC3339))
+}
+
+// Is makes a LeasedError an ErrLeased.
+func (e *LeasedError) Is(target error) bool { return target == ErrLeased }
+
 // CheckThreadID checks the id of a thread about to be created: 1 to 256
 // of the ASCII letters and digits and . _ : - / @ +, so that an id is safe
 // to print, to put in a path or a URL, and to type.

@@ -110,7 +110,7 @@ func (s *Store) Acquire(_ context.Context, id, owner string, ttl time.Duration) 
 	defer s.mu.Unlock()
 	now := time.Now()
 	if l, ok := s.leases[id]; ok && l.owner != owner && now.Before(l.expires) {
-		return store.ErrLeased
+		return &store.LeasedError{Owner: l.owner, Until: l.expires}
 	}
 	s.leases[id] = lease{owner: owner, expires: now.Add(ttl)}
 	return nil

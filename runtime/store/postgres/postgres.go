@@ -248,7 +248,13 @@ func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Dura
 		return err
 	}
 	if tag.RowsAffected() == 0 {
-		return store.ErrLeased
+		le := &store.LeasedError{}
+		var until int64
+		if err := s.pool.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE thread = $1`, thread).Scan(&le.Owner, &until); err != nil {
+			return store.ErrLeased
+		}
+		le.Until = time.Unix(0, until)
+		return le
 	}
 	return nil
 }

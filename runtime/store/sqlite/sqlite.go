@@ -547,7 +547,13 @@ func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Dura
 		return err
 	}
 	if n == 0 {
-		return store.ErrLeased
+		le := &store.LeasedError{}
+		var until int64
+		if err := s.db.QueryRowContext(ctx, `SELECT owner, expires_at FROM leases WHERE thread = ?`, thread).Scan(&le.Owner, &until); err != nil {
+			return store.ErrLeased
+		}
+		le.Until = time.Unix(0, until)
+		return le
 	}
 	return nil
 }

@@ -94,7 +94,7 @@ func Main(args []string, env *Env) int {
 	if i < 0 {
 		fmt.Fprintf(env.Stderr, "trellis: unknown command %q\n\n", args[0])
 		usage(env.Stderr)
-		return 2
+		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -108,6 +108,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  trellis %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'trellis COMMAND --help' for a command's options.")
+	fmt.Fprintln(w, "\n"+exitCodes)
 }
 
 // flags builds a command's flag set with its help text.

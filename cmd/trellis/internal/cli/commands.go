@@ -32,10 +32,17 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 	if len(paths) == 0 {
 		paths = []string{"."}
 	}
-	files, err := FlowFiles(paths)
+	files, skipped, err := trellis.ScanFlows(paths...)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
-		return 2
+		return exitUsage
+	}
+	if len(files) == 0 {
+		fmt.Fprintf(env.Stderr, "trellis validate: nothing to check: no flow in %s (a flow is a .yaml or .yml file with a top-level version, nodes or edges)\n", strings.Join(paths, ", "))
+		if len(skipped) > 0 {
+			fmt.Fprintf(env.Stderr, "  not flows: %s\n", strings.Join(skipped, ", "))
+		}
+		return exitUsage
 	}
 	all, sources := ValidateFiles(files, env)
 	switch *format {
@@ -55,7 +62,7 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
 		return 2
 	}
-	if *format == "text" && len(all) > 0 {
+	if *format == "text" {
 		errs, warns := 0, 0
 		for _, d := range all {
 			if d.Severity == diag.Error {
@@ -64,16 +71,27 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 				warns++
 			}
 		}
-		summary := fmt.Sprintf("%d error(s)", errs)
+		summary := fmt.Sprintf("%s checked: %s", plural(len(files), "flow"), plural(errs, "error"))
 		if warns > 0 {
-			summary += fmt.Sprintf(", %d warning(s)", warns)
+			summary += ", " + plural(warns, "warning")
 		}
-		fmt.Fprintf(env.Stderr, "%s in %d file(s)\n", summary, len(files))
+		if len(skipped) > 0 {
+			summary += fmt.Sprintf("; skipped %s with no version, nodes or edges: %s", plural(len(skipped), "YAML file"), strings.Join(skipped, ", "))
+		}
+		fmt.Fprintln(env.Stderr, summary)
 	}
 	if all.HasErrors() {
-		return 1
+		return exitFailed
 	}
-	return 0
+	return exitOK
+}
+
+// plural says "1 flow", "2 flows".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // ValidateFiles loads every flow and returns all diagnostics of all files,
@@ -220,7 +238,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	rt, err := trellis.Open(ctx, *storeAddr)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
-		return 1
+		return exitStore
 	}
 	defer rt.Close()
 	flush, code := traced(ctx, env, "run", rt)
@@ -242,8 +260,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 			_, err = rt.Create(ctx, f, *thread, m)
 		}
 		if err != nil {
-			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
-			return 1
+			return fail(env, "run", err)
 		}
 	}
 	var opts []trellis.RunOption
@@ -252,22 +269,21 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	}
 	if f.Conversation() != nil && len(in) == 0 {
 		fmt.Fprintf(env.Stderr, "thread %s in %s\n", *thread, *storeAddr)
-		return converse(ctx, env, rt, f, *thread, opts, exists)
+		return converse(ctx, env, rt, f, paths[0], *thread, opts, exists)
 	}
 	opts = append(opts, trellis.WithDurability(trellis.Durability(*durability)))
 	var res *trellis.Result
 	if *resume {
 		if len(in) > 0 {
 			fmt.Fprintf(env.Stderr, "trellis run: a resumed run takes no input\n")
-			return 1
+			return exitUsage
 		}
 		res, err = rt.Resume(ctx, f, *thread, opts...)
 	} else {
 		res, err = rt.Run(ctx, f, *thread, in, opts...)
 	}
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
-		return 1
+		return failRun(env, "run", paths[0], *thread, err)
 	}
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetIndent("", "  ")

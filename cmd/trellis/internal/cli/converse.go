@@ -19,8 +19,9 @@ const converseHelp = `Type your reply and press Enter. Commands:
 
 // converse talks with a conversational flow: the first run has no message
 // (the flow speaks first), then every line is one run.
-func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flow, thread string, opts []trellis.RunOption, resumed bool) int {
+func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flow, flowPath, thread string, opts []trellis.RunOption, resumed bool) int {
 	conv := f.Conversation()
+	code := exitOK // of a failed turn
 	var names []string
 	for name := range conv.Attachments {
 		names = append(names, "/"+name)
@@ -32,7 +33,7 @@ func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flo
 	turn := func(input map[string]any) (map[string]any, bool) {
 		res, err := rt.Run(ctx, f, thread, input, opts...)
 		if err != nil {
-			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
+			code = failRun(env, "run", flowPath, thread, err)
 			return nil, false
 		}
 		if out, ok := res.State[conv.Output].(string); ok && out != "" {
@@ -43,18 +44,18 @@ func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flo
 	}
 	var state map[string]any
 	if snap, err := rt.State(ctx, thread); resumed && err == nil && len(snap.Next) > 0 {
-		fmt.Fprintf(env.Stderr, "resuming the unfinished turn of thread %s\n", thread)
 		if _, err := rt.Resume(ctx, f, thread, opts...); err != nil {
-			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
-			return 1
+			return failRun(env, "run", flowPath, thread, err)
 		}
+		// said once it is done: a process that cannot take the thread
+		// over says only why
+		fmt.Fprintf(env.Stderr, "resumed the unfinished turn of thread %s\n", thread)
 	}
 	if resumed {
 		// an existing thread: show where it stands instead of a new turn
 		snap, err := rt.State(ctx, thread)
 		if err != nil {
-			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
-			return 1
+			return fail(env, "run", err)
 		}
 		state = snap.Values
 		if out, ok := state[conv.Output].(string); ok && out != "" {
@@ -63,7 +64,7 @@ func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flo
 	} else {
 		var ok bool
 		if state, ok = turn(nil); !ok {
-			return 1
+			return code
 		}
 	}
 	lines := bufio.NewScanner(env.Stdin)
@@ -109,7 +110,7 @@ func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flo
 		}
 		next, ok := turn(input)
 		if !ok {
-			return 1
+			return code
 		}
 		state = next
 	}

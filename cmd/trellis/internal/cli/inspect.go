@@ -30,14 +30,14 @@ func openStore(ctx context.Context, env *Env, name string, args []string, setup 
 	rt, err := trellis.Open(ctx, *addr)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis %s: %v\n", name, err)
-		return nil, nil, 1
+		return nil, nil, exitStore
 	}
 	return rt, pos, 0
 }
 
 func fail(env *Env, name string, err error) int {
 	fmt.Fprintf(env.Stderr, "trellis %s: %v\n", name, err)
-	return 1
+	return exitCode(err)
 }
 
 // missing names what the store did not find: the thread, or a checkpoint
@@ -190,7 +190,7 @@ func cmdPrune(ctx context.Context, env *Env, args []string) int {
 		if err != nil {
 			if ctx.Err() != nil {
 				fmt.Fprintf(env.Stderr, "trellis prune: stopped after removing %d checkpoints; every state still listed is intact, and running the command again finishes\n", n)
-				return 1
+				return exitRuntime
 			}
 			return fail(env, "prune", missing(err, pos[0], 0))
 		}

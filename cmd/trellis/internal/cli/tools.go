@@ -67,8 +67,12 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 		return 2
 	}
 	if len(files) == 0 {
-		fmt.Fprintf(env.Stderr, "trellis test: no %s files\n", testfile.Suffix)
-		return 1
+		where := strings.Join(paths, ", ")
+		if where == "" {
+			where = "."
+		}
+		fmt.Fprintf(env.Stderr, "trellis test: nothing to check: no %s files in %s\n", testfile.Suffix, where)
+		return exitUsage
 	}
 	offline := env.Offline
 	if *useModel || offline == nil {
