@@ -63,6 +63,9 @@ type Field struct {
 	// Types lists the JSON types of a field that may hold more than one
 	// (a schema given inline or as a path: object or string).
 	Types []string
+	// AtMostOne names settings of an object of which at most one may be
+	// given (an edge's to, branch and route).
+	AtMostOne []string
 }
 
 // String declares a string setting.
@@ -166,6 +169,10 @@ func (f Field) KeysAre(k Field) Field { f.Names = &k; return f }
 // AlsoTypes lets the field hold values of these JSON types instead.
 func (f Field) AlsoTypes(types ...string) Field { f.Types = types; return f }
 
+// OnlyOneOf says that at most one of the object's settings names may be
+// given.
+func (f Field) OnlyOneOf(names ...string) Field { f.AtMostOne = names; return f }
+
 // Lookup returns the declared field called name among fields.
 func Lookup(fields []Field, name string) (Field, bool) {
 	i := slices.IndexFunc(fields, func(f Field) bool { return f.Name == name })
@@ -222,14 +229,28 @@ func (f Field) Schema() map[string]any {
 		}
 	}
 	if len(f.Types) > 0 {
-		types := []any{}
+		// one schema per type, not a list of types: strict validators
+		// (Ajv's strict mode) refuse a union type
+		var types []string
 		if t, ok := s["type"].(string); ok {
 			types = append(types, t)
 		}
-		for _, t := range f.Types {
-			types = append(types, t)
+		types = append(types, f.Types...)
+		delete(s, "type")
+		alts := make([]any, len(types))
+		for i, t := range types {
+			alts[i] = map[string]any{"type": t}
 		}
-		s["type"] = types
+		s["anyOf"] = alts
+	}
+	if len(f.AtMostOne) > 1 {
+		var pairs []any
+		for i, a := range f.AtMostOne {
+			for _, b := range f.AtMostOne[i+1:] {
+				pairs = append(pairs, map[string]any{"type": "object", "properties": map[string]any{a: true, b: true}, "required": []any{a, b}})
+			}
+		}
+		s["not"] = map[string]any{"anyOf": pairs}
 	}
 	if len(f.Alts) > 0 {
 		alts := make([]any, len(f.Alts))

@@ -56,7 +56,7 @@ func (e *Engine) claim(ctx context.Context, thread string) (owner string, free f
 // reading who holds a thread, and a random part, for uniqueness.
 func ownerID() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("process %d on %s (%s)", os.Getpid(), host, runID()[:8])
+	return fmt.Sprintf("process %d on %s (%s)", os.Getpid(), host, runID())
 }
 
 // lease is a run's hold on its thread. Runs of inline nodes renew it at

@@ -47,7 +47,7 @@ var definitions = map[string]config.Field{
 		config.Ref("default", "Taken when the route yields a name not in choices.", "name"),
 		config.Integer("bound", "How many times per run this edge may be taken; bounds the loops it closes.").Min(1),
 		config.String("description", ""),
-	),
+	).OnlyOneOf("to", "branch", "route"),
 }
 
 func ref(def string) config.Field { return config.Ref("", "", def) }
@@ -317,6 +317,9 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 		keyword := e.KeywordLocation[strings.LastIndexByte(e.KeywordLocation, '/')+1:]
 		if strings.Contains(e.KeywordLocation, "/anyOf/") && fv.anyOfSibling(leaves, e) {
 			continue
+		}
+		if keyword == "not" {
+			continue // settings given together (an edge's to, branch, route): the graph's checks say which (G007)
 		}
 		n, ptr := d.Nearest(e.InstanceLocation)
 		path := d.YAMLPath(ptr)
