@@ -66,13 +66,16 @@ flows: build
 	./bin/trellis validate flows
 
 # Short fuzzing of the loader, the expression glue, the template checker,
-# the JSON decoder and the HTTP API's request bodies.
+# the JSON decoder, the HTTP API's request bodies, the command's input
+# values and store addresses, and whole command lines over generated flows.
 fuzz:
 	$(GO) test ./runtime/flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/tmpl -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/value -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/trellis/internal/server -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime 10000x
+	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzInputsAndStores$$' -fuzztime 3000x
+	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzCommandLine$$' -fuzztime 3000x
 
 # The peer workloads (W1-W3) as YAML flows; compare with ../shared/peerbench.
 bench:
