@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
 )
 
 const cachedFlow = `version: 1
@@ -49,11 +47,7 @@ func TestNodeCache(t *testing.T) {
 	}})
 	ctx := context.Background()
 	var runWith func(t *testing.T, g *flow.Graph, st store.Store, thread, topic string) (string, bool)
-	for name, url := range map[string]string{
-		"memory":   "memory",
-		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "c.db"),
-		"postgres": pgtest.Database(t),
-	} {
+	for name, url := range storeURLs(t) {
 		t.Run(name, func(t *testing.T) {
 			calls.Store(0)
 			g, dl := flow.LoadSource("cached.yaml", []byte(strings.Replace(cachedFlow, "TTL", "1h", 1)), reg)

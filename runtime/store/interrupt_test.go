@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
 )
 
 const pausedFlow = `version: 1
@@ -50,11 +48,7 @@ func TestInterruptBeforeAndAfter(t *testing.T) {
 	if g == nil || len(dl) > 0 {
 		t.Fatal(dl)
 	}
-	for name, url := range map[string]string{
-		"memory":   "memory",
-		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "i.db"),
-		"postgres": pgtest.Database(t),
-	} {
+	for name, url := range storeURLs(t) {
 		t.Run(name, func(t *testing.T) {
 			st, err := store.Open(ctx, url)
 			if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
@@ -46,11 +44,7 @@ func TestIntegersAreExact(t *testing.T) {
 	if g == nil || len(dl) > 0 {
 		t.Fatal(dl)
 	}
-	for name, url := range map[string]string{
-		"memory":   "memory",
-		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "n.db"),
-		"postgres": pgtest.Database(t),
-	} {
+	for name, url := range storeURLs(t) {
 		t.Run(name, func(t *testing.T) {
 			st, err := store.Open(ctx, url)
 			if err != nil {

@@ -411,8 +411,14 @@ func testLeases(t *testing.T, st store.Store) {
 	if err := st.Acquire(ctx, "t", "a", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Acquire(ctx, "t", "b", time.Minute); !errors.Is(err, store.ErrLeased) {
+	err := st.Acquire(ctx, "t", "b", time.Minute)
+	if !errors.Is(err, store.ErrLeased) {
 		t.Fatalf("b acquired a held lease: %v", err)
+	}
+	// b hears who holds it and until when
+	var le *store.LeasedError
+	if !errors.As(err, &le) || le.Owner != "a" || time.Until(le.Until) < 50*time.Second || time.Until(le.Until) > time.Minute {
+		t.Fatalf("the holder of the lease: %#v", err)
 	}
 	if err := st.Acquire(ctx, "t", "a", time.Minute); err != nil {
 		t.Fatalf("renewal: %v", err)
