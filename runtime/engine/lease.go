@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -52,12 +53,16 @@ func (e *Engine) claim(ctx context.Context, thread string) (owner string, free f
 	return owner, free, nil
 }
 
-// ownerID names the process holding leases: its host and pid, for people
-// reading who holds a thread, and a random part, for uniqueness.
-func ownerID() string {
+// ownerID names the engine holding leases: its process and host, for
+// people reading who holds a thread, and a unique part.
+func ownerID() string { return processName() + " (" + runID() + ")" }
+
+// processName is read once: an engine per run must not pay for the host
+// name's system calls.
+var processName = sync.OnceValue(func() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("process %d on %s (%s)", os.Getpid(), host, runID())
-}
+	return fmt.Sprintf("process %d on %s", os.Getpid(), host)
+})
 
 // lease is a run's hold on its thread. Runs of inline nodes renew it at
 // step boundaries when it is due; once a step runs a node that may block,
