@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -55,7 +56,9 @@ func (e *Engine) claim(ctx context.Context, thread string) (owner string, free f
 
 // ownerID names the engine holding leases: its process and host, for
 // people reading who holds a thread, and a unique part.
-func ownerID() string { return processName() + " (" + runID() + ")" }
+func ownerID() string {
+	return processName() + " (" + runPrefix + "-" + strconv.FormatUint(runSeq.Add(1), 36) + ")"
+}
 
 // processName is read once: an engine per run must not pay for the host
 // name's system calls.

@@ -167,8 +167,17 @@ func pausing(nodes []*flow.Node, pauses func(*flow.Node) bool) []string {
 // together with the initial values, so a required field is satisfied by
 // either.
 func (r *run) applyInput() (*store.Checkpoint, error) {
-	if len(r.req.Input) == 0 && r.creating == nil {
-		return nil, nil
+	if len(r.req.Input) == 0 {
+		if r.creating == nil {
+			return nil, nil
+		}
+		// a new thread with no input: its initial values alone must hold
+		if r.g.Root().Validate(r.values) == nil {
+			return nil, nil
+		}
+		var probs inputProblems
+		probs.addState(r.g, r.values, nil)
+		return nil, probs.err()
 	}
 	next := maps.Clone(r.values)
 	r.input = make(map[string]any, len(r.req.Input))
