@@ -46,6 +46,8 @@ type (
 	Store = store.Store
 	// Diagnostic is one problem found in a flow's files.
 	Diagnostic = diag.Diagnostic
+	// Ask is a question a paused run asked (an interrupt node's).
+	Ask = engine.Ask
 	// InputError refuses a run's input or a thread's values: which field
 	// and why.
 	InputError = engine.InputError
@@ -313,6 +315,12 @@ func WithRunID(id string) RunOption { return func(r *engine.Request) { r.ID = id
 
 // WithPath records the nodes of every step in Result.Path.
 func WithPath() RunOption { return func(r *engine.Request) { r.RecordPath = true } }
+
+// WithAnswers answers the questions a paused run asked (Result.Interrupt
+// .Asks), by their ids, for the Resume that goes on.
+func WithAnswers(answers map[string]any) RunOption {
+	return func(r *engine.Request) { r.Answers = answers }
+}
 
 // Run runs one turn of f on thread with input (the fields the flow
 // declares as inputs; anything else is refused) and returns the final

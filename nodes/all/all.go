@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/trellisflow/trellis/nodes/assign"
+	"github.com/trellisflow/trellis/nodes/interrupt"
 	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/noop"
 	"github.com/trellisflow/trellis/nodes/render"
@@ -54,7 +55,7 @@ func WithProvider(provider func() *llm.Provider) *kind.Set {
 // provider and whose sandbox kind calls pool when a flow is loaded (nil
 // from them: no model, no sandbox).
 func With(provider func() *llm.Provider, pool func() *sandbox.Pool) *kind.Set {
-	return kind.NewSet(assign.Spec, noop.Spec, render.Spec, llm.NewSpec(provider), sandbox.NewSpec(pool))
+	return kind.NewSet(assign.Spec, noop.Spec, render.Spec, interrupt.Spec, llm.NewSpec(provider), sandbox.NewSpec(pool))
 }
 
 // Reference renders the node-kind reference (nodes/README.md).

@@ -29,10 +29,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
@@ -88,6 +90,9 @@ type Request struct {
 	// process's). Input must be empty. Nodes whose updates were saved as
 	// pending writes are not run again.
 	Resume bool
+	// Answers are the answers to the questions a paused run asked (see
+	// kind.Asker), by node name; they go with Resume.
+	Answers map[string]any
 }
 
 // Durability is when a run's steps are committed.
@@ -122,19 +127,34 @@ type Result struct {
 	// Path lists each step's nodes (with Request.RecordPath).
 	Path [][]string
 	// Interrupt, when set, says the run paused at a node's
-	// interrupt_before or interrupt_after: the thread's run is unfinished
-	// (its next nodes are pending) and a Resume goes on.
+	// interrupt_before or interrupt_after, or before a step whose askers
+	// wait for answers: the thread's run is unfinished (its next nodes are
+	// pending) and a Resume goes on.
 	Interrupt *Interrupt
 
 	g      *flow.Graph
 	visits []int
 }
 
+func isAsker(n *flow.Node) bool {
+	_, ok := n.Impl.(kind.Asker)
+	return ok
+}
+
+// Ask is a question a run paused on: the asking node (the id its answer
+// is given by) and what it asks.
+type Ask struct {
+	ID      string `json:"id"`
+	Payload any    `json:"payload"`
+}
+
 // Interrupt names the nodes a run paused at: before them (they run when
-// the thread is resumed), or after them.
+// the thread is resumed), or after them; and the questions of the askers
+// among the nodes before which it paused, to be answered by the resume.
 type Interrupt struct {
 	Before []string `json:"before,omitempty"`
 	After  []string `json:"after,omitempty"`
+	Asks   []Ask    `json:"asks,omitempty"`
 }
 
 // Visits counts how often each node ran.
@@ -198,9 +218,15 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result
 		// nothing to resume: the thread's newest run finished
 		return &Result{Thread: req.Thread, State: head.Values, Checkpoint: head.Seq, g: g, visits: make([]int, len(g.Nodes))}, nil
 	}
+	for id := range req.Answers {
+		if n, ok := g.Node(id); !ok || !isAsker(n) {
+			return nil, &InputError{Field: "answers." + id, Reason: "not a node of this flow that asks a question"}
+		}
+	}
 	r := newRun(e, g, req, head)
 	r.lease = hold
 	r.creating = creating
+	r.answers = maps.Clone(req.Answers)
 	if req.Resume {
 		if err := r.restore(ctx, head); err != nil {
 			r.release()

@@ -141,6 +141,7 @@ attempts:
 	for attempt := 1; ; attempt++ {
 		o.attempts = attempt
 		st.reset(vars, n.Name, attempt)
+		st.answers = r.answers
 		upd, err := r.call(ctx, n, st)
 		if err == nil {
 			o.update, o.degraded = upd, st.degraded

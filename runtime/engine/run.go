@@ -25,6 +25,9 @@ type run struct {
 	started time.Time
 	path    [][]string // each step's nodes, with Request.RecordPath
 	emitMu  sync.Mutex // serialises events from node goroutines
+	// answers are Request.Answers not yet used: an asker's answer serves
+	// the first step that runs it
+	answers map[string]any
 
 	working
 	schedule
@@ -168,12 +171,13 @@ func (r *run) release() {
 		o := &all[i]
 		o.node, o.update, o.err, o.route = nil, nil, nil, nil
 		o.view.reset(nil, "", 0)
+		o.view.answers = nil
 	}
 	clear(r.next[0][:cap(r.next[0])])
 	clear(r.lists)
 	clear(r.cur)
 	clear(r.next[1][:cap(r.next[1])])
-	r.e, r.g, r.values, r.input, r.path, r.req, r.creating = nil, nil, nil, nil, nil, Request{}, nil
+	r.e, r.g, r.values, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, Request{}, nil, nil
 	clear(r.staged)
 	r.staged = r.staged[:0]
 	if r.vars != nil {

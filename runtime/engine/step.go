@@ -12,6 +12,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/value"
@@ -100,23 +101,45 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		var pause *Interrupt
 		if pauseBefore {
 			if names := pausing(triggered, func(n *flow.Node) bool { return n.InterruptBefore }); len(names) > 0 {
-				// the last checkpoint names the triggered nodes, so that
-				// resuming runs them; a run that took no input pausing
-				// before its first step records them now
-				if r.step == 0 && !recorded {
-					cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now()}
-					for _, n := range triggered {
-						cp.Next = append(cp.Next, n.Name)
-					}
-					if err := r.commit(ctx, cp); err != nil {
-						return nil, fmt.Errorf("commit the pause: %w", err)
-					}
-					r.seq = cp.Seq
-				}
-				return r.result(&Interrupt{Before: names}), nil
+				pause = &Interrupt{Before: names}
 			}
+		}
+		if pause == nil {
+			asks, err := r.questions(triggered)
+			if err != nil {
+				return nil, err
+			}
+			if len(asks) > 0 {
+				pause = &Interrupt{Asks: asks}
+				for _, a := range asks {
+					pause.Before = append(pause.Before, a.ID)
+				}
+			}
+		}
+		if pause != nil {
+			// the last checkpoint names the triggered nodes, so that
+			// resuming runs them; a run that took no input pausing
+			// before its first step records them now
+			if r.step == 0 && !recorded {
+				cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now()}
+				for _, n := range triggered {
+					cp.Next = append(cp.Next, n.Name)
+				}
+				if err := r.commit(ctx, cp); err != nil {
+					return nil, fmt.Errorf("commit the pause: %w", err)
+				}
+				r.seq = cp.Seq
+				recorded = true
+			}
+			if len(pause.Asks) > 0 {
+				if err := r.keepAnswers(ctx, triggered); err != nil {
+					return nil, err
+				}
+			}
+			return r.result(pause), nil
 		}
 		pauseBefore = true
 		r.step++
@@ -142,6 +165,59 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		}
 	}
 	return r.result(nil), nil
+}
+
+// questions asks the step's askers that have neither an answer in the
+// request nor a pending write (an answer kept from an earlier resume).
+func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
+	var asks []Ask
+	for _, n := range triggered {
+		a, ok := n.Impl.(kind.Asker)
+		if !ok {
+			continue
+		}
+		if _, kept := r.pending[n.Name]; kept {
+			continue
+		}
+		if _, given := r.answers[n.Name]; given {
+			continue
+		}
+		payload, err := a.Ask(kind.View(n.Name, r.vars))
+		if err != nil {
+			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
+		}
+		if payload, err = value.Normalize(payload); err != nil {
+			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
+		}
+		asks = append(asks, Ask{ID: n.Name, Payload: payload})
+	}
+	return asks, nil
+}
+
+// keepAnswers runs the askers of a paused step that were answered and
+// saves their updates as pending writes, so that the answers wait for the
+// others' (with sync durability: the others do not save pending writes).
+func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
+	for _, n := range triggered {
+		if _, ok := n.Impl.(kind.Asker); !ok {
+			continue
+		}
+		if _, given := r.answers[n.Name]; !given {
+			continue
+		}
+		if _, kept := r.pending[n.Name]; kept {
+			continue
+		}
+		var o outcome
+		r.exec(ctx, n, r.vars, &o)
+		if o.err != nil {
+			return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
+		}
+		if err := r.savePending(ctx, &o); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // result is the run's outcome so far.
@@ -332,8 +408,14 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			return nil, err
 		}
 	}
-	// saved updates belong to the first superstep of a resumed run only
+	// saved updates belong to the first superstep of a resumed run only,
+	// an answer to the first step that runs its asker
 	r.pending = nil
+	if len(r.answers) > 0 {
+		for _, n := range triggered {
+			delete(r.answers, n.Name)
+		}
+	}
 	if r.req.RecordPath {
 		names := make([]string, len(triggered))
 		for i, n := range triggered {

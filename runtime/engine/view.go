@@ -17,6 +17,7 @@ type view struct {
 	stream   func(text string)
 	degraded string
 	usage    map[string]int64 // the node's Measure counts (observed runs)
+	answers  map[string]any   // the run's answers to askers, by node
 }
 
 var _ kind.State = (*view)(nil)
@@ -40,6 +41,11 @@ func (v *view) Eval(p *expression.Program) (any, error) { return v.machine.Eval(
 func (v *view) Vars() map[string]any                    { return v.vars }
 func (v *view) Observed() bool                          { return v.stream != nil }
 func (v *view) Degrade(reason string)                   { v.degraded = reason }
+
+func (v *view) Answer() (any, bool) {
+	a, ok := v.answers[v.node]
+	return a, ok
+}
 
 func (v *view) Measure(name string, n int64) {
 	if v.stream == nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/trellisflow/trellis/runtime/kind"
 )
 
 // Arc is one drawn connection of a graph: every edge becomes one arc per
@@ -83,7 +85,11 @@ func (g *Graph) Mermaid() string {
 	b.WriteString("flowchart TD\n")
 	fmt.Fprintf(&b, "  %s([START])\n", startName)
 	for _, n := range g.Nodes {
-		fmt.Fprintf(&b, "  %s[\"%s<br/><small>%s%s</small>\"]\n", mermaidID(n.Name), n.Name, n.Kind, marks(n))
+		open, end := "[", "]"
+		if _, asks := n.Impl.(kind.Asker); asks {
+			open, end = "{{", "}}" // a node that waits for a person's answer
+		}
+		fmt.Fprintf(&b, "  %s%s\"%s<br/><small>%s%s</small>\"%s\n", mermaidID(n.Name), open, n.Name, n.Kind, marks(n), end)
 	}
 	fmt.Fprintf(&b, "  %s([END])\n", endName)
 	for _, a := range g.Arcs() {
@@ -120,6 +126,9 @@ func marks(n *Node) string {
 	if n.Cache != nil {
 		m = append(m, "cached")
 	}
+	if _, asks := n.Impl.(kind.Asker); asks {
+		m = append(m, "asks and waits")
+	}
 	if len(m) == 0 {
 		return ""
 	}
@@ -148,7 +157,11 @@ func (g *Graph) DOT() string {
 	fmt.Fprintf(&b, "digraph %q {\n  rankdir=TB;\n  node [shape=box, style=rounded];\n", g.Name)
 	fmt.Fprintf(&b, "  %q [shape=circle];\n", startName)
 	for _, n := range g.Nodes {
-		fmt.Fprintf(&b, "  %q [label=%q];\n", n.Name, n.Name+"\n("+n.Kind+marks(n)+")")
+		shape := ""
+		if _, asks := n.Impl.(kind.Asker); asks {
+			shape = ", shape=hexagon"
+		}
+		fmt.Fprintf(&b, "  %q [label=%q%s];\n", n.Name, n.Name+"\n("+n.Kind+marks(n)+")", shape)
 	}
 	fmt.Fprintf(&b, "  %q [shape=doublecircle];\n", endName)
 	for _, a := range g.Arcs() {
@@ -184,6 +197,11 @@ func (g *Graph) JSON() ([]byte, error) {
 		Description string   `json:"description,omitempty"`
 		Writes      []string `json:"writes,omitempty"`
 		Line        int      `json:"line"`
+		// Asks: the node pauses the run for an answer (kind.Asker)
+		Asks            bool `json:"asks,omitempty"`
+		InterruptBefore bool `json:"interrupt_before,omitempty"`
+		InterruptAfter  bool `json:"interrupt_after,omitempty"`
+		Cached          bool `json:"cached,omitempty"`
 	}
 	doc := struct {
 		Name  string `json:"name"`
@@ -191,7 +209,9 @@ func (g *Graph) JSON() ([]byte, error) {
 		Arcs  []Arc  `json:"arcs"`
 	}{Name: g.Name, Arcs: g.Arcs()}
 	for _, n := range g.Nodes {
-		doc.Nodes = append(doc.Nodes, node{Name: n.Name, Kind: n.Kind, Description: n.Description, Writes: sortedKeys(n.Writes), Line: n.Pos.Line})
+		_, asks := n.Impl.(kind.Asker)
+		doc.Nodes = append(doc.Nodes, node{Name: n.Name, Kind: n.Kind, Description: n.Description, Writes: sortedKeys(n.Writes), Line: n.Pos.Line,
+			Asks: asks, InterruptBefore: n.InterruptBefore, InterruptAfter: n.InterruptAfter, Cached: n.Cache != nil})
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -58,6 +58,17 @@ type Node interface {
 	Run(ctx context.Context, s State) (Update, error)
 }
 
+// Asker is a node that needs an answer from outside the run before it
+// runs, such as a person's approval. When its step comes and the run
+// holds no answer for it, the run pauses before the step with what Ask
+// returns (the question, any JSON value); a later run resumes the thread
+// with the answer (by node name), and Run reads it with State.Answer.
+// Answers given for some of a step's askers are kept (as the nodes'
+// pending writes) until the others are answered.
+type Asker interface {
+	Ask(s State) (any, error)
+}
+
 // Update lists the fields a node writes and their values. Each value goes
 // through the field's reducer at the superstep barrier. A field appears at
 // most once.

@@ -40,6 +40,8 @@ type State interface {
 	// carries the counts of all its attempts (nothing is kept when the run
 	// is not observed).
 	Measure(name string, n int64)
+	// Answer is the answer the run holds for this node (see Asker).
+	Answer() (any, bool)
 }
 
 // View returns a State over fixed expression variables (which must hold
@@ -70,3 +72,4 @@ func (v *view) Observed() bool                          { return false }
 func (v *view) Stream(string)                           {}
 func (v *view) Degrade(string)                          {}
 func (v *view) Measure(string, int64)                   {}
+func (v *view) Answer() (any, bool)                     { return nil, false }

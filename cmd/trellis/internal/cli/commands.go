@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -218,6 +219,8 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	trace := fs.Bool("trace", false, "print the run's events to stderr")
 	resume := fs.Bool("resume", false, "continue the thread's unfinished run (after a crash) instead of starting one")
 	durability := fs.String("durability", "sync", "when steps are committed: sync, async or exit")
+	var answers multi
+	fs.Var(&answers, "answer", "with --resume, answer a paused run's question: NODE=value (repeatable; value parsed as YAML); unanswered questions are asked on standard input")
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -272,18 +275,48 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		return converse(ctx, env, rt, f, paths[0], *thread, opts, exists)
 	}
 	opts = append(opts, trellis.WithDurability(trellis.Durability(*durability)))
+	if len(answers) > 0 && !*resume {
+		fmt.Fprintf(env.Stderr, "trellis run: --answer goes with --resume (a paused run's questions)\n")
+		return exitUsage
+	}
 	var res *trellis.Result
 	if *resume {
 		if len(in) > 0 {
 			fmt.Fprintf(env.Stderr, "trellis run: a resumed run takes no input\n")
 			return exitUsage
 		}
-		res, err = rt.Resume(ctx, f, *thread, opts...)
+		given, err := parseAnswers(answers)
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
+			return exitUsage
+		}
+		res, err = rt.Resume(ctx, f, *thread, append(opts, trellis.WithAnswers(given))...)
 	} else {
 		res, err = rt.Run(ctx, f, *thread, in, opts...)
 	}
 	if err != nil {
 		return failRun(env, "run", paths[0], *thread, err)
+	}
+	// questions are asked on standard input, the run resumed with the
+	// answers, until it ends or input does
+	lines := bufio.NewScanner(env.Stdin)
+	for res.Interrupt != nil && len(res.Interrupt.Asks) > 0 {
+		given := map[string]any{}
+		for _, a := range res.Interrupt.Asks {
+			q, _ := json.Marshal(a.Payload)
+			fmt.Fprintf(env.Stderr, "%s asks: %s\n%s> ", a.ID, q, a.ID)
+			if !lines.Scan() {
+				fmt.Fprintln(env.Stderr)
+				break
+			}
+			given[a.ID] = yamlValue(lines.Text())
+		}
+		if len(given) < len(res.Interrupt.Asks) {
+			break
+		}
+		if res, err = rt.Resume(ctx, f, *thread, append(opts, trellis.WithAnswers(given))...); err != nil {
+			return failRun(env, "run", paths[0], *thread, err)
+		}
 	}
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetIndent("", "  ")
@@ -298,11 +331,48 @@ func paused(env *Env, res *trellis.Result, thread string) {
 	if res.Interrupt == nil {
 		return
 	}
+	if len(res.Interrupt.Asks) > 0 {
+		var ids []string
+		for _, a := range res.Interrupt.Asks {
+			q, _ := json.Marshal(a.Payload)
+			fmt.Fprintf(env.Stderr, "%s asks: %s\n", a.ID, q)
+			ids = append(ids, "--answer "+a.ID+"=VALUE")
+		}
+		fmt.Fprintf(env.Stderr, "paused for answers; `trellis run FLOW --thread %s --resume %s` goes on\n", thread, strings.Join(ids, " "))
+		return
+	}
 	where := "after " + strings.Join(res.Interrupt.After, ", ")
 	if len(res.Interrupt.Before) > 0 {
 		where = "before " + strings.Join(res.Interrupt.Before, ", ")
 	}
 	fmt.Fprintf(env.Stderr, "paused %s; the thread's run is unfinished: `trellis run FLOW --thread %s --resume` goes on, `trellis update` changes the state first\n", where, thread)
+}
+
+// parseAnswers reads --answer NODE=value pairs, values as YAML.
+func parseAnswers(pairs []string) (map[string]any, error) {
+	out := map[string]any{}
+	for _, p := range pairs {
+		k, raw, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--answer %q: want NODE=value", p)
+		}
+		out[k] = yamlValue(raw)
+	}
+	return out, nil
+}
+
+// yamlValue reads a YAML scalar or flow collection (true, 3, [a, b],
+// {k: v}); what does not parse is the text itself.
+func yamlValue(raw string) any {
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte(raw), &n); err != nil || len(n.Content) == 0 {
+		return raw
+	}
+	v, err := value.FromYAML(&n)
+	if err != nil {
+		return raw
+	}
+	return v
 }
 
 // readValues reads a thread's initial values from a YAML or JSON file.
@@ -346,17 +416,7 @@ func ParseInputs(f *trellis.Flow, pairs []string, file string) (map[string]any, 
 			in[k] = raw
 			continue
 		}
-		var n yaml.Node
-		if err := yaml.Unmarshal([]byte(raw), &n); err != nil || len(n.Content) == 0 {
-			in[k] = raw
-			continue
-		}
-		v, err := value.FromYAML(&n)
-		if err != nil {
-			in[k] = raw
-			continue
-		}
-		in[k] = v
+		in[k] = yamlValue(raw)
 	}
 	return in, nil
 }

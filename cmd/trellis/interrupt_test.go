@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
+	"github.com/trellisflow/trellis/nodes/all"
+)
+
+const askFlow = `version: 1
+name: ask
+input: [amount]
+state:
+  schema:
+    type: object
+    properties:
+      amount: {type: integer, default: 0}
+      approved: {type: boolean, default: false}
+      budget: {type: string, default: ""}
+nodes:
+  start: {kind: noop}
+  approve: {kind: interrupt, ask: "'Approve ' + string(state.amount) + '?'", writes: {approved: "answer == true"}}
+  budget: {kind: interrupt, ask: "{'pick': ['ops', 'rnd']}", writes: {budget: "string(answer)"}}
+edges:
+  - {from: START, to: start}
+  - {from: start, to: [approve, budget]}
+  - {from: [approve, budget], to: END}
+`
+
+// trellis run asks a paused run's questions on standard input and
+// resumes with the answers; without input it says how to answer with
+// --answer, which a later --resume takes.
+func TestRunAsksQuestions(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ask.yaml")
+	if err := os.WriteFile(path, []byte(askFlow), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := "sqlite:" + filepath.Join(dir, "a.db")
+	run := func(stdin string, args ...string) (string, string, int) {
+		var out, errs bytes.Buffer
+		code := cli.Main(args, &cli.Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errs, Registry: all.Registry()})
+		return out.String(), errs.String(), code
+	}
+	out, errs, code := run("true\nops\n", "run", path, "--store", db, "--thread", "a", "--input", "amount=5")
+	if code != 0 || !strings.Contains(errs, `approve asks: "Approve 5?"`) || !strings.Contains(errs, `budget asks: {"pick":["ops","rnd"]}`) ||
+		!strings.Contains(out, `"approved": true`) || !strings.Contains(out, `"budget": "ops"`) {
+		t.Fatalf("answered on standard input: %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = run("", "run", path, "--store", db, "--thread", "b", "--input", "amount=7")
+	if code != 0 || !strings.Contains(errs, "--resume --answer approve=VALUE --answer budget=VALUE") {
+		t.Fatalf("no input to answer with: %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = run("", "run", path, "--store", db, "--thread", "b", "--resume", "--answer", "budget=rnd")
+	if code != 0 || !strings.Contains(errs, "approve asks") || strings.Contains(errs, "budget asks") {
+		t.Fatalf("one answer: %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = run("", "run", path, "--store", db, "--thread", "b", "--resume", "--answer", "approve=no")
+	if code != 0 || !strings.Contains(out, `"approved": false`) || !strings.Contains(out, `"budget": "rnd"`) {
+		t.Fatalf("the other answer: %d\n%s%s", code, out, errs)
+	}
+	if _, errs, code = run("", "run", path, "--store", db, "--thread", "c", "--input", "amount=1", "--answer", "approve=yes"); code != 2 {
+		t.Fatalf("--answer without --resume: %d %s", code, errs)
+	}
+}

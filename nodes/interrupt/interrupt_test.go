@@ -1,0 +1,159 @@
+package interrupt_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/store"
+	_ "github.com/trellisflow/trellis/runtime/store/all"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+const approvals = `version: 1
+name: approvals
+input: [amount]
+state:
+  schema:
+    type: object
+    properties:
+      amount: {type: integer, default: 0}
+      manager: {type: boolean, default: false}
+      finance: {type: string, default: ""}
+      rounds: {type: integer, default: 0}
+      log: {type: array, items: {type: string}, default: []}
+  reducers:
+    log: append
+nodes:
+  draft: {kind: assign, set: {log: "'draft'"}}
+  manager:
+    kind: interrupt
+    ask: "{'question': 'Approve?', 'amount': state.amount}"
+    writes: {manager: "answer == true", log: "'manager'"}
+  finance:
+    kind: interrupt
+    ask: "'Which budget pays ' + string(state.amount) + '?'"
+    writes: {finance: "string(answer)", log: "'finance'"}
+  pay: {kind: assign, set: {log: "'pay'", rounds: "state.rounds + 1"}}
+  again:
+    kind: interrupt
+    ask: "'Another round after ' + string(state.rounds) + '?'"
+    writes: {log: "answer == true ? 'again' : 'stop'"}
+edges:
+  - {from: START, to: draft}
+  - {from: draft, to: [manager, finance]}
+  - {from: [manager, finance], to: pay}
+  - {from: pay, to: again}
+  - from: again
+    bound: 3
+    branch:
+      - when: "state.log[len(state.log) - 1] == 'again'"
+        to: pay
+      - else: END
+`
+
+// Two interrupts of one step are asked together, each by its node's name,
+// and resumed in either order across separate runs (and a reopened store):
+// the answer given first is kept until the other comes. An asker in a loop
+// asks again each round: an answer serves one step. On every store.
+func TestTwoInterruptsAnsweredInEitherOrder(t *testing.T) {
+	ctx := context.Background()
+	g, dl := flow.LoadSource("approvals.yaml", []byte(approvals), all.Offline())
+	if g == nil || dl.HasErrors() {
+		t.Fatal(dl)
+	}
+	for name, url := range map[string]string{
+		"memory":   "memory",
+		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "i.db"),
+		"postgres": storetest.Postgres(t),
+	} {
+		t.Run(name, func(t *testing.T) {
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { st.Close() }()
+			reopen := func() {
+				if name == "memory" {
+					return
+				}
+				st.Close()
+				if st, err = store.Open(ctx, url); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for thread, order := range map[string][2]string{"mf": {"manager", "finance"}, "fm": {"finance", "manager"}} {
+				res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: thread, Input: map[string]any{"amount": 120}})
+				if err != nil || res.Interrupt == nil || len(res.Interrupt.Asks) != 2 {
+					t.Fatalf("%s: first pause: %+v %v", thread, res, err)
+				}
+				asks := map[string]any{}
+				for _, a := range res.Interrupt.Asks {
+					asks[a.ID] = a.Payload
+				}
+				if !reflect.DeepEqual(asks["manager"], map[string]any{"question": "Approve?", "amount": 120}) || asks["finance"] != "Which budget pays 120?" {
+					t.Fatalf("%s: asks %v", thread, asks)
+				}
+				answer := map[string]any{"manager": true, "finance": "ops"}
+				reopen()
+				res, err = engine.New(st).Run(ctx, g, engine.Request{Thread: thread, Resume: true, Answers: map[string]any{order[0]: answer[order[0]]}})
+				if err != nil || res.Interrupt == nil || len(res.Interrupt.Asks) != 1 || res.Interrupt.Asks[0].ID != order[1] {
+					t.Fatalf("%s: after answering %s: %+v %v", thread, order[0], res.Interrupt, err)
+				}
+				reopen()
+				res, err = engine.New(st).Run(ctx, g, engine.Request{Thread: thread, Resume: true, Answers: map[string]any{order[1]: answer[order[1]]}})
+				if err != nil || res.Interrupt == nil || len(res.Interrupt.Asks) != 1 || res.Interrupt.Asks[0].Payload != "Another round after 1?" {
+					t.Fatalf("%s: after answering both: %+v %v", thread, res, err)
+				}
+				if res.State["manager"] != true || res.State["finance"] != "ops" {
+					t.Fatalf("%s: state %v", thread, res.State)
+				}
+				// the loop's asker asks each round; its answer serves one step
+				res, err = engine.New(st).Run(ctx, g, engine.Request{Thread: thread, Resume: true, Answers: map[string]any{"again": true}})
+				if err != nil || res.Interrupt == nil || res.Interrupt.Asks[0].Payload != "Another round after 2?" {
+					t.Fatalf("%s: second round: %+v %v", thread, res, err)
+				}
+				res, err = engine.New(st).Run(ctx, g, engine.Request{Thread: thread, Resume: true, Answers: map[string]any{"again": false}})
+				if err != nil || res.Interrupt != nil {
+					t.Fatalf("%s: the end: %+v %v", thread, res, err)
+				}
+				want := []any{"draft", "manager", "finance", "pay", "again", "pay", "stop"}
+				if !reflect.DeepEqual(res.State["log"], want) {
+					t.Fatalf("%s: log %v", thread, res.State["log"])
+				}
+			}
+			// an answer to nothing that asks is refused
+			_, err = engine.New(st).Run(ctx, g, engine.Request{Thread: "x", Input: map[string]any{"amount": 1}, Answers: map[string]any{"pay": 1}})
+			var ie *engine.InputError
+			if !errors.As(err, &ie) || ie.Field != "answers.pay" {
+				t.Fatalf("an answer to a node that does not ask: %v", err)
+			}
+		})
+	}
+}
+
+// Graphs draw a node that asks distinctly.
+func TestDrawnDistinctly(t *testing.T) {
+	g, dl := flow.LoadSource("approvals.yaml", []byte(approvals), all.Offline())
+	if g == nil {
+		t.Fatal(dl)
+	}
+	if m := g.Mermaid(); !strings.Contains(m, `n_manager{{"manager<br/><small>interrupt, asks and waits</small>"}}`) || !strings.Contains(m, `n_pay["pay`) {
+		t.Errorf("mermaid:\n%s", m)
+	}
+	if d := g.DOT(); !strings.Contains(d, `"finance" [label="finance\n(interrupt, asks and waits)", shape=hexagon]`) {
+		t.Errorf("dot:\n%s", d)
+	}
+	if j, _ := g.JSON(); !strings.Contains(string(j), `"asks": true`) {
+		t.Errorf("json:\n%s", j)
+	}
+}
