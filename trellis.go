@@ -432,6 +432,12 @@ func (rt *Runtime) Delete(ctx context.Context, thread string) error {
 	return rt.eng.Store.Delete(ctx, thread)
 }
 
+// Asks lists the questions the thread's unfinished run waits on (its
+// interrupt nodes'), to be answered with WithAnswers on Resume.
+func (rt *Runtime) Asks(ctx context.Context, f *Flow, thread string) ([]Ask, error) {
+	return rt.eng.Asks(ctx, f.graph, thread)
+}
+
 // Prune keeps the thread's newest opts.Keep checkpoints and folds the
 // older ones into a base; it returns how many it removed. It works in
 // batches, reporting to opts.Progress, and may be stopped between them

@@ -163,6 +163,16 @@ type State struct {
 	Next []string `json:"next,omitempty"`
 	Run  string   `json:"run,omitempty"`
 	Step int      `json:"step"`
+	// Interrupts are the questions the unfinished run waits on (its
+	// interrupt nodes'), answered by a run with resume and answers.
+	Interrupts []Interrupt `json:"interrupts,omitempty"`
+}
+
+// Interrupt is a question a paused run asks: its id (the asking node's
+// name) and what it asks (any JSON value).
+type Interrupt struct {
+	ID      string `json:"id"`
+	Payload any    `json:"payload"`
 }
 
 // Checkpoint is one step of a thread's history.
@@ -232,6 +242,10 @@ type StartRun struct {
 	OnBusy string         `json:"on_busy,omitempty"`
 	// Resume continues the thread's unfinished run instead (no input).
 	Resume bool `json:"resume,omitempty"`
+	// Answers answer the questions the unfinished run waits on
+	// (State.Interrupts), by id; they go with resume. Questions left
+	// unanswered are asked again; the answers given are kept.
+	Answers map[string]any `json:"answers,omitempty"`
 }
 
 // Run statuses.
@@ -251,6 +265,8 @@ type Run struct {
 	FlowVersion string         `json:"flow_version"`
 	Status      string         `json:"status"`
 	Input       map[string]any `json:"input,omitempty"`
+	// Answers are those a resuming run brought to the thread's questions.
+	Answers map[string]any `json:"answers,omitempty"`
 	// Error is why a run failed (or was cancelled).
 	Error string `json:"error,omitempty"`
 	// Checkpoint is the thread's checkpoint when the run ended.

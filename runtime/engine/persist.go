@@ -29,15 +29,8 @@ func (r *run) runState() []uint64 {
 func (r *run) restore(ctx context.Context, head *store.Snapshot) error {
 	r.step = head.Step
 	copy(r.joins, head.Joins)
-	if cps, err := r.e.Store.History(ctx, r.req.Thread, store.HistoryOptions{Run: head.Run, Source: store.SourceInput, Limit: 1}); err == nil && len(cps) == 1 {
-		r.input = map[string]any{}
-		for _, w := range cps[0].Writes {
-			if w.Append {
-				r.input[w.Field] = w.Items
-			} else {
-				r.input[w.Field] = w.Value
-			}
-		}
+	if in := runInput(ctx, r.e.Store, r.req.Thread, head.Run); in != nil {
+		r.input = in
 	}
 	for _, name := range head.Next {
 		n, ok := r.g.Node(name)
@@ -49,6 +42,24 @@ func (r *run) restore(ctx context.Context, head *store.Snapshot) error {
 	r.pending = head.Pending
 	r.bindVars()
 	return nil
+}
+
+// runInput reads the input a thread's run took from its input checkpoint
+// (nil when it took none).
+func runInput(ctx context.Context, st store.Store, thread, run string) map[string]any {
+	cps, err := st.History(ctx, thread, store.HistoryOptions{Run: run, Source: store.SourceInput, Limit: 1})
+	if err != nil || len(cps) != 1 {
+		return nil
+	}
+	in := map[string]any{}
+	for _, w := range cps[0].Writes {
+		if w.Append {
+			in[w.Field] = w.Items
+		} else {
+			in[w.Field] = w.Value
+		}
+	}
+	return in
 }
 
 // slabs hand out the parts of step checkpoints from chunks, so a step

@@ -130,6 +130,9 @@ type RunRecord struct {
 	Flow, FlowVersion string
 	Status            RunStatus
 	Input             json.RawMessage
+	// Answers answer a paused thread's questions, for a run that resumes
+	// it.
+	Answers json.RawMessage
 	// Error is a failed run's message; Checkpoint the thread's checkpoint
 	// when the run ended.
 	Error      string

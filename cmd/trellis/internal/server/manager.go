@@ -232,7 +232,14 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	if in.Resume && len(in.Input) > 0 {
 		return store.RunRecord{}, nil, &api.Error{Code: api.CodeInvalidInput, Message: "a resumed run takes no input"}
 	}
+	if !in.Resume && len(in.Answers) > 0 {
+		return store.RunRecord{}, nil, &api.Error{Code: api.CodeInvalidInput, Message: "answers go with resume: true"}
+	}
 	input, err := plain(in.Input)
+	if err != nil {
+		return store.RunRecord{}, nil, err
+	}
+	answers, err := plain(in.Answers)
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
@@ -245,6 +252,9 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	raw, _ := json.Marshal(input)
 	rec := &store.RunRecord{ID: newID("run"), Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
 		Input: raw, Created: time.Now().UTC(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt, Server: m.id}
+	if len(answers) > 0 {
+		rec.Answers, _ = json.Marshal(answers)
+	}
 	// on a free thread the run is claimed here as it is queued, so that no
 	// dispatcher (this server's or another's) takes it from under its
 	// caller, who then would not hear why it was refused
@@ -340,10 +350,14 @@ func (m *manager) execute(lr *liveRun) {
 	// again under its name: the engine runs a named run once, so it only
 	// continues where the other left it, or finds it finished.
 	abandon := rec.Interrupt
-	var input map[string]any
+	var input, answers map[string]any
 	if len(rec.Input) > 0 {
 		_ = json.Unmarshal(rec.Input, &input)
 		input, _ = plain(input)
+	}
+	if len(rec.Answers) > 0 {
+		_ = json.Unmarshal(rec.Answers, &answers)
+		answers, _ = plain(answers)
 	}
 	opts := []trellis.RunOption{trellis.WithRunID(rec.ID), trellis.WithStop(lr.stop), trellis.WithObserver(lr.observe)}
 	var res *trellis.Result
@@ -363,7 +377,7 @@ func (m *manager) execute(lr *liveRun) {
 		switch {
 		case err != nil:
 		case resume:
-			res, err = rt.Resume(ctx, l.flow, rec.Thread, opts...)
+			res, err = rt.Resume(ctx, l.flow, rec.Thread, append(opts, trellis.WithAnswers(answers))...)
 		default:
 			res, err = rt.Run(ctx, l.flow, rec.Thread, input, opts...)
 		}

@@ -35,6 +35,9 @@ func runInfo(rec store.RunRecord, state map[string]any) api.Run {
 	if len(rec.Input) > 0 && string(rec.Input) != "null" {
 		_ = json.Unmarshal(rec.Input, &out.Input)
 	}
+	if len(rec.Answers) > 0 {
+		_ = json.Unmarshal(rec.Answers, &out.Answers)
+	}
 	if !rec.Started.IsZero() {
 		t := rec.Started
 		out.Started = &t

@@ -236,7 +236,19 @@ func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, stateInfo(snap))
+	out := stateInfo(snap)
+	if len(snap.Next) > 0 && r.URL.Query().Get("at") == "" {
+		if l, lerr := s.flows.get(rec.Flow); lerr == nil {
+			asks, err := s.cfg.Runtime.Asks(r.Context(), l.flow, rec.ID)
+			if err != nil {
+				return err
+			}
+			for _, a := range asks {
+				out.Interrupts = append(out.Interrupts, api.Interrupt{ID: a.ID, Payload: a.Payload})
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

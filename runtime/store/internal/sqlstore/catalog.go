@@ -201,14 +201,17 @@ func (c Catalog) CreateRun(ctx context.Context, r *store.RunRecord) error {
 }
 
 func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
-	input := string(r.Input)
+	input, answers := string(r.Input), string(r.Answers)
 	if input == "" {
 		input = "null"
 	}
+	if answers == "" {
+		answers = "null"
+	}
 	_, err := db.Exec(ctx, `INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint,
-		created_at, started_at, finished_at, resume, interrupt, server, stop) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		created_at, started_at, finished_at, resume, interrupt, server, stop, answers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, string(r.Status), input, r.Error, int64(r.Checkpoint),
-		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, r.Stop)
+		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, r.Stop, answers)
 	if err != nil && db.Unique(err) {
 		return store.ErrExists
 	}
@@ -227,17 +230,20 @@ func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord) error {
 }
 
 const runColumns = `id, tenant, thread, flow, flow_version, status, input, error, checkpoint, created_at, started_at, finished_at,
-	resume, interrupt, server, stop`
+	resume, interrupt, server, stop, answers`
 
 func scanRun(rows Rows) (*store.RunRecord, error) {
 	var r store.RunRecord
-	var status, input string
+	var status, input, answers string
 	var checkpoint, created, started, finished int64
 	if err := rows.Scan(&r.ID, &r.Tenant, &r.Thread, &r.Flow, &r.FlowVersion, &status, &input, &r.Error, &checkpoint,
-		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &r.Stop); err != nil {
+		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &r.Stop, &answers); err != nil {
 		return nil, err
 	}
 	r.Status, r.Input, r.Checkpoint = store.RunStatus(status), json.RawMessage(input), uint64(checkpoint)
+	if answers != "null" {
+		r.Answers = json.RawMessage(answers)
+	}
 	r.Created, r.Started, r.Finished = fromNanos(created), fromNanos(started), fromNanos(finished)
 	return &r, nil
 }

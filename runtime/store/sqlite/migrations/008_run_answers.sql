@@ -1,0 +1,2 @@
+-- The answers a run resuming a paused thread brings to its questions.
+ALTER TABLE api_runs ADD COLUMN answers TEXT NOT NULL DEFAULT 'null';
