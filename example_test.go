@@ -10,10 +10,10 @@ import (
 	"github.com/trellisflow/trellis"
 )
 
-// The interview flow with the prompts and schemas it names, compiled into
-// the program.
+// The interview flow with the prompts and schemas it names (and the
+// resume review it can run as a subflow), compiled into the program.
 //
-//go:embed flows/interview.yaml prompts/interview schemas/interview.state.json
+//go:embed flows/interview.yaml flows/resume_review.yaml prompts schemas/*.json
 var interviewFiles embed.FS
 
 func Example() {

@@ -316,6 +316,18 @@ func WithRunID(id string) RunOption { return func(r *engine.Request) { r.ID = id
 // WithPath records the nodes of every step in Result.Path.
 func WithPath() RunOption { return func(r *engine.Request) { r.RecordPath = true } }
 
+// ChildThread is the thread of the child flow (a subflow) that a node of
+// thread ran under namespace ns (NODE:SEQ, as the child's events name
+// it): its history and states are read, and it is forked, as any
+// thread's.
+func ChildThread(thread, ns string) string { return engine.ChildThread(thread, ns) }
+
+// WithConfig sets the run's configuration: values of the flow's config
+// block, which expressions read as config.NAME. Values not marked secret
+// are recorded with the run, so a resumed run has them again; secret
+// ones are never recorded, and a Resume is given them again.
+func WithConfig(cfg map[string]any) RunOption { return func(r *engine.Request) { r.Config = cfg } }
+
 // WithAnswers answers the questions a paused run asked (Result.Interrupt
 // .Asks), by their ids, for the Resume that goes on.
 func WithAnswers(answers map[string]any) RunOption {

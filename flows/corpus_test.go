@@ -71,7 +71,7 @@ var corpus = []defect{
 	{name: "a write to an undeclared field", flow: review, old: "writes: {portfolio: output}", new: "writes: {portfolios: output}", at: "portfolios", code: diag.CodeUndeclaredWrite},
 	{name: "a read-only field written", flow: interview, old: "      turn_count: \"state.turn_count + 1\"", new: "      turn_count: \"state.turn_count + 1\"\n      user_id: \"'x'\"", at: "user_id", code: diag.CodeReadOnlyWrite},
 	{name: "two parallel writers of a replace field", flow: review, old: "writes: {tech_writer_feedback: output}", new: "writes: {recruiter_feedback: output}", at: "recruiter_feedback", code: diag.CodeWriteConflict},
-	{name: "an input that is not a field", flow: review, old: "input: [resume, target_role, include_design]", new: "input: [resume, target_role, include_designs]", at: "include_designs", code: diag.CodeUnknownInput},
+	{name: "an input that is not a field", flow: review, old: "input: [resume, target_role, include_design, review_sections]", new: "input: [resume, target_role, include_designs, review_sections]", at: "include_designs", code: diag.CodeUnknownInput},
 	{name: "a string written to an integer", flow: interview, old: "turn_count: \"state.turn_count + 1\"", new: "turn_count: \"'one more'\"", at: "\"'one more'", code: diag.CodeWriteType},
 	{name: "a literal outside a field's enum", flow: interview, old: "      phase: \"'technical'\"\n      last_node: \"'sandbox_guidance'\"", new: "      phase: \"'tecnical'\"\n      last_node: \"'sandbox_guidance'\"", at: "'tecnical'", code: diag.CodeWriteType},
 	{name: "a constant below a minimum", flow: review, old: "      current_iteration: \"state.current_iteration + 1\"", new: "      current_iteration: \"-1\"", at: "\"-1", code: diag.CodeWriteType},
@@ -106,6 +106,13 @@ var corpus = []defect{
 	{name: "a sandbox limit out of range", flow: interview, old: "limits: {wall_time: 10s, cpu_time: 5s, memory_mb: 256}", new: "limits: {wall_time: 10s, cpu_time: 5s, memory_mb: 2}", at: "2}", code: diag.CodeConstraint},
 	{name: "a sandbox code expression that is not text", flow: interview, old: "    code: state.current_code", new: "    code: state.turn_count", at: "state.turn_count", code: diag.CodeKindSetting},
 	{name: "a misspelt field in the sandbox tests", flow: interview, old: "    tests: state.sandbox.exercise?.tests ?? []", new: "    tests: state.sandbox.exercize?.tests ?? []", at: "exercize", code: diag.CodeExprUnknown},
+	// composition and run configuration
+	{name: "a subflow file that does not exist", flow: interview, old: "    flow: resume_review.yaml", new: "    flow: resume_reveiw.yaml", at: "resume_reveiw.yaml", code: diag.CodeSubflow},
+	{name: "a flow that runs itself as a subflow", flow: "runtime/diag/examples/C002.ok.yaml", old: "    flow: subflows/summary.yaml", new: "    flow: C002.ok.yaml", at: "C002.ok.yaml", code: diag.CodeSubflowCycle},
+	{name: "a subflow input naming a field the child lacks", flow: interview, old: "      review_sections: \"true\"", new: "      review_section: \"true\"", at: "review_section", code: diag.CodeSubflowMapping},
+	{name: "a map over a value that is not a list", flow: review, old: "    items: \"state.resume?.experience ?? []\"", new: "    items: \"state.target_role\"", at: "\"state.target_role", code: diag.CodeMapNode},
+	{name: "a map's node writing a replace field", flow: review, old: "      writes: {section_feedback: output}", new: "      writes: {section_feedback: output, final_score: output.score}", at: "final_score", code: diag.CodeMapNode},
+	{name: "a run configuration entry with an invalid schema", flow: "runtime/diag/examples/C005.ok.yaml", old: "{type: string, default: done}", new: "{type: strng, default: done}", at: "strng", code: diag.CodeConfig},
 }
 
 // copyTree copies the repository's flows, prompts, schemas and the

@@ -7,11 +7,14 @@ import (
 	"github.com/trellisflow/trellis/nodes/assign"
 	"github.com/trellisflow/trellis/nodes/interrupt"
 	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/nodes/mapnode"
 	"github.com/trellisflow/trellis/nodes/noop"
 	"github.com/trellisflow/trellis/nodes/render"
 	"github.com/trellisflow/trellis/nodes/sandbox"
+	"github.com/trellisflow/trellis/nodes/subflow"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 )
 
 var (
@@ -55,7 +58,20 @@ func WithProvider(provider func() *llm.Provider) *kind.Set {
 // provider and whose sandbox kind calls pool when a flow is loaded (nil
 // from them: no model, no sandbox).
 func With(provider func() *llm.Provider, pool func() *sandbox.Pool) *kind.Set {
-	return kind.NewSet(assign.Spec, noop.Spec, render.Spec, interrupt.Spec, llm.NewSpec(provider), sandbox.NewSpec(pool))
+	return kind.NewSet(assign.Spec, noop.Spec, render.Spec, interrupt.Spec, llm.NewSpec(provider), sandbox.NewSpec(pool),
+		subflow.Spec, mapnode.Spec)
+}
+
+// WithTestKinds returns a new registry of the built-in kinds with no
+// model and no sandbox, and the runtime's test kinds (kindtest: set,
+// fail, sleep), for tests that mix them; more kinds may be registered
+// into it.
+func WithTestKinds() *kind.Set {
+	set := WithProvider(func() *llm.Provider { return nil })
+	for _, sp := range kindtest.Registry().Specs() {
+		set.Register(*sp)
+	}
+	return set
 }
 
 // Reference renders the node-kind reference (nodes/README.md).

@@ -28,6 +28,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"text/template"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -36,6 +37,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/tmpl"
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
@@ -51,12 +53,12 @@ func NewSpec(provider func() *Provider) kind.Spec {
 				config.Elem(config.Expression("", ""))),
 			config.Map("writes", "Field to expression over output (the reply), vars, state and input.",
 				config.Elem(config.Expression("", ""))).NonEmpty(1).Require(),
-			config.String("model", "The model, overriding the prompt's and the flow's.").NonEmpty(1),
+			config.String("model", "The model, overriding the prompt's and the flow's: a name, or a template over state, input, vars and config ({{.config.model}}; one that renders nothing leaves the choice to the prompt, the flow, then $TRELLIS_MODEL).").NonEmpty(1),
 			config.Number("temperature", "Overrides the prompt's temperature.").Min(0).Max(2),
 			config.Integer("max_tokens", "Overrides the prompt's max_tokens.").Min(1),
 		},
 		FlowFields: []config.Field{
-			config.String("model", "The model this flow's prompts use unless a prompt or node names another (default: $TRELLIS_MODEL).").NonEmpty(1),
+			config.String("model", "The model this flow's prompts use unless a prompt or node names another (default: $TRELLIS_MODEL): a name, or a template over state, input and config, such as {{.config.model}}.").NonEmpty(1),
 		},
 		New: func(b kind.Builder) kind.Node { return build(b, provider) },
 	}
@@ -68,10 +70,14 @@ type binding struct {
 }
 
 type node struct {
-	prompt      *prompt.Prompt
-	vars        []binding
-	writes      kind.Writes
-	model       string
+	prompt *prompt.Prompt
+	vars   []binding
+	writes kind.Writes
+	model  string
+	// models are the node's, the prompt's and the flow's model settings
+	// when one of them is a template (over state, input, vars and
+	// config): the first that renders a name is the model
+	models      []modelChoice
 	temperature *float32
 	maxTokens   int
 	client      *client // nil: no model configured
@@ -115,6 +121,26 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 	model, _ := s.String("model")
 	flowModel, _ := b.FlowSettings().String("model")
 	n.model = firstOf(model, n.prompt.Model, flowModel)
+	if strings.Contains(model, "{{") || strings.Contains(flowModel, "{{") {
+		for _, c := range []struct {
+			text string
+			at   config.Value
+		}{{model, s.Value("model")}, {n.prompt.Model, config.Value{}}, {flowModel, b.FlowSettings().Value("model")}} {
+			mc := modelChoice{name: c.text}
+			switch {
+			case !strings.Contains(c.text, "{{"):
+			case c.at.File() != nil && c.at.File() == b.FlowSettings().Value("model").File() && c.text == flowModel:
+				// the flow's setting, compiled (and reported) once
+				mc.t, _ = b.Shared("llm.flow-model", func() any { return b.Template(c.at, "model", nil) }).(*template.Template)
+			default:
+				mc.t = b.Template(c.at, "model", kind.Vars{"vars": schema.Object(varShapes)})
+			}
+			if strings.Contains(c.text, "{{") && mc.t == nil {
+				return nil
+			}
+			n.models = append(n.models, mc)
+		}
+	}
 	if p := provider(); p != nil {
 		n.client = newClient(p)
 		if n.model == "" {
@@ -122,6 +148,36 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 		}
 	}
 	return n
+}
+
+// modelChoice is a model setting: a name, or a template that renders one.
+type modelChoice struct {
+	name string
+	t    *template.Template
+}
+
+// modelFor is the model a call uses for data.
+func (n *node) modelFor(data prompt.Data) (string, error) {
+	if len(n.models) == 0 {
+		return n.model, nil
+	}
+	m := map[string]any{"state": data.State, "input": data.Input, "vars": data.Vars, "config": data.Config}
+	for _, c := range n.models {
+		name := c.name
+		if c.t != nil {
+			var err error
+			if name, err = tmpl.Execute(c.t, m); err != nil {
+				return "", fmt.Errorf("model: %w", err)
+			}
+		}
+		if name = strings.TrimSpace(name); name != "" && name != "<no value>" {
+			return name, nil
+		}
+	}
+	if n.client != nil {
+		return n.client.p.Model, nil
+	}
+	return "", nil
 }
 
 func firstOf(names ...string) string {
@@ -150,7 +206,11 @@ func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := n.ask(ctx, s, msgs)
+	model, err := n.modelFor(data)
+	if err != nil {
+		return nil, err
+	}
+	out, err := n.ask(ctx, s, model, msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +245,11 @@ func (n *node) Preview(s kind.State) (*kind.Preview, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := request{Prompt: n.prompt.Name, Model: n.model, Temperature: n.temperature, MaxTokens: n.maxTokens,
+	model, err := n.modelFor(data)
+	if err != nil {
+		return nil, err
+	}
+	r := request{Prompt: n.prompt.Name, Model: model, Temperature: n.temperature, MaxTokens: n.maxTokens,
 		System: msgs.System, User: msgs.User}
 	if r.Model == "" {
 		r.Model = FromEnvModel()
@@ -267,7 +331,8 @@ func (n *node) data(s kind.State) (prompt.Data, map[string]any, error) {
 	vars["vars"] = nv
 	st, _ := base["state"].(map[string]any)
 	in, _ := base["input"].(map[string]any)
-	return prompt.Data{State: st, Input: in, Vars: nv}, vars, nil
+	cfg, _ := base["config"].(map[string]any)
+	return prompt.Data{State: st, Input: in, Vars: nv, Config: cfg}, vars, nil
 }
 
 func (n *node) write(vars map[string]any, out any) (kind.Update, error) {
@@ -278,9 +343,9 @@ func (n *node) write(vars map[string]any, out any) (kind.Update, error) {
 // ask sends the prompt and returns the reply: a string, or for a
 // structured prompt the decoded JSON value, checked against its schema
 // (with one repair turn).
-func (n *node) ask(ctx context.Context, s kind.State, msgs prompt.Messages) (any, error) {
+func (n *node) ask(ctx context.Context, s kind.State, model string, msgs prompt.Messages) (any, error) {
 	req := openai.ChatCompletionRequest{
-		Model:       n.model,
+		Model:       model,
 		Temperature: temperature(n.temperature),
 		MaxTokens:   n.maxTokens,
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -377,5 +378,50 @@ func TestModelPrecedence(t *testing.T) {
 	runFlow(t, g, memory.New(), nil)
 	if calls := srv.Calls(); calls[2].Model != "env-model" {
 		t.Fatalf("default model: %q", calls[2].Model)
+	}
+}
+
+// A model chosen per run: the flow's model is a template over its run
+// configuration, the node's over config and vars; one that renders
+// nothing leaves the choice to the next (here the provider's default);
+// the prompt's template sees .config too.
+func TestModelFromTheRunConfiguration(t *testing.T) {
+	srv := llmtest.New()
+	p := serve(t, srv)
+	p.Model = "env-model"
+	src := strings.Replace(reviewFlow, "nodes:\n", `config:
+  model: {type: string, enum: [small, large]}
+  summariser: {type: string, default: ""}
+model: "{{.config.model}}"
+nodes:
+`, 1)
+	src = strings.Replace(src, "    prompt: summary\n", "    prompt: summary\n    model: \"{{.config.summariser}}\"\n", 1)
+	g := setupFlow(t, p, src)
+	run := func(cfg map[string]any) {
+		t.Helper()
+		if _, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t", Config: cfg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(map[string]any{"model": "large", "summariser": "tiny"})
+	run(nil)
+	calls := srv.Calls()
+	var models []string
+	for _, c := range calls {
+		models = append(models, c.Model)
+	}
+	if !slices.Equal(models, []string{"large", "tiny", "env-model", "env-model"}) {
+		t.Fatalf("models: %v", models)
+	}
+	bad := strings.Replace(src, `model: "{{.config.model}}"`, `model: "{{.config.modle}}"`, 1)
+	dir := t.TempDir()
+	_ = os.MkdirAll(filepath.Join(dir, "flows"), 0o755)
+	_ = os.MkdirAll(filepath.Join(dir, "prompts"), 0o755)
+	_ = os.WriteFile(filepath.Join(dir, "flows/review.yaml"), []byte(bad), 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "prompts/review.prompt"), []byte(reviewPrompt), 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "prompts/summary.prompt"), []byte(summaryPrompt), 0o644)
+	_, dl := flow.Load(filepath.Join(dir, "flows/review.yaml"), all.WithProvider(func() *llm.Provider { return p }))
+	if len(dl) != 1 || dl[0].Code != "P002" || !strings.Contains(dl[0].Summary, "modle") {
+		t.Fatalf("a misspelt config in the flow's model: %v", dl)
 	}
 }

@@ -94,6 +94,9 @@ func (n *node) Run(_ context.Context, s kind.State) (kind.Update, error) {
 	st, _ := s.Vars()["state"].(map[string]any)
 	in, _ := s.Vars()["input"].(map[string]any)
 	data := map[string]any{"state": st, "input": in, "vars": vars}
+	if cfg, ok := s.Vars()["config"]; ok {
+		data["config"] = cfg
+	}
 	upd := s.NewUpdate(len(n.fields))
 	for _, f := range n.fields {
 		text, err := tmpl.Execute(f.t, data)

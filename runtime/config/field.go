@@ -154,6 +154,9 @@ func (f Field) NonEmpty(n int) Field {
 // Match sets a string's pattern.
 func (f Field) Match(pattern string) Field { f.Pattern = pattern; return f }
 
+// OpenKeys lets an object hold keys beyond the fields it declares.
+func (f Field) OpenKeys() Field { f.Open = true; return f }
+
 // Distinct requires a list's items to differ.
 func (f Field) Distinct() Field { f.Unique = true; return f }
 

@@ -64,6 +64,13 @@ const (
 	CodeExprMayBeNil Code = "E004"
 	CodeExprEnum     Code = "E005"
 	CodeExprUnset    Code = "E006"
+
+	// Composition and run configuration.
+	CodeSubflow        Code = "C001"
+	CodeSubflowCycle   Code = "C002"
+	CodeSubflowMapping Code = "C003"
+	CodeMapNode        Code = "C004"
+	CodeConfig         Code = "C005"
 )
 
 // CodeDoc is one code and what it means.
@@ -117,6 +124,11 @@ var Codes = []CodeDoc{
 	{CodeExprEnum, "an expression compares a field with a string its enum does not allow, which it can never equal"},
 	{CodeExprMayBeNil, "an expression reads a field of a value that may be null, where no node has set it on every path, without ?. or a nil test"},
 	{CodeExprUnset, "an expression reads a field with no default that a path from START reaches unwritten (no writer on it, or only a parallel sibling), without ?? or a nil test"},
+	{CodeSubflow, "a subflow's flow file cannot be read, has errors of its own (reported in its file), or can pause, which a subflow cannot"},
+	{CodeSubflowCycle, "flows that include each other as subflows, directly or through others"},
+	{CodeSubflowMapping, "a subflow's input or config names what the child flow does not have, or leaves out a field the child requires"},
+	{CodeMapNode, "a map's items are not a list, or its node is one that cannot run per item: one that pauses, sets on_error, or writes a field whose reducer takes one write per step"},
+	{CodeConfig, "a run configuration entry whose schema is invalid or whose default the schema refuses"},
 }
 
 // Doc returns what code means, or "" for a code that does not exist.

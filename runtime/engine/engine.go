@@ -21,6 +21,7 @@
 //	route.go    edges: joins, branches, routes and bounds
 //	persist.go  commits by durability, pending writes, resuming
 //	update.go   threads outside runs: Create and Update
+//	compose.go  nested nodes (a map's items), child flows, run configuration
 //	view.go     the kind.State a node runs on
 //	event.go    the event stream
 package engine
@@ -93,6 +94,16 @@ type Request struct {
 	// Answers are the answers to the questions a paused run asked (see
 	// kind.Asker), by node name; they go with Resume.
 	Answers map[string]any
+	// Config sets the run's configuration (the flow's config block):
+	// expressions read config.NAME. Values not marked secret are recorded
+	// with the run, so a resumed run has them again; secret ones are
+	// never recorded and a resume is given them again.
+	Config map[string]any
+
+	// values start a child flow's new thread; child marks a child run,
+	// whose thread id is made by the runtime (see ChildThread).
+	values map[string]any
+	child  bool
 }
 
 // Durability is when a run's steps are committed.
@@ -191,7 +202,7 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result
 		var state map[string]any
 		// checked with the input (applyInput): a required input has no
 		// default
-		if state, creating, err = initial(g, req.Thread, nil, false); err == nil {
+		if state, creating, err = initial(g, req.Thread, req.values, false, req.child); err == nil {
 			head = &store.Snapshot{Thread: req.Thread, Seq: 1, Values: state}
 		}
 	}
@@ -223,12 +234,25 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result
 			return nil, &InputError{Field: "answers." + id, Reason: "not a node of this flow that asks a question"}
 		}
 	}
+	var input, recorded map[string]any
+	if req.Resume {
+		input, recorded = runInput(ctx, e.Store, req.Thread, head.Run)
+	}
+	cfg, record, err := resolveConfig(g, recorded, req.Config)
+	if err != nil {
+		return nil, err
+	}
 	r := newRun(e, g, req, head)
 	r.lease = hold
 	r.creating = creating
 	r.answers = maps.Clone(req.Answers)
+	r.config, r.record = cfg, record
+	if r.limit, err = r.maxSteps(); err != nil {
+		r.release()
+		return nil, err
+	}
 	if req.Resume {
-		if err := r.restore(ctx, head); err != nil {
+		if err := r.restore(head, input); err != nil {
 			r.release()
 			return nil, err
 		}

@@ -30,6 +30,9 @@ type Event struct {
 	Thread string    `json:"thread"`
 	Step   int       `json:"step"`
 	Time   time.Time `json:"time"`
+	// NS is the namespace of the child flow the event happened in
+	// (NODE:SEQ, nested levels joined by NSSep), empty for the run's own.
+	NS string `json:"ns,omitempty"`
 	// Node and Kind for node events; Attempt counts from 1.
 	Node    string `json:"node,omitempty"`
 	Kind    string `json:"kind,omitempty"`

@@ -173,14 +173,20 @@ type staged struct {
 // stage checks a node's update and computes the fields' new values in
 // r.staged, applying nothing. A value a field refuses (its schema, its
 // reducer) is returned as rejected, the node's failure; an update the
-// flow's declarations forbid (an undeclared field, a field written twice,
-// or by two nodes whose reducer replaces) fails the run.
+// flow's declarations forbid (an undeclared field, a field written twice
+// whose reducer replaces, or by two nodes so) fails the run. A field the
+// update writes several times folds each write in order.
 func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
 	r.staged = r.staged[:0]
+	defer func() {
+		for _, sv := range r.staged {
+			r.stagedAt[sv.f.Index] = -1
+		}
+	}()
 	fail := func(format string, args ...any) error {
 		return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
 	}
-	for j, fv := range upd {
+	for _, fv := range upd {
 		f := declared(n, fv.Field)
 		if f == nil {
 			var ok bool
@@ -191,8 +197,9 @@ func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
 		if !n.WriteMask[f.Index] {
 			return nil, fail("wrote field %q, which the node does not declare", f.Name)
 		}
-		if _, dup := upd[:j].Get(f.Name); dup {
-			return nil, fail("wrote field %q twice in one update", f.Name)
+		at := r.stagedAt[f.Index]
+		if at >= 0 && !f.Reducer.Concurrent {
+			return nil, fail("wrote field %q twice in one update and its reducer is replace", f.Name)
 		}
 		if w := r.writer[f.Index]; w >= 0 && !f.Reducer.Concurrent {
 			return nil, fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
@@ -201,11 +208,15 @@ func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
 		if err != nil {
 			return fmt.Errorf("field %q: %w", f.Name, err), nil
 		}
+		cur := r.cur[f.Index]
+		if at >= 0 {
+			cur = r.staged[at].merged
+		}
 		var merged any
 		if f.Reducer.Appends {
-			merged, err = r.appendOwned(f, r.cur[f.Index], v)
+			merged, err = r.appendOwned(f, cur, v)
 		} else {
-			merged, err = f.Reducer.Reduce(r.cur[f.Index], v)
+			merged, err = f.Reducer.Reduce(cur, v)
 		}
 		if err == nil {
 			err = validateField(f, merged, v)
@@ -213,6 +224,11 @@ func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
 		if err != nil {
 			return fmt.Errorf("update of field %q rejected: %w", f.Name, err), nil
 		}
+		if at >= 0 {
+			r.staged[at].merged = merged
+			continue
+		}
+		r.stagedAt[f.Index] = len(r.staged)
 		r.staged = append(r.staged, staged{f: f, merged: merged})
 	}
 	return nil, nil
@@ -234,7 +250,7 @@ func writtenFields(n *flow.Node, upd kind.Update) []string {
 	if len(upd) == 0 {
 		return nil
 	}
-	if len(upd) == len(n.WriteList) {
+	if len(upd) == len(n.WriteList) && distinct(upd) {
 		return n.WriteList
 	}
 	fs := make([]string, 0, len(upd))
@@ -244,6 +260,18 @@ func writtenFields(n *flow.Node, upd kind.Update) []string {
 		}
 	}
 	return fs
+}
+
+// distinct reports whether upd writes each field once.
+func distinct(upd kind.Update) bool {
+	for i := 1; i < len(upd); i++ {
+		for _, fv := range upd[:i] {
+			if fv.Field == upd[i].Field {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func normalizeFor(f *flow.Field, v any) (any, error) {

@@ -141,7 +141,7 @@ attempts:
 	for attempt := 1; ; attempt++ {
 		o.attempts = attempt
 		st.reset(vars, n.Name, attempt)
-		st.answers = r.answers
+		st.answers, st.run = r.answers, r
 		upd, err := r.call(ctx, n, st)
 		if err == nil {
 			o.update, o.degraded = upd, st.degraded
@@ -266,7 +266,7 @@ func (r *run) cacheKey(n *flow.Node, vars map[string]any) (string, error) {
 		return "", err
 	}
 	h := sha256.New()
-	h.Write([]byte(r.g.Name + "\x00" + n.Name + "\x00"))
+	h.Write([]byte(r.g.Name + "\x00" + n.Path + "\x00"))
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

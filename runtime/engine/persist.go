@@ -25,12 +25,13 @@ func (r *run) runState() []uint64 {
 }
 
 // restore sets a resumed run up from the thread's unfinished run: its
-// step, join arrivals, input, next nodes and pending writes.
-func (r *run) restore(ctx context.Context, head *store.Snapshot) error {
+// step, join arrivals, input (as its input checkpoint recorded it), next
+// nodes and pending writes.
+func (r *run) restore(head *store.Snapshot, input map[string]any) error {
 	r.step = head.Step
 	copy(r.joins, head.Joins)
-	if in := runInput(ctx, r.e.Store, r.req.Thread, head.Run); in != nil {
-		r.input = in
+	if input != nil {
+		r.input = input
 	}
 	for _, name := range head.Next {
 		n, ok := r.g.Node(name)
@@ -44,12 +45,15 @@ func (r *run) restore(ctx context.Context, head *store.Snapshot) error {
 	return nil
 }
 
-// runInput reads the input a thread's run took from its input checkpoint
-// (nil when it took none).
-func runInput(ctx context.Context, st store.Store, thread, run string) map[string]any {
+// runInput reads the input a thread's run took, and the configuration it
+// recorded, from its input checkpoint (nil when it took none).
+func runInput(ctx context.Context, st store.Store, thread, run string) (input, config map[string]any) {
 	cps, err := st.History(ctx, thread, store.HistoryOptions{Run: run, Source: store.SourceInput, Limit: 1})
 	if err != nil || len(cps) != 1 {
-		return nil
+		return nil, nil
+	}
+	if len(cps[0].Writes) == 0 {
+		return nil, cps[0].Config
 	}
 	in := map[string]any{}
 	for _, w := range cps[0].Writes {
@@ -59,7 +63,7 @@ func runInput(ctx context.Context, st store.Store, thread, run string) map[strin
 			in[w.Field] = w.Value
 		}
 	}
-	return in
+	return in, cps[0].Config
 }
 
 // slabs hand out the parts of step checkpoints from chunks, so a step
@@ -127,7 +131,7 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 	}
 	first, last := cps[0], cps[len(cps)-1]
 	merged := &store.Checkpoint{Thread: first.Thread, Seq: first.Seq, Parent: first.Parent, Run: r.id, Step: last.Step,
-		Source: store.SourceRun, Time: last.Time}
+		Source: store.SourceRun, Time: last.Time, Config: first.Config}
 	pos := map[string]int{}
 	for _, cp := range cps {
 		merged.Writers = append(merged.Writers, cp.Writers...)

@@ -128,10 +128,10 @@ func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
 func (r *run) limitError(triggered []*flow.Node) error {
 	for _, n := range triggered {
 		if loop := loopNames(r.g, n); loop != nil {
-			return &LimitError{Limit: r.g.MaxSteps, Loop: loop}
+			return &LimitError{Limit: r.limit, Loop: loop}
 		}
 	}
-	return &LimitError{Limit: r.g.MaxSteps}
+	return &LimitError{Limit: r.limit}
 }
 
 func loopNames(g *flow.Graph, n *flow.Node) []string {

@@ -28,6 +28,10 @@ type run struct {
 	// answers are Request.Answers not yet used: an asker's answer serves
 	// the first step that runs it
 	answers map[string]any
+	// config is the run's configuration; record the part its input
+	// checkpoint records; limit its superstep limit
+	config, record map[string]any
+	limit          int
 
 	working
 	schedule
@@ -66,7 +70,10 @@ type working struct {
 	changed []*flow.Field // the fields this step changed, in write order
 	oldLen  []int         // per append field: its length before this step
 	writer  []int         // per field: the node that wrote it this step, -1 none
-	staged  []staged      // a node's update, checked, before it is applied
+	// stagedAt is per field its place in staged while a node's update
+	// is staged, -1 none
+	stagedAt []int
+	staged   []staged // a node's update, checked, before it is applied
 }
 
 // schedule is what decides which nodes run next: the edges' state and the
@@ -105,7 +112,7 @@ type clockReading struct {
 
 func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	nf, nn, ne := len(g.Fields), len(g.Nodes), len(g.Edges)
-	ints := make([]int, nn+ne+2*nf)
+	ints := make([]int, nn+ne+3*nf)
 	r := runs.Get().(*run)
 	words := r.words[:0]
 	if cap(words) < nf+g.Joins {
@@ -126,7 +133,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	r.values, r.seq, r.input, r.step, r.path = head.Values, head.Seq, nil, 0, nil
 	r.words, r.versions, r.joins = words, words[:nf:nf], words[nf:]
 	r.visits, r.bounds = ints[:nn:nn], ints[nn:nn+ne:nn+ne]
-	r.writer, r.oldLen = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:]
+	r.writer, r.oldLen, r.stagedAt = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:nn+ne+2*nf:nn+ne+2*nf], ints[nn+ne+2*nf:]
 	r.mark, r.started, r.now, r.sinceClock, r.flip = mark, time.Now(), time.Time{}, 0, 0
 	r.changed = r.changed[:0]
 	if cap(r.lists) < nf {
@@ -147,7 +154,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 		} else {
 			r.versions[i] = head.Versions[f.Name]
 		}
-		r.writer[i] = -1
+		r.writer[i], r.stagedAt[i] = -1, -1
 	}
 	if r.outs == nil {
 		r.outs = r.outsBuf[:0]
@@ -171,13 +178,14 @@ func (r *run) release() {
 		o := &all[i]
 		o.node, o.update, o.err, o.route = nil, nil, nil, nil
 		o.view.reset(nil, "", 0)
-		o.view.answers = nil
+		o.view.answers, o.view.run = nil, nil
 	}
 	clear(r.next[0][:cap(r.next[0])])
 	clear(r.lists)
 	clear(r.cur)
 	clear(r.next[1][:cap(r.next[1])])
 	r.e, r.g, r.values, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, Request{}, nil, nil
+	r.config, r.record = nil, nil
 	clear(r.staged)
 	r.staged = r.staged[:0]
 	if r.vars != nil {
@@ -227,6 +235,9 @@ func (r *run) bindVars() {
 		clear(r.vars)
 	}
 	r.vars["state"], r.vars["input"] = r.values, r.input
+	if r.config != nil {
+		r.vars["config"] = r.config
+	}
 	for i, f := range r.g.Fields {
 		v, ok := r.values[f.Name]
 		r.cur[i] = v

@@ -69,6 +69,14 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(r.record) > 0 {
+			// the configuration the run was given is recorded with its
+			// input, so that a resumed run has it again
+			if cp == nil {
+				cp = &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now()}
+			}
+			cp.Config = r.record
+		}
 		if r.creating != nil {
 			// the thread is new: it is recorded now that its first run
 			// is accepted (a refused input leaves nothing behind)
@@ -124,7 +132,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			// resuming runs them; a run that took no input pausing
 			// before its first step records them now
 			if r.step == 0 && !recorded {
-				cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now()}
+				cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now(), Config: r.record}
 				for _, n := range triggered {
 					cp.Next = append(cp.Next, n.Name)
 				}
@@ -143,7 +151,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		}
 		pauseBefore = true
 		r.step++
-		if r.step > r.g.MaxSteps {
+		if r.step > r.limit {
 			return nil, r.limitError(triggered)
 		}
 		ran := triggered

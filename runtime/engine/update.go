@@ -32,7 +32,7 @@ func (e *Engine) Create(ctx context.Context, g *flow.Graph, thread string, value
 // create commits a thread's first checkpoint and returns its state, every
 // field of which is at version 1.
 func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, values map[string]any) (map[string]any, error) {
-	state, cp, err := initial(g, thread, values, true)
+	state, cp, err := initial(g, thread, values, true, false)
 	if err != nil {
 		return nil, err
 	}
@@ -44,8 +44,9 @@ func (e *Engine) create(ctx context.Context, g *flow.Graph, thread string, value
 
 // initial builds a thread's first state and the checkpoint that records
 // it, from the schema's defaults and values; with check, it validates it.
-func initial(g *flow.Graph, thread string, values map[string]any, check bool) (map[string]any, *store.Checkpoint, error) {
-	if err := store.CheckThreadID(thread); err != nil {
+// A child flow's thread (child) has an id the runtime made.
+func initial(g *flow.Graph, thread string, values map[string]any, check, child bool) (map[string]any, *store.Checkpoint, error) {
+	if err := store.CheckThreadID(thread); err != nil && !child {
 		return nil, nil, &InputError{Field: "thread", Reason: err.Error()}
 	}
 	state := make(map[string]any, len(g.Fields))
@@ -197,13 +198,19 @@ func (e *Engine) Asks(ctx context.Context, g *flow.Graph, thread string) ([]Ask,
 			continue
 		}
 		if vars == nil {
-			input := runInput(ctx, e.Store, thread, head.Run)
+			input, cfg := runInput(ctx, e.Store, thread, head.Run)
 			if input == nil {
 				input = map[string]any{}
 			}
 			vars = map[string]any{}
 			expression.Bind(vars, "state", head.Values)
 			expression.Bind(vars, "input", input)
+			if g.ConfigShape != nil {
+				if cfg, _, err = resolveConfig(g, cfg, nil); err != nil {
+					return nil, err
+				}
+				vars["config"] = cfg
+			}
 		}
 		payload, err := n.Impl.(kind.Asker).Ask(kind.View(name, vars))
 		if err != nil {

@@ -18,6 +18,7 @@ type view struct {
 	degraded string
 	usage    map[string]int64 // the node's Measure counts (observed runs)
 	answers  map[string]any   // the run's answers to askers, by node
+	run      *run             // for nested nodes and child flows
 }
 
 var _ kind.State = (*view)(nil)

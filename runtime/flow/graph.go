@@ -28,12 +28,18 @@ type Graph struct {
 	Entry []*Edge
 	// Inputs are the fields a run may set, in declaration order.
 	Inputs []*Field
-	// MaxSteps bounds the supersteps of one run.
-	MaxSteps int
+	// MaxSteps bounds the supersteps of one run, unless MaxStepsExpr
+	// computes the bound of each run from its configuration.
+	MaxSteps     int
+	MaxStepsExpr *expression.Program
 	// Joins counts join edges (each has its own arrival set per run).
 	Joins int
 	// Conversation is the flow's conversation block, or nil.
 	Conversation *Conversation
+	// Config lists the run configuration's entries, in declaration
+	// order; ConfigShape is its shape (nil when the flow declares none).
+	Config      []*ConfigField
+	ConfigShape *schema.Shape
 	// FullValidation is set when the state schema has root-level
 	// constraints beyond its properties; the whole state is then validated
 	// at every commit instead of only the changed fields.
@@ -85,7 +91,10 @@ type Node struct {
 	Kind  string
 	Index int
 	Pos   diag.Pos
-	Impl  kind.Node
+	// Path is the node's YAML path in its file (nodes.NAME, or inside
+	// another node's settings for a nested node).
+	Path string
+	Impl kind.Node
 	// Writes are the fields the node may write (its own and on_error's);
 	// WriteList holds them in field order.
 	Writes    map[string]bool

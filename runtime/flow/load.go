@@ -3,6 +3,7 @@ package flow
 import (
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/trellisflow/trellis/runtime/config"
@@ -49,7 +50,7 @@ func Compile(files *config.Files, path string, src []byte, reg kind.Registry) (*
 	if files == nil {
 		files = config.Disk()
 	}
-	c := &compiler{reg: reg, files: files, dir: files.Dir(path), sources: diag.Sources{}, shared: map[string]any{}}
+	c := &compiler{reg: reg, files: files, dir: files.Dir(path), sources: diag.Sources{}, shared: map[string]any{}, children: map[string]*kind.Subflow{}}
 	if src == nil {
 		var err error
 		if src, err = files.ReadFile(path); err != nil {
@@ -85,6 +86,11 @@ type compiler struct {
 	env        *expression.Env
 	// shared holds what kinds build once per load (Builder.Shared).
 	shared map[string]any
+	// chain holds the files (as URLs) whose subflows are being compiled,
+	// outermost first, and chainNames their names; children the
+	// subflows compiled in this load, by URL (nil: it has errors).
+	chain, chainNames []string
+	children          map[string]*kind.Subflow
 	// badNodes have format errors in their block; their kind is not built.
 	badNodes map[string]bool
 	// writes records where each node declares a write: node -> field -> pos.
@@ -162,6 +168,19 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 		c.g.MaxSteps = n
 	}
 	c.state(top.Object("state"))
+	c.configBlock(top.Value("config"))
+	if v := top.Object("limits").Value("max_steps"); v.IsString() && c.g.ConfigShape == nil {
+		c.dl.Errorf(diag.CodeType, v.Pos(), "limits.max_steps", "max_steps must be an integer (or, in a flow with a config block, an expression over config)")
+	} else if v.IsString() {
+		env := expression.NewEnv().With("config", c.g.ConfigShape)
+		if p := c.compileExpr(v, env, false); p != nil {
+			if t := jsonType(p.ResultType()); t != "" && t != "integer" {
+				c.dl.Errorf(diag.CodeType, v.Pos(), "limits.max_steps", "max_steps must be an integer, but this expression yields %s", article(t))
+			} else {
+				c.g.MaxStepsExpr = p
+			}
+		}
+	}
 	c.conversation(top.Object("conversation"))
 	c.nodes(top.Value("nodes"))
 	for _, n := range c.g.Nodes {
@@ -224,7 +243,9 @@ func (c *compiler) unsetWarnings() {
 	seen := map[string]bool{}
 	for _, r := range c.fieldReads {
 		f, ok := c.g.fields[r.field]
-		if !ok || f.HasDefault || f.Input || f.Shape.Nullable() || r.node == nil {
+		if !ok || f.HasDefault || f.Input || f.Shape.Nullable() || r.node == nil || slices.Contains(c.stateShape.Required, f.Name) {
+			// a required field is in every valid state: it is given when
+			// the thread is created
 			continue
 		}
 		path := c.unwrittenPath(r.field, r.node, r.ran)

@@ -26,7 +26,7 @@ func (c *compiler) nodes(nodes config.Value) {
 			c.dl.Errorf(diag.CodeReserved, e.Key.Pos(), path, "%s is reserved and cannot name a node", name)
 			continue
 		}
-		n := &Node{Name: name, Index: len(c.g.Nodes), Pos: e.Key.Pos(), Writes: map[string]bool{}}
+		n := &Node{Name: name, Index: len(c.g.Nodes), Pos: e.Key.Pos(), Path: path, Writes: map[string]bool{}}
 		n.Kind = body.Get("kind").Text()
 		n.Description = body.Get("description").Text()
 		c.g.Nodes = append(c.g.Nodes, n)
@@ -71,7 +71,7 @@ func (c *compiler) common(n *Node, b *builder, s config.Settings) {
 	n.InterruptBefore, _ = s.Bool("interrupt_before")
 	n.InterruptAfter, _ = s.Bool("interrupt_after")
 	if cs := s.Object("cache"); cs.Block().IsMapping() {
-		if p := c.compileExpr(cs.Value("key"), c.env, false); p != nil {
+		if p := c.compileExpr(cs.Value("key"), b.env(nil), false); p != nil {
 			n.Cache = &Cache{Key: p}
 			n.Cache.TTL, _ = cs.Duration("ttl")
 		}
@@ -83,7 +83,7 @@ func (c *compiler) common(n *Node, b *builder, s config.Settings) {
 	n.OnError.Handled = true
 	if set := oe.Value("set"); set.Exists() {
 		n.OnError.Set = map[string]*expression.Program{}
-		env := c.env.With("error", &schema.Shape{Types: []string{"string"}})
+		env := b.env(nil).With("error", &schema.Shape{Types: []string{"string"}})
 		for _, e := range set.Entries() {
 			b.Writes(e.Name, e.Key)
 			if p := c.compileExpr(e.Value, env, false); p != nil {
@@ -141,6 +141,10 @@ type builder struct {
 	body config.Value
 	path string
 	spec *kind.Spec
+	// extra are the variables of a nested node's host (Builder.Nested);
+	// track, when set, records where a nested node declares its writes.
+	extra kind.Vars
+	track map[string]config.Value
 }
 
 func (b *builder) Node() string { return b.name }
@@ -153,10 +157,27 @@ func (b *builder) FlowSettings() config.Settings {
 
 func (b *builder) env(vars kind.Vars) *expression.Env {
 	env := b.c.env
+	for _, name := range slices.Sorted(maps.Keys(b.extra)) {
+		if _, own := vars[name]; !own {
+			env = env.With(name, b.extra[name])
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(vars)) {
 		env = env.With(name, vars[name])
 	}
 	return env
+}
+
+// templateVars are the extra template data a node's templates read: the
+// run configuration, and vars. (A nested node's item reaches its
+// templates through its kind's own variables, as any value does.)
+func (b *builder) templateVars(vars kind.Vars) kind.Vars {
+	if b.c.g.ConfigShape == nil {
+		return vars
+	}
+	all := kind.Vars{"config": b.c.g.ConfigShape}
+	maps.Copy(all, vars)
+	return all
 }
 
 func (b *builder) Expr(v config.Value, vars kind.Vars) *expression.Program {
@@ -168,6 +189,11 @@ func (b *builder) Condition(v config.Value, vars kind.Vars) *expression.Program 
 }
 
 func (b *builder) Writes(field string, at config.Value) {
+	if b.track != nil {
+		if _, dup := b.track[field]; !dup {
+			b.track[field] = at
+		}
+	}
 	w := b.c.writes[b.name]
 	if w == nil {
 		w = map[string]diag.Pos{}

@@ -79,19 +79,51 @@ func (g *Graph) Arcs() []Arc {
 	return arcs
 }
 
-// Mermaid renders the graph as a Mermaid flowchart.
-func (g *Graph) Mermaid() string {
+// DrawOptions say how a drawing shows composite nodes: collapsed (a
+// subflow as one node, a map as one node naming its items) or expanded
+// (a subflow as a box holding the child flow's graph, a map as a box
+// holding the node it runs per item).
+type DrawOptions struct {
+	Expand bool
+}
+
+// Mermaid renders the graph as a Mermaid flowchart, composite nodes
+// collapsed.
+func (g *Graph) Mermaid() string { return g.MermaidWith(DrawOptions{}) }
+
+// MermaidWith renders the graph as a Mermaid flowchart.
+func (g *Graph) MermaidWith(o DrawOptions) string {
 	var b strings.Builder
 	b.WriteString("flowchart TD\n")
-	fmt.Fprintf(&b, "  %s([START])\n", startName)
+	g.mermaid(&b, "", "  ", o)
+	return b.String()
+}
+
+// mermaid writes the graph's nodes and arcs, their ids prefixed (the
+// graph of a subflow drawn inside its node).
+func (g *Graph) mermaid(b *strings.Builder, prefix, indent string, o DrawOptions) {
+	id := func(name string) string { return mermaidIDIn(prefix, name) }
+	fmt.Fprintf(b, "%s%s([START])\n", indent, id(startName))
 	for _, n := range g.Nodes {
-		open, end := "[", "]"
-		if _, asks := n.Impl.(kind.Asker); asks {
-			open, end = "{{", "}}" // a node that waits for a person's answer
+		parts, composite := partsOf(n)
+		if composite && o.Expand {
+			mermaidComposite(b, n, parts, prefix, indent, o)
+			continue
 		}
-		fmt.Fprintf(&b, "  %s%s\"%s<br/><small>%s%s</small>\"%s\n", mermaidID(n.Name), open, n.Name, n.Kind, marks(n), end)
+		open, end := "[", "]"
+		switch {
+		case composite && parts.Flow != nil:
+			open, end = "[[", "]]" // a subroutine: another flow
+		case composite && parts.Nested != nil:
+			open, end = "[/", "\\]" // many runs of one node
+		default:
+			if _, asks := n.Impl.(kind.Asker); asks {
+				open, end = "{{", "}}" // a node that waits for a person's answer
+			}
+		}
+		fmt.Fprintf(b, "%s%s%s\"%s<br/><small>%s%s</small>\"%s\n", indent, id(n.Name), open, n.Name, mermaidEscape(kindLabel(n, parts, composite)), marks(n), end)
 	}
-	fmt.Fprintf(&b, "  %s([END])\n", endName)
+	fmt.Fprintf(b, "%s%s([END])\n", indent, id(endName))
 	for _, a := range g.Arcs() {
 		label := a.Label
 		if a.Bound > 0 {
@@ -105,12 +137,60 @@ func (g *Graph) Mermaid() string {
 			arrow = "-.->"
 		}
 		if label != "" {
-			fmt.Fprintf(&b, "  %s %s|\"%s\"| %s\n", mermaidID(a.From), arrow, mermaidEscape(label), mermaidID(a.To))
+			fmt.Fprintf(b, "%s%s %s|\"%s\"| %s\n", indent, id(a.From), arrow, mermaidEscape(label), id(a.To))
 		} else {
-			fmt.Fprintf(&b, "  %s %s %s\n", mermaidID(a.From), arrow, mermaidID(a.To))
+			fmt.Fprintf(b, "%s%s %s %s\n", indent, id(a.From), arrow, id(a.To))
 		}
 	}
-	return b.String()
+}
+
+// mermaidComposite draws a composite node expanded: a subgraph of the
+// node's id, so the arcs that reach the node reach the box, holding the
+// child flow's graph or the node run per item.
+func mermaidComposite(b *strings.Builder, n *Node, parts kind.Parts, prefix, indent string, o DrawOptions) {
+	inner := prefix + n.Name + "__"
+	fmt.Fprintf(b, "%ssubgraph %s [\"%s: %s%s\"]\n", indent, mermaidIDIn(prefix, n.Name), n.Name, mermaidEscape(kindLabel(n, parts, true)), marks(n))
+	switch {
+	case parts.Flow != nil:
+		if child, ok := parts.Flow.Graph.(*Graph); ok {
+			child.mermaid(b, inner, indent+"  ", o)
+		}
+	case parts.Nested != nil:
+		nn, _ := parts.Nested.Impl.(*Node)
+		if nn == nil {
+			break
+		}
+		nparts, ncomp := partsOf(nn)
+		if ncomp {
+			nested := *nn
+			nested.Name = "each"
+			mermaidComposite(b, &nested, nparts, inner, indent+"  ", o)
+		} else {
+			fmt.Fprintf(b, "%s  %s[\"each item<br/><small>%s%s</small>\"]\n", indent, mermaidIDIn(inner, "each"), nn.Kind, marks(nn))
+		}
+	}
+	fmt.Fprintf(b, "%send\n", indent)
+}
+
+// partsOf returns what a composite node is made of.
+func partsOf(n *Node) (kind.Parts, bool) {
+	c, ok := n.Impl.(kind.Composite)
+	if !ok {
+		return kind.Parts{}, false
+	}
+	return c.Parts(), true
+}
+
+// kindLabel names a node's kind in a drawing, with what a composite
+// node runs.
+func kindLabel(n *Node, parts kind.Parts, composite bool) string {
+	switch {
+	case composite && parts.Flow != nil:
+		return n.Kind + " " + parts.Flow.Name
+	case composite && parts.Nested != nil:
+		return fmt.Sprintf("%s over %s, %d at once: %s", n.Kind, parts.Each, parts.MaxConcurrency, parts.Nested.Kind)
+	}
+	return n.Kind
 }
 
 // marks lists what a drawing says of a node besides its kind: a pause
@@ -139,31 +219,72 @@ func marks(n *Node) string {
 // that add to it.
 func MermaidID(name string) string { return mermaidID(name) }
 
-func mermaidID(name string) string {
+func mermaidID(name string) string { return mermaidIDIn("", name) }
+
+// mermaidIDIn is the id of a node of a graph drawn with prefix (inside a
+// composite node).
+func mermaidIDIn(prefix, name string) string {
 	switch name {
 	case startName, endName:
-		return name
+		if prefix == "" {
+			return name
+		}
+		return "n_" + prefix + name
 	}
-	return "n_" + name
+	return "n_" + prefix + name
 }
 
 func mermaidEscape(s string) string {
 	return strings.NewReplacer(`"`, "#quot;", "<", "#lt;", ">", "#gt;", "|", "#124;", "\n", " ").Replace(s)
 }
 
-// DOT renders the graph in Graphviz's DOT language.
-func (g *Graph) DOT() string {
+// DOT renders the graph in Graphviz's DOT language, composite nodes
+// collapsed.
+func (g *Graph) DOT() string { return g.DOTWith(DrawOptions{}) }
+
+// DOTWith renders the graph in Graphviz's DOT language. An expanded
+// composite node is a cluster: arcs into it reach the child flow's START
+// (or the node run per item), arcs out of it leave its END.
+func (g *Graph) DOTWith(o DrawOptions) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "digraph %q {\n  rankdir=TB;\n  node [shape=box, style=rounded];\n", g.Name)
-	fmt.Fprintf(&b, "  %q [shape=circle];\n", startName)
+	g.dot(&b, "", "  ", o)
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// dot writes the graph's nodes and arcs with ids prefixed, and returns
+// the ids arcs use to enter and leave it.
+func (g *Graph) dot(b *strings.Builder, prefix, indent string, o DrawOptions) (entry, exit string) {
+	in, out := map[string]string{}, map[string]string{}
+	fmt.Fprintf(b, "%s%q [label=%q, shape=circle];\n", indent, prefix+startName, startName)
 	for _, n := range g.Nodes {
-		shape := ""
-		if _, asks := n.Impl.(kind.Asker); asks {
-			shape = ", shape=hexagon"
+		parts, composite := partsOf(n)
+		id := prefix + n.Name
+		if composite && o.Expand {
+			in[n.Name], out[n.Name] = dotComposite(b, n, parts, prefix, indent, o)
+			continue
 		}
-		fmt.Fprintf(&b, "  %q [label=%q%s];\n", n.Name, n.Name+"\n("+n.Kind+marks(n)+")", shape)
+		shape := ""
+		switch {
+		case composite && parts.Flow != nil:
+			shape = ", shape=component"
+		case composite && parts.Nested != nil:
+			shape = ", shape=box3d"
+		default:
+			if _, asks := n.Impl.(kind.Asker); asks {
+				shape = ", shape=hexagon"
+			}
+		}
+		fmt.Fprintf(b, "%s%q [label=%q%s];\n", indent, id, n.Name+"\n("+kindLabel(n, parts, composite)+marks(n)+")", shape)
 	}
-	fmt.Fprintf(&b, "  %q [shape=doublecircle];\n", endName)
+	fmt.Fprintf(b, "%s%q [label=%q, shape=doublecircle];\n", indent, prefix+endName, endName)
+	ref := func(m map[string]string, name string) string {
+		if id, ok := m[name]; ok {
+			return id
+		}
+		return prefix + name
+	}
 	for _, a := range g.Arcs() {
 		var attrs []string
 		label := a.Label
@@ -179,44 +300,111 @@ func (g *Graph) DOT() string {
 		case "on_error":
 			attrs = append(attrs, "style=dashed")
 		}
-		fmt.Fprintf(&b, "  %q -> %q", a.From, a.To)
+		fmt.Fprintf(b, "%s%q -> %q", indent, ref(out, a.From), ref(in, a.To))
 		if len(attrs) > 0 {
-			fmt.Fprintf(&b, " [%s]", strings.Join(attrs, ", "))
+			fmt.Fprintf(b, " [%s]", strings.Join(attrs, ", "))
 		}
 		b.WriteString(";\n")
 	}
-	b.WriteString("}\n")
-	return b.String()
+	return prefix + startName, prefix + endName
 }
 
-// JSON renders nodes and arcs as a JSON document.
+// dotComposite draws a composite node as a cluster and returns where arcs
+// enter and leave it.
+func dotComposite(b *strings.Builder, n *Node, parts kind.Parts, prefix, indent string, o DrawOptions) (entry, exit string) {
+	inner := prefix + n.Name + "/"
+	fmt.Fprintf(b, "%ssubgraph %q {\n%s  label=%q;\n%s  style=dashed;\n", indent, "cluster_"+prefix+n.Name, indent, n.Name+": "+kindLabel(n, parts, true)+marks(n), indent)
+	entry, exit = inner+"each", inner+"each"
+	switch {
+	case parts.Flow != nil:
+		if child, ok := parts.Flow.Graph.(*Graph); ok {
+			entry, exit = child.dot(b, inner, indent+"  ", o)
+		}
+	case parts.Nested != nil:
+		nn, _ := parts.Nested.Impl.(*Node)
+		if nn == nil {
+			break
+		}
+		if nparts, ncomp := partsOf(nn); ncomp {
+			nested := *nn
+			nested.Name = "each"
+			entry, exit = dotComposite(b, &nested, nparts, inner, indent+"  ", o)
+		} else {
+			fmt.Fprintf(b, "%s  %q [label=%q];\n", indent, inner+"each", "each item\n("+nn.Kind+marks(nn)+")")
+		}
+	}
+	fmt.Fprintf(b, "%s}\n", indent)
+	return entry, exit
+}
+
+// JSON renders nodes and arcs as a JSON document; a subflow node holds
+// the child flow's document, a map node what it runs per item.
 func (g *Graph) JSON() ([]byte, error) {
-	type node struct {
-		Name        string   `json:"name"`
-		Kind        string   `json:"kind"`
-		Description string   `json:"description,omitempty"`
-		Writes      []string `json:"writes,omitempty"`
-		Line        int      `json:"line"`
-		// Asks: the node pauses the run for an answer (kind.Asker)
-		Asks            bool `json:"asks,omitempty"`
-		InterruptBefore bool `json:"interrupt_before,omitempty"`
-		InterruptAfter  bool `json:"interrupt_after,omitempty"`
-		Cached          bool `json:"cached,omitempty"`
-	}
-	doc := struct {
-		Name  string `json:"name"`
-		Nodes []node `json:"nodes"`
-		Arcs  []Arc  `json:"arcs"`
-	}{Name: g.Name, Arcs: g.Arcs()}
-	for _, n := range g.Nodes {
-		_, asks := n.Impl.(kind.Asker)
-		doc.Nodes = append(doc.Nodes, node{Name: n.Name, Kind: n.Kind, Description: n.Description, Writes: sortedKeys(n.Writes), Line: n.Pos.Line,
-			Asks: asks, InterruptBefore: n.InterruptBefore, InterruptAfter: n.InterruptAfter, Cached: n.Cache != nil})
-	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	err := enc.Encode(doc)
+	err := enc.Encode(g.document())
 	return bytes.TrimRight(buf.Bytes(), "\n"), err
+}
+
+// graphDoc is the JSON document of a graph.
+type graphDoc struct {
+	Name  string    `json:"name"`
+	Path  string    `json:"path,omitempty"`
+	Nodes []nodeDoc `json:"nodes"`
+	Arcs  []Arc     `json:"arcs"`
+}
+
+type nodeDoc struct {
+	Name        string   `json:"name"`
+	Kind        string   `json:"kind"`
+	Description string   `json:"description,omitempty"`
+	Writes      []string `json:"writes,omitempty"`
+	Line        int      `json:"line"`
+	// Asks: the node pauses the run for an answer (kind.Asker)
+	Asks            bool `json:"asks,omitempty"`
+	InterruptBefore bool `json:"interrupt_before,omitempty"`
+	InterruptAfter  bool `json:"interrupt_after,omitempty"`
+	Cached          bool `json:"cached,omitempty"`
+	// Subflow is the child flow a subflow node runs; Map what a map node
+	// runs per item.
+	Subflow *graphDoc `json:"subflow,omitempty"`
+	Map     *mapDoc   `json:"map,omitempty"`
+}
+
+type mapDoc struct {
+	Items          string   `json:"items"`
+	MaxConcurrency int      `json:"max_concurrency"`
+	Node           *nodeDoc `json:"node"`
+}
+
+func (g *Graph) document() *graphDoc {
+	doc := &graphDoc{Name: g.Name, Arcs: g.Arcs()}
+	for _, n := range g.Nodes {
+		doc.Nodes = append(doc.Nodes, nodeDocOf(n))
+	}
+	return doc
+}
+
+func nodeDocOf(n *Node) nodeDoc {
+	_, asks := n.Impl.(kind.Asker)
+	d := nodeDoc{Name: n.Name, Kind: n.Kind, Description: n.Description, Writes: sortedKeys(n.Writes), Line: n.Pos.Line,
+		Asks: asks, InterruptBefore: n.InterruptBefore, InterruptAfter: n.InterruptAfter, Cached: n.Cache != nil}
+	parts, composite := partsOf(n)
+	switch {
+	case composite && parts.Flow != nil:
+		if child, ok := parts.Flow.Graph.(*Graph); ok {
+			d.Subflow = child.document()
+			d.Subflow.Path = parts.Flow.Path
+		}
+	case composite && parts.Nested != nil:
+		d.Map = &mapDoc{Items: parts.Each, MaxConcurrency: parts.MaxConcurrency}
+		if nn, ok := parts.Nested.Impl.(*Node); ok {
+			nd := nodeDocOf(nn)
+			nd.Name, nd.Line = "each", nn.Pos.Line
+			d.Map.Node = &nd
+		}
+	}
+	return d
 }

@@ -32,7 +32,7 @@ func (b *builder) Template(v config.Value, name string, vars kind.Vars) *templat
 	if c.stateShape == nil {
 		return t // the state schema is broken; reported where it is
 	}
-	for _, pr := range tmpl.Check(t, tmpl.Root(c.stateShape, c.inShape, vars)) {
+	for _, pr := range tmpl.Check(t, tmpl.Root(c.stateShape, c.inShape, b.templateVars(vars))) {
 		pos := v.Span(pr.Offset, pr.Len)
 		if pr.MayBeNull {
 			c.noteNullRead(pr.Path, diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeTemplateNull, Pos: pos, Path: path, Summary: pr.Message})

@@ -63,6 +63,26 @@ type Builder interface {
 	// when nothing usable was read.
 	ParseYAML(path string, src []byte) *config.File
 
+	// Fits reports (as a W004 error at at) when what p yields, as far as
+	// its type and declared shape are known, cannot be a value of shape
+	// dst; what names the destination in the message ("field x of flow
+	// y"). It reports nothing for an unknown type or shape.
+	Fits(p *expression.Program, dst *schema.Shape, at config.Value, what string)
+
+	// Nested compiles the node block v holds (a mapping with a kind and
+	// its settings, as under nodes:) as a node run by this one: its
+	// expressions and templates may also read vars, and the fields it
+	// writes count as this node's writes. Settings that act on the run
+	// (interrupt_before, interrupt_after, on_error) are refused there.
+	// It returns nil after reporting a problem.
+	Nested(v config.Value, vars Vars) *Nested
+	// Subflow loads, validates and compiles the flow file the string
+	// scalar v names (relative to this flow's file), for this node to run
+	// as a child. The child's own problems are reported in its file; a
+	// flow that includes itself, directly or through others, is an error.
+	// It returns nil after reporting a problem.
+	Subflow(v config.Value) *Subflow
+
 	// Errorf reports a problem with the node's settings at a position
 	// (the node's block when at is the zero Value).
 	Errorf(at config.Value, format string, args ...any)

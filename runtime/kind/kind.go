@@ -70,8 +70,10 @@ type Asker interface {
 }
 
 // Update lists the fields a node writes and their values. Each value goes
-// through the field's reducer at the superstep barrier. A field appears at
-// most once.
+// through the field's reducer at the superstep barrier. A field appears
+// once, unless its reducer folds concurrent writes (append, union, merge,
+// add, ...): its writes then fold in the order they appear, as the writes
+// of successive nodes do (a map's items, in item order).
 type Update []FieldValue
 
 // FieldValue is one written field.
@@ -90,14 +92,28 @@ func (u Update) Get(field string) (any, bool) {
 	return nil, false
 }
 
-// Map returns the update as a map, for events and display.
+// Map returns the update as a map, for events and display. A field
+// written several times maps to the list of its writes, in order.
 func (u Update) Map() map[string]any {
 	if u == nil {
 		return nil
 	}
 	m := make(map[string]any, len(u))
+	var repeated map[string]bool
 	for _, fv := range u {
-		m[fv.Field] = fv.Value
+		prev, seen := m[fv.Field]
+		switch {
+		case !seen:
+			m[fv.Field] = fv.Value
+		case repeated[fv.Field]:
+			m[fv.Field] = append(prev.([]any), fv.Value)
+		default:
+			if repeated == nil {
+				repeated = map[string]bool{}
+			}
+			repeated[fv.Field] = true
+			m[fv.Field] = []any{prev, fv.Value}
+		}
 	}
 	return m
 }

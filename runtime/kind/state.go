@@ -1,6 +1,9 @@
 package kind
 
 import (
+	"context"
+	"errors"
+
 	"github.com/trellisflow/trellis/runtime/expression"
 )
 
@@ -42,6 +45,23 @@ type State interface {
 	Measure(name string, n int64)
 	// Answer is the answer the run holds for this node (see Asker).
 	Answer() (any, bool)
+	// RunNested runs a nested node (Builder.Nested) over this node's
+	// variables and vars, with the nested node's retry, timeout, cache and
+	// fallback, and returns its update. key tells this node's runs of it
+	// apart within a step (an item's index): the runs are named NODE[key]
+	// in events, and the update of a run that completed is kept (as a
+	// pending write) so that a step resumed after a crash returns it
+	// without running it again. It is safe to call concurrently.
+	RunNested(ctx context.Context, n *Nested, key string, vars map[string]any) (Update, error)
+	// RunFlow runs a child flow to its end on a thread of its own, under
+	// the namespace NODE:SEQ (NODE[key]:SEQ with a key) of this run's
+	// thread, where SEQ is the checkpoint this step follows; a new child
+	// thread starts from values (over the child's defaults). The run is
+	// named by the namespace, so a step resumed after a crash resumes the
+	// child where it stopped, or takes its result. The child's events
+	// reach this run's observer tagged with the namespace. It returns the
+	// child's final state.
+	RunFlow(ctx context.Context, f *Subflow, key string, values, config map[string]any) (map[string]any, error)
 }
 
 // View returns a State over fixed expression variables (which must hold
@@ -73,3 +93,14 @@ func (v *view) Stream(string)                           {}
 func (v *view) Degrade(string)                          {}
 func (v *view) Measure(string, int64)                   {}
 func (v *view) Answer() (any, bool)                     { return nil, false }
+
+// ErrOutsideRun is what RunNested and RunFlow return outside a run.
+var ErrOutsideRun = errors.New("not inside a run")
+
+func (v *view) RunNested(context.Context, *Nested, string, map[string]any) (Update, error) {
+	return nil, ErrOutsideRun
+}
+
+func (v *view) RunFlow(context.Context, *Subflow, string, map[string]any, map[string]any) (map[string]any, error) {
+	return nil, ErrOutsideRun
+}

@@ -3,6 +3,8 @@ package kind
 import (
 	"fmt"
 
+	"github.com/trellisflow/trellis/runtime/config"
+
 	"github.com/trellisflow/trellis/runtime/expression"
 )
 
@@ -25,8 +27,15 @@ type Write struct {
 // against its field. ok is false when an expression did not compile
 // (reported through b).
 func CompileWrites(b Builder, setting string, vars Vars) (w Writes, ok bool) {
+	return CompileEntries(b, b.Settings().Entries(setting), setting, vars)
+}
+
+// CompileEntries is CompileWrites for the entries of a mapping anywhere
+// in the node's settings; at names it in errors (such as
+// on_item_error.set).
+func CompileEntries(b Builder, entries []config.Entry, at string, vars Vars) (w Writes, ok bool) {
 	ok = true
-	for _, e := range b.Settings().Entries(setting) {
+	for _, e := range entries {
 		b.Writes(e.Name, e.Key)
 		p := b.Expr(e.Value, vars)
 		if p == nil {
@@ -34,7 +43,7 @@ func CompileWrites(b Builder, setting string, vars Vars) (w Writes, ok bool) {
 			continue
 		}
 		b.WritesValue(e.Name, p, e.Value)
-		w = append(w, Write{Field: e.Name, Program: p, at: setting + "." + e.Name})
+		w = append(w, Write{Field: e.Name, Program: p, at: at + "." + e.Name})
 	}
 	return w, ok
 }

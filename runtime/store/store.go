@@ -85,6 +85,10 @@ type Checkpoint struct {
 	Next []string
 	// Joins carries the unfinished run's join arrivals (per join slot).
 	Joins []uint64
+	// Config is the run configuration a run's input checkpoint records
+	// (the values given, none marked secret), so that a resumed run has it
+	// again.
+	Config map[string]any
 }
 
 // Source says what wrote a checkpoint.

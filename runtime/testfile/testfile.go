@@ -15,6 +15,7 @@
 //	        - run: true                             # the node runs for real
 //	    runs:                                       # one entry per run (default: one, no input)
 //	      - input: {last_response: hi}
+//	        config: {model: large}                  # the run's configuration
 //	        expect:
 //	          path: [router, [recruiter, tech_writer, copywriter], aggregator, portfolio]
 //	          degraded: [recruiter]
@@ -23,7 +24,9 @@
 //	      visits: {revisor: 0}
 //	      state: ["state.threshold_met"]
 //
-// A call beyond a node's script runs the real node. With no model
+// A call beyond a node's script runs the real node. A map's items are
+// scripted by their names, NODE[INDEX] (sections[1]), one script per
+// item. With no model
 // configured, llm nodes use their prompts' fallbacks, so tests are offline
 // and deterministic.
 package testfile
@@ -39,6 +42,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -87,7 +91,9 @@ type Call struct {
 
 // Run is one run of the thread.
 type Run struct {
-	Input  map[string]any `yaml:"input"`
+	Input map[string]any `yaml:"input"`
+	// Config is the run's configuration (the flow's config block).
+	Config map[string]any `yaml:"config"`
 	Expect *Expect        `yaml:"expect"`
 	Line   int            `yaml:"-"`
 }
@@ -257,6 +263,50 @@ func (s scriptedFallback) Fallback(ctx context.Context, st kind.State, err error
 	return s.inner.(kind.Fallback).Fallback(ctx, st, err)
 }
 
+// nestedOf finds the nested node that runs the item a script names
+// (NODE[INDEX], NODE a map).
+func nestedOf(g *flow.Graph, name string) (*flow.Node, bool) {
+	base, rest, ok := strings.Cut(name, "[")
+	if !ok || !strings.HasSuffix(rest, "]") {
+		return nil, false
+	}
+	host, ok := g.Node(base)
+	if !ok {
+		return nil, false
+	}
+	c, ok := host.Impl.(kind.Composite)
+	if !ok || c.Parts().Nested == nil {
+		return nil, false
+	}
+	n, ok := c.Parts().Nested.Impl.(*flow.Node)
+	return n, ok
+}
+
+// itemScripts runs a map's nested node: the items with a script run it,
+// the others the real node.
+type itemScripts struct {
+	inner   kind.Node
+	backoff time.Duration
+	mu      sync.Mutex
+	byItem  map[string]*scripted
+}
+
+func (is *itemScripts) Run(ctx context.Context, st kind.State) (kind.Update, error) {
+	is.mu.Lock()
+	s := is.byItem[st.Node()]
+	is.mu.Unlock()
+	if s == nil {
+		return is.inner.Run(ctx, st)
+	}
+	return s.Run(ctx, st)
+}
+
+type itemScriptsFallback struct{ *itemScripts }
+
+func (s itemScriptsFallback) Fallback(ctx context.Context, st kind.State, err error) (kind.Update, error) {
+	return s.inner.(kind.Fallback).Fallback(ctx, st, err)
+}
+
 func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test) (fails []string) {
 	at := func(line int, format string, args ...any) {
 		fails = append(fails, fmt.Sprintf("%s:%d: %s", f.Path, line, fmt.Sprintf(format, args...)))
@@ -264,8 +314,17 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 	for i, n := range g.Nodes {
 		n.Impl = impls[i]
 	}
+	items := map[*flow.Node]*itemScripts{}
+	defer func() {
+		for n, is := range items {
+			n.Impl, n.Retry.Backoff = is.inner, is.backoff
+		}
+	}()
 	for name, calls := range t.Script {
 		n, ok := g.Node(name)
+		if !ok {
+			n, ok = nestedOf(g, name)
+		}
 		if !ok {
 			at(t.Line, "script: no node %q in %s", name, g.Name)
 			continue
@@ -299,6 +358,22 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 				}
 				c.Set[field] = norm
 			}
+		}
+		if _, top := g.Node(name); !top {
+			// one item of a map: its nested node dispatches by item
+			is := items[n]
+			if is == nil {
+				is = &itemScripts{inner: n.Impl, backoff: n.Retry.Backoff, byItem: map[string]*scripted{}}
+				items[n] = is
+				if _, ok := n.Impl.(kind.Fallback); ok {
+					n.Impl = itemScriptsFallback{is}
+				} else {
+					n.Impl = is
+				}
+				n.Retry.Backoff = 0
+			}
+			is.byItem[name] = &scripted{inner: is.inner, calls: calls}
+			continue
 		}
 		s := &scripted{inner: n.Impl, calls: calls}
 		if _, ok := n.Impl.(kind.Fallback); ok {
@@ -344,8 +419,8 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			}
 			in[k] = norm
 		}
-		res, err := eng.Run(ctx, g, engine.Request{Thread: thread, Input: in, RecordPath: true, Observe: func(ev engine.Event) {
-			if ev.Type == engine.NodeEnd && ev.Degraded != "" {
+		res, err := eng.Run(ctx, g, engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Observe: func(ev engine.Event) {
+			if ev.Type == engine.NodeEnd && ev.Degraded != "" && ev.NS == "" { // a child flow's nodes are not this flow's
 				degraded[ev.Node] = true
 			}
 		}})

@@ -56,11 +56,17 @@ type Output struct {
 // Data is what a template renders over.
 type Data struct {
 	State, Input, Vars map[string]any
-	Error              string
+	// Config is the run's configuration (nil when the flow has none).
+	Config map[string]any
+	Error  string
 }
 
 func (d Data) value() map[string]any {
-	return map[string]any{"state": d.State, "input": d.Input, "vars": d.Vars, "error": d.Error}
+	m := map[string]any{"state": d.State, "input": d.Input, "vars": d.Vars, "error": d.Error}
+	if d.Config != nil {
+		m["config"] = d.Config
+	}
+	return m
 }
 
 // Messages are a rendered prompt.

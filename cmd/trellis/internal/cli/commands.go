@@ -162,6 +162,7 @@ func load(env *Env, path string) (*trellis.Flow, bool) {
 func cmdGraph(_ context.Context, env *Env, args []string) int {
 	fs := flags(env, "graph")
 	format := fs.String("format", "mermaid", "output format: mermaid, dot or json")
+	expand := fs.Bool("expand", false, "draw each subflow with its child flow's graph inside it, and each map with the node it runs per item (json always holds them)")
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -175,11 +176,12 @@ func cmdGraph(_ context.Context, env *Env, args []string) int {
 		return 1
 	}
 	g := f.Graph()
+	o := flow.DrawOptions{Expand: *expand}
 	switch *format {
 	case "mermaid":
-		fmt.Fprint(env.Stdout, g.Mermaid())
+		fmt.Fprint(env.Stdout, g.MermaidWith(o))
 	case "dot":
-		fmt.Fprint(env.Stdout, g.DOT())
+		fmt.Fprint(env.Stdout, g.DOTWith(o))
 	case "json":
 		b, err := g.JSON()
 		if err != nil {
@@ -221,6 +223,8 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	durability := fs.String("durability", "sync", "when steps are committed: sync, async or exit")
 	var answers multi
 	fs.Var(&answers, "answer", "with --resume, answer a paused run's question: NODE=value (repeatable; value parsed as YAML); unanswered questions are asked on standard input")
+	var configs multi
+	fs.Var(&configs, "config", "set a run configuration value of the flow's config block: name=value (repeatable; value parsed as YAML); secret values are never checkpointed, so give them again with --resume")
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -269,6 +273,18 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	var opts []trellis.RunOption
 	if *trace {
 		opts = append(opts, trellis.WithObserver(TraceTo(env.Stderr)))
+	}
+	if len(configs) > 0 {
+		cfg := map[string]any{}
+		for _, p := range configs {
+			k, raw, ok := strings.Cut(p, "=")
+			if !ok || k == "" {
+				fmt.Fprintf(env.Stderr, "trellis run: --config %q: want name=value\n", p)
+				return exitUsage
+			}
+			cfg[k] = yamlValue(raw)
+		}
+		opts = append(opts, trellis.WithConfig(cfg))
 	}
 	if f.Conversation() != nil && len(in) == 0 {
 		fmt.Fprintf(env.Stderr, "thread %s in %s\n", *thread, *storeAddr)
@@ -425,6 +441,9 @@ func ParseInputs(f *trellis.Flow, pairs []string, file string) (map[string]any, 
 func TraceTo(w io.Writer) func(trellis.Event) {
 	return func(ev trellis.Event) {
 		var b strings.Builder
+		if ev.NS != "" {
+			fmt.Fprintf(&b, "[%s] ", ev.NS)
+		}
 		fmt.Fprintf(&b, "%-12s step %-3d", ev.Type, ev.Step)
 		if ev.Node != "" {
 			fmt.Fprintf(&b, " %s (%s)", ev.Node, ev.Kind)

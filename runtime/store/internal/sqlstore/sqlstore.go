@@ -241,11 +241,21 @@ type Meta struct {
 	Writers []store.NodeWrites `json:"writers,omitempty"`
 	Next    []string           `json:"next,omitempty"`
 	Joins   []uint64           `json:"joins,omitempty"`
+	Config  json.RawMessage    `json:"config,omitempty"`
 }
 
-// EncodeMeta serialises a checkpoint's writers and next nodes.
+// EncodeMeta serialises a checkpoint's writers, next nodes and recorded
+// configuration.
 func EncodeMeta(cp *store.Checkpoint) ([]byte, error) {
-	return json.Marshal(Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins})
+	m := Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins}
+	if len(cp.Config) > 0 {
+		b, err := json.Marshal(cp.Config)
+		if err != nil {
+			return nil, err
+		}
+		m.Config = b
+	}
+	return json.Marshal(m)
 }
 
 // DecodeMeta fills cp's writers and next nodes.
@@ -258,6 +268,13 @@ func DecodeMeta(b []byte, cp *store.Checkpoint) error {
 		return err
 	}
 	cp.Writers, cp.Next, cp.Joins = m.Writers, m.Next, m.Joins
+	if len(m.Config) > 0 {
+		v, err := value.Decode(m.Config)
+		if err != nil {
+			return err
+		}
+		cp.Config, _ = v.(map[string]any)
+	}
 	return nil
 }
 

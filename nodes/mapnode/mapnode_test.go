@@ -1,0 +1,253 @@
+package mapnode_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/store"
+	_ "github.com/trellisflow/trellis/runtime/store/all"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+// registry is the built-in kinds and the runtime's test kinds (set, with
+// a random delay, fail, sleep).
+func registry() kind.Registry { return all.WithTestKinds() }
+
+func load(t *testing.T, name, src string) *flow.Graph {
+	t.Helper()
+	g, dl := flow.LoadSource(name+".yaml", []byte(src), registry())
+	if g == nil || dl.HasErrors() {
+		t.Fatalf("%s does not load:\n%v", name, dl)
+	}
+	return g
+}
+
+func storeURLs(t *testing.T) map[string]string {
+	return map[string]string{
+		"memory":   "memory",
+		"sqlite":   "sqlite:" + t.TempDir() + "/s.db",
+		"postgres": storetest.Postgres(t),
+	}
+}
+
+const squares = `version: 1
+name: squares
+input: [items]
+state:
+  schema:
+    type: object
+    properties:
+      items: {type: array, items: {type: integer}, default: []}
+      squares: {type: array, items: {type: integer}, default: []}
+      sum: {type: integer, default: 0}
+      failed: {type: array, items: {type: integer}, default: []}
+  reducers:
+    squares: append
+    sum: add
+nodes:
+  square:
+    kind: map
+    items: "state.items"
+    max_concurrency: 10
+    node:
+      kind: set
+      jitter_ms: 4
+      set: {squares: "item * item", sum: "item"}
+    writes: {failed: "map(filter(results, !.ok), .index)"}
+edges:
+  - {from: START, to: square}
+  - {from: square, to: END}
+`
+
+// A map over 100 items, 10 at a time, on each store: the items run in
+// any order (their random delays see to it) but never more than ten at
+// once, and their writes fold in item order; the step is one checkpoint
+// holding them all.
+func TestMapHundredItemsTenAtATime(t *testing.T) {
+	ctx := context.Background()
+	g := load(t, "squares", squares)
+	items := make([]any, 100)
+	want := make([]any, 100)
+	for i := range items {
+		items[i] = i + 1
+		want[i] = (i + 1) * (i + 1)
+	}
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			var mu sync.Mutex
+			inflight, most := 0, 0
+			var finished []string
+			observe := func(ev engine.Event) {
+				if !strings.HasPrefix(ev.Node, "square[") {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch ev.Type {
+				case engine.NodeStart:
+					inflight++
+					most = max(most, inflight)
+				case engine.NodeEnd:
+					inflight--
+					finished = append(finished, ev.Node)
+				}
+			}
+			res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"items": items}, Observe: observe})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.State["squares"]; !slices.Equal(got.([]any), want) {
+				t.Fatalf("squares not in item order: %v", got)
+			}
+			if res.State["sum"] != 5050 || len(res.State["failed"].([]any)) != 0 {
+				t.Fatalf("sum %v failed %v", res.State["sum"], res.State["failed"])
+			}
+			if most != 10 || len(finished) != 100 {
+				t.Fatalf("at most %d items at once (want 10), %d finished", most, len(finished))
+			}
+			inOrder := true
+			for i, n := range finished {
+				inOrder = inOrder && n == "square["+strconv.Itoa(i)+"]"
+			}
+			if inOrder {
+				t.Fatalf("the items completed in item order, so the test shows nothing: %v", finished)
+			}
+			// the whole map is one step, read back from the store
+			cps, err := st.History(ctx, "t", store.HistoryOptions{Source: store.SourceStep})
+			if err != nil || len(cps) != 1 {
+				t.Fatalf("history: %d checkpoints, %v", len(cps), err)
+			}
+			var items []any
+			for _, w := range cps[0].Writes {
+				if w.Field == "squares" {
+					items = w.Items
+				}
+			}
+			if !slices.Equal(items, want) {
+				t.Fatalf("the step's checkpoint holds %v", items)
+			}
+			head, _ := st.Head(ctx, "t")
+			if !slices.Equal(head.Values["squares"].([]any), want) {
+				t.Fatalf("state in the store: %v", head.Values["squares"])
+			}
+		})
+	}
+}
+
+const failing = `version: 1
+name: failing
+input: [items]
+state:
+  schema:
+    type: object
+    properties:
+      items: {type: array, items: {type: integer}, default: []}
+      out: {type: array, items: {type: integer}, default: []}
+      failed: {type: array, items: {type: integer}, default: []}
+      note: {type: string, default: ""}
+  reducers:
+    out: append
+nodes:
+  each:
+    kind: map
+    items: "state.items"
+    max_concurrency: 3
+    node:
+      kind: set
+      retry: {attempts: 2, backoff: 1ms}
+      set: {out: "item % 4 == 3 ? [0][item] : item"}
+    ON_ITEM_ERROR
+    writes: {failed: "map(filter(results, !.ok), .index)"}
+    on_error: {set: {note: "error"}}
+edges:
+  - {from: START, to: each}
+  - {from: each, to: END}
+`
+
+// A failed item follows on_item_error: skipped, written with its fallback
+// values, or failing the node (whose on_error then applies); the results
+// say which items failed, and the node's end event says it degraded.
+func TestMapItemErrors(t *testing.T) {
+	ctx := context.Background()
+	items := []any{0, 1, 2, 3, 4, 5, 6, 7}
+	for _, tc := range []struct {
+		policy       string
+		out, failed  []any
+		note         string
+		degradedNote bool
+	}{
+		{"on_item_error: skip", []any{0, 1, 2, 4, 5, 6}, []any{3, 7}, "", true},
+		{"on_item_error: {set: {out: \"-index\"}}", []any{0, 1, 2, -3, 4, 5, 6, -7}, []any{3, 7}, "", true},
+		{"", []any{}, []any{}, "item 3 of 8", false},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			g := load(t, "failing", strings.Replace(failing, "ON_ITEM_ERROR", tc.policy, 1))
+			st, _ := store.Open(ctx, "memory")
+			var degraded string
+			res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"items": items},
+				Observe: func(ev engine.Event) {
+					if ev.Node == "each" && ev.Type == engine.NodeEnd {
+						degraded = ev.Degraded
+					}
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(res.State["out"].([]any), tc.out) || !slices.Equal(res.State["failed"].([]any), tc.failed) {
+				t.Fatalf("out %v failed %v", res.State["out"], res.State["failed"])
+			}
+			if note := res.State["note"].(string); !strings.Contains(note, tc.note) || (tc.note == "") != (note == "") {
+				t.Fatalf("note %q, want it to hold %q", note, tc.note)
+			}
+			if tc.degradedNote && !strings.Contains(degraded, "2 of 8 items failed (3, 7)") {
+				t.Fatalf("degraded %q", degraded)
+			}
+		})
+	}
+}
+
+// What the validator says of maps: items that are not a list, a node
+// that writes a replace field, pauses or sets on_error, an on_item_error
+// fallback of the wrong type.
+func TestMapDiagnostics(t *testing.T) {
+	for _, tc := range []struct {
+		edit, code, text string
+	}{
+		{`items: "state.items"|items: "state.note"`, "C004", "items must be a list"},
+		{`set: {out: "item % 4 == 3 ? [0][item] : item"}|set: {note: "'x'"}`, "C004", `field "note" has reducer replace`},
+		{`retry: {attempts: 2, backoff: 1ms}|interrupt_before: true`, "C004", "interrupt_before acts on a run's steps"},
+		{`ON_ITEM_ERROR|on_item_error: {set: {out: "'x' + error"}}`, "W004", `takes a list or an item of integer`},
+		{`set: {out: "item % 4 == 3 ? [0][item] : item"}|set: {out: "item.name"}`, "E001", ""},
+	} {
+		old, repl, _ := strings.Cut(tc.edit, "|")
+		src := strings.Replace(failing, old, repl, 1)
+		src = strings.Replace(src, "ON_ITEM_ERROR", "", 1)
+		_, dl := flow.LoadSource("failing.yaml", []byte(src), registry())
+		found := false
+		for _, d := range dl {
+			if string(d.Code) == tc.code && strings.Contains(d.Summary, tc.text) && d.Severity == diag.Error {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: want %s %q, got:\n%v", tc.edit, tc.code, tc.text, dl)
+		}
+	}
+}

@@ -1,0 +1,312 @@
+package subflow_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/kind/kindtest"
+	"github.com/trellisflow/trellis/runtime/store"
+	_ "github.com/trellisflow/trellis/runtime/store/all"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+func storeURLs(t *testing.T) map[string]string {
+	return map[string]string{
+		"memory":   "memory",
+		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "s.db"),
+		"postgres": storetest.Postgres(t),
+	}
+}
+
+// gate counts its runs per node and, while its channel is open, blocks
+// until the run is cancelled (a process dying in the middle of it).
+type gate struct {
+	mu    sync.Mutex
+	runs  map[string]int
+	block atomic.Bool
+}
+
+func (g *gate) registry() kind.Registry {
+	set := all.WithTestKinds()
+	set.Register(kind.Spec{Name: "gate", Summary: "Count runs; block while told to.", Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
+		New: func(b kind.Builder) kind.Node {
+			sets := kindtest.CompileSet(b)
+			name := b.Node()
+			return kind.Func(func(ctx context.Context, s kind.State) (kind.Update, error) {
+				g.mu.Lock()
+				g.runs[name]++
+				g.mu.Unlock()
+				if g.block.Load() {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return sets.Eval(s.Vars())
+			})
+		}})
+	return set
+}
+
+func (g *gate) count(node string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.runs[node]
+}
+
+func write(t *testing.T, dir, name, src string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const child = `version: 1
+name: review
+state:
+  schema:
+    type: object
+    required: [resume]
+    properties:
+      resume: {type: string}
+      notes: {type: array, items: {type: string}, default: []}
+      score: {type: integer, default: 0}
+  reducers:
+    notes: append
+nodes:
+  read: {kind: gate, set: {notes: "'read ' + state.resume"}}
+  judge: {kind: gate, set: {notes: "'judged'", score: "len(state.resume)"}}
+edges:
+  - {from: START, to: read}
+  - {from: read, to: judge}
+  - {from: judge, to: END}
+`
+
+const parent = `version: 1
+name: hiring
+input: [resume]
+state:
+  schema:
+    type: object
+    properties:
+      resume: {type: string, default: ""}
+      score: {type: integer, default: 0}
+      summary: {type: string, default: ""}
+      log: {type: array, items: {type: string}, default: []}
+  reducers:
+    log: append
+nodes:
+  prepare: {kind: gate, set: {log: "'prepared'"}}
+  review:
+    kind: subflow
+    flow: review.yaml
+    input: {resume: "upper(state.resume)"}
+    writes:
+      score: "output.score"
+      summary: "join(output.notes, '; ')"
+  close: {kind: gate, set: {log: "'closed at ' + string(state.score)"}}
+edges:
+  - {from: START, to: prepare}
+  - {from: prepare, to: review}
+  - {from: review, to: close}
+  - {from: close, to: END}
+`
+
+func loadParent(t *testing.T, g *gate) *flow.Graph {
+	t.Helper()
+	dir := t.TempDir()
+	write(t, dir, "review.yaml", child)
+	p := write(t, dir, "hiring.yaml", parent)
+	gr, dl := flow.Load(p, g.registry())
+	if gr == nil || dl.HasErrors() {
+		t.Fatalf("the flows do not load:\n%v", dl)
+	}
+	return gr
+}
+
+// A subflow runs as one node of its parent: its checkpoints live in a
+// thread of their own under the parent's namespace, where its history and
+// any state of it can be read (and a thread forked from it); its events
+// reach the parent's stream tagged with the namespace; its final state is
+// written back through the node's writes. On each store.
+func TestSubflowHistoryUnderItsNamespace(t *testing.T) {
+	ctx := context.Background()
+	gt := &gate{runs: map[string]int{}}
+	g := loadParent(t, gt)
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			var mu sync.Mutex
+			var events []engine.Event
+			res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: "cand", Input: map[string]any{"resume": "go, sql"},
+				Observe: func(ev engine.Event) { mu.Lock(); events = append(events, ev); mu.Unlock() }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.State["score"] != 7 || res.State["summary"] != "read GO, SQL; judged" {
+				t.Fatalf("parent state %v", res.State)
+			}
+			var ns string
+			var childNodes []string
+			for _, ev := range events {
+				if ev.NS == "" {
+					continue
+				}
+				if ev.Thread != "cand" || ev.Run != res.Run {
+					t.Fatalf("a child's event is not the run's: %+v", ev)
+				}
+				ns = ev.NS
+				if ev.Type == engine.NodeEnd {
+					childNodes = append(childNodes, ev.Node)
+				}
+			}
+			if !strings.HasPrefix(ns, "review:") || !slices.Equal(childNodes, []string{"read", "judge"}) {
+				t.Fatalf("namespace %q, child nodes %v", ns, childNodes)
+			}
+			thread := engine.ChildThread("cand", ns)
+			cps, err := st.History(ctx, thread, store.HistoryOptions{})
+			if err != nil || len(cps) != 3 {
+				t.Fatalf("the child's history: %d checkpoints, %v", len(cps), err)
+			}
+			if cps[2].Source != store.SourceCreate || cps[1].Writers[0].Node != "read" || cps[0].Writers[0].Node != "judge" {
+				t.Fatalf("the child's checkpoints: %+v %+v %+v", cps[2], cps[1], cps[0])
+			}
+			mid, err := st.StateAt(ctx, thread, cps[1].Seq)
+			if err != nil || mid.Values["score"] != 0 || len(mid.Values["notes"].([]any)) != 1 || mid.Values["resume"] != "GO, SQL" {
+				t.Fatalf("the child's state after read: %+v %v", mid, err)
+			}
+			if _, err := store.Fork(ctx, st, thread, cps[1].Seq, "review-again"); err != nil {
+				t.Fatalf("fork from the child: %v", err)
+			}
+			// the parent's step that ran the subflow names it
+			pcps, _ := st.History(ctx, "cand", store.HistoryOptions{Node: "review"})
+			if len(pcps) != 1 || !strings.HasSuffix(ns, ":"+strconv.FormatUint(pcps[0].Parent, 10)) {
+				t.Fatalf("the parent's review step %+v does not follow checkpoint %s", pcps, ns)
+			}
+		})
+	}
+}
+
+// A parent run that dies while its subflow is in the middle of a step
+// (its context ends) leaves both threads unfinished; resuming the parent
+// resumes the child where it stopped: the child's first node does not
+// run again, nor the parent's. On each store.
+func TestSubflowResumesInsideItsNamespace(t *testing.T) {
+	ctx := context.Background()
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			gt := &gate{runs: map[string]int{}}
+			g := loadParent(t, gt)
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			eng := engine.New(st)
+			var once sync.Once
+			cctx, cancel := context.WithCancel(ctx)
+			// the child's judge blocks; the run dies there
+			observe := func(ev engine.Event) {
+				if ev.NS != "" && ev.Type == engine.NodeEnd && ev.Node == "read" {
+					once.Do(func() {
+						gt.block.Store(true)
+						go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+					})
+				}
+			}
+			_, err = eng.Run(cctx, g, engine.Request{Thread: "cand", Input: map[string]any{"resume": "rust"}, Observe: observe})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("the first run: %v", err)
+			}
+			head, _ := st.Head(ctx, "cand")
+			if !slices.Equal(head.Next, []string{"review"}) {
+				t.Fatalf("parent next %v", head.Next)
+			}
+			threads, _ := st.Threads(ctx, store.ThreadOptions{})
+			var childThread string
+			for _, th := range threads {
+				if strings.HasPrefix(th.ID, "cand"+engine.NSSep) {
+					childThread = th.ID
+				}
+			}
+			ch, err := st.Head(ctx, childThread)
+			if err != nil || !slices.Equal(ch.Next, []string{"judge"}) {
+				t.Fatalf("child %q: %+v %v", childThread, ch, err)
+			}
+			gt.block.Store(false)
+			res, err := eng.Run(ctx, g, engine.Request{Thread: "cand", Resume: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.State["score"] != 4 || res.State["summary"] != "read RUST; judged" {
+				t.Fatalf("parent state %v", res.State)
+			}
+			if gt.count("prepare") != 1 || gt.count("read") != 1 || gt.count("judge") != 2 || gt.count("close") != 1 {
+				t.Fatalf("runs: %v", gt.runs)
+			}
+		})
+	}
+}
+
+// What the validator says of subflows: a child that is missing, that
+// includes its parent, that lacks a field the input names or requires one
+// it does not give, whose output does not fit what it is written to.
+func TestSubflowDiagnostics(t *testing.T) {
+	gt := &gate{runs: map[string]int{}}
+	for _, tc := range []struct {
+		edit, childEdit, code, text string
+	}{
+		{"flow: review.yaml|flow: reveiw.yaml", "", "C001", `cannot read subflow "reveiw.yaml"`},
+		{"input: {resume: \"upper(state.resume)\"}|input: {resme: \"state.resume\"}", "", "C003", `has no field "resme"`},
+		{"input: {resume: \"upper(state.resume)\"}|input: {notes: \"[]\"}", "", "C003", `requires field "resume"`},
+		{"input: {resume: \"upper(state.resume)\"}|input: {resume: \"1 + 2\"}", "", "W004", `field "resume" of subflow review takes string, but this expression yields an integer`},
+		{`summary: "join(output.notes, '; ')"|summary: "output.score"`, "", "W004", `field "summary" cannot hold what this expression gives: output.score is integer`},
+		{`score: "output.score"|score: "output.scroe"`, "", "E003", ""},
+		{"", "  judge: {kind: gate, set: {notes: \"'judged'\", score: \"len(state.resume)\"}}|  judge: {kind: subflow, flow: hiring.yaml, input: {resume: state.resume}}", "C002", "flows include each other"},
+		{"", "  judge: {kind: gate, set: {notes: \"'judged'\", score: \"len(state.resume)\"}}|  judge: {kind: gate, interrupt_before: true, set: {score: \"1\"}}", "C001", "can pause"},
+	} {
+		dir := t.TempDir()
+		c := child
+		if tc.childEdit != "" {
+			old, repl, _ := strings.Cut(tc.childEdit, "|")
+			c = strings.Replace(c, old, repl, 1)
+		}
+		write(t, dir, "review.yaml", c)
+		p := parent
+		if tc.edit != "" {
+			old, repl, _ := strings.Cut(tc.edit, "|")
+			p = strings.Replace(p, old, repl, 1)
+		}
+		path := write(t, dir, "hiring.yaml", p)
+		_, dl := flow.Load(path, gt.registry())
+		found := false
+		for _, d := range dl {
+			if string(d.Code) == tc.code && strings.Contains(d.Summary, tc.text) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s%s: want %s %q, got:\n%v", tc.edit, tc.childEdit, tc.code, tc.text, dl)
+		}
+	}
+}

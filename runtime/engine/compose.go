@@ -1,0 +1,220 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/value"
+)
+
+// NSSep separates a thread's id from the namespace of a child flow's
+// thread (THREAD|NODE:SEQ), and the levels of nested namespaces. Thread
+// ids a person creates cannot hold it.
+const NSSep = "|"
+
+// ChildThread is the thread of the child flow a node ran under namespace
+// ns of thread.
+func ChildThread(thread, ns string) string { return thread + NSSep + ns }
+
+// resolveConfig gives a run its configuration: the flow's defaults,
+// overlaid by the values recorded for the run (a resumed run's), then by
+// the values the request gives. Every value is checked against its
+// entry's schema; a key the flow does not declare is refused. It returns
+// the configuration and the part a checkpoint may record (given values,
+// not secret ones).
+func resolveConfig(g *flow.Graph, recorded, given map[string]any) (cfg, record map[string]any, err error) {
+	if len(g.Config) == 0 {
+		if len(given) > 0 {
+			k := sortedKeys(given)[0]
+			return nil, nil, &InputError{Field: "config." + k, Reason: "this flow declares no run configuration"}
+		}
+		return nil, nil, nil
+	}
+	cfg = make(map[string]any, len(g.Config))
+	for _, f := range g.Config {
+		if f.HasDefault {
+			cfg[f.Name] = f.Default
+		}
+	}
+	maps.Copy(cfg, recorded)
+	var probs inputProblems
+	for _, k := range sortedKeys(given) {
+		f, ok := g.ConfigField(k)
+		if !ok {
+			var names []string
+			for _, f := range g.Config {
+				names = append(names, f.Name)
+			}
+			probs.add(&InputError{Field: "config." + k, Reason: "not in this flow's config (" + strings.Join(names, ", ") + ")", Suggestion: diag.Suggest(k, names)})
+			continue
+		}
+		v, err := value.Normalize(given[k])
+		if err == nil {
+			v = schema.Coerce(f.Shape, v)
+			err = f.Validator.Validate(v)
+		}
+		if err != nil {
+			probs.add(&InputError{Field: "config." + k, Reason: err.Error()})
+			continue
+		}
+		cfg[k] = v
+		if !f.Secret {
+			if record == nil {
+				record = map[string]any{}
+			}
+			record[k] = v
+		}
+	}
+	if err := probs.err(); err != nil {
+		return nil, nil, err
+	}
+	for k, v := range recorded {
+		if _, given := given[k]; !given {
+			if record == nil {
+				record = map[string]any{}
+			}
+			record[k] = v
+		}
+	}
+	return cfg, record, nil
+}
+
+// maxSteps is the run's superstep limit: the flow's, or what its
+// expression over the configuration gives.
+func (r *run) maxSteps() (int, error) {
+	if r.g.MaxStepsExpr == nil {
+		return r.g.MaxSteps, nil
+	}
+	v, err := r.g.MaxStepsExpr.Eval(map[string]any{"config": r.config})
+	if err != nil {
+		return 0, fmt.Errorf("limits.max_steps: %w", err)
+	}
+	n, ok := v.(int)
+	if !ok || n < 1 {
+		return 0, fmt.Errorf("limits.max_steps: %v is not a positive integer", v)
+	}
+	return n, nil
+}
+
+// RunNested implements kind.State.
+func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra map[string]any) (kind.Update, error) {
+	r := v.run
+	if r == nil {
+		return nil, kind.ErrOutsideRun
+	}
+	base, ok := nd.Impl.(*flow.Node)
+	if !ok {
+		return nil, errors.New("not a nested node of this flow")
+	}
+	n := *base
+	n.Name = v.node + "[" + key + "]"
+	if ws, ok := r.pending[n.Name]; ok {
+		// completed before the run stopped
+		return updateOf(ws), nil
+	}
+	vars := make(map[string]any, len(v.vars)+len(extra))
+	maps.Copy(vars, v.vars)
+	maps.Copy(vars, extra)
+	observe := r.req.Observe != nil
+	if observe {
+		r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
+	}
+	var o outcome
+	r.exec(ctx, &n, vars, &o)
+	if o.err != nil {
+		if observe {
+			r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Usage: o.view.usage})
+		}
+		return nil, o.err
+	}
+	upd := make(kind.Update, len(o.update))
+	copy(upd, o.update)
+	o.update = upd
+	if err := r.savePending(ctx, &o); err != nil {
+		return nil, err
+	}
+	if observe {
+		r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: upd.Map(),
+			Degraded: o.degraded, Usage: o.view.usage, Cached: o.cached})
+	}
+	return upd, nil
+}
+
+// updateOf turns saved writes back into an update.
+func updateOf(ws []store.Write) kind.Update {
+	upd := make(kind.Update, len(ws))
+	for i, w := range ws {
+		upd[i] = kind.FieldValue{Field: w.Field, Value: w.Value}
+	}
+	return upd
+}
+
+// RunFlow implements kind.State: the child runs as a named run on its own
+// thread, so that running it again (a step resumed after a crash, a retry)
+// continues it or takes its result.
+func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values, cfg map[string]any) (map[string]any, error) {
+	r := v.run
+	if r == nil {
+		return nil, kind.ErrOutsideRun
+	}
+	g, ok := sf.Graph.(*flow.Graph)
+	if !ok {
+		return nil, errors.New("not a flow compiled by this runtime")
+	}
+	ns := v.node
+	if key != "" {
+		ns += "[" + key + "]"
+	}
+	ns += ":" + strconv.FormatUint(r.seq, 10)
+	// the child thread's one run is named by the namespace, which a run
+	// resuming this step (under another run id) finds again
+	req := Request{Thread: ChildThread(r.req.Thread, ns), ID: ns, Durability: r.req.Durability, Config: cfg,
+		values: values, child: true}
+	if r.req.Observe != nil {
+		req.Observe = func(ev Event) {
+			switch ev.Type {
+			case RunStart, RunEnd, RunError:
+				// the run's own lifecycle: the node's events tell it
+				return
+			}
+			if ev.NS == "" {
+				ev.NS = ns
+			} else {
+				ev.NS = ns + NSSep + ev.NS
+			}
+			r.forward(ev)
+		}
+	}
+	res, err := r.e.Run(ctx, g, req)
+	if err != nil {
+		return nil, fmt.Errorf("subflow %s on thread %s: %w", g.Name, req.Thread, err)
+	}
+	if res.Interrupt != nil {
+		return nil, kind.Permanent(fmt.Errorf("subflow %s on thread %s paused, which a subflow cannot do", g.Name, req.Thread))
+	}
+	return res.State, nil
+}
+
+// forward passes a child run's event on to this run's observer, as this
+// run's, its namespace telling where it happened. The child's run_start,
+// run_end and run_error stay with it: the node's own start and end events
+// stand for them, so an observer's run ends once.
+func (r *run) forward(ev Event) {
+	ev.Run, ev.Thread = r.id, r.req.Thread
+	if ev.Time.IsZero() {
+		ev.Time = time.Now()
+	}
+	r.emitMu.Lock()
+	r.req.Observe(ev)
+	r.emitMu.Unlock()
+}
