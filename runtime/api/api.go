@@ -246,6 +246,11 @@ type StartRun struct {
 	// (State.Interrupts), by id; they go with resume. Questions left
 	// unanswered are asked again; the answers given are kept.
 	Answers map[string]any `json:"answers,omitempty"`
+	// Config sets the run's configuration (the flow's config block).
+	// Values the flow marks secret are never written anywhere: only this
+	// server has them, so a run another server executes (queued behind
+	// others, or taken over after this server died) runs without them.
+	Config map[string]any `json:"config,omitempty"`
 }
 
 // Run statuses.
@@ -267,6 +272,8 @@ type Run struct {
 	Input       map[string]any `json:"input,omitempty"`
 	// Answers are those a resuming run brought to the thread's questions.
 	Answers map[string]any `json:"answers,omitempty"`
+	// Config is the run's configuration, without its secret values.
+	Config map[string]any `json:"config,omitempty"`
 	// Error is why a run failed (or was cancelled).
 	Error string `json:"error,omitempty"`
 	// Checkpoint is the thread's checkpoint when the run ended.

@@ -196,6 +196,18 @@ func (c *Client) State(ctx context.Context, id string, at uint64) (*State, error
 	return &out, err
 }
 
+// ChildState is the state of the child flow (a subflow) thread id ran
+// under namespace ns (NODE:SEQ, as its events name it). History reads
+// the child's checkpoints with ns in its query.
+func (c *Client) ChildState(ctx context.Context, id, ns string) (*State, error) {
+	var out State
+	err := c.do(ctx, http.MethodGet, "/v1/threads/"+url.PathEscape(id)+"/state?ns="+url.QueryEscape(ns), nil, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // History lists a thread's checkpoints, newest first; query takes
 // before, limit, source, run and node.
 func (c *Client) History(ctx context.Context, id string, query url.Values) ([]Checkpoint, error) {

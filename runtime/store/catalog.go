@@ -133,6 +133,8 @@ type RunRecord struct {
 	// Answers answer a paused thread's questions, for a run that resumes
 	// it.
 	Answers json.RawMessage
+	// Config is the run's configuration, without its secret values.
+	Config json.RawMessage
 	// Error is a failed run's message; Checkpoint the thread's checkpoint
 	// when the run ended.
 	Error      string

@@ -17,6 +17,7 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/schema"
 )
 
@@ -200,9 +201,10 @@ func (s *Server) flowGraph(w http.ResponseWriter, r *http.Request, _ *caller) er
 		_, err = w.Write(append(b, '\n'))
 		return err
 	case "mermaid", "dot":
-		text := g.Mermaid()
+		o := flow.DrawOptions{Expand: r.URL.Query().Get("expand") == "true"}
+		text := g.MermaidWith(o)
 		if format == "dot" {
-			text = g.DOT()
+			text = g.DOTWith(o)
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, err := io.WriteString(w, text)

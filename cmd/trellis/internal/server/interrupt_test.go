@@ -30,6 +30,9 @@ func TestInterruptsThroughTheAPI(t *testing.T) {
 			if q["question"] != "Advance Ada?" || q["recommendation"] != "advance" {
 				t.Fatalf("the question: %v", st.Interrupts[0].Payload)
 			}
+			if _, err := h.acme.RunWait(ctx, "cand-1", api.StartRun{Input: map[string]any{"score": 1}}); apiCode(err) != api.CodeUnfinished {
+				t.Fatalf("new input on a paused thread: %v", err)
+			}
 			if _, err := h.acme.StartRun(ctx, "cand-1", api.StartRun{Answers: map[string]any{"recruiter": true}}); apiCode(err) != api.CodeInvalidInput {
 				t.Fatalf("answers without resume: %v", err)
 			}
@@ -44,6 +47,17 @@ func TestInterruptsThroughTheAPI(t *testing.T) {
 			if err != nil || len(st.Interrupts) != 0 || st.Values["approved"] != true || st.Values["note"] != "strong" ||
 				st.Values["letter"] != "Dear Ada, we would like to invite you to the next round." {
 				t.Fatalf("state after the answer: %+v %v", st, err)
+			}
+			// a stricter bar for one run, through its configuration
+			if _, err := h.acme.RunWait(ctx, "cand-1", api.StartRun{Input: map[string]any{"score": 82}, Config: map[string]any{"bra": 90}}); apiCode(err) != api.CodeInvalidInput {
+				t.Fatalf("a misspelt configuration: %v", err)
+			}
+			run, err = h.acme.RunWait(ctx, "cand-1", api.StartRun{Input: map[string]any{"score": 82}, Config: map[string]any{"bar": 90}})
+			if err != nil || run.Config["bar"] != float64(90) {
+				t.Fatalf("configured run: %+v %v", run, err)
+			}
+			if st, _ = h.acme.State(ctx, "cand-1", 0); st.Values["recommendation"] != "hold" || len(st.Interrupts) != 1 {
+				t.Fatalf("the stricter bar: %+v", st)
 			}
 		})
 	}

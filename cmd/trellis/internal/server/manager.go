@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -22,10 +23,14 @@ import (
 // stopped (it died) are adopted by another, which resumes them from their
 // last checkpoint once the dead server's lease on the thread expires.
 type manager struct {
-	s        *Server
-	id       string // this server's name in the queue
-	mu       sync.Mutex
-	live     map[string]*liveRun // running here
+	s    *Server
+	id   string // this server's name in the queue
+	mu   sync.Mutex
+	live map[string]*liveRun // running here
+	// secrets are the secret configuration values of the runs this
+	// server accepted, by run: never written anywhere, so only a run
+	// this server executes has them (another server's gets the defaults)
+	secrets  map[string]map[string]any
 	stopping bool
 	wg       sync.WaitGroup
 	kick     chan struct{}
@@ -243,6 +248,18 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
+	cfg, err := plain(in.Config)
+	if err != nil {
+		return store.RunRecord{}, nil, err
+	}
+	recorded, secret := map[string]any{}, map[string]any{}
+	for k, v := range cfg {
+		if f, ok := l.flow.Graph().ConfigField(k); ok && f.Secret {
+			secret[k] = v
+		} else {
+			recorded[k] = v
+		}
+	}
 	m.mu.Lock()
 	stopping := m.stopping
 	m.mu.Unlock()
@@ -254,6 +271,17 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 		Input: raw, Created: time.Now().UTC(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt, Server: m.id}
 	if len(answers) > 0 {
 		rec.Answers, _ = json.Marshal(answers)
+	}
+	if len(recorded) > 0 {
+		rec.Config, _ = json.Marshal(recorded)
+	}
+	if len(secret) > 0 {
+		m.mu.Lock()
+		if m.secrets == nil {
+			m.secrets = map[string]map[string]any{}
+		}
+		m.secrets[rec.ID] = secret
+		m.mu.Unlock()
 	}
 	// on a free thread the run is claimed here as it is queued, so that no
 	// dispatcher (this server's or another's) takes it from under its
@@ -316,6 +344,7 @@ func (m *manager) execute(lr *liveRun) {
 	defer func() {
 		m.mu.Lock()
 		delete(m.live, lr.rec.ID)
+		delete(m.secrets, lr.rec.ID)
 		m.mu.Unlock()
 		m.nudge() // the thread's next run may be waiting
 	}()
@@ -360,6 +389,22 @@ func (m *manager) execute(lr *liveRun) {
 		answers, _ = plain(answers)
 	}
 	opts := []trellis.RunOption{trellis.WithRunID(rec.ID), trellis.WithStop(lr.stop), trellis.WithObserver(lr.observe)}
+	var cfg map[string]any
+	if len(rec.Config) > 0 {
+		_ = json.Unmarshal(rec.Config, &cfg)
+		cfg, _ = plain(cfg)
+	}
+	m.mu.Lock()
+	if secret := m.secrets[rec.ID]; len(secret) > 0 {
+		if cfg == nil {
+			cfg = map[string]any{}
+		}
+		maps.Copy(cfg, secret)
+	}
+	m.mu.Unlock()
+	if cfg != nil {
+		opts = append(opts, trellis.WithConfig(cfg))
+	}
 	var res *trellis.Result
 	for {
 		err = nil

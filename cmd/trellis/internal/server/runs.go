@@ -38,6 +38,9 @@ func runInfo(rec store.RunRecord, state map[string]any) api.Run {
 	if len(rec.Answers) > 0 {
 		_ = json.Unmarshal(rec.Answers, &out.Answers)
 	}
+	if len(rec.Config) > 0 {
+		_ = json.Unmarshal(rec.Config, &out.Config)
+	}
 	if !rec.Started.IsZero() {
 		t := rec.Started
 		out.Started = &t

@@ -215,8 +215,28 @@ func stateInfo(snap *trellis.Snapshot) api.State {
 	return api.State{Thread: publicID(snap.Thread), Checkpoint: snap.Seq, Values: values, Next: snap.Next, Run: snap.Run, Step: snap.Step}
 }
 
+// inNamespace is the store key of the thread a request reads: the
+// thread's own, or with ?ns= that of a child flow it ran (a subflow's
+// thread, NODE:SEQ from its events), which belongs to the same tenant.
+func inNamespace(r *http.Request, rec *store.ThreadRecord) (key string, err error) {
+	ns := r.URL.Query().Get("ns")
+	if ns == "" {
+		return rec.ID, nil
+	}
+	if !namespaceFormat.MatchString(ns) {
+		return "", &api.Error{Code: api.CodeBadRequest, Message: "ns is a child flow's namespace, NODE:SEQ (levels joined by |), as its events name it"}
+	}
+	return trellis.ChildThread(rec.ID, ns), nil
+}
+
+var namespaceFormat = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])?:[0-9]+(\|[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])?:[0-9]+)*$`)
+
 func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) error {
 	rec, err := s.thread(r, c)
+	if err != nil {
+		return err
+	}
+	key, err := inNamespace(r, rec)
 	if err != nil {
 		return err
 	}
@@ -226,18 +246,21 @@ func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) 
 		if perr != nil || seq == 0 {
 			return &api.Error{Code: api.CodeBadRequest, Message: "at is a checkpoint number"}
 		}
-		snap, err = s.cfg.Runtime.StateAt(r.Context(), rec.ID, seq)
+		snap, err = s.cfg.Runtime.StateAt(r.Context(), key, seq)
 		if errors.Is(err, store.ErrNotFound) {
-			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), seq)}
+			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(key), seq)}
 		}
 	} else {
-		snap, err = s.cfg.Runtime.State(r.Context(), rec.ID)
+		snap, err = s.cfg.Runtime.State(r.Context(), key)
+	}
+	if errors.Is(err, store.ErrNotFound) && key != rec.ID {
+		return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q ran no child flow %q", publicID(rec.ID), r.URL.Query().Get("ns"))}
 	}
 	if err != nil {
 		return err
 	}
 	out := stateInfo(snap)
-	if len(snap.Next) > 0 && r.URL.Query().Get("at") == "" {
+	if len(snap.Next) > 0 && r.URL.Query().Get("at") == "" && key == rec.ID {
 		if l, lerr := s.flows.get(rec.Flow); lerr == nil {
 			asks, err := s.cfg.Runtime.Asks(r.Context(), l.flow, rec.ID)
 			if err != nil {
@@ -273,7 +296,16 @@ func (s *Server) threadHistory(w http.ResponseWriter, r *http.Request, c *caller
 		}
 		opts.Before = n
 	}
-	cps, err := s.cfg.Runtime.History(r.Context(), rec.ID, opts)
+	key, err := inNamespace(r, rec)
+	if err != nil {
+		return err
+	}
+	cps, err := s.cfg.Runtime.History(r.Context(), key, opts)
+	if err == nil && len(cps) == 0 && key != rec.ID {
+		if _, serr := s.cfg.Runtime.State(r.Context(), key); errors.Is(serr, store.ErrNotFound) {
+			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q ran no child flow %q", publicID(rec.ID), r.URL.Query().Get("ns"))}
+		}
+	}
 	if err != nil {
 		return err
 	}

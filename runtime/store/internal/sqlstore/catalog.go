@@ -201,17 +201,20 @@ func (c Catalog) CreateRun(ctx context.Context, r *store.RunRecord) error {
 }
 
 func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
-	input, answers := string(r.Input), string(r.Answers)
+	input, answers, cfg := string(r.Input), string(r.Answers), string(r.Config)
 	if input == "" {
 		input = "null"
 	}
 	if answers == "" {
 		answers = "null"
 	}
+	if cfg == "" {
+		cfg = "null"
+	}
 	_, err := db.Exec(ctx, `INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint,
-		created_at, started_at, finished_at, resume, interrupt, server, stop, answers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		created_at, started_at, finished_at, resume, interrupt, server, stop, answers, config) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, string(r.Status), input, r.Error, int64(r.Checkpoint),
-		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, r.Stop, answers)
+		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, r.Stop, answers, cfg)
 	if err != nil && db.Unique(err) {
 		return store.ErrExists
 	}
@@ -230,15 +233,18 @@ func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord) error {
 }
 
 const runColumns = `id, tenant, thread, flow, flow_version, status, input, error, checkpoint, created_at, started_at, finished_at,
-	resume, interrupt, server, stop, answers`
+	resume, interrupt, server, stop, answers, config`
 
 func scanRun(rows Rows) (*store.RunRecord, error) {
 	var r store.RunRecord
-	var status, input, answers string
+	var status, input, answers, cfg string
 	var checkpoint, created, started, finished int64
 	if err := rows.Scan(&r.ID, &r.Tenant, &r.Thread, &r.Flow, &r.FlowVersion, &status, &input, &r.Error, &checkpoint,
-		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &r.Stop, &answers); err != nil {
+		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &r.Stop, &answers, &cfg); err != nil {
 		return nil, err
+	}
+	if cfg != "null" {
+		r.Config = json.RawMessage(cfg)
 	}
 	r.Status, r.Input, r.Checkpoint = store.RunStatus(status), json.RawMessage(input), uint64(checkpoint)
 	if answers != "null" {
