@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/builtin"
 	"github.com/expr-lang/expr/vm/runtime"
 )
 
@@ -15,6 +16,7 @@ import (
 // be committed. The checker below rewrites those operations whose operands
 // are, or may be, integers into calls that fail on overflow instead; the
 // rest (floats, strings, lists, a mix) keep the machine's own operation.
+// So do abs (of the smallest int) and int (of a float no int holds).
 
 // overflow is the error of an integer operation whose result does not
 // fit in 64 bits.
@@ -117,6 +119,40 @@ func negate(a any) any {
 	return runtime.Negate(a)
 }
 
+// abs of the smallest int is itself in Go; here it is an overflow.
+func absInt(a int) int {
+	if a < 0 {
+		return negateInt(a)
+	}
+	return a
+}
+
+func absAny(a any) any {
+	if x, ok := asInt(a); ok {
+		return absInt(x)
+	}
+	return builtin.Abs(a)
+}
+
+// toInt is int() refusing a float that no int holds (beyond the 64-bit
+// range, NaN, an infinity), which Go converts to whatever the machine
+// gives, such as the smallest int for 1e19.
+func toInt(a any) int {
+	var f float64
+	switch x := a.(type) {
+	case float64:
+		f = x
+	case float32:
+		f = float64(x)
+	default:
+		return builtin.Int(a).(int)
+	}
+	if !(f >= -(1<<63) && f < 1<<63) {
+		panic(fmt.Errorf("integer overflow: int(%v) is outside the 64-bit integer range", f))
+	}
+	return int(f)
+}
+
 func asInt(v any) (int, bool) {
 	switch x := v.(type) {
 	case int:
@@ -152,6 +188,18 @@ func (exact) Visit(n *ast.Node) {
 		}
 		ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Left, x.Right}})
 	case *ast.BuiltinNode:
+		switch {
+		case x.Name == "int" && len(x.Arguments) == 1 && mayBeFloat(x.Arguments[0].Type()):
+			ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: toInt}, Arguments: x.Arguments})
+			return
+		case x.Name == "abs" && len(x.Arguments) == 1 && mayBeInt(x.Arguments[0].Type()):
+			var fn any = absAny
+			if allInts(x.Arguments[0]) {
+				fn = absInt
+			}
+			ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: x.Arguments})
+			return
+		}
 		// sum adds with the machine's own operation: the same as a reduce
 		// with the exact one
 		if x.Name != "sum" || len(x.Arguments) == 0 || len(x.Arguments) > 2 {
@@ -194,6 +242,20 @@ func allInts(operands ...ast.Node) bool {
 		}
 	}
 	return true
+}
+
+// mayBeFloat reports whether a value of type t may be a float at run time.
+func mayBeFloat(t reflect.Type) bool {
+	if t == nil {
+		return true
+	}
+	switch t.Kind() {
+	case reflect.Float64, reflect.Float32, reflect.Interface:
+		return true
+	case reflect.Pointer:
+		return t.Elem().Kind() == reflect.Float64
+	}
+	return false
 }
 
 // mayBeInt reports whether a value of type t may be an int at run time.

@@ -48,6 +48,12 @@ func TestIntegerArithmeticIsExact(t *testing.T) {
 		{"9223372036854775807 + 1", vars(0, 0, nil)},
 		{"sum([state.n, 1])", vars(math.MaxInt, 0, nil)},
 		{"sum([1, 2], # * state.n)", vars(math.MaxInt/2, 0, nil)},
+		{"abs(state.n)", vars(math.MinInt, 0, nil)},
+		{"abs(input.x)", vars(0, 0, map[string]any{"x": math.MinInt})},
+		{"int(1e19)", vars(0, 0, nil)},
+		{"int(input.x)", vars(0, 0, map[string]any{"x": -1e300})},
+		{"int(input.x * 1.0)", vars(0, 0, map[string]any{"x": math.Inf(1)})},
+		{"int(state.n * 1.0 + 1e19)", vars(0, 0, nil)},
 	}
 	for _, c := range overflow {
 		p, probs := expression.Compile(c.src, env, false)
@@ -80,6 +86,11 @@ func TestIntegerArithmeticIsExact(t *testing.T) {
 		{"sum([1, 2], # * 2)", nil, 6},
 		{"sum([0.5, 1])", nil, 1.5},
 		{"sum([])", nil, 0},
+		{"abs(state.n)", vars(math.MinInt+1, 0, nil), math.MaxInt},
+		{"abs(input.x)", vars(0, 0, map[string]any{"x": -1.5}), 1.5},
+		{"int(input.x)", vars(0, 0, map[string]any{"x": -9.2e18}), -9200000000000000000},
+		{"int(input.x)", vars(0, 0, map[string]any{"x": "42"}), 42},
+		{"int(2.9)", nil, 2},
 	}
 	for _, c := range exact {
 		p, probs := expression.Compile(c.src, env, false)
@@ -96,7 +107,9 @@ func TestIntegerArithmeticIsExact(t *testing.T) {
 	if rt := p.ResultType(); rt == nil || rt.Kind() != reflect.Int {
 		t.Errorf("state.n + 1 has type %v", rt)
 	}
-	if _, probs := expression.Compile("(state.n + 1) + 'x'", env, false); len(probs) == 0 {
-		t.Error("int + string compiles")
+	for _, src := range []string{"(state.n + 1) + 'x'", "abs(state.n) + 'x'", "int(input.x) + 'x'"} {
+		if _, probs := expression.Compile(src, env, false); len(probs) == 0 {
+			t.Errorf("%s compiles", src)
+		}
 	}
 }
