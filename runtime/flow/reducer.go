@@ -280,7 +280,13 @@ func arith(op string, a, b any) (any, error) {
 	if aInt && bInt {
 		switch op {
 		case "add":
-			return ai + bi, nil
+			// exact or an error, as + is in expressions: a sum that
+			// leaves the 64-bit range must not wrap around
+			c := ai + bi
+			if (c > ai) != (bi > 0) {
+				return nil, fmt.Errorf("integer overflow: %d + %d is outside the 64-bit integer range", ai, bi)
+			}
+			return c, nil
 		case "max":
 			return max(ai, bi), nil
 		default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -91,6 +92,105 @@ func TestIntegersAreExact(t *testing.T) {
 			if _, err := st.Head(ctx, "w"); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("a thread after refused input: %v", err)
 			}
+		})
+	}
+}
+
+const sumsFlow = `version: 1
+name: sums
+input: [n]
+state:
+  schema:
+    type: object
+    properties:
+      n: {type: integer, default: 0}
+      total: {type: integer, default: 0}
+      low: {type: integer, default: 0}
+      seen: {type: array, items: {type: integer}, default: []}
+  reducers:
+    total: add
+    low: min
+    seen: append
+nodes:
+  sum: {kind: set, set: {total: "state.n", low: "state.n", seen: "state.n"}}
+edges:
+  - {from: START, to: sum}
+  - {from: sum, to: END}
+`
+
+// The extremes of the 64-bit range go through input, reducers, the commit
+// and a store opened afresh (no state kept in memory) unchanged, and so
+// does a number between 2^53 and 2^63; the add reducer is exact or fails
+// as + does, naming the node and the field, committing nothing of the
+// step.
+func TestIntegerExtremesAndReducers(t *testing.T) {
+	ctx := context.Background()
+	g, dl := flow.LoadSource("sums.yaml", []byte(sumsFlow), kindtest.Registry())
+	if g == nil || len(dl) > 0 {
+		t.Fatal(dl)
+	}
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { st.Close() }()
+			eng := engine.New(st)
+			run := func(thread string, n int) error {
+				_, err := eng.Run(ctx, g, engine.Request{Thread: thread, Input: map[string]any{"n": n}})
+				return err
+			}
+			for _, n := range []int{math.MaxInt - 7, 7} { // total reaches the largest int
+				if err := run("max", n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, n := range []int{math.MinInt + 1, -1} { // low reaches the smallest
+				if err := run("min", n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const wide = 10000000000000000001 - 1<<63 // 776627963145224193: beyond 2^53
+			if err := run("wide", wide); err != nil {
+				t.Fatal(err)
+			}
+			err = run("max", 1)
+			if err == nil || !strings.Contains(err.Error(), `node "sum"`) || !strings.Contains(err.Error(), `"total"`) || !strings.Contains(err.Error(), "integer overflow") {
+				t.Fatalf("add past the largest int: %v", err)
+			}
+			err = run("min", -2)
+			if err == nil || !strings.Contains(err.Error(), `node "sum"`) || !strings.Contains(err.Error(), `"total"`) || !strings.Contains(err.Error(), "integer overflow") {
+				t.Fatalf("add past the smallest int: %v", err)
+			}
+			// the failed runs' input is committed, as before any step; the
+			// step's writes are not
+			want := map[string]map[string]any{
+				"max":  {"n": 1, "total": math.MaxInt, "low": 0, "seen": []any{math.MaxInt - 7, 7}},
+				"min":  {"n": -2, "total": math.MinInt, "low": math.MinInt + 1, "seen": []any{math.MinInt + 1, -1}},
+				"wide": {"n": wide, "total": wide, "low": 0, "seen": []any{wide}},
+			}
+			check := func(st store.Store) {
+				t.Helper()
+				for thread, values := range want {
+					head, err := st.Head(ctx, thread)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !reflect.DeepEqual(head.Values, values) {
+						t.Errorf("%s: %#v, want %#v", thread, head.Values, values)
+					}
+				}
+			}
+			check(st)
+			if name == "memory" {
+				return
+			}
+			st.Close()
+			if st, err = store.Open(ctx, url); err != nil {
+				t.Fatal(err)
+			}
+			check(st)
 		})
 	}
 }
