@@ -400,9 +400,12 @@ func (s *Shape) wideIntegers(x any, at string, out []Cause) []Cause {
 	return out
 }
 
-// fitsInt reports whether f is a whole number an int holds exactly.
+// fitsInt reports whether f is a whole number an int holds exactly. The
+// float -2^63 is not taken: an integer written in full that low decodes as
+// an int, so that float is a number out of range rounded onto the range's
+// end (-9223372036854775809 reads as it), as 2^63 is above.
 func fitsInt(f float64) bool {
-	return f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63
+	return f == math.Trunc(f) && f > -(1<<63) && f < 1<<63
 }
 
 // Error is a validation failure: one line per violated constraint, each
