@@ -379,21 +379,11 @@ func (m *manager) execute(lr *liveRun) {
 	// again under its name: the engine runs a named run once, so it only
 	// continues where the other left it, or finds it finished.
 	abandon := rec.Interrupt
-	var input, answers map[string]any
-	if len(rec.Input) > 0 {
-		_ = json.Unmarshal(rec.Input, &input)
-		input, _ = plain(input)
-	}
-	if len(rec.Answers) > 0 {
-		_ = json.Unmarshal(rec.Answers, &answers)
-		answers, _ = plain(answers)
-	}
+	// numbers as they were sent: an integer beyond 2^53 is not rounded
+	// through float64
+	input, answers := storedValues(rec.Input), storedValues(rec.Answers)
 	opts := []trellis.RunOption{trellis.WithRunID(rec.ID), trellis.WithStop(lr.stop), trellis.WithObserver(lr.observe)}
-	var cfg map[string]any
-	if len(rec.Config) > 0 {
-		_ = json.Unmarshal(rec.Config, &cfg)
-		cfg, _ = plain(cfg)
-	}
+	cfg := storedValues(rec.Config)
 	m.mu.Lock()
 	if secret := m.secrets[rec.ID]; len(secret) > 0 {
 		if cfg == nil {

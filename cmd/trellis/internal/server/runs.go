@@ -29,18 +29,24 @@ func plain(m map[string]any) (map[string]any, error) {
 	return v.(map[string]any), nil
 }
 
+// storedValues reads values kept on a run record as JSON (its input, its
+// answers) into state values, integers exact (nil: none kept).
+func storedValues(raw []byte) map[string]any {
+	if len(raw) == 0 {
+		return nil
+	}
+	v, err := value.Decode(raw)
+	if err != nil {
+		return nil
+	}
+	m, _ := v.(map[string]any)
+	return m
+}
+
 func runInfo(rec store.RunRecord, state map[string]any) api.Run {
 	out := api.Run{ID: rec.ID, Thread: publicID(rec.Thread), Flow: rec.Flow, FlowVersion: rec.FlowVersion, Status: string(rec.Status),
 		Error: rec.Error, Checkpoint: rec.Checkpoint, Created: rec.Created, State: state}
-	if len(rec.Input) > 0 && string(rec.Input) != "null" {
-		_ = json.Unmarshal(rec.Input, &out.Input)
-	}
-	if len(rec.Answers) > 0 {
-		_ = json.Unmarshal(rec.Answers, &out.Answers)
-	}
-	if len(rec.Config) > 0 {
-		_ = json.Unmarshal(rec.Config, &out.Config)
-	}
+	out.Input, out.Answers, out.Config = storedValues(rec.Input), storedValues(rec.Answers), storedValues(rec.Config)
 	if !rec.Started.IsZero() {
 		t := rec.Started
 		out.Started = &t

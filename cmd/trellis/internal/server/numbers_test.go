@@ -1,0 +1,104 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/value"
+)
+
+// Integers in a request's JSON reach the state exactly: a run's input
+// (kept on the run record and read back to run it) as well as a new
+// thread's values, up to the ends of the 64-bit range and beyond 2^53,
+// and the run's record shows them as sent; a number outside the range
+// is refused.
+func TestIntegersThroughTheAPI(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "num.yaml"), []byte(`version: 1
+name: num
+input: [n]
+state:
+  schema:
+    type: object
+    properties:
+      n: {type: integer, default: 0}
+      m: {type: integer, default: 0}
+nodes:
+  dec: {kind: assign, set: {m: "state.n - 1"}}
+edges:
+  - {from: START, to: dec}
+  - {from: dec, to: END}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			rt, err := trellis.Open(ctx, storeAddr(t, b.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := New(Config{Runtime: rt, FlowsDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			served := make(chan error, 1)
+			go func() { served <- srv.Serve(ctx, ln) }()
+			defer func() { cancel(); <-served; rt.Close() }()
+			_, key, err := CreateKey(ctx, srv.cat, "acme", "acme key", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			post := func(path, body string) (int, map[string]any) {
+				t.Helper()
+				req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+path, strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+key)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				raw, _ := io.ReadAll(resp.Body)
+				v, err := value.Decode(bytes.TrimSpace(raw))
+				if err != nil {
+					t.Fatalf("%s: %v: %s", path, err, raw)
+				}
+				return resp.StatusCode, v.(map[string]any)
+			}
+			if code, out := post("/v1/threads", `{"id": "t", "flow": "num", "values": {"m": 9223372036854775807}}`); code != 201 && code != 200 {
+				t.Fatalf("create: %d %v", code, out)
+			}
+			for _, n := range []string{"9223372036854775807", "9007199254740993", "-9223372036854775807"} {
+				code, out := post("/v1/threads/t/runs/wait", `{"input": {"n": `+n+`}}`)
+				st, _ := out["state"].(map[string]any)
+				in, _ := out["input"].(map[string]any)
+				want, _ := value.Decode([]byte(n))
+				if code != 200 || st["n"] != want || st["m"] != want.(int)-1 || in["n"] != want {
+					t.Errorf("input %s: %d %v", n, code, out)
+				}
+			}
+			if code, out := post("/v1/threads", `{"id": "u", "flow": "num"}`); code != 201 && code != 200 {
+				t.Fatalf("create: %d %v", code, out)
+			}
+			for _, n := range []string{"9223372036854775808", "-9223372036854775809", "1e23"} {
+				if code, out := post("/v1/threads/u/runs/wait", `{"input": {"n": `+n+`}}`); code != 422 || !strings.Contains(out["error"].(map[string]any)["message"].(string), "64-bit integer range") {
+					t.Errorf("input %s: %d %v", n, code, out)
+				}
+			}
+		})
+	}
+}
