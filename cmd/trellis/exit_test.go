@@ -28,6 +28,7 @@ func TestExitCodes(t *testing.T) {
 	os.Mkdir(empty, 0o755)
 	write("empty/notes.yaml", "title: not a flow\n")
 	inputFile := write("input.yaml", "nmae: Ann\n")
+	list := write("list.yaml", "- Ann\n")
 	failing := write("failing.yaml", `version: 1
 name: failing
 state: {schema: {type: object, properties: {n: {type: integer, default: 9223372036854775807}}}}
@@ -69,6 +70,29 @@ edges: [{from: START, to: inc}, {from: inc, to: END}]
 		{"store unavailable to run", []string{"run", greet, "--store", "sqlite:" + broken + "/x.db", "--input", "name=a"}, 5, "sqlite store"},
 		{"store unavailable to list", []string{"threads", "--store", "sqlite:" + broken + "/x.db"}, 5, "sqlite store"},
 		{"store unavailable to prune", []string{"prune", "t", "--keep", "1", "--store", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, 5, ""},
+		{"store unavailable to update", []string{"update", greet, "held", "--as", "greet", "--set", "name=x", "--store", "sqlite:" + broken + "/x.db"}, 5, "sqlite store"},
+		// a wrong command line, whichever command it is given to
+		{"history without a thread", []string{"history", "--store", db}, 2, "want one THREAD"},
+		{"state without a thread", []string{"state", "--store", db}, 2, "want one THREAD"},
+		{"fork without a checkpoint", []string{"fork", "held", "--store", db}, 2, "want THREAD --at SEQ --to NEW"},
+		{"delete without a thread", []string{"delete", "--store", db}, 2, "want THREAD"},
+		{"abandon without a thread", []string{"abandon", "--store", db}, 2, "want one THREAD"},
+		{"prune without --keep", []string{"prune", "held", "--store", db}, 2, "want THREAD --keep N"},
+		{"prune with a negative --keep", []string{"prune", "held", "--keep", "-1", "--store", db}, 2, "want THREAD --keep N"},
+		{"prune with a negative --batch", []string{"prune", "held", "--keep", "1", "--batch", "-5", "--store", db}, 2, "--batch -5"},
+		{"history of an unknown source", []string{"history", "held", "--source", "bogus", "--store", db}, 2, `unknown --source "bogus"`},
+		{"update without --as", []string{"update", greet, "held", "--set", "name=x", "--store", db}, 2, "want FLOW THREAD --as NODE"},
+		{"update with a malformed --set", []string{"update", greet, "held", "--as", "greet", "--set", "novalue", "--store", db}, 2, `--set "novalue": want name=value`},
+		{"keys without a tenant", []string{"keys", "create", "--store", db}, 2, "tenant"},
+		{"keys revoke without an id", []string{"keys", "revoke", "--store", db}, 2, "want keys revoke ID"},
+		{"run with a missing --with file", []string{"run", greet, "--store", "memory", "--with", filepath.Join(dir, "none.yaml")}, 2, "none.yaml"},
+		{"run with --with not a mapping", []string{"run", greet, "--store", "memory", "--with", list}, 2, "want a mapping"},
+		{"run with an unknown durability", []string{"run", greet, "--store", "sqlite:" + broken + "/x.db", "--durability", "bogus", "--input", "name=a"}, 2, "durability"},
+		{"run a missing flow", []string{"run", filepath.Join(dir, "none.yaml"), "--store", "memory"}, 2, "none.yaml"},
+		{"graph a missing flow", []string{"graph", filepath.Join(dir, "none.yaml")}, 2, "none.yaml"},
+		{"validate a missing flow", []string{"validate", filepath.Join(dir, "none.yaml")}, 2, "none.yaml"},
+		{"serve missing flows", []string{"serve", "--flows", filepath.Join(dir, "none"), "--store", "memory"}, 2, "none"},
+		{"sandbox run a missing file", []string{"sandbox", "run", filepath.Join(dir, "none.py")}, 2, "none.py"},
 	} {
 		out, errs, code := trellis(t, c.args...)
 		if code != c.code || !strings.Contains(out+errs, c.says) {
@@ -121,7 +145,7 @@ edges:
 	st.Close()
 	_, errs, code := trellis(t, "run", path, "--store", db, "--thread", "c")
 	if code != 4 || strings.Contains(errs, "resum") && strings.Index(errs, "resum") < strings.Index(errs, "busy") ||
-		!strings.Contains(errs, "process 7 on there holds it until") || !strings.Contains(errs, "--resume") {
+		!strings.Contains(errs, "process 7 on there holds it until") || !strings.Contains(errs, "--thread c --store "+db+" --resume") {
 		t.Fatalf("busy conversation: exit %d\n%s", code, errs)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -141,22 +142,29 @@ func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 // FlowFiles expands directories into the flow files they hold.
 func FlowFiles(paths []string) ([]string, error) { return trellis.FindFlows(paths...) }
 
-// load compiles one flow, printing its diagnostics (warnings too).
-func load(env *Env, path string) (*trellis.Flow, bool) {
+// load compiles one flow, printing its diagnostics (warnings too); with
+// no flow it returns the exit code: a path that names no file is a wrong
+// command line, as it is to validate, and a flow that does not load is
+// invalid.
+func load(env *Env, path string) (*trellis.Flow, int) {
+	if _, err := os.Stat(path); err != nil {
+		fmt.Fprintf(env.Stderr, "trellis: flow %s: %v\n", path, errors.Unwrap(err))
+		return nil, exitUsage
+	}
 	f, err := trellis.Load(path, trellis.WithKinds(env.Registry))
 	var le *trellis.LoadError
 	switch {
 	case errors.As(err, &le):
 		_ = le.Print(env.Stderr)
-		return nil, false
+		return nil, exitFailed
 	case err != nil:
 		fmt.Fprintf(env.Stderr, "trellis: %v\n", err)
-		return nil, false
+		return nil, exitFailed
 	}
 	if len(f.Warnings()) > 0 {
 		_ = diag.WriteText(env.Stderr, f.Warnings(), f.Sources())
 	}
-	return f, true
+	return f, exitOK
 }
 
 func cmdGraph(_ context.Context, env *Env, args []string) int {
@@ -171,9 +179,9 @@ func cmdGraph(_ context.Context, env *Env, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	f, ok := load(env, paths[0])
-	if !ok {
-		return 1
+	f, code := load(env, paths[0])
+	if f == nil {
+		return code
 	}
 	g := f.Graph()
 	o := flow.DrawOptions{Expand: *expand}
@@ -233,19 +241,28 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	f, ok := load(env, paths[0])
-	if !ok {
-		return 1
+	switch trellis.Durability(*durability) {
+	case trellis.Sync, trellis.Async, trellis.Exit:
+	default:
+		return fail(env, "run", usagef("unknown --durability %q (sync, async, exit)", *durability))
 	}
-	in, err := ParseInputs(f, inputs, *inputFile)
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
-		return 2
+	f, code := load(env, paths[0])
+	if f == nil {
+		return code
 	}
-	rt, err := trellis.Open(ctx, *storeAddr)
+	in, err := ParseInputs(f, "--input", inputs, *inputFile)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
-		return exitStore
+		return fail(env, "run", err)
+	}
+	var initial map[string]any
+	if *with != "" {
+		if initial, err = readValues(*with); err != nil {
+			return fail(env, "run", err)
+		}
+	}
+	rt, err := openRuntime(ctx, *storeAddr)
+	if err != nil {
+		return fail(env, "run", err)
 	}
 	defer rt.Close()
 	flush, code := traced(ctx, env, "run", rt)
@@ -256,17 +273,14 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	if *thread == "" {
 		*thread = f.Name() + "-" + time.Now().UTC().Format("20060102-150405.000")
 	}
+	at := where{flow: paths[0], id: *thread, store: *storeAddr}
 	_, err = rt.State(ctx, *thread)
 	exists := err == nil
 	if exists && *with != "" {
 		fmt.Fprintf(env.Stderr, "thread %s exists; continuing it (--with applies to new threads)\n", *thread)
 	}
 	if !exists && *with != "" {
-		m, err := readValues(*with)
-		if err == nil {
-			_, err = rt.Create(ctx, f, *thread, m)
-		}
-		if err != nil {
+		if _, err := rt.Create(ctx, f, *thread, initial); err != nil {
 			return fail(env, "run", err)
 		}
 	}
@@ -287,8 +301,8 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		opts = append(opts, trellis.WithConfig(cfg))
 	}
 	if f.Conversation() != nil && len(in) == 0 {
-		fmt.Fprintf(env.Stderr, "thread %s in %s\n", *thread, *storeAddr)
-		return converse(ctx, env, rt, f, paths[0], *thread, opts, exists)
+		fmt.Fprintf(env.Stderr, "thread %s in %s\n", *thread, shownStore(*storeAddr))
+		return converse(ctx, env, rt, f, at, opts, exists)
 	}
 	opts = append(opts, trellis.WithDurability(trellis.Durability(*durability)))
 	if len(answers) > 0 && !*resume {
@@ -311,7 +325,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		res, err = rt.Run(ctx, f, *thread, in, opts...)
 	}
 	if err != nil {
-		return failRun(env, "run", paths[0], *thread, err)
+		return failRun(env, "run", at, err)
 	}
 	// questions are asked on standard input, the run resumed with the
 	// answers, until it ends or input does
@@ -331,19 +345,19 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 			break
 		}
 		if res, err = rt.Resume(ctx, f, *thread, append(opts, trellis.WithAnswers(given))...); err != nil {
-			return failRun(env, "run", paths[0], *thread, err)
+			return failRun(env, "run", at, err)
 		}
 	}
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(res.State)
-	paused(env, res, *thread)
+	paused(env, res, at)
 	return 0
 }
 
 // paused tells that a run paused at a node's interrupt_before or
 // interrupt_after, and how to go on.
-func paused(env *Env, res *trellis.Result, thread string) {
+func paused(env *Env, res *trellis.Result, at where) {
 	if res.Interrupt == nil {
 		return
 	}
@@ -354,14 +368,14 @@ func paused(env *Env, res *trellis.Result, thread string) {
 			fmt.Fprintf(env.Stderr, "%s asks: %s\n", a.ID, q)
 			ids = append(ids, "--answer "+a.ID+"=VALUE")
 		}
-		fmt.Fprintf(env.Stderr, "paused for answers; `trellis run FLOW --thread %s --resume %s` goes on\n", thread, strings.Join(ids, " "))
+		fmt.Fprintf(env.Stderr, "paused for answers; `trellis run %s --resume %s` goes on\n", at.run(), strings.Join(ids, " "))
 		return
 	}
 	where := "after " + strings.Join(res.Interrupt.After, ", ")
 	if len(res.Interrupt.Before) > 0 {
 		where = "before " + strings.Join(res.Interrupt.Before, ", ")
 	}
-	fmt.Fprintf(env.Stderr, "paused %s; the thread's run is unfinished: `trellis run FLOW --thread %s --resume` goes on, `trellis update` changes the state first\n", where, thread)
+	fmt.Fprintf(env.Stderr, "paused %s; the thread's run is unfinished: `trellis run %s --resume` goes on, `trellis update` changes the state first\n", where, at.run())
 }
 
 // parseAnswers reads --answer NODE=value pairs, values as YAML.
@@ -391,33 +405,31 @@ func yamlValue(raw string) any {
 	return v
 }
 
-// readValues reads a thread's initial values from a YAML or JSON file.
+// readValues reads a thread's initial values from a YAML or JSON file;
+// a file that cannot be read or holds no mapping is a usageError.
 func readValues(path string) (map[string]any, error) {
 	raw, err := schema.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, &usageError{err}
 	}
 	m, ok := raw.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("%s: want a mapping of field to value", path)
+		return nil, usagef("%s: want a mapping of field to value", path)
 	}
 	return m, nil
 }
 
-// ParseInputs builds a run input from name=value pairs and an input file.
-// Values are read as YAML scalars, except that a field whose schema says
-// string keeps the text as written.
-func ParseInputs(f *trellis.Flow, pairs []string, file string) (map[string]any, error) {
+// ParseInputs builds a run input from name=value pairs (given with the
+// flag called flag) and an input file. Values are read as YAML scalars,
+// except that a field whose schema says string keeps the text as written.
+// Its errors are usageErrors.
+func ParseInputs(f *trellis.Flow, flag string, pairs []string, file string) (map[string]any, error) {
 	g := f.Graph()
 	in := map[string]any{}
 	if file != "" {
-		v, err := schema.ReadFile(file)
+		m, err := readValues(file)
 		if err != nil {
 			return nil, err
-		}
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("%s: input file must hold a mapping of field to value", file)
 		}
 		for k, x := range m {
 			in[k] = x
@@ -426,7 +438,7 @@ func ParseInputs(f *trellis.Flow, pairs []string, file string) (map[string]any, 
 	for _, p := range pairs {
 		k, raw, ok := strings.Cut(p, "=")
 		if !ok {
-			return nil, fmt.Errorf("--input %q: want name=value", p)
+			return nil, usagef("%s %q: want name=value", flag, p)
 		}
 		if f, ok := g.Field(k); ok && f.Shape.Is("string") {
 			in[k] = raw

@@ -19,8 +19,9 @@ const converseHelp = `Type your reply and press Enter. Commands:
 
 // converse talks with a conversational flow: the first run has no message
 // (the flow speaks first), then every line is one run.
-func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flow, flowPath, thread string, opts []trellis.RunOption, resumed bool) int {
+func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flow, at where, opts []trellis.RunOption, resumed bool) int {
 	conv := f.Conversation()
+	thread := at.id
 	code := exitOK // of a failed turn
 	var names []string
 	for name := range conv.Attachments {
@@ -33,19 +34,19 @@ func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flo
 	turn := func(input map[string]any) (map[string]any, bool) {
 		res, err := rt.Run(ctx, f, thread, input, opts...)
 		if err != nil {
-			code = failRun(env, "run", flowPath, thread, err)
+			code = failRun(env, "run", at, err)
 			return nil, false
 		}
 		if out, ok := res.State[conv.Output].(string); ok && out != "" {
 			fmt.Fprintf(env.Stdout, "%s> %s\n\n", f.Name(), out)
 		}
-		paused(env, res, thread)
+		paused(env, res, at)
 		return res.State, true
 	}
 	var state map[string]any
 	if snap, err := rt.State(ctx, thread); resumed && err == nil && len(snap.Next) > 0 {
 		if _, err := rt.Resume(ctx, f, thread, opts...); err != nil {
-			return failRun(env, "run", flowPath, thread, err)
+			return failRun(env, "run", at, err)
 		}
 		// said once it is done: a process that cannot take the thread
 		// over says only why

@@ -6,11 +6,24 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/trellisflow/trellis"
 )
+
+// sources are the checkpoint sources history filters by.
+var sources = []trellis.Source{trellis.SourceCreate, trellis.SourceFork, trellis.SourceInput, trellis.SourceStep,
+	trellis.SourceRun, trellis.SourceUpdate, trellis.SourceBase, trellis.SourceAbandon}
+
+func sourceNames() string {
+	names := make([]string, len(sources))
+	for i, s := range sources {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
 
 func storeFlag(fs *flag.FlagSet) *string {
 	return fs.String("store", trellis.DefaultStore, "checkpoint store: memory, sqlite:PATH or postgres://...")
@@ -27,10 +40,9 @@ func openStore(ctx context.Context, env *Env, name string, args []string, setup 
 	if !ok {
 		return nil, nil, code
 	}
-	rt, err := trellis.Open(ctx, *addr)
+	rt, err := openRuntime(ctx, *addr)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "trellis %s: %v\n", name, err)
-		return nil, nil, exitStore
+		return nil, nil, fail(env, name, err)
 	}
 	return rt, pos, 0
 }
@@ -83,7 +95,7 @@ func cmdHistory(ctx context.Context, env *Env, args []string) int {
 	st, pos, code := openStore(ctx, env, "history", args, func(fs *flag.FlagSet) {
 		limit = fs.Int("limit", 20, "checkpoints to list")
 		before = fs.Uint64("before", 0, "list checkpoints older than this one")
-		source = fs.String("source", "", "only checkpoints of this source: create, fork, input, step, run, update, base or abandon")
+		source = fs.String("source", "", "only checkpoints of this source: "+sourceNames())
 		run = fs.String("run", "", "only checkpoints of this run")
 		node = fs.String("node", "", "only checkpoints this node wrote")
 	})
@@ -92,7 +104,10 @@ func cmdHistory(ctx context.Context, env *Env, args []string) int {
 	}
 	defer st.Close()
 	if len(pos) != 1 {
-		return fail(env, "history", fmt.Errorf("want one THREAD"))
+		return fail(env, "history", usagef("want one THREAD"))
+	}
+	if *source != "" && !slices.Contains(sources, trellis.Source(*source)) {
+		return fail(env, "history", usagef("unknown --source %q (%s)", *source, sourceNames()))
 	}
 	cps, err := st.History(ctx, pos[0], trellis.HistoryOptions{Limit: *limit, Before: *before, Source: trellis.Source(*source), Run: *run, Node: *node})
 	if err != nil {
@@ -124,7 +139,7 @@ func cmdState(ctx context.Context, env *Env, args []string) int {
 	}
 	defer st.Close()
 	if len(pos) != 1 {
-		return fail(env, "state", fmt.Errorf("want one THREAD"))
+		return fail(env, "state", usagef("want one THREAD"))
 	}
 	var snap *trellis.Snapshot
 	var err error
@@ -152,7 +167,7 @@ func cmdFork(ctx context.Context, env *Env, args []string) int {
 	}
 	defer st.Close()
 	if len(pos) != 1 || *at == 0 || *to == "" {
-		return fail(env, "fork", fmt.Errorf("want THREAD --at SEQ --to NEW"))
+		return fail(env, "fork", usagef("want THREAD --at SEQ --to NEW"))
 	}
 	if _, err := st.Fork(ctx, pos[0], *at, *to); err != nil {
 		return fail(env, "fork", missing(err, pos[0], *at))
@@ -173,6 +188,9 @@ func cmdPrune(ctx context.Context, env *Env, args []string) int {
 		return code
 	}
 	defer st.Close()
+	if *batch < 0 {
+		return fail(env, "prune", usagef("--batch %d: want the checkpoints per transaction (0: %d)", *batch, trellis.DefaultPruneBatch))
+	}
 	switch {
 	case len(pos) == 1 && *keep > 0:
 		if _, err := st.State(ctx, pos[0]); err != nil {
@@ -202,7 +220,7 @@ func cmdPrune(ctx context.Context, env *Env, args []string) int {
 		}
 		fmt.Fprintf(env.Stdout, "deleted %d idle threads\n", n)
 	default:
-		return fail(env, "prune", fmt.Errorf("want THREAD --keep N, or --idle DURATION"))
+		return fail(env, "prune", usagef("want THREAD --keep N (N at least 1), or --idle DURATION"))
 	}
 	return 0
 }
@@ -231,17 +249,17 @@ func cmdUpdate(ctx context.Context, env *Env, args []string) int {
 		return code
 	}
 	if len(pos) != 2 || *as == "" || len(sets) == 0 && *setFile == "" {
-		return fail(env, "update", fmt.Errorf("want FLOW THREAD --as NODE and --set name=value or --set-file FILE"))
+		return fail(env, "update", usagef("want FLOW THREAD --as NODE and --set name=value or --set-file FILE"))
 	}
-	g, ok := load(env, pos[0])
-	if !ok {
-		return 1
+	g, code := load(env, pos[0])
+	if g == nil {
+		return code
 	}
-	values, err := ParseInputs(g, sets, *setFile)
+	values, err := ParseInputs(g, "--set", sets, *setFile)
 	if err != nil {
 		return fail(env, "update", err)
 	}
-	rt, err := trellis.Open(ctx, *addr)
+	rt, err := openRuntime(ctx, *addr)
 	if err != nil {
 		return fail(env, "update", err)
 	}
@@ -262,7 +280,7 @@ func cmdDelete(ctx context.Context, env *Env, args []string) int {
 	}
 	defer st.Close()
 	if len(pos) == 0 {
-		return fail(env, "delete", fmt.Errorf("want THREAD ..."))
+		return fail(env, "delete", usagef("want THREAD ..."))
 	}
 	for _, id := range pos {
 		if err := st.Delete(ctx, id); err != nil {
@@ -280,7 +298,7 @@ func cmdAbandon(ctx context.Context, env *Env, args []string) int {
 	}
 	defer rt.Close()
 	if len(pos) != 1 {
-		return fail(env, "abandon", fmt.Errorf("want one THREAD"))
+		return fail(env, "abandon", usagef("want one THREAD"))
 	}
 	before, err := rt.State(ctx, pos[0])
 	if err != nil {

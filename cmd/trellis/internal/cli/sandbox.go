@@ -24,7 +24,39 @@ func cmdSandbox(ctx context.Context, env *Env, args []string) int {
 		return code
 	}
 	if len(pos) == 0 || pos[0] != "check" && pos[0] != "run" || pos[0] == "check" && len(pos) != 1 || pos[0] == "run" && len(pos) != 2 {
-		return fail(env, "sandbox", fmt.Errorf("want check, or run FILE"))
+		return fail(env, "sandbox", usagef("want check, or run FILE"))
+	}
+	// what to run is read first: a wrong command line is told as such,
+	// whatever the sandbox
+	var l *sandbox.Language
+	var sub sandbox.Submission
+	if pos[0] == "run" {
+		var known bool
+		if l, known = sandbox.Builtin()[*lang]; !known {
+			return fail(env, "sandbox", usagef("unknown language %q (%v)", *lang, sandbox.BuiltinNames()))
+		}
+		src, err := os.ReadFile(pos[1])
+		if err != nil {
+			return fail(env, "sandbox", &usageError{err})
+		}
+		sub = sandbox.Submission{Code: string(src), Limits: sandbox.Limits{Wall: *wall}}
+		if *tests != "" {
+			v, err := schema.ReadFile(*tests)
+			if err != nil {
+				return fail(env, "sandbox", &usageError{err})
+			}
+			if sub.Tests, err = sandbox.Tests(v); err != nil {
+				return fail(env, "sandbox", usagef("%s: %w", *tests, err))
+			}
+		}
+		if *stdin != "" {
+			b, err := os.ReadFile(*stdin)
+			if err != nil {
+				return fail(env, "sandbox", &usageError{err})
+			}
+			s := string(b)
+			sub.Stdin = &s
+		}
 	}
 	pool, err := sandbox.FromEnv()
 	if err != nil {
@@ -64,32 +96,6 @@ func cmdSandbox(ctx context.Context, env *Env, args []string) int {
 			fmt.Fprintf(env.Stdout, "%-10s ok in %v\n", name, time.Since(start).Round(time.Millisecond))
 		}
 		return 0
-	}
-	l, ok := sandbox.Builtin()[*lang]
-	if !ok {
-		return fail(env, "sandbox", fmt.Errorf("unknown language %q (%v)", *lang, sandbox.BuiltinNames()))
-	}
-	src, err := os.ReadFile(pos[1])
-	if err != nil {
-		return fail(env, "sandbox", err)
-	}
-	sub := sandbox.Submission{Code: string(src), Limits: sandbox.Limits{Wall: *wall}}
-	if *tests != "" {
-		v, err := schema.ReadFile(*tests)
-		if err != nil {
-			return fail(env, "sandbox", err)
-		}
-		if sub.Tests, err = sandbox.Tests(v); err != nil {
-			return fail(env, "sandbox", fmt.Errorf("%s: %w", *tests, err))
-		}
-	}
-	if *stdin != "" {
-		b, err := os.ReadFile(*stdin)
-		if err != nil {
-			return fail(env, "sandbox", err)
-		}
-		s := string(b)
-		sub.Stdin = &s
 	}
 	r, err := sandbox.Execute(ctx, pool, l, sub)
 	if err != nil {

@@ -36,7 +36,10 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(env.Stderr, nil))
-	rt, err := trellis.Open(ctx, *storeAddr)
+	if _, err := os.Stat(*flows); err != nil {
+		return fail(env, "serve", usagef("--flows %s: %v", *flows, errors.Unwrap(err)))
+	}
+	rt, err := openRuntime(ctx, *storeAddr)
 	if err != nil {
 		return fail(env, "serve", err)
 	}
@@ -53,7 +56,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	}
 	if cat, err := store.CatalogOf(rt.Store()); err == nil {
 		if keys, err := cat.Keys(ctx, ""); err == nil && len(keys) == 0 {
-			log.Warn("no API keys yet: create one with `trellis keys create --tenant NAME --admin --store " + *storeAddr + "`")
+			log.Warn("no API keys yet: create one with `trellis keys create --tenant NAME --admin --store " + shellWord(shownStore(*storeAddr)) + "`")
 		}
 	}
 	ln, err := net.Listen("tcp", *addr)
@@ -77,7 +80,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		go func() { _ = http.Serve(dln, debugMux()) }()
 		log.Info("serving profiles", "addr", dln.Addr().String())
 	}
-	log.Info("serving", "server", srv.ID(), "addr", ln.Addr().String(), "flows", *flows, "store", *storeAddr)
+	log.Info("serving", "server", srv.ID(), "addr", ln.Addr().String(), "flows", *flows, "store", shownStore(*storeAddr))
 	if err := srv.Serve(ctx, ln); err != nil {
 		return fail(env, "serve", err)
 	}
@@ -131,14 +134,14 @@ func cmdKeys(ctx context.Context, env *Env, args []string) int {
 		}
 	case "revoke":
 		if len(pos) != 1 {
-			return fail(env, "keys", errors.New("want keys revoke ID"))
+			return fail(env, "keys", usagef("want keys revoke ID"))
 		}
 		if err := cat.RevokeKey(ctx, pos[0], time.Now().UTC()); err != nil {
 			return fail(env, "keys", missingKey(err, pos[0]))
 		}
 		fmt.Fprintf(env.Stdout, "revoked %s\n", pos[0])
 	default:
-		return fail(env, "keys", fmt.Errorf("unknown keys command %q: create, list or revoke", sub))
+		return fail(env, "keys", usagef("unknown keys command %q: create, list or revoke", sub))
 	}
 	return 0
 }

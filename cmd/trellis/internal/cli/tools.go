@@ -167,9 +167,9 @@ func cmdPrompt(ctx context.Context, env *Env, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	f, ok := load(env, pos[1])
-	if !ok {
-		return 1
+	f, code := load(env, pos[1])
+	if f == nil {
+		return code
 	}
 	g := f.Graph()
 	n, found := g.Node(pos[2])
@@ -182,14 +182,13 @@ func cmdPrompt(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis prompt: node %q (%s) sends no prompt\n", n.Name, n.Kind)
 		return 2
 	}
-	in, err := ParseInputs(f, inputs, "")
+	in, err := ParseInputs(f, "--input", inputs, "")
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "trellis prompt: %v\n", err)
-		return 2
+		return fail(env, "prompt", err)
 	}
 	var state map[string]any
 	if *thread != "" {
-		rt, err := trellis.Open(ctx, *storeAddr)
+		rt, err := openRuntime(ctx, *storeAddr)
 		if err != nil {
 			return fail(env, "prompt", err)
 		}
