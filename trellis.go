@@ -439,9 +439,10 @@ func (rt *Runtime) Update(ctx context.Context, f *Flow, thread, node string, val
 	return rt.eng.Update(ctx, f.graph, thread, node, values)
 }
 
-// Delete removes a thread and all its checkpoints.
+// Delete removes a thread and all its checkpoints; a thread a run holds
+// (in any process) is ErrBusy.
 func (rt *Runtime) Delete(ctx context.Context, thread string) error {
-	return rt.eng.Store.Delete(ctx, thread)
+	return rt.eng.Delete(ctx, thread)
 }
 
 // Asks lists the questions the thread's unfinished run waits on (its

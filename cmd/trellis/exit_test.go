@@ -93,11 +93,16 @@ edges: [{from: START, to: inc}, {from: inc, to: END}]
 		{"validate a missing flow", []string{"validate", filepath.Join(dir, "none.yaml")}, 2, "none.yaml"},
 		{"serve missing flows", []string{"serve", "--flows", filepath.Join(dir, "none"), "--store", "memory"}, 2, "none"},
 		{"sandbox run a missing file", []string{"sandbox", "run", filepath.Join(dir, "none.py")}, 2, "none.py"},
+		// a thread another process runs is not deleted from under it
+		{"delete a busy thread", []string{"delete", "held", "--store", db}, 4, "process 1 on elsewhere holds it until"},
 	} {
 		out, errs, code := trellis(t, c.args...)
 		if code != c.code || !strings.Contains(out+errs, c.says) {
 			t.Errorf("%s: exit %d, want %d saying %q:\n%s%s", c.name, code, c.code, c.says, out, errs)
 		}
+	}
+	if out, errs, code := trellis(t, "state", "held", "--store", db); code != 0 {
+		t.Errorf("the busy thread was deleted: exit %d\n%s%s", code, out, errs)
 	}
 	// a clean directory says what it checked; skipped YAML files are named
 	write("empty/greet.yaml", "version: 1\nname: g\nstate: {schema: {type: object, properties: {n: {type: integer, default: 0}}}}\nnodes: {a: {kind: noop}}\nedges: [{from: START, to: a}, {from: a, to: END}]\n")

@@ -1,0 +1,17 @@
+package engine
+
+import "context"
+
+// Delete deletes a thread and all its checkpoints while holding its
+// lease, as a run would: a thread a run holds, in this process or
+// another, is busy (ErrBusy, naming the holder), so the run is not left
+// to commit to a thread that is gone.
+func (e *Engine) Delete(ctx context.Context, thread string) error {
+	owner, free, err := e.claim(ctx, thread)
+	if err != nil {
+		return err
+	}
+	defer free()
+	defer e.Store.Release(context.WithoutCancel(ctx), thread, owner)
+	return e.Store.Delete(ctx, thread)
+}
