@@ -674,13 +674,21 @@ func testLongThread(t *testing.T, st store.Store) {
 
 // BenchPrune measures Prune (keeping 100) on threads of 10^3, 10^5 and
 // 10^6 checkpoints, each writing a counter and every hundredth appending
-// to a list. The store makes the first two checkpoints; fill copies the
-// second into seq 3..n straight in the store's database (committing a
-// million checkpoints one by one would take longer than the prune) and
-// moves the thread's head to n.
+// to a list: the time per checkpoint and checkpoints per second, the
+// batches, and the longest a stopped prune may take to notice (until the
+// first report, between two). The store makes the first two checkpoints;
+// fill copies the second into seq 3..n straight in the store's database
+// (committing a million checkpoints one by one would take longer than the
+// prune) and moves the thread's head to n.
 func BenchPrune(b *testing.B, st store.Store, fill func(b *testing.B, thread string, n int)) {
 	for _, n := range []int{1_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("checkpoints=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			// batches made, the longest wait for the first report (the
+			// base written) and between two reports: how long a stop
+			// (Ctrl-C) may take to be heard
+			var batches int
+			var toFirst, gap time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				thread := fmt.Sprintf("prune-%d-%d", n, i)
@@ -695,7 +703,19 @@ func BenchPrune(b *testing.B, st store.Store, fill func(b *testing.B, thread str
 				}
 				fill(b, thread, n)
 				b.StartTimer()
-				removed, err := st.Prune(ctx, thread, store.PruneOptions{Keep: 100})
+				start := time.Now()
+				last := start
+				report := func(int, int) {
+					now := time.Now()
+					if batches == 0 {
+						toFirst = max(toFirst, now.Sub(start))
+					} else {
+						gap = max(gap, now.Sub(last))
+					}
+					last = now
+					batches++
+				}
+				removed, err := st.Prune(ctx, thread, store.PruneOptions{Keep: 100, Progress: report})
 				if err != nil || removed != n-101 {
 					b.Fatalf("pruned %d of %d: %v", removed, n, err)
 				}
@@ -710,6 +730,10 @@ func BenchPrune(b *testing.B, st store.Store, fill func(b *testing.B, thread str
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/checkpoint")
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "checkpoints/s")
+			b.ReportMetric(float64(batches)/float64(b.N), "batches/op")
+			b.ReportMetric(float64(toFirst.Milliseconds()), "ms-to-first-report")
+			b.ReportMetric(float64(gap.Milliseconds()), "ms-longest-between-reports")
 		})
 	}
 }
