@@ -20,6 +20,7 @@ type terminal struct {
 func (t *terminal) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	n := len(p) // all of p is written, escaped or held back
 	out := make([]byte, 0, len(p)+8)
 	if t.pending {
 		t.pending = false
@@ -34,7 +35,6 @@ func (t *terminal) Write(p []byte) (int, error) {
 			out = append(out, 0xc2)
 		}
 	}
-	n := len(p)
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		switch {
