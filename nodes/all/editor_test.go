@@ -16,7 +16,7 @@ import (
 )
 
 // yamlLanguageServer finds the yaml-language-server executable: $TRELLIS_YAML_LS,
-// the copy .ci/run installs, or PATH.
+// the copy make deps installs, or PATH.
 func yamlLanguageServer() string {
 	if p := os.Getenv("TRELLIS_YAML_LS"); p != "" {
 		return p
@@ -99,7 +99,7 @@ func (c *lsp) call(method string, params any) (any, error) {
 func TestEditorCompletion(t *testing.T) {
 	server := yamlLanguageServer()
 	if server == "" {
-		t.Skip("yaml-language-server is not installed (.ci/run installs it from npm); set TRELLIS_YAML_LS to its path")
+		missing(t, "yaml-language-server")
 	}
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "flows"), 0o755)
