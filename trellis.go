@@ -328,6 +328,14 @@ func ChildThread(thread, ns string) string { return engine.ChildThread(thread, n
 // ones are never recorded, and a Resume is given them again.
 func WithConfig(cfg map[string]any) RunOption { return func(r *engine.Request) { r.Config = cfg } }
 
+// WithValues gives a thread the run creates its initial values, as Create
+// does, checked together with the input (a required field may come from
+// either, and a refused input leaves no thread); a thread that exists
+// ignores them.
+func WithValues(values map[string]any) RunOption {
+	return func(r *engine.Request) { r.Values = values }
+}
+
 // WithAnswers answers the questions a paused run asked (Result.Interrupt
 // .Asks), by their ids, for the Resume that goes on.
 func WithAnswers(answers map[string]any) RunOption {

@@ -67,6 +67,11 @@ type Request struct {
 	Thread string
 	// Input sets input fields; any other key is refused.
 	Input map[string]any
+	// Values are the initial values of a thread that does not exist yet,
+	// as Create takes them (read-only fields too), checked together with
+	// the input: a required field may come from either. A thread that
+	// exists ignores them.
+	Values map[string]any
 	// Observe receives the run's events.
 	Observe Observer
 	// RecordPath keeps the nodes of every step in Result.Path.
@@ -100,10 +105,9 @@ type Request struct {
 	// never recorded and a resume is given them again.
 	Config map[string]any
 
-	// values start a child flow's new thread; child marks a child run,
-	// whose thread id is made by the runtime (see ChildThread).
-	values map[string]any
-	child  bool
+	// child marks a child flow's run, whose thread id is made by the
+	// runtime (see ChildThread).
+	child bool
 }
 
 // Durability is when a run's steps are committed.
@@ -202,7 +206,7 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result
 		var state map[string]any
 		// checked with the input (applyInput): a required input has no
 		// default
-		if state, creating, err = initial(g, req.Thread, req.values, false, req.child); err == nil {
+		if state, creating, err = initial(g, req.Thread, req.Values, false, req.child); err == nil {
 			head = &store.Snapshot{Thread: req.Thread, Seq: 1, Values: state}
 		}
 	}

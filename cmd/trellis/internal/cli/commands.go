@@ -279,12 +279,18 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	if exists && *with != "" {
 		fmt.Fprintf(env.Stderr, "thread %s exists; continuing it (--with applies to new threads)\n", *thread)
 	}
-	if !exists && *with != "" {
+	var opts []trellis.RunOption
+	switch {
+	case exists || *with == "":
+	case !*resume:
+		// created by the (first) run: the values are checked with the
+		// input, and a refused input leaves no thread
+		opts = append(opts, trellis.WithValues(initial))
+	default:
 		if _, err := rt.Create(ctx, f, *thread, initial); err != nil {
 			return fail(env, "run", err)
 		}
 	}
-	var opts []trellis.RunOption
 	if *trace {
 		opts = append(opts, trellis.WithObserver(TraceTo(env.Stderr)))
 	}
