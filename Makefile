@@ -34,12 +34,14 @@ deps:
 	      cat $$log; rm -f $$log; exit 1; fi; rm -f $$log; \
 	  else echo "missing packages:$$missing (the store's and the sandbox's tests need them)"; fi; \
 	fi
-	@# the schema's strict-validator test and the editor test run Node.js
-	@# packages: installed with npm (when there is one) into .ci/.yls
+	@# the schema's strict-validator test, the editor test and the
+	@# drawings' test run Node.js packages: installed with npm (when there
+	@# is one) into .ci/.yls
 	@if command -v npm >/dev/null && { [ ! -f .ci/.yls/node_modules/ajv/dist/2020.js ] || \
-	  [ ! -e .ci/.yls/node_modules/.bin/yaml-language-server ]; }; then \
-	  echo "installing ajv and yaml-language-server with npm into .ci/.yls"; \
-	  npm install --prefix .ci/.yls --no-audit --no-fund --loglevel=error yaml-language-server@1 ajv@8 >/dev/null; fi
+	  [ ! -e .ci/.yls/node_modules/.bin/yaml-language-server ] || [ ! -d .ci/.yls/node_modules/mermaid ] || \
+	  [ ! -d .ci/.yls/node_modules/jsdom ]; }; then \
+	  echo "installing ajv, yaml-language-server, mermaid and jsdom with npm into .ci/.yls"; \
+	  npm install --prefix .ci/.yls --no-audit --no-fund --loglevel=error yaml-language-server@1 ajv@8 mermaid@11 jsdom@24 >/dev/null; fi
 
 # The sandbox's file tree (Python, Node.js and the drivers' tools, from
 # this machine's packages) in SANDBOX_ROOT, imported into the Docker engine

@@ -125,6 +125,82 @@ func TestValidateFormats(t *testing.T) {
 	}
 }
 
+// Subflows, maps and nodes that ask are drawn distinctly: collapsed,
+// a subflow is a subroutine (a component in DOT) and a map a trapezoid (a
+// stack); expanded, each is a box holding the child flow's graph or the
+// node run per item, which the arcs enter and leave; JSON holds both.
+func TestGraphComposite(t *testing.T) {
+	const interview, approval = "../../flows/interview.yaml", "../../flows/examples/approval.yaml"
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"graph", interview}, []string{`n_screen_resume[["screen_resume<br/><small>subflow resume_review</small>"]]`, "n_initialize -->|\"state.review_resume\"| n_screen_resume"}},
+		{[]string{"graph", "../../flows/resume_review.yaml"}, []string{`n_sections[/"sections<br/><small>map over state.resume?.experience ?? [], 4 at once: llm</small>"\]`}},
+		{[]string{"graph", approval}, []string{`n_recruiter{{"recruiter<br/><small>interrupt, asks and waits</small>"}}`}},
+		{[]string{"graph", "--expand", interview}, []string{
+			`subgraph n_screen_resume ["screen_resume: subflow resume_review"]`,
+			"    n_screen_resume__START([START])", "    n_screen_resume__START --> n_screen_resume__router",
+			`    subgraph n_screen_resume__sections ["sections: map over state.resume?.experience ?? [], 4 at once: llm"]`,
+			`      n_screen_resume__sections__each["each item<br/><small>llm</small>"]`,
+			"n_screen_resume --> n_greeting"}},
+		{[]string{"graph", "--format", "dot", interview}, []string{`"screen_resume" [label="screen_resume\n(subflow resume_review)", shape=component];`}},
+		{[]string{"graph", "--format", "dot", approval}, []string{`"recruiter" [label="recruiter\n(interrupt, asks and waits)", shape=hexagon];`}},
+		{[]string{"graph", "--format", "dot", "--expand", interview}, []string{
+			`subgraph "cluster_screen_resume" {`, `"initialize" -> "screen_resume/START" [label="state.review_resume"];`,
+			`"screen_resume/END" -> "greeting";`, `subgraph "cluster_screen_resume/sections" {`,
+			`"screen_resume/aggregator" -> "screen_resume/sections/each" [label="state.review_sections"];`}},
+		{[]string{"graph", "--format", "dot", "../../flows/resume_review.yaml"}, []string{`shape=box3d`}},
+	} {
+		out, stderr, exit := trellis(t, tc.args...)
+		if exit != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, exit, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v lacks %q:\n%s", tc.args, w, out)
+			}
+		}
+	}
+	out, _, _ := trellis(t, "graph", "--format", "json", interview)
+	var doc struct {
+		Nodes []struct {
+			Name    string `json:"name"`
+			Subflow *struct {
+				Name  string `json:"name"`
+				Path  string `json:"path"`
+				Nodes []struct {
+					Name string `json:"name"`
+					Map  *struct {
+						Items string `json:"items"`
+						Max   int    `json:"max_concurrency"`
+						Node  struct {
+							Kind string `json:"kind"`
+						} `json:"node"`
+					} `json:"map"`
+				} `json:"nodes"`
+			} `json:"subflow"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, n := range doc.Nodes {
+		if n.Name != "screen_resume" || n.Subflow == nil {
+			continue
+		}
+		for _, c := range n.Subflow.Nodes {
+			if c.Name == "sections" && c.Map != nil && c.Map.Max == 4 && c.Map.Node.Kind == "llm" && strings.HasSuffix(n.Subflow.Path, "resume_review.yaml") {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("json lacks the subflow and its map:\n%s", out)
+	}
+}
+
 func TestGraph(t *testing.T) {
 	f := examples + "/G009.ok.yaml"
 	for _, format := range []string{"mermaid", "dot", "json"} {

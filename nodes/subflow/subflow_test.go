@@ -203,6 +203,16 @@ func TestSubflowHistoryUnderItsNamespace(t *testing.T) {
 			if len(pcps) != 1 || !strings.HasSuffix(ns, ":"+strconv.FormatUint(pcps[0].Parent, 10)) {
 				t.Fatalf("the parent's review step %+v does not follow checkpoint %s", pcps, ns)
 			}
+			// deleting the parent deletes the child's thread, not the fork
+			if err := engine.New(st).Delete(ctx, "cand"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Head(ctx, thread); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("the child after the parent's delete: %v", err)
+			}
+			if _, err := st.Head(ctx, "review-again"); err != nil {
+				t.Fatalf("the fork after the parent's delete: %v", err)
+			}
 		})
 	}
 }

@@ -289,7 +289,30 @@ func (f Field) Schema() map[string]any {
 	if f.Unique {
 		s["uniqueItems"] = true
 	}
+	if alts, ok := s["anyOf"].([]any); ok && len(f.Types) > 0 {
+		// a union of types: each keyword goes with the type it applies
+		// to, as strict validators (Ajv's strictTypes) want
+		for kw, types := range typedKeywords {
+			v, has := s[kw]
+			if !has {
+				continue
+			}
+			delete(s, kw)
+			for _, a := range alts {
+				if am := a.(map[string]any); slices.Contains(types, am["type"].(string)) {
+					am[kw] = v
+				}
+			}
+		}
+	}
 	return s
+}
+
+// typedKeywords are the keywords that apply to values of some types only.
+var typedKeywords = map[string][]string{
+	"minimum": {"integer", "number"}, "maximum": {"integer", "number"},
+	"minLength": {"string"}, "pattern": {"string"},
+	"minItems": {"array"}, "uniqueItems": {"array"}, "minProperties": {"object"},
 }
 
 // Properties returns the JSON Schema properties of fields and the names of

@@ -184,6 +184,10 @@ func FormatSchema(reg kind.Registry) ([]byte, error) {
 	}
 	defs["node"] = node
 	doc := config.Object("", "A Trellis flow: state, nodes, edges and limits.", flowFields(kindKeys)...).Schema()
+	// max_steps may be an expression only over a config block
+	doc["if"] = map[string]any{"not": map[string]any{"type": "object", "properties": map[string]any{"config": true}, "required": []any{"config"}}}
+	doc["then"] = map[string]any{"type": "object", "properties": map[string]any{"limits": map[string]any{"type": "object",
+		"properties": map[string]any{"max_steps": map[string]any{"type": "integer"}}}}}
 	doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
 	doc["title"] = "Trellis flow"
 	doc["$defs"] = defs

@@ -169,9 +169,9 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	}
 	c.state(top.Object("state"))
 	c.configBlock(top.Value("config"))
-	if v := top.Object("limits").Value("max_steps"); v.IsString() && c.g.ConfigShape == nil {
-		c.dl.Errorf(diag.CodeType, v.Pos(), "limits.max_steps", "max_steps must be an integer (or, in a flow with a config block, an expression over config)")
-	} else if v.IsString() {
+	// an expression over config (without a config block, the format
+	// check reported the string)
+	if v := top.Object("limits").Value("max_steps"); v.IsString() && c.g.ConfigShape != nil {
 		env := expression.NewEnv().With("config", c.g.ConfigShape)
 		if p := c.compileExpr(v, env, false); p != nil {
 			if t := jsonType(p.ResultType()); t != "" && t != "integer" {

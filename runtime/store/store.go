@@ -313,6 +313,9 @@ type ThreadOptions struct {
 	Limit int
 	// IdleSince keeps only threads not updated since this time.
 	IdleSince time.Time
+	// Prefix keeps only threads whose id starts with it (the threads of
+	// the child flows a thread ran start with its id and a separator).
+	Prefix string
 }
 
 // ThreadInfo describes one thread.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -196,7 +197,7 @@ func (s *Store) Threads(_ context.Context, opts store.ThreadOptions) ([]store.Th
 	defer s.mu.Unlock()
 	var out []store.ThreadInfo
 	for id, t := range s.threads {
-		if !opts.IdleSince.IsZero() && !t.updated.Before(opts.IdleSince) {
+		if !opts.IdleSince.IsZero() && !t.updated.Before(opts.IdleSince) || !strings.HasPrefix(id, opts.Prefix) {
 			continue
 		}
 		out = append(out, store.ThreadInfo{ID: id, Head: t.chain[len(t.chain)-1].Seq, Created: t.created, Updated: t.updated})

@@ -604,11 +604,15 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 
 // Threads implements store.Store.
 func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.ThreadInfo, error) {
-	q := `SELECT id, head, created_at, updated_at FROM threads`
+	q := `SELECT id, head, created_at, updated_at FROM threads WHERE true`
 	var args []any
 	if !opts.IdleSince.IsZero() {
-		q += ` WHERE updated_at < $1`
 		args = append(args, sqlstore.Nanos(opts.IdleSince))
+		q += ` AND updated_at < $` + strconv.Itoa(len(args))
+	}
+	if opts.Prefix != "" {
+		args = append(args, opts.Prefix)
+		q += ` AND starts_with(id, $` + strconv.Itoa(len(args)) + `)`
 	}
 	q += ` ORDER BY updated_at DESC, id`
 	if opts.Limit > 0 {

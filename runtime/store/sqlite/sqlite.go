@@ -644,11 +644,15 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 
 // Threads implements store.Store.
 func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.ThreadInfo, error) {
-	q := `SELECT id, head, created_at, updated_at FROM threads`
+	q := `SELECT id, head, created_at, updated_at FROM threads WHERE true`
 	var args []any
 	if !opts.IdleSince.IsZero() {
-		q += ` WHERE updated_at < ?`
+		q += ` AND updated_at < ?`
 		args = append(args, sqlstore.Nanos(opts.IdleSince))
+	}
+	if opts.Prefix != "" {
+		q += ` AND substr(id, 1, ?) = ?`
+		args = append(args, len(opts.Prefix), opts.Prefix)
 	}
 	q += ` ORDER BY updated_at DESC, id`
 	if opts.Limit > 0 {

@@ -323,6 +323,25 @@ func testThreadsAndDelete(t *testing.T, st store.Store) {
 	if len(idle) != 1 || idle[0].ID != "a" {
 		t.Fatalf("idle threads %+v", idle)
 	}
+	// a prefix matches byte for byte, whatever the database's collation
+	create(t, st, "b|x:1", map[string]any{"n": 1})
+	create(t, st, "b|x:1|y:2", map[string]any{"n": 1})
+	create(t, st, "B|x:1", map[string]any{"n": 1})
+	create(t, st, "b_x", map[string]any{"n": 1})
+	var ids []string
+	kids, err := st.Threads(ctx, store.ThreadOptions{Prefix: "b|"})
+	for _, k := range kids {
+		ids = append(ids, k.ID)
+	}
+	slices.Sort(ids)
+	if err != nil || !slices.Equal(ids, []string{"b|x:1", "b|x:1|y:2"}) {
+		t.Fatalf("threads by prefix %v %v", ids, err)
+	}
+	for _, id := range []string{"b|x:1", "b|x:1|y:2", "B|x:1", "b_x"} {
+		if err := st.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := st.Delete(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
