@@ -2,6 +2,7 @@ package mapnode_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"strconv"
@@ -10,10 +11,12 @@ import (
 	"testing"
 
 	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 	"github.com/trellisflow/trellis/runtime/store"
 	_ "github.com/trellisflow/trellis/runtime/store/all"
 	"github.com/trellisflow/trellis/runtime/store/storetest"
@@ -248,6 +251,45 @@ func TestMapDiagnostics(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s: want %s %q, got:\n%v", tc.edit, tc.code, tc.text, dl)
+		}
+	}
+}
+
+// A map retried after an item failed (its own retry policy) runs again
+// only the items that did not complete: the others' writes were kept.
+func TestMapRetryRunsOnlyFailedItems(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	runs := map[any]int{}
+	set := registry().(*kind.Set)
+	set.Register(kind.Spec{Name: "flaky", Summary: "Fail an item's first run when it is 3.", Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
+		New: func(b kind.Builder) kind.Node {
+			sets := kindtest.CompileSet(b)
+			return kind.Func(func(_ context.Context, s kind.State) (kind.Update, error) {
+				item := s.Vars()["item"]
+				mu.Lock()
+				runs[item]++
+				n := runs[item]
+				mu.Unlock()
+				if item == 3 && n == 1 {
+					return nil, errors.New("flaked")
+				}
+				return sets.Eval(s.Vars())
+			})
+		}})
+	src := strings.NewReplacer("kind: set\n      jitter_ms: 4\n", "kind: flaky\n", "    max_concurrency: 10\n", "    max_concurrency: 2\n    retry: {attempts: 2, backoff: 1ms}\n").Replace(squares)
+	g, dl := flow.LoadSource("squares.yaml", []byte(src), set)
+	if g == nil || dl.HasErrors() {
+		t.Fatal(dl)
+	}
+	st, _ := store.Open(ctx, "memory")
+	res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"items": []any{0, 1, 2, 3, 4, 5}}})
+	if err != nil || !slices.Equal(res.State["squares"].([]any), []any{0, 1, 4, 9, 16, 25}) {
+		t.Fatalf("%v %v", res, err)
+	}
+	for item, n := range runs {
+		if want := map[bool]int{true: 2, false: 1}[item == 3]; n != want {
+			t.Errorf("item %v ran %d times, want %d: %v", item, n, want, runs)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -122,6 +123,13 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 		// completed before the run stopped
 		return updateOf(ws), nil
 	}
+	r.nestedMu.Lock()
+	done, ok := r.nestedDone[n.Name]
+	r.nestedMu.Unlock()
+	if ok {
+		// completed in an earlier attempt of its host, this step
+		return slices.Clone(done), nil
+	}
 	vars := make(map[string]any, len(v.vars)+len(extra))
 	maps.Copy(vars, v.vars)
 	maps.Copy(vars, extra)
@@ -143,6 +151,12 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 	if err := r.savePending(ctx, &o); err != nil {
 		return nil, err
 	}
+	r.nestedMu.Lock()
+	if r.nestedDone == nil {
+		r.nestedDone = map[string]kind.Update{}
+	}
+	r.nestedDone[n.Name] = upd
+	r.nestedMu.Unlock()
 	if observe {
 		r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: upd.Map(),
 			Degraded: o.degraded, Usage: o.view.usage, Cached: o.cached})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
@@ -32,6 +33,11 @@ type run struct {
 	// checkpoint records; limit its superstep limit
 	config, record map[string]any
 	limit          int
+	// nestedMu guards nestedDone: the updates of the nested runs (a
+	// map's items) completed in the current step, so that a host's retry
+	// does not run them again
+	nestedMu   sync.Mutex
+	nestedDone map[string]kind.Update
 
 	working
 	schedule
@@ -185,7 +191,7 @@ func (r *run) release() {
 	clear(r.cur)
 	clear(r.next[1][:cap(r.next[1])])
 	r.e, r.g, r.values, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, Request{}, nil, nil
-	r.config, r.record = nil, nil
+	r.config, r.record, r.nestedDone = nil, nil, nil
 	clear(r.staged)
 	r.staged = r.staged[:0]
 	if r.vars != nil {

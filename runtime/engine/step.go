@@ -419,6 +419,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	// saved updates belong to the first superstep of a resumed run only,
 	// an answer to the first step that runs its asker
 	r.pending = nil
+	r.nestedDone = nil
 	if len(r.answers) > 0 {
 		for _, n := range triggered {
 			delete(r.answers, n.Name)
