@@ -24,13 +24,13 @@ import (
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
-// The crash test: a child process (this test binary) runs a map over 40
-// items, four at a time, each item logging when it starts; the parent
+// The crash test: a child process (this test binary) runs a map over 60
+// items, four at a time (a second's work), each item logging when it starts; the parent
 // kills it with SIGKILL once some items have completed, then starts
 // another, which resumes the run. Only the items the first left
 // unfinished may run again.
 
-const crashItems = 40
+const crashItems = 60
 
 const crashFlow = `version: 1
 name: crashmap
@@ -74,7 +74,7 @@ func crashRegistry(logPath, gen string) kind.Registry {
 					f.Close()
 				}
 				select {
-				case <-time.After(time.Duration(30+rand.IntN(40)) * time.Millisecond):
+				case <-time.After(time.Duration(40+rand.IntN(40)) * time.Millisecond):
 				case <-ctx.Done():
 					return nil, ctx.Err()
 				}
@@ -125,7 +125,7 @@ func crashChild(addr, logPath, gen string) int {
 
 // SIGKILL in the middle of a map: the items that completed were kept as
 // pending writes, and the run that resumes it runs exactly the others,
-// then folds all forty in item order. On SQLite and PostgreSQL (the
+// then folds all sixty in item order. On SQLite and PostgreSQL (the
 // memory store dies with its process).
 func TestMapCrashResumesOnlyUnfinishedItems(t *testing.T) {
 	ctx := context.Background()

@@ -66,7 +66,8 @@ nodes:
     max_concurrency: 10
     node:
       kind: set
-      jitter_ms: 4
+      sleep_ms: "3"
+      jitter_ms: 6
       set: {squares: "item * item", sum: "item"}
     writes: {failed: "map(filter(results, !.ok), .index)"}
 edges:
@@ -277,7 +278,7 @@ func TestMapRetryRunsOnlyFailedItems(t *testing.T) {
 				return sets.Eval(s.Vars())
 			})
 		}})
-	src := strings.NewReplacer("kind: set\n      jitter_ms: 4\n", "kind: flaky\n", "    max_concurrency: 10\n", "    max_concurrency: 2\n    retry: {attempts: 2, backoff: 1ms}\n").Replace(squares)
+	src := strings.NewReplacer("kind: set\n      sleep_ms: \"3\"\n      jitter_ms: 6\n", "kind: flaky\n", "    max_concurrency: 10\n", "    max_concurrency: 2\n    retry: {attempts: 2, backoff: 1ms}\n").Replace(squares)
 	g, dl := flow.LoadSource("squares.yaml", []byte(src), set)
 	if g == nil || dl.HasErrors() {
 		t.Fatal(dl)

@@ -138,6 +138,7 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 		if len(o.update) == 0 {
 			continue
 		}
+		o.repeats = r.repeats
 		if next == nil {
 			// The run owns its state map: it came from the store as a copy
 			// and nodes are done reading it. Only when a timed-out node may
@@ -177,61 +178,84 @@ type staged struct {
 // whose reducer replaces, or by two nodes so) fails the run. A field the
 // update writes several times folds each write in order.
 func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
-	r.staged = r.staged[:0]
-	defer func() {
-		for _, sv := range r.staged {
-			r.stagedAt[sv.f.Index] = -1
-		}
-	}()
+	r.staged, r.repeats = r.staged[:0], false
+	// a field written before in the update is found among the staged
+	// fields; a long update (a map's items) finds it through stagedAt
+	indexed := len(upd) > 8
 	fail := func(format string, args ...any) error {
 		return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
 	}
+writes:
 	for _, fv := range upd {
 		f := declared(n, fv.Field)
 		if f == nil {
 			var ok bool
 			if f, ok = r.g.Field(fv.Field); !ok {
-				return nil, fail("wrote %q, which is not a state field", fv.Field)
+				err = fail("wrote %q, which is not a state field", fv.Field)
+				break
 			}
 		}
 		if !n.WriteMask[f.Index] {
-			return nil, fail("wrote field %q, which the node does not declare", f.Name)
+			err = fail("wrote field %q, which the node does not declare", f.Name)
+			break
 		}
-		at := r.stagedAt[f.Index]
+		at := -1
+		if indexed {
+			at = r.stagedAt[f.Index]
+		} else if len(r.staged) > 0 {
+			for i := range r.staged {
+				if r.staged[i].f == f {
+					at = i
+					break
+				}
+			}
+		}
 		if at >= 0 && !f.Reducer.Concurrent {
-			return nil, fail("wrote field %q twice in one update and its reducer is replace", f.Name)
+			err = fail("wrote field %q twice in one update and its reducer is replace", f.Name)
+			break
 		}
 		if w := r.writer[f.Index]; w >= 0 && !f.Reducer.Concurrent {
-			return nil, fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
+			err = fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
+			break
 		}
-		v, err := normalizeFor(f, fv.Value)
-		if err != nil {
-			return fmt.Errorf("field %q: %w", f.Name, err), nil
+		v, verr := normalizeFor(f, fv.Value)
+		if verr != nil {
+			rejected = fmt.Errorf("field %q: %w", f.Name, verr)
+			break
 		}
 		cur := r.cur[f.Index]
 		if at >= 0 {
 			cur = r.staged[at].merged
 		}
 		var merged any
+		var rerr error
 		if f.Reducer.Appends {
-			merged, err = r.appendOwned(f, cur, v)
+			merged, rerr = r.appendOwned(f, cur, v)
 		} else {
-			merged, err = f.Reducer.Reduce(cur, v)
+			merged, rerr = f.Reducer.Reduce(cur, v)
 		}
-		if err == nil {
-			err = validateField(f, merged, v)
+		if rerr == nil {
+			rerr = validateField(f, merged, v)
 		}
-		if err != nil {
-			return fmt.Errorf("update of field %q rejected: %w", f.Name, err), nil
+		if rerr != nil {
+			rejected = fmt.Errorf("update of field %q rejected: %w", f.Name, rerr)
+			break writes
 		}
 		if at >= 0 {
-			r.staged[at].merged = merged
+			r.staged[at].merged, r.repeats = merged, true
 			continue
 		}
-		r.stagedAt[f.Index] = len(r.staged)
+		if indexed {
+			r.stagedAt[f.Index] = len(r.staged)
+		}
 		r.staged = append(r.staged, staged{f: f, merged: merged})
 	}
-	return nil, nil
+	if indexed {
+		for _, sv := range r.staged {
+			r.stagedAt[sv.f.Index] = -1
+		}
+	}
+	return rejected, err
 }
 
 // declared returns the node's declared field called name, or nil.
@@ -245,13 +269,19 @@ func declared(n *flow.Node, name string) *flow.Field {
 }
 
 // writtenFields lists the fields of upd in field order, sharing the node's
-// own list when it wrote every field it declares.
-func writtenFields(n *flow.Node, upd kind.Update) []string {
+// own list when it wrote every field it declares (once each: repeats
+// says it wrote one more than once).
+func writtenFields(n *flow.Node, upd kind.Update, repeats bool) []string {
+	if len(upd) == len(n.WriteList) && !repeats {
+		return n.WriteList
+	}
+	return someFields(n, upd)
+}
+
+// someFields lists the fields of upd in field order.
+func someFields(n *flow.Node, upd kind.Update) []string {
 	if len(upd) == 0 {
 		return nil
-	}
-	if len(upd) == len(n.WriteList) && distinct(upd) {
-		return n.WriteList
 	}
 	fs := make([]string, 0, len(upd))
 	for _, f := range n.WriteList {
@@ -260,18 +290,6 @@ func writtenFields(n *flow.Node, upd kind.Update) []string {
 		}
 	}
 	return fs
-}
-
-// distinct reports whether upd writes each field once.
-func distinct(upd kind.Update) bool {
-	for i := 1; i < len(upd); i++ {
-		for _, fv := range upd[:i] {
-			if fv.Field == upd[i].Field {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func normalizeFor(f *flow.Field, v any) (any, error) {

@@ -62,6 +62,7 @@ type outcome struct {
 	route    *flow.Node // on_error route taken
 	degraded string     // why the update is a fallback
 	cached   bool       // the update was replayed from the node's cache
+	repeats  bool       // the update writes a field more than once
 	// saveErr is the store's failure to save the node's update as a
 	// pending write: the run's failure, not the node's, so on_error does
 	// not apply to it.
@@ -99,11 +100,14 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 		return
 	}
 	o.view.stream, o.view.usage = nil, nil
-	if n.Cache != nil {
+	switch {
+	case n.Cache != nil:
 		r.execCached(ctx, n, vars, o)
-		return
+	case r.req.Observe == nil && r.e.Tracer == nil:
+		r.attempt(ctx, n, vars, o)
+	default:
+		r.execNode(ctx, n, vars, o)
 	}
-	r.execNode(ctx, n, vars, o)
 }
 
 // execNode runs a node's attempts, traced and streamed as the run asks.

@@ -80,6 +80,7 @@ type working struct {
 	// is staged, -1 none
 	stagedAt []int
 	staged   []staged // a node's update, checked, before it is applied
+	repeats  bool     // the staged update wrote a field more than once
 }
 
 // schedule is what decides which nodes run next: the edges' state and the

@@ -110,12 +110,12 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			return nil, err
 		}
 		var pause *Interrupt
-		if pauseBefore {
+		if pauseBefore && r.g.Pauses {
 			if names := pausing(triggered, func(n *flow.Node) bool { return n.InterruptBefore }); len(names) > 0 {
 				pause = &Interrupt{Before: names}
 			}
 		}
-		if pause == nil {
+		if pause == nil && r.g.Asks {
 			asks, err := r.questions(triggered)
 			if err != nil {
 				return nil, err
@@ -160,8 +160,10 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			return nil, err
 		}
 		if len(triggered) > 0 {
-			if names := pausing(ran, func(n *flow.Node) bool { return n.InterruptAfter }); len(names) > 0 {
-				return r.result(&Interrupt{After: names}), nil
+			if r.g.Pauses {
+				if names := pausing(ran, func(n *flow.Node) bool { return n.InterruptAfter }); len(names) > 0 {
+					return r.result(&Interrupt{After: names}), nil
+				}
 			}
 			select {
 			case <-r.req.Stop:
@@ -395,7 +397,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	outs := r.outs[:len(triggered)]
 	for i := range outs {
-		outs[i].update, outs[i].err, outs[i].route, outs[i].saveErr = nil, nil, nil, nil
+		outs[i].update, outs[i].err, outs[i].route, outs[i].saveErr, outs[i].repeats = nil, nil, nil, nil, false
 	}
 	if observe {
 		for _, n := range triggered {
@@ -463,7 +465,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	writers := take(&r.slabs.writers, len(outs))[:0]
 	for i := range outs {
-		writers = append(writers, store.NodeWrites{Node: outs[i].node.Name, Fields: writtenFields(outs[i].node, outs[i].update)})
+		writers = append(writers, store.NodeWrites{Node: outs[i].node.Name, Fields: writtenFields(outs[i].node, outs[i].update, outs[i].repeats)})
 	}
 	cp.Writers = writers
 	// routing on the post-barrier state

@@ -40,6 +40,10 @@ type Graph struct {
 	// order; ConfigShape is its shape (nil when the flow declares none).
 	Config      []*ConfigField
 	ConfigShape *schema.Shape
+	// Pauses is set when a node pauses runs (interrupt_before or
+	// interrupt_after), Asks when a node asks a question (kind.Asker): a
+	// run of a flow with neither checks no node for them.
+	Pauses, Asks bool
 	// FullValidation is set when the state schema has root-level
 	// constraints beyond its properties; the whole state is then validated
 	// at every commit instead of only the changed fields.

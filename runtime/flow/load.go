@@ -184,6 +184,9 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.conversation(top.Object("conversation"))
 	c.nodes(top.Value("nodes"))
 	for _, n := range c.g.Nodes {
+		_, asks := n.Impl.(kind.Asker)
+		c.g.Asks = c.g.Asks || asks
+		c.g.Pauses = c.g.Pauses || n.InterruptBefore || n.InterruptAfter
 		n.WriteMask = make([]bool, len(c.g.Fields))
 		for i, f := range c.g.Fields {
 			n.WriteMask[i] = n.Writes[f.Name]
