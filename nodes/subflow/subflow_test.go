@@ -3,6 +3,7 @@ package subflow_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
@@ -317,6 +320,102 @@ func TestSubflowDiagnostics(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s%s: want %s %q, got:\n%v", tc.edit, tc.childEdit, tc.code, tc.text, dl)
+		}
+	}
+}
+
+const chatChild = `version: 1
+name: chat_child
+state:
+  schema:
+    type: object
+    required: [topic]
+    properties:
+      topic: {type: string}
+      reply: {type: string, default: ""}
+nodes:
+  say: {kind: llm, prompt: say, writes: {reply: output}}
+edges:
+  - {from: START, to: say}
+  - {from: say, to: END}
+`
+
+const chatParent = `version: 1
+name: chat_parent
+input: [topics]
+state:
+  schema:
+    type: object
+    properties:
+      topics: {type: array, items: {type: string}, default: []}
+      replies: {type: array, items: {type: string}, default: []}
+  reducers:
+    replies: append
+nodes:
+  each:
+    kind: map
+    items: "state.topics"
+    max_concurrency: 2
+    node:
+      kind: subflow
+      flow: chat_child.yaml
+      input: {topic: item}
+      writes: {replies: "output.reply"}
+edges:
+  - {from: START, to: each}
+  - {from: each, to: END}
+`
+
+// A map whose node is a subflow: each item runs the child flow on a
+// thread of its own (NODE[INDEX]:SEQ), the replies fold in item order, and
+// the children's model tokens reach the parent's stream as node_output
+// events tagged with each child's namespace.
+func TestMapOfSubflowsStreamsTheChildrensTokens(t *testing.T) {
+	ctx := context.Background()
+	srv := llmtest.New(
+		llmtest.Rule{Match: "alpha", Replies: []llmtest.Reply{{Content: "first reply about alpha", Delay: 30 * time.Millisecond}}},
+		llmtest.Rule{Match: "beta", Replies: []llmtest.Reply{{Content: "second reply about beta"}}},
+	)
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	p := &llm.Provider{BaseURL: ts.URL + "/v1", APIKey: srv.Key, Backoff: time.Millisecond, Retries: 1}
+	dir := t.TempDir()
+	write(t, dir, "chat_child.yaml", chatChild)
+	path := write(t, dir, "chat_parent.yaml", chatParent)
+	_ = os.MkdirAll(filepath.Join(dir, "prompts"), 0o755)
+	write(t, dir, "prompts/say.prompt", "---\nfallback: none\n---\nSay something about {{.state.topic}}.\n")
+	g, dl := flow.Load(path, all.WithProvider(func() *llm.Provider { return p }))
+	if g == nil || dl.HasErrors() {
+		t.Fatal(dl)
+	}
+	st, _ := store.Open(ctx, "memory")
+	var mu sync.Mutex
+	tokens := map[string]string{}
+	res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: "c", Input: map[string]any{"topics": []any{"alpha", "beta"}},
+		Observe: func(ev engine.Event) {
+			if ev.Type == engine.NodeOutput {
+				mu.Lock()
+				tokens[ev.NS] += ev.Text
+				mu.Unlock()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.State["replies"].([]any); !slices.Equal(got, []any{"first reply about alpha", "second reply about beta"}) {
+		t.Fatalf("replies %v", got)
+	}
+	if len(tokens) != 2 {
+		t.Fatalf("tokens by namespace: %v", tokens)
+	}
+	for ns, text := range tokens {
+		i := strings.TrimSuffix(strings.TrimPrefix(ns, "each["), "]:2")
+		want := map[string]string{"0": "first reply about alpha", "1": "second reply about beta"}[i]
+		if want == "" || text != want {
+			t.Errorf("namespace %q streamed %q", ns, text)
+		}
+		if _, err := st.Head(ctx, engine.ChildThread("c", ns)); err != nil {
+			t.Errorf("the thread of %s: %v", ns, err)
 		}
 	}
 }
