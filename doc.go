@@ -21,7 +21,8 @@
 //		le.Print(os.Stderr) // every problem, with its source line
 //	}
 //
-// Nodes are built from the built-in kinds (assign, llm, noop, render). An llm node
+// Nodes are built from the built-in kinds (assign, render, llm, sandbox,
+// interrupt, subflow, map, noop; nodes/README.md lists their settings). An llm node
 // calls the OpenAI-compatible endpoint the environment names
 // (OPENAI_BASE_URL, OPENAI_API_KEY, TRELLIS_MODEL); with no model
 // configured, or with the Offline option, it writes its prompt's fallback,
@@ -50,6 +51,19 @@
 // WithStop ends a run at its next step boundary (for a graceful shutdown),
 // and WithRunID names a run so that starting it again, after a crash,
 // continues it rather than applying its input twice.
+//
+// A run may be given a configuration (WithConfig): the values of the
+// flow's config block, which expressions read as config.NAME; those the
+// flow marks secret are never checkpointed, so a Resume is given them
+// again. A run that reaches an interrupt node pauses with its questions
+// (Result.Interrupt.Asks); a Resume WithAnswers goes on.
+//
+// A subflow node runs another flow as one step, on a thread of its own
+// named by ChildThread(thread, ns) (ns is NODE:SEQ, as the child's events
+// carry it): read it, fork it and time-travel in it as in any thread. A
+// map node runs a node once per item of a list, folding the items' writes
+// in item order; a run resumed after a crash runs only the unfinished
+// items.
 //
 // Runs are traced when Engine().Tracer is set: package runtime/telemetry
 // builds an OpenTelemetry tracer, from the standard OTEL_ environment
