@@ -112,7 +112,12 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB) error {
 
 func init() {
 	store.Register("sqlite", func(ctx context.Context, addr string) (store.Store, error) {
-		return Open(ctx, strings.TrimPrefix(addr, "sqlite:"))
+		path, ok := strings.CutPrefix(addr, "sqlite:")
+		if !ok {
+			// "sqlite" alone: not a file named sqlite
+			return nil, fmt.Errorf(`sqlite store %q: write sqlite:PATH, such as sqlite:.trellis/trellis.db`, addr)
+		}
+		return Open(ctx, path)
 	})
 }
 

@@ -189,3 +189,25 @@ func TestPaths(t *testing.T) {
 		}
 	}
 }
+
+// An address that names the scheme alone is refused: it names no file
+// (and opened a file called "sqlite" in the working directory).
+func TestSchemeAloneIsNoPath(t *testing.T) {
+	dir := t.TempDir()
+	wd, _ := os.Getwd()
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	for _, addr := range []string{"sqlite", "sqlite:"} {
+		if st, err := store.Open(context.Background(), addr); err == nil || !strings.Contains(err.Error(), "sqlite:PATH") {
+			if st != nil {
+				st.Close()
+			}
+			t.Errorf("%q: %v", addr, err)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("files made: %v", entries)
+	}
+}
