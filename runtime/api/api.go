@@ -21,20 +21,24 @@ type Code string
 
 // The error codes, with the status each is sent with.
 const (
-	CodeBadRequest       Code = "bad_request"            // 400: the body is not the JSON the route takes
-	CodeUnauthorized     Code = "unauthorized"           // 401: no key, or a key that is not valid
-	CodeForbidden        Code = "forbidden"              // 403: the key may not do this (an admin route)
-	CodeNotFound         Code = "not_found"              // 404: no such flow, thread, run or key for this tenant
-	CodeMethodNotAllowed Code = "method_not_allowed"     // 405
-	CodeThreadExists     Code = "thread_exists"          // 409: a thread with that id exists
-	CodeThreadBusy       Code = "thread_busy"            // 409: another run holds the thread
-	CodeUnfinished       Code = "thread_unfinished"      // 409: the thread's last run stopped part way
-	CodeTooLarge         Code = "body_too_large"         // 413
-	CodeUnsupportedMedia Code = "unsupported_media_type" // 415
-	CodeInvalidInput     Code = "invalid_input"          // 422: values or input the flow refuses
-	CodeInvalidFlow      Code = "invalid_flow"           // 422: a flow with errors (details: the diagnostics)
-	CodeUnavailable      Code = "unavailable"            // 503: the store does not answer, or the server is stopping
-	CodeInternal         Code = "internal"               // 500
+	CodeBadRequest         Code = "bad_request"            // 400: the body is not the JSON the route takes
+	CodeUnauthorized       Code = "unauthorized"           // 401: no key, or a key that is not valid
+	CodeForbidden          Code = "forbidden"              // 403: the key may not do this (an admin route)
+	CodeNotFound           Code = "not_found"              // 404: no such flow, thread, run or key for this tenant
+	CodeMethodNotAllowed   Code = "method_not_allowed"     // 405
+	CodeThreadExists       Code = "thread_exists"          // 409: a thread with that id exists
+	CodeThreadBusy         Code = "thread_busy"            // 409: another run holds the thread
+	CodeUnfinished         Code = "thread_unfinished"      // 409: the thread's last run stopped part way
+	CodeTooLarge           Code = "body_too_large"         // 413
+	CodeUnsupportedMedia   Code = "unsupported_media_type" // 415
+	CodeInvalidInput       Code = "invalid_input"          // 422: values or input the flow refuses
+	CodeInvalidFlow        Code = "invalid_flow"           // 422: a flow with errors (details: the diagnostics)
+	CodeUnavailable        Code = "unavailable"            // 503: the store does not answer, or the server is stopping
+	CodeNotConversational  Code = "not_conversational"     // 422: a voice session for a flow with no conversation block
+	CodeVoiceNotConfigured Code = "voice_not_configured"   // 503: the server has no LiveKit server to talk to
+	CodeSpeechUnavailable  Code = "speech_unavailable"     // 503: the offline speech engine is not installed
+	CodeLiveKitFailed      Code = "livekit_failed"         // 502: the LiveKit server refused or did not answer
+	CodeInternal           Code = "internal"               // 500
 )
 
 // Status is the HTTP status a code is sent with.
@@ -56,10 +60,12 @@ func (c Code) Status() int {
 		return http.StatusRequestEntityTooLarge
 	case CodeUnsupportedMedia:
 		return http.StatusUnsupportedMediaType
-	case CodeInvalidInput, CodeInvalidFlow:
+	case CodeInvalidInput, CodeInvalidFlow, CodeNotConversational:
 		return http.StatusUnprocessableEntity
-	case CodeUnavailable:
+	case CodeUnavailable, CodeVoiceNotConfigured, CodeSpeechUnavailable:
 		return http.StatusServiceUnavailable
+	case CodeLiveKitFailed:
+		return http.StatusBadGateway
 	}
 	return http.StatusInternalServerError
 }
@@ -166,6 +172,9 @@ type State struct {
 	// Interrupts are the questions the unfinished run waits on (its
 	// interrupt nodes'), answered by a run with resume and answers.
 	Interrupts []Interrupt `json:"interrupts,omitempty"`
+	// Finished is set when the flow's conversation.until holds: the
+	// conversation is over.
+	Finished bool `json:"finished,omitempty"`
 }
 
 // Interrupt is a question a paused run asks: its id (the asking node's
@@ -324,3 +333,57 @@ type Health struct {
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
 }
+
+// Voice session modes.
+const (
+	// VoiceAudio: the caller speaks and hears the agent (the default).
+	VoiceAudio = "audio"
+	// VoiceText: the caller and the agent exchange text as data messages,
+	// where no speech engine is at hand.
+	VoiceText = "text"
+)
+
+// VoiceRequest asks for a thread's voice session.
+type VoiceRequest struct {
+	// Identity names the caller in the room (default "caller"); Name is
+	// shown to the others.
+	Identity string `json:"identity,omitempty"`
+	Name     string `json:"name,omitempty"`
+	// Mode is VoiceAudio (the default) or VoiceText.
+	Mode string `json:"mode,omitempty"`
+}
+
+// VoiceSession is a thread's LiveKit room and a token that lets the
+// caller join it.
+type VoiceSession struct {
+	Thread string `json:"thread"`
+	// URL is the LiveKit server to connect to, Room the thread's room.
+	URL  string `json:"url"`
+	Room string `json:"room"`
+	// Token joins the room as Identity until Expires; it may publish only
+	// a microphone and data.
+	Identity string    `json:"identity"`
+	Token    string    `json:"token"`
+	Expires  time.Time `json:"expires"`
+	Mode     string    `json:"mode"`
+	// Agent says whether the voice agent was asked to join ("dispatched")
+	// or is in the room already ("present").
+	Agent string `json:"agent"`
+	// Topic is the data topic the caller and the agent talk on.
+	Topic string `json:"topic"`
+}
+
+// VoiceDispatch is what the API hands the voice agent (through LiveKit's
+// agent dispatch) for a room: the thread, and a grant to run its turns.
+type VoiceDispatch struct {
+	Thread string `json:"thread"`
+	Flow   string `json:"flow"`
+	Mode   string `json:"mode"`
+	// Grant is a bearer token for this API that reaches this thread's
+	// routes and the speech routes, nothing else, until Expires.
+	Grant   string    `json:"grant"`
+	Expires time.Time `json:"expires"`
+}
+
+// VoiceTopic is the data topic of a voice session's messages.
+const VoiceTopic = "trellis.voice"

@@ -208,6 +208,14 @@ func (c *Client) ChildState(ctx context.Context, id, ns string) (*State, error) 
 	return &out, nil
 }
 
+// Voice opens (or rejoins) a thread's voice session: its LiveKit room, a
+// token to join it, and the voice agent asked to join.
+func (c *Client) Voice(ctx context.Context, id string, r VoiceRequest) (*VoiceSession, error) {
+	var out VoiceSession
+	err := c.do(ctx, http.MethodPost, "/v1/threads/"+url.PathEscape(id)+"/voice", r, &out)
+	return &out, err
+}
+
 // History lists a thread's checkpoints, newest first; query takes
 // before, limit, source, run and node.
 func (c *Client) History(ctx context.Context, id string, query url.Values) ([]Checkpoint, error) {

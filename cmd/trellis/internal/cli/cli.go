@@ -65,6 +65,8 @@ func init() {
 		{"prune", "prune [THREAD --keep N] [--idle DURATION] [--store ADDR]", "Fold old checkpoints of a thread into a base, or delete idle threads", cmdPrune},
 		{"migrate", "migrate [--store ADDR]", "Apply the store's database migrations", cmdMigrate},
 		{"serve", "serve [--flows DIR] [--store ADDR] [--addr HOST:PORT]", "Serve the flows as an HTTP API (schemas/openapi.yaml)", cmdServe},
+		{"voice-agent", "voice-agent [--api URL] [--capacity N] [--speech-url URL] [--metrics-addr HOST:PORT]",
+			"Voice conversational flows in LiveKit rooms: a LiveKit agent that hears the caller, runs turns through the API and speaks the replies", cmdVoiceAgent},
 		{"keys", "keys create --tenant T [--admin] [--name N] | keys list [--tenant T] | keys revoke ID  [--store ADDR]",
 			"Manage the API keys of trellis serve", cmdKeys},
 		{"sandbox", "sandbox check | sandbox run FILE [--language L] [--tests FILE] [--stdin FILE] [--wall-time D]",

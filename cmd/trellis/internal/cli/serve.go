@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/telemetry"
 )
@@ -50,7 +52,12 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		return code
 	}
 	defer flush()
-	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL})
+	voiceCfg, err := server.VoiceConfigFromEnv(os.Getenv)
+	if err != nil {
+		return fail(env, "serve", err)
+	}
+	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
+		Voice: voiceCfg, Speech: speech.NewOffline(), Page: page.Handler()})
 	if err != nil {
 		return fail(env, "serve", err)
 	}
@@ -80,7 +87,11 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		go func() { _ = http.Serve(dln, debugMux()) }()
 		log.Info("serving profiles", "addr", dln.Addr().String())
 	}
-	log.Info("serving", "server", srv.ID(), "addr", ln.Addr().String(), "flows", *flows, "store", shownStore(*storeAddr))
+	voiceState := "off (set LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET)"
+	if voiceCfg != nil {
+		voiceState = voiceCfg.URL
+	}
+	log.Info("serving", "server", srv.ID(), "addr", ln.Addr().String(), "flows", *flows, "store", shownStore(*storeAddr), "voice", voiceState)
 	if err := srv.Serve(ctx, ln); err != nil {
 		return fail(env, "serve", err)
 	}

@@ -27,6 +27,7 @@ type metrics struct {
 	usage    *prometheus.CounterVec
 	commits  prometheus.Histogram
 	active   prometheus.Gauge
+	voice    *prometheus.CounterVec
 	handler  http.Handler
 }
 
@@ -69,7 +70,9 @@ func newMetrics(cat store.Catalog) *metrics {
 		_, q := sandboxStats()
 		return float64(q)
 	})
-	m.reg.MustRegister(m.requests, m.latency, m.runs, m.nodes, m.degraded, m.usage, m.commits, m.active, queued,
+	m.voice = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_voice_sessions_total",
+		Help: "Voice sessions opened, by whether the agent was dispatched or already present."}, []string{"agent"})
+	m.reg.MustRegister(m.requests, m.latency, m.runs, m.nodes, m.degraded, m.usage, m.commits, m.active, m.voice, queued,
 		sandboxRunning, sandboxQueued,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

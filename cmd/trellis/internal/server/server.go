@@ -57,6 +57,22 @@ type Config struct {
 	// not been notified of (default 200ms; ten times less often while
 	// notifications are heard).
 	PollEvery time.Duration
+	// Voice is the LiveKit server of the threads' voice sessions (nil:
+	// the voice route says voice is not configured).
+	Voice *VoiceConfig
+	// Speech serves the OpenAI-compatible speech routes (nil: they answer
+	// speech_unavailable).
+	Speech Speech
+	// Page serves the voice page and its script (nil: none).
+	Page http.Handler
+}
+
+// Speech is an OpenAI-compatible speech engine: POST /v1/audio/speech
+// and POST /v1/audio/transcriptions. Its handlers return errors as the
+// API's (an *api.Error, or any other as internal).
+type Speech interface {
+	Speak(w http.ResponseWriter, r *http.Request) error
+	Transcribe(w http.ResponseWriter, r *http.Request) error
 }
 
 // Server serves the API.
@@ -68,6 +84,7 @@ type Server struct {
 	runs    *manager
 	notes   *notifier
 	metrics *metrics
+	livekit *livekitRooms
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
@@ -103,6 +120,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, cat: cat, stopping: make(chan struct{})}
 	s.metrics = newMetrics(cat)
+	if cfg.Voice != nil {
+		s.livekit = newLiveKitRooms(*cfg.Voice)
+	}
 	var opts []trellis.Option
 	if cfg.Kinds != nil {
 		opts = append(opts, trellis.WithKinds(cfg.Kinds))
@@ -233,6 +253,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/threads/{id}/history", access: tenant, handle: s.threadHistory},
 		{method: "POST", path: "/v1/threads/{id}/fork", access: tenant, handle: s.forkThread},
 		{method: "POST", path: "/v1/threads/{id}/update", access: tenant, handle: s.updateThread},
+		{method: "POST", path: "/v1/threads/{id}/voice", access: tenant, handle: s.voice},
 
 		{method: "POST", path: "/v1/threads/{id}/runs", access: tenant, handle: s.startRun},
 		{method: "POST", path: "/v1/threads/{id}/runs/wait", access: tenant, handle: s.startRunWait},
@@ -242,6 +263,12 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}/wait", access: tenant, handle: s.joinRun},
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}/stream", access: tenant, stream: true, handle: s.joinStream},
 		{method: "POST", path: "/v1/threads/{id}/runs/{run}/cancel", access: tenant, handle: s.cancelRun},
+
+		{method: "POST", path: "/v1/audio/speech", access: tenant, handle: s.speak},
+		{method: "POST", path: "/v1/audio/transcriptions", access: tenant, handle: s.transcribe},
+
+		{method: "GET", path: "/voice", access: public, handle: s.page},
+		{method: "GET", path: "/voice/app.js", access: public, handle: s.page},
 
 		{method: "POST", path: "/v1/keys", access: admin, handle: s.createKey},
 		{method: "GET", path: "/v1/keys", access: admin, handle: s.listKeys},
@@ -253,6 +280,9 @@ func (s *Server) routes() []route {
 type caller struct {
 	key    *store.KeyRecord
 	tenant string
+	// scope, for a voice agent's grant, is the one thread it may reach,
+	// and scopeFlow that thread's flow.
+	scope, scopeFlow string
 }
 
 type ctxKey int
@@ -322,6 +352,10 @@ func (s *Server) wrap(rt route) http.Handler {
 			}
 			if rt.access == admin && !c.key.Admin {
 				writeError(w, r, &api.Error{Code: api.CodeForbidden, Message: "this route takes an admin key"})
+				return
+			}
+			if c.scope != "" && !grantAllows(c, rt, r) {
+				writeError(w, r, &api.Error{Code: api.CodeForbidden, Message: "a voice agent's grant reaches only its thread and the speech routes"})
 				return
 			}
 		}

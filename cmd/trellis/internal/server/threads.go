@@ -260,6 +260,7 @@ func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) 
 		return err
 	}
 	out := stateInfo(snap)
+	out.Finished = key == rec.ID && s.finished(rec, snap.Values)
 	if len(snap.Next) > 0 && r.URL.Query().Get("at") == "" && key == rec.ID {
 		if l, lerr := s.flows.get(rec.Flow); lerr == nil {
 			asks, err := s.cfg.Runtime.Asks(r.Context(), l.flow, rec.ID)

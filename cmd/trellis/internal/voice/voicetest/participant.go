@@ -143,7 +143,7 @@ func (p *Participant) WaitSpoken(ctx context.Context, quiet time.Duration) (audi
 }
 
 // Message waits for the next data message (in order of arrival, from
-// index from) whose "type" is typ and returns it and its index.
+// index from) whose "type" is typ and returns it and the index after it.
 func (p *Participant) Message(ctx context.Context, from int, typ string) (map[string]any, int, error) {
 	for {
 		p.mu.Lock()
@@ -153,7 +153,7 @@ func (p *Participant) Message(ctx context.Context, from int, typ string) (map[st
 		for i := from; i < len(msgs); i++ {
 			var m map[string]any
 			if json.Unmarshal(msgs[i], &m) == nil && m["type"] == typ {
-				return m, i, nil
+				return m, i + 1, nil
 			}
 		}
 		select {

@@ -1,0 +1,338 @@
+// Package speech serves OpenAI-compatible speech routes from Debian's
+// offline engines: POST /v1/audio/speech speaks with flite, and POST
+// /v1/audio/transcriptions recognises with pocketsphinx (US English). A
+// voice session then works on a machine with no hosted speech service,
+// and the voice tests exercise real recognition. Anything that speaks
+// OpenAI's audio API (go-openai's CreateSpeech and CreateTranscription,
+// say) is a client; a hosted service is the same code pointed elsewhere.
+package speech
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/trellisflow/trellis/cmd/trellis/internal/audio"
+	"github.com/trellisflow/trellis/runtime/api"
+)
+
+// Offline is the offline engines, found on PATH.
+type Offline struct {
+	flite, pocketsphinx, sox string
+	// slots bounds the engine processes at once (one per core): a
+	// recognition is CPU-bound.
+	slots chan struct{}
+}
+
+// NewOffline finds the engines; Available says what is missing.
+func NewOffline() *Offline {
+	o := &Offline{slots: make(chan struct{}, max(1, runtime.NumCPU()))}
+	o.flite, _ = exec.LookPath("flite")
+	o.pocketsphinx, _ = exec.LookPath("pocketsphinx_continuous")
+	o.sox, _ = exec.LookPath("sox")
+	return o
+}
+
+// Available reports whether both engines are installed, and how to
+// install what is not.
+func (o *Offline) Available() error {
+	var missing []string
+	if o.flite == "" {
+		missing = append(missing, "flite")
+	}
+	if o.pocketsphinx == "" {
+		missing = append(missing, "pocketsphinx pocketsphinx-en-us")
+	}
+	if len(missing) > 0 {
+		return &api.Error{Code: api.CodeSpeechUnavailable, Message: "the offline speech engine is not installed: apt-get install " + strings.Join(missing, " ")}
+	}
+	return nil
+}
+
+// Voices maps OpenAI's voice names onto flite's; flite's own names
+// (kal16, awb, rms, slt, kal) are taken as they are. awb and rms are the
+// voices pocketsphinx recognises best.
+var Voices = map[string]string{
+	"alloy": "awb", "ash": "rms", "ballad": "rms", "coral": "slt", "echo": "rms", "fable": "awb",
+	"nova": "slt", "onyx": "kal16", "sage": "slt", "shimmer": "slt", "verse": "awb",
+	"awb": "awb", "rms": "rms", "slt": "slt", "kal16": "kal16", "kal": "kal",
+}
+
+// SpeechRequest is OpenAI's speech request.
+type SpeechRequest struct {
+	Model          string  `json:"model"`
+	Input          string  `json:"input"`
+	Voice          string  `json:"voice"`
+	ResponseFormat string  `json:"response_format,omitempty"`
+	Speed          float64 `json:"speed,omitempty"`
+	Instructions   string  `json:"instructions,omitempty"`
+}
+
+func invalid(format string, args ...any) error {
+	return &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf(format, args...)}
+}
+
+// Speak synthesises the request's input: a WAV file of 16 kHz mono
+// speech (response_format wav, or none), or raw 24 kHz 16-bit samples
+// (pcm, as OpenAI sends them).
+func (o *Offline) Speak(w http.ResponseWriter, r *http.Request) error {
+	if o.flite == "" {
+		return o.Available()
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return &api.Error{Code: api.CodeUnsupportedMedia, Message: "send application/json"}
+	}
+	var in SpeechRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return &api.Error{Code: api.CodeBadRequest, Message: "the body is not a speech request: " + err.Error()}
+	}
+	text := strings.TrimSpace(in.Input)
+	switch {
+	case text == "":
+		return invalid("input is empty: there is nothing to say")
+	case len(in.Input) > 4096:
+		return invalid("input is longer than 4096 characters")
+	}
+	voice := Voices["alloy"]
+	if in.Voice != "" {
+		var ok bool
+		if voice, ok = Voices[strings.ToLower(in.Voice)]; !ok {
+			return invalid("voice %q is not one of the offline engine's (alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, shimmer, verse, or flite's awb, rms, slt, kal16, kal)", in.Voice)
+		}
+	}
+	format := in.ResponseFormat
+	if format == "" {
+		format = "wav"
+	}
+	if format != "wav" && format != "pcm" {
+		return invalid("response_format %q is not one the offline engine makes: wav or pcm", in.ResponseFormat)
+	}
+	if in.Speed != 0 && (in.Speed < 0.25 || in.Speed > 4) {
+		return invalid("speed is between 0.25 and 4")
+	}
+	pcm, err := o.say(r.Context(), voice, text, in.Speed)
+	if err != nil {
+		return err
+	}
+	if format == "pcm" {
+		samples := audio.Resample(pcm.Samples, pcm.Rate, 24000)
+		b := make([]byte, 2*len(samples))
+		for i, s := range samples {
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(s))
+		}
+		w.Header().Set("Content-Type", "audio/pcm")
+		_, _ = w.Write(b)
+		return nil
+	}
+	w.Header().Set("Content-Type", "audio/wav")
+	_, _ = w.Write(pcm.WAV())
+	return nil
+}
+
+// acquire takes an engine slot.
+func (o *Offline) acquire(ctx context.Context) (func(), error) {
+	select {
+	case o.slots <- struct{}{}:
+		return func() { <-o.slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// say runs flite; its text goes through a file so that nothing in it is
+// taken as an option.
+func (o *Offline) say(ctx context.Context, voice, text string, speed float64) (audio.PCM, error) {
+	release, err := o.acquire(ctx)
+	if err != nil {
+		return audio.PCM{}, err
+	}
+	defer release()
+	dir, err := os.MkdirTemp("", "trellis-speech-")
+	if err != nil {
+		return audio.PCM{}, err
+	}
+	defer os.RemoveAll(dir)
+	in, out := filepath.Join(dir, "in.txt"), filepath.Join(dir, "out.wav")
+	if err := os.WriteFile(in, []byte(text), 0o600); err != nil {
+		return audio.PCM{}, err
+	}
+	args := []string{"-voice", voice, "-f", in, "-o", out}
+	if speed != 0 && speed != 1 {
+		args = append(args, "--setf", "duration_stretch="+strconv.FormatFloat(1/speed, 'f', 3, 64))
+	}
+	cmd := exec.CommandContext(ctx, o.flite, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return audio.PCM{}, fmt.Errorf("flite: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		return audio.PCM{}, err
+	}
+	defer f.Close()
+	return audio.ReadWAV(f)
+}
+
+// Transcription is OpenAI's transcription answer (response_format json
+// and verbose_json).
+type Transcription struct {
+	Text     string  `json:"text"`
+	Language string  `json:"language,omitempty"`
+	Duration float64 `json:"duration,omitempty"`
+}
+
+// maxUpload bounds an uploaded recording (OpenAI's limit).
+const maxUpload = 25 << 20
+
+// Transcribe recognises the speech of an uploaded recording (a
+// multipart form's file field): 16-bit PCM WAV at any rate, or, with sox
+// installed, any format sox reads. It answers json (the default), text
+// or verbose_json.
+func (o *Offline) Transcribe(w http.ResponseWriter, r *http.Request) error {
+	if o.pocketsphinx == "" {
+		return o.Available()
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt != "multipart/form-data" {
+		return &api.Error{Code: api.CodeUnsupportedMedia, Message: "send multipart/form-data with the recording in the file field"}
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxUpload)
+	if err := r.ParseMultipartForm(8 << 20); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("the recording is larger than %d bytes", mbe.Limit)}
+		}
+		return &api.Error{Code: api.CodeBadRequest, Message: "the body is not a multipart form: " + err.Error()}
+	}
+	defer r.MultipartForm.RemoveAll()
+	file, head, err := r.FormFile("file")
+	if err != nil {
+		return invalid("the form has no file field with the recording")
+	}
+	defer file.Close()
+	format := r.FormValue("response_format")
+	switch format {
+	case "", "json", "text", "verbose_json":
+	default:
+		return invalid("response_format %q is not one the offline engine makes: json, text or verbose_json", format)
+	}
+	if lang := r.FormValue("language"); lang != "" && lang != "en" && !strings.HasPrefix(lang, "en-") {
+		return invalid("language %q: the offline engine recognises English (en) only", lang)
+	}
+	data, err := io.ReadAll(file)
+	if err != nil {
+		return err
+	}
+	pcm, err := o.decode(r.Context(), data, filepath.Ext(head.Filename))
+	if err != nil {
+		return err
+	}
+	text, err := o.recognize(r.Context(), pcm)
+	if err != nil {
+		return err
+	}
+	switch format {
+	case "text":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, text+"\n")
+	case "verbose_json":
+		writeJSON(w, Transcription{Text: text, Language: "english", Duration: pcm.Duration().Seconds()})
+	default:
+		writeJSON(w, Transcription{Text: text})
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decode reads a recording into 16 kHz mono samples: WAV directly,
+// anything else through sox.
+func (o *Offline) decode(ctx context.Context, data []byte, ext string) (audio.PCM, error) {
+	pcm, err := audio.ReadWAV(bytes.NewReader(data))
+	if err == nil {
+		if len(pcm.Samples) == 0 {
+			return pcm, invalid("the recording is empty")
+		}
+		return audio.PCM{Rate: 16000, Samples: audio.Resample(pcm.Samples, pcm.Rate, 16000)}, nil
+	}
+	if o.sox == "" {
+		return pcm, invalid("the recording is not 16-bit PCM WAV (%v); other formats need sox (apt-get install sox)", err)
+	}
+	dir, err := os.MkdirTemp("", "trellis-speech-")
+	if err != nil {
+		return pcm, err
+	}
+	defer os.RemoveAll(dir)
+	if ext == "" || len(ext) > 8 || strings.ContainsAny(ext, "/\\") {
+		ext = ".audio"
+	}
+	in, out := filepath.Join(dir, "in"+ext), filepath.Join(dir, "out.wav")
+	if err := os.WriteFile(in, data, 0o600); err != nil {
+		return pcm, err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, o.sox, in, "-r", "16000", "-c", "1", "-b", "16", out)
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return pcm, invalid("the recording cannot be read: %s", strings.TrimSpace(stderr.String()))
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		return pcm, err
+	}
+	defer f.Close()
+	return audio.ReadWAV(f)
+}
+
+// recognize runs pocketsphinx over 16 kHz audio.
+func (o *Offline) recognize(ctx context.Context, pcm audio.PCM) (string, error) {
+	release, err := o.acquire(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	f, err := os.CreateTemp("", "trellis-speech-*.wav")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(pcm.WAV())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, o.pocketsphinx, "-infile", f.Name(), "-logfn", os.DevNull)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("pocketsphinx: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.Join(strings.Fields(stdout.String()), " "), nil
+}

@@ -1,0 +1,772 @@
+package voice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/livekit/protocol/livekit"
+	lksdk "github.com/livekit/server-sdk-go/v2"
+	"github.com/pion/webrtc/v4"
+	"github.com/pion/webrtc/v4/pkg/media"
+
+	"github.com/trellisflow/trellis/cmd/trellis/internal/audio"
+	"github.com/trellisflow/trellis/runtime/api"
+)
+
+// session is the agent in one room.
+type session struct {
+	a          *Agent
+	job        *livekit.Job
+	url, token string
+	log        *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// from the bootstrap
+	d        api.VoiceDispatch
+	api      *api.Client
+	conv     *api.Conversation
+	speech   *speech // nil: text only
+	over     bool    // the conversation had ended before the agent came
+	greeting string
+	greetPCM *audio.PCM
+
+	room  *lksdk.Room
+	voice *lksdk.LocalTrack // the agent's audio (audio mode)
+	heard chan struct{}     // closed once a caller subscribes to it
+	// events reach the session's loop from the room's callbacks and the
+	// callers' listeners
+	events chan event
+	wg     sync.WaitGroup // listeners and speakers
+
+	mu       sync.Mutex
+	speaking *speaker // the reply being spoken, if any
+	turn     int
+	encoders map[int]*audio.Encoder
+}
+
+// event is something that happened in the room.
+type event struct {
+	kind     eventKind
+	identity string
+	text     string
+	pcm      audio.PCM
+	at       time.Time // when the utterance ended
+}
+
+type eventKind int
+
+const (
+	evJoined eventKind = iota
+	evLeft
+	evUtterance
+	evText
+)
+
+func newSession(a *Agent, job *livekit.Job, url, token string) *session {
+	ctx, cancel := context.WithCancelCause(a.ctx)
+	room := ""
+	if job.Room != nil {
+		room = job.Room.Name
+	}
+	return &session{a: a, job: job, url: url, token: token, ctx: ctx, cancel: cancel,
+		log:    a.log.With("job", job.Id, "room", room),
+		events: make(chan event, 64), heard: make(chan struct{}), encoders: map[int]*audio.Encoder{}}
+}
+
+// stop ends the session.
+func (s *session) stop(why string) { s.cancel(errors.New(why)) }
+
+// run is the session's whole life: bootstrap, connect, converse, leave.
+func (s *session) run() error {
+	defer s.cancel(nil)
+	if err := s.bootstrap(); err != nil {
+		return fmt.Errorf("preparing the session: %w", err)
+	}
+	if err := s.join(); err != nil {
+		return err
+	}
+	defer s.leave()
+	return s.converse()
+}
+
+// bootstrap is the first phase: everything the session needs, made ready
+// before the agent shows itself in the room.
+func (s *session) bootstrap() error {
+	if err := json.Unmarshal([]byte(s.job.Metadata), &s.d); err != nil || s.d.Thread == "" || s.d.Grant == "" {
+		return errors.New("the job carries no voice dispatch from the Trellis API (a thread and a grant)")
+	}
+	s.log = s.log.With("thread", s.d.Thread)
+	s.api = &api.Client{BaseURL: s.a.cfg.API, Key: s.d.Grant, HTTP: s.a.cfg.HTTP}
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+	defer cancel()
+	fl, err := s.api.Flow(ctx, s.d.Flow)
+	if err != nil {
+		return fmt.Errorf("reading flow %q: %w", s.d.Flow, err)
+	}
+	if fl.Conversation == nil || fl.Conversation.Output == "" {
+		return fmt.Errorf("flow %q declares no conversation output", s.d.Flow)
+	}
+	s.conv = fl.Conversation
+	if s.d.Mode != api.VoiceText {
+		if err := audio.OpusAvailable(); err != nil {
+			s.log.Warn("speaking in text only", "error", err.Error())
+		} else if s.a.cfg.SpeechURL != "" {
+			s.speech = newSpeech(s.a.cfg.SpeechURL, s.a.cfg.SpeechKey, s.a.cfg.HTTP, &s.a.cfg)
+		} else {
+			s.speech = newSpeech(s.a.cfg.API+"/v1", s.d.Grant, s.a.cfg.HTTP, &s.a.cfg)
+		}
+	}
+	st, err := s.api.State(ctx, s.d.Thread, 0)
+	if err != nil {
+		return fmt.Errorf("reading the thread's state: %w", err)
+	}
+	if st.Finished {
+		s.over = true
+		return nil
+	}
+	if len(st.Next) > 0 {
+		// a turn stopped part way (its server died): finish it first
+		if _, err := s.api.RunWait(ctx, s.d.Thread, api.StartRun{Resume: true, OnBusy: api.OnBusyEnqueue}); err != nil {
+			return fmt.Errorf("finishing the thread's unfinished turn: %w", err)
+		}
+		return nil
+	}
+	runs, err := s.api.Runs(ctx, s.d.Thread)
+	if err != nil {
+		return fmt.Errorf("reading the thread's runs: %w", err)
+	}
+	if out, _ := st.Values[s.conv.Output].(string); len(runs) > 0 || out != "" {
+		return nil // a conversation under way: no second greeting
+	}
+	// a new thread: the flow speaks first, with no message
+	reply, over, err := s.runTurn(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("the greeting turn: %w", err)
+	}
+	s.greeting, s.over = reply, over
+	if s.speech != nil && reply != "" {
+		pcm, err := s.synthesizeAll(ctx, s.sayable(reply, over))
+		if errors.Is(err, errNoSpeech) {
+			s.log.Warn("speaking in text only", "error", err.Error())
+			s.speech = nil
+		} else if err != nil {
+			return err
+		} else {
+			s.greetPCM = &pcm
+		}
+	}
+	return nil
+}
+
+// sayable is what the agent says for a reply: with goodbye at the end.
+func (s *session) sayable(reply string, over bool) string {
+	if over {
+		return strings.TrimSpace(reply + " " + s.a.cfg.Goodbye)
+	}
+	return reply
+}
+
+// join is the second phase: connect, and publish the agent's voice.
+func (s *session) join() error {
+	cb := lksdk.NewRoomCallback()
+	cb.OnParticipantConnected = func(rp *lksdk.RemoteParticipant) {
+		if rp.Kind() != lksdk.ParticipantAgent {
+			s.post(event{kind: evJoined, identity: rp.Identity()})
+		}
+	}
+	cb.OnParticipantDisconnected = func(rp *lksdk.RemoteParticipant) {
+		if rp.Kind() != lksdk.ParticipantAgent {
+			s.post(event{kind: evLeft, identity: rp.Identity()})
+		}
+	}
+	cb.OnTrackSubscribed = func(track *webrtc.TrackRemote, _ *lksdk.RemoteTrackPublication, rp *lksdk.RemoteParticipant) {
+		if track.Kind() == webrtc.RTPCodecTypeAudio && rp.Kind() != lksdk.ParticipantAgent && s.speech != nil {
+			s.wg.Add(1)
+			go s.listen(track, rp.Identity())
+		}
+	}
+	cb.OnDataPacket = func(data lksdk.DataPacket, params lksdk.DataReceiveParams) {
+		u, ok := data.(*lksdk.UserDataPacket)
+		if !ok || u.Topic != api.VoiceTopic {
+			return
+		}
+		var m Message
+		if json.Unmarshal(u.Payload, &m) == nil && m.Type == MsgText && strings.TrimSpace(m.Text) != "" {
+			s.post(event{kind: evText, identity: params.SenderIdentity, text: strings.TrimSpace(m.Text)})
+		}
+	}
+	cb.OnLocalTrackSubscribed = func(*lksdk.LocalTrackPublication, *lksdk.LocalParticipant) {
+		select {
+		case <-s.heard:
+		default:
+			close(s.heard)
+		}
+	}
+	cb.OnDisconnected = func() { s.stop("disconnected from the room") }
+	room, err := lksdk.ConnectToRoomWithToken(s.url, s.token, cb, lksdk.WithAutoSubscribe(true), lksdk.WithConnectTimeout(20*time.Second))
+	if err != nil {
+		return fmt.Errorf("joining the room: %w", err)
+	}
+	s.room = room
+	if s.speech != nil {
+		track, err := lksdk.NewLocalTrack(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus})
+		if err == nil {
+			_, err = room.LocalParticipant.PublishTrack(track, &lksdk.TrackPublicationOptions{Name: "agent", Source: livekit.TrackSource_MICROPHONE})
+		}
+		if err != nil {
+			s.leave()
+			return fmt.Errorf("publishing the agent's voice: %w", err)
+		}
+		s.voice = track
+		s.a.tracks.Add(1)
+	}
+	for _, rp := range room.GetRemoteParticipants() {
+		if rp.Kind() != lksdk.ParticipantAgent {
+			s.post(event{kind: evJoined, identity: rp.Identity()})
+		}
+	}
+	s.log.Info("joined the room", "mode", s.mode())
+	return nil
+}
+
+func (s *session) mode() string {
+	if s.speech == nil {
+		return api.VoiceText
+	}
+	return api.VoiceAudio
+}
+
+// leave disconnects and waits for everything the session started.
+func (s *session) leave() {
+	s.interrupt()
+	if s.room != nil {
+		s.room.Disconnect()
+	}
+	s.cancel(nil)
+	s.wg.Wait()
+	if s.voice != nil {
+		_ = s.voice.Close()
+		s.voice = nil
+		s.a.tracks.Add(-1)
+	}
+	s.mu.Lock()
+	for _, e := range s.encoders {
+		e.Close()
+	}
+	s.encoders = nil
+	s.mu.Unlock()
+	s.log.Info("left the room")
+}
+
+// post hands an event to the loop, unless the session is over.
+func (s *session) post(ev event) {
+	select {
+	case s.events <- ev:
+	case <-s.ctx.Done():
+	}
+}
+
+// send publishes a data message to the room.
+func (s *session) send(m Message) {
+	if s.room == nil {
+		return
+	}
+	b, _ := json.Marshal(m)
+	if err := s.room.LocalParticipant.PublishDataPacket(&lksdk.UserDataPacket{Payload: b, Topic: api.VoiceTopic},
+		lksdk.WithDataPublishReliable(true)); err != nil && s.ctx.Err() == nil {
+		s.log.Warn("sending a data message", "error", err.Error())
+	}
+}
+
+// converse is the session's loop: it greets the first caller, runs a
+// turn per utterance or text, in order, and ends when the conversation
+// does, or when no caller has been in the room for the idle timeout.
+func (s *session) converse() error {
+	callers := map[string]bool{}
+	greeted := false
+	idle := time.NewTimer(s.a.cfg.IdleTimeout)
+	defer idle.Stop()
+	if s.speech == nil && s.d.Mode != api.VoiceText {
+		defer func() {}()
+	}
+	for {
+		select {
+		case <-s.ctx.Done():
+			if cause := context.Cause(s.ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				s.log.Info("session ends", "why", cause.Error())
+			}
+			return nil
+		case <-idle.C:
+			s.log.Info("session ends", "why", "no caller in the room")
+			return nil
+		case ev := <-s.events:
+			switch ev.kind {
+			case evJoined:
+				callers[ev.identity] = true
+				idle.Stop()
+				if !greeted {
+					greeted = true
+					if done := s.greet(); done {
+						return nil
+					}
+				}
+			case evLeft:
+				delete(callers, ev.identity)
+				if len(callers) == 0 {
+					idle.Reset(s.a.cfg.IdleTimeout)
+				}
+			case evUtterance, evText:
+				if s.converseTurn(ev) {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// greet says the greeting the bootstrap prepared, or, for a conversation
+// that had ended, goodbye; it reports whether the session is done.
+func (s *session) greet() bool {
+	if s.speech == nil && s.d.Mode != api.VoiceText {
+		s.send(Message{Type: MsgNotice, Text: "no speech engine is available: type your messages"})
+	}
+	switch {
+	case s.over && s.greeting == "":
+		s.finish("")
+		return true
+	case s.greeting != "":
+		s.turn++
+		s.send(Message{Type: MsgReply, Text: s.greeting, Turn: s.turn})
+		if s.over {
+			s.finish(s.greeting)
+			return true
+		}
+		if s.greetPCM != nil {
+			s.waitHeard()
+			s.say(s.greetPCM, "", time.Time{}, nil)
+		}
+	}
+	s.send(Message{Type: MsgState, State: Listening})
+	return false
+}
+
+// waitHeard waits (briefly) for a caller to subscribe to the agent's
+// voice, so that the first words are not lost.
+func (s *session) waitHeard() {
+	select {
+	case <-s.heard:
+	case <-time.After(5 * time.Second):
+	case <-s.ctx.Done():
+	}
+}
+
+// converseTurn runs the turn of an utterance or a text message; it
+// reports whether the conversation is over.
+func (s *session) converseTurn(ev event) bool {
+	input := "text"
+	var timing TurnTiming
+	text := ev.text
+	if ev.kind == evUtterance {
+		input = "audio"
+		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+		var err error
+		text, err = s.speech.transcribe(ctx, ev.pcm)
+		cancel()
+		timing.Transcribe = time.Since(ev.at)
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.log.Warn("transcribing an utterance", "error", err.Error())
+				s.send(Message{Type: MsgError, Text: "the speech could not be transcribed"})
+				s.a.metrics.turns.WithLabelValues(input, "failed").Inc()
+			}
+			return false
+		}
+		if text == "" {
+			s.a.metrics.turns.WithLabelValues(input, "empty").Inc()
+			return false // noise
+		}
+		s.send(Message{Type: MsgTranscript, Text: text, Identity: ev.identity})
+	}
+	timing.Transcript = text
+	s.send(Message{Type: MsgState, State: Thinking})
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
+	reply, over, err := s.runTurn(ctx, map[string]any{s.conv.Input: text})
+	cancel()
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.log.Warn("running a turn", "error", err.Error())
+			s.send(Message{Type: MsgError, Text: "the turn failed: " + err.Error()})
+			s.send(Message{Type: MsgState, State: Listening})
+			s.a.metrics.turns.WithLabelValues(input, "failed").Inc()
+		}
+		return false
+	}
+	timing.Reply = time.Since(started)
+	timing.ReplyText = reply
+	s.a.metrics.turns.WithLabelValues(input, "ok").Inc()
+	s.turn++
+	s.send(Message{Type: MsgReply, Text: reply, Turn: s.turn})
+	if over {
+		s.finish(reply)
+		s.report(timing)
+		return true
+	}
+	if s.speech != nil && reply != "" {
+		replied := time.Now()
+		s.say(nil, reply, replied, func(first time.Time) {
+			timing.FirstAudio = first.Sub(replied)
+			s.report(timing)
+		})
+	} else {
+		s.report(timing)
+	}
+	s.send(Message{Type: MsgState, State: Listening})
+	return false
+}
+
+func (s *session) report(t TurnTiming) {
+	s.a.metrics.timing(t)
+	if s.a.cfg.OnTurn != nil {
+		s.a.cfg.OnTurn(t)
+	}
+}
+
+// runTurn runs one turn of the thread through the API, waiting for it,
+// and returns the reply and whether the conversation is over.
+func (s *session) runTurn(ctx context.Context, input map[string]any) (string, bool, error) {
+	run, err := s.api.RunWait(ctx, s.d.Thread, api.StartRun{Input: input, OnBusy: api.OnBusyEnqueue})
+	if api.IsCode(err, api.CodeUnfinished) {
+		// a turn stopped part way (its server died): finish it, then this
+		if _, err = s.api.RunWait(ctx, s.d.Thread, api.StartRun{Resume: true, OnBusy: api.OnBusyEnqueue}); err == nil {
+			run, err = s.api.RunWait(ctx, s.d.Thread, api.StartRun{Input: input, OnBusy: api.OnBusyEnqueue})
+		}
+	}
+	if err != nil {
+		return "", false, err
+	}
+	if run.Status != api.RunSucceeded {
+		return "", false, fmt.Errorf("the run %s: %s", run.Status, run.Error)
+	}
+	reply, _ := run.State[s.conv.Output].(string)
+	st, err := s.api.State(ctx, s.d.Thread, 0)
+	if err != nil {
+		return reply, false, err
+	}
+	return reply, st.Finished, nil
+}
+
+// finish ends the conversation: the last reply and goodbye spoken in
+// full, the end said, and the room left.
+func (s *session) finish(reply string) {
+	text := s.sayable(reply, true)
+	if s.speech != nil {
+		var pre *audio.PCM
+		if reply == s.greeting && s.greetPCM != nil {
+			pre = s.greetPCM
+		}
+		s.waitHeard()
+		done := s.say(pre, text, time.Now(), nil)
+		select {
+		case <-done:
+		case <-s.ctx.Done():
+		}
+	}
+	s.send(Message{Type: MsgEnd, Text: s.a.cfg.Goodbye})
+	// the end message is sent before the agent leaves
+	select {
+	case <-time.After(500 * time.Millisecond):
+	case <-s.ctx.Done():
+	}
+	s.log.Info("the conversation is over")
+}
+
+// speaker is one reply being spoken.
+type speaker struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// interrupt stops the reply being spoken, if any; it reports whether
+// there was one.
+func (s *session) interrupt() bool {
+	s.mu.Lock()
+	sp := s.speaking
+	s.speaking = nil
+	s.mu.Unlock()
+	if sp == nil {
+		return false
+	}
+	sp.cancel()
+	<-sp.done
+	return true
+}
+
+// isSpeaking reports whether a reply is being spoken.
+func (s *session) isSpeaking() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.speaking != nil
+}
+
+// say speaks pcm, or text synthesised, on the agent's track in real
+// time, replacing what was being said; first, when set, hears when the
+// first packet went out. The returned channel is closed when it is done.
+func (s *session) say(pcm *audio.PCM, text string, since time.Time, first func(time.Time)) <-chan struct{} {
+	s.interrupt()
+	ctx, cancel := context.WithCancel(s.ctx)
+	sp := &speaker{cancel: cancel, done: make(chan struct{})}
+	s.mu.Lock()
+	s.speaking = sp
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(sp.done)
+		defer cancel()
+		defer func() {
+			s.mu.Lock()
+			if s.speaking == sp {
+				s.speaking = nil
+			}
+			s.mu.Unlock()
+		}()
+		s.send(Message{Type: MsgState, State: Speaking})
+		var err error
+		if pcm != nil {
+			err = s.play(ctx, &pcmSource{pcm: *pcm}, pcm.Rate, first)
+		} else {
+			var wr *audio.WAVReader
+			var body io.Closer
+			wr, body, err = s.speech.synthesize(ctx, text)
+			if err == nil {
+				err = s.play(ctx, wr, wr.Rate, first)
+				body.Close()
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("speaking a reply", "error", err.Error())
+			if errors.Is(err, errNoSpeech) {
+				s.send(Message{Type: MsgNotice, Text: "no speech engine is available: replies come as text"})
+			}
+		}
+		if ctx.Err() == nil {
+			s.send(Message{Type: MsgState, State: Listening})
+		}
+	}()
+	return sp.done
+}
+
+// sampleSource gives audio samples as they come.
+type sampleSource interface {
+	Read(buf []int16) (int, error)
+}
+
+type pcmSource struct {
+	pcm audio.PCM
+	at  int
+}
+
+func (p *pcmSource) Read(buf []int16) (int, error) {
+	if p.at >= len(p.pcm.Samples) {
+		return 0, io.EOF
+	}
+	n := copy(buf, p.pcm.Samples[p.at:])
+	p.at += n
+	return n, nil
+}
+
+// frameDur is the length of the agent's Opus packets.
+const frameDur = 20 * time.Millisecond
+
+// play encodes audio at rate into Opus packets and writes them on the
+// agent's track in real time, until it ends or ctx does.
+func (s *session) play(ctx context.Context, src sampleSource, rate int, first func(time.Time)) error {
+	enc, err := s.encoder(audio.OpusRate(rate))
+	if err != nil {
+		return err
+	}
+	in := rate * int(frameDur/time.Millisecond) / 1000 // samples per frame at the source's rate
+	frame := make([]int16, 0, in)
+	buf := make([]int16, in)
+	start := time.Now()
+	sent := 0
+	flush := func(pad bool) error {
+		if len(frame) == 0 {
+			return nil
+		}
+		if pad {
+			frame = append(frame, make([]int16, in-len(frame))...)
+		}
+		samples := frame
+		if enc.Rate() != rate {
+			samples = audio.Resample(frame, rate, enc.Rate())
+			want := enc.Rate() * int(frameDur/time.Millisecond) / 1000
+			samples = append(samples, make([]int16, max(0, want-len(samples)))...)[:want]
+		}
+		pkt, err := enc.Encode(samples)
+		if err != nil {
+			return err
+		}
+		// packets go out at the pace they play: the frame's time, not the
+		// moment it was ready
+		at := start.Add(time.Duration(sent) * frameDur)
+		if d := time.Until(at); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if err := s.voice.WriteSample(media.Sample{Data: append([]byte(nil), pkt...), Duration: frameDur}, nil); err != nil {
+			return err
+		}
+		if sent == 0 && first != nil {
+			first(time.Now())
+		}
+		sent++
+		frame = frame[:0]
+		return nil
+	}
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		n, err := src.Read(buf[:in-len(frame)])
+		frame = append(frame, buf[:n]...)
+		if len(frame) == in {
+			if ferr := flush(false); ferr != nil {
+				return ferr
+			}
+		}
+		if err == io.EOF {
+			return flush(true)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// encoder returns the session's Opus encoder for rate.
+func (s *session) encoder(rate int) (*audio.Encoder, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.encoders == nil {
+		return nil, errors.New("the session is over")
+	}
+	if e := s.encoders[rate]; e != nil {
+		return e, nil
+	}
+	e, err := audio.NewEncoder(rate, 32000)
+	if err != nil {
+		return nil, err
+	}
+	s.encoders[rate] = e
+	return e, nil
+}
+
+// synthesizeAll speaks text into memory.
+func (s *session) synthesizeAll(ctx context.Context, text string) (audio.PCM, error) {
+	wr, body, err := s.speech.synthesize(ctx, text)
+	if err != nil {
+		return audio.PCM{}, err
+	}
+	defer body.Close()
+	out := audio.PCM{Rate: wr.Rate}
+	buf := make([]int16, 4096)
+	for {
+		n, err := wr.Read(buf)
+		out.Samples = append(out.Samples, buf[:n]...)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+}
+
+// listen hears a caller's microphone: it decodes the Opus packets, feeds
+// the voice-activity detector, hands each utterance to the loop, and
+// stops the agent's reply when the caller speaks over it.
+func (s *session) listen(track *webrtc.TrackRemote, identity string) {
+	defer s.wg.Done()
+	s.a.tracks.Add(1)
+	defer s.a.tracks.Add(-1)
+	const rate = 16000
+	dec, err := audio.NewDecoder(rate)
+	if err != nil {
+		s.log.Warn("hearing the caller", "error", err.Error())
+		return
+	}
+	defer dec.Close()
+	vad := audio.NewVAD(rate, audio.VADConfig{Silence: s.a.cfg.Silence})
+	silence := make([]int16, rate/50)
+	var speechStart time.Time
+	barged := false
+	push := func(pcm []int16) {
+		now := time.Now()
+		switch vad.Push(pcm) {
+		case audio.SpeechStart:
+			speechStart, barged = now, false
+		case audio.SpeechEnd:
+			s.post(event{kind: evUtterance, identity: identity, pcm: vad.Utterance(), at: now})
+		}
+		if vad.Speaking() && !barged && now.Sub(speechStart) >= s.a.cfg.BargeIn && s.isSpeaking() {
+			barged = true
+			if s.interrupt() {
+				s.a.metrics.bargeIns.Inc()
+				s.send(Message{Type: MsgInterrupted})
+			}
+		}
+	}
+	var last uint16
+	started := false
+	quiet := time.Now()
+	for s.ctx.Err() == nil {
+		_ = track.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		pkt, _, err := track.ReadRTP()
+		if err != nil {
+			var ne net.Error
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+				// no packets (the caller muted, or sends nothing in silence):
+				// the time passes as silence, so an utterance still ends
+				for now := time.Now(); now.Sub(quiet) >= frameDur; quiet = quiet.Add(frameDur) {
+					push(silence)
+				}
+				continue
+			}
+			return
+		}
+		quiet = time.Now()
+		if len(pkt.Payload) == 0 {
+			continue
+		}
+		if started {
+			// conceal a few lost packets, so the detector's clock keeps time
+			for gap := pkt.SequenceNumber - last - 1; gap > 0 && gap < 5; gap-- {
+				if pcm, err := dec.Decode(nil); err == nil {
+					push(pcm)
+				}
+			}
+		}
+		started, last = true, pkt.SequenceNumber
+		pcm, err := dec.Decode(pkt.Payload)
+		if err != nil {
+			continue
+		}
+		push(pcm)
+	}
+}
