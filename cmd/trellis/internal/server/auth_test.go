@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/runtime/api"
 )
 
@@ -50,6 +52,14 @@ var authCases = map[string]authCase{
 	"GET /v1/threads/{id}/runs/{run}/stream":  {ok: 200},
 	"POST /v1/threads/{id}/runs/{run}/cancel": {ok: 200},
 
+	// the matrix's server has no LiveKit server (503); its speech routes
+	// speak with flite, and take only a multipart form to transcribe
+	"POST /v1/threads/{id}/voice":   {ok: 503},
+	"POST /v1/audio/speech":         {ok: 200, body: `{"input": "hi"}`},
+	"POST /v1/audio/transcriptions": {ok: 415, body: `{}`},
+	"GET /voice":                    {ok: 200},
+	"GET /voice/app.js":             {ok: 200},
+
 	"POST /v1/keys":         {ok: 201, body: `{"tenant": "newco"}`},
 	"GET /v1/keys":          {ok: 200},
 	"DELETE /v1/keys/{key}": {ok: 204},
@@ -59,7 +69,7 @@ var authCases = map[string]authCase{
 // with a key that is not valid, as another tenant, as the owner of the
 // thread it names, and as an admin of another tenant.
 func TestAuthorizationMatrix(t *testing.T) {
-	h := newHarness(t, "memory", nil)
+	h := newHarness(t, "memory", nil, func(c *Config) { c.Speech, c.Page = speech.NewOffline(), page.Handler() })
 	greet := readFile(t, flowsDir+"/examples/greet.yaml")
 	callers := []struct {
 		name string

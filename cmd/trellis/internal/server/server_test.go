@@ -63,7 +63,7 @@ func storeAddr(t *testing.T, kind string) string {
 	return "memory"
 }
 
-func newHarness(t *testing.T, backend string, rules []llmtest.Rule) *harness {
+func newHarness(t *testing.T, backend string, rules []llmtest.Rule, opts ...func(*Config)) *harness {
 	t.Helper()
 	model := llmtest.New(rules...)
 	ms := httptest.NewServer(model)
@@ -76,8 +76,12 @@ func newHarness(t *testing.T, backend string, rules []llmtest.Rule) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Runtime: rt, FlowsDir: flowsDir, Kinds: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		StopTimeout: 5 * time.Second})
+	cfg := Config{Runtime: rt, FlowsDir: flowsDir, Kinds: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		StopTimeout: 5 * time.Second}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -244,17 +245,36 @@ func (s *Server) voice(w http.ResponseWriter, r *http.Request, c *caller) error 
 	return nil
 }
 
-// ensureAgent dispatches the voice agent to room unless an agent is in
-// it: "present" or "dispatched". Dispatches that no agent answered (their
-// agent left or died) are removed, so that a room has one at a time.
+// AliveAttribute is the participant attribute in which a voice agent
+// beats its heartbeat (Unix seconds), every AliveEvery: an agent whose
+// process died stays in the room until LiveKit notices its connection is
+// gone (some 20 seconds), and the heartbeat tells it from a live one.
+const (
+	AliveAttribute = "trellis.alive"
+	AliveEvery     = 2 * time.Second
+	aliveFor       = 4 * AliveEvery
+)
+
+// ensureAgent dispatches the voice agent to room unless a live agent is in
+// it: "present" or "dispatched". An agent whose heartbeat stopped is
+// removed from the room, and dispatches that no agent answered (their
+// agent left or died) are removed, so that a room has one agent at a time.
 func (lk *livekitRooms) ensureAgent(ctx context.Context, room string, dispatch func() api.VoiceDispatch) (string, error) {
 	ps, err := lk.rooms.ListParticipants(ctx, &livekit.ListParticipantsRequest{Room: room})
 	if err != nil {
 		return "", livekitError("listing the room's participants", err)
 	}
+	now := time.Now()
 	for _, p := range ps.Participants {
-		if p.Kind == livekit.ParticipantInfo_AGENT {
-			return "present", nil
+		if p.Kind != livekit.ParticipantInfo_AGENT {
+			continue
+		}
+		beat, err := strconv.ParseInt(p.Attributes[AliveAttribute], 10, 64)
+		if err != nil || now.Sub(time.Unix(beat, 0)) < aliveFor {
+			return "present", nil // alive, or not ours to judge
+		}
+		if _, err := lk.rooms.RemoveParticipant(ctx, &livekit.RoomParticipantIdentity{Room: room, Identity: p.Identity}); err != nil {
+			return "", livekitError("removing an agent that stopped", err)
 		}
 	}
 	old, err := lk.dispatch.ListDispatch(ctx, &livekit.ListAgentDispatchRequest{Room: room})

@@ -30,7 +30,6 @@ package voice
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -46,6 +45,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// AliveAttribute is the participant attribute the agent beats its
+// heartbeat in (Unix seconds), every AliveEvery; the API takes an agent
+// whose heartbeat stopped for dead (see server.AliveAttribute).
+const (
+	AliveAttribute = "trellis.alive"
+	AliveEvery     = 2 * time.Second
 )
 
 // Config is how an agent runs.
@@ -92,7 +99,7 @@ type TurnTiming struct {
 	// Reply: the transcript → the flow's reply text.
 	Reply time.Duration
 	// FirstAudio: the reply text → its first audio packet published.
-	FirstAudio time.Duration
+	FirstAudio            time.Duration
 	Transcript, ReplyText string
 }
 
@@ -188,18 +195,19 @@ type errorSink struct {
 	name string
 }
 
-func (errorSink) Init(logr.RuntimeInfo)  {}
-func (errorSink) Enabled(level int) bool { return false }
-func (errorSink) Info(int, string, ...any) {
-}
+func (errorSink) Init(logr.RuntimeInfo)    {}
+func (errorSink) Enabled(int) bool         { return false }
+func (errorSink) Info(int, string, ...any) {}
 func (s errorSink) Error(err error, msg string, kv ...any) {
 	if err != nil {
 		kv = append(kv, "error", err.Error())
 	}
 	s.log.Warn(strings.TrimSpace(s.name+" "+msg), kv...)
 }
-func (s errorSink) WithValues(kv ...any) logr.LogSink { return errorSink{log: s.log.With(kv...), name: s.name} }
-func (s errorSink) WithName(name string) logr.LogSink  { return errorSink{log: s.log, name: name} }
+func (s errorSink) WithValues(kv ...any) logr.LogSink {
+	return errorSink{log: s.log.With(kv...), name: s.name}
+}
+func (s errorSink) WithName(name string) logr.LogSink { return errorSink{log: s.log, name: name} }
 
 // Run serves rooms until ctx ends: it keeps a worker connection to the
 // LiveKit server (reconnecting after a failure), then leaves every room
@@ -356,5 +364,3 @@ func (m *metrics) timing(t TurnTiming) {
 		m.firstAudio.Observe(t.FirstAudio.Seconds())
 	}
 }
-
-var _ = fmt.Sprintf

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -236,8 +237,27 @@ func (s *session) join() error {
 			s.post(event{kind: evJoined, identity: rp.Identity()})
 		}
 	}
+	s.wg.Add(1)
+	go s.beat()
 	s.log.Info("joined the room", "mode", s.mode())
 	return nil
+}
+
+// beat keeps the agent's heartbeat attribute fresh, which tells the API
+// (and the page) that the agent is alive, not a dead process LiveKit has
+// not yet noticed.
+func (s *session) beat() {
+	defer s.wg.Done()
+	t := time.NewTicker(AliveEvery)
+	defer t.Stop()
+	for {
+		s.room.LocalParticipant.SetAttributes(map[string]string{AliveAttribute: strconv.FormatInt(time.Now().Unix(), 10)})
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (s *session) mode() string {
@@ -297,9 +317,6 @@ func (s *session) converse() error {
 	greeted := false
 	idle := time.NewTimer(s.a.cfg.IdleTimeout)
 	defer idle.Stop()
-	if s.speech == nil && s.d.Mode != api.VoiceText {
-		defer func() {}()
-	}
 	for {
 		select {
 		case <-s.ctx.Done():

@@ -99,7 +99,7 @@ func (a *Agent) connect(ctx context.Context) (*workerConn, string, error) {
 	if err := c.send(&livekit.WorkerMessage{Message: &livekit.WorkerMessage_Register{Register: &livekit.RegisterWorkerRequest{
 		Type: livekit.JobType_JT_ROOM, AgentName: a.cfg.AgentName, Version: "trellis",
 		AllowedPermissions: &livekit.ParticipantPermission{CanSubscribe: true, CanPublish: true, CanPublishData: true,
-			CanPublishSources: []livekit.TrackSource{livekit.TrackSource_MICROPHONE}},
+			CanPublishSources: []livekit.TrackSource{livekit.TrackSource_MICROPHONE}, CanUpdateMetadata: true},
 	}}}); err != nil {
 		ws.Close()
 		return nil, "", err

@@ -23,6 +23,9 @@ import (
 	"testing"
 	"time"
 
+	protologger "github.com/livekit/protocol/logger"
+	lksdk "github.com/livekit/server-sdk-go/v2"
+
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
@@ -34,6 +37,8 @@ func Main(m *testing.M) int {
 	if os.Getenv(netnsEnv) == "" {
 		return reexec()
 	}
+	// the SDK logs every step of a connection
+	lksdk.SetLogger(protologger.GetDiscardLogger())
 	code := storetest.Main(m)
 	stopLiveKit()
 	return code

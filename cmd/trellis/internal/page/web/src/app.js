@@ -5,7 +5,7 @@
 import { Room, RoomEvent, Track } from 'livekit-client';
 
 const $ = (id) => document.getElementById(id);
-const state = { messages: [], status: 'idle', agent: false, ended: false, session: null };
+const state = { messages: [], status: 'idle', agent: false, everAgent: false, ended: false, session: null };
 window.trellisVoice = state;
 
 let room = null;
@@ -68,6 +68,20 @@ function onMessage(msg) {
   }
 }
 
+// An agent beats a heartbeat in this attribute; one whose beat stopped
+// is a process that died, which LiveKit keeps in the room a while.
+const aliveAttribute = 'trellis.alive';
+const aliveFor = 8000;
+
+function agentAlive() {
+  if (!room) return false;
+  for (const p of room.remoteParticipants.values()) {
+    const beat = Number(p.attributes[aliveAttribute] || 0) * 1000;
+    if (p.isAgent && (!beat || Date.now() - beat < aliveFor)) return true;
+  }
+  return false;
+}
+
 // rejoin asks for the session again when the agent left before the
 // conversation ended: the API dispatches another, which carries on from
 // the thread's checkpoint.
@@ -75,6 +89,7 @@ let rejoining = false;
 async function rejoin() {
   if (rejoining || state.ended || !state.session) return;
   rejoining = true;
+  state.everAgent = false;
   setStatus('the agent left; asking for another');
   try {
     await new Promise((r) => setTimeout(r, 1000));
@@ -119,7 +134,7 @@ async function join() {
     room.on(RoomEvent.TrackUnsubscribed, (track) => track.detach().forEach((el) => el.remove()));
     room.on(RoomEvent.ParticipantConnected, (p) => {
       if (p.isAgent) {
-        state.agent = true;
+        state.agent = state.everAgent = true;
         setStatus('the agent joined');
       }
     });
@@ -130,9 +145,13 @@ async function join() {
       }
     });
     room.on(RoomEvent.Disconnected, () => setStatus('disconnected'));
+    setInterval(() => {
+      state.agent = agentAlive();
+      if (!state.agent && state.everAgent) rejoin();
+    }, 2000);
     await room.connect(s.url, s.token);
     for (const p of room.remoteParticipants.values()) {
-      if (p.isAgent) state.agent = true;
+      if (p.isAgent) state.agent = state.everAgent = true;
     }
     if (mode === 'audio') {
       await room.localParticipant.setMicrophoneEnabled(true);
