@@ -229,3 +229,6 @@ func (r *rig) get(path string) (*http.Response, []byte) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp, b
 }
+
+// voiceConfigQuick is an agent that leaves an empty room soon.
+func voiceConfigQuick() voice.Config { return voice.Config{IdleTimeout: 3 * time.Second} }
