@@ -5,34 +5,42 @@ PKGS    := ./...
 # (go.dev/issue/75804, fixed in Go 1.27) and can fail with no crasher.
 FUZZTIME ?= 40000x
 
-.PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image
+.PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
+	livekit-server page page-check bench-voice
 
 build:
 	$(GO) build -o bin/trellis ./cmd/trellis
 
-test: deps
+test: deps livekit-server
 	$(GO) test -race -shuffle=on $(PKGS)
 
-check: deps fmt vet tidy-check race flows fuzz
+check: deps livekit-server fmt vet tidy-check page-check race flows fuzz
 
 # What the tests need beyond Go and the PostgreSQL server binaries:
 # PgBouncer, which the PostgreSQL store's tests put in front of a server;
 # bubblewrap, for the local sandbox; a Docker engine (docker.io), which the
-# sandbox's tests start on a private socket; and Debian's Python, which the
-# sandbox's file tree is made of. As root with apt-get (a
-# fresh Debian machine) they are installed; otherwise the tests that need
-# them fail and say how to install them.
-DEPS := pgbouncer:pgbouncer bwrap:bubblewrap dockerd:docker.io /usr/bin/python3:python3
+# sandbox's tests start on a private socket; Debian's Python, which the
+# sandbox's file tree is made of; and for voice, the offline speech
+# engines (flite, sox, pocketsphinx with its US English model), the Opus
+# codec (libopus0), Chromium for the voice page's test, and iproute2 for
+# the private network namespace the voice tests run in. As root with
+# apt-get (a fresh Debian machine) they are installed; otherwise the
+# tests that need them fail and say how to install them. pkg:NAME is a
+# package with no command to look for.
+DEPS := pgbouncer:pgbouncer bwrap:bubblewrap dockerd:docker.io /usr/bin/python3:python3 \
+	flite:flite sox:sox pocketsphinx_continuous:pocketsphinx pkg:pocketsphinx-en-us pkg:libopus0 chromium:chromium ip:iproute2
 deps:
 	@missing=; for d in $(DEPS); do cmd=$${d%%:*}; pkg=$${d#*:}; \
-	  if ! command -v $$cmd >/dev/null && [ ! -x /usr/sbin/$$cmd ]; then missing="$$missing $$pkg"; fi; done; \
+	  if [ "$$cmd" = pkg ]; then \
+	    dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$pkg"; \
+	  elif ! command -v $$cmd >/dev/null && [ ! -x /usr/sbin/$$cmd ]; then missing="$$missing $$pkg"; fi; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing"; export DEBIAN_FRONTEND=noninteractive; log=$$(mktemp); \
 	    if ! { apt-get install -y -q --no-install-recommends $$missing || \
 	      { apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; }; } >$$log 2>&1; then \
 	      cat $$log; rm -f $$log; exit 1; fi; rm -f $$log; \
-	  else echo "missing packages:$$missing (the store's and the sandbox's tests need them)"; fi; \
+	  else echo "missing packages:$$missing (the store's, the sandbox's and the voice tests need them)"; fi; \
 	fi
 	@# the schema's strict-validator test, the editor test and the
 	@# drawings' test run Node.js packages: installed with npm (when there
@@ -42,6 +50,39 @@ deps:
 	  [ ! -d .ci/.yls/node_modules/jsdom ]; }; then \
 	  echo "installing ajv, yaml-language-server, mermaid and jsdom with npm into .ci/.yls"; \
 	  npm install --prefix .ci/.yls --no-audit --no-fund --loglevel=error yaml-language-server@1 ajv@8 mermaid@11 jsdom@24 >/dev/null; fi
+
+# The LiveKit server the voice tests run (in a private network namespace),
+# built from the Go module proxy into the user's cache once (about four
+# minutes cold) and reused; the tests find it there, or at
+# TRELLIS_LIVEKIT_SERVER.
+LIVEKIT_VERSION ?= v1.13.5
+LIVEKIT_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/trellis/livekit-$(LIVEKIT_VERSION)
+livekit-server:
+	@if [ ! -x $(LIVEKIT_DIR)/server ]; then \
+	  echo "building livekit-server $(LIVEKIT_VERSION) into $(LIVEKIT_DIR) (once; a few minutes)"; \
+	  mkdir -p $(LIVEKIT_DIR) && GOBIN=$(LIVEKIT_DIR) $(GO) install -trimpath -ldflags='-s -w' \
+	    github.com/livekit/livekit-server/cmd/server@$(LIVEKIT_VERSION); fi
+
+# The voice page's script: the LiveKit JS client and the page's code,
+# bundled with esbuild at the versions package-lock.json pins. The bundle
+# is committed (the command builds with Go alone); page-check fails when
+# it differs from a fresh build of the sources.
+PAGE := cmd/trellis/internal/page
+page:
+	cd $(PAGE)/web && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
+page-check:
+	@command -v npm >/dev/null || { echo "page-check needs npm (Node.js)"; exit 1; }
+	@set -e; dir=$$(mktemp -d); trap 'rm -rf $$dir' EXIT; \
+	mkdir -p $$dir/web $$dir/dist; cp -r $(PAGE)/web/package.json $(PAGE)/web/package-lock.json $(PAGE)/web/src $$dir/web/; \
+	cd $$dir/web && npm ci --no-audit --no-fund --loglevel=error >/dev/null && npm run --silent build >/dev/null 2>&1; \
+	if ! cmp -s $$dir/dist/app.js $(CURDIR)/$(PAGE)/dist/app.js; then \
+	  echo "$(PAGE)/dist/app.js differs from a fresh build of $(PAGE)/web: run make page and commit it"; exit 1; fi
+
+# A spoken turn's stages (end of speech → transcript → reply → first
+# audio packet) through a real LiveKit server and the offline speech
+# engines. Not part of check: about a minute.
+bench-voice: livekit-server
+	$(GO) test ./cmd/trellis/internal/voice -run '^$$' -bench SpokenTurn -benchtime 5x -timeout 20m
 
 # The sandbox's file tree (Python, Node.js and the drivers' tools, from
 # this machine's packages) in SANDBOX_ROOT, imported into the Docker engine

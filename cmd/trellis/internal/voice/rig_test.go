@@ -56,7 +56,7 @@ const flowsDir = "../../../../flows"
 // offline speech routes, voice on the test LiveKit server) and a tenant's
 // client of it.
 type rig struct {
-	t      *testing.T
+	t      testing.TB
 	lk     *voicetest.LiveKitServer
 	base   string
 	client *api.Client
@@ -81,7 +81,7 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	lk := voicetest.LiveKit(t)
 	r := &rig{t: t, lk: lk, log: &logBuffer{}}
