@@ -81,7 +81,7 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
-func newRig(t testing.TB) *rig {
+func newRig(t testing.TB, opts ...func(*server.Config)) *rig {
 	t.Helper()
 	lk := voicetest.LiveKit(t)
 	r := &rig{t: t, lk: lk, log: &logBuffer{}}
@@ -95,10 +95,14 @@ func newRig(t testing.TB) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flowsDir, Kinds: all.Offline(),
+	cfg := server.Config{Runtime: rt, FlowsDir: flowsDir, Kinds: all.Offline(),
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelWarn})), StopTimeout: 5 * time.Second,
 		Voice:  &server.VoiceConfig{URL: lk.URL, APIKey: lk.Key, APISecret: lk.Secret},
-		Speech: speech.NewOffline(), Page: page.Handler()})
+		Speech: speech.NewOffline(), Page: page.Handler()}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
