@@ -207,12 +207,9 @@ func (s *session) join() error {
 			s.post(event{kind: evText, identity: params.SenderIdentity, text: strings.TrimSpace(m.Text)})
 		}
 	}
+	var heardOnce sync.Once
 	cb.OnLocalTrackSubscribed = func(*lksdk.LocalTrackPublication, *lksdk.LocalParticipant) {
-		select {
-		case <-s.heard:
-		default:
-			close(s.heard)
-		}
+		heardOnce.Do(func() { close(s.heard) })
 	}
 	cb.OnDisconnected = func() { s.stop("disconnected from the room") }
 	room, err := lksdk.ConnectToRoomWithToken(s.url, s.token, cb, lksdk.WithAutoSubscribe(true), lksdk.WithConnectTimeout(20*time.Second))
@@ -384,6 +381,7 @@ func (s *session) waitHeard() {
 	select {
 	case <-s.heard:
 	case <-time.After(5 * time.Second):
+		s.log.Info("no caller subscribed to the agent's voice within 5s; speaking all the same")
 	case <-s.ctx.Done():
 	}
 }

@@ -157,7 +157,6 @@ async function join() {
       await room.localParticipant.setMicrophoneEnabled(true);
     }
     setStatus(state.agent ? 'the agent is here' : 'waiting for the agent');
-    $('say').disabled = false;
     $('leave').disabled = false;
     document.body.dataset.joined = 'yes';
   } catch (e) {
