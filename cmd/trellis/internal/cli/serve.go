@@ -54,7 +54,8 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	defer flush()
 	voiceCfg, err := server.VoiceConfigFromEnv(os.Getenv)
 	if err != nil {
-		return fail(env, "serve", err)
+		fmt.Fprintf(env.Stderr, "trellis serve: %v\n", err)
+		return exitUsage
 	}
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
 		Voice: voiceCfg, Speech: speech.NewOffline(), Page: page.Handler()})

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -40,7 +41,8 @@ func cmdVoiceAgent(ctx context.Context, env *Env, args []string) int {
 		AgentName: *agentName, API: *apiURL, SpeechURL: *speechURL, SpeechKey: key, STTModel: *stt, TTSModel: *tts, Voice: *voiceName,
 		Capacity: *capacity, Silence: *silence, BargeIn: *bargeIn, Goodbye: *goodbye, IdleTimeout: *idle, Logger: log})
 	if err != nil {
-		return fail(env, "voice-agent", err)
+		fmt.Fprintf(env.Stderr, "trellis voice-agent: %v\n", err)
+		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

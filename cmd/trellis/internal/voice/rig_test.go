@@ -86,7 +86,7 @@ func newRig(t testing.TB, opts ...func(*server.Config)) *rig {
 	lk := voicetest.LiveKit(t)
 	r := &rig{t: t, lk: lk, log: &logBuffer{}}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("TRELLIS_VOICE_TEST_LOGS") != "" {
 			t.Logf("logs:\n%s", r.log.String())
 		}
 	})
