@@ -100,3 +100,29 @@ func TestTextWithoutSpeechEngine(t *testing.T) {
 		t.Fatalf("heard %v of audio from an agent with no speech engine", heard.Duration())
 	}
 }
+
+// TestSessionThatCannotStartSaysWhy: an agent that cannot prepare a
+// session (here its grant has expired on arrival) joins to say why and
+// ends the session, so the caller is not left waiting.
+func TestSessionThatCannotStartSaysWhy(t *testing.T) {
+	r := newRig(t, func(c *server.Config) { c.Voice.GrantTTL = time.Nanosecond })
+	agent, _ := r.agent(voice.Config{IdleTimeout: 2 * time.Second})
+	ctx := voicetest.Context(t, time.Minute)
+	r.interview(ctx, "refused", 3)
+	s := r.voice(ctx, "refused", api.VoiceRequest{Mode: api.VoiceText})
+	caller := voicetest.Join(t, s.URL, s.Token)
+	msg, at, err := caller.Message(ctx, 0, voice.MsgError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg["text"].(string), "could not start") || !strings.Contains(msg["text"].(string), "grant") {
+		t.Fatalf("error: %v", msg)
+	}
+	if _, _, err := caller.Message(ctx, at, voice.MsgEnd); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the agent to leave", func() bool { return agent.Sessions() == 0 })
+	if runs, err := r.client.Runs(ctx, "refused"); err != nil || len(runs) != 0 {
+		t.Fatalf("runs of a session that never started: %v %v", runs, err)
+	}
+}

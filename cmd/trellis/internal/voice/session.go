@@ -92,7 +92,9 @@ func (s *session) stop(why string) { s.cancel(errors.New(why)) }
 func (s *session) run() error {
 	defer s.cancel(nil)
 	if err := s.bootstrap(); err != nil {
-		return fmt.Errorf("preparing the session: %w", err)
+		err = fmt.Errorf("preparing the session: %w", err)
+		s.refuse(err)
+		return err
 	}
 	if err := s.join(); err != nil {
 		return err
@@ -168,6 +170,25 @@ func (s *session) bootstrap() error {
 		}
 	}
 	return nil
+}
+
+// refuse tells the caller that the session cannot start, and why, and
+// ends it (said as the end, so the page does not ask for another agent).
+func (s *session) refuse(err error) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	s.speech = nil
+	if s.join() != nil {
+		return
+	}
+	defer s.leave()
+	s.send(Message{Type: MsgError, Text: "the voice session could not start: " + err.Error()})
+	s.send(Message{Type: MsgEnd})
+	select {
+	case <-time.After(500 * time.Millisecond):
+	case <-s.ctx.Done():
+	}
 }
 
 // sayable is what the agent says for a reply: with goodbye at the end.
