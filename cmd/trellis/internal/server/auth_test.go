@@ -53,9 +53,9 @@ var authCases = map[string]authCase{
 	"POST /v1/threads/{id}/runs/{run}/cancel": {ok: 200},
 
 	// the matrix's server has no LiveKit server (503); its speech routes
-	// speak with flite, and take only a multipart form to transcribe
+	// take something to say, and a multipart form to transcribe
 	"POST /v1/threads/{id}/voice":   {ok: 503},
-	"POST /v1/audio/speech":         {ok: 200, body: `{"input": "hi"}`},
+	"POST /v1/audio/speech":         {ok: 422, body: `{"input": " "}`},
 	"POST /v1/audio/transcriptions": {ok: 415, body: `{}`},
 	"GET /voice":                    {ok: 200},
 	"GET /voice/app.js":             {ok: 200},

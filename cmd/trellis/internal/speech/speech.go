@@ -89,9 +89,6 @@ func invalid(format string, args ...any) error {
 // speech (response_format wav, or none), or raw 24 kHz 16-bit samples
 // (pcm, as OpenAI sends them).
 func (o *Offline) Speak(w http.ResponseWriter, r *http.Request) error {
-	if o.flite == "" {
-		return o.Available()
-	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return &api.Error{Code: api.CodeUnsupportedMedia, Message: "send application/json"}
 	}
@@ -128,6 +125,9 @@ func (o *Offline) Speak(w http.ResponseWriter, r *http.Request) error {
 	}
 	if in.Speed != 0 && (in.Speed < 0.25 || in.Speed > 4) {
 		return invalid("speed is between 0.25 and 4")
+	}
+	if o.flite == "" {
+		return o.Available()
 	}
 	pcm, err := o.say(r.Context(), voice, text, in.Speed)
 	if err != nil {
@@ -209,12 +209,12 @@ const maxUpload = 25 << 20
 // installed, any format sox reads. It answers json (the default), text
 // or verbose_json.
 func (o *Offline) Transcribe(w http.ResponseWriter, r *http.Request) error {
-	if o.pocketsphinx == "" {
-		return o.Available()
-	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt != "multipart/form-data" {
 		return &api.Error{Code: api.CodeUnsupportedMedia, Message: "send multipart/form-data with the recording in the file field"}
+	}
+	if o.pocketsphinx == "" {
+		return o.Available()
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxUpload)
 	if err := r.ParseMultipartForm(8 << 20); err != nil {
