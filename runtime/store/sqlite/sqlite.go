@@ -8,9 +8,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -25,7 +23,6 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
-	"github.com/trellisflow/trellis/runtime/value"
 )
 
 //go:embed migrations/*.sql
@@ -378,140 +375,6 @@ func (s *Store) StateAt(ctx context.Context, thread string, seq uint64) (*store.
 	return f.Snapshot(thread), nil
 }
 
-// fold loads the state at checkpoint seq from its rows.
-func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Folder, error) {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	var meta string
-	cp := store.Checkpoint{Seq: seq}
-	if err := tx.StmtContext(ctx, s.st.checkpoint).QueryRowContext(ctx, thread, seq).Scan(&meta, &cp.Run, &cp.Step); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, store.ErrNotFound
-		}
-		return nil, err
-	}
-	if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
-		return nil, err
-	}
-	c, spans, err := foldTx{tx, s}.LastFold(ctx, thread, seq)
-	if err != nil {
-		return nil, err
-	}
-	var rows *sql.Rows
-	if spans == nil {
-		rows, err = tx.StmtContext(ctx, s.st.youngState).QueryContext(ctx, thread, seq)
-	} else {
-		var sp sqlstore.Spans
-		if sp, err = sqlstore.DecodeSpans(spans); err != nil {
-			return nil, err
-		}
-		rows, err = tx.StmtContext(ctx, s.st.foldedState).QueryContext(ctx,
-			thread, rangesJSON(sp.Rows(c)), c, seq, rangesJSON(sp.Segments()))
-	}
-	if err != nil {
-		return nil, err
-	}
-	var l sqlstore.Loader
-	defer l.Close()
-	if err := scanFieldRows(rows, l.Add); err != nil {
-		return nil, err
-	}
-	return l.Fold(&cp)
-}
-
-// rangesJSON lists ranges as the JSON the fold queries take apart with
-// json_each: [[field, lo, hi], ...].
-func rangesJSON(rs []sqlstore.Range) string {
-	l := make([][3]any, len(rs))
-	for i, r := range rs {
-		l[i] = [3]any{r.Field, r.Lo, r.Hi}
-	}
-	b, _ := json.Marshal(l)
-	return string(b)
-}
-
-// scanFieldRows reads rows of (field, seq, version, append, value),
-// passing each to add, and closes them.
-func scanFieldRows(rows *sql.Rows, add func(sqlstore.FieldRow)) error {
-	defer rows.Close()
-	for rows.Next() {
-		var r sqlstore.FieldRow
-		var stored string
-		if err := rows.Scan(&r.Field, &r.Seq, &r.Version, &r.Append, &stored); err != nil {
-			return err
-		}
-		if value.Packed(stored) {
-			r.Packed = stored
-		} else {
-			r.Value = []byte(stored)
-		}
-		add(r)
-	}
-	return rows.Err()
-}
-
-// fieldRows collects the rows scanFieldRows reads.
-func fieldRows(rows *sql.Rows) ([]sqlstore.FieldRow, error) {
-	var out []sqlstore.FieldRow
-	err := scanFieldRows(rows, func(r sqlstore.FieldRow) { out = append(out, r) })
-	return out, err
-}
-
-// foldTx reads and writes folds in a transaction: for loading, and for
-// sqlstore.RecordFold.
-type foldTx struct {
-	*sql.Tx
-	s *Store
-}
-
-func (tx foldTx) LastFold(ctx context.Context, thread string, seq uint64) (uint64, []byte, error) {
-	var c uint64
-	var spans string
-	err := tx.StmtContext(ctx, tx.s.st.lastFold).QueryRowContext(ctx, thread, seq).Scan(&c, &spans)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil, nil
-	}
-	return c, []byte(spans), err
-}
-
-func (tx foldTx) Keys(ctx context.Context, thread string, after, upto uint64) ([]sqlstore.KeyRow, error) {
-	rows, err := tx.StmtContext(ctx, tx.s.st.foldKeys).QueryContext(ctx, thread, after, upto)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var keys []sqlstore.KeyRow
-	for rows.Next() {
-		var k sqlstore.KeyRow
-		if err := rows.Scan(&k.Field, &k.Seq, &k.Append); err != nil {
-			return nil, err
-		}
-		keys = append(keys, k)
-	}
-	return keys, rows.Err()
-}
-
-func (tx foldTx) Rows(ctx context.Context, thread string, r sqlstore.Range) ([]sqlstore.FieldRow, error) {
-	rows, err := tx.StmtContext(ctx, tx.s.st.foldRows).QueryContext(ctx, thread, r.Field, r.Lo, r.Hi)
-	if err != nil {
-		return nil, err
-	}
-	return fieldRows(rows)
-}
-
-func (tx foldTx) PutSegment(ctx context.Context, thread string, r sqlstore.Range, version uint64, items []byte) error {
-	_, err := tx.StmtContext(ctx, tx.s.st.putSegment).ExecContext(ctx, thread, r.Field, r.Hi, r.Lo, version, string(items))
-	return err
-}
-
-func (tx foldTx) PutFold(ctx context.Context, thread string, seq uint64, spans []byte) error {
-	_, err := tx.StmtContext(ctx, tx.s.st.putFold).ExecContext(ctx, thread, seq, string(spans))
-	return err
-}
-
 // withPending adds the pending writes of an unfinished run to snap.
 func (s *Store) withPending(ctx context.Context, snap *store.Snapshot) (*store.Snapshot, error) {
 	if len(snap.Next) == 0 {
@@ -699,108 +562,6 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 		}
 		for _, table := range []string{"pending", "leases"} {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE thread = ?`, thread); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// Prune implements store.Store.
-func (s *Store) Prune(ctx context.Context, thread string, opts store.PruneOptions) (int, error) {
-	cut, err := s.writeBase(ctx, thread, max(opts.Keep, 1))
-	if err != nil || cut == 0 {
-		return 0, err
-	}
-	var floor uint64
-	var total int
-	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(min(seq), 0), count(*) FROM checkpoints WHERE thread = ? AND seq < ?`, thread, cut).Scan(&floor, &total); err != nil {
-		return 0, err
-	}
-	// Each batch deletes the writes of its checkpoints, then the
-	// checkpoints, on a connection of its own with foreign keys off:
-	// without statistics SQLite looks up a deleted checkpoint's writes
-	// by the thread alone, scanning all of them for every checkpoint.
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
-		return 0, err
-	}
-	defer func() {
-		if _, err := conn.ExecContext(context.Background(), `PRAGMA foreign_keys = ON`); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // not back to the pool
-		}
-	}()
-	return store.DeleteBelow(ctx, opts, floor, cut, total, func(lo, hi uint64) (n int, err error) {
-		err = s.write(ctx, func() error {
-			tx, err := conn.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ? AND seq >= ? AND seq < ?`, thread, int64(lo), int64(hi)); err != nil {
-				return err
-			}
-			res, err := tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE thread = ? AND seq >= ? AND seq < ?`, thread, int64(lo), int64(hi))
-			if err != nil {
-				return err
-			}
-			rows, _ := res.RowsAffected()
-			n = int(rows)
-			return tx.Commit()
-		})
-		return n, err
-	})
-}
-
-// writeBase turns the checkpoint keep places below the head into a base
-// holding the full state there, and returns its seq; when the thread has
-// no such checkpoint, or it is a base already, it returns the newest
-// base's seq (0: none), below which a stopped prune may have left rows.
-func (s *Store) writeBase(ctx context.Context, thread string, keep int) (uint64, error) {
-	var cut uint64
-	var source string
-	err := s.db.QueryRowContext(ctx, `SELECT seq, source FROM checkpoints WHERE thread = ? ORDER BY seq DESC LIMIT 1 OFFSET ?`, thread, keep).Scan(&cut, &source)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && source == string(store.SourceBase) {
-		err = s.db.QueryRowContext(ctx, `SELECT seq FROM checkpoints WHERE thread = ? AND source = ? ORDER BY seq DESC LIMIT 1`, thread, string(store.SourceBase)).Scan(&cut)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, nil
-		}
-		return cut, err
-	}
-	if err != nil {
-		return 0, err
-	}
-	f, err := s.fold(ctx, thread, cut)
-	if err != nil {
-		return 0, err
-	}
-	base := store.BaseWrites(f.Snapshot(thread))
-	return cut, s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `UPDATE checkpoints SET parent = 0, run = '', step = 0, source = ?, meta = '{}' WHERE thread = ? AND seq = ?`,
-			string(store.SourceBase), thread, cut); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ? AND seq = ?`, thread, cut); err != nil {
-			return err
-		}
-		// folds refer to the rows the base replaces: the next fold starts
-		// afresh
-		for _, table := range []string{"folds", "segments"} {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE thread = ?`, thread); err != nil {
-				return err
-			}
-		}
-		for _, w := range base {
-			b, err := sqlstore.Encode(w)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO writes (thread, seq, field, version, append, value) VALUES (?, ?, ?, ?, 0, ?)`,
-				thread, cut, w.Field, w.Version, string(b)); err != nil {
 				return err
 			}
 		}

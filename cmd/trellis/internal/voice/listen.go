@@ -1,0 +1,85 @@
+package voice
+
+import (
+	"errors"
+	"net"
+	"os"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/trellisflow/trellis/cmd/trellis/internal/audio"
+)
+
+// listen hears a caller's microphone: it decodes the Opus packets, feeds
+// the voice-activity detector, hands each utterance to the loop, and
+// stops the agent's reply when the caller speaks over it.
+func (s *session) listen(track *webrtc.TrackRemote, identity string) {
+	defer s.wg.Done()
+	s.a.tracks.Add(1)
+	defer s.a.tracks.Add(-1)
+	const rate = 16000
+	dec, err := audio.NewDecoder(rate)
+	if err != nil {
+		s.log.Warn("hearing the caller", "error", err.Error())
+		return
+	}
+	defer dec.Close()
+	vad := audio.NewVAD(rate, audio.VADConfig{Silence: s.a.cfg.Silence})
+	silence := make([]int16, rate/50)
+	var speechStart time.Time
+	barged := false
+	push := func(pcm []int16) {
+		now := time.Now()
+		switch vad.Push(pcm) {
+		case audio.SpeechStart:
+			speechStart, barged = now, false
+		case audio.SpeechEnd:
+			s.post(event{kind: evUtterance, identity: identity, pcm: vad.Utterance(), at: now})
+		}
+		if vad.Speaking() && !barged && now.Sub(speechStart) >= s.a.cfg.BargeIn && s.isSpeaking() {
+			barged = true
+			if s.interrupt() {
+				s.a.metrics.bargeIns.Inc()
+				s.send(Message{Type: MsgInterrupted})
+			}
+		}
+	}
+	var last uint16
+	started := false
+	quiet := time.Now()
+	for s.ctx.Err() == nil {
+		_ = track.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		pkt, _, err := track.ReadRTP()
+		if err != nil {
+			var ne net.Error
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+				// no packets (the caller muted, or sends nothing in silence):
+				// the time passes as silence, so an utterance still ends
+				for now := time.Now(); now.Sub(quiet) >= frameDur; quiet = quiet.Add(frameDur) {
+					push(silence)
+				}
+				continue
+			}
+			return
+		}
+		quiet = time.Now()
+		if len(pkt.Payload) == 0 {
+			continue
+		}
+		if started {
+			// conceal a few lost packets, so the detector's clock keeps time
+			for gap := pkt.SequenceNumber - last - 1; gap > 0 && gap < 5; gap-- {
+				if pcm, err := dec.Decode(nil); err == nil {
+					push(pcm)
+				}
+			}
+		}
+		started, last = true, pkt.SequenceNumber
+		pcm, err := dec.Decode(pkt.Payload)
+		if err != nil {
+			continue
+		}
+		push(pcm)
+	}
+}
