@@ -322,6 +322,9 @@ func WithPath() RunOption { return func(r *engine.Request) { r.RecordPath = true
 // thread's.
 func ChildThread(thread, ns string) string { return engine.ChildThread(thread, ns) }
 
+// IsNamespace reports whether ns has the form of a child flow's namespace.
+func IsNamespace(ns string) bool { return engine.IsNamespace(ns) }
+
 // WithConfig sets the run's configuration: values of the flow's config
 // block, which expressions read as config.NAME. Values not marked secret
 // are recorded with the run, so a resumed run has them again; secret

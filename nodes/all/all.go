@@ -14,7 +14,6 @@ import (
 	"github.com/trellisflow/trellis/nodes/subflow"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
-	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 )
 
 var (
@@ -60,18 +59,6 @@ func WithProvider(provider func() *llm.Provider) *kind.Set {
 func With(provider func() *llm.Provider, pool func() *sandbox.Pool) *kind.Set {
 	return kind.NewSet(assign.Spec, noop.Spec, render.Spec, interrupt.Spec, llm.NewSpec(provider), sandbox.NewSpec(pool),
 		subflow.Spec, mapnode.Spec)
-}
-
-// WithTestKinds returns a new registry of the built-in kinds with no
-// model and no sandbox, and the runtime's test kinds (kindtest: set,
-// fail, sleep), for tests that mix them; more kinds may be registered
-// into it.
-func WithTestKinds() *kind.Set {
-	set := WithProvider(func() *llm.Provider { return nil })
-	for _, sp := range kindtest.Registry().Specs() {
-		set.Register(*sp)
-	}
-	return set
 }
 
 // Reference renders the node-kind reference (nodes/README.md).

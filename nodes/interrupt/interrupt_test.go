@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -71,11 +70,7 @@ func TestTwoInterruptsAnsweredInEitherOrder(t *testing.T) {
 	if g == nil || dl.HasErrors() {
 		t.Fatal(dl)
 	}
-	for name, url := range map[string]string{
-		"memory":   "memory",
-		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "i.db"),
-		"postgres": storetest.Postgres(t),
-	} {
+	for name, url := range storetest.URLs(t) {
 		t.Run(name, func(t *testing.T) {
 			st, err := store.Open(ctx, url)
 			if err != nil {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/all/alltest"
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/engine"
@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 
 // registry is the built-in kinds and the runtime's test kinds (set, with
 // a random delay, fail, sleep).
-func registry() kind.Registry { return all.WithTestKinds() }
+func registry() kind.Registry { return alltest.WithTestKinds() }
 
 func load(t *testing.T, name, src string) *flow.Graph {
 	t.Helper()
@@ -35,14 +35,6 @@ func load(t *testing.T, name, src string) *flow.Graph {
 		t.Fatalf("%s does not load:\n%v", name, dl)
 	}
 	return g
-}
-
-func storeURLs(t *testing.T) map[string]string {
-	return map[string]string{
-		"memory":   "memory",
-		"sqlite":   "sqlite:" + t.TempDir() + "/s.db",
-		"postgres": storetest.Postgres(t),
-	}
 }
 
 const squares = `version: 1
@@ -88,7 +80,7 @@ func TestMapHundredItemsTenAtATime(t *testing.T) {
 		items[i] = i + 1
 		want[i] = (i + 1) * (i + 1)
 	}
-	for name, url := range storeURLs(t) {
+	for name, url := range storetest.URLs(t) {
 		t.Run(name, func(t *testing.T) {
 			st, err := store.Open(ctx, url)
 			if err != nil {

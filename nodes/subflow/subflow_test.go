@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/all/alltest"
 	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/config"
@@ -29,14 +30,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 
-func storeURLs(t *testing.T) map[string]string {
-	return map[string]string{
-		"memory":   "memory",
-		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "s.db"),
-		"postgres": storetest.Postgres(t),
-	}
-}
-
 // gate counts its runs per node and, while its channel is open, blocks
 // until the run is cancelled (a process dying in the middle of it).
 type gate struct {
@@ -46,7 +39,7 @@ type gate struct {
 }
 
 func (g *gate) registry() kind.Registry {
-	set := all.WithTestKinds()
+	set := alltest.WithTestKinds()
 	set.Register(kind.Spec{Name: "gate", Summary: "Count runs; block while told to.", Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
 		New: func(b kind.Builder) kind.Node {
 			sets := kindtest.CompileSet(b)
@@ -152,7 +145,7 @@ func TestSubflowHistoryUnderItsNamespace(t *testing.T) {
 	ctx := context.Background()
 	gt := &gate{runs: map[string]int{}}
 	g := loadParent(t, gt)
-	for name, url := range storeURLs(t) {
+	for name, url := range storetest.URLs(t) {
 		t.Run(name, func(t *testing.T) {
 			st, err := store.Open(ctx, url)
 			if err != nil {
@@ -226,7 +219,7 @@ func TestSubflowHistoryUnderItsNamespace(t *testing.T) {
 // run again, nor the parent's. On each store.
 func TestSubflowResumesInsideItsNamespace(t *testing.T) {
 	ctx := context.Background()
-	for name, url := range storeURLs(t) {
+	for name, url := range storetest.URLs(t) {
 		t.Run(name, func(t *testing.T) {
 			gt := &gate{runs: map[string]int{}}
 			g := loadParent(t, gt)

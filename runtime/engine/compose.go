@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,12 @@ const NSSep = "|"
 // ChildThread is the thread of the child flow a node ran under namespace
 // ns of thread.
 func ChildThread(thread, ns string) string { return thread + NSSep + ns }
+
+// IsNamespace reports whether ns is a child flow's namespace as RunFlow
+// makes them: NODE:SEQ or NODE[KEY]:SEQ, nested levels joined by NSSep.
+func IsNamespace(ns string) bool { return namespaceFormat.MatchString(ns) }
+
+var namespaceFormat = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])?:[0-9]+(\|[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])?:[0-9]+)*$`)
 
 // resolveConfig gives a run its configuration: the flow's defaults,
 // overlaid by the values recorded for the run (a resumed run's), then by

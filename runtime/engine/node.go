@@ -92,11 +92,7 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 	o.cached = false
 	if ws, ok := r.pending[n.Name]; ok {
 		// completed before the run stopped: take its saved update
-		upd := make(kind.Update, len(ws))
-		for i, w := range ws {
-			upd[i] = kind.FieldValue{Field: w.Field, Value: w.Value}
-		}
-		o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, upd, nil, 0, 0, ""
+		o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, updateOf(ws), nil, 0, 0, ""
 		return
 	}
 	o.view.stream, o.view.usage = nil, nil

@@ -219,55 +219,18 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 	if p == nil || !ok || f.Reducer == nil {
 		return
 	}
-	spec := f.Reducer.Spec
-	// type flow: a value whose shape is declared (a reply schema, a
-	// sandbox result, another field) against the field's schema
-	if src := p.Shape(); src != nil && (spec.Name == "replace" || spec.Appends || spec.Name == "union") {
-		dst, path := f.Shape, p.Source()
-		if spec.Name != "replace" {
-			if dst = f.Shape.Items; src.Is("array") || src.Items != nil {
-				src, path = src.Items, path+"[]"
-			}
-		}
-		if why := schema.Fits(src, dst, path); len(why) > 0 {
-			into := "field " + strconv.Quote(field)
-			if spec.Name != "replace" {
-				into = "the items of field " + strconv.Quote(field)
-			}
-			b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "%s cannot hold what this expression gives: %s", into, strings.Join(why, "; "))
-			return
-		}
-	}
-	got := jsonType(p.ResultType())
-	if got == "" {
+	if f.Reducer.Spec.Name != "replace" {
+		b.reducedFits(field, f, p, at)
 		return
 	}
-	want, fits := f.Shape.Describe(), true
-	switch {
-	case spec.Name == "expr":
-	case spec.Appends || spec.Name == "union":
-		// a list adds its items, any other value is one item
-		want = "a list or an item of " + f.Shape.Items.Describe() + " (" + spec.Name + ")"
-		fits = got == "array" || f.Shape.Items.Allows(got)
-	case spec.Name != "replace" && spec.Type != "":
-		want = article(spec.Type) + " (" + spec.Name + ")"
-		fits = (&schema.Shape{Types: []string{spec.Type}}).Allows(got)
-	default:
-		fits = f.Shape.Allows(got)
-	}
-	if !fits {
-		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q takes %s, but this expression yields %s", field, want, article(got))
+	// the value as it is, against the field: its declared shape member
+	// by member, its type, a constant's range
+	if why := fitsShape(p, f.Shape); why != "" {
+		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q %s", field, why)
 		return
 	}
-	if spec.Name != "replace" {
+	if jsonType(p.ResultType()) == "" {
 		return
-	}
-	// a constant out of the field's range
-	if v, ok := p.Constant(); ok {
-		if why := f.Shape.OutOfRange(v); why != "" {
-			b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q is %s, but this expression is always %v", field, why, v)
-			return
-		}
 	}
 	// a string the field's enum does not allow, written as it is
 	values, isEnum := f.Shape.Strings()
@@ -280,6 +243,44 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 			b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(l.Line, l.Col, l.EndCol), b.path, "field %q is one of %s, never %q", field, quoteEach(values), l.Value).
 				Suggestion = diag.Suggest(l.Value, values)
 		}
+	}
+}
+
+// reducedFits reports (as W004) what p yields that cannot be written to
+// a field whose reducer is not replace: an append or union takes a list
+// of the field's items or one item, checked member by member when its
+// shape is declared; a typed reducer takes its type.
+func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at config.Value) {
+	spec := f.Reducer.Spec
+	if src := p.Shape(); src != nil && (spec.Appends || spec.Name == "union") {
+		path := p.Source()
+		if src.Is("array") || src.Items != nil {
+			src, path = src.Items, path+"[]"
+		}
+		if why := schema.Fits(src, f.Shape.Items, path); len(why) > 0 {
+			b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "the items of field %q cannot hold what this expression gives: %s", field, strings.Join(why, "; "))
+			return
+		}
+	}
+	got := jsonType(p.ResultType())
+	if got == "" {
+		return
+	}
+	want, fits := "", true
+	switch {
+	case spec.Name == "expr":
+	case spec.Appends || spec.Name == "union":
+		// a list adds its items, any other value is one item
+		want = "a list or an item of " + f.Shape.Items.Describe() + " (" + spec.Name + ")"
+		fits = got == "array" || f.Shape.Items.Allows(got)
+	case spec.Type != "":
+		want = article(spec.Type) + " (" + spec.Name + ")"
+		fits = (&schema.Shape{Types: []string{spec.Type}}).Allows(got)
+	default:
+		want, fits = f.Shape.Describe(), f.Shape.Allows(got)
+	}
+	if !fits {
+		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q takes %s, but this expression yields %s", field, want, article(got))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
 const cachedFlow = `version: 1
@@ -47,7 +48,7 @@ func TestNodeCache(t *testing.T) {
 	}})
 	ctx := context.Background()
 	var runWith func(t *testing.T, g *flow.Graph, st store.Store, thread, topic string) (string, bool)
-	for name, url := range storeURLs(t) {
+	for name, url := range storetest.URLs(t) {
 		t.Run(name, func(t *testing.T) {
 			calls.Store(0)
 			g, dl := flow.LoadSource("cached.yaml", []byte(strings.Replace(cachedFlow, "TTL", "1h", 1)), reg)

@@ -11,6 +11,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
 const pausedFlow = `version: 1
@@ -48,7 +49,7 @@ func TestInterruptBeforeAndAfter(t *testing.T) {
 	if g == nil || len(dl) > 0 {
 		t.Fatal(dl)
 	}
-	for name, url := range storeURLs(t) {
+	for name, url := range storetest.URLs(t) {
 		t.Run(name, func(t *testing.T) {
 			st, err := store.Open(ctx, url)
 			if err != nil {

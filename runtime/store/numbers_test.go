@@ -12,6 +12,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
@@ -45,7 +46,7 @@ func TestIntegersAreExact(t *testing.T) {
 	if g == nil || len(dl) > 0 {
 		t.Fatal(dl)
 	}
-	for name, url := range storeURLs(t) {
+	for name, url := range storetest.URLs(t) {
 		t.Run(name, func(t *testing.T) {
 			st, err := store.Open(ctx, url)
 			if err != nil {
@@ -129,7 +130,7 @@ func TestIntegerExtremesAndReducers(t *testing.T) {
 	if g == nil || len(dl) > 0 {
 		t.Fatal(dl)
 	}
-	for name, url := range storeURLs(t) {
+	for name, url := range storetest.URLs(t) {
 		t.Run(name, func(t *testing.T) {
 			st, err := store.Open(ctx, url)
 			if err != nil {

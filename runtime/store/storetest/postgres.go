@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
@@ -14,6 +15,17 @@ import (
 func Postgres(t testing.TB) string {
 	t.Helper()
 	return pgtest.Database(t)
+}
+
+// URLs addresses a fresh store of each kind semantics tests run on, by
+// name: memory, SQLite (a file in the test's directory) and PostgreSQL.
+func URLs(t testing.TB) map[string]string {
+	t.Helper()
+	return map[string]string{
+		"memory":   "memory",
+		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "s.db"),
+		"postgres": Postgres(t),
+	}
 }
 
 // Main runs a test binary's tests and stops the PostgreSQL cluster they

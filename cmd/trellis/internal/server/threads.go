@@ -223,13 +223,11 @@ func inNamespace(r *http.Request, rec *store.ThreadRecord) (key string, err erro
 	if ns == "" {
 		return rec.ID, nil
 	}
-	if !namespaceFormat.MatchString(ns) {
+	if !trellis.IsNamespace(ns) {
 		return "", &api.Error{Code: api.CodeBadRequest, Message: "ns is a child flow's namespace, NODE:SEQ (levels joined by |), as its events name it"}
 	}
 	return trellis.ChildThread(rec.ID, ns), nil
 }
-
-var namespaceFormat = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])?:[0-9]+(\|[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])?:[0-9]+)*$`)
 
 func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) error {
 	rec, err := s.thread(r, c)
