@@ -12,8 +12,9 @@ import (
 
 // The function library flows may call besides expr's built-ins (len, filter,
 // map, mean, lower, ...): text normalisation and word similarity for
-// de-duplication, ids, and json (a value as compact JSON text, where expr's
-// toJSON indents).
+// de-duplication, a text's words and whether it mentions a phrase (for
+// rules over prose: keywords, vague openers, length), ids, and json (a
+// value as compact JSON text, where expr's toJSON indents).
 var functions = []expr.Option{
 	expr.Function("normalize", func(p ...any) (any, error) {
 		return NormalizeText(p[0].(string)), nil
@@ -21,6 +22,12 @@ var functions = []expr.Option{
 	expr.Function("word_overlap", func(p ...any) (any, error) {
 		return WordOverlap(p[0].(string), p[1].(string)), nil
 	}, new(func(string, string) float64)),
+	expr.Function("words", func(p ...any) (any, error) {
+		return Words(p[0].(string)), nil
+	}, new(func(string) []string)),
+	expr.Function("mentions", func(p ...any) (any, error) {
+		return Mentions(p[0].(string), p[1].(string)), nil
+	}, new(func(string, string) bool)),
 	expr.Function("uuid", func(...any) (any, error) {
 		return NewID(), nil
 	}, new(func() string)),
@@ -33,7 +40,7 @@ var functions = []expr.Option{
 	}, new(func(any) string)),
 }
 
-var registered = []string{"normalize", "word_overlap", "uuid", "slug", "json"}
+var registered = []string{"normalize", "word_overlap", "words", "mentions", "uuid", "slug", "json"}
 
 // NormalizeText lowercases s, turns punctuation into spaces and collapses runs of
 // spaces: "What's  your Stack?" becomes "what s your stack".
@@ -74,6 +81,64 @@ func WordOverlap(a, b string) float64 {
 		}
 	}
 	return float64(both) / float64(len(set))
+}
+
+// Words returns the words of s, normalised as NormalizeText does: "Cut
+// p95 latency by 35%." gives [cut p95 latency by 35]. An empty or
+// all-punctuation text has none, so len(words(s)) counts words.
+func Words(s string) []string {
+	w := strings.Fields(NormalizeText(s))
+	if w == nil {
+		w = []string{}
+	}
+	return w
+}
+
+// Mentions reports whether text mentions phrase: the phrase's words occur
+// in text one after another, ignoring case and punctuation, and each may
+// be in its plural there ("prompt" is mentioned by "prompts", "library"
+// by "libraries"). A word is a run of letters and digits, with + and #
+// kept (C++ and C# are words; Node.js is "node js"). An empty phrase is
+// mentioned by nothing.
+func Mentions(text, phrase string) bool {
+	want := mentionWords(phrase)
+	if len(want) == 0 {
+		return false
+	}
+	have := mentionWords(text)
+	for i := 0; i+len(want) <= len(have); i++ {
+		ok := true
+		for j, w := range want {
+			if !sameOrPlural(have[i+j], w) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// mentionWords splits s into lowercase words of letters, digits, + and #.
+func mentionWords(s string) []string {
+	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '+' && r != '#'
+	})
+}
+
+// sameOrPlural reports whether got is want or a regular plural of it.
+func sameOrPlural(got, want string) bool {
+	if got == want {
+		return true
+	}
+	rest, ok := strings.CutPrefix(got, want)
+	if ok && (rest == "s" || rest == "es") {
+		return true
+	}
+	stem, isY := strings.CutSuffix(want, "y")
+	return isY && stem != "" && got == stem+"ies"
 }
 
 // NewID returns a random RFC 4122 version 4 UUID.

@@ -1,0 +1,99 @@
+package expression_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/schema"
+)
+
+func TestMentions(t *testing.T) {
+	cases := []struct {
+		text, phrase string
+		want         bool
+	}{
+		{"Built a retrieval pipeline in Python.", "python", true},
+		{"Built a retrieval pipeline in Python.", "Retrieval Pipeline", true},
+		{"Built a retrieval pipeline in Python.", "pipeline retrieval", false}, // in order
+		{"Regression tests of LLM prompts.", "prompt", true},                   // a plural
+		{"Regression tests of LLM prompts.", "LLM", true},
+		{"Three open-source libraries.", "library", true},
+		{"Fine-tuning of small models.", "fine-tuning", true},
+		{"Fine-tuning of small models.", "fine tuning", true}, // punctuation is ignored
+		{"Pythonic code.", "python", false},                   // whole words only
+		{"Wrote C++ and C#.", "C++", true},
+		{"Wrote C and Go.", "C++", false},
+		{"Wrote C#.", "C", false},
+		{"Served with Node.js.", "node.js", true},
+		{"Anything.", "", false},
+		{"Anything.", "  ...  ", false},
+		{"", "go", false},
+		{"LLMs in production.", "LLMs", true},
+		{"LLM in production.", "LLMs", false}, // a plural phrase wants the plural
+		{"Prompt engineering", "prompt engineering for agents", false},
+	}
+	for _, c := range cases {
+		if got := expression.Mentions(c.text, c.phrase); got != c.want {
+			t.Errorf("Mentions(%q, %q) = %v, want %v", c.text, c.phrase, got, c.want)
+		}
+	}
+}
+
+func TestWords(t *testing.T) {
+	for text, want := range map[string][]string{
+		"Cut p95 latency by 35%.": {"cut", "p95", "latency", "by", "35"},
+		"  Worked   on backend. ": {"worked", "on", "backend"},
+		"":                        {},
+		" -- ... ":                {},
+	} {
+		if got := expression.Words(text); !slices.Equal(got, want) || got == nil {
+			t.Errorf("Words(%q) = %#v, want %#v", text, got, want)
+		}
+	}
+}
+
+// The functions are callable from expressions, typed: mentions is a
+// condition, words a list of strings.
+func TestTextFunctionsInExpressions(t *testing.T) {
+	str := &schema.Shape{Types: []string{"string"}}
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"text": str, "keywords": {Types: []string{"array"}, Items: str}}, Order: []string{"keywords", "text"}})
+	vars := map[string]any{"state.text": "Shipped RAG evaluations in Python.", "state.keywords": []any{"python", "evaluation", "go", "rag"},
+		"state": map[string]any{"text": "Shipped RAG evaluations in Python.", "keywords": []any{"python", "evaluation", "go", "rag"}}}
+	p, probs := expression.Compile("filter(state.keywords, mentions(state.text, #))", env, false)
+	if p == nil {
+		t.Fatal(probs)
+	}
+	got, err := p.Eval(vars)
+	if err != nil || !slices.Equal(got.([]any), []any{"python", "evaluation", "rag"}) {
+		t.Fatalf("found %#v %v", got, err)
+	}
+	c, probs := expression.Compile("len(words(state.text)) == 5 && words(state.text)[0] == 'shipped'", env, true)
+	if c == nil {
+		t.Fatal(probs)
+	}
+	if ok, err := c.EvalBool(vars); !ok || err != nil {
+		t.Fatalf("words: %v %v", ok, err)
+	}
+	if _, probs := expression.Compile("mentions(state.text)", env, true); len(probs) == 0 {
+		t.Fatal("mentions with one argument compiled")
+	}
+	if _, probs := expression.Compile("mentions(state.text, 3)", env, true); len(probs) == 0 {
+		t.Fatal("mentions of a number compiled")
+	}
+}
+
+// FuzzMentions: a text mentions each of its own words and itself, and
+// mentioning never panics.
+func FuzzMentions(f *testing.F) {
+	for _, s := range []string{"Built a RAG pipeline.", "C++ and C#", "libraries", "", "ÄÖ über straße", "y ies"} {
+		f.Add(s, "pipeline")
+	}
+	f.Fuzz(func(t *testing.T, text, phrase string) {
+		_ = expression.Mentions(text, phrase)
+		if len(expression.Words(text)) > 0 && !expression.Mentions(text, text) {
+			t.Fatalf("%q does not mention itself", text)
+		}
+	})
+}
