@@ -15,7 +15,8 @@
 // validation error. Calls that fail with 429, 5xx or a timeout are retried
 // with backoff, honouring Retry-After. When no model is configured, or the
 // model still fails, the node writes its prompt's fallback instead and its
-// end event is marked degraded. With events observed, the reply is streamed
+// end event is marked degraded; the fallback's no_model tells the first
+// case from the second. With events observed, the reply is streamed
 // token by token as node_output events.
 package llm
 
@@ -287,7 +288,8 @@ type request struct {
 }
 
 // Fallback implements kind.Fallback: the prompt's fallback, with the
-// failure as .error.
+// failure as .error and, when the cause is that no model is configured,
+// .no_model set.
 func (n *node) Fallback(_ context.Context, s kind.State, cause error) (kind.Update, error) {
 	data, vars, err := n.data(s)
 	if err != nil {
@@ -298,7 +300,8 @@ func (n *node) Fallback(_ context.Context, s kind.State, cause error) (kind.Upda
 
 func (n *node) fallback(data prompt.Data, vars map[string]any, cause error) (kind.Update, error) {
 	data.Error = n.client.redact(cause.Error())
-	vars["error"] = data.Error
+	data.NoModel = errors.Is(cause, ErrNoModel)
+	vars["error"], vars["no_model"] = data.Error, data.NoModel
 	out, err := n.prompt.Fallback(data, func(p *expression.Program) (any, error) { return p.Eval(vars) })
 	if err != nil {
 		return nil, fmt.Errorf("fallback of prompt %s: %w", n.prompt.Name, err)

@@ -425,3 +425,44 @@ nodes:
 		t.Fatalf("a misspelt config in the flow's model: %v", dl)
 	}
 }
+
+// A fallback tells standing in for a model that is not configured from
+// standing in for one that failed: no_model (in a template, .no_model)
+// holds only for the first, so a prompt may apply rules offline and
+// report a failure as one.
+func TestFallbackKnowsNoModelFromAFailure(t *testing.T) {
+	write := func(dir, name, body string) {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := func(p *llm.Provider) *flow.Graph {
+		dir := t.TempDir()
+		write(dir, "flows/review.yaml", reviewFlow)
+		write(dir, "prompts/review.prompt", strings.Replace(reviewPrompt,
+			`fallback: {score: 5.0, notes: "review failed: {{.error}}"}`,
+			`fallback: {score: 5.0, notes: "{{if .no_model}}rules: {{.vars.words}} words{{else}}review failed: {{.error}}{{end}}"}`, 1))
+		write(dir, "prompts/summary.prompt", strings.Replace(summaryPrompt,
+			`fallback_expr: "'no summary (' + error + ')'"`,
+			`fallback_expr: "no_model ? 'offline summary' : 'no summary (' + error + ')'"`, 1))
+		g, dl := flow.Load(filepath.Join(dir, "flows/review.yaml"), all.WithProvider(func() *llm.Provider { return p }))
+		if dl.HasErrors() {
+			t.Fatalf("load: %v", dl)
+		}
+		return g
+	}
+	state := runFlow(t, load(nil), memory.New(), nil)
+	if fb := state["feedback"].(map[string]any); fb["notes"] != "rules: 5 words" || state["summary"] != "OFFLINE SUMMARY" {
+		t.Fatalf("no model: feedback %v, summary %q", fb, state["summary"])
+	}
+	srv := llmtest.New(llmtest.Rule{Replies: []llmtest.Reply{{Status: 500}}})
+	state = runFlow(t, load(serve(t, srv)), memory.New(), nil)
+	if fb := state["feedback"].(map[string]any); !strings.HasPrefix(fb["notes"].(string), "review failed: ") ||
+		!strings.HasPrefix(state["summary"].(string), "NO SUMMARY (") {
+		t.Fatalf("a failing model: feedback %v, summary %q", fb, state["summary"])
+	}
+}

@@ -74,7 +74,7 @@ func Load(b kind.Builder, at config.Value, vars kind.Vars) *Prompt {
 	}
 	vs := schema.Object(vars)
 	withVars := kind.Vars{"vars": vs}
-	withError := kind.Vars{"vars": vs, "error": &schema.Shape{Types: []string{"string"}}}
+	withError := kind.Vars{"vars": vs, "error": &schema.Shape{Types: []string{"string"}}, "no_model": &schema.Shape{Types: []string{"boolean"}}}
 	p := &Prompt{Name: f.name, Path: f.path, Model: f.model, Temperature: f.temp, MaxTokens: f.maxTokens,
 		Output: f.output, HasFallback: f.hasFallback}
 	ok := f.ok

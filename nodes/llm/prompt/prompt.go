@@ -5,12 +5,15 @@
 // file:line:col and every field a template reads is checked against the
 // flow's state, the input and the node's vars before anything runs.
 //
-// A template sees one value with four keys:
+// A template sees one value with these keys:
 //
-//	.state   the committed state of the step
-//	.input   the run's input
-//	.vars    the node's declared variables
-//	.error   why the model did not answer (fallbacks only)
+//	.state     the committed state of the step
+//	.input     the run's input
+//	.vars      the node's declared variables
+//	.error     why the model did not answer (fallbacks only)
+//	.no_model  true when that is because no model is configured, not a
+//	           failure (fallbacks only): a fallback may then stand in for
+//	           the model with rules, and report a failure as one
 package prompt
 
 import (
@@ -38,7 +41,7 @@ type Prompt struct {
 	Output *Output
 	// Fallback is what the node produces when no model answers: a value
 	// whose strings are templates (FallbackValue), or an expression over
-	// state, input, vars and error (FallbackExpr).
+	// state, input, vars, error and no_model (FallbackExpr).
 	FallbackValue any
 	FallbackExpr  *expression.Program
 	HasFallback   bool
@@ -59,10 +62,13 @@ type Data struct {
 	// Config is the run's configuration (nil when the flow has none).
 	Config map[string]any
 	Error  string
+	// NoModel is set when the fallback stands in for a model that is not
+	// configured rather than one that failed.
+	NoModel bool
 }
 
 func (d Data) value() map[string]any {
-	m := map[string]any{"state": d.State, "input": d.Input, "vars": d.Vars, "error": d.Error}
+	m := map[string]any{"state": d.State, "input": d.Input, "vars": d.Vars, "error": d.Error, "no_model": d.NoModel}
 	if d.Config != nil {
 		m["config"] = d.Config
 	}
