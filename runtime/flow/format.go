@@ -100,6 +100,7 @@ func flowFields(kinds []config.Field) []config.Field {
 			config.Map("attachments", "Named attachments (e.g. code: current_code): the input field that receives a file's content.",
 				config.Elem(config.String("", ""))),
 		),
+		config.String("output", "The flow's result: a text template over the state a run ends with ({{.state.NAME}}), checked like every template. `trellis run` prints it instead of the state (for a flow without a conversation), and the API returns it with a finished run."),
 		config.Map("config", "Values each run may set (run configuration): name to the JSON Schema of the value, with its default. Expressions read config.NAME, templates .config.NAME; secret: true keeps a value out of every checkpoint (a resumed run is given it again).",
 			config.Elem(config.Object("", "The JSON Schema (draft 2020-12) of the value.",
 				config.Bool("secret", "Never written to a checkpoint (a key, a token).")).OpenKeys())),

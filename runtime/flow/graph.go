@@ -36,6 +36,8 @@ type Graph struct {
 	Joins int
 	// Conversation is the flow's conversation block, or nil.
 	Conversation *Conversation
+	// Output is the flow's declared result, or nil (see output.go).
+	Output *Output
 	// Config lists the run configuration's entries, in declaration
 	// order; ConfigShape is its shape (nil when the flow declares none).
 	Config      []*ConfigField

@@ -124,7 +124,7 @@ type fieldRead struct {
 
 // compile runs the phases in order: the file and its format, the state,
 // the conversation block, the nodes (each kind builds its own), the edges,
-// then the graph-wide analyses. Each phase reports what it finds and
+// then the graph-wide analyses and the output (which reads the graph). Each phase reports what it finds and
 // builds what it can, so that one load reports every problem.
 func (c *compiler) compile(path string, src []byte) *Graph {
 	d := config.Parse(path, src, &c.dl, config.ParseOptions{Duplicate: func(ptr string) (diag.Code, string) {
@@ -200,6 +200,7 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.analyse()
 	c.nullWarnings()
 	c.unsetWarnings()
+	c.output(top.Value("output"))
 	c.lint(top.Object("lint"))
 	c.g.env = c.env
 	return c.g

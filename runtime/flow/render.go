@@ -123,7 +123,11 @@ func (g *Graph) mermaid(b *strings.Builder, prefix, indent string, o DrawOptions
 		}
 		fmt.Fprintf(b, "%s%s%s\"%s<br/><small>%s%s</small>\"%s\n", indent, id(n.Name), open, n.Name, mermaidEscape(kindLabel(n, parts, composite)), marks(n), end)
 	}
-	fmt.Fprintf(b, "%s%s([END])\n", indent, id(endName))
+	if g.Output != nil {
+		fmt.Fprintf(b, "%s%s([\"END<br/><small>%s</small>\"])\n", indent, id(endName), mermaidEscape(g.Output.label()))
+	} else {
+		fmt.Fprintf(b, "%s%s([END])\n", indent, id(endName))
+	}
 	for _, a := range g.Arcs() {
 		label := a.Label
 		if a.Bound > 0 {
@@ -278,7 +282,11 @@ func (g *Graph) dot(b *strings.Builder, prefix, indent string, o DrawOptions) (e
 		}
 		fmt.Fprintf(b, "%s%q [label=%q%s];\n", indent, id, n.Name+"\n("+kindLabel(n, parts, composite)+marks(n)+")", shape)
 	}
-	fmt.Fprintf(b, "%s%q [label=%q, shape=doublecircle];\n", indent, prefix+endName, endName)
+	endLabel := endName
+	if g.Output != nil {
+		endLabel += "\n(" + g.Output.label() + ")"
+	}
+	fmt.Fprintf(b, "%s%q [label=%q, shape=doublecircle];\n", indent, prefix+endName, endLabel)
 	ref := func(m map[string]string, name string) string {
 		if id, ok := m[name]; ok {
 			return id
@@ -354,6 +362,8 @@ type graphDoc struct {
 	Path  string    `json:"path,omitempty"`
 	Nodes []nodeDoc `json:"nodes"`
 	Arcs  []Arc     `json:"arcs"`
+	// Output is the flow's declared result, when it has one.
+	Output *outputDoc `json:"output,omitempty"`
 }
 
 type nodeDoc struct {
@@ -381,6 +391,9 @@ type mapDoc struct {
 
 func (g *Graph) document() *graphDoc {
 	doc := &graphDoc{Name: g.Name, Arcs: g.Arcs()}
+	if g.Output != nil {
+		doc.Output = &outputDoc{Reads: g.Output.Reads, Line: g.Output.Pos.Line}
+	}
 	for _, n := range g.Nodes {
 		doc.Nodes = append(doc.Nodes, nodeDocOf(n))
 	}
