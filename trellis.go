@@ -155,6 +155,17 @@ func (f *Flow) Conversation() *Conversation {
 	return &Conversation{Input: c.Input, Output: c.Output, Attachments: c.Attachments}
 }
 
+// Output renders the flow's declared result (its output block) over a
+// run's final state; ok is false when the flow declares none.
+func (f *Flow) Output(state map[string]any) (text string, ok bool, err error) {
+	o := f.graph.Output
+	if o == nil {
+		return "", false, nil
+	}
+	text, err = o.Render(state)
+	return text, true, err
+}
+
 // Finished reports whether a conversation is over in state: whether the
 // flow's conversation.until condition holds. A flow without one never
 // finishes.

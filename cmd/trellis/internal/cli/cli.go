@@ -46,8 +46,8 @@ func init() {
 	commands = []*command{
 		{"validate", "validate [--format text|json|github] [FILE|DIR ...]", "Check flow files and report every problem with file:line:col", cmdValidate},
 		{"graph", "graph FLOW [--format mermaid|dot|json]", "Draw a flow's graph", cmdGraph},
-		{"run", "run FLOW [--with FILE] [--input k=v ...] [--input-file FILE] [--thread ID] [--trace]",
-			"Run a flow: talk with a conversational flow in the terminal, or run once and print the final state", cmdRun},
+		{"run", "run FLOW [--with FILE] [--input k=v ...] [--input-file FILE] [--thread ID] [--trace] [--json]",
+			"Run a flow: talk with a conversational flow in the terminal, or run once and print the flow's output (its final state without one, or with --json)", cmdRun},
 		{"test", "test [--run TEXT] [-v] [--model | --record] [FILE|DIR ...]",
 			"Run flow tests (*.test.yaml): scripted node outputs, assertions on path, visits and state; model replies recorded once (--record) replay offline from x.cassette.yaml", cmdTest},
 		{"prompt", "prompt render FLOW NODE [--with FILE | --thread ID [--store ADDR]] [--input k=v ...] [--json]",

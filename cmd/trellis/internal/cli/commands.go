@@ -229,6 +229,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	trace := fs.Bool("trace", false, "print the run's events to stderr")
 	resume := fs.Bool("resume", false, "continue the thread's unfinished run (after a crash) instead of starting one")
 	durability := fs.String("durability", "sync", "when steps are committed: sync, async or exit")
+	jsonOut := fs.Bool("json", false, "print the final state as JSON, not the flow's output")
 	var answers multi
 	fs.Var(&answers, "answer", "with --resume, answer a paused run's question: NODE=value (repeatable; value parsed as YAML); unanswered questions are asked on standard input")
 	var configs multi
@@ -354,11 +355,27 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 			return failRun(env, "run", at, err)
 		}
 	}
-	enc := json.NewEncoder(env.Stdout)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(res.State)
+	if res.Interrupt == nil && !*jsonOut {
+		if text, ok, err := f.Output(res.State); ok {
+			if err != nil {
+				fmt.Fprintf(env.Stderr, "trellis run: %v; the final state follows\n", err)
+				printState(env, res.State)
+				return 1
+			}
+			fmt.Fprint(env.Stdout, strings.TrimRight(text, "\n")+"\n")
+			return 0
+		}
+	}
+	printState(env, res.State)
 	paused(env, res, at)
 	return 0
+}
+
+// printState prints a run's final state as indented JSON.
+func printState(env *Env, state map[string]any) {
+	enc := json.NewEncoder(env.Stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(state)
 }
 
 // paused tells that a run paused at a node's interrupt_before or
