@@ -60,11 +60,19 @@ var Funcs = template.FuncMap{
 		}
 		return strings.Join(s, sep)
 	},
+	// first returns the first n items of a list (all when it has fewer).
+	"first": func(n int, v any) []any {
+		items, _ := v.([]any)
+		if len(items) > n {
+			return items[:max(n, 0)]
+		}
+		return items
+	},
 	// last returns the last n items of a list (all when it has fewer).
 	"last": func(n int, v any) []any {
 		items, _ := v.([]any)
 		if len(items) > n {
-			return items[len(items)-n:]
+			return items[len(items)-max(n, 0):]
 		}
 		return items
 	},
