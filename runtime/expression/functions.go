@@ -22,7 +22,7 @@ var functions = []expr.Option{
 	expr.Function("word_overlap", func(p ...any) (any, error) {
 		return WordOverlap(p[0].(string), p[1].(string)), nil
 	}, new(func(string, string) float64)),
-	expr.Function("words", func(p ...any) (any, error) {
+	expr.Function("split_words", func(p ...any) (any, error) {
 		return Words(p[0].(string)), nil
 	}, new(func(string) []string)),
 	expr.Function("mentions", func(p ...any) (any, error) {
@@ -40,7 +40,7 @@ var functions = []expr.Option{
 	}, new(func(any) string)),
 }
 
-var registered = []string{"normalize", "word_overlap", "words", "mentions", "uuid", "slug", "json"}
+var registered = []string{"normalize", "word_overlap", "split_words", "mentions", "uuid", "slug", "json"}
 
 // NormalizeText lowercases s, turns punctuation into spaces and collapses runs of
 // spaces: "What's  your Stack?" becomes "what s your stack".
@@ -83,9 +83,9 @@ func WordOverlap(a, b string) float64 {
 	return float64(both) / float64(len(set))
 }
 
-// Words returns the words of s, normalised as NormalizeText does: "Cut
+// Words returns the words of s (split_words in expressions), normalised as NormalizeText does: "Cut
 // p95 latency by 35%." gives [cut p95 latency by 35]. An empty or
-// all-punctuation text has none, so len(words(s)) counts words.
+// all-punctuation text has none, so len(split_words(s)) counts words.
 func Words(s string) []string {
 	w := strings.Fields(NormalizeText(s))
 	if w == nil {

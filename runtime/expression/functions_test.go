@@ -54,7 +54,7 @@ func TestWords(t *testing.T) {
 }
 
 // The functions are callable from expressions, typed: mentions is a
-// condition, words a list of strings.
+// condition, split_words a list of strings.
 func TestTextFunctionsInExpressions(t *testing.T) {
 	str := &schema.Shape{Types: []string{"string"}}
 	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
@@ -69,7 +69,7 @@ func TestTextFunctionsInExpressions(t *testing.T) {
 	if err != nil || !slices.Equal(got.([]any), []any{"python", "evaluation", "rag"}) {
 		t.Fatalf("found %#v %v", got, err)
 	}
-	c, probs := expression.Compile("len(words(state.text)) == 5 && words(state.text)[0] == 'shipped'", env, true)
+	c, probs := expression.Compile("len(split_words(state.text)) == 5 && split_words(state.text)[0] == 'shipped'", env, true)
 	if c == nil {
 		t.Fatal(probs)
 	}

@@ -25,7 +25,7 @@ var fuzzEnv = expression.NewEnv().With("state", &schema.Shape{
 // evaluate (to a value or an error) without panicking.
 func FuzzCompile(f *testing.F) {
 	for _, s := range []string{"state.n + 1", "state.nme", "len(state.list) > 2 && state.name == 'x'",
-		"normalize(state.name)", "word_overlap(state.name, 'a b')", "mentions(state.name, 'c++')", "len(words(state.name))", "filter(state.list, # != '')",
+		"normalize(state.name)", "word_overlap(state.name, 'a b')", "mentions(state.name, 'c++')", "len(split_words(state.name))", "filter(state.list, # != '')",
 		"state.obj.x.y ?? 3", "input.anything", "[1, 2][5]", "1 / 0", "state.n ? 1 : 2", "{a: 1}.a",
 		"'n0'", "1 + 2", "2.5 * 2", "true && !false", "nil", "'a' + 'b'", "[1, 2]", "-7"} {
 		f.Add(s, true)
