@@ -170,15 +170,24 @@ func Normalize(v any) (any, error) {
 		}
 		return out, nil
 	case reflect.Map:
-		if r.Type().Key().Kind() == reflect.String {
+		// keyed by strings, or by interface values that are strings
+		// (expr's fromPairs builds map[any]any)
+		if k := r.Type().Key().Kind(); k == reflect.String || k == reflect.Interface {
 			out := make(map[string]any, r.Len())
 			it := r.MapRange()
 			for it.Next() {
+				key := it.Key()
+				if key.Kind() == reflect.Interface {
+					key = key.Elem()
+				}
+				if key.Kind() != reflect.String {
+					return nil, fmt.Errorf("object key %v is not a string", it.Key().Interface())
+				}
 				n, err := Normalize(it.Value().Interface())
 				if err != nil {
 					return nil, err
 				}
-				out[it.Key().String()] = n
+				out[key.String()] = n
 			}
 			return out, nil
 		}
