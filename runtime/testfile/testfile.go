@@ -6,7 +6,8 @@
 //	flow: resume_review.yaml
 //	tests:
 //	  - name: a reviewer fails and the review goes on
-//	    with: {target_role: LLM Engineer}          # the thread's initial values
+//	    with_file: examples/resume.yaml             # initial values from a file (beside the test file)
+//	    with: {target_role: LLM Engineer}          # the thread's initial values (over the file's)
 //	    script:                                     # per node, one entry per call
 //	      recruiter:
 //	        - error: model timed out                # the node fails (its fallback applies)
@@ -20,6 +21,7 @@
 //	          path: [router, [recruiter, tech_writer, copywriter], aggregator, portfolio]
 //	          degraded: [recruiter]
 //	          state: ["state.recruiter_feedback.score == 5.0"]
+//	          output: ["output contains 'Evaluation failed'"]  # over the flow's output
 //	    expect:                                     # after the last run
 //	      visits: {revisor: 0}
 //	      state: ["state.threshold_met"]
@@ -52,6 +54,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 	"github.com/trellisflow/trellis/runtime/value"
 )
@@ -70,12 +73,15 @@ type File struct {
 
 // Test is one test case.
 type Test struct {
-	Name   string            `yaml:"name"`
-	With   map[string]any    `yaml:"with"`
-	Script map[string][]Call `yaml:"script"`
-	Runs   []Run             `yaml:"runs"`
-	Expect *Expect           `yaml:"expect"`
-	Line   int               `yaml:"-"`
+	Name string `yaml:"name"`
+	// WithFile names a YAML or JSON file of initial values, relative to
+	// the test file; With's values go over them.
+	WithFile string            `yaml:"with_file"`
+	With     map[string]any    `yaml:"with"`
+	Script   map[string][]Call `yaml:"script"`
+	Runs     []Run             `yaml:"runs"`
+	Expect   *Expect           `yaml:"expect"`
+	Line     int               `yaml:"-"`
 }
 
 // Call is one scripted node call: exactly one of Set (the node's update),
@@ -101,13 +107,16 @@ type Run struct {
 // Expect holds assertions. Path lists each superstep's nodes (a name, or a
 // list for a step running several); Visits counts node runs (over the run,
 // or over the whole test at test level); State holds conditions over the
-// state; Degraded lists the nodes that must have used a fallback, and no
-// other node may have; Error is a substring of the run's error, which then
-// must fail.
+// state; Output holds conditions over output, the flow's declared output
+// rendered over the state the run ended with (and over the state);
+// Degraded lists the nodes that must have used a fallback, and no other
+// node may have; Error is a substring of the run's error, which then must
+// fail.
 type Expect struct {
 	Path     []any          `yaml:"path"`
 	Visits   map[string]int `yaml:"visits"`
 	State    []string       `yaml:"state"`
+	Output   []string       `yaml:"output"`
 	Degraded *[]string      `yaml:"degraded"`
 	Error    string         `yaml:"error"`
 	Line     int            `yaml:"-"`
@@ -390,6 +399,15 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 	defer eng.Store.Close()
 	const thread = "test"
 	with := map[string]any{}
+	if t.WithFile != "" {
+		vals, err := schema.ReadFile(filepath.Join(filepath.Dir(f.Path), t.WithFile))
+		m, ok := vals.(map[string]any)
+		if err != nil || !ok {
+			at(t.Line, "with_file: %s: want a file holding a mapping of field to value: %v", t.WithFile, err)
+			return fails
+		}
+		maps.Copy(with, m)
+	}
 	for k, v := range t.With {
 		norm, err := value.Normalize(v)
 		if err != nil {
@@ -408,6 +426,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 	}
 	total := map[string]int{}
 	var state map[string]any
+	var last *engine.Result
 	for i, r := range runs {
 		degraded := map[string]bool{}
 		in := map[string]any{}
@@ -438,13 +457,15 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		for n, c := range res.Visits() {
 			total[n] += c
 		}
-		state = res.State
+		state, last = res.State, res
 		if ex != nil {
 			fails = append(fails, check(f.Path, ex, g, res.State, res.Visits(), res.Path, degraded, fmt.Sprintf("run %d", i+1))...)
+			fails = append(fails, checkOutput(f.Path, ex, g, res, fmt.Sprintf("run %d", i+1))...)
 		}
 	}
 	if t.Expect != nil && state != nil {
 		fails = append(fails, check(f.Path, t.Expect, g, state, total, nil, nil, "after the last run")...)
+		fails = append(fails, checkOutput(f.Path, t.Expect, g, last, "after the last run")...)
 	}
 	return fails
 }
@@ -494,6 +515,51 @@ func check(file string, ex *Expect, g *flow.Graph, state map[string]any, visits 
 		}
 	}
 	return fails
+}
+
+// checkOutput checks the conditions over the flow's output, rendered over
+// the state the run ended with.
+func checkOutput(file string, ex *Expect, g *flow.Graph, res *engine.Result, when string) (fails []string) {
+	if len(ex.Output) == 0 {
+		return nil
+	}
+	fail := func(format string, args ...any) {
+		fails = append(fails, fmt.Sprintf("%s:%d: %s: %s", file, ex.Line, when, fmt.Sprintf(format, args...)))
+	}
+	switch {
+	case g.Output == nil:
+		fail("output: the flow declares no output")
+		return fails
+	case res.Interrupt != nil:
+		fail("output: the run paused; it has no output yet")
+		return fails
+	}
+	text, err := g.Output.Render(res.State)
+	if err != nil {
+		fail("%v", err)
+		return fails
+	}
+	env := g.Env().With("output", &schema.Shape{Types: []string{"string"}})
+	vars := g.Vars(res.State, nil)
+	vars["output"] = text
+	for _, cond := range ex.Output {
+		p, probs := expression.Compile(cond, env, true)
+		if p == nil {
+			fail("output %q: %s", cond, probs[0].Message)
+			continue
+		}
+		if ok, err := p.EvalBool(vars); err != nil {
+			fail("output %q: %v", cond, err)
+		} else if !ok {
+			fail("output: %s does not hold; the output is:\n%s", cond, indent(text))
+		}
+	}
+	return fails
+}
+
+// indent sets text off under a failure.
+func indent(text string) string {
+	return "      | " + strings.ReplaceAll(strings.TrimRight(text, "\n"), "\n", "\n      | ")
 }
 
 // explain shows the values of the state fields a failed condition reads.
