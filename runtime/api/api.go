@@ -292,6 +292,11 @@ type Run struct {
 	Finished   *time.Time `json:"finished,omitempty"`
 	// State is the thread's state after a finished run (on wait).
 	State map[string]any `json:"state,omitempty"`
+	// Output is a finished run's result as its flow declares it (the
+	// flow's output block, rendered over the final state): set when the
+	// run succeeded and reached its end, with the flow at the version
+	// that ran it.
+	Output string `json:"output,omitempty"`
 }
 
 // Done reports whether the run has ended.

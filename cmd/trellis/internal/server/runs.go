@@ -113,7 +113,9 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id stri
 			}
 			rec, state := lr.result()
 			if rec.Status.Done() {
-				writeJSON(w, http.StatusOK, runInfo(rec, state))
+				info := runInfo(rec, state)
+				info.Output = s.runOutput(ctx, rec)
+				writeJSON(w, http.StatusOK, info)
 				return nil
 			}
 			continue // stopped by a shutdown, queued again
@@ -127,7 +129,9 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id stri
 			if snap, err := s.cfg.Runtime.StateAt(ctx, rec.Thread, rec.Checkpoint); err == nil && rec.Checkpoint > 0 {
 				state = snap.Values
 			}
-			writeJSON(w, http.StatusOK, runInfo(*rec, state))
+			info := runInfo(*rec, state)
+			info.Output = s.runOutput(ctx, *rec)
+			writeJSON(w, http.StatusOK, info)
 			return nil
 		}
 		select {
@@ -176,7 +180,9 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *caller) error
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, runInfo(*rec, nil))
+	info := runInfo(*rec, nil)
+	info.Output = s.runOutput(r.Context(), *rec)
+	writeJSON(w, http.StatusOK, info)
 	return nil
 }
 

@@ -1,0 +1,32 @@
+package server
+
+import (
+	"context"
+
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// runOutput is a finished run's output: the flow's declared result (its
+// output block) rendered over the state the run ended with. It is empty
+// for a flow without one, a run that did not succeed or paused with nodes
+// still to run, and a run of another version of the flow than the loaded
+// one (its template is not the one the run had).
+func (s *Server) runOutput(ctx context.Context, rec store.RunRecord) string {
+	if rec.Status != store.RunSucceeded || rec.Checkpoint == 0 {
+		return ""
+	}
+	l, err := s.flows.get(rec.Flow)
+	if err != nil || l.version != rec.FlowVersion || l.flow.Graph().Output == nil {
+		return ""
+	}
+	snap, err := s.cfg.Runtime.StateAt(ctx, rec.Thread, rec.Checkpoint)
+	if err != nil || len(snap.Next) > 0 {
+		return ""
+	}
+	text, _, err := l.flow.Output(snap.Values)
+	if err != nil {
+		s.log.Warn("rendering a run's output", "run", rec.ID, "flow", rec.Flow, "error", err.Error())
+		return ""
+	}
+	return text
+}
