@@ -53,7 +53,7 @@ var corpus = []defect{
 	{name: "no edge leaves START", flow: fixture, old: "  - {from: START, to: first}\n", new: "", at: "", code: diag.CodeEntry},
 	{name: "an edge into START", flow: review, old: "  - {from: design, to: END}", new: "  - {from: design, to: START}", at: "START", code: diag.CodeReserved},
 	{name: "an edge with both to and branch", flow: review, old: "  - from: portfolio\n    branch:", new: "  - from: portfolio\n    to: design\n    branch:", at: "from", code: diag.CodeEdgeShape},
-	{name: "a revise loop with no bound", flow: review, old: "  - {from: revisor, to: router, bound: 10}", new: "  - {from: revisor, to: router}", at: "{from", code: diag.CodeUnboundedCycle},
+	{name: "a revise loop with no bound", flow: review, old: "  - from: revisor\n    bound: 10\n", new: "  - from: revisor\n", at: "from", code: diag.CodeUnboundedCycle},
 	{name: "a join a branch can starve", flow: review, old: "  - {from: router, to: [recruiter, tech_writer, copywriter]}", new: "  - from: router\n    branch:\n      - {when: \"state.include_design\", to: recruiter}\n      - else: [tech_writer, copywriter]", at: "{from: [recruiter", code: diag.CodeJoinStarves},
 	{name: "a route to a choice that is not a node", flow: interview, old: "choices: [plan_question, followup, transition, sandbox_guidance, run_code, evaluation, closing]", new: "choices: [plan_question, followup, transition, sandbox_guidance, run_code, evaluation, closng]", at: "closng", code: diag.CodeRouteChoice},
 	{name: "a route that yields a number", flow: fixture, old: "  - {from: first, to: second}", new: "  - from: first\n    route: \"state.count\"\n    choices: [second]", at: "\"state.count\"", code: diag.CodeRouteType},
