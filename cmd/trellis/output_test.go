@@ -38,7 +38,7 @@ func TestRunPrintsTheOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, stderr, exit := trellis(t, "run", f, "--input", "items=[a, b]", "--store", "memory")
-	if exit != 0 || out != "2 items: a b\n" {
+	if exit != 0 || out != "2 items: a b\n" || stderr != "" {
 		t.Fatalf("exit %d, output %q %s", exit, out, stderr)
 	}
 	out, stderr, exit = trellis(t, "run", f, "--input", "items=[a, b]", "--store", "memory", "--json")
@@ -50,5 +50,19 @@ func TestRunPrintsTheOutput(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); exit != 1 || err != nil || st["total"] != 3.0 ||
 		!strings.Contains(stderr, "trellis run: output: ") || !strings.Contains(stderr, "index out of range") {
 		t.Fatalf("a failing output: exit %d %v\n%s%s", exit, err, out, stderr)
+	}
+}
+
+// The resume review, run as a new user would with no model: the report,
+// and a note of the nodes that answered with their fallbacks and why.
+func TestRunTheResumeReviewOffline(t *testing.T) {
+	out, stderr, exit := trellis(t, "run", "../../flows/resume_review.yaml", "--with", "../../flows/examples/resume.yaml", "--store", "memory")
+	if exit != 0 || !strings.HasPrefix(out, "Resume review: Grace Lin for LLM Engineer\n") || strings.Count(out, "\n") > 40 ||
+		!strings.Contains(out, `"Worked on backend services."`) || !strings.Contains(out, `"Helped with data tasks."`) {
+		t.Fatalf("exit %d\n%s%s", exit, out, stderr)
+	}
+	want := "fallbacks answered for copywriter, recruiter, tech_writer, revisor, sections[0], sections[1], portfolio, design: no model is configured"
+	if !strings.HasPrefix(stderr, want) || strings.Count(stderr, "\n") != 1 {
+		t.Fatalf("the note of fallbacks:\n%s", stderr)
 	}
 }

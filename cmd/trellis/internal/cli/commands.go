@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -292,8 +294,9 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 			return fail(env, "run", err)
 		}
 	}
+	var traceTo func(trellis.Event)
 	if *trace {
-		opts = append(opts, trellis.WithObserver(TraceTo(env.Stderr)))
+		traceTo = TraceTo(env.Stderr)
 	}
 	if len(configs) > 0 {
 		cfg := map[string]any{}
@@ -308,9 +311,22 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		opts = append(opts, trellis.WithConfig(cfg))
 	}
 	if f.Conversation() != nil && len(in) == 0 {
+		if traceTo != nil {
+			opts = append(opts, trellis.WithObserver(traceTo))
+		}
 		fmt.Fprintf(env.Stderr, "thread %s in %s\n", *thread, shownStore(*storeAddr))
 		return converse(ctx, env, rt, f, at, opts, exists)
 	}
+	// the nodes that answered with their fallbacks are named once the
+	// run ends, so that a result reached without a model says so
+	fb := &fallbacks{}
+	opts = append(opts, trellis.WithObserver(func(ev trellis.Event) {
+		if traceTo != nil {
+			traceTo(ev)
+		}
+		fb.observe(ev)
+	}))
+	defer fb.report(env.Stderr)
 	opts = append(opts, trellis.WithDurability(trellis.Durability(*durability)))
 	if len(answers) > 0 && !*resume {
 		fmt.Fprintf(env.Stderr, "trellis run: --answer goes with --resume (a paused run's questions)\n")
@@ -369,6 +385,52 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	printState(env, res.State)
 	paused(env, res, at)
 	return 0
+}
+
+// fallbacks gathers the nodes of a run that answered with their
+// fallbacks (their end events marked degraded), by the reason given.
+type fallbacks struct {
+	reasons []string
+	nodes   map[string][]fellBack
+}
+
+// fellBack is a node that answered with its fallback at a step.
+type fellBack struct {
+	step int
+	name string
+}
+
+func (f *fallbacks) observe(ev trellis.Event) {
+	if ev.Type != trellis.NodeEnd || ev.Degraded == "" {
+		return
+	}
+	name := ev.Node
+	if ev.NS != "" {
+		name = ev.NS + "/" + name
+	}
+	if f.nodes == nil {
+		f.nodes = map[string][]fellBack{}
+	}
+	if _, seen := f.nodes[ev.Degraded]; !seen {
+		f.reasons = append(f.reasons, ev.Degraded)
+	}
+	f.nodes[ev.Degraded] = append(f.nodes[ev.Degraded], fellBack{ev.Step, name})
+}
+
+// report names the nodes, once per reason, by step and name (the items of
+// a map end in any order).
+func (f *fallbacks) report(w io.Writer) {
+	for _, why := range f.reasons {
+		nodes := f.nodes[why]
+		slices.SortFunc(nodes, func(a, b fellBack) int { return cmp.Or(cmp.Compare(a.step, b.step), strings.Compare(a.name, b.name)) })
+		var names []string
+		for _, n := range nodes {
+			if !slices.Contains(names, n.name) {
+				names = append(names, n.name)
+			}
+		}
+		fmt.Fprintf(w, "fallbacks answered for %s: %s\n", strings.Join(names, ", "), why)
+	}
 }
 
 // printState prints a run's final state as indented JSON.
