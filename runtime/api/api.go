@@ -293,9 +293,10 @@ type Run struct {
 	// State is the thread's state after a finished run (on wait).
 	State map[string]any `json:"state,omitempty"`
 	// Output is a finished run's result as its flow declares it (the
-	// flow's output block, rendered over the final state): set when the
-	// run succeeded and reached its end, with the flow at the version
-	// that ran it.
+	// flow's output block, rendered over the final state): set on a wait
+	// and on reading the run (not in a thread's list of runs) when the run
+	// succeeded and reached its end, with the flow at the version that
+	// ran it.
 	Output string `json:"output,omitempty"`
 }
 
