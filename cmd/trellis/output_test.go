@@ -66,3 +66,12 @@ func TestRunTheResumeReviewOffline(t *testing.T) {
 		t.Fatalf("the note of fallbacks:\n%s", stderr)
 	}
 }
+
+// The drawing shows the resume review's report at END, with the first
+// fields it reads.
+func TestGraphShowsTheOutput(t *testing.T) {
+	out, stderr, exit := trellis(t, "graph", "../../flows/resume_review.yaml")
+	if want := `END(["END<br/><small>output: resume, target_role, final_score, threshold_met, threshold, current_iteration and 7 more</small>"])`; exit != 0 || !strings.Contains(out, want) {
+		t.Fatalf("exit %d %s\n%s", exit, stderr, out)
+	}
+}

@@ -39,10 +39,15 @@ func (o *Output) Render(state map[string]any) (string, error) {
 	return s, nil
 }
 
-// label names the output in a drawing, with the fields it reads.
+// label names the output in a drawing, with the fields it reads (the
+// first six; the graph's JSON lists them all).
 func (o *Output) label() string {
-	if len(o.Reads) == 0 {
+	const shown = 6
+	switch {
+	case len(o.Reads) == 0:
 		return "output"
+	case len(o.Reads) > shown:
+		return fmt.Sprintf("output: %s and %d more", strings.Join(o.Reads[:shown], ", "), len(o.Reads)-shown)
 	}
 	return "output: " + strings.Join(o.Reads, ", ")
 }

@@ -123,6 +123,10 @@ func TestOutputIsDrawn(t *testing.T) {
   }`) {
 		t.Errorf("json %v:\n%s", err, j)
 	}
+	g, _ = loadOutput(t, alwaysJudged, `output: "{{$.state.n}}{{.state.notes}}{{.state.verdict}}{{.state.n}}{{range .state.notes}}{{$.state.verdict}}{{end}}"`)
+	if !slices.Equal(g.Output.Reads, []string{"n", "notes", "verdict"}) {
+		t.Errorf("reads %v", g.Output.Reads)
+	}
 	g, _ = loadOutput(t, alwaysJudged, "")
 	if m := g.Mermaid(); !strings.Contains(m, "END([END])") {
 		t.Errorf("no output, mermaid:\n%s", m)
