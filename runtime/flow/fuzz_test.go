@@ -36,6 +36,7 @@ edges:
 func FuzzLoad(f *testing.F) {
 	f.Add([]byte(seedFlow))
 	f.Add([]byte("version: 1\nname: x\nstate: {schema: {type: object, properties: {a: {}}}}\nnodes: {a: {kind: set}}\nedges: [{from: START, to: a}, {from: a, route: 'state.a', choices: [a, END]}]\n"))
+	f.Add([]byte(seedFlow + "output: \"{{.state.n}} {{range .state.log}}{{.}}{{end}} {{.state.nn}} {{if\"\n"))
 	f.Add([]byte("{"))
 	f.Add([]byte("nodes: &x {a: *x}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
