@@ -94,9 +94,33 @@ func TestVoiceRouteErrors(t *testing.T) {
 
 func keyOf(c *api.Client) string { return c.Key }
 
+// grantFor opens a voice session on thread for cl's key, as the voice
+// route does, and returns its agent's grant (no LiveKit server needed).
+func grantFor(t *testing.T, h *harness, cl *api.Client, thread string) string {
+	t.Helper()
+	k, err := h.srv.cat.KeyByHash(ctx, HashKey(cl.Key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &caller{key: k, tenant: k.Tenant}
+	rec, err := h.srv.cat.Thread(ctx, k.Tenant, threadKey(c, thread))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, _, err := h.srv.openSession(ctx, c, rec, "caller-"+k.ID, "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant, err := h.srv.grantOf(ctx, sess, rec.Flow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return grant
+}
+
 // TestVoiceGrantReachesOnlyItsThread: the agent's grant acts for its
-// thread's tenant on that thread, its flow and the speech routes only,
-// and stops working when it expires or is altered.
+// thread's tenant on that thread's state and runs, its flow and the
+// speech routes only, and stops working when it expires or is altered.
 func TestVoiceGrantReachesOnlyItsThread(t *testing.T) {
 	h := newHarness(t, "sqlite", nil, withVoice(deadLiveKit(t)))
 	for _, id := range []string{"mine", "other"} {
@@ -104,41 +128,71 @@ func TestVoiceGrantReachesOnlyItsThread(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lk := h.srv.livekit
-	grant := lk.mintGrant("acme", "acme/mine", "greet", time.Now().Add(time.Hour))
+	grant := grantFor(t, h, h.acme, "mine")
 	for _, tc := range []struct {
 		method, path, body string
 		status             int
 	}{
 		{"GET", "/v1/threads/mine/state", "", 200},
+		{"GET", "/v1/threads/mine", "", 200},
 		{"POST", "/v1/threads/mine/runs/wait", `{"input": {"name": "Ada"}}`, 200},
 		{"GET", "/v1/threads/mine/runs", "", 200},
 		{"GET", "/v1/flows/greet", "", 200},
+		{"POST", "/v1/threads/mine/voice/grant", "", 200},
+		{"POST", "/v1/audio/speech", `{"input": ""}`, 422},
 		{"GET", "/v1/threads/other/state", "", 403},
 		{"GET", "/v1/flows/interview", "", 403},
+		{"GET", "/v1/flows", "", 403},
 		{"GET", "/v1/threads", "", 403},
 		{"POST", "/v1/threads", `{"flow": "greet"}`, 403},
 		{"GET", "/v1/keys", "", 403},
-		{"POST", "/v1/audio/speech", `{"input": ""}`, 422},
+		{"GET", "/v1/threads/mine/history", "", 403},
+		{"POST", "/v1/threads/mine/fork", `{"at": 1}`, 403},
+		{"POST", "/v1/threads/mine/update", `{"as": "greet", "values": {"greeting": "hi"}}`, 403},
+		{"POST", "/v1/threads/mine/voice", `{}`, 403},
+		{"DELETE", "/v1/threads/mine/voice", "", 403},
+		{"POST", "/v1/voice/signing-key", "", 403},
+		{"DELETE", "/v1/threads/mine", "", 403},
 	} {
 		w := do(h.srv, grant, tc.method, tc.path, tc.body)
 		if w.Code != tc.status {
 			t.Errorf("%s %s with the grant: %d %s, want %d", tc.method, tc.path, w.Code, w.Body.String(), tc.status)
 		}
 	}
-	expired := lk.mintGrant("acme", "acme/mine", "greet", time.Now().Add(-time.Second))
-	forged := strings.Replace(grant, grant[len(grant)-6:], "AAAAAA", 1)
-	otherKey := newLiveKitRooms(VoiceConfig{URL: "ws://x", APIKey: "k", APISecret: "another-secret-entirely-0123456789"}).
-		mintGrant("acme", "acme/mine", "greet", time.Now().Add(time.Hour))
-	for name, g := range map[string]string{"expired": expired, "forged": forged, "signed by another secret": otherKey} {
+	if _, err := h.acme.Thread(ctx, "mine"); err != nil {
+		t.Fatalf("the thread after the grant tried to delete it: %v", err)
+	}
+	// a key takes no route that only grants take
+	if w := do(h.srv, h.acme.Key, "POST", "/v1/threads/mine/voice/grant", ""); w.Code != 403 {
+		t.Errorf("a key renewing a grant: %d", w.Code)
+	}
+	forged := grant[:len(grant)-6] + "AAAAAA"
+	other := newHarness(t, "sqlite", nil, withVoice(deadLiveKit(t)))
+	if _, err := other.acme.CreateThread(ctx, api.CreateThread{ID: "mine", Flow: "greet"}); err != nil {
+		t.Fatal(err)
+	}
+	otherKey := grantFor(t, other, other.acme, "mine")
+	for name, g := range map[string]string{"altered": forged, "of another server's store": otherKey, "cut short": grant[:20]} {
 		if w := do(h.srv, g, "GET", "/v1/threads/mine/state", ""); w.Code != 401 || errorCode(t, w) != api.CodeUnauthorized {
 			t.Errorf("a grant %s: %d %s", name, w.Code, w.Body.String())
 		}
 	}
-	// without voice configured, no grant is taken
-	plain := newHarness(t, "sqlite", nil)
-	if w := do(plain.srv, grant, "GET", "/v1/threads/mine/state", ""); w.Code != 401 {
-		t.Errorf("a grant on a server without voice: %d", w.Code)
+	// the agent gives its grant up as it leaves
+	if w := do(h.srv, grant, "DELETE", "/v1/threads/mine/voice/grant", ""); w.Code != 204 {
+		t.Fatalf("giving the grant up: %d %s", w.Code, w.Body.String())
+	}
+	if w := do(h.srv, grant, "GET", "/v1/threads/mine/state", ""); w.Code != 401 {
+		t.Errorf("a grant given up: %d", w.Code)
+	}
+	// a grant lapses when its agent does not renew it
+	short := newHarness(t, "sqlite", nil, withVoice(deadLiveKit(t)), func(c *Config) { c.Voice.GrantTTL = 50 * time.Millisecond })
+	if _, err := short.acme.CreateThread(ctx, api.CreateThread{ID: "mine", Flow: "greet"}); err != nil {
+		t.Fatal(err)
+	}
+	lapsing := grantFor(t, short, short.acme, "mine")
+	time.Sleep(100 * time.Millisecond)
+	if w := do(short.srv, lapsing, "GET", "/v1/threads/mine/state", ""); w.Code != 401 || !strings.Contains(w.Body.String(), "expired") {
+		t.Errorf("a grant not renewed: %d %s", w.Code, w.Body.String())
 	}
 }
 
