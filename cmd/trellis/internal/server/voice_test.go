@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -330,5 +332,80 @@ func TestVoicePage(t *testing.T) {
 	}
 	if resp, _ := get("/voice/app.js", http.Header{"If-None-Match": {resp.Header.Get("ETag")}}); resp.StatusCode != 304 {
 		t.Errorf("a cached script: %d", resp.StatusCode)
+	}
+}
+
+// lockedLog is a log a server writes from many goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func logTo(l *lockedLog) func(*Config) {
+	return func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(l, nil)) }
+}
+
+// TestLiveKitErrorsStayInTheLog: a LiveKit failure answers the tenant
+// with its stable code and a reason in plain words, never LiveKit's own
+// error (which names internal addresses); that goes to the server's log,
+// with the request's id.
+func TestLiveKitErrorsStayInTheLog(t *testing.T) {
+	dead := deadLiveKit(t)
+	var log lockedLog
+	h := newHarness(t, "sqlite", nil, withVoice(dead), logTo(&log))
+	if _, err := h.acme.CreateThread(ctx, api.CreateThread{ID: "iv", Flow: "interview", Values: map[string]any{"interview_id": "i1", "user_id": "ada"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(dead, "ws://"))
+	w := do(h.srv, h.acme.Key, "POST", "/v1/threads/iv/voice", `{}`)
+	if w.Code != 502 || errorCode(t, w) != api.CodeLiveKitFailed {
+		t.Fatalf("%d %s", w.Code, w.Body.String())
+	}
+	body := w.Body.String()
+	if strings.Contains(body, "127.0.0.1") || strings.Contains(body, port) || strings.Contains(body, "dial") || !strings.Contains(body, "does not answer") {
+		t.Errorf("the tenant is told %s", body)
+	}
+	id := w.Header().Get("X-Request-Id")
+	var logged bool
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "the LiveKit server failed") && strings.Contains(line, id) && strings.Contains(line, port) {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Errorf("the log lacks LiveKit's error with request %s:\n%s", id, log.String())
+	}
+}
+
+// TestDevelopmentKeyWarned: the server warns when it signs with
+// LiveKit's published development key, and only then.
+func TestDevelopmentKeyWarned(t *testing.T) {
+	for _, tc := range []struct {
+		key, secret string
+		warned      bool
+	}{
+		{"devkey", "secret", true},
+		{"devkey", "a-secret-of-the-tests-0123456789abcdef", false},
+		{"APIxyz", "secret-of-a-real-deployment-0123456789", false},
+	} {
+		var log lockedLog
+		newHarness(t, "memory", nil, withVoice(deadLiveKit(t)), logTo(&log), func(c *Config) {
+			c.Voice.APIKey, c.Voice.APISecret = tc.key, tc.secret
+		})
+		if got := strings.Contains(log.String(), "development key"); got != tc.warned {
+			t.Errorf("key %s, secret %s: warned %v, want %v:\n%s", tc.key, tc.secret, got, tc.warned, log.String())
+		}
 	}
 }

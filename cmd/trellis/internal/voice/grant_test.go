@@ -14,8 +14,11 @@ import (
 
 	"github.com/livekit/protocol/livekit"
 
+	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/voice"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice/voicetest"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/store"
 )
 
 // grantOf is the grant the API handed the agent in the room's dispatch
@@ -173,4 +176,114 @@ func (r *rig) interviewAs(ctx context.Context, c *api.Client, id string, questio
 	r.client = c
 	defer func() { r.client = saved }()
 	r.interview(ctx, id, questions)
+}
+
+// TestGrantExpiryCapped: a grant is good no longer than its session's
+// deadline, whatever its claims say: one re-signed with the server's own
+// signing key (read from the store) and an expiry in 2100 is refused.
+func TestGrantExpiryCapped(t *testing.T) {
+	r := newRig(t)
+	_, grant := r.opened("capped")
+	payload, _, _ := strings.Cut(strings.TrimPrefix(grant, "trv_"), ".")
+	body, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims map[string]any
+	if err := json.Unmarshal(body, &claims); err != nil {
+		t.Fatal(err)
+	}
+	vc, ok := store.VoiceCatalogOf(r.st)
+	if !ok {
+		t.Fatal("the store keeps no voice sessions")
+	}
+	key, err := vc.VoiceSigningKey(voicetest.Context(t, 10*time.Second), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(claims map[string]any) string {
+		b, _ := json.Marshal(claims)
+		p := base64.RawURLEncoding.EncodeToString(b)
+		mac := hmac.New(sha256.New, key.Secret)
+		mac.Write([]byte("trv_" + p))
+		return "trv_" + p + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+	}
+	// the same claims signed again work: the test signs as the server does
+	if status, code := r.call(sign(claims), "GET", "/v1/threads/capped/state", ""); status != 200 {
+		t.Fatalf("the grant's own claims signed again: %d %s", status, code)
+	}
+	claims["exp"] = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	if status, code := r.call(sign(claims), "GET", "/v1/threads/capped/state", ""); status != 401 || code != api.CodeUnauthorized {
+		t.Fatalf("a grant that expires in 2100: %d %s", status, code)
+	}
+}
+
+// TestGrantLivesWhileItsAgentDoes: a grant lives a short while unless its
+// agent renews it; the agent renews it while it serves the session (a
+// conversation outlives the grant's lifetime), and once the agent is
+// killed, its grant lapses within that lifetime. A grant refused while
+// the agent serves (its key revoked) ends the session: the agent tells
+// the caller and leaves.
+func TestGrantLivesWhileItsAgentDoes(t *testing.T) {
+	const ttl = 4 * time.Second
+	r := newRig(t, func(c *server.Config) { c.Voice.GrantTTL = ttl })
+	ctx := voicetest.Context(t, 2*time.Minute)
+	child := r.agentProcess()
+	c, keyID := r.newClient("acme", false)
+	r.interviewAs(ctx, c, "lives", 5)
+	s, err := c.Voice(ctx, "lives", api.VoiceRequest{Mode: api.VoiceText})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant := r.grantOf(s.Room)
+	caller := voicetest.Join(t, s.URL, s.Token)
+	_, at, err := caller.Message(ctx, 0, voice.MsgReply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * ttl)
+	if status, code := r.call(grant, "GET", "/v1/threads/lives/state", ""); status != 200 {
+		t.Fatalf("the grant of a live agent after twice its lifetime: %d %s", status, code)
+	}
+	if err := caller.Send(api.VoiceTopic, voice.Message{Type: voice.MsgText, Text: "I tune databases."}); err != nil {
+		t.Fatal(err)
+	}
+	if _, at, err = caller.Message(ctx, at, voice.MsgReply); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	killed := time.Now()
+	waitFor(t, ttl+5*time.Second, "the dead agent's grant to lapse", func() bool {
+		status, _ := r.call(grant, "GET", "/v1/threads/lives/state", "")
+		return status == 401
+	})
+	t.Logf("the grant lapsed %v after its agent was killed", time.Since(killed).Round(100*time.Millisecond))
+
+	// another agent; the key that opens the session is revoked while it serves
+	agent, _ := r.agent(voice.Config{IdleTimeout: 5 * time.Second})
+	at = len(caller.Messages())
+	if _, err := c.Voice(ctx, "lives", api.VoiceRequest{Mode: api.VoiceText}); err != nil {
+		t.Fatal(err)
+	}
+	// the new agent is listening
+	if _, at, err = caller.Message(ctx, at, voice.MsgState); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cat.RevokeKey(ctx, keyID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	msg, at, err := caller.Message(ctx, at, voice.MsgError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg["text"].(string), "ended") {
+		t.Errorf("the agent said %q", msg["text"])
+	}
+	if _, _, err := caller.Message(ctx, at, voice.MsgEnd); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the agent to leave", func() bool { return agent.Sessions() == 0 })
 }

@@ -89,6 +89,7 @@ func (l *logBuffer) String() string {
 func newRig(t testing.TB, opts ...func(*server.Config)) *rig {
 	t.Helper()
 	lk := voicetest.LiveKit(t)
+	voicetest.NoLeaks(t)
 	r := &rig{t: t, lk: lk, log: &logBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("TRELLIS_VOICE_TEST_LOGS") != "" {
