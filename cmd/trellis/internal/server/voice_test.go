@@ -15,10 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/trellisflow/trellis/cmd/trellis/internal/audio"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/schemas"
 )
 
 // deadLiveKit is the address of a LiveKit server that is not there.
@@ -406,6 +409,31 @@ func TestDevelopmentKeyWarned(t *testing.T) {
 		})
 		if got := strings.Contains(log.String(), "development key"); got != tc.warned {
 			t.Errorf("key %s, secret %s: warned %v, want %v:\n%s", tc.key, tc.secret, got, tc.warned, log.String())
+		}
+	}
+}
+
+// TestGrantReachDocumented: the operations schemas/openapi.yaml marks
+// x-grant are the routes a grant reaches.
+func TestGrantReachDocumented(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]any `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(schemas.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			if m, ok := op.(map[string]any); ok && m["x-grant"] == true {
+				documented[strings.ToUpper(method)+" "+path] = true
+			}
+		}
+	}
+	for _, rt := range (&Server{}).routes() {
+		pattern := rt.method + " " + rt.path
+		if documented[pattern] != grantReach[pattern] {
+			t.Errorf("%s: x-grant %v in schemas/openapi.yaml, reached by a grant %v", pattern, documented[pattern], grantReach[pattern])
 		}
 	}
 }
