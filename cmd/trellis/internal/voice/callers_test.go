@@ -187,6 +187,25 @@ func TestTwoRequestsOneAgent(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// asked again, the agent is found in the room
+	if again := r.voice(ctx, "twice", api.VoiceRequest{Mode: api.VoiceText}); again.Agent != "present" {
+		t.Fatalf("asked again with the agent in the room: agent %s", again.Agent)
+	}
+	// four requests, one grant
+	_, dispatch := r.livekit()
+	ds, err := dispatch.ListDispatch(ctx, &livekit.ListAgentDispatchRequest{Room: third.Room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants := 0
+	for _, d := range ds.AgentDispatches {
+		if strings.Contains(d.Metadata, "trv_") {
+			grants++
+		}
+	}
+	if grants != 1 {
+		t.Fatalf("%d dispatches with a grant after four requests, want 1", grants)
+	}
 	if err := caller.Send(api.VoiceTopic, voice.Message{Type: voice.MsgText, Text: "I write compilers."}); err != nil {
 		t.Fatal(err)
 	}
