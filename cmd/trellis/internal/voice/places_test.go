@@ -59,3 +59,24 @@ func TestJobOfferedTwiceHoldsOnePlace(t *testing.T) {
 		t.Fatalf("%d places still held after the job's place was given back: the agent serves %d rooms at most now, not 2", n, 2-n)
 	}
 }
+
+// TestAgentWarnsOfDevelopmentKey: the agent warns when it runs with
+// LiveKit's published development key, and only then.
+func TestAgentWarnsOfDevelopmentKey(t *testing.T) {
+	for _, tc := range []struct {
+		key, secret string
+		warned      bool
+	}{
+		{"devkey", "secret", true},
+		{"devkey", "trellis-voice-tests-secret-0123456789abcdef", false},
+	} {
+		var log strings.Builder
+		if _, err := New(Config{URL: "ws://127.0.0.1:1", APIKey: tc.key, APISecret: tc.secret, API: "http://127.0.0.1:1",
+			Logger: slog.New(slog.NewTextHandler(&log, nil))}); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(log.String(), "development key"); got != tc.warned {
+			t.Errorf("key %s, secret %s: warned %v, want %v", tc.key, tc.secret, got, tc.warned)
+		}
+	}
+}
