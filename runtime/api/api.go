@@ -9,6 +9,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -28,6 +29,7 @@ const (
 	CodeMethodNotAllowed   Code = "method_not_allowed"     // 405
 	CodeThreadExists       Code = "thread_exists"          // 409: a thread with that id exists
 	CodeThreadBusy         Code = "thread_busy"            // 409: another run holds the thread
+	CodeVoiceBusy          Code = "voice_busy"             // 409: another caller holds the thread's voice session
 	CodeUnfinished         Code = "thread_unfinished"      // 409: the thread's last run stopped part way
 	CodeTooLarge           Code = "body_too_large"         // 413
 	CodeUnsupportedMedia   Code = "unsupported_media_type" // 415
@@ -54,7 +56,7 @@ func (c Code) Status() int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeThreadExists, CodeThreadBusy, CodeUnfinished:
+	case CodeThreadExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -336,8 +338,14 @@ type KeyList struct {
 
 // Health is the body of /healthz and /readyz.
 type Health struct {
+	// Status is "ok"; "degraded" when the server is ready but voice is
+	// not; "unavailable" or "stopping" when it is not ready.
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
+	// Voice, on a server with a LiveKit server configured, is "ok" or
+	// "unavailable", with VoiceError saying why.
+	Voice      string `json:"voice,omitempty"`
+	VoiceError string `json:"voice_error,omitempty"`
 }
 
 // Voice session modes.
@@ -351,8 +359,11 @@ const (
 
 // VoiceRequest asks for a thread's voice session.
 type VoiceRequest struct {
-	// Identity names the caller in the room (default "caller"); Name is
-	// shown to the others.
+	// Identity names the caller in the room (default "caller-" and the
+	// id of the API key that asks); Name is shown to the others. A
+	// session takes one caller at a time: another identity is refused
+	// (CodeVoiceBusy) while a caller is in the room, or was given a token
+	// moments ago and may be joining.
 	Identity string `json:"identity,omitempty"`
 	Name     string `json:"name,omitempty"`
 	// Mode is VoiceAudio (the default) or VoiceText.
@@ -385,10 +396,57 @@ type VoiceDispatch struct {
 	Thread string `json:"thread"`
 	Flow   string `json:"flow"`
 	Mode   string `json:"mode"`
+	// Session is the voice session the grant belongs to.
+	Session string `json:"session"`
 	// Grant is a bearer token for this API that reaches this thread's
-	// routes and the speech routes, nothing else, until Expires.
-	Grant   string    `json:"grant"`
-	Expires time.Time `json:"expires"`
+	// state and runs, its flow and the speech routes, nothing else, while
+	// its session lives: until Expires, unless the agent renews it (POST
+	// /v1/threads/{id}/voice/grant) every RenewSeconds.
+	Grant        string    `json:"grant"`
+	Expires      time.Time `json:"expires"`
+	RenewSeconds int       `json:"renew_seconds"`
+}
+
+// VoiceGrant is a renewed grant's session: it lives until Expires (never
+// past Deadline) unless renewed again within RenewSeconds.
+type VoiceGrant struct {
+	Session      string    `json:"session"`
+	Expires      time.Time `json:"expires"`
+	Deadline     time.Time `json:"deadline"`
+	RenewSeconds int       `json:"renew_seconds"`
+}
+
+// SigningKey names the key voice agents' grants are signed with (its
+// secret stays in the store).
+type SigningKey struct {
+	ID      string    `json:"id"`
+	Created time.Time `json:"created"`
+}
+
+// Why a voice agent's grant is refused: the details of its 401 name one
+// (details.reason). An agent whose session ended leaves quietly (it was
+// replaced, or its room closed); otherwise it tells its caller why.
+const (
+	GrantInvalid = "invalid" // not a grant the server's current key signed, or past the server's cap
+	GrantEnded   = "ended"   // its session ended (or was replaced)
+	GrantExpired = "expired" // its session expired: its agent did not renew it
+	GrantRevoked = "revoked" // the key that opened its session was revoked, or its thread deleted
+)
+
+// GrantRefusal is why err refuses a grant ("" when it does not).
+func GrantRefusal(err error) string {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeUnauthorized {
+		return ""
+	}
+	switch d := e.Details.(type) {
+	case map[string]any:
+		r, _ := d["reason"].(string)
+		return r
+	case map[string]string:
+		return d["reason"]
+	}
+	return ""
 }
 
 // VoiceTopic is the data topic of a voice session's messages.

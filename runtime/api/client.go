@@ -216,6 +216,33 @@ func (c *Client) Voice(ctx context.Context, id string, r VoiceRequest) (*VoiceSe
 	return &out, err
 }
 
+// EndVoice ends a thread's voice session: its agent's grant stops
+// working and its room closes, with whoever is in it.
+func (c *Client) EndVoice(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/threads/"+url.PathEscape(id)+"/voice", nil, nil)
+}
+
+// RenewVoiceGrant renews the voice session of the grant the client holds
+// (as its Key): the voice agent's heartbeat.
+func (c *Client) RenewVoiceGrant(ctx context.Context, thread string) (*VoiceGrant, error) {
+	var out VoiceGrant
+	err := c.do(ctx, http.MethodPost, "/v1/threads/"+url.PathEscape(thread)+"/voice/grant", nil, &out)
+	return &out, err
+}
+
+// EndVoiceGrant gives up the grant the client holds: its session ends.
+func (c *Client) EndVoiceGrant(ctx context.Context, thread string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/threads/"+url.PathEscape(thread)+"/voice/grant", nil, nil)
+}
+
+// RotateVoiceSigningKey replaces the key voice agents' grants are signed
+// with (an admin key): every grant signed before stops working.
+func (c *Client) RotateVoiceSigningKey(ctx context.Context) (*SigningKey, error) {
+	var out SigningKey
+	err := c.do(ctx, http.MethodPost, "/v1/voice/signing-key", nil, &out)
+	return &out, err
+}
+
 // History lists a thread's checkpoints, newest first; query takes
 // before, limit, source, run and node.
 func (c *Client) History(ctx context.Context, id string, query url.Values) ([]Checkpoint, error) {

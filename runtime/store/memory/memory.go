@@ -27,6 +27,8 @@ type Store struct {
 	// catalog holds the served records (see catalog.go), made on first use.
 	catOnce sync.Once
 	catalog *catalog
+	// voice holds the voice sessions and their signing key (see voice.go).
+	voice voiceCatalog
 }
 
 type lease struct {

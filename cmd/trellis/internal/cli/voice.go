@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,7 +29,7 @@ func cmdVoiceAgent(ctx context.Context, env *Env, args []string) int {
 	bargeIn := fs.Duration("barge-in", 300*time.Millisecond, "how long the caller speaks over a reply before it stops")
 	goodbye := fs.String("goodbye", "Goodbye.", "said after the flow's last reply")
 	idle := fs.Duration("idle-timeout", 2*time.Minute, "how long the agent stays in a room with no caller")
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics (capacity, sessions, turn latencies) on this address; empty: none")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics (capacity, sessions, turn latencies) and /readyz (registered with LiveKit) on this address; empty: none")
 	if _, code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -53,6 +54,14 @@ func cmdVoiceAgent(ctx context.Context, env *Env, args []string) int {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", a.Metrics())
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			// ready while registered with the LiveKit server
+			if err := a.Ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, "ok\n")
+		})
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

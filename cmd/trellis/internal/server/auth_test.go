@@ -54,20 +54,26 @@ var authCases = map[string]authCase{
 
 	// the matrix's server has no LiveKit server (503); its speech routes
 	// take something to say, and a multipart form to transcribe
-	"POST /v1/threads/{id}/voice":   {ok: 503},
-	"POST /v1/audio/speech":         {ok: 422, body: `{"input": " "}`},
-	"POST /v1/audio/transcriptions": {ok: 415, body: `{}`},
-	"GET /voice":                    {ok: 200},
-	"GET /voice/app.js":             {ok: 200},
+	"POST /v1/threads/{id}/voice":         {ok: 503},
+	"DELETE /v1/threads/{id}/voice":       {ok: 503},
+	"POST /v1/threads/{id}/voice/grant":   {ok: 200},
+	"DELETE /v1/threads/{id}/voice/grant": {ok: 204},
+	"POST /v1/voice/signing-key":          {ok: 200},
+	"POST /v1/audio/speech":               {ok: 422, body: `{"input": " "}`},
+	"POST /v1/audio/transcriptions":       {ok: 415, body: `{}`},
+	"GET /voice":                          {ok: 200},
+	"GET /voice/app.js":                   {ok: 200},
 
 	"POST /v1/keys":         {ok: 201, body: `{"tenant": "newco"}`},
 	"GET /v1/keys":          {ok: 200},
 	"DELETE /v1/keys/{key}": {ok: 204},
 }
 
-// TestAuthorizationMatrix calls every route as five callers: with no key,
-// with a key that is not valid, as another tenant, as the owner of the
-// thread it names, and as an admin of another tenant.
+// TestAuthorizationMatrix calls every route as each kind of caller: with
+// no key, with a key or a grant that is not valid, as another tenant, as
+// the owner of the thread it names, as an admin of another tenant, and
+// with a voice agent's grant for the thread it names and for another
+// thread of its owner.
 func TestAuthorizationMatrix(t *testing.T) {
 	h := newHarness(t, "memory", nil, func(c *Config) { c.Speech, c.Page = speech.NewOffline(), page.Handler() })
 	greet := readFile(t, flowsDir+"/examples/greet.yaml")
@@ -77,9 +83,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 	}{
 		{"none", ""},
 		{"bad", "trk_aaaaaaaaaaaa_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+		{"bad grant", "trv_e30.AAAA"},
 		{"other", h.globex.Key},
 		{"owner", h.acme.Key},
 		{"admin", h.admin.Key},
+		{"grant", ""},
+		{"grant of another thread", ""},
 	}
 	n := 0
 	for _, rt := range h.srv.routes() {
@@ -102,6 +111,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			key := c.key
+			switch c.name {
+			case "grant":
+				key = grantFor(t, h, h.acme, thread)
+			case "grant of another thread":
+				interviewless(t, h, "o"+strconv.Itoa(n))
+				key = grantFor(t, h, h.acme, "o"+strconv.Itoa(n))
+			}
 			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{key}", victim.ID).Replace(rt.path)
 			body := tc.body
 			if body == "FLOW" {
@@ -115,8 +132,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 				}
 				req.Header.Set("Content-Type", ctype)
 			}
-			if c.key != "" {
-				req.Header.Set("Authorization", "Bearer "+c.key)
+			if key != "" {
+				req.Header.Set("Authorization", "Bearer "+key)
 			}
 			resp, err := h.http.Do(req)
 			if err != nil {
@@ -132,13 +149,22 @@ func TestAuthorizationMatrix(t *testing.T) {
 	}
 }
 
-// expected is the documented status of a route for a caller.
+// expected is the documented status of a route for a caller. A grant
+// reaches the routes of grantReach, on its own thread; the routes of
+// access agent take only a grant.
 func expected(rt route, tc authCase, caller string) int {
 	switch {
 	case rt.access == public:
 		return tc.ok
-	case caller == "none" || caller == "bad":
+	case caller == "none" || caller == "bad" || caller == "bad grant":
 		return http.StatusUnauthorized
+	case strings.HasPrefix(caller, "grant"):
+		if !grantReach[rt.method+" "+rt.path] || caller != "grant" && strings.Contains(rt.path, "{id}") {
+			return http.StatusForbidden
+		}
+		return tc.ok
+	case rt.access == agent:
+		return http.StatusForbidden
 	case rt.access == admin && caller != "admin":
 		return http.StatusForbidden
 	case rt.access == admin:

@@ -85,6 +85,9 @@ type Server struct {
 	notes   *notifier
 	metrics *metrics
 	livekit *livekitRooms
+	// voiceCat keeps the voice sessions and their grants' signing key
+	// (nil: a store without them, where no grant is good).
+	voiceCat store.VoiceCatalog
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
@@ -120,8 +123,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, cat: cat, stopping: make(chan struct{})}
 	s.metrics = newMetrics(cat)
+	s.voiceCat, _ = store.VoiceCatalogOf(cfg.Runtime.Store())
 	if cfg.Voice != nil {
 		s.livekit = newLiveKitRooms(*cfg.Voice)
+		s.startVoice()
 	}
 	var opts []trellis.Option
 	if cfg.Kinds != nil {
@@ -220,6 +225,7 @@ const (
 	public access = iota // no key
 	tenant               // any valid key, acting for its tenant
 	admin                // an admin key
+	agent                // a voice agent's grant only
 )
 
 // route is one route of the API; routes() is the table every route is
@@ -254,6 +260,10 @@ func (s *Server) routes() []route {
 		{method: "POST", path: "/v1/threads/{id}/fork", access: tenant, handle: s.forkThread},
 		{method: "POST", path: "/v1/threads/{id}/update", access: tenant, handle: s.updateThread},
 		{method: "POST", path: "/v1/threads/{id}/voice", access: tenant, handle: s.voice},
+		{method: "DELETE", path: "/v1/threads/{id}/voice", access: tenant, handle: s.endVoice},
+		{method: "POST", path: "/v1/threads/{id}/voice/grant", access: agent, handle: s.renewGrant},
+		{method: "DELETE", path: "/v1/threads/{id}/voice/grant", access: agent, handle: s.endGrant},
+		{method: "POST", path: "/v1/voice/signing-key", access: admin, handle: s.rotateSigningKey},
 
 		{method: "POST", path: "/v1/threads/{id}/runs", access: tenant, handle: s.startRun},
 		{method: "POST", path: "/v1/threads/{id}/runs/wait", access: tenant, handle: s.startRunWait},
@@ -281,8 +291,8 @@ type caller struct {
 	key    *store.KeyRecord
 	tenant string
 	// scope, for a voice agent's grant, is the one thread it may reach,
-	// and scopeFlow that thread's flow.
-	scope, scopeFlow string
+	// scopeFlow that thread's flow, and session the grant's voice session.
+	scope, scopeFlow, session string
 }
 
 type ctxKey int
@@ -354,8 +364,8 @@ func (s *Server) wrap(rt route) http.Handler {
 				writeError(w, r, &api.Error{Code: api.CodeForbidden, Message: "this route takes an admin key"})
 				return
 			}
-			if c.scope != "" && !grantAllows(c, rt, r) {
-				writeError(w, r, &api.Error{Code: api.CodeForbidden, Message: "a voice agent's grant reaches only its thread and the speech routes"})
+			if err := reach(c, rt, r); err != nil {
+				writeError(w, r, err)
 				return
 			}
 		}
@@ -476,6 +486,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ *caller) error
 		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "unavailable", Error: "the store does not answer"})
 		return nil
 	}
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+	h := api.Health{Status: "ok"}
+	if s.livekit != nil {
+		// voice is a part of the server: without it, the rest is ready
+		h.Voice = "ok"
+		if err := s.voiceHealth(ctx); err != nil {
+			h.Status, h.Voice, h.VoiceError = "degraded", "unavailable", "the LiveKit server failed: "+livekitReason(err)
+		}
+	}
+	writeJSON(w, http.StatusOK, h)
 	return nil
 }

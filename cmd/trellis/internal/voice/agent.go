@@ -45,14 +45,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/trellisflow/trellis/runtime/api"
 )
 
 // AliveAttribute is the participant attribute the agent beats its
 // heartbeat in (Unix seconds), every AliveEvery; the API takes an agent
 // whose heartbeat stopped for dead (see server.AliveAttribute).
+// SessionAttribute names the voice session the agent serves.
 const (
-	AliveAttribute = "trellis.alive"
-	AliveEvery     = 2 * time.Second
+	AliveAttribute   = "trellis.alive"
+	SessionAttribute = "trellis.session"
+	AliveEvery       = 2 * time.Second
 )
 
 // Config is how an agent runs.
@@ -162,6 +166,7 @@ type Agent struct {
 	mu       sync.Mutex
 	ctx      context.Context
 	conn     *workerConn
+	connErr  error // why the agent is not registered (nil: it is)
 	sessions map[string]*session
 	reserved int             // places held for jobs offered but not yet assigned
 	pending  map[string]bool // those jobs
@@ -174,9 +179,12 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}}
+	a := &Agent{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, connErr: errors.New("not registered with the LiveKit server yet")}
 	a.metrics = newMetrics(a)
 	sdkLogger(cfg.Logger)
+	if cfg.APIKey == "devkey" && cfg.APISecret == "secret" {
+		a.log.Warn("LiveKit's development key (devkey, secret) is in use: it is published, so whoever reaches the LiveKit server can join and manage every room; set a key of your own")
+	}
 	return a, nil
 }
 
@@ -211,25 +219,33 @@ func (s errorSink) WithName(name string) logr.LogSink { return errorSink{log: s.
 
 // Run serves rooms until ctx ends: it keeps a worker connection to the
 // LiveKit server (reconnecting after a failure), then leaves every room
-// it is in and returns.
+// it is in and returns. A LiveKit server that refuses the agent's
+// credentials at the start is an error: no retry mends it.
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a.mu.Lock()
 	a.ctx = ctx
 	a.mu.Unlock()
+	a.checkAPI(ctx)
 	wait := 500 * time.Millisecond
+	registered := false
 	for ctx.Err() == nil {
 		c, id, err := a.connect(ctx)
 		if err == nil {
 			a.log.Info("registered with the LiveKit server", "worker", id, "agent", a.cfg.AgentName, "capacity", a.cfg.Capacity)
-			wait = 500 * time.Millisecond
+			registered, wait = true, 500*time.Millisecond
+			a.setConnErr(nil)
 			err = a.serve(ctx, c)
 		}
 		if ctx.Err() != nil {
 			break
 		}
-		a.log.Warn("the LiveKit worker connection failed; connecting again", "error", err.Error(), "in", wait.String())
+		a.setConnErr(err)
+		if !registered && errors.Is(err, errCredentials) {
+			return err
+		}
+		a.log.Warn("the LiveKit worker connection failed; connecting again", "url", a.cfg.URL, "error", err.Error(), "in", wait.String())
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
@@ -244,6 +260,30 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Unlock()
 	a.wg.Wait()
 	return nil
+}
+
+func (a *Agent) setConnErr(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.connErr = err
+}
+
+// Ready is nil while the agent is registered with the LiveKit server,
+// and otherwise why it is not.
+func (a *Agent) Ready() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.connErr
+}
+
+// checkAPI says in the log whether the Trellis API the turns run through
+// answers.
+func (a *Agent) checkAPI(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := (&api.Client{BaseURL: a.cfg.API, HTTP: a.cfg.HTTP}).Ready(ctx); err != nil {
+		a.log.Warn("the Trellis API does not answer as ready: sessions fail until it does", "api", a.cfg.API, "error", err.Error())
+	}
 }
 
 // Sessions is how many rooms the agent is in.

@@ -37,7 +37,7 @@ func (s *session) listen(track *webrtc.TrackRemote, identity string) {
 		case audio.SpeechEnd:
 			s.post(event{kind: evUtterance, identity: identity, pcm: vad.Utterance(), at: now})
 		}
-		if vad.Speaking() && !barged && now.Sub(speechStart) >= s.a.cfg.BargeIn && s.isSpeaking() {
+		if vad.Speaking() && !barged && now.Sub(speechStart) >= s.a.cfg.BargeIn && s.isSpeaking() && s.serves(identity) {
 			barged = true
 			if s.interrupt() {
 				s.a.metrics.bargeIns.Inc()

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	lksdk "github.com/livekit/server-sdk-go/v2"
 	"gopkg.in/yaml.v3"
 
 	"github.com/trellisflow/trellis"
@@ -60,7 +61,11 @@ type rig struct {
 	lk     *voicetest.LiveKitServer
 	base   string
 	client *api.Client
-	log    *logBuffer
+	// keyID names client's key; cat and st are the server's store.
+	keyID string
+	cat   store.Catalog
+	st    store.Store
+	log   *logBuffer
 }
 
 // logBuffer keeps a test's logs, shown when it fails.
@@ -84,6 +89,7 @@ func (l *logBuffer) String() string {
 func newRig(t testing.TB, opts ...func(*server.Config)) *rig {
 	t.Helper()
 	lk := voicetest.LiveKit(t)
+	voicetest.NoLeaks(t)
 	r := &rig{t: t, lk: lk, log: &logBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("TRELLIS_VOICE_TEST_LOGS") != "" {
@@ -122,12 +128,29 @@ func newRig(t testing.TB, opts ...func(*server.Config)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, key, err := server.CreateKey(ctx, cat, "acme", "voice tests", false)
+	k, key, err := server.CreateKey(ctx, cat, "acme", "voice tests", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.client = api.NewClient(r.base, key)
+	r.keyID, r.cat, r.st = k.ID, cat, rt.Store()
 	return r
+}
+
+// newClient is a client of the server with a new key of tenant's.
+func (r *rig) newClient(tenant string, admin bool) (*api.Client, string) {
+	r.t.Helper()
+	k, key, err := server.CreateKey(context.Background(), r.cat, tenant, "voice tests", admin)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return api.NewClient(r.base, key), k.ID
+}
+
+// livekit returns clients of the LiveKit server's room and dispatch
+// services.
+func (r *rig) livekit() (*lksdk.RoomServiceClient, *lksdk.AgentDispatchClient) {
+	return lksdk.NewRoomServiceClient(r.lk.URL, r.lk.Key, r.lk.Secret), lksdk.NewAgentDispatchServiceClient(r.lk.URL, r.lk.Key, r.lk.Secret)
 }
 
 // agent starts a voice agent in this process; the returned function

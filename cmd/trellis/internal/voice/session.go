@@ -46,10 +46,19 @@ type session struct {
 	events chan event
 	wg     sync.WaitGroup // listeners and speakers
 
+	// lost is closed when the session's grant is refused: the session
+	// ended, or its key or thread went.
+	lost     chan struct{}
+	lostOnce sync.Once
+
 	mu       sync.Mutex
 	speaking *speaker // the reply being spoken, if any
 	turn     int
 	encoders map[int]*audio.Encoder
+	// served is the caller the agent talks with: one at a time, the first
+	// in the room ("": none yet); others are told the session is busy.
+	served  string
+	lostErr error
 }
 
 // event is something that happened in the room.
@@ -78,16 +87,32 @@ func newSession(a *Agent, job *livekit.Job, url, token string) *session {
 	}
 	return &session{a: a, job: job, url: url, token: token, ctx: ctx, cancel: cancel,
 		log:    a.log.With("job", job.Id, "room", room),
-		events: make(chan event, 64), heard: make(chan struct{}), encoders: map[int]*audio.Encoder{}}
+		events: make(chan event, 64), heard: make(chan struct{}), encoders: map[int]*audio.Encoder{}, lost: make(chan struct{})}
 }
 
 // stop ends the session.
 func (s *session) stop(why string) { s.cancel(errors.New(why)) }
 
-// run is the session's whole life: bootstrap, connect, converse, leave.
+// run is the session's whole life: bootstrap, connect, converse, leave;
+// its grant is renewed all the while, and given up at the end.
 func (s *session) run() error {
 	defer s.cancel(nil)
+	if err := json.Unmarshal([]byte(s.job.Metadata), &s.d); err != nil || s.d.Thread == "" || s.d.Grant == "" {
+		err := errors.New("preparing the session: the job carries no voice dispatch from the Trellis API (a thread and a grant)")
+		s.refuse(err)
+		return err
+	}
+	s.log = s.log.With("thread", s.d.Thread, "session", s.d.Session)
+	s.api = &api.Client{BaseURL: s.a.cfg.API, Key: s.d.Grant, HTTP: s.a.cfg.HTTP}
+	s.wg.Add(1)
+	go s.keepGrant()
+	defer s.giveUp()
 	if err := s.bootstrap(); err != nil {
+		if api.GrantRefusal(err) == api.GrantEnded {
+			// replaced by another agent's session, or its room closed
+			s.log.Info("the session ended before the agent joined", "error", err.Error())
+			return nil
+		}
 		err = fmt.Errorf("preparing the session: %w", err)
 		s.refuse(err)
 		return err
@@ -99,14 +124,67 @@ func (s *session) run() error {
 	return s.converse()
 }
 
+// keepGrant renews the session's grant while the agent serves it (the
+// agent's heartbeat to the API: a session whose agent died lapses), and
+// reports a grant refused.
+func (s *session) keepGrant() {
+	defer s.wg.Done()
+	every := time.Duration(max(s.d.RenewSeconds, 1)) * time.Second
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, max(every, 5*time.Second))
+		g, err := s.api.RenewVoiceGrant(ctx, s.d.Thread)
+		cancel()
+		switch {
+		case api.GrantRefusal(err) != "":
+			s.lose(err)
+			return
+		case err != nil && s.ctx.Err() == nil:
+			s.log.Warn("renewing the session's grant; trying again", "error", err.Error())
+		case err == nil && g.RenewSeconds > 0:
+			every = time.Duration(g.RenewSeconds) * time.Second
+		}
+		t.Reset(every)
+	}
+}
+
+// lose records that the session's grant was refused.
+func (s *session) lose(err error) {
+	s.lostOnce.Do(func() {
+		s.mu.Lock()
+		s.lostErr = err
+		s.mu.Unlock()
+		close(s.lost)
+	})
+}
+
+// giveUp ends the session's grant as the agent leaves (unless it was
+// refused already), so that the next request for the thread's voice
+// session dispatches an agent at once.
+func (s *session) giveUp() {
+	s.cancel(nil)
+	s.wg.Wait()
+	select {
+	case <-s.lost:
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.api.EndVoiceGrant(ctx, s.d.Thread); err != nil && api.GrantRefusal(err) == "" {
+		s.log.Warn("giving the session's grant up", "error", err.Error())
+	}
+}
+
 // bootstrap is the first phase: everything the session needs, made ready
 // before the agent shows itself in the room.
 func (s *session) bootstrap() error {
-	if err := json.Unmarshal([]byte(s.job.Metadata), &s.d); err != nil || s.d.Thread == "" || s.d.Grant == "" {
-		return errors.New("the job carries no voice dispatch from the Trellis API (a thread and a grant)")
-	}
-	s.log = s.log.With("thread", s.d.Thread)
-	s.api = &api.Client{BaseURL: s.a.cfg.API, Key: s.d.Grant, HTTP: s.a.cfg.HTTP}
 	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
 	defer cancel()
 	fl, err := s.api.Flow(ctx, s.d.Flow)
@@ -303,14 +381,26 @@ func (s *session) post(ev event) {
 	}
 }
 
-// send publishes a data message to the room.
+// send publishes a data message to the caller the agent serves (to the
+// room while it serves none).
 func (s *session) send(m Message) {
+	s.mu.Lock()
+	to := s.served
+	s.mu.Unlock()
+	s.sendTo(to, m)
+}
+
+// sendTo publishes a data message to one participant ("": to the room).
+func (s *session) sendTo(identity string, m Message) {
 	if s.room == nil {
 		return
 	}
 	b, _ := json.Marshal(m)
-	if err := s.room.LocalParticipant.PublishDataPacket(&lksdk.UserDataPacket{Payload: b, Topic: api.VoiceTopic},
-		lksdk.WithDataPublishReliable(true)); err != nil && s.ctx.Err() == nil {
+	opts := []lksdk.DataPublishOption{lksdk.WithDataPublishReliable(true)}
+	if identity != "" {
+		opts = append(opts, lksdk.WithDataPublishDestination([]string{identity}))
+	}
+	if err := s.room.LocalParticipant.PublishDataPacket(&lksdk.UserDataPacket{Payload: b, Topic: api.VoiceTopic}, opts...); err != nil && s.ctx.Err() == nil {
 		s.log.Warn("sending a data message", "error", err.Error())
 	}
 }
@@ -330,6 +420,21 @@ func (s *session) converse() error {
 				s.log.Info("session ends", "why", cause.Error())
 			}
 			return nil
+		case <-s.lost:
+			s.mu.Lock()
+			err := s.lostErr
+			s.mu.Unlock()
+			s.log.Info("session ends: its grant was refused", "error", err.Error())
+			if api.GrantRefusal(err) != api.GrantEnded {
+				// ended on purpose (the room closes) or replaced: nothing to say
+				s.send(Message{Type: MsgError, Text: "the voice session was ended: " + refusal(err)})
+				s.send(Message{Type: MsgEnd})
+				select {
+				case <-time.After(500 * time.Millisecond):
+				case <-s.ctx.Done():
+				}
+			}
+			return nil
 		case <-idle.C:
 			s.log.Info("session ends", "why", "no caller in the room")
 			return nil
@@ -338,6 +443,10 @@ func (s *session) converse() error {
 			case evJoined:
 				callers[ev.identity] = true
 				idle.Stop()
+				if !s.serve(ev.identity) {
+					s.sendTo(ev.identity, Message{Type: MsgError, Text: "another caller is in this voice session"})
+					continue
+				}
 				if !greeted {
 					greeted = true
 					if done := s.greet(); done {
@@ -346,16 +455,54 @@ func (s *session) converse() error {
 				}
 			case evLeft:
 				delete(callers, ev.identity)
+				s.mu.Lock()
+				if s.served == ev.identity {
+					s.served = ""
+				}
+				s.mu.Unlock()
 				if len(callers) == 0 {
 					idle.Reset(s.a.cfg.IdleTimeout)
 				}
 			case evUtterance, evText:
+				if !s.serve(ev.identity) {
+					continue // another caller's: the agent talks with one at a time
+				}
 				if s.converseTurn(ev) {
 					return nil
 				}
 			}
 		}
 	}
+}
+
+// serve reports whether the agent talks with identity: the caller it
+// serves, or the first to come when it serves none.
+func (s *session) serve(identity string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.served == "" {
+		s.served = identity
+	}
+	return s.served == identity
+}
+
+// serves reports whether identity is the caller the agent serves (or it
+// serves none yet), without making it so.
+func (s *session) serves(identity string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served == "" || s.served == identity
+}
+
+// refusal is why a grant was refused, in words for the caller.
+func refusal(err error) string {
+	switch api.GrantRefusal(err) {
+	case api.GrantExpired:
+		return "it expired"
+	case api.GrantRevoked:
+		return "the key that opened it was revoked, or its thread deleted"
+	}
+	return "its grant is not valid"
 }
 
 // greet says the greeting the bootstrap prepared, or, for a conversation
@@ -428,6 +575,10 @@ func (s *session) converseTurn(ev event) bool {
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	reply, over, err := s.runTurn(ctx, map[string]any{s.conv.Input: text})
 	cancel()
+	if api.GrantRefusal(err) != "" {
+		s.lose(err) // the loop ends the session
+		return false
+	}
 	if err != nil {
 		if s.ctx.Err() == nil {
 			s.log.Warn("running a turn", "error", err.Error())

@@ -2,6 +2,7 @@ package voice
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"github.com/livekit/protocol/auth"
 	"github.com/livekit/protocol/livekit"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/trellisflow/trellis/runtime/api"
 )
 
 // The agent is a LiveKit agent worker: it holds a WebSocket to the LiveKit
@@ -76,6 +79,9 @@ func agentURL(u string) (string, error) {
 	return p.String(), nil
 }
 
+// errCredentials: the LiveKit server refused the agent's key.
+var errCredentials = errors.New("the LiveKit server refused the agent's credentials (LIVEKIT_API_KEY, LIVEKIT_API_SECRET)")
+
 // connect opens a worker connection and registers.
 func (a *Agent) connect(ctx context.Context) (*workerConn, string, error) {
 	u, err := agentURL(a.cfg.URL)
@@ -90,6 +96,9 @@ func (a *Agent) connect(ctx context.Context) (*workerConn, string, error) {
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
 	ws, resp, err := d.DialContext(ctx, u, http.Header{"Authorization": {"Bearer " + tok}})
 	if err != nil {
+		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+			return nil, "", fmt.Errorf("connecting to the LiveKit server as a worker: HTTP %d: %w", resp.StatusCode, errCredentials)
+		}
 		if resp != nil {
 			return nil, "", fmt.Errorf("connecting to the LiveKit server as a worker: HTTP %d: %w", resp.StatusCode, err)
 		}
@@ -192,27 +201,35 @@ func (a *Agent) report() {
 }
 
 // availability answers whether the worker takes a job: yes while it has
-// room (the place is held until the assignment comes, or briefly).
+// room (the place is held until the assignment comes, or briefly; a job
+// offered again holds the place it holds). A job that names no voice
+// session is ended at once: it is the placeholder dispatch a Trellis
+// room is made with (so that LiveKit gives it no default dispatch), or
+// not the Trellis API's.
 func (a *Agent) availability(c *workerConn, req *livekit.AvailabilityRequest) {
 	job := req.Job
-	a.mu.Lock()
-	ok := !a.stopping && len(a.sessions)+a.reserved < a.cfg.Capacity
-	if ok {
-		a.reserved++
+	var d api.VoiceDispatch
+	if json.Unmarshal([]byte(job.Metadata), &d) != nil || d.Session == "" || d.Grant == "" {
+		_ = c.send(&livekit.WorkerMessage{Message: &livekit.WorkerMessage_Availability{Availability: &livekit.AvailabilityResponse{
+			JobId: job.Id, Terminate: true}}})
+		return
 	}
-	a.mu.Unlock()
-	if ok {
-		// a place held for an assignment that never comes is given back
-		time.AfterFunc(15*time.Second, func() { a.unreserve(job.Id) })
-		a.mu.Lock()
+	a.mu.Lock()
+	held := a.pending[job.Id]
+	ok := held || !a.stopping && len(a.sessions)+a.reserved < a.cfg.Capacity
+	if ok && !held {
+		a.reserved++
 		if a.pending == nil {
 			a.pending = map[string]bool{}
 		}
 		a.pending[job.Id] = true
-		a.mu.Unlock()
+		// a place held for an assignment that never comes is given back
+		time.AfterFunc(15*time.Second, func() { a.unreserve(job.Id) })
 	}
+	a.mu.Unlock()
 	_ = c.send(&livekit.WorkerMessage{Message: &livekit.WorkerMessage_Availability{Availability: &livekit.AvailabilityResponse{
-		JobId: job.Id, Available: ok, ParticipantIdentity: agentIdentity(job.Id), ParticipantName: a.cfg.ParticipantName}}})
+		JobId: job.Id, Available: ok, ParticipantIdentity: agentIdentity(job.Id), ParticipantName: a.cfg.ParticipantName,
+		ParticipantAttributes: map[string]string{SessionAttribute: d.Session}}}})
 	a.report()
 }
 

@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 
 	protologger "github.com/livekit/protocol/logger"
 	lksdk "github.com/livekit/server-sdk-go/v2"
+	"go.uber.org/goleak"
 
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
@@ -41,6 +43,13 @@ func Main(m *testing.M) int {
 	lksdk.SetLogger(protologger.GetDiscardLogger())
 	code := storetest.Main(m)
 	stopLiveKit()
+	if code == 0 {
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "voice tests: goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
 	return code
 }
 
@@ -250,4 +259,19 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// NoLeaks fails t when a goroutine started during it (after the call)
+// outlives it: checked after every cleanup registered later has run.
+// Idle keep-alive connections of the default HTTP transport are closed
+// first: they are the client's, not the test's.
+func NoLeaks(t testing.TB) {
+	t.Helper()
+	current := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+		if err := goleak.Find(current); err != nil {
+			t.Errorf("goroutines outlived the test: %v", err)
+		}
+	})
 }

@@ -25,6 +25,7 @@ func token(t *testing.T, lk *LiveKitServer, room, identity string) string {
 // still transcribes to its words.
 func TestMediaPath(t *testing.T) {
 	lk := LiveKit(t)
+	NoLeaks(t)
 	ctx := Context(t, time.Minute)
 	a := Join(t, lk.URL, token(t, lk, "media", "a"))
 	b := Join(t, lk.URL, token(t, lk, "media", "b"))

@@ -2,10 +2,16 @@
 // its LiveKit room, speaks through the microphone (or types, in text
 // mode), plays the agent's voice and shows both sides of the conversation.
 // Its state is kept on window.trellisVoice for those who script the page.
+//
+// Only the agent speaks for the flow: a data message is heeded only from a
+// participant LiveKit marks as an agent (its kind comes from the token the
+// agent joined with, which no caller can mint), and anyone else's is
+// counted in state.ignored and dropped, so that another participant cannot
+// fake a reply or the end.
 import { Room, RoomEvent, Track } from 'livekit-client';
 
 const $ = (id) => document.getElementById(id);
-const state = { messages: [], status: 'idle', agent: false, everAgent: false, ended: false, session: null };
+const state = { messages: [], status: 'idle', agent: false, everAgent: false, ended: false, session: null, ignored: 0 };
 window.trellisVoice = state;
 
 let room = null;
@@ -118,6 +124,10 @@ async function join() {
     room = new Room();
     room.on(RoomEvent.DataReceived, (payload, participant, kind, topic) => {
       if (topic !== s.topic) return;
+      if (!participant || !participant.isAgent) {
+        state.ignored++;
+        return;
+      }
       try {
         onMessage(JSON.parse(decoder.decode(payload)));
       } catch (e) {
@@ -171,9 +181,12 @@ async function say(ev) {
   if (!text || !room) return;
   $('text').value = '';
   addLine('you', text, 'caller');
+  // to the agent alone: no one else in the room reads what the caller types
+  const agents = [...room.remoteParticipants.values()].filter((p) => p.isAgent).map((p) => p.identity);
   await room.localParticipant.publishData(encoder.encode(JSON.stringify({ type: 'text', text })), {
     reliable: true,
     topic: state.session.topic,
+    destinationIdentities: agents,
   });
 }
 
