@@ -1,0 +1,70 @@
+package trellis_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/nodes/all/alltest"
+)
+
+// A map whose node outlasts the map's timeout: eight items that honour
+// cancellation, stopped at 5ms.
+const timedOutMap = `version: 1
+name: timed_out_map
+state:
+  schema:
+    type: object
+    properties:
+      items: {type: array, default: [1, 2, 3, 4, 5, 6, 7, 8]}
+      out: {type: array, default: []}
+  reducers:
+    out: append
+nodes:
+  each:
+    kind: map
+    items: "state.items"
+    timeout: 5ms
+    node: {kind: sleep, ms: 200, set: {out: "1"}}
+edges:
+  - {from: START, to: each}
+  - {from: each, to: END}
+`
+
+// Streaming a run whose map times out, many times over: the items the
+// timeout stops end after the map's attempt was given up, and nothing
+// they do reaches the stream after the run is over (an event then was
+// a send on the stream's closed channel: a crash). Each run ends in
+// run_error, last, with the map's timeout.
+func TestStreamOfATimedOutMapEndsCleanly(t *testing.T) {
+	ctx := context.Background()
+	f, err := trellis.LoadSource("timed_out_map.yaml", []byte(timedOutMap), trellis.WithKinds(alltest.WithTestKinds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := trellis.Open(ctx, "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	for i := range 300 {
+		var last trellis.Event
+		var runErr error
+		n := 0
+		for ev, err := range rt.Stream(ctx, f, "t", nil) {
+			if err != nil {
+				runErr = err
+				continue
+			}
+			if last.Type == trellis.RunError || last.Type == trellis.RunEnd {
+				t.Fatalf("run %d: %s after the run's end", i, ev.Type)
+			}
+			last = ev
+			n++
+		}
+		if last.Type != trellis.RunError || runErr == nil || !strings.Contains(runErr.Error(), "timed out after 5ms") {
+			t.Fatalf("run %d: %d events, the last %s (%s), error %v", i, n, last.Type, last.Error, runErr)
+		}
+	}
+}
