@@ -7,6 +7,7 @@ import (
 
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/nodes/all/alltest"
+	"go.uber.org/goleak"
 )
 
 // A map whose node outlasts the map's timeout: eight items that honour
@@ -67,4 +68,11 @@ func TestStreamOfATimedOutMapEndsCleanly(t *testing.T) {
 			t.Fatalf("run %d: %d events, the last %s (%s), error %v", i, n, last.Type, last.Error, runErr)
 		}
 	}
+	// every map was given up at its timeout (unless it returned just as
+	// its time ran out), and waited for: the items honour cancellation
+	if late := rt.Late(); late.Abandoned < 100 || late.Detached != 0 {
+		t.Fatalf("late %+v after 300 runs", late)
+	}
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
