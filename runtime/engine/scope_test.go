@@ -307,6 +307,9 @@ func TestRetryAfterAnAbandonedAttempt(t *testing.T) {
 		t.Fatalf("outputs %s, want work:second alone", got)
 	}
 	for _, ev := range w.events {
+		if ev.Type == engine.NodeOutput && ev.Attempt != 2 {
+			t.Fatalf("node_output %q of attempt %d, want 2", ev.Text, ev.Attempt)
+		}
 		if ev.Type == engine.NodeEnd && (ev.Usage["calls"] != 2 || ev.Degraded != "") {
 			t.Fatalf("node_end usage %v degraded %q: want the calls of both attempts until the first was given up (2), not degraded", ev.Usage, ev.Degraded)
 		}
