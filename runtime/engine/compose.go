@@ -127,19 +127,24 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 	if !ok {
 		return nil, errors.New("not a nested node of this flow")
 	}
-	if given, err := v.gate.given(ctx); given {
+	n := *base
+	n.Name = v.n.Name + "[" + key + "]"
+	// what the run knows of the nested run, read while the host stands
+	if !v.gate.enter() {
+		_, err := v.gate.given(ctx)
 		return nil, err
 	}
-	n := *base
-	n.Name = v.node + "[" + key + "]"
-	if ws, ok := v.pending[n.Name]; ok {
-		// completed before the run stopped
-		return updateOf(ws), nil
-	}
+	step, seq := v.at()
+	ws, saved := v.run.pending[n.Name]
 	r.nestedMu.Lock()
 	done, ok := r.nestedDone[n.Name]
 	r.nestedMu.Unlock()
-	if ok && done.seq == v.seq {
+	v.gate.exit()
+	if saved {
+		// completed before the run stopped
+		return updateOf(ws), nil
+	}
+	if ok && done.seq == seq {
 		// completed in an earlier attempt of its host, this step
 		return slices.Clone(done.update), nil
 	}
@@ -148,13 +153,13 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 	maps.Copy(vars, extra)
 	observe := r.req.Observe != nil
 	if observe {
-		v.emit(Event{Type: NodeStart, Step: v.step, Node: n.Name, Kind: n.Kind})
+		v.emit(Event{Type: NodeStart, Node: n.Name, Kind: n.Kind})
 	}
 	o := outcome{host: v}
 	r.exec(ctx, &n, vars, &o)
 	if o.err != nil {
 		if observe {
-			v.emit(Event{Type: NodeFailed, Step: v.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Usage: o.view.usage})
+			v.emit(Event{Type: NodeFailed, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Usage: o.view.usage})
 		}
 		return nil, o.err
 	}
@@ -167,13 +172,13 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 		_, err := v.gate.given(ctx)
 		return nil, err
 	}
-	err := r.savePending(ctx, &o, v.seq, v.step)
+	err := r.savePending(ctx, &o, seq, step)
 	if err == nil {
 		r.nestedMu.Lock()
 		if r.nestedDone == nil {
 			r.nestedDone = map[string]nestedRun{}
 		}
-		r.nestedDone[n.Name] = nestedRun{seq: v.seq, update: upd}
+		r.nestedDone[n.Name] = nestedRun{seq: seq, update: upd}
 		r.nestedMu.Unlock()
 	}
 	v.gate.exit()
@@ -181,7 +186,7 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 		return nil, err
 	}
 	if observe {
-		v.emit(Event{Type: NodeEnd, Step: v.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: upd.Map(),
+		v.emit(Event{Type: NodeEnd, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: upd.Map(),
 			Degraded: o.degraded, Usage: o.view.usage, Cached: o.cached})
 	}
 	return upd, nil
@@ -215,14 +220,16 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 	if !ok {
 		return nil, errors.New("not a flow compiled by this runtime")
 	}
-	if given, err := v.gate.given(ctx); given {
+	_, seq, ok := v.position()
+	if !ok {
+		_, err := v.gate.given(ctx)
 		return nil, err
 	}
-	ns := v.node
+	ns := v.n.Name
 	if key != "" {
 		ns += "[" + key + "]"
 	}
-	ns += ":" + strconv.FormatUint(v.seq, 10)
+	ns += ":" + strconv.FormatUint(seq, 10)
 	// the child thread's one run is named by the namespace, which a run
 	// resuming this step (under another run id) finds again
 	req := Request{Thread: ChildThread(r.req.Thread, ns), ID: ns, Durability: r.req.Durability, Config: cfg,

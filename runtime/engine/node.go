@@ -73,13 +73,14 @@ type outcome struct {
 	host *view
 }
 
-// emit sends an event of o's node: through the gate of the attempt it is
-// nested in, if any.
+// emitFor sends an event of o's node: through the gate of the attempt it
+// is nested in, if any.
 func (r *run) emitFor(o *outcome, ev Event) {
 	if o.host != nil {
 		o.host.emit(ev)
 		return
 	}
+	ev.Step = r.step
 	r.emit(ev)
 }
 
@@ -105,7 +106,7 @@ func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Upd
 func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
 	o.cached = false
 	if o.view == nil {
-		o.view = new(view)
+		o.view = newView(o.host)
 	}
 	o.view.usage = nil
 	if o.host == nil {
@@ -133,7 +134,7 @@ func (r *run) execNode(ctx context.Context, n *flow.Node, vars map[string]any, o
 	}
 	step := r.step
 	if o.host != nil {
-		step = o.host.step
+		step, _, _ = o.host.position()
 	}
 	ctx, end := r.e.Tracer.StartNode(ctx, TracedNode{Flow: r.g.Name, Thread: r.req.Thread, Run: r.id, Node: n.Name, Kind: n.Kind, Step: step})
 	r.attempt(ctx, n, vars, o)
@@ -156,8 +157,15 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o 
 attempts:
 	for attempt := 1; ; attempt++ {
 		o.attempts = attempt
-		r.begin(o.view, n, vars, attempt, o.host)
-		upd, err := r.call(ctx, n, o)
+		r.begin(o.view, n, vars, attempt)
+		var upd kind.Update
+		var err error
+		if n.Inline && n.Timeout <= 0 {
+			// never blocks: run here
+			upd, err = safeRun(ctx, n, o.view)
+		} else {
+			upd, err = r.call(ctx, n, o)
+		}
 		// an attempt given up on and not joined keeps its view: o.view
 		// is another one now
 		st := o.view
@@ -178,7 +186,7 @@ attempts:
 			break
 		}
 		if r.req.Observe != nil {
-			r.emitFor(o, Event{Type: NodeRetry, Step: st.step, Node: n.Name, Kind: n.Kind, Attempt: attempt, Error: err.Error(), Duration: backoff})
+			r.emitFor(o, Event{Type: NodeRetry, Node: n.Name, Kind: n.Kind, Attempt: attempt, Error: err.Error(), Duration: backoff})
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -195,15 +203,13 @@ attempts:
 	}
 }
 
-// call runs one attempt on o's view, turning a panic into an error and
-// enforcing the node's timeout. An inline node without a timeout runs
-// here; any other on a goroutine of its own, which is given up (see
-// abandon) when its timeout passes or the run's context ends first.
+// call runs one attempt on o's view on a goroutine of its own, turning a
+// panic into an error and enforcing the node's timeout: the attempt is
+// given up (see abandon) when its timeout passes or the run's context ends
+// first. (An inline node without a timeout runs on the caller's
+// goroutine.)
 func (r *run) call(ctx context.Context, n *flow.Node, o *outcome) (kind.Update, error) {
 	v := o.view
-	if n.Inline && n.Timeout <= 0 {
-		return safeRun(ctx, n, v)
-	}
 	actx := ctx
 	if n.Timeout > 0 {
 		var cancel context.CancelFunc

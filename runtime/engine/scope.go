@@ -159,13 +159,14 @@ func (r *run) abandon(o *outcome, done <-chan attemptResult) {
 			r.drop() // returned as it was given up: late all the same
 		}
 		// the attempt returned: what comes next (a fallback) may pass
-		v.gate.open(v.gate.parent)
+		v.reopen()
 	case <-t.C:
 		r.late.detached.Add(1)
 		r.e.late.detached.Add(1)
 		r.detached.Store(true)
-		o.view = &view{usage: v.usage}
-		r.begin(o.view, o.node, v.vars, v.attempt, o.host)
+		o.view = newView(o.host)
+		o.view.usage = v.usage
+		r.begin(o.view, o.node, v.vars, v.attempt)
 	}
 }
 
