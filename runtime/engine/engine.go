@@ -201,7 +201,8 @@ type Result struct {
 	// pending) and a Resume goes on.
 	Interrupt *Interrupt
 
-	// Late counts what the run gave up on, as of when Run returned.
+	// Late counts what the run's own attempts gave up on, as of when Run
+	// returned (a child flow's count in its engine's, see Engine.Late).
 	Late Late
 
 	g      *flow.Graph

@@ -422,7 +422,13 @@ edges:
 	- {from: START, to: slow}
 	- {from: slow, to: END}
 `, "IGNORE", map[bool]string{false: "false", true: "true"}[ignore]))
-		eng := engine.New(memory.New(), engine.WithGrace(20*time.Millisecond))
+		// a short grace for the node that ignores cancellation; the one
+		// that honours it has the default, room for a loaded machine
+		grace := engine.DefaultGrace
+		if ignore {
+			grace = 20 * time.Millisecond
+		}
+		eng := engine.New(memory.New(), engine.WithGrace(grace))
 		_, err := run(t, g, eng, "t", nil)
 		if err == nil || !strings.Contains(err.Error(), "timed out after 20ms") {
 			t.Fatalf("ignore_cancel=%v: want timeout, got %v", ignore, err)
