@@ -2,11 +2,14 @@ package trellis_test
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/nodes/all/alltest"
+	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 	"go.uber.org/goleak"
 )
 
@@ -76,3 +79,36 @@ func TestStreamOfATimedOutMapEndsCleanly(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A stream whose context the caller cancels still yields every event of
+// the run, in order, ending in its run_error, and then the cancellation.
+func TestStreamCancelledByItsCallerYieldsTheRunsEnd(t *testing.T) {
+	f, err := trellis.LoadSource("slow.yaml", []byte(slow), trellis.WithKinds(kindtest.Registry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := trellis.Open(context.Background(), "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	for i := range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		var types []trellis.EventType
+		var last error
+		for ev, err := range rt.Stream(ctx, f, "t"+strconv.Itoa(i), nil) {
+			if err != nil {
+				last = err
+				continue
+			}
+			types = append(types, ev.Type)
+			if ev.Type == trellis.NodeStart {
+				cancel()
+			}
+		}
+		cancel()
+		if len(types) != 3 || types[2] != trellis.RunError || !errors.Is(last, context.Canceled) {
+			t.Fatalf("run %d: events %v, error %v; want run_start, node_start, run_error and the cancellation", i, types, last)
+		}
+	}
+}

@@ -408,6 +408,10 @@ func (rt *Runtime) Stream(ctx context.Context, f *Flow, thread string, input map
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		events := make(chan Event, 64)
+		// gone is closed when the loop stops reading before the run's
+		// end (a break, a panic): the run is stopped and its events go
+		// nowhere; until then, every event is yielded
+		gone := make(chan struct{})
 		done := make(chan error, 1)
 		req := engine.Request{Thread: thread, Input: input}
 		for _, opt := range opts {
@@ -420,7 +424,7 @@ func (rt *Runtime) Stream(ctx context.Context, f *Flow, thread string, input map
 			}
 			select {
 			case events <- ev:
-			case <-ctx.Done():
+			case <-gone:
 			}
 		}
 		go func() {
@@ -428,15 +432,21 @@ func (rt *Runtime) Stream(ctx context.Context, f *Flow, thread string, input map
 			close(events)
 			done <- err
 		}()
+		ended := false
+		defer func() {
+			if !ended {
+				// the run ends before Stream returns, whatever ended the loop
+				close(gone)
+				cancel()
+				<-done
+			}
+		}()
 		for ev := range events {
 			if !yield(ev, nil) {
-				cancel()
-				for range events {
-				}
-				<-done
 				return
 			}
 		}
+		ended = true
 		if err := <-done; err != nil {
 			yield(Event{}, err)
 		}
