@@ -93,7 +93,7 @@ func WithTracer(t Tracer) Option { return func(e *Engine) { e.Tracer = t } }
 
 // WithGrace says how long the engine waits for an attempt it gave up on
 // (at its node's timeout, or when the run is cancelled) to return before
-// it goes on without it (default DefaultGrace); see Late.
+// it goes on without it (DefaultGrace when d is not positive); see Late.
 func WithGrace(d time.Duration) Option {
 	return func(e *Engine) {
 		if d > 0 {
