@@ -35,6 +35,11 @@ import (
 // and gated; no event of the run can follow its end. A node that ignores
 // its context costs its own goroutine until it returns, and nothing else.
 // Late counts all of it.
+//
+// Closing a gate waits for what is in passage: an event the observer is
+// being given (as long as the observer takes to return), or a nested
+// node's pending write, which the store bounds by the attempt's context,
+// ended by then. The grace bounds the wait for the attempt, not for those.
 
 // Late counts what a run, or all the runs of an engine, gave up on.
 type Late struct {
