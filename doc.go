@@ -65,9 +65,14 @@
 // in item order; a run resumed after a crash runs only the unfinished
 // items.
 //
-// Runs are traced when Engine().Tracer is set: package runtime/telemetry
+// Runs are traced by a runtime opened WithTracer: package runtime/telemetry
 // builds an OpenTelemetry tracer, from the standard OTEL_ environment
 // variables with telemetry.FromEnv.
+//
+// A node's attempt that outlasts its timeout, or its run's cancellation,
+// is given up: the run waits for it a grace (WithGrace) and then goes on
+// without it, and nothing it does afterwards reaches the run (Late counts
+// it). A run ends when Run returns; no event follows.
 //
 // # Threads and time travel
 //

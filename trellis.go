@@ -51,6 +51,13 @@ type (
 	// InputError refuses a run's input or a thread's values: which field
 	// and why.
 	InputError = engine.InputError
+	// Tracer opens a span around each run and each node (see
+	// runtime/telemetry).
+	Tracer = engine.Tracer
+	// Late counts what runs gave up on: attempts abandoned at their
+	// timeout or cancellation, those left behind because they did not
+	// return, and what they produced afterwards, dropped.
+	Late = engine.Late
 )
 
 // The events of a run, in the order they occur.
@@ -268,25 +275,47 @@ type Runtime struct {
 	owned bool
 }
 
+// RuntimeOption is a setting of a runtime, given to Open or New and fixed
+// from then on.
+type RuntimeOption = engine.Option
+
+// WithLeaseTTL says how long a run's hold on its thread outlives a process
+// that stopped renewing it, such as one that died (default 15s).
+func WithLeaseTTL(d time.Duration) RuntimeOption { return engine.WithLeaseTTL(d) }
+
+// WithTracer traces runs and nodes with t (package runtime/telemetry
+// builds an OpenTelemetry one).
+func WithTracer(t Tracer) RuntimeOption { return engine.WithTracer(t) }
+
+// WithGrace says how long a run waits for a node's attempt it gave up on,
+// at the node's timeout or when the run is cancelled, before it goes on
+// without it (default 1s). Whatever the attempt does afterwards is
+// dropped: no event of a run follows its end.
+func WithGrace(d time.Duration) RuntimeOption { return engine.WithGrace(d) }
+
 // Open opens the store at addr (see OpenStore) and returns a runtime over
-// it; Close closes the store.
-func Open(ctx context.Context, addr string) (*Runtime, error) {
+// it with the settings opts give; Close closes the store.
+func Open(ctx context.Context, addr string, opts ...RuntimeOption) (*Runtime, error) {
 	st, err := OpenStore(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{eng: engine.New(st), owned: true}, nil
+	return &Runtime{eng: engine.New(st, opts...), owned: true}, nil
 }
 
-// New returns a runtime over an open store, which Close leaves open.
-func New(st Store) *Runtime { return &Runtime{eng: engine.New(st)} }
+// New returns a runtime over an open store, which Close leaves open, with
+// the settings opts give.
+func New(st Store, opts ...RuntimeOption) *Runtime { return &Runtime{eng: engine.New(st, opts...)} }
 
 // Store is the runtime's store.
 func (rt *Runtime) Store() Store { return rt.eng.Store }
 
-// Engine is the engine the runtime runs flows on, for its settings (such
-// as the lease time of a thread).
+// Engine is the engine the runtime runs flows on. Its settings are given
+// to Open or New; changing them once it runs is a data race.
 func (rt *Runtime) Engine() *engine.Engine { return rt.eng }
+
+// Late counts what the runtime's runs gave up on since it was opened.
+func (rt *Runtime) Late() Late { return rt.eng.Late() }
 
 // Close closes the store when Open opened it.
 func (rt *Runtime) Close() error {
@@ -383,11 +412,17 @@ func (rt *Runtime) Resume(ctx context.Context, f *Flow, thread string, opts ...R
 // RunError last. When the run fails, a last item carries its error; a run
 // refused before it starts (a busy thread, an input the flow refuses)
 // yields that error alone. Stopping the iteration early cancels the run.
+// The run ends before the iteration does: no event follows the last, not
+// even from a node given up at its timeout.
 func (rt *Runtime) Stream(ctx context.Context, f *Flow, thread string, input map[string]any, opts ...RunOption) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		events := make(chan Event, 64)
+		// gone is closed when the loop stops reading before the run's
+		// end (a break, a panic): the run is stopped and its events go
+		// nowhere; until then, every event is yielded
+		gone := make(chan struct{})
 		done := make(chan error, 1)
 		req := engine.Request{Thread: thread, Input: input}
 		for _, opt := range opts {
@@ -400,7 +435,7 @@ func (rt *Runtime) Stream(ctx context.Context, f *Flow, thread string, input map
 			}
 			select {
 			case events <- ev:
-			case <-ctx.Done():
+			case <-gone:
 			}
 		}
 		go func() {
@@ -408,15 +443,21 @@ func (rt *Runtime) Stream(ctx context.Context, f *Flow, thread string, input map
 			close(events)
 			done <- err
 		}()
+		ended := false
+		defer func() {
+			if !ended {
+				// the run ends before Stream returns, whatever ended the loop
+				close(gone)
+				cancel()
+				<-done
+			}
+		}()
 		for ev := range events {
 			if !yield(ev, nil) {
-				cancel()
-				for range events {
-				}
-				<-done
 				return
 			}
 		}
+		ended = true
 		if err := <-done; err != nil {
 			yield(Event{}, err)
 		}

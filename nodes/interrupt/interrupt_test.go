@@ -3,7 +3,6 @@ package interrupt_test
 import (
 	"context"
 	"errors"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,9 +13,16 @@ import (
 	"github.com/trellisflow/trellis/runtime/store"
 	_ "github.com/trellisflow/trellis/runtime/store/all"
 	"github.com/trellisflow/trellis/runtime/store/storetest"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+// TestMain runs the tests with the stores' servers, and fails when a
+// goroutine outlives them.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(withStores{m}) }
+
+type withStores struct{ *testing.M }
+
+func (m withStores) Run() int { return storetest.Main(m.M) }
 
 const approvals = `version: 1
 name: approvals

@@ -422,10 +422,10 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 		return reply, nil
 	}
 	var reply string
-	err := c.call(ctx, func(ctx context.Context) error {
+	err := c.call(ctx, func(ctx context.Context, oa *openai.Client) error {
 		s.Measure("calls", 1)
 		if !s.Observed() {
-			resp, err := c.oa.CreateChatCompletion(ctx, req)
+			resp, err := oa.CreateChatCompletion(ctx, req)
 			if err != nil {
 				return err
 			}
@@ -438,7 +438,7 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 		}
 		req.Stream = true
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
-		stream, err := c.oa.CreateChatCompletionStream(ctx, req)
+		stream, err := oa.CreateChatCompletionStream(ctx, req)
 		if err != nil {
 			return err
 		}

@@ -86,10 +86,10 @@ func (p *Provider) withDefaults() *Provider {
 	return &q
 }
 
-// client is a configured go-openai client with our retry policy.
+// client is a provider's go-openai configuration with our retry policy.
 type client struct {
-	p  *Provider
-	oa *openai.Client
+	p   *Provider
+	cfg openai.ClientConfig
 }
 
 func newClient(p *Provider) *client {
@@ -98,23 +98,29 @@ func newClient(p *Provider) *client {
 	if p.BaseURL != "" {
 		cfg.BaseURL = strings.TrimRight(p.BaseURL, "/")
 	}
-	cfg.HTTPClient = retryAfterDoer{p.HTTP}
-	return &client{p: p, oa: openai.NewClientWithConfig(cfg)}
+	cfg.HTTPClient = p.HTTP
+	return &client{p: p, cfg: cfg}
 }
 
-// retryAfterDoer records the Retry-After header of failed responses in the
-// request's context, where the retry loop reads it; go-openai's errors do
-// not carry headers.
-type retryAfterDoer struct{ c *http.Client }
+// try is one request of a call: a go-openai client of its own, whose
+// requests go through it, so it sees the Retry-After header of a failed
+// response (go-openai's errors do not carry headers).
+type try struct {
+	c     *http.Client
+	after time.Duration // the failed response's Retry-After, 0 when none
+}
 
-type retryAfterKey struct{}
+// client returns a go-openai client sending its requests through t.
+func (t *try) client(cfg openai.ClientConfig) *openai.Client {
+	cfg.HTTPClient = t
+	return openai.NewClientWithConfig(cfg)
+}
 
-func (d retryAfterDoer) Do(req *http.Request) (*http.Response, error) {
-	resp, err := d.c.Do(req)
+// Do implements openai.HTTPDoer.
+func (t *try) Do(req *http.Request) (*http.Response, error) {
+	resp, err := t.c.Do(req)
 	if err == nil && resp.StatusCode >= 400 {
-		if box, ok := req.Context().Value(retryAfterKey{}).(*time.Duration); ok {
-			*box = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-		}
+		t.after = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
 	return resp, err
 }
@@ -134,13 +140,14 @@ func parseRetryAfter(h string, now time.Time) time.Duration {
 }
 
 // call runs one request with retries. attempt is called once per try with
-// a context bounded by the provider's timeout.
-func (c *client) call(ctx context.Context, attempt func(ctx context.Context) error) error {
+// a context bounded by the provider's timeout and a go-openai client for
+// that try.
+func (c *client) call(ctx context.Context, attempt func(ctx context.Context, oa *openai.Client) error) error {
 	backoff := c.p.Backoff
-	for try := 0; ; try++ {
-		var after time.Duration
-		actx, cancel := context.WithTimeout(context.WithValue(ctx, retryAfterKey{}, &after), c.p.Timeout)
-		err := attempt(actx)
+	for n := 0; ; n++ {
+		t := &try{c: c.p.HTTP}
+		actx, cancel := context.WithTimeout(ctx, c.p.Timeout)
+		err := attempt(actx, t.client(c.cfg))
 		cancel()
 		if err == nil {
 			return nil
@@ -148,21 +155,21 @@ func (c *client) call(ctx context.Context, attempt func(ctx context.Context) err
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if try >= c.p.Retries || !retryable(err) {
+		if n >= c.p.Retries || !retryable(err) {
 			return err
 		}
-		wait := after
+		wait := t.after
 		if wait == 0 {
 			// full jitter keeps clients that failed together apart
 			wait = backoff/2 + rand.N(backoff/2+1)
 			backoff = min(backoff*2, c.p.MaxBackoff)
 		}
-		t := time.NewTimer(wait)
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			timer.Stop()
 			return ctx.Err()
-		case <-t.C:
+		case <-timer.C:
 		}
 	}
 }

@@ -97,8 +97,7 @@ func crashChild(addr, logPath, gen string) int {
 		fmt.Fprintln(os.Stderr, dl)
 		return 2
 	}
-	eng := engine.New(st)
-	eng.LeaseTTL = 300 * time.Millisecond
+	eng := engine.New(st, engine.WithLeaseTTL(300*time.Millisecond))
 	req := engine.Request{Thread: "t"}
 	if gen == "g1" {
 		items := make([]any, crashItems)

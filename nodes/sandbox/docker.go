@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
@@ -320,7 +320,8 @@ func (d *Docker) measureCgroup(id string, o *Outcome) bool {
 // running, and removes it in the background.
 func (d *Docker) discard(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	if err := d.cli.ContainerKill(ctx, id, "KILL"); err != nil && !strings.Contains(err.Error(), "is not running") {
+	// a container that is not running any more is a conflict
+	if err := d.cli.ContainerKill(ctx, id, "KILL"); err != nil && !cerrdefs.IsConflict(err) {
 		d.remove(ctx, id)
 		cancel()
 		return
@@ -336,7 +337,7 @@ func (d *Docker) discard(id string) {
 func (d *Docker) remove(ctx context.Context, id string) {
 	for i := range 3 {
 		err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
-		if err == nil || strings.Contains(err.Error(), "No such container") {
+		if err == nil || cerrdefs.IsNotFound(err) {
 			break
 		}
 		time.Sleep(time.Duration(i+1) * 100 * time.Millisecond)

@@ -14,9 +14,16 @@ import (
 
 	"github.com/trellisflow/trellis/nodes/sandbox"
 	"github.com/trellisflow/trellis/nodes/sandbox/sandboxtest"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m)) }
+// TestMain runs the tests with the Docker engine sandboxtest starts, and
+// fails when a goroutine outlives them.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(withDocker{m}) }
+
+type withDocker struct{ *testing.M }
+
+func (m withDocker) Run() int { return sandboxtest.Main(m.M) }
 
 var ctx = context.Background()
 

@@ -26,9 +26,16 @@ import (
 	"github.com/trellisflow/trellis/runtime/store"
 	_ "github.com/trellisflow/trellis/runtime/store/all"
 	"github.com/trellisflow/trellis/runtime/store/storetest"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+// TestMain runs the tests with the stores' servers, and fails when a
+// goroutine outlives them.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(withStores{m}) }
+
+type withStores struct{ *testing.M }
+
+func (m withStores) Run() int { return storetest.Main(m.M) }
 
 // gate counts its runs per node and, while its channel is open, blocks
 // until the run is cancelled (a process dying in the middle of it).

@@ -259,3 +259,15 @@ func TestSyntaxErrorPositions(t *testing.T) {
 		}
 	}
 }
+
+// A value that does not decode says why in yaml.v3's words, without the
+// heading yaml.v3 puts before its list of them.
+func TestDecodeErrorSaysWhy(t *testing.T) {
+	var dl diag.List
+	f := config.Parse("f.yaml", []byte(doc), &dl)
+	var n int
+	err := f.Root().Get("b").Decode(&n)
+	if err == nil || err.Error() != "line 2: cannot unmarshal !!str `two` into int" {
+		t.Fatalf("got %v", err)
+	}
+}

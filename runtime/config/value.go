@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -169,8 +170,14 @@ type decodeErr struct{ msg string }
 
 func (e decodeErr) Error() string { return e.msg }
 
+// decodeError says what yaml.v3 could not decode, in its words but without
+// the heading it puts before a list of them.
 func decodeError(err error) error {
-	return decodeErr{strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  ")}
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return decodeErr{strings.Join(te.Errors, "\n  ")}
+	}
+	return err
 }
 
 // JSON converts the value into state values (see package value).

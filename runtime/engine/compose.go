@@ -114,7 +114,10 @@ func (r *run) maxSteps() (int, error) {
 	return n, nil
 }
 
-// RunNested implements kind.State.
+// RunNested implements kind.State. A nested run is part of its host's
+// attempt: its events, its pending write and the record that it completed
+// pass the host's gate, so a host given up on (see scope.go) leaves no
+// trace of its nested runs from then on.
 func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra map[string]any) (kind.Update, error) {
 	r := v.run
 	if r == nil {
@@ -125,50 +128,75 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 		return nil, errors.New("not a nested node of this flow")
 	}
 	n := *base
-	n.Name = v.node + "[" + key + "]"
-	if ws, ok := r.pending[n.Name]; ok {
-		// completed before the run stopped
-		return updateOf(ws), nil
+	n.Name = v.n.Name + "[" + key + "]"
+	// what the run knows of the nested run, read while the host stands
+	if !v.gate.enter() {
+		_, err := v.gate.given(ctx)
+		return nil, err
 	}
+	step, seq := v.at()
+	ws, saved := v.run.pending[n.Name]
 	r.nestedMu.Lock()
 	done, ok := r.nestedDone[n.Name]
 	r.nestedMu.Unlock()
-	if ok {
+	v.gate.exit()
+	if saved {
+		// completed before the run stopped
+		return updateOf(ws), nil
+	}
+	if ok && done.seq == seq {
 		// completed in an earlier attempt of its host, this step
-		return slices.Clone(done), nil
+		return slices.Clone(done.update), nil
 	}
 	vars := make(map[string]any, len(v.vars)+len(extra))
 	maps.Copy(vars, v.vars)
 	maps.Copy(vars, extra)
 	observe := r.req.Observe != nil
 	if observe {
-		r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
+		v.emit(Event{Type: NodeStart, Node: n.Name, Kind: n.Kind})
 	}
-	var o outcome
+	o := outcome{host: v}
 	r.exec(ctx, &n, vars, &o)
 	if o.err != nil {
 		if observe {
-			r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Usage: o.view.usage})
+			v.emit(Event{Type: NodeFailed, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Usage: o.view.usage})
 		}
 		return nil, o.err
 	}
 	upd := make(kind.Update, len(o.update))
 	copy(upd, o.update)
 	o.update = upd
-	if err := r.savePending(ctx, &o); err != nil {
+	if !v.gate.enter() {
+		// the host was given up while this ran: its result is late
+		r.drop()
+		_, err := v.gate.given(ctx)
 		return nil, err
 	}
-	r.nestedMu.Lock()
-	if r.nestedDone == nil {
-		r.nestedDone = map[string]kind.Update{}
+	err := r.savePending(ctx, &o, seq, step)
+	if err == nil {
+		r.nestedMu.Lock()
+		if r.nestedDone == nil {
+			r.nestedDone = map[string]nestedRun{}
+		}
+		r.nestedDone[n.Name] = nestedRun{seq: seq, update: upd}
+		r.nestedMu.Unlock()
 	}
-	r.nestedDone[n.Name] = upd
-	r.nestedMu.Unlock()
+	v.gate.exit()
+	if err != nil {
+		return nil, err
+	}
 	if observe {
-		r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: upd.Map(),
+		v.emit(Event{Type: NodeEnd, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: upd.Map(),
 			Degraded: o.degraded, Usage: o.view.usage, Cached: o.cached})
 	}
 	return upd, nil
+}
+
+// nestedRun is the update of a nested run that completed in the step
+// following checkpoint seq.
+type nestedRun struct {
+	seq    uint64
+	update kind.Update
 }
 
 // updateOf turns saved writes back into an update.
@@ -192,11 +220,16 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 	if !ok {
 		return nil, errors.New("not a flow compiled by this runtime")
 	}
-	ns := v.node
+	_, seq, ok := v.position()
+	if !ok {
+		_, err := v.gate.given(ctx)
+		return nil, err
+	}
+	ns := v.n.Name
 	if key != "" {
 		ns += "[" + key + "]"
 	}
-	ns += ":" + strconv.FormatUint(r.seq, 10)
+	ns += ":" + strconv.FormatUint(seq, 10)
 	// the child thread's one run is named by the namespace, which a run
 	// resuming this step (under another run id) finds again
 	req := Request{Thread: ChildThread(r.req.Thread, ns), ID: ns, Durability: r.req.Durability, Config: cfg,
@@ -213,6 +246,12 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 			} else {
 				ev.NS = ns + NSSep + ev.NS
 			}
+			// the child is part of this attempt: given up, it is silent
+			if !v.gate.enter() {
+				r.drop()
+				return
+			}
+			defer v.gate.exit()
 			r.forward(ev)
 		}
 	}

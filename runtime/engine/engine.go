@@ -23,6 +23,7 @@
 //	update.go   threads outside runs: Create and Update
 //	compose.go  nested nodes (a map's items), child flows, run configuration
 //	view.go     the kind.State a node runs on
+//	scope.go    a run's lifetime: attempts given up, their gates, the grace
 //	event.go    the event stream
 package engine
 
@@ -40,26 +41,79 @@ import (
 )
 
 // Engine runs flows against a store. It is safe for concurrent use; runs on
-// one thread never overlap.
+// one thread never overlap. Its settings are given to New and fixed from
+// then on.
 type Engine struct {
 	Store store.Store
 	// LeaseTTL is how long a run's hold on its thread outlives a holder
 	// that stopped renewing it, such as a process that died (default
 	// DefaultLeaseTTL).
+	//
+	// Deprecated: give it to New with WithLeaseTTL. Setting it on an engine
+	// that runs flows is a data race.
 	LeaseTTL time.Duration
 	// Tracer, when set, traces runs and nodes.
+	//
+	// Deprecated: give it to New with WithTracer. Setting it on an engine
+	// that runs flows is a data race.
 	Tracer Tracer
-	mu     sync.Mutex
-	busy   map[string]bool // threads with a run in progress
+	// grace is how long an attempt given up on is waited for (see
+	// WithGrace).
+	grace time.Duration
+	mu    sync.Mutex
+	busy  map[string]bool // threads with a run in progress
 	// owner names the engine's leases. Runs of one engine on one thread
 	// never overlap (busy), so a run may take over a lease an earlier run
 	// of the engine could not release, when the store was unreachable:
 	// the thread is not locked out until the lease expires.
 	owner string
+	// late counts what the engine's runs gave up on (see Late).
+	late lateCounts
 }
 
-// New returns an engine over st.
-func New(st store.Store) *Engine { return &Engine{Store: st} }
+// New returns an engine over st with the settings opts give.
+func New(st store.Store, opts ...Option) *Engine {
+	e := &Engine{Store: st}
+	for _, opt := range opts {
+		opt(e)
+	}
+	return e
+}
+
+// Option is a setting of an engine, given to New.
+type Option func(*Engine)
+
+// WithLeaseTTL says how long a run's hold on its thread outlives a holder
+// that stopped renewing it, such as a process that died (default
+// DefaultLeaseTTL).
+func WithLeaseTTL(d time.Duration) Option { return func(e *Engine) { e.LeaseTTL = d } }
+
+// WithTracer traces runs and nodes with t.
+func WithTracer(t Tracer) Option { return func(e *Engine) { e.Tracer = t } }
+
+// WithGrace says how long the engine waits for an attempt it gave up on
+// (at its node's timeout, or when the run is cancelled) to return before
+// it goes on without it (DefaultGrace when d is not positive); see Late.
+func WithGrace(d time.Duration) Option {
+	return func(e *Engine) {
+		if d > 0 {
+			e.grace = d
+		}
+	}
+}
+
+// DefaultGrace is the default of WithGrace: long enough for a node that
+// honours its context (a request to a model, a container being stopped)
+// to return, short enough that a cancelled run ends promptly when one
+// does not.
+const DefaultGrace = time.Second
+
+func (e *Engine) graceTime() time.Duration {
+	if e.grace > 0 {
+		return e.grace
+	}
+	return DefaultGrace
+}
 
 // Request starts one run.
 type Request struct {
@@ -146,6 +200,10 @@ type Result struct {
 	// wait for answers: the thread's run is unfinished (its next nodes are
 	// pending) and a Resume goes on.
 	Interrupt *Interrupt
+
+	// Late counts what the run's own attempts gave up on, as of when Run
+	// returned (a child flow's count in its engine's, see Engine.Late).
+	Late Late
 
 	g      *flow.Graph
 	visits []int
@@ -262,6 +320,9 @@ func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result
 		}
 	}
 	res, err := r.execute(ctx)
+	if res != nil {
+		res.Late = r.late.read()
+	}
 	r.release()
 	return res, err
 }

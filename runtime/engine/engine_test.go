@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/engine"
@@ -403,6 +404,8 @@ func TestRetry(t *testing.T) {
 	}
 }
 
+// A node's timeout fails it, whether or not it honours cancellation: one
+// that does not is waited for the engine's grace, then left behind.
 func TestTimeout(t *testing.T) {
 	for _, ignore := range []bool{false, true} {
 		g := compile(t, strings.ReplaceAll(`
@@ -414,14 +417,27 @@ state:
 		properties:
 			out: {type: string, default: ""}
 nodes:
-	slow: {kind: sleep, ms: 2000, ignore_cancel: IGNORE, timeout: 20ms, set: {out: "'late'"}}
+	slow: {kind: sleep, ms: 300, ignore_cancel: IGNORE, timeout: 20ms, set: {out: "'late'"}}
 edges:
 	- {from: START, to: slow}
 	- {from: slow, to: END}
 `, "IGNORE", map[bool]string{false: "false", true: "true"}[ignore]))
-		_, err := run(t, g, nil, "t", nil)
+		// a short grace for the node that ignores cancellation; the one
+		// that honours it has the default, room for a loaded machine
+		grace := engine.DefaultGrace
+		if ignore {
+			grace = 20 * time.Millisecond
+		}
+		eng := engine.New(memory.New(), engine.WithGrace(grace))
+		_, err := run(t, g, eng, "t", nil)
 		if err == nil || !strings.Contains(err.Error(), "timed out after 20ms") {
 			t.Fatalf("ignore_cancel=%v: want timeout, got %v", ignore, err)
+		}
+		// one that honours it is joined (or returns as its time runs out,
+		// before it is given up at all)
+		late := eng.Late()
+		if ignore && (late.Abandoned != 1 || late.Detached != 1) || !ignore && late.Detached != 0 {
+			t.Fatalf("ignore_cancel=%v: late %+v", ignore, late)
 		}
 	}
 }

@@ -63,7 +63,8 @@ type Event struct {
 	// Usage counts the node's work, as its kind measured it (node_end,
 	// node_error): a model's calls and tokens.
 	Usage map[string]int64 `json:"usage,omitempty"`
-	// Text is a piece of a node's streamed output (node_output).
+	// Text is a piece of a node's streamed output (node_output), from
+	// the attempt Attempt says.
 	Text  string `json:"text,omitempty"`
 	Error string `json:"error,omitempty"`
 	// State is the final state (run_end).
@@ -72,5 +73,7 @@ type Event struct {
 
 // Observer receives a run's events, synchronously and in order, from the
 // goroutine that drives the run (node events may come from node
-// goroutines, serialised by the engine). A nil Observer costs nothing.
+// goroutines, serialised by the engine). It is never called once Run has
+// returned: what a node's attempt the run gave up on sends afterwards is
+// dropped (see Late). A nil Observer costs nothing.
 type Observer func(Event)

@@ -141,10 +141,10 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 		o.repeats = r.repeats
 		if next == nil {
 			// The run owns its state map: it came from the store as a copy
-			// and nodes are done reading it. Only when a timed-out node may
-			// still read it does the step work on a copy.
+			// and nodes are done reading it. Only when a detached attempt
+			// may still read it does the step work on a copy.
 			next = r.values
-			if r.abandoned.Load() {
+			if r.detached.Load() {
 				next = maps.Clone(r.values)
 			}
 		}

@@ -39,7 +39,7 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[str
 			go func() {
 				defer wg.Done()
 				r.exec(ctx, n, vars, &outs[i])
-				outs[i].saveErr = r.savePending(ctx, &outs[i])
+				outs[i].saveErr = r.savePending(ctx, &outs[i], r.seq, r.step)
 			}()
 		}
 	}
@@ -53,8 +53,9 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[str
 
 // outcome is one node's result in a superstep.
 type outcome struct {
-	node     *flow.Node
-	view     view
+	node *flow.Node
+	// view is the one its attempts run on (see view)
+	view     *view
 	update   kind.Update
 	err      error
 	attempts int
@@ -67,6 +68,20 @@ type outcome struct {
 	// pending write: the run's failure, not the node's, so on_error does
 	// not apply to it.
 	saveErr error
+	// host is the view of the attempt a nested node runs in (nil for the
+	// step's nodes): the node's events pass its gate.
+	host *view
+}
+
+// emitFor sends an event of o's node: through the gate of the attempt it
+// is nested in, if any.
+func (r *run) emitFor(o *outcome, ev Event) {
+	if o.host != nil {
+		o.host.emit(ev)
+		return
+	}
+	ev.Step = r.step
+	r.emit(ev)
 }
 
 // fallback evaluates a node's on_error.set.
@@ -90,35 +105,38 @@ func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Upd
 // exec runs one node with its retry and timeout policy.
 func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
 	o.cached = false
-	if ws, ok := r.pending[n.Name]; ok {
-		// completed before the run stopped: take its saved update
-		o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, updateOf(ws), nil, 0, 0, ""
-		return
+	if o.view == nil {
+		o.view = newView(o.host)
 	}
-	o.view.stream, o.view.usage = nil, nil
+	o.view.usage = nil
+	if o.host == nil {
+		if ws, ok := r.pending[n.Name]; ok {
+			// completed before the run stopped: take its saved update
+			o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, updateOf(ws), nil, 0, 0, ""
+			return
+		}
+	}
 	switch {
 	case n.Cache != nil:
 		r.execCached(ctx, n, vars, o)
-	case r.req.Observe == nil && r.e.Tracer == nil:
+	case r.e.Tracer == nil:
 		r.attempt(ctx, n, vars, o)
 	default:
 		r.execNode(ctx, n, vars, o)
 	}
 }
 
-// execNode runs a node's attempts, traced and streamed as the run asks.
+// execNode runs a node's attempts, traced as the run asks.
 func (r *run) execNode(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
-	if r.req.Observe != nil {
-		step := r.step
-		o.view.stream = func(text string) {
-			r.emit(Event{Type: NodeOutput, Step: step, Node: n.Name, Kind: n.Kind, Text: text})
-		}
-	}
 	if r.e.Tracer == nil {
 		r.attempt(ctx, n, vars, o)
 		return
 	}
-	ctx, end := r.e.Tracer.StartNode(ctx, TracedNode{Flow: r.g.Name, Thread: r.req.Thread, Run: r.id, Node: n.Name, Kind: n.Kind, Step: r.step})
+	step := r.step
+	if o.host != nil {
+		step, _, _ = o.host.position()
+	}
+	ctx, end := r.e.Tracer.StartNode(ctx, TracedNode{Flow: r.g.Name, Thread: r.req.Thread, Run: r.id, Node: n.Name, Kind: n.Kind, Step: step})
 	r.attempt(ctx, n, vars, o)
 	end(o.attempts, o.degraded, o.err)
 }
@@ -129,7 +147,6 @@ func (r *run) execNode(ctx context.Context, n *flow.Node, vars map[string]any, o
 // Fallback produces its stand-in update, else the outcome holds the error
 // for the barrier (and on_error) to deal with.
 func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
-	st := &o.view
 	var start time.Time
 	timed := r.req.Observe != nil
 	if timed {
@@ -140,9 +157,18 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o 
 attempts:
 	for attempt := 1; ; attempt++ {
 		o.attempts = attempt
-		st.reset(vars, n.Name, attempt)
-		st.answers, st.run = r.answers, r
-		upd, err := r.call(ctx, n, st)
+		r.begin(o.view, n, vars, attempt)
+		var upd kind.Update
+		var err error
+		if n.Inline && n.Timeout <= 0 {
+			// never blocks: run here
+			upd, err = safeRun(ctx, n, o.view)
+		} else {
+			upd, err = r.call(ctx, n, o)
+		}
+		// an attempt given up on and not joined keeps its view: o.view
+		// is another one now
+		st := o.view
 		if err == nil {
 			o.update, o.degraded = upd, st.degraded
 			break
@@ -160,7 +186,7 @@ attempts:
 			break
 		}
 		if r.req.Observe != nil {
-			r.emit(Event{Type: NodeRetry, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: attempt, Error: err.Error(), Duration: backoff})
+			r.emitFor(o, Event{Type: NodeRetry, Node: n.Name, Kind: n.Kind, Attempt: attempt, Error: err.Error(), Duration: backoff})
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -177,38 +203,49 @@ attempts:
 	}
 }
 
-// call runs one attempt, turning a panic into an error and enforcing the
-// node's timeout.
-func (r *run) call(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update, err error) {
-	if n.Timeout <= 0 {
-		return safeRun(ctx, n, st)
+// call runs one attempt on o's view on a goroutine of its own, turning a
+// panic into an error and enforcing the node's timeout: the attempt is
+// given up (see abandon) when its timeout passes or the run's context ends
+// first. (An inline node without a timeout runs on the caller's
+// goroutine.)
+func (r *run) call(ctx context.Context, n *flow.Node, o *outcome) (kind.Update, error) {
+	v := o.view
+	actx := ctx
+	if n.Timeout > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, n.Timeout)
+		defer cancel()
 	}
-	tctx, cancel := context.WithTimeout(ctx, n.Timeout)
-	defer cancel()
-	type result struct {
-		upd kind.Update
-		err error
-	}
-	done := make(chan result, 1)
+	done := make(chan attemptResult, 1)
 	go func() {
-		u, e := safeRun(tctx, n, st)
-		done <- result{u, e}
+		u, e := safeRun(actx, n, v)
+		// an update returned after the attempt was given up is late
+		passed := true
+		if e == nil {
+			if passed = v.gate.enter(); passed {
+				v.gate.exit()
+			} else {
+				r.drop()
+			}
+		}
+		done <- attemptResult{u, e, passed}
 	}()
+	var res attemptResult
 	select {
-	case res := <-done:
-		if res.err != nil && errors.Is(tctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-			return nil, fmt.Errorf("timed out after %s", n.Timeout)
+	case res = <-done:
+	case <-actx.Done():
+		select {
+		case res = <-done:
+			// it returned as its time ran out: its result stands
+		default:
+			r.abandon(o, done)
+			return nil, ended(ctx, n.Timeout)
 		}
-		return res.upd, res.err
-	case <-tctx.Done():
-		// the attempt goes on in the background until it notices; it may
-		// still read this step's variables
-		r.abandoned.Store(true)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("timed out after %s", n.Timeout)
 	}
+	if res.err != nil && n.Timeout > 0 && errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		return nil, ended(ctx, n.Timeout)
+	}
+	return res.upd, res.err
 }
 
 func safeRun(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update, err error) {
@@ -244,14 +281,25 @@ func (r *run) execCached(ctx context.Context, n *flow.Node, vars map[string]any,
 	if o.err != nil || o.degraded != "" || ctx.Err() != nil {
 		return
 	}
-	if b, err := encodeUpdate(o.update); err == nil {
-		now := time.Now()
-		var expires time.Time
-		if n.Cache.TTL > 0 {
-			expires = now.Add(n.Cache.TTL)
-		}
-		_ = c.CachePut(ctx, key, b, now, expires)
+	b, err := encodeUpdate(o.update)
+	if err != nil {
+		return
 	}
+	now := time.Now()
+	var expires time.Time
+	if n.Cache.TTL > 0 {
+		expires = now.Add(n.Cache.TTL)
+	}
+	if o.host != nil {
+		// a nested node keeps its result only while its host's attempt
+		// stands
+		if !o.host.gate.enter() {
+			r.drop()
+			return
+		}
+		defer o.host.gate.exit()
+	}
+	_ = c.CachePut(ctx, key, b, now, expires)
 }
 
 // cacheKey is a node's cache key: its flow, its name and the value of its

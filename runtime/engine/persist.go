@@ -185,8 +185,9 @@ func (c *committer) failed() error {
 }
 
 // savePending stores a blocking node's update as soon as it completes, so
-// that a run resumed after a crash does not run it again.
-func (r *run) savePending(ctx context.Context, o *outcome) error {
+// that a run resumed after a crash does not run it again: a pending write
+// on checkpoint seq, which step follows.
+func (r *run) savePending(ctx context.Context, o *outcome, seq uint64, step int) error {
 	if o.err != nil || o.attempts == 0 || (r.req.Durability != "" && r.req.Durability != Sync) {
 		return nil
 	}
@@ -198,8 +199,8 @@ func (r *run) savePending(ctx context.Context, o *outcome) error {
 		}
 		ws[i] = store.Write{Field: fv.Field, Value: v}
 	}
-	if err := r.e.Store.PutPending(ctx, r.req.Thread, r.seq, o.node.Name, ws); err != nil {
-		return fmt.Errorf("step %d: save the update of node %q: %w", r.step, o.node.Name, err)
+	if err := r.e.Store.PutPending(ctx, r.req.Thread, seq, o.node.Name, ws); err != nil {
+		return fmt.Errorf("step %d: save the update of node %q: %w", step, o.node.Name, err)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
-	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
@@ -37,7 +36,9 @@ type run struct {
 	// map's items) completed in the current step, so that a host's retry
 	// does not run them again
 	nestedMu   sync.Mutex
-	nestedDone map[string]kind.Update
+	nestedDone map[string]nestedRun
+	// late counts what the run gave up on (see scope.go)
+	late lateCounts
 
 	working
 	schedule
@@ -59,11 +60,13 @@ type working struct {
 	versions []uint64 // per field: its version, as checkpoints record it
 	input    map[string]any
 	// vars are the expression variables of the current snapshot. They are
-	// updated in place between steps, unless a timed-out node may still be
-	// reading them (abandoned): then every step gets fresh ones.
-	vars      map[string]any
-	machine   expression.Machine // for edge conditions and routes
-	abandoned atomic.Bool
+	// updated in place between steps, unless a detached attempt may still
+	// be reading them: then every step gets fresh ones.
+	vars    map[string]any
+	machine expression.Machine // for edge conditions and routes
+	// detached is set once an attempt the run gave up on was not joined
+	// (see scope.go): it may still read the run's state and variables
+	detached atomic.Bool
 	// cur mirrors the state map by field index, so the step loop reads
 	// and writes field values without hashing their names.
 	cur []any
@@ -152,6 +155,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	}
 	r.cur = r.cur[:nf]
 	r.resumed, r.pending, r.lease, r.async, r.deferred = nil, nil, nil, nil, nil
+	r.late.reset()
 	for i, f := range g.Fields {
 		if head.Versions == nil {
 			// a thread created by this run: every present field is new
@@ -174,18 +178,19 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 // machine), buffers and variable map survive from run to run.
 var runs = sync.Pool{New: func() any { return new(run) }}
 
-// release returns r to the pool, unless a timed-out node may still hold
-// its variables.
+// release returns r to the pool, unless a detached attempt may still
+// hold parts of it.
 func (r *run) release() {
-	if r.abandoned.Load() {
+	if r.detached.Load() {
 		return
 	}
 	all := r.outs[:cap(r.outs)]
 	for i := range all {
 		o := &all[i]
-		o.node, o.update, o.err, o.route = nil, nil, nil, nil
-		o.view.reset(nil, "", 0)
-		o.view.answers, o.view.run = nil, nil
+		o.node, o.update, o.err, o.route, o.host = nil, nil, nil, nil, nil
+		if o.view != nil {
+			o.view.clear()
+		}
 	}
 	clear(r.next[0][:cap(r.next[0])])
 	clear(r.lists)
@@ -236,7 +241,7 @@ func (r *run) clock(outs []outcome) time.Time {
 
 // bindVars builds fresh expression variables for the current state.
 func (r *run) bindVars() {
-	if r.vars == nil || r.abandoned.Load() {
+	if r.vars == nil || r.detached.Load() {
 		r.vars = make(map[string]any, len(r.g.Fields)+len(r.input)+2)
 	} else {
 		clear(r.vars)

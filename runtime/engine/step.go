@@ -223,7 +223,7 @@ func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 		if o.err != nil {
 			return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
 		}
-		if err := r.savePending(ctx, &o); err != nil {
+		if err := r.savePending(ctx, &o, r.seq, r.step); err != nil {
 			return err
 		}
 	}
@@ -421,7 +421,11 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	// saved updates belong to the first superstep of a resumed run only,
 	// an answer to the first step that runs its asker
 	r.pending = nil
-	r.nestedDone = nil
+	if r.nestedDone != nil {
+		r.nestedMu.Lock()
+		r.nestedDone = nil
+		r.nestedMu.Unlock()
+	}
 	if len(r.answers) > 0 {
 		for _, n := range triggered {
 			delete(r.answers, n.Name)
@@ -469,7 +473,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	cp.Writers = writers
 	// routing on the post-barrier state
-	if r.abandoned.Load() {
+	if r.detached.Load() {
 		r.bindVars()
 	} else {
 		for _, f := range changed {

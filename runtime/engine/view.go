@@ -2,33 +2,87 @@ package engine
 
 import (
 	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
 
 // view is the kind.State a node's attempt runs on. Each outcome owns one,
 // kept from run to run with the pooled run, so its expression machine and
-// update buffer are reused; the engine points it at each attempt.
+// update buffer are reused; the engine points it at each attempt. An
+// attempt the engine gives up on and does not join keeps its view for
+// good (see scope.go): the outcome gets another.
+//
+// What the attempt reads of the run's moving parts (its step, the
+// checkpoint it follows, saved updates, answers) it reads while its gate
+// is open: the run changes them only once every attempt of the step has
+// returned or been given up, its gate closed.
 type view struct {
-	node     string
+	n        *flow.Node
 	attempt  int
 	vars     map[string]any
 	machine  expression.Machine
 	buf      kind.Update
-	stream   func(text string)
 	degraded string
 	usage    map[string]int64 // the node's Measure counts (observed runs)
-	answers  map[string]any   // the run's answers to askers, by node
-	run      *run             // for nested nodes and child flows
+	run      *run
+	// host is the view of the attempt this one is nested in (a map's
+	// item in its map's), nil for a node of the step
+	host *view
+	// gate passes what the attempt sends out of itself: events, text,
+	// usage, writes
+	gate gate
 }
 
 var _ kind.State = (*view)(nil)
 
-// reset points the view at an attempt's variables.
-func (v *view) reset(vars map[string]any, node string, attempt int) {
-	v.vars, v.node, v.attempt, v.degraded = vars, node, attempt, ""
+// newView returns a view for the attempts of a node nested in host's
+// attempt (nil: a node of the step).
+func newView(host *view) *view {
+	v := &view{host: host}
+	if host != nil {
+		v.gate.parent = &host.gate
+	}
+	return v
 }
 
-func (v *view) Node() string { return v.node }
+// begin points the view at an attempt of n over vars.
+func (r *run) begin(v *view, n *flow.Node, vars map[string]any, attempt int) {
+	v.vars, v.n, v.attempt, v.degraded, v.run = vars, n, attempt, "", r
+	if v.gate.closed {
+		// the view's last attempt was given up, and has returned
+		v.reopen()
+	}
+}
+
+// reopen readies the gate for a new attempt. It is kept out of begin,
+// which then inlines: the step's nodes begin an attempt at every step.
+//
+//go:noinline
+func (v *view) reopen() { v.gate.open(v.gate.parent) }
+
+// at is the step the attempt runs in and the checkpoint that step
+// follows; read while the attempt's gate is open.
+func (v *view) at() (step int, seq uint64) {
+	return v.run.step, v.run.seq
+}
+
+// position is at, read through the gate: ok is false once the attempt
+// was given up.
+func (v *view) position() (step int, seq uint64, ok bool) {
+	if !v.gate.enter() {
+		return 0, 0, false
+	}
+	defer v.gate.exit()
+	step, seq = v.at()
+	return step, seq, true
+}
+
+// clear drops what the view refers to, for the pool.
+func (v *view) clear() {
+	v.vars, v.n, v.degraded, v.usage, v.run = nil, nil, "", nil, nil
+}
+
+func (v *view) Node() string { return v.n.Name }
 func (v *view) Attempt() int { return v.attempt }
 
 func (v *view) Get(field string) any { return v.vars["state"].(map[string]any)[field] }
@@ -40,16 +94,36 @@ func (v *view) Input(field string) any {
 
 func (v *view) Eval(p *expression.Program) (any, error) { return v.machine.Eval(p, v.vars) }
 func (v *view) Vars() map[string]any                    { return v.vars }
-func (v *view) Observed() bool                          { return v.stream != nil }
+func (v *view) Observed() bool                          { return v.run.req.Observe != nil }
 func (v *view) Degrade(reason string)                   { v.degraded = reason }
 
+// Answer is the run's answer to the step's node (a nested node asks no
+// question).
 func (v *view) Answer() (any, bool) {
-	a, ok := v.answers[v.node]
+	if v.host != nil || !v.gate.enter() {
+		return nil, false
+	}
+	defer v.gate.exit()
+	a, ok := v.run.answers[v.n.Name]
 	return a, ok
 }
 
+// Measure adds to the attempt's usage, unless it was given up: what it
+// measured until then is the node's, what it measures after is dropped.
 func (v *view) Measure(name string, n int64) {
-	if v.stream == nil {
+	if !v.Observed() {
+		return
+	}
+	g := &v.gate
+	if !g.parent.enter() {
+		v.run.drop()
+		return
+	}
+	defer g.parent.exit()
+	g.mu.Lock() // the usage map is written by whichever of the attempt's goroutines measures
+	defer g.mu.Unlock()
+	if g.closed {
+		v.run.drop()
 		return
 	}
 	if v.usage == nil {
@@ -58,10 +132,23 @@ func (v *view) Measure(name string, n int64) {
 	v.usage[name] += n
 }
 
+// Stream sends text as the attempt's node_output, unless it was given up.
 func (v *view) Stream(text string) {
-	if v.stream != nil {
-		v.stream(text)
+	if v.Observed() {
+		v.emit(Event{Type: NodeOutput, Node: v.n.Name, Kind: v.n.Kind, Attempt: v.attempt, Text: text})
 	}
+}
+
+// emit sends one of the attempt's events through its gate, in the
+// attempt's step.
+func (v *view) emit(ev Event) {
+	if !v.gate.enter() {
+		v.run.drop()
+		return
+	}
+	defer v.gate.exit()
+	ev.Step, _ = v.at()
+	v.run.emit(ev)
 }
 
 func (v *view) NewUpdate(n int) kind.Update {

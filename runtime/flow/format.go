@@ -61,7 +61,7 @@ var CommonFields = []config.Field{
 		config.Duration("max_backoff", "Upper bound of the wait (default 10s)."),
 		config.Number("factor", "Growth of the wait per attempt (default 2).").Min(1),
 	),
-	config.Duration("timeout", "Cancel an attempt that runs longer than this."),
+	config.Duration("timeout", "Cancel an attempt that runs longer than this. One that does not stop is waited for a grace (1s by default), then left behind: nothing it does afterwards reaches the run."),
 	config.Bool("interrupt_before", "Pause the run before the node runs (for a person to look, or change the state): the run ends interrupted with the node next, and resuming the thread runs it."),
 	config.Bool("interrupt_after", "Pause the run after the node's step: the run ends interrupted with the next nodes pending, and resuming the thread goes on."),
 	config.Object("cache", "Keep the node's writes in the store under a key: a later run with the same key (in any thread, after a restart too) replays them instead of running the node.",

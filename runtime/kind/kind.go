@@ -53,7 +53,14 @@ type Spec struct {
 }
 
 // Node is one built node. Run receives a read-only view of state and returns
-// the fields to update; it never mutates the view. It must honour ctx.
+// the fields to update; it never mutates the view. It must honour ctx: the
+// engine cancels it at the node's timeout and when the run is cancelled,
+// then waits a grace for Run to return, and goes on without it when it
+// does not. What a Run it went on without does through its State after
+// that (streamed text, measures, nested runs, child flows) is dropped,
+// and what it returns is ignored; but whatever it does outside the State
+// (a container it started, a file it writes) is its own to stop. Run
+// keeps no reference to its State once it returns.
 type Node interface {
 	Run(ctx context.Context, s State) (Update, error)
 }

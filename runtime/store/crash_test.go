@@ -113,8 +113,7 @@ func crashChild(addr, logPath string) int {
 	}
 	defer st.Close()
 	g := crashGraph(nil, logPath)
-	eng := engine.New(st)
-	eng.LeaseTTL = 150 * time.Millisecond
+	eng := engine.New(st, engine.WithLeaseTTL(150*time.Millisecond))
 	for {
 		head, err := st.Head(ctx, "t")
 		if errors.Is(err, store.ErrNotFound) {

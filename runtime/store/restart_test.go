@@ -33,8 +33,7 @@ func TestPostgresServerRestart(t *testing.T) {
 	}
 	defer st.Close()
 	g := crashGraph(t, "")
-	eng := engine.New(st)
-	eng.LeaseTTL = 150 * time.Millisecond
+	eng := engine.New(st, engine.WithLeaseTTL(150*time.Millisecond))
 	starts := 0
 	restarted := make(chan error, 1)
 	observe := func(ev engine.Event) {

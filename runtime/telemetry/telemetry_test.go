@@ -62,12 +62,11 @@ func TestSpans(t *testing.T) {
 	ctx := context.Background()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	rt, err := trellis.Open(ctx, "memory")
+	rt, err := trellis.Open(ctx, "memory", trellis.WithTracer(telemetry.Tracer(tp.Tracer(telemetry.Name))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	rt.Engine().Tracer = telemetry.Tracer(tp.Tracer(telemetry.Name))
 	f := load(t)
 	res, err := rt.Run(ctx, f, "t1", map[string]any{"n": 3})
 	if err != nil {
@@ -119,12 +118,11 @@ func TestNodeErrorSpan(t *testing.T) {
 	ctx := context.Background()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	rt, err := trellis.Open(ctx, "memory")
+	rt, err := trellis.Open(ctx, "memory", trellis.WithTracer(telemetry.Tracer(tp.Tracer(telemetry.Name))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	rt.Engine().Tracer = telemetry.Tracer(tp.Tracer(telemetry.Name))
 	f := load(t)
 	if _, err := rt.Run(ctx, f, "t1", map[string]any{"n": 7}); err == nil {
 		t.Fatal("the run succeeded")
@@ -182,12 +180,11 @@ func TestFromEnvExportsOverOTLP(t *testing.T) {
 	if err != nil || tr == nil {
 		t.Fatalf("FromEnv: %v %v", tr, err)
 	}
-	rt, err := trellis.Open(ctx, "memory")
+	rt, err := trellis.Open(ctx, "memory", trellis.WithTracer(tr))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	rt.Engine().Tracer = tr
 	if _, err := rt.Run(ctx, load(t), "t1", map[string]any{"n": 1}); err != nil {
 		t.Fatal(err)
 	}

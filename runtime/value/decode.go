@@ -27,7 +27,7 @@ func Decode(b []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := d.dec.ReadToken(); err != io.EOF {
+	if _, err := d.dec.ReadToken(); !errors.Is(err, io.EOF) {
 		if err == nil {
 			err = fmt.Errorf("invalid character after top-level value at offset %d", d.dec.InputOffset())
 		}

@@ -19,7 +19,8 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+	"modernc.org/sqlite" // and the database/sql driver "sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
@@ -133,7 +134,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	s, err := open(ctx, path)
 	if err != nil {
-		if strings.Contains(err.Error(), "(14)") { // SQLITE_CANTOPEN: say why
+		if code(err) == sqlite3.SQLITE_CANTOPEN { // say why
 			if f, oerr := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644); oerr != nil {
 				err = oerr
 			} else {
@@ -195,9 +196,16 @@ func open(ctx context.Context, path string) (*Store, error) {
 	return s, nil
 }
 
-func busy(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
+func busy(err error) bool { return code(err) == sqlite3.SQLITE_BUSY }
+
+// code is the primary result code of an SQLite error, 0 for any other
+// error.
+func code(err error) int {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return 0
+	}
+	return se.Code() & 0xff
 }
 
 // Migrate applies the embedded migrations not yet recorded in the

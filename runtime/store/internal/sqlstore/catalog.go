@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"time"
@@ -410,7 +411,7 @@ func (c Catalog) ClaimRun(ctx context.Context, server, only string, now time.Tim
 			}
 			return err
 		})
-		if err != nil && err != store.ErrNotFound {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, err
 		}
 		if claimed != nil {
@@ -462,7 +463,7 @@ func (c Catalog) Beat(ctx context.Context, server string, now time.Time) error {
 		return err
 	}
 	err = c.insert(ctx, `INSERT INTO api_servers (id, seen_at) VALUES (?, ?)`, server, nanos(now))
-	if err == store.ErrExists {
+	if errors.Is(err, store.ErrExists) {
 		_, err = c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = ? WHERE id = ?`, nanos(now), server)
 	}
 	return err
