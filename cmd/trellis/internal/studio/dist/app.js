@@ -1,0 +1,1 @@
+// built by make studio
