@@ -7,7 +7,7 @@
 // public HTTP API, with the key it signed in with.
 //
 // Its script bundles CodeMirror and dagre from npm at build time (web/,
-// `make studio`); the built bundle is committed in dist/, so the command
+// `make page`); the built bundle is committed in dist/, so the command
 // builds with Go alone and serves no CDN's code.
 package studio
 
