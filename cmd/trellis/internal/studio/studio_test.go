@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -512,130 +513,187 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 		t.Errorf("the fork's state differs from checkpoint 2's:\n%v\n%v", at2.Values, now.Values)
 	}
 	p.shot("fork")
-}
 
-// A paused run of the approval flow asks its question in the page; the
-// answer typed there resumes it and it completes.
-func TestStudioAnswersAnInterrupt(t *testing.T) {
-	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
-	p := open(t, s, "approval")
+	// a turn on the fork, cancelled while the model thinks: the thread is
+	// left part way, and resumed from the page
 	p.click("#tab-run")
-	p.typeInto("#new-id", "shortlist")
-	p.click("#create")
-	p.wait(`trellisStudio.thread && trellisStudio.thread.id === 'shortlist' && document.getElementById('run-form') !== null`)
-	p.typeInto("#in-candidate", "Ada")
-	p.typeInto("#in-score", "82")
-	p.click("#run")
-	p.wait(`document.querySelector('#interrupts [data-interrupt="recruiter"]') !== null && document.querySelector('#graph .node.waiting[data-node="recruiter"]') !== null`)
-	if q := p.text(`#interrupts [data-interrupt="recruiter"] pre`); !strings.Contains(q, "Advance Ada?") {
-		t.Errorf("the question shown: %q", q)
-	}
-	p.shot("interrupt")
-	p.typeInto("#answer-recruiter", `{"approve": true, "note": "strong"}`)
-	p.click("#answer")
-	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('#interrupts .interrupt') === null`)
-	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
-		t.Fatalf("the resumed run: %s", run)
-	}
-	runs, err := p.client.Runs(p.ctx, "shortlist")
+	p.typeInto("#say", "Hello from the fork.")
+	p.click("#send")
+	p.wait(`trellisStudio.run.active && trellisStudio.run.id && document.querySelector('#graph .node.running') !== null`)
+	p.click("#cancel")
+	p.wait(`trellisStudio.run.settled`)
+	var runID string
+	p.eval(`trellisStudio.run.id`, &runID)
+	run, err := p.client.Run(p.ctx, forked, runID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := p.client.State(p.ctx, "shortlist", 0)
-	if err != nil {
-		t.Fatal(err)
+	if st := p.text("#run-status"); run.Status != api.RunCancelled || !strings.HasPrefix(st, "cancelled") {
+		t.Fatalf("after cancelling, the run is %s and the page says %q", run.Status, st)
 	}
-	if len(runs) != 2 || runs[0].Status != api.RunSucceeded || st.Values["approved"] != true || !strings.HasPrefix(st.Values["letter"].(string), "Dear Ada, we would like") {
-		t.Fatalf("after the answer: runs %+v, state %v", runs, st.Values)
+	p.wait(`document.getElementById('resume') !== null`)
+	p.shot("cancelled")
+	p.click("#resume")
+	p.wait(`trellisStudio.run.settled && trellisStudio.run.id !== '` + runID + `'`)
+	if st := p.text("#run-status"); !strings.HasPrefix(st, "succeeded") {
+		t.Errorf("the resumed run: %q", st)
 	}
-	if n := p.count(`#graph .node.ran[data-node="invite"]`); n != 1 {
-		t.Errorf("invite is not marked as run")
+	if th, err := p.client.Thread(p.ctx, forked); err != nil || th.Status != api.ThreadIdle {
+		t.Errorf("the fork after resuming: %v %+v", err, th)
 	}
-	p.shot("answered")
 }
 
-// A key of another tenant, signed in on the same studio, sees none of
-// the studio's threads: not in the list, and not by name.
-func TestStudioOtherTenantSeesNothing(t *testing.T) {
-	pg := storetest.Postgres(t)
-	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", pg)
-	p := open(t, s, "approval")
-	if _, err := p.client.CreateThread(p.ctx, api.CreateThread{ID: "private", Flow: "approval"}); err != nil {
+// A subflow's thread is reached from the checkpoint of the step that ran
+// it; the state is edited there (update) as a node would write it.
+func TestStudioOpensASubflowThreadAndUpdates(t *testing.T) {
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
+	p := open(t, s, "interview")
+	var values map[string]any
+	if err := json.Unmarshal([]byte(candidate(t)), &values); err != nil {
 		t.Fatal(err)
 	}
-	p.eval(`location.hash = 'flow=approval&thread=private'; location.reload(); true`, nil)
-	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.thread && trellisStudio.thread.id === 'private'`)
+	values["interview_id"], values["user_id"], values["review_resume"] = "studio-2", "ada", true
+	if _, err := p.client.CreateThread(p.ctx, api.CreateThread{ID: "reviewed", Flow: "interview", Values: values}); err != nil {
+		t.Fatal(err)
+	}
+	if run, err := p.client.RunWait(p.ctx, "reviewed", api.StartRun{}); err != nil || run.Status != api.RunSucceeded {
+		t.Fatalf("the greeting: %v %+v", err, run)
+	}
+	p.eval(`location.hash = 'flow=interview&thread=reviewed'; location.reload(); true`, nil)
+	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.thread && trellisStudio.thread.id === 'reviewed' && trellisStudio.checkpoints.length > 0`)
+	var seq int
+	p.eval(`trellisStudio.checkpoints.find(c => (c.writers || []).some(w => w.node === 'screen_resume')).seq`, &seq)
+	p.click("#tab-history")
+	p.click(fmt.Sprintf(`#timeline li[data-seq="%d"]`, seq))
+	p.wait(`document.querySelector('#checkpoint .subflow-link') !== null`)
+	var ns string
+	p.eval(`document.querySelector('#checkpoint .subflow-link').dataset.ns`, &ns)
+	p.click("#checkpoint .subflow-link")
+	child, err := p.client.History(p.ctx, "reviewed", map[string][]string{"ns": {ns}, "limit": {"1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`document.querySelector('#timeline').dataset.ns === '` + ns + `' && document.querySelectorAll('#timeline li').length === ` + strconv.Itoa(len(child)))
+	if h := p.text("#panel-history strong"); !strings.Contains(h, "Subflow "+ns) {
+		t.Errorf("the history's heading: %q", h)
+	}
+	p.click(`#timeline li[data-seq="2"]`)
+	p.wait(`document.getElementById('checkpoint-state') !== null`)
+	p.shot("subflow-thread")
+	p.click("#back-to-thread")
+	p.wait(`document.querySelector('#timeline').dataset.ns === '' && document.getElementById('update') !== null`)
 
-	other := trellisCLI(t, "keys", "create", "--tenant", "globex", "--store", pg)
-	p.click("#sign-out")
-	p.wait(`document.getElementById('sign-in').open`)
-	p.typeInto("#key", other)
-	p.click("#sign-in-button")
-	p.wait(`trellisStudio.ready && trellisStudio.flow !== null && trellisStudio.session !== null`)
-	if n := p.count("#thread option"); n != 1 {
-		t.Errorf("another tenant's thread list has %d entries", n)
+	// update: greeting's words, corrected by hand
+	p.eval(`document.getElementById('update').open = true; document.getElementById('update-as').value = 'greeting'; true`, nil)
+	p.typeInto("#update-values", `{"next_message": "Hello again, Ada."}`)
+	p.click("#update-button")
+	p.wait(`trellisStudio.state && trellisStudio.state.values.next_message === 'Hello again, Ada.'`)
+	st, err := p.client.State(p.ctx, "reviewed", 0)
+	if err != nil || st.Values["next_message"] != "Hello again, Ada." {
+		t.Fatalf("the state after the update: %v %v", err, st)
 	}
-	p.eval(`location.hash = 'flow=approval&thread=private'; location.reload(); true`, nil)
-	p.wait(`window.trellisStudio && trellisStudio.ready && document.getElementById('status').classList.contains('error')`)
-	if st := p.text("#status"); !strings.Contains(st, "not_found") {
-		t.Errorf("opening another tenant's thread says %q", st)
+	h, _ := p.client.History(p.ctx, "reviewed", nil)
+	if h[0].Source != "update" || len(h[0].Writers) != 1 || h[0].Writers[0].Node != "greeting" {
+		t.Errorf("the update's checkpoint: %+v", h[0])
 	}
-	if n := p.count("#timeline li"); n != 0 {
-		t.Errorf("another tenant sees %d checkpoints", n)
-	}
-	list, err := api.NewClient(s.base, other).Threads(p.ctx, api.ThreadQuery{})
-	if err != nil || len(list.Threads) != 0 {
-		t.Errorf("another tenant's threads: %v %+v", err, list)
-	}
-	p.shot("other-tenant")
 }
 
-// With its flows directory read-only (a read-only bind mount in a mount
-// namespace of its own), the studio on the embedded store shows and
-// checks the flows, and refuses to save with a message that says why.
-func TestStudioReadOnlyFlows(t *testing.T) {
-	dir := project(t)
-	flows := filepath.Join(dir, "flows")
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Fatal("unshare (util-linux) is needed to mount the flows read-only: apt-get install util-linux")
-	}
-	wrap := []string{unshare, "--mount", "--propagation", "private"}
-	if os.Geteuid() != 0 {
-		wrap = append(wrap, "--map-root-user")
-	}
-	wrap = append(wrap, "sh", "-c", `mount --bind -o ro "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"`, flows)
-	work := t.TempDir()
-	s := start(t, nil, wrap, flows, "--store", "sqlite:"+filepath.Join(work, "trellis.db"))
+// The studio is keyboard usable: the tabs move with the arrow keys, a
+// node is reached with Tab and opened with Enter, and the editor
+// completes keys from the flow format's schema.
+func TestStudioKeyboardAndCompletion(t *testing.T) {
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", "memory")
 	p := open(t, s, "approval")
+	p.eval(`document.getElementById('tab-run').focus(); true`, nil)
+	if err := p.b.Press(p.ctx, "ArrowRight", 0); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`document.activeElement.id === 'tab-history' && !document.getElementById('panel-history').classList.contains('hidden')`)
+	p.eval(`document.getElementById('expand').focus(); true`, nil)
+	if err := p.b.Press(p.ctx, "Tab", 0); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`document.activeElement && document.activeElement.classList.contains('node')`)
+	var focused string
+	p.eval(`document.activeElement.dataset.node`, &focused)
+	if err := p.b.Press(p.ctx, "Enter", 0); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`!document.getElementById('panel-node').classList.contains('hidden') && document.querySelector('#panel-node h2') !== null`)
+	if h := p.text("#panel-node h2"); !strings.HasPrefix(h, focused) {
+		t.Errorf("Enter on node %s opened %q", focused, h)
+	}
+
+	// completion: a key of an interrupt node's settings
 	p.click("#tab-editor")
-	p.wait(`document.getElementById('read-only') !== null`)
-	if b := p.text("#read-only"); !strings.Contains(b, "read-only") || !strings.Contains(b, "flows/examples") {
-		t.Errorf("the editor's banner: %q", b)
-	}
+	p.wait(`document.querySelector('#editor .cm-content') !== null`)
 	p.eval(`(() => { const v = trellisStudio.editor.view, text = v.state.doc.toString();
-		const at = text.indexOf('The recruiter approves or not, with a note.');
+		const at = text.indexOf('    kind: interrupt') + '    kind: interrupt'.length;
 		v.dispatch({selection: {anchor: at}, scrollIntoView: true}); v.focus(); return at; })()`, nil)
-	if err := p.b.InsertText(p.ctx, "Quickly, "); err != nil {
+	if err := p.b.Press(p.ctx, "Enter", 0); err != nil {
 		t.Fatal(err)
 	}
-	p.wait(`Object.keys(trellisStudio.edits).length === 1 && !trellisStudio.pending && document.querySelector('#diagnostics li.ok') !== null`)
-	p.click("#save")
-	p.wait(`trellisStudio.saved !== null`)
-	msg := p.text("#save-result")
-	if !strings.Contains(msg, "flows_read_only") || !strings.Contains(msg, "read-only") {
-		t.Errorf("saving says %q", msg)
-	}
-	b, err := os.ReadFile(filepath.Join(flows, "examples/approval.yaml"))
-	if err != nil || strings.Contains(string(b), "Quickly,") {
-		t.Fatalf("the read-only file was written: %v", err)
-	}
-	// the flows still run
-	if _, err := p.client.CreateThread(p.ctx, api.CreateThread{ID: "r", Flow: "greet"}); err != nil {
+	if err := p.b.InsertText(p.ctx, "interrupt_be"); err != nil {
 		t.Fatal(err)
 	}
-	if run, err := p.client.RunWait(p.ctx, "r", api.StartRun{Input: map[string]any{"name": "Ada"}}); err != nil || run.Status != api.RunSucceeded {
-		t.Fatalf("a run: %v %+v", err, run)
+	p.wait(`[...document.querySelectorAll('.cm-tooltip-autocomplete li')].some(li => li.textContent.includes('interrupt_before'))`)
+	p.shot("completion")
+	if err := p.b.Press(p.ctx, "Enter", 0); err != nil {
+		t.Fatal(err)
 	}
-	p.shot("read-only")
+	var line string
+	p.eval(`(() => { const v = trellisStudio.editor.view; return v.state.doc.lineAt(v.state.selection.main.head).text; })()`, &line)
+	if strings.TrimSpace(line) != "interrupt_before:" {
+		t.Errorf("the completed line: %q", line)
+	}
+}
+
+// trellis serve serves the same studio at /studio, signed in with an API
+// key.
+func TestServeServesTheStudio(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "trellis.db")
+	key := trellisCLI(t, "keys", "create", "--tenant", "acme", "--store", db)
+	addr := freeAddr(t)
+	cmd := exec.Command(os.Args[0], "serve", "--flows", filepath.Join(project(t), "flows"), "--store", db, "--addr", addr)
+	cmd.Env = append(os.Environ(), "TRELLIS_AS_MAIN=1")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	c := api.NewClient("http://"+addr, key)
+	for c.Ready(ctx) != nil {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("trellis serve is not ready:\n%s", stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	b := browser.Chromium(t, 1280, 800)
+	if err := b.Navigate(ctx, "http://"+addr+"/studio#flow=greet"); err != nil {
+		t.Fatal(err)
+	}
+	p := &page{t: t, b: b, ctx: ctx, s: &studio{stderr: &stderr}, client: c, name: "ServeServesTheStudio"}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the page and chromium said:\n%s\ntrellis serve said:\n%s", b.Log(), stderr.String())
+		}
+	})
+	p.wait(`document.getElementById('sign-in').open`)
+	p.typeInto("#key", key)
+	p.click("#sign-in-button")
+	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.flow && trellisStudio.flow.name === 'greet' && document.querySelectorAll('#graph .node').length === 1`)
+	p.shot("signed-in")
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

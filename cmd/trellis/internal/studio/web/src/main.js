@@ -111,15 +111,17 @@ async function signIn() {
     history.replaceState(null, '', location.pathname + (params.toString() ? '#' + params : ''));
     try {
       const s = await new API('').post('/v1/studio/session', { token });
+      const who = s.tenant + (s.admin ? ' (admin)' : '');
       sessionStorage.setItem(keyStore, s.key);
-      return start(s.key, s.tenant + (s.admin ? ' (admin)' : ''));
+      sessionStorage.setItem(keyStore + '.who', who);
+      return start(s.key, who);
     } catch (e) {
       askKey(fail(e, 'signing in with the address\'s token'));
       return;
     }
   }
   const key = sessionStorage.getItem(keyStore);
-  if (key) return start(key, '');
+  if (key) return start(key, sessionStorage.getItem(keyStore + '.who') || '');
   askKey('');
 }
 
@@ -164,6 +166,7 @@ async function start(key, who) {
 
 function signOut() {
   sessionStorage.removeItem(keyStore);
+  sessionStorage.removeItem(keyStore + '.who');
   location.hash = '';
   location.reload();
 }
@@ -629,7 +632,19 @@ async function startRun(body) {
   run.active = false;
   clearTimeout(refreshTimer);
   setCancel(false);
-  if (run.status === 'running' || run.status === 'starting') run.status = run.abort.signal.aborted ? 'cancelled' : run.status;
+  if (run.id && S.thread && S.thread.id === thread) {
+    // the run's record says how it ended (a cancelled run's stream ends
+    // as a failed one's does)
+    try {
+      const rec = await api.get('/v1/threads/' + encodeURIComponent(thread) + '/runs/' + encodeURIComponent(run.id));
+      if (rec.status === 'cancelled' || rec.status === 'failed') {
+        run.status = rec.status;
+        run.error = rec.error || run.error;
+      }
+    } catch (e) {
+      // the events said enough
+    }
+  }
   try {
     if (S.thread && S.thread.id === thread) await refreshThread();
   } catch (e) {
@@ -789,7 +804,7 @@ function renderHistory() {
     });
     return li;
   });
-  const list = h('ol', { class: 'timeline', id: 'timeline', 'aria-label': 'checkpoints' }, ...items);
+  const list = h('ol', { class: 'timeline', id: 'timeline', 'data-ns': S.ns, 'aria-label': S.ns ? 'checkpoints of ' + S.ns : 'checkpoints' }, ...items);
   fill(p, ...head.filter(Boolean), list, h('section', { id: 'checkpoint' }), S.ns ? null : updateForm());
   list.scrollTop = list.scrollHeight;
   if (S.selected) renderCheckpoint();
@@ -841,7 +856,7 @@ async function renderCheckpoint() {
       h('dt', {}, 'step'), h('dd', {}, String(cp.step)),
       h('dt', {}, 'source'), h('dd', {}, cp.source + (cp.run ? ' (run ' + cp.run + ')' : '')),
       h('dt', {}, 'time'), h('dd', {}, new Date(cp.time).toLocaleString()),
-      h('dt', {}, 'nodes'), h('dd', {}, (cp.writers || []).map((w) => w.node + ' → ' + w.fields.join(', ')).join('; ') || '—'),
+      h('dt', {}, 'nodes'), h('dd', {}, (cp.writers || []).map((w) => w.node + ((w.fields || []).length ? ' → ' + w.fields.join(', ') : ' (wrote nothing)')).join('; ') || '—'),
       h('dt', {}, 'next'), h('dd', {}, (cp.next || []).join(', ') || '—')),
     h('div', { class: 'row' }, ...actions, ...children),
     h('h3', {}, diff.length ? 'Changed since #' + (cp.parent || 0) : 'Nothing changed since #' + (cp.parent || 0)),
@@ -1187,6 +1202,7 @@ function boot() {
     const key = $('key').value.trim();
     if (!key) return;
     sessionStorage.setItem(keyStore, key);
+    sessionStorage.removeItem(keyStore + '.who');
     $('sign-in').close();
     $('key').value = '';
     start(key, '');
