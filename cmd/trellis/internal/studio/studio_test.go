@@ -543,6 +543,132 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 	}
 }
 
+// A paused run of the approval flow asks its question in the page; the
+// answer typed there resumes it and it completes.
+func TestStudioAnswersAnInterrupt(t *testing.T) {
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
+	p := open(t, s, "approval")
+	p.click("#tab-run")
+	p.typeInto("#new-id", "shortlist")
+	p.click("#create")
+	p.wait(`trellisStudio.thread && trellisStudio.thread.id === 'shortlist' && document.getElementById('run-form') !== null`)
+	p.typeInto("#in-candidate", "Ada")
+	p.typeInto("#in-score", "82")
+	p.click("#run")
+	p.wait(`document.querySelector('#interrupts [data-interrupt="recruiter"]') !== null && document.querySelector('#graph .node.waiting[data-node="recruiter"]') !== null`)
+	if q := p.text(`#interrupts [data-interrupt="recruiter"] pre`); !strings.Contains(q, "Advance Ada?") {
+		t.Errorf("the question shown: %q", q)
+	}
+	p.shot("interrupt")
+	p.typeInto("#answer-recruiter", `{"approve": true, "note": "strong"}`)
+	p.click("#answer")
+	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('#interrupts .interrupt') === null`)
+	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
+		t.Fatalf("the resumed run: %s", run)
+	}
+	runs, err := p.client.Runs(p.ctx, "shortlist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.client.State(p.ctx, "shortlist", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 || runs[0].Status != api.RunSucceeded || st.Values["approved"] != true || !strings.HasPrefix(st.Values["letter"].(string), "Dear Ada, we would like") {
+		t.Fatalf("after the answer: runs %+v, state %v", runs, st.Values)
+	}
+	if n := p.count(`#graph .node.ran[data-node="invite"]`); n != 1 {
+		t.Errorf("invite is not marked as run")
+	}
+	p.shot("answered")
+}
+
+// A key of another tenant, signed in on the same studio, sees none of
+// the studio's threads: not in the list, and not by name.
+func TestStudioOtherTenantSeesNothing(t *testing.T) {
+	pg := storetest.Postgres(t)
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", pg)
+	p := open(t, s, "approval")
+	if _, err := p.client.CreateThread(p.ctx, api.CreateThread{ID: "private", Flow: "approval"}); err != nil {
+		t.Fatal(err)
+	}
+	p.eval(`location.hash = 'flow=approval&thread=private'; location.reload(); true`, nil)
+	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.thread && trellisStudio.thread.id === 'private'`)
+
+	other := trellisCLI(t, "keys", "create", "--tenant", "globex", "--store", pg)
+	p.click("#sign-out")
+	p.wait(`document.getElementById('sign-in').open`)
+	p.typeInto("#key", other)
+	p.click("#sign-in-button")
+	p.wait(`trellisStudio.ready && trellisStudio.flow !== null && trellisStudio.session !== null`)
+	if n := p.count("#thread option"); n != 1 {
+		t.Errorf("another tenant's thread list has %d entries", n)
+	}
+	p.eval(`location.hash = 'flow=approval&thread=private'; location.reload(); true`, nil)
+	p.wait(`window.trellisStudio && trellisStudio.ready && document.getElementById('status').classList.contains('error')`)
+	if st := p.text("#status"); !strings.Contains(st, "not_found") {
+		t.Errorf("opening another tenant's thread says %q", st)
+	}
+	if n := p.count("#timeline li"); n != 0 {
+		t.Errorf("another tenant sees %d checkpoints", n)
+	}
+	list, err := api.NewClient(s.base, other).Threads(p.ctx, api.ThreadQuery{})
+	if err != nil || len(list.Threads) != 0 {
+		t.Errorf("another tenant's threads: %v %+v", err, list)
+	}
+	p.shot("other-tenant")
+}
+
+// With its flows directory read-only (a read-only bind mount in a mount
+// namespace of its own), the studio on the embedded store shows and
+// checks the flows, and refuses to save with a message that says why.
+func TestStudioReadOnlyFlows(t *testing.T) {
+	dir := project(t)
+	flows := filepath.Join(dir, "flows")
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Fatal("unshare (util-linux) is needed to mount the flows read-only: apt-get install util-linux")
+	}
+	wrap := []string{unshare, "--mount", "--propagation", "private"}
+	if os.Geteuid() != 0 {
+		wrap = append(wrap, "--map-root-user")
+	}
+	wrap = append(wrap, "sh", "-c", `mount --bind -o ro "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"`, flows)
+	work := t.TempDir()
+	s := start(t, nil, wrap, flows, "--store", "sqlite:"+filepath.Join(work, "trellis.db"))
+	p := open(t, s, "approval")
+	p.click("#tab-editor")
+	p.wait(`document.getElementById('read-only') !== null`)
+	if b := p.text("#read-only"); !strings.Contains(b, "read-only") || !strings.Contains(b, "flows/examples") {
+		t.Errorf("the editor's banner: %q", b)
+	}
+	p.eval(`(() => { const v = trellisStudio.editor.view, text = v.state.doc.toString();
+		const at = text.indexOf('The recruiter approves or not, with a note.');
+		v.dispatch({selection: {anchor: at}, scrollIntoView: true}); v.focus(); return at; })()`, nil)
+	if err := p.b.InsertText(p.ctx, "Quickly, "); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`Object.keys(trellisStudio.edits).length === 1 && !trellisStudio.pending && document.querySelector('#diagnostics li.ok') !== null`)
+	p.click("#save")
+	p.wait(`trellisStudio.saved !== null`)
+	msg := p.text("#save-result")
+	if !strings.Contains(msg, "flows_read_only") || !strings.Contains(msg, "read-only") {
+		t.Errorf("saving says %q", msg)
+	}
+	b, err := os.ReadFile(filepath.Join(flows, "examples/approval.yaml"))
+	if err != nil || strings.Contains(string(b), "Quickly,") {
+		t.Fatalf("the read-only file was written: %v", err)
+	}
+	// the flows still run
+	if _, err := p.client.CreateThread(p.ctx, api.CreateThread{ID: "r", Flow: "greet"}); err != nil {
+		t.Fatal(err)
+	}
+	if run, err := p.client.RunWait(p.ctx, "r", api.StartRun{Input: map[string]any{"name": "Ada"}}); err != nil || run.Status != api.RunSucceeded {
+		t.Fatalf("a run: %v %+v", err, run)
+	}
+	p.shot("read-only")
+}
+
 // A subflow's thread is reached from the checkpoint of the step that ran
 // it; the state is edited there (update) as a node would write it.
 func TestStudioOpensASubflowThreadAndUpdates(t *testing.T) {
@@ -696,4 +822,44 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// trellis studio listens on loopback, signs a page in once with the
+// token it prints, and revokes the key it handed out when it stops; a
+// flows directory that is not there is a usage error.
+func TestStudioCommand(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "trellis.db")
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", db)
+	token := s.url[strings.Index(s.url, "#token=")+len("#token="):]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	anon := api.NewClient(s.base, "")
+	sess, err := anon.StudioSignIn(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := anon.StudioSignIn(ctx, token); !api.IsCode(err, api.CodeUnauthorized) {
+		t.Fatalf("the token signed in twice: %v", err)
+	}
+	c := api.NewClient(s.base, sess.Key)
+	if _, err := c.Flows(ctx); err != nil || sess.Tenant != "studio" || !sess.Admin {
+		t.Fatalf("the studio's key: %v %+v", err, sess)
+	}
+	if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Wait(); err != nil {
+		t.Fatalf("trellis studio on SIGINT: %v\n%s", err, s.stderr)
+	}
+	keys := trellisCLI(t, "keys", "list", "--store", db)
+	if !regexp.MustCompile(`(?m)^` + sess.KeyID + `\tstudio\tadmin\tstudio session\trevoked `).MatchString(keys) {
+		t.Errorf("the studio's key after it stopped:\n%s", keys)
+	}
+
+	cmd := exec.Command(os.Args[0], "studio", filepath.Join(t.TempDir(), "none"), "--no-open", "--store", "memory")
+	cmd.Env = append(os.Environ(), "TRELLIS_AS_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "no such file or directory") {
+		t.Errorf("a missing flows directory: %v\n%s", err, out)
+	}
 }

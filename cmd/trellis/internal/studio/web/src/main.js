@@ -181,6 +181,8 @@ async function loadFlow(name, thread) {
       api.get('/v1/flows/' + encodeURIComponent(name) + '/graph'),
       api.get('/v1/flows/' + encodeURIComponent(name) + '/files'),
     ]);
+    if (S.run && S.run.active) S.run.abort.abort();
+    S.run = null;
     S.flow = flow;
     S.graph = graph;
     S.files = files;
@@ -262,6 +264,11 @@ function fillThreads() {
 }
 
 async function selectThread(id) {
+  if (S.run && !S.run.active) {
+    // the marks of a run on another thread go
+    S.run = null;
+    if (graphView.svg) graphView.clearMarks();
+  }
   S.ns = '';
   S.selected = null;
   S.at = 0;
@@ -1077,7 +1084,8 @@ async function check() {
     } else if (!res.valid && edited) {
       $('graph-note').textContent = 'the edited text does not compile: the graph shows the last that did';
     }
-    if (!document.getElementById('config') && S.thread && S.config.length) renderRun();
+    const opts = $('options');
+    if (opts && !opts.open && !$('config') && S.config.length) opts.replaceWith(optionsBlock());
   } catch (e) {
     if (n === S.checks) fail(e, 'checking the flow');
   } finally {
