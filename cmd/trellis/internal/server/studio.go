@@ -8,8 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"path"
@@ -115,9 +115,11 @@ func (s *Server) studioSignIn(w http.ResponseWriter, r *http.Request, _ *caller)
 	return nil
 }
 
+var studioHandler = studio.Handler()
+
 // studioPage serves the page and its files.
 func (s *Server) studioPage(w http.ResponseWriter, r *http.Request, _ *caller) error {
-	studio.Handler().ServeHTTP(w, r)
+	studioHandler.ServeHTTP(w, r)
 	return nil
 }
 
@@ -249,13 +251,7 @@ func (p *project) readOnly(files []api.FlowFile) string {
 	for _, f := range files {
 		dirs[path.Dir(f.Path)] = true
 	}
-	for _, d := range slices.Sorted(func(yield func(string) bool) {
-		for d := range dirs {
-			if !yield(d) {
-				return
-			}
-		}
-	}) {
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
 		if err := writable(p.disk(d)); err != nil {
 			return fmt.Sprintf("the flows' files cannot be saved: %s is read-only (%v); edits can be checked here, not written", d, errors.Unwrap(err))
 		}
@@ -449,13 +445,7 @@ func (s *Server) saveFlow(w http.ResponseWriter, r *http.Request, _ *caller) err
 			_ = writeFile(p.disk(name), old[name])
 		}
 	}
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for k := range old {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, name := range slices.Sorted(maps.Keys(old)) {
 		if err := writeFile(p.disk(name), []byte(ed[name].Text)); err != nil {
 			restore()
 			if errors.Is(err, errReadOnlyFS) {
@@ -657,5 +647,6 @@ func (f *memFile) Sys() any                   { return nil }
 var (
 	_ fs.ReadFileFS = (*overlayFS)(nil)
 	_ fs.StatFS     = (*overlayFS)(nil)
-	_ io.Reader     = (*memFile)(nil)
+	_ fs.File       = (*memFile)(nil)
+	_ fs.FileInfo   = (*memFile)(nil)
 )

@@ -112,7 +112,7 @@ func start(t *testing.T, env []string, wrap []string, args ...string) *studio {
 	select {
 	case m := <-found:
 		s.url, s.base = m[0], m[1]
-	case <-time.After(45 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatalf("trellis studio printed no address:\n%s", s.stderr)
 	}
 	return s
@@ -149,7 +149,7 @@ type page struct {
 // open signs the page in with the studio's address and waits until the
 // flow is drawn.
 func open(t *testing.T, s *studio, flow string) *page {
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	t.Cleanup(cancel)
 	b := browser.Chromium(t, 1280, 800)
 	p := &page{t: t, b: b, ctx: ctx, s: s, name: strings.NewReplacer("/", "-", "Test", "").Replace(t.Name())}
