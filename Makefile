@@ -63,20 +63,24 @@ livekit-server:
 	  mkdir -p $(LIVEKIT_DIR) && GOBIN=$(LIVEKIT_DIR) $(GO) install -trimpath -ldflags='-s -w' \
 	    github.com/livekit/livekit-server/cmd/server@$(LIVEKIT_VERSION); fi
 
-# The voice page's script: the LiveKit JS client and the page's code,
-# bundled with esbuild at the versions package-lock.json pins. The bundle
-# is committed (the command builds with Go alone); page-check fails when
-# it differs from a fresh build of the sources.
-PAGE := cmd/trellis/internal/page
+# The pages' scripts, each bundled with esbuild at the versions its
+# package-lock.json pins: the voice page's (the LiveKit JS client and its
+# code) and the studio's (CodeMirror, dagre and its code). The bundles are
+# committed (the command builds with Go alone); page-check fails when one
+# differs from a fresh build of its sources.
+PAGES := cmd/trellis/internal/page cmd/trellis/internal/studio
 page:
-	cd $(PAGE)/web && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
+	@set -e; for p in $(PAGES); do \
+	  (cd $$p/web && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build); done
 page-check:
 	@command -v npm >/dev/null || { echo "page-check needs npm (Node.js)"; exit 1; }
-	@set -e; dir=$$(mktemp -d); trap 'rm -rf $$dir' EXIT; \
-	mkdir -p $$dir/web $$dir/dist; cp -r $(PAGE)/web/package.json $(PAGE)/web/package-lock.json $(PAGE)/web/src $$dir/web/; \
-	cd $$dir/web && npm ci --no-audit --no-fund --loglevel=error >/dev/null && npm run --silent build >/dev/null 2>&1; \
-	if ! cmp -s $$dir/dist/app.js $(CURDIR)/$(PAGE)/dist/app.js; then \
-	  echo "$(PAGE)/dist/app.js differs from a fresh build of $(PAGE)/web: run make page and commit it"; exit 1; fi
+	@set -e; for p in $(PAGES); do \
+	  dir=$$(mktemp -d); trap 'rm -rf $$dir' EXIT; \
+	  mkdir -p $$dir/web $$dir/dist; cp -r $$p/web/package.json $$p/web/package-lock.json $$p/web/src $$dir/web/; \
+	  (cd $$dir/web && npm ci --no-audit --no-fund --loglevel=error >/dev/null && npm run --silent build >/dev/null 2>&1); \
+	  if ! cmp -s $$dir/dist/app.js $(CURDIR)/$$p/dist/app.js; then \
+	    echo "$$p/dist/app.js differs from a fresh build of $$p/web: run make page and commit it"; exit 1; fi; \
+	  rm -rf $$dir; done
 
 # A spoken turn's stages (end of speech → transcript → reply → first
 # audio packet) through a real LiveKit server and the offline speech

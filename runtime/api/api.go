@@ -40,6 +40,8 @@ const (
 	CodeVoiceNotConfigured Code = "voice_not_configured"   // 503: the server has no LiveKit server to talk to
 	CodeSpeechUnavailable  Code = "speech_unavailable"     // 503: the offline speech engine is not installed
 	CodeLiveKitFailed      Code = "livekit_failed"         // 502: the LiveKit server refused or did not answer
+	CodeReadOnly           Code = "flows_read_only"        // 409: the server cannot write its flows' files
+	CodeFileChanged        Code = "file_changed"           // 409: a file changed on the disk since the edit began
 	CodeInternal           Code = "internal"               // 500
 )
 
@@ -56,7 +58,7 @@ func (c Code) Status() int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeThreadExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy:
+	case CodeThreadExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge

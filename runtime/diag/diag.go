@@ -29,6 +29,19 @@ func (s Severity) String() string {
 // MarshalText makes a Severity print as its name in JSON output.
 func (s Severity) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText reads a Severity back from its name.
+func (s *Severity) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "error":
+		*s = Error
+	case "warning":
+		*s = Warning
+	default:
+		return fmt.Errorf("severity %q: want error or warning", b)
+	}
+	return nil
+}
+
 // Pos is a 1-based position in a file. A zero Line means the whole file.
 type Pos struct {
 	File string `json:"file"`

@@ -35,6 +35,18 @@ var authCases = map[string]authCase{
 	"POST /v1/flows/validate":    {ok: 200, ctype: "application/yaml", body: "FLOW"},
 	"POST /v1/flows/reload":      {ok: 200},
 
+	// the studio's: greet's files, checked as they are; a save with no
+	// edit (refused, and the repository's flows are never written); greet
+	// has no node with a prompt; no token is valid
+	"GET /v1/flows/{name}/files":               {ok: 200},
+	"PUT /v1/flows/{name}/files":               {ok: 422, body: `{"files": []}`},
+	"POST /v1/flows/{name}/check":              {ok: 200, body: `{"files": []}`},
+	"GET /v1/flows/{name}/nodes/{node}/prompt": {ok: 422},
+	"GET /studio":                              {ok: 200},
+	"GET /studio/app.js":                       {ok: 200},
+	"GET /studio/flow.schema.json":             {ok: 200},
+	"POST /v1/studio/session":                  {ok: 401, body: `{"token": "trs_nothing"}`},
+
 	"POST /v1/threads":                        {ok: 201, body: `{"flow": "greet"}`},
 	"GET /v1/threads":                         {ok: 200},
 	"GET /v1/threads/{id}":                    {ok: 200},
@@ -119,7 +131,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 				interviewless(t, h, "o"+strconv.Itoa(n))
 				key = grantFor(t, h, h.acme, "o"+strconv.Itoa(n))
 			}
-			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{key}", victim.ID).Replace(rt.path)
+			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{node}", "greet", "{key}", victim.ID).Replace(rt.path)
 			body := tc.body
 			if body == "FLOW" {
 				body = greet

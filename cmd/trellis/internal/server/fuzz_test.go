@@ -58,6 +58,8 @@ var fuzzRoutes = []string{
 	"/v1/keys",
 	"/v1/flows/validate",
 	"/v1/threads/fz/runs/wait",
+	"/v1/flows/greet/check",
+	"/v1/studio/session",
 }
 
 // FuzzRequests sends arbitrary bodies to the routes that take one: the
@@ -69,6 +71,7 @@ func FuzzRequests(f *testing.F) {
 		`{"as": "greet", "values": {"greeting": 3}}`, `{"tenant": "x", "admin": true}`,
 		`{"flow": "greet", "values": {"greetings": 1e400}}`, `{"input": {"name": {"a": [1, 2]}}, "on_busy": "interrupt"}`,
 		"version: 1\nname: x\n", `[]`, `null`, `{"flow": "greet", "metadata": {"a": 1}}`,
+		`{"files": [{"path": "flows/examples/greet.yaml", "text": "version: 1\nname: greet\nnodes: {}\n"}]}`, `{"token": "trs_x"}`,
 	} {
 		for i := range fuzzRoutes {
 			f.Add(uint8(i), seed)

@@ -88,6 +88,7 @@ type Server struct {
 	// voiceCat keeps the voice sessions and their grants' signing key
 	// (nil: a store without them, where no grant is good).
 	voiceCat store.VoiceCatalog
+	studio  studioState
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
@@ -250,6 +251,10 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/flows/{name}/graph", access: tenant, handle: s.flowGraph},
 		{method: "POST", path: "/v1/flows/validate", access: tenant, handle: s.validateFlow},
 		{method: "POST", path: "/v1/flows/reload", access: admin, handle: s.reloadFlows},
+		{method: "GET", path: "/v1/flows/{name}/files", access: tenant, handle: s.flowFiles},
+		{method: "PUT", path: "/v1/flows/{name}/files", access: admin, handle: s.saveFlow},
+		{method: "POST", path: "/v1/flows/{name}/check", access: tenant, handle: s.checkFlow},
+		{method: "GET", path: "/v1/flows/{name}/nodes/{node}/prompt", access: tenant, handle: s.previewPrompt},
 
 		{method: "POST", path: "/v1/threads", access: tenant, handle: s.createThread},
 		{method: "GET", path: "/v1/threads", access: tenant, handle: s.listThreads},
@@ -279,6 +284,11 @@ func (s *Server) routes() []route {
 
 		{method: "GET", path: "/voice", access: public, handle: s.page},
 		{method: "GET", path: "/voice/app.js", access: public, handle: s.page},
+
+		{method: "GET", path: "/studio", access: public, handle: s.studioPage},
+		{method: "GET", path: "/studio/app.js", access: public, handle: s.studioPage},
+		{method: "GET", path: "/studio/flow.schema.json", access: public, handle: s.studioPage},
+		{method: "POST", path: "/v1/studio/session", access: public, handle: s.studioSignIn},
 
 		{method: "POST", path: "/v1/keys", access: admin, handle: s.createKey},
 		{method: "GET", path: "/v1/keys", access: admin, handle: s.listKeys},

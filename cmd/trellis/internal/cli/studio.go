@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
+)
+
+// studioTokenTTL is how long the address `trellis studio` prints signs in.
+const studioTokenTTL = 12 * time.Hour
+
+// cmdStudio serves the flows of a directory with the studio on loopback,
+// and prints (and opens) an address whose one-time token signs the page
+// in with a key of its own, revoked when the studio stops.
+func cmdStudio(ctx context.Context, env *Env, args []string) int {
+	fs := flags(env, "studio")
+	storeAddr := storeFlag(fs)
+	addr := fs.String("addr", "127.0.0.1:0", "address to listen on (0: any free port); anything but loopback lets others on the network reach the studio")
+	tenant := fs.String("tenant", "studio", "the tenant the studio's threads belong to")
+	noOpen := fs.Bool("no-open", false, "print the address without opening a browser")
+	verbose := fs.Bool("verbose", false, "log every request on standard error")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 1 {
+		return fail(env, "studio", usagef("one flows directory at most, got %d", len(pos)))
+	}
+	flows := "flows"
+	if len(pos) == 1 {
+		flows = pos[0]
+	}
+	if info, err := os.Stat(flows); err != nil || !info.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return fail(env, "studio", usagef("flows directory %s: %v", flows, unwrapPath(err)))
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
+	rt, err := openRuntime(ctx, *storeAddr)
+	if err != nil {
+		return fail(env, "studio", err)
+	}
+	defer rt.Close()
+	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flows, Kinds: env.Registry, Logger: log,
+		StopTimeout: 10 * time.Second, Speech: speech.NewOffline(), Page: page.Handler()})
+	if err != nil {
+		return fail(env, "studio", err)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fail(env, "studio", err)
+	}
+	token, err := srv.StudioToken(*tenant, true, studioTokenTTL)
+	if err != nil {
+		ln.Close()
+		return fail(env, "studio", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.RevokeStudioKeys(rctx); err != nil {
+			fmt.Fprintf(env.Stderr, "trellis studio: %v\n", err)
+		}
+	}()
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		fmt.Fprintf(env.Stderr, "trellis studio: listening on %s, beyond loopback: whoever reaches it can sign in with the address below until it is used\n", ln.Addr())
+		if ip != nil && ip.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+	}
+	url := "http://" + net.JoinHostPort(host, port) + "/studio#token=" + token
+	fmt.Fprintf(env.Stdout, "Trellis Studio: the flows of %s, threads in %s (tenant %s).\nOpen this address (it signs in once; Ctrl-C stops the studio):\n\n    %s\n\n",
+		flows, shownStore(*storeAddr), *tenant, url)
+	if !*noOpen {
+		openBrowser(url, env.Stderr)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			_ = srv.Reload()
+		}
+	}()
+	if err := srv.Serve(ctx, ln); err != nil {
+		return fail(env, "studio", err)
+	}
+	return 0
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// openBrowser asks the desktop to open url, when there is one; the
+// address is printed either way.
+func openBrowser(url string, stderr io.Writer) {
+	var cmd *exec.Cmd
+	switch runtime.GOOS {
+	case "darwin":
+		cmd = exec.Command("open", url)
+	case "windows":
+		cmd = exec.Command("rundll32", "url.dll,FileProtocolHandler", url)
+	default:
+		if os.Getenv("DISPLAY") == "" && os.Getenv("WAYLAND_DISPLAY") == "" {
+			return
+		}
+		cmd = exec.Command("xdg-open", url)
+	}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "trellis studio: could not open a browser (%v): open the address yourself\n", err)
+		return
+	}
+	go func() { _ = cmd.Wait() }()
+}

@@ -1,0 +1,278 @@
+package server
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/api"
+)
+
+// A one-time studio token is exchanged once for a key of its tenant,
+// which then reaches that tenant's threads; the keys handed out are
+// revoked when the studio ends.
+func TestStudioSignIn(t *testing.T) {
+	h := newHarness(t, "memory", nil)
+	token, err := h.srv.StudioToken("acme", true, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := api.NewClient(h.base, "")
+	anon.HTTP = h.http
+	sess, err := anon.StudioSignIn(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.Tenant != "acme" || !sess.Admin || !strings.HasPrefix(sess.Key, "trk_") {
+		t.Fatalf("session %+v", sess)
+	}
+	if _, err := anon.StudioSignIn(ctx, token); !api.IsCode(err, api.CodeUnauthorized) {
+		t.Fatalf("a token exchanged twice: %v", err)
+	}
+	// the key is acme's: it sees acme's thread
+	interviewless(t, h, "mine")
+	studio := api.NewClient(h.base, sess.Key)
+	studio.HTTP = h.http
+	if _, err := studio.Thread(ctx, "mine"); err != nil {
+		t.Fatal(err)
+	}
+	// an expired token is refused
+	old, _ := h.srv.StudioToken("acme", false, -time.Second)
+	if _, err := anon.StudioSignIn(ctx, old); !api.IsCode(err, api.CodeUnauthorized) {
+		t.Fatalf("an expired token: %v", err)
+	}
+	if _, err := h.srv.StudioToken("no tenant!", false, time.Minute); err == nil {
+		t.Fatal("a token for a tenant that cannot be")
+	}
+	if err := h.srv.RevokeStudioKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := studio.Thread(ctx, "mine"); !api.IsCode(err, api.CodeUnauthorized) {
+		t.Fatalf("a studio key after the studio ended: %v", err)
+	}
+}
+
+// A flow's files are listed flow first, named from the project's root
+// (the interview's prompts and schemas sit beside the flow directory),
+// and checking them with an edit reports the edit's problems at their
+// lines in the file edited, and draws the graph of what compiles.
+func TestStudioFilesAndCheck(t *testing.T) {
+	h := newHarness(t, "memory", nil)
+	files, err := h.acme.FlowFiles(ctx, "interview")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath := map[string]api.FlowFile{}
+	for _, f := range files.Files {
+		byPath[f.Path] = f
+	}
+	main := files.Files[0]
+	if main.Path != "flows/interview.yaml" || main.Role != "flow" || !strings.Contains(main.Text, "name: interview") {
+		t.Fatalf("first file %s (%s)", main.Path, main.Role)
+	}
+	greeting, ok := byPath["prompts/interview/greeting.prompt"]
+	if !ok || greeting.Role != "prompt" || byPath["schemas/interview.state.json"].Role != "schema" || byPath["flows/resume_review.yaml"].Role != "flow" {
+		t.Fatalf("files: %v", keys(byPath))
+	}
+
+	// as it is: valid, with its graph
+	chk, err := h.acme.CheckFlow(ctx, "interview", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Nodes []struct{ Name string } `json:"nodes"`
+	}
+	if !chk.Valid || json.Unmarshal(chk.Graph, &g) != nil || len(g.Nodes) != 18 {
+		t.Fatalf("check as it is: valid %v, %d nodes, %v", chk.Valid, len(g.Nodes), chk.Diagnostics)
+	}
+
+	// a misspelt edge target, at its line, with the suggestion
+	bad := strings.Replace(main.Text, "- {from: question, to: record_question}", "- {from: question, to: record_questio}", 1)
+	if bad == main.Text {
+		t.Fatal("the interview's edge from question is not where the test looks")
+	}
+	chk, err = h.acme.CheckFlow(ctx, "interview", []api.FileEdit{{Path: main.Path, Text: bad}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := 1 + strings.Count(bad[:strings.Index(bad, "record_questio}")], "\n")
+	if chk.Valid || chk.Graph != nil || len(chk.Diagnostics) == 0 {
+		t.Fatalf("check with a misspelt target: %+v", chk)
+	}
+	d := chk.Diagnostics[0]
+	if d.Code != "G001" || d.Pos.File != main.Path || d.Pos.Line != line || d.Suggestion != "record_question" {
+		t.Fatalf("diagnostic %+v, want G001 at %s:%d", d, main.Path, line)
+	}
+
+	// an edited prompt is checked with the flow, and named as its file
+	broken := greeting.Text + "\n{{.state.no_such_field}}\n"
+	chk, err = h.acme.CheckFlow(ctx, "interview", []api.FileEdit{{Path: greeting.Path, Text: broken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chk.Valid || len(chk.Diagnostics) == 0 || chk.Diagnostics[0].Pos.File != greeting.Path {
+		t.Fatalf("check with a broken prompt: %+v", chk.Diagnostics)
+	}
+
+	// nothing outside the directories the flows read is read
+	outside := strings.Replace(main.Text, "schema: ../schemas/interview.state.json", "schema: ../go.mod", 1)
+	chk, err = h.acme.CheckFlow(ctx, "interview", []api.FileEdit{{Path: main.Path, Text: outside}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chk.Valid || chk.Diagnostics[0].Code != "D001" || !strings.Contains(chk.Diagnostics[0].Summary, "cannot read state schema") {
+		t.Fatalf("a schema outside the flows' directories: %+v", chk.Diagnostics)
+	}
+
+	// only the flow's own files may be edited
+	if _, err := h.acme.CheckFlow(ctx, "interview", []api.FileEdit{{Path: "go.mod", Text: "x"}}); !api.IsCode(err, api.CodeInvalidInput) {
+		t.Fatalf("editing a file that is not the flow's: %v", err)
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// studioProject copies greet and approval into a directory of their own
+// and serves it.
+func studioProject(t *testing.T) (*harness, string) {
+	dir := filepath.Join(t.TempDir(), "flows")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"greet.yaml", "approval.yaml"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(readFile(t, flowsDir+"/examples/"+name)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newHarness(t, "memory", nil, func(c *Config) { c.FlowsDir = dir })
+	return h, dir
+}
+
+// Saving writes the edited file and reloads the flows; a flow with
+// errors, an edit begun from an older text, a tenant key and an edit that
+// breaks another flow are refused, and each leaves the disk as it was.
+func TestStudioSave(t *testing.T) {
+	h, dir := studioProject(t)
+	files, err := h.admin.FlowFiles(ctx, "greet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !files.Writable || files.Files[0].Path != "greet.yaml" {
+		t.Fatalf("files %+v", files)
+	}
+	f := files.Files[0]
+	onDisk := func() string { return readFile(t, filepath.Join(dir, "greet.yaml")) }
+
+	// errors: refused with the diagnostics, nothing written
+	bad := strings.Replace(f.Text, "to: END", "to: ENDD", 1)
+	_, err = h.admin.SaveFlow(ctx, "greet", []api.FileEdit{{Path: f.Path, Text: bad, Base: f.Hash}})
+	var ae *api.Error
+	if !api.IsCode(err, api.CodeInvalidFlow) || !strings.Contains(err.Error(), "nothing was saved") {
+		t.Fatalf("saving a flow with errors: %v", err)
+	}
+	if raw, _ := json.Marshal(err.(*api.Error).Details); !strings.Contains(string(raw), `"code":"G001"`) {
+		t.Fatalf("the refusal's details: %s", raw)
+	}
+	if onDisk() != f.Text {
+		t.Fatal("a refused save wrote the file")
+	}
+
+	// a tenant key may check, not save
+	good := strings.Replace(f.Text, "'Hello, '", "'Hi, '", 1)
+	if _, err := h.acme.SaveFlow(ctx, "greet", []api.FileEdit{{Path: f.Path, Text: good, Base: f.Hash}}); !api.IsCode(err, api.CodeForbidden) {
+		t.Fatalf("a tenant key saving: %v", err)
+	}
+
+	// saved and reloaded: a run says Hi
+	saved, err := h.admin.SaveFlow(ctx, "greet", []api.FileEdit{{Path: f.Path, Text: good, Base: f.Hash}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if onDisk() != good || !saved.Reload || saved.Files[0].Text != good || saved.Files[0].Hash == f.Hash {
+		t.Fatalf("after saving, the disk holds:\n%s", onDisk())
+	}
+	interviewless(t, h, "after")
+	run, err := h.acme.RunWait(ctx, "after", api.StartRun{Input: map[string]any{"name": "Ada"}})
+	if err != nil || run.State["greeting"] != "Hi, Ada!" {
+		t.Fatalf("a run after the save: %v %v", err, run)
+	}
+
+	// an edit begun from the old text is refused
+	_, err = h.admin.SaveFlow(ctx, "greet", []api.FileEdit{{Path: f.Path, Text: f.Text, Base: f.Hash}})
+	if !errorAs(err, &ae) || ae.Code != api.CodeFileChanged || onDisk() != good {
+		t.Fatalf("saving over a newer text: %v", err)
+	}
+
+	// a flow beside it that no longer loads: the save is undone
+	if err := os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte("version: 1\nname: broken\nnodes: {a: {kind: nope}}\nedges: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again := strings.Replace(good, "'Hi, '", "'Hey, '", 1)
+	_, err = h.admin.SaveFlow(ctx, "greet", []api.FileEdit{{Path: f.Path, Text: again, Base: saved.Files[0].Hash}})
+	if !api.IsCode(err, api.CodeInvalidFlow) || !strings.Contains(err.Error(), "undone") || !strings.Contains(err.Error(), "broken.yaml") {
+		t.Fatalf("a save the flows do not load with: %v", err)
+	}
+	if onDisk() != good {
+		t.Fatalf("an undone save left:\n%s", onDisk())
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
+		t.Fatalf("files left in the flow directory: %v", entries)
+	}
+}
+
+func errorAs(err error, target **api.Error) bool {
+	e, ok := err.(*api.Error)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+// A node's prompt renders over a thread's state, at a checkpoint or now,
+// and over the flow's defaults without a thread; another tenant's thread
+// is not found.
+func TestStudioPromptPreview(t *testing.T) {
+	h := newHarness(t, "memory", nil)
+	if _, err := h.acme.CreateThread(ctx, api.CreateThread{ID: "ada", Flow: "interview", Values: values(t, flowsDir+"/examples/candidate.yaml")}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := h.acme.PreviewPrompt(ctx, "interview", "greeting", "ada", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := ""
+	for _, s := range p.Sections {
+		text += s.Text
+	}
+	if p.Thread != "ada" || p.Checkpoint != 1 || !strings.Contains(p.Title, "interview/greeting") || !strings.Contains(text, "Ada") {
+		t.Fatalf("preview %+v", p)
+	}
+	if p, err = h.acme.PreviewPrompt(ctx, "interview", "greeting", "ada", 1); err != nil || p.Checkpoint != 1 {
+		t.Fatalf("at 1: %v %+v", err, p)
+	}
+	if _, err := h.acme.PreviewPrompt(ctx, "interview", "greeting", "ada", 9); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("at a checkpoint that is not: %v", err)
+	}
+	if _, err := h.globex.PreviewPrompt(ctx, "interview", "greeting", "ada", 0); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("another tenant's thread: %v", err)
+	}
+	if p, err = h.globex.PreviewPrompt(ctx, "interview", "greeting", "", 0); err != nil || p.Thread != "" || len(p.Sections) == 0 {
+		t.Fatalf("over the defaults: %v %+v", err, p)
+	}
+	if _, err := h.acme.PreviewPrompt(ctx, "interview", "ingest_input", "", 0); !api.IsCode(err, api.CodeInvalidInput) {
+		t.Fatalf("a node with no prompt: %v", err)
+	}
+	if _, err := h.acme.PreviewPrompt(ctx, "interview", "nope", "", 0); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("no such node: %v", err)
+	}
+}

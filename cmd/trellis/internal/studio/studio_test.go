@@ -1,0 +1,865 @@
+package studio_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/trellisflow/trellis/cmd/trellis/app"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/browser"
+	"github.com/trellisflow/trellis/nodes/llm/llmtest"
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
+)
+
+var shots = flag.String("shots", filepath.Join(os.TempDir(), "trellis-studio-shots"), "the directory the tests write their screenshots to")
+
+// TestMain lets a test start this test binary as the trellis command (a
+// real `trellis studio` process) by setting TRELLIS_AS_MAIN, and stops
+// the PostgreSQL cluster the tests started.
+func TestMain(m *testing.M) {
+	if os.Getenv("TRELLIS_AS_MAIN") == "1" {
+		os.Exit(app.Main(os.Args[1:]))
+	}
+	os.Exit(storetest.Main(m))
+}
+
+const root = "../../../.."
+
+// project copies the repository's flows, prompts and schemas into a
+// directory of the test's, so that a save writes there.
+func project(t *testing.T) string {
+	dir := t.TempDir()
+	for _, d := range []string{"flows", "prompts", "schemas"} {
+		if err := os.CopyFS(filepath.Join(dir, d), os.DirFS(filepath.Join(root, d))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// studio is a `trellis studio` process and the address it printed.
+type studio struct {
+	url, base string
+	cmd       *exec.Cmd
+	stderr    *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var urlRE = regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/studio#token=trs_[a-z2-7]+`)
+
+// start runs the command (wrap, when set, runs it inside another
+// command) and waits for the address it prints.
+func start(t *testing.T, env []string, wrap []string, args ...string) *studio {
+	t.Helper()
+	argv := append(append(append([]string{}, wrap...), os.Args[0], "studio"), args...)
+	argv = append(argv, "--no-open", "--addr", "127.0.0.1:0")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), append(env, "TRELLIS_AS_MAIN=1")...)
+	s := &studio{cmd: cmd, stderr: &syncBuffer{}}
+	cmd.Stderr = s.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	found := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := urlRE.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case m := <-found:
+		s.url, s.base = m[0], m[1]
+	case <-time.After(30 * time.Second):
+		t.Fatalf("trellis studio printed no address:\n%s", s.stderr)
+	}
+	return s
+}
+
+// model is the scripted model of the interview, answering after a delay
+// as a real one would, so that a running node can be seen.
+func model(t *testing.T) []string {
+	b, err := os.ReadFile(filepath.Join(root, "flows/examples/interview.model.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []llmtest.Rule
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		t.Fatal(err)
+	}
+	srv := llmtest.New(rules...)
+	srv.Latency = 300 * time.Millisecond
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return []string{"OPENAI_BASE_URL=" + ts.URL + "/v1", "OPENAI_API_KEY=sk-test", "TRELLIS_MODEL=scripted"}
+}
+
+// page is a browser on a studio, with the key the page signed in with.
+type page struct {
+	t      *testing.T
+	b      *browser.Browser
+	ctx    context.Context
+	s      *studio
+	client *api.Client
+	name   string
+}
+
+// open signs the page in with the studio's address and waits until the
+// flow is drawn.
+func open(t *testing.T, s *studio, flow string) *page {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	t.Cleanup(cancel)
+	b := browser.Chromium(t, 1280, 800)
+	p := &page{t: t, b: b, ctx: ctx, s: s, name: strings.NewReplacer("/", "-", "Test", "").Replace(t.Name())}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the page and chromium said:\n%s", b.Log())
+			t.Logf("trellis studio said:\n%s", s.stderr)
+			p.shot("failed")
+		}
+	})
+	if err := b.Navigate(ctx, s.url+"&flow="+flow); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.flow && trellisStudio.flow.name === '` + flow + `' && document.querySelectorAll('#graph .node').length > 0`)
+	var key string
+	p.eval(`sessionStorage.getItem('trellis.studio.key')`, &key)
+	p.client = api.NewClient(s.base, key)
+	return p
+}
+
+func (p *page) eval(expr string, out any) {
+	p.t.Helper()
+	if err := p.b.Eval(p.ctx, expr, out); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *page) wait(expr string) {
+	p.t.Helper()
+	if err := p.b.WaitTrue(p.ctx, expr); err != nil {
+		var status string
+		_ = p.b.Eval(context.Background(), `document.getElementById('status').textContent`, &status)
+		p.t.Fatalf("%v\nthe page's status: %s", err, status)
+	}
+}
+
+func (p *page) click(selector string) {
+	p.t.Helper()
+	if err := p.b.ClickOn(p.ctx, selector); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// typeInto focuses an element and types text into it.
+func (p *page) typeInto(selector, text string) {
+	p.t.Helper()
+	p.click(selector)
+	if err := p.b.InsertText(p.ctx, text); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *page) text(selector string) string {
+	p.t.Helper()
+	var s string
+	sel, _ := json.Marshal(selector)
+	p.eval(`(document.querySelector(`+string(sel)+`) || {}).textContent || ''`, &s)
+	return s
+}
+
+func (p *page) count(selector string) int {
+	p.t.Helper()
+	var n int
+	sel, _ := json.Marshal(selector)
+	p.eval(`document.querySelectorAll(`+string(sel)+`).length`, &n)
+	return n
+}
+
+// shot writes a screenshot named after the test and the state it shows.
+func (p *page) shot(state string) string {
+	if err := os.MkdirAll(*shots, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	path := filepath.Join(*shots, p.name+"-"+state+".png")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.b.Screenshot(ctx, path); err != nil {
+		p.t.Errorf("screenshot %s: %v", path, err)
+		return ""
+	}
+	p.t.Logf("screenshot: %s", path)
+	return path
+}
+
+// trellisCLI runs a command of the trellis command line as a process.
+func trellisCLI(t *testing.T, args ...string) string {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "TRELLIS_AS_MAIN=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("trellis %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// The interview's graph renders with one element per node and per arc
+// of the API's graph JSON; a subflow expands into a cluster of its
+// child's nodes; a node shows its settings, what it writes and reads,
+// and its prompt rendered over the flow's defaults.
+func TestStudioDrawsTheGraph(t *testing.T) {
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
+	p := open(t, s, "interview")
+	var g struct {
+		Nodes []struct {
+			Name    string `json:"name"`
+			Subflow *struct {
+				Nodes []any `json:"nodes"`
+			} `json:"subflow"`
+		} `json:"nodes"`
+		Arcs []struct{ From, To string } `json:"arcs"`
+	}
+	b, _ := json.Marshal(p.mustGraph("interview"))
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.count("#graph .node"); n != len(g.Nodes) {
+		t.Errorf("%d node elements, the graph has %d nodes", n, len(g.Nodes))
+	}
+	if n := p.count("#graph .edge"); n != len(g.Arcs) {
+		t.Errorf("%d edge elements, the graph has %d arcs", n, len(g.Arcs))
+	}
+	if n := p.count("#graph .terminal"); n != 2 {
+		t.Errorf("%d START/END elements", n)
+	}
+	var drawn []string
+	p.eval(`[...document.querySelectorAll('#graph .node')].map(n => n.dataset.node)`, &drawn)
+	for _, n := range g.Nodes {
+		if !containsString(drawn, n.Name) {
+			t.Errorf("node %s is not drawn (drawn: %v)", n.Name, drawn)
+		}
+	}
+	for _, a := range g.Arcs {
+		sel := fmt.Sprintf(`#graph .edge[data-from=%q][data-to=%q]`, a.From, a.To)
+		if p.count(sel) == 0 {
+			t.Errorf("arc %s → %s is not drawn", a.From, a.To)
+		}
+	}
+	if !strings.Contains(p.text(`#graph .edge[data-from="decide_next_action"][data-to="closing"]`), "→ closing") {
+		t.Errorf("the route to closing is not labelled")
+	}
+	p.shot("graph")
+
+	// the resume review runs inside screen_resume: expanded, its nodes
+	// are drawn in a cluster
+	var sub int
+	for _, n := range g.Nodes {
+		if n.Name == "screen_resume" && n.Subflow != nil {
+			sub = len(n.Subflow.Nodes)
+		}
+	}
+	p.click(`#graph .node[data-node="screen_resume"]`)
+	p.wait(`document.getElementById('toggle-expand') !== null`)
+	p.click("#toggle-expand")
+	p.wait(`document.querySelector('#graph .cluster[data-cluster="screen_resume"]') !== null`)
+	if n := p.count(`#graph .node[data-node^="screen_resume/"]`); sub == 0 || n != sub {
+		t.Errorf("the expanded subflow draws %d nodes, it has %d", n, sub)
+	}
+
+	// a node's settings, writes, reads and prompt
+	p.click(`#graph .node[data-node="greeting"]`)
+	p.wait(`document.querySelector('#node-rendered pre') !== null`)
+	if set := p.text("#node-settings"); !strings.Contains(set, "prompt: interview/greeting") {
+		t.Errorf("greeting's settings: %q", set)
+	}
+	if w := p.text("#node-writes"); !strings.Contains(w, "next_message") {
+		t.Errorf("greeting writes %q", w)
+	}
+	if r := p.text("#node-reads"); r == "—" || r == "" {
+		t.Errorf("greeting reads %q", r)
+	}
+	if pr := p.text("#node-prompt"); !strings.Contains(pr, "---") {
+		t.Errorf("greeting's prompt file: %q", pr)
+	}
+	p.shot("node")
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *page) mustGraph(flow string) map[string]any {
+	p.t.Helper()
+	var g map[string]any
+	p.eval(`fetch('/v1/flows/`+flow+`/graph', {headers: {Authorization: 'Bearer ' + sessionStorage.getItem('trellis.studio.key')}}).then(r => r.json())`, &g)
+	return g
+}
+
+// Typing an error into the flow's YAML shows its diagnostic at its line
+// as it is typed, with the suggestion as a fix; taking the fix clears
+// it; a valid edit redraws the graph from the edited text and saves.
+func TestStudioEditsWithDiagnostics(t *testing.T) {
+	dir := project(t)
+	s := start(t, nil, nil, filepath.Join(dir, "flows"), "--store", storetest.Postgres(t))
+	p := open(t, s, "interview")
+	p.click("#tab-editor")
+	p.wait(`document.querySelector('#editor .cm-content') !== null && document.querySelector('#diagnostics li.ok') !== null`)
+	// the cursor after record_question in the edge from question
+	var line int
+	p.eval(`(() => { const v = trellisStudio.editor.view, text = v.state.doc.toString();
+		const at = text.indexOf('- {from: question, to: record_question}') + '- {from: question, to: record_question'.length;
+		v.dispatch({selection: {anchor: at}, scrollIntoView: true}); v.focus(); return v.state.doc.lineAt(at).number; })()`, &line)
+	if err := p.b.InsertText(p.ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`document.querySelector('#diagnostics li[data-code="G001"]') !== null && document.querySelector('#editor .cm-lintRange-error') !== null`)
+	if got := p.text(`#diagnostics li[data-code="G001"]`); !strings.Contains(got, "flows/interview.yaml:"+strconv.Itoa(line)+":") || !strings.Contains(got, "record_questionx") {
+		t.Errorf("the diagnostic says %q; want it at line %d", got, line)
+	}
+	// the editor marks the span on that line
+	var marked int
+	p.eval(`(() => { const v = trellisStudio.editor.view, e = document.querySelector('#editor .cm-lintRange-error');
+		return v.state.doc.lineAt(v.posAtDOM(e)).number; })()`, &marked)
+	if marked != line {
+		t.Errorf("the editor marks line %d, want %d", marked, line)
+	}
+	if note := p.text("#graph-note"); !strings.Contains(note, "does not compile") {
+		t.Errorf("graph note %q", note)
+	}
+	p.shot("diagnostic")
+	p.click(`#diagnostics li[data-code="G001"] button.fix`)
+	p.wait(`document.querySelector('#diagnostics li.ok') !== null && document.querySelector('#editor .cm-lintRange-error') === null`)
+
+	// a valid edit: a node described anew, drawn from the edited text,
+	// then saved and reloaded
+	p.eval(`(() => { const v = trellisStudio.editor.view, text = v.state.doc.toString();
+		const key = 'Entry point for external data; counts the turn and scores the answer.';
+		const at = text.indexOf(key); v.dispatch({selection: {anchor: at, head: at + key.length}}); v.focus(); return at; })()`, nil)
+	if err := p.b.InsertText(p.ctx, "Reads the answer the studio sent."); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`document.querySelector('#graph-note').textContent.includes('edited text') && trellisStudio.shownGraph.nodes[0].description === 'Reads the answer the studio sent.'`)
+	p.click("#save")
+	p.wait(`trellisStudio.saved && trellisStudio.saved.ok`)
+	b, err := os.ReadFile(filepath.Join(dir, "flows/interview.yaml"))
+	if err != nil || !strings.Contains(string(b), "description: Reads the answer the studio sent.") {
+		t.Fatalf("the file after saving: %v", err)
+	}
+	f, err := p.client.Flow(p.ctx, "interview")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(f.Source, "Reads the answer the studio sent.") {
+		t.Fatal("the server did not reload the saved flow")
+	}
+	p.shot("saved")
+}
+
+func candidate(t *testing.T) string {
+	b, err := os.ReadFile(filepath.Join(root, "flows/examples/candidate.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	delete(v, "interview_id")
+	delete(v, "user_id")
+	out, _ := json.Marshal(v)
+	return string(out)
+}
+
+// A turn of the interview streams into the page: the running node is
+// marked on the graph, the model's tokens appear as they come, and the
+// timeline grows by the turn's checkpoints; forking from the second
+// checkpoint makes a thread whose state is that checkpoint's.
+func TestStudioStreamsATurnAndForks(t *testing.T) {
+	s := start(t, model(t), nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
+	p := open(t, s, "interview")
+
+	// a thread from the form: the fields with no default, the resume
+	p.click("#tab-run")
+	p.typeInto("#new-id", "ada")
+	p.typeInto("#in-interview_id", "studio-1")
+	p.typeInto("#in-user_id", "ada")
+	p.typeInto("#new-values", candidate(t))
+	p.click("#create")
+	p.wait(`trellisStudio.thread && trellisStudio.thread.id === 'ada' && document.getElementById('say') !== null`)
+
+	// the greeting: the interviewer speaks first
+	p.click("#send")
+	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelectorAll('#chat .msg.flow').length === 1`)
+	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
+		t.Fatalf("the greeting's run: %s", run)
+	}
+	before := p.count("#timeline li")
+	hist, err := p.client.History(p.ctx, "ada", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before == 0 || before != len(hist) {
+		t.Fatalf("the timeline shows %d checkpoints, the thread has %d", before, len(hist))
+	}
+
+	// a turn, streamed
+	const answer = "I build data pipelines in Go and PostgreSQL at Northwind."
+	p.typeInto("#say", answer)
+	p.click("#send")
+	p.wait(`trellisStudio.run.active && document.querySelector('#graph .node.running') !== null && trellisStudio.run.tokens.length > 0`)
+	var running string
+	p.eval(`document.querySelector('#graph .node.running').dataset.node`, &running)
+	if tokens := p.text("#tokens"); tokens == "" {
+		t.Error("no tokens are shown while the run goes on")
+	}
+	p.shot("streaming")
+	p.wait(`trellisStudio.run.settled`)
+	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
+		t.Fatalf("the turn's run: %s", run)
+	}
+	var tokenEvents, steps int
+	p.eval(`trellisStudio.run.tokenEvents`, &tokenEvents)
+	p.eval(`trellisStudio.run.steps.length`, &steps)
+	hist, err = p.client.History(p.ctx, "ada", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`document.querySelectorAll('#timeline li').length === ` + strconv.Itoa(len(hist)))
+	after := p.count("#timeline li")
+	st, err := p.client.State(p.ctx, "ada", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	question, _ := st.Values["next_message"].(string)
+	t.Logf("the turn ran %s while it was shown running, in %d steps, streamed in %d token events", running, steps, tokenEvents)
+	switch {
+	case running == "":
+		t.Error("no node was marked running")
+	case tokenEvents < 5:
+		t.Errorf("%d token events: the model's replies did not stream", tokenEvents)
+	case after <= before || after-before != steps+1:
+		// the turn's input, then one checkpoint per step
+		t.Errorf("the timeline went from %d to %d checkpoints over %d steps", before, after, steps)
+	case !strings.Contains(p.text("#chat"), answer) || question == "" || !strings.Contains(p.text("#chat"), question):
+		t.Errorf("the conversation shows %q (the flow asked %q)", p.text("#chat"), question)
+	}
+	p.shot("turn")
+
+	// fork from the second checkpoint
+	p.click("#tab-history")
+	p.click(`#timeline li[data-seq="2"]`)
+	p.wait(`document.getElementById('fork') !== null && document.querySelector('#checkpoint h2').textContent === 'Checkpoint #2'`)
+	p.shot("checkpoint")
+	p.click("#fork")
+	p.wait(`trellisStudio.forked && trellisStudio.thread && trellisStudio.thread.id === trellisStudio.forked.thread && document.querySelectorAll('#timeline li').length > 0`)
+	var forked string
+	p.eval(`trellisStudio.forked.thread`, &forked)
+	at2, err := p.client.State(p.ctx, "ada", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := p.client.State(p.ctx, forked, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(at2.Values, now.Values) {
+		t.Errorf("the fork's state differs from checkpoint 2's:\n%v\n%v", at2.Values, now.Values)
+	}
+	p.shot("fork")
+
+	// a turn on the fork, cancelled while the model thinks: the thread is
+	// left part way, and resumed from the page
+	p.click("#tab-run")
+	p.typeInto("#say", "Hello from the fork.")
+	p.click("#send")
+	p.wait(`trellisStudio.run.active && trellisStudio.run.id && document.querySelector('#graph .node.running') !== null`)
+	p.click("#cancel")
+	p.wait(`trellisStudio.run.settled`)
+	var runID string
+	p.eval(`trellisStudio.run.id`, &runID)
+	run, err := p.client.Run(p.ctx, forked, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := p.text("#run-status"); run.Status != api.RunCancelled || !strings.HasPrefix(st, "cancelled") {
+		t.Fatalf("after cancelling, the run is %s and the page says %q", run.Status, st)
+	}
+	p.wait(`document.getElementById('resume') !== null`)
+	p.shot("cancelled")
+	p.click("#resume")
+	p.wait(`trellisStudio.run.settled && trellisStudio.run.id !== '` + runID + `'`)
+	if st := p.text("#run-status"); !strings.HasPrefix(st, "succeeded") {
+		t.Errorf("the resumed run: %q", st)
+	}
+	if th, err := p.client.Thread(p.ctx, forked); err != nil || th.Status != api.ThreadIdle {
+		t.Errorf("the fork after resuming: %v %+v", err, th)
+	}
+}
+
+// A paused run of the approval flow asks its question in the page; the
+// answer typed there resumes it and it completes.
+func TestStudioAnswersAnInterrupt(t *testing.T) {
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
+	p := open(t, s, "approval")
+	p.click("#tab-run")
+	p.typeInto("#new-id", "shortlist")
+	p.click("#create")
+	p.wait(`trellisStudio.thread && trellisStudio.thread.id === 'shortlist' && document.getElementById('run-form') !== null`)
+	p.typeInto("#in-candidate", "Ada")
+	p.typeInto("#in-score", "82")
+	p.click("#run")
+	p.wait(`document.querySelector('#interrupts [data-interrupt="recruiter"]') !== null && document.querySelector('#graph .node.waiting[data-node="recruiter"]') !== null`)
+	if q := p.text(`#interrupts [data-interrupt="recruiter"] pre`); !strings.Contains(q, "Advance Ada?") {
+		t.Errorf("the question shown: %q", q)
+	}
+	p.shot("interrupt")
+	p.typeInto("#answer-recruiter", `{"approve": true, "note": "strong"}`)
+	p.click("#answer")
+	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('#interrupts .interrupt') === null`)
+	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
+		t.Fatalf("the resumed run: %s", run)
+	}
+	runs, err := p.client.Runs(p.ctx, "shortlist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.client.State(p.ctx, "shortlist", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 || runs[0].Status != api.RunSucceeded || st.Values["approved"] != true || !strings.HasPrefix(st.Values["letter"].(string), "Dear Ada, we would like") {
+		t.Fatalf("after the answer: runs %+v, state %v", runs, st.Values)
+	}
+	if n := p.count(`#graph .node.ran[data-node="invite"]`); n != 1 {
+		t.Errorf("invite is not marked as run")
+	}
+	p.shot("answered")
+}
+
+// A key of another tenant, signed in on the same studio, sees none of
+// the studio's threads: not in the list, and not by name.
+func TestStudioOtherTenantSeesNothing(t *testing.T) {
+	pg := storetest.Postgres(t)
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", pg)
+	p := open(t, s, "approval")
+	if _, err := p.client.CreateThread(p.ctx, api.CreateThread{ID: "private", Flow: "approval"}); err != nil {
+		t.Fatal(err)
+	}
+	p.eval(`location.hash = 'flow=approval&thread=private'; location.reload(); true`, nil)
+	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.thread && trellisStudio.thread.id === 'private'`)
+
+	other := trellisCLI(t, "keys", "create", "--tenant", "globex", "--store", pg)
+	p.click("#sign-out")
+	p.wait(`document.getElementById('sign-in').open`)
+	p.typeInto("#key", other)
+	p.click("#sign-in-button")
+	p.wait(`trellisStudio.ready && trellisStudio.flow !== null && trellisStudio.session !== null`)
+	if n := p.count("#thread option"); n != 1 {
+		t.Errorf("another tenant's thread list has %d entries", n)
+	}
+	p.eval(`location.hash = 'flow=approval&thread=private'; location.reload(); true`, nil)
+	p.wait(`window.trellisStudio && trellisStudio.ready && document.getElementById('status').classList.contains('error')`)
+	if st := p.text("#status"); !strings.Contains(st, "not_found") {
+		t.Errorf("opening another tenant's thread says %q", st)
+	}
+	if n := p.count("#timeline li"); n != 0 {
+		t.Errorf("another tenant sees %d checkpoints", n)
+	}
+	list, err := api.NewClient(s.base, other).Threads(p.ctx, api.ThreadQuery{})
+	if err != nil || len(list.Threads) != 0 {
+		t.Errorf("another tenant's threads: %v %+v", err, list)
+	}
+	p.shot("other-tenant")
+}
+
+// With its flows directory read-only (a read-only bind mount in a mount
+// namespace of its own), the studio on the embedded store shows and
+// checks the flows, and refuses to save with a message that says why.
+func TestStudioReadOnlyFlows(t *testing.T) {
+	dir := project(t)
+	flows := filepath.Join(dir, "flows")
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Fatal("unshare (util-linux) is needed to mount the flows read-only: apt-get install util-linux")
+	}
+	wrap := []string{unshare, "--mount", "--propagation", "private"}
+	if os.Geteuid() != 0 {
+		wrap = append(wrap, "--map-root-user")
+	}
+	wrap = append(wrap, "sh", "-c", `mount --bind -o ro "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"`, flows)
+	work := t.TempDir()
+	s := start(t, nil, wrap, flows, "--store", "sqlite:"+filepath.Join(work, "trellis.db"))
+	p := open(t, s, "approval")
+	p.click("#tab-editor")
+	p.wait(`document.getElementById('read-only') !== null`)
+	if b := p.text("#read-only"); !strings.Contains(b, "read-only") || !strings.Contains(b, "flows/examples") {
+		t.Errorf("the editor's banner: %q", b)
+	}
+	p.eval(`(() => { const v = trellisStudio.editor.view, text = v.state.doc.toString();
+		const at = text.indexOf('The recruiter approves or not, with a note.');
+		v.dispatch({selection: {anchor: at}, scrollIntoView: true}); v.focus(); return at; })()`, nil)
+	if err := p.b.InsertText(p.ctx, "Quickly, "); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`Object.keys(trellisStudio.edits).length === 1 && !trellisStudio.pending && document.querySelector('#diagnostics li.ok') !== null`)
+	p.click("#save")
+	p.wait(`trellisStudio.saved !== null`)
+	msg := p.text("#save-result")
+	if !strings.Contains(msg, "flows_read_only") || !strings.Contains(msg, "read-only") {
+		t.Errorf("saving says %q", msg)
+	}
+	b, err := os.ReadFile(filepath.Join(flows, "examples/approval.yaml"))
+	if err != nil || strings.Contains(string(b), "Quickly,") {
+		t.Fatalf("the read-only file was written: %v", err)
+	}
+	// the flows still run
+	if _, err := p.client.CreateThread(p.ctx, api.CreateThread{ID: "r", Flow: "greet"}); err != nil {
+		t.Fatal(err)
+	}
+	if run, err := p.client.RunWait(p.ctx, "r", api.StartRun{Input: map[string]any{"name": "Ada"}}); err != nil || run.Status != api.RunSucceeded {
+		t.Fatalf("a run: %v %+v", err, run)
+	}
+	p.shot("read-only")
+}
+
+// A subflow's thread is reached from the checkpoint of the step that ran
+// it; the state is edited there (update) as a node would write it.
+func TestStudioOpensASubflowThreadAndUpdates(t *testing.T) {
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
+	p := open(t, s, "interview")
+	var values map[string]any
+	if err := json.Unmarshal([]byte(candidate(t)), &values); err != nil {
+		t.Fatal(err)
+	}
+	values["interview_id"], values["user_id"], values["review_resume"] = "studio-2", "ada", true
+	if _, err := p.client.CreateThread(p.ctx, api.CreateThread{ID: "reviewed", Flow: "interview", Values: values}); err != nil {
+		t.Fatal(err)
+	}
+	if run, err := p.client.RunWait(p.ctx, "reviewed", api.StartRun{}); err != nil || run.Status != api.RunSucceeded {
+		t.Fatalf("the greeting: %v %+v", err, run)
+	}
+	p.eval(`location.hash = 'flow=interview&thread=reviewed'; location.reload(); true`, nil)
+	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.thread && trellisStudio.thread.id === 'reviewed' && trellisStudio.checkpoints.length > 0`)
+	var seq int
+	p.eval(`trellisStudio.checkpoints.find(c => (c.writers || []).some(w => w.node === 'screen_resume')).seq`, &seq)
+	p.click("#tab-history")
+	p.click(fmt.Sprintf(`#timeline li[data-seq="%d"]`, seq))
+	p.wait(`document.querySelector('#checkpoint .subflow-link') !== null`)
+	var ns string
+	p.eval(`document.querySelector('#checkpoint .subflow-link').dataset.ns`, &ns)
+	p.click("#checkpoint .subflow-link")
+	child, err := p.client.History(p.ctx, "reviewed", map[string][]string{"ns": {ns}, "limit": {"1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`document.querySelector('#timeline').dataset.ns === '` + ns + `' && document.querySelectorAll('#timeline li').length === ` + strconv.Itoa(len(child)))
+	if h := p.text("#panel-history strong"); !strings.Contains(h, "Subflow "+ns) {
+		t.Errorf("the history's heading: %q", h)
+	}
+	p.click(`#timeline li[data-seq="2"]`)
+	p.wait(`document.getElementById('checkpoint-state') !== null`)
+	p.shot("subflow-thread")
+	p.click("#back-to-thread")
+	p.wait(`document.querySelector('#timeline').dataset.ns === '' && document.getElementById('update') !== null`)
+
+	// update: greeting's words, corrected by hand
+	p.eval(`document.getElementById('update').open = true; document.getElementById('update-as').value = 'greeting'; true`, nil)
+	p.typeInto("#update-values", `{"next_message": "Hello again, Ada."}`)
+	p.click("#update-button")
+	p.wait(`trellisStudio.state && trellisStudio.state.values.next_message === 'Hello again, Ada.'`)
+	st, err := p.client.State(p.ctx, "reviewed", 0)
+	if err != nil || st.Values["next_message"] != "Hello again, Ada." {
+		t.Fatalf("the state after the update: %v %v", err, st)
+	}
+	h, _ := p.client.History(p.ctx, "reviewed", nil)
+	if h[0].Source != "update" || len(h[0].Writers) != 1 || h[0].Writers[0].Node != "greeting" {
+		t.Errorf("the update's checkpoint: %+v", h[0])
+	}
+}
+
+// The studio is keyboard usable: the tabs move with the arrow keys, a
+// node is reached with Tab and opened with Enter, and the editor
+// completes keys from the flow format's schema.
+func TestStudioKeyboardAndCompletion(t *testing.T) {
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", "memory")
+	p := open(t, s, "approval")
+	p.eval(`document.getElementById('tab-run').focus(); true`, nil)
+	if err := p.b.Press(p.ctx, "ArrowRight", 0); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`document.activeElement.id === 'tab-history' && !document.getElementById('panel-history').classList.contains('hidden')`)
+	p.eval(`document.getElementById('expand').focus(); true`, nil)
+	if err := p.b.Press(p.ctx, "Tab", 0); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`document.activeElement && document.activeElement.classList.contains('node')`)
+	var focused string
+	p.eval(`document.activeElement.dataset.node`, &focused)
+	if err := p.b.Press(p.ctx, "Enter", 0); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`!document.getElementById('panel-node').classList.contains('hidden') && document.querySelector('#panel-node h2') !== null`)
+	if h := p.text("#panel-node h2"); !strings.HasPrefix(h, focused) {
+		t.Errorf("Enter on node %s opened %q", focused, h)
+	}
+
+	// completion: a key of an interrupt node's settings
+	p.click("#tab-editor")
+	p.wait(`document.querySelector('#editor .cm-content') !== null`)
+	p.eval(`(() => { const v = trellisStudio.editor.view, text = v.state.doc.toString();
+		const at = text.indexOf('    kind: interrupt') + '    kind: interrupt'.length;
+		v.dispatch({selection: {anchor: at}, scrollIntoView: true}); v.focus(); return at; })()`, nil)
+	if err := p.b.Press(p.ctx, "Enter", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.b.InsertText(p.ctx, "interrupt_be"); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`[...document.querySelectorAll('.cm-tooltip-autocomplete li')].some(li => li.textContent.includes('interrupt_before'))`)
+	p.shot("completion")
+	if err := p.b.Press(p.ctx, "Enter", 0); err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	p.eval(`(() => { const v = trellisStudio.editor.view; return v.state.doc.lineAt(v.state.selection.main.head).text; })()`, &line)
+	if strings.TrimSpace(line) != "interrupt_before:" {
+		t.Errorf("the completed line: %q", line)
+	}
+}
+
+// trellis serve serves the same studio at /studio, signed in with an API
+// key.
+func TestServeServesTheStudio(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "trellis.db")
+	key := trellisCLI(t, "keys", "create", "--tenant", "acme", "--store", db)
+	addr := freeAddr(t)
+	cmd := exec.Command(os.Args[0], "serve", "--flows", filepath.Join(project(t), "flows"), "--store", db, "--addr", addr)
+	cmd.Env = append(os.Environ(), "TRELLIS_AS_MAIN=1")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	c := api.NewClient("http://"+addr, key)
+	for c.Ready(ctx) != nil {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("trellis serve is not ready:\n%s", stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	b := browser.Chromium(t, 1280, 800)
+	if err := b.Navigate(ctx, "http://"+addr+"/studio#flow=greet"); err != nil {
+		t.Fatal(err)
+	}
+	p := &page{t: t, b: b, ctx: ctx, s: &studio{stderr: &stderr}, client: c, name: "ServeServesTheStudio"}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the page and chromium said:\n%s\ntrellis serve said:\n%s", b.Log(), stderr.String())
+		}
+	})
+	p.wait(`document.getElementById('sign-in').open`)
+	p.typeInto("#key", key)
+	p.click("#sign-in-button")
+	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.flow && trellisStudio.flow.name === 'greet' && document.querySelectorAll('#graph .node').length === 1`)
+	p.shot("signed-in")
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// trellis studio listens on loopback, signs a page in once with the
+// token it prints, and revokes the key it handed out when it stops; a
+// flows directory that is not there is a usage error.
+func TestStudioCommand(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "trellis.db")
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", db)
+	token := s.url[strings.Index(s.url, "#token=")+len("#token="):]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	anon := api.NewClient(s.base, "")
+	sess, err := anon.StudioSignIn(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := anon.StudioSignIn(ctx, token); !api.IsCode(err, api.CodeUnauthorized) {
+		t.Fatalf("the token signed in twice: %v", err)
+	}
+	c := api.NewClient(s.base, sess.Key)
+	if _, err := c.Flows(ctx); err != nil || sess.Tenant != "studio" || !sess.Admin {
+		t.Fatalf("the studio's key: %v %+v", err, sess)
+	}
+	if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Wait(); err != nil {
+		t.Fatalf("trellis studio on SIGINT: %v\n%s", err, s.stderr)
+	}
+	keys := trellisCLI(t, "keys", "list", "--store", db)
+	if !regexp.MustCompile(`(?m)^` + sess.KeyID + `\tstudio\tadmin\tstudio session\trevoked `).MatchString(keys) {
+		t.Errorf("the studio's key after it stopped:\n%s", keys)
+	}
+
+	cmd := exec.Command(os.Args[0], "studio", filepath.Join(t.TempDir(), "none"), "--no-open", "--store", "memory")
+	cmd.Env = append(os.Environ(), "TRELLIS_AS_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "no such file or directory") {
+		t.Errorf("a missing flows directory: %v\n%s", err, out)
+	}
+}
