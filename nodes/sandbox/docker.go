@@ -3,9 +3,11 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,124 +16,276 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/moby/profiles/seccomp"
 )
 
-// Docker runs each job in a container of its own on a Docker engine (the
-// one DOCKER_HOST names): no network, a read-only root, a small tmpfs
-// workspace, every capability dropped, no new privileges, an unprivileged
-// user, memory with no swap, a process count and a CPU share; it is
-// killed and removed at the wall limit, when the job's context ends, or
-// when the job ends. The container's first process only waits; the job
-// runs beside it (an exec), so that its memory and CPU can be read from
-// the container once it ends.
+// Docker runs each execution in a container of its own on a Docker
+// engine (the one DOCKER_HOST names): no network, a read-only root, a
+// small tmpfs workspace, every capability dropped, no new privileges, an
+// unprivileged user, the engine's default seccomp profile with more
+// denied (dockerProfile), more of /proc masked, memory with no swap, a
+// process count, a CPU share, and no log: nothing the container prints
+// is kept by the engine. Each process of the execution runs in it as an
+// exec and first kills whatever the one before left running; the
+// container's first process holds nothing (its stdio is /dev/null) and
+// only waits, ending itself at the execution's wall time once the first
+// process has started (or when a warm container has waited Idle for
+// one), so that nothing outlives its limit even if trellis dies. The
+// container is killed and removed when the execution ends, at its wall
+// time, when its context ends, or when the engine does not answer in
+// time.
 type Docker struct {
 	cli     *client.Client
 	runtime string // "" or runsc
 	// Warm is how many started containers to keep ready for each image
-	// and set of limits once one has been asked for (0: none). A job
-	// takes one instead of creating and starting its own, and a
-	// replacement is started in the background; a container still runs
-	// one job only.
+	// and set of limits once one has been asked for (0: none). An
+	// execution takes one instead of making its own, and a replacement is
+	// started in the background; a container still serves one execution.
 	Warm int
+	// Idle is how long a warm container waits for an execution before it
+	// ends itself (default 10 minutes); one that has waited too long is
+	// not handed out.
+	Idle time.Duration
+
+	owner   string // the owner label of this backend's containers
+	profile string // the seccomp profile
 
 	mu      sync.Mutex
-	live    map[string]bool     // containers not yet removed
-	spares  map[string][]string // started containers ready, by key
-	filling map[string]int      // spares being started, by key
+	spares  map[string][]spare // started containers ready, by key
+	filling map[string]int     // spares being started, by key
+	open    map[*dockerSession]bool
 	closed  bool
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // spares being started, containers being removed
+	reaped  []string
 }
 
-// label marks the containers of this backend, so that leftovers are found.
-const label = "trellis.sandbox"
+// spare is a warm container.
+type spare struct {
+	id   string
+	born time.Time
+}
+
+// The labels of this backend's containers: the first marks them all, the
+// second names their owner (this machine's boot, a process and its start
+// time; see owner).
+const (
+	label      = "trellis.sandbox"
+	ownerLabel = "trellis.sandbox.owner"
+)
+
+// engineGrace is how long past a process's time an engine call may take
+// before the execution gives up on the engine.
+const engineGrace = 5 * time.Second
+
+// dockerMasks are the /proc paths the Docker backend masks besides
+// Docker's defaults: the host kernel's command line and its boot id.
+var dockerMasks = []string{"/proc/cmdline", "/proc/sys/kernel/random/boot_id"}
+
+// dockerReadonly are Docker's default read-only paths.
+var dockerReadonly = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+
+// deniedInDocker are the system calls removed from the engine's default
+// profile: tracing and reading other processes, inotify and fanotify (a
+// channel between executions), the kernel's keyrings, io_uring,
+// userfaultfd, perf and bpf.
+var deniedInDocker = []string{"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "process_madvise",
+	"inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
+	"keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register",
+	"userfaultfd", "perf_event_open", "bpf"}
+
+// dockerProfile is the engine's default seccomp profile (moby's) without
+// deniedInDocker; it denies AF_VSOCK sockets already.
+var dockerProfile = sync.OnceValue(func() string {
+	p := seccomp.DefaultProfile()
+	var rules []*seccomp.Syscall
+	for _, s := range p.Syscalls {
+		s.Names = slices.DeleteFunc(s.Names, func(n string) bool { return slices.Contains(deniedInDocker, n) })
+		if s.Name != "" && slices.Contains(deniedInDocker, s.Name) {
+			s.Name = ""
+		}
+		if len(s.Names) > 0 || s.Name != "" {
+			rules = append(rules, s)
+		}
+	}
+	p.Syscalls = rules
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic("sandbox: the seccomp profile: " + err.Error())
+	}
+	return string(b)
+})
 
 // NewDocker connects to the engine from the environment (DOCKER_HOST);
 // runtime is an OCI runtime to run containers with ("": the engine's
-// default; runsc for gVisor).
+// default; runsc for gVisor). It first removes the containers that
+// processes of this machine that are gone left behind (Reaped lists
+// them).
 func NewDocker(runtime string) (*Docker, error) {
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, err
 	}
-	return &Docker{cli: cli, runtime: runtime, live: map[string]bool{}, spares: map[string][]string{}, filling: map[string]int{}}, nil
+	d := &Docker{cli: cli, runtime: runtime, Idle: 10 * time.Minute, owner: bootID() + "/" + string(self()),
+		profile: dockerProfile(), spares: map[string][]spare{}, filling: map[string]int{}, open: map[*dockerSession]bool{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d.reaped, _ = d.Reap(ctx)
+	return d, nil
 }
 
 // Name implements Backend.
 func (d *Docker) Name() string { return "docker" }
 
-// Close implements Backend: the warm containers are removed.
+// Reaped lists the containers the backend removed when it was made.
+func (d *Docker) Reaped() []string { return d.reaped }
+
+// Close implements Backend: the executions still open are ended and the
+// warm containers removed; it waits for the engine a minute at most.
 func (d *Docker) Close() error {
 	d.mu.Lock()
 	d.closed = true
-	d.mu.Unlock()
-	d.wg.Wait()
-	d.mu.Lock()
-	var ids []string
-	for _, list := range d.spares {
-		ids = append(ids, list...)
+	var open []*dockerSession
+	for s := range d.open {
+		open = append(open, s)
 	}
-	d.spares = map[string][]string{}
 	d.mu.Unlock()
-	for _, id := range ids {
-		d.remove(context.Background(), id)
+	for _, s := range open {
+		_ = s.Close()
 	}
-	return d.cli.Close()
+	done := make(chan struct{})
+	go func() {
+		d.wg.Wait() // spares being started see closed and remove themselves
+		d.mu.Lock()
+		var ids []string
+		for _, list := range d.spares {
+			for _, s := range list {
+				ids = append(ids, s.id)
+			}
+		}
+		d.spares = map[string][]spare{}
+		d.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.remove(ctx, id)
+			}()
+		}
+		wg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		err = errors.New("the Docker engine did not answer in a minute: some sandbox containers may be left (the next start removes them)")
+	}
+	return errors.Join(err, d.cli.Close())
 }
 
-// container returns a started container for a job: a warm one, or a new
-// one; either way a replacement is started for the next job.
-func (d *Docker) container(ctx context.Context, image string, lim Limits) (string, error) {
+// key is what warm containers are kept by: the image and the limits.
+func key(image string, lim Limits) string { return image + fmt.Sprint(lim) }
+
+// Start implements Backend: a warm container, or a new one.
+func (d *Docker) Start(ctx context.Context, spec Spec) (Session, error) {
+	lim := spec.Limits.withDefaults()
+	image := spec.Image
 	if image == "" {
 		image = DefaultImage
 	}
-	key := image + fmt.Sprint(lim)
-	d.mu.Lock()
-	var id string
-	if list := d.spares[key]; len(list) > 0 {
-		id, d.spares[key] = list[0], list[1:]
+	s := &dockerSession{d: d, image: image, lim: lim, first: true}
+	s.deadline = time.Now().Add(lim.Wall)
+	cctx, cancel := context.WithDeadline(ctx, s.deadline.Add(engineGrace))
+	defer cancel()
+	var err error
+	if s.id, err = d.container(cctx, image, lim); err != nil {
+		return nil, err
 	}
-	for !d.closed && len(d.spares[key])+d.filling[key] < d.Warm {
-		d.filling[key]++
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		d.discard(s.id)
+		return nil, errClosed
+	}
+	d.open[s] = true
+	return s, nil
+}
+
+// container returns a started container for an execution: a warm one, or
+// a new one; either way a replacement is started for the next.
+func (d *Docker) container(ctx context.Context, image string, lim Limits) (string, error) {
+	k := key(image, lim)
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return "", errClosed
+	}
+	var id string
+	for len(d.spares[k]) > 0 && id == "" {
+		sp := d.spares[k][0]
+		d.spares[k] = d.spares[k][1:]
+		if time.Since(sp.born) < d.idle()-5*time.Second {
+			id = sp.id
+		} else {
+			d.discard(sp.id) // it ends itself soon, or has
+		}
+	}
+	for d.Warm > 0 && len(d.spares[k])+d.filling[k] < d.Warm {
+		d.filling[k]++
 		d.wg.Add(1)
-		go d.fill(key, image, lim)
+		go d.fill(k, image, lim)
 	}
 	d.mu.Unlock()
 	if id != "" {
 		return id, nil
 	}
+	return d.startNew(ctx, image, lim)
+}
+
+func (d *Docker) idle() time.Duration {
+	if d.Idle > 0 {
+		return d.Idle
+	}
+	return 10 * time.Minute
+}
+
+// startNew creates and starts a container.
+func (d *Docker) startNew(ctx context.Context, image string, lim Limits) (string, error) {
 	id, err := d.create(ctx, image, lim)
 	if err != nil {
 		return "", err
 	}
 	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
-		d.remove(ctx, id)
-		return "", fmt.Errorf("starting the sandbox container: %w", err)
+		d.discard(id)
+		return "", fmt.Errorf("starting the sandbox container: %w", engineErr(ctx, err))
 	}
 	return id, nil
 }
 
 // fill starts a spare container.
-func (d *Docker) fill(key, image string, lim Limits) {
+func (d *Docker) fill(k, image string, lim Limits) {
 	defer d.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	id, err := d.create(ctx, image, lim)
-	if err == nil {
-		if err = d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
-			d.remove(ctx, id)
-		}
-	}
+	id, err := d.startNew(ctx, image, lim)
 	d.mu.Lock()
-	d.filling[key]--
-	if err == nil {
-		d.spares[key] = append(d.spares[key], id)
+	defer d.mu.Unlock()
+	d.filling[k]--
+	switch {
+	case err != nil:
+	case d.closed:
+		d.discard(id)
+	default:
+		d.spares[k] = append(d.spares[k], spare{id: id, born: time.Now()})
 	}
-	d.mu.Unlock()
 }
 
-// Check implements Backend: the engine answers, and the image is there.
+// Check implements Backend: the engine answers.
 func (d *Docker) Check(ctx context.Context) (*Check, error) {
-	c := &Check{Backend: "docker", Isolation: "a container per execution: no network, read-only root, tmpfs workspace, no capabilities, no new privileges, unprivileged user, memory, process and CPU limits"}
+	c := &Check{Backend: "docker", Isolation: "a container per execution: no network, read-only root, tmpfs workspace, no capabilities, no new privileges, unprivileged user, the default seccomp profile and more, /proc masked, memory, process and CPU limits, no container log"}
 	v, err := d.cli.ServerVersion(ctx)
 	if err != nil {
 		return c, fmt.Errorf("the Docker engine does not answer (DOCKER_HOST=%s): %w", d.cli.DaemonHost(), err)
@@ -139,7 +293,14 @@ func (d *Docker) Check(ctx context.Context) (*Check, error) {
 	c.Details = append(c.Details, fmt.Sprintf("engine %s (API %s) at %s", v.Version, v.APIVersion, d.cli.DaemonHost()))
 	if d.runtime != "" {
 		c.Details = append(c.Details, "runtime "+d.runtime)
-		c.Isolation += "; gVisor" + map[bool]string{true: "", false: " (" + d.runtime + ")"}[d.runtime == "runsc"]
+		if d.runtime == "runsc" {
+			c.Isolation += "; gVisor: the code's system calls go to gVisor's kernel, not the host's"
+		}
+	} else {
+		c.Warnings = append(c.Warnings, "runc shares the host's kernel with the code; TRELLIS_SANDBOX_RUNTIME=runsc runs it under gVisor")
+	}
+	if len(d.reaped) > 0 {
+		c.Details = append(c.Details, "removed at start-up, left by processes that are gone: "+strings.Join(d.reaped, ", "))
 	}
 	return c, nil
 }
@@ -152,85 +313,26 @@ func (d *Docker) CheckImage(ctx context.Context, image string) error {
 	return nil
 }
 
-// Exec implements Backend.
-func (d *Docker) Exec(ctx context.Context, j *Job) (*Outcome, error) {
-	lim := j.Limits.withDefaults()
-	wctx, cancel := context.WithTimeout(ctx, lim.Wall)
-	defer cancel()
-	// the container is removed whatever happens to ctx
-	bg := context.WithoutCancel(ctx)
-	id, err := d.container(bg, j.Image, lim)
-	if err != nil {
-		return nil, err
-	}
-	defer d.discard(id)
-	ex, err := d.cli.ContainerExecCreate(bg, id, container.ExecOptions{
-		User: "65534:65534", WorkingDir: "/work", Cmd: j.Command,
-		Env:         []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8", "TMPDIR=/work"},
-		AttachStdin: true, AttachStdout: true, AttachStderr: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("the sandbox job: %w", err)
-	}
-	att, err := d.cli.ContainerExecAttach(bg, ex.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("attaching to the sandbox job: %w", err)
-	}
-	defer att.Close()
-	start := time.Now()
-	go func() {
-		_, _ = att.Conn.Write(j.Stdin)
-		_ = att.CloseWrite()
-	}()
-	stdout, stderr := &capped{n: lim.Output}, &capped{n: lim.Output}
-	copied := make(chan error, 1)
-	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
-		copied <- err
-	}()
-	select {
-	case <-copied:
-	case <-wctx.Done():
-		// the wall limit, or the caller gave up: the container dies
-		// with everything in it
-		_ = d.cli.ContainerKill(bg, id, "KILL")
-		att.Close()
-		<-copied
-	}
-	o := &Outcome{Wall: time.Since(start), Exit: -1}
-	ins, err := d.inspectExec(bg, ex.ID)
-	if err == nil && !ins.Running {
-		o.Exit = ins.ExitCode
-		if o.Exit > 128 && o.Exit < 128+32 {
-			o.Exit, o.Signal = -1, signalName(ins.ExitCode-128)
-		}
-	}
-	d.measure(bg, id, o)
-	o.Stdout, o.Stderr, o.StdoutCut, o.StderrCut = stdout.buf, stderr.buf, stdout.cut, stderr.cut
-	switch {
-	case ctx.Err() != nil:
-		return o, ctx.Err()
-	case wctx.Err() != nil:
-		o.Limit, o.Exit, o.Signal = LimitWall, -1, "SIGKILL"
-	default:
-		o.attribute(lim)
-	}
-	return o, nil
+// firstScript is the container's first process: with nothing open, it
+// waits for the execution's first process to wake it, then ends itself at
+// the execution's wall time; unwoken, it ends itself once it has waited
+// idle.
+func firstScript(wall, idle time.Duration) string {
+	return fmt.Sprintf(`exec </dev/null >/dev/null 2>&1; trap 'exec sleep %d' USR1; sleep %d & wait; exit 0`,
+		int64((wall+time.Second)/time.Second)+1, int64(idle/time.Second)+1)
 }
 
-// inspectExec waits briefly for the engine to record the job's end.
-func (d *Docker) inspectExec(ctx context.Context, id string) (container.ExecInspect, error) {
-	for i := 0; ; i++ {
-		ins, err := d.cli.ContainerExecInspect(ctx, id)
-		if err != nil || !ins.Running || i == 50 {
-			return ins, err
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// The preambles of the processes of an execution: each first kills what
+// the one before left running (the container's first process is immune:
+// the first of its PID namespace), the first wakes the container's
+// first process and waits until it has taken the wall time.
+const (
+	killLeftovers = `kill -9 -1 2>/dev/null; exec "$@"`
+	wakeFirst     = `i=0; while read -r c </proc/1/comm && [ "$c" != sleep ] && [ $i -lt 2000 ]; do kill -USR1 1 2>/dev/null; i=$((i+1)); done; `
+)
 
 func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, error) {
-	cpu := max(int64(lim.CPU/time.Second), 1)
+	cpu := lim.cpuSeconds()
 	hc := &container.HostConfig{
 		NetworkMode:    "none",
 		ReadonlyRootfs: true,
@@ -239,8 +341,14 @@ func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, 
 			"/tmp":  "rw,nosuid,nodev,noexec,size=1m,mode=1777",
 		},
 		CapDrop:     []string{"ALL"},
-		SecurityOpt: []string{"no-new-privileges"},
+		SecurityOpt: []string{"no-new-privileges", "seccomp=" + d.profile},
 		Runtime:     d.runtime,
+		AutoRemove:  true,
+		LogConfig:   container.LogConfig{Type: "none"},
+		IpcMode:     "private",
+		// setting either list replaces Docker's: its defaults, and more
+		MaskedPaths:   append(append(slices.Clone(maskedPaths[:10]), "/sys/firmware", "/sys/devices/virtual/powercap"), dockerMasks...),
+		ReadonlyPaths: dockerReadonly,
 		Resources: container.Resources{
 			Memory: lim.Memory, MemorySwap: lim.Memory,
 			PidsLimit: ptr(int64(lim.Processes)),
@@ -255,79 +363,233 @@ func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, 
 	}
 	cfg := &container.Config{
 		Image: image, User: "65534:65534", WorkingDir: "/work",
-		Cmd:             []string{"/bin/sleep", "86400"},
-		NetworkDisabled: true, Labels: map[string]string{label: "1"},
+		Cmd:             []string{"/bin/sh", "-c", firstScript(lim.Wall, d.idle())},
+		NetworkDisabled: true, Labels: map[string]string{label: "1", ownerLabel: d.owner},
 		Env: []string{"PATH=/usr/bin:/bin"},
 	}
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
 	if err != nil {
-		return "", fmt.Errorf("creating the sandbox container: %w", err)
+		return "", fmt.Errorf("creating the sandbox container: %w", engineErr(ctx, err))
 	}
-	d.mu.Lock()
-	d.live[resp.ID] = true
-	d.mu.Unlock()
 	return resp.ID, nil
 }
 
-// measure reads the container's peak memory, CPU time and memory limit
-// hits while it still stands: from its cgroups when the engine runs on
-// this machine, else from the engine's statistics (which wait for the
-// engine's next sample, up to a second).
-func (d *Docker) measure(ctx context.Context, id string, o *Outcome) {
-	if d.measureCgroup(id, o) {
-		return
+// engineErr says that the engine did not answer in time, when that is
+// why a call failed.
+func engineErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("the Docker engine did not answer in time: %w", err)
 	}
-	st, err := d.cli.ContainerStatsOneShot(ctx, id)
+	return err
+}
+
+// dockerSession is one execution's container.
+type dockerSession struct {
+	d        *Docker
+	image    string
+	lim      Limits
+	deadline time.Time
+
+	mu     sync.Mutex
+	id     string
+	first  bool // the next process is the first
+	closed bool
+}
+
+// Run implements Session.
+func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
+	lim := s.lim
+	left := time.Until(s.deadline)
+	if left <= 0 {
+		return &Outcome{Exit: -1, Limit: LimitWall}, nil
+	}
+	limit := left
+	if p.Time > 0 && p.Time < limit {
+		limit = p.Time
+	}
+	// every engine call ends with the process's time (and a grace), or
+	// with ctx: an engine that does not answer holds nothing up
+	ectx, cancel := context.WithTimeout(ctx, limit+engineGrace)
+	defer cancel()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	first, id := s.first, s.id
+	s.first = false
+	s.mu.Unlock()
+	script := killLeftovers
+	if first {
+		script = wakeFirst + script
+	}
+	opts := container.ExecOptions{
+		User: "65534:65534", WorkingDir: "/work", Cmd: append([]string{"/bin/sh", "-c", script, "sh"}, p.Command...),
+		Env:         []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8", "TMPDIR=/work"},
+		AttachStdin: true, AttachStdout: true, AttachStderr: true,
+	}
+	ex, err := s.d.cli.ContainerExecCreate(ectx, id, opts)
+	if err != nil && first && ectx.Err() == nil {
+		// the warm container died (it waited too long, or was killed):
+		// another, once
+		s.d.discard(id)
+		if id, err = s.d.startNew(ectx, s.image, lim); err == nil {
+			s.mu.Lock()
+			s.id = id
+			s.mu.Unlock()
+			ex, err = s.d.cli.ContainerExecCreate(ectx, id, opts)
+		}
+	}
 	if err != nil {
-		return
+		return nil, ctxErr(ctx, fmt.Errorf("the sandbox process: %w", engineErr(ectx, err)))
 	}
-	defer st.Body.Close()
-	var s container.StatsResponse
-	if json.NewDecoder(st.Body).Decode(&s) != nil {
-		return
+	att, err := s.d.cli.ContainerExecAttach(ectx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, ctxErr(ctx, fmt.Errorf("attaching to the sandbox process: %w", engineErr(ectx, err)))
 	}
-	o.Memory = int64(s.MemoryStats.MaxUsage)
-	o.CPU = time.Duration(s.CPUStats.CPUUsage.TotalUsage)
-	m := s.MemoryStats
-	// the peak reached the limit: the kernel killed a process of the job
-	// to stay under it (the engine's OOMKilled covers its first only)
-	if m.Failcnt > 0 || m.Limit > 0 && m.MaxUsage >= m.Limit {
-		o.Limit = LimitMemory
+	defer att.Close()
+	var before counters
+	g := s.d.cgroup(id)
+	if g != nil {
+		before = g.counters()
+	}
+	start := time.Now()
+	go func() {
+		_, _ = att.Conn.Write(p.Stdin)
+		_ = att.CloseWrite()
+	}()
+	full := make(chan struct{})
+	var fullOnce sync.Once
+	stop := func() { fullOnce.Do(func() { close(full) }) }
+	stdoutCap := p.Stdout
+	if stdoutCap <= 0 {
+		stdoutCap = lim.Output
+	}
+	stdout, stderr := &capped{n: stdoutCap, full: stop}, &capped{n: lim.Output, full: stop}
+	copied := make(chan error, 1)
+	var out, errOut []byte
+	var outCut, errCut bool
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		copied <- err
+	}()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	var wall, stopped, tooMuch bool
+	select {
+	case <-copied:
+	case <-full:
+		stopped, tooMuch = true, true
+	case <-timer.C:
+		wall, stopped = true, true
+	case <-ctx.Done():
+		stopped = true
+	}
+	if stopped {
+		// the process goes on until the next one's preamble, or the
+		// container's end, kills it; its output is no longer read
+		att.Close()
+		<-copied
+	}
+	out, errOut, outCut, errCut = stdout.buf, stderr.buf, stdout.cut, stderr.cut
+	o := &Outcome{Wall: time.Since(start), Exit: -1, Stdout: out, Stderr: errOut, StdoutCut: outCut, StderrCut: errCut}
+	if ctx.Err() != nil {
+		return o, ctx.Err()
+	}
+	if !stopped {
+		ictx, icancel := context.WithTimeout(ctx, engineGrace)
+		ins, err := s.d.inspectExec(ictx, ex.ID)
+		icancel()
+		switch {
+		case err != nil:
+			return nil, ctxErr(ctx, fmt.Errorf("the sandbox process's end: %w", engineErr(ictx, err)))
+		case !ins.Running:
+			o.Exit, o.Signal = exitStatus(ins.ExitCode)
+		}
+	} else {
+		o.Signal = "SIGKILL"
+	}
+	if g != nil {
+		g.measure(o, before)
+	}
+	switch {
+	case wall:
+		o.Limit, o.Exit, o.Signal = LimitWall, -1, "SIGKILL"
+	case tooMuch:
+		o.Limit = LimitOutput
+	default:
+		o.attribute(lim, g != nil)
+	}
+	return o, nil
+}
+
+// ctxErr is ctx's error when it ended, else err.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// Close implements Session: the container is killed and removed in the
+// background.
+func (s *dockerSession) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	id := s.id
+	s.mu.Unlock()
+	s.d.mu.Lock()
+	delete(s.d.open, s)
+	s.d.mu.Unlock()
+	s.d.discard(id)
+	return nil
+}
+
+// inspectExec waits briefly for the engine to record the process's end.
+func (d *Docker) inspectExec(ctx context.Context, id string) (container.ExecInspect, error) {
+	for i := 0; ; i++ {
+		ins, err := d.cli.ContainerExecInspect(ctx, id)
+		if err != nil || !ins.Running || i == 100 {
+			return ins, err
+		}
+		select {
+		case <-ctx.Done():
+			return ins, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 
-// measureCgroup reads a local engine's cgroups of the container (v1 with
-// the cgroupfs driver, or v2): false when they are not there.
-func (d *Docker) measureCgroup(id string, o *Outcome) bool {
+// cgroup is the container's cgroups when the engine runs on this machine
+// (v1 with the cgroupfs driver, or v2), else nil.
+func (d *Docker) cgroup(id string) *jobGroup {
 	v1 := filepath.Join(cgroupRoot, "memory", "docker", id)
 	if _, err := os.Stat(v1); err == nil {
-		g := &jobGroup{c: &cgroups{version: "v1"}, dirs: map[string]string{"memory": v1,
+		return &jobGroup{c: &cgroups{version: "v1"}, dirs: map[string]string{"memory": v1,
 			"pids": filepath.Join(cgroupRoot, "pids", "docker", id), "cpuacct": filepath.Join(cgroupRoot, "cpuacct", "docker", id)}}
-		g.measure(o)
-		return true
 	}
 	for _, v2 := range []string{filepath.Join(cgroupRoot, "system.slice", "docker-"+id+".scope"), filepath.Join(cgroupRoot, "docker", id)} {
 		if _, err := os.Stat(filepath.Join(v2, "memory.peak")); err == nil {
-			g := &jobGroup{c: &cgroups{version: "v2"}, dirs: map[string]string{"": v2}}
-			g.measure(o)
-			return true
+			return &jobGroup{c: &cgroups{version: "v2"}, dirs: map[string]string{"": v2}}
 		}
 	}
-	return false
+	return nil
 }
 
-// discard kills a job's container at once, with whatever it left
-// running, and removes it in the background.
+// discard kills a container at once, with whatever it runs, and removes
+// it, in the background (a minute at most).
 func (d *Docker) discard(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	if err := d.cli.ContainerKill(ctx, id, "KILL"); err != nil && !strings.Contains(err.Error(), "is not running") {
-		d.remove(ctx, id)
-		cancel()
+	if id == "" {
 		return
 	}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		d.remove(ctx, id)
 	}()
@@ -336,21 +598,22 @@ func (d *Docker) discard(id string) {
 func (d *Docker) remove(ctx context.Context, id string) {
 	for i := range 3 {
 		err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
-		if err == nil || strings.Contains(err.Error(), "No such container") {
-			break
+		if err == nil || strings.Contains(err.Error(), "No such container") || strings.Contains(err.Error(), "is already in progress") || ctx.Err() != nil {
+			return
 		}
-		time.Sleep(time.Duration(i+1) * 100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(i+1) * 100 * time.Millisecond):
+		}
 	}
-	d.mu.Lock()
-	delete(d.live, id)
-	d.mu.Unlock()
 }
 
-// Leftovers lists the containers with this backend's label that still
-// exist, but for its warm ones (none, once every job has ended).
+// Leftovers lists the containers of this backend that still exist, but
+// for its warm ones (none, once every execution has ended).
 func (d *Docker) Leftovers(ctx context.Context) ([]string, error) {
-	d.wg.Wait() // spares being started
-	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", label))})
+	d.wg.Wait() // spares being started, containers being removed
+	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", ownerLabel+"="+d.owner))})
 	if err != nil {
 		return nil, err
 	}
@@ -358,8 +621,8 @@ func (d *Docker) Leftovers(ctx context.Context) ([]string, error) {
 	defer d.mu.Unlock()
 	spare := map[string]bool{}
 	for _, l := range d.spares {
-		for _, id := range l {
-			spare[id] = true
+		for _, s := range l {
+			spare[s.id] = true
 		}
 	}
 	var ids []string
@@ -369,6 +632,36 @@ func (d *Docker) Leftovers(ctx context.Context) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// Reap removes the sandbox containers that processes of this machine,
+// now gone, left behind (on this boot; those of other machines sharing
+// the engine are theirs to remove).
+func (d *Docker) Reap(ctx context.Context) ([]string, error) {
+	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", label))})
+	if err != nil {
+		return nil, err
+	}
+	var gone []string
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, c := range list {
+		boot, o, ok := strings.Cut(c.Labels[ownerLabel], "/")
+		if !ok || boot != bootID() || o == string(self()) || owner(o).alive() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.remove(ctx, c.ID)
+			mu.Lock()
+			gone = append(gone, c.ID[:12])
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	slices.Sort(gone)
+	return gone, nil
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -64,8 +64,8 @@ func tree(tmp string) (string, error) {
 		}
 	}
 	dir := filepath.Join(tmp, "root")
-	if cache, err := os.UserCacheDir(); err == nil {
-		dir = filepath.Join(cache, "trellis", "sandbox-root-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if cache := cacheDir(); cache != "" {
+		dir = filepath.Join(cache, "sandbox-root-"+hex.EncodeToString(h.Sum(nil))[:16])
 		if _, err := os.Stat(filepath.Join(dir, "usr", "bin", "python3")); err == nil {
 			return dir, nil
 		}
@@ -74,6 +74,22 @@ func tree(tmp string) (string, error) {
 		return "", fmt.Errorf("building the sandbox tree: %v\n%s", err, out)
 	}
 	return dir, nil
+}
+
+// cacheDir is where the tree is kept between runs: as root, where the
+// sandbox's user (which bubblewrap runs as) can reach it; else the
+// user's cache ("" when there is none).
+func cacheDir() string {
+	if os.Geteuid() == 0 {
+		dir := "/var/cache/trellis"
+		if os.MkdirAll(dir, 0o755) == nil {
+			return dir
+		}
+	}
+	if cache, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(cache, "trellis")
+	}
+	return ""
 }
 
 // script is the path of the tree's build script.
