@@ -54,6 +54,7 @@ type Docker struct {
 	spares  map[string][]spare // started containers ready, by key
 	filling map[string]int     // spares being started, by key
 	open    map[*dockerSession]bool
+	made    map[string]bool // the containers this backend made
 	closed  bool
 	wg      sync.WaitGroup // spares being started, containers being removed
 	reaped  []string
@@ -72,6 +73,10 @@ const (
 	label      = "trellis.sandbox"
 	ownerLabel = "trellis.sandbox.owner"
 )
+
+// runscThreads is what gVisor's runtime adds to the container's process
+// limit for threads of its own.
+const runscThreads = 256
 
 // engineGrace is how long past a process's time an engine call may take
 // before the execution gives up on the engine.
@@ -126,7 +131,7 @@ func NewDocker(runtime string) (*Docker, error) {
 		return nil, err
 	}
 	d := &Docker{cli: cli, runtime: runtime, Idle: 10 * time.Minute, owner: bootID() + "/" + string(self()),
-		profile: dockerProfile(), spares: map[string][]spare{}, filling: map[string]int{}, open: map[*dockerSession]bool{}}
+		profile: dockerProfile(), spares: map[string][]spare{}, filling: map[string]int{}, open: map[*dockerSession]bool{}, made: map[string]bool{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	d.reaped, _ = d.Reap(ctx)
@@ -197,13 +202,15 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (Session, error) {
 		image = DefaultImage
 	}
 	s := &dockerSession{d: d, image: image, lim: lim, first: true}
-	s.deadline = time.Now().Add(lim.Wall)
-	cctx, cancel := context.WithDeadline(ctx, s.deadline.Add(engineGrace))
+	// the engine may take the wall time (and a grace) to give a
+	// container; the execution's wall time runs once it has one
+	cctx, cancel := context.WithTimeout(ctx, lim.Wall+engineGrace)
 	defer cancel()
 	var err error
 	if s.id, err = d.container(cctx, image, lim); err != nil {
 		return nil, err
 	}
+	s.deadline = time.Now().Add(lim.Wall)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -316,23 +323,39 @@ func (d *Docker) CheckImage(ctx context.Context, image string) error {
 // firstScript is the container's first process: with nothing open, it
 // waits for the execution's first process to wake it, then ends itself at
 // the execution's wall time; unwoken, it ends itself once it has waited
-// idle.
-func firstScript(wall, idle time.Duration) string {
-	return fmt.Sprintf(`exec </dev/null >/dev/null 2>&1; trap 'exec sleep %d' USR1; sleep %d & wait; exit 0`,
-		int64((wall+time.Second)/time.Second)+1, int64(idle/time.Second)+1)
+// idle. Woken, it runs the image's sleep that may be run but not read
+// (the process is then not dumpable: nothing of it can be read or
+// written through /proc), where the runtime can run such a file.
+func (d *Docker) firstScript(wall, idle time.Duration) string {
+	sleep := "/usr/lib/trellis-sandbox/sleep"
+	if d.runtime == "runsc" {
+		sleep = "sleep" // gVisor loads only files it may read
+	}
+	return fmt.Sprintf(`exec </dev/null >/dev/null 2>&1; s=%s; [ -x "$s" ] || s=sleep; trap 'exec "$s" %d' USR1; : >%s; sleep %d & wait; exit 0`,
+		sleep, int64((wall+time.Second)/time.Second)+1, readyFile, int64(idle/time.Second)+1)
 }
 
 // The preambles of the processes of an execution: each first kills what
-// the one before left running (the container's first process is immune:
-// the first of its PID namespace), the first wakes the container's
-// first process and waits until it has taken the wall time.
+// the one before left running (the container's first process is spared:
+// the first of its PID namespace), the first wakes the container's first
+// process, once it is ready, with one signal (gVisor, unlike Linux, lets
+// a signal with no handler end it) and waits until it has taken the wall
+// time. readyFile is how the first process says it is ready, before any
+// code has run.
 const (
+	readyFile     = "/tmp/.trellis-ready"
 	killLeftovers = `kill -9 -1 2>/dev/null; exec "$@"`
-	wakeFirst     = `i=0; while read -r c </proc/1/comm && [ "$c" != sleep ] && [ $i -lt 2000 ]; do kill -USR1 1 2>/dev/null; i=$((i+1)); done; `
+	wakeFirst     = `i=0; until [ -e ` + readyFile + ` ] || [ $i -ge 1000 ]; do i=$((i+1)); [ $i -lt 20 ] || sleep 0.01; done; kill -USR1 1; ` +
+		`i=0; while read -r c </proc/1/comm && [ "$c" != sleep ] && [ $i -lt 1000 ]; do i=$((i+1)); [ $i -lt 20 ] || sleep 0.01; done; rm -f ` + readyFile + `; `
 )
 
 func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, error) {
 	cpu := lim.cpuSeconds()
+	pids := int64(lim.Processes)
+	if d.runtime == "runsc" {
+		// gVisor's own threads count too
+		pids += runscThreads
+	}
 	hc := &container.HostConfig{
 		NetworkMode:    "none",
 		ReadonlyRootfs: true,
@@ -351,7 +374,7 @@ func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, 
 		ReadonlyPaths: dockerReadonly,
 		Resources: container.Resources{
 			Memory: lim.Memory, MemorySwap: lim.Memory,
-			PidsLimit: ptr(int64(lim.Processes)),
+			PidsLimit: ptr(pids),
 			NanoCPUs:  1e9,
 			Ulimits: []*container.Ulimit{
 				{Name: "cpu", Soft: cpu, Hard: cpu + 1},
@@ -363,7 +386,7 @@ func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, 
 	}
 	cfg := &container.Config{
 		Image: image, User: "65534:65534", WorkingDir: "/work",
-		Cmd:             []string{"/bin/sh", "-c", firstScript(lim.Wall, d.idle())},
+		Cmd:             []string{"/bin/sh", "-c", d.firstScript(lim.Wall, d.idle())},
 		NetworkDisabled: true, Labels: map[string]string{label: "1", ownerLabel: d.owner},
 		Env: []string{"PATH=/usr/bin:/bin"},
 	}
@@ -371,6 +394,9 @@ func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, 
 	if err != nil {
 		return "", fmt.Errorf("creating the sandbox container: %w", engineErr(ctx, err))
 	}
+	d.mu.Lock()
+	d.made[resp.ID] = true
+	d.mu.Unlock()
 	return resp.ID, nil
 }
 
@@ -419,6 +445,26 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	first, id := s.first, s.id
 	s.first = false
 	s.mu.Unlock()
+	if !first {
+		// nothing of the process before may reach this one: what it left
+		// running is killed, and what it left in the workspace removed,
+		// before this one starts
+		if err := s.reset(ectx, id); err != nil {
+			if ectx.Err() != nil {
+				return nil, ctxErr(ctx, err)
+			}
+			// the container is gone (under gVisor the code may end its
+			// first process): this process gets a new one
+			s.d.discard(id)
+			if id, err = s.d.startNew(ectx, s.image, lim); err != nil {
+				return nil, ctxErr(ctx, fmt.Errorf("the sandbox process: %w", err))
+			}
+			s.mu.Lock()
+			s.id = id
+			s.mu.Unlock()
+			first = true
+		}
+	}
 	script := killLeftovers
 	if first {
 		script = wakeFirst + script
@@ -523,6 +569,38 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	return o, nil
 }
 
+// resetScript kills every process of the sandbox's user but itself (the
+// container's first process is immune) and empties the workspace.
+const resetScript = `kill -9 -1 2>/dev/null; for d in /work /tmp; do cd "$d" && rm -rf -- ./* ./.[!.]* ./..?* 2>/dev/null; done; exit 0`
+
+// reset readies the container for the execution's next process.
+func (s *dockerSession) reset(ctx context.Context, id string) error {
+	ex, err := s.d.cli.ContainerExecCreate(ctx, id, container.ExecOptions{User: "65534:65534", WorkingDir: "/",
+		Cmd: []string{"/bin/sh", "-c", resetScript}, Env: []string{"PATH=/usr/bin:/bin"}})
+	if err == nil {
+		err = s.d.cli.ContainerExecStart(ctx, ex.ID, container.ExecStartOptions{})
+	}
+	var ins container.ExecInspect
+	if err == nil {
+		rctx, cancel := context.WithTimeout(ctx, engineGrace)
+		for ins, err = s.d.cli.ContainerExecInspect(rctx, ex.ID); err == nil && ins.Running; ins, err = s.d.cli.ContainerExecInspect(rctx, ex.ID) {
+			select {
+			case <-rctx.Done():
+				err = rctx.Err()
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+		cancel()
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("resetting the sandbox for the next process: %w", engineErr(ctx, err))
+	case ins.ExitCode != 0:
+		return fmt.Errorf("resetting the sandbox for the next process: exit status %d", ins.ExitCode)
+	}
+	return nil
+}
+
 // ctxErr is ctx's error when it ended, else err.
 func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
@@ -609,8 +687,8 @@ func (d *Docker) remove(ctx context.Context, id string) {
 	}
 }
 
-// Leftovers lists the containers of this backend that still exist, but
-// for its warm ones (none, once every execution has ended).
+// Leftovers lists the containers this backend made that still exist,
+// but for its warm ones (none, once every execution has ended).
 func (d *Docker) Leftovers(ctx context.Context) ([]string, error) {
 	d.wg.Wait() // spares being started, containers being removed
 	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", ownerLabel+"="+d.owner))})
@@ -627,7 +705,7 @@ func (d *Docker) Leftovers(ctx context.Context) ([]string, error) {
 	}
 	var ids []string
 	for _, c := range list {
-		if !spare[c.ID] {
+		if d.made[c.ID] && !spare[c.ID] {
 			ids = append(ids, c.ID)
 		}
 	}

@@ -119,13 +119,15 @@ func Execute(ctx context.Context, p *Pool, l *Language, sub Submission) (*Result
 	if l.Image != "" {
 		img = l.Image
 	}
-	start := time.Now()
-	deadline := start.Add(lim.Wall)
 	s, err := p.Start(ctx, Spec{Image: img, Root: p.images.Root, Limits: lim})
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
+	// the wall time runs from here: not while waiting for a place, nor
+	// while the backend makes the sandbox
+	start := time.Now()
+	deadline := start.Add(lim.Wall)
 	r.Executed = true
 
 	first := true

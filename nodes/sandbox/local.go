@@ -3,8 +3,10 @@ package sandbox
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -53,6 +55,7 @@ type Local struct {
 	closed bool
 	reaped []string
 	roots  sync.Map // root → error (nil: the sandbox user reaches it)
+	inits  sync.Map // root → its init
 }
 
 // sandboxUser is the sandbox's user, inside and, when trellis runs as
@@ -65,6 +68,58 @@ const sandboxUser = 65534
 // sandbox ends. The process itself is not the first of its PID
 // namespace, which the kernel's SIGXCPU and SIGXFSZ would not end.
 const localInit = `exec 3<&0; "$@" <&3 3<&- & exec </dev/null >/dev/null 2>&1 3<&-; wait $!`
+
+// init is the sandbox's first process for the tree at root: a copy of its
+// shell that the sandbox's user may run but not read, so that the
+// process running it is not dumpable (nothing of it can be read or
+// written through /proc by the code beside it).
+func (l *Local) init(root string) (string, error) {
+	if v, ok := l.inits.Load(root); ok {
+		return v.(string), nil
+	}
+	src, err := filepath.EvalSymlinks(filepath.Join(cmp.Or(root, "/"), "bin", "sh"))
+	if err != nil {
+		return "", fmt.Errorf("the sandbox's shell: %w", err)
+	}
+	if root != "" && !strings.HasPrefix(src, filepath.Clean(root)+"/") {
+		// an absolute link in the tree: the same path in the tree
+		if src, err = filepath.EvalSymlinks(filepath.Join(root, src)); err != nil {
+			return "", fmt.Errorf("the sandbox's shell: %w", err)
+		}
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("the sandbox's shell: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	dir := "/run/trellis-sandbox"
+	if l.cred == nil {
+		dir = filepath.Join(os.TempDir(), fmt.Sprintf("trellis-sandbox-%d", os.Getuid()))
+	}
+	path := filepath.Join(dir, "init-"+hex.EncodeToString(sum[:8]))
+	if fi, err := os.Stat(path); err != nil || fi.Size() != int64(len(data)) || fi.Mode().Perm() != 0o711 {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("the sandbox's shell: %w", err)
+		}
+		_ = os.Chmod(dir, 0o755)
+		tmp, err := os.CreateTemp(dir, ".init-")
+		if err == nil {
+			_, err = tmp.Write(data)
+			err = errors.Join(err, tmp.Chmod(0o711), tmp.Close())
+			if err == nil {
+				err = os.Rename(tmp.Name(), path)
+			}
+			if err != nil {
+				os.Remove(tmp.Name())
+			}
+		}
+		if err != nil {
+			return "", fmt.Errorf("the sandbox's shell: %w", err)
+		}
+	}
+	l.inits.Store(root, path)
+	return path, nil
+}
 
 // ownerEnv names the owner in the environment of bubblewrap (outside the
 // sandbox), so that what it leaves is found.
@@ -251,8 +306,12 @@ func (s *localSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	init, err := s.l.init(s.root)
+	if err != nil {
+		return nil, err
+	}
 	extra := []*os.File{statusW, blockR}
-	args := append(s.l.bwrapArgs(s.root, lim), "--json-status-fd", "3", "--block-fd", "4")
+	args := append(s.l.bwrapArgs(s.root, init, lim), "--json-status-fd", "3", "--block-fd", "4")
 	var secW *os.File
 	if s.l.seccomp != nil {
 		var secR *os.File
@@ -262,7 +321,7 @@ func (s *localSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 		extra = append(extra, secR)
 		args = append(args, "--seccomp", "5")
 	}
-	args = append(append(args, "--", "/bin/sh", "-c", localInit, "sh"), p.Command...)
+	args = append(append(args, "--", "/.init", "-c", localInit, "sh"), p.Command...)
 	// prlimit sets the rlimits and becomes bubblewrap, whose environment
 	// (never the sandbox's: --clearenv) names its owner
 	cmd := exec.Command(s.l.prlimit, append(append(s.rlimits(), "--", s.l.bwrap), args...)...)
@@ -607,8 +666,8 @@ func (l *Local) reachable(root string) error {
 }
 
 // bwrapArgs isolates a process: root is the tree holding the language
-// runtime ("" is this machine's).
-func (l *Local) bwrapArgs(root string, lim Limits) []string {
+// runtime ("" is this machine's), init the sandbox's first process.
+func (l *Local) bwrapArgs(root, init string, lim Limits) []string {
 	if root == "" {
 		root = "/"
 	}
@@ -642,7 +701,7 @@ func (l *Local) bwrapArgs(root string, lim Limits) []string {
 	return append(a, "--dev", "/dev", "--remount-ro", "/dev",
 		"--size", strconv.FormatInt(lim.Workspace, 10), "--tmpfs", "/work",
 		"--size", strconv.FormatInt(1<<20, 10), "--tmpfs", "/tmp",
-		"--remount-ro", "/", "--chdir", "/work")
+		"--ro-bind", init, "/.init", "--remount-ro", "/", "--chdir", "/work")
 }
 
 // maskedPaths are the /proc paths Docker masks and makes read-only by

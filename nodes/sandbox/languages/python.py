@@ -155,7 +155,7 @@ def encode(value, room):
 def text(value, room):
     import reprlib
     r = reprlib.Repr()
-    r.maxstring, r.maxother, r.maxlevel = room, room, 20
+    r.maxstring, r.maxother, r.maxlong, r.maxlevel = room, room, room, 20
     r.maxlist = r.maxtuple = r.maxdict = r.maxset = r.maxfrozenset = r.maxdeque = r.maxarray = 10000
     try:
         t = r.repr(value)

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +39,14 @@ func Main(m *testing.M) int {
 	if root, err = tree(tmp); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	if os.Geteuid() == 0 {
+		// a file only root may read, in the tree and the image, for the
+		// tests to check that the sandbox's user is not root
+		if err := os.WriteFile(filepath.Join(root, "etc", "trellis-probe"), []byte(ProbeSecret), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	stop := startDocker(tmp)
 	code := m.Run()
@@ -98,6 +108,10 @@ func script() string {
 	return filepath.Join(filepath.Dir(file), "..", "image", "rootfs.sh")
 }
 
+// ProbeSecret is what /etc/trellis-probe holds in the tree and the image,
+// readable by root only (when the tests run as root).
+const ProbeSecret = "probe-secret-8c1f"
+
 // Root is the sandbox's file tree.
 func Root() string { return root }
 
@@ -140,6 +154,55 @@ func Backends(t testing.TB, n int) map[string]*sandbox.Pool {
 	return map[string]*sandbox.Pool{"local": Local(t, n), "docker": Docker(t, n)}
 }
 
+// Runsc returns a pool on the Docker backend with gVisor's runtime, or
+// why there is none: runsc is not installed (Debian's package did not
+// install), or the engine at DOCKER_HOST does not know it.
+func Runsc(t testing.TB, n int) (*sandbox.Pool, string) {
+	t.Helper()
+	if _, err := exec.LookPath("runsc"); err != nil {
+		return nil, "runsc (gVisor) is not installed: apt-get install runsc (make deps tries)"
+	}
+	if dockerErr != nil {
+		t.Fatalf("no Docker engine: %v (make deps installs docker.io)", dockerErr)
+	}
+	if out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output(); err != nil || !strings.Contains(string(out), `"runsc"`) {
+		return nil, "the Docker engine at DOCKER_HOST has no runsc runtime"
+	}
+	b, err := sandbox.NewDocker("runsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Warm = warm
+	t.Cleanup(func() { b.Close() })
+	return sandbox.NewPool(b, n, sandbox.Images{Image: image}), ""
+}
+
+// EngineRoot is the data directory of the Docker engine Main started ("":
+// it started none).
+func EngineRoot() string { return engineRoot }
+
+var engineRoot string
+
+// engine is the Docker engine Main started, if it started one.
+var engine *os.Process
+
+// PauseEngine stops the Docker engine Main started (SIGSTOP), so that it
+// takes connections and answers nothing; the returned function resumes
+// it. The test fails when Main started none.
+func PauseEngine(t testing.TB) (resume func()) {
+	t.Helper()
+	if engine == nil {
+		t.Fatal("no Docker engine of the tests' own to pause (DOCKER_HOST names another)")
+	}
+	if err := engine.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = engine.Signal(syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
 // startDocker uses the engine DOCKER_HOST names, or starts one, and
 // imports the image; it returns what stops it.
 func startDocker(tmp string) func() {
@@ -152,7 +215,14 @@ func startDocker(tmp string) func() {
 		sock := filepath.Join(dir, "docker.sock")
 		_ = os.MkdirAll(dir, 0o755)
 		log, _ := os.Create(filepath.Join(dir, "dockerd.log"))
-		cmd := exec.Command("dockerd", "-H", "unix://"+sock, "--data-root", filepath.Join(dir, "data"),
+		// gVisor, when it is installed, as the runtime runsc
+		config := filepath.Join(dir, "daemon.json")
+		runtimes := "{}"
+		if p, err := exec.LookPath("runsc"); err == nil {
+			runtimes = fmt.Sprintf(`{"runsc": {"path": %q, "runtimeArgs": ["--network=none"]}}`, p)
+		}
+		_ = os.WriteFile(config, []byte(`{"runtimes": `+runtimes+`}`), 0o644)
+		cmd := exec.Command("dockerd", "-H", "unix://"+sock, "--config-file", config, "--data-root", filepath.Join(dir, "data"),
 			"--exec-root", filepath.Join(dir, "exec"), "--pidfile", filepath.Join(dir, "dockerd.pid"),
 			"--bridge=none", "--iptables=false", "--ip6tables=false")
 		cmd.Stdout, cmd.Stderr = log, log
@@ -160,6 +230,7 @@ func startDocker(tmp string) func() {
 			dockerErr = err
 			return func() {}
 		}
+		engine, engineRoot = cmd.Process, filepath.Join(dir, "data")
 		os.Setenv("DOCKER_HOST", "unix://"+sock)
 		stop := func() {
 			_ = cmd.Process.Signal(os.Interrupt)
