@@ -687,6 +687,21 @@ func (d *Docker) remove(ctx context.Context, id string) {
 	}
 }
 
+// Spares lists the warm containers ready, of every image and set of
+// limits (after those being started are).
+func (d *Docker) Spares() []string {
+	d.wg.Wait()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var ids []string
+	for _, l := range d.spares {
+		for _, s := range l {
+			ids = append(ids, s.id)
+		}
+	}
+	return ids
+}
+
 // Leftovers lists the containers this backend made that still exist,
 // but for its warm ones (none, once every execution has ended).
 func (d *Docker) Leftovers(ctx context.Context) ([]string, error) {

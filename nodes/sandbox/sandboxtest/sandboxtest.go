@@ -28,8 +28,12 @@ var (
 	image     = "trellis-sandbox:test"
 )
 
-// Main sets up, runs the tests and tears down.
+// Main sets up, runs the tests and tears down; started by Helper, it is
+// the helper.
 func Main(m *testing.M) int {
+	if spec := os.Getenv(helperEnv); spec != "" {
+		return helper(spec)
+	}
 	tmp, err := os.MkdirTemp("", "trellis-sandboxtest-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
