@@ -1,11 +1,6 @@
 package sandbox_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,39 +9,7 @@ import (
 	"github.com/trellisflow/trellis/nodes/sandbox/sandboxtest"
 )
 
-// ownedBy lists what a process left on this machine: containers labelled
-// with it, cgroups named after it, bubblewrap processes whose environment
-// names it.
-func ownedBy(t *testing.T, pid int) []string {
-	t.Helper()
-	var left []string
-	owner := strconv.Itoa(pid) + "."
-	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=trellis.sandbox", "--format", `{{.ID}} {{.Label "trellis.sandbox.owner"}}`).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if id, o, ok := strings.Cut(l, " "); ok && strings.Contains(o, "/"+owner) {
-			left = append(left, "container "+id)
-		}
-	}
-	for _, ctl := range []string{"memory", "pids", "cpuacct", ""} {
-		entries, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctl, "trellis-sandbox"))
-		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), owner) {
-				left = append(left, "cgroup "+filepath.Join(ctl, e.Name()))
-			}
-		}
-	}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		env, err := os.ReadFile(filepath.Join("/proc", p.Name(), "environ"))
-		if err == nil && strings.Contains(string(env), "TRELLIS_SANDBOX_OWNER="+owner) {
-			left = append(left, "process "+p.Name())
-		}
-	}
-	return left
-}
+func ownedBy(t *testing.T, pid int) []string { return sandboxtest.Owned(t, "", pid) }
 
 // A process killed (SIGKILL) mid-execution leaves what it was running;
 // the next backend made on the machine removes it all, and a Docker

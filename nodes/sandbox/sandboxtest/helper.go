@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -168,4 +169,43 @@ func zombies() []int {
 		}
 	}
 	return out
+}
+
+// Owned lists what a process (by its pid) has, or has left, of sandbox
+// executions on this machine: containers labelled with it on the engine
+// at dockerHost ("": the one DOCKER_HOST names), cgroups named after it,
+// bubblewrap processes whose environment names it.
+func Owned(t testing.TB, dockerHost string, pid int) []string {
+	t.Helper()
+	var left []string
+	owner := strconv.Itoa(pid) + "."
+	ps := exec.Command("docker", "ps", "-a", "--filter", "label=trellis.sandbox", "--format", `{{.ID}} {{.Label "trellis.sandbox.owner"}}`)
+	if dockerHost != "" {
+		ps.Env = append(os.Environ(), "DOCKER_HOST="+dockerHost)
+	}
+	out, err := ps.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if id, o, ok := strings.Cut(l, " "); ok && strings.Contains(o, "/"+owner) {
+			left = append(left, "container "+id)
+		}
+	}
+	for _, ctl := range []string{"memory", "pids", "cpuacct", ""} {
+		entries, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctl, "trellis-sandbox"))
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), owner) {
+				left = append(left, "cgroup "+filepath.Join(ctl, e.Name()))
+			}
+		}
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		env, err := os.ReadFile(filepath.Join("/proc", p.Name(), "environ"))
+		if err == nil && strings.Contains(string(env), "TRELLIS_SANDBOX_OWNER="+owner) {
+			left = append(left, "process "+p.Name())
+		}
+	}
+	return left
 }

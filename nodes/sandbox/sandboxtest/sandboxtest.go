@@ -210,70 +210,127 @@ func PauseEngine(t testing.TB) (resume func()) {
 // startDocker uses the engine DOCKER_HOST names, or starts one, and
 // imports the image; it returns what stops it.
 func startDocker(tmp string) func() {
-	if os.Getenv("DOCKER_HOST") == "" {
-		if _, err := exec.LookPath("dockerd"); err != nil {
-			dockerErr = err
-			return func() {}
-		}
-		dir := filepath.Join(tmp, "dk")
-		sock := filepath.Join(dir, "docker.sock")
-		_ = os.MkdirAll(dir, 0o755)
-		log, _ := os.Create(filepath.Join(dir, "dockerd.log"))
-		// gVisor, when it is installed, as the runtime runsc
-		config := filepath.Join(dir, "daemon.json")
-		runtimes := "{}"
-		if p, err := exec.LookPath("runsc"); err == nil {
-			runtimes = fmt.Sprintf(`{"runsc": {"path": %q, "runtimeArgs": ["--network=none"]}}`, p)
-		}
-		_ = os.WriteFile(config, []byte(`{"runtimes": `+runtimes+`}`), 0o644)
-		cmd := exec.Command("dockerd", "-H", "unix://"+sock, "--config-file", config, "--data-root", filepath.Join(dir, "data"),
-			"--exec-root", filepath.Join(dir, "exec"), "--pidfile", filepath.Join(dir, "dockerd.pid"),
-			"--bridge=none", "--iptables=false", "--ip6tables=false")
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			dockerErr = err
-			return func() {}
-		}
-		engine, engineRoot = cmd.Process, filepath.Join(dir, "data")
-		os.Setenv("DOCKER_HOST", "unix://"+sock)
-		stop := func() {
-			_ = cmd.Process.Signal(os.Interrupt)
-			done := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(15 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-			os.Unsetenv("DOCKER_HOST")
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if exec.Command("docker", "version").Run() == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				b, _ := os.ReadFile(log.Name())
-				dockerErr = fmt.Errorf("dockerd did not start: %s", tail(string(b)))
-				stop()
-				return func() {}
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err := importImage(); err != nil {
-			dockerErr = err
-		}
-		return stop
+	if os.Getenv("DOCKER_HOST") != "" {
+		dockerErr = importImage(os.Getenv("DOCKER_HOST"))
+		return func() {}
 	}
-	dockerErr = importImage()
-	return func() {}
+	e, err := startEngine(filepath.Join(tmp, "dk"))
+	if err != nil {
+		dockerErr = err
+		return func() {}
+	}
+	engine, engineRoot = e.cmd.Process, e.root
+	os.Setenv("DOCKER_HOST", e.host)
+	if err := importImage(e.host); err != nil {
+		dockerErr = err
+	}
+	return func() {
+		e.stop()
+		os.Unsetenv("DOCKER_HOST")
+	}
 }
 
-func importImage() error {
+// privateEngine is a dockerd of the tests' own.
+type privateEngine struct {
+	cmd        *exec.Cmd
+	host, root string
+}
+
+// startEngine starts a dockerd on a socket in dir, with gVisor as the
+// runtime runsc when it is installed, and waits until it answers.
+func startEngine(dir string) (*privateEngine, error) {
+	if _, err := exec.LookPath("dockerd"); err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(dir, "docker.sock")
+	_ = os.MkdirAll(dir, 0o755)
+	log, err := os.Create(filepath.Join(dir, "dockerd.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	config := filepath.Join(dir, "daemon.json")
+	runtimes := "{}"
+	if p, err := exec.LookPath("runsc"); err == nil {
+		runtimes = fmt.Sprintf(`{"runsc": {"path": %q, "runtimeArgs": ["--network=none"]}}`, p)
+	}
+	_ = os.WriteFile(config, []byte(`{"runtimes": `+runtimes+`}`), 0o644)
+	e := &privateEngine{host: "unix://" + sock, root: filepath.Join(dir, "data")}
+	e.cmd = exec.Command("dockerd", "-H", e.host, "--config-file", config, "--data-root", e.root,
+		"--exec-root", filepath.Join(dir, "exec"), "--pidfile", filepath.Join(dir, "dockerd.pid"),
+		"--bridge=none", "--iptables=false", "--ip6tables=false")
+	e.cmd.Stdout, e.cmd.Stderr = log, log
+	if err := e.cmd.Start(); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v := exec.Command("docker", "version")
+		v.Env = append(os.Environ(), "DOCKER_HOST="+e.host)
+		if v.Run() == nil {
+			return e, nil
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(log.Name())
+			e.stop()
+			return nil, fmt.Errorf("dockerd did not start: %s", tail(string(b)))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop stops the engine, and kills it if it takes more than 15 s.
+func (e *privateEngine) stop() {
+	_ = e.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = e.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = e.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Engine starts a Docker engine of the test's own (stopped when it ends)
+// with the sandbox's image, and returns the environment that points
+// trellis at it and at the sandbox's tree: DOCKER_HOST,
+// TRELLIS_SANDBOX_IMAGE and TRELLIS_SANDBOX_ROOT. The test fails when no
+// engine can run here (make deps installs one).
+func Engine(t testing.TB) []string {
+	t.Helper()
+	tmp := t.TempDir()
+	if root == "" {
+		var err error
+		if root, err = tree(tmp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the socket's path must be short
+	dir, err := os.MkdirTemp("", "tsbx-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := startEngine(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("no Docker engine: %v (make deps installs docker.io)", err)
+	}
+	t.Cleanup(func() {
+		e.stop()
+		os.RemoveAll(dir)
+	})
+	if err := importImage(e.host); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"DOCKER_HOST=" + e.host, "TRELLIS_SANDBOX_IMAGE=" + image, "TRELLIS_SANDBOX_ROOT=" + root}
+}
+
+func importImage(host string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "-c", `tar -C "$1" -c . | docker import - "$2"`, "sh", root, image)
+	cmd.Env = append(os.Environ(), "DOCKER_HOST="+host)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("importing the sandbox image: %v: %s", err, out)
 	}
