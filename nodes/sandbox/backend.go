@@ -243,11 +243,12 @@ func exitStatus(status int) (exit int, signal string) {
 // attribute names the limit that stopped a process, on what was seen
 // from outside: the signal the kernel sends at the CPU limit (or its
 // SIGKILL a second later) counts only when the process did use its CPU
-// time, so that an exit status the code chose is not taken for a limit;
-// where the backend cannot measure CPU time (cpuKnown false), SIGXCPU
-// alone is taken.
+// time (at least half of it as the cgroup counts, which on a loaded
+// machine trails the kernel's own count), so that an exit status the
+// code chose is not taken for a limit; where the backend cannot measure
+// CPU time (cpuKnown false), SIGXCPU alone is taken.
 func (o *Outcome) attribute(lim Limits, cpuKnown bool) {
-	used := o.CPU >= time.Duration(lim.cpuSeconds())*time.Second-50*time.Millisecond
+	used := o.CPU >= time.Duration(lim.cpuSeconds())*time.Second/2
 	switch {
 	case o.Limit != "":
 	case (o.Signal == "SIGXCPU" || o.Signal == "SIGKILL") && cpuKnown && used, o.Signal == "SIGXCPU" && !cpuKnown:

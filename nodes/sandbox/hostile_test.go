@@ -387,7 +387,7 @@ try:
     print(open('/etc/trellis-probe').read())
 except OSError as e:
     print('denied', e.errno)
-subprocess.run(['/bin/sh', '-c', ': trellis-identity-probe; sleep 1.5'])
+subprocess.run(['/bin/sh', '-c', ': trellis-identity-probe; sleep 1.5; :'])
 `, beside: hostUser, check: func(t *testing.T, backend string, r *sandbox.Result) {
 			if os.Geteuid() == 0 && !strings.HasPrefix(r.Stdout, "denied") || strings.Contains(r.Stdout, sandboxtest.ProbeSecret) {
 				t.Errorf("a root-only file of the tree: %q (stderr %q)", r.Stdout, r.Stderr)

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/trellisflow/trellis/nodes/sandbox"
 )
 
@@ -54,6 +56,13 @@ func Main(m *testing.M) int {
 	}
 	stop := startDocker(tmp)
 	code := m.Run()
+	// no goroutine of a backend outlives the tests
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines left after the tests: %v\n", err)
+			code = 1
+		}
+	}
 	stop()
 	return code
 }
