@@ -320,33 +320,38 @@ func (d *Docker) CheckImage(ctx context.Context, image string) error {
 	return nil
 }
 
-// firstScript is the container's first process: with nothing open, it
+// firstProcess is the container's first process: with nothing open, it
 // waits for the execution's first process to wake it, then ends itself at
 // the execution's wall time; unwoken, it ends itself once it has waited
-// idle. Woken, it runs the image's sleep that may be run but not read
+// idle. It runs the image's shell and sleep that may be run but not read
 // (the process is then not dumpable: nothing of it can be read or
-// written through /proc), where the runtime can run such a file.
-func (d *Docker) firstScript(wall, idle time.Duration) string {
-	sleep := "/usr/lib/trellis-sandbox/sleep"
+// written through /proc) where the runtime can run such files (gVisor
+// cannot) and the image has them.
+func (d *Docker) firstProcess(wall, idle time.Duration) []string {
+	script := fmt.Sprintf(`exec </dev/null >/dev/null 2>&1; s=%s; [ -x "$s" ] || s=sleep; trap 'exec "$s" %d' USR1; : >%s; sleep %d & wait; exit 0`,
+		privateSleep, int64((wall+time.Second)/time.Second)+1, readyFile, int64(idle/time.Second)+1)
 	if d.runtime == "runsc" {
-		sleep = "sleep" // gVisor loads only files it may read
+		return []string{"/bin/sh", "-c", strings.Replace(script, privateSleep, "sleep", 1)}
 	}
-	return fmt.Sprintf(`exec </dev/null >/dev/null 2>&1; s=%s; [ -x "$s" ] || s=sleep; trap 'exec "$s" %d' USR1; : >%s; sleep %d & wait; exit 0`,
-		sleep, int64((wall+time.Second)/time.Second)+1, readyFile, int64(idle/time.Second)+1)
+	return []string{"/bin/sh", "-c", `[ -x "$1" ] && exec "$1" -c "$0"; exec /bin/sh -c "$0"`, script, privateShell}
 }
+
+// The image's shell and sleep that may be run but not read.
+const (
+	privateShell = "/usr/lib/trellis-sandbox/sh"
+	privateSleep = "/usr/lib/trellis-sandbox/sleep"
+)
 
 // The preambles of the processes of an execution: each first kills what
 // the one before left running (the container's first process is spared:
 // the first of its PID namespace), the first wakes the container's first
 // process, once it is ready, with one signal (gVisor, unlike Linux, lets
-// a signal with no handler end it) and waits until it has taken the wall
-// time. readyFile is how the first process says it is ready, before any
-// code has run.
+// a signal with no handler end it). readyFile is how the first process
+// says it is ready, before any code has run.
 const (
 	readyFile     = "/tmp/.trellis-ready"
 	killLeftovers = `kill -9 -1 2>/dev/null; exec "$@"`
-	wakeFirst     = `i=0; until [ -e ` + readyFile + ` ] || [ $i -ge 1000 ]; do i=$((i+1)); [ $i -lt 20 ] || sleep 0.01; done; kill -USR1 1; ` +
-		`i=0; while read -r c </proc/1/comm && [ "$c" != sleep ] && [ $i -lt 1000 ]; do i=$((i+1)); [ $i -lt 20 ] || sleep 0.01; done; rm -f ` + readyFile + `; `
+	wakeFirst     = `i=0; until [ -e ` + readyFile + ` ] || [ $i -ge 1000 ]; do i=$((i+1)); [ $i -lt 20 ] || sleep 0.01; done; kill -USR1 1; rm -f ` + readyFile + `; `
 )
 
 func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, error) {
@@ -386,7 +391,7 @@ func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, 
 	}
 	cfg := &container.Config{
 		Image: image, User: "65534:65534", WorkingDir: "/work",
-		Cmd:             []string{"/bin/sh", "-c", d.firstScript(lim.Wall, d.idle())},
+		Cmd:             d.firstProcess(lim.Wall, d.idle()),
 		NetworkDisabled: true, Labels: map[string]string{label: "1", ownerLabel: d.owner},
 		Env: []string{"PATH=/usr/bin:/bin"},
 	}
@@ -637,7 +642,7 @@ func (d *Docker) inspectExec(ctx context.Context, id string) (container.ExecInsp
 		select {
 		case <-ctx.Done():
 			return ins, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(time.Millisecond):
 		}
 	}
 }
