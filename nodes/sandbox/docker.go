@@ -1,17 +1,21 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
@@ -25,12 +29,15 @@ import (
 // unprivileged user, the engine's default seccomp profile with more
 // denied (dockerProfile), more of /proc masked, memory with no swap, a
 // process count, a CPU share, and no log: nothing the container prints
-// is kept by the engine. Each process of the execution runs in it as an
-// exec and first kills whatever the one before left running; the
-// container's first process holds nothing (its stdio is /dev/null) and
-// only waits, ending itself at the execution's wall time once the first
-// process has started (or when a warm container has waited Idle for
-// one), so that nothing outlives its limit even if trellis dies. The
+// is kept by the engine. The container's first process (launcher, in
+// Python, which the image must have) is started in advance, attached,
+// and waits on stdin: it starts the execution's first process with the
+// container's stdio, lets go of its own, and reports how that process
+// ended; then it only keeps the container, ending it at the execution's
+// wall time, so that nothing outlives its limit even if trellis dies
+// (and if trellis goes before an execution comes, its stdin ends and so
+// does the container). Each later process runs as an exec, after what
+// the one before left was killed and the workspace emptied. The
 // container is killed and removed when the execution ends, at its wall
 // time, when its context ends, or when the engine does not answer in
 // time.
@@ -42,16 +49,15 @@ type Docker struct {
 	// execution takes one instead of making its own, and a replacement is
 	// started in the background; a container still serves one execution.
 	Warm int
-	// Idle is how long a warm container waits for an execution before it
-	// ends itself (default 10 minutes); one that has waited too long is
-	// not handed out.
+	// Idle is how long a warm container is kept for an execution (default
+	// 10 minutes): one that has waited longer is removed, not handed out.
 	Idle time.Duration
 
 	owner   string // the owner label of this backend's containers
 	profile string // the seccomp profile
 
 	mu      sync.Mutex
-	spares  map[string][]spare // started containers ready, by key
+	spares  map[string][]*box // started containers ready, by key
 	filling map[string]int     // spares being started, by key
 	open    map[*dockerSession]bool
 	made    map[string]bool // the containers this backend made
@@ -60,10 +66,12 @@ type Docker struct {
 	reaped  []string
 }
 
-// spare is a warm container.
-type spare struct {
+// box is a started container, attached to its first process's stdio.
+type box struct {
 	id   string
+	att  types.HijackedResponse
 	born time.Time
+	warm bool // it waited as a spare
 }
 
 // The labels of this backend's containers: the first marks them all, the
@@ -131,7 +139,7 @@ func NewDocker(runtime string) (*Docker, error) {
 		return nil, err
 	}
 	d := &Docker{cli: cli, runtime: runtime, Idle: 10 * time.Minute, owner: bootID() + "/" + string(self()),
-		profile: dockerProfile(), spares: map[string][]spare{}, filling: map[string]int{}, open: map[*dockerSession]bool{}, made: map[string]bool{}}
+		profile: dockerProfile(), spares: map[string][]*box{}, filling: map[string]int{}, open: map[*dockerSession]bool{}, made: map[string]bool{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	d.reaped, _ = d.Reap(ctx)
@@ -161,22 +169,21 @@ func (d *Docker) Close() error {
 	go func() {
 		d.wg.Wait() // spares being started see closed and remove themselves
 		d.mu.Lock()
-		var ids []string
+		var boxes []*box
 		for _, list := range d.spares {
-			for _, s := range list {
-				ids = append(ids, s.id)
-			}
+			boxes = append(boxes, list...)
 		}
-		d.spares = map[string][]spare{}
+		d.spares = map[string][]*box{}
 		d.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		var wg sync.WaitGroup
-		for _, id := range ids {
+		for _, b := range boxes {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d.remove(ctx, id)
+				b.att.Close()
+				d.remove(ctx, b.id)
 			}()
 		}
 		wg.Wait()
@@ -207,14 +214,14 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (Session, error) {
 	cctx, cancel := context.WithTimeout(ctx, lim.Wall+engineGrace)
 	defer cancel()
 	var err error
-	if s.id, err = d.container(cctx, image, lim); err != nil {
+	if s.box, err = d.container(cctx, image, lim); err != nil {
 		return nil, err
 	}
 	s.deadline = time.Now().Add(lim.Wall)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		d.discard(s.id)
+		d.discard(s.box)
 		return nil, errClosed
 	}
 	d.open[s] = true
@@ -223,21 +230,21 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (Session, error) {
 
 // container returns a started container for an execution: a warm one, or
 // a new one; either way a replacement is started for the next.
-func (d *Docker) container(ctx context.Context, image string, lim Limits) (string, error) {
+func (d *Docker) container(ctx context.Context, image string, lim Limits) (*box, error) {
 	k := key(image, lim)
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return "", errClosed
+		return nil, errClosed
 	}
-	var id string
-	for len(d.spares[k]) > 0 && id == "" {
+	var b *box
+	for len(d.spares[k]) > 0 && b == nil {
 		sp := d.spares[k][0]
 		d.spares[k] = d.spares[k][1:]
-		if time.Since(sp.born) < d.idle()-5*time.Second {
-			id = sp.id
+		if time.Since(sp.born) < d.idle() {
+			b = sp
 		} else {
-			d.discard(sp.id) // it ends itself soon, or has
+			d.discard(sp)
 		}
 	}
 	for d.Warm > 0 && len(d.spares[k])+d.filling[k] < d.Warm {
@@ -246,8 +253,8 @@ func (d *Docker) container(ctx context.Context, image string, lim Limits) (strin
 		go d.fill(k, image, lim)
 	}
 	d.mu.Unlock()
-	if id != "" {
-		return id, nil
+	if b != nil {
+		return b, nil
 	}
 	return d.startNew(ctx, image, lim)
 }
@@ -259,17 +266,23 @@ func (d *Docker) idle() time.Duration {
 	return 10 * time.Minute
 }
 
-// startNew creates and starts a container.
-func (d *Docker) startNew(ctx context.Context, image string, lim Limits) (string, error) {
+// startNew creates a container, attaches to its first process and
+// starts it.
+func (d *Docker) startNew(ctx context.Context, image string, lim Limits) (*box, error) {
 	id, err := d.create(ctx, image, lim)
 	if err != nil {
-		return "", err
+		return nil, err
+	}
+	b := &box{id: id, born: time.Now()}
+	if b.att, err = d.cli.ContainerAttach(ctx, id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true}); err != nil {
+		d.discard(b)
+		return nil, fmt.Errorf("attaching to the sandbox container: %w", engineErr(ctx, err))
 	}
 	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
-		d.discard(id)
-		return "", fmt.Errorf("starting the sandbox container: %w", engineErr(ctx, err))
+		d.discard(b)
+		return nil, fmt.Errorf("starting the sandbox container: %w", engineErr(ctx, err))
 	}
-	return id, nil
+	return b, nil
 }
 
 // fill starts a spare container.
@@ -277,16 +290,17 @@ func (d *Docker) fill(k, image string, lim Limits) {
 	defer d.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	id, err := d.startNew(ctx, image, lim)
+	b, err := d.startNew(ctx, image, lim)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.filling[k]--
 	switch {
 	case err != nil:
 	case d.closed:
-		d.discard(id)
+		d.discard(b)
 	default:
-		d.spares[k] = append(d.spares[k], spare{id: id, born: time.Now()})
+		b.warm = true
+		d.spares[k] = append(d.spares[k], b)
 	}
 }
 
@@ -320,39 +334,114 @@ func (d *Docker) CheckImage(ctx context.Context, image string) error {
 	return nil
 }
 
-// firstProcess is the container's first process: with nothing open, it
-// waits for the execution's first process to wake it, then ends itself at
-// the execution's wall time; unwoken, it ends itself once it has waited
-// idle. It runs the image's shell and sleep that may be run but not read
-// (the process is then not dumpable: nothing of it can be read or
-// written through /proc) where the runtime can run such files (gVisor
-// cannot) and the image has them.
-func (d *Docker) firstProcess(wall, idle time.Duration) []string {
-	script := fmt.Sprintf(`exec </dev/null >/dev/null 2>&1; s=%s; [ -x "$s" ] || s=sleep; trap 'exec "$s" %d' USR1; : >%s; sleep %d & wait; exit 0`,
-		privateSleep, int64((wall+time.Second)/time.Second)+1, readyFile, int64(idle/time.Second)+1)
-	if d.runtime == "runsc" {
-		return []string{"/bin/sh", "-c", strings.Replace(script, privateSleep, "sleep", 1)}
-	}
-	return []string{"/bin/sh", "-c", `[ -x "$1" ] && exec "$1" -c "$0"; exec /bin/sh -c "$0"`, script, privateShell}
+// launcher is the container's first process. Not dumpable, and deaf to
+// every signal the code may send it, it waits on stdin for one line (the
+// wall time left, and the command of the execution's first process),
+// starts that process with the container's stdio and lets go of its
+// own; when the process ends it kills what is left, reports how the
+// process ended as the last line of stdout and of stderr, and then keeps
+// the container
+// for the execution's later processes until the wall time, when it ends
+// everything. If stdin ends first (trellis is gone), it ends.
+const launcher = `import ctypes, json, os, signal, threading, time
+try:
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+except Exception:
+    pass
+caught = [s for s in signal.Signals if s not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD)]
+for s in caught:
+    try:
+        signal.signal(s, signal.SIG_IGN)
+    except (OSError, ValueError):
+        pass
+line = b""
+while not line.endswith(b"\n"):
+    c = os.read(0, 1)
+    if not c:
+        os._exit(0)
+    line += c
+job = json.loads(line)
+end = time.monotonic() + job["wall"]
+pid = os.fork()
+if pid == 0:
+    try:
+        for s in caught:
+            try:
+                signal.signal(s, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        os.execvp(job["argv"][0], job["argv"])
+    finally:
+        os._exit(127)
+null = os.open("/dev/null", os.O_RDWR)
+os.dup2(null, 0)
+def wall():
+    time.sleep(max(end - time.monotonic(), 0))
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+    os._exit(0)
+threading.Thread(target=wall, daemon=True).start()
+while True:
+    try:
+        _, status = os.waitpid(pid, 0)
+        break
+    except InterruptedError:
+        pass
+try:
+    os.kill(-1, signal.SIGKILL)
+except OSError:
+    pass
+report = {"code": os.WEXITSTATUS(status)} if os.WIFEXITED(status) else {"signal": os.WTERMSIG(status)}
+line = b"\n\x1etrellis exit " + json.dumps(report).encode() + b"\n"
+for fd in (1, 2):
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
+os.dup2(null, 1)
+os.dup2(null, 2)
+while True:
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        time.sleep(0.2)
+    except InterruptedError:
+        pass
+`
+
+// exitFrame starts the launcher's last line on stdout and stderr.
+const exitFrame = "\n\x1etrellis exit "
+
+// watch passes a stream on and calls seen once the launcher's last line
+// has come whole.
+type watch struct {
+	w    io.Writer
+	tail []byte
+	done bool
+	seen func()
 }
 
-// The image's shell and sleep that may be run but not read.
-const (
-	privateShell = "/usr/lib/trellis-sandbox/sh"
-	privateSleep = "/usr/lib/trellis-sandbox/sleep"
-)
+func (w *watch) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	if !w.done {
+		w.tail = append(w.tail, p...)
+		if len(w.tail) > 512 {
+			w.tail = w.tail[len(w.tail)-512:]
+		}
+		if i := bytes.LastIndex(w.tail, []byte(exitFrame)); i >= 0 && bytes.IndexByte(w.tail[i+len(exitFrame):], '\n') >= 0 {
+			w.done = true
+			w.seen()
+		}
+	}
+	return n, err
+}
 
-// The preambles of the processes of an execution: each first kills what
-// the one before left running (the container's first process is spared:
-// the first of its PID namespace), the first wakes the container's first
-// process, once it is ready, with one signal (gVisor, unlike Linux, lets
-// a signal with no handler end it). readyFile is how the first process
-// says it is ready, before any code has run.
-const (
-	readyFile     = "/tmp/.trellis-ready"
-	killLeftovers = `kill -9 -1 2>/dev/null; exec "$@"`
-	wakeFirst     = `i=0; until [ -e ` + readyFile + ` ] || [ $i -ge 1000 ]; do i=$((i+1)); [ $i -lt 20 ] || sleep 0.01; done; kill -USR1 1; rm -f ` + readyFile + `; `
-)
+// killLeftovers is the preamble of every exec'd process: it kills what
+// the process before left running (the container's first process is
+// spared: the first of its PID namespace) and runs the process.
+const killLeftovers = `kill -9 -1 2>/dev/null; exec "$@"`
 
 func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, error) {
 	cpu := lim.cpuSeconds()
@@ -391,9 +480,10 @@ func (d *Docker) create(ctx context.Context, image string, lim Limits) (string, 
 	}
 	cfg := &container.Config{
 		Image: image, User: "65534:65534", WorkingDir: "/work",
-		Cmd:             d.firstProcess(lim.Wall, d.idle()),
+		Cmd:       []string{"python3", "-I", "-S", "-c", launcher},
+		OpenStdin: true, StdinOnce: true, AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		NetworkDisabled: true, Labels: map[string]string{label: "1", ownerLabel: d.owner},
-		Env: []string{"PATH=/usr/bin:/bin"},
+		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8", "TMPDIR=/work"},
 	}
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
 	if err != nil {
@@ -422,8 +512,8 @@ type dockerSession struct {
 	deadline time.Time
 
 	mu     sync.Mutex
-	id     string
-	first  bool // the next process is the first
+	box    *box
+	first  bool // the next process is the first: the launcher starts it
 	closed bool
 }
 
@@ -447,67 +537,82 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 		s.mu.Unlock()
 		return nil, errClosed
 	}
-	first, id := s.first, s.id
+	first, b := s.first, s.box
 	s.first = false
 	s.mu.Unlock()
-	if !first {
+	renew := func() error {
+		s.d.discard(b)
+		nb, err := s.d.startNew(ectx, s.image, lim)
+		if err != nil {
+			return ctxErr(ctx, fmt.Errorf("the sandbox process: %w", err))
+		}
+		s.mu.Lock()
+		s.box, b = nb, nb
+		s.mu.Unlock()
+		return nil
+	}
+	switch {
+	case first && b.warm:
+		// a warm container may have died (killed, the engine restarted)
+		if ins, err := s.d.cli.ContainerInspect(ectx, b.id); err != nil || ins.State == nil || !ins.State.Running {
+			if ectx.Err() != nil {
+				return nil, ctxErr(ctx, engineErr(ectx, err))
+			}
+			if err := renew(); err != nil {
+				return nil, err
+			}
+		}
+	case !first:
 		// nothing of the process before may reach this one: what it left
 		// running is killed, and what it left in the workspace removed,
 		// before this one starts
-		if err := s.reset(ectx, id); err != nil {
+		if err := s.reset(ectx, b.id); err != nil {
 			if ectx.Err() != nil {
 				return nil, ctxErr(ctx, err)
 			}
 			// the container is gone (under gVisor the code may end its
 			// first process): this process gets a new one
-			s.d.discard(id)
-			if id, err = s.d.startNew(ectx, s.image, lim); err != nil {
-				return nil, ctxErr(ctx, fmt.Errorf("the sandbox process: %w", err))
+			if err := renew(); err != nil {
+				return nil, err
 			}
-			s.mu.Lock()
-			s.id = id
-			s.mu.Unlock()
 			first = true
 		}
 	}
-	script := killLeftovers
-	if first {
-		script = wakeFirst + script
-	}
-	opts := container.ExecOptions{
-		User: "65534:65534", WorkingDir: "/work", Cmd: append([]string{"/bin/sh", "-c", script, "sh"}, p.Command...),
-		Env:         []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8", "TMPDIR=/work"},
-		AttachStdin: true, AttachStdout: true, AttachStderr: true,
-	}
-	ex, err := s.d.cli.ContainerExecCreate(ectx, id, opts)
-	if err != nil && first && ectx.Err() == nil {
-		// the warm container died (it waited too long, or was killed):
-		// another, once
-		s.d.discard(id)
-		if id, err = s.d.startNew(ectx, s.image, lim); err == nil {
-			s.mu.Lock()
-			s.id = id
-			s.mu.Unlock()
-			ex, err = s.d.cli.ContainerExecCreate(ectx, id, opts)
-		}
-	}
-	if err != nil {
-		return nil, ctxErr(ctx, fmt.Errorf("the sandbox process: %w", engineErr(ectx, err)))
-	}
-	att, err := s.d.cli.ContainerExecAttach(ectx, ex.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return nil, ctxErr(ctx, fmt.Errorf("attaching to the sandbox process: %w", engineErr(ectx, err)))
-	}
-	defer att.Close()
 	var before counters
-	g := s.d.cgroup(id)
+	g := s.d.cgroup(b.id)
 	if g != nil {
 		before = g.counters()
 	}
+	var stream types.HijackedResponse
+	var input []byte
+	var ex container.ExecCreateResponse
+	if first {
+		// the launcher is waiting: one line, then the process's input
+		head, err := json.Marshal(map[string]any{"wall": int64((left+time.Second)/time.Second) + 1, "argv": p.Command})
+		if err != nil {
+			return nil, err
+		}
+		stream, input = b.att, append(append(head, '\n'), p.Stdin...)
+	} else {
+		opts := container.ExecOptions{
+			User: "65534:65534", WorkingDir: "/work", Cmd: append([]string{"/bin/sh", "-c", killLeftovers, "sh"}, p.Command...),
+			Env:         []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8", "TMPDIR=/work"},
+			AttachStdin: true, AttachStdout: true, AttachStderr: true,
+		}
+		var err error
+		if ex, err = s.d.cli.ContainerExecCreate(ectx, b.id, opts); err != nil {
+			return nil, ctxErr(ctx, fmt.Errorf("the sandbox process: %w", engineErr(ectx, err)))
+		}
+		if stream, err = s.d.cli.ContainerExecAttach(ectx, ex.ID, container.ExecAttachOptions{}); err != nil {
+			return nil, ctxErr(ctx, fmt.Errorf("attaching to the sandbox process: %w", engineErr(ectx, err)))
+		}
+		input = p.Stdin
+	}
+	defer stream.Close()
 	start := time.Now()
 	go func() {
-		_, _ = att.Conn.Write(p.Stdin)
-		_ = att.CloseWrite()
+		_, _ = stream.Conn.Write(input)
+		_ = stream.CloseWrite()
 	}()
 	full := make(chan struct{})
 	var fullOnce sync.Once
@@ -516,12 +621,24 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	if stdoutCap <= 0 {
 		stdoutCap = lim.Output
 	}
-	stdout, stderr := &capped{n: stdoutCap, full: stop}, &capped{n: lim.Output, full: stop}
+	// the launcher's report ends each of stdout and stderr once the
+	// process, and all it started, are gone: the streams themselves do not
+	// end while the container stands
+	stdout, stderr := &capped{n: stdoutCap + 256, full: stop}, &capped{n: lim.Output + 256, full: stop}
+	reported := make(chan struct{})
+	var outW, errW io.Writer = stdout, stderr
+	if first {
+		var seen atomic.Int32
+		done := func() {
+			if seen.Add(1) == 2 {
+				close(reported)
+			}
+		}
+		outW, errW = &watch{w: stdout, seen: done}, &watch{w: stderr, seen: done}
+	}
 	copied := make(chan error, 1)
-	var out, errOut []byte
-	var outCut, errCut bool
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		_, err := stdcopy.StdCopy(outW, errW, stream.Reader)
 		copied <- err
 	}()
 	timer := time.NewTimer(limit)
@@ -529,6 +646,9 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	var wall, stopped, tooMuch bool
 	select {
 	case <-copied:
+	case <-reported:
+		stream.Close()
+		<-copied
 	case <-full:
 		stopped, tooMuch = true, true
 	case <-timer.C:
@@ -537,17 +657,45 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 		stopped = true
 	}
 	if stopped {
-		// the process goes on until the next one's preamble, or the
+		// the process goes on until the next one's reset, or the
 		// container's end, kills it; its output is no longer read
-		att.Close()
+		stream.Close()
 		<-copied
 	}
-	out, errOut, outCut, errCut = stdout.buf, stderr.buf, stdout.cut, stderr.cut
-	o := &Outcome{Wall: time.Since(start), Exit: -1, Stdout: out, Stderr: errOut, StdoutCut: outCut, StderrCut: errCut}
-	if ctx.Err() != nil {
-		return o, ctx.Err()
+	o := &Outcome{Wall: time.Since(start), Exit: -1, StdoutCut: stdout.cut}
+	out, errOut := stdout.buf, stderr.buf
+	if first {
+		if i := bytes.LastIndex(out, []byte(exitFrame)); i >= 0 {
+			out = out[:i]
+		}
 	}
-	if !stopped {
+	if int64(len(out)) > stdoutCap {
+		out, o.StdoutCut = out[:stdoutCap], true
+	}
+	o.Stdout = out
+	switch {
+	case ctx.Err() != nil:
+		return o, ctx.Err()
+	case stopped:
+		o.Signal = "SIGKILL"
+	case first:
+		// the launcher's report, the stream's last bytes
+		if i := bytes.LastIndex(errOut, []byte(exitFrame)); i >= 0 {
+			var st struct{ Code, Signal *int }
+			if json.Unmarshal(bytes.TrimSpace(errOut[i+len(exitFrame):]), &st) == nil {
+				switch {
+				case st.Code != nil:
+					o.Exit = *st.Code
+				case st.Signal != nil:
+					o.Signal = signalName(*st.Signal)
+				}
+			}
+			errOut = errOut[:i]
+		}
+		if o.Exit < 0 && o.Signal == "" {
+			o.Signal = "SIGKILL" // the launcher was ended with it (gVisor lets the code)
+		}
+	default:
 		ictx, icancel := context.WithTimeout(ctx, engineGrace)
 		ins, err := s.d.inspectExec(ictx, ex.ID)
 		icancel()
@@ -557,9 +705,12 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 		case !ins.Running:
 			o.Exit, o.Signal = exitStatus(ins.ExitCode)
 		}
-	} else {
-		o.Signal = "SIGKILL"
 	}
+	o.StderrCut = stderr.cut
+	if int64(len(errOut)) > lim.Output {
+		errOut, o.StderrCut = errOut[:lim.Output], true
+	}
+	o.Stderr = errOut
 	if g != nil {
 		g.measure(o, before)
 	}
@@ -623,12 +774,12 @@ func (s *dockerSession) Close() error {
 		return nil
 	}
 	s.closed = true
-	id := s.id
+	b := s.box
 	s.mu.Unlock()
 	s.d.mu.Lock()
 	delete(s.d.open, s)
 	s.d.mu.Unlock()
-	s.d.discard(id)
+	s.d.discard(b)
 	return nil
 }
 
@@ -665,16 +816,19 @@ func (d *Docker) cgroup(id string) *jobGroup {
 
 // discard kills a container at once, with whatever it runs, and removes
 // it, in the background (a minute at most).
-func (d *Docker) discard(id string) {
-	if id == "" {
+func (d *Docker) discard(b *box) {
+	if b == nil {
 		return
+	}
+	if b.att.Conn != nil {
+		b.att.Close()
 	}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		d.remove(ctx, id)
+		d.remove(ctx, b.id)
 	}()
 }
 
@@ -700,8 +854,8 @@ func (d *Docker) Spares() []string {
 	defer d.mu.Unlock()
 	var ids []string
 	for _, l := range d.spares {
-		for _, s := range l {
-			ids = append(ids, s.id)
+		for _, b := range l {
+			ids = append(ids, b.id)
 		}
 	}
 	return ids
@@ -719,8 +873,8 @@ func (d *Docker) Leftovers(ctx context.Context) ([]string, error) {
 	defer d.mu.Unlock()
 	spare := map[string]bool{}
 	for _, l := range d.spares {
-		for _, s := range l {
-			spare[s.id] = true
+		for _, b := range l {
+			spare[b.id] = true
 		}
 	}
 	var ids []string
