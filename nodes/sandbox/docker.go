@@ -58,7 +58,7 @@ type Docker struct {
 
 	mu      sync.Mutex
 	spares  map[string][]*box // started containers ready, by key
-	filling map[string]int     // spares being started, by key
+	filling map[string]int    // spares being started, by key
 	open    map[*dockerSession]bool
 	made    map[string]bool // the containers this backend made
 	closed  bool
