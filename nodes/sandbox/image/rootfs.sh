@@ -41,14 +41,6 @@ done | sort -u | while read -r lib; do
 	if [ -n "$lib" ]; then copy "$lib"; fi
 done
 chmod 1777 "$tmp/work" "$tmp/tmp"
-# a shell and a sleep that may be run, not read, for the Docker
-# container's first process: a process that runs them is not dumpable
-# (no /proc/PID/mem, fd or environ for others of its user); gVisor runs
-# no such file, and uses the usual ones
-mkdir -p "$tmp/usr/lib/trellis-sandbox"
-cp "$tmp/usr/bin/dash" "$tmp/usr/lib/trellis-sandbox/sh"
-cp "$tmp/usr/bin/sleep" "$tmp/usr/lib/trellis-sandbox/sleep"
-chmod 0711 "$tmp/usr/lib/trellis-sandbox/sh" "$tmp/usr/lib/trellis-sandbox/sleep"
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/work:/bin/sh\n' >"$tmp/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$tmp/etc/group"
 ldconfig -r "$tmp" 2>/dev/null || true
