@@ -140,6 +140,9 @@ func test(r *sandbox.Result, name string) map[string]any {
 
 func hostileCases(t *testing.T, listener, secretFile string) []hostile {
 	short := sandbox.Limits{Wall: 4 * time.Second, CPU: 2 * time.Second}
+	// several tests, none about time: room for a slow runtime (gVisor)
+	// on a loaded machine
+	roomy := sandbox.Limits{Wall: 40 * time.Second}
 	bigInput := strings.Repeat("x", 1<<20)
 	host, port, _ := net.SplitHostPort(listener)
 	cwd, _ := os.Getwd()
@@ -229,7 +232,7 @@ for p in [%q, '/etc/shadow', '/root/.bashrc', '/proc/1/environ', '/proc/self/env
 		// the channel to trellis, writes reports of its own everywhere it
 		// can, and kills what it can; the expected values are secrets it
 		// cannot know
-		{name: "JavaScript reads every process's memory, forges reports and kills its parent", lang: "javascript",
+		{name: "JavaScript reads every process's memory, forges reports and kills its parent", limits: roomy, lang: "javascript",
 			code: `const fs = require('fs');
 function ok() { return 1; }
 function solve() {
@@ -272,7 +275,7 @@ function solve() {
 					t.Errorf("the code found the expected value: %v", a)
 				}
 			})},
-		{name: "Python races forged reports through the first process's stdout", code: pyLibc + `import gc, sys, time
+		{name: "Python races forged reports through the first process's stdout", limits: roomy, code: pyLibc + `import gc, sys, time
 def ok():
     return 2
 def solve():
@@ -305,7 +308,7 @@ def solve():
 					t.Errorf("the forged test: %v", f)
 				}
 			})},
-		{name: "one test's forged answers for a two-test suite", code: `import gc, sys
+		{name: "one test's forged answers for a two-test suite", limits: roomy, code: `import gc, sys
 def solve():
     nonce = [o['nonce'] for o in gc.get_objects() if isinstance(o, dict) and 'nonce' in o][0]
     for n in (nonce, nonce[::-1], '0' * 24):
@@ -408,7 +411,7 @@ time.sleep(2)
 		}},
 
 		// honest programs get the right status
-		{name: "values with no JSON form", code: `import math
+		{name: "values with no JSON form", limits: roomy, code: `import math
 def inf():
     return float('inf')
 def nan():
@@ -434,7 +437,7 @@ def deep():
 						}
 					}
 				})},
-		{name: "64 KiB of control characters from each of three tests", code: "import sys\ndef f(x):\n    sys.stdout.write('\\x01' * 65536)\n    return x\n",
+		{name: "64 KiB of control characters from each of three tests", limits: roomy, code: "import sys\ndef f(x):\n    sys.stdout.write('\\x01' * 65536)\n    return x\n",
 			tests: []map[string]any{{"name": "a", "call": "f(1)", "expected": 1}, {"name": "b", "call": "f(2)", "expected": 2}, {"name": "c", "call": "f(3)", "expected": 3}},
 			check: every(status(sandbox.StatusPassed), verdicts(map[string]bool{"a": true, "b": true, "c": true}), func(t *testing.T, _ string, r *sandbox.Result) {
 				for _, res := range r.Tests {
