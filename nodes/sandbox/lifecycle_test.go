@@ -54,10 +54,9 @@ func TestWhatAKilledOwnerLeavesIsReaped(t *testing.T) {
 		})
 	}
 	// with no restart, the container of an execution ends itself at its
-	// wall time (4 s), and the first process of a warm one would when it
-	// has waited Idle
+	// wall time (4 s), and warm ones as soon as their owner is gone
 	t.Run("docker without a restart", func(t *testing.T) {
-		h := sandboxtest.Helper(t, "hang", "docker", 0)
+		h := sandboxtest.Helper(t, "hang", "docker", 2)
 		if l := h.Next(t); l != "running" {
 			t.Fatalf("the helper said %q", l)
 		}
