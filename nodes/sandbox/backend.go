@@ -220,7 +220,7 @@ func (im Images) image() string {
 	return DefaultImage
 }
 
-// signalName names a signal number as the drivers do (SIGKILL).
+// signalName names a signal number as Python and Node.js do (SIGKILL).
 func signalName(n int) string {
 	if s, ok := signalNames[n]; ok {
 		return s

@@ -111,7 +111,7 @@ func ParseLanguage(src []byte, driver func(name string) ([]byte, error)) (*Langu
 	return &l, nil
 }
 
-// command is the command line that starts the driver.
+// command is the command line that starts the runner.
 func (l *Language) command() []string {
 	out := make([]string, len(l.Command))
 	for i, a := range l.Command {

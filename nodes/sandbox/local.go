@@ -27,9 +27,10 @@ import (
 
 // Local runs executions on this machine without a container engine: each
 // process of an execution is started by bubblewrap in new namespaces (no
-// network, its own processes, users, mounts, IPC and host name), as the
-// first process of its own PID namespace (nothing else of the sandbox
-// runs beside it, and everything it starts dies with it), with the
+// network, its own processes, users, mounts, IPC and host name), in a PID
+// namespace of its own whose first process (localInit: holding nothing,
+// not dumpable) starts it and ends with it, and with that everything it
+// started (nothing else of the sandbox runs beside it), with the
 // language runtime's files read-only, a fresh small tmpfs as its
 // workspace, no environment, no capabilities and no new privileges,
 // under a seccomp filter (seccompProgram) and with the /proc files that
