@@ -140,7 +140,9 @@ func NewDocker(runtime string) (*Docker, error) {
 	}
 	d := &Docker{cli: cli, runtime: runtime, Idle: 10 * time.Minute, owner: bootID() + "/" + string(self()),
 		profile: dockerProfile(), spares: map[string][]*box{}, filling: map[string]int{}, open: map[*dockerSession]bool{}, made: map[string]bool{}}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// an engine that does not answer holds up no flow: executions will
+	// say so
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	d.reaped, _ = d.Reap(ctx)
 	return d, nil

@@ -35,7 +35,8 @@ type Language struct {
 	File    string   `yaml:"file"`
 	Driver  string   `yaml:"driver"`
 	Command []string `yaml:"command"`
-	// Image overrides the sandbox image for this language.
+	// Image overrides the sandbox image for this language (it must have
+	// python3 and sh: the Docker container's first process runs them).
 	Image string `yaml:"image"`
 
 	source string // the driver's text
