@@ -6,7 +6,7 @@ PKGS    := ./...
 FUZZTIME ?= 40000x
 
 .PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
-	livekit-server page page-check bench-voice
+	livekit-server page page-check bench-voice bench-sandbox
 
 build:
 	$(GO) build -o bin/trellis ./cmd/trellis
@@ -42,6 +42,12 @@ deps:
 	      cat $$log; rm -f $$log; exit 1; fi; rm -f $$log; \
 	  else echo "missing packages:$$missing (the store's, the sandbox's and the voice tests need them)"; fi; \
 	fi
+	@# gVisor for the sandbox's runsc cases, where Debian's package installs
+	@if ! command -v runsc >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends runsc >/dev/null 2>&1; then \
+	    echo "installed runsc (gVisor): the sandbox's tests run their cases under it too"; \
+	  else echo "runsc (gVisor) did not install: the sandbox's gVisor cases are skipped"; fi; fi
 	@# the schema's strict-validator test, the editor test and the
 	@# drawings' test run Node.js packages: installed with npm (when there
 	@# is one) into .ci/.yls
@@ -88,15 +94,22 @@ page-check:
 bench-voice: livekit-server
 	$(GO) test ./cmd/trellis/internal/voice -run '^$$' -bench SpokenTurn -benchtime 5x -timeout 20m
 
-# The sandbox's file tree (Python, Node.js and the drivers' tools, from
+# The sandbox's file tree (Python, Node.js and the runners' tools, from
 # this machine's packages) in SANDBOX_ROOT, imported into the Docker engine
 # DOCKER_HOST names as $(SANDBOX_IMAGE). The local backend runs on the tree
-# itself: TRELLIS_SANDBOX_ROOT=$(SANDBOX_ROOT).
-SANDBOX_ROOT  ?= $(HOME)/.cache/trellis/sandbox-root
+# itself: TRELLIS_SANDBOX_ROOT=$(SANDBOX_ROOT); as root, the tree is where
+# the sandbox's user (65534) can reach it.
+SANDBOX_ROOT  ?= $(if $(filter 0,$(shell id -u)),/var/cache/trellis/sandbox-root,$(HOME)/.cache/trellis/sandbox-root)
 SANDBOX_IMAGE ?= trellis-sandbox:1
 sandbox-image:
 	sh nodes/sandbox/image/rootfs.sh $(SANDBOX_ROOT)
 	tar -C $(SANDBOX_ROOT) -c . | docker import - $(SANDBOX_IMAGE)
+
+# One trivial execution at a time on each backend (local, Docker cold and
+# warm, gVisor), and rounds of 8 at once. Not part of check: two minutes.
+bench-sandbox:
+	$(GO) test ./nodes/sandbox -run '^$$' -bench Trivial -benchtime 40x -timeout 20m
+	$(GO) test ./nodes/sandbox -run '^$$' -bench Concurrent -benchtime 5x -timeout 20m
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -12,18 +12,31 @@ import (
 )
 
 // Language is what the sandbox needs to run code of one language: data,
-// not code. A driver (a program in the language itself) receives the job
-// on stdin, writes the submission to File, reports metrics from the
-// language's own parser, runs the program and its tests in child
-// processes and prints its report; Command starts it, with $DRIVER
-// standing for the driver's source.
+// not code. Command starts the language's runner (a program in the
+// language itself, with $DRIVER standing for its source) in each process
+// of an execution. The runner reads one request on stdin: a line holding
+// the length of a JSON header, the header, and the program's input after
+// it. The header holds the source and the name of its file, a nonce, the
+// limits, whether to report metrics, and the mode: run (the whole
+// program, on the input) or call (evaluate the call against the source's
+// top level, with empty input). The runner writes the source to File,
+// and when asked for metrics, writes them first on stdout as one line,
+// "\x1etrellis metrics " followed by a JSON object (lines, comments,
+// classes, complexity, max_nesting, functions, or syntax_error, in which
+// case nothing runs), before any of the code runs. Then it runs the code
+// in its own process; in mode call the last line of stdout is
+// "\x1etrellis value NONCE " followed by {"value": V}, or {"text": T}
+// for a value with no JSON form. The runner decides nothing: the tests'
+// expected values never reach it, and what it prints is compared with
+// them outside the sandbox.
 type Language struct {
 	Name    string   `yaml:"name"`
 	Title   string   `yaml:"title"`
 	File    string   `yaml:"file"`
 	Driver  string   `yaml:"driver"`
 	Command []string `yaml:"command"`
-	// Image overrides the sandbox image for this language.
+	// Image overrides the sandbox image for this language (it must have
+	// python3 and sh: the Docker container's first process runs them).
 	Image string `yaml:"image"`
 
 	source string // the driver's text
@@ -99,7 +112,7 @@ func ParseLanguage(src []byte, driver func(name string) ([]byte, error)) (*Langu
 	return &l, nil
 }
 
-// command is the command line that starts the driver.
+// command is the command line that starts the runner.
 func (l *Language) command() []string {
 	out := make([]string, len(l.Command))
 	for i, a := range l.Command {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
@@ -17,9 +18,10 @@ type Pool struct {
 	running int
 	limit   int
 	queue   []chan struct{} // waiters, oldest first
+	closed  bool
 }
 
-// NewPool runs at most n jobs of b at once (n < 1: 1).
+// NewPool runs at most n executions of b at once (n < 1: 1).
 func NewPool(b Backend, n int, images Images) *Pool {
 	return &Pool{b: b, limit: max(n, 1), images: images}
 }
@@ -34,17 +36,52 @@ func (p *Pool) Stats() (running, queued int) {
 	return p.running, len(p.queue)
 }
 
-// Exec runs j once a place is free.
-func (p *Pool) Exec(ctx context.Context, j *Job) (*Outcome, error) {
+// errClosed says the pool was closed.
+var errClosed = errors.New("the sandbox pool is closed")
+
+// Start opens an execution's sandbox once a place is free; closing the
+// session gives the place back.
+func (p *Pool) Start(ctx context.Context, s Spec) (Session, error) {
 	if err := p.acquire(ctx); err != nil {
 		return nil, err
 	}
-	defer p.release()
-	return p.b.Exec(ctx, j)
+	sess, err := p.b.Start(ctx, s)
+	if err != nil {
+		p.release()
+		return nil, err
+	}
+	return &pooled{Session: sess, p: p}, nil
+}
+
+// pooled is a session holding a place in its pool.
+type pooled struct {
+	Session
+	p    *Pool
+	once sync.Once
+}
+
+func (s *pooled) Close() error {
+	err := s.Session.Close()
+	s.once.Do(s.p.release)
+	return err
+}
+
+// Exec runs a job, an execution of one process, once a place is free.
+func (p *Pool) Exec(ctx context.Context, j *Job) (*Outcome, error) {
+	s, err := p.Start(ctx, Spec{Image: j.Image, Root: j.Root, Limits: j.Limits})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Run(ctx, &Proc{Command: j.Command, Stdin: j.Stdin})
 }
 
 func (p *Pool) acquire(ctx context.Context) error {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return errClosed
+	}
 	if p.running < p.limit && len(p.queue) == 0 {
 		p.running++
 		p.mu.Unlock()
@@ -89,5 +126,17 @@ func (p *Pool) handOver() {
 	}
 }
 
-// Close closes the backend.
-func (p *Pool) Close() error { return p.b.Close() }
+// Close closes the backend, which ends the executions still running; no
+// execution starts after it.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	// the waiters go on to find the backend closed
+	for _, w := range p.queue {
+		p.running++
+		close(w)
+	}
+	p.queue = nil
+	p.mu.Unlock()
+	return p.b.Close()
+}

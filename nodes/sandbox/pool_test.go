@@ -11,7 +11,8 @@ import (
 	"github.com/trellisflow/trellis/nodes/sandbox/sandboxtest"
 )
 
-// recorder is a real backend that records the order jobs reach it and
+// recorder is a real backend that records the order executions reach it
+// (by the name in their image, which the local backend does not use) and
 // how many run at once.
 type recorder struct {
 	sandbox.Backend
@@ -20,18 +21,34 @@ type recorder struct {
 	running, peak int
 }
 
-func (r *recorder) Exec(ctx context.Context, j *sandbox.Job) (*sandbox.Outcome, error) {
+func (r *recorder) Start(ctx context.Context, s sandbox.Spec) (sandbox.Session, error) {
 	r.mu.Lock()
-	r.order = append(r.order, string(j.Stdin))
+	r.order = append(r.order, s.Image)
 	r.running++
 	r.peak = max(r.peak, r.running)
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.running--
-		r.mu.Unlock()
-	}()
-	return r.Backend.Exec(ctx, j)
+	sess, err := r.Backend.Start(ctx, s)
+	if err != nil {
+		r.done()
+		return nil, err
+	}
+	return &recorded{Session: sess, r: r}, nil
+}
+
+func (r *recorder) done() {
+	r.mu.Lock()
+	r.running--
+	r.mu.Unlock()
+}
+
+type recorded struct {
+	sandbox.Session
+	r *recorder
+}
+
+func (s *recorded) Close() error {
+	defer s.r.done()
+	return s.Session.Close()
 }
 
 // Executions beyond the pool's size wait in the order they came, a
@@ -41,7 +58,7 @@ func TestPoolIsBoundedAndFair(t *testing.T) {
 	pool := sandbox.NewPool(rec, 2, sandbox.Images{Root: sandboxtest.Root()})
 	job := func(name string) *sandbox.Job {
 		// long enough that every job is queued before the first two end
-		return &sandbox.Job{Command: []string{"sleep", "2"}, Stdin: []byte(name), Root: sandboxtest.Root(), Limits: sandbox.Limits{Wall: 30 * time.Second}}
+		return &sandbox.Job{Command: []string{"sleep", "2"}, Image: name, Root: sandboxtest.Root(), Limits: sandbox.Limits{Wall: 30 * time.Second}}
 	}
 	var wg sync.WaitGroup
 	names := []string{"a", "b", "c", "d", "e"}

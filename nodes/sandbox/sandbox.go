@@ -24,11 +24,16 @@
 // false, status not_run and the reason, and is marked degraded: the flow
 // says the code was not run rather than pretending it was.
 //
-// A language is data: a file naming the file to write, the command that
-// starts the language's driver, and the driver itself, a program in the
-// language that runs the code and its tests in child processes and
-// reports. Python and JavaScript ship built in; a flow adds one as
-// sandbox/NAME.yaml beside it (or above it), with its driver there too.
+// The verdict is decided here, outside the sandbox (see Execute): each
+// test runs in a process of its own that receives only its own input,
+// the code prints raw output only, and the expected values never enter
+// the sandbox. README.md beside this file is the threat model.
+//
+// A language is data: a file naming the file to write, and the command
+// that starts the language's runner, a program in the language that runs
+// the code in its own process and prints raw output (see Language).
+// Python and JavaScript ship built in; a flow adds one as
+// sandbox/NAME.yaml beside it (or above it), with its runner there too.
 package sandbox
 
 import (

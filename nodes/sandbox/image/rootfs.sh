@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds the sandbox's file tree in DIR from this machine's Debian
 # packages: Python 3 (python3.11-minimal, libpython3.11-stdlib), Node.js,
-# and the few tools the drivers use (sh, sleep, prlimit), with the shared
+# and the few tools the sandbox uses (sh, sleep, prlimit, rm), with the shared
 # libraries they load. The local backend runs jobs on the tree as it is
 # (TRELLIS_SANDBOX_ROOT=DIR); `docker import` makes it the Docker image.
 #
@@ -32,7 +32,7 @@ done
 ln -sf "$(basename "$py")" "$tmp/usr/bin/python3"
 # the tree is read-only in the sandbox: Python's bytecode is compiled now
 "$py" -m compileall -q -j 0 -d "$lib" "$tmp$lib" >/dev/null || true
-copy "$(readlink -f "$(command -v node)")" /usr/bin/sh /usr/bin/dash /usr/bin/sleep /usr/bin/prlimit
+copy "$(readlink -f "$(command -v node)")" /usr/bin/sh /usr/bin/dash /usr/bin/sleep /usr/bin/prlimit /usr/bin/rm
 if [ ! -e "$tmp/usr/bin/node" ]; then cp -L "$(command -v node)" "$tmp/usr/bin/node"; fi
 # the shared libraries every program and Python extension loads
 find "$tmp" -type f \( -perm -u+x -o -name '*.so*' \) | while read -r f; do

@@ -14,8 +14,10 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/nodes/sandbox"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
 
@@ -100,8 +102,21 @@ func Main(args []string, env *Env) int {
 		usage(env.Stderr)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGINT, SIGTERM and SIGHUP end a command (serve reloads its flows
+	// on SIGHUP instead): its runs stop, and the process's sandbox, if a
+	// flow made it, is closed with whatever it still runs and its warm
+	// containers, as it is whenever the command ends
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if args[0] != "serve" {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
 	defer stop()
+	defer func() {
+		if err := sandbox.CloseEnv(); err != nil {
+			fmt.Fprintf(env.Stderr, "trellis %s: closing the sandbox: %v\n", args[0], err)
+		}
+	}()
 	return commands[i].run(ctx, env, args[1:])
 }
 

@@ -79,13 +79,9 @@ func newMetrics(cat store.Catalog) *metrics {
 	return m
 }
 
-// sandboxStats reads the process's sandbox pool, if it has one.
-func sandboxStats() (running, queued int) {
-	if p := sandbox.Env(); p != nil {
-		return p.Stats()
-	}
-	return 0, 0
-}
+// sandboxStats reads the process's sandbox pool, if a flow has made it
+// (a scrape never makes it).
+func sandboxStats() (running, queued int) { return sandbox.EnvStats() }
 
 func (m *metrics) request(route string, status int, took time.Duration) {
 	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
