@@ -63,7 +63,7 @@ func migrateTogether(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	got, err := stores[1].Migrations(ctx)
-	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
+	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 20}) {
 		t.Fatalf("migrations %v %v", got, err)
 	}
 }
@@ -171,7 +171,15 @@ func listener(t *testing.T, st *postgres.Store, dsn string) <-chan string {
 	ctx, cancel := context.WithCancel(context.Background())
 	heard := make(chan string, 16)
 	done := make(chan error, 1)
-	go func() { done <- st.Listen(ctx, dsn, "trellis test", func(p string) { heard <- p }) }()
+	go func() {
+		done <- st.Listen(ctx, dsn, "trellis test", func(p string) { heard <- p }, func(up bool) {
+			if up {
+				heard <- "<up>"
+			} else {
+				heard <- "<down>"
+			}
+		})
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
@@ -199,13 +207,13 @@ func TestNotify(t *testing.T) {
 		url := pgtest.Database(t)
 		st := openURL(t, url)
 		heard := listener(t, st, "")
-		hear(t, heard, "") // connected
+		hear(t, heard, "<up>") // connected
 		if err := st.Notify(ctx, "trellis test", "run r1"); err != nil {
 			t.Fatal(err)
 		}
 		hear(t, heard, "run r1")
-		// the listening connection is lost: it comes back, says so, and
-		// hears what is sent after
+		// the listening connection is lost: it says so, comes back, says
+		// so, and hears what is sent after
 		admin, err := pgx.Connect(ctx, url)
 		if err != nil {
 			t.Fatal(err)
@@ -214,7 +222,8 @@ func TestNotify(t *testing.T) {
 		if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()`); err != nil {
 			t.Fatal(err)
 		}
-		hear(t, heard, "")
+		hear(t, heard, "<down>")
+		hear(t, heard, "<up>")
 		if err := st.Notify(ctx, "trellis test", "run r2"); err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +235,7 @@ func TestNotify(t *testing.T) {
 		pooled, direct := pgtest.Pooled(t)
 		st := openURL(t, pooled)
 		heard := listener(t, st, direct)
-		hear(t, heard, "")
+		hear(t, heard, "<up>")
 		for i := range 5 {
 			if err := st.Notify(ctx, "trellis test", fmt.Sprint("event ", i)); err != nil {
 				t.Fatal(err)
@@ -238,7 +247,7 @@ func TestNotify(t *testing.T) {
 	})
 	t.Run("bad address", func(t *testing.T) {
 		st := open(t)
-		if err := st.Listen(ctx, "postgres://%zz", "c", func(string) {}); err == nil || errors.Is(err, context.Canceled) {
+		if err := st.Listen(ctx, "postgres://%zz", "c", func(string) {}, func(bool) {}); err == nil || errors.Is(err, context.Canceled) {
 			t.Fatalf("a malformed address: %v", err)
 		}
 	})

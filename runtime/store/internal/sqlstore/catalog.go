@@ -3,7 +3,7 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
-	"math"
+	"errors"
 	"strings"
 	"time"
 
@@ -26,6 +26,9 @@ type DB interface {
 	// transactions that lock the same thread's runs (a no-op where
 	// write transactions are serialised anyway).
 	LockThread(ctx context.Context, thread string) error
+	// Now is an SQL expression of the database's time, in Unix
+	// nanoseconds: the one clock of every server sharing it.
+	Now() string
 }
 
 // CloseRows are a query's rows.
@@ -94,13 +97,13 @@ func orEmpty(m map[string]string) map[string]string {
 	return m
 }
 
-const threadColumns = `id, tenant, flow, metadata, created_at`
+const threadColumns = `id, tenant, flow, metadata, created_at, deleting`
 
 func scanThread(r Rows) (*store.ThreadRecord, error) {
 	var t store.ThreadRecord
 	var md string
 	var created int64
-	if err := r.Scan(&t.ID, &t.Tenant, &t.Flow, &md, &created); err != nil {
+	if err := r.Scan(&t.ID, &t.Tenant, &t.Flow, &md, &created, &t.Deleting); err != nil {
 		return nil, err
 	}
 	t.Created = fromNanos(created)
@@ -135,7 +138,7 @@ func (c Catalog) ListThreads(ctx context.Context, q store.ThreadQuery) ([]*store
 	}
 	var out []*store.ThreadRecord
 	for {
-		query := `SELECT ` + threadColumns + ` FROM api_threads WHERE tenant = ?`
+		query := `SELECT ` + threadColumns + ` FROM api_threads WHERE tenant = ? AND NOT deleting`
 		args := []any{q.Tenant}
 		if q.Flow != "" {
 			query += ` AND flow = ?`
@@ -177,9 +180,45 @@ func (c Catalog) ListThreads(ctx context.Context, q store.ThreadQuery) ([]*store
 	}
 }
 
+// idle fails with ErrBusy when the thread has a queued or running run;
+// the caller holds the thread's lock.
+func idle(ctx context.Context, db DB, thread string) error {
+	err := one(ctx, db, func(Rows) error { return store.ErrBusy },
+		`SELECT 1 FROM api_runs WHERE thread = ? AND status IN ('queued', 'running') LIMIT 1`, thread)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// MarkThreadDeleting implements store.Catalog.
+func (c Catalog) MarkThreadDeleting(ctx context.Context, tenant, id string, deleting bool) error {
+	return c.DB.Tx(ctx, func(db DB) error {
+		if err := db.LockThread(ctx, id); err != nil {
+			return err
+		}
+		if deleting {
+			if err := idle(ctx, db, id); err != nil {
+				return err
+			}
+		}
+		n, err := db.Exec(ctx, `UPDATE api_threads SET deleting = ? WHERE id = ? AND tenant = ?`, deleting, id, tenant)
+		if err == nil && n == 0 {
+			err = store.ErrNotFound
+		}
+		return err
+	})
+}
+
 // DeleteThread implements store.Catalog.
 func (c Catalog) DeleteThread(ctx context.Context, tenant, id string) error {
 	return c.DB.Tx(ctx, func(db DB) error {
+		if err := db.LockThread(ctx, id); err != nil {
+			return err
+		}
+		if err := idle(ctx, db, id); err != nil {
+			return err
+		}
 		n, err := db.Exec(ctx, `DELETE FROM api_threads WHERE id = ? AND tenant = ?`, id, tenant)
 		if err != nil {
 			return err
@@ -214,7 +253,7 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 	_, err := db.Exec(ctx, `INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint,
 		created_at, started_at, finished_at, resume, interrupt, server, stop, answers, config) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, string(r.Status), input, r.Error, int64(r.Checkpoint),
-		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, r.Stop, answers, cfg)
+		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, string(r.Stop), answers, cfg)
 	if err != nil && db.Unique(err) {
 		return store.ErrExists
 	}
@@ -222,12 +261,23 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 }
 
 // UpdateRun implements store.Catalog.
-func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord) error {
+func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord, expect store.RunState) error {
 	n, err := c.DB.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
-		resume = ?, server = ?, stop = ?, flow_version = ? WHERE id = ?`,
-		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, r.Stop, r.FlowVersion, r.ID)
+		resume = ?, server = ?, stop = ?, flow_version = ? WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
+		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, string(r.Stop), r.FlowVersion,
+		r.ID, string(expect.Status), expect.Server, string(expect.Stop))
 	if err == nil && n == 0 {
-		err = store.ErrNotFound
+		err = c.changed(ctx, r.ID)
+	}
+	return err
+}
+
+// changed tells why a conditional change of a run changed no row: the
+// run is gone, or its record is not as expected.
+func (c Catalog) changed(ctx context.Context, id string) error {
+	err := one(ctx, c.DB, func(Rows) error { return nil }, `SELECT 1 FROM api_runs WHERE id = ?`, id)
+	if err == nil {
+		return store.ErrRunChanged
 	}
 	return err
 }
@@ -237,12 +287,13 @@ const runColumns = `id, tenant, thread, flow, flow_version, status, input, error
 
 func scanRun(rows Rows) (*store.RunRecord, error) {
 	var r store.RunRecord
-	var status, input, answers, cfg string
+	var status, input, answers, cfg, stop string
 	var checkpoint, created, started, finished int64
 	if err := rows.Scan(&r.ID, &r.Tenant, &r.Thread, &r.Flow, &r.FlowVersion, &status, &input, &r.Error, &checkpoint,
-		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &r.Stop, &answers, &cfg); err != nil {
+		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &stop, &answers, &cfg); err != nil {
 		return nil, err
 	}
+	r.Stop = store.StopReason(stop)
 	if cfg != "null" {
 		r.Config = json.RawMessage(cfg)
 	}
@@ -263,25 +314,18 @@ func (c Catalog) Run(ctx context.Context, tenant, id string) (*store.RunRecord, 
 }
 
 // Runs implements store.Catalog.
-func (c Catalog) Runs(ctx context.Context, tenant, thread string, limit int) ([]*store.RunRecord, error) {
-	if limit <= 0 {
-		limit = math.MaxInt32
-	}
-	rows, err := c.DB.Query(ctx, `SELECT `+runColumns+` FROM api_runs WHERE thread = ? AND tenant = ?
-		ORDER BY created_at DESC, id DESC LIMIT ?`, thread, tenant, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*store.RunRecord
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
+func (c Catalog) Runs(ctx context.Context, q store.RunQuery) ([]*store.RunRecord, error) {
+	where, args := `thread = ? AND tenant = ?`, []any{q.Thread, q.Tenant}
+	if q.Before != "" {
+		var at int64
+		if err := one(ctx, c.DB, func(r Rows) error { return r.Scan(&at) },
+			`SELECT created_at FROM api_runs WHERE id = ? AND thread = ? AND tenant = ?`, q.Before, q.Thread, q.Tenant); err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		where += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
+		args = append(args, at, at, q.Before)
 	}
-	return out, rows.Err()
+	return runsWhere(ctx, c.DB, where+` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, store.PageLimit(q.Limit))...)
 }
 
 // runsWhere returns the runs a query selects.
@@ -308,6 +352,10 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 		if err := db.LockThread(ctx, r.Thread); err != nil {
 			return err
 		}
+		if err := one(ctx, db, func(Rows) error { return nil },
+			`SELECT 1 FROM api_threads WHERE id = ? AND tenant = ? AND NOT deleting`, r.Thread, r.Tenant); err != nil {
+			return err
+		}
 		active, err := runsWhere(ctx, db, `thread = ? AND status IN ('queued', 'running')`, r.Thread)
 		if err != nil {
 			return err
@@ -323,7 +371,7 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 					WHERE thread = ? AND status = 'queued'`, why, nanos(r.Created), r.Thread); err != nil {
 					return err
 				}
-				if _, err := db.Exec(ctx, `UPDATE api_runs SET stop = 'interrupt' WHERE thread = ? AND status = 'running' AND stop = ''`, r.Thread); err != nil {
+				if _, err := db.Exec(ctx, `UPDATE api_runs SET stop = ? WHERE thread = ? AND status = 'running' AND stop = ''`, string(store.StopInterrupt), r.Thread); err != nil {
 					return err
 				}
 			}
@@ -410,7 +458,7 @@ func (c Catalog) ClaimRun(ctx context.Context, server, only string, now time.Tim
 			}
 			return err
 		})
-		if err != nil && err != store.ErrNotFound {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, err
 		}
 		if claimed != nil {
@@ -420,14 +468,14 @@ func (c Catalog) ClaimRun(ctx context.Context, server, only string, now time.Tim
 }
 
 // RequestStop implements store.Catalog.
-func (c Catalog) RequestStop(ctx context.Context, tenant, id, why string) (*store.RunRecord, error) {
+func (c Catalog) RequestStop(ctx context.Context, tenant, id string, why store.StopReason) (*store.RunRecord, error) {
 	var out *store.RunRecord
 	err := c.DB.Tx(ctx, func(db DB) error {
-		if _, err := db.Exec(ctx, `UPDATE api_runs SET status = 'cancelled', error = ?, finished_at = ? WHERE id = ? AND tenant = ? AND status = 'queued'`,
-			why, nanos(time.Now()), id, tenant); err != nil {
+		if _, err := db.Exec(ctx, `UPDATE api_runs SET status = 'cancelled', error = ?, finished_at = `+db.Now()+` WHERE id = ? AND tenant = ? AND status = 'queued'`,
+			why.Message(), id, tenant); err != nil {
 			return err
 		}
-		if _, err := db.Exec(ctx, `UPDATE api_runs SET stop = ? WHERE id = ? AND tenant = ? AND status = 'running'`, why, id, tenant); err != nil {
+		if _, err := db.Exec(ctx, `UPDATE api_runs SET stop = ? WHERE id = ? AND tenant = ? AND status = 'running'`, string(why), id, tenant); err != nil {
 			return err
 		}
 		rs, err := runsWhere(ctx, db, `id = ? AND tenant = ?`, id, tenant)
@@ -456,23 +504,25 @@ func (c Catalog) QueueDepth(ctx context.Context) (int, error) {
 }
 
 // Beat implements store.Catalog.
-func (c Catalog) Beat(ctx context.Context, server string, now time.Time) error {
-	n, err := c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = ? WHERE id = ?`, nanos(now), server)
+func (c Catalog) Beat(ctx context.Context, server string) error {
+	now := c.DB.Now()
+	n, err := c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = `+now+` WHERE id = ?`, server)
 	if err != nil || n > 0 {
 		return err
 	}
-	err = c.insert(ctx, `INSERT INTO api_servers (id, seen_at) VALUES (?, ?)`, server, nanos(now))
-	if err == store.ErrExists {
-		_, err = c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = ? WHERE id = ?`, nanos(now), server)
+	err = c.insert(ctx, `INSERT INTO api_servers (id, seen_at) VALUES (?, `+now+`)`, server)
+	if errors.Is(err, store.ErrExists) {
+		_, err = c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = `+now+` WHERE id = ?`, server)
 	}
 	return err
 }
 
 // AdoptRun implements store.Catalog.
-func (c Catalog) AdoptRun(ctx context.Context, server string, staleBefore time.Time) (*store.RunRecord, error) {
+func (c Catalog) AdoptRun(ctx context.Context, server string, deadAfter time.Duration) (*store.RunRecord, error) {
 	for {
 		rs, err := runsWhere(ctx, c.DB, `status = 'running' AND server <> ? AND NOT EXISTS
-			(SELECT 1 FROM api_servers s WHERE s.id = api_runs.server AND s.seen_at >= ?) ORDER BY started_at LIMIT 1`, server, nanos(staleBefore))
+			(SELECT 1 FROM api_servers s WHERE s.id = api_runs.server AND s.seen_at >= `+c.DB.Now()+` - ?) ORDER BY started_at LIMIT 1`,
+			server, deadAfter.Nanoseconds())
 		if err != nil {
 			return nil, err
 		}
@@ -492,9 +542,10 @@ func (c Catalog) AdoptRun(ctx context.Context, server string, staleBefore time.T
 }
 
 // DeleteRun implements store.Catalog.
-func (c Catalog) DeleteRun(ctx context.Context, id string) error {
-	return c.DB.Tx(ctx, func(db DB) error {
-		n, err := db.Exec(ctx, `DELETE FROM api_runs WHERE id = ?`, id)
+func (c Catalog) DeleteRun(ctx context.Context, id string, expect store.RunState) error {
+	err := c.DB.Tx(ctx, func(db DB) error {
+		n, err := db.Exec(ctx, `DELETE FROM api_runs WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
+			id, string(expect.Status), expect.Server, string(expect.Stop))
 		if err != nil {
 			return err
 		}
@@ -504,6 +555,10 @@ func (c Catalog) DeleteRun(ctx context.Context, id string) error {
 		_, err = db.Exec(ctx, `DELETE FROM api_events WHERE run = ?`, id)
 		return err
 	})
+	if errors.Is(err, store.ErrNotFound) {
+		err = c.changed(ctx, id)
+	}
+	return err
 }
 
 // AppendEvents implements store.Catalog: one statement in one
@@ -525,9 +580,24 @@ func (c Catalog) AppendEvents(ctx context.Context, run string, evs []store.Event
 	return c.insert(ctx, q.String(), args...)
 }
 
+// LastEvent implements store.Catalog.
+func (c Catalog) LastEvent(ctx context.Context, run string) (*store.EventRecord, error) {
+	var e store.EventRecord
+	err := one(ctx, c.DB, func(r Rows) error {
+		var data string
+		err := r.Scan(&e.Seq, &data)
+		e.Data = []byte(data)
+		return err
+	}, `SELECT seq, data FROM api_events WHERE run = ? ORDER BY seq DESC LIMIT 1`, run)
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
 // Events implements store.Catalog.
-func (c Catalog) Events(ctx context.Context, run string, after int64) ([]store.EventRecord, error) {
-	rows, err := c.DB.Query(ctx, `SELECT seq, data FROM api_events WHERE run = ? AND seq > ? ORDER BY seq`, run, after)
+func (c Catalog) Events(ctx context.Context, run string, after int64, limit int) ([]store.EventRecord, error) {
+	rows, err := c.DB.Query(ctx, `SELECT seq, data FROM api_events WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?`, run, after, store.PageLimit(limit))
 	if err != nil {
 		return nil, err
 	}

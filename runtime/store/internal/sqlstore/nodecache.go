@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -12,7 +13,7 @@ func (c Catalog) CacheGet(ctx context.Context, key string, now time.Time) ([]byt
 	var value []byte
 	err := one(ctx, c.DB, func(r Rows) error { return r.Scan(&value) },
 		`SELECT value FROM node_cache WHERE key = ? AND (expires_at = 0 OR expires_at > ?)`, key, nanos(now))
-	if err == store.ErrNotFound {
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
