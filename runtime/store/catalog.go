@@ -78,8 +78,11 @@ type Catalog interface {
 	// queue fields (Resume, Server, Stop), if its record still stands as
 	// expect says: ErrRunChanged when another server changed it first
 	// (read it again and decide again), so that a cancel, a shutdown, an
-	// adoption and a finish never overwrite each other.
-	UpdateRun(ctx context.Context, r *RunRecord, expect RunState) error
+	// adoption and a finish never overwrite each other. The events evs
+	// (the run's last ones, numbered after those recorded) are recorded
+	// with the change, all or none, so that a run's end and the events
+	// that tell it are recorded together or not at all.
+	UpdateRun(ctx context.Context, r *RunRecord, expect RunState, evs []EventRecord) error
 	// Run returns a run's record.
 	Run(ctx context.Context, tenant, id string) (*RunRecord, error)
 	// Runs lists a thread's runs, newest first, a page at a time (see
@@ -87,8 +90,11 @@ type Catalog interface {
 	Runs(ctx context.Context, q RunQuery) ([]*RunRecord, error)
 	// AppendEvents records a run's events, all or none: seq numbers a
 	// run's events from 1, and a seq already recorded fails the batch with
-	// ErrExists.
-	AppendEvents(ctx context.Context, run string, evs []EventRecord) error
+	// ErrExists. A holder other than "" records them only while the run
+	// is running on that server (ErrRunChanged otherwise): a server
+	// another took a run from adds nothing to its events after the
+	// other's.
+	AppendEvents(ctx context.Context, run, holder string, evs []EventRecord) error
 	// Events returns a run's events after seq, in order, at most limit
 	// of them (see MaxPage).
 	Events(ctx context.Context, run string, after int64, limit int) ([]EventRecord, error)

@@ -160,7 +160,7 @@ func (s *Store) CreateRun(_ context.Context, r *store.RunRecord) error {
 }
 
 // UpdateRun implements store.Catalog.
-func (s *Store) UpdateRun(_ context.Context, r *store.RunRecord, expect store.RunState) error {
+func (s *Store) UpdateRun(_ context.Context, r *store.RunRecord, expect store.RunState, evs []store.EventRecord) error {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -170,6 +170,9 @@ func (s *Store) UpdateRun(_ context.Context, r *store.RunRecord, expect store.Ru
 	}
 	if old.State() != expect {
 		return store.ErrRunChanged
+	}
+	if err := c.appendEvents(r.ID, evs); err != nil {
+		return err
 	}
 	old.Status, old.Error, old.Checkpoint, old.Started, old.Finished = r.Status, r.Error, r.Checkpoint, r.Started, r.Finished
 	old.Resume, old.Server, old.Stop, old.FlowVersion = r.Resume, r.Server, r.Stop, r.FlowVersion
@@ -401,10 +404,21 @@ func (s *Store) Runs(_ context.Context, q store.RunQuery) ([]*store.RunRecord, e
 }
 
 // AppendEvents implements store.Catalog.
-func (s *Store) AppendEvents(_ context.Context, run string, add []store.EventRecord) error {
+func (s *Store) AppendEvents(_ context.Context, run, holder string, add []store.EventRecord) error {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if holder != "" {
+		if r, ok := c.runs[run]; !ok || r.Status != store.RunRunning || r.Server != holder {
+			return store.ErrRunChanged
+		}
+	}
+	return c.appendEvents(run, add)
+}
+
+// appendEvents records a run's events, all or none. The caller holds
+// c.mu.
+func (c *catalog) appendEvents(run string, add []store.EventRecord) error {
 	evs := c.events[run]
 	last := int64(0)
 	if n := len(evs); n > 0 {

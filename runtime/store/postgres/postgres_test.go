@@ -18,7 +18,9 @@ import (
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain stops the PostgreSQL cluster the tests started, and fails
+// them when a goroutine outlives them.
+func TestMain(m *testing.M) { os.Exit(storetest.MainNoLeaks(m)) }
 
 func open(t *testing.T) *postgres.Store {
 	st, err := postgres.Open(context.Background(), pgtest.Database(t))
@@ -246,7 +248,7 @@ func TestNotify(t *testing.T) {
 		}
 	})
 	t.Run("bad address", func(t *testing.T) {
-		st := open(t)
+		st := openURL(t, pgtest.Database(t))
 		if err := st.Listen(ctx, "postgres://%zz", "c", func(string) {}, func(bool) {}); err == nil || errors.Is(err, context.Canceled) {
 			t.Fatalf("a malformed address: %v", err)
 		}

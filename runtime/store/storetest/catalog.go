@@ -75,7 +75,7 @@ func testCatalogThreads(t *testing.T, c store.Catalog) {
 	if err := c.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.AppendEvents(ctx, "r1", []store.EventRecord{{Seq: 1, Data: []byte(`{"type":"run_start"}`)}}); err != nil {
+	if err := c.AppendEvents(ctx, "r1", "", []store.EventRecord{{Seq: 1, Data: []byte(`{"type":"run_start"}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.DeleteThread(ctx, "acme", "t1"); err != nil {
@@ -177,7 +177,7 @@ func testCatalogRuns(t *testing.T, c store.Catalog) {
 	}
 	expect := r.State()
 	r.Status, r.Started, r.Finished, r.Checkpoint, r.Error = store.RunFailed, moment(10), moment(11), 42, "boom"
-	if err := c.UpdateRun(ctx, r, expect); err != nil {
+	if err := c.UpdateRun(ctx, r, expect, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.QueueDepth(ctx); n != 2 || err != nil {
@@ -190,7 +190,7 @@ func testCatalogRuns(t *testing.T, c store.Catalog) {
 	if _, err := c.Run(ctx, "other", "r2"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("another tenant read r2: %v", err)
 	}
-	if err := c.UpdateRun(ctx, &store.RunRecord{ID: "nope"}, store.RunState{}); !errors.Is(err, store.ErrNotFound) {
+	if err := c.UpdateRun(ctx, &store.RunRecord{ID: "nope"}, store.RunState{}, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("update of a missing run: %v", err)
 	}
 	runs, err := c.Runs(ctx, store.RunQuery{Tenant: "acme", Thread: "t", Limit: 2})
@@ -200,21 +200,21 @@ func testCatalogRuns(t *testing.T, c store.Catalog) {
 	if runs, _ := c.Runs(ctx, store.RunQuery{Tenant: "other", Thread: "t"}); len(runs) != 0 {
 		t.Fatalf("another tenant lists %d runs", len(runs))
 	}
-	if err := c.AppendEvents(ctx, "r1", []store.EventRecord{{Seq: 1, Data: []byte(`{"n":1}`)}}); err != nil {
+	if err := c.AppendEvents(ctx, "r1", "", []store.EventRecord{{Seq: 1, Data: []byte(`{"n":1}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	var batch []store.EventRecord
 	for seq := int64(2); seq <= 5; seq++ {
 		batch = append(batch, store.EventRecord{Seq: seq, Data: []byte(fmt.Sprintf(`{"n":%d}`, seq))})
 	}
-	if err := c.AppendEvents(ctx, "r1", batch); err != nil {
+	if err := c.AppendEvents(ctx, "r1", "", batch); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.AppendEvents(ctx, "r1", nil); err != nil {
+	if err := c.AppendEvents(ctx, "r1", "", nil); err != nil {
 		t.Fatalf("an empty batch: %v", err)
 	}
 	// a batch with one seq already recorded records none of its events
-	if err := c.AppendEvents(ctx, "r1", []store.EventRecord{{Seq: 6, Data: []byte(`{}`)}, {Seq: 3, Data: []byte(`{}`)}}); !errors.Is(err, store.ErrExists) {
+	if err := c.AppendEvents(ctx, "r1", "", []store.EventRecord{{Seq: 6, Data: []byte(`{}`)}, {Seq: 3, Data: []byte(`{}`)}}); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("a repeated event seq: %v", err)
 	}
 	if evs, _ := c.Events(ctx, "r1", 5, 0); len(evs) != 0 {
@@ -239,7 +239,7 @@ func testCatalogConcurrentEvents(t *testing.T, c store.Catalog) {
 		go func() {
 			defer wg.Done()
 			for seq := int64(1); seq <= 25; seq++ {
-				if err := c.AppendEvents(ctx, fmt.Sprint("run", r), []store.EventRecord{{Seq: seq, Data: []byte(`{}`)}}); err != nil {
+				if err := c.AppendEvents(ctx, fmt.Sprint("run", r), "", []store.EventRecord{{Seq: seq, Data: []byte(`{}`)}}); err != nil {
 					errs <- err
 					return
 				}
@@ -422,7 +422,7 @@ func testQueueOrder(t *testing.T, c store.Catalog) {
 	expect := a1.State()
 	expect.Stop = store.StopCancel
 	a1.Status, a1.Finished, a1.Stop = store.RunCancelled, moment(11), ""
-	if err := c.UpdateRun(ctx, a1, expect); err != nil {
+	if err := c.UpdateRun(ctx, a1, expect, nil); err != nil {
 		t.Fatal(err)
 	}
 	claim("a3")
@@ -489,7 +489,7 @@ func testQueueConcurrentClaims(t *testing.T, c store.Catalog) {
 				mu.Unlock()
 				expect := r.State()
 				r.Status, r.Finished = store.RunSucceeded, time.Now()
-				if err := c.UpdateRun(ctx, r, expect); err != nil {
+				if err := c.UpdateRun(ctx, r, expect, nil); err != nil {
 					errs <- err
 					return
 				}
@@ -575,7 +575,7 @@ func testRunCompareAndSet(t *testing.T, c store.Catalog) {
 	}
 	requeue := *r
 	requeue.Status, requeue.Server, requeue.Resume = store.RunQueued, "", true
-	if err := c.UpdateRun(ctx, &requeue, seen); !errors.Is(err, store.ErrRunChanged) {
+	if err := c.UpdateRun(ctx, &requeue, seen, nil); !errors.Is(err, store.ErrRunChanged) {
 		t.Fatalf("a requeue over a cancel: %v", err)
 	}
 	got, err := c.Run(ctx, "acme", "r")
@@ -585,7 +585,7 @@ func testRunCompareAndSet(t *testing.T, c store.Catalog) {
 	// a reads the record again and decides again
 	end := *got
 	end.Status, end.Stop, end.Error, end.Finished = store.RunCancelled, "", "cancelled", moment(2)
-	if err := c.UpdateRun(ctx, &end, got.State()); err != nil {
+	if err := c.UpdateRun(ctx, &end, got.State(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := c.Run(ctx, "acme", "r"); got.Status != store.RunCancelled || got.Error != "cancelled" {
@@ -608,7 +608,7 @@ func testRunCompareAndSet(t *testing.T, c store.Catalog) {
 	}
 	done := *u
 	done.Status, done.Finished = store.RunSucceeded, moment(4)
-	if err := c.UpdateRun(ctx, &done, mine); !errors.Is(err, store.ErrRunChanged) {
+	if err := c.UpdateRun(ctx, &done, mine, nil); !errors.Is(err, store.ErrRunChanged) {
 		t.Fatalf("a ended a run c adopted: %v", err)
 	}
 	if err := c.DeleteRun(ctx, "u1", mine); !errors.Is(err, store.ErrRunChanged) {
@@ -617,8 +617,36 @@ func testRunCompareAndSet(t *testing.T, c store.Catalog) {
 	if err := c.DeleteRun(ctx, "nope", mine); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("deleting a run that does not exist: %v", err)
 	}
-	if err := c.UpdateRun(ctx, &done, adopted.State()); err != nil {
+	// nor does a add to its events, which c's go on from
+	ev := func(seq int64) []store.EventRecord { return []store.EventRecord{{Seq: seq, Data: []byte(`{}`)}} }
+	if err := c.AppendEvents(ctx, "u1", "a", ev(1)); !errors.Is(err, store.ErrRunChanged) {
+		t.Fatalf("a added to the events of a run c adopted: %v", err)
+	}
+	if err := c.AppendEvents(ctx, "u1", "c", ev(1)); err != nil {
 		t.Fatal(err)
+	}
+	// a run's end and its last events are recorded together or not at
+	// all: not when the record changed, nor when an event's seq is taken
+	if err := c.UpdateRun(ctx, &done, mine, ev(2)); !errors.Is(err, store.ErrRunChanged) {
+		t.Fatalf("a ended a run c adopted: %v", err)
+	}
+	if err := c.UpdateRun(ctx, &done, adopted.State(), ev(1)); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("an end with an event whose seq is taken: %v", err)
+	}
+	if got, _ := c.Run(ctx, "acme", "u1"); got.Status != store.RunRunning {
+		t.Fatalf("the end was recorded without its events: %+v", got)
+	}
+	if evs, _ := c.Events(ctx, "u1", 0, 0); len(evs) != 1 {
+		t.Fatalf("a refused end left events: %v", evs)
+	}
+	if err := c.UpdateRun(ctx, &done, adopted.State(), ev(2)); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _ := c.Events(ctx, "u1", 0, 0); len(evs) != 2 {
+		t.Fatalf("the end's events: %v", evs)
+	}
+	if err := c.AppendEvents(ctx, "u1", "c", ev(3)); !errors.Is(err, store.ErrRunChanged) {
+		t.Fatalf("events added to a run that ended: %v", err)
 	}
 
 	// of concurrent changes from one state, exactly one is made
@@ -636,7 +664,7 @@ func testRunCompareAndSet(t *testing.T, c store.Catalog) {
 			defer wg.Done()
 			next := *v
 			next.Status, next.Server = store.RunRunning, fmt.Sprint("s", i)
-			if err := c.UpdateRun(ctx, &next, from); err == nil {
+			if err := c.UpdateRun(ctx, &next, from, nil); err == nil {
 				mu.Lock()
 				made++
 				mu.Unlock()
@@ -706,7 +734,7 @@ func testPagedReads(t *testing.T, c store.Catalog) {
 	for seq := int64(1); seq <= n; seq++ {
 		evs = append(evs, store.EventRecord{Seq: seq, Data: []byte(fmt.Sprintf(`{"n":%d}`, seq))})
 	}
-	if err := c.AppendEvents(ctx, "r", evs); err != nil {
+	if err := c.AppendEvents(ctx, "r", "", evs); err != nil {
 		t.Fatal(err)
 	}
 	if last, err := c.LastEvent(ctx, "r"); err != nil || last.Seq != n || string(last.Data) != fmt.Sprintf(`{"n":%d}`, n) {

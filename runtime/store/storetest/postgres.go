@@ -39,8 +39,9 @@ func Main(m *testing.M) int { return pgtest.Main(m) }
 // MainNoLeaks is Main, which also fails the binary when its tests pass
 // but a goroutine they started is still running (go.uber.org/goleak,
 // which waits a while for goroutines that are ending); ignore lists the
-// goroutines that are not the tests' to end.
-func MainNoLeaks(m *testing.M, ignore ...goleak.Option) int {
+// goroutines that are not the tests' to end. m is a *testing.M, or what
+// wraps one to clean up after its tests.
+func MainNoLeaks(m interface{ Run() int }, ignore ...goleak.Option) int {
 	code := pgtest.Main(m)
 	if code != 0 {
 		return code

@@ -19,33 +19,40 @@ import (
 // later, or to another server, misses none. A run's events are one
 // sequence across servers and restarts: a log goes on from the last event
 // the store holds for its run (one queued again, or adopted), and its
-// numbers follow that one.
+// numbers follow that one. The store records them only while this server
+// holds the run: once another server took it over, this one adds nothing.
 //
-// Streams read the log, and see an event once it is recorded: an event a
-// client heard is in the store, whatever becomes of this server. The
-// run's last event (run_end or run_error) is held back until the run's
-// end is decided (end), so that the log's last event always agrees with
-// the run's record: a run this server's shutdown queued again ends its
-// part of the log with run_requeued, not the error of its stop. Events
-// the engine emits after its last one are dropped.
+// Streams read the log and see an event once it is recorded: an event a
+// client heard is in the store, whatever becomes of this server, and its
+// number is never given to another. The run's last event (run_end or
+// run_error) is held back, and the events that end the log are recorded
+// with the run's end (lastEvents, then close), so that the log's last
+// event always agrees with the run's record: a run this server's
+// shutdown queued again ends its part of the log with run_requeued, not
+// the error of its stop. Events the engine emits after its last one are
+// dropped.
 type eventLog struct {
 	cat    store.Catalog
 	log    *slog.Logger
 	notes  *notifier
 	ctx    context.Context // of the store calls
 	run    string
+	holder string // the server whose events these are
 	thread string // the public thread id the events name
 	first  int64  // the seq before this log's first event
-	// last is the type of the log's last event so far ("" for none):
-	// the store's, until this log has one of its own
-	last string
+	// stored is the type of the last event the store held when the log
+	// began ("" for none)
+	stored string
+	// lost is called once when the store refuses the events: another
+	// server took the run over
+	lost func()
 
 	mu      sync.Mutex
 	items   []logged
-	saved   int     // items[:saved] are recorded (or given up on)
-	held    *logged // the run's last event, until end
+	saved   int     // items[:saved] are recorded
+	held    *logged // the run's last event
 	ended   bool    // no more events come
-	closing bool    // the writer returns once it has recorded the rest
+	broken  bool    // the store refuses the events: no more are recorded
 	closed  bool    // streams get the last events and return
 	changed chan struct{}
 	wake    chan struct{}
@@ -67,13 +74,13 @@ const (
 	saveWait  = 5 * time.Millisecond
 )
 
-// newEventLog starts the log of a run whose last recorded event is last
-// (nil: it has none).
-func newEventLog(ctx context.Context, cat store.Catalog, log *slog.Logger, notes *notifier, run, thread string, last *store.EventRecord) *eventLog {
-	l := &eventLog{cat: cat, log: log, notes: notes, ctx: ctx, run: run, thread: thread,
+// newEventLog starts the log of a run holder runs, whose last recorded
+// event is last (nil: it has none).
+func newEventLog(ctx context.Context, cat store.Catalog, log *slog.Logger, notes *notifier, run, holder, thread string, last *store.EventRecord, lost func()) *eventLog {
+	l := &eventLog{cat: cat, log: log, notes: notes, ctx: ctx, run: run, holder: holder, thread: thread, lost: lost,
 		changed: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if last != nil {
-		l.first, l.last = last.Seq, eventType(last.Data)
+		l.first, l.stored = last.Seq, eventType(last.Data)
 	}
 	go l.save()
 	return l
@@ -87,7 +94,7 @@ func (l *eventLog) add(ev trellis.Event) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended || l.held != nil {
+	if l.ended || l.broken || l.held != nil {
 		l.dropped++
 		return
 	}
@@ -97,7 +104,6 @@ func (l *eventLog) add(ev trellis.Event) {
 		return
 	}
 	l.items = append(l.items, it)
-	l.last = it.typ
 	l.signal()
 }
 
@@ -109,15 +115,16 @@ func (l *eventLog) signal() {
 	}
 }
 
-// moved tells the streams and end that the log moved. The caller holds
-// l.mu.
+// moved tells the streams and drain that the log moved. The caller
+// holds l.mu.
 func (l *eventLog) moved() {
 	close(l.changed)
 	l.changed = make(chan struct{})
 }
 
-// save records the events in order until the log is closed and every
-// event is recorded, or the store calls' context ends.
+// save records the events in order until the log has ended and every
+// event is recorded, the store refuses them, or the store calls' context
+// ends.
 func (l *eventLog) save() {
 	defer close(l.done)
 	wait := time.NewTimer(saveWait)
@@ -126,7 +133,7 @@ func (l *eventLog) save() {
 		select {
 		case <-l.wake:
 		case <-l.ctx.Done():
-			l.giveUp()
+			l.fail("the server stopped before it recorded a run's events", l.ctx.Err())
 			return
 		}
 		l.mu.Lock()
@@ -143,15 +150,16 @@ func (l *eventLog) save() {
 		for {
 			l.mu.Lock()
 			batch := l.items[l.saved:min(len(l.items), l.saved+saveBatch)]
-			ended = l.ended
 			l.mu.Unlock()
 			if len(batch) == 0 {
 				break
 			}
-			l.write(batch)
+			if !l.write(batch) {
+				return
+			}
 		}
 		l.mu.Lock()
-		finished := l.closing && l.saved == len(l.items)
+		finished := l.ended && l.saved == len(l.items)
 		l.mu.Unlock()
 		if finished {
 			return
@@ -160,22 +168,26 @@ func (l *eventLog) save() {
 }
 
 // write records a batch, trying again while the store fails and the
-// context lets it; a batch that cannot be recorded is given up on (and
-// shown to streams all the same), so that a failing store does not stall
-// the run's clients.
-func (l *eventLog) write(batch []logged) {
+// context lets it. It reports whether the log goes on.
+func (l *eventLog) write(batch []logged) bool {
 	recs := make([]store.EventRecord, len(batch))
 	for i, it := range batch {
 		recs[i] = store.EventRecord{Seq: it.seq, Data: it.data}
 	}
 	for attempt, backoff := 0, 50*time.Millisecond; ; attempt, backoff = attempt+1, 2*backoff {
-		err := l.cat.AppendEvents(l.ctx, l.run, recs)
+		err := l.cat.AppendEvents(l.ctx, l.run, l.holder, recs)
 		if err == nil {
 			break
 		}
-		if errors.Is(err, store.ErrExists) || attempt == 4 || l.ctx.Err() != nil {
-			l.log.Error("recording a run's events; going on without them", "run", l.run, "from", recs[0].Seq, "to", recs[len(recs)-1].Seq, "error", err.Error())
-			break
+		if errors.Is(err, store.ErrRunChanged) || errors.Is(err, store.ErrExists) {
+			// another server took the run over: its events are its own
+			l.fail("a run taken over by another server: this one records no more of its events", nil)
+			l.lost()
+			return false
+		}
+		if attempt == 4 || l.ctx.Err() != nil {
+			l.fail("recording a run's events", err)
+			return false
 		}
 		select {
 		case <-time.After(backoff):
@@ -187,17 +199,52 @@ func (l *eventLog) write(batch []logged) {
 	l.moved()
 	l.mu.Unlock()
 	l.notes.send(l.ctx, noteRun+l.run)
+	return true
 }
 
-// giveUp shows every event to the streams when the store calls' context
-// ended before they were recorded.
-func (l *eventLog) giveUp() {
+// fail gives up on the events not recorded: they are never shown, and
+// their numbers stay free for whoever goes on with the run.
+func (l *eventLog) fail(msg string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.saved < len(l.items) {
-		l.log.Error("the server stopped before it recorded a run's events", "run", l.run, "events", len(l.items)-l.saved)
-		l.saved = len(l.items)
-		l.moved()
+	if l.broken {
+		return
+	}
+	l.broken = true
+	if n := len(l.items) - l.saved; n > 0 || err != nil {
+		attrs := []any{"run", l.run, "events", n}
+		if err != nil {
+			attrs = append(attrs, "error", err.Error())
+		}
+		l.log.Error(msg, attrs...)
+	}
+	l.items = l.items[:l.saved]
+	l.moved()
+}
+
+// drain takes no more events and returns once every event it holds but
+// the last is recorded, or given up on.
+func (l *eventLog) drain() {
+	l.mu.Lock()
+	l.ended = true
+	l.signal()
+	if l.dropped > 0 {
+		l.log.Warn("a run's events after its end were dropped", "run", l.run, "events", l.dropped)
+		l.dropped = 0
+	}
+	l.mu.Unlock()
+	for {
+		l.mu.Lock()
+		ok := l.broken || l.saved == len(l.items)
+		ch := l.changed
+		l.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-l.done:
+		}
 	}
 }
 
@@ -215,87 +262,62 @@ func agrees(typ string, status store.RunStatus) bool {
 	return true
 }
 
-// end takes no more events and records the log's last events, so that
-// its last event says what the run's record will: the run's own last
-// event when it agrees with status, or else one that does (run_requeued
-// for a run queued again, a run_end or run_error the engine could not
-// emit). A log with no event at all gets none. It returns once every
-// event is recorded, or the store calls' context ended. It may be called
-// again when the record's status is decided again.
-func (l *eventLog) end(status store.RunStatus, msg string, state map[string]any) {
-	l.mu.Lock()
-	l.ended = true
-	held := l.held
-	l.held = nil
-	if held != nil && !agrees(held.typ, status) {
-		held = nil // its seq goes to the event that agrees
-	}
-	if held != nil {
-		l.items = append(l.items, *held)
-		l.last = held.typ
-	} else if l.last != "" && !agrees(l.last, status) {
-		ev := trellis.Event{Run: l.run, Thread: l.thread, Time: time.Now().UTC(), Error: msg}
-		switch status {
-		case store.RunSucceeded:
-			ev.Type, ev.State = trellis.RunEnd, state
-		case store.RunQueued:
-			ev.Type = api.RunRequeued
-			ev.Error = "the server stopped before the run ended: it is queued again, and resumes on another server or on this one once it restarts"
-		default:
-			ev.Type = trellis.RunError
-		}
-		if data, err := json.Marshal(ev); err == nil {
-			l.items = append(l.items, logged{seq: l.first + int64(len(l.items)) + 1, typ: string(ev.Type), data: data})
-			l.last = string(ev.Type)
-		}
-	}
-	if l.dropped > 0 {
-		l.log.Warn("a run's events after its end were dropped", "run", l.run, "events", l.dropped)
-		l.dropped = 0
-	}
-	target := len(l.items)
-	l.signal()
-	l.mu.Unlock()
-	l.flushed(target)
-}
-
-// flushed waits until the first n events are recorded, or the writer
-// has returned.
-func (l *eventLog) flushed(n int) {
-	for {
-		l.mu.Lock()
-		ok := l.saved >= n
-		ch := l.changed
-		l.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-ch:
-		case <-l.done:
-			l.giveUp()
-			return
-		}
-	}
-}
-
-// close ends the log: streams get its last events and return. A log
-// closed without end (a run refused before it started) records what it
-// holds and no last event.
-func (l *eventLog) close() {
-	l.mu.Lock()
-	l.ended, l.closing = true, true
-	l.held = nil
-	target := len(l.items)
-	l.signal()
-	l.mu.Unlock()
-	l.flushed(target)
+// lastEvents are the events that end the drained log as a run's record
+// with status says, to be recorded with the record: the run's own last
+// event when it agrees, or else one that does (run_requeued for a run
+// queued again, a run_end or run_error the engine could not emit). A log
+// with no event at all gets none.
+func (l *eventLog) lastEvents(status store.RunStatus, msg string, state map[string]any) []store.EventRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.closed {
-		l.closed = true
-		l.moved()
+	seq := l.first + int64(len(l.items)) + 1
+	if h := l.held; h != nil && agrees(h.typ, status) {
+		return []store.EventRecord{{Seq: seq, Data: h.data}}
 	}
+	last := l.stored
+	if n := len(l.items); n > 0 {
+		last = l.items[n-1].typ
+	}
+	if l.held == nil && (last == "" || agrees(last, status)) {
+		return nil
+	}
+	return []store.EventRecord{{Seq: seq, Data: lastEvent(l.run, l.thread, status, msg, state)}}
+}
+
+// lastEvent is the event that tells a run's record with status.
+func lastEvent(run, thread string, status store.RunStatus, msg string, state map[string]any) []byte {
+	ev := trellis.Event{Run: run, Thread: thread, Time: time.Now().UTC(), Error: msg}
+	switch status {
+	case store.RunSucceeded:
+		ev.Type, ev.State = trellis.RunEnd, state
+	case store.RunQueued:
+		ev.Type = api.RunRequeued
+		ev.Error = "the server stopped before the run ended: it is queued again, and resumes on another server or on this one once it restarts"
+	default:
+		ev.Type = trellis.RunError
+	}
+	data, _ := json.Marshal(ev)
+	return data
+}
+
+// close ends the log with the last events recorded with the run's end
+// (none when it was not recorded): streams get them and return.
+func (l *eventLog) close(last []store.EventRecord) {
+	l.drain()
+	l.mu.Lock()
+	l.broken = true // nothing more is recorded
+	l.items = l.items[:l.saved]
+	if len(last) > 0 && last[0].Seq == l.first+int64(len(l.items))+1 {
+		for _, ev := range last {
+			l.items = append(l.items, logged{seq: ev.Seq, typ: eventType(ev.Data), data: ev.Data})
+		}
+		l.saved = len(l.items)
+	}
+	l.closed = true
+	l.moved()
+	l.signal()
+	l.mu.Unlock()
+	<-l.done
 }
 
 // since returns the recorded events after seq, whether the log is closed
@@ -309,7 +331,7 @@ func (l *eventLog) since(seq int64) ([]logged, bool, <-chan struct{}) {
 	if i := seq - l.first; i < int64(l.saved) {
 		out = slices.Clone(l.items[max(i, 0):l.saved])
 	}
-	return out, l.closed && l.saved == len(l.items), l.changed
+	return out, l.closed, l.changed
 }
 
 // closeLog gives a run that ended without its server (cancelled while it
@@ -325,12 +347,8 @@ func closeLog(ctx context.Context, cat store.Catalog, notes *notifier, rec *stor
 	if agrees(eventType(last.Data), rec.Status) {
 		return nil
 	}
-	ev := trellis.Event{Type: trellis.RunError, Run: rec.ID, Thread: publicID(rec.Thread), Time: time.Now().UTC(), Error: rec.Error}
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	err = cat.AppendEvents(ctx, rec.ID, []store.EventRecord{{Seq: last.Seq + 1, Data: data}})
+	data := lastEvent(rec.ID, publicID(rec.Thread), rec.Status, rec.Error, nil)
+	err = cat.AppendEvents(ctx, rec.ID, "", []store.EventRecord{{Seq: last.Seq + 1, Data: data}})
 	if errors.Is(err, store.ErrExists) {
 		return nil // another server gave it its last event
 	}

@@ -65,13 +65,13 @@ func (h *hooked) ClaimRun(ctx context.Context, server, id string, now time.Time)
 	return h.full.ClaimRun(ctx, server, id, now)
 }
 
-func (h *hooked) AppendEvents(ctx context.Context, run string, evs []store.EventRecord) error {
+func (h *hooked) AppendEvents(ctx context.Context, run, holder string, evs []store.EventRecord) error {
 	if fn := h.get().appendEvents; fn != nil {
 		if err := fn(ctx); err != nil {
 			return err
 		}
 	}
-	return h.full.AppendEvents(ctx, run, evs)
+	return h.full.AppendEvents(ctx, run, holder, evs)
 }
 
 func (h *hooked) Commit(ctx context.Context, cp *store.Checkpoint) error {
@@ -592,7 +592,7 @@ func TestReadsArePaged(t *testing.T) {
 	for i := range 2500 {
 		more = append(more, store.EventRecord{Seq: int64(len(stored) + i + 1), Data: []byte(`{"type":"node_output","text":"x"}`)})
 	}
-	if err := a.srv.cat.AppendEvents(ctx, run.ID, more); err != nil {
+	if err := a.srv.cat.AppendEvents(ctx, run.ID, "", more); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex

@@ -84,9 +84,13 @@ const (
 	stopGrace = 3 * time.Second
 )
 
-// stopShutdown is the stop a server's shutdown asks of its runs: at
-// their next step boundary, to be queued again. It is never recorded.
-const stopShutdown store.StopReason = "shutdown"
+// The stops a server asks of its runs itself, never recorded: its
+// shutdown's (at their next step boundary, to be queued again), and the
+// one of a run another server took over (now: the run is the other's).
+const (
+	stopShutdown  store.StopReason = "shutdown"
+	stopTakenOver store.StopReason = "taken over"
+)
 
 // liveRun is a run running on this server.
 type liveRun struct {
@@ -309,10 +313,11 @@ func (m *manager) launch(rec *store.RunRecord, how launch) *liveRun {
 	m.mu.Lock()
 	if m.stopping {
 		m.mu.Unlock()
-		m.unclaim(rec)
+		m.unclaim(rec, last)
 		return nil
 	}
-	lr.events = newEventLog(m.records, m.s.cat, m.s.log, m.s.notes, rec.ID, publicID(rec.Thread), last)
+	lr.events = newEventLog(m.records, m.s.cat, m.s.log, m.s.notes, rec.ID, m.id, publicID(rec.Thread), last,
+		func() { lr.request(stopTakenOver) })
 	m.live[rec.ID] = lr
 	m.wg.Add(1)
 	m.mu.Unlock()
@@ -322,15 +327,21 @@ func (m *manager) launch(rec *store.RunRecord, how launch) *liveRun {
 
 // unclaim gives back a run this server claimed but will not run (it is
 // stopping): queued again as it was, or cancelled when a cancel came.
-func (m *manager) unclaim(rec *store.RunRecord) {
-	out, err := m.settle(*rec, func(cur store.RunRecord) store.RunRecord {
+// When the run has events (last: its last), the one that tells where it
+// went goes with it.
+func (m *manager) unclaim(rec *store.RunRecord, last *store.EventRecord) {
+	out, _, err := m.settle(*rec, func(cur store.RunRecord) (store.RunRecord, []store.EventRecord) {
 		if cur.Stop == store.StopCancel || cur.Stop == store.StopInterrupt {
 			cur.Status, cur.Error, cur.Finished = store.RunCancelled, cur.Stop.Message(), m.now()
 		} else {
 			cur.Status, cur.Started = store.RunQueued, time.Time{}
 		}
 		cur.Server, cur.Stop = "", ""
-		return cur
+		var evs []store.EventRecord
+		if last != nil && !agrees(eventType(last.Data), cur.Status) {
+			evs = []store.EventRecord{{Seq: last.Seq + 1, Data: lastEvent(cur.ID, publicID(cur.Thread), cur.Status, cur.Error, nil)}}
+		}
+		return cur, evs
 	})
 	if err != nil {
 		m.s.log.Warn("giving back a run at the shutdown", "run", rec.ID, "error", err.Error())
@@ -340,28 +351,30 @@ func (m *manager) unclaim(rec *store.RunRecord) {
 	m.s.notes.send(m.records, noteQueue)
 }
 
-// settle writes a change of a run this server runs, as decide makes it
-// from the record: when another server changed the record first, it reads
-// it again and decides again. A run that is no longer this server's
-// (adopted by another, or ended) is left as it is (errNotOurs).
-func (m *manager) settle(rec store.RunRecord, decide func(cur store.RunRecord) store.RunRecord) (store.RunRecord, error) {
+// settle writes a change of a run this server runs, with the events
+// that tell it, as decide makes them from the record: when another
+// server changed the record first, it reads it again and decides again.
+// A run that is no longer this server's (adopted by another, or ended) is
+// left as it is (errNotOurs). It returns the record and the events
+// written.
+func (m *manager) settle(rec store.RunRecord, decide func(cur store.RunRecord) (store.RunRecord, []store.EventRecord)) (store.RunRecord, []store.EventRecord, error) {
 	ctx := m.records
 	cur := rec
 	for attempt := 0; ; attempt++ {
-		next := decide(cur)
-		err := m.s.cat.UpdateRun(ctx, &next, cur.State())
+		next, evs := decide(cur)
+		err := m.s.cat.UpdateRun(ctx, &next, cur.State(), evs)
 		if err == nil {
-			return next, nil
+			return next, evs, nil
 		}
 		if !errors.Is(err, store.ErrRunChanged) || attempt == 8 {
-			return cur, err
+			return cur, nil, err
 		}
 		fresh, err := m.s.cat.Run(ctx, rec.Tenant, rec.ID)
 		if err != nil {
-			return cur, err
+			return cur, nil, err
 		}
 		if fresh.Status != store.RunRunning || fresh.Server != m.id {
-			return *fresh, errNotOurs
+			return *fresh, nil, errNotOurs
 		}
 		cur = *fresh
 	}
@@ -506,10 +519,11 @@ func (lr *liveRun) request(why store.StopReason) {
 		lr.shutdown = true
 	}
 	first := lr.why == ""
-	if first || why == store.StopCancel {
+	now := why == store.StopCancel || why == stopTakenOver
+	if first || now {
 		lr.why = why
 	}
-	if why == store.StopCancel && lr.cancel != nil {
+	if now && lr.cancel != nil {
 		lr.cancel()
 	}
 	if first {
@@ -558,7 +572,7 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 	}
 	lr.mu.Lock()
 	lr.cancel = cancel
-	if lr.why == store.StopCancel {
+	if lr.why == store.StopCancel || lr.why == stopTakenOver {
 		cancel()
 	}
 	rec := lr.rec
@@ -659,7 +673,7 @@ func (lr *liveRun) observe(ev trellis.Event) {
 // recorded, and its caller hears why.
 func (lr *liveRun) refuse(err error) {
 	m := lr.m
-	lr.events.close()
+	lr.events.close(nil)
 	expect := lr.record().State()
 	for attempt := 0; ; attempt++ {
 		derr := m.s.cat.DeleteRun(m.records, lr.rec.ID, expect)
@@ -711,7 +725,6 @@ func (lr *liveRun) finish(res *trellis.Result, err error) {
 		m.s.metrics.active.Dec()
 	}
 	defer close(lr.done)
-	defer lr.events.close()
 	var p *runPanic
 	if err != nil && !started && !errors.As(err, &p) {
 		// a run taken over from a server that died may have finished
@@ -731,16 +744,18 @@ func (lr *liveRun) finish(res *trellis.Result, err error) {
 	lr.mu.Lock()
 	why, shutdown, rec := lr.why, lr.shutdown, lr.rec
 	lr.mu.Unlock()
-	// every event is recorded before the run's end is, and streams hear
-	// the last event only once the run is recorded as ended, so that a
-	// client may start the thread's next run as soon as it hears it
-	out, werr := m.settle(rec, func(cur store.RunRecord) store.RunRecord {
+	// every event is recorded before the run's end is, the events that
+	// tell the end with it, and streams hear them only once the run is
+	// recorded as ended, so that a client may start the thread's next run
+	// as soon as it hears it
+	lr.events.drain()
+	out, written, werr := m.settle(rec, func(cur store.RunRecord) (store.RunRecord, []store.EventRecord) {
 		stop := cur.Stop
-		if stop == "" && why != stopShutdown {
+		if stop == "" && (why == store.StopCancel || why == store.StopInterrupt) {
 			stop = why
 		}
 		status, msg := outcome(err, started, shutdown, stop)
-		lr.events.end(status, msg, state)
+		evs := lr.events.lastEvents(status, msg, state)
 		cur.Status, cur.Error, cur.Stop, cur.Checkpoint, cur.FlowVersion = status, msg, "", checkpoint, rec.FlowVersion
 		if status == store.RunQueued {
 			cur.Server = ""
@@ -750,8 +765,9 @@ func (lr *liveRun) finish(res *trellis.Result, err error) {
 		} else {
 			cur.Finished = m.now()
 		}
-		return cur
+		return cur, evs
 	})
+	lr.events.close(written)
 	switch {
 	case errors.Is(werr, errNotOurs):
 		m.s.log.Warn("a run's record was taken over by another server before it ended here", "run", rec.ID, "server", out.Server, "status", string(out.Status))
@@ -760,12 +776,6 @@ func (lr *liveRun) finish(res *trellis.Result, err error) {
 	}
 	lr.mu.Lock()
 	lr.rec, lr.state = out, state
-	if werr != nil {
-		lr.rec.Status = store.RunFailed
-		if out.Status.Done() || out.Status == store.RunQueued {
-			lr.rec.Status = out.Status
-		}
-	}
 	lr.mu.Unlock()
 	m.s.notes.send(ctx, noteRun+rec.ID)
 	m.s.notes.send(ctx, noteQueue)

@@ -21,7 +21,7 @@ func TestEventLogTakesNoEventAfterItsEnd(t *testing.T) {
 	st := memory.New()
 	notes := &notifier{log: discard(), every: time.Hour}
 	for i := range 300 {
-		l := newEventLog(ctx, st, discard(), notes, fmt.Sprint("r", i), "t", nil)
+		l := newEventLog(ctx, st, discard(), notes, fmt.Sprint("r", i), "", "t", nil, func() {})
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() {
@@ -32,10 +32,10 @@ func TestEventLogTakesNoEventAfterItsEnd(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			l.end(store.RunSucceeded, "", nil)
+			l.drain()
 		}()
 		wg.Wait()
-		l.close()
+		l.close(l.lastEvents(store.RunSucceeded, "", nil))
 	}
 }
 

@@ -108,8 +108,9 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id stri
 	ctx := r.Context()
 	woken, release := s.notes.wait(id)
 	defer func() { release() }()
+	var gone *liveRun // a run of this server that another server took over
 	for {
-		if lr := s.runs.get(id); lr != nil {
+		if lr := s.runs.get(id); lr != nil && lr != gone {
 			select {
 			case <-lr.done:
 			case <-s.runs.abandoned:
@@ -122,7 +123,10 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id stri
 				writeJSON(w, http.StatusOK, runInfo(rec, state))
 				return nil
 			}
-			return notEnded(rec) // stopped by the shutdown, queued again
+			if rec.Status == store.RunQueued {
+				return notEnded(rec) // stopped by the shutdown, queued again
+			}
+			gone = lr // followed through its record from now on
 		}
 		rec, err := s.cat.Run(ctx, c.tenant, id)
 		if err != nil {
@@ -139,12 +143,10 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id stri
 		select {
 		case <-woken:
 		case <-s.stopping:
-			if rec, err = s.cat.Run(ctx, c.tenant, id); err != nil {
-				return err
+			if lr := s.runs.get(id); lr != nil && lr != gone {
+				continue // it came to this server: waited for as such
 			}
-			if !rec.Status.Done() && s.runs.get(id) == nil {
-				return notEnded(*rec)
-			}
+			return notEnded(*rec)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

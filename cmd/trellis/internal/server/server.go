@@ -224,7 +224,9 @@ const httpGrace = 2 * time.Second
 func (s *Server) beginStop() { s.stoppingOnce.Do(func() { close(s.stopping) }) }
 
 // Shutdown stops the runs as Serve does when its context ends, for a
-// server whose handler is served by someone else.
+// server whose handler is served by someone else, which calls it once it
+// stops serving: the server claims, runs and adopts runs, and listens for
+// other servers, until then.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.beginStop()
 	s.runs.shutdown(ctx)

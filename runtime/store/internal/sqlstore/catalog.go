@@ -29,6 +29,10 @@ type DB interface {
 	// Now is an SQL expression of the database's time, in Unix
 	// nanoseconds: the one clock of every server sharing it.
 	Now() string
+	// Shared is the clause that keeps the rows a query of a transaction
+	// reads from changing until the transaction ends ("" where write
+	// transactions are serialised anyway).
+	Shared() string
 }
 
 // CloseRows are a query's rows.
@@ -261,16 +265,28 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 }
 
 // UpdateRun implements store.Catalog.
-func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord, expect store.RunState) error {
-	n, err := c.DB.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
-		resume = ?, server = ?, stop = ?, flow_version = ? WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
-		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, string(r.Stop), r.FlowVersion,
-		r.ID, string(expect.Status), expect.Server, string(expect.Stop))
-	if err == nil && n == 0 {
+func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord, expect store.RunState, evs []store.EventRecord) error {
+	err := c.DB.Tx(ctx, func(db DB) error {
+		n, err := db.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
+			resume = ?, server = ?, stop = ?, flow_version = ? WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
+			string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, string(r.Stop), r.FlowVersion,
+			r.ID, string(expect.Status), expect.Server, string(expect.Stop))
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errUnchanged
+		}
+		return appendEvents(ctx, db, r.ID, evs)
+	})
+	if errors.Is(err, errUnchanged) {
 		err = c.changed(ctx, r.ID)
 	}
 	return err
 }
+
+// errUnchanged is a conditional change that found no row to change.
+var errUnchanged = errors.New("no row changed")
 
 // changed tells why a conditional change of a run changed no row: the
 // run is gone, or its record is not as expected.
@@ -550,20 +566,42 @@ func (c Catalog) DeleteRun(ctx context.Context, id string, expect store.RunState
 			return err
 		}
 		if n == 0 {
-			return store.ErrNotFound
+			return errUnchanged
 		}
 		_, err = db.Exec(ctx, `DELETE FROM api_events WHERE run = ?`, id)
 		return err
 	})
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, errUnchanged) {
 		err = c.changed(ctx, id)
 	}
 	return err
 }
 
-// AppendEvents implements store.Catalog: one statement in one
-// transaction for the whole batch.
-func (c Catalog) AppendEvents(ctx context.Context, run string, evs []store.EventRecord) error {
+// AppendEvents implements store.Catalog: one statement for the whole
+// batch, in a transaction that holds the run's record against an
+// adoption while it checks the holder.
+func (c Catalog) AppendEvents(ctx context.Context, run, holder string, evs []store.EventRecord) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	if holder == "" {
+		return appendEvents(ctx, c.DB, run, evs)
+	}
+	return c.DB.Tx(ctx, func(db DB) error {
+		err := one(ctx, db, func(Rows) error { return nil },
+			`SELECT 1 FROM api_runs WHERE id = ? AND server = ? AND status = 'running'`+db.Shared(), run, holder)
+		if errors.Is(err, store.ErrNotFound) {
+			return store.ErrRunChanged
+		}
+		if err != nil {
+			return err
+		}
+		return appendEvents(ctx, db, run, evs)
+	})
+}
+
+// appendEvents inserts a run's events in one statement.
+func appendEvents(ctx context.Context, db DB, run string, evs []store.EventRecord) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -577,7 +615,11 @@ func (c Catalog) AppendEvents(ctx context.Context, run string, evs []store.Event
 		q.WriteString("(?, ?, ?)")
 		args = append(args, run, ev.Seq, string(ev.Data))
 	}
-	return c.insert(ctx, q.String(), args...)
+	_, err := db.Exec(ctx, q.String(), args...)
+	if err != nil && db.Unique(err) {
+		return store.ErrExists
+	}
+	return err
 }
 
 // LastEvent implements store.Catalog.
