@@ -255,7 +255,7 @@ func TestNotify(t *testing.T) {
 	})
 }
 
-func openURL(t *testing.T, url string) *postgres.Store {
+func openURL(t testing.TB, url string) *postgres.Store {
 	t.Helper()
 	st, err := postgres.Open(context.Background(), url)
 	if err != nil {

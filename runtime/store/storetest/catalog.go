@@ -832,3 +832,42 @@ func testNodeCache(t *testing.T, c store.Cache) {
 		}
 	}
 }
+
+// BenchAppendEvents records batches of a run's events (8 to a batch, as a
+// step's node and state events come): by anyone (holder ""), and by the
+// server holding the run, which the store checks in the same step.
+func BenchAppendEvents(b *testing.B, c store.Catalog) {
+	if err := c.CreateThread(ctx, &store.ThreadRecord{ID: "bench", Tenant: "acme", Flow: "f", Created: moment(0)}); err != nil {
+		b.Fatal(err)
+	}
+	data := []byte(`{"type":"node_end","run":"r","thread":"bench","step":3,"time":"2026-01-01T00:00:00Z","node":"think","update":{"n":1}}`)
+	for _, holder := range []string{"", "s1"} {
+		name := "anyone"
+		if holder != "" {
+			name = "holder"
+		}
+		b.Run(name, func(b *testing.B) {
+			run := &store.RunRecord{ID: "run-" + name, Tenant: "acme", Thread: "bench", Flow: "f", Created: moment(1), Server: "s1"}
+			if _, err := c.EnqueueRun(ctx, run, store.BusyEnqueue); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			seq := int64(0)
+			batch := make([]store.EventRecord, 8)
+			for b.Loop() {
+				for i := range batch {
+					seq++
+					batch[i] = store.EventRecord{Seq: seq, Data: data}
+				}
+				if err := c.AppendEvents(ctx, run.ID, holder, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			end := *run
+			end.Status = store.RunSucceeded
+			if err := c.UpdateRun(ctx, &end, run.State(), nil); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

@@ -21,6 +21,9 @@ import (
 // a lost one costs a poll's delay and nothing else.
 const notifyChannel = "trellis_runs"
 
+// sendWithin bounds a notification's sending: one lost costs a poll.
+const sendWithin = 5 * time.Second
+
 // The notifications' payloads.
 const (
 	noteQueue = "queue"
@@ -82,12 +85,15 @@ func (n *notifier) heardPayload(p string) {
 	}
 }
 
-// send notifies the servers sharing the store (this one too).
+// send notifies the servers sharing the store (this one too), whether
+// or not ctx ends first, within a few seconds.
 func (n *notifier) send(ctx context.Context, payload string) {
 	if n.n == nil {
 		return
 	}
-	if err := n.n.Notify(context.WithoutCancel(ctx), notifyChannel, payload); err != nil {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendWithin)
+	defer cancel()
+	if err := n.n.Notify(ctx, notifyChannel, payload); err != nil {
 		n.log.Warn("notifying other servers", "error", err.Error())
 	}
 }

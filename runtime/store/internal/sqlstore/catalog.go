@@ -578,8 +578,8 @@ func (c Catalog) DeleteRun(ctx context.Context, id string, expect store.RunState
 }
 
 // AppendEvents implements store.Catalog: one statement for the whole
-// batch, in a transaction that holds the run's record against an
-// adoption while it checks the holder.
+// batch, which inserts it only while the holder runs the run (the check
+// holds the run's record against an adoption until the insert is done).
 func (c Catalog) AppendEvents(ctx context.Context, run, holder string, evs []store.EventRecord) error {
 	if len(evs) == 0 {
 		return nil
@@ -587,17 +587,25 @@ func (c Catalog) AppendEvents(ctx context.Context, run, holder string, evs []sto
 	if holder == "" {
 		return appendEvents(ctx, c.DB, run, evs)
 	}
-	return c.DB.Tx(ctx, func(db DB) error {
-		err := one(ctx, db, func(Rows) error { return nil },
-			`SELECT 1 FROM api_runs WHERE id = ? AND server = ? AND status = 'running'`+db.Shared(), run, holder)
-		if errors.Is(err, store.ErrNotFound) {
-			return store.ErrRunChanged
+	var q strings.Builder
+	q.WriteString(`INSERT INTO api_events (run, seq, data) SELECT * FROM (VALUES `)
+	args := make([]any, 0, 3*len(evs)+2)
+	for i, ev := range evs {
+		if i > 0 {
+			q.WriteString(", ")
 		}
-		if err != nil {
-			return err
-		}
-		return appendEvents(ctx, db, run, evs)
-	})
+		q.WriteString("(?, CAST(? AS BIGINT), ?)")
+		args = append(args, run, ev.Seq, string(ev.Data))
+	}
+	q.WriteString(`) AS v WHERE EXISTS (SELECT 1 FROM api_runs WHERE id = ? AND server = ? AND status = 'running'` + c.DB.Shared() + `)`)
+	n, err := c.DB.Exec(ctx, q.String(), append(args, run, holder)...)
+	if err != nil && c.DB.Unique(err) {
+		return store.ErrExists
+	}
+	if err == nil && n == 0 {
+		return store.ErrRunChanged
+	}
+	return err
 }
 
 // appendEvents inserts a run's events in one statement.
