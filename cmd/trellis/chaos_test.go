@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -259,17 +258,12 @@ func chaos(t *testing.T, backend string) {
 					dwg.Wait()
 				case 3: // start and wait
 					r, err := pick().c.RunWait(rctx, thread, in)
-					var ae *api.Error
-					switch {
-					case err == nil:
+					if err == nil {
 						accept(r.ID, thread)
-					case errors.As(err, &ae) && ae.Code == api.CodeRunRequeued:
-						d, _ := ae.Details.(map[string]any)
-						if run, _ := d["run"].(string); run != "" {
-							accept(run, thread)
-						} else {
-							problems.Store("requeued"+thread, fmt.Sprintf("run_requeued without the run: %+v", ae))
-						}
+					} else if run, ok := api.WaitAgain(err); ok {
+						accept(run, thread)
+					} else if api.IsCode(err, api.CodeRunRequeued) {
+						problems.Store("requeued"+thread, fmt.Sprintf("run_requeued without the run: %v", err))
 					}
 				case 4, 6: // start and stream, to the end wherever it goes
 					var seen []api.StreamEvent

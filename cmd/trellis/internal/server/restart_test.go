@@ -115,7 +115,7 @@ func TestClientsAcrossARestart(t *testing.T) {
 						t.Fatalf("%s answered %v at the shutdown, want run_requeued", name, err)
 					}
 					d, _ := ae.Details.(map[string]any)
-					if d["run"] == nil || d["status"] != api.RunQueued {
+					if run, ok := api.WaitAgain(err); !ok || d["run"] != run || d["status"] != api.RunQueued {
 						t.Fatalf("%s: the answer does not say where the run went: %+v", name, ae)
 					}
 				case <-time.After(5 * time.Second):
