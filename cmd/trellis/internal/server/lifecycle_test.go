@@ -37,6 +37,7 @@ type hooks struct {
 	del          func(thread string)             // before the store deletes a thread's checkpoints
 	events       func(after int64, n int)        // after Events, with how many it read
 	runs         func(limit int)                 // before Runs
+	beat         func() error                    // before Beat
 }
 
 func (h *hooked) set(fn func(*hooks)) {
@@ -103,6 +104,15 @@ func (h *hooked) Events(ctx context.Context, run string, after int64, limit int)
 		fn(after, len(evs))
 	}
 	return evs, err
+}
+
+func (h *hooked) Beat(ctx context.Context, server string) error {
+	if fn := h.get().beat; fn != nil {
+		if err := fn(); err != nil {
+			return err
+		}
+	}
+	return h.full.Beat(ctx, server)
 }
 
 func (h *hooked) Runs(ctx context.Context, q store.RunQuery) ([]*store.RunRecord, error) {
@@ -677,5 +687,59 @@ func TestAPanicFailsItsRunOnly(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(b), "trellis_run_panics_total 1") {
 		t.Fatalf("no panic counted:\n%s", b)
+	}
+}
+
+// A server whose heartbeat is not heard loses its runs to another,
+// though it is alive: once the other has adopted a run, the first adds
+// nothing more to the run's events nor to its record, and stops it; the
+// other runs it to its end, with its events one sequence and one end.
+func TestALiveServerWhoseRunIsAdopted(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			addr := storeAddr(t, b.addr)
+			flows := stepFlows(t, 700)
+			st, err := store.Open(ctx, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			h := &hooked{full: st.(full)}
+			a := serve(t, trellis.New(h), flows, "")
+			if _, err := a.acme.CreateThread(ctx, api.CreateThread{ID: "t", Flow: "steps"}); err != nil {
+				t.Fatal(err)
+			}
+			run, err := a.acme.StartRun(ctx, "t", api.StartRun{Input: map[string]any{"said": "hi"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// a's beats go unheard; b takes its run
+			h.set(func(k *hooks) { k.beat = func() error { return errors.New("the network dropped the beat") } })
+			other := serve(t, openRuntime(t, addr), flows, a.acme.Key, func(c *Config) { c.DeadAfter = 500 * time.Millisecond })
+			done, err := other.acme.Join(ctx, "t", run.ID)
+			if err != nil || done.Status != api.RunSucceeded || done.State["n"] != float64(3) {
+				t.Fatalf("the adopted run: %+v %v", done, err)
+			}
+			if !strings.Contains(other.log.String(), "adopting") {
+				t.Fatalf("the run was not adopted:\n%s", other.log.String())
+			}
+			eventually(t, 5*time.Second, "the first server letting the run go", func() bool {
+				return strings.Contains(a.log.String(), "records no more of its events")
+			})
+			var types []string
+			for i, ev := range storedEvents(t, other.srv.cat, run.ID) {
+				if ev.Seq != int64(i+1) {
+					t.Fatalf("stored event %d has seq %d", i+1, ev.Seq)
+				}
+				types = append(types, eventType(ev.Data))
+			}
+			// a's part, then b's from where a stopped
+			if count(types, "run_start") != 2 || count(types, "run_end")+count(types, "run_error") != 1 || types[len(types)-1] != "run_end" {
+				t.Fatalf("stored events %v", types)
+			}
+			if st, err := other.acme.State(ctx, "t", 0); err != nil || len(st.Values["log"].([]any)) != 1 {
+				t.Fatalf("the turn ran %v times: %v", st.Values["log"], err)
+			}
+		})
 	}
 }
