@@ -833,6 +833,9 @@ func testNodeCache(t *testing.T, c store.Cache) {
 	}
 }
 
+// benchRuns numbers the benchmarks' runs.
+var benchRuns int
+
 // BenchAppendEvents records batches of a run's events (8 to a batch, as a
 // step's node and state events come): by anyone (holder ""), and by the
 // server holding the run, which the store checks in the same step.
@@ -847,7 +850,8 @@ func BenchAppendEvents(b *testing.B, c store.Catalog) {
 			name = "holder"
 		}
 		b.Run(name, func(b *testing.B) {
-			run := &store.RunRecord{ID: "run-" + name, Tenant: "acme", Thread: "bench", Flow: "f", Created: moment(1), Server: "s1"}
+			benchRuns++
+			run := &store.RunRecord{ID: fmt.Sprint("run-", name, benchRuns), Tenant: "acme", Thread: "bench", Flow: "f", Created: moment(benchRuns), Server: "s1"}
 			if _, err := c.EnqueueRun(ctx, run, store.BusyEnqueue); err != nil {
 				b.Fatal(err)
 			}
