@@ -139,9 +139,11 @@ func TestSIGTERMMidRun(t *testing.T) {
 			}
 			// a step takes a second: the runs stop within it, and the
 			// server a moment after
-			if took := time.Since(start); took > 4*time.Second {
+			took := time.Since(start)
+			if took > 4*time.Second {
 				t.Fatalf("serve took %s to exit (stop timeout 30s):\n%s", took.Round(time.Millisecond), stderr.String())
 			}
+			t.Logf("serve exited %s after SIGTERM, with runs in steps of a second", took.Round(time.Millisecond))
 			var waitedRun string
 			select {
 			case err := <-waited:
