@@ -179,7 +179,7 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 		runs = runs[:0]
 		open := 0
 		for i := range threads {
-			rs, err := cat.Runs(ctx, "acme", "acme/t"+fmt.Sprint(i), 0)
+			rs, err := cat.Runs(ctx, store.RunQuery{Tenant: "acme", Thread: "acme/t" + fmt.Sprint(i)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -284,7 +284,7 @@ func dumpThread(t *testing.T, rt *facade.Runtime, cat store.Catalog, thread stri
 		}
 		t.Logf("checkpoint %d parent %d run %s step %d %s next %v writes %v", cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source, cp.Next, w)
 	}
-	runs, _ := cat.Runs(context.Background(), "acme", thread, 0)
+	runs, _ := cat.Runs(context.Background(), store.RunQuery{Tenant: "acme", Thread: thread})
 	for _, r := range runs {
 		t.Logf("run %s %s server %s input %s error %q resume %v interrupt %v", r.ID, r.Status, r.Server, r.Input, r.Error, r.Resume, r.Interrupt)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
 	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/all/alltest"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -24,11 +25,15 @@ import (
 )
 
 // TestMain lets a test start this test binary as the trellis command (a
-// real process) by setting TRELLIS_AS_MAIN, and stops the PostgreSQL
-// cluster tests started.
+// real process) by setting TRELLIS_AS_MAIN (test-kinds: with the
+// runtime's test kinds too, whose steps take as long as a flow says), and
+// stops the PostgreSQL cluster tests started.
 func TestMain(m *testing.M) {
-	if os.Getenv("TRELLIS_AS_MAIN") == "1" {
+	switch os.Getenv("TRELLIS_AS_MAIN") {
+	case "1":
 		os.Exit(app.Main(os.Args[1:]))
+	case "test-kinds":
+		os.Exit(cli.Main(os.Args[1:], &cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Registry: alltest.WithTestKinds()}))
 	}
 	os.Exit(storetest.Main(m))
 }

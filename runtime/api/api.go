@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/engine"
 )
 
 // Code is a stable error code.
@@ -36,6 +37,7 @@ const (
 	CodeInvalidInput       Code = "invalid_input"          // 422: values or input the flow refuses
 	CodeInvalidFlow        Code = "invalid_flow"           // 422: a flow with errors (details: the diagnostics)
 	CodeUnavailable        Code = "unavailable"            // 503: the store does not answer, or the server is stopping
+	CodeRunRequeued        Code = "run_requeued"           // 503: the server stopped before the run ended and queued it again (details: run, thread, status)
 	CodeNotConversational  Code = "not_conversational"     // 422: a voice session for a flow with no conversation block
 	CodeVoiceNotConfigured Code = "voice_not_configured"   // 503: the server has no LiveKit server to talk to
 	CodeSpeechUnavailable  Code = "speech_unavailable"     // 503: the offline speech engine is not installed
@@ -66,7 +68,7 @@ func (c Code) Status() int {
 		return http.StatusUnsupportedMediaType
 	case CodeInvalidInput, CodeInvalidFlow, CodeNotConversational:
 		return http.StatusUnprocessableEntity
-	case CodeUnavailable, CodeVoiceNotConfigured, CodeSpeechUnavailable:
+	case CodeUnavailable, CodeRunRequeued, CodeVoiceNotConfigured, CodeSpeechUnavailable:
 		return http.StatusServiceUnavailable
 	case CodeLiveKitFailed:
 		return http.StatusBadGateway
@@ -265,6 +267,13 @@ type StartRun struct {
 	// others, or taken over after this server died) runs without them.
 	Config map[string]any `json:"config,omitempty"`
 }
+
+// RunRequeued is the event that ends a run's stream when its server
+// stopped before the run ended (status queued): the run resumes on
+// another server, or on this one once it restarts, and its events go on
+// from there. A client continues the stream with Last-Event-ID, from any
+// server.
+const RunRequeued engine.EventType = "run_requeued"
 
 // Run statuses.
 const (

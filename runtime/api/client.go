@@ -98,6 +98,24 @@ func IsCode(err error, code Code) bool {
 	return errors.As(err, &e) && e.Code == code
 }
 
+// WaitAgain reports whether err is a server's answer to a client waiting
+// on a run (RunWait, Join) that it stopped before the run ended
+// (run_requeued, or unavailable naming the run), and which run to wait
+// for again: on another server, or on this one once it restarts.
+func WaitAgain(err error) (run string, ok bool) {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeRunRequeued && e.Code != CodeUnavailable {
+		return "", false
+	}
+	switch d := e.Details.(type) {
+	case map[string]any:
+		run, _ = d["run"].(string)
+	case map[string]string:
+		run = d["run"]
+	}
+	return run, run != ""
+}
+
 // Flows lists the loaded flows.
 func (c *Client) Flows(ctx context.Context) ([]Flow, error) {
 	var out FlowList
@@ -282,7 +300,8 @@ func (c *Client) StartRun(ctx context.Context, thread string, r StartRun) (*Run,
 
 // RunWait starts a run and waits for it to end; the returned run holds
 // the final state. A run that fails is returned with status failed, not
-// as an error.
+// as an error. When the server stops before the run ends, WaitAgain tells
+// which run to wait for again (Join).
 func (c *Client) RunWait(ctx context.Context, thread string, r StartRun) (*Run, error) {
 	var out Run
 	err := c.do(ctx, http.MethodPost, runsPath(thread)+"/wait", r, &out)
@@ -327,7 +346,9 @@ type StreamEvent struct {
 
 // StreamRun starts a run and yields its events as they happen. A run that
 // fails ends with a run_error event, not an error; an error is the
-// connection's (or the run could not start).
+// connection's (or the run could not start). A stream whose server stopped
+// before the run ended ends with a RunRequeued event: the run resumes
+// elsewhere, and JoinStream continues after the event's ID.
 func (c *Client) StreamRun(ctx context.Context, thread string, r StartRun) iter.Seq2[StreamEvent, error] {
 	return c.stream(ctx, http.MethodPost, runsPath(thread)+"/stream", r, "")
 }

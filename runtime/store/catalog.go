@@ -19,13 +19,22 @@ import (
 type Catalog interface {
 	// CreateThread records a new thread, or fails with ErrExists.
 	CreateThread(ctx context.Context, t *ThreadRecord) error
-	// Thread returns a thread's record.
+	// Thread returns a thread's record (one being deleted too: its
+	// Deleting says so).
 	Thread(ctx context.Context, tenant, id string) (*ThreadRecord, error)
 	// ListThreads lists a tenant's threads, newest first, paged and
-	// filtered by q.
+	// filtered by q; threads being deleted are not listed.
 	ListThreads(ctx context.Context, q ThreadQuery) ([]*ThreadRecord, error)
+	// MarkThreadDeleting marks a thread as being deleted (deleting true),
+	// or not any more: a thread being deleted takes no run (EnqueueRun
+	// fails with ErrNotFound) and is not listed, so that its checkpoints
+	// can be deleted before its record is, and a deletion that fails part
+	// way can be tried again. Marking fails with ErrBusy while the thread
+	// has a queued or running run.
+	MarkThreadDeleting(ctx context.Context, tenant, id string, deleting bool) error
 	// DeleteThread removes a thread's record with its runs and their
-	// events.
+	// events; it fails with ErrBusy while the thread has a queued or
+	// running run.
 	DeleteThread(ctx context.Context, tenant, id string) error
 
 	// CreateRun records a new run, or fails with ErrExists.
@@ -34,7 +43,9 @@ type Catalog interface {
 	// when the thread already has a queued or running run: BusyReject
 	// fails with ErrBusy, BusyEnqueue queues it behind them, BusyInterrupt
 	// cancels the queued ones and asks the running one to stop (Stop
-	// "interrupt"). It reports whether the thread had such a run.
+	// StopInterrupt). It reports whether the thread had such a run. A
+	// thread with no record, or one being deleted, takes no run
+	// (ErrNotFound).
 	// A run whose Server is set is claimed by that server in the same
 	// step when its thread had none: it is recorded running (Started =
 	// Created), and r's Status says so; otherwise it is queued with no
@@ -44,34 +55,52 @@ type Catalog interface {
 	// running run (run id, when not "", only that run), now running
 	// (Server and Started set); ErrNotFound when there is none.
 	ClaimRun(ctx context.Context, server, id string, now time.Time) (*RunRecord, error)
-	// RequestStop cancels a queued run now, or asks the server running a
-	// run to stop it (Stop set to why); it returns the run as it is then.
-	RequestStop(ctx context.Context, tenant, id, why string) (*RunRecord, error)
+	// RequestStop cancels a queued run now (its Error says why), or asks
+	// the server running a run to stop it (Stop set to why); it returns
+	// the run as it is then.
+	RequestStop(ctx context.Context, tenant, id string, why StopReason) (*RunRecord, error)
 	// ServerRuns lists the runs server is running.
 	ServerRuns(ctx context.Context, server string) ([]*RunRecord, error)
 	// QueueDepth counts the queued runs, of every tenant.
 	QueueDepth(ctx context.Context) (int, error)
-	// Beat records that server is alive at now.
-	Beat(ctx context.Context, server string, now time.Time) error
-	// AdoptRun gives server one running run whose server's last beat is
-	// before staleBefore (a server that died); ErrNotFound when none.
-	AdoptRun(ctx context.Context, server string, staleBefore time.Time) (*RunRecord, error)
+	// Beat records that server is alive, at the store's time: the
+	// servers sharing a store judge each other by one clock.
+	Beat(ctx context.Context, server string) error
+	// AdoptRun gives server one running run whose server has not beaten
+	// for deadAfter, by the store's clock (a server that died);
+	// ErrNotFound when there is none.
+	AdoptRun(ctx context.Context, server string, deadAfter time.Duration) (*RunRecord, error)
 	// DeleteRun removes a run and its events (one refused before it
-	// started).
-	DeleteRun(ctx context.Context, id string) error
+	// started) if its record still stands as expect says: ErrRunChanged
+	// when it does not.
+	DeleteRun(ctx context.Context, id string, expect RunState) error
 	// UpdateRun saves a run's status, outcome, times, flow version and
-	// queue fields (Resume, Server, Stop).
-	UpdateRun(ctx context.Context, r *RunRecord) error
+	// queue fields (Resume, Server, Stop), if its record still stands as
+	// expect says: ErrRunChanged when another server changed it first
+	// (read it again and decide again), so that a cancel, a shutdown, an
+	// adoption and a finish never overwrite each other. The events evs
+	// (the run's last ones, numbered after those recorded) are recorded
+	// with the change, all or none, so that a run's end and the events
+	// that tell it are recorded together or not at all.
+	UpdateRun(ctx context.Context, r *RunRecord, expect RunState, evs []EventRecord) error
 	// Run returns a run's record.
 	Run(ctx context.Context, tenant, id string) (*RunRecord, error)
-	// Runs lists a thread's runs, newest first (at most limit, 0: all).
-	Runs(ctx context.Context, tenant, thread string, limit int) ([]*RunRecord, error)
+	// Runs lists a thread's runs, newest first, a page at a time (see
+	// RunQuery).
+	Runs(ctx context.Context, q RunQuery) ([]*RunRecord, error)
 	// AppendEvents records a run's events, all or none: seq numbers a
 	// run's events from 1, and a seq already recorded fails the batch with
-	// ErrExists.
-	AppendEvents(ctx context.Context, run string, evs []EventRecord) error
-	// Events returns a run's events after seq, in order.
-	Events(ctx context.Context, run string, after int64) ([]EventRecord, error)
+	// ErrExists. A holder other than "" records them only while the run
+	// is running on that server (ErrRunChanged otherwise): a server
+	// another took a run from adds nothing to its events after the
+	// other's.
+	AppendEvents(ctx context.Context, run, holder string, evs []EventRecord) error
+	// Events returns a run's events after seq, in order, at most limit
+	// of them (see MaxPage).
+	Events(ctx context.Context, run string, after int64, limit int) ([]EventRecord, error)
+	// LastEvent returns a run's last recorded event; ErrNotFound when it
+	// has none.
+	LastEvent(ctx context.Context, run string) (*EventRecord, error)
 
 	// CreateKey records an API key (its hash, never the key), or fails
 	// with ErrExists.
@@ -84,6 +113,29 @@ type Catalog interface {
 	RevokeKey(ctx context.Context, id string, at time.Time) error
 }
 
+// MaxPage is the most records one read of a catalog returns: a limit of
+// 0, or above it, reads MaxPage.
+const MaxPage = 1000
+
+// PageLimit is the number of records a read asked for limit returns at
+// most.
+func PageLimit(limit int) int {
+	if limit <= 0 || limit > MaxPage {
+		return MaxPage
+	}
+	return limit
+}
+
+// RunQuery pages Runs.
+type RunQuery struct {
+	Tenant, Thread string
+	// Before continues a listing after the run with this id (the last of
+	// the previous page).
+	Before string
+	// Limit bounds the page (see MaxPage).
+	Limit int
+}
+
 // ThreadRecord is a served thread: its owner, its flow and its metadata.
 type ThreadRecord struct {
 	ID       string
@@ -91,6 +143,8 @@ type ThreadRecord struct {
 	Flow     string
 	Metadata map[string]string
 	Created  time.Time
+	// Deleting: the thread is being deleted (see MarkThreadDeleting).
+	Deleting bool
 }
 
 // ThreadQuery pages and filters ListThreads.
@@ -147,9 +201,50 @@ type RunRecord struct {
 	// left unfinished before it starts.
 	Resume, Interrupt bool
 	// Server is the server running it; Stop, when set, asks that server
-	// to stop it ("cancel" now, "interrupt" at its next step boundary).
+	// to stop it.
 	Server string
-	Stop   string
+	Stop   StopReason
+}
+
+// State is the part of the record its changes of state compare.
+func (r RunRecord) State() RunState {
+	return RunState{Status: r.Status, Server: r.Server, Stop: r.Stop}
+}
+
+// RunState is what a conditional change of a run's record (UpdateRun,
+// DeleteRun) expects the record to hold: where the run stands, the
+// server running it, and the stop asked of it.
+type RunState struct {
+	Status RunStatus
+	Server string
+	Stop   StopReason
+}
+
+// ErrRunChanged is a conditional change of a run's record that found the
+// record changed: another server cancelled, adopted or ended the run.
+var ErrRunChanged = errors.New("the run's record was changed by another server")
+
+// StopReason is why a run is asked to stop.
+type StopReason string
+
+// The stops a run's record can ask of its server.
+const (
+	// StopCancel stops the run now.
+	StopCancel StopReason = "cancel"
+	// StopInterrupt stops it at its next step boundary, for a run that
+	// interrupts it.
+	StopInterrupt StopReason = "interrupt"
+)
+
+// Message is what a run stopped for this reason reports as its error.
+func (s StopReason) Message() string {
+	switch s {
+	case StopCancel:
+		return "cancelled"
+	case StopInterrupt:
+		return "interrupted"
+	}
+	return string(s)
 }
 
 // BusyPolicy is what EnqueueRun does on a thread with a queued or running
@@ -221,10 +316,12 @@ type Notifier interface {
 	// database to connect to directly, the store's own address when
 	// empty (a connection pooler that shares connections between
 	// transactions does not deliver notifications). It reconnects when
-	// the connection is lost, and calls fn("") each time it (re)connects,
-	// since notifications sent while it was away were missed. It returns
-	// ctx's error, or at once an error in dsn.
-	Listen(ctx context.Context, dsn, channel string, fn func(payload string)) error
+	// the connection is lost, and tells connected each change: true once
+	// it (re)connects (notifications sent while it was away were
+	// missed), false when it loses the connection (until it is back,
+	// nothing is heard). It returns ctx's error, or at once an error in
+	// dsn.
+	Listen(ctx context.Context, dsn, channel string, fn func(payload string), connected func(up bool)) error
 }
 
 // Cache keeps node results for a node's cache setting: a value by key,

@@ -59,7 +59,7 @@ func TestRunConfiguration(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer st.Close()
+			defer func() { st.Close() }() // the store opened last
 			eng := engine.New(st)
 			_, err = eng.Run(ctx, g, engine.Request{Thread: "t", Config: map[string]any{"modle": "large", "steps": 0}})
 			var ie *engine.InputError

@@ -18,9 +18,12 @@ import (
 	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
 	"github.com/trellisflow/trellis/runtime/store/postgres"
 	"github.com/trellisflow/trellis/runtime/store/sqlite"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain stops the PostgreSQL cluster the tests started, and fails
+// them when a goroutine outlives them.
+func TestMain(m *testing.M) { os.Exit(storetest.MainNoLeaks(m)) }
 
 // sqliteOpener and postgresOpener open store instances over one database,
 // as separate processes would.

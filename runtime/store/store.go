@@ -7,6 +7,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -256,19 +258,54 @@ func BaseWrites(s *Snapshot) []Write {
 }
 
 // PruneIdle deletes the threads not updated for ttl and returns how many.
+// It holds each thread's lease while it deletes it, as a run holds it
+// while it runs: a thread a run holds is left, and one written between
+// the listing and the lease is not idle any more.
 func PruneIdle(ctx context.Context, st Store, ttl time.Duration) (int, error) {
-	idle, err := st.Threads(ctx, ThreadOptions{IdleSince: time.Now().Add(-ttl)})
+	cutoff := time.Now().Add(-ttl)
+	idle, err := st.Threads(ctx, ThreadOptions{IdleSince: cutoff})
 	if err != nil {
 		return 0, err
 	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	owner := "prune of idle threads " + hex.EncodeToString(b[:])
 	n := 0
 	for _, t := range idle {
-		if err := st.Delete(ctx, t.ID); err != nil && !errors.Is(err, ErrNotFound) {
+		deleted, err := pruneIdle(ctx, st, t.ID, owner, cutoff)
+		if err != nil {
 			return n, err
 		}
-		n++
+		if deleted {
+			n++
+		}
 	}
 	return n, nil
+}
+
+// pruneIdle deletes one thread under its lease if it is still idle.
+func pruneIdle(ctx context.Context, st Store, thread, owner string, cutoff time.Time) (bool, error) {
+	if err := st.Acquire(ctx, thread, owner, time.Minute); err != nil {
+		if errors.Is(err, ErrLeased) {
+			return false, nil
+		}
+		return false, fmt.Errorf("prune idle thread %q: %w", thread, err)
+	}
+	defer st.Release(context.WithoutCancel(ctx), thread, owner)
+	still, err := st.Threads(ctx, ThreadOptions{IdleSince: cutoff, Prefix: thread})
+	if err != nil {
+		return false, fmt.Errorf("prune idle thread %q: %w", thread, err)
+	}
+	if !slices.ContainsFunc(still, func(t ThreadInfo) bool { return t.ID == thread }) {
+		return false, nil
+	}
+	if err := st.Delete(ctx, thread); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("prune idle thread %q: %w", thread, err)
+	}
+	return true, nil
 }
 
 // HistoryOptions pages and filters History.

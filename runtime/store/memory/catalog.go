@@ -80,7 +80,7 @@ func (s *Store) ListThreads(_ context.Context, q store.ThreadQuery) ([]*store.Th
 	defer c.mu.Unlock()
 	var all []*store.ThreadRecord
 	for _, t := range c.threads {
-		if q.MatchThread(t) {
+		if q.MatchThread(t) && !t.Deleting {
 			all = append(all, t)
 		}
 	}
@@ -108,6 +108,22 @@ func (s *Store) ListThreads(_ context.Context, q store.ThreadQuery) ([]*store.Th
 	return out, nil
 }
 
+// MarkThreadDeleting implements store.Catalog.
+func (s *Store) MarkThreadDeleting(_ context.Context, tenant, id string, deleting bool) error {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.threads[id]
+	if !ok || t.Tenant != tenant {
+		return store.ErrNotFound
+	}
+	if deleting && len(c.active(id)) > 0 {
+		return store.ErrBusy
+	}
+	t.Deleting = deleting
+	return nil
+}
+
 // DeleteThread implements store.Catalog.
 func (s *Store) DeleteThread(_ context.Context, tenant, id string) error {
 	c := s.cat()
@@ -116,6 +132,9 @@ func (s *Store) DeleteThread(_ context.Context, tenant, id string) error {
 	t, ok := c.threads[id]
 	if !ok || t.Tenant != tenant {
 		return store.ErrNotFound
+	}
+	if len(c.active(id)) > 0 {
+		return store.ErrBusy
 	}
 	delete(c.threads, id)
 	for rid, r := range c.runs {
@@ -141,13 +160,19 @@ func (s *Store) CreateRun(_ context.Context, r *store.RunRecord) error {
 }
 
 // UpdateRun implements store.Catalog.
-func (s *Store) UpdateRun(_ context.Context, r *store.RunRecord) error {
+func (s *Store) UpdateRun(_ context.Context, r *store.RunRecord, expect store.RunState, evs []store.EventRecord) error {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, ok := c.runs[r.ID]
 	if !ok {
 		return store.ErrNotFound
+	}
+	if old.State() != expect {
+		return store.ErrRunChanged
+	}
+	if err := c.appendEvents(r.ID, evs); err != nil {
+		return err
 	}
 	old.Status, old.Error, old.Checkpoint, old.Started, old.Finished = r.Status, r.Error, r.Checkpoint, r.Started, r.Finished
 	old.Resume, old.Server, old.Stop, old.FlowVersion = r.Resume, r.Server, r.Stop, r.FlowVersion
@@ -173,6 +198,9 @@ func (s *Store) EnqueueRun(_ context.Context, r *store.RunRecord, policy store.B
 	if _, ok := c.runs[r.ID]; ok {
 		return false, store.ErrExists
 	}
+	if t, ok := c.threads[r.Thread]; !ok || t.Tenant != r.Tenant || t.Deleting {
+		return false, store.ErrNotFound
+	}
 	active := c.active(r.Thread)
 	if len(active) > 0 {
 		switch policy {
@@ -183,7 +211,7 @@ func (s *Store) EnqueueRun(_ context.Context, r *store.RunRecord, policy store.B
 				if a.Status == store.RunQueued {
 					a.Status, a.Error, a.Finished = store.RunCancelled, "interrupted by run "+r.ID, r.Created
 				} else if a.Stop == "" {
-					a.Stop = "interrupt"
+					a.Stop = store.StopInterrupt
 				}
 			}
 		}
@@ -241,7 +269,7 @@ func (s *Store) ClaimRun(_ context.Context, server, id string, now time.Time) (*
 }
 
 // RequestStop implements store.Catalog.
-func (s *Store) RequestStop(_ context.Context, tenant, id, why string) (*store.RunRecord, error) {
+func (s *Store) RequestStop(_ context.Context, tenant, id string, why store.StopReason) (*store.RunRecord, error) {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -251,7 +279,7 @@ func (s *Store) RequestStop(_ context.Context, tenant, id, why string) (*store.R
 	}
 	switch r.Status {
 	case store.RunQueued:
-		r.Status, r.Error, r.Finished = store.RunCancelled, why, time.Now().UTC()
+		r.Status, r.Error, r.Finished = store.RunCancelled, why.Message(), time.Now().UTC()
 	case store.RunRunning:
 		r.Stop = why
 	}
@@ -288,20 +316,22 @@ func (s *Store) QueueDepth(context.Context) (int, error) {
 	return n, nil
 }
 
-// Beat implements store.Catalog.
-func (s *Store) Beat(_ context.Context, server string, now time.Time) error {
+// Beat implements store.Catalog: the memory store is one process, with
+// one clock.
+func (s *Store) Beat(_ context.Context, server string) error {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.servers[server] = now
+	c.servers[server] = time.Now()
 	return nil
 }
 
 // AdoptRun implements store.Catalog.
-func (s *Store) AdoptRun(_ context.Context, server string, staleBefore time.Time) (*store.RunRecord, error) {
+func (s *Store) AdoptRun(_ context.Context, server string, deadAfter time.Duration) (*store.RunRecord, error) {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	staleBefore := time.Now().Add(-deadAfter)
 	for _, r := range c.runs {
 		if r.Status != store.RunRunning || r.Server == server {
 			continue
@@ -317,12 +347,16 @@ func (s *Store) AdoptRun(_ context.Context, server string, staleBefore time.Time
 }
 
 // DeleteRun implements store.Catalog.
-func (s *Store) DeleteRun(_ context.Context, id string) error {
+func (s *Store) DeleteRun(_ context.Context, id string, expect store.RunState) error {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.runs[id]; !ok {
+	r, ok := c.runs[id]
+	if !ok {
 		return store.ErrNotFound
+	}
+	if r.State() != expect {
+		return store.ErrRunChanged
 	}
 	delete(c.runs, id)
 	delete(c.events, id)
@@ -343,29 +377,48 @@ func (s *Store) Run(_ context.Context, tenant, id string) (*store.RunRecord, err
 }
 
 // Runs implements store.Catalog.
-func (s *Store) Runs(_ context.Context, tenant, thread string, limit int) ([]*store.RunRecord, error) {
+func (s *Store) Runs(_ context.Context, q store.RunQuery) ([]*store.RunRecord, error) {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var before *store.RunRecord
+	if q.Before != "" {
+		b, ok := c.runs[q.Before]
+		if !ok || b.Tenant != q.Tenant || b.Thread != q.Thread {
+			return nil, store.ErrNotFound
+		}
+		before = b
+	}
 	var out []*store.RunRecord
 	for _, r := range c.runs {
-		if r.Tenant == tenant && r.Thread == thread {
+		if r.Tenant == q.Tenant && r.Thread == q.Thread && (before == nil || newer(before.Created, r.Created, before.ID, r.ID) < 0) {
 			cp := *r
 			out = append(out, &cp)
 		}
 	}
 	slices.SortFunc(out, func(a, b *store.RunRecord) int { return newer(a.Created, b.Created, a.ID, b.ID) })
-	if limit > 0 && len(out) > limit {
+	if limit := store.PageLimit(q.Limit); len(out) > limit {
 		out = out[:limit]
 	}
 	return out, nil
 }
 
 // AppendEvents implements store.Catalog.
-func (s *Store) AppendEvents(_ context.Context, run string, add []store.EventRecord) error {
+func (s *Store) AppendEvents(_ context.Context, run, holder string, add []store.EventRecord) error {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if holder != "" {
+		if r, ok := c.runs[run]; !ok || r.Status != store.RunRunning || r.Server != holder {
+			return store.ErrRunChanged
+		}
+	}
+	return c.appendEvents(run, add)
+}
+
+// appendEvents records a run's events, all or none. The caller holds
+// c.mu.
+func (c *catalog) appendEvents(run string, add []store.EventRecord) error {
 	evs := c.events[run]
 	last := int64(0)
 	if n := len(evs); n > 0 {
@@ -385,13 +438,34 @@ func (s *Store) AppendEvents(_ context.Context, run string, add []store.EventRec
 }
 
 // Events implements store.Catalog.
-func (s *Store) Events(_ context.Context, run string, after int64) ([]store.EventRecord, error) {
+func (s *Store) Events(_ context.Context, run string, after int64, limit int) ([]store.EventRecord, error) {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	evs := c.events[run]
 	i, _ := slices.BinarySearchFunc(evs, after+1, func(e store.EventRecord, seq int64) int { return cmp.Compare(e.Seq, seq) })
-	return slices.Clone(evs[i:]), nil
+	evs = evs[i:]
+	if limit = store.PageLimit(limit); len(evs) > limit {
+		evs = evs[:limit]
+	}
+	out := make([]store.EventRecord, len(evs))
+	for i, e := range evs {
+		out[i] = store.EventRecord{Seq: e.Seq, Data: slices.Clone(e.Data)}
+	}
+	return out, nil
+}
+
+// LastEvent implements store.Catalog.
+func (s *Store) LastEvent(_ context.Context, run string) (*store.EventRecord, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	evs := c.events[run]
+	if len(evs) == 0 {
+		return nil, store.ErrNotFound
+	}
+	last := evs[len(evs)-1]
+	return &store.EventRecord{Seq: last.Seq, Data: slices.Clone(last.Data)}, nil
 }
 
 // CreateKey implements store.Catalog.

@@ -80,6 +80,13 @@ func (d catalogDB) LockThread(ctx context.Context, thread string) error {
 	return err
 }
 
+// Now implements sqlstore.DB: the server's clock, which every process
+// sharing the database reads, whatever their own clocks say.
+func (d catalogDB) Now() string { return `(extract(epoch FROM clock_timestamp()) * 1e9)::bigint` }
+
+// Shared implements sqlstore.DB.
+func (d catalogDB) Shared() string { return " FOR SHARE" }
+
 func (d catalogDB) Unique(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"

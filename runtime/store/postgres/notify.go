@@ -19,7 +19,7 @@ func (s *Store) Notify(ctx context.Context, channel, payload string) error {
 }
 
 // Listen implements store.Notifier on a connection of its own.
-func (s *Store) Listen(ctx context.Context, dsn, channel string, fn func(payload string)) error {
+func (s *Store) Listen(ctx context.Context, dsn, channel string, fn func(payload string), connected func(up bool)) error {
 	cfg := s.pool.Config().ConnConfig.Copy()
 	if dsn != "" {
 		var err error
@@ -29,7 +29,12 @@ func (s *Store) Listen(ctx context.Context, dsn, channel string, fn func(payload
 	}
 	wait := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		if err := listen(ctx, cfg, channel, fn); err == nil || ctx.Err() != nil {
+		up, err := listen(ctx, cfg, channel, fn, connected)
+		if up {
+			connected(false)
+			wait = 100 * time.Millisecond
+		}
+		if err == nil || ctx.Err() != nil {
 			break
 		}
 		select {
@@ -41,21 +46,22 @@ func (s *Store) Listen(ctx context.Context, dsn, channel string, fn func(payload
 	return ctx.Err()
 }
 
-// listen holds one connection until it fails or ctx ends.
-func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, fn func(string)) error {
+// listen holds one connection until it fails or ctx ends; up says
+// whether it was listening.
+func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, fn func(string), connected func(bool)) (up bool, err error) {
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return err
+		return false, err
 	}
-	fn("")
+	connected(true)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		fn(n.Payload)
 	}

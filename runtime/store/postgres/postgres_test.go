@@ -18,7 +18,9 @@ import (
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain stops the PostgreSQL cluster the tests started, and fails
+// them when a goroutine outlives them.
+func TestMain(m *testing.M) { os.Exit(storetest.MainNoLeaks(m)) }
 
 func open(t *testing.T) *postgres.Store {
 	st, err := postgres.Open(context.Background(), pgtest.Database(t))
@@ -63,7 +65,7 @@ func migrateTogether(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	got, err := stores[1].Migrations(ctx)
-	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
+	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}) {
 		t.Fatalf("migrations %v %v", got, err)
 	}
 }
@@ -171,7 +173,15 @@ func listener(t *testing.T, st *postgres.Store, dsn string) <-chan string {
 	ctx, cancel := context.WithCancel(context.Background())
 	heard := make(chan string, 16)
 	done := make(chan error, 1)
-	go func() { done <- st.Listen(ctx, dsn, "trellis test", func(p string) { heard <- p }) }()
+	go func() {
+		done <- st.Listen(ctx, dsn, "trellis test", func(p string) { heard <- p }, func(up bool) {
+			if up {
+				heard <- "<up>"
+			} else {
+				heard <- "<down>"
+			}
+		})
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
@@ -199,13 +209,13 @@ func TestNotify(t *testing.T) {
 		url := pgtest.Database(t)
 		st := openURL(t, url)
 		heard := listener(t, st, "")
-		hear(t, heard, "") // connected
+		hear(t, heard, "<up>") // connected
 		if err := st.Notify(ctx, "trellis test", "run r1"); err != nil {
 			t.Fatal(err)
 		}
 		hear(t, heard, "run r1")
-		// the listening connection is lost: it comes back, says so, and
-		// hears what is sent after
+		// the listening connection is lost: it says so, comes back, says
+		// so, and hears what is sent after
 		admin, err := pgx.Connect(ctx, url)
 		if err != nil {
 			t.Fatal(err)
@@ -214,7 +224,8 @@ func TestNotify(t *testing.T) {
 		if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()`); err != nil {
 			t.Fatal(err)
 		}
-		hear(t, heard, "")
+		hear(t, heard, "<down>")
+		hear(t, heard, "<up>")
 		if err := st.Notify(ctx, "trellis test", "run r2"); err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +237,7 @@ func TestNotify(t *testing.T) {
 		pooled, direct := pgtest.Pooled(t)
 		st := openURL(t, pooled)
 		heard := listener(t, st, direct)
-		hear(t, heard, "")
+		hear(t, heard, "<up>")
 		for i := range 5 {
 			if err := st.Notify(ctx, "trellis test", fmt.Sprint("event ", i)); err != nil {
 				t.Fatal(err)
@@ -237,14 +248,14 @@ func TestNotify(t *testing.T) {
 		}
 	})
 	t.Run("bad address", func(t *testing.T) {
-		st := open(t)
-		if err := st.Listen(ctx, "postgres://%zz", "c", func(string) {}); err == nil || errors.Is(err, context.Canceled) {
+		st := openURL(t, pgtest.Database(t))
+		if err := st.Listen(ctx, "postgres://%zz", "c", func(string) {}, func(bool) {}); err == nil || errors.Is(err, context.Canceled) {
 			t.Fatalf("a malformed address: %v", err)
 		}
 	})
 }
 
-func openURL(t *testing.T, url string) *postgres.Store {
+func openURL(t testing.TB, url string) *postgres.Store {
 	t.Helper()
 	st, err := postgres.Open(context.Background(), url)
 	if err != nil {

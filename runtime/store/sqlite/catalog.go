@@ -56,6 +56,14 @@ func (d catalogDB) Tx(ctx context.Context, fn func(sqlstore.DB) error) error {
 // a time (they begin IMMEDIATE).
 func (d catalogDB) LockThread(context.Context, string) error { return nil }
 
+// Now implements sqlstore.DB. Every process sharing the file is on this
+// machine, with this clock; SQLite reads it to the millisecond.
+func (d catalogDB) Now() string { return `CAST(unixepoch('subsec') * 1000000000 AS INTEGER)` }
+
+// Shared implements sqlstore.DB: write transactions begin IMMEDIATE, one
+// at a time.
+func (d catalogDB) Shared() string { return "" }
+
 func (d catalogDB) Unique(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE)

@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"modernc.org/sqlite" // and the database/sql driver "sqlite"
@@ -34,11 +33,13 @@ type Store struct {
 	db    *sql.DB
 	cache *sqlstore.Cache
 	st    statements
-	// wmu queues this process's writes: SQLite runs one write at a time,
-	// and a writer that finds the database busy polls for it (the busy
-	// timeout) where one queued here is woken as soon as it is free.
-	// Writers in other processes still meet the busy timeout.
-	wmu sync.Mutex
+	// writer queues this process's writes (a token to hold while
+	// writing): SQLite runs one write at a time, and a writer that finds
+	// the database busy polls for it (the busy timeout) where one queued
+	// here is woken as soon as it is free. A writer waits only as long
+	// as its context lets it. Writers in other processes still meet the
+	// busy timeout.
+	writer chan struct{}
 	// Catalog is the store's store.Catalog: the shared SQL catalog on
 	// this database.
 	sqlstore.Catalog
@@ -170,7 +171,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	// prepares the statements again
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	s := &Store{db: db, cache: sqlstore.NewCache(256)}
+	s := &Store{db: db, cache: sqlstore.NewCache(256), writer: make(chan struct{}, 1)}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{db: db, s: s}}
 	// Two processes opening a new file at once contend for the switch to
 	// WAL mode, which can fail with "database is locked" without waiting
@@ -268,8 +269,12 @@ const maxConns = 8
 // write runs a write (a statement or a transaction) once this process's
 // writes before it are done.
 func (s *Store) write(ctx context.Context, fn func() error) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	select {
+	case s.writer <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.writer }()
 	if err := ctx.Err(); err != nil {
 		return err
 	}

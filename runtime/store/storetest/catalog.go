@@ -28,6 +28,9 @@ func RunCatalog(t *testing.T, open func(t *testing.T) store.Store) {
 		{"QueueOrderAndStops", testQueueOrder},
 		{"QueueConcurrentClaims", testQueueConcurrentClaims},
 		{"QueueAdoptsRunsOfDeadServers", testQueueAdopt},
+		{"RunChangesCompareAndSet", testRunCompareAndSet},
+		{"ThreadDeletion", testThreadDeletion},
+		{"PagedReads", testPagedReads},
 		{"NodeCache", func(t *testing.T, c store.Catalog) { testNodeCache(t, c.(store.Cache)) }},
 	}
 	for _, tc := range tests {
@@ -72,7 +75,7 @@ func testCatalogThreads(t *testing.T, c store.Catalog) {
 	if err := c.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.AppendEvents(ctx, "r1", []store.EventRecord{{Seq: 1, Data: []byte(`{"type":"run_start"}`)}}); err != nil {
+	if err := c.AppendEvents(ctx, "r1", "", []store.EventRecord{{Seq: 1, Data: []byte(`{"type":"run_start"}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.DeleteThread(ctx, "acme", "t1"); err != nil {
@@ -84,7 +87,7 @@ func testCatalogThreads(t *testing.T, c store.Catalog) {
 	if _, err := c.Run(ctx, "acme", "r1"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a deleted thread's run still read: %v", err)
 	}
-	if evs, err := c.Events(ctx, "r1", 0); err != nil || len(evs) != 0 {
+	if evs, err := c.Events(ctx, "r1", 0, 0); err != nil || len(evs) != 0 {
 		t.Fatalf("a deleted thread's events still read: %v %v", evs, err)
 	}
 	// the id is free again
@@ -172,8 +175,9 @@ func testCatalogRuns(t *testing.T, c store.Catalog) {
 	if n, err := c.QueueDepth(ctx); n != 3 || err != nil {
 		t.Fatalf("queue depth %d %v, want 3", n, err)
 	}
+	expect := r.State()
 	r.Status, r.Started, r.Finished, r.Checkpoint, r.Error = store.RunFailed, moment(10), moment(11), 42, "boom"
-	if err := c.UpdateRun(ctx, r); err != nil {
+	if err := c.UpdateRun(ctx, r, expect, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.QueueDepth(ctx); n != 2 || err != nil {
@@ -186,41 +190,41 @@ func testCatalogRuns(t *testing.T, c store.Catalog) {
 	if _, err := c.Run(ctx, "other", "r2"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("another tenant read r2: %v", err)
 	}
-	if err := c.UpdateRun(ctx, &store.RunRecord{ID: "nope"}); !errors.Is(err, store.ErrNotFound) {
+	if err := c.UpdateRun(ctx, &store.RunRecord{ID: "nope"}, store.RunState{}, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("update of a missing run: %v", err)
 	}
-	runs, err := c.Runs(ctx, "acme", "t", 2)
+	runs, err := c.Runs(ctx, store.RunQuery{Tenant: "acme", Thread: "t", Limit: 2})
 	if err != nil || len(runs) != 2 || runs[0].ID != "r3" || runs[1].ID != "r2" {
 		t.Fatalf("runs %v %v", runs, err)
 	}
-	if runs, _ := c.Runs(ctx, "other", "t", 0); len(runs) != 0 {
+	if runs, _ := c.Runs(ctx, store.RunQuery{Tenant: "other", Thread: "t"}); len(runs) != 0 {
 		t.Fatalf("another tenant lists %d runs", len(runs))
 	}
-	if err := c.AppendEvents(ctx, "r1", []store.EventRecord{{Seq: 1, Data: []byte(`{"n":1}`)}}); err != nil {
+	if err := c.AppendEvents(ctx, "r1", "", []store.EventRecord{{Seq: 1, Data: []byte(`{"n":1}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	var batch []store.EventRecord
 	for seq := int64(2); seq <= 5; seq++ {
 		batch = append(batch, store.EventRecord{Seq: seq, Data: []byte(fmt.Sprintf(`{"n":%d}`, seq))})
 	}
-	if err := c.AppendEvents(ctx, "r1", batch); err != nil {
+	if err := c.AppendEvents(ctx, "r1", "", batch); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.AppendEvents(ctx, "r1", nil); err != nil {
+	if err := c.AppendEvents(ctx, "r1", "", nil); err != nil {
 		t.Fatalf("an empty batch: %v", err)
 	}
 	// a batch with one seq already recorded records none of its events
-	if err := c.AppendEvents(ctx, "r1", []store.EventRecord{{Seq: 6, Data: []byte(`{}`)}, {Seq: 3, Data: []byte(`{}`)}}); !errors.Is(err, store.ErrExists) {
+	if err := c.AppendEvents(ctx, "r1", "", []store.EventRecord{{Seq: 6, Data: []byte(`{}`)}, {Seq: 3, Data: []byte(`{}`)}}); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("a repeated event seq: %v", err)
 	}
-	if evs, _ := c.Events(ctx, "r1", 5); len(evs) != 0 {
+	if evs, _ := c.Events(ctx, "r1", 5, 0); len(evs) != 0 {
 		t.Fatalf("a refused batch left %d events", len(evs))
 	}
-	evs, err := c.Events(ctx, "r1", 2)
+	evs, err := c.Events(ctx, "r1", 2, 0)
 	if err != nil || len(evs) != 3 || evs[0].Seq != 3 || string(evs[2].Data) != `{"n":5}` {
 		t.Fatalf("events after 2: %v %v", evs, err)
 	}
-	if evs, _ := c.Events(ctx, "r2", 0); len(evs) != 0 {
+	if evs, _ := c.Events(ctx, "r2", 0, 0); len(evs) != 0 {
 		t.Fatalf("r2 has %d events", len(evs))
 	}
 }
@@ -235,7 +239,7 @@ func testCatalogConcurrentEvents(t *testing.T, c store.Catalog) {
 		go func() {
 			defer wg.Done()
 			for seq := int64(1); seq <= 25; seq++ {
-				if err := c.AppendEvents(ctx, fmt.Sprint("run", r), []store.EventRecord{{Seq: seq, Data: []byte(`{}`)}}); err != nil {
+				if err := c.AppendEvents(ctx, fmt.Sprint("run", r), "", []store.EventRecord{{Seq: seq, Data: []byte(`{}`)}}); err != nil {
 					errs <- err
 					return
 				}
@@ -248,7 +252,7 @@ func testCatalogConcurrentEvents(t *testing.T, c store.Catalog) {
 		t.Fatal(err)
 	}
 	for r := range 4 {
-		evs, err := c.Events(ctx, fmt.Sprint("run", r), 0)
+		evs, err := c.Events(ctx, fmt.Sprint("run", r), 0, 0)
 		if err != nil || len(evs) != 25 || evs[24].Seq != 25 {
 			t.Fatalf("run%d: %d events, %v", r, len(evs), err)
 		}
@@ -297,7 +301,27 @@ func queued(id, thread string, at int) *store.RunRecord {
 	return &store.RunRecord{ID: id, Tenant: "acme", Thread: thread, Flow: "f", Created: moment(at)}
 }
 
+// threads records acme's threads, which runs are queued on.
+func threads(t *testing.T, c store.Catalog, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if err := c.CreateThread(ctx, &store.ThreadRecord{ID: id, Tenant: "acme", Flow: "f", Created: moment(0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func testQueuePolicies(t *testing.T, c store.Catalog) {
+	threads(t, c, "t", "u", "o")
+	// a thread with no record takes no run, nor another tenant's thread
+	if _, err := c.EnqueueRun(ctx, queued("r0", "none", 1), store.BusyEnqueue); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a run on a thread with no record: %v", err)
+	}
+	other := queued("r0", "t", 1)
+	other.Tenant = "other"
+	if _, err := c.EnqueueRun(ctx, other, store.BusyEnqueue); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a run on another tenant's thread: %v", err)
+	}
 	if busy, err := c.EnqueueRun(ctx, queued("r1", "t", 1), store.BusyReject); err != nil || busy {
 		t.Fatalf("first run: %v %v", busy, err)
 	}
@@ -324,13 +348,13 @@ func testQueuePolicies(t *testing.T, c store.Catalog) {
 	r2, _ := c.Run(ctx, "acme", "r2")
 	r1, _ = c.Run(ctx, "acme", "r1")
 	r3, _ := c.Run(ctx, "acme", "r3")
-	if r2.Status != store.RunCancelled || r2.Error == "" || r1.Stop != "interrupt" || r1.Status != store.RunRunning || !r3.Interrupt || r3.Status != store.RunQueued {
+	if r2.Status != store.RunCancelled || r2.Error == "" || r1.Stop != store.StopInterrupt || r1.Status != store.RunRunning || !r3.Interrupt || r3.Status != store.RunQueued {
 		t.Fatalf("after the interrupt: r1 %+v, r2 %+v, r3 %+v", r1, r2, r3)
 	}
-	if rs, _ := c.ServerRuns(ctx, "s1"); len(rs) != 1 || rs[0].ID != "r1" || rs[0].Stop != "interrupt" {
+	if rs, _ := c.ServerRuns(ctx, "s1"); len(rs) != 1 || rs[0].ID != "r1" || rs[0].Stop != store.StopInterrupt {
 		t.Fatalf("s1's runs %v", rs)
 	}
-	if err := c.DeleteRun(ctx, "r3"); err != nil {
+	if err := c.DeleteRun(ctx, "r3", r3.State()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Run(ctx, "acme", "r3"); !errors.Is(err, store.ErrNotFound) {
@@ -361,6 +385,7 @@ func testQueuePolicies(t *testing.T, c store.Catalog) {
 }
 
 func testQueueOrder(t *testing.T, c store.Catalog) {
+	threads(t, c, "a", "b", "c")
 	for i, id := range []string{"a1", "a2", "b1", "a3"} {
 		thread := id[:1]
 		if _, err := c.EnqueueRun(ctx, queued(id, thread, i+1), store.BusyEnqueue); err != nil {
@@ -385,17 +410,19 @@ func testQueueOrder(t *testing.T, c store.Catalog) {
 	claim("b1")
 	claim("") // a2 waits for a1
 	// a queued run cancelled is never claimed
-	if r, err := c.RequestStop(ctx, "acme", "a2", "cancelled"); err != nil || r.Status != store.RunCancelled {
+	if r, err := c.RequestStop(ctx, "acme", "a2", store.StopCancel); err != nil || r.Status != store.RunCancelled || r.Error != "cancelled" || r.Finished.IsZero() {
 		t.Fatalf("stop of a queued run: %+v %v", r, err)
 	}
-	if r, err := c.RequestStop(ctx, "acme", "a1", "cancel"); err != nil || r.Status != store.RunRunning || r.Stop != "cancel" {
+	if r, err := c.RequestStop(ctx, "acme", "a1", store.StopCancel); err != nil || r.Status != store.RunRunning || r.Stop != store.StopCancel {
 		t.Fatalf("stop of a running run: %+v %v", r, err)
 	}
-	if _, err := c.RequestStop(ctx, "other", "a1", "cancel"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := c.RequestStop(ctx, "other", "a1", store.StopCancel); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("another tenant stopped a1: %v", err)
 	}
-	a1.Status, a1.Finished = store.RunCancelled, moment(11)
-	if err := c.UpdateRun(ctx, a1); err != nil {
+	expect := a1.State()
+	expect.Stop = store.StopCancel
+	a1.Status, a1.Finished, a1.Stop = store.RunCancelled, moment(11), ""
+	if err := c.UpdateRun(ctx, a1, expect, nil); err != nil {
 		t.Fatal(err)
 	}
 	claim("a3")
@@ -413,11 +440,14 @@ func testQueueOrder(t *testing.T, c store.Catalog) {
 // Servers claiming at once each get a different run, and a thread's runs
 // run one at a time, in the order they were queued.
 func testQueueConcurrentClaims(t *testing.T, c store.Catalog) {
-	const threads, per = 5, 4
+	const nthreads, per = 5, 4
+	for th := range nthreads {
+		threads(t, c, fmt.Sprint("t", th))
+	}
 	for i := range per {
-		for th := range threads {
+		for th := range nthreads {
 			id := fmt.Sprintf("t%d-r%d", th, i)
-			if _, err := c.EnqueueRun(ctx, queued(id, fmt.Sprint("t", th), i*threads+th), store.BusyEnqueue); err != nil {
+			if _, err := c.EnqueueRun(ctx, queued(id, fmt.Sprint("t", th), i*nthreads+th), store.BusyEnqueue); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -457,8 +487,9 @@ func testQueueConcurrentClaims(t *testing.T, c store.Catalog) {
 				mu.Lock()
 				delete(running, r.Thread)
 				mu.Unlock()
+				expect := r.State()
 				r.Status, r.Finished = store.RunSucceeded, time.Now()
-				if err := c.UpdateRun(ctx, r); err != nil {
+				if err := c.UpdateRun(ctx, r, expect, nil); err != nil {
 					errs <- err
 					return
 				}
@@ -470,7 +501,7 @@ func testQueueConcurrentClaims(t *testing.T, c store.Catalog) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	for th := range threads {
+	for th := range nthreads {
 		var want []string
 		for i := range per {
 			want = append(want, fmt.Sprintf("t%d-r%d", th, i))
@@ -481,17 +512,14 @@ func testQueueConcurrentClaims(t *testing.T, c store.Catalog) {
 	}
 }
 
+// Heartbeats and their staleness are judged by the store's clock alone:
+// no time the servers read from their own clocks enters.
 func testQueueAdopt(t *testing.T, c store.Catalog) {
+	threads(t, c, "x", "y")
 	for i, id := range []string{"x", "y"} {
 		if _, err := c.EnqueueRun(ctx, queued(id, id, i), store.BusyEnqueue); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := c.Beat(ctx, "dead", moment(10)); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Beat(ctx, "alive", moment(10)); err != nil {
-		t.Fatal(err)
 	}
 	// a run named is claimed only if it is runnable
 	if _, err := c.ClaimRun(ctx, "dead", "nope", moment(10)); !errors.Is(err, store.ErrNotFound) {
@@ -503,22 +531,266 @@ func testQueueAdopt(t *testing.T, c store.Catalog) {
 	if _, err := c.ClaimRun(ctx, "alive", "", moment(10)); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Beat(ctx, "alive", moment(40)); err != nil {
-		t.Fatal(err)
+	for _, s := range []string{"dead", "alive"} {
+		if err := c.Beat(ctx, s); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// nothing is stale yet at 10
-	if r, err := c.AdoptRun(ctx, "heir", moment(10)); !errors.Is(err, store.ErrNotFound) {
+	// nothing is stale yet
+	if r, err := c.AdoptRun(ctx, "heir", time.Minute); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("adopted %+v while every server was alive", r)
 	}
-	r, err := c.AdoptRun(ctx, "heir", moment(30))
+	time.Sleep(300 * time.Millisecond)
+	if err := c.Beat(ctx, "alive"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.AdoptRun(ctx, "heir", 200*time.Millisecond)
 	if err != nil || r.ID != "x" || r.Server != "heir" || r.Status != store.RunRunning {
 		t.Fatalf("adopted %+v %v, want x", r, err)
 	}
-	if r, err := c.AdoptRun(ctx, "heir", moment(30)); !errors.Is(err, store.ErrNotFound) {
+	if r, err := c.AdoptRun(ctx, "heir", 200*time.Millisecond); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("adopted %+v twice", r)
 	}
 	if rs, _ := c.ServerRuns(ctx, "heir"); len(rs) != 1 || rs[0].ID != "x" {
 		t.Fatalf("heir runs %v", rs)
+	}
+}
+
+// A change of a run's record is made only if the record still stands as
+// its maker last saw it: a shutdown that queues a run again does not
+// overwrite a cancel another server recorded, a server does not end a
+// run another server adopted, and a refused run is not deleted from
+// under the server that adopted it.
+func testRunCompareAndSet(t *testing.T, c store.Catalog) {
+	threads(t, c, "t", "u")
+	r := queued("r", "t", 1)
+	r.Server = "a"
+	if _, err := c.EnqueueRun(ctx, r, store.BusyEnqueue); err != nil || r.Status != store.RunRunning {
+		t.Fatalf("enqueue for a: %+v %v", r, err)
+	}
+	seen := r.State()
+	// b asks a to cancel the run while a queues it again
+	if _, err := c.RequestStop(ctx, "acme", "r", store.StopCancel); err != nil {
+		t.Fatal(err)
+	}
+	requeue := *r
+	requeue.Status, requeue.Server, requeue.Resume = store.RunQueued, "", true
+	if err := c.UpdateRun(ctx, &requeue, seen, nil); !errors.Is(err, store.ErrRunChanged) {
+		t.Fatalf("a requeue over a cancel: %v", err)
+	}
+	got, err := c.Run(ctx, "acme", "r")
+	if err != nil || got.Status != store.RunRunning || got.Stop != store.StopCancel {
+		t.Fatalf("the run after the refused change: %+v %v", got, err)
+	}
+	// a reads the record again and decides again
+	end := *got
+	end.Status, end.Stop, end.Error, end.Finished = store.RunCancelled, "", "cancelled", moment(2)
+	if err := c.UpdateRun(ctx, &end, got.State(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.Run(ctx, "acme", "r"); got.Status != store.RunCancelled || got.Error != "cancelled" {
+		t.Fatalf("the cancelled run: %+v", got)
+	}
+
+	// a run adopted by c is not ended by a, nor deleted
+	u := queued("u1", "u", 3)
+	u.Server = "a"
+	if _, err := c.EnqueueRun(ctx, u, store.BusyEnqueue); err != nil {
+		t.Fatal(err)
+	}
+	mine := u.State()
+	if err := c.Beat(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	adopted, err := c.AdoptRun(ctx, "c", time.Minute) // a never beat: dead
+	if err != nil || adopted.ID != "u1" {
+		t.Fatalf("adopt: %+v %v", adopted, err)
+	}
+	done := *u
+	done.Status, done.Finished = store.RunSucceeded, moment(4)
+	if err := c.UpdateRun(ctx, &done, mine, nil); !errors.Is(err, store.ErrRunChanged) {
+		t.Fatalf("a ended a run c adopted: %v", err)
+	}
+	if err := c.DeleteRun(ctx, "u1", mine); !errors.Is(err, store.ErrRunChanged) {
+		t.Fatalf("a deleted a run c adopted: %v", err)
+	}
+	if err := c.DeleteRun(ctx, "nope", mine); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleting a run that does not exist: %v", err)
+	}
+	// nor does a add to its events, which c's go on from
+	ev := func(seq int64) []store.EventRecord { return []store.EventRecord{{Seq: seq, Data: []byte(`{}`)}} }
+	if err := c.AppendEvents(ctx, "u1", "a", ev(1)); !errors.Is(err, store.ErrRunChanged) {
+		t.Fatalf("a added to the events of a run c adopted: %v", err)
+	}
+	if err := c.AppendEvents(ctx, "u1", "c", ev(1)); err != nil {
+		t.Fatal(err)
+	}
+	// a run's end and its last events are recorded together or not at
+	// all: not when the record changed, nor when an event's seq is taken
+	if err := c.UpdateRun(ctx, &done, mine, ev(2)); !errors.Is(err, store.ErrRunChanged) {
+		t.Fatalf("a ended a run c adopted: %v", err)
+	}
+	if err := c.UpdateRun(ctx, &done, adopted.State(), ev(1)); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("an end with an event whose seq is taken: %v", err)
+	}
+	if got, _ := c.Run(ctx, "acme", "u1"); got.Status != store.RunRunning {
+		t.Fatalf("the end was recorded without its events: %+v", got)
+	}
+	if evs, _ := c.Events(ctx, "u1", 0, 0); len(evs) != 1 {
+		t.Fatalf("a refused end left events: %v", evs)
+	}
+	if err := c.UpdateRun(ctx, &done, adopted.State(), ev(2)); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _ := c.Events(ctx, "u1", 0, 0); len(evs) != 2 {
+		t.Fatalf("the end's events: %v", evs)
+	}
+	if err := c.AppendEvents(ctx, "u1", "c", ev(3)); !errors.Is(err, store.ErrRunChanged) {
+		t.Fatalf("events added to a run that ended: %v", err)
+	}
+
+	// of concurrent changes from one state, exactly one is made
+	v := queued("v1", "u", 5)
+	if _, err := c.EnqueueRun(ctx, v, store.BusyEnqueue); err != nil {
+		t.Fatal(err)
+	}
+	from := v.State()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	made := 0
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			next := *v
+			next.Status, next.Server = store.RunRunning, fmt.Sprint("s", i)
+			if err := c.UpdateRun(ctx, &next, from, nil); err == nil {
+				mu.Lock()
+				made++
+				mu.Unlock()
+			} else if !errors.Is(err, store.ErrRunChanged) {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if made != 1 {
+		t.Fatalf("%d of 8 concurrent changes from one state were made", made)
+	}
+}
+
+// A thread being deleted takes no run and is not listed, but its record
+// stays readable (for the deletion to be finished); a thread with a
+// queued or running run can be neither marked nor deleted.
+func testThreadDeletion(t *testing.T, c store.Catalog) {
+	threads(t, c, "t", "u")
+	if _, err := c.EnqueueRun(ctx, queued("r", "u", 1), store.BusyEnqueue); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MarkThreadDeleting(ctx, "acme", "u", true); !errors.Is(err, store.ErrBusy) {
+		t.Fatalf("marking a busy thread: %v", err)
+	}
+	if err := c.DeleteThread(ctx, "acme", "u"); !errors.Is(err, store.ErrBusy) {
+		t.Fatalf("deleting a busy thread: %v", err)
+	}
+	if err := c.MarkThreadDeleting(ctx, "other", "t", true); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another tenant marked t: %v", err)
+	}
+	if err := c.MarkThreadDeleting(ctx, "acme", "t", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EnqueueRun(ctx, queued("r2", "t", 2), store.BusyEnqueue); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a run on a thread being deleted: %v", err)
+	}
+	if th, err := c.Thread(ctx, "acme", "t"); err != nil || !th.Deleting {
+		t.Fatalf("the thread being deleted reads %+v %v", th, err)
+	}
+	if ts, err := c.ListThreads(ctx, store.ThreadQuery{Tenant: "acme"}); err != nil || len(ts) != 1 || ts[0].ID != "u" {
+		t.Fatalf("the listing %v %v", ts, err)
+	}
+	if err := c.CreateThread(ctx, &store.ThreadRecord{ID: "t", Tenant: "acme", Flow: "f", Created: moment(3)}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("a thread created over one being deleted: %v", err)
+	}
+	// a deletion given up
+	if err := c.MarkThreadDeleting(ctx, "acme", "t", false); err != nil {
+		t.Fatal(err)
+	}
+	if ts, _ := c.ListThreads(ctx, store.ThreadQuery{Tenant: "acme"}); len(ts) != 2 {
+		t.Fatalf("the listing after the deletion was given up: %v", ts)
+	}
+	if _, err := c.EnqueueRun(ctx, queued("r2", "t", 2), store.BusyEnqueue); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Events and runs are read a page at a time, in order, from a cursor.
+func testPagedReads(t *testing.T, c store.Catalog) {
+	threads(t, c, "t")
+	if _, err := c.LastEvent(ctx, "r"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the last event of a run with none: %v", err)
+	}
+	const n = store.MaxPage + 250
+	var evs []store.EventRecord
+	for seq := int64(1); seq <= n; seq++ {
+		evs = append(evs, store.EventRecord{Seq: seq, Data: []byte(fmt.Sprintf(`{"n":%d}`, seq))})
+	}
+	if err := c.AppendEvents(ctx, "r", "", evs); err != nil {
+		t.Fatal(err)
+	}
+	if last, err := c.LastEvent(ctx, "r"); err != nil || last.Seq != n || string(last.Data) != fmt.Sprintf(`{"n":%d}`, n) {
+		t.Fatalf("the last event: %+v %v", last, err)
+	}
+	var read []int64
+	for after := int64(0); ; {
+		page, err := c.Events(ctx, "r", after, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > store.MaxPage {
+			t.Fatalf("one read returned %d events", len(page))
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, e := range page {
+			read = append(read, e.Seq)
+		}
+		after = page[len(page)-1].Seq
+	}
+	if len(read) != n || read[0] != 1 || read[n-1] != n {
+		t.Fatalf("read %d events in pages", len(read))
+	}
+	if page, _ := c.Events(ctx, "r", 10, 5); len(page) != 5 || page[0].Seq != 11 {
+		t.Fatalf("a page of 5 after 10: %v", page)
+	}
+	for i := range 7 {
+		r := &store.RunRecord{ID: fmt.Sprintf("r%d", i), Tenant: "acme", Thread: "t", Flow: "f", Status: store.RunSucceeded, Created: moment(i / 2)}
+		if err := c.CreateRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	for before := ""; ; {
+		page, err := c.Runs(ctx, store.RunQuery{Tenant: "acme", Thread: "t", Before: before, Limit: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 3 {
+			t.Fatalf("a page of %d runs", len(page))
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, r := range page {
+			ids = append(ids, r.ID)
+		}
+		before = page[len(page)-1].ID
+	}
+	if want := []string{"r6", "r5", "r4", "r3", "r2", "r1", "r0"}; !reflect.DeepEqual(ids, want) {
+		t.Fatalf("runs in pages %v, want %v", ids, want)
+	}
+	if _, err := c.Runs(ctx, store.RunQuery{Tenant: "other", Thread: "t", Before: "r3"}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("paging after another tenant's run: %v", err)
 	}
 }
 
@@ -558,5 +830,48 @@ func testNodeCache(t *testing.T, c store.Cache) {
 		if _, ok, _ := c.CacheGet(ctx, k, moment(30)); ok != want {
 			t.Errorf("after the bound, %s kept: %v", k, ok)
 		}
+	}
+}
+
+// benchRuns numbers the benchmarks' runs.
+var benchRuns int
+
+// BenchAppendEvents records batches of a run's events (8 to a batch, as a
+// step's node and state events come): by anyone (holder ""), and by the
+// server holding the run, which the store checks in the same step.
+func BenchAppendEvents(b *testing.B, c store.Catalog) {
+	if err := c.CreateThread(ctx, &store.ThreadRecord{ID: "bench", Tenant: "acme", Flow: "f", Created: moment(0)}); err != nil {
+		b.Fatal(err)
+	}
+	data := []byte(`{"type":"node_end","run":"r","thread":"bench","step":3,"time":"2026-01-01T00:00:00Z","node":"think","update":{"n":1}}`)
+	for _, holder := range []string{"", "s1"} {
+		name := "anyone"
+		if holder != "" {
+			name = "holder"
+		}
+		b.Run(name, func(b *testing.B) {
+			benchRuns++
+			run := &store.RunRecord{ID: fmt.Sprint("run-", name, benchRuns), Tenant: "acme", Thread: "bench", Flow: "f", Created: moment(benchRuns), Server: "s1"}
+			if _, err := c.EnqueueRun(ctx, run, store.BusyEnqueue); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			seq := int64(0)
+			batch := make([]store.EventRecord, 8)
+			for b.Loop() {
+				for i := range batch {
+					seq++
+					batch[i] = store.EventRecord{Seq: seq, Data: data}
+				}
+				if err := c.AppendEvents(ctx, run.ID, holder, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			end := *run
+			end.Status = store.RunSucceeded
+			if err := c.UpdateRun(ctx, &end, run.State(), nil); err != nil {
+				b.Fatal(err)
+			}
+		})
 	}
 }

@@ -1,8 +1,12 @@
 package storetest
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
 )
@@ -31,6 +35,23 @@ func URLs(t testing.TB) map[string]string {
 // Main runs a test binary's tests and stops the PostgreSQL cluster they
 // started; call it from TestMain: os.Exit(storetest.Main(m)).
 func Main(m *testing.M) int { return pgtest.Main(m) }
+
+// MainNoLeaks is Main, which also fails the binary when its tests pass
+// but a goroutine they started is still running (go.uber.org/goleak,
+// which waits a while for goroutines that are ending); ignore lists the
+// goroutines that are not the tests' to end. m is a *testing.M, or what
+// wraps one to clean up after its tests.
+func MainNoLeaks(m interface{ Run() int }, ignore ...goleak.Option) int {
+	code := pgtest.Main(m)
+	if code != 0 {
+		return code
+	}
+	if err := goleak.Find(ignore...); err != nil {
+		fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
+		return 1
+	}
+	return 0
+}
 
 // PooledPostgres is Postgres reached through PgBouncer in transaction
 // pooling mode (found on PATH or in /usr/sbin; its absence fails the

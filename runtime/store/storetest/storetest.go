@@ -36,6 +36,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneKeepsHeadAndPausedRun", testPrune},
 		{"PruneStoppedAndFinished", testPruneStopped},
 		{"PruneIdleThreads", testPruneIdle},
+		{"PruneIdleLeavesHeldThreads", testPruneIdleHeld},
 		{"LongThreadEveryState", testLongThread},
 	}
 	for _, tc := range tests {
@@ -586,6 +587,30 @@ func testPruneIdle(t *testing.T, st store.Store) {
 	}
 	if _, err := st.Head(ctx, "new"); err != nil {
 		t.Fatalf("active thread pruned: %v", err)
+	}
+}
+
+// A thread a run holds (its lease) is not idle, however long ago it was
+// written: pruning leaves it, as deleting it would.
+func testPruneIdleHeld(t *testing.T, st store.Store) {
+	create(t, st, "held", map[string]any{"n": 1}) // created at(0), long ago
+	create(t, st, "free", map[string]any{"n": 1})
+	if err := st.Acquire(ctx, "held", "a run", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	n, err := store.PruneIdle(ctx, st, time.Hour)
+	if err != nil || n != 1 {
+		t.Fatalf("pruned %d idle threads: %v", n, err)
+	}
+	if _, err := st.Head(ctx, "held"); err != nil {
+		t.Fatalf("a held thread was pruned: %v", err)
+	}
+	if _, err := st.Head(ctx, "free"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an idle thread kept: %v", err)
+	}
+	// the prune left no lease of its own behind
+	if err := st.Acquire(ctx, "free", "next", time.Minute); err != nil {
+		t.Fatalf("a lease left on a pruned thread: %v", err)
 	}
 }
 

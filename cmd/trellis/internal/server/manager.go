@@ -4,8 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
+	"fmt"
 	"maps"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -21,7 +22,20 @@ import (
 // claims it runs it, one run at a time per thread, in the order they were
 // queued. A server beats a heartbeat; the runs of a server whose beat
 // stopped (it died) are adopted by another, which resumes them from their
-// last checkpoint once the dead server's lease on the thread expires.
+// last checkpoint once the dead server's lease on the thread expires. The
+// store's clock judges the beats, so servers whose clocks disagree do not
+// take each other's runs.
+//
+// Every change of a run's record is conditional on the record as the
+// server last saw it (store.Catalog.UpdateRun): a server that finds it
+// changed (another server cancelled, interrupted or adopted the run) reads
+// it again and decides again, so that no change overwrites another.
+//
+// A shutdown stops claiming runs, asks the running ones to stop at their
+// next step boundary and queues them again to resume (here after a
+// restart, or on another server); it waits as long as they take, up to
+// the stop timeout, then cancels them, and after a short grace gives up
+// on any that still do not end, so that it always returns.
 type manager struct {
 	s    *Server
 	id   string // this server's name in the queue
@@ -29,23 +43,53 @@ type manager struct {
 	live map[string]*liveRun // running here
 	// secrets are the secret configuration values of the runs this
 	// server accepted, by run: never written anywhere, so only a run
-	// this server executes has them (another server's gets the defaults)
-	secrets  map[string]map[string]any
+	// this server executes has them (another server's gets the
+	// defaults). They are forgotten once the run ends, or runs
+	// elsewhere.
+	secrets  map[string]secretConfig
 	stopping bool
-	wg       sync.WaitGroup
+	wg       sync.WaitGroup // the runs running here
+	starting sync.WaitGroup // the requests starting runs
 	kick     chan struct{}
-	quit     chan struct{}
+	quit     chan struct{} // closed when the shutdown is over
 	loopDone chan struct{}
-	// base is the runs' context: cancelled only when a shutdown has
-	// waited too long for runs to reach a step boundary.
-	base     context.Context
-	hardStop context.CancelFunc
+	beatDone chan struct{}
+	shutDone chan struct{}
+	// runCtx is the runs' context: cancelled when a shutdown has waited
+	// its stop timeout for runs to reach a step boundary.
+	runCtx     context.Context
+	cancelRuns context.CancelFunc
+	// records is the context of what the runs record in the store (their
+	// events and ends) and of the dispatcher's store calls: cancelled
+	// when a shutdown gives up on runs that do not end.
+	records context.Context
+	giveUp  context.CancelFunc
+	// abandoned is closed when a shutdown gave up on runs still going:
+	// their waiters are answered.
+	abandoned chan struct{}
+}
+
+// secretConfig is a run's secret configuration, with its tenant.
+type secretConfig struct {
+	tenant string
+	values map[string]any
 }
 
 // Timing of the dispatcher.
 const (
 	beatEvery = time.Second
 	capacity  = 256 // runs at once per server
+	// stopGrace is how long a shutdown waits for the runs it cancelled at
+	// its stop timeout before it gives up on them.
+	stopGrace = 3 * time.Second
+)
+
+// The stops a server asks of its runs itself, never recorded: its
+// shutdown's (at their next step boundary, to be queued again), and the
+// one of a run another server took over (now: the run is the other's).
+const (
+	stopShutdown  store.StopReason = "shutdown"
+	stopTakenOver store.StopReason = "taken over"
 )
 
 // liveRun is a run running on this server.
@@ -53,15 +97,7 @@ type liveRun struct {
 	m      *manager
 	flow   *loaded
 	events *eventLog
-	// waiting: a caller waits to hear whether the run starts (its thread
-	// was free when it was queued): a run refused before it starts is
-	// then forgotten, and the caller hears why. refuseBusy: that caller
-	// asked on_busy reject, so another process holding the thread refuses
-	// the run rather than delaying it.
-	waiting, refuseBusy bool
-	adopted             bool
-	// parent is the trace context of the request that started the run
-	parent trace.SpanContext
+	how    launch
 	// started receives nil once the run has started, or the error that
 	// refused it; done is closed when it has ended and its record says so.
 	started chan error
@@ -72,18 +108,45 @@ type liveRun struct {
 	mu       sync.Mutex
 	rec      store.RunRecord
 	cancel   context.CancelFunc
-	why      string // why the run was stopped, when it was
-	shutdown bool   // stopped by this server's shutdown: queued again
+	why      store.StopReason // the stop asked of the run, when one was
+	shutdown bool             // this server's shutdown asked it to stop
 	state    map[string]any
 	refusal  error // why it was refused before it started
 }
 
+// launch says how a run claimed by this server came to it.
+type launch struct {
+	// waiting: a caller waits to hear whether the run starts (its thread
+	// was free when it was queued): a run refused before it starts is
+	// then forgotten, and the caller hears why.
+	waiting bool
+	// refuseBusy: that caller asked on_busy reject, so another process
+	// holding the thread refuses the run rather than delaying it.
+	refuseBusy bool
+	// adopted: the run was taken over from a server that stopped beating.
+	adopted bool
+	// parent is the trace context of the request that started the run.
+	parent trace.SpanContext
+}
+
 func newManager(s *Server) *manager {
-	base, hard := context.WithCancel(context.Background())
-	m := &manager{s: s, id: newID("server"), live: map[string]*liveRun{}, kick: make(chan struct{}, 1),
-		quit: make(chan struct{}), loopDone: make(chan struct{}), base: base, hardStop: hard}
+	runCtx, cancelRuns := context.WithCancel(context.Background())
+	records, giveUp := context.WithCancel(context.Background())
+	m := &manager{s: s, id: newID("server"), live: map[string]*liveRun{}, secrets: map[string]secretConfig{}, kick: make(chan struct{}, 1),
+		quit: make(chan struct{}), loopDone: make(chan struct{}), beatDone: make(chan struct{}), shutDone: make(chan struct{}),
+		runCtx: runCtx, cancelRuns: cancelRuns, records: records, giveUp: giveUp, abandoned: make(chan struct{})}
 	go m.loop()
+	go m.beat()
 	return m
+}
+
+// now reads the server's clock, for the times it records for people to
+// read; times that servers compare are the store's.
+func (m *manager) now() time.Time {
+	if m.s.cfg.clock != nil {
+		return m.s.cfg.clock().UTC()
+	}
+	return time.Now().UTC()
 }
 
 func (m *manager) nudge() {
@@ -94,12 +157,13 @@ func (m *manager) nudge() {
 }
 
 // loop claims queued runs, passes stop requests on to the runs they name,
-// beats the heartbeat and adopts the runs of servers that died.
+// adopts the runs of servers that died and forgets the secrets of runs
+// that will not run here. During a shutdown it only passes stop requests
+// on.
 func (m *manager) loop() {
 	defer close(m.loopDone)
 	poll := time.NewTimer(m.s.notes.pollEvery())
 	defer poll.Stop()
-	go m.beat()
 	var lastAdopt time.Time
 	for {
 		select {
@@ -109,33 +173,35 @@ func (m *manager) loop() {
 		case <-poll.C:
 		}
 		poll.Reset(m.s.notes.pollEvery())
-		ctx := m.base
-		now := time.Now()
-		if now.Sub(lastAdopt) >= beatEvery {
-			lastAdopt = now
-			m.adopt(ctx, now)
+		ctx := m.records
+		if time.Since(lastAdopt) >= beatEvery {
+			lastAdopt = time.Now()
+			m.adopt(ctx)
+			m.forgetSecrets(ctx)
 		}
 		m.passStops(ctx)
 		for m.room() {
-			rec, err := m.s.cat.ClaimRun(ctx, m.id, "", time.Now().UTC())
+			rec, err := m.s.cat.ClaimRun(ctx, m.id, "", m.now())
 			if err != nil {
-				if !errors.Is(err, store.ErrNotFound) {
+				if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
 					m.s.log.Warn("claiming runs", "error", err.Error())
 				}
 				break
 			}
-			m.launch(rec, false, false, false, trace.SpanContext{})
+			m.launch(rec, launch{})
 		}
 	}
 }
 
 // beat records that this server is alive, on its own goroutine so that a
-// busy dispatcher does not make it look dead.
+// busy dispatcher does not make it look dead, until its shutdown is over
+// (its runs are its own until they have stopped).
 func (m *manager) beat() {
+	defer close(m.beatDone)
 	t := time.NewTicker(beatEvery)
 	defer t.Stop()
 	for {
-		_ = m.s.cat.Beat(m.base, m.id, time.Now())
+		_ = m.s.cat.Beat(m.records, m.id)
 		select {
 		case <-m.quit:
 			return
@@ -152,14 +218,14 @@ func (m *manager) room() bool {
 }
 
 // adopt takes over the runs of servers whose heartbeat stopped.
-func (m *manager) adopt(ctx context.Context, now time.Time) {
+func (m *manager) adopt(ctx context.Context) {
 	for m.room() {
-		rec, err := m.s.cat.AdoptRun(ctx, m.id, now.Add(-m.s.cfg.DeadAfter))
+		rec, err := m.s.cat.AdoptRun(ctx, m.id, m.s.cfg.DeadAfter)
 		if err != nil {
 			return
 		}
 		m.s.log.Warn("adopting a run of a server that stopped beating", "run", rec.ID, "thread", rec.Thread)
-		m.launch(rec, false, false, true, trace.SpanContext{})
+		m.launch(rec, launch{adopted: true})
 	}
 }
 
@@ -186,20 +252,72 @@ func (m *manager) passStops(ctx context.Context) {
 	}
 }
 
-// launch runs a claimed run on this server.
-func (m *manager) launch(rec *store.RunRecord, waiting, refuseBusy, adopted bool, parent trace.SpanContext) *liveRun {
-	lr := &liveRun{m: m, rec: *rec, waiting: waiting, refuseBusy: refuseBusy, adopted: adopted, parent: parent,
-		started: make(chan error, 1), begun: make(chan struct{}), done: make(chan struct{}), stop: make(chan struct{})}
-	// the log exists before the run is found by streams; an adopted run's
-	// events go on after those already recorded
-	var after int64
-	if adopted {
-		if evs, err := m.s.cat.Events(m.base, rec.ID, 0); err == nil && len(evs) > 0 {
-			after = evs[len(evs)-1].Seq
+// keepSecret keeps a run's secret configuration for when it runs here.
+func (m *manager) keepSecret(run, tenant string, values map[string]any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.secrets[run] = secretConfig{tenant: tenant, values: values}
+}
+
+// secretCount is how many runs' secrets the server keeps.
+func (m *manager) secretCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.secrets)
+}
+
+func (m *manager) dropSecret(run string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.secrets, run)
+}
+
+// forgetSecrets forgets the secrets of the runs that will not run here:
+// those that ended, and those another server runs.
+func (m *manager) forgetSecrets(ctx context.Context) {
+	m.mu.Lock()
+	waiting := map[string]string{}
+	for id, sc := range m.secrets {
+		if _, ok := m.live[id]; !ok {
+			waiting[id] = sc.tenant
 		}
 	}
-	lr.events = newEventLog(m.s.cat, m.s.log, m.s.notes, rec.ID, publicID(rec.Thread), after)
+	m.mu.Unlock()
+	for id, tenant := range waiting {
+		rec, err := m.s.cat.Run(ctx, tenant, id)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err == nil && !rec.Status.Done() && (rec.Status == store.RunQueued || rec.Server == m.id) {
+			continue
+		}
+		m.mu.Lock()
+		if _, ok := m.live[id]; !ok {
+			delete(m.secrets, id)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// launch runs a claimed run on this server. A run claimed as the
+// server's shutdown begins is queued again at once instead (nil).
+func (m *manager) launch(rec *store.RunRecord, how launch) *liveRun {
+	lr := &liveRun{m: m, rec: *rec, how: how,
+		started: make(chan error, 1), begun: make(chan struct{}), done: make(chan struct{}), stop: make(chan struct{})}
+	// the log exists before the run is found by streams; it goes on from
+	// the run's last recorded event (one queued again, or adopted)
+	last, err := m.s.cat.LastEvent(m.records, rec.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		m.s.log.Warn("reading a run's last event", "run", rec.ID, "error", err.Error())
+	}
 	m.mu.Lock()
+	if m.stopping {
+		m.mu.Unlock()
+		m.unclaim(rec, last)
+		return nil
+	}
+	lr.events = newEventLog(m.records, m.s.cat, m.s.log, m.s.notes, rec.ID, m.id, publicID(rec.Thread), last,
+		func() { lr.request(stopTakenOver) })
 	m.live[rec.ID] = lr
 	m.wg.Add(1)
 	m.mu.Unlock()
@@ -207,19 +325,63 @@ func (m *manager) launch(rec *store.RunRecord, waiting, refuseBusy, adopted bool
 	return lr
 }
 
-// busy reports whether the thread has a queued or running run.
-func (m *manager) busy(ctx context.Context, c *caller, thread string) (bool, error) {
-	runs, err := m.s.cat.Runs(ctx, c.tenant, thread, 0)
-	if err != nil {
-		return false, err
-	}
-	for _, r := range runs {
-		if !r.Status.Done() {
-			return true, nil
+// unclaim gives back a run this server claimed but will not run (it is
+// stopping): queued again as it was, or cancelled when a cancel came.
+// When the run has events (last: its last), the one that tells where it
+// went goes with it.
+func (m *manager) unclaim(rec *store.RunRecord, last *store.EventRecord) {
+	out, _, err := m.settle(*rec, func(cur store.RunRecord) (store.RunRecord, []store.EventRecord) {
+		if cur.Stop == store.StopCancel || cur.Stop == store.StopInterrupt {
+			cur.Status, cur.Error, cur.Finished = store.RunCancelled, cur.Stop.Message(), m.now()
+		} else {
+			cur.Status, cur.Started = store.RunQueued, time.Time{}
 		}
+		cur.Server, cur.Stop = "", ""
+		var evs []store.EventRecord
+		if last != nil && !agrees(eventType(last.Data), cur.Status) {
+			evs = []store.EventRecord{{Seq: last.Seq + 1, Data: lastEvent(cur.ID, publicID(cur.Thread), cur.Status, cur.Error, nil)}}
+		}
+		return cur, evs
+	})
+	if err != nil {
+		m.s.log.Warn("giving back a run at the shutdown", "run", rec.ID, "error", err.Error())
+		return
 	}
-	return false, nil
+	*rec = out
+	m.s.notes.send(m.records, noteQueue)
 }
+
+// settle writes a change of a run this server runs, with the events
+// that tell it, as decide makes them from the record: when another
+// server changed the record first, it reads it again and decides again.
+// A run that is no longer this server's (adopted by another, or ended) is
+// left as it is (errNotOurs). It returns the record and the events
+// written.
+func (m *manager) settle(rec store.RunRecord, decide func(cur store.RunRecord) (store.RunRecord, []store.EventRecord)) (store.RunRecord, []store.EventRecord, error) {
+	ctx := m.records
+	cur := rec
+	for attempt := 0; ; attempt++ {
+		next, evs := decide(cur)
+		err := m.s.cat.UpdateRun(ctx, &next, cur.State(), evs)
+		if err == nil {
+			return next, evs, nil
+		}
+		if !errors.Is(err, store.ErrRunChanged) || attempt == 8 {
+			return cur, nil, err
+		}
+		fresh, err := m.s.cat.Run(ctx, rec.Tenant, rec.ID)
+		if err != nil {
+			return cur, nil, err
+		}
+		if fresh.Status != store.RunRunning || fresh.Server != m.id {
+			return *fresh, nil, errNotOurs
+		}
+		cur = *fresh
+	}
+}
+
+// errNotOurs: a run's record says another server has it, or it ended.
+var errNotOurs = errors.New("the run's record says another server has it, or it ended")
 
 // start queues a run as its policy says and, when its thread was free,
 // runs it here at once and returns once it has started, or with the error
@@ -260,15 +422,19 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 			recorded[k] = v
 		}
 	}
+	// a shutdown waits for the starts under way: a run claimed as it
+	// begins is queued again before it returns
 	m.mu.Lock()
-	stopping := m.stopping
-	m.mu.Unlock()
-	if stopping {
+	if m.stopping {
+		m.mu.Unlock()
 		return store.RunRecord{}, nil, errStopping
 	}
+	m.starting.Add(1)
+	m.mu.Unlock()
+	defer m.starting.Done()
 	raw, _ := json.Marshal(input)
 	rec := &store.RunRecord{ID: newID("run"), Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
-		Input: raw, Created: time.Now().UTC(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt, Server: m.id}
+		Input: raw, Created: m.now(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt, Server: m.id}
 	if len(answers) > 0 {
 		rec.Answers, _ = json.Marshal(answers)
 	}
@@ -276,40 +442,64 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 		rec.Config, _ = json.Marshal(recorded)
 	}
 	if len(secret) > 0 {
-		m.mu.Lock()
-		if m.secrets == nil {
-			m.secrets = map[string]map[string]any{}
-		}
-		m.secrets[rec.ID] = secret
-		m.mu.Unlock()
+		m.keepSecret(rec.ID, c.tenant, secret)
 	}
 	// on a free thread the run is claimed here as it is queued, so that no
 	// dispatcher (this server's or another's) takes it from under its
 	// caller, who then would not hear why it was refused
 	busy, err := m.s.cat.EnqueueRun(ctx, rec, store.BusyPolicy(policy))
-	if errors.Is(err, store.ErrBusy) {
-		return store.RunRecord{}, nil, trellis.ErrBusy
-	}
 	if err != nil {
+		m.dropSecret(rec.ID)
+		if errors.Is(err, store.ErrBusy) {
+			return store.RunRecord{}, nil, trellis.ErrBusy
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return store.RunRecord{}, nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", publicID(thread.ID))}
+		}
 		return store.RunRecord{}, nil, err
 	}
 	if busy || rec.Status != store.RunRunning {
 		if policy == api.OnBusyInterrupt {
-			m.s.notes.send(ctx, "stop") // to the server running the thread's run
+			m.s.notes.send(ctx, noteStop) // to the server running the thread's run
+			m.closeInterrupted(ctx, rec)
 		}
 		m.nudge()
 		return *rec, nil, nil
 	}
-	lr := m.launch(rec, true, policy == api.OnBusyReject, false, trace.SpanContextFromContext(ctx))
+	lr := m.launch(rec, launch{waiting: true, refuseBusy: policy == api.OnBusyReject, parent: trace.SpanContextFromContext(ctx)})
+	if lr == nil { // the server began stopping: the run is queued again
+		return *rec, nil, nil
+	}
 	select {
 	case err := <-lr.started:
 		if err != nil {
 			<-lr.done
-			return store.RunRecord{}, nil, err
+			lr.mu.Lock()
+			refusal := lr.refusal
+			lr.mu.Unlock()
+			if refusal != nil {
+				return store.RunRecord{}, nil, refusal
+			}
 		}
 		return lr.record(), lr, nil
 	case <-ctx.Done():
 		return lr.record(), lr, ctx.Err()
+	}
+}
+
+// closeInterrupted gives the queued runs an interrupting run cancelled
+// the last event their records call for.
+func (m *manager) closeInterrupted(ctx context.Context, by *store.RunRecord) {
+	runs, err := m.s.cat.Runs(ctx, store.RunQuery{Tenant: by.Tenant, Thread: by.Thread})
+	if err != nil {
+		return
+	}
+	for _, r := range runs {
+		if r.Status == store.RunCancelled && r.Error == "interrupted by run "+by.ID {
+			if err := closeLog(ctx, m.s.cat, m.s.notes, r); err != nil {
+				m.s.log.Warn("ending the events of an interrupted run", "run", r.ID, "error", err.Error())
+			}
+		}
 	}
 }
 
@@ -320,23 +510,31 @@ func (lr *liveRun) record() store.RunRecord {
 	return lr.rec
 }
 
-// request stops the run: "cancel" now, anything else (an interrupt, a
-// shutdown) at its next step boundary.
-func (lr *liveRun) request(why string) {
+// request asks the run to stop: StopCancel now, any other at its next
+// step boundary.
+func (lr *liveRun) request(why store.StopReason) {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
-	if lr.why != "" && why != "cancel" {
-		return
+	if why == stopShutdown {
+		lr.shutdown = true
 	}
 	first := lr.why == ""
-	lr.why = why
-	if why == "cancel" && lr.cancel != nil {
+	now := why == store.StopCancel || why == stopTakenOver
+	if first || now {
+		lr.why = why
+	}
+	if now && lr.cancel != nil {
 		lr.cancel()
 	}
 	if first {
 		close(lr.stop)
 	}
 }
+
+// runPanic is a run that panicked.
+type runPanic struct{ value any }
+
+func (p *runPanic) Error() string { return fmt.Sprintf("panic: %v", p.value) }
 
 // execute runs a claimed run and records how it ended.
 func (m *manager) execute(lr *liveRun) {
@@ -348,26 +546,40 @@ func (m *manager) execute(lr *liveRun) {
 		m.mu.Unlock()
 		m.nudge() // the thread's next run may be waiting
 	}()
-	ctx, cancel := context.WithCancel(m.base)
+	res, err := m.run(lr)
+	var p *runPanic
+	if !lr.isStarted() && err != nil && lr.stopReason() == "" && lr.how.waiting && !errors.As(err, &p) {
+		lr.refuse(err)
+		return
+	}
+	lr.finish(res, err)
+}
+
+// run runs the run, recovering from a panic in it: that run fails (its
+// stack goes to the log), and the server and its other runs go on.
+func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
+	ctx, cancel := context.WithCancel(m.runCtx)
 	defer cancel()
-	if lr.parent.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, lr.parent)
+	defer func() {
+		if v := recover(); v != nil {
+			m.s.metrics.panics.Inc()
+			m.s.log.Error("a run panicked: it fails", "run", lr.rec.ID, "thread", lr.rec.Thread, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			res, err = nil, &runPanic{value: v}
+		}
+	}()
+	if lr.how.parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, lr.how.parent)
 	}
 	lr.mu.Lock()
 	lr.cancel = cancel
-	if lr.why == "cancel" {
+	if lr.why == store.StopCancel || lr.why == stopTakenOver {
 		cancel()
 	}
 	rec := lr.rec
 	lr.mu.Unlock()
 	l, err := m.s.flows.get(rec.Flow)
 	if err != nil {
-		if lr.waiting {
-			lr.refuse(ctx, err)
-		} else {
-			lr.finish(ctx, nil, err)
-		}
-		return
+		return nil, err
 	}
 	lr.flow = l
 	lr.mu.Lock()
@@ -385,17 +597,16 @@ func (m *manager) execute(lr *liveRun) {
 	opts := []trellis.RunOption{trellis.WithRunID(rec.ID), trellis.WithStop(lr.stop), trellis.WithObserver(lr.observe)}
 	cfg := storedValues(rec.Config)
 	m.mu.Lock()
-	if secret := m.secrets[rec.ID]; len(secret) > 0 {
+	if secret := m.secrets[rec.ID]; len(secret.values) > 0 {
 		if cfg == nil {
 			cfg = map[string]any{}
 		}
-		maps.Copy(cfg, secret)
+		maps.Copy(cfg, secret.values)
 	}
 	m.mu.Unlock()
 	if cfg != nil {
 		opts = append(opts, trellis.WithConfig(cfg))
 	}
-	var res *trellis.Result
 	for {
 		err = nil
 		if abandon {
@@ -418,8 +629,8 @@ func (m *manager) execute(lr *liveRun) {
 		}
 		// another process holds the thread (a server that died, until
 		// its lease expires): wait for it, unless a caller waits to hear
-		if !errors.Is(err, trellis.ErrBusy) || lr.refuseBusy || lr.isStarted() {
-			break
+		if !errors.Is(err, trellis.ErrBusy) || lr.how.refuseBusy || lr.isStarted() {
+			return res, err
 		}
 		select {
 		case <-time.After(250 * time.Millisecond):
@@ -427,13 +638,8 @@ func (m *manager) execute(lr *liveRun) {
 		case <-lr.stop:
 		case <-ctx.Done():
 		}
-		break
+		return res, err
 	}
-	if !lr.isStarted() && err != nil && lr.stopReason() == "" && lr.waiting {
-		lr.refuse(ctx, err)
-		return
-	}
-	lr.finish(ctx, res, err)
 }
 
 func (lr *liveRun) isStarted() bool {
@@ -445,7 +651,7 @@ func (lr *liveRun) isStarted() bool {
 	}
 }
 
-func (lr *liveRun) stopReason() string {
+func (lr *liveRun) stopReason() store.StopReason {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
 	return lr.why
@@ -454,7 +660,7 @@ func (lr *liveRun) stopReason() string {
 // observe receives the run's events: it signals the start, and logs every
 // event for the run's streams.
 func (lr *liveRun) observe(ev trellis.Event) {
-	if ev.Type == trellis.RunStart {
+	if ev.Type == trellis.RunStart && !lr.isStarted() {
 		close(lr.begun)
 		lr.m.s.metrics.active.Inc()
 		lr.started <- nil
@@ -465,10 +671,22 @@ func (lr *liveRun) observe(ev trellis.Event) {
 
 // refuse forgets a run refused before it started: nothing of it stays
 // recorded, and its caller hears why.
-func (lr *liveRun) refuse(ctx context.Context, err error) {
-	lr.events.close()
-	if derr := lr.m.s.cat.DeleteRun(context.WithoutCancel(ctx), lr.rec.ID); derr != nil {
-		lr.m.s.log.Warn("forgetting a refused run", "run", lr.rec.ID, "error", derr.Error())
+func (lr *liveRun) refuse(err error) {
+	m := lr.m
+	lr.events.close(nil)
+	expect := lr.record().State()
+	for attempt := 0; ; attempt++ {
+		derr := m.s.cat.DeleteRun(m.records, lr.rec.ID, expect)
+		if errors.Is(derr, store.ErrRunChanged) && attempt < 8 {
+			if fresh, rerr := m.s.cat.Run(m.records, lr.rec.Tenant, lr.rec.ID); rerr == nil && fresh.Status == store.RunRunning && fresh.Server == m.id {
+				expect = fresh.State()
+				continue
+			}
+		}
+		if derr != nil {
+			m.s.log.Warn("forgetting a refused run", "run", lr.rec.ID, "error", derr.Error())
+		}
+		break
 	}
 	lr.mu.Lock()
 	lr.refusal = err
@@ -478,79 +696,97 @@ func (lr *liveRun) refuse(ctx context.Context, err error) {
 	close(lr.done)
 }
 
+// outcome is how a run ends: its status and message, from the error it
+// returned, whether it started, whether this server's shutdown stopped
+// it, and the stop asked of it.
+func outcome(err error, started, shutdown bool, stop store.StopReason) (store.RunStatus, string) {
+	var p *runPanic
+	stopped := errors.Is(err, trellis.ErrStopped) || errors.Is(err, context.Canceled)
+	switch {
+	case err == nil:
+		return store.RunSucceeded, ""
+	case errors.As(err, &p):
+	case (stop == store.StopCancel || stop == store.StopInterrupt) && (stopped || !started):
+		return store.RunCancelled, stop.Message()
+	case shutdown && (stopped || !started):
+		return store.RunQueued, ""
+	}
+	return store.RunFailed, err.Error()
+}
+
 // finish records how the run ended. A run this server's shutdown stopped
 // between steps is queued again to resume, here after a restart or on
 // another server.
-func (lr *liveRun) finish(ctx context.Context, res *trellis.Result, err error) {
+func (lr *liveRun) finish(res *trellis.Result, err error) {
 	m := lr.m
-	if lr.isStarted() {
+	ctx := m.records
+	started := lr.isStarted()
+	if started {
 		m.s.metrics.active.Dec()
 	}
-	// every event is recorded before the run's end is, and streams hear
-	// the last event only once the run is recorded as ended, so that a
-	// client may start the thread's next run as soon as it hears it
-	lr.events.flush()
-	defer lr.events.close()
-	why := lr.stopReason()
-	lr.mu.Lock()
-	shutdown := lr.shutdown
-	lr.mu.Unlock()
-	if err != nil && !lr.isStarted() {
+	defer close(lr.done)
+	var p *runPanic
+	if err != nil && !started && !errors.As(err, &p) {
 		// a run taken over from a server that died may have finished
 		// there before it could say so: the thread's checkpoints tell
-		if head, herr := m.s.cfg.Runtime.State(context.WithoutCancel(ctx), lr.rec.Thread); herr == nil &&
+		if head, herr := m.s.cfg.Runtime.State(ctx, lr.rec.Thread); herr == nil &&
 			head.Run == lr.rec.ID && len(head.Next) == 0 {
 			res, err = &trellis.Result{State: head.Values, Checkpoint: head.Seq}, nil
 		}
 	}
-	status, msg := store.RunSucceeded, ""
-	switch {
-	case err == nil:
-	case shutdown && (errors.Is(err, trellis.ErrStopped) || !lr.isStarted()):
-		status = store.RunQueued
-	case why != "" && !lr.isStarted():
-		// stopped while it waited for its thread
-		status, msg = store.RunCancelled, why
-	case why != "" && (errors.Is(err, trellis.ErrStopped) || errors.Is(err, context.Canceled)):
-		status, msg = store.RunCancelled, why
-		if why == "cancel" {
-			msg = "cancelled"
-		}
-	default:
-		status, msg = store.RunFailed, err.Error()
+	var state map[string]any
+	var checkpoint uint64
+	if res != nil {
+		state, checkpoint = res.State, res.Checkpoint
+	} else if head, herr := m.s.cfg.Runtime.State(ctx, lr.rec.Thread); herr == nil {
+		checkpoint = head.Seq
 	}
 	lr.mu.Lock()
-	lr.rec.Status, lr.rec.Error, lr.rec.Stop = status, msg, ""
-	if status == store.RunQueued {
-		lr.rec.Resume, lr.rec.Server, lr.rec.Interrupt = true, "", false
-	} else {
-		lr.rec.Finished = time.Now().UTC()
-	}
-	if res != nil {
-		lr.rec.Checkpoint = res.Checkpoint
-		lr.state = res.State
-	} else {
-		lr.state = nil
-		if head, herr := m.s.cfg.Runtime.State(context.WithoutCancel(ctx), lr.rec.Thread); herr == nil {
-			lr.rec.Checkpoint = head.Seq
-		}
-	}
-	rec := lr.rec
+	why, shutdown, rec := lr.why, lr.shutdown, lr.rec
 	lr.mu.Unlock()
-	if perr := m.s.cat.UpdateRun(context.WithoutCancel(ctx), &rec); perr != nil {
-		m.s.log.Error("recording a run's end", "run", rec.ID, "error", perr.Error())
+	// every event is recorded before the run's end is, the events that
+	// tell the end with it, and streams hear them only once the run is
+	// recorded as ended, so that a client may start the thread's next run
+	// as soon as it hears it
+	lr.events.drain()
+	out, written, werr := m.settle(rec, func(cur store.RunRecord) (store.RunRecord, []store.EventRecord) {
+		stop := cur.Stop
+		if stop == "" && (why == store.StopCancel || why == store.StopInterrupt) {
+			stop = why
+		}
+		status, msg := outcome(err, started, shutdown, stop)
+		evs := lr.events.lastEvents(status, msg, state)
+		cur.Status, cur.Error, cur.Stop, cur.Checkpoint, cur.FlowVersion = status, msg, "", checkpoint, rec.FlowVersion
+		if status == store.RunQueued {
+			cur.Server = ""
+			if started {
+				cur.Resume, cur.Interrupt = true, false
+			}
+		} else {
+			cur.Finished = m.now()
+		}
+		return cur, evs
+	})
+	lr.events.close(written)
+	switch {
+	case errors.Is(werr, errNotOurs):
+		m.s.log.Warn("a run's record was taken over by another server before it ended here", "run", rec.ID, "server", out.Server, "status", string(out.Status))
+	case werr != nil:
+		m.s.log.Error("recording a run's end", "run", rec.ID, "error", werr.Error())
 	}
-	m.s.notes.send(ctx, "run "+rec.ID)
-	m.s.notes.send(ctx, "queue")
-	if status != store.RunQueued {
-		m.s.metrics.runs.WithLabelValues(rec.Flow, string(status)).Inc()
+	lr.mu.Lock()
+	lr.rec, lr.state = out, state
+	lr.mu.Unlock()
+	m.s.notes.send(ctx, noteRun+rec.ID)
+	m.s.notes.send(ctx, noteQueue)
+	if werr == nil && out.Status != store.RunQueued {
+		m.s.metrics.runs.WithLabelValues(rec.Flow, string(out.Status)).Inc()
 	}
-	m.s.log.Info("run ended", "run", rec.ID, "thread", rec.Thread, "flow", rec.Flow, "status", string(status))
+	m.s.log.Info("run ended", "run", rec.ID, "thread", rec.Thread, "flow", rec.Flow, "status", string(out.Status))
 	select {
 	case lr.started <- err:
 	default:
 	}
-	close(lr.done)
 }
 
 // result is the run's record and final state, after it has ended.
@@ -573,20 +809,29 @@ func (m *manager) get(id string) *liveRun {
 func (m *manager) cancel(ctx context.Context, tenant, id string) (*store.RunRecord, error) {
 	woken, release := m.s.notes.wait(id)
 	defer func() { release() }()
-	rec, err := m.s.cat.RequestStop(ctx, tenant, id, "cancel")
+	rec, err := m.s.cat.RequestStop(ctx, tenant, id, store.StopCancel)
 	if err != nil {
 		return nil, err
 	}
+	if rec.Status == store.RunCancelled {
+		// cancelled while queued: a run queued again has events to end
+		if err := closeLog(ctx, m.s.cat, m.s.notes, rec); err != nil {
+			m.s.log.Warn("ending the events of a cancelled run", "run", id, "error", err.Error())
+		}
+	}
 	if lr := m.get(id); lr != nil {
-		lr.request("cancel")
-		<-lr.done
+		lr.request(store.StopCancel)
+		select {
+		case <-lr.done:
+		case <-ctx.Done():
+		}
 		out := lr.record()
 		return &out, nil
 	}
 	if !rec.Status.Done() && rec.Status != store.RunQueued {
-		m.s.notes.send(ctx, "stop")
+		m.s.notes.send(ctx, noteStop)
 	}
-	for !rec.Status.Done() && rec.Status != store.RunQueued {
+	for !rec.Status.Done() {
 		select {
 		case <-woken:
 		case <-ctx.Done():
@@ -603,169 +848,58 @@ func (m *manager) cancel(ctx context.Context, tenant, id string) (*store.RunReco
 
 // shutdown stops claiming runs and stops the running ones at their next
 // step boundary, queueing them again to resume; when ctx ends first, it
-// cancels them.
+// cancels them, and after stopGrace gives up on those that still go on:
+// it returns whatever they do.
 func (m *manager) shutdown(ctx context.Context) {
 	m.mu.Lock()
 	if m.stopping {
 		m.mu.Unlock()
+		<-m.shutDone
 		return
 	}
 	m.stopping = true
-	live := slices.Collect(func(yield func(*liveRun) bool) {
-		for _, lr := range m.live {
-			if !yield(lr) {
-				return
-			}
-		}
-	})
+	live := slices.Collect(maps.Values(m.live))
 	m.mu.Unlock()
-	close(m.quit)
-	<-m.loopDone
+	defer close(m.shutDone)
 	for _, lr := range live {
-		lr.mu.Lock()
-		lr.shutdown = true
-		lr.mu.Unlock()
-		lr.request("the server stopped")
+		lr.request(stopShutdown)
 	}
 	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }()
+	go func() {
+		m.starting.Wait()
+		m.wg.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
-		m.hardStop()
-		<-done
-	}
-}
-
-// eventLog holds a run's events in order: streams read it while the run
-// goes on, and a writer records each in the store, in order, so that a
-// client reconnecting later (or to another server) misses none.
-type eventLog struct {
-	cat    store.Catalog
-	log    *slog.Logger
-	notes  *notifier
-	run    string
-	thread string // the public thread id the events name
-	first  int64  // the seq before this log's first event
-
-	mu      sync.Mutex
-	items   []logged
-	held    []logged // the run's last events, shown to streams on close
-	flushed bool     // no more events come
-	closed  bool
-	changed chan struct{}
-	saved   chan struct{} // closed once every event is recorded
-	pending chan logged
-}
-
-type logged struct {
-	seq  int64
-	typ  string
-	data []byte
-}
-
-func newEventLog(cat store.Catalog, log *slog.Logger, notes *notifier, run, thread string, after int64) *eventLog {
-	l := &eventLog{cat: cat, log: log, notes: notes, run: run, thread: thread, first: after, changed: make(chan struct{}), saved: make(chan struct{}), pending: make(chan logged, 1024)}
-	go l.save()
-	return l
-}
-
-func (l *eventLog) add(ev trellis.Event) {
-	ev.Thread = l.thread
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return
-	}
-	l.mu.Lock()
-	if l.flushed {
-		l.mu.Unlock()
-		return
-	}
-	it := logged{seq: l.first + int64(len(l.items)+len(l.held)) + 1, typ: string(ev.Type), data: data}
-	if ev.Type == trellis.RunEnd || ev.Type == trellis.RunError || len(l.held) > 0 {
-		l.held = append(l.held, it)
-	} else {
-		l.items = append(l.items, it)
-		close(l.changed)
-		l.changed = make(chan struct{})
-	}
-	l.mu.Unlock()
-	l.pending <- it
-}
-
-// Events are recorded in batches: at most saveBatch in one write, and a
-// write waits up to saveWait after its first event for the others of the
-// burst it came in (a step's node and state events, a reply's tokens).
-// Streams on this server do not wait for it: they read the log.
-const (
-	saveBatch = 256
-	saveWait  = 5 * time.Millisecond
-)
-
-// save records the events in order.
-func (l *eventLog) save() {
-	defer close(l.saved)
-	batch := make([]store.EventRecord, 0, saveBatch)
-	wait := time.NewTimer(saveWait)
-	for it := range l.pending {
-		batch = append(batch[:0], store.EventRecord{Seq: it.seq, Data: it.data})
-		wait.Reset(saveWait)
-	more:
-		for len(batch) < saveBatch {
+		m.s.log.Warn("the stop timeout is over: cancelling the runs still going")
+		m.cancelRuns()
+		select {
+		case <-done:
+		case <-time.After(stopGrace):
+			m.mu.Lock()
+			left := slices.Collect(maps.Keys(m.live))
+			m.mu.Unlock()
+			m.s.log.Error("giving up on runs that do not stop: another server adopts them once this one is gone", "runs", left)
+			m.giveUp()
+			close(m.abandoned)
 			select {
-			case it, ok := <-l.pending:
-				if !ok {
-					break more
-				}
-				batch = append(batch, store.EventRecord{Seq: it.seq, Data: it.data})
-			case <-wait.C:
-				break more
+			case <-done:
+			case <-time.After(time.Second):
 			}
 		}
-		wait.Stop()
-		if err := l.cat.AppendEvents(context.Background(), l.run, batch); err != nil {
-			l.log.Warn("recording a run's events", "run", l.run, "error", err.Error())
+	}
+	close(m.quit)
+	<-m.loopDone
+	<-m.beatDone
+	m.cancelRuns()
+	m.giveUp()
+	m.mu.Lock()
+	for id := range m.secrets {
+		if _, ok := m.live[id]; !ok {
+			delete(m.secrets, id)
 		}
-		l.notes.send(context.Background(), "run "+l.run)
 	}
-}
-
-// flush takes no more events and returns once every event is recorded.
-func (l *eventLog) flush() {
-	l.mu.Lock()
-	first := !l.flushed
-	l.flushed = true
-	l.mu.Unlock()
-	if first {
-		close(l.pending)
-	}
-	<-l.saved
-}
-
-// close flushes the log and ends it: streams get its last events and
-// return.
-func (l *eventLog) close() {
-	l.flush()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return
-	}
-	l.closed = true
-	l.items = append(l.items, l.held...)
-	l.held = nil
-	close(l.changed)
-}
-
-// since returns the events after seq, whether the log is closed, and a
-// channel closed when more arrive. Events before the log's first (an
-// adopted run's) are not in it: the caller reads them from the store.
-func (l *eventLog) since(seq int64) ([]logged, bool, <-chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []logged
-	if i := seq - l.first; i < int64(len(l.items)) {
-		out = slices.Clone(l.items[max(i, 0):])
-	}
-	return out, l.closed, l.changed
+	m.mu.Unlock()
 }

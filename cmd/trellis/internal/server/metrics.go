@@ -27,6 +27,7 @@ type metrics struct {
 	usage    *prometheus.CounterVec
 	commits  prometheus.Histogram
 	active   prometheus.Gauge
+	panics   prometheus.Counter
 	voice    *prometheus.CounterVec
 	handler  http.Handler
 }
@@ -44,6 +45,8 @@ func newMetrics(cat store.Catalog) *metrics {
 	m.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_node_fallbacks_total",
 		Help: "Nodes that wrote a fallback (a model that did not answer), by kind."}, []string{"kind"})
 	m.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellis_active_runs", Help: "Runs running on this server."})
+	m.panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_run_panics_total",
+		Help: "Runs that panicked on this server (each failed; its stack is in the log)."})
 	m.usage = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_node_usage_total",
 		Help: "Work nodes measured, by kind and measure: the llm kind's calls, input_tokens and output_tokens."}, []string{"kind", "measure"})
 	m.commits = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_store_commit_seconds",
@@ -72,11 +75,19 @@ func newMetrics(cat store.Catalog) *metrics {
 	})
 	m.voice = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_voice_sessions_total",
 		Help: "Voice sessions opened, by whether the agent was dispatched or already present."}, []string{"agent"})
-	m.reg.MustRegister(m.requests, m.latency, m.runs, m.nodes, m.degraded, m.usage, m.commits, m.active, m.voice, queued,
+	m.reg.MustRegister(m.requests, m.latency, m.runs, m.nodes, m.degraded, m.usage, m.commits, m.active, m.panics, m.voice, queued,
 		sandboxRunning, sandboxQueued,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
+}
+
+// watchSecrets counts the runs whose secret configuration the server
+// keeps (secrets tells how many): a number that grows without bound is a
+// leak of secrets.
+func (m *metrics) watchSecrets(secrets func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trellis_run_secrets",
+		Help: "Runs whose secret configuration this server keeps, until they end or run elsewhere."}, func() float64 { return float64(secrets()) }))
 }
 
 // sandboxStats reads the process's sandbox pool, if a flow has made it

@@ -21,14 +21,24 @@ import (
 // a lost one costs a poll's delay and nothing else.
 const notifyChannel = "trellis_runs"
 
+// sendWithin bounds a notification's sending: one lost costs a poll.
+const sendWithin = 5 * time.Second
+
+// The notifications' payloads.
+const (
+	noteQueue = "queue"
+	noteStop  = "stop"
+	noteRun   = "run " // and the run's id
+)
+
 // notifier sends and hears the notifications, and wakes what waits on
 // them.
 type notifier struct {
 	n     store.Notifier // nil: the store carries none
 	log   interface{ Warn(string, ...any) }
 	every time.Duration // the poll's period without notifications
-	// heard is set once the listening connection is up: polls then come
-	// ten times less often, as a safety net.
+	// heard is set while the listening connection is up: polls then
+	// come ten times less often, as a safety net.
 	heard atomic.Bool
 
 	mu      sync.Mutex
@@ -50,32 +60,40 @@ func (n *notifier) listen(ctx context.Context, dsn string) {
 	if n.n == nil {
 		return
 	}
-	err := n.n.Listen(ctx, dsn, notifyChannel, n.heardPayload)
+	err := n.n.Listen(ctx, dsn, notifyChannel, n.heardPayload, n.connected)
 	if err != nil && ctx.Err() == nil {
 		n.log.Warn("listening for other servers' notifications; polling instead", "error", err.Error())
 	}
 }
 
+// connected hears the listening connection come and go: while it is
+// down, nothing is heard, and the store is polled at its full pace.
+func (n *notifier) connected(up bool) {
+	n.heard.Store(up)
+	// (re)connected: anything may have been missed; lost: the waiters'
+	// polls were set for a connection that is gone
+	n.kick()
+	n.wakeAll()
+}
+
 func (n *notifier) heardPayload(p string) {
 	switch {
-	case p == "":
-		// (re)connected: anything may have been missed
-		n.heard.Store(true)
+	case p == noteQueue || p == noteStop:
 		n.kick()
-		n.wakeAll()
-	case p == "queue" || p == "stop":
-		n.kick()
-	case strings.HasPrefix(p, "run "):
-		n.wake(p[len("run "):])
+	case strings.HasPrefix(p, noteRun):
+		n.wake(p[len(noteRun):])
 	}
 }
 
-// send notifies the servers sharing the store (this one too).
+// send notifies the servers sharing the store (this one too), whether
+// or not ctx ends first, within a few seconds.
 func (n *notifier) send(ctx context.Context, payload string) {
 	if n.n == nil {
 		return
 	}
-	if err := n.n.Notify(context.WithoutCancel(ctx), notifyChannel, payload); err != nil {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendWithin)
+	defer cancel()
+	if err := n.n.Notify(ctx, notifyChannel, payload); err != nil {
 		n.log.Warn("notifying other servers", "error", err.Error())
 	}
 }

@@ -98,16 +98,23 @@ func (s *Server) startRunWait(w http.ResponseWriter, r *http.Request, c *caller)
 
 // wait answers with a run once it has ended, with the thread's state
 // after it. A run of this server is waited for directly; one queued or
-// running elsewhere is followed through its record.
+// running elsewhere is followed through its record. When this server
+// stops before the run ends, the waiter is answered at once (503) with
+// where the run went, to wait for it again: run_requeued when the run is
+// queued again (it resumes on another server, or on this one once it
+// restarts), unavailable when it runs on another server.
 func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id string) error {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	ctx := r.Context()
 	woken, release := s.notes.wait(id)
 	defer func() { release() }()
+	var gone *liveRun // a run of this server that another server took over
 	for {
-		if lr := s.runs.get(id); lr != nil {
+		if lr := s.runs.get(id); lr != nil && lr != gone {
 			select {
 			case <-lr.done:
+			case <-s.runs.abandoned:
+				return notEnded(lr.record())
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -118,7 +125,10 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id stri
 				writeJSON(w, http.StatusOK, info)
 				return nil
 			}
-			continue // stopped by a shutdown, queued again
+			if rec.Status == store.RunQueued {
+				return notEnded(rec) // stopped by the shutdown, queued again
+			}
+			gone = lr // followed through its record from now on
 		}
 		rec, err := s.cat.Run(ctx, c.tenant, id)
 		if err != nil {
@@ -136,12 +146,29 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id stri
 		}
 		select {
 		case <-woken:
+		case <-s.stopping:
+			if lr := s.runs.get(id); lr != nil && lr != gone {
+				continue // it came to this server: waited for as such
+			}
+			return notEnded(*rec)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		release()
 		woken, release = s.notes.wait(id)
 	}
+}
+
+// notEnded is the answer to a client waiting on a run that has not
+// ended when this server stops: where the run went, to wait for it again.
+func notEnded(rec store.RunRecord) error {
+	details := map[string]string{"run": rec.ID, "thread": publicID(rec.Thread), "status": string(rec.Status)}
+	if rec.Status == store.RunQueued {
+		return &api.Error{Code: api.CodeRunRequeued, Details: details,
+			Message: "the server stopped before the run ended: it is queued again, and resumes on another server or on this one once it restarts; wait for it again"}
+	}
+	return &api.Error{Code: api.CodeUnavailable, Details: details,
+		Message: "the server is stopping before the run ended: wait for it again on another server"}
 }
 
 func (s *Server) startRunStream(w http.ResponseWriter, r *http.Request, c *caller) error {
@@ -191,7 +218,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *caller) err
 	if err != nil {
 		return err
 	}
-	recs, err := s.cat.Runs(r.Context(), c.tenant, th.ID, 100)
+	recs, err := s.cat.Runs(r.Context(), store.RunQuery{Tenant: c.tenant, Thread: th.ID, Limit: 100})
 	if err != nil {
 		return err
 	}
@@ -289,10 +316,10 @@ func (s *Server) streamLive(w http.ResponseWriter, r *http.Request, lr *liveRun,
 }
 
 func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64) error {
-	if after < lr.events.first {
-		evs, err := s.cat.Events(r.Context(), lr.rec.ID, after)
-		if err != nil {
-			return nil
+	for after < lr.events.first {
+		evs, err := s.cat.Events(r.Context(), lr.rec.ID, after, store.MaxPage)
+		if err != nil || len(evs) == 0 {
+			break
 		}
 		for _, ev := range evs {
 			if ev.Seq > lr.events.first {
@@ -302,6 +329,9 @@ func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64)
 				return nil
 			}
 			after = ev.Seq
+		}
+		if evs[len(evs)-1].Seq >= lr.events.first {
+			break
 		}
 	}
 	ping := time.NewTicker(pingEvery)
@@ -314,8 +344,8 @@ func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64)
 			}
 			after = it.seq
 		}
-		if closed && len(items) == 0 {
-			return nil
+		if closed {
+			return nil // that was the last of it
 		}
 		select {
 		case <-more:
@@ -355,7 +385,7 @@ func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller,
 	}
 	for {
 		done := rec.Status.Done()
-		evs, err := s.cat.Events(ctx, rec.ID, after)
+		evs, err := s.cat.Events(ctx, rec.ID, after, store.MaxPage)
 		if err != nil {
 			return nil
 		}
@@ -368,6 +398,9 @@ func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller,
 				return nil
 			}
 			after = ev.Seq
+		}
+		if len(evs) == store.MaxPage && after == evs[len(evs)-1].Seq {
+			continue // the next page
 		}
 		if done {
 			return nil

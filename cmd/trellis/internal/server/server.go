@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -40,7 +41,9 @@ type Config struct {
 	// MaxBody bounds a request body (default 4 MiB).
 	MaxBody int64
 	// StopTimeout bounds how long Shutdown waits for runs to reach a
-	// step boundary before cancelling them (default 30s).
+	// step boundary before cancelling them (default 30s); a shutdown
+	// takes as long as the runs need, up to it, and gives up on runs
+	// that do not end a few seconds after it.
 	StopTimeout time.Duration
 	// DeadAfter is how long a server's heartbeat may be silent before
 	// another server sharing the store adopts its runs (default 10s).
@@ -65,6 +68,10 @@ type Config struct {
 	Speech Speech
 	// Page serves the voice page and its script (nil: none).
 	Page http.Handler
+
+	// clock is the server's clock (nil: time.Now), for tests of servers
+	// whose clocks disagree.
+	clock func() time.Time
 }
 
 // Speech is an OpenAI-compatible speech engine: POST /v1/audio/speech
@@ -142,6 +149,7 @@ func New(cfg Config) (*Server, error) {
 		s.notes.n = n
 	}
 	s.runs = newManager(s)
+	s.metrics.watchSecrets(s.runs.secretCount)
 	s.notes.kick = s.runs.nudge
 	lctx, stopListening := context.WithCancel(context.Background())
 	s.stopListening = stopListening
@@ -179,8 +187,9 @@ func (s *Server) ID() string { return s.runs.id }
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve accepts connections on ln until ctx ends, then shuts down
-// gracefully: it stops accepting, lets every run reach its next step
-// boundary and checkpoint (within StopTimeout), and returns.
+// gracefully: it lets every run reach its next step boundary and
+// checkpoint (within StopTimeout) and queues it again to resume, answers
+// the clients waiting on runs and ends their streams, and returns.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.handler,
@@ -201,18 +210,29 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.StopTimeout)
 	defer cancel()
 	s.beginStop()
-	// streams end when their runs do; the runs end at a step boundary
+	// the runs end at a step boundary; their waiters are answered and
+	// their streams end as they do
 	s.runs.shutdown(sctx)
-	if err := hs.Shutdown(sctx); err != nil {
+	hctx, hcancel := context.WithTimeout(context.Background(), httpGrace)
+	defer hcancel()
+	if err := hs.Shutdown(hctx); err != nil {
 		hs.Close()
 	}
+	s.stopListening()
+	s.log.Info("stopped")
 	return nil
 }
+
+// httpGrace is how long a shutdown waits, once the runs have stopped,
+// for the requests under way to be answered.
+const httpGrace = 2 * time.Second
 
 func (s *Server) beginStop() { s.stoppingOnce.Do(func() { close(s.stopping) }) }
 
 // Shutdown stops the runs as Serve does when its context ends, for a
-// server whose handler is served by someone else.
+// server whose handler is served by someone else, which calls it once it
+// stops serving: the server claims, runs and adopts runs, and listens for
+// other servers, until then.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.beginStop()
 	s.runs.shutdown(ctx)
@@ -420,6 +440,8 @@ func toAPIError(err error) *api.Error {
 		return &api.Error{Code: api.CodeThreadExists, Message: "a thread with that id exists"}
 	case errors.Is(err, errStopping):
 		return &api.Error{Code: api.CodeUnavailable, Message: "the server is stopping"}
+	case errors.Is(err, store.ErrBusy):
+		return &api.Error{Code: api.CodeThreadBusy, Message: "a run is queued or running on the thread: cancel it first"}
 	}
 	return &api.Error{Code: api.CodeInternal, Message: "internal error"}
 }
@@ -433,6 +455,9 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := toAPIError(err)
 	if ae.Code == api.CodeInternal {
 		ae = &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("internal error (request %v)", r.Context().Value(requestIDKey))}
+	}
+	if ae.Code == api.CodeUnavailable || ae.Code == api.CodeRunRequeued {
+		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, ae.Code.Status(), api.ErrorBody{Error: ae})
 }
@@ -455,7 +480,7 @@ func readJSON(r *http.Request, v any) error {
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		if err.Error() == "EOF" {
+		if errors.Is(err, io.EOF) {
 			return fmt.Errorf("%w: the body is empty", errBadJSON)
 		}
 		var mbe *http.MaxBytesError

@@ -28,7 +28,21 @@ import (
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
-func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+// TestMain stops the PostgreSQL cluster the tests started, and fails
+// them when a goroutine outlives them.
+func TestMain(m *testing.M) { os.Exit(storetest.MainNoLeaks(shared{m})) }
+
+// shared runs the tests, then stops what they share.
+type shared struct{ m *testing.M }
+
+func (s shared) Run() int {
+	code := s.m.Run()
+	if fuzzSrv != nil {
+		fuzzSrv.Shutdown(context.Background())
+		fuzzSrv.cfg.Runtime.Close()
+	}
+	return code
+}
 
 const flowsDir = "../../../../flows"
 
@@ -603,6 +617,7 @@ func TestFlowsAndReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer srv.Shutdown(ctx)
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
 	_, secret, _ := CreateKey(ctx, srv.cat, "ops", "", true)

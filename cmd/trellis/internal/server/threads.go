@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -42,7 +43,7 @@ func (s *Server) thread(r *http.Request, c *caller) (*store.ThreadRecord, error)
 		return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
 	}
 	rec, err := s.cat.Thread(r.Context(), c.tenant, threadKey(c, id))
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) || err == nil && rec.Deleting {
 		return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
 	}
 	return rec, err
@@ -186,21 +187,33 @@ func (s *Server) getThread(w http.ResponseWriter, r *http.Request, c *caller) er
 	return nil
 }
 
+// deleteThread deletes a thread, its checkpoints, its runs and their
+// events, in three steps that requests see as one: the thread is marked
+// as being deleted (which refuses it while a run is queued or running,
+// and makes it take no run and leave the listings), its checkpoints are
+// deleted (under its lease, which a run outside the queue would hold),
+// then its record. A deletion that fails part way leaves the thread
+// marked, and deleting it again finishes it.
 func (s *Server) deleteThread(w http.ResponseWriter, r *http.Request, c *caller) error {
-	rec, err := s.thread(r, c)
-	if err != nil {
-		return err
+	id := r.PathValue("id")
+	if checkThreadID(id) != nil {
+		return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
 	}
-	if busy, err := s.runs.busy(r.Context(), c, rec.ID); err != nil || busy {
-		if err != nil {
-			return err
+	ctx, key := r.Context(), threadKey(c, id)
+	if err := s.cat.MarkThreadDeleting(ctx, c.tenant, key, true); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
 		}
-		return &api.Error{Code: api.CodeThreadBusy, Message: "a run is queued or running on the thread: cancel it first"}
-	}
-	if err := s.cfg.Runtime.Delete(r.Context(), rec.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
-	if err := s.cat.DeleteThread(r.Context(), c.tenant, rec.ID); err != nil {
+	if err := s.cfg.Runtime.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, trellis.ErrBusy) {
+			// a run outside the queue holds it: the deletion is given up
+			_ = s.cat.MarkThreadDeleting(context.WithoutCancel(ctx), c.tenant, key, false)
+		}
+		return err
+	}
+	if err := s.cat.DeleteThread(ctx, c.tenant, key); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

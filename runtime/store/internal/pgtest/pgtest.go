@@ -57,7 +57,7 @@ type server struct {
 
 // Main runs the tests and stops the cluster afterwards; call it from
 // TestMain: os.Exit(pgtest.Main(m)).
-func Main(m *testing.M) int {
+func Main(m interface{ Run() int }) int {
 	code := m.Run()
 	mu.Lock()
 	defer mu.Unlock()

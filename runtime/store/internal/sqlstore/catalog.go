@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math"
 	"strings"
 	"time"
 
@@ -27,6 +26,13 @@ type DB interface {
 	// transactions that lock the same thread's runs (a no-op where
 	// write transactions are serialised anyway).
 	LockThread(ctx context.Context, thread string) error
+	// Now is an SQL expression of the database's time, in Unix
+	// nanoseconds: the one clock of every server sharing it.
+	Now() string
+	// Shared is the clause that keeps the rows a query of a transaction
+	// reads from changing until the transaction ends ("" where write
+	// transactions are serialised anyway).
+	Shared() string
 }
 
 // CloseRows are a query's rows.
@@ -95,13 +101,13 @@ func orEmpty(m map[string]string) map[string]string {
 	return m
 }
 
-const threadColumns = `id, tenant, flow, metadata, created_at`
+const threadColumns = `id, tenant, flow, metadata, created_at, deleting`
 
 func scanThread(r Rows) (*store.ThreadRecord, error) {
 	var t store.ThreadRecord
 	var md string
 	var created int64
-	if err := r.Scan(&t.ID, &t.Tenant, &t.Flow, &md, &created); err != nil {
+	if err := r.Scan(&t.ID, &t.Tenant, &t.Flow, &md, &created, &t.Deleting); err != nil {
 		return nil, err
 	}
 	t.Created = fromNanos(created)
@@ -136,7 +142,7 @@ func (c Catalog) ListThreads(ctx context.Context, q store.ThreadQuery) ([]*store
 	}
 	var out []*store.ThreadRecord
 	for {
-		query := `SELECT ` + threadColumns + ` FROM api_threads WHERE tenant = ?`
+		query := `SELECT ` + threadColumns + ` FROM api_threads WHERE tenant = ? AND NOT deleting`
 		args := []any{q.Tenant}
 		if q.Flow != "" {
 			query += ` AND flow = ?`
@@ -178,9 +184,45 @@ func (c Catalog) ListThreads(ctx context.Context, q store.ThreadQuery) ([]*store
 	}
 }
 
+// idle fails with ErrBusy when the thread has a queued or running run;
+// the caller holds the thread's lock.
+func idle(ctx context.Context, db DB, thread string) error {
+	err := one(ctx, db, func(Rows) error { return store.ErrBusy },
+		`SELECT 1 FROM api_runs WHERE thread = ? AND status IN ('queued', 'running') LIMIT 1`, thread)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// MarkThreadDeleting implements store.Catalog.
+func (c Catalog) MarkThreadDeleting(ctx context.Context, tenant, id string, deleting bool) error {
+	return c.DB.Tx(ctx, func(db DB) error {
+		if err := db.LockThread(ctx, id); err != nil {
+			return err
+		}
+		if deleting {
+			if err := idle(ctx, db, id); err != nil {
+				return err
+			}
+		}
+		n, err := db.Exec(ctx, `UPDATE api_threads SET deleting = ? WHERE id = ? AND tenant = ?`, deleting, id, tenant)
+		if err == nil && n == 0 {
+			err = store.ErrNotFound
+		}
+		return err
+	})
+}
+
 // DeleteThread implements store.Catalog.
 func (c Catalog) DeleteThread(ctx context.Context, tenant, id string) error {
 	return c.DB.Tx(ctx, func(db DB) error {
+		if err := db.LockThread(ctx, id); err != nil {
+			return err
+		}
+		if err := idle(ctx, db, id); err != nil {
+			return err
+		}
 		n, err := db.Exec(ctx, `DELETE FROM api_threads WHERE id = ? AND tenant = ?`, id, tenant)
 		if err != nil {
 			return err
@@ -215,7 +257,7 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 	_, err := db.Exec(ctx, `INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint,
 		created_at, started_at, finished_at, resume, interrupt, server, stop, answers, config) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, string(r.Status), input, r.Error, int64(r.Checkpoint),
-		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, r.Stop, answers, cfg)
+		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, string(r.Stop), answers, cfg)
 	if err != nil && db.Unique(err) {
 		return store.ErrExists
 	}
@@ -223,12 +265,35 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 }
 
 // UpdateRun implements store.Catalog.
-func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord) error {
-	n, err := c.DB.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
-		resume = ?, server = ?, stop = ?, flow_version = ? WHERE id = ?`,
-		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, r.Stop, r.FlowVersion, r.ID)
-	if err == nil && n == 0 {
-		err = store.ErrNotFound
+func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord, expect store.RunState, evs []store.EventRecord) error {
+	err := c.DB.Tx(ctx, func(db DB) error {
+		n, err := db.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
+			resume = ?, server = ?, stop = ?, flow_version = ? WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
+			string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, string(r.Stop), r.FlowVersion,
+			r.ID, string(expect.Status), expect.Server, string(expect.Stop))
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errUnchanged
+		}
+		return appendEvents(ctx, db, r.ID, evs)
+	})
+	if errors.Is(err, errUnchanged) {
+		err = c.changed(ctx, r.ID)
+	}
+	return err
+}
+
+// errUnchanged is a conditional change that found no row to change.
+var errUnchanged = errors.New("no row changed")
+
+// changed tells why a conditional change of a run changed no row: the
+// run is gone, or its record is not as expected.
+func (c Catalog) changed(ctx context.Context, id string) error {
+	err := one(ctx, c.DB, func(Rows) error { return nil }, `SELECT 1 FROM api_runs WHERE id = ?`, id)
+	if err == nil {
+		return store.ErrRunChanged
 	}
 	return err
 }
@@ -238,12 +303,13 @@ const runColumns = `id, tenant, thread, flow, flow_version, status, input, error
 
 func scanRun(rows Rows) (*store.RunRecord, error) {
 	var r store.RunRecord
-	var status, input, answers, cfg string
+	var status, input, answers, cfg, stop string
 	var checkpoint, created, started, finished int64
 	if err := rows.Scan(&r.ID, &r.Tenant, &r.Thread, &r.Flow, &r.FlowVersion, &status, &input, &r.Error, &checkpoint,
-		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &r.Stop, &answers, &cfg); err != nil {
+		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &stop, &answers, &cfg); err != nil {
 		return nil, err
 	}
+	r.Stop = store.StopReason(stop)
 	if cfg != "null" {
 		r.Config = json.RawMessage(cfg)
 	}
@@ -264,25 +330,18 @@ func (c Catalog) Run(ctx context.Context, tenant, id string) (*store.RunRecord, 
 }
 
 // Runs implements store.Catalog.
-func (c Catalog) Runs(ctx context.Context, tenant, thread string, limit int) ([]*store.RunRecord, error) {
-	if limit <= 0 {
-		limit = math.MaxInt32
-	}
-	rows, err := c.DB.Query(ctx, `SELECT `+runColumns+` FROM api_runs WHERE thread = ? AND tenant = ?
-		ORDER BY created_at DESC, id DESC LIMIT ?`, thread, tenant, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*store.RunRecord
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
+func (c Catalog) Runs(ctx context.Context, q store.RunQuery) ([]*store.RunRecord, error) {
+	where, args := `thread = ? AND tenant = ?`, []any{q.Thread, q.Tenant}
+	if q.Before != "" {
+		var at int64
+		if err := one(ctx, c.DB, func(r Rows) error { return r.Scan(&at) },
+			`SELECT created_at FROM api_runs WHERE id = ? AND thread = ? AND tenant = ?`, q.Before, q.Thread, q.Tenant); err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		where += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
+		args = append(args, at, at, q.Before)
 	}
-	return out, rows.Err()
+	return runsWhere(ctx, c.DB, where+` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, store.PageLimit(q.Limit))...)
 }
 
 // runsWhere returns the runs a query selects.
@@ -309,6 +368,10 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 		if err := db.LockThread(ctx, r.Thread); err != nil {
 			return err
 		}
+		if err := one(ctx, db, func(Rows) error { return nil },
+			`SELECT 1 FROM api_threads WHERE id = ? AND tenant = ? AND NOT deleting`, r.Thread, r.Tenant); err != nil {
+			return err
+		}
 		active, err := runsWhere(ctx, db, `thread = ? AND status IN ('queued', 'running')`, r.Thread)
 		if err != nil {
 			return err
@@ -324,7 +387,7 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 					WHERE thread = ? AND status = 'queued'`, why, nanos(r.Created), r.Thread); err != nil {
 					return err
 				}
-				if _, err := db.Exec(ctx, `UPDATE api_runs SET stop = 'interrupt' WHERE thread = ? AND status = 'running' AND stop = ''`, r.Thread); err != nil {
+				if _, err := db.Exec(ctx, `UPDATE api_runs SET stop = ? WHERE thread = ? AND status = 'running' AND stop = ''`, string(store.StopInterrupt), r.Thread); err != nil {
 					return err
 				}
 			}
@@ -421,14 +484,14 @@ func (c Catalog) ClaimRun(ctx context.Context, server, only string, now time.Tim
 }
 
 // RequestStop implements store.Catalog.
-func (c Catalog) RequestStop(ctx context.Context, tenant, id, why string) (*store.RunRecord, error) {
+func (c Catalog) RequestStop(ctx context.Context, tenant, id string, why store.StopReason) (*store.RunRecord, error) {
 	var out *store.RunRecord
 	err := c.DB.Tx(ctx, func(db DB) error {
-		if _, err := db.Exec(ctx, `UPDATE api_runs SET status = 'cancelled', error = ?, finished_at = ? WHERE id = ? AND tenant = ? AND status = 'queued'`,
-			why, nanos(time.Now()), id, tenant); err != nil {
+		if _, err := db.Exec(ctx, `UPDATE api_runs SET status = 'cancelled', error = ?, finished_at = `+db.Now()+` WHERE id = ? AND tenant = ? AND status = 'queued'`,
+			why.Message(), id, tenant); err != nil {
 			return err
 		}
-		if _, err := db.Exec(ctx, `UPDATE api_runs SET stop = ? WHERE id = ? AND tenant = ? AND status = 'running'`, why, id, tenant); err != nil {
+		if _, err := db.Exec(ctx, `UPDATE api_runs SET stop = ? WHERE id = ? AND tenant = ? AND status = 'running'`, string(why), id, tenant); err != nil {
 			return err
 		}
 		rs, err := runsWhere(ctx, db, `id = ? AND tenant = ?`, id, tenant)
@@ -457,23 +520,25 @@ func (c Catalog) QueueDepth(ctx context.Context) (int, error) {
 }
 
 // Beat implements store.Catalog.
-func (c Catalog) Beat(ctx context.Context, server string, now time.Time) error {
-	n, err := c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = ? WHERE id = ?`, nanos(now), server)
+func (c Catalog) Beat(ctx context.Context, server string) error {
+	now := c.DB.Now()
+	n, err := c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = `+now+` WHERE id = ?`, server)
 	if err != nil || n > 0 {
 		return err
 	}
-	err = c.insert(ctx, `INSERT INTO api_servers (id, seen_at) VALUES (?, ?)`, server, nanos(now))
+	err = c.insert(ctx, `INSERT INTO api_servers (id, seen_at) VALUES (?, `+now+`)`, server)
 	if errors.Is(err, store.ErrExists) {
-		_, err = c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = ? WHERE id = ?`, nanos(now), server)
+		_, err = c.DB.Exec(ctx, `UPDATE api_servers SET seen_at = `+now+` WHERE id = ?`, server)
 	}
 	return err
 }
 
 // AdoptRun implements store.Catalog.
-func (c Catalog) AdoptRun(ctx context.Context, server string, staleBefore time.Time) (*store.RunRecord, error) {
+func (c Catalog) AdoptRun(ctx context.Context, server string, deadAfter time.Duration) (*store.RunRecord, error) {
 	for {
 		rs, err := runsWhere(ctx, c.DB, `status = 'running' AND server <> ? AND NOT EXISTS
-			(SELECT 1 FROM api_servers s WHERE s.id = api_runs.server AND s.seen_at >= ?) ORDER BY started_at LIMIT 1`, server, nanos(staleBefore))
+			(SELECT 1 FROM api_servers s WHERE s.id = api_runs.server AND s.seen_at >= `+c.DB.Now()+` - ?) ORDER BY started_at LIMIT 1`,
+			server, deadAfter.Nanoseconds())
 		if err != nil {
 			return nil, err
 		}
@@ -493,23 +558,58 @@ func (c Catalog) AdoptRun(ctx context.Context, server string, staleBefore time.T
 }
 
 // DeleteRun implements store.Catalog.
-func (c Catalog) DeleteRun(ctx context.Context, id string) error {
-	return c.DB.Tx(ctx, func(db DB) error {
-		n, err := db.Exec(ctx, `DELETE FROM api_runs WHERE id = ?`, id)
+func (c Catalog) DeleteRun(ctx context.Context, id string, expect store.RunState) error {
+	err := c.DB.Tx(ctx, func(db DB) error {
+		n, err := db.Exec(ctx, `DELETE FROM api_runs WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
+			id, string(expect.Status), expect.Server, string(expect.Stop))
 		if err != nil {
 			return err
 		}
 		if n == 0 {
-			return store.ErrNotFound
+			return errUnchanged
 		}
 		_, err = db.Exec(ctx, `DELETE FROM api_events WHERE run = ?`, id)
 		return err
 	})
+	if errors.Is(err, errUnchanged) {
+		err = c.changed(ctx, id)
+	}
+	return err
 }
 
-// AppendEvents implements store.Catalog: one statement in one
-// transaction for the whole batch.
-func (c Catalog) AppendEvents(ctx context.Context, run string, evs []store.EventRecord) error {
+// AppendEvents implements store.Catalog: one statement for the whole
+// batch, which inserts it only while the holder runs the run (the check
+// holds the run's record against an adoption until the insert is done).
+func (c Catalog) AppendEvents(ctx context.Context, run, holder string, evs []store.EventRecord) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	if holder == "" {
+		return appendEvents(ctx, c.DB, run, evs)
+	}
+	var q strings.Builder
+	q.WriteString(`INSERT INTO api_events (run, seq, data) SELECT * FROM (VALUES `)
+	args := make([]any, 0, 3*len(evs)+2)
+	for i, ev := range evs {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, CAST(? AS BIGINT), ?)")
+		args = append(args, run, ev.Seq, string(ev.Data))
+	}
+	q.WriteString(`) AS v WHERE EXISTS (SELECT 1 FROM api_runs WHERE id = ? AND server = ? AND status = 'running'` + c.DB.Shared() + `)`)
+	n, err := c.DB.Exec(ctx, q.String(), append(args, run, holder)...)
+	if err != nil && c.DB.Unique(err) {
+		return store.ErrExists
+	}
+	if err == nil && n == 0 {
+		return store.ErrRunChanged
+	}
+	return err
+}
+
+// appendEvents inserts a run's events in one statement.
+func appendEvents(ctx context.Context, db DB, run string, evs []store.EventRecord) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -523,12 +623,31 @@ func (c Catalog) AppendEvents(ctx context.Context, run string, evs []store.Event
 		q.WriteString("(?, ?, ?)")
 		args = append(args, run, ev.Seq, string(ev.Data))
 	}
-	return c.insert(ctx, q.String(), args...)
+	_, err := db.Exec(ctx, q.String(), args...)
+	if err != nil && db.Unique(err) {
+		return store.ErrExists
+	}
+	return err
+}
+
+// LastEvent implements store.Catalog.
+func (c Catalog) LastEvent(ctx context.Context, run string) (*store.EventRecord, error) {
+	var e store.EventRecord
+	err := one(ctx, c.DB, func(r Rows) error {
+		var data string
+		err := r.Scan(&e.Seq, &data)
+		e.Data = []byte(data)
+		return err
+	}, `SELECT seq, data FROM api_events WHERE run = ? ORDER BY seq DESC LIMIT 1`, run)
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
 }
 
 // Events implements store.Catalog.
-func (c Catalog) Events(ctx context.Context, run string, after int64) ([]store.EventRecord, error) {
-	rows, err := c.DB.Query(ctx, `SELECT seq, data FROM api_events WHERE run = ? AND seq > ? ORDER BY seq`, run, after)
+func (c Catalog) Events(ctx context.Context, run string, after int64, limit int) ([]store.EventRecord, error) {
+	rows, err := c.DB.Query(ctx, `SELECT seq, data FROM api_events WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?`, run, after, store.PageLimit(limit))
 	if err != nil {
 		return nil, err
 	}

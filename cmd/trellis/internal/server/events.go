@@ -1,0 +1,359 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// eventLog holds the events a run emits on this server, in order, and
+// records them in the store as they come, so that a client reconnecting
+// later, or to another server, misses none. A run's events are one
+// sequence across servers and restarts: a log goes on from the last event
+// the store holds for its run (one queued again, or adopted), and its
+// numbers follow that one. The store records them only while this server
+// holds the run: once another server took it over, this one adds nothing.
+//
+// Streams read the log and see an event once it is recorded: an event a
+// client heard is in the store, whatever becomes of this server, and its
+// number is never given to another. The run's last event (run_end or
+// run_error) is held back, and the events that end the log are recorded
+// with the run's end (lastEvents, then close), so that the log's last
+// event always agrees with the run's record: a run this server's
+// shutdown queued again ends its part of the log with run_requeued, not
+// the error of its stop. Events the engine emits after its last one are
+// dropped.
+type eventLog struct {
+	cat    store.Catalog
+	log    *slog.Logger
+	notes  *notifier
+	ctx    context.Context // of the store calls
+	run    string
+	holder string // the server whose events these are
+	thread string // the public thread id the events name
+	first  int64  // the seq before this log's first event
+	// stored is the type of the last event the store held when the log
+	// began ("" for none)
+	stored string
+	// lost is called once when the store refuses the events: another
+	// server took the run over
+	lost func()
+
+	mu      sync.Mutex
+	items   []logged
+	saved   int     // items[:saved] are recorded
+	held    *logged // the run's last event
+	ended   bool    // no more events come
+	broken  bool    // the store refuses the events: no more are recorded
+	closed  bool    // streams get the last events and return
+	changed chan struct{}
+	wake    chan struct{}
+	done    chan struct{} // closed when the writer has returned
+	dropped int
+}
+
+type logged struct {
+	seq  int64
+	typ  string
+	data []byte
+}
+
+// Events are recorded in batches: at most saveBatch in one write, and a
+// write waits up to saveWait after its first event for the others of the
+// burst it came in (a step's node and state events, a reply's tokens).
+const (
+	saveBatch = 256
+	saveWait  = 5 * time.Millisecond
+)
+
+// newEventLog starts the log of a run holder runs, whose last recorded
+// event is last (nil: it has none).
+func newEventLog(ctx context.Context, cat store.Catalog, log *slog.Logger, notes *notifier, run, holder, thread string, last *store.EventRecord, lost func()) *eventLog {
+	l := &eventLog{cat: cat, log: log, notes: notes, ctx: ctx, run: run, holder: holder, thread: thread, lost: lost,
+		changed: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if last != nil {
+		l.first, l.stored = last.Seq, eventType(last.Data)
+	}
+	go l.save()
+	return l
+}
+
+func (l *eventLog) add(ev trellis.Event) {
+	ev.Thread = l.thread
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended || l.broken || l.held != nil {
+		l.dropped++
+		return
+	}
+	it := logged{seq: l.first + int64(len(l.items)) + 1, typ: string(ev.Type), data: data}
+	if ev.Type == trellis.RunEnd || ev.Type == trellis.RunError {
+		l.held = &it
+		return
+	}
+	l.items = append(l.items, it)
+	l.signal()
+}
+
+// signal wakes the writer. The caller holds l.mu.
+func (l *eventLog) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// moved tells the streams and drain that the log moved. The caller
+// holds l.mu.
+func (l *eventLog) moved() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// save records the events in order until the log has ended and every
+// event is recorded, the store refuses them, or the store calls' context
+// ends.
+func (l *eventLog) save() {
+	defer close(l.done)
+	wait := time.NewTimer(saveWait)
+	defer wait.Stop()
+	for {
+		select {
+		case <-l.wake:
+		case <-l.ctx.Done():
+			l.fail("the server stopped before it recorded a run's events", l.ctx.Err())
+			return
+		}
+		l.mu.Lock()
+		ended := l.ended
+		l.mu.Unlock()
+		if !ended {
+			// the rest of the burst
+			wait.Reset(saveWait)
+			select {
+			case <-wait.C:
+			case <-l.ctx.Done():
+			}
+		}
+		for {
+			l.mu.Lock()
+			batch := l.items[l.saved:min(len(l.items), l.saved+saveBatch)]
+			l.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			if !l.write(batch) {
+				return
+			}
+		}
+		l.mu.Lock()
+		finished := l.ended && l.saved == len(l.items)
+		l.mu.Unlock()
+		if finished {
+			return
+		}
+	}
+}
+
+// write records a batch, trying again while the store fails and the
+// context lets it. It reports whether the log goes on.
+func (l *eventLog) write(batch []logged) bool {
+	recs := make([]store.EventRecord, len(batch))
+	for i, it := range batch {
+		recs[i] = store.EventRecord{Seq: it.seq, Data: it.data}
+	}
+	for attempt, backoff := 0, 50*time.Millisecond; ; attempt, backoff = attempt+1, 2*backoff {
+		err := l.cat.AppendEvents(l.ctx, l.run, l.holder, recs)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, store.ErrRunChanged) || errors.Is(err, store.ErrExists) {
+			// another server took the run over: its events are its own
+			l.fail("a run taken over by another server: this one records no more of its events", nil)
+			l.lost()
+			return false
+		}
+		if attempt == 4 || l.ctx.Err() != nil {
+			l.fail("recording a run's events", err)
+			return false
+		}
+		select {
+		case <-time.After(backoff):
+		case <-l.ctx.Done():
+		}
+	}
+	l.mu.Lock()
+	l.saved += len(batch)
+	l.moved()
+	l.mu.Unlock()
+	l.notes.send(l.ctx, noteRun+l.run)
+	return true
+}
+
+// fail gives up on the events not recorded: they are never shown, and
+// their numbers stay free for whoever goes on with the run.
+func (l *eventLog) fail(msg string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.broken {
+		return
+	}
+	l.broken = true
+	if n := len(l.items) - l.saved; n > 0 || err != nil {
+		attrs := []any{"run", l.run, "events", n}
+		if err != nil {
+			attrs = append(attrs, "error", err.Error())
+		}
+		l.log.Error(msg, attrs...)
+	}
+	l.items = l.items[:l.saved]
+	l.moved()
+}
+
+// drain takes no more events and returns once every event it holds but
+// the last is recorded, or given up on.
+func (l *eventLog) drain() {
+	l.mu.Lock()
+	l.ended = true
+	l.signal()
+	if l.dropped > 0 {
+		l.log.Warn("a run's events after its end were dropped", "run", l.run, "events", l.dropped)
+		l.dropped = 0
+	}
+	l.mu.Unlock()
+	for {
+		l.mu.Lock()
+		ok := l.broken || l.saved == len(l.items)
+		ch := l.changed
+		l.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-l.done:
+		}
+	}
+}
+
+// agrees reports whether an event of type typ says what a run's record
+// with status says.
+func agrees(typ string, status store.RunStatus) bool {
+	switch status {
+	case store.RunSucceeded:
+		return typ == string(trellis.RunEnd)
+	case store.RunFailed, store.RunCancelled:
+		return typ == string(trellis.RunError)
+	case store.RunQueued:
+		return typ == string(api.RunRequeued)
+	}
+	return true
+}
+
+// lastEvents are the events that end the drained log as a run's record
+// with status says, to be recorded with the record: the run's own last
+// event when it agrees, or else one that does (run_requeued for a run
+// queued again, a run_end or run_error the engine could not emit). A log
+// with no event at all gets none.
+func (l *eventLog) lastEvents(status store.RunStatus, msg string, state map[string]any) []store.EventRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seq := l.first + int64(len(l.items)) + 1
+	if h := l.held; h != nil && agrees(h.typ, status) {
+		return []store.EventRecord{{Seq: seq, Data: h.data}}
+	}
+	last := l.stored
+	if n := len(l.items); n > 0 {
+		last = l.items[n-1].typ
+	}
+	if l.held == nil && (last == "" || agrees(last, status)) {
+		return nil
+	}
+	return []store.EventRecord{{Seq: seq, Data: lastEvent(l.run, l.thread, status, msg, state)}}
+}
+
+// lastEvent is the event that tells a run's record with status.
+func lastEvent(run, thread string, status store.RunStatus, msg string, state map[string]any) []byte {
+	ev := trellis.Event{Run: run, Thread: thread, Time: time.Now().UTC(), Error: msg}
+	switch status {
+	case store.RunSucceeded:
+		ev.Type, ev.State = trellis.RunEnd, state
+	case store.RunQueued:
+		ev.Type = api.RunRequeued
+		ev.Error = "the server stopped before the run ended: it is queued again, and resumes on another server or on this one once it restarts"
+	default:
+		ev.Type = trellis.RunError
+	}
+	data, _ := json.Marshal(ev)
+	return data
+}
+
+// close ends the log with the last events recorded with the run's end
+// (none when it was not recorded): streams get them and return.
+func (l *eventLog) close(last []store.EventRecord) {
+	l.drain()
+	l.mu.Lock()
+	l.broken = true // nothing more is recorded
+	l.items = l.items[:l.saved]
+	if len(last) > 0 && last[0].Seq == l.first+int64(len(l.items))+1 {
+		for _, ev := range last {
+			l.items = append(l.items, logged{seq: ev.Seq, typ: eventType(ev.Data), data: ev.Data})
+		}
+		l.saved = len(l.items)
+	}
+	l.closed = true
+	l.moved()
+	l.signal()
+	l.mu.Unlock()
+	<-l.done
+}
+
+// since returns the recorded events after seq, whether the log is closed
+// (and all of it read), and a channel closed when it moves. Events
+// before the log's first (those of the run's earlier parts) are not in
+// it: the caller reads them from the store.
+func (l *eventLog) since(seq int64) ([]logged, bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []logged
+	if i := seq - l.first; i < int64(l.saved) {
+		out = slices.Clone(l.items[max(i, 0):l.saved])
+	}
+	return out, l.closed, l.changed
+}
+
+// closeLog gives a run that ended without its server (cancelled while it
+// was queued) the last event its record calls for, when it has events.
+func closeLog(ctx context.Context, cat store.Catalog, notes *notifier, rec *store.RunRecord) error {
+	last, err := cat.LastEvent(ctx, rec.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if agrees(eventType(last.Data), rec.Status) {
+		return nil
+	}
+	data := lastEvent(rec.ID, publicID(rec.Thread), rec.Status, rec.Error, nil)
+	err = cat.AppendEvents(ctx, rec.ID, "", []store.EventRecord{{Seq: last.Seq + 1, Data: data}})
+	if errors.Is(err, store.ErrExists) {
+		return nil // another server gave it its last event
+	}
+	if err == nil {
+		notes.send(ctx, noteRun+rec.ID)
+	}
+	return err
+}

@@ -1,0 +1,216 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+)
+
+// A run's event log takes no event once it has been flushed (its run
+// recorded as ended), however the two race: late events are dropped, not
+// sent on a closed channel.
+func TestEventLogTakesNoEventAfterItsEnd(t *testing.T) {
+	st := memory.New()
+	notes := &notifier{log: discard(), every: time.Hour}
+	for i := range 300 {
+		l := newEventLog(ctx, st, discard(), notes, fmt.Sprint("r", i), "", "t", nil, func() {})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				l.add(runEvent("node_output"))
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			l.drain()
+		}()
+		wg.Wait()
+		l.close(l.lastEvents(store.RunSucceeded, "", nil))
+	}
+}
+
+// What the clients of a run hear when their server stops in the middle
+// of it, and after the run resumes on the next server: the waiting
+// clients are answered as soon as the run has stopped (not when the stop
+// timeout ends), with where the run went; the streaming client hears
+// that the run was queued again, and continues from the next server with
+// Last-Event-ID to run_end, with nothing lost or doubled; the run's
+// stored events are one sequence whose last event agrees with its status.
+func TestClientsAcrossARestart(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			addr := storeAddr(t, b.addr)
+			flows := stepFlows(t, 400)
+			a := serve(t, openRuntime(t, addr), flows, "")
+			for _, id := range []string{"s", "w"} {
+				if _, err := a.acme.CreateThread(ctx, api.CreateThread{ID: id, Flow: "steps"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// a streamed run, and a run its client waits on
+			var mu sync.Mutex
+			var streamed []api.StreamEvent
+			streamDone := make(chan error, 1)
+			go func() {
+				for ev, err := range a.acme.StreamRun(ctx, "s", api.StartRun{Input: map[string]any{"said": "streamed"}}) {
+					if err != nil {
+						streamDone <- err
+						return
+					}
+					mu.Lock()
+					streamed = append(streamed, ev)
+					mu.Unlock()
+				}
+				streamDone <- nil
+			}()
+			waited := make(chan error, 1)
+			go func() {
+				_, err := a.acme.RunWait(ctx, "w", api.StartRun{Input: map[string]any{"said": "waited"}})
+				waited <- err
+			}()
+			// and a client waiting on the streamed run by its id
+			var run string
+			eventually(t, 10*time.Second, "the streamed run's first step", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, ev := range streamed {
+					if ev.Event.Type == "node_start" {
+						run = ev.Run
+						return true
+					}
+				}
+				return false
+			})
+			joined := make(chan error, 1)
+			go func() {
+				_, err := a.acme.Join(ctx, "s", run)
+				joined <- err
+			}()
+			eventually(t, 10*time.Second, "both runs running", func() bool {
+				rs, err := a.acme.Runs(ctx, "w")
+				return err == nil && len(rs) == 1 && rs[0].Status == api.RunRunning
+			})
+			time.Sleep(50 * time.Millisecond) // the join is waiting
+
+			// the server stops: each run stops at the end of its step
+			a.shutdown(30 * time.Second)
+			if a.took > 5*time.Second {
+				t.Errorf("the server took %s to stop runs whose steps take 400ms (stop timeout 10s)", a.took.Round(time.Millisecond))
+			}
+			for name, ch := range map[string]chan error{"POST runs/wait": waited, "GET runs/{run}/wait": joined} {
+				select {
+				case err := <-ch:
+					var ae *api.Error
+					if !errors.As(err, &ae) || ae.Code != api.CodeRunRequeued || ae.Status != 503 {
+						t.Fatalf("%s answered %v at the shutdown, want run_requeued", name, err)
+					}
+					d, _ := ae.Details.(map[string]any)
+					if run, ok := api.WaitAgain(err); !ok || d["run"] != run || d["status"] != api.RunQueued {
+						t.Fatalf("%s: the answer does not say where the run went: %+v", name, ae)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%s was not answered once its run stopped", name)
+				}
+			}
+			if err := <-streamDone; err != nil {
+				t.Fatalf("the stream ended with %v; the server's log:\n%s", err, a.log.String())
+			}
+			mu.Lock()
+			first := streamed
+			mu.Unlock()
+			if last := first[len(first)-1]; last.Event.Type != api.RunRequeued {
+				t.Fatalf("the stream's last event before the restart is %s, want %s", last.Event.Type, api.RunRequeued)
+			}
+
+			// the next server resumes both runs; the clients continue there
+			b := serve(t, openRuntime(t, addr), flows, a.acme.Key)
+			var rest []api.StreamEvent
+			for ev, err := range b.acme.JoinStream(ctx, "s", run, first[len(first)-1].ID) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				rest = append(rest, ev)
+			}
+			all := append(first, rest...)
+			for i, ev := range all {
+				if ev.ID != strconv.Itoa(i+1) {
+					t.Fatalf("event %d of the stream has id %s", i+1, ev.ID)
+				}
+			}
+			if last := all[len(all)-1]; last.Event.Type != "run_end" {
+				t.Fatalf("the stream after the restart ends in %s", last.Event.Type)
+			}
+			done, err := b.acme.Join(ctx, "s", run)
+			if err != nil || done.Status != api.RunSucceeded || done.State["n"] != float64(3) {
+				t.Fatalf("the streamed run after the restart: %+v %v", done, err)
+			}
+			rs, err := b.acme.Runs(ctx, "w")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done, err := b.acme.Join(ctx, "w", rs[0].ID); err != nil || done.Status != api.RunSucceeded || done.State["n"] != float64(3) {
+				t.Fatalf("the waited run after the restart: %+v %v", done, err)
+			}
+
+			// the stored log: one sequence, its last event the run's end
+			for _, id := range []string{run, rs[0].ID} {
+				evs := storedEvents(t, b.srv.cat, id)
+				var types []string
+				for i, ev := range evs {
+					if ev.Seq != int64(i+1) {
+						t.Fatalf("run %s: stored event %d has seq %d", id, i+1, ev.Seq)
+					}
+					types = append(types, eventType(ev.Data))
+				}
+				if count(types, "run_start") != 2 || count(types, string(api.RunRequeued)) != 1 || count(types, "run_error") != 0 || types[len(types)-1] != "run_end" {
+					t.Fatalf("run %s: stored events %v", id, types)
+				}
+			}
+			if logs := a.log.String() + b.log.String(); containsAny(logs, "recording a run's events", "level=ERROR") {
+				t.Fatalf("the servers logged errors:\n%s", logs)
+			}
+		})
+	}
+}
+
+func count(ss []string, s string) int {
+	n := 0
+	for _, x := range ss {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+// storedEvents reads every stored event of a run.
+func storedEvents(t *testing.T, cat store.Catalog, run string) []store.EventRecord {
+	t.Helper()
+	var all []store.EventRecord
+	for {
+		var after int64
+		if len(all) > 0 {
+			after = all[len(all)-1].Seq
+		}
+		evs, err := cat.Events(ctx, run, after, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			return all
+		}
+		all = append(all, evs...)
+	}
+}
+
+func runEvent(typ string) trellis.Event { return trellis.Event{Type: trellis.EventType(typ)} }

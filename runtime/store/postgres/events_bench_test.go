@@ -1,0 +1,13 @@
+package postgres_test
+
+import (
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
+)
+
+// go test ./runtime/store/postgres -run '^$' -bench AppendEvents
+func BenchmarkAppendEvents(b *testing.B) {
+	storetest.BenchAppendEvents(b, openURL(b, pgtest.Database(b)))
+}

@@ -1,0 +1,20 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/store/sqlite"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
+)
+
+// go test ./runtime/store/sqlite -run '^$' -bench AppendEvents
+func BenchmarkAppendEvents(b *testing.B) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "events.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	storetest.BenchAppendEvents(b, st)
+}
