@@ -53,9 +53,10 @@ const (
 	CodeWriteType       Code = "W004"
 
 	// Files a node reads (prompts) and the templates in them.
-	CodeResource      Code = "P001"
-	CodeTemplateField Code = "P002"
-	CodeTemplateNull  Code = "P003"
+	CodeResource        Code = "P001"
+	CodeTemplateField   Code = "P002"
+	CodeTemplateNull    Code = "P003"
+	CodeTemplateCompare Code = "P004"
 
 	// Expressions.
 	CodeExprSyntax   Code = "E001"
@@ -118,6 +119,7 @@ var Codes = []CodeDoc{
 	{CodeResource, "a file a node reads (a prompt) cannot be found, parsed or compiled"},
 	{CodeTemplateField, "a template reads a field the state, the input or the node's variables do not have (a warning where the object's schema leaves it open)"},
 	{CodeTemplateNull, "a template reads a field of a value that may be null outside a with or if on that value"},
+	{CodeTemplateCompare, "a template compares values of kinds that never compare (a number with a text, a boolean or a list ordered), which fails when it renders"},
 	{CodeExprSyntax, "an expression does not parse or does not type-check"},
 	{CodeExprNotBool, "a condition that is not boolean"},
 	{CodeExprUnknown, "an expression reads a field or name that does not exist (a warning where the object's schema leaves it open)"},

@@ -93,9 +93,12 @@ type compiler struct {
 	children          map[string]*kind.Subflow
 	// badNodes have format errors in their block; their kind is not built.
 	badNodes map[string]bool
-	// writes records where each node declares a write: node -> field -> pos.
-	writes        map[string]map[string]diag.Pos
-	pendingRoutes []pendingRoute
+	// writes records where each node declares a write: node -> field -> pos;
+	// definite the fields each node writes whenever it succeeds, and
+	// errorWrites those its on_error.set writes when it fails.
+	writes                map[string]map[string]diag.Pos
+	definite, errorWrites map[string]map[string]bool
+	pendingRoutes         []pendingRoute
 	// Nodes named by edges that did not compile: the graph checks assume
 	// the best of them (reached, reaching END) rather than cascade.
 	assumeReached, assumeEnds map[*Node]bool
@@ -109,6 +112,8 @@ type compiler struct {
 	// fieldReads are the unguarded reads of state fields, for
 	// unsetWarnings
 	fieldReads []fieldRead
+	// abs is the abstract execution, once the graph is analysed.
+	abs *abstractRun
 }
 
 // fieldRead is an unguarded read of a state field by a node's settings
@@ -120,6 +125,8 @@ type fieldRead struct {
 	pos   diag.Pos
 	path  string
 	text  string
+	// template: the read is in a template, not an expression
+	template bool
 }
 
 // compile runs the phases in order: the file and its format, the state,
@@ -164,6 +171,7 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.g.Name, _ = top.String("name")
 	c.g.Description, _ = top.String("description")
 	c.writes = map[string]map[string]diag.Pos{}
+	c.definite, c.errorWrites = map[string]map[string]bool{}, map[string]map[string]bool{}
 	if n, ok := top.Object("limits").Int("max_steps"); ok {
 		c.g.MaxSteps = n
 	}
@@ -220,8 +228,8 @@ func (c *compiler) noteNullRead(path string, d diag.Diagnostic) {
 }
 
 // nullWarnings reports the possibly-null reads of state fields that some
-// path from START reaches without passing a node that writes the field:
-// a read after the field's writer on every path is taken to see it set.
+// way from START reaches without a step that writes the field: a read
+// after the field's writer on every way is taken to see it set.
 func (c *compiler) nullWarnings() {
 	seen := map[string]bool{}
 	for _, r := range c.nullReads {
@@ -238,10 +246,11 @@ func (c *compiler) nullWarnings() {
 }
 
 // unsetWarnings reports the reads of fields that have no default, are not
-// inputs and may not be null, where a path from START reaches the reader
-// without passing a node that writes the field: the read sees nothing.
-// The path is named; exclusive branches are told apart, since only a path
-// that exists counts.
+// inputs and may not be null, where some way from START reaches the reader
+// with nothing written to the field: the read sees nothing. The way is
+// named, step by step. Only ways the flow can take count: a join waits for
+// all its sources, exclusive branches are apart, a loop's first round is
+// one, a map's items may be none, on_error writes only on failure.
 func (c *compiler) unsetWarnings() {
 	seen := map[string]bool{}
 	for _, r := range c.fieldReads {
@@ -251,39 +260,79 @@ func (c *compiler) unsetWarnings() {
 			// the thread is created
 			continue
 		}
-		path := c.unwrittenPath(r.field, r.node, r.ran)
-		if path == nil {
-			continue
-		}
+		// a template in a file of its own (a prompt) may be read by
+		// several nodes: each is judged, and named
+		shared := r.pos.File != c.doc.Path
 		key := r.pos.String() + r.field
+		if shared {
+			key += "|" + r.node.Name
+		}
 		if seen[key] {
 			continue
 		}
+		way, why, unset := c.unsetWay(f, r.node, r.ran)
+		if !unset {
+			continue
+		}
 		seen[key] = true
-		var writers []string
-		for _, n := range c.g.Nodes {
-			if n.Writes[r.field] {
-				writers = append(writers, n.Name)
-			}
-		}
-		who := "no node writes it"
-		if len(writers) > 0 {
-			who = "it is written by " + strings.Join(writers, ", ") + ", which this path does not pass"
-		}
 		where := "this node"
-		if r.ran {
+		switch {
+		case r.ran:
 			where = "this edge"
+		case shared:
+			where = fmt.Sprintf("node %q", r.node.Name)
+		}
+		what := "expression"
+		if r.template {
+			what = "template"
+		}
+		read := "it as state." + r.field + " ?? a value"
+		if r.template {
+			read = "it inside {{with .state." + r.field + "}} or {{if .state." + r.field + "}}"
 		}
 		c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeExprUnset, Pos: r.pos, Path: r.path,
-			Summary: fmt.Sprintf("state.%s may be unset here: it has no default, and %s reaches %s with nothing written to it (%s); give it a default, or read it as state.%s ?? a value",
-				r.field, strings.Join(path, " → "), where, who, r.field),
-			Detail: "in expression: " + strings.TrimSpace(r.text)})
+			Summary: fmt.Sprintf("state.%s may be unset here: it has no default, and %s reaches %s with nothing written to it (%s); give it a default, or read %s",
+				r.field, way, where, why, read),
+			Detail: "in " + what + ": " + strings.TrimSpace(r.text)})
 	}
+}
+
+// unsetWay says whether some way from START reaches n (ran: n's edge)
+// with nothing written to field f, and then names the way and why its
+// writers did not write it.
+func (c *compiler) unsetWay(f *Field, n *Node, ran bool) (way, why string, unset bool) {
+	if c.abs == nil || c.abs.overflow {
+		path := c.unwrittenPath(f.Name, n, ran)
+		if path == nil {
+			return "", "", false
+		}
+		var writers []string
+		for _, m := range c.g.Nodes {
+			if m.Writes[f.Name] {
+				writers = append(writers, m.Name)
+			}
+		}
+		why = "no node writes it"
+		if len(writers) > 0 {
+			why = "it is written by " + strings.Join(writers, ", ") + ", which this path does not pass"
+		}
+		return strings.Join(path, " → "), why, true
+	}
+	si, found := c.abs.unsetAt(f.Index, n, ran)
+	if !found {
+		return "", "", false
+	}
+	steps := c.abs.witness(f.Index, si)
+	if steps == nil {
+		return "", "", false
+	}
+	return c.showSteps(steps), c.whyUnset(f.Name, n, steps), true
 }
 
 // unwrittenPath is a path from START to n on which no node writes field
 // before n reads it (with ran, n's own write counts), or nil when every
-// path passes a writer.
+// path passes a writer. It stands for the abstract execution on a flow
+// too large to explore.
 func (c *compiler) unwrittenPath(field string, n *Node, ran bool) []string {
 	if ran && n.Writes[field] {
 		return nil
@@ -321,9 +370,17 @@ func (c *compiler) unwrittenPath(field string, n *Node, ran bool) []string {
 	return nil
 }
 
-// writtenBefore reports whether every path from START to n passes a node
-// that writes field before n reads it (or, when ran, n itself writes it).
+// writtenBefore reports whether every way from START to n writes field
+// before n reads it (or, when ran, before n's edge does).
 func (c *compiler) writtenBefore(field string, n *Node, ran bool) bool {
+	f, ok := c.g.fields[field]
+	if !ok {
+		return false
+	}
+	if c.abs != nil && !c.abs.overflow {
+		_, unset := c.abs.unsetAt(f.Index, n, ran)
+		return !unset
+	}
 	if ran && n.Writes[field] {
 		return true
 	}

@@ -84,6 +84,8 @@ func (c *compiler) common(n *Node, b *builder, s config.Settings) {
 	if set := oe.Value("set"); set.Exists() {
 		n.OnError.Set = map[string]*expression.Program{}
 		env := b.env(nil).With("error", &schema.Shape{Types: []string{"string"}})
+		b.onError = true
+		defer func() { b.onError = false }()
 		for _, e := range set.Entries() {
 			b.Writes(e.Name, e.Key)
 			if p := c.compileExpr(e.Value, env, false); p != nil {
@@ -145,6 +147,16 @@ type builder struct {
 	// track, when set, records where a nested node declares its writes.
 	extra kind.Vars
 	track map[string]config.Value
+	// onError is set while the node's on_error.set is compiled: those
+	// writes happen only when the node fails.
+	onError bool
+}
+
+func addWrite(m map[string]map[string]bool, node, field string) {
+	if m[node] == nil {
+		m[node] = map[string]bool{}
+	}
+	m[node][field] = true
 }
 
 func (b *builder) Node() string { return b.name }
@@ -201,6 +213,14 @@ func (b *builder) Writes(field string, at config.Value) {
 	}
 	if _, dup := w[field]; !dup {
 		w[field] = at.Pos()
+	}
+	// what a run of the node writes whenever it succeeds: not a nested
+	// node's (a map's items, which may be none), not on_error's
+	switch {
+	case b.onError:
+		addWrite(b.c.errorWrites, b.name, field)
+	case b.track == nil:
+		addWrite(b.c.definite, b.name, field)
 	}
 	f, ok := b.c.g.fields[field]
 	switch {
