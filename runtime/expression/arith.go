@@ -273,3 +273,105 @@ func mayBeInt(t reflect.Type) bool {
 	}
 	return false
 }
+
+// numeric records, bottom-up over the checked tree, which nodes give a
+// whole number (an int, a whole float literal, round, floor, ceil or int
+// of anything, and +, -, *, %, ?: and ?? over whole numbers) and which a
+// number that may have a fraction (a float, a division, a power, a mean
+// or median). It runs before the tree is rewritten (see exact), on the
+// checker's types; root is the last node visited, the tree's root.
+type numeric struct {
+	of   map[ast.Node]numKind
+	root ast.Node
+}
+
+// numKind is what kind of number a node gives.
+type numKind int
+
+const (
+	numUnknown numKind = iota // not a number, or not known
+	numWhole                  // a whole number
+	numAny                    // a number, which may have a fraction
+)
+
+func (v *numeric) Visit(n *ast.Node) {
+	v.of[*n] = v.kind(*n)
+	v.root = *n
+}
+
+// both is the kind of an operation over two numbers: whole when both
+// are, a number when both are numbers.
+func both(a, b numKind) numKind {
+	if a == numUnknown || b == numUnknown {
+		return numUnknown
+	}
+	return max(a, b)
+}
+
+func (v *numeric) kind(n ast.Node) numKind {
+	t := n.Type()
+	if t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != nil && t.Kind() == reflect.Int {
+		return numWhole
+	}
+	float := t != nil && t.Kind() == reflect.Float64
+	switch x := n.(type) {
+	case *ast.IntegerNode:
+		return numWhole
+	case *ast.FloatNode:
+		if x.Value == math.Trunc(x.Value) && !math.IsInf(x.Value, 0) {
+			return numWhole
+		}
+		return numAny
+	case *ast.ConstantNode:
+		switch c := x.Value.(type) {
+		case int:
+			return numWhole
+		case float64:
+			if c == math.Trunc(c) && !math.IsInf(c, 0) {
+				return numWhole
+			}
+			return numAny
+		}
+	case *ast.UnaryNode:
+		if x.Operator == "-" || x.Operator == "+" {
+			return v.of[x.Node]
+		}
+	case *ast.BinaryNode:
+		switch x.Operator {
+		case "+", "-", "*", "??":
+			if k := both(v.of[x.Left], v.of[x.Right]); k != numUnknown {
+				return k
+			}
+		case "%":
+			return numWhole
+		case "/", "**", "^":
+			return numAny
+		}
+	case *ast.ConditionalNode:
+		if k := both(v.of[x.Exp1], v.of[x.Exp2]); k != numUnknown {
+			return k
+		}
+	case *ast.BuiltinNode:
+		switch x.Name {
+		case "round", "floor", "ceil", "int":
+			return numWhole
+		case "mean", "median", "float":
+			return numAny
+		case "abs", "max", "min":
+			k := numWhole
+			for _, a := range x.Arguments {
+				k = both(k, v.of[a])
+			}
+			if len(x.Arguments) > 0 && k != numUnknown {
+				return k
+			}
+		}
+	}
+	if float {
+		return numAny
+	}
+	return numUnknown
+}

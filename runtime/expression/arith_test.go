@@ -113,3 +113,52 @@ func TestIntegerArithmeticIsExact(t *testing.T) {
 		}
 	}
 }
+
+// Number kinds are known through expressions: / and fractional literals
+// give numbers, never integers; int, round, floor and ceil give whole
+// numbers, and so do +, -, *, % and choices over them. Whether a value is
+// a number is known even where the checker types it any (mean).
+func TestNumberKinds(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"n": {Types: []string{"integer"}}, "x": {Types: []string{"number"}},
+			"m": {Types: []string{"integer", "null"}}, "s": {Types: []string{"string"}}, "a": nil},
+		Order: []string{"a", "m", "n", "s", "x"}})
+	for src, want := range map[string]string{ // "whole", "number" or ""
+		"state.n + 1":                        "whole",
+		"state.n + 0.5":                      "number",
+		"state.n / 2":                        "number",
+		"1.5":                                "number",
+		"2.0":                                "whole",
+		"2.0 * state.n":                      "whole",
+		"state.x":                            "number",
+		"round(state.x)":                     "whole",
+		"floor(state.x / 3) + ceil(state.x)": "whole",
+		"int(state.n / 2)":                   "whole",
+		"state.n % 3":                        "whole",
+		"state.n > 1 ? state.n : 0.5":        "number",
+		"state.n > 1 ? state.n : -2":         "whole",
+		"state.m ?? 0":                       "whole",
+		"mean([1, 2])":                       "number",
+		"max(state.n, 3)":                    "whole",
+		"abs(state.x)":                       "number",
+		"state.n ** 2":                       "number",
+		"state.s + 'x'":                      "",
+		"state.a + 1":                        "",
+		"len(state.s)":                       "whole",
+	} {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %+v", src, probs)
+		}
+		got := ""
+		switch {
+		case p.Whole():
+			got = "whole"
+		case p.Number():
+			got = "number"
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", src, got, want)
+		}
+	}
+}

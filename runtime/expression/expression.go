@@ -176,6 +176,8 @@ type Program struct {
 	// (output.review), nil when not known
 	shape *schema.Shape
 	reads []Read
+	// num says whether the value is a number, whole or not (see numeric).
+	num numKind
 }
 
 // Read is a read of a state field (state.NAME) that nothing in the
@@ -348,7 +350,8 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	}
 	warnings = append(warnings, checkNullable(src, tree.Node, env)...)
 	opts := append([]expr.Option{expr.Env(env.vars)}, functions...)
-	opts = append(opts, expr.Patch(exact{}))
+	num := &numeric{of: map[ast.Node]numKind{}}
+	opts = append(opts, expr.Patch(num), expr.Patch(exact{}))
 	if len(env.flat) > 0 {
 		opts = append(opts, expr.Patch(&flattener{env: env}))
 	}
@@ -365,7 +368,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 		return nil, []Problem{p}
 	}
-	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node)}
+	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node), num: num.of[num.root]}
 	if literal(prog.Node()) {
 		// the literal is what the machine would return, every time
 		if v, err := new(vm.VM).Run(prog, map[string]any{}); err == nil {
@@ -603,6 +606,16 @@ func FunctionNames() []string {
 	return names
 }
 
+// Whole reports whether the expression always gives a whole number (an
+// int, or a float with no fraction: round, floor, ceil, int, whole
+// literals and +, -, *, % over them), so that an integer field holds it;
+// a division, a power, a mean or a fractional literal may not.
+func (p *Program) Whole() bool { return p.num == numWhole }
+
+// Number reports whether the expression gives a number, even where the
+// checker cannot tell its type (mean and median give any).
+func (p *Program) Number() bool { return p.num != numUnknown }
+
 // ResultType is the type the checker gives the expression's value, or nil
 // when it cannot tell (a value of any type, such as a field of an
 // untyped object); a nullable value has the type it has when not nil.
@@ -657,6 +670,59 @@ func (p *Program) Yields() (lits []Yield, all bool) {
 	}
 	walk(tree.Node)
 	return lits, all
+}
+
+// NumberLiteral is a number literal an expression can yield as its value, with
+// its place in the expression's text.
+type NumberLiteral struct {
+	Value             float64
+	Line, Col, EndCol int
+}
+
+// Numbers lists the number literals the expression can yield as its
+// value: itself, or the branches of conditionals (?: and if/else) and ??
+// that are literals (negated ones too).
+func (p *Program) Numbers() []NumberLiteral {
+	tree, err := parser.Parse(p.src)
+	if err != nil {
+		return nil
+	}
+	var lits []NumberLiteral
+	add := func(n, last ast.Node, v float64) {
+		from, to := n.Location().From, last.Location().To
+		line, col := position(p.src, from)
+		lits = append(lits, NumberLiteral{Value: v, Line: line, Col: col, EndCol: col + max(to-from, 1)})
+	}
+	var walk func(n ast.Node)
+	walk = func(n ast.Node) {
+		switch n := n.(type) {
+		case *ast.IntegerNode:
+			add(n, n, float64(n.Value))
+		case *ast.FloatNode:
+			add(n, n, n.Value)
+		case *ast.UnaryNode:
+			switch x := n.Node.(type) {
+			case *ast.IntegerNode:
+				if n.Operator == "-" {
+					add(n, x, -float64(x.Value))
+				}
+			case *ast.FloatNode:
+				if n.Operator == "-" {
+					add(n, x, -x.Value)
+				}
+			}
+		case *ast.ConditionalNode:
+			walk(n.Exp1)
+			walk(n.Exp2)
+		case *ast.BinaryNode:
+			if n.Operator == "??" {
+				walk(n.Left)
+				walk(n.Right)
+			}
+		}
+	}
+	walk(tree.Node)
+	return lits
 }
 
 // Complements reports whether, whatever the state, at least one of the

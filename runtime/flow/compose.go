@@ -130,7 +130,10 @@ func fitsShape(p *expression.Program, dst *schema.Shape) string {
 			return "cannot hold what this expression gives: " + strings.Join(why, "; ")
 		}
 	}
-	got := jsonType(p.ResultType())
+	got := resultType(p)
+	if got == "number" && !dst.Takes(got) && dst.Allows("integer") && !p.Whole() {
+		return "takes " + dst.Describe() + " only, but this expression yields a number that may have a fraction (/, a float literal or a number field); write int(...) to drop the fraction or round(...) to round it"
+	}
 	if got != "" && !dst.Allows(got) {
 		return "takes " + dst.Describe() + ", but this expression yields " + article(got)
 	}

@@ -249,6 +249,14 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q %s", field, why)
 		return
 	}
+	// a number literal it may yield that the field's bounds refuse
+	if _, constant := p.Constant(); !constant {
+		for _, l := range p.Numbers() {
+			if why := f.Shape.OutOfRange(l.Value); why != "" {
+				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(l.Line, l.Col, l.EndCol), b.path, "field %q is %s, but this expression can yield %v", field, why, l.Value)
+			}
+		}
+	}
 	if jsonType(p.ResultType()) == "" {
 		return
 	}
@@ -282,7 +290,7 @@ func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at 
 			return
 		}
 	}
-	got := jsonType(p.ResultType())
+	got := resultType(p)
 	if got == "" {
 		return
 	}
@@ -292,10 +300,14 @@ func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at 
 	case spec.Appends || spec.Name == "union":
 		// a list adds its items, any other value is one item
 		want = "a list or an item of " + f.Shape.Items.Describe() + " (" + spec.Name + ")"
-		fits = got == "array" || f.Shape.Items.Allows(got)
+		fits = got == "array" || f.Shape.Items.Takes(got) || got == "number" && p.Whole() && f.Shape.Items.Allows("integer")
 	case spec.Type != "":
 		want = article(spec.Type) + " (" + spec.Name + ")"
 		fits = (&schema.Shape{Types: []string{spec.Type}}).Allows(got)
+		if fits && got == "number" && !f.Shape.Takes(got) && !p.Whole() {
+			// the field holds integers: a fraction added makes it a number
+			want, fits = "an integer ("+spec.Name+" into an integer field)", false
+		}
 	default:
 		want, fits = f.Shape.Describe(), f.Shape.Allows(got)
 	}
@@ -310,6 +322,19 @@ func quoteEach(values []string) string {
 		q[i] = strconv.Quote(v)
 	}
 	return strings.Join(q, ", ")
+}
+
+// resultType names the JSON type of what p yields ("" when it cannot
+// tell): its checked type, or number for one known to give numbers.
+func resultType(p *expression.Program) string {
+	t := jsonType(p.ResultType())
+	if t == "" && p.Number() {
+		if p.Whole() {
+			return "integer"
+		}
+		return "number"
+	}
+	return t
 }
 
 // jsonType names the JSON type of values of t ("" when it cannot tell).

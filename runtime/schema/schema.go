@@ -84,6 +84,16 @@ func (s *Shape) Allows(t string) bool {
 		(t == "number" && slices.Contains(s.Types, "integer"))
 }
 
+// Takes reports whether every value of JSON type t fits the shape's
+// types. Unlike Allows, a number (which may have a fraction) does not fit
+// a shape that allows integers only.
+func (s *Shape) Takes(t string) bool {
+	if t == "number" && s != nil && len(s.Types) > 0 && !slices.Contains(s.Types, "number") {
+		return false
+	}
+	return s.Allows(t)
+}
+
 // Describe renders the types for messages.
 func (s *Shape) Describe() string {
 	if s == nil || len(s.Types) == 0 {
