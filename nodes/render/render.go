@@ -19,6 +19,7 @@ import (
 	"text/template"
 
 	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -73,6 +74,19 @@ func build(b kind.Builder) kind.Node {
 		}
 		t := b.Template(e.Value, b.Node()+"."+e.Name, kind.Vars{"vars": schema.Object(shapes)})
 		ok = ok && t != nil
+		if shape := b.Field(e.Name); t != nil && shape != nil {
+			// what the template can render, against the field's enum,
+			// pattern and lengths, where it is known
+			if forms, known := tmpl.Forms(t); known {
+				for _, f := range forms {
+					if why := f.Breaks(shape); why != "" {
+						b.Report(diag.CodeWriteType, e.Value.Pos(), e.Value.Path(), "field %q %s, but this template can render %q", e.Name, why, f.String())
+						ok = false
+						break
+					}
+				}
+			}
+		}
 		n.fields = append(n.fields, field{e.Name, t})
 	}
 	if !ok {

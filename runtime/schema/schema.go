@@ -16,9 +16,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/trellisflow/trellis/runtime/config"
@@ -47,6 +49,10 @@ type Shape struct {
 	// forms are recorded with Exclusive set for that side.
 	Minimum, Maximum                   *float64
 	ExclusiveMinimum, ExclusiveMaximum bool
+	// Pattern, MinLength and MaxLength (nil: none) constrain a string.
+	Pattern   string
+	MinLength int
+	MaxLength *int
 	// Default is the schema's default, when HasDefault.
 	Default    any
 	HasDefault bool
@@ -186,6 +192,18 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 		case "const":
 			s.Enum = []any{v}
 			simple = false
+		case "pattern":
+			simple = false
+			s.Pattern, _ = v.(string)
+		case "minLength", "maxLength":
+			simple = false
+			if f, ok := number(v); ok && f >= 0 && f == math.Trunc(f) && f < 1<<31 {
+				if n := int(f); k == "minLength" {
+					s.MinLength = n
+				} else {
+					s.MaxLength = &n
+				}
+			}
 		case "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum":
 			simple = false
 			f, ok := number(v)
@@ -225,6 +243,7 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 			if r := orNull(v, resolve, depth); r != nil {
 				s.Types, s.Props, s.Closed, s.Required, s.Items, s.Enum = r.Types, r.Props, r.Closed, r.Required, r.Items, r.Enum
 				s.Minimum, s.Maximum, s.ExclusiveMinimum, s.ExclusiveMaximum = r.Minimum, r.Maximum, r.ExclusiveMinimum, r.ExclusiveMaximum
+				s.Pattern, s.MinLength, s.MaxLength = r.Pattern, r.MinLength, r.MaxLength
 			}
 		case "$defs", "definitions":
 			// definitions do not constrain the value itself
@@ -582,6 +601,48 @@ func (s *Shape) OutOfRange(v any) string {
 		return "at most " + strconv.FormatFloat(*m, 'g', -1, 64)
 	}
 	return ""
+}
+
+// TextRule says which of a string shape's rules (enum, pattern, length)
+// text breaks, in words ("" when it keeps them all, or the shape has
+// none). A pattern Go's regexp cannot read is not judged.
+func (s *Shape) TextRule(text string) string {
+	if s == nil {
+		return ""
+	}
+	if values, ok := s.Strings(); ok && !slices.Contains(values, text) {
+		return "is one of " + quoteList(values)
+	}
+	if n := utf8.RuneCountInString(text); n < s.MinLength {
+		return fmt.Sprintf("is at least %d characters long", s.MinLength)
+	} else if s.MaxLength != nil && n > *s.MaxLength {
+		return fmt.Sprintf("is at most %d characters long", *s.MaxLength)
+	}
+	if re := s.PatternRE(); re != nil && !re.MatchString(text) {
+		return fmt.Sprintf("matches the pattern %q", s.Pattern)
+	}
+	return ""
+}
+
+// PatternRE is the shape's pattern compiled, nil when it has none or Go's
+// regexp cannot read it.
+func (s *Shape) PatternRE() *regexp.Regexp {
+	if s == nil || s.Pattern == "" {
+		return nil
+	}
+	re, err := regexp.Compile(s.Pattern)
+	if err != nil {
+		return nil
+	}
+	return re
+}
+
+func quoteList(vs []string) string {
+	q := make([]string, len(vs))
+	for i, v := range vs {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ", ")
 }
 
 // number reads a JSON number of any Go type the decoders produce.
