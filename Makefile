@@ -8,8 +8,10 @@ FUZZTIME ?= 40000x
 .PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
 	livekit-server page page-check bench-voice
 
+# The version the binary reports (in validate's SARIF log): git describe.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 build:
-	$(GO) build -o bin/trellis ./cmd/trellis
+	$(GO) build -ldflags "-X github.com/trellisflow/trellis/cmd/trellis/internal/cli.version=$(VERSION)" -o bin/trellis ./cmd/trellis
 
 test: deps livekit-server
 	$(GO) test -race -shuffle=on $(PKGS)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
 	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
@@ -87,5 +88,37 @@ func TestPatternsAreClean(t *testing.T) {
 				t.Fatalf("a clean flow fails: %v", err)
 			}
 		})
+	}
+}
+
+// CI mode: --strict reports every warning as an error and fails on any;
+// --max-warnings N fails on more than N warnings and keeps them
+// warnings; the SARIF log names the tool's version.
+func TestValidateCIMode(t *testing.T) {
+	warns := examples + "/E006.bad.yaml" // one warning, no error
+	for _, c := range []struct {
+		args    []string
+		exit    int
+		out     string
+		summary string
+	}{
+		{[]string{"validate", warns}, 0, "warning[E006]", "1 flow checked: 0 errors, 1 warning\n"},
+		{[]string{"validate", "--strict", warns}, 1, "error[E006]", "1 flow checked: 1 error (1 warning made errors by --strict)\n"},
+		{[]string{"validate", "--max-warnings", "0", warns}, 1, "warning[E006]", "1 flow checked: 0 errors, 1 warning, more than the 0 --max-warnings allows\n"},
+		{[]string{"validate", "--max-warnings", "1", warns}, 0, "warning[E006]", "1 flow checked: 0 errors, 1 warning\n"},
+		{[]string{"validate", "--max-warnings", "-2", warns}, 2, "", "trellis validate: --max-warnings -2: give a count, or -1 for no limit\n"},
+	} {
+		out, stderr, exit := trellis(t, c.args...)
+		if exit != c.exit || !strings.Contains(out, c.out) || stderr != c.summary {
+			t.Errorf("%v: exit %d\n%s%s", c.args, exit, out, stderr)
+		}
+	}
+	out, stderr, exit := trellis(t, "validate", "--format", "json", "--max-warnings", "0", warns)
+	if exit != 1 || !strings.Contains(out, `"severity": "warning"`) || !strings.Contains(stderr, "1 warning, more than the 0 --max-warnings allows") {
+		t.Errorf("json with --max-warnings 0: exit %d\n%s%s", exit, out, stderr)
+	}
+	out, _, exit = trellis(t, "validate", "--format", "sarif", "--strict", warns)
+	if exit != 1 || !strings.Contains(out, `"level": "error"`) || !strings.Contains(out, `"version": "`+cli.Version()+`"`) || cli.Version() == "" {
+		t.Errorf("sarif: exit %d\n%.600s", exit, out)
 	}
 }

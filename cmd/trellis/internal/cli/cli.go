@@ -44,7 +44,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		{"validate", "validate [--format text|json|github] [FILE|DIR ...]", "Check flow files and report every problem with file:line:col", cmdValidate},
+		{"validate", "validate [--format text|json|github|sarif] [--strict] [--max-warnings N] [FILE|DIR ...]", "Check flow files and report every problem with file:line:col", cmdValidate},
 		{"graph", "graph FLOW [--format mermaid|dot|json]", "Draw a flow's graph", cmdGraph},
 		{"run", "run FLOW [--with FILE] [--input k=v ...] [--input-file FILE] [--thread ID] [--trace]",
 			"Run a flow: talk with a conversational flow in the terminal, or run once and print the final state", cmdRun},
