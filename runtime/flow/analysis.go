@@ -127,9 +127,30 @@ func reachesEnd(n *Node, ends map[*Node]bool) bool {
 func (c *compiler) cycles() {
 	g := c.g
 	all := tarjan(g.Nodes, func(n *Node) []*Node { return successors(n) })
+	loopOf := map[*Node]int{}
 	for _, scc := range all {
 		if hasCycle(scc, successors) {
+			for _, n := range scc {
+				loopOf[n] = len(g.loops) + 1
+			}
 			g.loops = append(g.loops, scc)
+		}
+	}
+	// a bounded edge counts the traversals that re-enter a loop through
+	// its source
+	for _, e := range g.Edges {
+		if e.Bound == 0 {
+			continue
+		}
+		for _, t := range e.Targets() {
+			for _, src := range e.From {
+				if l := loopOf[src]; l > 0 && loopOf[t] == l {
+					if e.loopTargets == nil {
+						e.loopTargets = map[*Node]bool{}
+					}
+					e.loopTargets[t] = true
+				}
+			}
 		}
 	}
 	unbounded := func(n *Node) []*Node {

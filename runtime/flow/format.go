@@ -344,7 +344,11 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 				if !kn.Exists() {
 					kn = n
 				}
-				dl.Errorf(diag.CodeUnknownKey, kn.Pos(), joinPath(path, k), "unknown key %q", k).Suggestion = diag.Suggest(k, allowed)
+				d := dl.Errorf(diag.CodeUnknownKey, kn.Pos(), joinPath(path, k), "unknown key %q", k)
+				d.Suggestion = diag.Suggest(k, allowed)
+				if where := belongs(k, path); where != "" && d.Suggestion == "" {
+					d.Summary += ": " + where
+				}
 			}
 		case "required":
 			for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
@@ -385,6 +389,34 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 			dl.Errorf(diag.CodeConstraint, n.Pos(), path, "%s: %s", describeAt(path), e.Message)
 		}
 	}
+}
+
+var (
+	branchCase = regexp.MustCompile(`^edges\[\d+\]\.branch\[\d+\]$`)
+	edgePath   = regexp.MustCompile(`^edges\[\d+\]$`)
+	nodePath   = regexp.MustCompile(`^nodes\.[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// belongs says where a key found in the wrong place (at path) belongs,
+// "" when it is not a key of the format elsewhere.
+func belongs(key, path string) string {
+	switch {
+	case key == "bound" && branchCase.MatchString(path):
+		return "bound belongs on the edge, beside branch: it counts the traversals of any case that re-enter the loop"
+	case (key == "choices" || key == "default") && branchCase.MatchString(path):
+		return key + " belongs to a route edge (route, choices, default), not to a branch case"
+	case key == "bound" && nodePath.MatchString(path):
+		return "bound belongs on an edge that closes a loop, not on a node"
+	case (key == "retry" || key == "timeout" || key == "cache" || key == "on_error" || key == "interrupt_before" || key == "interrupt_after") && edgePath.MatchString(path):
+		return key + " belongs on a node, not on an edge"
+	case (key == "when" || key == "else") && edgePath.MatchString(path):
+		return key + " belongs in a case of a branch: branch: [{when: ..., to: ...}, {else: ...}]"
+	case key == "reducers" && path == "":
+		return "reducers belong under state: state: {schema: ..., reducers: {...}}"
+	case key == "max_steps" && path == "":
+		return "max_steps belongs under limits: limits: {max_steps: N}"
+	}
+	return ""
 }
 
 // anyOfSibling reports whether e failed inside one alternative of an anyOf
