@@ -51,6 +51,7 @@ const (
 	CodeReadOnlyWrite   Code = "W003"
 	CodeUnknownInput    Code = "I001"
 	CodeWriteType       Code = "W004"
+	CodeCacheKey        Code = "W005"
 
 	// Files a node reads (prompts) and the templates in them.
 	CodeResource        Code = "P001"
@@ -116,6 +117,7 @@ var Codes = []CodeDoc{
 	{CodeReadOnlyWrite, "a node writes a read-only field"},
 	{CodeUnknownInput, "an input field the state does not declare"},
 	{CodeWriteType, "a node writes a value of a type its field cannot hold, through the field's reducer"},
+	{CodeCacheKey, "a cached node's key leaves out something the node reads, so a later run with the same key replays writes made for another value of it"},
 	{CodeResource, "a file a node reads (a prompt) cannot be found, parsed or compiled"},
 	{CodeTemplateField, "a template reads a field the state, the input or the node's variables do not have (a warning where the object's schema leaves it open)"},
 	{CodeTemplateNull, "a template reads a field of a value that may be null outside a with or if on that value"},

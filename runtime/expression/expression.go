@@ -9,6 +9,7 @@ package expression
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -190,6 +191,41 @@ type Read struct {
 
 // Reads lists the expression's unguarded reads of state fields.
 func (p *Program) Reads() []Read { return p.reads }
+
+// Refs lists every value the expression reads of the variables roots
+// names, guarded or not: "state.x" for a field, "state" for the whole
+// object (json(state)), sorted and once each.
+func (p *Program) Refs(roots ...string) []string {
+	tree, err := parser.Parse(p.src)
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	member := map[ast.Node]bool{}
+	root := tree.Node
+	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
+		m, ok := n.(*ast.MemberNode)
+		if !ok {
+			return
+		}
+		id, ok := m.Node.(*ast.IdentifierNode)
+		if !ok || !slices.Contains(roots, id.Value) {
+			return
+		}
+		member[id] = true
+		if prop, ok := m.Property.(*ast.StringNode); ok {
+			seen[id.Value+"."+prop.Value] = true
+		} else {
+			seen[id.Value] = true // state[k]: any field
+		}
+	}})
+	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
+		if id, ok := n.(*ast.IdentifierNode); ok && !member[id] && slices.Contains(roots, id.Value) {
+			seen[id.Value] = true
+		}
+	}})
+	return slices.Sorted(maps.Keys(seen))
+}
 
 // stateReads finds the unguarded reads of state fields in an expression.
 func stateReads(src string, root ast.Node) []Read {

@@ -303,3 +303,44 @@ edges:
 		}
 	}
 }
+
+// A cached node's key must cover what the node reads: each value it
+// leaves out is named, with the fix, and a field the node advances from
+// its own value is called out.
+func TestCacheKeyCoversReads(t *testing.T) {
+	head := `version: 1
+name: cached
+state:
+  schema:
+    type: object
+    properties:
+      a: {type: string, default: ""}
+      b: {type: string, default: ""}
+      n: {type: integer, default: 0}
+input: [a]
+nodes:
+`
+	tail := `edges:
+  - {from: START, to: x}
+  - {from: x, to: END}
+`
+	for _, c := range []struct{ node, want string }{
+		{`  x: {kind: set, cache: {key: "state.a"}, set: {b: "state.a + '!'"}}`, ""},
+		{`  x: {kind: set, cache: {key: "[state.a, state.b]"}, set: {b: "state.a + state.b"}}`, ""},
+		{`  x: {kind: set, cache: {key: "json(state)"}, set: {b: "state.a + state.b"}}`, ""},
+		{`  x: {kind: set, cache: {key: "state.a"}, set: {b: "state.a + state.b"}}`, `leaves out state.b, which the node reads`},
+		{`  x: {kind: set, cache: {key: "state.a"}, set: {n: "state.n + 1"}}`, `the node writes state.n from its own value`},
+		{`  x: {kind: set, cache: {key: "state.a"}, set: {b: "input.a ?? ''"}}`, `leaves out input.a`},
+		{`  x: {kind: set, cache: {key: "state.b"}, set: {b: "state.a != '' ? 'y' : 'n'"}}`, `such as key: "[state.b, state.a]"`},
+	} {
+		_, dl := flow.LoadSource("cached.yaml", []byte(head+c.node+"\n"+tail), kindtest.Registry())
+		var got []string
+		for _, d := range dl {
+			got = append(got, d.String()+" "+d.Detail)
+		}
+		text := strings.Join(got, "\n")
+		if c.want == "" && text != "" || c.want != "" && (len(dl) != 1 || dl[0].Code != diag.CodeCacheKey || !strings.Contains(text, c.want)) {
+			t.Errorf("%s:\n got %s\nwant %s", c.node, text, c.want)
+		}
+	}
+}

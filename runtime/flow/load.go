@@ -3,6 +3,7 @@ package flow
 import (
 	"fmt"
 	"io/fs"
+	"maps"
 	"slices"
 	"strings"
 
@@ -114,6 +115,18 @@ type compiler struct {
 	fieldReads []fieldRead
 	// abs is the abstract execution, once the graph is analysed.
 	abs *abstractRun
+	// refs holds what each node's settings read ("state.x", "input.x",
+	// "config.x", or a whole "state"), keys what a cached node's key
+	// reads and where it is; inKey is set while a key is compiled.
+	refs  map[*Node]map[string]bool
+	keys  map[*Node]cacheKey
+	inKey bool
+}
+
+// cacheKey is a cached node's key: what it reads, and where it is.
+type cacheKey struct {
+	refs map[string]bool
+	at   config.Value
 }
 
 // fieldRead is an unguarded read of a state field by a node's settings
@@ -208,6 +221,7 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.analyse()
 	c.nullWarnings()
 	c.unsetWarnings()
+	c.cacheWarnings()
 	c.lint(top.Object("lint"))
 	c.g.env = c.env
 	return c.g
@@ -390,6 +404,79 @@ func (c *compiler) writtenBefore(field string, n *Node, ran bool) bool {
 		return !unguarded && !m.Writes[field]
 	})
 	return !unguarded
+}
+
+// refRoots are the values whose reads a cache key must cover.
+var refRoots = []string{"state", "input", "config"}
+
+// noteRefs records what node n's settings read (see compiler.refs); a
+// template's "" (its whole data) reads every root.
+func (c *compiler) noteRefs(n *Node, refs []string) {
+	if c.refs == nil {
+		c.refs, c.keys = map[*Node]map[string]bool{}, map[*Node]cacheKey{}
+	}
+	into := c.refs[n]
+	if c.inKey {
+		into = c.keys[n].refs
+	}
+	if into == nil {
+		into = map[string]bool{}
+		if c.inKey {
+			c.keys[n] = cacheKey{refs: into}
+		} else {
+			c.refs[n] = into
+		}
+	}
+	for _, r := range refs {
+		root, _, _ := strings.Cut(r, ".")
+		switch {
+		case r == "":
+			for _, root := range refRoots {
+				into[root] = true
+			}
+		case slices.Contains(refRoots, root):
+			into[r] = true
+		}
+	}
+}
+
+// cacheWarnings reports the cached nodes whose key leaves out something
+// the node reads: a later run with the same key replays writes made for
+// another value of it (a counter the node advances from its own value
+// stops advancing).
+func (c *compiler) cacheWarnings() {
+	for _, n := range c.g.Nodes {
+		key, ok := c.keys[n]
+		if n.Cache == nil || !ok {
+			continue
+		}
+		covered := func(r string) bool {
+			root, _, _ := strings.Cut(r, ".")
+			return key.refs[r] || key.refs[root]
+		}
+		var missing, self []string
+		for _, r := range slices.Sorted(maps.Keys(c.refs[n])) {
+			if covered(r) {
+				continue
+			}
+			missing = append(missing, r)
+			if f, ok := strings.CutPrefix(r, "state."); ok && n.Writes[f] {
+				self = append(self, r)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		keyRefs := slices.Sorted(maps.Keys(key.refs))
+		fix := append(slices.Clone(keyRefs), missing...)
+		d := diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeCacheKey, Pos: key.at.Pos(), Path: n.Path + ".cache.key",
+			Summary: fmt.Sprintf("the cache key of %q leaves out %s, which the node reads: a later run with the same key replays the writes made for another value of it; add it to the key, such as key: %q",
+				n.Name, strings.Join(missing, ", "), "["+strings.Join(fix, ", ")+"]")}
+		if len(self) > 0 {
+			d.Detail = fmt.Sprintf("the node writes %s from its own value: once the key repeats, the old value is replayed and it stops changing", strings.Join(self, ", "))
+		}
+		c.dl.Add(d)
+	}
 }
 
 // readFile reads a file the flow names, keeping its text for printing

@@ -71,9 +71,16 @@ func (c *compiler) common(n *Node, b *builder, s config.Settings) {
 	n.InterruptBefore, _ = s.Bool("interrupt_before")
 	n.InterruptAfter, _ = s.Bool("interrupt_after")
 	if cs := s.Object("cache"); cs.Block().IsMapping() {
-		if p := c.compileExpr(cs.Value("key"), b.env(nil), false); p != nil {
+		c.inKey = c.reader == n // (a nested node's key is its host's read)
+		p := c.compileExpr(cs.Value("key"), b.env(nil), false)
+		c.inKey = false
+		if p != nil {
 			n.Cache = &Cache{Key: p}
 			n.Cache.TTL, _ = cs.Duration("ttl")
+			if k, ok := c.keys[n]; ok {
+				k.at = cs.Value("key")
+				c.keys[n] = k
+			}
 		}
 	}
 	oe := s.Object("on_error")
@@ -126,6 +133,9 @@ func (c *compiler) compileExpr(v config.Value, env *expression.Env, condition bo
 			continue
 		}
 		c.dl.Add(d)
+	}
+	if p != nil && c.reader != nil && !c.readerRan {
+		c.noteRefs(c.reader, p.Refs(refRoots...))
 	}
 	if p != nil && c.reader != nil {
 		for _, r := range p.Reads() {

@@ -33,8 +33,8 @@ func (b *builder) Template(v config.Value, name string, vars kind.Vars) *templat
 	if c.stateShape == nil {
 		return t // the state schema is broken; reported where it is
 	}
-	probs, reads := tmpl.Analyze(t, tmpl.Root(c.stateShape, c.inShape, b.templateVars(vars)))
-	for _, pr := range probs {
+	an := tmpl.Analyze(t, tmpl.Root(c.stateShape, c.inShape, b.templateVars(vars)))
+	for _, pr := range an.Problems {
 		pos := v.Span(pr.Offset, pr.Len)
 		if pr.Compare {
 			c.dl.Errorf(diag.CodeTemplateCompare, pos, path, "%s", pr.Message)
@@ -55,8 +55,11 @@ func (b *builder) Template(v config.Value, name string, vars kind.Vars) *templat
 		}
 		c.dl.Errorf(diag.CodeTemplateField, pos, path, "%s", msg).Suggestion = pr.Suggestion
 	}
+	if c.reader != nil && !c.readerRan {
+		c.noteRefs(c.reader, an.Refs)
+	}
 	if c.reader != nil {
-		for _, r := range reads {
+		for _, r := range an.Reads {
 			c.fieldReads = append(c.fieldReads, fieldRead{node: c.reader, ran: c.readerRan, field: r.Field,
 				pos: v.Span(r.Offset, r.Len), path: path, text: lineAt(v.Text(), r.Offset), template: true})
 		}

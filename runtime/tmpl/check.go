@@ -63,14 +63,24 @@ func Root(state, input *schema.Shape, extra map[string]*schema.Shape) *schema.Sh
 // range's dot is the list's item shape); where a shape is unknown, nothing
 // below it is checked.
 func Check(t *template.Template, root *schema.Shape) []Problem {
-	probs, _ := Analyze(t, root)
-	return probs
+	return Analyze(t, root).Problems
 }
 
-// Analyze is Check that also returns the template's unguarded reads of
-// state fields, for definite assignment.
-func Analyze(t *template.Template, root *schema.Shape) ([]Problem, []Read) {
-	c := &checker{root: root, vars: map[string]*schema.Shape{"$": root}, guards: map[guard]int{}}
+// Analysis is what Analyze finds in a template.
+type Analysis struct {
+	Problems []Problem
+	// Reads are the unguarded reads of state fields, for definite
+	// assignment.
+	Reads []Read
+	// Refs lists every value the template reads of its data's top-level
+	// values, guarded or not: "state.x" for a field, "state" for the
+	// whole value, "" for the whole data; sorted, once each.
+	Refs []string
+}
+
+// Analyze is Check that also returns what the template reads.
+func Analyze(t *template.Template, root *schema.Shape) Analysis {
+	c := &checker{root: root, vars: map[string]*schema.Shape{"$": root}, guards: map[guard]int{}, refs: map[string]bool{}}
 	for _, tt := range t.Templates() {
 		if tt.Tree == nil || tt.Tree.Root == nil {
 			continue
@@ -81,7 +91,7 @@ func Analyze(t *template.Template, root *schema.Shape) ([]Problem, []Read) {
 		}
 		c.list(tt.Tree.Root, dot)
 	}
-	return c.probs, c.reads
+	return Analysis{Problems: c.probs, Reads: c.reads, Refs: slices.Sorted(maps.Keys(c.refs))}
 }
 
 type checker struct {
@@ -92,6 +102,8 @@ type checker struct {
 	// through it inside them cannot meet a null
 	guards map[guard]int
 	reads  []Read
+	// refs collects what the template reads (see Analysis.Refs).
+	refs map[string]bool
 	// tested is set while the arguments being checked are only tested
 	// for truth or replaced when empty (if, with, and, or, default):
 	// reading an unset field there renders nothing and fails nothing.
@@ -212,11 +224,15 @@ func (c *checker) pipe(p *parse.PipeNode, dot *schema.Shape) *schema.Shape {
 func (c *checker) arg(n parse.Node, dot *schema.Shape) *schema.Shape {
 	switch x := n.(type) {
 	case *parse.DotNode:
+		if dot == c.root && dot != nil {
+			c.refs[""] = true
+		}
 		return dot
 	case *parse.FieldNode:
 		start := chainStart(int(x.Position()), x.Ident, false)
 		if dot == c.root && dot != nil {
 			c.read(x.Ident, start+1)
+			c.ref(x.Ident)
 		}
 		return c.chain(dot, "", x.Ident, start)
 	case *parse.VariableNode:
@@ -226,6 +242,7 @@ func (c *checker) arg(n parse.Node, dot *schema.Shape) *schema.Shape {
 		}
 		if x.Ident[0] == "$" && base == c.root && base != nil {
 			c.read(x.Ident[1:], chainStart(int(x.Position()), x.Ident, true)+len(x.Ident[0])+1)
+			c.ref(x.Ident[1:])
 		}
 		name := strings.TrimPrefix(x.Ident[0], "$")
 		return c.chain(base, name, x.Ident[1:], chainStart(int(x.Position()), x.Ident, true)+len(x.Ident[0]))
@@ -241,6 +258,18 @@ func (c *checker) arg(n parse.Node, dot *schema.Shape) *schema.Shape {
 		return c.pipe(x, dot)
 	}
 	return nil
+}
+
+// ref records what a chain from the root reads (see Analysis.Refs).
+func (c *checker) ref(idents []string) {
+	switch {
+	case len(idents) == 0:
+		c.refs[""] = true
+	case len(idents) == 1:
+		c.refs[idents[0]] = true
+	default:
+		c.refs[idents[0]+"."+idents[1]] = true
+	}
 }
 
 // read records a read of the root's chain idents (from its first

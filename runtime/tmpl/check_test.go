@@ -283,7 +283,7 @@ func TestAnalyzeReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, reads := Analyze(tp, root)
+		reads := Analyze(tp, root).Reads
 		var got []string
 		for _, r := range reads {
 			got = append(got, r.Field)
