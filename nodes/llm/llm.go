@@ -175,7 +175,9 @@ func (h handled) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 }
 
 // WithOutput implements kind.Outputter.
-func (h handled) WithOutput(s kind.State, out any) (kind.Update, error) { return h.n.WithOutput(s, out) }
+func (h handled) WithOutput(s kind.State, out any) (kind.Update, error) {
+	return h.n.WithOutput(s, out)
+}
 
 // Preview implements kind.Previewer.
 func (h handled) Preview(s kind.State) (*kind.Preview, error) { return h.n.Preview(s) }

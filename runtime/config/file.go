@@ -60,7 +60,7 @@ func Parse(path string, src []byte, dl *diag.List, opts ...ParseOptions) *File {
 			pos.Line = at
 		}
 		pos.Col = firstColumn(src, pos.Line)
-		dl.Errorf(diag.CodeYAML, pos, "", "invalid YAML: %s", msg)
+		dl.Errorf(diag.CodeYAML, pos, "", "invalid YAML: %s", diag.YAMLMessage(msg))
 		return nil
 	}
 	f := &File{Path: path, Src: src, at: map[string]*yaml.Node{}, keys: map[string]*yaml.Node{},

@@ -444,6 +444,9 @@ func fromError(src string, err error, env *Env) Problem {
 	if fe.To > fe.From {
 		p.EndCol = p.Col + (fe.To - fe.From)
 	}
+	if words := inWords(src, fe.Message, fe.From); words != "" {
+		p.Message = words
+	}
 	if name, ok := strings.CutPrefix(fe.Message, "unknown name "); ok {
 		p.Code = diag.CodeExprUnknown
 		p.Message = fmt.Sprintf("unknown name %q", name)

@@ -249,13 +249,56 @@ func Reference(reg kind.Registry) []byte {
 	return []byte(b.String())
 }
 
-// formatValidator is the compiled flow schema of one registry.
+// formatValidator is the compiled schema of a file format: the flow
+// format of one registry, or another (see Format).
 type formatValidator struct {
 	schema *jsonschema.Schema
 	raw    map[string]any
 	// top lists the top-level keys a registry's kinds declare.
 	top []config.Field
+	// what names a document of the format in messages ("flow").
+	what string
 }
+
+// Format checks YAML documents against a file format declared, as the
+// flow format is, with config fields: every problem at its position, in
+// the file's terms, with a suggestion for a misspelt key.
+type Format struct{ fv *formatValidator }
+
+// NewFormat compiles the format whose documents are root (an object),
+// with defs its shared definitions (config.Ref's targets); what names a
+// document in messages ("test file").
+func NewFormat(what string, root config.Field, defs map[string]config.Field) (*Format, error) {
+	doc := root.Schema()
+	d := map[string]any{}
+	for name, f := range defs {
+		d[name] = f.Schema()
+	}
+	doc["$defs"] = d
+	doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	url := "file:///trellis/" + strings.ReplaceAll(what, " ", "_") + ".schema.json"
+	if err := c.AddResource(url, bytes.NewReader(b)); err != nil {
+		return nil, err
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		return nil, err
+	}
+	fv := &formatValidator{schema: sch, what: what}
+	if err := json.Unmarshal(b, &fv.raw); err != nil {
+		return nil, err
+	}
+	return &Format{fv: fv}, nil
+}
+
+// Check reports every way d breaks the format to dl.
+func (f *Format) Check(d *config.File, dl *diag.List) { f.fv.check(d, dl) }
 
 var (
 	formatCache sync.Map   // kind.Registry -> *formatValidator
@@ -285,7 +328,7 @@ func formatFor(reg kind.Registry) (*formatValidator, error) {
 	if err != nil {
 		return nil, err
 	}
-	fv := &formatValidator{schema: s}
+	fv := &formatValidator{schema: s, what: "flow"}
 	fv.top, _ = kindFlowFields(reg)
 	_ = json.Unmarshal(b, &fv.raw)
 	formatCache.Store(reg, fv)
@@ -352,12 +395,9 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 			}
 		case "required":
 			for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
-				where := "node"
-				if path != "" {
-					where = path
-				}
+				where := path
 				if path == "" {
-					where = "flow"
+					where = fv.what
 				}
 				at := d.KeyAt(ptr)
 				if !at.Exists() {
@@ -366,7 +406,7 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 				dl.Errorf(diag.CodeMissingKey, at.Pos(), path, "%s is missing required key %q", where, m[1])
 			}
 		case "type":
-			dl.Errorf(diag.CodeType, n.Pos(), path, "%s: %s", describeAt(path), e.Message)
+			dl.Errorf(diag.CodeType, n.Pos(), path, "%s: %s", fv.describeAt(path), e.Message)
 		case "enum", "const":
 			if strings.HasSuffix(ptr, "/kind") && strings.HasPrefix(ptr, "/nodes/") {
 				got := d.At(ptr).Text()
@@ -374,7 +414,7 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 				continue
 			}
 			got := d.At(ptr).Text()
-			dd := dl.Errorf(diag.CodeNotAllowed, n.Pos(), path, "%s: %s", describeAt(path), e.Message)
+			dd := dl.Errorf(diag.CodeNotAllowed, n.Pos(), path, "%s: %s", fv.describeAt(path), e.Message)
 			if got != "" && keyword == "enum" {
 				var opts []string
 				for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
@@ -385,8 +425,18 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 				}
 				dd.Suggestion = diag.Suggest(got, opts)
 			}
+		case "pattern":
+			at, text := n, d.At(ptr).Text()
+			if strings.Contains(e.KeywordLocation, "/propertyNames/") {
+				// a key breaks it: name the key
+				at, text = d.KeyAt(ptr), config.Unescape(ptr[strings.LastIndexByte(ptr, '/')+1:])
+				if !at.Exists() {
+					at = n
+				}
+			}
+			dl.Errorf(diag.CodeConstraint, at.Pos(), path, "%s: %q is not %s", fv.describeAt(path), text, fv.patternWords(e.AbsoluteKeywordLocation))
 		default:
-			dl.Errorf(diag.CodeConstraint, n.Pos(), path, "%s: %s", describeAt(path), e.Message)
+			dl.Errorf(diag.CodeConstraint, n.Pos(), path, "%s: %s", fv.describeAt(path), e.Message)
 		}
 	}
 }
@@ -450,6 +500,43 @@ func (fv *formatValidator) anyOfSibling(leaves []*jsonschema.ValidationError, e 
 	return false
 }
 
+// patternWords are the format's patterns said in words.
+var patternWords = map[string]string{
+	definitions["duration"].Pattern: "a duration such as 250ms, 2s or 1m30s",
+	name.Pattern:                    "a name of letters, digits and underscores that does not start with a digit",
+	`^[a-z][a-z0-9_]*$`:             "in snake_case: lowercase letters, digits and underscores, starting with a letter",
+	`^[A-Z][0-9]{3}$`:               "a diagnostic code such as E006",
+}
+
+// patternWords says what the pattern at a keyword location (absolute,
+// ending in /pattern) asks for: in words when it is one of the format's,
+// else what the field is for, else the pattern itself.
+func (fv *formatValidator) patternWords(absLoc string) string {
+	frag := strings.TrimSuffix(absLoc[strings.IndexByte(absLoc, '#')+1:], "/pattern")
+	var cur any = fv.raw
+	for _, p := range strings.Split(strings.TrimPrefix(frag, "/"), "/") {
+		switch c := cur.(type) {
+		case map[string]any:
+			cur = c[config.Unescape(p)]
+		case []any:
+			var i int
+			fmt.Sscan(p, &i)
+			if i < len(c) {
+				cur = c[i]
+			}
+		}
+	}
+	m, _ := cur.(map[string]any)
+	pattern, _ := m["pattern"].(string)
+	if w, ok := patternWords[pattern]; ok {
+		return w
+	}
+	if desc, _ := m["description"].(string); desc != "" {
+		return "valid here: " + strings.TrimSuffix(desc, ".")
+	}
+	return "matched by the pattern " + pattern
+}
+
 func joinPath(path, key string) string {
 	if path == "" {
 		return key
@@ -457,9 +544,9 @@ func joinPath(path, key string) string {
 	return path + "." + key
 }
 
-func describeAt(path string) string {
+func (fv *formatValidator) describeAt(path string) string {
 	if path == "" {
-		return "flow"
+		return fv.what
 	}
 	return path
 }
