@@ -52,7 +52,7 @@ tests:
           state: ["state.count == 4"]
 `), 0o644)
 	out, _, exit = trellis(t, "test", dir)
-	if exit != 1 || !strings.Contains(out, "f.test.yaml:7: run 1: state: state.count == 4 does not hold\n      state.count = 3") {
+	if exit != 1 || !strings.Contains(out, "f.test.yaml:8:19: run 1: state: state.count == 4 does not hold\n      state.count = 3") {
 		t.Fatalf("exit %d\n%s", exit, out)
 	}
 }
