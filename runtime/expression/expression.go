@@ -290,6 +290,21 @@ func stateField(n ast.Node) (string, bool) {
 // nil for any other expression.
 func (p *Program) Shape() *schema.Shape { return p.shape }
 
+// Atomic reports whether the expression is one operand (a name, a member
+// read, a call, a literal, a bracketed expression), so that it keeps its
+// meaning written beside an operator without parentheses.
+func (p *Program) Atomic() bool {
+	tree, err := parser.Parse(p.src)
+	if err != nil {
+		return false
+	}
+	switch tree.Node.(type) {
+	case *ast.BinaryNode, *ast.ConditionalNode, *ast.UnaryNode, *ast.SequenceNode, *ast.VariableDeclaratorNode:
+		return false
+	}
+	return true
+}
+
 // Source is the expression text.
 func (p *Program) Source() string { return p.src }
 
