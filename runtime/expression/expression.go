@@ -227,8 +227,22 @@ func (p *Program) Refs(roots ...string) []string {
 	return slices.Sorted(maps.Keys(seen))
 }
 
+// ReadsOf lists the expression's unguarded reads of the fields of the
+// object variable root (output.x, for root output), as Reads does for
+// state.
+func (p *Program) ReadsOf(root string) []Read {
+	tree, err := parser.Parse(p.src)
+	if err != nil {
+		return nil
+	}
+	return readsOf(p.src, tree.Node, root)
+}
+
 // stateReads finds the unguarded reads of state fields in an expression.
-func stateReads(src string, root ast.Node) []Read {
+func stateReads(src string, root ast.Node) []Read { return readsOf(src, root, "state") }
+
+// readsOf finds the unguarded reads of the fields of variable name.
+func readsOf(src string, root ast.Node, name string) []Read {
 	guarded := map[ast.Node]bool{}
 	tested := map[string]bool{}
 	mark := func(sub ast.Node) {
@@ -243,7 +257,7 @@ func stateReads(src string, root ast.Node) []Read {
 			case "==", "!=":
 				for _, side := range [][2]ast.Node{{x.Left, x.Right}, {x.Right, x.Left}} {
 					if _, isNil := side[1].(*ast.NilNode); isNil {
-						if f, ok := stateField(side[0]); ok {
+						if f, ok := fieldOf(side[0], name); ok {
 							tested[f] = true
 						}
 						mark(side[0])
@@ -260,7 +274,7 @@ func stateReads(src string, root ast.Node) []Read {
 	}})
 	var reads []Read
 	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
-		f, ok := stateField(n)
+		f, ok := fieldOf(n, name)
 		if !ok || guarded[n] || tested[f] {
 			return
 		}
@@ -271,15 +285,16 @@ func stateReads(src string, root ast.Node) []Read {
 	return reads
 }
 
-// stateField reports whether n reads state.NAME, and NAME.
-func stateField(n ast.Node) (string, bool) {
+// fieldOf reports whether n reads VAR.NAME (VAR the variable name), and
+// NAME.
+func fieldOf(n ast.Node, name string) (string, bool) {
 	m, ok := n.(*ast.MemberNode)
 	if !ok {
 		return "", false
 	}
 	id, ok := m.Node.(*ast.IdentifierNode)
 	prop, isStr := m.Property.(*ast.StringNode)
-	if !ok || !isStr || id.Value != "state" {
+	if !ok || !isStr || id.Value != name {
 		return "", false
 	}
 	return prop.Value, true

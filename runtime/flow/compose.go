@@ -101,6 +101,31 @@ func (c *compiler) configBlock(v config.Value) {
 	c.env = c.env.With("config", c.g.ConfigShape)
 }
 
+// unsetAtEnd maps the fields a run may end with unset (no default, not
+// nullable, not required; some way to END writes nothing to them) to such
+// a way.
+func (c *compiler) unsetAtEnd() map[string]string {
+	if c.abs == nil || c.abs.overflow || c.stateShape == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, f := range c.g.Fields {
+		if f.HasDefault || f.Shape.Nullable() || slices.Contains(c.stateShape.Required, f.Name) {
+			continue
+		}
+		for si, s := range c.abs.states {
+			if len(s.triggered) > 0 || s.must == nil || s.must.has(f.Index) {
+				continue
+			}
+			if steps := c.abs.witness(f.Index, si); steps != nil {
+				out[f.Name] = c.showSteps(steps[:len(steps)-1]) + " → END"
+				break
+			}
+		}
+	}
+	return out
+}
+
 // ConfigField returns a run configuration entry by name.
 func (g *Graph) ConfigField(name string) (*ConfigField, bool) {
 	for _, f := range g.Config {
@@ -241,6 +266,7 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 			sf.Required = append(sf.Required, name)
 		}
 	}
+	sf.Unset = child.unsetAtEnd()
 	var pauses []string
 	for _, n := range g.Nodes {
 		_, asks := n.Impl.(kind.Asker)
