@@ -283,6 +283,9 @@ func mayBeInt(t reflect.Type) bool {
 type numeric struct {
 	of   map[ast.Node]numKind
 	root ast.Node
+	// items is the JSON type of every element of the root, when it is a
+	// list literal whose elements share one ("" when not known).
+	items string
 }
 
 // numKind is what kind of number a node gives.
@@ -297,6 +300,46 @@ const (
 func (v *numeric) Visit(n *ast.Node) {
 	v.of[*n] = v.kind(*n)
 	v.root = *n
+	v.items = ""
+	if a, ok := (*n).(*ast.ArrayNode); ok {
+		v.items = v.itemType(a)
+	}
+}
+
+// itemType is the JSON type all of a list literal's elements share: a
+// number when one may have a fraction, an integer when all are whole
+// ("" when they differ or one is not known).
+func (v *numeric) itemType(a *ast.ArrayNode) string {
+	t := ""
+	for _, e := range a.Nodes {
+		et := ""
+		switch k := v.of[e]; {
+		case k == numWhole:
+			et = "integer"
+		case k == numAny:
+			et = "number"
+		default:
+			if typ := e.Type(); typ != nil {
+				switch typ.Kind() {
+				case reflect.String:
+					et = "string"
+				case reflect.Bool:
+					et = "boolean"
+				}
+			}
+		}
+		switch {
+		case et == "":
+			return ""
+		case t == "" || t == et:
+			t = et
+		case t == "integer" && et == "number" || t == "number" && et == "integer":
+			t = "number"
+		default:
+			return ""
+		}
+	}
+	return t
 }
 
 // both is the kind of an operation over two numbers: whole when both

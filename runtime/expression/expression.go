@@ -301,8 +301,9 @@ func fieldOf(n ast.Node, name string) (string, bool) {
 }
 
 // Shape is the shape of the value of an expression that reads a variable
-// or a chain of its members (output, output.review.score), as declared;
-// nil for any other expression.
+// or a chain of its members (output, output.review.score), as declared,
+// or of a list literal whose elements share a type; nil for any other
+// expression.
 func (p *Program) Shape() *schema.Shape { return p.shape }
 
 // Atomic reports whether the expression is one operand (a name, a member
@@ -435,6 +436,10 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		return nil, []Problem{p}
 	}
 	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node), num: num.of[num.root]}
+	if p.shape == nil && num.items != "" {
+		// a list literal: the type its elements share
+		p.shape = &schema.Shape{Types: []string{"array"}, Items: &schema.Shape{Types: []string{num.items}}}
+	}
 	if literal(prog.Node()) {
 		// the literal is what the machine would return, every time
 		if v, err := new(vm.VM).Run(prog, map[string]any{}); err == nil {

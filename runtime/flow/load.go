@@ -269,7 +269,7 @@ func (c *compiler) unsetWarnings() {
 	seen := map[string]bool{}
 	for _, r := range c.fieldReads {
 		f, ok := c.g.fields[r.field]
-		if !ok || f.HasDefault || f.Input || f.Shape.Nullable() || r.node == nil || slices.Contains(c.stateShape.Required, f.Name) {
+		if !ok || f.HasDefault || f.Shape.Nullable() || r.node == nil || slices.Contains(c.stateShape.Required, f.Name) {
 			// a required field is in every valid state: it is given when
 			// the thread is created
 			continue
@@ -287,6 +287,9 @@ func (c *compiler) unsetWarnings() {
 		way, why, unset := c.unsetWay(f, r.node, r.ran)
 		if !unset {
 			continue
+		}
+		if f.Input {
+			why += "; it is an input, which a run may leave out"
 		}
 		seen[key] = true
 		where := "this node"
