@@ -291,12 +291,14 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at config.Value) {
 	spec := f.Reducer.Spec
 	// max keeps the larger, min the smaller: a number the update may be
-	// that its bound refuses is kept when it wins
+	// that its bound refuses is kept when it wins, or when the field has
+	// no value yet
 	if spec.Name == "max" || spec.Name == "min" {
 		for _, l := range p.Numbers() {
 			hi := f.Shape.Maximum != nil && (l.Value > *f.Shape.Maximum || f.Shape.ExclusiveMaximum && l.Value == *f.Shape.Maximum)
 			lo := f.Shape.Minimum != nil && (l.Value < *f.Shape.Minimum || f.Shape.ExclusiveMinimum && l.Value == *f.Shape.Minimum)
-			if spec.Name == "max" && hi || spec.Name == "min" && lo {
+			// (a field with no value yet takes the update as it is)
+			if spec.Name == "max" && hi || spec.Name == "min" && lo || !f.HasDefault && (hi || lo) {
 				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(l.Line, l.Col, l.EndCol), b.path, "field %q is %s, but this expression can yield %v, which %s keeps", field, f.Shape.OutOfRange(l.Value), l.Value, spec.Name)
 			}
 		}

@@ -1,6 +1,7 @@
 package tmpl
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -49,7 +50,7 @@ func TestFormsAgainstFieldRules(t *testing.T) {
 		why := ""
 		for _, f := range forms {
 			shown = append(shown, f.String())
-			if w := f.Breaks(c.shape); w != "" && why == "" {
+			if w, _ := f.Breaks(c.shape); w != "" && why == "" {
 				why = w
 			}
 		}
@@ -64,5 +65,49 @@ func TestFormsAgainstFieldRules(t *testing.T) {
 	tp, _ := Parse("t", many)
 	if _, ok := Forms(tp); ok {
 		t.Errorf("128 forms listed")
+	}
+}
+
+// A printed field's kind says what its hole can print: an integer's
+// digits, a boolean's true or false, an enum's values.
+func TestFormsOfPrintedKinds(t *testing.T) {
+	str := func(vals ...any) *schema.Shape { return &schema.Shape{Types: []string{"string"}, Enum: vals} }
+	fields := map[string]*schema.Shape{
+		"n": {Types: []string{"integer"}}, "ok": {Types: []string{"boolean"}},
+		"shade": str("red", "green", "blue"), "any": nil,
+	}
+	resolve := func(idents []string) *schema.Shape {
+		if len(idents) == 2 && idents[0] == "state" {
+			return fields[idents[1]]
+		}
+		return nil
+	}
+	field := str("red", "green", "7", "true")
+	for text, want := range map[string]string{
+		"{{.state.shade}}":              `"blue"`,
+		"{{$.state.n}}":                 "",
+		"x{{.state.n}}":                 `"x<an integer>"`,
+		"{{.state.ok}}":                 `"false"`,
+		"{{.state.any}}":                "",
+		"{{with .state.n}}{{.}}{{end}}": `""`,
+	} {
+		tp, err := Parse("t", text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forms, ok := FormsOf(tp, resolve)
+		if !ok {
+			t.Fatalf("%s: no forms", text)
+		}
+		got := ""
+		for _, f := range forms {
+			if why, shown := f.Breaks(field); why != "" {
+				got = strconv.Quote(shown)
+				break
+			}
+		}
+		if got != want {
+			t.Errorf("%s: breaks with %s, want %s", text, got, want)
+		}
 	}
 }
