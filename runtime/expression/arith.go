@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/builtin"
@@ -286,6 +287,16 @@ type numeric struct {
 	// items is the JSON type of every element of the root, when it is a
 	// list literal whose elements share one ("" when not known).
 	items string
+	// leaves are, per node, the values it can yield: itself, or the
+	// branches of ?: and ?? (see Program.Branches).
+	leaves map[ast.Node][]branch
+}
+
+// branch is one value an expression can yield, through its choices (?:,
+// ??): its JSON type ("" when not known) and its rune offsets.
+type branch struct {
+	typ      string
+	from, to int
 }
 
 // numKind is what kind of number a node gives.
@@ -300,6 +311,17 @@ const (
 func (v *numeric) Visit(n *ast.Node) {
 	v.of[*n] = v.kind(*n)
 	v.root = *n
+	if v.leaves == nil {
+		v.leaves = map[ast.Node][]branch{}
+	}
+	if x, ok := (*n).(*ast.ConditionalNode); ok {
+		v.leaves[*n] = append(slices.Clone(v.leaves[x.Exp1]), v.leaves[x.Exp2]...)
+	} else if x, ok := (*n).(*ast.BinaryNode); ok && x.Operator == "??" {
+		v.leaves[*n] = append(slices.Clone(v.leaves[x.Left]), v.leaves[x.Right]...)
+	} else {
+		loc := (*n).Location()
+		v.leaves[*n] = []branch{{typ: v.jsonType(*n), from: loc.From, to: loc.To}}
+	}
 	v.items = ""
 	if a, ok := (*n).(*ast.ArrayNode); ok {
 		v.items = v.itemType(a)
@@ -340,6 +362,34 @@ func (v *numeric) itemType(a *ast.ArrayNode) string {
 		}
 	}
 	return t
+}
+
+// jsonType is the JSON type of what n gives, "" when not known.
+func (v *numeric) jsonType(n ast.Node) string {
+	switch v.of[n] {
+	case numWhole:
+		return "integer"
+	case numAny:
+		return "number"
+	}
+	if _, ok := n.(*ast.NilNode); ok {
+		return "null"
+	}
+	t := n.Type()
+	if t == nil {
+		return ""
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	}
+	return ""
 }
 
 // both is the kind of an operation over two numbers: whole when both

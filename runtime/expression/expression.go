@@ -179,6 +179,15 @@ type Program struct {
 	reads []Read
 	// num says whether the value is a number, whole or not (see numeric).
 	num numKind
+	// branches are the values it can yield through its choices.
+	branches []branch
+}
+
+// Branch is one value an expression can yield through its choices (?:,
+// ??): its JSON type ("" when the checker does not know it) and place.
+type Branch struct {
+	Type              string
+	Line, Col, EndCol int
 }
 
 // Read is a read of a state field (state.NAME) that nothing in the
@@ -435,7 +444,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 		return nil, []Problem{p}
 	}
-	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node), num: num.of[num.root]}
+	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node), num: num.of[num.root], branches: num.leaves[num.root]}
 	if p.shape == nil && num.items != "" {
 		// a list literal: the type its elements share
 		p.shape = &schema.Shape{Types: []string{"array"}, Items: &schema.Shape{Types: []string{num.items}}}
@@ -685,6 +694,19 @@ func FunctionNames() []string {
 // literals and +, -, *, % over them), so that an integer field holds it;
 // a division, a power, a mean or a fractional literal may not.
 func (p *Program) Whole() bool { return p.num == numWhole }
+
+// Branches lists the values the expression can yield through its choices
+// (the branches of ?: and ??, themselves when it has none), each with its
+// JSON type where the checker knows it; columns are 1-based on the
+// expression's first line, or Line gives the line.
+func (p *Program) Branches() []Branch {
+	out := make([]Branch, len(p.branches))
+	for i, b := range p.branches {
+		line, col := position(p.src, b.from)
+		out[i] = Branch{Type: b.typ, Line: line, Col: col, EndCol: col + max(b.to-b.from, 1)}
+	}
+	return out
+}
 
 // Number reports whether the expression gives a number, even where the
 // checker cannot tell its type (mean and median give any).

@@ -259,6 +259,19 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q %s", field, why)
 		return
 	}
+	// a choice's branch of a type the field does not take (the whole is
+	// typed any when its branches differ)
+	if bs := p.Branches(); len(bs) > 1 {
+		for _, br := range bs {
+			switch {
+			case br.Type == "" || br.Type == "null" && f.Shape.Nullable():
+			case br.Type == "number" && !f.Shape.Takes("number") && f.Shape.Allows("integer"):
+				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(br.Line, br.Col, br.EndCol), b.path, "field %q takes %s only, but this branch yields a number that may have a fraction", field, f.Shape.Describe())
+			case !f.Shape.Allows(br.Type):
+				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(br.Line, br.Col, br.EndCol), b.path, "field %q takes %s, but this branch yields %s", field, f.Shape.Describe(), article(br.Type))
+			}
+		}
+	}
 	// a number literal it may yield that the field's bounds refuse
 	if _, constant := p.Constant(); !constant {
 		for _, l := range p.Numbers() {
