@@ -283,16 +283,19 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 	if jsonType(p.ResultType()) == "" {
 		return
 	}
-	// a string the field's enum does not allow, written as it is
+	// a string literal it may yield that the field's enum, pattern or
+	// lengths refuse, written as it is
 	values, isEnum := f.Shape.Strings()
-	if !isEnum {
-		return
-	}
 	lits, _ := p.Yields()
 	for _, l := range lits {
-		if !slices.Contains(values, l.Value) {
-			b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(l.Line, l.Col, l.EndCol), b.path, "field %q is one of %s, never %q", field, quoteEach(values), l.Value).
+		pos := at.PosIn(l.Line, l.Col, l.EndCol)
+		switch why := f.Shape.TextRule(l.Value); {
+		case why == "":
+		case isEnum && !slices.Contains(values, l.Value):
+			b.c.dl.Errorf(diag.CodeWriteType, pos, b.path, "field %q is one of %s, never %q", field, quoteEach(values), l.Value).
 				Suggestion = diag.Suggest(l.Value, values)
+		default:
+			b.c.dl.Errorf(diag.CodeWriteType, pos, b.path, "field %q %s, but this expression can yield %q", field, why, l.Value)
 		}
 	}
 }
