@@ -118,7 +118,10 @@ flows: build
 
 # Short fuzzing of the loader, the expression glue, the template checker,
 # the JSON decoder, the HTTP API's request bodies, the command's input
-# values and store addresses, and whole command lines over generated flows.
+# values and store addresses, whole command lines over generated flows,
+# and the differential check of the validator against the engine (random
+# flows that validate clean must run; what it finds is kept in
+# nodes/all/testdata/fuzz/FuzzDifferential).
 fuzz:
 	$(GO) test ./runtime/flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
@@ -127,6 +130,7 @@ fuzz:
 	$(GO) test ./cmd/trellis/internal/server -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime 10000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzInputsAndStores$$' -fuzztime 3000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzCommandLine$$' -fuzztime 3000x
+	$(GO) test ./nodes/all -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 20000x
 
 # The peer workloads (W1-W3) as YAML flows; compare with ../shared/peerbench.
 bench:
