@@ -6,7 +6,7 @@ PKGS    := ./...
 FUZZTIME ?= 40000x
 
 .PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
-	livekit-server page page-check bench-voice
+	livekit-server page page-check bench-voice bench-validate
 
 # The version the binary reports (in validate's SARIF log): git describe.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
@@ -192,6 +192,26 @@ loadtest: build
 bench-prune:
 	$(GO) test ./runtime/store/sqlite -run '^$$' -bench Prune -benchtime 1x -timeout 30m
 	$(GO) test ./runtime/store/postgres -run '^$$' -bench Prune -benchtime 1x -timeout 30m
+
+# `trellis validate` on the two reference flows as a whole process (start,
+# load, validate, exit), RUNS times each, interleaved with the binary of
+# revision BEFORE (when given) so that both meet the same machine load:
+# median and p90 wall time per process. Not part of check.
+RUNS ?= 20
+VALIDATE_FLOWS ?= flows/interview.yaml flows/resume_review.yaml
+bench-validate: build
+	@set -e; dir=$$(mktemp -d); trap 'rm -rf $$dir' EXIT; bins=bin/trellis; \
+	if [ -n "$(BEFORE)" ]; then \
+	  mkdir -p $$dir/src && git archive $(BEFORE) | tar -x -C $$dir/src && \
+	  (cd $$dir/src && $(GO) build -o $$dir/before ./cmd/trellis) && bins="$$dir/before bin/trellis"; fi; \
+	for b in $$bins; do $$b validate $(VALIDATE_FLOWS) 2>/dev/null >/dev/null || { echo "$$b validate fails"; exit 1; }; done; \
+	for i in $$(seq $(RUNS)); do for b in $$bins; do \
+	  s=$$(date +%s%N); $$b validate $(VALIDATE_FLOWS) >/dev/null 2>&1; e=$$(date +%s%N); \
+	  echo "$$b $$(( (e - s) / 1000 ))" >> $$dir/times; done; done; \
+	for b in $$bins; do name=$$b; [ "$$b" = "$$dir/before" ] && name="BEFORE=$(BEFORE)"; \
+	  grep "^$$b " $$dir/times | cut -d' ' -f2 | sort -n | awk -v n="$$name" '{t[NR]=$$1} END { \
+	    m = (NR % 2) ? t[(NR+1)/2] : (t[NR/2] + t[NR/2+1]) / 2; p = t[int(NR*0.9 + 0.999999)]; \
+	    printf "%-28s %d runs  median %6.1f ms  p90 %6.1f ms\n", n, NR, m/1000, p/1000 }'; done
 
 # Rewrite schemas/flow.schema.json and nodes/README.md from the node-kind registry.
 schema:

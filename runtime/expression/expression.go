@@ -19,6 +19,8 @@ import (
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/builtin"
+	"github.com/expr-lang/expr/checker/nature"
+	"github.com/expr-lang/expr/conf"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/parser"
 	"github.com/expr-lang/expr/types"
@@ -36,6 +38,18 @@ type Env struct {
 	// flat names the object variables whose declared fields are also bound
 	// as variables of their own ("state.count"), see WithFields.
 	flat map[string]bool
+	// nature is the checker's view of vars, worked out once for every
+	// expression compiled against the environment.
+	natureOnce sync.Once
+	nature     nature.Nature
+}
+
+// option gives expr the environment, its nature worked out once.
+func (e *Env) option() expr.Option {
+	e.natureOnce.Do(func() { e.nature = e.vars.Nature() })
+	return func(c *conf.Config) {
+		c.EnvObject, c.Env, c.Strict = e.vars, e.nature, e.nature.Strict
+	}
 }
 
 // NewEnv returns an empty environment.
@@ -181,6 +195,17 @@ type Program struct {
 	num numKind
 	// branches are the values it can yield through its choices.
 	branches []branch
+	// tree is the parsed expression, which the questions asked of the
+	// program after it compiled read (never changed).
+	tree *parser.Tree
+}
+
+// parsed is the program's syntax tree.
+func (p *Program) parsed() (*parser.Tree, error) {
+	if p.tree != nil {
+		return p.tree, nil
+	}
+	return parser.Parse(p.src)
 }
 
 // Branch is one value an expression can yield through its choices (?:,
@@ -205,7 +230,7 @@ func (p *Program) Reads() []Read { return p.reads }
 // names, guarded or not: "state.x" for a field, "state" for the whole
 // object (json(state)), sorted and once each.
 func (p *Program) Refs(roots ...string) []string {
-	tree, err := parser.Parse(p.src)
+	tree, err := p.parsed()
 	if err != nil {
 		return nil
 	}
@@ -240,7 +265,7 @@ func (p *Program) Refs(roots ...string) []string {
 // object variable root (output.x, for root output), as Reads does for
 // state.
 func (p *Program) ReadsOf(root string) []Read {
-	tree, err := parser.Parse(p.src)
+	tree, err := p.parsed()
 	if err != nil {
 		return nil
 	}
@@ -319,7 +344,7 @@ func (p *Program) Shape() *schema.Shape { return p.shape }
 // read, a call, a literal, a bracketed expression), so that it keeps its
 // meaning written beside an operator without parentheses.
 func (p *Program) Atomic() bool {
-	tree, err := parser.Parse(p.src)
+	tree, err := p.parsed()
 	if err != nil {
 		return false
 	}
@@ -425,12 +450,13 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		return nil, errs
 	}
 	warnings = append(warnings, checkNullable(src, tree.Node, env)...)
-	opts := append([]expr.Option{expr.Env(env.vars)}, functions...)
+	opts := append([]expr.Option{env.option()}, functions...)
 	num := &numeric{of: map[ast.Node]numKind{}}
-	opts = append(opts, expr.Patch(num), expr.Patch(exact{}))
+	pt := &patcher{num: num}
 	if len(env.flat) > 0 {
-		opts = append(opts, expr.Patch(&flattener{env: env}))
+		pt.flat = &flattener{env: env}
 	}
+	opts = append(opts, expr.Patch(pt))
 	if wantBool {
 		opts = append(opts, expr.AsBool())
 	}
@@ -444,7 +470,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 		return nil, []Problem{p}
 	}
-	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node), num: num.of[num.root], branches: num.leaves[num.root]}
+	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node), num: num.of[num.root], branches: num.leaves[num.root], tree: tree}
 	if p.shape == nil && num.items != "" {
 		// a list literal: the type its elements share
 		p.shape = &schema.Shape{Types: []string{"array"}, Items: &schema.Shape{Types: []string{num.items}}}
@@ -652,6 +678,30 @@ func position(src string, offset int) (line, col int) {
 	return line, col
 }
 
+// patcher makes one pass over the checked tree (the checker types the
+// tree again before each pass, so one pass is the cheapest): it records
+// what numbers each node gives (numeric), then rewrites integer
+// arithmetic into exact operations (exact) and flattened fields into
+// variables (flattener), keeping each rewritten node's type and what
+// numeric found of it.
+type patcher struct {
+	num  *numeric
+	flat *flattener
+}
+
+func (p *patcher) Visit(n *ast.Node) {
+	p.num.Visit(n)
+	old := *n
+	if p.flat != nil {
+		p.flat.Visit(n)
+	}
+	exact{}.Visit(n)
+	if *n != old {
+		(*n).SetType(old.Type())
+		p.num.of[*n], p.num.leaves[*n], p.num.root = p.num.of[old], p.num.leaves[old], *n
+	}
+}
+
 // flattener rewrites name.field (a constant field of a flattened object
 // variable) into the variable "name.field".
 type flattener struct{ env *Env }
@@ -737,7 +787,7 @@ type Yield struct {
 // itself, or the branches of conditionals (?: and if/else) and ?? that
 // are literals. all reports whether those literals are all it can yield.
 func (p *Program) Yields() (lits []Yield, all bool) {
-	tree, err := parser.Parse(p.src)
+	tree, err := p.parsed()
 	if err != nil {
 		return nil, false
 	}
@@ -779,7 +829,7 @@ type NumberLiteral struct {
 // value: itself, or the branches of conditionals (?: and if/else) and ??
 // that are literals (negated ones too).
 func (p *Program) Numbers() []NumberLiteral {
-	tree, err := parser.Parse(p.src)
+	tree, err := p.parsed()
 	if err != nil {
 		return nil
 	}
@@ -832,7 +882,7 @@ func Complements(conds []*Program) bool {
 		if c == nil {
 			continue
 		}
-		tree, err := parser.Parse(c.src)
+		tree, err := c.parsed()
 		if err != nil {
 			continue
 		}
@@ -922,7 +972,7 @@ func quoteAll(values []string) string {
 // whose schema is a string enum (state.x, or state.x ?? 'literal'), and
 // whether it is such a read.
 func (p *Program) Enum(env *Env) ([]string, bool) {
-	tree, err := parser.Parse(p.src)
+	tree, err := p.parsed()
 	if err != nil {
 		return nil, false
 	}

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
@@ -290,9 +291,23 @@ func asSlice(v any) []any {
 }
 
 // Compiler compiles raw schemas. Relative $refs resolve against the file a
-// schema came from; YAML and JSON schema files are both accepted.
+// schema came from; YAML and JSON schema files are both accepted. What it
+// compiles is kept, by content, for the process: the same schema (a
+// reply schema several prompts name, the state of a flow also run as a
+// subflow) is compiled, and checked against the draft's metaschema, once.
 type Compiler struct {
-	c *jsonschema.Compiler
+	c    *jsonschema.Compiler
+	read Reader
+	// deps are the files the compilation read for $refs, with their text;
+	// trust is set when they were seen valid with the schema compiled.
+	deps  []dep
+	trust bool
+}
+
+// dep is a file a compiled schema refers to, as it was read.
+type dep struct {
+	path string
+	text []byte
 }
 
 // Reader reads the file a file:// URL names, given the URL's path: the
@@ -305,6 +320,7 @@ func NewCompiler(read Reader) *Compiler {
 	if read == nil {
 		read = diskReader
 	}
+	sc := &Compiler{read: read}
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	c.ExtractAnnotations = false
@@ -317,16 +333,98 @@ func NewCompiler(read Reader) *Compiler {
 		if err != nil {
 			return nil, err
 		}
+		sc.deps = append(sc.deps, dep{u.Path, b})
 		raw, err := Parse(u.Path, b)
 		if err != nil {
 			return nil, err
+		}
+		if m, ok := raw.(map[string]any); ok && sc.trust && m["$schema"] == draft2020 {
+			delete(m, "$schema") // seen valid with the schema that refers to it
 		}
 		if b, err = json.Marshal(raw); err != nil {
 			return nil, err
 		}
 		return io.NopCloser(bytes.NewReader(b)), nil
 	}
-	return &Compiler{c: c}
+	sc.c = c
+	return sc
+}
+
+// compiled is a schema compiled once for the process.
+type compiled struct {
+	once   sync.Once
+	schema *jsonschema.Schema
+	err    error
+	deps   []dep
+}
+
+// maxCompiled bounds the schemas kept (a server reloading edited flows
+// compiles new ones); past it the cache starts afresh.
+const maxCompiled = 512
+
+var (
+	compiledMu sync.Mutex
+	compiledBy = map[string]*compiled{}
+)
+
+// Compile adds raw under url and compiles it, or returns the schema
+// compiled before from the same url and text, when the files it refers
+// to still read the same.
+func (c *Compiler) Compile(url string, raw any) (*jsonschema.Schema, error) {
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	key := url + "\x00" + string(b)
+	for {
+		compiledMu.Lock()
+		e, ok := compiledBy[key]
+		if !ok {
+			if len(compiledBy) >= maxCompiled {
+				compiledBy = map[string]*compiled{}
+			}
+			e = &compiled{}
+			compiledBy[key] = e
+		}
+		compiledMu.Unlock()
+		e.once.Do(func() {
+			text, seen := b, c.seenValid(key)
+			if seen {
+				c.c.Draft, text, c.trust = trusted, withoutDraft(b), true
+				trustedCompiles.Add(1)
+			}
+			if err := c.c.AddResource(url, bytes.NewReader(text)); err != nil {
+				e.err = err
+				return
+			}
+			e.schema, e.err = c.c.Compile(url)
+			e.deps = c.deps
+			if e.err == nil && !seen {
+				rememberValid(key, c.deps)
+			}
+		})
+		if c.current(e.deps) {
+			return e.schema, e.err
+		}
+		// a file it refers to changed: compile it again, afresh
+		compiledMu.Lock()
+		if compiledBy[key] == e {
+			delete(compiledBy, key)
+		}
+		compiledMu.Unlock()
+		c = NewCompiler(c.read)
+	}
+}
+
+// current reports whether the files deps were read from read the same.
+func (c *Compiler) current(deps []dep) bool {
+	for _, d := range deps {
+		b, err := c.read(d.path)
+		if err != nil || !bytes.Equal(b, d.text) {
+			return false
+		}
+	}
+	return true
 }
 
 func diskReader(path string) ([]byte, error) { return os.ReadFile(filepath.FromSlash(path)) }
@@ -356,18 +454,6 @@ func Parse(name string, b []byte) (any, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return value.FromYAML(&n)
-}
-
-// Compile adds raw under url and compiles it.
-func (c *Compiler) Compile(url string, raw any) (*jsonschema.Schema, error) {
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.c.AddResource(url, bytes.NewReader(b)); err != nil {
-		return nil, err
-	}
-	return c.c.Compile(url)
 }
 
 // Validator checks values against one compiled schema, taking the exact

@@ -12,11 +12,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
 )
 
 // Env is what a command runs with.
@@ -97,6 +99,11 @@ func Main(args []string, env *Env) int {
 		fmt.Fprintf(env.Stderr, "trellis: unknown command %q\n\n", args[0])
 		usage(env.Stderr)
 		return exitUsage
+	}
+	// schemas found valid are remembered in the user's cache, so a later
+	// command compiling them again (unchanged) skips their metaschema check
+	if dir, err := os.UserCacheDir(); err == nil && os.Getenv("TRELLIS_SCHEMA_CACHE") != "off" {
+		schema.RememberValid(filepath.Join(dir, "trellis", "valid-schemas"))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

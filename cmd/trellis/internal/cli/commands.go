@@ -164,8 +164,10 @@ func plural(n int, what string) string {
 // and the sources they point into.
 func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 	// the files load at once, one per core; the garbage they leave is
-	// little and short-lived, so the collector runs less often meanwhile
-	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	// little and short-lived, so the collector waits until the heap nears
+	// a bound (a few flows never reach it)
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(256 << 20))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	type loaded struct {
 		dl      diag.List
 		sources diag.Sources

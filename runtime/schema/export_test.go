@@ -1,0 +1,14 @@
+package schema
+
+// ForgetCompiled empties the process's compiled schemas, as a new process
+// starts; TrustedCompiles counts the compiles that skipped the
+// metaschema; CanTrust reports whether the library lets them.
+func ForgetCompiled() {
+	compiledMu.Lock()
+	compiledBy = map[string]*compiled{}
+	compiledMu.Unlock()
+}
+
+func TrustedCompiles() int64 { return trustedCompiles.Load() }
+
+func CanTrust() bool { return trusted != nil }
