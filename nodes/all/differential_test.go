@@ -284,6 +284,9 @@ func (g *gen) node(name string) {
 		if list != nil && list.def {
 			items = "state." + list.name
 		}
+		if s := g.fieldOf("string"); s != nil && s.def && g.chance(3) {
+			items = "split(state." + s.name + " + ' x', ' ')" // a list of strings
+		}
 		g.line("  %s:", name)
 		g.line("    kind: map")
 		g.line("    items: %q", items)
