@@ -135,11 +135,30 @@ type fieldRead struct {
 	node  *Node
 	ran   bool
 	field string
-	pos   diag.Pos
-	path  string
-	text  string
-	// template: the read is in a template, not an expression
-	template bool
+	// at holds the read: an expression (at line, col to end), or a
+	// template (at byte offset off, end runes long); its position is
+	// worked out only for a read reported
+	at             config.Value
+	line, col, end int
+	off            int
+	path           string
+	template       bool
+}
+
+// pos is where the read is.
+func (r fieldRead) pos() diag.Pos {
+	if r.template {
+		return r.at.Span(r.off, r.end)
+	}
+	return r.at.PosIn(r.line, r.col, r.end)
+}
+
+// text is the expression, or the template's line, the read is in.
+func (r fieldRead) text() string {
+	if r.template {
+		return lineAt(r.at.Text(), r.off)
+	}
+	return r.at.Text()
 }
 
 // compile runs the phases in order: the file and its format, the state,
@@ -274,18 +293,19 @@ func (c *compiler) unsetWarnings() {
 			// the thread is created
 			continue
 		}
+		way, why, unset := c.unsetWay(f, r.node, r.ran)
+		if !unset {
+			continue
+		}
 		// a template in a file of its own (a prompt) may be read by
 		// several nodes: each is judged, and named
-		shared := r.pos.File != c.doc.Path
-		key := r.pos.String() + r.field
+		pos := r.pos()
+		shared := pos.File != c.doc.Path
+		key := pos.String() + r.field
 		if shared {
 			key += "|" + r.node.Name
 		}
 		if seen[key] {
-			continue
-		}
-		way, why, unset := c.unsetWay(f, r.node, r.ran)
-		if !unset {
 			continue
 		}
 		if f.Input {
@@ -307,10 +327,10 @@ func (c *compiler) unsetWarnings() {
 		if r.template {
 			read = "it inside {{with .state." + r.field + "}} or {{if .state." + r.field + "}}"
 		}
-		c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeExprUnset, Pos: r.pos, Path: r.path,
+		c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeExprUnset, Pos: pos, Path: r.path,
 			Summary: fmt.Sprintf("state.%s may be unset here: it has no default, and %s reaches %s with nothing written to it (%s); give it a default, or read %s",
 				r.field, way, where, why, read),
-			Detail: "in " + what + ": " + strings.TrimSpace(r.text)})
+			Detail: "in " + what + ": " + strings.TrimSpace(r.text())})
 	}
 }
 

@@ -140,7 +140,7 @@ func (c *compiler) compileExpr(v config.Value, env *expression.Env, condition bo
 	if p != nil && c.reader != nil {
 		for _, r := range p.Reads() {
 			c.fieldReads = append(c.fieldReads, fieldRead{node: c.reader, ran: c.readerRan, field: r.Field,
-				pos: v.PosIn(r.Line, r.Col, r.EndCol), path: path, text: v.Text()})
+				at: v, line: r.Line, col: r.Col, end: r.EndCol, path: path})
 		}
 	}
 	return p
@@ -160,6 +160,9 @@ type builder struct {
 	// onError is set while the node's on_error.set is compiled: those
 	// writes happen only when the node fails.
 	onError bool
+	// envs are the expression environments made for the node, by their
+	// variables.
+	envs map[string]*expression.Env
 }
 
 func addWrite(m map[string]map[string]bool, node, field string) {
@@ -178,6 +181,18 @@ func (b *builder) FlowSettings() config.Settings {
 }
 
 func (b *builder) env(vars kind.Vars) *expression.Env {
+	if len(vars) == 0 && len(b.extra) == 0 {
+		return b.c.env
+	}
+	// the same variables (names and shapes) make the same environment:
+	// made once per node, its types worked out once (see expression.Env)
+	var key strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		fmt.Fprintf(&key, "%s=%p;", name, vars[name])
+	}
+	if env, ok := b.envs[key.String()]; ok {
+		return env
+	}
 	env := b.c.env
 	for _, name := range slices.Sorted(maps.Keys(b.extra)) {
 		if _, own := vars[name]; !own {
@@ -187,6 +202,10 @@ func (b *builder) env(vars kind.Vars) *expression.Env {
 	for _, name := range slices.Sorted(maps.Keys(vars)) {
 		env = env.With(name, vars[name])
 	}
+	if b.envs == nil {
+		b.envs = map[string]*expression.Env{}
+	}
+	b.envs[key.String()] = env
 	return env
 }
 

@@ -61,7 +61,7 @@ func (b *builder) Template(v config.Value, name string, vars kind.Vars) *templat
 	if c.reader != nil {
 		for _, r := range an.Reads {
 			c.fieldReads = append(c.fieldReads, fieldRead{node: c.reader, ran: c.readerRan, field: r.Field,
-				pos: v.Span(r.Offset, r.Len), path: path, text: lineAt(v.Text(), r.Offset), template: true})
+				at: v, off: r.Offset, end: r.Len, path: path, template: true})
 		}
 	}
 	return t
