@@ -300,6 +300,11 @@ var (
 	formatMu    sync.Mutex // one compile at a time: flows loading at once wait for it
 )
 
+// Prepare compiles the flow format of a registry ahead of the first load,
+// which otherwise compiles it: a program that is about to load flows
+// calls it in the background while it reads them.
+func Prepare(reg kind.Registry) { _, _ = formatFor(reg) }
+
 func formatFor(reg kind.Registry) (*formatValidator, error) {
 	if v, ok := formatCache.Load(reg); ok {
 		return v.(*formatValidator), nil

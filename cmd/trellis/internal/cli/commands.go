@@ -40,6 +40,7 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 	if len(paths) == 0 {
 		paths = []string{"."}
 	}
+	go flow.Prepare(env.Registry) // while the files are found and read
 	files, skipped, err := trellis.ScanFlows(paths...)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
