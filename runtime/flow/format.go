@@ -141,6 +141,24 @@ func kindFlowFields(reg kind.Registry) ([]config.Field, error) {
 // declarations and the registry: every kind's block is discriminated by
 // its kind name.
 func FormatSchema(reg kind.Registry) ([]byte, error) {
+	doc, err := formatDoc(reg)
+	if err != nil {
+		return nil, err
+	}
+	doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// formatDoc is the flow format's JSON Schema as a document of maps and
+// lists, without its $schema (draft 2020-12).
+func formatDoc(reg kind.Registry) (map[string]any, error) {
 	kindKeys, err := kindFlowFields(reg)
 	if err != nil {
 		return nil, err
@@ -189,17 +207,9 @@ func FormatSchema(reg kind.Registry) ([]byte, error) {
 	doc["if"] = map[string]any{"not": map[string]any{"type": "object", "properties": map[string]any{"config": true}, "required": []any{"config"}}}
 	doc["then"] = map[string]any{"type": "object", "properties": map[string]any{"limits": map[string]any{"type": "object",
 		"properties": map[string]any{"max_steps": map[string]any{"type": "integer"}}}}}
-	doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
 	doc["title"] = "Trellis flow"
 	doc["$defs"] = defs
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(doc); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return doc, nil
 }
 
 // Reference renders the node-kind reference in Markdown from the
@@ -314,7 +324,11 @@ func formatFor(reg kind.Registry) (*formatValidator, error) {
 	if v, ok := formatCache.Load(reg); ok {
 		return v.(*formatValidator), nil
 	}
-	b, err := FormatSchema(reg)
+	doc, err := formatDoc(reg)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(doc)
 	if err != nil {
 		return nil, err
 	}
@@ -323,9 +337,8 @@ func formatFor(reg kind.Registry) (*formatValidator, error) {
 	if err != nil {
 		return nil, err
 	}
-	fv := &formatValidator{schema: s, what: "flow"}
+	fv := &formatValidator{schema: s, what: "flow", raw: doc}
 	fv.top, _ = kindFlowFields(reg)
-	_ = json.Unmarshal(b, &fv.raw)
 	formatCache.Store(reg, fv)
 	return fv, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,15 +25,29 @@ import (
 // 2020-12 without its metaschema, which it then skips. It compiles the
 // same schema: the metaschema is used for nothing else when a schema
 // names no $schema of its own.
-var trusted = func() *jsonschema.Draft {
-	d := *jsonschema.Draft2020
+var trusted = withoutMeta(jsonschema.Draft2020)
+
+// trusted2019 is draft 2019-09 without its metaschema. A schema that uses
+// no keyword new in 2020-12 means the same under it, and its compiler
+// does not look for dynamic anchors, which for a schema of many
+// subschemas (the flow format) costs as much as the rest of compiling.
+var trusted2019 = withoutMeta(jsonschema.Draft2019)
+
+// withoutMeta copies a draft without its metaschema, nil when the
+// library's draft has no such field (another version: every schema is
+// then checked).
+func withoutMeta(draft *jsonschema.Draft) *jsonschema.Draft {
+	d := *draft
 	f := reflect.ValueOf(&d).Elem().FieldByName("meta")
 	if !f.IsValid() || f.Kind() != reflect.Pointer {
-		return nil // another version of the library: check every schema
+		return nil
 	}
 	reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.Zero(f.Type()))
 	return &d
-}()
+}
+
+// only2020 are the keywords whose meaning is new in draft 2020-12.
+var only2020 = []string{`"prefixItems"`, `"$dynamicRef"`, `"$dynamicAnchor"`}
 
 const draft2020 = "https://json-schema.org/draft/2020-12/schema"
 
@@ -44,6 +59,9 @@ func CompileTrusted(url string, text []byte) (*jsonschema.Schema, error) {
 	if trusted != nil {
 		c.Draft = trusted
 		text = withoutDraft(text)
+		if trusted2019 != nil && !slices.ContainsFunc(only2020, func(k string) bool { return bytes.Contains(text, []byte(k)) }) {
+			c.Draft = trusted2019
+		}
 	}
 	if err := c.AddResource(url, bytes.NewReader(text)); err != nil {
 		return nil, err
