@@ -2,7 +2,6 @@ package flow
 
 import (
 	"fmt"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,15 +57,6 @@ func (s fieldSet) equal(o fieldSet) bool {
 			b = o[i]
 		}
 		if a != b {
-			return false
-		}
-	}
-	return true
-}
-
-func (s fieldSet) empty() bool {
-	for _, w := range s {
-		if bits.OnesCount64(w) > 0 {
 			return false
 		}
 	}

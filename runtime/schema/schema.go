@@ -388,18 +388,21 @@ func (c *Compiler) Compile(url string, raw any) (*jsonschema.Schema, error) {
 		}
 		compiledMu.Unlock()
 		e.once.Do(func() {
-			text, seen := b, c.seenValid(key)
-			if seen {
-				c.c.Draft, text, c.trust = trusted, withoutDraft(b), true
-				trustedCompiles.Add(1)
+			if c.seenValid(key) {
+				if s, deps, err := c.compileTrusted(url, b); err == nil {
+					e.schema, e.deps = s, deps
+					return
+				}
+				// a note that does not hold: check it in full
+				c = NewCompiler(c.read)
 			}
-			if err := c.c.AddResource(url, bytes.NewReader(text)); err != nil {
+			if err := c.c.AddResource(url, bytes.NewReader(b)); err != nil {
 				e.err = err
 				return
 			}
 			e.schema, e.err = c.c.Compile(url)
 			e.deps = c.deps
-			if e.err == nil && !seen {
+			if e.err == nil {
 				rememberValid(key, c.deps)
 			}
 		})
@@ -414,6 +417,26 @@ func (c *Compiler) Compile(url string, raw any) (*jsonschema.Schema, error) {
 		compiledMu.Unlock()
 		c = NewCompiler(c.read)
 	}
+}
+
+// compileTrusted compiles a schema seen valid without its metaschema
+// check; a schema that fails so (a note that does not hold) is an error,
+// even a panic of the library's.
+func (c *Compiler) compileTrusted(url string, b []byte) (s *jsonschema.Schema, deps []dep, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s, err = nil, fmt.Errorf("schema %s: %v", url, p)
+		}
+	}()
+	c.c.Draft, c.trust = trusted, true
+	if err := c.c.AddResource(url, bytes.NewReader(withoutDraft(b))); err != nil {
+		return nil, nil, err
+	}
+	if s, err = c.c.Compile(url); err != nil {
+		return nil, nil, err
+	}
+	trustedCompiles.Add(1)
+	return s, c.deps, nil
 }
 
 // current reports whether the files deps were read from read the same.

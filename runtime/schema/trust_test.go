@@ -61,3 +61,20 @@ func TestRememberedSchemasCompileTheSame(t *testing.T) {
 		}
 	}
 }
+
+// A note that does not hold (a schema noted valid that is not) is not
+// trusted: the schema is checked in full and refused.
+func TestAFalseNoteIsNotTrusted(t *testing.T) {
+	dir := t.TempDir()
+	schema.RememberValid(dir)
+	defer schema.RememberValid("")
+	read := func(string) ([]byte, error) { return nil, os.ErrNotExist }
+	bad := map[string]any{"type": 5, "properties": "none"}
+	if err := os.WriteFile(filepath.Join(dir, schema.NoteName("file:///x/bad.json", bad)), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	schema.ForgetCompiled()
+	if _, err := schema.NewCompiler(read).Compile("file:///x/bad.json", bad); err == nil {
+		t.Fatal("an invalid schema with a note compiled")
+	}
+}
