@@ -162,3 +162,24 @@ func TestNumberKinds(t *testing.T) {
 		}
 	}
 }
+
+// A condition that is a choice typed any as a whole has each branch
+// checked: one that yields no boolean is E002 at that branch.
+func TestConditionBranches(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"ok": {Types: []string{"boolean"}}, "s": {Types: []string{"string"}}}, Order: []string{"ok", "s"}})
+	for src, want := range map[string]string{
+		"state.ok ? 'a' : state.s == 'a'":  "this branch yields a string",
+		"state.ok ? 1 : false":             "this branch yields an integer",
+		"state.ok ? state.s == 'x' : true": "",
+		"state.ok ? nil : true":            "",
+	} {
+		p, probs := expression.Compile(src, env, true)
+		switch {
+		case want == "" && p == nil:
+			t.Errorf("%s: %+v", src, probs)
+		case want != "" && (p != nil || len(probs) != 1 || probs[0].Code != "E002" || !strings.Contains(probs[0].Message, want)):
+			t.Errorf("%s: %v %+v, want %q", src, p, probs, want)
+		}
+	}
+}

@@ -475,6 +475,19 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		// a list literal: the type its elements share
 		p.shape = &schema.Shape{Types: []string{"array"}, Items: &schema.Shape{Types: []string{num.items}}}
 	}
+	if wantBool && len(p.branches) > 1 {
+		// a choice typed any as a whole: each branch must be a boolean
+		var probs []Problem
+		for _, b := range p.Branches() {
+			if b.Type != "" && b.Type != "boolean" && b.Type != "null" {
+				probs = append(probs, Problem{Line: b.Line, Col: b.Col, EndCol: b.EndCol, Code: diag.CodeExprNotBool,
+					Message: "condition is not boolean: this branch yields " + article(b.Type)})
+			}
+		}
+		if len(probs) > 0 {
+			return nil, probs
+		}
+	}
 	if literal(prog.Node()) {
 		// the literal is what the machine would return, every time
 		if v, err := new(vm.VM).Run(prog, map[string]any{}); err == nil {
@@ -958,6 +971,15 @@ func checkEnums(src string, root ast.Node, env *Env) []Problem {
 		}
 	}})
 	return probs
+}
+
+// article names a JSON type with its article.
+func article(t string) string {
+	switch t {
+	case "integer", "array", "object":
+		return "an " + t
+	}
+	return "a " + t
 }
 
 func quoteAll(values []string) string {
