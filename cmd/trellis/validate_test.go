@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,5 +121,40 @@ func TestValidateCIMode(t *testing.T) {
 	out, _, exit = trellis(t, "validate", "--format", "sarif", "--strict", warns)
 	if exit != 1 || !strings.Contains(out, `"level": "error"`) || !strings.Contains(out, `"version": "`+cli.Version()+`"`) || cli.Version() == "" {
 		t.Errorf("sarif: exit %d\n%.600s", exit, out)
+	}
+}
+
+// Validating files together shares the compilation of a flow one runs as
+// a subflow and another is (or runs too): what is reported is what
+// validating each alone reports.
+func TestValidateTogetherAsAlone(t *testing.T) {
+	var files []string
+	for _, dir := range []string{"../../flows", examples, cases, patterns} {
+		fs, _ := filepath.Glob(dir + "/*.yaml")
+		for _, f := range fs {
+			if !strings.HasSuffix(f, ".test.yaml") && !strings.Contains(f, "/candidate") && !strings.HasSuffix(f, ".model.yaml") && !strings.HasSuffix(f, "/resume.yaml") {
+				files = append(files, f)
+			}
+		}
+	}
+	together, _, _ := trellis(t, append([]string{"validate"}, files...)...)
+	var alone strings.Builder
+	for _, f := range files {
+		out, _, _ := trellis(t, "validate", f)
+		alone.WriteString(out)
+	}
+	lines := func(s string) []string {
+		var out []string
+		for _, l := range strings.Split(s, "\n") {
+			if strings.Contains(l, "error[") || strings.Contains(l, "warning[") {
+				out = append(out, l)
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	a, b := lines(together), lines(alone.String())
+	if len(a) == 0 || !slices.Equal(a, b) {
+		t.Fatalf("together %d diagnostics, alone %d:\n%s\n---\n%s", len(a), len(b), strings.Join(a, "\n"), strings.Join(b, "\n"))
 	}
 }

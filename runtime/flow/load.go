@@ -48,24 +48,36 @@ func LoadFS(fsys fs.FS, path string, reg kind.Registry) (*Graph, diag.List) {
 // and the text of every file it read, for printing diagnostics with their
 // source lines.
 func Compile(files *config.Files, path string, src []byte, reg kind.Registry) (*Graph, diag.List, diag.Sources) {
+	g, dl, sources, _ := compileIn(nil, files, path, src, reg)
+	return g, dl, sources
+}
+
+// compileIn is Compile within a batch (nil: none), which also returns
+// what it compiled (nil when the file cannot be read).
+func compileIn(b *Batch, files *config.Files, path string, src []byte, reg kind.Registry) (*Graph, diag.List, diag.Sources, *compiled) {
 	if files == nil {
 		files = config.Disk()
 	}
-	c := &compiler{reg: reg, files: files, dir: files.Dir(path), sources: diag.Sources{}, shared: map[string]any{}, children: map[string]*kind.Subflow{}}
+	c := &compiler{reg: reg, files: files, dir: files.Dir(path), sources: diag.Sources{}, shared: map[string]any{}, children: map[string]*kind.Subflow{},
+		batch: b, included: map[string]bool{files.URL(path): true}}
 	if src == nil {
 		var err error
 		if src, err = files.ReadFile(path); err != nil {
 			c.dl.Errorf(diag.CodeYAML, diag.Pos{File: path}, "", "cannot read flow: %v", err)
-			return nil, c.dl, c.sources
+			return nil, c.dl, c.sources, nil
 		}
 	}
 	c.sources[path] = src
 	g := c.compile(path, src)
-	dl := c.dl.Sort()
-	if dl.HasErrors() {
-		return nil, dl, c.sources
+	var res *compiled
+	if b != nil {
+		res = c.result(g) // (a flow loaded itself may be run by another)
 	}
-	return g, dl, c.sources
+	dl := slices.Clone(c.dl).Sort()
+	if dl.HasErrors() {
+		return nil, dl, c.sources, res
+	}
+	return g, dl, c.sources, res
 }
 
 // compiler holds one load's work: the graph being built and everything the
@@ -115,6 +127,10 @@ type compiler struct {
 	fieldReads []fieldRead
 	// abs is the abstract execution, once the graph is analysed.
 	abs *abstractRun
+	// batch, when set, shares compilations between loads (see Batch);
+	// included are the flow files this compilation compiled.
+	batch    *Batch
+	included map[string]bool
 	// refs holds what each node's settings read ("state.x", "input.x",
 	// "config.x", or a whole "state"), keys what a cached node's key
 	// reads and where it is; inKey is set while a key is compiled.

@@ -176,19 +176,15 @@ func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 	results := make([]loaded, len(files))
 	next := make(chan int)
 	var wg sync.WaitGroup
+	// a flow one file runs as a subflow and another is is compiled once
+	batch := flow.NewBatch()
 	for range min(len(files), runtime.GOMAXPROCS(0)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				f, err := trellis.Load(files[i], trellis.WithKinds(env.Registry))
-				var le *trellis.LoadError
-				switch {
-				case errors.As(err, &le):
-					results[i] = loaded{le.Diagnostics, le.Sources}
-				case err == nil:
-					results[i] = loaded{f.Warnings(), f.Sources()}
-				}
+				_, dl, sources := batch.Compile(nil, files[i], env.Registry)
+				results[i] = loaded{dl, sources}
 			}
 		}()
 	}
