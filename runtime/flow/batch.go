@@ -19,6 +19,7 @@ import (
 type Batch struct {
 	mu    sync.Mutex
 	flows map[string]*batchFlow // by file URL
+	seq   int
 }
 
 // NewBatch returns an empty batch.
@@ -27,6 +28,10 @@ func NewBatch() *Batch { return &Batch{flows: map[string]*batchFlow{}} }
 type batchFlow struct {
 	done chan struct{}
 	res  *compiled
+	// seq orders the loads of the batch by their start: a compilation
+	// waits only for a load started after its own, so that no two wait
+	// for each other
+	seq int
 }
 
 // compiled is what compiling one flow file gave: its graph (nil with
@@ -55,10 +60,11 @@ func (c *compiler) result(g *Graph) *compiled {
 	return r
 }
 
-// reusable returns the finished compilation of the file id in the batch,
-// when its result does not depend on being compiled within chain (the
-// files running it, outermost first): nil otherwise, or when b is nil.
-func (b *Batch) reusable(id string, chain []string) *compiled {
+// reusable returns the compilation of the file id in the batch, when its
+// result does not depend on being compiled within chain (the files
+// running it, outermost first): nil otherwise, or when b is nil. One
+// under way in a load started after seq's is waited for.
+func (b *Batch) reusable(id string, chain []string, seq int) *compiled {
 	if b == nil {
 		return nil
 	}
@@ -71,7 +77,10 @@ func (b *Batch) reusable(id string, chain []string) *compiled {
 	select {
 	case <-f.done:
 	default:
-		return nil // under way elsewhere: a subflow does not wait
+		if f.seq <= seq {
+			return nil // under way in an earlier load: compiled here too
+		}
+		<-f.done
 	}
 	if f.res == nil || f.res.cycle || slices.ContainsFunc(chain, func(u string) bool { return f.res.includes[u] }) {
 		return nil
@@ -106,10 +115,11 @@ func (b *Batch) Compile(files *config.Files, path string, reg kind.Registry) (*G
 		b.mu.Lock()
 		f, ok := b.flows[id]
 		if !ok {
-			f = &batchFlow{done: make(chan struct{})}
+			b.seq++
+			f = &batchFlow{done: make(chan struct{}), seq: b.seq}
 			b.flows[id] = f
 			b.mu.Unlock()
-			g, dl, sources, res := compileIn(b, files, path, nil, reg)
+			g, dl, sources, res := compileIn(b, f.seq, files, path, nil, reg)
 			f.res = res
 			close(f.done)
 			return g, dl, sources
@@ -126,7 +136,7 @@ func (b *Batch) Compile(files *config.Files, path string, reg kind.Registry) (*G
 		}
 		// compiled with a cycle, reported as seen from elsewhere: on its
 		// own, for this load
-		g, dl, sources, _ := compileIn(nil, files, path, nil, reg)
+		g, dl, sources, _ := compileIn(nil, 0, files, path, nil, reg)
 		return g, dl, sources
 	}
 }

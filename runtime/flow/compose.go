@@ -237,7 +237,7 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 		return sf
 	}
 	var res *compiled
-	if e := c.batch.reusable(id, chain); e != nil {
+	if e := c.batch.reusable(id, chain, c.seq); e != nil {
 		// compiled already in this batch (loaded itself, or run by
 		// another flow): the same result
 		res = e
@@ -255,7 +255,7 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 			return nil
 		}
 		child := &compiler{reg: c.reg, files: c.files, dir: c.files.Dir(path), sources: diag.Sources{}, shared: map[string]any{},
-			chain: chain, chainNames: append(slices.Clone(c.chainNames), c.g.Path), children: c.children, batch: c.batch,
+			chain: chain, chainNames: append(slices.Clone(c.chainNames), c.g.Path), children: c.children, batch: c.batch, seq: c.seq,
 			included: map[string]bool{id: true}}
 		child.sources[path] = src
 		g := child.compile(path, src)

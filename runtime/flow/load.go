@@ -48,18 +48,19 @@ func LoadFS(fsys fs.FS, path string, reg kind.Registry) (*Graph, diag.List) {
 // and the text of every file it read, for printing diagnostics with their
 // source lines.
 func Compile(files *config.Files, path string, src []byte, reg kind.Registry) (*Graph, diag.List, diag.Sources) {
-	g, dl, sources, _ := compileIn(nil, files, path, src, reg)
+	g, dl, sources, _ := compileIn(nil, 0, files, path, src, reg)
 	return g, dl, sources
 }
 
-// compileIn is Compile within a batch (nil: none), which also returns
-// what it compiled (nil when the file cannot be read).
-func compileIn(b *Batch, files *config.Files, path string, src []byte, reg kind.Registry) (*Graph, diag.List, diag.Sources, *compiled) {
+// compileIn is Compile within a batch (nil: none) as its load seq, which
+// also returns what it compiled (nil when the file cannot be read, or
+// with no batch).
+func compileIn(b *Batch, seq int, files *config.Files, path string, src []byte, reg kind.Registry) (*Graph, diag.List, diag.Sources, *compiled) {
 	if files == nil {
 		files = config.Disk()
 	}
 	c := &compiler{reg: reg, files: files, dir: files.Dir(path), sources: diag.Sources{}, shared: map[string]any{}, children: map[string]*kind.Subflow{},
-		batch: b, included: map[string]bool{files.URL(path): true}}
+		batch: b, seq: seq, included: map[string]bool{files.URL(path): true}}
 	if src == nil {
 		var err error
 		if src, err = files.ReadFile(path); err != nil {
@@ -127,9 +128,11 @@ type compiler struct {
 	fieldReads []fieldRead
 	// abs is the abstract execution, once the graph is analysed.
 	abs *abstractRun
-	// batch, when set, shares compilations between loads (see Batch);
-	// included are the flow files this compilation compiled.
+	// batch, when set, shares compilations between loads (see Batch), seq
+	// is this load's in it; included are the flow files this compilation
+	// compiled.
 	batch    *Batch
+	seq      int
 	included map[string]bool
 	// refs holds what each node's settings read ("state.x", "input.x",
 	// "config.x", or a whole "state"), keys what a cached node's key
