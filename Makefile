@@ -196,7 +196,9 @@ bench-prune:
 # `trellis validate` on the two reference flows as a whole process (start,
 # load, validate, exit), RUNS times each, interleaved with the binary of
 # revision BEFORE (when given) so that both meet the same machine load:
-# median and p90 wall time per process. Not part of check.
+# median, p90 and fastest wall time per process, and the CPU time (user
+# and system) a run takes, which the machine's load moves less. Not part
+# of check.
 RUNS ?= 20
 VALIDATE_FLOWS ?= flows/interview.yaml flows/resume_review.yaml
 bench-validate: build
@@ -205,13 +207,15 @@ bench-validate: build
 	  mkdir -p $$dir/src && git archive $(BEFORE) | tar -x -C $$dir/src && \
 	  (cd $$dir/src && $(GO) build -o $$dir/before ./cmd/trellis) && bins="$$dir/before bin/trellis"; fi; \
 	for b in $$bins; do $$b validate $(VALIDATE_FLOWS) 2>/dev/null >/dev/null || { echo "$$b validate fails"; exit 1; }; done; \
+	cpu=; [ -x /usr/bin/time ] && cpu="/usr/bin/time -q -f %U+%S -a -o"; \
 	for i in $$(seq $(RUNS)); do for b in $$bins; do \
-	  s=$$(date +%s%N); $$b validate $(VALIDATE_FLOWS) >/dev/null 2>&1; e=$$(date +%s%N); \
+	  s=$$(date +%s%N); $${cpu:+$$cpu $$dir/cpu.$$(basename $$b)} $$b validate $(VALIDATE_FLOWS) >/dev/null 2>&1; e=$$(date +%s%N); \
 	  echo "$$b $$(( (e - s) / 1000 ))" >> $$dir/times; done; done; \
 	for b in $$bins; do name=$$b; [ "$$b" = "$$dir/before" ] && name="BEFORE=$(BEFORE)"; \
-	  grep "^$$b " $$dir/times | cut -d' ' -f2 | sort -n | awk -v n="$$name" '{t[NR]=$$1} END { \
+	  c=$$( [ -f $$dir/cpu.$$(basename $$b) ] && awk -F+ '{s += $$1 + $$2} END {printf "  cpu %.0f ms a run", s / NR * 1000}' $$dir/cpu.$$(basename $$b)); \
+	  grep "^$$b " $$dir/times | cut -d' ' -f2 | sort -n | awk -v n="$$name" -v c="$$c" '{t[NR]=$$1} END { \
 	    m = (NR % 2) ? t[(NR+1)/2] : (t[NR/2] + t[NR/2+1]) / 2; p = t[int(NR*0.9 + 0.999999)]; \
-	    printf "%-28s %d runs  median %6.1f ms  p90 %6.1f ms  (fastest %6.1f ms)\n", n, NR, m/1000, p/1000, t[1]/1000 }'; done
+	    printf "%-24s %d runs  median %6.1f ms  p90 %6.1f ms  fastest %6.1f ms%s\n", n, NR, m/1000, p/1000, t[1]/1000, c }'; done
 
 # Rewrite schemas/flow.schema.json and nodes/README.md from the node-kind registry.
 schema:
