@@ -183,3 +183,26 @@ func TestConditionBranches(t *testing.T) {
 		}
 	}
 }
+
+// Integer arithmetic checked for overflow still compiles to direct calls
+// of Go functions (no reflection, nothing allocated), also where a field
+// is read as a variable of its own, as the engine binds state.
+func TestExactArithmeticAllocatesNothing(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"n": {Types: []string{"integer"}}}, Order: []string{"n"}})
+	for _, src := range []string{"state.n + 1", "(state.n + 1) * 2", "-(state.n - 7)", "10 - state.n", "state.n * state.n - 3"} {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %+v", src, probs)
+		}
+		vars := map[string]any{}
+		expression.Bind(vars, "state", map[string]any{"n": 7})
+		var m expression.Machine
+		if _, err := m.Eval(p, vars); err != nil {
+			t.Fatal(err)
+		}
+		if allocs := testing.AllocsPerRun(20, func() { _, _ = m.Eval(p, vars) }); allocs > 0 {
+			t.Errorf("%s: %v allocations a run", src, allocs)
+		}
+	}
+}

@@ -707,10 +707,16 @@ func (p *patcher) Visit(n *ast.Node) {
 	old := *n
 	if p.flat != nil {
 		p.flat.Visit(n)
+		if *n != old {
+			// a field read as its own variable keeps its type, which the
+			// node reading it asks (exact's choice of operation over
+			// ints); a call exact makes is left untyped, for the checker
+			// to type, and so compile to a direct call
+			(*n).SetType(old.Type())
+		}
 	}
 	exact{}.Visit(n)
 	if *n != old {
-		(*n).SetType(old.Type())
 		p.num.of[*n], p.num.leaves[*n], p.num.root = p.num.of[old], p.num.leaves[old], *n
 	}
 }
