@@ -6,10 +6,12 @@ PKGS    := ./...
 FUZZTIME ?= 40000x
 
 .PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
-	livekit-server page page-check bench-voice bench-sandbox
+	livekit-server page page-check bench-voice bench-sandbox bench-validate
 
+# The version the binary reports (in validate's SARIF log): git describe.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 build:
-	$(GO) build -o bin/trellis ./cmd/trellis
+	$(GO) build -ldflags "-X github.com/trellisflow/trellis/cmd/trellis/internal/cli.version=$(VERSION)" -o bin/trellis ./cmd/trellis
 
 test: deps livekit-server
 	$(GO) test -race -shuffle=on $(PKGS)
@@ -133,7 +135,10 @@ flows: build
 
 # Short fuzzing of the loader, the expression glue, the template checker,
 # the JSON decoder, the HTTP API's request bodies, the command's input
-# values and store addresses, and whole command lines over generated flows.
+# values and store addresses, whole command lines over generated flows,
+# and the differential check of the validator against the engine (random
+# flows that validate clean must run; what it finds is kept in
+# nodes/all/testdata/fuzz/FuzzDifferential).
 fuzz:
 	$(GO) test ./runtime/flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
@@ -142,6 +147,7 @@ fuzz:
 	$(GO) test ./cmd/trellis/internal/server -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime 10000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzInputsAndStores$$' -fuzztime 3000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzCommandLine$$' -fuzztime 3000x
+	$(GO) test ./nodes/all -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 20000x
 
 # The peer workloads (W1-W3) as YAML flows; compare with ../shared/peerbench.
 bench:
@@ -203,6 +209,30 @@ loadtest: build
 bench-prune:
 	$(GO) test ./runtime/store/sqlite -run '^$$' -bench Prune -benchtime 1x -timeout 30m
 	$(GO) test ./runtime/store/postgres -run '^$$' -bench Prune -benchtime 1x -timeout 30m
+
+# `trellis validate` on the two reference flows as a whole process (start,
+# load, validate, exit), RUNS times each, interleaved with the binary of
+# revision BEFORE (when given) so that both meet the same machine load:
+# median, p90 and fastest wall time per process, and the CPU time (user
+# and system) a run takes, which the machine's load moves less. Not part
+# of check.
+RUNS ?= 20
+VALIDATE_FLOWS ?= flows/interview.yaml flows/resume_review.yaml
+bench-validate: build
+	@set -e; dir=$$(mktemp -d); trap 'rm -rf $$dir' EXIT; bins=bin/trellis; \
+	if [ -n "$(BEFORE)" ]; then \
+	  mkdir -p $$dir/src && git archive $(BEFORE) | tar -x -C $$dir/src && \
+	  (cd $$dir/src && $(GO) build -o $$dir/before ./cmd/trellis) && bins="$$dir/before bin/trellis"; fi; \
+	for b in $$bins; do $$b validate $(VALIDATE_FLOWS) 2>/dev/null >/dev/null || { echo "$$b validate fails"; exit 1; }; done; \
+	cpu=; [ -x /usr/bin/time ] && cpu="/usr/bin/time -q -f %U+%S -a -o"; \
+	for i in $$(seq $(RUNS)); do for b in $$bins; do \
+	  s=$$(date +%s%N); $${cpu:+$$cpu $$dir/cpu.$$(basename $$b)} $$b validate $(VALIDATE_FLOWS) >/dev/null 2>&1; e=$$(date +%s%N); \
+	  echo "$$b $$(( (e - s) / 1000 ))" >> $$dir/times; done; done; \
+	for b in $$bins; do name=$$b; [ "$$b" = "$$dir/before" ] && name="BEFORE=$(BEFORE)"; \
+	  c=$$( [ -f $$dir/cpu.$$(basename $$b) ] && awk -F+ '{s += $$1 + $$2} END {printf "  cpu %.0f ms a run", s / NR * 1000}' $$dir/cpu.$$(basename $$b)); \
+	  grep "^$$b " $$dir/times | cut -d' ' -f2 | sort -n | awk -v n="$$name" -v c="$$c" '{t[NR]=$$1} END { \
+	    m = (NR % 2) ? t[(NR+1)/2] : (t[NR/2] + t[NR/2+1]) / 2; p = t[int(NR*0.9 + 0.999999)]; \
+	    printf "%-24s %d runs  median %6.1f ms  p90 %6.1f ms  fastest %6.1f ms%s\n", n, NR, m/1000, p/1000, t[1]/1000, c }'; done
 
 # Rewrite schemas/flow.schema.json and nodes/README.md from the node-kind registry.
 schema:

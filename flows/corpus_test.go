@@ -73,6 +73,8 @@ var corpus = []defect{
 	{name: "two parallel writers of a replace field", flow: review, old: "writes: {tech_writer_feedback: output}", new: "writes: {recruiter_feedback: output}", at: "recruiter_feedback", code: diag.CodeWriteConflict},
 	{name: "an input that is not a field", flow: review, old: "input: [resume, target_role, include_design, review_sections]", new: "input: [resume, target_role, include_designs, review_sections]", at: "include_designs", code: diag.CodeUnknownInput},
 	{name: "a string written to an integer", flow: interview, old: "turn_count: \"state.turn_count + 1\"", new: "turn_count: \"'one more'\"", at: "\"'one more'", code: diag.CodeWriteType},
+	{name: "a cache key that leaves out what the node reads", flow: fixture, old: "  first: {kind: assign, set: {count: \"state.count + 1\", log: \"'first'\"}}", new: "  first: {kind: assign, cache: {key: \"state.summary\"}, set: {count: \"state.count + 1\", log: \"'first'\"}}", at: "\"state.summary\"", code: diag.CodeCacheKey},
+	{name: "a half written to an integer", flow: interview, old: "turn_count: \"state.turn_count + 1\"", new: "turn_count: \"state.turn_count / 2\"", at: "\"state.turn_count / 2", code: diag.CodeWriteType},
 	{name: "a literal outside a field's enum", flow: interview, old: "      phase: \"'technical'\"\n      last_node: \"'sandbox_guidance'\"", new: "      phase: \"'tecnical'\"\n      last_node: \"'sandbox_guidance'\"", at: "'tecnical'", code: diag.CodeWriteType},
 	{name: "a constant below a minimum", flow: review, old: "      current_iteration: \"state.current_iteration + 1\"", new: "      current_iteration: \"-1\"", at: "\"-1", code: diag.CodeWriteType},
 	{name: "a structured reply into a field of another shape", flow: review, old: "writes: {portfolio: output}", new: "writes: {recruiter_feedback: output}", at: "output", code: diag.CodeWriteType},
@@ -80,6 +82,7 @@ var corpus = []defect{
 	// prompts and templates
 	{name: "a prompt whose reply schema file is missing", flow: review, file: "prompts/resume_review/design.prompt", old: "  name: design\n  schema:\n    type: object\n", new: "  name: design\n  schema: nowhere.json\n  extra:\n    type: object\n", at: "nowhere.json", code: diag.CodeResource},
 	{name: "a template reading a field that does not exist", flow: interview, file: "prompts/interview/closing.prompt", old: "{{.state.resume_structured.target_role}}", new: "{{.state.resume_structured.target_rol}}", at: "target_rol", code: diag.CodeTemplateField},
+	{name: "a template comparing a number with a text", flow: interview, file: "prompts/interview/decide_next_action.prompt", old: "Answer quality (0-1): {{.state.answer_quality}}.", new: "Answer quality (0-1): {{.state.answer_quality}}{{if gt .state.answer_quality \"0.5\"}} (good){{end}}.", at: "gt", code: diag.CodeTemplateCompare},
 	{name: "a template reading through a nullable value", flow: interview, file: "prompts/interview/evaluation.prompt", old: "Code submissions:", new: "Last execution: {{.state.last_execution.status}}. Code submissions:", at: "status", code: diag.CodeTemplateNull},
 	// expressions
 	{name: "a syntax error in an expression", flow: interview, old: "turn_count: \"state.turn_count + 1\"", new: "turn_count: \"state.turn_count +\"", at: "+\"", code: diag.CodeExprSyntax},

@@ -57,7 +57,7 @@ tests:
           state: ["state.count == 4"]
 `), 0o644)
 	out, _, exit = trellis(t, "test", dir)
-	if exit != 1 || !strings.Contains(out, "f.test.yaml:7: run 1: state: state.count == 4 does not hold\n      state.count = 3") {
+	if exit != 1 || !strings.Contains(out, "f.test.yaml:8:19: run 1: state: state.count == 4 does not hold\n      state.count = 3") {
 		t.Fatalf("exit %d\n%s", exit, out)
 	}
 }
@@ -179,6 +179,35 @@ func BenchmarkValidateCommand(b *testing.B) {
 	for b.Loop() {
 		if dl, _ := cli.ValidateFiles(files, env); len(dl) > 0 {
 			b.Fatal(dl)
+		}
+	}
+}
+
+// When the new version does not load, every format of diff says why
+// the graph is not drawn, and with which errors.
+func TestDiffSaysWhyThereIsNoDrawing(t *testing.T) {
+	src, err := os.ReadFile("../../flows/examples/greet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(t.TempDir(), "greet.yaml")
+	if err := os.WriteFile(broken, []byte(strings.Replace(string(src), "to: END", "to: ENDD", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := "../../flows/examples/greet.yaml"
+	why := broken + " has 1 error, so its graph cannot be drawn"
+	out, errs, code := trellis(t, "diff", "--format", "github", old, broken)
+	if code != 1 || !strings.Contains(out, "> The graph is not drawn: "+why) || !strings.Contains(out, `edge target \"ENDD\" is not a node`) && !strings.Contains(out, `edge target "ENDD" is not a node`) {
+		t.Errorf("github: %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = trellis(t, "diff", "--format", "mermaid", old, broken)
+	if code != 2 || out != "" || !strings.Contains(errs, "trellis diff: no drawing: "+why) || !strings.Contains(errs, "error[G001]") {
+		t.Errorf("mermaid: %d\n%s%s", code, out, errs)
+	}
+	for _, f := range []string{"text", "json"} {
+		_, errs, code = trellis(t, "diff", "--format", f, old, broken)
+		if code != 1 || !strings.Contains(errs, "note: "+why) {
+			t.Errorf("%s: %d\n%s", f, code, errs)
 		}
 	}
 }

@@ -57,7 +57,7 @@ func build(b kind.Builder) kind.Node {
 				b.Errorf(v, "set.%s: %v", e.Name, err)
 				continue
 			}
-			if shape := b.Field(e.Name); shape != nil && !shape.Allows(value.TypeOf(lit)) {
+			if shape := b.Field(e.Name); shape != nil && !shape.Takes(value.TypeOf(lit)) {
 				b.Errorf(v, "set.%s: a literal %s cannot be written to a field of type %s", e.Name, value.TypeOf(lit), shape.Describe())
 				continue
 			} else if why := shape.OutOfRange(lit); why != "" {

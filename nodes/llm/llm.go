@@ -16,7 +16,10 @@
 // with backoff, honouring Retry-After. When no model is configured, or the
 // model still fails, the node writes its prompt's fallback instead and its
 // end event is marked degraded; the fallback's no_model tells the first
-// case from the second. With events observed, the reply is streamed
+// case from the second. A node that sets on_error (fail, set or route)
+// handles a model that fails with it instead: the fallback then stands in
+// only when no model is configured, so offline runs and flow tests still
+// run end to end. With events observed, the reply is streamed
 // token by token as node_output events.
 package llm
 
@@ -47,7 +50,7 @@ import (
 func NewSpec(provider func() *Provider) kind.Spec {
 	return kind.Spec{
 		Name:    "llm",
-		Summary: "Ask a chat model with a prompt file and write its reply (text or schema-checked JSON) to state; the prompt's fallback stands in when no model answers.",
+		Summary: "Ask a chat model with a prompt file and write its reply (text or schema-checked JSON) to state; the prompt's fallback stands in when no model answers, unless the node sets on_error: a model that fails then goes to on_error (fail, set or route), and the fallback stands in only when no model is configured.",
 		Fields: []config.Field{
 			config.String("prompt", "The prompt: a name under prompts/ (interview/question), or a path ending in .prompt relative to the flow.").Require(),
 			config.Map("vars", "Extra template variables ({{.vars.NAME}}): expressions over state and input.",
@@ -148,8 +151,37 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 			n.model = n.client.p.Model
 		}
 	}
+	if s.Block().Get("on_error").Exists() {
+		return handled{n}
+	}
 	return n
 }
+
+// handled is a node that sets on_error: a model that fails after its
+// retries is a failure of the node, which on_error handles (the engine
+// calls no fallback, handled has none); with no model configured, Run
+// writes the prompt's fallback itself, marked degraded.
+type handled struct{ n *node }
+
+// Run implements kind.Node.
+func (h handled) Run(ctx context.Context, s kind.State) (kind.Update, error) {
+	if h.n.client == nil {
+		upd, err := h.n.Fallback(ctx, s, ErrNoModel)
+		if err == nil {
+			s.Degrade(ErrNoModel.Error())
+		}
+		return upd, err
+	}
+	return h.n.Run(ctx, s)
+}
+
+// WithOutput implements kind.Outputter.
+func (h handled) WithOutput(s kind.State, out any) (kind.Update, error) {
+	return h.n.WithOutput(s, out)
+}
+
+// Preview implements kind.Previewer.
+func (h handled) Preview(s kind.State) (*kind.Preview, error) { return h.n.Preview(s) }
 
 // modelChoice is a model setting: a name, or a template that renders one.
 type modelChoice struct {
@@ -488,4 +520,6 @@ var (
 	_ kind.Fallback  = (*node)(nil)
 	_ kind.Outputter = (*node)(nil)
 	_ kind.Previewer = (*node)(nil)
+	_ kind.Outputter = handled{}
+	_ kind.Previewer = handled{}
 )

@@ -39,6 +39,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // DefaultMaxConcurrency is how many items run at once when the node sets
@@ -165,7 +166,15 @@ func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 	case []any:
 		list = x
 	default:
-		return nil, fmt.Errorf("items: %T is not a list", v)
+		// a list of one type (split gives strings): its items as values
+		if t := reflect.TypeOf(v); t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
+			return nil, fmt.Errorf("items: %T is not a list", v)
+		}
+		norm, err := value.Normalize(v)
+		if err != nil {
+			return nil, fmt.Errorf("items: %w", err)
+		}
+		list, _ = norm.([]any)
 	}
 	results := make([]result, len(list))
 	sem := make(chan struct{}, n.max)

@@ -19,6 +19,7 @@ import (
 	"text/template"
 
 	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -73,12 +74,43 @@ func build(b kind.Builder) kind.Node {
 		}
 		t := b.Template(e.Value, b.Node()+"."+e.Name, kind.Vars{"vars": schema.Object(shapes)})
 		ok = ok && t != nil
+		if shape := b.Field(e.Name); t != nil && shape != nil {
+			// what the template can render, against the field's enum,
+			// pattern and lengths, where it is known
+			if forms, known := tmpl.FormsOf(t, fieldChain(b)); known {
+				for _, f := range forms {
+					if why, shown := f.Breaks(shape); why != "" {
+						b.Report(diag.CodeWriteType, e.Value.Pos(), e.Value.Path(), "field %q %s, but this template can render %q", e.Name, why, shown)
+						ok = false
+						break
+					}
+				}
+			}
+		}
 		n.fields = append(n.fields, field{e.Name, t})
 	}
 	if !ok {
 		return nil
 	}
 	return n
+}
+
+// fieldChain resolves a printed chain of state or input fields to its
+// shape, for what a template can print.
+func fieldChain(b kind.Builder) tmpl.Resolver {
+	return func(idents []string) *schema.Shape {
+		if len(idents) < 2 || idents[0] != "state" && idents[0] != "input" {
+			return nil
+		}
+		s := b.Field(idents[1])
+		for _, id := range idents[2:] {
+			if s == nil {
+				return nil
+			}
+			s, _ = s.Prop(id)
+		}
+		return s
+	}
 }
 
 // Run implements kind.Node.

@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
@@ -96,7 +97,32 @@ func build(b kind.Builder) kind.Node {
 	if sf == nil || !ok {
 		return nil
 	}
+	unsetReads(b, sf, n.writes, given)
 	return n
+}
+
+// unsetReads warns of the writes that read a field of the child's final
+// state that it may end without (and the thread is not given): the write
+// would see nothing.
+func unsetReads(b kind.Builder, sf *kind.Subflow, writes kind.Writes, given map[string]bool) {
+	at := map[string]config.Value{}
+	for _, e := range b.Settings().Entries("writes") {
+		at[e.Name] = e.Value
+	}
+	for _, w := range writes {
+		for _, r := range w.Program.ReadsOf("output") {
+			way, unset := sf.Unset[r.Field]
+			if !unset || given[r.Field] {
+				continue
+			}
+			v := at[w.Field]
+			d := b.Report(diag.CodeExprUnset, v.PosIn(r.Line, r.Col, r.EndCol), v.Path(),
+				"output.%s may be unset here: subflow %s ends without writing %s on the way %s, and it has no default; give it a default in the child, pass it under input, or read it as output.%s ?? a value",
+				r.Field, sf.Name, r.Field, way, r.Field)
+			d.Severity = diag.Warning
+			d.Detail = "in expression: " + strings.TrimSpace(v.Text())
+		}
+	}
 }
 
 // mapping compiles a setting that maps the child's names (its state

@@ -60,7 +60,7 @@ func Parse(path string, src []byte, dl *diag.List, opts ...ParseOptions) *File {
 			pos.Line = at
 		}
 		pos.Col = firstColumn(src, pos.Line)
-		dl.Errorf(diag.CodeYAML, pos, "", "invalid YAML: %s", msg)
+		dl.Errorf(diag.CodeYAML, pos, "", "invalid YAML: %s", diag.YAMLMessage(msg))
 		return nil
 	}
 	f := &File{Path: path, Src: src, at: map[string]*yaml.Node{}, keys: map[string]*yaml.Node{},
@@ -218,14 +218,25 @@ func (f *File) index(n *yaml.Node, ptr string, dl *diag.List) (any, error) {
 	}
 }
 
+var (
+	escaper   = strings.NewReplacer("~", "~0", "/", "~1")
+	unescaper = strings.NewReplacer("~1", "/", "~0", "~")
+)
+
 // Escape escapes a key for a JSON pointer.
 func Escape(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+	if !strings.ContainsAny(s, "~/") {
+		return s
+	}
+	return escaper.Replace(s)
 }
 
 // Unescape undoes Escape.
 func Unescape(s string) string {
-	return strings.NewReplacer("~1", "/", "~0", "~").Replace(s)
+	if !strings.Contains(s, "~") {
+		return s
+	}
+	return unescaper.Replace(s)
 }
 
 // Root is the file's top-level value.

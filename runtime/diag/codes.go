@@ -51,11 +51,13 @@ const (
 	CodeReadOnlyWrite   Code = "W003"
 	CodeUnknownInput    Code = "I001"
 	CodeWriteType       Code = "W004"
+	CodeCacheKey        Code = "W005"
 
 	// Files a node reads (prompts) and the templates in them.
-	CodeResource      Code = "P001"
-	CodeTemplateField Code = "P002"
-	CodeTemplateNull  Code = "P003"
+	CodeResource        Code = "P001"
+	CodeTemplateField   Code = "P002"
+	CodeTemplateNull    Code = "P003"
+	CodeTemplateCompare Code = "P004"
 
 	// Expressions.
 	CodeExprSyntax   Code = "E001"
@@ -115,15 +117,17 @@ var Codes = []CodeDoc{
 	{CodeReadOnlyWrite, "a node writes a read-only field"},
 	{CodeUnknownInput, "an input field the state does not declare"},
 	{CodeWriteType, "a node writes a value of a type its field cannot hold, through the field's reducer"},
+	{CodeCacheKey, "a cached node's key leaves out something the node reads, so a later run with the same key replays writes made for another value of it"},
 	{CodeResource, "a file a node reads (a prompt) cannot be found, parsed or compiled"},
 	{CodeTemplateField, "a template reads a field the state, the input or the node's variables do not have (a warning where the object's schema leaves it open)"},
 	{CodeTemplateNull, "a template reads a field of a value that may be null outside a with or if on that value"},
+	{CodeTemplateCompare, "a template compares values of kinds that never compare (a number with a text, a boolean or a list ordered), which fails when it renders"},
 	{CodeExprSyntax, "an expression does not parse or does not type-check"},
 	{CodeExprNotBool, "a condition that is not boolean"},
 	{CodeExprUnknown, "an expression reads a field or name that does not exist (a warning where the object's schema leaves it open)"},
 	{CodeExprEnum, "an expression compares a field with a string its enum does not allow, which it can never equal"},
 	{CodeExprMayBeNil, "an expression reads a field of a value that may be null, where no node has set it on every path, without ?. or a nil test"},
-	{CodeExprUnset, "an expression reads a field with no default that a path from START reaches unwritten (no writer on it, or only a parallel sibling), without ?? or a nil test"},
+	{CodeExprUnset, "an expression or template reads a field with no default (an input too) that a way from START reaches unwritten (no writer on it, a writer in the same step, a map's items or on_error only), without ?? or a nil test (with or if in a template); or a subflow's writes read a field the child may end without"},
 	{CodeSubflow, "a subflow's flow file cannot be read, has errors of its own (reported in its file), or can pause, which a subflow cannot"},
 	{CodeSubflowCycle, "flows that include each other as subflows, directly or through others"},
 	{CodeSubflowMapping, "a subflow's input or config names what the child flow does not have, or leaves out a field the child requires"},

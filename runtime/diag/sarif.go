@@ -7,9 +7,10 @@ import (
 )
 
 // WriteSARIF writes the diagnostics as a SARIF 2.1.0 log (the format code
-// scanning tools read, such as GitHub's), with every code as a rule.
-// Columns count Unicode code points, as the diagnostics do.
-func WriteSARIF(w io.Writer, l List) error {
+// scanning tools read, such as GitHub's), with every code as a rule and
+// the tool named with its version. Columns count Unicode code points, as
+// the diagnostics do.
+func WriteSARIF(w io.Writer, l List, version string) error {
 	type text struct {
 		Text string `json:"text"`
 	}
@@ -70,7 +71,7 @@ func WriteSARIF(w io.Writer, l List) error {
 		"version": "2.1.0",
 		"runs": []any{map[string]any{
 			"tool": map[string]any{"driver": map[string]any{
-				"name": "trellis", "informationUri": "https://github.com/trellisflow/trellis", "rules": rules,
+				"name": "trellis", "version": version, "informationUri": "https://github.com/trellisflow/trellis", "rules": rules,
 			}},
 			"columnKind": "unicodeCodePoints",
 			"results":    results,

@@ -111,11 +111,13 @@ func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
 	if len(targets) == 0 {
 		return nil
 	}
-	if e.Bound > 0 {
+	if e.Bound > 0 && e.Reenters(targets) {
+		// a bound counts the traversals that re-enter the loop, not the
+		// one that leaves it
 		r.bounds[e.Index]++
 		if r.bounds[e.Index] > e.Bound {
 			pos := e.Pos
-			return &LimitError{Limit: e.Bound, Loop: loopNames(r.g, targets[0]), Edge: &pos}
+			return &LimitError{Limit: e.Bound, Loop: edgeLoopNames(r.g, e, targets), Edge: &pos}
 		}
 	}
 	for _, n := range targets {
@@ -132,6 +134,20 @@ func (r *run) limitError(triggered []*flow.Node) error {
 		}
 	}
 	return &LimitError{Limit: r.limit}
+}
+
+// edgeLoopNames names the loop a bounded edge re-entered.
+func edgeLoopNames(g *flow.Graph, e *flow.Edge, targets []*flow.Node) []string {
+	for _, t := range targets {
+		if loop := g.EdgeLoop(e, t); loop != nil {
+			names := make([]string, len(loop))
+			for i, m := range loop {
+				names[i] = m.Name
+			}
+			return names
+		}
+	}
+	return nil
 }
 
 func loopNames(g *flow.Graph, n *flow.Node) []string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/builtin"
@@ -272,4 +273,198 @@ func mayBeInt(t reflect.Type) bool {
 		return t.Elem().Kind() == reflect.Int
 	}
 	return false
+}
+
+// numeric records, bottom-up over the checked tree, which nodes give a
+// whole number (an int, a whole float literal, round, floor, ceil or int
+// of anything, and +, -, *, %, ?: and ?? over whole numbers) and which a
+// number that may have a fraction (a float, a division, a power, a mean
+// or median). It runs before the tree is rewritten (see exact), on the
+// checker's types; root is the last node visited, the tree's root.
+type numeric struct {
+	of   map[ast.Node]numKind
+	root ast.Node
+	// items is the JSON type of every element of the root, when it is a
+	// list literal whose elements share one ("" when not known).
+	items string
+	// leaves are, per node, the values it can yield: itself, or the
+	// branches of ?: and ?? (see Program.Branches).
+	leaves map[ast.Node][]branch
+}
+
+// branch is one value an expression can yield, through its choices (?:,
+// ??): its JSON type ("" when not known) and its rune offsets.
+type branch struct {
+	typ      string
+	from, to int
+}
+
+// numKind is what kind of number a node gives.
+type numKind int
+
+const (
+	numUnknown numKind = iota // not a number, or not known
+	numWhole                  // a whole number
+	numAny                    // a number, which may have a fraction
+)
+
+func (v *numeric) Visit(n *ast.Node) {
+	v.of[*n] = v.kind(*n)
+	v.root = *n
+	if v.leaves == nil {
+		v.leaves = map[ast.Node][]branch{}
+	}
+	if x, ok := (*n).(*ast.ConditionalNode); ok {
+		v.leaves[*n] = append(slices.Clone(v.leaves[x.Exp1]), v.leaves[x.Exp2]...)
+	} else if x, ok := (*n).(*ast.BinaryNode); ok && x.Operator == "??" {
+		v.leaves[*n] = append(slices.Clone(v.leaves[x.Left]), v.leaves[x.Right]...)
+	} else {
+		loc := (*n).Location()
+		v.leaves[*n] = []branch{{typ: v.jsonType(*n), from: loc.From, to: loc.To}}
+	}
+	v.items = ""
+	if a, ok := (*n).(*ast.ArrayNode); ok {
+		v.items = v.itemType(a)
+	}
+}
+
+// itemType is the JSON type all of a list literal's elements share: a
+// number when one may have a fraction, an integer when all are whole
+// ("" when they differ or one is not known).
+func (v *numeric) itemType(a *ast.ArrayNode) string {
+	t := ""
+	for _, e := range a.Nodes {
+		et := ""
+		switch k := v.of[e]; {
+		case k == numWhole:
+			et = "integer"
+		case k == numAny:
+			et = "number"
+		default:
+			if typ := e.Type(); typ != nil {
+				switch typ.Kind() {
+				case reflect.String:
+					et = "string"
+				case reflect.Bool:
+					et = "boolean"
+				}
+			}
+		}
+		switch {
+		case et == "":
+			return ""
+		case t == "" || t == et:
+			t = et
+		case t == "integer" && et == "number" || t == "number" && et == "integer":
+			t = "number"
+		default:
+			return ""
+		}
+	}
+	return t
+}
+
+// jsonType is the JSON type of what n gives, "" when not known.
+func (v *numeric) jsonType(n ast.Node) string {
+	switch v.of[n] {
+	case numWhole:
+		return "integer"
+	case numAny:
+		return "number"
+	}
+	if _, ok := n.(*ast.NilNode); ok {
+		return "null"
+	}
+	t := n.Type()
+	if t == nil {
+		return ""
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	}
+	return ""
+}
+
+// both is the kind of an operation over two numbers: whole when both
+// are, a number when both are numbers.
+func both(a, b numKind) numKind {
+	if a == numUnknown || b == numUnknown {
+		return numUnknown
+	}
+	return max(a, b)
+}
+
+func (v *numeric) kind(n ast.Node) numKind {
+	t := n.Type()
+	if t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != nil && t.Kind() == reflect.Int {
+		return numWhole
+	}
+	float := t != nil && t.Kind() == reflect.Float64
+	switch x := n.(type) {
+	case *ast.IntegerNode:
+		return numWhole
+	case *ast.FloatNode:
+		if x.Value == math.Trunc(x.Value) && !math.IsInf(x.Value, 0) {
+			return numWhole
+		}
+		return numAny
+	case *ast.ConstantNode:
+		switch c := x.Value.(type) {
+		case int:
+			return numWhole
+		case float64:
+			if c == math.Trunc(c) && !math.IsInf(c, 0) {
+				return numWhole
+			}
+			return numAny
+		}
+	case *ast.UnaryNode:
+		if x.Operator == "-" || x.Operator == "+" {
+			return v.of[x.Node]
+		}
+	case *ast.BinaryNode:
+		switch x.Operator {
+		case "+", "-", "*", "??":
+			if k := both(v.of[x.Left], v.of[x.Right]); k != numUnknown {
+				return k
+			}
+		case "%":
+			return numWhole
+		case "/", "**", "^":
+			return numAny
+		}
+	case *ast.ConditionalNode:
+		if k := both(v.of[x.Exp1], v.of[x.Exp2]); k != numUnknown {
+			return k
+		}
+	case *ast.BuiltinNode:
+		switch x.Name {
+		case "round", "floor", "ceil", "int":
+			return numWhole
+		case "mean", "median", "float":
+			return numAny
+		case "abs", "max", "min":
+			k := numWhole
+			for _, a := range x.Arguments {
+				k = both(k, v.of[a])
+			}
+			if len(x.Arguments) > 0 && k != numUnknown {
+				return k
+			}
+		}
+	}
+	if float {
+		return numAny
+	}
+	return numUnknown
 }

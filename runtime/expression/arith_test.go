@@ -113,3 +113,96 @@ func TestIntegerArithmeticIsExact(t *testing.T) {
 		}
 	}
 }
+
+// Number kinds are known through expressions: / and fractional literals
+// give numbers, never integers; int, round, floor and ceil give whole
+// numbers, and so do +, -, *, % and choices over them. Whether a value is
+// a number is known even where the checker types it any (mean).
+func TestNumberKinds(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"n": {Types: []string{"integer"}}, "x": {Types: []string{"number"}},
+			"m": {Types: []string{"integer", "null"}}, "s": {Types: []string{"string"}}, "a": nil},
+		Order: []string{"a", "m", "n", "s", "x"}})
+	for src, want := range map[string]string{ // "whole", "number" or ""
+		"state.n + 1":                        "whole",
+		"state.n + 0.5":                      "number",
+		"state.n / 2":                        "number",
+		"1.5":                                "number",
+		"2.0":                                "whole",
+		"2.0 * state.n":                      "whole",
+		"state.x":                            "number",
+		"round(state.x)":                     "whole",
+		"floor(state.x / 3) + ceil(state.x)": "whole",
+		"int(state.n / 2)":                   "whole",
+		"state.n % 3":                        "whole",
+		"state.n > 1 ? state.n : 0.5":        "number",
+		"state.n > 1 ? state.n : -2":         "whole",
+		"state.m ?? 0":                       "whole",
+		"mean([1, 2])":                       "number",
+		"max(state.n, 3)":                    "whole",
+		"abs(state.x)":                       "number",
+		"state.n ** 2":                       "number",
+		"state.s + 'x'":                      "",
+		"state.a + 1":                        "",
+		"len(state.s)":                       "whole",
+	} {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %+v", src, probs)
+		}
+		got := ""
+		switch {
+		case p.Whole():
+			got = "whole"
+		case p.Number():
+			got = "number"
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", src, got, want)
+		}
+	}
+}
+
+// A condition that is a choice typed any as a whole has each branch
+// checked: one that yields no boolean is E002 at that branch.
+func TestConditionBranches(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"ok": {Types: []string{"boolean"}}, "s": {Types: []string{"string"}}}, Order: []string{"ok", "s"}})
+	for src, want := range map[string]string{
+		"state.ok ? 'a' : state.s == 'a'":  "this branch yields a string",
+		"state.ok ? 1 : false":             "this branch yields an integer",
+		"state.ok ? state.s == 'x' : true": "",
+		"state.ok ? nil : true":            "",
+	} {
+		p, probs := expression.Compile(src, env, true)
+		switch {
+		case want == "" && p == nil:
+			t.Errorf("%s: %+v", src, probs)
+		case want != "" && (p != nil || len(probs) != 1 || probs[0].Code != "E002" || !strings.Contains(probs[0].Message, want)):
+			t.Errorf("%s: %v %+v, want %q", src, p, probs, want)
+		}
+	}
+}
+
+// Integer arithmetic checked for overflow still compiles to direct calls
+// of Go functions (no reflection, nothing allocated), also where a field
+// is read as a variable of its own, as the engine binds state.
+func TestExactArithmeticAllocatesNothing(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"n": {Types: []string{"integer"}}}, Order: []string{"n"}})
+	for _, src := range []string{"state.n + 1", "(state.n + 1) * 2", "-(state.n - 7)", "10 - state.n", "state.n * state.n - 3"} {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %+v", src, probs)
+		}
+		vars := map[string]any{}
+		expression.Bind(vars, "state", map[string]any{"n": 7})
+		var m expression.Machine
+		if _, err := m.Eval(p, vars); err != nil {
+			t.Fatal(err)
+		}
+		if allocs := testing.AllocsPerRun(20, func() { _, _ = m.Eval(p, vars) }); allocs > 0 {
+			t.Errorf("%s: %v allocations a run", src, allocs)
+		}
+	}
+}

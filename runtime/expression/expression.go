@@ -9,6 +9,7 @@ package expression
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -18,6 +19,8 @@ import (
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/builtin"
+	"github.com/expr-lang/expr/checker/nature"
+	"github.com/expr-lang/expr/conf"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/parser"
 	"github.com/expr-lang/expr/types"
@@ -35,6 +38,18 @@ type Env struct {
 	// flat names the object variables whose declared fields are also bound
 	// as variables of their own ("state.count"), see WithFields.
 	flat map[string]bool
+	// nature is the checker's view of vars, worked out once for every
+	// expression compiled against the environment.
+	natureOnce sync.Once
+	nature     nature.Nature
+}
+
+// option gives expr the environment, its nature worked out once.
+func (e *Env) option() expr.Option {
+	e.natureOnce.Do(func() { e.nature = e.vars.Nature() })
+	return func(c *conf.Config) {
+		c.EnvObject, c.Env, c.Strict = e.vars, e.nature, e.nature.Strict
+	}
 }
 
 // NewEnv returns an empty environment.
@@ -176,6 +191,28 @@ type Program struct {
 	// (output.review), nil when not known
 	shape *schema.Shape
 	reads []Read
+	// num says whether the value is a number, whole or not (see numeric).
+	num numKind
+	// branches are the values it can yield through its choices.
+	branches []branch
+	// tree is the parsed expression, which the questions asked of the
+	// program after it compiled read (never changed).
+	tree *parser.Tree
+}
+
+// parsed is the program's syntax tree.
+func (p *Program) parsed() (*parser.Tree, error) {
+	if p.tree != nil {
+		return p.tree, nil
+	}
+	return parser.Parse(p.src)
+}
+
+// Branch is one value an expression can yield through its choices (?:,
+// ??): its JSON type ("" when the checker does not know it) and place.
+type Branch struct {
+	Type              string
+	Line, Col, EndCol int
 }
 
 // Read is a read of a state field (state.NAME) that nothing in the
@@ -189,8 +226,57 @@ type Read struct {
 // Reads lists the expression's unguarded reads of state fields.
 func (p *Program) Reads() []Read { return p.reads }
 
+// Refs lists every value the expression reads of the variables roots
+// names, guarded or not: "state.x" for a field, "state" for the whole
+// object (json(state)), sorted and once each.
+func (p *Program) Refs(roots ...string) []string {
+	tree, err := p.parsed()
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	member := map[ast.Node]bool{}
+	root := tree.Node
+	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
+		m, ok := n.(*ast.MemberNode)
+		if !ok {
+			return
+		}
+		id, ok := m.Node.(*ast.IdentifierNode)
+		if !ok || !slices.Contains(roots, id.Value) {
+			return
+		}
+		member[id] = true
+		if prop, ok := m.Property.(*ast.StringNode); ok {
+			seen[id.Value+"."+prop.Value] = true
+		} else {
+			seen[id.Value] = true // state[k]: any field
+		}
+	}})
+	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
+		if id, ok := n.(*ast.IdentifierNode); ok && !member[id] && slices.Contains(roots, id.Value) {
+			seen[id.Value] = true
+		}
+	}})
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// ReadsOf lists the expression's unguarded reads of the fields of the
+// object variable root (output.x, for root output), as Reads does for
+// state.
+func (p *Program) ReadsOf(root string) []Read {
+	tree, err := p.parsed()
+	if err != nil {
+		return nil
+	}
+	return readsOf(p.src, tree.Node, root)
+}
+
 // stateReads finds the unguarded reads of state fields in an expression.
-func stateReads(src string, root ast.Node) []Read {
+func stateReads(src string, root ast.Node) []Read { return readsOf(src, root, "state") }
+
+// readsOf finds the unguarded reads of the fields of variable name.
+func readsOf(src string, root ast.Node, name string) []Read {
 	guarded := map[ast.Node]bool{}
 	tested := map[string]bool{}
 	mark := func(sub ast.Node) {
@@ -205,7 +291,7 @@ func stateReads(src string, root ast.Node) []Read {
 			case "==", "!=":
 				for _, side := range [][2]ast.Node{{x.Left, x.Right}, {x.Right, x.Left}} {
 					if _, isNil := side[1].(*ast.NilNode); isNil {
-						if f, ok := stateField(side[0]); ok {
+						if f, ok := fieldOf(side[0], name); ok {
 							tested[f] = true
 						}
 						mark(side[0])
@@ -222,7 +308,7 @@ func stateReads(src string, root ast.Node) []Read {
 	}})
 	var reads []Read
 	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
-		f, ok := stateField(n)
+		f, ok := fieldOf(n, name)
 		if !ok || guarded[n] || tested[f] {
 			return
 		}
@@ -233,24 +319,41 @@ func stateReads(src string, root ast.Node) []Read {
 	return reads
 }
 
-// stateField reports whether n reads state.NAME, and NAME.
-func stateField(n ast.Node) (string, bool) {
+// fieldOf reports whether n reads VAR.NAME (VAR the variable name), and
+// NAME.
+func fieldOf(n ast.Node, name string) (string, bool) {
 	m, ok := n.(*ast.MemberNode)
 	if !ok {
 		return "", false
 	}
 	id, ok := m.Node.(*ast.IdentifierNode)
 	prop, isStr := m.Property.(*ast.StringNode)
-	if !ok || !isStr || id.Value != "state" {
+	if !ok || !isStr || id.Value != name {
 		return "", false
 	}
 	return prop.Value, true
 }
 
 // Shape is the shape of the value of an expression that reads a variable
-// or a chain of its members (output, output.review.score), as declared;
-// nil for any other expression.
+// or a chain of its members (output, output.review.score), as declared,
+// or of a list literal whose elements share a type; nil for any other
+// expression.
 func (p *Program) Shape() *schema.Shape { return p.shape }
+
+// Atomic reports whether the expression is one operand (a name, a member
+// read, a call, a literal, a bracketed expression), so that it keeps its
+// meaning written beside an operator without parentheses.
+func (p *Program) Atomic() bool {
+	tree, err := p.parsed()
+	if err != nil {
+		return false
+	}
+	switch tree.Node.(type) {
+	case *ast.BinaryNode, *ast.ConditionalNode, *ast.UnaryNode, *ast.SequenceNode, *ast.VariableDeclaratorNode:
+		return false
+	}
+	return true
+}
 
 // Source is the expression text.
 func (p *Program) Source() string { return p.src }
@@ -347,11 +450,13 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		return nil, errs
 	}
 	warnings = append(warnings, checkNullable(src, tree.Node, env)...)
-	opts := append([]expr.Option{expr.Env(env.vars)}, functions...)
-	opts = append(opts, expr.Patch(exact{}))
+	opts := append([]expr.Option{env.option()}, functions...)
+	num := &numeric{of: map[ast.Node]numKind{}}
+	pt := &patcher{num: num}
 	if len(env.flat) > 0 {
-		opts = append(opts, expr.Patch(&flattener{env: env}))
+		pt.flat = &flattener{env: env}
 	}
+	opts = append(opts, expr.Patch(pt))
 	if wantBool {
 		opts = append(opts, expr.AsBool())
 	}
@@ -365,7 +470,24 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 		return nil, []Problem{p}
 	}
-	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node)}
+	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node), num: num.of[num.root], branches: num.leaves[num.root], tree: tree}
+	if p.shape == nil && num.items != "" {
+		// a list literal: the type its elements share
+		p.shape = &schema.Shape{Types: []string{"array"}, Items: &schema.Shape{Types: []string{num.items}}}
+	}
+	if wantBool && len(p.branches) > 1 {
+		// a choice typed any as a whole: each branch must be a boolean
+		var probs []Problem
+		for _, b := range p.Branches() {
+			if b.Type != "" && b.Type != "boolean" && b.Type != "null" {
+				probs = append(probs, Problem{Line: b.Line, Col: b.Col, EndCol: b.EndCol, Code: diag.CodeExprNotBool,
+					Message: "condition is not boolean: this branch yields " + article(b.Type)})
+			}
+		}
+		if len(probs) > 0 {
+			return nil, probs
+		}
+	}
 	if literal(prog.Node()) {
 		// the literal is what the machine would return, every time
 		if v, err := new(vm.VM).Run(prog, map[string]any{}); err == nil {
@@ -404,6 +526,9 @@ func fromError(src string, err error, env *Env) Problem {
 	p := Problem{Line: max(fe.Line, 1), Col: fe.Column + 1, Code: diag.CodeExprSyntax, Message: fe.Message}
 	if fe.To > fe.From {
 		p.EndCol = p.Col + (fe.To - fe.From)
+	}
+	if words := inWords(src, fe.Message, fe.From); words != "" {
+		p.Message = words
 	}
 	if name, ok := strings.CutPrefix(fe.Message, "unknown name "); ok {
 		p.Code = diag.CodeExprUnknown
@@ -566,6 +691,36 @@ func position(src string, offset int) (line, col int) {
 	return line, col
 }
 
+// patcher makes one pass over the checked tree (the checker types the
+// tree again before each pass, so one pass is the cheapest): it records
+// what numbers each node gives (numeric), then rewrites integer
+// arithmetic into exact operations (exact) and flattened fields into
+// variables (flattener), keeping each rewritten node's type and what
+// numeric found of it.
+type patcher struct {
+	num  *numeric
+	flat *flattener
+}
+
+func (p *patcher) Visit(n *ast.Node) {
+	p.num.Visit(n)
+	old := *n
+	if p.flat != nil {
+		p.flat.Visit(n)
+		if *n != old {
+			// a field read as its own variable keeps its type, which the
+			// node reading it asks (exact's choice of operation over
+			// ints); a call exact makes is left untyped, for the checker
+			// to type, and so compile to a direct call
+			(*n).SetType(old.Type())
+		}
+	}
+	exact{}.Visit(n)
+	if *n != old {
+		p.num.of[*n], p.num.leaves[*n], p.num.root = p.num.of[old], p.num.leaves[old], *n
+	}
+}
+
 // flattener rewrites name.field (a constant field of a flattened object
 // variable) into the variable "name.field".
 type flattener struct{ env *Env }
@@ -603,6 +758,29 @@ func FunctionNames() []string {
 	return names
 }
 
+// Whole reports whether the expression always gives a whole number (an
+// int, or a float with no fraction: round, floor, ceil, int, whole
+// literals and +, -, *, % over them), so that an integer field holds it;
+// a division, a power, a mean or a fractional literal may not.
+func (p *Program) Whole() bool { return p.num == numWhole }
+
+// Branches lists the values the expression can yield through its choices
+// (the branches of ?: and ??, themselves when it has none), each with its
+// JSON type where the checker knows it; columns are 1-based on the
+// expression's first line, or Line gives the line.
+func (p *Program) Branches() []Branch {
+	out := make([]Branch, len(p.branches))
+	for i, b := range p.branches {
+		line, col := position(p.src, b.from)
+		out[i] = Branch{Type: b.typ, Line: line, Col: col, EndCol: col + max(b.to-b.from, 1)}
+	}
+	return out
+}
+
+// Number reports whether the expression gives a number, even where the
+// checker cannot tell its type (mean and median give any).
+func (p *Program) Number() bool { return p.num != numUnknown }
+
 // ResultType is the type the checker gives the expression's value, or nil
 // when it cannot tell (a value of any type, such as a field of an
 // untyped object); a nullable value has the type it has when not nil.
@@ -628,7 +806,7 @@ type Yield struct {
 // itself, or the branches of conditionals (?: and if/else) and ?? that
 // are literals. all reports whether those literals are all it can yield.
 func (p *Program) Yields() (lits []Yield, all bool) {
-	tree, err := parser.Parse(p.src)
+	tree, err := p.parsed()
 	if err != nil {
 		return nil, false
 	}
@@ -659,6 +837,59 @@ func (p *Program) Yields() (lits []Yield, all bool) {
 	return lits, all
 }
 
+// NumberLiteral is a number literal an expression can yield as its value, with
+// its place in the expression's text.
+type NumberLiteral struct {
+	Value             float64
+	Line, Col, EndCol int
+}
+
+// Numbers lists the number literals the expression can yield as its
+// value: itself, or the branches of conditionals (?: and if/else) and ??
+// that are literals (negated ones too).
+func (p *Program) Numbers() []NumberLiteral {
+	tree, err := p.parsed()
+	if err != nil {
+		return nil
+	}
+	var lits []NumberLiteral
+	add := func(n, last ast.Node, v float64) {
+		from, to := n.Location().From, last.Location().To
+		line, col := position(p.src, from)
+		lits = append(lits, NumberLiteral{Value: v, Line: line, Col: col, EndCol: col + max(to-from, 1)})
+	}
+	var walk func(n ast.Node)
+	walk = func(n ast.Node) {
+		switch n := n.(type) {
+		case *ast.IntegerNode:
+			add(n, n, float64(n.Value))
+		case *ast.FloatNode:
+			add(n, n, n.Value)
+		case *ast.UnaryNode:
+			switch x := n.Node.(type) {
+			case *ast.IntegerNode:
+				if n.Operator == "-" {
+					add(n, x, -float64(x.Value))
+				}
+			case *ast.FloatNode:
+				if n.Operator == "-" {
+					add(n, x, -x.Value)
+				}
+			}
+		case *ast.ConditionalNode:
+			walk(n.Exp1)
+			walk(n.Exp2)
+		case *ast.BinaryNode:
+			if n.Operator == "??" {
+				walk(n.Left)
+				walk(n.Right)
+			}
+		}
+	}
+	walk(tree.Node)
+	return lits
+}
+
 // Complements reports whether, whatever the state, at least one of the
 // conditions holds, as far as their text shows: one is the literal true,
 // or two are each other's negation (!c and c, a == b and a != b, a < b
@@ -670,7 +901,7 @@ func Complements(conds []*Program) bool {
 		if c == nil {
 			continue
 		}
-		tree, err := parser.Parse(c.src)
+		tree, err := c.parsed()
 		if err != nil {
 			continue
 		}
@@ -748,6 +979,15 @@ func checkEnums(src string, root ast.Node, env *Env) []Problem {
 	return probs
 }
 
+// article names a JSON type with its article.
+func article(t string) string {
+	switch t {
+	case "integer", "array", "object":
+		return "an " + t
+	}
+	return "a " + t
+}
+
 func quoteAll(values []string) string {
 	q := make([]string, len(values))
 	for i, v := range values {
@@ -760,7 +1000,7 @@ func quoteAll(values []string) string {
 // whose schema is a string enum (state.x, or state.x ?? 'literal'), and
 // whether it is such a read.
 func (p *Program) Enum(env *Env) ([]string, bool) {
-	tree, err := parser.Parse(p.src)
+	tree, err := p.parsed()
 	if err != nil {
 		return nil, false
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/trellisflow/trellis/runtime/diag"
@@ -128,9 +127,30 @@ func reachesEnd(n *Node, ends map[*Node]bool) bool {
 func (c *compiler) cycles() {
 	g := c.g
 	all := tarjan(g.Nodes, func(n *Node) []*Node { return successors(n) })
+	loopOf := map[*Node]int{}
 	for _, scc := range all {
 		if hasCycle(scc, successors) {
+			for _, n := range scc {
+				loopOf[n] = len(g.loops) + 1
+			}
 			g.loops = append(g.loops, scc)
+		}
+	}
+	// a bounded edge counts the traversals that re-enter a loop through
+	// its source
+	for _, e := range g.Edges {
+		if e.Bound == 0 {
+			continue
+		}
+		for _, t := range e.Targets() {
+			for _, src := range e.From {
+				if l := loopOf[src]; l > 0 && loopOf[t] == l {
+					if e.loopTargets == nil {
+						e.loopTargets = map[*Node]bool{}
+					}
+					e.loopTargets[t] = true
+				}
+			}
 		}
 	}
 	unbounded := func(n *Node) []*Node {
@@ -266,148 +286,6 @@ func tarjan(nodes []*Node, next func(*Node) []*Node) [][]*Node {
 	return out
 }
 
-// ------------------------------------------------------ abstract execution
-
-// emission is what one choice of one node sends on: triggered nodes and
-// arrivals at joins.
-type emission struct {
-	targets  []int
-	arrivals [][2]int // join slot, source node index
-}
-
-// maxAbstractStates caps the abstract execution; a flow beyond it is
-// reported as too complex to analyse rather than analysed partially.
-const maxAbstractStates = 20000
-
-// explore runs the flow abstractly: a state is the set of triggered nodes
-// plus each join's arrivals; every condition may go either way. Nodes found
-// together in a triggered set can run in one superstep; a finished run with
-// a partly-arrived join means that join can starve.
-func (c *compiler) explore() {
-	g := c.g
-	joinEdge := make([]*Edge, g.Joins)
-	for _, e := range g.Edges {
-		if e.Join >= 0 {
-			joinEdge[e.Join] = e
-		}
-	}
-	outcomes := make([][]emission, len(g.Nodes))
-	for _, n := range g.Nodes {
-		outcomes[n.Index] = nodeOutcomes(n.Out, n)
-		if n.OnError.Route != nil {
-			outcomes[n.Index] = append(outcomes[n.Index], emission{targets: []int{n.OnError.Route.Index}})
-		}
-	}
-	type state struct {
-		triggered []int
-		joins     []uint64 // bitset of arrived sources, per join (by node index mod 64 not needed: positions in From)
-	}
-	key := func(s state) string {
-		var b strings.Builder
-		for _, t := range s.triggered {
-			b.WriteString(strconv.Itoa(t))
-			b.WriteByte(',')
-		}
-		b.WriteByte('|')
-		for _, j := range s.joins {
-			b.WriteString(strconv.FormatUint(j, 16))
-			b.WriteByte(',')
-		}
-		return b.String()
-	}
-	apply := func(joins []uint64, em []emission) state {
-		next := state{joins: slices.Clone(joins)}
-		set := map[int]bool{}
-		for _, e := range em {
-			for _, t := range e.targets {
-				set[t] = true
-			}
-			for _, a := range e.arrivals {
-				je := joinEdge[a[0]]
-				for pos, src := range je.From {
-					if src.Index == a[1] {
-						next.joins[a[0]] |= 1 << pos
-					}
-				}
-				if next.joins[a[0]] == (1<<len(je.From))-1 {
-					next.joins[a[0]] = 0
-					for _, t := range je.To {
-						set[t.Index] = true
-					}
-				}
-			}
-		}
-		for t := range set {
-			next.triggered = append(next.triggered, t)
-		}
-		slices.Sort(next.triggered)
-		return next
-	}
-	coRun := map[[2]int]bool{}
-	starved := map[int]uint64{}
-	seen := map[string]bool{}
-	var work []state
-	for _, em := range product(nodeOutcomesList(g.Entry)) {
-		s := apply(make([]uint64, g.Joins), em)
-		if k := key(s); !seen[k] {
-			seen[k] = true
-			work = append(work, s)
-		}
-	}
-	for len(work) > 0 {
-		if len(seen) > maxAbstractStates {
-			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeWriteConflict, Pos: diag.Pos{File: c.doc.Path, Line: 1, Col: 1},
-				Summary: fmt.Sprintf("the flow has more than %d abstract states; write conflicts and starving joins were not fully checked", maxAbstractStates)})
-			break
-		}
-		s := work[len(work)-1]
-		work = work[:len(work)-1]
-		if len(s.triggered) == 0 {
-			for j, bits := range s.joins {
-				if _, found := starved[j]; !found && bits != 0 {
-					starved[j] = bits // the first run found that strands it
-				}
-			}
-			continue
-		}
-		for i, a := range s.triggered {
-			for _, b := range s.triggered[i+1:] {
-				coRun[[2]int{a, b}] = true
-			}
-		}
-		choices := make([][]emission, len(s.triggered))
-		for i, t := range s.triggered {
-			choices[i] = outcomes[t]
-			if len(choices[i]) == 0 {
-				choices[i] = []emission{{}}
-			}
-		}
-		for _, em := range product(choices) {
-			ns := apply(s.joins, em)
-			if k := key(ns); !seen[k] {
-				seen[k] = true
-				work = append(work, ns)
-			}
-		}
-	}
-	c.conflicts(coRun)
-	for _, j := range slices.Sorted(mapsKeys(starved)) {
-		je := joinEdge[j]
-		var arrived, missing []string
-		for pos, src := range je.From {
-			if starved[j]&(1<<pos) != 0 {
-				arrived = append(arrived, src.Name)
-			} else {
-				missing = append(missing, src.Name)
-			}
-		}
-		c.dl.Errorf(diag.CodeJoinStarves, je.Pos, fmt.Sprintf("edges[%d]", je.Index),
-			"join into %s can wait forever: a run can end after %s arrived without %s",
-			names(je.To, je.ToEnd), strings.Join(arrived, ", "), strings.Join(missing, ", ")).
-			Detail = "a branch or route upstream can skip " + strings.Join(missing, ", ") + "; join only nodes that always run together"
-	}
-}
-
 func names(ns []*Node, end bool) string {
 	var s []string
 	for _, n := range ns {
@@ -427,14 +305,6 @@ func mapsKeys(m map[int]uint64) func(func(int) bool) {
 			}
 		}
 	}
-}
-
-func nodeOutcomesList(edges []*Edge) [][]emission {
-	var out [][]emission
-	for _, e := range edges {
-		out = append(out, edgeOptions(e, nil))
-	}
-	return out
 }
 
 // nodeOutcomes combines the options of every edge leaving n.

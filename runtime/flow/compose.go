@@ -101,6 +101,31 @@ func (c *compiler) configBlock(v config.Value) {
 	c.env = c.env.With("config", c.g.ConfigShape)
 }
 
+// unsetAtEnd maps the fields a run may end with unset (no default, not
+// nullable, not required; some way to END writes nothing to them) to such
+// a way.
+func (c *compiler) unsetAtEnd() map[string]string {
+	if c.abs == nil || c.abs.overflow || c.stateShape == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, f := range c.g.Fields {
+		if f.HasDefault || f.Shape.Nullable() || slices.Contains(c.stateShape.Required, f.Name) {
+			continue
+		}
+		for si, s := range c.abs.states {
+			if len(s.triggered) > 0 || s.must == nil || s.must.has(f.Index) {
+				continue
+			}
+			if steps := c.abs.witness(f.Index, si); steps != nil {
+				out[f.Name] = c.showSteps(steps[:len(steps)-1]) + " → END"
+				break
+			}
+		}
+	}
+	return out
+}
+
 // ConfigField returns a run configuration entry by name.
 func (g *Graph) ConfigField(name string) (*ConfigField, bool) {
 	for _, f := range g.Config {
@@ -130,7 +155,10 @@ func fitsShape(p *expression.Program, dst *schema.Shape) string {
 			return "cannot hold what this expression gives: " + strings.Join(why, "; ")
 		}
 	}
-	got := jsonType(p.ResultType())
+	got := resultType(p)
+	if got == "number" && !dst.Takes(got) && dst.Allows("integer") && !p.Whole() {
+		return "takes " + dst.Describe() + " only, but this expression yields a number that may have a fraction (/, a float literal or a number field); write int(...) to drop the fraction or round(...) to round it"
+	}
 	if got != "" && !dst.Allows(got) {
 		return "takes " + dst.Describe() + ", but this expression yields " + article(got)
 	}
@@ -208,36 +236,52 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 		}
 		return sf
 	}
-	src, err := c.readFile(path)
-	if err != nil {
-		d := c.dl.Errorf(diag.CodeSubflow, v.Pos(), v.Path(), "cannot read subflow %q: %v", v.Text(), err)
-		folder := c.files.Rel(c.dir, c.files.Dir(path))
-		var names []string
-		for _, n := range b.Names(folder, ".yaml") {
-			names = append(names, c.files.Join(folder, n)+".yaml")
+	var res *compiled
+	if e := c.batch.reusable(id, chain, c.seq); e != nil {
+		// compiled already in this batch (loaded itself, or run by
+		// another flow): the same result
+		res = e
+		maps.Copy(c.sources, res.sources)
+	} else {
+		src, err := c.readFile(path)
+		if err != nil {
+			d := c.dl.Errorf(diag.CodeSubflow, v.Pos(), v.Path(), "cannot read subflow %q: %v", v.Text(), err)
+			folder := c.files.Rel(c.dir, c.files.Dir(path))
+			var names []string
+			for _, n := range b.Names(folder, ".yaml") {
+				names = append(names, c.files.Join(folder, n)+".yaml")
+			}
+			d.Suggestion = diag.Suggest(v.Text(), names)
+			return nil
 		}
-		d.Suggestion = diag.Suggest(v.Text(), names)
-		return nil
+		child := &compiler{reg: c.reg, files: c.files, dir: c.files.Dir(path), sources: diag.Sources{}, shared: map[string]any{},
+			chain: chain, chainNames: append(slices.Clone(c.chainNames), c.g.Path), children: c.children, batch: c.batch, seq: c.seq,
+			included: map[string]bool{id: true}}
+		child.sources[path] = src
+		g := child.compile(path, src)
+		res = child.result(g)
+		maps.Copy(c.sources, res.sources)
+		c.batch.keep(id, res)
 	}
-	child := &compiler{reg: c.reg, files: c.files, dir: c.files.Dir(path), sources: c.sources, shared: map[string]any{},
-		chain: chain, chainNames: append(slices.Clone(c.chainNames), c.g.Path), children: c.children}
-	g := child.compile(path, src)
-	c.dl = append(c.dl, child.dl...)
-	if g == nil || child.dl.HasErrors() || g.root == nil {
+	maps.Copy(c.included, res.includes)
+	c.dl = append(c.dl, res.dl...)
+	g := res.g
+	if g == nil || res.dl.HasErrors() || g.root == nil {
 		c.children[id] = nil
 		c.dl.Errorf(diag.CodeSubflow, v.Pos(), v.Path(), "subflow %s has errors (reported in its file)", path)
 		return nil
 	}
-	sf := &kind.Subflow{Name: g.Name, Path: path, State: child.stateShape, Config: g.ConfigShape, Graph: g}
+	sf := &kind.Subflow{Name: g.Name, Path: path, State: res.state, Config: g.ConfigShape, Graph: g}
 	if sf.Config == nil {
 		sf.Config = schema.Object(nil)
 		sf.Config.Closed = true
 	}
-	for _, name := range child.stateShape.Required {
+	for _, name := range res.state.Required {
 		if f, ok := g.Field(name); ok && !f.HasDefault {
 			sf.Required = append(sf.Required, name)
 		}
 	}
+	sf.Unset = res.unset
 	var pauses []string
 	for _, n := range g.Nodes {
 		_, asks := n.Impl.(kind.Asker)

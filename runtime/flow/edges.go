@@ -173,6 +173,13 @@ func (c *compiler) branch(edge *Edge, bn config.Value, at diag.Pos, path string)
 		cpath := fmt.Sprintf("%s[%d]", path, j)
 		when, to, els := cn.Get("when"), cn.Get("to"), cn.Get("else")
 		cs := &Case{}
+		if b, err := cn.Get("bound").JSON(); err == nil && edge.Bound == 0 {
+			// a bound misplaced on a case (reported by the format check)
+			// stands for the edge's, so the cycle is not reported too
+			if n, ok := b.(int); ok && n > 0 {
+				edge.Bound = n
+			}
+		}
 		switch {
 		case els.Exists() && (when.Exists() || to.Exists()):
 			c.dl.Errorf(diag.CodeEdgeShape, cn.Pos(), cpath, "a branch case has either when and to, or else alone")

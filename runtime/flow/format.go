@@ -15,6 +15,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
 )
 
 // Version is the flow format version this runtime reads.
@@ -141,6 +142,24 @@ func kindFlowFields(reg kind.Registry) ([]config.Field, error) {
 // declarations and the registry: every kind's block is discriminated by
 // its kind name.
 func FormatSchema(reg kind.Registry) ([]byte, error) {
+	doc, err := formatDoc(reg)
+	if err != nil {
+		return nil, err
+	}
+	doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// formatDoc is the flow format's JSON Schema as a document of maps and
+// lists, without its $schema (draft 2020-12).
+func formatDoc(reg kind.Registry) (map[string]any, error) {
 	kindKeys, err := kindFlowFields(reg)
 	if err != nil {
 		return nil, err
@@ -189,17 +208,9 @@ func FormatSchema(reg kind.Registry) ([]byte, error) {
 	doc["if"] = map[string]any{"not": map[string]any{"type": "object", "properties": map[string]any{"config": true}, "required": []any{"config"}}}
 	doc["then"] = map[string]any{"type": "object", "properties": map[string]any{"limits": map[string]any{"type": "object",
 		"properties": map[string]any{"max_steps": map[string]any{"type": "integer"}}}}}
-	doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
 	doc["title"] = "Trellis flow"
 	doc["$defs"] = defs
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(doc); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return doc, nil
 }
 
 // Reference renders the node-kind reference in Markdown from the
@@ -250,18 +261,60 @@ func Reference(reg kind.Registry) []byte {
 	return []byte(b.String())
 }
 
-// formatValidator is the compiled flow schema of one registry.
+// formatValidator is the compiled schema of a file format: the flow
+// format of one registry, or another (see Format).
 type formatValidator struct {
 	schema *jsonschema.Schema
 	raw    map[string]any
 	// top lists the top-level keys a registry's kinds declare.
 	top []config.Field
+	// what names a document of the format in messages ("flow").
+	what string
 }
+
+// Format checks YAML documents against a file format declared, as the
+// flow format is, with config fields: every problem at its position, in
+// the file's terms, with a suggestion for a misspelt key.
+type Format struct{ fv *formatValidator }
+
+// NewFormat compiles the format whose documents are root (an object),
+// with defs its shared definitions (config.Ref's targets); what names a
+// document in messages ("test file").
+func NewFormat(what string, root config.Field, defs map[string]config.Field) (*Format, error) {
+	doc := root.Schema()
+	d := map[string]any{}
+	for name, f := range defs {
+		d[name] = f.Schema()
+	}
+	doc["$defs"] = d
+	doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	sch, err := schema.CompileTrusted("file:///trellis/"+strings.ReplaceAll(what, " ", "_")+".schema.json", b)
+	if err != nil {
+		return nil, err
+	}
+	fv := &formatValidator{schema: sch, what: what}
+	if err := json.Unmarshal(b, &fv.raw); err != nil {
+		return nil, err
+	}
+	return &Format{fv: fv}, nil
+}
+
+// Check reports every way d breaks the format to dl.
+func (f *Format) Check(d *config.File, dl *diag.List) { f.fv.check(d, dl) }
 
 var (
 	formatCache sync.Map   // kind.Registry -> *formatValidator
 	formatMu    sync.Mutex // one compile at a time: flows loading at once wait for it
 )
+
+// Prepare compiles the flow format of a registry ahead of the first load,
+// which otherwise compiles it: a program that is about to load flows
+// calls it in the background while it reads them.
+func Prepare(reg kind.Registry) { _, _ = formatFor(reg) }
 
 func formatFor(reg kind.Registry) (*formatValidator, error) {
 	if v, ok := formatCache.Load(reg); ok {
@@ -272,23 +325,21 @@ func formatFor(reg kind.Registry) (*formatValidator, error) {
 	if v, ok := formatCache.Load(reg); ok {
 		return v.(*formatValidator), nil
 	}
-	b, err := FormatSchema(reg)
+	doc, err := formatDoc(reg)
 	if err != nil {
 		return nil, err
 	}
-	c := jsonschema.NewCompiler()
-	c.Draft = jsonschema.Draft2020
-	const url = "file:///trellis/flow.schema.json"
-	if err := c.AddResource(url, bytes.NewReader(b)); err != nil {
-		return nil, err
-	}
-	s, err := c.Compile(url)
+	b, err := json.Marshal(doc)
 	if err != nil {
 		return nil, err
 	}
-	fv := &formatValidator{schema: s}
+	// generated here and tested valid: no metaschema check
+	s, err := schema.CompileTrusted("file:///trellis/flow.schema.json", b)
+	if err != nil {
+		return nil, err
+	}
+	fv := &formatValidator{schema: s, what: "flow", raw: doc}
 	fv.top, _ = kindFlowFields(reg)
-	_ = json.Unmarshal(b, &fv.raw)
 	formatCache.Store(reg, fv)
 	return fv, nil
 }
@@ -345,16 +396,17 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 				if !kn.Exists() {
 					kn = n
 				}
-				dl.Errorf(diag.CodeUnknownKey, kn.Pos(), joinPath(path, k), "unknown key %q", k).Suggestion = diag.Suggest(k, allowed)
+				d := dl.Errorf(diag.CodeUnknownKey, kn.Pos(), joinPath(path, k), "unknown key %q", k)
+				d.Suggestion = diag.Suggest(k, allowed)
+				if where := belongs(k, path); where != "" && d.Suggestion == "" {
+					d.Summary += ": " + where
+				}
 			}
 		case "required":
 			for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
-				where := "node"
-				if path != "" {
-					where = path
-				}
+				where := path
 				if path == "" {
-					where = "flow"
+					where = fv.what
 				}
 				at := d.KeyAt(ptr)
 				if !at.Exists() {
@@ -363,7 +415,7 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 				dl.Errorf(diag.CodeMissingKey, at.Pos(), path, "%s is missing required key %q", where, m[1])
 			}
 		case "type":
-			dl.Errorf(diag.CodeType, n.Pos(), path, "%s: %s", describeAt(path), e.Message)
+			dl.Errorf(diag.CodeType, n.Pos(), path, "%s: %s", fv.describeAt(path), e.Message)
 		case "enum", "const":
 			if strings.HasSuffix(ptr, "/kind") && strings.HasPrefix(ptr, "/nodes/") {
 				got := d.At(ptr).Text()
@@ -371,7 +423,7 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 				continue
 			}
 			got := d.At(ptr).Text()
-			dd := dl.Errorf(diag.CodeNotAllowed, n.Pos(), path, "%s: %s", describeAt(path), e.Message)
+			dd := dl.Errorf(diag.CodeNotAllowed, n.Pos(), path, "%s: %s", fv.describeAt(path), e.Message)
 			if got != "" && keyword == "enum" {
 				var opts []string
 				for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
@@ -382,10 +434,48 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 				}
 				dd.Suggestion = diag.Suggest(got, opts)
 			}
+		case "pattern":
+			at, text := n, d.At(ptr).Text()
+			if strings.Contains(e.KeywordLocation, "/propertyNames/") {
+				// a key breaks it: name the key
+				at, text = d.KeyAt(ptr), config.Unescape(ptr[strings.LastIndexByte(ptr, '/')+1:])
+				if !at.Exists() {
+					at = n
+				}
+			}
+			dl.Errorf(diag.CodeConstraint, at.Pos(), path, "%s: %q is not %s", fv.describeAt(path), text, fv.patternWords(e.AbsoluteKeywordLocation))
 		default:
-			dl.Errorf(diag.CodeConstraint, n.Pos(), path, "%s: %s", describeAt(path), e.Message)
+			dl.Errorf(diag.CodeConstraint, n.Pos(), path, "%s: %s", fv.describeAt(path), e.Message)
 		}
 	}
+}
+
+var (
+	branchCase = regexp.MustCompile(`^edges\[\d+\]\.branch\[\d+\]$`)
+	edgePath   = regexp.MustCompile(`^edges\[\d+\]$`)
+	nodePath   = regexp.MustCompile(`^nodes\.[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// belongs says where a key found in the wrong place (at path) belongs,
+// "" when it is not a key of the format elsewhere.
+func belongs(key, path string) string {
+	switch {
+	case key == "bound" && branchCase.MatchString(path):
+		return "bound belongs on the edge, beside branch: it counts the traversals of any case that re-enter the loop"
+	case (key == "choices" || key == "default") && branchCase.MatchString(path):
+		return key + " belongs to a route edge (route, choices, default), not to a branch case"
+	case key == "bound" && nodePath.MatchString(path):
+		return "bound belongs on an edge that closes a loop, not on a node"
+	case (key == "retry" || key == "timeout" || key == "cache" || key == "on_error" || key == "interrupt_before" || key == "interrupt_after") && edgePath.MatchString(path):
+		return key + " belongs on a node, not on an edge"
+	case (key == "when" || key == "else") && edgePath.MatchString(path):
+		return key + " belongs in a case of a branch: branch: [{when: ..., to: ...}, {else: ...}]"
+	case key == "reducers" && path == "":
+		return "reducers belong under state: state: {schema: ..., reducers: {...}}"
+	case key == "max_steps" && path == "":
+		return "max_steps belongs under limits: limits: {max_steps: N}"
+	}
+	return ""
 }
 
 // anyOfSibling reports whether e failed inside one alternative of an anyOf
@@ -419,6 +509,43 @@ func (fv *formatValidator) anyOfSibling(leaves []*jsonschema.ValidationError, e 
 	return false
 }
 
+// patternWords are the format's patterns said in words.
+var patternWords = map[string]string{
+	definitions["duration"].Pattern: "a duration such as 250ms, 2s or 1m30s",
+	name.Pattern:                    "a name of letters, digits and underscores that does not start with a digit",
+	`^[a-z][a-z0-9_]*$`:             "in snake_case: lowercase letters, digits and underscores, starting with a letter",
+	`^[A-Z][0-9]{3}$`:               "a diagnostic code such as E006",
+}
+
+// patternWords says what the pattern at a keyword location (absolute,
+// ending in /pattern) asks for: in words when it is one of the format's,
+// else what the field is for, else the pattern itself.
+func (fv *formatValidator) patternWords(absLoc string) string {
+	frag := strings.TrimSuffix(absLoc[strings.IndexByte(absLoc, '#')+1:], "/pattern")
+	var cur any = fv.raw
+	for _, p := range strings.Split(strings.TrimPrefix(frag, "/"), "/") {
+		switch c := cur.(type) {
+		case map[string]any:
+			cur = c[config.Unescape(p)]
+		case []any:
+			var i int
+			fmt.Sscan(p, &i)
+			if i < len(c) {
+				cur = c[i]
+			}
+		}
+	}
+	m, _ := cur.(map[string]any)
+	pattern, _ := m["pattern"].(string)
+	if w, ok := patternWords[pattern]; ok {
+		return w
+	}
+	if desc, _ := m["description"].(string); desc != "" {
+		return "valid here: " + strings.TrimSuffix(desc, ".")
+	}
+	return "matched by the pattern " + pattern
+}
+
 func joinPath(path, key string) string {
 	if path == "" {
 		return key
@@ -426,9 +553,9 @@ func joinPath(path, key string) string {
 	return path + "." + key
 }
 
-func describeAt(path string) string {
+func (fv *formatValidator) describeAt(path string) string {
 	if path == "" {
-		return "flow"
+		return fv.what
 	}
 	return path
 }

@@ -175,8 +175,62 @@ type Edge struct {
 	// Default is taken for a name not in Choices (HasDefault set).
 	Default    *Node
 	HasDefault bool
-	// Bound limits how often the edge may be taken per run (0: unbounded).
+	// Bound limits how often per run the edge may re-enter its loop (0:
+	// unbounded): a traversal to a target on a cycle through the edge's
+	// source counts, one that leaves the loop does not.
 	Bound int
+	// loopTargets are the targets that re-enter a loop through a source.
+	loopTargets map[*Node]bool
+}
+
+// Reenters reports whether taking the edge to targets re-enters a loop
+// through its source, which is what its bound counts.
+func (e *Edge) Reenters(targets []*Node) bool {
+	for _, t := range targets {
+		if e.loopTargets[t] {
+			return true
+		}
+	}
+	return false
+}
+
+// EdgeLoop is a shortest cycle the edge closes by going to target: from
+// target back to one of the edge's sources and on to target, nil when
+// target does not re-enter a loop through the edge.
+func (g *Graph) EdgeLoop(e *Edge, target *Node) []*Node {
+	if !e.loopTargets[target] {
+		return nil
+	}
+	var scc []*Node
+	for _, l := range g.loops {
+		if slices.Contains(l, target) {
+			scc = l
+		}
+	}
+	in := map[*Node]bool{}
+	for _, m := range scc {
+		in[m] = true
+	}
+	prev := map[*Node]*Node{target: nil}
+	queue := []*Node{target}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		if slices.Contains(e.From, cur) {
+			var path []*Node
+			for x := cur; x != nil; x = prev[x] {
+				path = append([]*Node{x}, path...)
+			}
+			return append(path, target)
+		}
+		for _, next := range successors(cur) {
+			if _, seen := prev[next]; !seen && in[next] {
+				prev[next] = cur
+				queue = append(queue, next)
+			}
+		}
+	}
+	return nil
 }
 
 // Case is one case of a conditional edge; When is nil for else.

@@ -195,7 +195,81 @@ edges:
   - {from: START, to: [a, b]}
   - {from: a, to: END}
   - {from: b, to: END}
-`, "da.yaml:12:36: warning[E006]: state.v may be unset here: it has no default, and START → b reaches this node with nothing written to it (it is written by a, which this path does not pass)"},
+`, "da.yaml:12:36: warning[E006]: state.v may be unset here: it has no default, and START → [a, b] reaches this node with nothing written to it (a writes it in the same step, which this node does not see); give it a default, or read it as state.v ?? a value"},
+		{"a join waits for the writer", `  split: {kind: set, set: {n: "1"}}
+  a: {kind: set, set: {v: "'a'"}}
+  b: {kind: set, set: {n: "2"}}
+  c: {kind: set, set: {out: "state.v"}}
+edges:
+  - {from: START, to: split}
+  - {from: split, to: [a, b]}
+  - {from: [a, b], to: c}
+  - {from: c, to: END}
+`, ""},
+		{"a join waits for a writer on a longer arm", `  split: {kind: set, set: {n: "1"}}
+  a: {kind: set, set: {n: "2"}}
+  x: {kind: set, set: {out: "'x'"}}
+  b: {kind: set, set: {v: "'b'"}}
+  c: {kind: set, set: {out: "state.v"}}
+edges:
+  - {from: START, to: split}
+  - {from: split, to: [a, x]}
+  - {from: x, to: b}
+  - {from: [a, b], to: c}
+  - {from: c, to: END}
+`, ""},
+		{"the first round of a loop reads before the write", `  a: {kind: set, set: {out: "state.v", n: "state.n + 1"}}
+  b: {kind: set, set: {v: "'b'"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: b}
+  - from: b
+    bound: 3
+    branch:
+      - {when: "state.n < 3", to: a}
+      - else: END
+`, "da.yaml:11:36: warning[E006]: state.v may be unset here: it has no default, and START → a reaches this node with nothing written to it (b writes it, but this way does not pass b)"},
+		{"a write the loop makes before the read, every round", `  a: {kind: set, set: {v: "'a'", n: "state.n + 1"}}
+  b: {kind: set, set: {out: "state.v"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: b}
+  - from: b
+    bound: 3
+    branch:
+      - {when: "state.n < 3", to: a}
+      - else: END
+`, ""},
+		{"on_error.set writes only on failure", `  a: {kind: fail, times: 1, set: {n: "1"}, on_error: {set: {v: "'failed'"}}}
+  b: {kind: set, set: {out: "state.v"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: b}
+  - {from: b, to: END}
+`, "da.yaml:12:36: warning[E006]: state.v may be unset here: it has no default, and START → a → b reaches this node with nothing written to it (a writes it only when it fails (on_error.set)); give it a default, or read it as state.v ?? a value"},
+		{"an error route skips the writes", `  a: {kind: set, set: {v: "'a'"}, on_error: {route: c}}
+  b: {kind: set, set: {out: "state.v"}}
+  c: {kind: set, set: {out: "state.v"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: b}
+  - {from: b, to: END}
+  - {from: c, to: END}
+`, "da.yaml:13:36: warning[E006]: state.v may be unset here: it has no default, and START → a → c reaches this node with nothing written to it"},
+		{"a sibling's write is seen by an edge after the step", `  split: {kind: set, set: {n: "1"}}
+  a: {kind: set, set: {v: "'a'"}}
+  b: {kind: set, set: {n: "2"}}
+  c: {kind: set, set: {out: "'c'"}}
+edges:
+  - {from: START, to: split}
+  - {from: split, to: [a, b]}
+  - {from: a, to: END}
+  - from: b
+    branch:
+      - {when: "state.v == 'a'", to: c}
+      - else: END
+  - {from: c, to: END}
+`, ""},
 		{"an edge reads its node's write", `  a: {kind: set, set: {v: "'a'"}}
   b: {kind: set, set: {out: "'b'"}}
 edges:
@@ -215,7 +289,7 @@ edges:
 edges:
   - {from: START, to: a}
   - {from: a, to: END}
-`, "da.yaml:11:36: warning[E006]: state.v may be unset here: it has no default, and START → a reaches this node with nothing written to it (no node writes it)"},
+`, "da.yaml:11:36: warning[E006]: state.v may be unset here: it has no default, and START → a reaches this node with nothing written to it (no node writes it); give it a default, or read it as state.v ?? a value"},
 	}
 	for _, c := range cases {
 		_, dl := flow.LoadSource("da.yaml", []byte(head+c.body), kindtest.Registry())
@@ -226,6 +300,47 @@ edges:
 		text := strings.Join(got, "\n")
 		if c.want == "" && text != "" || c.want != "" && !strings.HasPrefix(text, c.want) || len(got) > 1 {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, text, c.want)
+		}
+	}
+}
+
+// A cached node's key must cover what the node reads: each value it
+// leaves out is named, with the fix, and a field the node advances from
+// its own value is called out.
+func TestCacheKeyCoversReads(t *testing.T) {
+	head := `version: 1
+name: cached
+state:
+  schema:
+    type: object
+    properties:
+      a: {type: string, default: ""}
+      b: {type: string, default: ""}
+      n: {type: integer, default: 0}
+input: [a]
+nodes:
+`
+	tail := `edges:
+  - {from: START, to: x}
+  - {from: x, to: END}
+`
+	for _, c := range []struct{ node, want string }{
+		{`  x: {kind: set, cache: {key: "state.a"}, set: {b: "state.a + '!'"}}`, ""},
+		{`  x: {kind: set, cache: {key: "[state.a, state.b]"}, set: {b: "state.a + state.b"}}`, ""},
+		{`  x: {kind: set, cache: {key: "json(state)"}, set: {b: "state.a + state.b"}}`, ""},
+		{`  x: {kind: set, cache: {key: "state.a"}, set: {b: "state.a + state.b"}}`, `leaves out state.b, which the node reads`},
+		{`  x: {kind: set, cache: {key: "state.a"}, set: {n: "state.n + 1"}}`, `the node writes state.n from its own value`},
+		{`  x: {kind: set, cache: {key: "state.a"}, set: {b: "input.a ?? ''"}}`, `leaves out input.a`},
+		{`  x: {kind: set, cache: {key: "state.b"}, set: {b: "state.a != '' ? 'y' : 'n'"}}`, `such as key: "[state.b, state.a]"`},
+	} {
+		_, dl := flow.LoadSource("cached.yaml", []byte(head+c.node+"\n"+tail), kindtest.Registry())
+		var got []string
+		for _, d := range dl {
+			got = append(got, d.String()+" "+d.Detail)
+		}
+		text := strings.Join(got, "\n")
+		if c.want == "" && text != "" || c.want != "" && (len(dl) != 1 || dl[0].Code != diag.CodeCacheKey || !strings.Contains(text, c.want)) {
+			t.Errorf("%s:\n got %s\nwant %s", c.node, text, c.want)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package flow
 import (
 	"fmt"
 	"io/fs"
+	"maps"
 	"slices"
 	"strings"
 
@@ -47,24 +48,37 @@ func LoadFS(fsys fs.FS, path string, reg kind.Registry) (*Graph, diag.List) {
 // and the text of every file it read, for printing diagnostics with their
 // source lines.
 func Compile(files *config.Files, path string, src []byte, reg kind.Registry) (*Graph, diag.List, diag.Sources) {
+	g, dl, sources, _ := compileIn(nil, 0, files, path, src, reg)
+	return g, dl, sources
+}
+
+// compileIn is Compile within a batch (nil: none) as its load seq, which
+// also returns what it compiled (nil when the file cannot be read, or
+// with no batch).
+func compileIn(b *Batch, seq int, files *config.Files, path string, src []byte, reg kind.Registry) (*Graph, diag.List, diag.Sources, *compiled) {
 	if files == nil {
 		files = config.Disk()
 	}
-	c := &compiler{reg: reg, files: files, dir: files.Dir(path), sources: diag.Sources{}, shared: map[string]any{}, children: map[string]*kind.Subflow{}}
+	c := &compiler{reg: reg, files: files, dir: files.Dir(path), sources: diag.Sources{}, shared: map[string]any{}, children: map[string]*kind.Subflow{},
+		batch: b, seq: seq, included: map[string]bool{files.URL(path): true}}
 	if src == nil {
 		var err error
 		if src, err = files.ReadFile(path); err != nil {
 			c.dl.Errorf(diag.CodeYAML, diag.Pos{File: path}, "", "cannot read flow: %v", err)
-			return nil, c.dl, c.sources
+			return nil, c.dl, c.sources, nil
 		}
 	}
 	c.sources[path] = src
 	g := c.compile(path, src)
-	dl := c.dl.Sort()
-	if dl.HasErrors() {
-		return nil, dl, c.sources
+	var res *compiled
+	if b != nil {
+		res = c.result(g) // (a flow loaded itself may be run by another)
 	}
-	return g, dl, c.sources
+	dl := slices.Clone(c.dl).Sort()
+	if dl.HasErrors() {
+		return nil, dl, c.sources, res
+	}
+	return g, dl, c.sources, res
 }
 
 // compiler holds one load's work: the graph being built and everything the
@@ -93,9 +107,12 @@ type compiler struct {
 	children          map[string]*kind.Subflow
 	// badNodes have format errors in their block; their kind is not built.
 	badNodes map[string]bool
-	// writes records where each node declares a write: node -> field -> pos.
-	writes        map[string]map[string]diag.Pos
-	pendingRoutes []pendingRoute
+	// writes records where each node declares a write: node -> field -> pos;
+	// definite the fields each node writes whenever it succeeds, and
+	// errorWrites those its on_error.set writes when it fails.
+	writes                map[string]map[string]diag.Pos
+	definite, errorWrites map[string]map[string]bool
+	pendingRoutes         []pendingRoute
 	// Nodes named by edges that did not compile: the graph checks assume
 	// the best of them (reached, reaching END) rather than cascade.
 	assumeReached, assumeEnds map[*Node]bool
@@ -109,6 +126,26 @@ type compiler struct {
 	// fieldReads are the unguarded reads of state fields, for
 	// unsetWarnings
 	fieldReads []fieldRead
+	// abs is the abstract execution, once the graph is analysed.
+	abs *abstractRun
+	// batch, when set, shares compilations between loads (see Batch), seq
+	// is this load's in it; included are the flow files this compilation
+	// compiled.
+	batch    *Batch
+	seq      int
+	included map[string]bool
+	// refs holds what each node's settings read ("state.x", "input.x",
+	// "config.x", or a whole "state"), keys what a cached node's key
+	// reads and where it is; inKey is set while a key is compiled.
+	refs  map[*Node]map[string]bool
+	keys  map[*Node]cacheKey
+	inKey bool
+}
+
+// cacheKey is a cached node's key: what it reads, and where it is.
+type cacheKey struct {
+	refs map[string]bool
+	at   config.Value
 }
 
 // fieldRead is an unguarded read of a state field by a node's settings
@@ -117,9 +154,30 @@ type fieldRead struct {
 	node  *Node
 	ran   bool
 	field string
-	pos   diag.Pos
-	path  string
-	text  string
+	// at holds the read: an expression (at line, col to end), or a
+	// template (at byte offset off, end runes long); its position is
+	// worked out only for a read reported
+	at             config.Value
+	line, col, end int
+	off            int
+	path           string
+	template       bool
+}
+
+// pos is where the read is.
+func (r fieldRead) pos() diag.Pos {
+	if r.template {
+		return r.at.Span(r.off, r.end)
+	}
+	return r.at.PosIn(r.line, r.col, r.end)
+}
+
+// text is the expression, or the template's line, the read is in.
+func (r fieldRead) text() string {
+	if r.template {
+		return lineAt(r.at.Text(), r.off)
+	}
+	return r.at.Text()
 }
 
 // compile runs the phases in order: the file and its format, the state,
@@ -164,6 +222,7 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.g.Name, _ = top.String("name")
 	c.g.Description, _ = top.String("description")
 	c.writes = map[string]map[string]diag.Pos{}
+	c.definite, c.errorWrites = map[string]map[string]bool{}, map[string]map[string]bool{}
 	if n, ok := top.Object("limits").Int("max_steps"); ok {
 		c.g.MaxSteps = n
 	}
@@ -200,6 +259,7 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.analyse()
 	c.nullWarnings()
 	c.unsetWarnings()
+	c.cacheWarnings()
 	c.output(top.Value("output"))
 	c.lint(top.Object("lint"))
 	c.g.env = c.env
@@ -221,8 +281,8 @@ func (c *compiler) noteNullRead(path string, d diag.Diagnostic) {
 }
 
 // nullWarnings reports the possibly-null reads of state fields that some
-// path from START reaches without passing a node that writes the field:
-// a read after the field's writer on every path is taken to see it set.
+// way from START reaches without a step that writes the field: a read
+// after the field's writer on every way is taken to see it set.
 func (c *compiler) nullWarnings() {
 	seen := map[string]bool{}
 	for _, r := range c.nullReads {
@@ -239,52 +299,97 @@ func (c *compiler) nullWarnings() {
 }
 
 // unsetWarnings reports the reads of fields that have no default, are not
-// inputs and may not be null, where a path from START reaches the reader
-// without passing a node that writes the field: the read sees nothing.
-// The path is named; exclusive branches are told apart, since only a path
-// that exists counts.
+// inputs and may not be null, where some way from START reaches the reader
+// with nothing written to the field: the read sees nothing. The way is
+// named, step by step. Only ways the flow can take count: a join waits for
+// all its sources, exclusive branches are apart, a loop's first round is
+// one, a map's items may be none, on_error writes only on failure.
 func (c *compiler) unsetWarnings() {
 	seen := map[string]bool{}
 	for _, r := range c.fieldReads {
 		f, ok := c.g.fields[r.field]
-		if !ok || f.HasDefault || f.Input || f.Shape.Nullable() || r.node == nil || slices.Contains(c.stateShape.Required, f.Name) {
+		if !ok || f.HasDefault || f.Shape.Nullable() || r.node == nil || slices.Contains(c.stateShape.Required, f.Name) {
 			// a required field is in every valid state: it is given when
 			// the thread is created
 			continue
 		}
-		path := c.unwrittenPath(r.field, r.node, r.ran)
-		if path == nil {
+		way, why, unset := c.unsetWay(f, r.node, r.ran)
+		if !unset {
 			continue
 		}
-		key := r.pos.String() + r.field
+		// a template in a file of its own (a prompt) may be read by
+		// several nodes: each is judged, and named
+		pos := r.pos()
+		shared := pos.File != c.doc.Path
+		key := pos.String() + r.field
+		if shared {
+			key += "|" + r.node.Name
+		}
 		if seen[key] {
 			continue
 		}
+		if f.Input {
+			why += "; it is an input, which a run may leave out"
+		}
 		seen[key] = true
+		where := "this node"
+		switch {
+		case r.ran:
+			where = "this edge"
+		case shared:
+			where = fmt.Sprintf("node %q", r.node.Name)
+		}
+		what := "expression"
+		if r.template {
+			what = "template"
+		}
+		read := "it as state." + r.field + " ?? a value"
+		if r.template {
+			read = "it inside {{with .state." + r.field + "}} or {{if .state." + r.field + "}}"
+		}
+		c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeExprUnset, Pos: pos, Path: r.path,
+			Summary: fmt.Sprintf("state.%s may be unset here: it has no default, and %s reaches %s with nothing written to it (%s); give it a default, or read %s",
+				r.field, way, where, why, read),
+			Detail: "in " + what + ": " + strings.TrimSpace(r.text())})
+	}
+}
+
+// unsetWay says whether some way from START reaches n (ran: n's edge)
+// with nothing written to field f, and then names the way and why its
+// writers did not write it.
+func (c *compiler) unsetWay(f *Field, n *Node, ran bool) (way, why string, unset bool) {
+	if c.abs == nil || c.abs.overflow {
+		path := c.unwrittenPath(f.Name, n, ran)
+		if path == nil {
+			return "", "", false
+		}
 		var writers []string
-		for _, n := range c.g.Nodes {
-			if n.Writes[r.field] {
-				writers = append(writers, n.Name)
+		for _, m := range c.g.Nodes {
+			if m.Writes[f.Name] {
+				writers = append(writers, m.Name)
 			}
 		}
-		who := "no node writes it"
+		why = "no node writes it"
 		if len(writers) > 0 {
-			who = "it is written by " + strings.Join(writers, ", ") + ", which this path does not pass"
+			why = "it is written by " + strings.Join(writers, ", ") + ", which this path does not pass"
 		}
-		where := "this node"
-		if r.ran {
-			where = "this edge"
-		}
-		c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeExprUnset, Pos: r.pos, Path: r.path,
-			Summary: fmt.Sprintf("state.%s may be unset here: it has no default, and %s reaches %s with nothing written to it (%s); give it a default, or read it as state.%s ?? a value",
-				r.field, strings.Join(path, " → "), where, who, r.field),
-			Detail: "in expression: " + strings.TrimSpace(r.text)})
+		return strings.Join(path, " → "), why, true
 	}
+	si, found := c.abs.unsetAt(f.Index, n, ran)
+	if !found {
+		return "", "", false
+	}
+	steps := c.abs.witness(f.Index, si)
+	if steps == nil {
+		return "", "", false
+	}
+	return c.showSteps(steps), c.whyUnset(f.Name, n, steps), true
 }
 
 // unwrittenPath is a path from START to n on which no node writes field
 // before n reads it (with ran, n's own write counts), or nil when every
-// path passes a writer.
+// path passes a writer. It stands for the abstract execution on a flow
+// too large to explore.
 func (c *compiler) unwrittenPath(field string, n *Node, ran bool) []string {
 	if ran && n.Writes[field] {
 		return nil
@@ -322,9 +427,17 @@ func (c *compiler) unwrittenPath(field string, n *Node, ran bool) []string {
 	return nil
 }
 
-// writtenBefore reports whether every path from START to n passes a node
-// that writes field before n reads it (or, when ran, n itself writes it).
+// writtenBefore reports whether every way from START to n writes field
+// before n reads it (or, when ran, before n's edge does).
 func (c *compiler) writtenBefore(field string, n *Node, ran bool) bool {
+	f, ok := c.g.fields[field]
+	if !ok {
+		return false
+	}
+	if c.abs != nil && !c.abs.overflow {
+		_, unset := c.abs.unsetAt(f.Index, n, ran)
+		return !unset
+	}
 	if ran && n.Writes[field] {
 		return true
 	}
@@ -334,6 +447,79 @@ func (c *compiler) writtenBefore(field string, n *Node, ran bool) bool {
 		return !unguarded && !m.Writes[field]
 	})
 	return !unguarded
+}
+
+// refRoots are the values whose reads a cache key must cover.
+var refRoots = []string{"state", "input", "config"}
+
+// noteRefs records what node n's settings read (see compiler.refs); a
+// template's "" (its whole data) reads every root.
+func (c *compiler) noteRefs(n *Node, refs []string) {
+	if c.refs == nil {
+		c.refs, c.keys = map[*Node]map[string]bool{}, map[*Node]cacheKey{}
+	}
+	into := c.refs[n]
+	if c.inKey {
+		into = c.keys[n].refs
+	}
+	if into == nil {
+		into = map[string]bool{}
+		if c.inKey {
+			c.keys[n] = cacheKey{refs: into}
+		} else {
+			c.refs[n] = into
+		}
+	}
+	for _, r := range refs {
+		root, _, _ := strings.Cut(r, ".")
+		switch {
+		case r == "":
+			for _, root := range refRoots {
+				into[root] = true
+			}
+		case slices.Contains(refRoots, root):
+			into[r] = true
+		}
+	}
+}
+
+// cacheWarnings reports the cached nodes whose key leaves out something
+// the node reads: a later run with the same key replays writes made for
+// another value of it (a counter the node advances from its own value
+// stops advancing).
+func (c *compiler) cacheWarnings() {
+	for _, n := range c.g.Nodes {
+		key, ok := c.keys[n]
+		if n.Cache == nil || !ok {
+			continue
+		}
+		covered := func(r string) bool {
+			root, _, _ := strings.Cut(r, ".")
+			return key.refs[r] || key.refs[root]
+		}
+		var missing, self []string
+		for _, r := range slices.Sorted(maps.Keys(c.refs[n])) {
+			if covered(r) {
+				continue
+			}
+			missing = append(missing, r)
+			if f, ok := strings.CutPrefix(r, "state."); ok && n.Writes[f] {
+				self = append(self, r)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		keyRefs := slices.Sorted(maps.Keys(key.refs))
+		fix := append(slices.Clone(keyRefs), missing...)
+		d := diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeCacheKey, Pos: key.at.Pos(), Path: n.Path + ".cache.key",
+			Summary: fmt.Sprintf("the cache key of %q leaves out %s, which the node reads: a later run with the same key replays the writes made for another value of it; add it to the key, such as key: %q",
+				n.Name, strings.Join(missing, ", "), "["+strings.Join(fix, ", ")+"]")}
+		if len(self) > 0 {
+			d.Detail = fmt.Sprintf("the node writes %s from its own value: once the key repeats, the old value is replayed and it stops changing", strings.Join(self, ", "))
+		}
+		c.dl.Add(d)
+	}
 }
 
 // readFile reads a file the flow names, keeping its text for printing

@@ -71,9 +71,16 @@ func (c *compiler) common(n *Node, b *builder, s config.Settings) {
 	n.InterruptBefore, _ = s.Bool("interrupt_before")
 	n.InterruptAfter, _ = s.Bool("interrupt_after")
 	if cs := s.Object("cache"); cs.Block().IsMapping() {
-		if p := c.compileExpr(cs.Value("key"), b.env(nil), false); p != nil {
+		c.inKey = c.reader == n // (a nested node's key is its host's read)
+		p := c.compileExpr(cs.Value("key"), b.env(nil), false)
+		c.inKey = false
+		if p != nil {
 			n.Cache = &Cache{Key: p}
 			n.Cache.TTL, _ = cs.Duration("ttl")
+			if k, ok := c.keys[n]; ok {
+				k.at = cs.Value("key")
+				c.keys[n] = k
+			}
 		}
 	}
 	oe := s.Object("on_error")
@@ -84,6 +91,8 @@ func (c *compiler) common(n *Node, b *builder, s config.Settings) {
 	if set := oe.Value("set"); set.Exists() {
 		n.OnError.Set = map[string]*expression.Program{}
 		env := b.env(nil).With("error", &schema.Shape{Types: []string{"string"}})
+		b.onError = true
+		defer func() { b.onError = false }()
 		for _, e := range set.Entries() {
 			b.Writes(e.Name, e.Key)
 			if p := c.compileExpr(e.Value, env, false); p != nil {
@@ -125,10 +134,13 @@ func (c *compiler) compileExpr(v config.Value, env *expression.Env, condition bo
 		}
 		c.dl.Add(d)
 	}
+	if p != nil && c.reader != nil && !c.readerRan {
+		c.noteRefs(c.reader, p.Refs(refRoots...))
+	}
 	if p != nil && c.reader != nil {
 		for _, r := range p.Reads() {
 			c.fieldReads = append(c.fieldReads, fieldRead{node: c.reader, ran: c.readerRan, field: r.Field,
-				pos: v.PosIn(r.Line, r.Col, r.EndCol), path: path, text: v.Text()})
+				at: v, line: r.Line, col: r.Col, end: r.EndCol, path: path})
 		}
 	}
 	return p
@@ -145,6 +157,19 @@ type builder struct {
 	// track, when set, records where a nested node declares its writes.
 	extra kind.Vars
 	track map[string]config.Value
+	// onError is set while the node's on_error.set is compiled: those
+	// writes happen only when the node fails.
+	onError bool
+	// envs are the expression environments made for the node, by their
+	// variables.
+	envs map[string]*expression.Env
+}
+
+func addWrite(m map[string]map[string]bool, node, field string) {
+	if m[node] == nil {
+		m[node] = map[string]bool{}
+	}
+	m[node][field] = true
 }
 
 func (b *builder) Node() string { return b.name }
@@ -156,6 +181,18 @@ func (b *builder) FlowSettings() config.Settings {
 }
 
 func (b *builder) env(vars kind.Vars) *expression.Env {
+	if len(vars) == 0 && len(b.extra) == 0 {
+		return b.c.env
+	}
+	// the same variables (names and shapes) make the same environment:
+	// made once per node, its types worked out once (see expression.Env)
+	var key strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		fmt.Fprintf(&key, "%s=%p;", name, vars[name])
+	}
+	if env, ok := b.envs[key.String()]; ok {
+		return env
+	}
 	env := b.c.env
 	for _, name := range slices.Sorted(maps.Keys(b.extra)) {
 		if _, own := vars[name]; !own {
@@ -165,6 +202,10 @@ func (b *builder) env(vars kind.Vars) *expression.Env {
 	for _, name := range slices.Sorted(maps.Keys(vars)) {
 		env = env.With(name, vars[name])
 	}
+	if b.envs == nil {
+		b.envs = map[string]*expression.Env{}
+	}
+	b.envs[key.String()] = env
 	return env
 }
 
@@ -202,6 +243,14 @@ func (b *builder) Writes(field string, at config.Value) {
 	if _, dup := w[field]; !dup {
 		w[field] = at.Pos()
 	}
+	// what a run of the node writes whenever it succeeds: not a nested
+	// node's (a map's items, which may be none), not on_error's
+	switch {
+	case b.onError:
+		addWrite(b.c.errorWrites, b.name, field)
+	case b.track == nil:
+		addWrite(b.c.definite, b.name, field)
+	}
 	f, ok := b.c.g.fields[field]
 	switch {
 	case b.c.stateShape == nil:
@@ -229,19 +278,43 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q %s", field, why)
 		return
 	}
+	// a choice's branch of a type the field does not take (the whole is
+	// typed any when its branches differ)
+	if bs := p.Branches(); len(bs) > 1 {
+		for _, br := range bs {
+			switch {
+			case br.Type == "" || br.Type == "null" && f.Shape.Nullable():
+			case br.Type == "number" && !f.Shape.Takes("number") && f.Shape.Allows("integer"):
+				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(br.Line, br.Col, br.EndCol), b.path, "field %q takes %s only, but this branch yields a number that may have a fraction", field, f.Shape.Describe())
+			case !f.Shape.Allows(br.Type):
+				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(br.Line, br.Col, br.EndCol), b.path, "field %q takes %s, but this branch yields %s", field, f.Shape.Describe(), article(br.Type))
+			}
+		}
+	}
+	// a number literal it may yield that the field's bounds refuse
+	if _, constant := p.Constant(); !constant {
+		for _, l := range p.Numbers() {
+			if why := f.Shape.OutOfRange(l.Value); why != "" {
+				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(l.Line, l.Col, l.EndCol), b.path, "field %q is %s, but this expression can yield %v", field, why, l.Value)
+			}
+		}
+	}
 	if jsonType(p.ResultType()) == "" {
 		return
 	}
-	// a string the field's enum does not allow, written as it is
+	// a string literal it may yield that the field's enum, pattern or
+	// lengths refuse, written as it is
 	values, isEnum := f.Shape.Strings()
-	if !isEnum {
-		return
-	}
 	lits, _ := p.Yields()
 	for _, l := range lits {
-		if !slices.Contains(values, l.Value) {
-			b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(l.Line, l.Col, l.EndCol), b.path, "field %q is one of %s, never %q", field, quoteEach(values), l.Value).
+		pos := at.PosIn(l.Line, l.Col, l.EndCol)
+		switch why := f.Shape.TextRule(l.Value); {
+		case why == "":
+		case isEnum && !slices.Contains(values, l.Value):
+			b.c.dl.Errorf(diag.CodeWriteType, pos, b.path, "field %q is one of %s, never %q", field, quoteEach(values), l.Value).
 				Suggestion = diag.Suggest(l.Value, values)
+		default:
+			b.c.dl.Errorf(diag.CodeWriteType, pos, b.path, "field %q %s, but this expression can yield %q", field, why, l.Value)
 		}
 	}
 }
@@ -252,6 +325,19 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 // shape is declared; a typed reducer takes its type.
 func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at config.Value) {
 	spec := f.Reducer.Spec
+	// max keeps the larger, min the smaller: a number the update may be
+	// that its bound refuses is kept when it wins, or when the field has
+	// no value yet
+	if spec.Name == "max" || spec.Name == "min" {
+		for _, l := range p.Numbers() {
+			hi := f.Shape.Maximum != nil && (l.Value > *f.Shape.Maximum || f.Shape.ExclusiveMaximum && l.Value == *f.Shape.Maximum)
+			lo := f.Shape.Minimum != nil && (l.Value < *f.Shape.Minimum || f.Shape.ExclusiveMinimum && l.Value == *f.Shape.Minimum)
+			// (a field with no value yet takes the update as it is)
+			if spec.Name == "max" && hi || spec.Name == "min" && lo || !f.HasDefault && (hi || lo) {
+				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(l.Line, l.Col, l.EndCol), b.path, "field %q is %s, but this expression can yield %v, which %s keeps", field, f.Shape.OutOfRange(l.Value), l.Value, spec.Name)
+			}
+		}
+	}
 	if src := p.Shape(); src != nil && (spec.Appends || spec.Name == "union") {
 		path := p.Source()
 		if src.Is("array") || src.Items != nil {
@@ -262,7 +348,7 @@ func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at 
 			return
 		}
 	}
-	got := jsonType(p.ResultType())
+	got := resultType(p)
 	if got == "" {
 		return
 	}
@@ -272,10 +358,14 @@ func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at 
 	case spec.Appends || spec.Name == "union":
 		// a list adds its items, any other value is one item
 		want = "a list or an item of " + f.Shape.Items.Describe() + " (" + spec.Name + ")"
-		fits = got == "array" || f.Shape.Items.Allows(got)
+		fits = got == "array" || f.Shape.Items.Takes(got) || got == "number" && p.Whole() && f.Shape.Items.Allows("integer")
 	case spec.Type != "":
 		want = article(spec.Type) + " (" + spec.Name + ")"
 		fits = (&schema.Shape{Types: []string{spec.Type}}).Allows(got)
+		if fits && got == "number" && !f.Shape.Takes(got) && !p.Whole() {
+			// the field holds integers: a fraction added makes it a number
+			want, fits = "an integer ("+spec.Name+" into an integer field)", false
+		}
 	default:
 		want, fits = f.Shape.Describe(), f.Shape.Allows(got)
 	}
@@ -290,6 +380,19 @@ func quoteEach(values []string) string {
 		q[i] = strconv.Quote(v)
 	}
 	return strings.Join(q, ", ")
+}
+
+// resultType names the JSON type of what p yields ("" when it cannot
+// tell): its checked type, or number for one known to give numbers.
+func resultType(p *expression.Program) string {
+	t := jsonType(p.ResultType())
+	if t == "" && p.Number() {
+		if p.Whole() {
+			return "integer"
+		}
+		return "number"
+	}
+	return t
 }
 
 // jsonType names the JSON type of values of t ("" when it cannot tell).

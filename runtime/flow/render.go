@@ -57,8 +57,12 @@ func (g *Graph) Arcs() []Arc {
 				}
 			}
 		case e.Route != nil:
+			route := strings.TrimSpace(e.Route.Source())
+			if !e.Route.Atomic() && !bracketed(route) {
+				route = "(" + route + ")" // keep its meaning beside ==
+			}
 			for _, name := range sortedKeys(e.Choices) {
-				add([]string{name}, "route", fmt.Sprintf("%s == %q", e.Route.Source(), name))
+				add([]string{name}, "route", fmt.Sprintf("%s == %q", route, name))
 			}
 			if e.HasDefault {
 				d := endName
@@ -77,6 +81,33 @@ func (g *Graph) Arcs() []Arc {
 		}
 	}
 	return arcs
+}
+
+// bracketed reports whether s is one bracketed expression, (...).
+func bracketed(s string) bool {
+	if !strings.HasPrefix(s, "(") || !strings.HasSuffix(s, ")") {
+		return false
+	}
+	depth := 0
+	var quote rune
+	for i, r := range s {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			}
+		case r == '\'' || r == '"' || r == '`':
+			quote = r
+		case r == '(':
+			depth++
+		case r == ')':
+			depth--
+			if depth == 0 && i < len(s)-1 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // DrawOptions say how a drawing shows composite nodes: collapsed (a

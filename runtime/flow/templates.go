@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -32,8 +33,13 @@ func (b *builder) Template(v config.Value, name string, vars kind.Vars) *templat
 	if c.stateShape == nil {
 		return t // the state schema is broken; reported where it is
 	}
-	for _, pr := range tmpl.Check(t, tmpl.Root(c.stateShape, c.inShape, b.templateVars(vars))) {
+	an := tmpl.Analyze(t, tmpl.Root(c.stateShape, c.inShape, b.templateVars(vars)))
+	for _, pr := range an.Problems {
 		pos := v.Span(pr.Offset, pr.Len)
+		if pr.Compare {
+			c.dl.Errorf(diag.CodeTemplateCompare, pos, path, "%s", pr.Message)
+			continue
+		}
 		if pr.MayBeNull {
 			c.noteNullRead(pr.Path, diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeTemplateNull, Pos: pos, Path: path, Summary: pr.Message})
 			continue
@@ -42,9 +48,34 @@ func (b *builder) Template(v config.Value, name string, vars kind.Vars) *templat
 			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeTemplateField, Pos: pos, Path: path, Summary: pr.Message, Suggestion: pr.Suggestion})
 			continue
 		}
-		c.dl.Errorf(diag.CodeTemplateField, pos, path, "%s", pr.Message).Suggestion = pr.Suggestion
+		msg := pr.Message
+		if pr.Root == "vars" && v.File() != c.doc {
+			// a prompt shared by nodes: each node gives it its own vars
+			msg = fmt.Sprintf("%s for node %q, whose vars do not set it", msg, b.name)
+		}
+		c.dl.Errorf(diag.CodeTemplateField, pos, path, "%s", msg).Suggestion = pr.Suggestion
+	}
+	if c.reader != nil && !c.readerRan {
+		c.noteRefs(c.reader, an.Refs)
+	}
+	if c.reader != nil {
+		for _, r := range an.Reads {
+			c.fieldReads = append(c.fieldReads, fieldRead{node: c.reader, ran: c.readerRan, field: r.Field,
+				at: v, off: r.Offset, end: r.Len, path: path, template: true})
+		}
 	}
 	return t
+}
+
+// lineAt is the line of text holding byte offset off.
+func lineAt(text string, off int) string {
+	off = min(max(off, 0), len(text))
+	start := strings.LastIndexByte(text[:off], '\n') + 1
+	end := strings.IndexByte(text[off:], '\n')
+	if end < 0 {
+		return text[start:]
+	}
+	return text[start : off+end]
 }
 
 var templateLine = regexp.MustCompile(`^template: [^:]*:(\d+):(?:(\d+):)? ?(.*)$`)

@@ -73,7 +73,10 @@ type Change struct {
 	// Kind is added, removed or changed.
 	Kind string `json:"kind"`
 	// Area is what changed: flow, input, conversation, limits, node,
-	// prompt, edge, field, reducer, definition, setting.
+	// prompt, edge, field, reducer, definition, setting; a part of a
+	// subflow's file has its area, and is named under the node that runs
+	// it ("review › node recruiter"); a subflow file that cannot be read
+	// is a change of area subflow.
 	Area string `json:"area"`
 	// Name names it within its area (a node, a field, the edges leaving
 	// a node).
@@ -134,13 +137,19 @@ func Diff(old, new Source) ([]Change, error) {
 			out = append(out, Change{Kind: Changed, Area: y.area, Name: y.name, Node: y.node, Old: x.text, New: y.text})
 		}
 	}
-	rank := map[string]int{"flow": 0, "input": 1, "conversation": 2, "limits": 3, "setting": 4, "field": 5, "reducer": 6, "definition": 7, "node": 8, "prompt": 9, "edge": 10}
+	rank := map[string]int{"flow": 0, "input": 1, "conversation": 2, "limits": 3, "setting": 4, "field": 5, "reducer": 6, "definition": 7, "node": 8, "prompt": 9, "subflow": 10, "edge": 11}
 	slices.SortStableFunc(out, func(x, y Change) int { return rank[x.Area] - rank[y.Area] })
 	return out, nil
 }
 
 // facets splits a version of a flow into its comparable parts.
 func facets(s Source) ([]facet, error) {
+	return facetsIn(s, map[string]bool{s.Path: true})
+}
+
+// facetsIn is facets, with the flow files being read (a subflow that
+// includes one of them again is not followed).
+func facetsIn(s Source, within map[string]bool) ([]facet, error) {
 	src, err := s.read(s.Path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.Name, err)
@@ -178,11 +187,11 @@ func facets(s Source) ([]facet, error) {
 			nodes, _ := v.(map[string]any)
 			for _, name := range sortedKeys(nodes) {
 				add("node", name, name, nodes[name])
-				if block, ok := nodes[name].(map[string]any); ok {
-					if p, ok := block["prompt"].(string); ok {
-						text, _ := prompt(s, p)
-						out = append(out, facet{area: "prompt", name: name + " (" + p + ")", node: name, text: text})
-					}
+				block, _ := nodes[name].(map[string]any)
+				out = append(out, s.parts(name, name, block, within)...)
+				// a map's node per item
+				if nested, ok := block["node"].(map[string]any); ok {
+					out = append(out, s.parts(name+"[each]", name, nested, within)...)
 				}
 			}
 		case "edges":
@@ -217,6 +226,35 @@ func facets(s Source) ([]facet, error) {
 		}
 	}
 	return out, nil
+}
+
+// parts are the files a node block reads, compared with the flow: an
+// llm node's prompt, and a subflow's flow file, followed (its own parts
+// named under the node, label: "review › node recruiter").
+func (s Source) parts(label, node string, block map[string]any, within map[string]bool) []facet {
+	var out []facet
+	if p, ok := block["prompt"].(string); ok {
+		text, _ := prompt(s, p)
+		out = append(out, facet{area: "prompt", name: label + " (" + p + ")", node: node, text: text})
+	}
+	f, ok := block["flow"].(string)
+	if !ok || block["kind"] != "subflow" {
+		return out
+	}
+	child := Source{Name: s.Name, Path: path.Join(path.Dir(s.Path), f), read: s.read}
+	if within[child.Path] {
+		return out // flows that include each other: the validator says so
+	}
+	within[child.Path] = true
+	defer delete(within, child.Path)
+	cf, err := facetsIn(child, within)
+	if err != nil {
+		return append(out, facet{area: "subflow", name: label + " (" + f + ")", node: node, text: "(missing)"})
+	}
+	for _, c := range cf {
+		out = append(out, facet{area: c.area, name: label + " › " + c.area + " " + c.name, node: node, text: c.text})
+	}
+	return out
 }
 
 // stateFacets splits the state: each field's schema, each reducer, the

@@ -158,3 +158,61 @@ func TestDiffAgainstGit(t *testing.T) {
 		t.Error("a revision that does not exist was accepted")
 	}
 }
+
+// A subflow's file is followed like a prompt: a change inside the child
+// flow (an added interrupt, a changed prompt of its own) is a change of
+// the node that runs it, named under it; a child that includes its
+// parent again is not followed round.
+func TestDiffFollowsSubflows(t *testing.T) {
+	dir := t.TempDir()
+	parent := `version: 1
+name: parent
+state: {schema: {type: object, properties: {x: {type: string, default: ""}}}}
+nodes:
+  review:
+    kind: subflow
+    flow: child.yaml
+    writes: {x: output.y}
+  each:
+    kind: map
+    items: "[1]"
+    node: {kind: subflow, flow: child.yaml}
+edges:
+  - {from: START, to: review}
+  - {from: review, to: END}
+`
+	child := `version: 1
+name: child
+state: {schema: {type: object, properties: {y: {type: string, default: ""}}}}
+nodes:
+  work: {kind: llm, prompt: work, writes: {y: output}}
+  again: {kind: subflow, flow: parent.yaml}
+edges:
+  - {from: START, to: work}
+  - {from: work, to: END}
+`
+	for _, v := range []string{"a", "b"} {
+		write(t, dir, v+"/parent.yaml", parent)
+		write(t, dir, v+"/prompts/work.prompt", "---\nfallback: x\n---\nWork.\n")
+	}
+	write(t, dir, "a/child.yaml", child)
+	write(t, dir, "b/child.yaml", strings.Replace(child, "  work:", "  ask: {kind: interrupt, ask: \"'go?'\"}\n  work:", 1))
+	write(t, dir, "b/prompts/work.prompt", "---\nfallback: x\n---\nWork harder.\n")
+	changes, err := flowdiff.Diff(flowdiff.Disk(filepath.Join(dir, "a/parent.yaml")), flowdiff.Disk(filepath.Join(dir, "b/parent.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range changes {
+		got = append(got, c.Kind+" "+c.Area+" "+c.Name+" ("+c.Node+")")
+	}
+	want := []string{
+		"added node each[each] › node ask (each)",
+		"added node review › node ask (review)",
+		"changed prompt each[each] › prompt work (work) (each)",
+		"changed prompt review › prompt work (work) (review)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -26,6 +26,11 @@ type Subflow struct {
 	Required []string
 	// Config is the shape of the child's run configuration.
 	Config *schema.Shape
+	// Unset maps the fields of the child's state that may be unset when
+	// it ends (no default, not required, and some way to END writes
+	// nothing to them) to such a way, START → ... → END, unless the
+	// thread is given them.
+	Unset map[string]string
 	// Graph is the runtime's compiled flow; kinds pass it back untouched.
 	Graph any
 }

@@ -29,9 +29,13 @@ func fits(src, dst *Shape, path string, depth int, out *[]string) {
 	if len(src.Types) > 0 && len(dst.Types) > 0 {
 		var bad []string
 		for _, t := range src.Types {
-			if !dst.Allows(t) {
+			if !dst.Takes(t) {
 				bad = append(bad, t)
 			}
+		}
+		if len(bad) == 1 && bad[0] == "number" && dst.Allows("integer") {
+			*out = append(*out, fmt.Sprintf("%s may be a number with a fraction, where the field takes %s only", at, dst.Describe()))
+			return
 		}
 		if len(bad) > 0 {
 			what := "may be " + strings.Join(bad, " or ")

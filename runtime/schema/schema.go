@@ -16,9 +16,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/trellisflow/trellis/runtime/config"
@@ -47,6 +50,10 @@ type Shape struct {
 	// forms are recorded with Exclusive set for that side.
 	Minimum, Maximum                   *float64
 	ExclusiveMinimum, ExclusiveMaximum bool
+	// Pattern, MinLength and MaxLength (nil: none) constrain a string.
+	Pattern   string
+	MinLength int
+	MaxLength *int
 	// Default is the schema's default, when HasDefault.
 	Default    any
 	HasDefault bool
@@ -82,6 +89,16 @@ func (s *Shape) Allows(t string) bool {
 	return slices.Contains(s.Types, t) ||
 		(t == "integer" && slices.Contains(s.Types, "number")) ||
 		(t == "number" && slices.Contains(s.Types, "integer"))
+}
+
+// Takes reports whether every value of JSON type t fits the shape's
+// types. Unlike Allows, a number (which may have a fraction) does not fit
+// a shape that allows integers only.
+func (s *Shape) Takes(t string) bool {
+	if t == "number" && s != nil && len(s.Types) > 0 && !slices.Contains(s.Types, "number") {
+		return false
+	}
+	return s.Allows(t)
 }
 
 // Describe renders the types for messages.
@@ -176,6 +193,18 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 		case "const":
 			s.Enum = []any{v}
 			simple = false
+		case "pattern":
+			simple = false
+			s.Pattern, _ = v.(string)
+		case "minLength", "maxLength":
+			simple = false
+			if f, ok := number(v); ok && f >= 0 && f == math.Trunc(f) && f < 1<<31 {
+				if n := int(f); k == "minLength" {
+					s.MinLength = n
+				} else {
+					s.MaxLength = &n
+				}
+			}
 		case "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum":
 			simple = false
 			f, ok := number(v)
@@ -215,6 +244,7 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 			if r := orNull(v, resolve, depth); r != nil {
 				s.Types, s.Props, s.Closed, s.Required, s.Items, s.Enum = r.Types, r.Props, r.Closed, r.Required, r.Items, r.Enum
 				s.Minimum, s.Maximum, s.ExclusiveMinimum, s.ExclusiveMaximum = r.Minimum, r.Maximum, r.ExclusiveMinimum, r.ExclusiveMaximum
+				s.Pattern, s.MinLength, s.MaxLength = r.Pattern, r.MinLength, r.MaxLength
 			}
 		case "$defs", "definitions":
 			// definitions do not constrain the value itself
@@ -261,9 +291,23 @@ func asSlice(v any) []any {
 }
 
 // Compiler compiles raw schemas. Relative $refs resolve against the file a
-// schema came from; YAML and JSON schema files are both accepted.
+// schema came from; YAML and JSON schema files are both accepted. What it
+// compiles is kept, by content, for the process: the same schema (a
+// reply schema several prompts name, the state of a flow also run as a
+// subflow) is compiled, and checked against the draft's metaschema, once.
 type Compiler struct {
-	c *jsonschema.Compiler
+	c    *jsonschema.Compiler
+	read Reader
+	// deps are the files the compilation read for $refs, with their text;
+	// trust is set when they were seen valid with the schema compiled.
+	deps  []dep
+	trust bool
+}
+
+// dep is a file a compiled schema refers to, as it was read.
+type dep struct {
+	path string
+	text []byte
 }
 
 // Reader reads the file a file:// URL names, given the URL's path: the
@@ -276,6 +320,7 @@ func NewCompiler(read Reader) *Compiler {
 	if read == nil {
 		read = diskReader
 	}
+	sc := &Compiler{read: read}
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	c.ExtractAnnotations = false
@@ -288,16 +333,121 @@ func NewCompiler(read Reader) *Compiler {
 		if err != nil {
 			return nil, err
 		}
+		sc.deps = append(sc.deps, dep{u.Path, b})
 		raw, err := Parse(u.Path, b)
 		if err != nil {
 			return nil, err
+		}
+		if m, ok := raw.(map[string]any); ok && sc.trust && m["$schema"] == draft2020 {
+			delete(m, "$schema") // seen valid with the schema that refers to it
 		}
 		if b, err = json.Marshal(raw); err != nil {
 			return nil, err
 		}
 		return io.NopCloser(bytes.NewReader(b)), nil
 	}
-	return &Compiler{c: c}
+	sc.c = c
+	return sc
+}
+
+// compiled is a schema compiled once for the process.
+type compiled struct {
+	once   sync.Once
+	schema *jsonschema.Schema
+	err    error
+	deps   []dep
+}
+
+// maxCompiled bounds the schemas kept (a server reloading edited flows
+// compiles new ones); past it the cache starts afresh.
+const maxCompiled = 512
+
+var (
+	compiledMu sync.Mutex
+	compiledBy = map[string]*compiled{}
+)
+
+// Compile adds raw under url and compiles it, or returns the schema
+// compiled before from the same url and text, when the files it refers
+// to still read the same.
+func (c *Compiler) Compile(url string, raw any) (*jsonschema.Schema, error) {
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	key := url + "\x00" + string(b)
+	for {
+		compiledMu.Lock()
+		e, ok := compiledBy[key]
+		if !ok {
+			if len(compiledBy) >= maxCompiled {
+				compiledBy = map[string]*compiled{}
+			}
+			e = &compiled{}
+			compiledBy[key] = e
+		}
+		compiledMu.Unlock()
+		e.once.Do(func() {
+			if c.seenValid(key) {
+				if s, deps, err := c.compileTrusted(url, b); err == nil {
+					e.schema, e.deps = s, deps
+					return
+				}
+				// a note that does not hold: check it in full
+				c = NewCompiler(c.read)
+			}
+			if err := c.c.AddResource(url, bytes.NewReader(b)); err != nil {
+				e.err = err
+				return
+			}
+			e.schema, e.err = c.c.Compile(url)
+			e.deps = c.deps
+			if e.err == nil {
+				rememberValid(key, c.deps)
+			}
+		})
+		if c.current(e.deps) {
+			return e.schema, e.err
+		}
+		// a file it refers to changed: compile it again, afresh
+		compiledMu.Lock()
+		if compiledBy[key] == e {
+			delete(compiledBy, key)
+		}
+		compiledMu.Unlock()
+		c = NewCompiler(c.read)
+	}
+}
+
+// compileTrusted compiles a schema seen valid without its metaschema
+// check; a schema that fails so (a note that does not hold) is an error,
+// even a panic of the library's.
+func (c *Compiler) compileTrusted(url string, b []byte) (s *jsonschema.Schema, deps []dep, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s, err = nil, fmt.Errorf("schema %s: %v", url, p)
+		}
+	}()
+	c.c.Draft, c.trust = trusted, true
+	if err := c.c.AddResource(url, bytes.NewReader(withoutDraft(b))); err != nil {
+		return nil, nil, err
+	}
+	if s, err = c.c.Compile(url); err != nil {
+		return nil, nil, err
+	}
+	trustedCompiles.Add(1)
+	return s, c.deps, nil
+}
+
+// current reports whether the files deps were read from read the same.
+func (c *Compiler) current(deps []dep) bool {
+	for _, d := range deps {
+		b, err := c.read(d.path)
+		if err != nil || !bytes.Equal(b, d.text) {
+			return false
+		}
+	}
+	return true
 }
 
 func diskReader(path string) ([]byte, error) { return os.ReadFile(filepath.FromSlash(path)) }
@@ -327,18 +477,6 @@ func Parse(name string, b []byte) (any, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return value.FromYAML(&n)
-}
-
-// Compile adds raw under url and compiles it.
-func (c *Compiler) Compile(url string, raw any) (*jsonschema.Schema, error) {
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.c.AddResource(url, bytes.NewReader(b)); err != nil {
-		return nil, err
-	}
-	return c.c.Compile(url)
 }
 
 // Validator checks values against one compiled schema, taking the exact
@@ -572,6 +710,48 @@ func (s *Shape) OutOfRange(v any) string {
 		return "at most " + strconv.FormatFloat(*m, 'g', -1, 64)
 	}
 	return ""
+}
+
+// TextRule says which of a string shape's rules (enum, pattern, length)
+// text breaks, in words ("" when it keeps them all, or the shape has
+// none). A pattern Go's regexp cannot read is not judged.
+func (s *Shape) TextRule(text string) string {
+	if s == nil {
+		return ""
+	}
+	if values, ok := s.Strings(); ok && !slices.Contains(values, text) {
+		return "is one of " + quoteList(values)
+	}
+	if n := utf8.RuneCountInString(text); n < s.MinLength {
+		return fmt.Sprintf("is at least %d characters long", s.MinLength)
+	} else if s.MaxLength != nil && n > *s.MaxLength {
+		return fmt.Sprintf("is at most %d characters long", *s.MaxLength)
+	}
+	if re := s.PatternRE(); re != nil && !re.MatchString(text) {
+		return fmt.Sprintf("matches the pattern %q", s.Pattern)
+	}
+	return ""
+}
+
+// PatternRE is the shape's pattern compiled, nil when it has none or Go's
+// regexp cannot read it.
+func (s *Shape) PatternRE() *regexp.Regexp {
+	if s == nil || s.Pattern == "" {
+		return nil
+	}
+	re, err := regexp.Compile(s.Pattern)
+	if err != nil {
+		return nil
+	}
+	return re
+}
+
+func quoteList(vs []string) string {
+	q := make([]string, len(vs))
+	for i, v := range vs {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ", ")
 }
 
 // number reads a JSON number of any Go type the decoders produce.

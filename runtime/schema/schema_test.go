@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -114,5 +115,41 @@ func TestNormalizeAndCoerce(t *testing.T) {
 	}
 	if _, err := value.Normalize([]float32{1}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A schema is compiled once per process for its url and text, and again
+// when a file it refers to reads differently.
+func TestCompiledOnceByContent(t *testing.T) {
+	files := map[string]string{"/s/item.json": `{"type": "integer"}`}
+	read := func(p string) ([]byte, error) {
+		if s, ok := files[p]; ok {
+			return []byte(s), nil
+		}
+		return nil, os.ErrNotExist
+	}
+	raw := map[string]any{"type": "array", "items": map[string]any{"$ref": "item.json"}}
+	a, err := schema.NewCompiler(read).Compile("file:///s/list.json", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := schema.NewCompiler(read).Compile("file:///s/list.json", raw)
+	if a != b {
+		t.Fatal("the same schema was compiled twice")
+	}
+	if err := a.Validate([]any{"x"}); err == nil {
+		t.Fatal("a string passed as an integer")
+	}
+	files["/s/item.json"] = `{"type": "string"}`
+	c, err := schema.NewCompiler(read).Compile("file:///s/list.json", raw)
+	if err != nil || c == a {
+		t.Fatalf("a changed $ref target did not recompile: %v", err)
+	}
+	if err := c.Validate([]any{"x"}); err != nil {
+		t.Fatalf("the recompiled schema is stale: %v", err)
+	}
+	other := map[string]any{"type": "array", "items": map[string]any{"$ref": "item.json"}, "minItems": 1}
+	if d, _ := schema.NewCompiler(read).Compile("file:///s/list.json", other); d == c {
+		t.Fatal("another text under the same url shares a compiled schema")
 	}
 }

@@ -1,7 +1,7 @@
 // Package testfile runs flow test files: YAML files beside a flow that start
 // threads with given values, run them through one or more turns with
-// scripted node outputs, and check the path taken, visit counts and the
-// state with expressions.
+// scripted node outputs, and check the path taken, visit counts, pauses
+// and the state with expressions.
 //
 //	flow: resume_review.yaml
 //	tests:
@@ -14,27 +14,33 @@
 //	      tech_writer:
 //	        - set: {tech_writer_feedback: {...}}    # the node writes exactly this
 //	        - run: true                             # the node runs for real
+//	      copywriter:
+//	        - output: {score: 7, ...}               # the reply, checked against its schema
 //	    runs:                                       # one entry per run (default: one, no input)
 //	      - input: {last_response: hi}
 //	        config: {model: large}                  # the run's configuration
 //	        expect:
 //	          path: [router, [recruiter, tech_writer, copywriter], aggregator, portfolio]
 //	          degraded: [recruiter]
+//	          paused: [approve]                     # the run paused at approve (it asks)
 //	          state: ["state.recruiter_feedback.score == 5.0"]
 //	          output: ["output contains 'Evaluation failed'"]  # over the flow's output
+//	      - answers: {approve: true}                # resumes the paused run with the answer
 //	    expect:                                     # after the last run
 //	      visits: {revisor: 0}
 //	      state: ["state.threshold_met"]
 //
 // A call beyond a node's script runs the real node. A map's items are
 // scripted by their names, NODE[INDEX] (sections[1]), one script per
-// item. With no model
-// configured, llm nodes use their prompts' fallbacks, so tests are offline
-// and deterministic.
+// item. A scripted output the node refuses (a reply its prompt's schema
+// does not allow) fails the test. A run that pauses must expect it
+// (paused), and a later run resumes it (answers, or resume: true). With
+// no model configured, llm nodes use their prompts' fallbacks, so tests
+// are offline and deterministic. The file is checked like a flow: every
+// problem at its line and column, in the file's terms.
 package testfile
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,8 +53,7 @@ import (
 	"sync"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/expression"
@@ -64,44 +69,50 @@ const Suffix = ".test.yaml"
 
 // File is a parsed test file.
 type File struct {
-	Path string `yaml:"-"`
-	Flow string `yaml:"flow"`
-	// Fixtures is free: a place for YAML anchors the tests share.
-	Fixtures any    `yaml:"fixtures"`
-	Tests    []Test `yaml:"tests"`
+	Path  string
+	Flow  string
+	Tests []Test
 }
 
 // Test is one test case.
 type Test struct {
-	Name string `yaml:"name"`
+	Name string
 	// WithFile names a YAML or JSON file of initial values, relative to
 	// the test file; With's values go over them.
-	WithFile string            `yaml:"with_file"`
-	With     map[string]any    `yaml:"with"`
-	Script   map[string][]Call `yaml:"script"`
-	Runs     []Run             `yaml:"runs"`
-	Expect   *Expect           `yaml:"expect"`
-	Line     int               `yaml:"-"`
+	WithFile string
+	With     map[string]any
+	Script   map[string][]Call
+	Runs     []Run
+	Expect   *Expect
+	Pos      diag.Pos
+	// scriptPos locates each node's script.
+	scriptPos map[string]diag.Pos
 }
 
 // Call is one scripted node call: exactly one of Set (the node's update),
 // Output (its output, for kinds that produce one, such as an llm node's
-// reply: the node's writes still apply), Error (the node fails) or Run (the
-// node runs for real).
+// reply: the node's writes still apply, and a reply its schema refuses
+// fails the test), Error (the node fails) or Run (the node runs for real).
 type Call struct {
-	Set    map[string]any `yaml:"set"`
-	Output any            `yaml:"output"`
-	Error  string         `yaml:"error"`
-	Run    bool           `yaml:"run"`
+	Set       map[string]any
+	Output    any
+	HasOutput bool
+	Error     string
+	Run       bool
+	Pos       diag.Pos
 }
 
-// Run is one run of the thread.
+// Run is one run of the thread: a new run with Input, or (Answers or
+// Resume) the resumption of a run that paused, with the answers to its
+// questions by node.
 type Run struct {
-	Input map[string]any `yaml:"input"`
+	Input map[string]any
 	// Config is the run's configuration (the flow's config block).
-	Config map[string]any `yaml:"config"`
-	Expect *Expect        `yaml:"expect"`
-	Line   int            `yaml:"-"`
+	Config  map[string]any
+	Answers map[string]any
+	Resume  bool
+	Expect  *Expect
+	Pos     diag.Pos
 }
 
 // Expect holds assertions. Path lists each superstep's nodes (a name, or a
@@ -109,17 +120,22 @@ type Run struct {
 // or over the whole test at test level); State holds conditions over the
 // state; Output holds conditions over output, the flow's declared output
 // rendered over the state the run ended with (and over the state);
-// Degraded lists the nodes that must have used a fallback, and no other
-// node may have; Error is a substring of the run's error, which then must
-// fail.
+// Degraded lists the nodes that must have used a fallback, and no
+// other node may have; Paused lists the nodes the run must have paused at
+// (before or after them, or asking), and a run that pauses must say so;
+// Error is a substring of the run's error, which then must fail.
 type Expect struct {
-	Path     []any          `yaml:"path"`
-	Visits   map[string]int `yaml:"visits"`
-	State    []string       `yaml:"state"`
-	Output   []string       `yaml:"output"`
-	Degraded *[]string      `yaml:"degraded"`
-	Error    string         `yaml:"error"`
-	Line     int            `yaml:"-"`
+	Path     []any
+	Visits   map[string]int
+	State    []string
+	Output   []string
+	Degraded *[]string
+	Paused   *[]string
+	Error    string
+	Pos      diag.Pos
+	// statePos and outputPos locate each condition, pathPos the path.
+	statePos, outputPos []diag.Pos
+	pathPos             diag.Pos
 }
 
 // Result is one test's outcome.
@@ -132,67 +148,181 @@ type Result struct {
 // Passed reports whether the test passed.
 func (r Result) Passed() bool { return len(r.Failures) == 0 }
 
-// Load reads a test file.
+// format is the test file format, checked like the flow format: every
+// problem at its line and column, in the file's terms.
+var format = sync.OnceValues(func() (*flow.Format, error) {
+	str := func(name, doc string) config.Field { return config.String(name, doc) }
+	names := func(name, doc string) config.Field { return config.List(name, doc, config.Elem(str("", ""))) }
+	expect := config.Object("", "Assertions.",
+		config.List("path", "Each superstep's nodes: a node's name, or a list of them for a step running several.",
+			config.Elem(config.OneOf("", "", str("", ""), names("", "").NonEmpty(1)))),
+		config.Map("visits", "How often each node ran.", config.Elem(config.Integer("", "").Min(0))),
+		config.List("state", "Conditions over the state that must hold.", config.Elem(config.Condition("", ""))),
+		config.List("output", "Conditions over output, the flow's declared output rendered over the final state (and over the state).", config.Elem(config.Condition("", ""))),
+		names("degraded", "The nodes that used a fallback, and no other."),
+		names("paused", "The nodes the run paused at: before or after them, or for their question."),
+		str("error", "A part of the error the run must fail with.").NonEmpty(1),
+	)
+	call := config.Object("", "One scripted call: exactly one of set, output, error or run.",
+		config.Map("set", "The node's update instead of its own: field to value.", nil),
+		config.Any("output", "The node's output (an llm node's reply, checked against its schema): the node's writes apply to it."),
+		str("error", "The node fails with this message.").NonEmpty(1),
+		config.Bool("run", "The node runs for real."),
+	).OnlyOneOf("set", "output", "error", "run").NonEmpty(1)
+	run := config.Object("", "One run of the thread.",
+		config.Map("input", "The run's input.", nil),
+		config.Map("config", "The run's configuration.", nil),
+		config.Map("answers", "Resume the paused run with these answers, by asking node.", nil),
+		config.Bool("resume", "Resume the paused run (with answers, if any)."),
+		config.Ref("expect", "What the run must do.", "expect"),
+	)
+	test := config.Object("", "One test: a thread, its runs and what they must do.",
+		str("name", "What the test checks.").NonEmpty(1).Require(),
+		str("with_file", "A YAML or JSON file of initial values, relative to this file; with's values go over them.").NonEmpty(1),
+		config.Map("with", "The thread's initial values.", nil),
+		config.Map("script", "Scripted calls by node (NODE[INDEX] for a map's item): one entry per call; a call beyond them runs the node.",
+			config.Elem(config.List("", "", config.Elem(config.Ref("", "", "call"))))),
+		config.List("runs", "The runs, in order (default: one run with no input).", config.Elem(config.Ref("", "", "run"))),
+		config.Ref("expect", "What must hold after the last run.", "expect"),
+	)
+	root := config.Object("", "A flow test file.",
+		str("flow", "The flow under test, relative to this file.").NonEmpty(1).Require(),
+		config.Any("fixtures", "A free place for YAML anchors the tests share."),
+		config.List("tests", "The tests.", config.Elem(config.Ref("", "", "test"))).Require(),
+	)
+	return flow.NewFormat("test file", root, map[string]config.Field{"expect": expect, "call": call, "run": run, "test": test})
+})
+
+// Load reads a test file. A file that does not parse or does not fit the
+// test format is a *diag.ListError: every problem at its line and
+// column, in the file's terms.
 func Load(path string) (*File, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(src, &root); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	f := &File{Path: path}
-	dec := yaml.NewDecoder(bytes.NewReader(src))
-	dec.KnownFields(true)
-	if err := dec.Decode(f); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	// keep the line of every test, run and expectation for messages
-	if len(root.Content) > 0 {
-		if tests := mapValue(root.Content[0], "tests"); tests != nil {
-			for i, tn := range tests.Content {
-				if i >= len(f.Tests) {
-					break
-				}
-				f.Tests[i].Line = tn.Line
-				if ex := mapValue(tn, "expect"); ex != nil && f.Tests[i].Expect != nil {
-					f.Tests[i].Expect.Line = ex.Line
-				}
-				if runs := mapValue(tn, "runs"); runs != nil {
-					for j, rn := range runs.Content {
-						if j < len(f.Tests[i].Runs) {
-							f.Tests[i].Runs[j].Line = rn.Line
-							if ex := mapValue(rn, "expect"); ex != nil && f.Tests[i].Runs[j].Expect != nil {
-								f.Tests[i].Runs[j].Expect.Line = ex.Line
-							}
-						}
-					}
-				}
-			}
+	var dl diag.List
+	doc := config.Parse(path, src, &dl)
+	if doc != nil {
+		fm, err := format()
+		if err != nil {
+			return nil, fmt.Errorf("test file format: %w", err)
 		}
+		fm.Check(doc, &dl)
 	}
-	if f.Flow == "" {
-		return nil, fmt.Errorf("%s: flow: the flow under test is required", path)
+	var f *File
+	if !dl.HasErrors() {
+		f = decode(path, doc, &dl)
 	}
-	for i, t := range f.Tests {
-		if t.Name == "" {
-			return nil, fmt.Errorf("%s:%d: test %d needs a name", path, t.Line, i+1)
-		}
+	if dl.HasErrors() {
+		return nil, &diag.ListError{List: dl.Sort(), Sources: diag.Sources{path: src}}
 	}
 	return f, nil
 }
 
-func mapValue(m *yaml.Node, key string) *yaml.Node {
-	if m == nil || m.Kind != yaml.MappingNode {
+// decode reads a test file that fits the format.
+func decode(path string, doc *config.File, dl *diag.List) *File {
+	root := doc.Root()
+	f := &File{Path: path, Flow: root.Get("flow").Text()}
+	values := func(v config.Value) map[string]any {
+		if !v.Exists() {
+			return nil
+		}
+		var raw any
+		if err := v.Decode(&raw); err != nil { // (merge keys, <<, are resolved)
+			dl.Errorf(diag.CodeType, v.Pos(), v.Path(), "%v", err)
+			return nil
+		}
+		norm, err := value.Normalize(raw)
+		if err != nil {
+			dl.Errorf(diag.CodeType, v.Pos(), v.Path(), "%v", err)
+			return nil
+		}
+		m, _ := norm.(map[string]any)
+		if m == nil {
+			m = map[string]any{}
+		}
+		return m
+	}
+	for _, tn := range root.Get("tests").Items() {
+		t := Test{Name: tn.Get("name").Text(), With: values(tn.Get("with")), WithFile: tn.Get("with_file").Text(), Pos: tn.Pos(), scriptPos: map[string]diag.Pos{}}
+		if sc := tn.Get("script"); sc.Exists() {
+			t.Script = map[string][]Call{}
+			for _, e := range sc.Entries() {
+				t.scriptPos[e.Name] = e.Key.Pos()
+				for _, cn := range e.Value.Items() {
+					c := Call{Pos: cn.Pos(), Error: cn.Get("error").Text()}
+					run, _ := cn.Get("run").JSON()
+					c.Run, _ = run.(bool)
+					if s := cn.Get("set"); s.Exists() {
+						c.Set = values(s)
+					}
+					if o := cn.Get("output"); o.Exists() {
+						var raw any
+						if err := o.Decode(&raw); err == nil {
+							c.Output, err = value.Normalize(raw)
+							if err != nil {
+								dl.Errorf(diag.CodeType, o.Pos(), o.Path(), "%v", err)
+							}
+						}
+						c.HasOutput = true
+					}
+					t.Script[e.Name] = append(t.Script[e.Name], c)
+				}
+			}
+		}
+		for _, rn := range tn.Get("runs").Items() {
+			r := Run{Input: values(rn.Get("input")), Config: values(rn.Get("config")), Answers: values(rn.Get("answers")), Pos: rn.Pos(), Expect: expectOf(rn.Get("expect"))}
+			resume, _ := rn.Get("resume").JSON()
+			r.Resume, _ = resume.(bool)
+			if (r.Resume || r.Answers != nil) && rn.Get("input").Exists() {
+				dl.Errorf(diag.CodeConstraint, rn.KeyOf("input").Pos(), rn.Path(), "a run either resumes a paused one (answers, resume) or starts with input, not both")
+			}
+			t.Runs = append(t.Runs, r)
+		}
+		t.Expect = expectOf(tn.Get("expect"))
+		f.Tests = append(f.Tests, t)
+	}
+	return f
+}
+
+func expectOf(v config.Value) *Expect {
+	if !v.Exists() {
 		return nil
 	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
+	ex := &Expect{Pos: v.Pos(), Error: v.Get("error").Text(), pathPos: v.Get("path").Pos()}
+	if p := v.Get("path"); p.Exists() {
+		raw, _ := p.JSON()
+		ex.Path, _ = raw.([]any)
+	}
+	if vs := v.Get("visits"); vs.Exists() {
+		ex.Visits = map[string]int{}
+		for _, e := range vs.Entries() {
+			n, _ := e.Value.JSON()
+			ex.Visits[e.Name], _ = n.(int)
 		}
 	}
-	return nil
+	for _, c := range v.Get("state").Items() {
+		ex.State = append(ex.State, c.Text())
+		ex.statePos = append(ex.statePos, c.Pos())
+	}
+	for _, c := range v.Get("output").Items() {
+		ex.Output = append(ex.Output, c.Text())
+		ex.outputPos = append(ex.outputPos, c.Pos())
+	}
+	list := func(name string) *[]string {
+		l := v.Get(name)
+		if !l.Exists() {
+			return nil
+		}
+		out := []string{}
+		for _, it := range l.Items() {
+			out = append(out, it.Text())
+		}
+		return &out
+	}
+	ex.Degraded, ex.Paused = list("degraded"), list("paused")
+	return ex
 }
 
 // FlowPath is the flow file a test file tests.
@@ -234,16 +364,22 @@ func RunFile(ctx context.Context, f *File, reg kind.Registry, match string) ([]R
 	return results, nil
 }
 
-// scripted replaces a node's Run with its script.
+// scripted replaces a node's Run with its script. A scripted output the
+// node refuses (a reply its schema does not allow) is kept in bad: the
+// test fails on it, whatever the node's fallback or on_error make of it.
 type scripted struct {
 	inner kind.Node
 	calls []Call
 	n     int
+	mu    sync.Mutex
+	bad   []string
 }
 
 func (s *scripted) Run(ctx context.Context, st kind.State) (kind.Update, error) {
+	s.mu.Lock()
 	i := s.n
 	s.n++
+	s.mu.Unlock()
 	if i >= len(s.calls) || s.calls[i].Run {
 		return s.inner.Run(ctx, st)
 	}
@@ -251,12 +387,19 @@ func (s *scripted) Run(ctx context.Context, st kind.State) (kind.Update, error) 
 	if c.Error != "" {
 		return nil, errors.New(c.Error)
 	}
-	if c.Output != nil {
+	if c.HasOutput {
 		o, ok := s.inner.(kind.Outputter)
 		if !ok {
 			return nil, fmt.Errorf("script: node %s produces no output; script set instead", st.Node())
 		}
-		return o.WithOutput(st, c.Output)
+		upd, err := o.WithOutput(st, c.Output)
+		if err != nil {
+			s.mu.Lock()
+			s.bad = append(s.bad, fmt.Sprintf("%s: the scripted output of %s does not fit the node: %v", c.Pos, st.Node(), err))
+			s.mu.Unlock()
+			return nil, kind.Permanent(fmt.Errorf("scripted output refused: %w", err))
+		}
+		return upd, nil
 	}
 	upd := st.NewUpdate(len(c.Set))
 	for _, k := range slices.Sorted(maps.Keys(c.Set)) {
@@ -265,10 +408,21 @@ func (s *scripted) Run(ctx context.Context, st kind.State) (kind.Update, error) 
 	return upd, nil
 }
 
-// scriptedFallback keeps the fallback of a node that has one.
+// refused reports whether the last call was a refused scripted output.
+func (s *scripted) refused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.bad) > 0
+}
+
+// scriptedFallback keeps the fallback of a node that has one, except for
+// a scripted output the node refused: that fails the node.
 type scriptedFallback struct{ *scripted }
 
 func (s scriptedFallback) Fallback(ctx context.Context, st kind.State, err error) (kind.Update, error) {
+	if s.refused() {
+		return nil, errors.New("no fallback for a refused scripted output")
+	}
 	return s.inner.(kind.Fallback).Fallback(ctx, st, err)
 }
 
@@ -313,59 +467,50 @@ func (is *itemScripts) Run(ctx context.Context, st kind.State) (kind.Update, err
 type itemScriptsFallback struct{ *itemScripts }
 
 func (s itemScriptsFallback) Fallback(ctx context.Context, st kind.State, err error) (kind.Update, error) {
+	s.mu.Lock()
+	sc := s.byItem[st.Node()]
+	s.mu.Unlock()
+	if sc != nil && sc.refused() {
+		return nil, errors.New("no fallback for a refused scripted output")
+	}
 	return s.inner.(kind.Fallback).Fallback(ctx, st, err)
 }
 
 func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test) (fails []string) {
-	at := func(line int, format string, args ...any) {
-		fails = append(fails, fmt.Sprintf("%s:%d: %s", f.Path, line, fmt.Sprintf(format, args...)))
+	at := func(pos diag.Pos, format string, args ...any) {
+		fails = append(fails, fmt.Sprintf("%s: %s", pos, fmt.Sprintf(format, args...)))
 	}
 	for i, n := range g.Nodes {
 		n.Impl = impls[i]
 	}
 	items := map[*flow.Node]*itemScripts{}
+	var scripts []*scripted
 	defer func() {
 		for n, is := range items {
 			n.Impl, n.Retry.Backoff = is.inner, is.backoff
 		}
 	}()
-	for name, calls := range t.Script {
+	for _, name := range slices.Sorted(maps.Keys(t.Script)) {
+		calls := t.Script[name]
 		n, ok := g.Node(name)
 		if !ok {
 			n, ok = nestedOf(g, name)
 		}
 		if !ok {
-			at(t.Line, "script: no node %q in %s", name, g.Name)
+			var names []string
+			for _, m := range g.Nodes {
+				names = append(names, m.Name)
+			}
+			d := diag.Diagnostic{Summary: fmt.Sprintf("script: flow %s has no node %q", g.Name, name), Suggestion: diag.Suggest(name, names)}
+			at(t.scriptPos[name], "%s", d.Message())
 			continue
 		}
 		for ci := range calls {
 			c := &calls[ci]
-			if c.Output != nil {
-				norm, err := value.Normalize(c.Output)
-				if err != nil {
-					at(t.Line, "script %s output: %v", name, err)
-				}
-				c.Output = norm
-			}
-			given := 0
-			for _, b := range []bool{c.Set != nil, c.Output != nil, c.Error != "", c.Run} {
-				if b {
-					given++
-				}
-			}
-			if given != 1 {
-				at(t.Line, "script %s: each call is exactly one of set, output, error or run: true", name)
-			}
-			for field, v := range c.Set {
+			for _, field := range slices.Sorted(maps.Keys(c.Set)) {
 				if !n.Writes[field] {
-					at(t.Line, "script %s: the node does not write %q", name, field)
-					continue
+					at(c.Pos, "script %s: the node does not write %q", name, field)
 				}
-				norm, err := value.Normalize(v)
-				if err != nil {
-					at(t.Line, "script %s.%s: %v", name, field, err)
-				}
-				c.Set[field] = norm
 			}
 		}
 		if _, top := g.Node(name); !top {
@@ -381,20 +526,30 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 				}
 				n.Retry.Backoff = 0
 			}
-			is.byItem[name] = &scripted{inner: is.inner, calls: calls}
+			sc := &scripted{inner: is.inner, calls: calls}
+			is.byItem[name] = sc
+			scripts = append(scripts, sc)
 			continue
 		}
-		s := &scripted{inner: n.Impl, calls: calls}
+		sc := &scripted{inner: n.Impl, calls: calls}
+		scripts = append(scripts, sc)
 		if _, ok := n.Impl.(kind.Fallback); ok {
-			n.Impl = scriptedFallback{s}
+			n.Impl = scriptedFallback{sc}
 		} else {
-			n.Impl = s
+			n.Impl = sc
 		}
 		n.Retry.Backoff = 0 // scripted failures need no waiting
 	}
 	if len(fails) > 0 {
 		return fails
 	}
+	// a scripted output the node refused fails the test, whatever the run
+	// made of it
+	defer func() {
+		for _, sc := range scripts {
+			fails = append(fails, sc.bad...)
+		}
+	}()
 	eng := engine.New(memory.New())
 	defer eng.Store.Close()
 	const thread = "test"
@@ -403,115 +558,162 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		vals, err := schema.ReadFile(filepath.Join(filepath.Dir(f.Path), t.WithFile))
 		m, ok := vals.(map[string]any)
 		if err != nil || !ok {
-			at(t.Line, "with_file: %s: want a file holding a mapping of field to value: %v", t.WithFile, err)
+			at(t.Pos, "with_file: %s: want a file holding a mapping of field to value: %v", t.WithFile, err)
 			return fails
 		}
 		maps.Copy(with, m)
 	}
-	for k, v := range t.With {
-		norm, err := value.Normalize(v)
-		if err != nil {
-			at(t.Line, "with.%s: %v", k, err)
-			return fails
-		}
-		with[k] = norm
-	}
+	maps.Copy(with, t.With)
 	if _, err := eng.Create(ctx, g, thread, with); err != nil {
-		at(t.Line, "with: %v", err)
+		at(t.Pos, "with: %v", err)
 		return fails
 	}
 	runs := t.Runs
 	if len(runs) == 0 {
-		runs = []Run{{Line: t.Line}}
+		runs = []Run{{Pos: t.Pos}}
 	}
 	total := map[string]int{}
 	var state map[string]any
 	var last *engine.Result
 	for i, r := range runs {
 		degraded := map[string]bool{}
-		in := map[string]any{}
-		for k, v := range r.Input {
-			norm, err := value.Normalize(v)
-			if err != nil {
-				at(r.Line, "input.%s: %v", k, err)
-				return fails
-			}
-			in[k] = norm
+		in := r.Input
+		if in == nil {
+			in = map[string]any{}
 		}
-		res, err := eng.Run(ctx, g, engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Observe: func(ev engine.Event) {
+		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Observe: func(ev engine.Event) {
 			if ev.Type == engine.NodeEnd && ev.Degraded != "" && ev.NS == "" { // a child flow's nodes are not this flow's
 				degraded[ev.Node] = true
 			}
-		}})
+		}}
+		if r.Resume || r.Answers != nil {
+			req.Input, req.Resume, req.Answers = nil, true, r.Answers
+		}
+		res, err := eng.Run(ctx, g, req)
 		ex := r.Expect
 		if err != nil {
+			if slices.ContainsFunc(scripts, (*scripted).refused) {
+				return fails // the refused script says why
+			}
 			if ex == nil || ex.Error == "" || !strings.Contains(err.Error(), ex.Error) {
-				at(r.Line, "run %d failed: %v", i+1, err)
+				at(r.Pos, "run %d failed: %v", i+1, err)
 				return fails
 			}
 			continue
 		}
 		if ex != nil && ex.Error != "" {
-			at(ex.Line, "run %d: want an error containing %q, the run succeeded", i+1, ex.Error)
+			at(ex.Pos, "run %d: want an error containing %q, the run succeeded", i+1, ex.Error)
 		}
 		for n, c := range res.Visits() {
 			total[n] += c
 		}
 		state, last = res.State, res
+		paused := pausedAt(res.Interrupt)
+		switch {
+		case paused != nil && (ex == nil || ex.Paused == nil):
+			at(r.Pos, "run %d paused at %s%s; expect it with paused: [%s]%s", i+1, strings.Join(paused, ", "), asked(res.Interrupt),
+				strings.Join(paused, ", "), answerHint(res.Interrupt, i+1 == len(runs)))
+		case ex != nil && ex.Paused != nil && !slices.Equal(paused, slices.Sorted(slices.Values(*ex.Paused))):
+			if paused == nil {
+				at(ex.Pos, "run %d: want it paused at %s, it did not pause", i+1, strings.Join(*ex.Paused, ", "))
+			} else {
+				at(ex.Pos, "run %d: paused at %s, want %s", i+1, strings.Join(paused, ", "), strings.Join(*ex.Paused, ", "))
+			}
+		}
 		if ex != nil {
-			fails = append(fails, check(f.Path, ex, g, res.State, res.Visits(), res.Path, degraded, fmt.Sprintf("run %d", i+1))...)
-			fails = append(fails, checkOutput(f.Path, ex, g, res, fmt.Sprintf("run %d", i+1))...)
+			fails = append(fails, check(ex, g, res.State, res.Visits(), res.Path, degraded, fmt.Sprintf("run %d", i+1))...)
+			fails = append(fails, checkOutput(ex, g, res, fmt.Sprintf("run %d", i+1))...)
 		}
 	}
 	if t.Expect != nil && state != nil {
-		fails = append(fails, check(f.Path, t.Expect, g, state, total, nil, nil, "after the last run")...)
-		fails = append(fails, checkOutput(f.Path, t.Expect, g, last, "after the last run")...)
+		fails = append(fails, check(t.Expect, g, state, total, nil, nil, "after the last run")...)
+		fails = append(fails, checkOutput(t.Expect, g, last, "after the last run")...)
 	}
 	return fails
 }
 
-func check(file string, ex *Expect, g *flow.Graph, state map[string]any, visits map[string]int, path [][]string, degraded map[string]bool, when string) (fails []string) {
-	fail := func(format string, args ...any) {
-		fails = append(fails, fmt.Sprintf("%s:%d: %s: %s", file, ex.Line, when, fmt.Sprintf(format, args...)))
+// pausedAt lists the nodes a run paused at, sorted (nil when it did not).
+func pausedAt(in *engine.Interrupt) []string {
+	if in == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, n := range append(slices.Clone(in.Before), in.After...) {
+		set[n] = true
+	}
+	for _, a := range in.Asks {
+		set[a.ID] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// asked shows the questions a paused run asked.
+func asked(in *engine.Interrupt) string {
+	var qs []string
+	for _, a := range in.Asks {
+		q, _ := jsonShort(a.Payload)
+		qs = append(qs, a.ID+" asks "+q)
+	}
+	if len(qs) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(qs, "; ") + ")"
+}
+
+// answerHint says how a test goes on after a pause.
+func answerHint(in *engine.Interrupt, last bool) string {
+	if !last {
+		return ""
+	}
+	if len(in.Asks) > 0 {
+		return ", and answer it in a next run with answers: {" + in.Asks[0].ID + ": ...}"
+	}
+	return ", and go on in a next run with resume: true"
+}
+
+func check(ex *Expect, g *flow.Graph, state map[string]any, visits map[string]int, path [][]string, degraded map[string]bool, when string) (fails []string) {
+	fail := func(pos diag.Pos, format string, args ...any) {
+		fails = append(fails, fmt.Sprintf("%s: %s: %s", pos, when, fmt.Sprintf(format, args...)))
 	}
 	if ex.Path != nil && path == nil {
-		fail("path is checked per run: put it under runs[].expect")
+		fail(ex.pathPos, "path is checked per run: put it under runs[].expect")
 	} else if ex.Path != nil {
 		want, err := steps(ex.Path)
 		if err != nil {
-			fail("path: %v", err)
+			fail(ex.pathPos, "path: %v", err)
 		} else if !samePath(want, path) {
-			fail("path:\n      got  %s\n      want %s", showPath(path), showPath(want))
+			fail(ex.pathPos, "path:\n      got  %s\n      want %s", showPath(path), showPath(want))
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(ex.Visits)) {
 		if _, ok := g.Node(name); !ok {
-			fail("visits: no node %q", name)
+			fail(ex.Pos, "visits: flow %s has no node %q", g.Name, name)
 			continue
 		}
 		if visits[name] != ex.Visits[name] {
-			fail("visits of %s: got %d, want %d", name, visits[name], ex.Visits[name])
+			fail(ex.Pos, "visits of %s: got %d, want %d", name, visits[name], ex.Visits[name])
 		}
 	}
 	if ex.Degraded != nil && degraded != nil {
 		got := slices.Sorted(maps.Keys(degraded))
 		want := slices.Sorted(slices.Values(*ex.Degraded))
 		if !slices.Equal(got, want) {
-			fail("degraded nodes: got %v, want %v", got, want)
+			fail(ex.Pos, "degraded nodes: got %v, want %v", got, want)
 		}
 	}
 	vars := g.Vars(state, nil)
-	for _, cond := range ex.State {
+	for i, cond := range ex.State {
+		pos := ex.statePos[i]
 		p, probs := expression.Compile(cond, g.Env(), true)
 		if p == nil {
-			fail("state %q: %s", cond, probs[0].Message)
+			fail(pos, "state %q: %s", cond, probs[0].Message)
 			continue
 		}
 		ok, err := p.EvalBool(vars)
 		if err != nil {
-			fail("state %q: %v", cond, err)
+			fail(pos, "state %q: %v", cond, err)
 		} else if !ok {
-			fail("state: %s does not hold%s", cond, explain(cond, vars))
+			fail(pos, "state: %s does not hold%s", cond, explain(cond, vars))
 		}
 	}
 	return fails
@@ -519,39 +721,40 @@ func check(file string, ex *Expect, g *flow.Graph, state map[string]any, visits 
 
 // checkOutput checks the conditions over the flow's output, rendered over
 // the state the run ended with.
-func checkOutput(file string, ex *Expect, g *flow.Graph, res *engine.Result, when string) (fails []string) {
+func checkOutput(ex *Expect, g *flow.Graph, res *engine.Result, when string) (fails []string) {
 	if len(ex.Output) == 0 {
 		return nil
 	}
-	fail := func(format string, args ...any) {
-		fails = append(fails, fmt.Sprintf("%s:%d: %s: %s", file, ex.Line, when, fmt.Sprintf(format, args...)))
+	fail := func(pos diag.Pos, format string, args ...any) {
+		fails = append(fails, fmt.Sprintf("%s: %s: %s", pos, when, fmt.Sprintf(format, args...)))
 	}
 	switch {
 	case g.Output == nil:
-		fail("output: the flow declares no output")
+		fail(ex.outputPos[0], "output: the flow declares no output")
 		return fails
 	case res.Interrupt != nil:
-		fail("output: the run paused; it has no output yet")
+		fail(ex.outputPos[0], "output: the run paused; it has no output yet")
 		return fails
 	}
 	text, err := g.Output.Render(res.State)
 	if err != nil {
-		fail("%v", err)
+		fail(ex.outputPos[0], "%v", err)
 		return fails
 	}
 	env := g.Env().With("output", &schema.Shape{Types: []string{"string"}})
 	vars := g.Vars(res.State, nil)
 	vars["output"] = text
-	for _, cond := range ex.Output {
+	for i, cond := range ex.Output {
+		pos := ex.outputPos[i]
 		p, probs := expression.Compile(cond, env, true)
 		if p == nil {
-			fail("output %q: %s", cond, probs[0].Message)
+			fail(pos, "output %q: %s", cond, probs[0].Message)
 			continue
 		}
 		if ok, err := p.EvalBool(vars); err != nil {
-			fail("output %q: %v", cond, err)
+			fail(pos, "output %q: %v", cond, err)
 		} else if !ok {
-			fail("output: %s does not hold; the output is:\n%s", cond, indent(text))
+			fail(pos, "output: %s does not hold; the output is:\n%s", cond, indent(text))
 		}
 	}
 	return fails

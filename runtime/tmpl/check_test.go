@@ -183,3 +183,116 @@ func TestCheckOpenObjects(t *testing.T) {
 		}
 	}
 }
+
+// Comparisons compare numbers by value at run time: a number field holds
+// 5 or 5.5 (an int or a float64 once decoded), and either compares with
+// a whole or a fractional literal; a missing value equals only nothing.
+func TestComparisonsAreNumericSafe(t *testing.T) {
+	for _, c := range []struct {
+		text  string
+		state map[string]any
+		want  string
+	}{
+		{"{{if gt .state.amount 0.0}}pos{{end}}", map[string]any{"amount": 5}, "pos"},
+		{"{{if gt .state.amount 0}}pos{{end}}", map[string]any{"amount": 5.5}, "pos"},
+		{"{{if lt .state.amount 5.5}}lt{{else}}ge{{end}}", map[string]any{"amount": 5}, "lt"},
+		{"{{if eq .state.amount 5.0}}eq{{end}}", map[string]any{"amount": 5}, "eq"},
+		{"{{if eq .state.amount 5}}eq{{else}}ne{{end}}", map[string]any{"amount": 5.000001}, "ne"},
+		{"{{if ne .state.amount 2}}ne{{end}}", map[string]any{"amount": 2.5}, "ne"},
+		{"{{if le .state.n 9223372036854775807}}le{{end}}", map[string]any{"n": 9.3e18}, ""},
+		{"{{if ge .state.n 1e300}}ge{{else}}lt{{end}}", map[string]any{"n": 3}, "lt"},
+		{"{{if eq .state.s \"a\" \"b\"}}in{{end}}", map[string]any{"s": "b"}, "in"},
+		{"{{if eq .state.missing \"a\"}}x{{else}}unset{{end}}", map[string]any{}, "unset"},
+		{"{{if lt .state.s \"b\"}}lt{{end}}", map[string]any{"s": "a"}, "lt"},
+	} {
+		tp, err := Parse("t", c.text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Execute(tp, map[string]any{"state": c.state})
+		if err != nil || got != c.want {
+			t.Errorf("%s over %v: %q, %v; want %q", c.text, c.state, got, err, c.want)
+		}
+	}
+	tp, _ := Parse("t", `{{if lt .state.s 3}}x{{end}}`)
+	if _, err := Execute(tp, map[string]any{"state": map[string]any{"s": "a"}}); err == nil || !strings.Contains(err.Error(), "cannot order a text and a number") {
+		t.Errorf("a text ordered with a number: %v", err)
+	}
+}
+
+// A comparison of values of kinds that never compare is found at load.
+func TestCheckComparisons(t *testing.T) {
+	num := &schema.Shape{Types: []string{"number"}}
+	integer := &schema.Shape{Types: []string{"integer"}}
+	str := &schema.Shape{Types: []string{"string"}}
+	state := obj(map[string]*schema.Shape{"amount": num, "n": integer, "s": str,
+		"ok": {Types: []string{"boolean"}}, "tags": {Types: []string{"array"}, Items: str}, "any": nil})
+	root := Root(state, obj(map[string]*schema.Shape{}), nil)
+	for text, want := range map[string]string{
+		"{{if gt .state.amount 0.0}}x{{end}}":      "",
+		"{{if gt .state.amount .state.n}}x{{end}}": "",
+		"{{if eq .state.s \"a\"}}x{{end}}":         "",
+		"{{if eq .state.any 3}}x{{end}}":           "",
+		"{{if eq .state.ok true}}x{{end}}":         "",
+		"{{if gt .state.s 3}}x{{end}}":             `gt compares state.s (a string) with 3 (a number), which never compare`,
+		"{{if eq .state.n \"3\"}}x{{end}}":         `eq compares state.n (a number) with "3" (a string)`,
+		"{{if lt .state.ok true}}x{{end}}":         `lt orders numbers or texts, but state.ok is a boolean`,
+		"{{if gt .state.tags 1}}x{{end}}":          `gt orders numbers or texts, but state.tags is a list`,
+	} {
+		tp, err := Parse("t", text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probs := Check(tp, root)
+		switch {
+		case want == "" && len(probs) > 0:
+			t.Errorf("%s: unexpected %+v", text, probs)
+		case want != "" && (len(probs) != 1 || !probs[0].Compare || !strings.Contains(probs[0].Message, want)):
+			t.Errorf("%s: got %+v, want %q", text, probs, want)
+		case want != "":
+			fn := strings.Fields(want)[0]
+			if got := text[probs[0].Offset : probs[0].Offset+probs[0].Len]; got != fn {
+				t.Errorf("%s: offset points at %q", text, got)
+			}
+		}
+	}
+}
+
+// The reads of state fields a template makes unguarded are listed, for
+// definite assignment: not the test of an if or a with, not under one on
+// the field, not an argument of and, or or default.
+func TestAnalyzeReads(t *testing.T) {
+	str := &schema.Shape{Types: []string{"string"}}
+	state := obj(map[string]*schema.Shape{"a": str, "b": str, "p": obj(map[string]*schema.Shape{"h": str})})
+	root := Root(state, obj(map[string]*schema.Shape{}), nil)
+	for text, want := range map[string]string{
+		"{{.state.a}}":                                    "a",
+		"x {{$.state.b}}":                                 "b",
+		"{{.state.p.h}}":                                  "p",
+		"{{if .state.a}}{{.state.a}}{{end}}":              "",
+		"{{if .state.a}}{{.state.b}}{{end}}":              "b",
+		"{{with .state.a}}{{.}}{{$.state.a}}{{end}}":      "",
+		"{{if and .state.a .state.b}}{{.state.b}}{{end}}": "",
+		"{{default \"none\" .state.a}}":                   "",
+		"{{if .state.p}}{{.state.p.h}}{{end}}":            "",
+		"{{range .state.p}}{{.}}{{end}}":                  "",
+		"{{if .state.a}}{{else}}{{.state.a}}{{end}}":      "a",
+		"{{upper .state.a}}":                              "a",
+	} {
+		tp, err := Parse("t", text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads := Analyze(tp, root).Reads
+		var got []string
+		for _, r := range reads {
+			got = append(got, r.Field)
+			if text[r.Offset:r.Offset+r.Len] != r.Field {
+				t.Errorf("%s: offset points at %q", text, text[r.Offset:r.Offset+r.Len])
+			}
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("%s: reads %v, want %q", text, got, want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/sandbox"
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/schema"
 )
 
 // Env is what a command runs with.
@@ -46,7 +48,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		{"validate", "validate [--format text|json|github] [FILE|DIR ...]", "Check flow files and report every problem with file:line:col", cmdValidate},
+		{"validate", "validate [--format text|json|github|sarif] [--strict] [--max-warnings N] [FILE|DIR ...]", "Check flow files and report every problem with file:line:col", cmdValidate},
 		{"graph", "graph FLOW [--format mermaid|dot|json]", "Draw a flow's graph", cmdGraph},
 		{"run", "run FLOW [--with FILE] [--input k=v ...] [--input-file FILE] [--thread ID] [--trace] [--json]",
 			"Run a flow: talk with a conversational flow in the terminal, or run once and print the flow's output (its final state without one, or with --json)", cmdRun},
@@ -101,6 +103,11 @@ func Main(args []string, env *Env) int {
 		fmt.Fprintf(env.Stderr, "trellis: unknown command %q\n\n", args[0])
 		usage(env.Stderr)
 		return exitUsage
+	}
+	// schemas found valid are remembered in the user's cache, so a later
+	// command compiling them again (unchanged) skips their metaschema check
+	if dir, err := os.UserCacheDir(); err == nil && os.Getenv("TRELLIS_SCHEMA_CACHE") != "off" {
+		schema.RememberValid(filepath.Join(dir, "trellis", "valid-schemas"))
 	}
 	// SIGINT, SIGTERM and SIGHUP end a command (serve reloads its flows
 	// on SIGHUP instead): its runs stop, and the process's sandbox, if a

@@ -29,13 +29,20 @@ import (
 func cmdValidate(_ context.Context, env *Env, args []string) int {
 	fs := flags(env, "validate")
 	format := fs.String("format", "text", "output format: text, json, github (Actions annotations) or sarif (code scanning)")
+	strict := fs.Bool("strict", false, "report every warning as an error (exit 1 on any)")
+	maxWarnings := fs.Int("max-warnings", -1, "exit 1 when there are more warnings than this (-1: any number)")
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
 	}
+	if *maxWarnings < -1 {
+		fmt.Fprintf(env.Stderr, "trellis validate: --max-warnings %d: give a count, or -1 for no limit\n", *maxWarnings)
+		return exitUsage
+	}
 	if len(paths) == 0 {
 		paths = []string{"."}
 	}
+	go flow.Prepare(env.Registry) // while the files are found and read
 	files, skipped, err := trellis.ScanFlows(paths...)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
@@ -49,13 +56,22 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 	all, sources := ValidateFiles(files, env)
+	promoted := 0
+	if *strict {
+		for i := range all {
+			if all[i].Severity == diag.Warning {
+				all[i].Severity = diag.Error
+				promoted++
+			}
+		}
+	}
 	switch *format {
 	case "json":
 		err = diag.WriteJSON(env.Stdout, all)
 	case "github":
 		err = diag.WriteGitHub(env.Stdout, all)
 	case "sarif":
-		err = diag.WriteSARIF(env.Stdout, all)
+		err = diag.WriteSARIF(env.Stdout, all, Version())
 	case "text":
 		err = diag.WriteText(env.Stdout, all, sources)
 	default:
@@ -66,28 +82,77 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
 		return 2
 	}
-	if *format == "text" {
-		errs, warns := 0, 0
-		for _, d := range all {
-			if d.Severity == diag.Error {
-				errs++
-			} else {
-				warns++
-			}
+	errs, warns := 0, 0
+	for _, d := range all {
+		if d.Severity == diag.Error {
+			errs++
+		} else {
+			warns++
 		}
+	}
+	tooMany := *maxWarnings >= 0 && warns > *maxWarnings
+	if *format == "text" {
 		summary := fmt.Sprintf("%s checked: %s", plural(len(files), "flow"), plural(errs, "error"))
+		if promoted > 0 {
+			summary += fmt.Sprintf(" (%s made errors by --strict)", plural(promoted, "warning"))
+		}
 		if warns > 0 {
 			summary += ", " + plural(warns, "warning")
+		}
+		if tooMany {
+			summary += fmt.Sprintf(", more than the %d --max-warnings allows", *maxWarnings)
 		}
 		if len(skipped) > 0 {
 			summary += fmt.Sprintf("; skipped %s with no version, nodes or edges: %s", plural(len(skipped), "YAML file"), strings.Join(skipped, ", "))
 		}
 		fmt.Fprintln(env.Stderr, summary)
+	} else if tooMany {
+		fmt.Fprintf(env.Stderr, "trellis validate: %s, more than the %d --max-warnings allows\n", plural(warns, "warning"), *maxWarnings)
 	}
-	if all.HasErrors() {
+	if all.HasErrors() || tooMany {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// version is set at link time (make build passes git describe's):
+// -ldflags "-X github.com/trellisflow/trellis/cmd/trellis/internal/cli.version=V".
+var version string
+
+// Version names this build of trellis: the version given at link time,
+// else the module's version when it was installed as one, else the
+// commit it was built from (marked dirty when the tree had changes),
+// else "devel".
+func Version() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return "devel-" + rev
 }
 
 // plural says "1 flow", "2 flows".
@@ -102,8 +167,10 @@ func plural(n int, what string) string {
 // and the sources they point into.
 func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 	// the files load at once, one per core; the garbage they leave is
-	// little and short-lived, so the collector runs less often meanwhile
-	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	// little and short-lived, so the collector waits until the heap nears
+	// a bound (a few flows never reach it)
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(256 << 20))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	type loaded struct {
 		dl      diag.List
 		sources diag.Sources
@@ -111,19 +178,15 @@ func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 	results := make([]loaded, len(files))
 	next := make(chan int)
 	var wg sync.WaitGroup
+	// a flow one file runs as a subflow and another is is compiled once
+	batch := flow.NewBatch()
 	for range min(len(files), runtime.GOMAXPROCS(0)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				f, err := trellis.Load(files[i], trellis.WithKinds(env.Registry))
-				var le *trellis.LoadError
-				switch {
-				case errors.As(err, &le):
-					results[i] = loaded{le.Diagnostics, le.Sources}
-				case err == nil:
-					results[i] = loaded{f.Warnings(), f.Sources()}
-				}
+				_, dl, sources := batch.Compile(nil, files[i], env.Registry)
+				results[i] = loaded{dl, sources}
 			}
 		}()
 	}

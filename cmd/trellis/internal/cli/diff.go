@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/flowdiff"
 )
@@ -40,13 +41,26 @@ func cmdDiff(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis diff: %v\n", err)
 		return 2
 	}
-	// the drawing is of the new version, when it loads
+	// the drawing is of the new version, when it loads; when it cannot
+	// be drawn, each format says why
+	var why string
+	var whyDiags diag.List
+	var whySources diag.Sources
 	chart := func() string {
 		if strings.Contains(pos[1], ":") && !fileExists(pos[1]) {
+			why = fmt.Sprintf("%s is a git revision: only a flow file on disk is drawn", pos[1])
 			return ""
 		}
-		g, _ := flow.Load(pos[1], env.Registry)
+		g, dl, sources := flow.Compile(nil, pos[1], nil, env.Registry)
 		if g == nil {
+			n := 0
+			for _, d := range dl {
+				if d.Severity == diag.Error {
+					n++
+				}
+			}
+			why = fmt.Sprintf("%s has %s, so its graph cannot be drawn (trellis validate %s lists them)", pos[1], plural(n, "error"), pos[1])
+			whyDiags, whySources = dl, sources
 			return ""
 		}
 		return flowdiff.Highlight(g.Mermaid(), changes, flow.MermaidID)
@@ -54,18 +68,42 @@ func cmdDiff(ctx context.Context, env *Env, args []string) int {
 	switch *format {
 	case "text":
 		flowdiff.Text(env.Stdout, old.Name, new.Name, changes)
+		if chart(); whyDiags.HasErrors() {
+			fmt.Fprintf(env.Stderr, "note: %s\n", why)
+		}
 	case "github":
-		flowdiff.GitHub(env.Stdout, old.Name, new.Name, changes, chart())
+		c := chart()
+		flowdiff.GitHub(env.Stdout, old.Name, new.Name, changes, c)
+		if c == "" {
+			fmt.Fprintf(env.Stdout, "\n> The graph is not drawn: %s.\n", why)
+			shown := 0
+			for _, d := range whyDiags {
+				if d.Severity != diag.Error {
+					continue
+				}
+				if shown++; shown > 10 {
+					fmt.Fprintln(env.Stdout, "> - …")
+					break
+				}
+				fmt.Fprintf(env.Stdout, "> - `%s`\n", strings.ReplaceAll(d.String(), "`", "'"))
+			}
+		}
 	case "mermaid":
 		c := chart()
 		if c == "" {
-			fmt.Fprintf(env.Stderr, "trellis diff: %s does not load: no drawing\n", pos[1])
-			return 2
+			fmt.Fprintf(env.Stderr, "trellis diff: no drawing: %s\n", why)
+			if whyDiags.HasErrors() {
+				_ = diag.WriteText(env.Stderr, whyDiags, whySources)
+			}
+			return exitUsage
 		}
 		fmt.Fprint(env.Stdout, c)
 	case "json":
 		b, _ := json.MarshalIndent(changes, "", "  ")
 		fmt.Fprintln(env.Stdout, string(b))
+		if chart(); whyDiags.HasErrors() {
+			fmt.Fprintf(env.Stderr, "note: %s\n", why)
+		}
 	default:
 		fmt.Fprintf(env.Stderr, "trellis diff: unknown format %q (text, github, mermaid, json)\n", *format)
 		return 2

@@ -90,7 +90,13 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 	for _, path := range files {
 		f, err := testfile.Load(path)
 		if err != nil {
-			fmt.Fprintf(env.Stdout, "FAIL %s\n    %v\n", path, err)
+			var le *diag.ListError
+			if errors.As(err, &le) {
+				fmt.Fprintf(env.Stdout, "FAIL %s: the test file is not valid\n", path)
+				diag.WriteText(env.Stdout, le.List, le.Sources)
+			} else {
+				fmt.Fprintf(env.Stdout, "FAIL %s\n    %v\n", path, err)
+			}
 			failed++
 			continue
 		}
