@@ -15,3 +15,7 @@ func TestConformance(t *testing.T) {
 func TestCatalogConformance(t *testing.T) {
 	storetest.RunCatalog(t, func(*testing.T) store.Store { return memory.New() })
 }
+
+func TestMemoryConformance(t *testing.T) {
+	storetest.RunMemory(t, func(*testing.T) store.Store { return memory.New() })
+}
