@@ -91,9 +91,14 @@ const (
 	maxWord        = 100
 )
 
-// ErrMemoryKey: a namespace or key that is not of the form
-// CheckMemoryKey allows.
-var ErrMemoryKey = errors.New("invalid memory namespace or key")
+// Errors of documents the stores refuse.
+var (
+	// ErrMemoryKey: a namespace or key that is not of the form
+	// CheckMemoryKey allows.
+	ErrMemoryKey = errors.New("invalid memory namespace or key")
+	// ErrMemoryValue: a document CheckMemoryValue refuses.
+	ErrMemoryValue = errors.New("invalid memory document")
+)
 
 // MemoryOf returns st's Memory.
 func MemoryOf(st Store) (Memory, bool) {
@@ -150,10 +155,10 @@ func checkName(s string) error {
 // most MaxMemoryValue bytes.
 func CheckMemoryValue(v json.RawMessage) error {
 	if len(v) > MaxMemoryValue {
-		return fmt.Errorf("the document is %d bytes of JSON, over %d", len(v), MaxMemoryValue)
+		return fmt.Errorf("%w: it is %d bytes of JSON, over %d", ErrMemoryValue, len(v), MaxMemoryValue)
 	}
 	if !json.Valid(v) {
-		return errors.New("the document is not valid JSON")
+		return fmt.Errorf("%w: it is not valid JSON", ErrMemoryValue)
 	}
 	return nil
 }
