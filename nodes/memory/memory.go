@@ -37,7 +37,7 @@ package memory
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"maps"
 	"reflect"
 	"time"
