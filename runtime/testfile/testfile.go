@@ -22,6 +22,8 @@
 //	          degraded: [recruiter]
 //	          state: ["state.recruiter_feedback.score == 5.0"]
 //	          output: ["output contains 'Evaluation failed'"]  # over the flow's output
+//	      - thread: second                          # another thread of the same store
+//	        with: {target_role: SRE}                # its initial values (over the test's)
 //	    expect:                                     # after the last run
 //	      visits: {revisor: 0}
 //	      state: ["state.threshold_met"]
@@ -31,6 +33,13 @@
 // item. With no model
 // configured, llm nodes use their prompts' fallbacks, so tests are offline
 // and deterministic.
+//
+// Each test has a store of its own. Its runs go to one thread unless a run
+// names another: the first run naming a thread creates it from the test's
+// values overlaid by the run's with. The threads of a test share the
+// store, and so what memory nodes remember (a second interview recalls
+// the first); the state checked after the last run is that run's
+// thread's.
 package testfile
 
 import (
@@ -97,7 +106,12 @@ type Call struct {
 
 // Run is one run of the thread.
 type Run struct {
-	Input map[string]any `yaml:"input"`
+	// Thread names the thread the run goes to (default: the test's
+	// first); With gives a thread it creates its initial values, over the
+	// test's.
+	Thread string         `yaml:"thread"`
+	With   map[string]any `yaml:"with"`
+	Input  map[string]any `yaml:"input"`
 	// Config is the run's configuration (the flow's config block).
 	Config map[string]any `yaml:"config"`
 	Expect *Expect        `yaml:"expect"`
@@ -397,7 +411,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 	}
 	eng := engine.New(memory.New())
 	defer eng.Store.Close()
-	const thread = "test"
+	const first = "test"
 	with := map[string]any{}
 	if t.WithFile != "" {
 		vals, err := schema.ReadFile(filepath.Join(filepath.Dir(f.Path), t.WithFile))
@@ -416,10 +430,11 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		}
 		with[k] = norm
 	}
-	if _, err := eng.Create(ctx, g, thread, with); err != nil {
+	if _, err := eng.Create(ctx, g, first, with); err != nil {
 		at(t.Line, "with: %v", err)
 		return fails
 	}
+	created := map[string]bool{first: true}
 	runs := t.Runs
 	if len(runs) == 0 {
 		runs = []Run{{Line: t.Line}}
@@ -437,6 +452,30 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 				return fails
 			}
 			in[k] = norm
+		}
+		thread := first
+		if r.Thread != "" {
+			thread = r.Thread
+		}
+		switch {
+		case created[thread] && r.With != nil:
+			at(r.Line, "with: thread %q exists: with gives a new thread its initial values", thread)
+			return fails
+		case !created[thread]:
+			values := maps.Clone(with)
+			for k, v := range r.With {
+				norm, err := value.Normalize(v)
+				if err != nil {
+					at(r.Line, "with.%s: %v", k, err)
+					return fails
+				}
+				values[k] = norm
+			}
+			if _, err := eng.Create(ctx, g, thread, values); err != nil {
+				at(r.Line, "thread %s: with: %v", thread, err)
+				return fails
+			}
+			created[thread] = true
 		}
 		res, err := eng.Run(ctx, g, engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Observe: func(ev engine.Event) {
 			if ev.Type == engine.NodeEnd && ev.Degraded != "" && ev.NS == "" { // a child flow's nodes are not this flow's
