@@ -279,6 +279,12 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}/stream", access: tenant, stream: true, handle: s.joinStream},
 		{method: "POST", path: "/v1/threads/{id}/runs/{run}/cancel", access: tenant, handle: s.cancelRun},
 
+		{method: "PUT", path: "/v1/memory/items", access: tenant, handle: s.putMemory},
+		{method: "GET", path: "/v1/memory/items", access: tenant, handle: s.getMemory},
+		{method: "DELETE", path: "/v1/memory/items", access: tenant, handle: s.deleteMemory},
+		{method: "POST", path: "/v1/memory/items/search", access: tenant, handle: s.searchMemory},
+		{method: "POST", path: "/v1/memory/namespaces", access: tenant, handle: s.memoryNamespaces},
+
 		{method: "POST", path: "/v1/audio/speech", access: tenant, handle: s.speak},
 		{method: "POST", path: "/v1/audio/transcriptions", access: tenant, handle: s.transcribe},
 
