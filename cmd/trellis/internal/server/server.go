@@ -88,7 +88,7 @@ type Server struct {
 	// voiceCat keeps the voice sessions and their grants' signing key
 	// (nil: a store without them, where no grant is good).
 	voiceCat store.VoiceCatalog
-	studio  studioState
+	studio   studioState
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
