@@ -127,56 +127,60 @@ func Backends(t testing.TB, n int) map[string]*sandbox.Pool {
 // startDocker uses the engine DOCKER_HOST names, or starts one, and
 // imports the image; it returns what stops it.
 func startDocker(tmp string) func() {
-	if os.Getenv("DOCKER_HOST") == "" {
-		if _, err := exec.LookPath("dockerd"); err != nil {
-			dockerErr = err
-			return func() {}
-		}
-		dir := filepath.Join(tmp, "dk")
-		sock := filepath.Join(dir, "docker.sock")
-		_ = os.MkdirAll(dir, 0o755)
-		log, _ := os.Create(filepath.Join(dir, "dockerd.log"))
-		cmd := exec.Command("dockerd", "-H", "unix://"+sock, "--data-root", filepath.Join(dir, "data"),
-			"--exec-root", filepath.Join(dir, "exec"), "--pidfile", filepath.Join(dir, "dockerd.pid"),
-			"--bridge=none", "--iptables=false", "--ip6tables=false")
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			dockerErr = err
-			return func() {}
-		}
-		os.Setenv("DOCKER_HOST", "unix://"+sock)
-		stop := func() {
-			_ = cmd.Process.Signal(os.Interrupt)
-			done := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(15 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-			os.Unsetenv("DOCKER_HOST")
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if exec.Command("docker", "version").Run() == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				b, _ := os.ReadFile(log.Name())
-				dockerErr = fmt.Errorf("dockerd did not start: %s", tail(string(b)))
-				stop()
-				return func() {}
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err := importImage(); err != nil {
-			dockerErr = err
-		}
+	stop, err := Engine(filepath.Join(tmp, "dk"))
+	if err != nil {
+		dockerErr = err
 		return stop
 	}
 	dockerErr = importImage()
-	return func() {}
+	return stop
+}
+
+// Engine makes a Docker engine available to the test binary: the one
+// DOCKER_HOST names, or else a private dockerd it starts with its files
+// in dir (no bridge network, no iptables) and names in DOCKER_HOST. It
+// returns what stops the engine it started (nothing for one it was
+// given); an error says why there is none.
+func Engine(dir string) (stop func(), err error) {
+	if os.Getenv("DOCKER_HOST") != "" {
+		return func() {}, nil
+	}
+	if _, err := exec.LookPath("dockerd"); err != nil {
+		return func() {}, err
+	}
+	sock := filepath.Join(dir, "docker.sock")
+	_ = os.MkdirAll(dir, 0o755)
+	log, _ := os.Create(filepath.Join(dir, "dockerd.log"))
+	cmd := exec.Command("dockerd", "-H", "unix://"+sock, "--data-root", filepath.Join(dir, "data"),
+		"--exec-root", filepath.Join(dir, "exec"), "--pidfile", filepath.Join(dir, "dockerd.pid"),
+		"--bridge=none", "--iptables=false", "--ip6tables=false")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return func() {}, err
+	}
+	os.Setenv("DOCKER_HOST", "unix://"+sock)
+	stop = func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		os.Unsetenv("DOCKER_HOST")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for exec.Command("docker", "version").Run() != nil {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(log.Name())
+			stop()
+			return func() {}, fmt.Errorf("dockerd did not start: %s", tail(string(b)))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return stop, nil
 }
 
 func importImage() error {
