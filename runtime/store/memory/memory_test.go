@@ -19,3 +19,6 @@ func TestCatalogConformance(t *testing.T) {
 func TestMemoryConformance(t *testing.T) {
 	storetest.RunMemory(t, func(*testing.T) store.Store { return memory.New() })
 }
+
+// go test ./runtime/store/memory -run '^$' -bench Memory
+func BenchmarkMemory(b *testing.B) { storetest.BenchMemory(b, memory.New(), 5000) }

@@ -22,3 +22,13 @@ func TestMemoryConformance(t *testing.T) {
 		})
 	})
 }
+
+// go test ./runtime/store/postgres -run '^$' -bench Memory
+func BenchmarkMemory(b *testing.B) {
+	st, err := postgres.Open(context.Background(), pgtest.Database(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	storetest.BenchMemory(b, st, 5000)
+}

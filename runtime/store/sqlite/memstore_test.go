@@ -19,3 +19,13 @@ func TestMemoryConformance(t *testing.T) {
 		return st
 	})
 }
+
+// go test ./runtime/store/sqlite -run '^$' -bench Memory
+func BenchmarkMemory(b *testing.B) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "trellis.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	storetest.BenchMemory(b, st, 5000)
+}

@@ -441,3 +441,59 @@ func testMemoryConcurrent(t *testing.T, m store.Memory) {
 		t.Fatalf("the shared key: %+v %v", got, err)
 	}
 }
+
+// BenchMemory measures a tenant's memory of n documents (each a
+// remembered question, under one of 100 candidates' namespaces, among
+// another tenant's n): a full-text search across all of them, a search
+// under one candidate's namespace, a listing of one namespace, a get and
+// a put.
+func BenchMemory(b *testing.B, m store.Memory, n int) {
+	words := []string{"design", "latency", "cache", "queue", "index", "shard", "replica", "schema", "trade", "offs", "deploy", "rollback"}
+	now := time.Now()
+	for _, tenant := range []string{"acme", "globex"} {
+		for i := range n {
+			text := fmt.Sprintf("How did you handle the %s and the %s of project %d?", words[i%len(words)], words[(i/len(words))%len(words)], i)
+			v, _ := json.Marshal(map[string]any{"text": text, "interview_id": fmt.Sprint("i-", i/10)})
+			if err := m.PutMemory(ctx, tenant, &store.MemoryItem{Namespace: []string{"candidates", fmt.Sprint("u-", i%100), "questions"},
+				Key: fmt.Sprint("q", i), Value: v, Updated: now.Add(time.Duration(i))}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	later := now.Add(time.Hour)
+	for _, c := range []struct {
+		name string
+		q    store.MemoryQuery
+	}{
+		{"search-all", store.MemoryQuery{Text: "latency cache", Limit: 10, Now: later}},
+		{"search-namespace", store.MemoryQuery{Prefix: []string{"candidates", "u-7"}, Text: "design", Limit: 10, Now: later}},
+		{"list-namespace", store.MemoryQuery{Prefix: []string{"candidates", "u-7", "questions"}, Limit: 50, Now: later}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				items, err := m.SearchMemory(ctx, "acme", c.q)
+				if err != nil || len(items) == 0 {
+					b.Fatalf("%d items, %v", len(items), err)
+				}
+			}
+		})
+	}
+	b.Run("get", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := m.GetMemory(ctx, "acme", []string{"candidates", "u-7", "questions"}, "q7", later); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("put", func(b *testing.B) {
+		v := json.RawMessage(`{"text": "How did you shard the index?", "interview_id": "i-x"}`)
+		i := 0
+		for b.Loop() {
+			i++
+			if err := m.PutMemory(ctx, "acme", &store.MemoryItem{Namespace: []string{"candidates", "u-7", "questions"}, Key: fmt.Sprint("new", i%100),
+				Value: v, Updated: later}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
