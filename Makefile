@@ -6,7 +6,7 @@ PKGS    := ./...
 FUZZTIME ?= 40000x
 
 .PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
-	livekit-server page page-check bench-voice bench-sandbox bench-validate
+	livekit-server page page-check bench-voice bench-sandbox bench-validate image deploy-check
 
 # The version the binary reports (in validate's SARIF log): git describe.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
@@ -16,7 +16,7 @@ build:
 test: deps livekit-server
 	$(GO) test -race -shuffle=on $(PKGS)
 
-check: deps livekit-server fmt vet tidy-check page-check race flows fuzz
+check: deps livekit-server fmt vet tidy-check page-check deploy-check race flows fuzz
 
 # What the tests need beyond Go and the PostgreSQL server binaries:
 # PgBouncer, which the PostgreSQL store's tests put in front of a server;
@@ -112,6 +112,29 @@ sandbox-image:
 bench-sandbox:
 	$(GO) test ./nodes/sandbox -run '^$$' -bench Trivial -benchtime 40x -timeout 20m
 	$(GO) test ./nodes/sandbox -run '^$$' -bench Concurrent -benchtime 5x -timeout 20m
+
+# The image of `trellis serve` (cmd/trellis/deploy/Dockerfile), built
+# offline: image.sh assembles its context in IMAGE_DIR (the binary and
+# the C loader it needs, CA certificates, the flows) on an empty base, and
+# the Docker engine DOCKER_HOST names builds it as IMAGE. The deployment
+# files beside it (compose.yaml, kubernetes/) run it.
+IMAGE     ?= trellis:latest
+IMAGE_DIR ?= $(or $(TMPDIR),/tmp)/trellis-image
+image:
+	GO=$(GO) sh cmd/trellis/deploy/image.sh $(IMAGE_DIR)
+	docker build -t $(IMAGE) $(IMAGE_DIR)
+
+# The deployment files against their schemas, offline: the Kubernetes
+# manifests with kubectl-validate (the API server's own validation, with
+# the API's schemas built in: kubeconform would download its schemas),
+# the compose file with the Compose Specification's loader. Both come
+# from the Go module proxy at the pinned versions.
+KUBECTL_VALIDATE   ?= sigs.k8s.io/kubectl-validate@v0.0.4
+KUBERNETES_VERSION ?= 1.30
+COMPOSE_SPEC       ?= github.com/compose-spec/compose-go/v2/cmd@v2.16.2
+deploy-check:
+	$(GO) run $(KUBECTL_VALIDATE) --version $(KUBERNETES_VERSION) cmd/trellis/deploy/kubernetes
+	cd cmd/trellis/deploy && $(GO) run $(COMPOSE_SPEC) compose.yaml >/dev/null
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

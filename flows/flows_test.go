@@ -130,7 +130,8 @@ func TestInterviewCoverage(t *testing.T) {
 
 // TestInterviewBlocksRepeats fills the history with questions the next
 // candidates would repeat, by text, by anchor and aspect, and by wording,
-// and checks that each is skipped.
+// and the questions of the candidate's earlier interviews by text and by
+// wording, and checks that each is skipped.
 func TestInterviewBlocksRepeats(t *testing.T) {
 	g, dl := flow.Load("interview.yaml", all.Offline())
 	if g == nil {
@@ -143,15 +144,23 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 	}
 	first := "What was the hardest technical challenge in the indexer, and how did you work through it?"
 	cases := []struct {
-		name  string
-		asked map[string]any
+		name            string
+		asked, previous map[string]any
 	}{
-		{"same text", map[string]any{"text": "  WHAT was the hardest technical challenge in the indexer and how did you work through it", "resume_anchor": nil, "aspect": nil}},
-		{"same anchor and aspect", map[string]any{"text": "Tell me about obstacles.", "resume_anchor": "project_1", "aspect": "challenges"}},
-		{"word overlap", map[string]any{"text": "What was the hardest technical challenge in the indexer, and how did you get through it?", "resume_anchor": nil, "aspect": nil}},
+		{"same text", map[string]any{"text": "  WHAT was the hardest technical challenge in the indexer and how did you work through it", "resume_anchor": nil, "aspect": nil}, nil},
+		{"same anchor and aspect", map[string]any{"text": "Tell me about obstacles.", "resume_anchor": "project_1", "aspect": "challenges"}, nil},
+		{"word overlap", map[string]any{"text": "What was the hardest technical challenge in the indexer, and how did you get through it?", "resume_anchor": nil, "aspect": nil}, nil},
+		{"same text in an earlier interview", nil, map[string]any{"text": "What was the hardest technical challenge in the indexer, and how did you work through it?", "interview_id": "i-0"}},
+		{"word overlap with an earlier interview", nil, map[string]any{"text": "what was the hardest technical challenge in the indexer and how did you get through it", "interview_id": "i-0"}},
 	}
 	for _, c := range cases {
-		state := map[string]any{"anchors": anchors, "questions_asked": []any{c.asked}, "bridge": ""}
+		state := map[string]any{"anchors": anchors, "questions_asked": []any{}, "previous_questions": []any{}, "bridge": ""}
+		if c.asked != nil {
+			state["questions_asked"] = []any{c.asked}
+		}
+		if c.previous != nil {
+			state["previous_questions"] = []any{c.previous}
+		}
 		upd, err := n.Impl.Run(context.Background(), kind.View("plan_question", g.Vars(state, nil)))
 		if err != nil {
 			t.Fatal(err)
@@ -161,10 +170,15 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 			t.Errorf("%s: the repeat was not blocked", c.name)
 		}
 	}
-	// with nothing asked, the first candidate is the one blocked above
-	upd, _ := n.Impl.Run(context.Background(), kind.View("plan_question", g.Vars(map[string]any{"anchors": anchors, "questions_asked": []any{}, "bridge": ""}, nil)))
-	if q, _ := upd.Get("next_question"); q.(map[string]any)["text"] != first {
-		t.Fatalf("first question %v", q)
+	// with nothing asked, the first candidate is the one blocked above; an
+	// earlier interview's question on the same anchor and aspect in other
+	// words does not block it (anchors are positions in this resume)
+	other := map[string]any{"text": "Tell me about obstacles.", "resume_anchor": "project_1", "aspect": "challenges", "interview_id": "i-0"}
+	for _, previous := range [][]any{{}, {other}} {
+		upd, _ := n.Impl.Run(context.Background(), kind.View("plan_question", g.Vars(map[string]any{"anchors": anchors, "questions_asked": []any{}, "previous_questions": previous, "bridge": ""}, nil)))
+		if q, _ := upd.Get("next_question"); q.(map[string]any)["text"] != first {
+			t.Fatalf("first question after %v: %v", previous, q)
+		}
 	}
 }
 

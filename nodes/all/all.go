@@ -8,6 +8,7 @@ import (
 	"github.com/trellisflow/trellis/nodes/interrupt"
 	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/mapnode"
+	"github.com/trellisflow/trellis/nodes/memory"
 	"github.com/trellisflow/trellis/nodes/noop"
 	"github.com/trellisflow/trellis/nodes/render"
 	"github.com/trellisflow/trellis/nodes/sandbox"
@@ -58,7 +59,7 @@ func WithProvider(provider func() *llm.Provider) *kind.Set {
 // from them: no model, no sandbox).
 func With(provider func() *llm.Provider, pool func() *sandbox.Pool) *kind.Set {
 	return kind.NewSet(assign.Spec, noop.Spec, render.Spec, interrupt.Spec, llm.NewSpec(provider), sandbox.NewSpec(pool),
-		subflow.Spec, mapnode.Spec)
+		subflow.Spec, mapnode.Spec, memory.Spec)
 }
 
 // Reference renders the node-kind reference (nodes/README.md).

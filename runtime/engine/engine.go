@@ -243,6 +243,7 @@ func (r *Result) Visits() map[string]int {
 
 // Run executes one run of g on req.Thread.
 func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result, err error) {
+	ctx = e.withMemory(ctx)
 	if e.Tracer != nil {
 		if req.ID == "" {
 			req.ID = runID()

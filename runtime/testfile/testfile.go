@@ -26,6 +26,8 @@
 //	          state: ["state.recruiter_feedback.score == 5.0"]
 //	          output: ["output contains 'Evaluation failed'"]  # over the flow's output
 //	      - answers: {approve: true}                # resumes the paused run with the answer
+//	      - thread: second                          # another thread of the same store
+//	        with: {target_role: SRE}                # its initial values (over the test's)
 //	    expect:                                     # after the last run
 //	      visits: {revisor: 0}
 //	      state: ["state.threshold_met"]
@@ -38,6 +40,13 @@
 // no model configured, llm nodes use their prompts' fallbacks, so tests
 // are offline and deterministic. The file is checked like a flow: every
 // problem at its line and column, in the file's terms.
+//
+// Each test has a store of its own. Its runs go to one thread unless a run
+// names another: the first run naming a thread creates it from the test's
+// values overlaid by the run's with. The threads of a test share the
+// store, and so what memory nodes remember (a second interview recalls
+// the first); the state checked after the last run is that run's
+// thread's.
 package testfile
 
 import (
@@ -106,7 +115,12 @@ type Call struct {
 // Resume) the resumption of a run that paused, with the answers to its
 // questions by node.
 type Run struct {
-	Input map[string]any
+	// Thread names the thread the run goes to (default: the test's
+	// first); With gives a thread it creates its initial values, over the
+	// test's.
+	Thread string
+	With   map[string]any
+	Input  map[string]any
 	// Config is the run's configuration (the flow's config block).
 	Config  map[string]any
 	Answers map[string]any
@@ -173,6 +187,8 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		config.Map("input", "The run's input.", nil),
 		config.Map("config", "The run's configuration.", nil),
 		config.Map("answers", "Resume the paused run with these answers, by asking node.", nil),
+		str("thread", "The thread the run goes to (default: the test's first); the first run naming a thread creates it.").NonEmpty(1),
+		config.Map("with", "A new thread's initial values, over the test's.", nil),
 		config.Bool("resume", "Resume the paused run (with answers, if any)."),
 		config.Ref("expect", "What the run must do.", "expect"),
 	)
@@ -272,7 +288,7 @@ func decode(path string, doc *config.File, dl *diag.List) *File {
 			}
 		}
 		for _, rn := range tn.Get("runs").Items() {
-			r := Run{Input: values(rn.Get("input")), Config: values(rn.Get("config")), Answers: values(rn.Get("answers")), Pos: rn.Pos(), Expect: expectOf(rn.Get("expect"))}
+			r := Run{Thread: rn.Get("thread").Text(), With: values(rn.Get("with")), Input: values(rn.Get("input")), Config: values(rn.Get("config")), Answers: values(rn.Get("answers")), Pos: rn.Pos(), Expect: expectOf(rn.Get("expect"))}
 			resume, _ := rn.Get("resume").JSON()
 			r.Resume, _ = resume.(bool)
 			if (r.Resume || r.Answers != nil) && rn.Get("input").Exists() {
@@ -552,7 +568,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 	}()
 	eng := engine.New(memory.New())
 	defer eng.Store.Close()
-	const thread = "test"
+	const first = "test"
 	with := map[string]any{}
 	if t.WithFile != "" {
 		vals, err := schema.ReadFile(filepath.Join(filepath.Dir(f.Path), t.WithFile))
@@ -564,10 +580,11 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		maps.Copy(with, m)
 	}
 	maps.Copy(with, t.With)
-	if _, err := eng.Create(ctx, g, thread, with); err != nil {
+	if _, err := eng.Create(ctx, g, first, with); err != nil {
 		at(t.Pos, "with: %v", err)
 		return fails
 	}
+	created := map[string]bool{first: true}
 	runs := t.Runs
 	if len(runs) == 0 {
 		runs = []Run{{Pos: t.Pos}}
@@ -580,6 +597,23 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		in := r.Input
 		if in == nil {
 			in = map[string]any{}
+		}
+		thread := first
+		if r.Thread != "" {
+			thread = r.Thread
+		}
+		switch {
+		case created[thread] && r.With != nil:
+			at(r.Pos, "with: thread %q exists: with gives a new thread its initial values", thread)
+			return fails
+		case !created[thread]:
+			values := maps.Clone(with)
+			maps.Copy(values, r.With)
+			if _, err := eng.Create(ctx, g, thread, values); err != nil {
+				at(r.Pos, "thread %s: with: %v", thread, err)
+				return fails
+			}
+			created[thread] = true
 		}
 		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Observe: func(ev engine.Event) {
 			if ev.Type == engine.NodeEnd && ev.Degraded != "" && ev.NS == "" { // a child flow's nodes are not this flow's

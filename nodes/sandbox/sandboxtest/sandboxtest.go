@@ -239,6 +239,26 @@ func startDocker(tmp string) func() {
 	}
 }
 
+// StartEngine makes a Docker engine available to a test binary that
+// needs one of its own (not the sandbox's image): the one DOCKER_HOST
+// names, or else a private dockerd with its files in dir, named in
+// DOCKER_HOST. It returns what stops the engine it started (nothing for
+// one it was given); an error says why there is none.
+func StartEngine(dir string) (stop func(), err error) {
+	if os.Getenv("DOCKER_HOST") != "" {
+		return func() {}, nil
+	}
+	e, err := startEngine(dir)
+	if err != nil {
+		return func() {}, err
+	}
+	os.Setenv("DOCKER_HOST", e.host)
+	return func() {
+		e.stop()
+		os.Unsetenv("DOCKER_HOST")
+	}, nil
+}
+
 // privateEngine is a dockerd of the tests' own.
 type privateEngine struct {
 	cmd        *exec.Cmd

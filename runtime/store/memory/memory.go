@@ -29,6 +29,8 @@ type Store struct {
 	catalog *catalog
 	// voice holds the voice sessions and their signing key (see voice.go).
 	voice voiceCatalog
+	// docs holds what flows remember across threads (see memstore.go).
+	docs docs
 }
 
 type lease struct {

@@ -15,3 +15,10 @@ func TestConformance(t *testing.T) {
 func TestCatalogConformance(t *testing.T) {
 	storetest.RunCatalog(t, func(*testing.T) store.Store { return memory.New() })
 }
+
+func TestMemoryConformance(t *testing.T) {
+	storetest.RunMemory(t, func(*testing.T) store.Store { return memory.New() })
+}
+
+// go test ./runtime/store/memory -run '^$' -bench Memory
+func BenchmarkMemory(b *testing.B) { storetest.BenchMemory(b, memory.New(), 5000) }

@@ -19,6 +19,11 @@ import (
 type authCase struct {
 	body, ctype string
 	ok          int
+	// query goes after the path; owned marks a route reaching a record
+	// of the owner's tenant that the path does not name (a memory
+	// document): another tenant does not find it
+	query string
+	owned bool
 }
 
 // authCases covers every route of the table; a route without a case fails
@@ -76,6 +81,13 @@ var authCases = map[string]authCase{
 	"GET /voice":                          {ok: 200},
 	"GET /voice/app.js":                   {ok: 200},
 
+	// acme's document, which another tenant does not find
+	"PUT /v1/memory/items":         {ok: 200, body: `{"namespace": ["candidates", "ada"], "key": "k", "value": {"text": "x"}}`},
+	"GET /v1/memory/items":         {ok: 200, query: "?namespace=candidates&namespace=ada&key={doc}", owned: true},
+	"DELETE /v1/memory/items":      {ok: 204, query: "?namespace=candidates&namespace=ada&key={doc}", owned: true},
+	"POST /v1/memory/items/search": {ok: 200, body: `{"namespace_prefix": ["candidates"], "query": "x"}`},
+	"POST /v1/memory/namespaces":   {ok: 200, body: `{"prefix": ["candidates"]}`},
+
 	"POST /v1/keys":         {ok: 201, body: `{"tenant": "newco"}`},
 	"GET /v1/keys":          {ok: 200},
 	"DELETE /v1/keys/{key}": {ok: 204},
@@ -123,6 +135,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			doc := "d" + strconv.Itoa(n)
+			if _, err := h.acme.PutMemory(ctx, api.PutMemory{Namespace: []string{"candidates", "ada"}, Key: doc, Value: []byte(`{"text": "x"}`)}); err != nil {
+				t.Fatal(err)
+			}
 			key := c.key
 			switch c.name {
 			case "grant":
@@ -136,7 +152,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 			if body == "FLOW" {
 				body = greet
 			}
-			req, _ := http.NewRequest(rt.method, h.base+path, strings.NewReader(body))
+			req, _ := http.NewRequest(rt.method, h.base+path+strings.ReplaceAll(tc.query, "{doc}", doc), strings.NewReader(body))
 			if body != "" {
 				ctype := tc.ctype
 				if ctype == "" {
@@ -181,8 +197,9 @@ func expected(rt route, tc authCase, caller string) int {
 		return http.StatusForbidden
 	case rt.access == admin:
 		return tc.ok
-	case strings.Contains(rt.path, "{id}") && caller != "owner":
-		// another tenant's thread is not found, like one that does not exist
+	case (strings.Contains(rt.path, "{id}") || tc.owned) && caller != "owner":
+		// another tenant's thread (or document) is not found, like one
+		// that does not exist
 		return http.StatusNotFound
 	}
 	return tc.ok

@@ -49,7 +49,8 @@ func do(s *Server, key, method, path, body string) *httptest.ResponseRecorder {
 	return w
 }
 
-// fuzzRoutes are the routes that take a body.
+// fuzzRoutes are the routes that take a body (POST, unless a method is
+// given).
 var fuzzRoutes = []string{
 	"/v1/threads",
 	"/v1/threads/canary/runs/wait",
@@ -60,6 +61,9 @@ var fuzzRoutes = []string{
 	"/v1/threads/fz/runs/wait",
 	"/v1/flows/greet/check",
 	"/v1/studio/session",
+	"PUT /v1/memory/items",
+	"/v1/memory/items/search",
+	"/v1/memory/namespaces",
 }
 
 // FuzzRequests sends arbitrary bodies to the routes that take one: the
@@ -72,6 +76,8 @@ func FuzzRequests(f *testing.F) {
 		`{"flow": "greet", "values": {"greetings": 1e400}}`, `{"input": {"name": {"a": [1, 2]}}, "on_busy": "interrupt"}`,
 		"version: 1\nname: x\n", `[]`, `null`, `{"flow": "greet", "metadata": {"a": 1}}`,
 		`{"files": [{"path": "flows/examples/greet.yaml", "text": "version: 1\nname: greet\nnodes: {}\n"}]}`, `{"token": "trs_x"}`,
+		`{"namespace": ["a", "b"], "key": "k", "value": {"text": "x"}, "ttl_seconds": 60}`, `{"namespace_prefix": ["a"], "query": "x y", "limit": 5}`,
+		`{"prefix": [], "offset": 2}`,
 	} {
 		for i := range fuzzRoutes {
 			f.Add(uint8(i), seed)
@@ -79,15 +85,18 @@ func FuzzRequests(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, route uint8, body string) {
 		s, key := fuzzServer(t)
-		path := fuzzRoutes[int(route)%len(fuzzRoutes)]
-		w := do(s, key, "POST", path, body)
+		method, path, ok := strings.Cut(fuzzRoutes[int(route)%len(fuzzRoutes)], " ")
+		if !ok {
+			method, path = "POST", method
+		}
+		w := do(s, key, method, path, body)
 		if w.Code >= 500 {
-			t.Fatalf("POST %s %q: %d %s", path, body, w.Code, w.Body.String())
+			t.Fatalf("%s %s %q: %d %s", method, path, body, w.Code, w.Body.String())
 		}
 		if w.Code >= 400 {
 			var eb api.ErrorBody
 			if err := json.Unmarshal(w.Body.Bytes(), &eb); err != nil || eb.Error == nil || eb.Error.Code == "" || eb.Error.Message == "" {
-				t.Fatalf("POST %s %q: %d without the error shape: %s", path, body, w.Code, w.Body.String())
+				t.Fatalf("%s %s %q: %d without the error shape: %s", method, path, body, w.Code, w.Body.String())
 			}
 		}
 		st := do(s, key, "GET", "/v1/threads/canary/state", "")

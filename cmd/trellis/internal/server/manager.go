@@ -586,6 +586,8 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 	lr.rec.FlowVersion = l.version
 	lr.mu.Unlock()
 	rt := m.s.cfg.Runtime
+	// the run's memory nodes remember for its tenant alone
+	ctx = rt.WithTenantMemory(ctx, rec.Tenant)
 	resume := rec.Resume
 	// A run that another server began (it died, or seemed to) is started
 	// again under its name: the engine runs a named run once, so it only

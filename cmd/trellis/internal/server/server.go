@@ -95,7 +95,7 @@ type Server struct {
 	// voiceCat keeps the voice sessions and their grants' signing key
 	// (nil: a store without them, where no grant is good).
 	voiceCat store.VoiceCatalog
-	studio  studioState
+	studio   studioState
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
@@ -298,6 +298,12 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}/wait", access: tenant, handle: s.joinRun},
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}/stream", access: tenant, stream: true, handle: s.joinStream},
 		{method: "POST", path: "/v1/threads/{id}/runs/{run}/cancel", access: tenant, handle: s.cancelRun},
+
+		{method: "PUT", path: "/v1/memory/items", access: tenant, handle: s.putMemory},
+		{method: "GET", path: "/v1/memory/items", access: tenant, handle: s.getMemory},
+		{method: "DELETE", path: "/v1/memory/items", access: tenant, handle: s.deleteMemory},
+		{method: "POST", path: "/v1/memory/items/search", access: tenant, handle: s.searchMemory},
+		{method: "POST", path: "/v1/memory/namespaces", access: tenant, handle: s.memoryNamespaces},
 
 		{method: "POST", path: "/v1/audio/speech", access: tenant, handle: s.speak},
 		{method: "POST", path: "/v1/audio/transcriptions", access: tenant, handle: s.transcribe},

@@ -86,7 +86,7 @@ func TestStudioFilesAndCheck(t *testing.T) {
 	var g struct {
 		Nodes []struct{ Name string } `json:"nodes"`
 	}
-	if !chk.Valid || json.Unmarshal(chk.Graph, &g) != nil || len(g.Nodes) != 18 {
+	if !chk.Valid || json.Unmarshal(chk.Graph, &g) != nil || len(g.Nodes) != 20 {
 		t.Fatalf("check as it is: valid %v, %d nodes, %v", chk.Valid, len(g.Nodes), chk.Diagnostics)
 	}
 

@@ -1,0 +1,174 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// The memory routes read and write what the tenant's flows remember
+// across threads (memory nodes' documents). A key reaches its tenant's
+// documents only: another tenant's are not found, as if they did not
+// exist.
+
+// maxTTL bounds a document's ttl_seconds (ten years).
+const maxTTL = 10 * 365 * 24 * time.Hour
+
+// memory is the store's memory, or an error saying it keeps none.
+func (s *Server) memory() (store.Memory, error) {
+	m, ok := store.MemoryOf(s.cfg.Runtime.Store())
+	if !ok {
+		return nil, &api.Error{Code: api.CodeUnavailable, Message: "this server's store keeps no memory"}
+	}
+	return m, nil
+}
+
+// memoryError says why the store refused a namespace, key or document.
+func memoryError(err error) error {
+	if errors.Is(err, store.ErrMemoryKey) || errors.Is(err, store.ErrMemoryValue) {
+		return &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
+	}
+	return err
+}
+
+func memoryItem(it *store.MemoryItem, scored bool) api.MemoryItem {
+	out := api.MemoryItem{Namespace: it.Namespace, Key: it.Key, Value: it.Value, Updated: it.Updated.UTC()}
+	if !it.Expires.IsZero() {
+		e := it.Expires.UTC()
+		out.Expires = &e
+	}
+	if scored {
+		sc := it.Score
+		out.Score = &sc
+	}
+	return out
+}
+
+// documentKey reads the namespace (repeated, in order) and key of the
+// query string.
+func documentKey(r *http.Request) ([]string, string, error) {
+	q := r.URL.Query()
+	ns, key := q["namespace"], q.Get("key")
+	if len(ns) == 0 || !q.Has("key") {
+		return nil, "", &api.Error{Code: api.CodeInvalidInput, Message: "name the document: ?namespace=NAME (once per name, in order)&key=KEY"}
+	}
+	return ns, key, nil
+}
+
+func (s *Server) putMemory(w http.ResponseWriter, r *http.Request, c *caller) error {
+	m, err := s.memory()
+	if err != nil {
+		return err
+	}
+	var in api.PutMemory
+	if err := readJSON(r, &in); err != nil {
+		return err
+	}
+	switch {
+	case in.Value == nil:
+		return &api.Error{Code: api.CodeInvalidInput, Message: "value is required: the document, any JSON value"}
+	case in.TTLSeconds < 0 || time.Duration(in.TTLSeconds)*time.Second > maxTTL:
+		return &api.Error{Code: api.CodeInvalidInput, Message: "ttl_seconds is from 1 to " + strconv.FormatInt(int64(maxTTL/time.Second), 10) + " (none: kept until replaced or deleted)"}
+	}
+	it := &store.MemoryItem{Namespace: in.Namespace, Key: in.Key, Value: in.Value, Updated: time.Now().UTC()}
+	if in.TTLSeconds > 0 {
+		it.Expires = it.Updated.Add(time.Duration(in.TTLSeconds) * time.Second)
+	}
+	if err := m.PutMemory(r.Context(), c.tenant, it); err != nil {
+		return memoryError(err)
+	}
+	writeJSON(w, http.StatusOK, memoryItem(it, false))
+	return nil
+}
+
+func (s *Server) getMemory(w http.ResponseWriter, r *http.Request, c *caller) error {
+	m, err := s.memory()
+	if err != nil {
+		return err
+	}
+	ns, key, err := documentKey(r)
+	if err != nil {
+		return err
+	}
+	it, err := m.GetMemory(r.Context(), c.tenant, ns, key, time.Now())
+	if err != nil {
+		return memoryError(err)
+	}
+	writeJSON(w, http.StatusOK, memoryItem(it, false))
+	return nil
+}
+
+func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request, c *caller) error {
+	m, err := s.memory()
+	if err != nil {
+		return err
+	}
+	ns, key, err := documentKey(r)
+	if err != nil {
+		return err
+	}
+	if err := m.DeleteMemory(r.Context(), c.tenant, ns, key); err != nil {
+		return memoryError(err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// memoryPage checks a listing's limit and offset.
+func memoryPage(limit, offset int) error {
+	if limit < 0 || limit > store.MaxMemoryLimit || offset < 0 {
+		return &api.Error{Code: api.CodeInvalidInput, Message: "limit is from 1 to " + strconv.Itoa(store.MaxMemoryLimit) + " (default " + strconv.Itoa(store.DefaultMemoryLimit) + "), offset 0 or more"}
+	}
+	return nil
+}
+
+func (s *Server) searchMemory(w http.ResponseWriter, r *http.Request, c *caller) error {
+	m, err := s.memory()
+	if err != nil {
+		return err
+	}
+	var in api.SearchMemory
+	if err := readJSON(r, &in); err != nil {
+		return err
+	}
+	if err := memoryPage(in.Limit, in.Offset); err != nil {
+		return err
+	}
+	items, err := m.SearchMemory(r.Context(), c.tenant, store.MemoryQuery{Prefix: in.NamespacePrefix, Text: in.Query,
+		Limit: in.Limit, Offset: in.Offset, Now: time.Now()})
+	if err != nil {
+		return memoryError(err)
+	}
+	out := api.MemoryItems{Items: make([]api.MemoryItem, 0, len(items))}
+	for _, it := range items {
+		out.Items = append(out.Items, memoryItem(it, in.Query != ""))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) memoryNamespaces(w http.ResponseWriter, r *http.Request, c *caller) error {
+	m, err := s.memory()
+	if err != nil {
+		return err
+	}
+	var in api.ListNamespaces
+	if err := readJSON(r, &in); err != nil {
+		return err
+	}
+	if err := memoryPage(in.Limit, in.Offset); err != nil {
+		return err
+	}
+	nss, err := m.MemoryNamespaces(r.Context(), c.tenant, store.MemoryQuery{Prefix: in.Prefix, Limit: in.Limit, Offset: in.Offset, Now: time.Now()})
+	if err != nil {
+		return memoryError(err)
+	}
+	out := api.Namespaces{Namespaces: make([][]string, 0, len(nss))}
+	out.Namespaces = append(out.Namespaces, nss...)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
