@@ -104,7 +104,7 @@ tests:
 			t.Errorf("%s: %q", r.Name, r.Failures)
 		}
 	}
-	if f := results[2].Failures; len(f) != 1 || !strings.Contains(f[0], `notes.test.yaml:20: with: thread "test" exists`) {
+	if f := results[2].Failures; len(f) != 1 || !strings.Contains(f[0], `notes.test.yaml:20:9: with: thread "test" exists`) {
 		t.Errorf("with on a thread that exists: %q", f)
 	}
 	if f := results[3].Failures; len(f) != 1 || !strings.Contains(f[0], "thread other: with:") || !strings.Contains(f[0], "label") {
