@@ -641,9 +641,11 @@ async function startRun(body) {
   setCancel(false);
   if (run.id && S.thread && S.thread.id === thread) {
     // the run's record says how it ended (a cancelled run's stream ends
-    // as a failed one's does)
+    // as a failed one's does); its last event can reach the page before
+    // the record is written, so the page waits for the record to end
+    const path = '/v1/threads/' + encodeURIComponent(thread) + '/runs/' + encodeURIComponent(run.id);
     try {
-      const rec = await api.get('/v1/threads/' + encodeURIComponent(thread) + '/runs/' + encodeURIComponent(run.id));
+      const rec = await api.get(run.abort.signal.aborted ? path : path + '/wait');
       if (rec.status === 'cancelled' || rec.status === 'failed') {
         run.status = rec.status;
         run.error = rec.error || run.error;
