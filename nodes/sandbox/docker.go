@@ -870,12 +870,26 @@ func (d *Docker) discard(b *box) {
 	}()
 }
 
+// remove removes a container and returns once it is gone (or ctx ends).
 func (d *Docker) remove(ctx context.Context, id string) {
 	for i := range 3 {
 		err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
-		// gone already, or its removal already under way (a conflict)
-		if err == nil || cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) || ctx.Err() != nil {
+		switch {
+		case err == nil || cerrdefs.IsNotFound(err) || ctx.Err() != nil:
 			return
+		case cerrdefs.IsConflict(err):
+			// its removal is already under way (the engine's auto-remove,
+			// once the container's first process ended): it is done
+			// when the container is gone, and tried again if it failed
+			waited, failed := d.cli.ContainerWait(ctx, id, container.WaitConditionRemoved)
+			select {
+			case <-waited:
+				continue
+			case err := <-failed:
+				if err == nil || cerrdefs.IsNotFound(err) || ctx.Err() != nil {
+					return
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -222,3 +222,51 @@ func running(marker string) bool {
 	}
 	return false
 }
+
+// A container whose first process ended (gVisor lets the code end it)
+// is removed by the engine (auto-remove) while the backend removes it
+// too, and the backend may be told that the engine's removal is under
+// way. Once the
+// backend says its removals are done, the containers are gone: on runc
+// and, where it runs, on gVisor, whose containers take longer to go.
+func TestAContainerTheEngineIsRemovingIsGoneOnceDiscarded(t *testing.T) {
+	pools := map[string]*sandbox.Pool{}
+	pools["docker"], _ = dockerPool(t, 0, 0)
+	sandboxtest.SetWarm(0)
+	defer sandboxtest.SetWarm(2)
+	if p, why := sandboxtest.Runsc(t, 1); p != nil {
+		pools["docker-runsc"] = p
+	} else {
+		t.Log(why)
+	}
+	for name, pool := range pools {
+		t.Run(name, func(t *testing.T) {
+			d := pool.Backend().(*sandbox.Docker)
+			var sessions []sandbox.Session
+			for range 6 {
+				s, err := d.Start(ctx, sandbox.Spec{Image: sandboxtest.Image()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sessions = append(sessions, s)
+			}
+			// the containers' first processes end (as gVisor lets the code
+			// end them), and the engine starts removing the containers
+			ids, err := d.Leftovers(ctx)
+			if err != nil || len(ids) != len(sessions) {
+				t.Fatalf("the executions' containers: %v %v", ids, err)
+			}
+			if out, err := exec.Command("docker", append([]string{"kill"}, ids...)...).CombinedOutput(); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			for _, s := range sessions {
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if ids, err := d.Leftovers(ctx); err != nil || len(ids) > 0 {
+				t.Errorf("containers left: %v %v", ids, err)
+			}
+		})
+	}
+}
