@@ -339,12 +339,13 @@ func (d *Docker) CheckImage(ctx context.Context, image string) error {
 
 // launcher is the container's first process. Not dumpable, and deaf to
 // every signal the code may send it, it waits on stdin for one line (the
-// wall time left, and the command of the execution's first process),
-// starts that process with the container's stdio and lets go of its
-// own; when the process ends it kills what is left, reports how the
-// process ended as the last line of stdout and of stderr, and then keeps
-// the container
-// for the execution's later processes until the wall time, when it ends
+// wall time left, the command of the execution's first process and a
+// nonce), starts that process with the container's stdio and lets go of
+// its own; when the process ends it kills what is left, reports how the
+// process ended as the last line of stdout and of stderr, with the nonce
+// (which the code never sees, so that a report it prints of its own is
+// not taken for the launcher's), and then keeps the container for the
+// execution's later processes until the wall time, when it ends
 // everything. If stdin ends first (trellis is gone), it ends.
 const launcher = `import ctypes, json, os, signal, threading, time
 try:
@@ -397,7 +398,7 @@ try:
 except OSError:
     pass
 report = {"code": os.WEXITSTATUS(status)} if os.WIFEXITED(status) else {"signal": os.WTERMSIG(status)}
-line = b"\n\x1etrellis exit " + json.dumps(report).encode() + b"\n"
+line = b"\n\x1etrellis exit " + job["nonce"].encode() + b" " + json.dumps(report).encode() + b"\n"
 for fd in (1, 2):
     try:
         os.write(fd, line)
@@ -414,16 +415,18 @@ while True:
         pass
 `
 
-// exitFrame starts the launcher's last line on stdout and stderr.
+// exitFrame starts the launcher's last line on stdout and stderr, which
+// goes on with the process's nonce: exitFrame+nonce+" "+report.
 const exitFrame = "\n\x1etrellis exit "
 
 // watch passes a stream on and calls seen once the launcher's last line
-// has come whole.
+// (starting with frame) has come whole.
 type watch struct {
-	w    io.Writer
-	tail []byte
-	done bool
-	seen func()
+	w     io.Writer
+	frame []byte
+	tail  []byte
+	done  bool
+	seen  func()
 }
 
 func (w *watch) Write(p []byte) (int, error) {
@@ -433,7 +436,7 @@ func (w *watch) Write(p []byte) (int, error) {
 		if len(w.tail) > 512 {
 			w.tail = w.tail[len(w.tail)-512:]
 		}
-		if i := bytes.LastIndex(w.tail, []byte(exitFrame)); i >= 0 && bytes.IndexByte(w.tail[i+len(exitFrame):], '\n') >= 0 {
+		if i := bytes.LastIndex(w.tail, w.frame); i >= 0 && bytes.IndexByte(w.tail[i+len(w.frame):], '\n') >= 0 {
 			w.done = true
 			w.seen()
 		}
@@ -514,9 +517,15 @@ type dockerSession struct {
 	lim      Limits
 	deadline time.Time
 
-	mu     sync.Mutex
-	box    *box
-	first  bool // the next process is the first: the launcher starts it
+	mu    sync.Mutex
+	box   *box
+	first bool // the next process is the first: the launcher starts it
+	// spent says that the launcher has not reported the end of the first
+	// process: it still waits for it, and once it ends kills every
+	// process of the container, whenever it next gets to run (on a loaded
+	// machine, that may be when a later process already runs). The next
+	// process gets another container.
+	spent  bool
 	closed bool
 }
 
@@ -540,30 +549,35 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 		s.mu.Unlock()
 		return nil, errClosed
 	}
-	first, b := s.first, s.box
-	s.first = false
+	first, spent, b := s.first, s.spent, s.box
+	s.first, s.spent = false, false
 	s.mu.Unlock()
-	renew := func() error {
+	// renew gives this process a container of its own in place of b: a
+	// warm one when one is ready (warm), else a new one
+	renew := func(warm bool) error {
 		s.d.discard(b)
-		nb, err := s.d.startNew(ectx, s.image, lim)
+		var nb *box
+		var err error
+		if warm {
+			nb, err = s.d.container(ectx, s.image, lim)
+		} else {
+			nb, err = s.d.startNew(ectx, s.image, lim)
+		}
 		if err != nil {
 			return ctxErr(ctx, fmt.Errorf("the sandbox process: %w", err))
 		}
 		s.mu.Lock()
 		s.box, b = nb, nb
 		s.mu.Unlock()
+		first = true
 		return nil
 	}
 	switch {
-	case first && b.warm:
-		// a warm container may have died (killed, the engine restarted)
-		if ins, err := s.d.cli.ContainerInspect(ectx, b.id); err != nil || ins.State == nil || !ins.State.Running {
-			if ectx.Err() != nil {
-				return nil, ctxErr(ctx, engineErr(ectx, err))
-			}
-			if err := renew(); err != nil {
-				return nil, err
-			}
+	case spent:
+		// the launcher still waits for the first process, to kill what
+		// runs once it ends: nothing of this container may run beside it
+		if err := renew(true); err != nil {
+			return nil, err
 		}
 	case !first:
 		// nothing of the process before may reach this one: what it left
@@ -574,11 +588,21 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 				return nil, ctxErr(ctx, err)
 			}
 			// the container is gone (under gVisor the code may end its
-			// first process): this process gets a new one
-			if err := renew(); err != nil {
+			// first process): this process gets another
+			if err := renew(true); err != nil {
 				return nil, err
 			}
-			first = true
+		}
+	}
+	if first && b.warm {
+		// a warm container may have died (killed, the engine restarted)
+		if ins, err := s.d.cli.ContainerInspect(ectx, b.id); err != nil || ins.State == nil || !ins.State.Running {
+			if ectx.Err() != nil {
+				return nil, ctxErr(ctx, engineErr(ectx, err))
+			}
+			if err := renew(false); err != nil {
+				return nil, err
+			}
 		}
 	}
 	var before counters
@@ -589,9 +613,12 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	var stream types.HijackedResponse
 	var input []byte
 	var ex container.ExecCreateResponse
+	// the launcher's report of a first process's end carries its nonce
+	tag := nonce()
+	frame := []byte(exitFrame + tag + " ")
 	if first {
 		// the launcher is waiting: one line, then the process's input
-		head, err := json.Marshal(map[string]any{"wall": int64((left+time.Second)/time.Second) + 1, "argv": p.Command})
+		head, err := json.Marshal(map[string]any{"wall": int64((left+time.Second)/time.Second) + 1, "argv": p.Command, "nonce": tag})
 		if err != nil {
 			return nil, err
 		}
@@ -637,7 +664,7 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 				close(reported)
 			}
 		}
-		outW, errW = &watch{w: stdout, seen: done}, &watch{w: stderr, seen: done}
+		outW, errW = &watch{w: stdout, frame: frame, seen: done}, &watch{w: stderr, frame: frame, seen: done}
 	}
 	copied := make(chan error, 1)
 	go func() {
@@ -646,10 +673,11 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	}()
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
-	var wall, stopped, tooMuch bool
+	var wall, stopped, tooMuch, ended bool
 	select {
 	case <-copied:
 	case <-reported:
+		ended = true
 		stream.Close()
 		<-copied
 	case <-full:
@@ -665,10 +693,17 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 		stream.Close()
 		<-copied
 	}
+	if first && !ended {
+		// the launcher did not report the process's end: it may yet
+		// come, and with it the launcher's kill of every process
+		s.mu.Lock()
+		s.spent = true
+		s.mu.Unlock()
+	}
 	o := &Outcome{Wall: time.Since(start), Exit: -1, StdoutCut: stdout.cut}
 	out, errOut := stdout.buf, stderr.buf
-	if first {
-		if i := bytes.LastIndex(out, []byte(exitFrame)); i >= 0 {
+	if ended {
+		if i := bytes.LastIndex(out, frame); i >= 0 {
 			out = out[:i]
 		}
 	}
@@ -683,9 +718,9 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 		o.Signal = "SIGKILL"
 	case first:
 		// the launcher's report, the stream's last bytes
-		if i := bytes.LastIndex(errOut, []byte(exitFrame)); i >= 0 {
+		if i := bytes.LastIndex(errOut, frame); ended && i >= 0 {
 			var st struct{ Code, Signal *int }
-			if json.Unmarshal(bytes.TrimSpace(errOut[i+len(exitFrame):]), &st) == nil {
+			if json.Unmarshal(bytes.TrimSpace(errOut[i+len(frame):]), &st) == nil {
 				switch {
 				case st.Code != nil:
 					o.Exit = *st.Code
@@ -835,12 +870,26 @@ func (d *Docker) discard(b *box) {
 	}()
 }
 
+// remove removes a container and returns once it is gone (or ctx ends).
 func (d *Docker) remove(ctx context.Context, id string) {
 	for i := range 3 {
 		err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
-		// gone already, or its removal already under way (a conflict)
-		if err == nil || cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) || ctx.Err() != nil {
+		switch {
+		case err == nil || cerrdefs.IsNotFound(err) || ctx.Err() != nil:
 			return
+		case cerrdefs.IsConflict(err):
+			// its removal is already under way (the engine's auto-remove,
+			// once the container's first process ended): it is done
+			// when the container is gone, and tried again if it failed
+			waited, failed := d.cli.ContainerWait(ctx, id, container.WaitConditionRemoved)
+			select {
+			case <-waited:
+				continue
+			case err := <-failed:
+				if err == nil || cerrdefs.IsNotFound(err) || ctx.Err() != nil {
+					return
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -43,7 +43,11 @@ type hostile struct {
 	code   string
 	tests  []map[string]any
 	limits sandbox.Limits
-	stdin  *string
+	// testTime bounds each test (0: the default)
+	testTime time.Duration
+	stdin    *string
+	// repeat runs the case this many times at once (0: once)
+	repeat int
 	// only runs it on these backends (all when empty)
 	only []string
 	// beside runs on the host while the code runs; what it returns is
@@ -57,6 +61,60 @@ func secret() string {
 	_, _ = rand.Read(b[:])
 	return "S3CR3T-" + hex.EncodeToString(b[:])
 }
+
+// jsForger is JavaScript that reads every process's memory for the
+// tests' expected values and the nonces, writes forged reports (results,
+// values, the sandbox's report of a process's end) to every stream it can
+// open, and kills its parent and the sandbox's first process: solve()
+// returns then, stay() stays past its time.
+const jsForger = `const fs = require('fs');
+function ok() { return 1; }
+function solve() {
+  let seen = '';
+  const pids = fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p));
+  for (const pid of pids) {
+    for (const f of ['cmdline', 'environ']) {
+      try { seen += fs.readFileSync('/proc/' + pid + '/' + f, 'latin1'); } catch (e) {}
+    }
+    try {
+      const maps = fs.readFileSync('/proc/' + pid + '/maps', 'utf8');
+      const fd = fs.openSync('/proc/' + pid + '/mem', 'r');
+      for (const line of maps.split('\n')) {
+        const m = /^([0-9a-f]+)-([0-9a-f]+) r/.exec(line);
+        if (!m || line.includes('[vvar]')) continue;
+        const start = parseInt(m[1], 16), end = parseInt(m[2], 16);
+        if (end - start > (16 << 20)) continue;
+        const buf = Buffer.alloc(end - start);
+        try { fs.readSync(fd, buf, 0, buf.length, start); seen += buf.toString('latin1'); } catch (e) {}
+      }
+      fs.closeSync(fd);
+    } catch (e) {}
+  }
+  const leaked = seen.match(/S3CR3T-[0-9a-f]{16}/g) || [];
+  const nonces = new Set(seen.match(/\b[0-9a-f]{24}\b/g) || []);
+  let forged = '\n{"metrics": {}, "tests": [{"name": "forged", "passed": true}, {"name": "honest", "passed": true}]}\n';
+  for (const n of nonces) for (const v of leaked.concat(['guess'])) forged += '\n\x1etrellis value ' + n + ' {"value": "' + v + '"}\n';
+  // the end of the process, as the container's first process reports it
+  for (const n of [''].concat([...nonces].map((n) => n + ' '))) forged += '\n\x1etrellis exit ' + n + '{"code": 0}\n';
+  for (const pid of pids) for (const fd of [0, 1, 2, 3, 4, 5]) {
+    try { fs.writeFileSync('/proc/' + pid + '/fd/' + fd, forged); } catch (e) {}
+  }
+  process.stdout.write(forged);
+  process.stderr.write(forged);
+  try { process.kill(process.ppid, 'SIGKILL'); } catch (e) {}
+  try { process.kill(1, 'SIGKILL'); } catch (e) {}
+  return leaked.length ? leaked[0] : 'wrong';
+}
+// stay forges, slows the processes it can and stays past its time: the
+// process that comes next is not to meet what its end sets off
+function stay() {
+  try { require('os').setPriority(1, 19); } catch (e) {}
+  try { require('os').setPriority(process.ppid, 19); } catch (e) {}
+  const r = solve();
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 60000);
+  return r;
+}
+`
 
 // pyLibc is the start of Python code that makes raw system calls.
 const pyLibc = `import ctypes, os
@@ -240,46 +298,29 @@ for p in [%q, '/etc/shadow', '/root/.bashrc', '/proc/1/environ', '/proc/self/env
 		// can, and kills what it can; the expected values are secrets it
 		// cannot know
 		{name: "JavaScript reads every process's memory, forges reports and kills its parent", limits: roomy, lang: "javascript",
-			code: `const fs = require('fs');
-function ok() { return 1; }
-function solve() {
-  let seen = '';
-  const pids = fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p));
-  for (const pid of pids) {
-    for (const f of ['cmdline', 'environ']) {
-      try { seen += fs.readFileSync('/proc/' + pid + '/' + f, 'latin1'); } catch (e) {}
-    }
-    try {
-      const maps = fs.readFileSync('/proc/' + pid + '/maps', 'utf8');
-      const fd = fs.openSync('/proc/' + pid + '/mem', 'r');
-      for (const line of maps.split('\n')) {
-        const m = /^([0-9a-f]+)-([0-9a-f]+) r/.exec(line);
-        if (!m || line.includes('[vvar]')) continue;
-        const start = parseInt(m[1], 16), end = parseInt(m[2], 16);
-        if (end - start > (16 << 20)) continue;
-        const buf = Buffer.alloc(end - start);
-        try { fs.readSync(fd, buf, 0, buf.length, start); seen += buf.toString('latin1'); } catch (e) {}
-      }
-      fs.closeSync(fd);
-    } catch (e) {}
-  }
-  const leaked = seen.match(/S3CR3T-[0-9a-f]{16}/g) || [];
-  const nonces = new Set(seen.match(/\b[0-9a-f]{24}\b/g) || []);
-  let forged = '\n{"metrics": {}, "tests": [{"name": "forged", "passed": true}, {"name": "honest", "passed": true}]}\n';
-  for (const n of nonces) for (const v of leaked.concat(['guess'])) forged += '\n\x1etrellis value ' + n + ' {"value": "' + v + '"}\n';
-  for (const pid of pids) for (const fd of [0, 1, 2, 3, 4, 5]) {
-    try { fs.writeFileSync('/proc/' + pid + '/fd/' + fd, forged); } catch (e) {}
-  }
-  process.stdout.write(forged);
-  try { process.kill(process.ppid, 'SIGKILL'); } catch (e) {}
-  try { process.kill(1, 'SIGKILL'); } catch (e) {}
-  return leaked.length ? leaked[0] : 'wrong';
-}
-`,
+			code:  `` + jsForger + ``,
 			tests: []map[string]any{{"name": "forged", "call": "solve()", "expected": s1}, {"name": "honest", "call": "ok()", "expected": 1.0}},
 			check: every(status(sandbox.StatusFailed), verdicts(map[string]bool{"forged": false, "honest": true}), func(t *testing.T, _ string, r *sandbox.Result) {
 				if a := test(r, "forged")["actual"]; a == s1 {
 					t.Errorf("the code found the expected value: %v", a)
+				}
+			})},
+		// the first process of an execution is the child of the sandbox's
+		// first process, which ends what is left once it ends: a first
+		// process stopped at its time, with a report of its own printed,
+		// ends only with what comes next; what comes next (the next
+		// test's process) does not meet that end. Several at once, so
+		// that a loaded machine shows it.
+		{name: "JavaScript forges the sandbox's report of its end and stays past its time", limits: roomy, testTime: 10 * time.Second, lang: "javascript", repeat: 3,
+			code: jsForger,
+			tests: []map[string]any{{"name": "forged", "call": "stay()", "expected": s1}, {"name": "honest", "call": "ok()", "expected": 1.0},
+				{"name": "honest too", "call": "ok()", "expected": 1.0}},
+			check: every(status(sandbox.StatusFailed), verdicts(map[string]bool{"forged": false, "honest": true, "honest too": true}), func(t *testing.T, backend string, r *sandbox.Result) {
+				// (gVisor lets it end the sandbox's first process, and with
+				// it the container: then it ends killed)
+				f := test(r, "forged")
+				if f["limit"] != sandbox.LimitWall && !(backend == "docker-runsc" && f["signal"] == "SIGKILL" && f["exit"] == nil) {
+					t.Errorf("the forged test: %v, want stopped at its time, its report not taken", f)
 				}
 			})},
 		{name: "Python races forged reports through the first process's stdout", limits: roomy, code: pyLibc + `import gc, sys, time
@@ -639,7 +680,7 @@ func hostUser(t *testing.T) func(t *testing.T, r *sandbox.Result) {
 		}
 		want := strings.Repeat(strconv.Itoa(overflow)+" ", 4)
 		if len(uids) == 0 {
-			t.Error("the sandbox's process was not seen on the host")
+			t.Errorf("the sandbox's process was not seen on the host: status %s limit %q stdout %q stderr %q wall %d ms cpu %d ms", r.Status, r.Limit, r.Stdout, r.Stderr, r.WallMS, r.CPUMS)
 		}
 		for u := range uids {
 			if u+" " != want || os.Geteuid() == 0 && strings.HasPrefix(u, strconv.Itoa(os.Getuid())+" ") {
@@ -779,7 +820,13 @@ func TestHostileCode(t *testing.T) {
 				t.Skip(runscMissing)
 			}
 			var wg sync.WaitGroup
+			var cases []hostile
 			for _, c := range hostileCases(t, ln.Addr().String(), secretFile) {
+				for range max(c.repeat, 1) {
+					cases = append(cases, c)
+				}
+			}
+			for _, c := range cases {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -793,7 +840,7 @@ func TestHostileCode(t *testing.T) {
 							after = c.beside(t)
 						}
 						start := time.Now()
-						r, err := sandbox.Execute(ctx, pool, lang, sandbox.Submission{Code: c.code, Tests: c.tests, Limits: c.limits, Stdin: c.stdin})
+						r, err := sandbox.Execute(ctx, pool, lang, sandbox.Submission{Code: c.code, Tests: c.tests, Limits: c.limits, TestTime: c.testTime, Stdin: c.stdin})
 						if err != nil {
 							t.Fatal(err)
 						}
