@@ -16,6 +16,7 @@ package render
 import (
 	"context"
 	"fmt"
+	"slices"
 	"text/template"
 
 	"github.com/trellisflow/trellis/runtime/config"
@@ -77,14 +78,20 @@ func build(b kind.Builder) kind.Node {
 		if shape := b.Field(e.Name); t != nil && shape != nil {
 			// what the template can render, against the field's enum,
 			// pattern and lengths, where it is known
-			if forms, known := tmpl.FormsOf(t, fieldChain(b)); known {
-				for _, f := range forms {
-					if why, shown := f.Breaks(shape); why != "" {
-						b.Report(diag.CodeWriteType, e.Value.Pos(), e.Value.Path(), "field %q %s, but this template can render %q", e.Name, why, shown)
-						ok = false
-						break
-					}
+			forms, known := tmpl.FormsOf(t, fieldChain(b))
+			broken := false
+			for _, f := range forms {
+				if why, shown := f.Breaks(shape); why != "" {
+					b.Report(diag.CodeWriteType, e.Value.Pos(), e.Value.Path(), "field %q %s, but this template can render %q", e.Name, why, shown)
+					ok, broken = false, true
+					break
 				}
+			}
+			// text it cannot know, into a field that takes only some
+			// texts: the run fails when the text is not one of them
+			if rule := shape.TextRules(); !broken && known && rule != "" && slices.ContainsFunc(forms, tmpl.Form.Open) {
+				b.Report(diag.CodeWriteType, e.Value.Pos(), e.Value.Path(), "field %q %s, but this template prints text it does not control; the run fails when the text breaks that (render a choice of literal texts with if/else, or make what it prints an enum)", e.Name, rule).
+					Severity = diag.Warning
 			}
 		}
 		n.fields = append(n.fields, field{e.Name, t})

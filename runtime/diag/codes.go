@@ -116,7 +116,7 @@ var Codes = []CodeDoc{
 	{CodeWriteConflict, "two nodes that can run in one superstep replace the same field"},
 	{CodeReadOnlyWrite, "a node writes a read-only field"},
 	{CodeUnknownInput, "an input field the state does not declare"},
-	{CodeWriteType, "a node writes a value of a type its field cannot hold, through the field's reducer"},
+	{CodeWriteType, "a node writes a value of a type its field cannot hold, through the field's reducer; as a warning, text the node does not control into a field with an enum, a pattern or lengths"},
 	{CodeCacheKey, "a cached node's key leaves out something the node reads, so a later run with the same key replays writes made for another value of it"},
 	{CodeResource, "a file a node reads (a prompt) cannot be found, parsed or compiled"},
 	{CodeTemplateField, "a template reads a field the state, the input or the node's variables do not have (a warning where the object's schema leaves it open)"},

@@ -305,7 +305,7 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 	// a string literal it may yield that the field's enum, pattern or
 	// lengths refuse, written as it is
 	values, isEnum := f.Shape.Strings()
-	lits, _ := p.Yields()
+	lits, all := p.Yields()
 	for _, l := range lits {
 		pos := at.PosIn(l.Line, l.Col, l.EndCol)
 		switch why := f.Shape.TextRule(l.Value); {
@@ -316,6 +316,13 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 		default:
 			b.c.dl.Errorf(diag.CodeWriteType, pos, b.path, "field %q %s, but this expression can yield %q", field, why, l.Value)
 		}
+	}
+	// text it cannot know (a field with no such rules, a function's
+	// result), into a field that takes only some texts: the run fails
+	// when the text breaks them
+	if rule := f.Shape.TextRules(); rule != "" && !all && jsonType(p.ResultType()) == "string" && p.Shape().TextRules() == "" {
+		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q %s, but this expression yields text it does not control; the run fails when the text breaks that (choose among literal texts with ?: or if/else, or make what it reads an enum)", field, rule).
+			Severity = diag.Warning
 	}
 }
 

@@ -190,6 +190,18 @@ func (f Form) String() string {
 	return b.String()
 }
 
+// Open reports whether the form prints something whose text the
+// validator cannot know (a string field with no enum, a function's
+// result), which may then be any text at all.
+func (f Form) Open() bool {
+	for _, s := range f {
+		if s.Hole && s.Pattern == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // texts lists every text the form can print, when each of its holes
 // lists its values and they are few.
 func (f Form) texts() ([]string, bool) {
