@@ -17,9 +17,11 @@ import (
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
-// runNodes runs a superstep's nodes: each node that may block on a
-// goroutine of its own, inline nodes one after another on this goroutine.
-func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[string]any, outs []outcome) {
+// runNodes runs a superstep's nodes on the run's state: each node that may
+// block on a goroutine of its own, inline nodes one after another on this
+// goroutine. Once goroutines run, the variables are only read (see
+// run.Vars): a step that starts them makes them current first.
+func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, outs []outcome) {
 	blocking := 0
 	for _, n := range triggered {
 		if !n.Inline {
@@ -28,24 +30,25 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[str
 	}
 	if blocking <= 1 {
 		for i, n := range triggered {
-			r.exec(ctx, n, vars, &outs[i])
+			r.exec(ctx, n, nil, &outs[i])
 		}
 		return
 	}
+	r.Vars()
 	var wg sync.WaitGroup
 	for i, n := range triggered {
 		if !n.Inline {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r.exec(ctx, n, vars, &outs[i])
+				r.exec(ctx, n, nil, &outs[i])
 				outs[i].saveErr = r.savePending(ctx, &outs[i], r.seq, r.step)
 			}()
 		}
 	}
 	for i, n := range triggered {
 		if n.Inline {
-			r.exec(ctx, n, vars, &outs[i])
+			r.exec(ctx, n, nil, &outs[i])
 		}
 	}
 	wg.Wait()
@@ -84,6 +87,15 @@ func (r *run) emitFor(o *outcome, ev Event) {
 	r.emit(ev)
 }
 
+// varsOr is vars, or the run's variables when vars is nil (a node of the
+// step).
+func (r *run) varsOr(vars map[string]any) map[string]any {
+	if vars == nil {
+		return r.Vars()
+	}
+	return vars
+}
+
 // fallback evaluates a node's on_error.set.
 func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Update, error) {
 	if len(n.OnError.Set) == 0 {
@@ -102,14 +114,15 @@ func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Upd
 	return upd, nil
 }
 
-// exec runs one node with its retry and timeout policy.
+// exec runs one node with its retry and timeout policy, over vars for a
+// nested node, over the run's state for a node of the step (vars nil).
 func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
 	o.cached = false
 	if o.view == nil {
 		o.view = newView(o.host)
 	}
 	o.view.usage = nil
-	if o.host == nil {
+	if o.host == nil && r.pending != nil {
 		if ws, ok := r.pending[n.Name]; ok {
 			// completed before the run stopped: take its saved update
 			o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, updateOf(ws), nil, 0, 0, ""
@@ -266,7 +279,7 @@ func (r *run) execCached(ctx context.Context, n *flow.Node, vars map[string]any,
 		r.execNode(ctx, n, vars, o)
 		return
 	}
-	key, err := r.cacheKey(n, vars)
+	key, err := r.cacheKey(n, r.varsOr(vars))
 	if err != nil {
 		r.execNode(ctx, n, vars, o)
 		return

@@ -32,6 +32,9 @@ func (r *run) restore(head *store.Snapshot, input map[string]any) error {
 	copy(r.joins, head.Joins)
 	if input != nil {
 		r.input = input
+		for i, f := range r.g.Fields {
+			r.inSlots[i] = input[f.Name]
+		}
 	}
 	for _, name := range head.Next {
 		n, ok := r.g.Node(name)
@@ -41,7 +44,6 @@ func (r *run) restore(head *store.Snapshot, input map[string]any) error {
 		r.resumed = append(r.resumed, n)
 	}
 	r.pending = head.Pending
-	r.bindVars()
 	return nil
 }
 
@@ -145,7 +147,7 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 				m := &merged.Writes[i]
 				m.Items, m.Version = append(slices.Clip(m.Items), w.Items...), w.Version
 			default:
-				merged.Writes[i] = store.Write{Field: w.Field, Version: w.Version, Value: r.values[w.Field]}
+				merged.Writes[i] = store.Write{Field: w.Field, Version: w.Version, Value: r.state()[w.Field]}
 			}
 		}
 	}

@@ -12,12 +12,12 @@ import (
 // route fires the edges of the nodes that ran (or START's edges when outs
 // is nil) and returns the next triggered set in declaration order. A node
 // whose on_error routed elsewhere triggers that node instead of its edges.
-// Conditions and routes are evaluated over vars, the post-barrier state.
-func (r *run) route(vars map[string]any, outs []outcome) ([]*flow.Node, error) {
+// Conditions and routes are evaluated over the post-barrier state.
+func (r *run) route(outs []outcome) ([]*flow.Node, error) {
 	r.marked = false
 	if outs == nil {
 		for _, e := range r.g.Entry {
-			if err := r.fire(e, nil, vars); err != nil {
+			if err := r.fire(e, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -29,7 +29,7 @@ func (r *run) route(vars map[string]any, outs []outcome) ([]*flow.Node, error) {
 			continue
 		}
 		for _, e := range n.Out {
-			if err := r.fire(e, n, vars); err != nil {
+			if err := r.fire(e, n); err != nil {
 				return nil, err
 			}
 		}
@@ -53,7 +53,7 @@ func (r *run) route(vars map[string]any, outs []outcome) ([]*flow.Node, error) {
 // once every source has arrived; a branch takes its first case that holds;
 // a route takes the choice its expression names (or its default). A
 // bounded edge taken more often than its bound stops the run.
-func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
+func (r *run) fire(e *flow.Edge, from *flow.Node) error {
 	var targets []*flow.Node
 	switch {
 	case e.Join >= 0:
@@ -73,7 +73,7 @@ func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
 			ok := c.When == nil
 			if !ok {
 				var err error
-				ok, err = r.machine.EvalBool(c.When, vars)
+				ok, err = r.machine.EvalBoolFrame(c.When, &r.frame, r)
 				if err != nil {
 					return fmt.Errorf("branch at %s: %q: %w", e.Pos, c.When.Source(), err)
 				}
@@ -87,7 +87,7 @@ func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
 			return fmt.Errorf("branch at %s: no case matched and there is no else", e.Pos)
 		}
 	case e.Route != nil:
-		v, err := r.machine.Eval(e.Route, vars)
+		v, err := r.machine.EvalFrame(e.Route, &r.frame, r)
 		if err != nil {
 			return fmt.Errorf("route at %s: %q: %w", e.Pos, e.Route.Source(), err)
 		}

@@ -55,21 +55,36 @@ type run struct {
 
 // working is the state a run builds: the values it reads and the changes
 // a step makes to them. The barrier changes it; everything else reads it.
+//
+// The state is cur, a slice indexed by field (see flow.Field.Index), which
+// the step loop, the barrier and expressions (through frame) read and
+// write without hashing a name. Its map form (values) and the expression
+// variables (vars) exist for whoever asks for them: a node that reads
+// Vars, an expression the fast path does not cover, the run's result. They
+// are made current when asked for (see sync), and not before, so a run
+// whose nodes and edges only need the slots never builds them per step.
 type working struct {
-	values   map[string]any
+	cur      []any
 	versions []uint64 // per field: its version, as checkpoints record it
-	input    map[string]any
-	// vars are the expression variables of the current snapshot. They are
-	// updated in place between steps, unless a detached attempt may still
-	// be reading them: then every step gets fresh ones.
-	vars    map[string]any
+	// values is the map form of the state and vars the expression
+	// variables of the current snapshot, both current when stale is not
+	// set; dirty marks the fields changed since they last were. They are
+	// updated in place, unless a detached attempt may still be reading
+	// them: then every sync makes fresh ones.
+	values map[string]any
+	vars   map[string]any
+	dirty  []bool
+	stale  bool
+	// frame is what expressions read by slot: cur, and the input by field
+	// index (inSlots)
+	frame   expression.Frame
+	input   map[string]any
+	inSlots []any
 	machine expression.Machine // for edge conditions and routes
 	// detached is set once an attempt the run gave up on was not joined
-	// (see scope.go): it may still read the run's state and variables
+	// (see scope.go): it may still read the run's state and variables, so
+	// from then on every step writes a copy of cur
 	detached atomic.Bool
-	// cur mirrors the state map by field index, so the step loop reads
-	// and writes field values without hashing their names.
-	cur []any
 	// lists holds, per append field, the list this run last appended to,
 	// with its spare capacity. State, events and checkpoints only ever see
 	// it capped at its length, so appending in place beyond that length
@@ -150,10 +165,20 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 		r.lists = make([][]any, nf)
 	}
 	r.lists = r.lists[:nf]
-	if cap(r.cur) < nf {
-		r.cur = make([]any, nf)
+	if cap(r.cur) < 2*nf {
+		slots := make([]any, 2*nf)
+		r.cur, r.inSlots = slots[:nf:nf], slots[nf:]
 	}
-	r.cur = r.cur[:nf]
+	r.cur, r.inSlots = r.cur[:nf], r.inSlots[:nf]
+	if cap(r.dirty) < nf {
+		r.dirty = make([]bool, nf)
+	}
+	r.dirty = r.dirty[:nf]
+	r.vars, r.stale = nil, true
+	for i, f := range g.Fields {
+		r.cur[i] = head.Values[f.Name]
+	}
+	r.frame = expression.Frame{State: r.cur, Input: r.inSlots}
 	r.resumed, r.pending, r.lease, r.async, r.deferred = nil, nil, nil, nil, nil
 	r.late.reset()
 	for i, f := range g.Fields {
@@ -195,14 +220,13 @@ func (r *run) release() {
 	clear(r.next[0][:cap(r.next[0])])
 	clear(r.lists)
 	clear(r.cur)
+	clear(r.inSlots)
+	clear(r.dirty)
 	clear(r.next[1][:cap(r.next[1])])
-	r.e, r.g, r.values, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, Request{}, nil, nil
-	r.config, r.record, r.nestedDone = nil, nil, nil
+	r.e, r.g, r.values, r.vars, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, nil, Request{}, nil, nil
+	r.config, r.record, r.nestedDone, r.frame = nil, nil, nil, expression.Frame{}
 	clear(r.staged)
 	r.staged = r.staged[:0]
-	if r.vars != nil {
-		clear(r.vars)
-	}
 	runs.Put(r)
 }
 
@@ -239,27 +263,79 @@ func (r *run) clock(outs []outcome) time.Time {
 	return r.now
 }
 
-// bindVars builds fresh expression variables for the current state.
-func (r *run) bindVars() {
-	if r.vars == nil || r.detached.Load() {
-		r.vars = make(map[string]any, len(r.g.Fields)+len(r.input)+2)
+// set writes field i of the state: the step loop's only way to change
+// it, so that the map form and the variables follow when asked for.
+func (r *run) set(i int, v any) {
+	r.cur[i] = v
+	r.dirty[i] = true
+	r.stale = true
+}
+
+// own makes cur the run's own before a step writes it, once a detached
+// attempt may still read the slots it was given.
+func (r *run) own() {
+	if r.detached.Load() {
+		r.cur = slices.Clone(r.cur)
+		r.frame.State = r.cur
+	}
+}
+
+// Vars returns the expression variables of the current state, made
+// current first (see working). While attempts run on goroutines of their
+// own it only reads: the step makes them current before it starts those.
+func (r *run) Vars() map[string]any {
+	if r.stale {
+		r.sync()
+	}
+	return r.vars
+}
+
+// state returns the map form of the current state.
+func (r *run) state() map[string]any {
+	if r.stale {
+		r.sync()
+	}
+	return r.values
+}
+
+// sync makes values and vars current: in place, or fresh ones when a
+// detached attempt may still read the old ones.
+func (r *run) sync() {
+	fresh := r.vars == nil || r.detached.Load()
+	if fresh && r.vars != nil || r.values == nil {
+		r.values = maps.Clone(r.values)
+		if r.values == nil {
+			r.values = make(map[string]any, len(r.g.Fields))
+		}
+	}
+	for i, d := range r.dirty {
+		if d {
+			r.values[r.g.Fields[i].Name] = r.cur[i]
+		}
+	}
+	if fresh {
+		r.vars = make(map[string]any, len(r.g.Fields)+len(r.input)+3)
+		r.vars["state"], r.vars["input"] = r.values, r.input
+		if r.config != nil {
+			r.vars["config"] = r.config
+		}
+		for _, f := range r.g.Fields {
+			if v, ok := r.values[f.Name]; ok {
+				r.vars[f.Var] = v
+			}
+			if v, ok := r.input[f.Name]; ok {
+				r.vars[f.InputVar] = v
+			}
+		}
 	} else {
-		clear(r.vars)
-	}
-	r.vars["state"], r.vars["input"] = r.values, r.input
-	if r.config != nil {
-		r.vars["config"] = r.config
-	}
-	for i, f := range r.g.Fields {
-		v, ok := r.values[f.Name]
-		r.cur[i] = v
-		if ok {
-			r.vars[f.Var] = v
-		}
-		if v, ok := r.input[f.Name]; ok {
-			r.vars[f.InputVar] = v
+		for i, d := range r.dirty {
+			if d {
+				r.vars[r.g.Fields[i].Var] = r.cur[i]
+			}
 		}
 	}
+	clear(r.dirty)
+	r.stale = false
 }
 
 func sortedKeys(m map[string]any) []string {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
-	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -86,8 +85,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			r.creating = nil
 		}
 		start()
-		r.bindVars()
-		if triggered, err = r.route(r.vars, nil); err != nil {
+		if triggered, err = r.route(nil); err != nil {
 			return nil, err
 		}
 		if cp != nil {
@@ -165,12 +163,14 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 					return r.result(&Interrupt{After: names}), nil
 				}
 			}
-			select {
-			case <-r.req.Stop:
-				// the step's checkpoint names the triggered nodes: the
-				// run can be resumed from here
-				return nil, ErrStopped
-			default:
+			if r.req.Stop != nil {
+				select {
+				case <-r.req.Stop:
+					// the step's checkpoint names the triggered nodes:
+					// the run can be resumed from here
+					return nil, ErrStopped
+				default:
+				}
 			}
 		}
 	}
@@ -192,7 +192,7 @@ func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 		if _, given := r.answers[n.Name]; given {
 			continue
 		}
-		payload, err := a.Ask(kind.View(n.Name, r.vars))
+		payload, err := a.Ask(kind.View(n.Name, r.Vars()))
 		if err != nil {
 			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
 		}
@@ -219,7 +219,7 @@ func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 			continue
 		}
 		var o outcome
-		r.exec(ctx, n, r.vars, &o)
+		r.exec(ctx, n, nil, &o)
 		if o.err != nil {
 			return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
 		}
@@ -232,7 +232,7 @@ func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 
 // result is the run's outcome so far.
 func (r *run) result(in *Interrupt) *Result {
-	return &Result{Run: r.id, Thread: r.req.Thread, State: r.values, Checkpoint: r.seq, Steps: r.step, Path: r.path,
+	return &Result{Run: r.id, Thread: r.req.Thread, State: r.state(), Checkpoint: r.seq, Steps: r.step, Path: r.path,
 		g: r.g, visits: r.visits, Interrupt: in}
 }
 
@@ -310,6 +310,10 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 		return nil, err
 	}
 	r.values = next
+	for i, f := range r.g.Fields {
+		r.cur[i] = next[f.Name]
+		r.inSlots[i] = r.input[f.Name]
+	}
 	if len(cp.Writes) == 0 {
 		return nil, nil
 	}
@@ -391,7 +395,6 @@ func (p inputProblems) err() error {
 // over).
 func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.Node, error) {
 	observe := r.req.Observe != nil
-	vars := r.vars
 	if cap(r.outs) < len(triggered) {
 		r.outs = make([]outcome, len(triggered))
 	}
@@ -412,7 +415,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			}
 		}
 	}
-	r.runNodes(ctx, triggered, vars, outs)
+	r.runNodes(ctx, triggered, outs)
 	for i := range outs {
 		if err := outs[i].saveErr; err != nil {
 			return nil, err
@@ -438,7 +441,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		}
 		r.path = append(r.path, names)
 	}
-	next, changed, err := r.barrier(ctx, outs, vars)
+	changed, err := r.barrier(ctx, outs)
 	if err != nil {
 		return nil, err
 	}
@@ -461,11 +464,10 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		}
 		cp.Writes = writes
 		if r.g.FullValidation {
-			if err := r.g.Root().Validate(next); err != nil {
+			if err := r.g.Root().Validate(r.state()); err != nil {
 				return nil, fmt.Errorf("step %d: state rejected: %w", r.step, err)
 			}
 		}
-		r.values = next
 	}
 	writers := take(&r.slabs.writers, len(outs))[:0]
 	for i := range outs {
@@ -473,14 +475,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	cp.Writers = writers
 	// routing on the post-barrier state
-	if r.detached.Load() {
-		r.bindVars()
-	} else {
-		for _, f := range changed {
-			expression.BindField(r.vars, f.Var, r.cur[f.Index])
-		}
-	}
-	following, err := r.route(r.vars, outs)
+	following, err := r.route(outs)
 	if err != nil {
 		return nil, err
 	}
@@ -508,9 +503,9 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		r.lease.renewIfDue(ctx, cp.Time)
 	}
 	if observe {
-		upd := make(map[string]any, len(cp.Writes))
-		for _, w := range cp.Writes {
-			upd[w.Field] = r.values[w.Field]
+		upd := make(map[string]any, len(changed))
+		for _, f := range changed {
+			upd[f.Name] = r.cur[f.Index]
 		}
 		r.emit(Event{Type: StateUpdate, Step: r.step, Update: upd, Checkpoint: cp.Seq, Next: cp.Next, Duration: committed})
 	}

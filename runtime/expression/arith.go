@@ -164,10 +164,21 @@ func asInt(v any) (int, bool) {
 }
 
 // exact rewrites +, -, * and unary - over operands that are ints, or of
-// a type the checker cannot tell, into the exact operations.
-type exact struct{}
+// a type the checker cannot tell, into the exact operations. It records
+// the calls it makes by operator ("neg" for negation), for the fast path.
+type exact struct {
+	ops map[*ast.CallNode]opCall
+}
 
-func (exact) Visit(n *ast.Node) {
+// opCall is an exact operation the patcher put in: its operator, and
+// whether it is the form over ints (whose operands the machine asserts
+// are ints).
+type opCall struct {
+	op   string
+	ints bool
+}
+
+func (e *exact) Visit(n *ast.Node) {
 	switch x := (*n).(type) {
 	case *ast.BinaryNode:
 		op, ok := checked[x.Operator]
@@ -186,7 +197,9 @@ func (exact) Visit(n *ast.Node) {
 		if allInts(x.Left, x.Right) {
 			fn = op.ints
 		}
-		ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Left, x.Right}})
+		call := &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Left, x.Right}}
+		e.ops[call] = opCall{x.Operator, allInts(x.Left, x.Right)}
+		ast.Patch(n, call)
 	case *ast.BuiltinNode:
 		switch {
 		case x.Name == "int" && len(x.Arguments) == 1 && mayBeFloat(x.Arguments[0].Type()):
@@ -227,7 +240,9 @@ func (exact) Visit(n *ast.Node) {
 		if allInts(x.Node) {
 			fn = negateInt
 		}
-		ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Node}})
+		call := &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Node}}
+		e.ops[call] = opCall{"neg", allInts(x.Node)}
+		ast.Patch(n, call)
 	}
 }
 

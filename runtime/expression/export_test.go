@@ -7,3 +7,12 @@ import "github.com/expr-lang/expr/vm"
 func Literal(p *Program) (any, bool) { return p.lit, p.hasLit }
 
 func RunVM(p *Program, vars map[string]any) (any, error) { return new(vm.VM).Run(p.prog, vars) }
+
+// FastEval runs a program's fast path alone: ok is false when it has none
+// or it gave up.
+func FastEval(p *Program, f *Frame) (any, bool) {
+	if p.fast == nil {
+		return nil, false
+	}
+	return p.fast(f)
+}

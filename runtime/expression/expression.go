@@ -35,6 +35,9 @@ type Env struct {
 	// flat names the object variables whose declared fields are also bound
 	// as variables of their own ("state.count"), see WithFields.
 	flat map[string]bool
+	// slots gives the frame slot of each field of state and input, see
+	// Slotted
+	slots map[string]int
 }
 
 // NewEnv returns an empty environment.
@@ -45,7 +48,18 @@ func NewEnv() *Env {
 // With returns a copy of e with variable name of the given shape added
 // (nil shape: any value).
 func (e *Env) With(name string, shape *schema.Shape) *Env {
-	n := &Env{vars: make(types.Map, len(e.vars)+1), shapes: make(map[string]*schema.Shape, len(e.shapes)+1), flat: map[string]bool{}}
+	n := e.clone()
+	delete(n.flat, name)
+	n.names = append(n.names, name)
+	n.vars[name] = TypeOf(shape)
+	n.shapes[name] = shape
+	return n
+}
+
+// clone copies e.
+func (e *Env) clone() *Env {
+	n := &Env{vars: make(types.Map, len(e.vars)+1), shapes: make(map[string]*schema.Shape, len(e.shapes)+1), flat: map[string]bool{},
+		names: slices.Clone(e.names), slots: e.slots}
 	for k, v := range e.vars {
 		n.vars[k] = v
 	}
@@ -53,13 +67,8 @@ func (e *Env) With(name string, shape *schema.Shape) *Env {
 		n.shapes[k] = v
 	}
 	for k := range e.flat {
-		if k != name {
-			n.flat[k] = true
-		}
+		n.flat[k] = true
 	}
-	n.names = append(slices.Clone(e.names), name)
-	n.vars[name] = TypeOf(shape)
-	n.shapes[name] = shape
 	return n
 }
 
@@ -176,6 +185,8 @@ type Program struct {
 	// (output.review), nil when not known
 	shape *schema.Shape
 	reads []Read
+	// fast is the program's fast path, nil when it has none (see fast.go)
+	fast func(*Frame) (any, bool)
 }
 
 // Read is a read of a state field (state.NAME) that nothing in the
@@ -348,7 +359,8 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	}
 	warnings = append(warnings, checkNullable(src, tree.Node, env)...)
 	opts := append([]expr.Option{expr.Env(env.vars)}, functions...)
-	opts = append(opts, expr.Patch(exact{}))
+	ex := &exact{ops: map[*ast.CallNode]opCall{}}
+	opts = append(opts, expr.Patch(ex))
 	if len(env.flat) > 0 {
 		opts = append(opts, expr.Patch(&flattener{env: env}))
 	}
@@ -371,6 +383,9 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		if v, err := new(vm.VM).Run(prog, map[string]any{}); err == nil {
 			p.lit, p.hasLit = v, true
 		}
+	}
+	if !p.hasLit {
+		p.fast = compileFast(prog.Node(), env, ex.ops)
 	}
 	return p, warnings
 }
