@@ -242,22 +242,39 @@ func (r *Result) Visits() map[string]int {
 }
 
 // Run executes one run of g on req.Thread.
-func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result, err error) {
+func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
 	if e.Tracer != nil {
-		if req.ID == "" {
-			req.ID = runID()
-		}
-		var end func(error)
-		ctx, end = e.Tracer.StartRun(ctx, g.Name, req.Thread, req.ID)
-		defer func() { end(err) }()
+		return e.traced(ctx, g, req)
 	}
-	owner, free, err := e.claim(ctx, req.Thread)
+	return e.run(ctx, g, req)
+}
+
+// traced is Run, traced.
+func (e *Engine) traced(ctx context.Context, g *flow.Graph, req Request) (_ *Result, err error) {
+	if req.ID == "" {
+		req.ID = runID()
+	}
+	var end func(error)
+	ctx, end = e.Tracer.StartRun(ctx, g.Name, req.Thread, req.ID)
+	defer func() { end(err) }()
+	return e.run(ctx, g, req)
+}
+
+// run holds the thread for the run start makes and executes.
+func (e *Engine) run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
+	owner, err := e.claim(ctx, req.Thread)
 	if err != nil {
 		return nil, err
 	}
-	defer free()
+	defer e.free(req.Thread)
 	hold := &lease{st: e.Store, thread: req.Thread, owner: owner, ttl: e.leaseTTL(), renewed: time.Now()}
 	defer hold.release(ctx)
+	return e.start(ctx, g, req, hold)
+}
+
+// start reads the thread (or makes a new one's first state), checks the
+// request against it and executes the run.
+func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *lease) (*Result, error) {
 	head, err := e.Store.Head(ctx, req.Thread)
 	var creating *store.Checkpoint // a new thread, committed once the input is accepted
 	if errors.Is(err, store.ErrNotFound) {

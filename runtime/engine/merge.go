@@ -185,27 +185,16 @@ func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
 	// a field written before in the update is found among the staged
 	// fields; a long update (a map's items) finds it through stagedAt
 	indexed := len(upd) > 8
-	fail := func(format string, args ...any) error {
-		return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
-	}
-writes:
 	for _, fv := range upd {
 		f := declared(n, fv.Field)
 		if f == nil {
-			var ok bool
-			if f, ok = r.g.Field(fv.Field); !ok {
-				err = fail("wrote %q, which is not a state field", fv.Field)
-				break
-			}
-		}
-		if !n.WriteMask[f.Index] {
-			err = fail("wrote field %q, which the node does not declare", f.Name)
+			err = r.undeclared(n, fv.Field)
 			break
 		}
 		at := -1
 		if indexed {
 			at = r.stagedAt[f.Index]
-		} else if len(r.staged) > 0 {
+		} else {
 			for i := range r.staged {
 				if r.staged[i].f == f {
 					at = i
@@ -213,13 +202,15 @@ writes:
 				}
 			}
 		}
-		if at >= 0 && !f.Reducer.Concurrent {
-			err = fail("wrote field %q twice in one update and its reducer is replace", f.Name)
-			break
-		}
-		if w := r.writer[f.Index]; w >= 0 && !f.Reducer.Concurrent {
-			err = fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
-			break
+		if !f.Reducer.Concurrent {
+			if at >= 0 {
+				err = nodeFailure(n, "wrote field %q twice in one update and its reducer is replace", f.Name)
+				break
+			}
+			if w := r.writer[f.Index]; w >= 0 {
+				err = nodeFailure(n, "field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
+				break
+			}
 		}
 		v, verr := normalizeFor(f, fv.Value)
 		if verr != nil {
@@ -232,9 +223,12 @@ writes:
 		}
 		var merged any
 		var rerr error
-		if f.Reducer.Appends {
+		switch r.records.merge[f.Index] {
+		case mergeReplace:
+			merged = v
+		case mergeAppend:
 			merged, rerr = r.appendOwned(f, cur, v)
-		} else {
+		default:
 			merged, rerr = f.Reducer.Reduce(cur, v)
 		}
 		if rerr == nil {
@@ -242,7 +236,7 @@ writes:
 		}
 		if rerr != nil {
 			rejected = fmt.Errorf("update of field %q rejected: %w", f.Name, rerr)
-			break writes
+			break
 		}
 		if at >= 0 {
 			r.staged[at].merged, r.repeats = merged, true
@@ -259,6 +253,20 @@ writes:
 		}
 	}
 	return rejected, err
+}
+
+// undeclared is the failure of a node that wrote name, which is not a
+// field it declares.
+func (r *run) undeclared(n *flow.Node, name string) error {
+	f, ok := r.g.Field(name)
+	if !ok {
+		return nodeFailure(n, "wrote %q, which is not a state field", name)
+	}
+	return nodeFailure(n, "wrote field %q, which the node does not declare", f.Name)
+}
+
+func nodeFailure(n *flow.Node, format string, args ...any) error {
+	return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
 }
 
 // declared returns the node's declared field called name, or nil.

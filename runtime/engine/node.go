@@ -20,19 +20,25 @@ import (
 // runNodes runs a superstep's nodes on the run's state: each node that may
 // block on a goroutine of its own, inline nodes one after another on this
 // goroutine. Once goroutines run, the variables are only read (see
-// run.Vars): a step that starts them makes them current first.
-func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, outs []outcome) {
+// run.Vars): a step that starts them makes them current first. A step
+// that runs a node that may block keeps the thread's lease alive from then
+// on. The error is the store's failure to save an update as a pending
+// write.
+func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, outs []outcome) error {
 	blocking := 0
 	for _, n := range triggered {
 		if !n.Inline {
 			blocking++
 		}
 	}
+	if blocking > 0 && r.lease != nil {
+		r.lease.keepAlive(ctx)
+	}
 	if blocking <= 1 {
 		for i, n := range triggered {
 			r.exec(ctx, n, nil, &outs[i])
 		}
-		return
+		return nil
 	}
 	r.Vars()
 	var wg sync.WaitGroup
@@ -52,6 +58,12 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, outs []outco
 		}
 	}
 	wg.Wait()
+	for i := range outs {
+		if err := outs[i].saveErr; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // outcome is one node's result in a superstep.
@@ -117,7 +129,7 @@ func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Upd
 // exec runs one node with its retry and timeout policy, over vars for a
 // nested node, over the run's state for a node of the step (vars nil).
 func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
-	o.cached = false
+	o.cached, o.route, o.saveErr, o.repeats = false, nil, nil, false
 	if o.view == nil {
 		o.view = newView(o.host)
 	}

@@ -14,7 +14,7 @@ import (
 // whose on_error routed elsewhere triggers that node instead of its edges.
 // Conditions and routes are evaluated over the post-barrier state.
 func (r *run) route(outs []outcome) ([]*flow.Node, error) {
-	r.marked = false
+	r.marked = r.marked[:0]
 	if outs == nil {
 		for _, e := range r.g.Entry {
 			if err := r.fire(e, nil); err != nil {
@@ -25,7 +25,7 @@ func (r *run) route(outs []outcome) ([]*flow.Node, error) {
 	for i := range outs {
 		n := outs[i].node
 		if outs[i].route != nil {
-			r.mark[outs[i].route.Index], r.marked = true, true
+			r.trigger(outs[i].route)
 			continue
 		}
 		for _, e := range n.Out {
@@ -34,19 +34,28 @@ func (r *run) route(outs []outcome) ([]*flow.Node, error) {
 			}
 		}
 	}
-	if !r.marked {
+	if len(r.marked) == 0 {
 		return nil, nil
+	}
+	if len(r.marked) > 1 {
+		slices.Sort(r.marked)
 	}
 	r.flip ^= 1
 	next := r.next[r.flip][:0]
-	for i, m := range r.mark {
-		if m {
-			next = append(next, r.g.Nodes[i])
-			r.mark[i] = false
-		}
+	for _, i := range r.marked {
+		next = append(next, r.g.Nodes[i])
+		r.mark[i] = false
 	}
 	r.next[r.flip] = next
 	return next, nil
+}
+
+// trigger marks n for the next step.
+func (r *run) trigger(n *flow.Node) {
+	if !r.mark[n.Index] {
+		r.mark[n.Index] = true
+		r.marked = append(r.marked, n.Index)
+	}
 }
 
 // fire takes one edge out of from: a join records from's arrival and fires
@@ -119,9 +128,8 @@ func (r *run) fire(e *flow.Edge, from *flow.Node) error {
 		}
 	}
 	for _, n := range targets {
-		r.mark[n.Index] = true
+		r.trigger(n)
 	}
-	r.marked = true
 	return nil
 }
 

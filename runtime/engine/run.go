@@ -51,6 +51,8 @@ type run struct {
 	outsBuf [2]outcome
 	// words backs versions and joins, so a run allocates them at once.
 	words []uint64
+	// records are the graph's shared checkpoint parts
+	records *records
 }
 
 // working is the state a run builds: the values it reads and the changes
@@ -65,16 +67,19 @@ type run struct {
 // whose nodes and edges only need the slots never builds them per step.
 type working struct {
 	cur      []any
+	slots    []any    // backs cur and inSlots
 	versions []uint64 // per field: its version, as checkpoints record it
 	// values is the map form of the state and vars the expression
-	// variables of the current snapshot, both current when stale is not
-	// set; dirty marks the fields changed since they last were. They are
-	// updated in place, unless a detached attempt may still be reading
-	// them: then every sync makes fresh ones.
-	values map[string]any
-	vars   map[string]any
-	dirty  []bool
-	stale  bool
+	// variables of the current snapshot, each current unless its stale
+	// flag is set; dirty marks, per field, which of them (a bit each,
+	// dirtyValues and dirtyVars) it changed in since they last were
+	// made current. They are updated in place, unless a detached attempt
+	// may still be reading them: then each is made anew.
+	values      map[string]any
+	vars        map[string]any
+	dirty       []uint8
+	staleValues bool
+	staleVars   bool
 	// frame is what expressions read by slot: cur, and the input by field
 	// index (inSlots)
 	frame   expression.Frame
@@ -108,7 +113,7 @@ type schedule struct {
 	bounds  []int    // per edge: how often it was taken
 	joins   []uint64 // per join slot: the sources that arrived
 	mark    []bool   // per node: triggered for the next step
-	marked  bool     // some node is marked
+	marked  []int    // the marked nodes, by index
 	next    [2][]*flow.Node
 	nextBuf [2][4]*flow.Node
 	flip    int
@@ -151,7 +156,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	}
 	mark = mark[:nn]
 	clear(mark)
-	r.e, r.g, r.req, r.id = e, g, req, req.ID
+	r.e, r.g, r.req, r.id, r.records = e, g, req, req.ID, recordsOf(g)
 	if r.id == "" {
 		r.id = runID()
 	}
@@ -159,32 +164,29 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	r.words, r.versions, r.joins = words, words[:nf:nf], words[nf:]
 	r.visits, r.bounds = ints[:nn:nn], ints[nn:nn+ne:nn+ne]
 	r.writer, r.oldLen, r.stagedAt = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:nn+ne+2*nf:nn+ne+2*nf], ints[nn+ne+2*nf:]
-	r.mark, r.started, r.now, r.sinceClock, r.flip = mark, time.Now(), time.Time{}, 0, 0
+	r.mark, r.started, r.now, r.sinceClock, r.flip, r.marked = mark, time.Now(), time.Time{}, 0, 0, r.marked[:0]
 	r.changed = r.changed[:0]
 	if cap(r.lists) < nf {
 		r.lists = make([][]any, nf)
 	}
 	r.lists = r.lists[:nf]
-	if cap(r.cur) < 2*nf {
-		slots := make([]any, 2*nf)
-		r.cur, r.inSlots = slots[:nf:nf], slots[nf:]
+	if cap(r.slots) < 2*nf {
+		r.slots = make([]any, 2*nf)
 	}
-	r.cur, r.inSlots = r.cur[:nf], r.inSlots[:nf]
+	r.cur, r.inSlots = r.slots[:nf:nf], r.slots[nf:2*nf:2*nf]
 	if cap(r.dirty) < nf {
-		r.dirty = make([]bool, nf)
+		r.dirty = make([]uint8, nf)
 	}
 	r.dirty = r.dirty[:nf]
-	r.vars, r.stale = nil, true
-	for i, f := range g.Fields {
-		r.cur[i] = head.Values[f.Name]
-	}
-	r.frame = expression.Frame{State: r.cur, Input: r.inSlots}
+	r.vars, r.staleValues, r.staleVars = nil, false, true
 	r.resumed, r.pending, r.lease, r.async, r.deferred = nil, nil, nil, nil, nil
 	r.late.reset()
 	for i, f := range g.Fields {
+		v, ok := head.Values[f.Name]
+		r.cur[i] = v
 		if head.Versions == nil {
 			// a thread created by this run: every present field is new
-			if _, ok := head.Values[f.Name]; ok {
+			if ok {
 				r.versions[i] = 1
 			}
 		} else {
@@ -192,6 +194,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 		}
 		r.writer[i], r.stagedAt[i] = -1, -1
 	}
+	r.frame = expression.Frame{State: r.cur, Input: r.inSlots}
 	if r.outs == nil {
 		r.outs = r.outsBuf[:0]
 		r.next[0], r.next[1] = r.nextBuf[0][:0], r.nextBuf[1][:0]
@@ -219,12 +222,11 @@ func (r *run) release() {
 	}
 	clear(r.next[0][:cap(r.next[0])])
 	clear(r.lists)
-	clear(r.cur)
-	clear(r.inSlots)
+	clear(r.slots)
 	clear(r.dirty)
 	clear(r.next[1][:cap(r.next[1])])
 	r.e, r.g, r.values, r.vars, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, nil, Request{}, nil, nil
-	r.config, r.record, r.nestedDone, r.frame = nil, nil, nil, expression.Frame{}
+	r.config, r.record, r.nestedDone, r.frame, r.records = nil, nil, nil, expression.Frame{}, nil
 	clear(r.staged)
 	r.staged = r.staged[:0]
 	runs.Put(r)
@@ -267,9 +269,15 @@ func (r *run) clock(outs []outcome) time.Time {
 // it, so that the map form and the variables follow when asked for.
 func (r *run) set(i int, v any) {
 	r.cur[i] = v
-	r.dirty[i] = true
-	r.stale = true
+	r.dirty[i] = dirtyValues | dirtyVars
+	r.staleValues, r.staleVars = true, true
 }
+
+// The bits of working.dirty.
+const (
+	dirtyValues = 1 << iota
+	dirtyVars
+)
 
 // own makes cur the run's own before a step writes it, once a detached
 // attempt may still read the slots it was given.
@@ -284,37 +292,46 @@ func (r *run) own() {
 // current first (see working). While attempts run on goroutines of their
 // own it only reads: the step makes them current before it starts those.
 func (r *run) Vars() map[string]any {
-	if r.stale {
-		r.sync()
+	if r.staleVars {
+		r.syncVars()
 	}
 	return r.vars
 }
 
 // state returns the map form of the current state.
 func (r *run) state() map[string]any {
-	if r.stale {
-		r.sync()
+	if r.staleValues {
+		r.syncValues()
 	}
 	return r.values
 }
 
-// sync makes values and vars current: in place, or fresh ones when a
-// detached attempt may still read the old ones.
-func (r *run) sync() {
-	fresh := r.vars == nil || r.detached.Load()
-	if fresh && r.vars != nil || r.values == nil {
-		r.values = maps.Clone(r.values)
-		if r.values == nil {
-			r.values = make(map[string]any, len(r.g.Fields))
+// syncValues makes values current: in place, or a fresh map when a
+// detached attempt may still read the old one.
+func (r *run) syncValues() {
+	if r.values == nil || r.detached.Load() {
+		v := make(map[string]any, len(r.g.Fields))
+		for k, x := range r.values {
+			v[k] = x
 		}
+		r.values = v
 	}
 	for i, d := range r.dirty {
-		if d {
+		if d&dirtyValues != 0 {
 			r.values[r.g.Fields[i].Name] = r.cur[i]
+			r.dirty[i] &^= dirtyValues
 		}
 	}
+	r.staleValues = false
+}
+
+// syncVars makes vars current (and values, which they hold): in place,
+// or fresh ones when a detached attempt may still read the old ones.
+func (r *run) syncVars() {
+	fresh := r.vars == nil || r.detached.Load()
+	r.state()
 	if fresh {
-		r.vars = make(map[string]any, len(r.g.Fields)+len(r.input)+3)
+		r.vars = make(map[string]any, 2*len(r.g.Fields)+3)
 		r.vars["state"], r.vars["input"] = r.values, r.input
 		if r.config != nil {
 			r.vars["config"] = r.config
@@ -327,15 +344,18 @@ func (r *run) sync() {
 				r.vars[f.InputVar] = v
 			}
 		}
+		for i := range r.dirty {
+			r.dirty[i] &^= dirtyVars
+		}
 	} else {
 		for i, d := range r.dirty {
-			if d {
+			if d&dirtyVars != 0 {
 				r.vars[r.g.Fields[i].Var] = r.cur[i]
+				r.dirty[i] &^= dirtyVars
 			}
 		}
 	}
-	clear(r.dirty)
-	r.stale = false
+	r.staleVars = false
 }
 
 func sortedKeys(m map[string]any) []string {

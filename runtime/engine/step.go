@@ -399,27 +399,13 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		r.outs = make([]outcome, len(triggered))
 	}
 	outs := r.outs[:len(triggered)]
-	for i := range outs {
-		outs[i].update, outs[i].err, outs[i].route, outs[i].saveErr, outs[i].repeats = nil, nil, nil, nil, false
-	}
 	if observe {
 		for _, n := range triggered {
 			r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
 		}
 	}
-	if r.lease != nil {
-		for _, n := range triggered {
-			if !n.Inline {
-				r.lease.keepAlive(ctx)
-				break
-			}
-		}
-	}
-	r.runNodes(ctx, triggered, outs)
-	for i := range outs {
-		if err := outs[i].saveErr; err != nil {
-			return nil, err
-		}
+	if err := r.runNodes(ctx, triggered, outs); err != nil {
+		return nil, err
 	}
 	// saved updates belong to the first superstep of a resumed run only,
 	// an answer to the first step that runs its asker
@@ -469,18 +455,27 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			}
 		}
 	}
-	writers := take(&r.slabs.writers, len(outs))[:0]
-	for i := range outs {
-		writers = append(writers, store.NodeWrites{Node: outs[i].node.Name, Fields: writtenFields(outs[i].node, outs[i].update, outs[i].repeats)})
+	if o := &outs[0]; len(outs) == 1 && len(o.update) == len(o.node.WriteList) && !o.repeats {
+		cp.Writers = r.records.alone[o.node.Index]
+	} else {
+		writers := take(&r.slabs.writers, len(outs))[:0]
+		for i := range outs {
+			writers = append(writers, store.NodeWrites{Node: outs[i].node.Name, Fields: writtenFields(outs[i].node, outs[i].update, outs[i].repeats)})
+		}
+		cp.Writers = writers
 	}
-	cp.Writers = writers
 	// routing on the post-barrier state
 	following, err := r.route(outs)
 	if err != nil {
 		return nil, err
 	}
 	cp.Time = r.clock(outs)
-	if len(following) > 0 {
+	switch len(following) {
+	case 0:
+	case 1:
+		cp.Next = r.records.only[following[0].Index]
+		cp.Joins = r.runState()
+	default:
 		names := take(&r.slabs.names, len(following))[:0]
 		for _, n := range following {
 			names = append(names, n.Name)
