@@ -61,7 +61,12 @@ type Engine struct {
 	// WithGrace).
 	grace time.Duration
 	mu    sync.Mutex
-	busy  map[string]bool // threads with a run in progress
+	// one and busy are the threads with a run in progress: one of them
+	// in one (when holdsOne), any others in busy, so that an engine
+	// running one thread at a time makes no map
+	one      string
+	holdsOne bool
+	busy     map[string]bool
 	// owner names the engine's leases. Runs of one engine on one thread
 	// never overlap (busy), so a run may take over a lease an earlier run
 	// of the engine could not release, when the store was unreachable:

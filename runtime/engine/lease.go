@@ -25,14 +25,21 @@ func (e *Engine) leaseTTL() time.Duration {
 // A thread another run holds is ErrBusy.
 func (e *Engine) claim(ctx context.Context, thread string) (owner string, err error) {
 	e.mu.Lock()
-	if e.busy[thread] {
+	if e.holdsOne && e.one == thread || e.busy[thread] {
 		e.mu.Unlock()
 		return "", ErrBusy
 	}
-	if e.busy == nil {
-		e.busy, e.owner = map[string]bool{}, ownerID()
+	if e.owner == "" {
+		e.owner = ownerID()
 	}
-	e.busy[thread] = true
+	switch {
+	case !e.holdsOne:
+		e.one, e.holdsOne = thread, true
+	case e.busy == nil:
+		e.busy = map[string]bool{thread: true}
+	default:
+		e.busy[thread] = true
+	}
 	owner = e.owner
 	e.mu.Unlock()
 	if err := e.Store.Acquire(ctx, thread, owner, e.leaseTTL()); err != nil {
@@ -52,7 +59,11 @@ func (e *Engine) claim(ctx context.Context, thread string) (owner string, err er
 // free ends the busy mark claim made.
 func (e *Engine) free(thread string) {
 	e.mu.Lock()
-	delete(e.busy, thread)
+	if e.holdsOne && e.one == thread {
+		e.one, e.holdsOne = "", false
+	} else {
+		delete(e.busy, thread)
+	}
 	e.mu.Unlock()
 }
 

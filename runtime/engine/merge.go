@@ -45,7 +45,7 @@ func (r *run) appendOwned(f *flow.Field, cur, upd any) (any, error) {
 		return f.Reducer.Reduce(cur, upd)
 	}
 	full := r.lists[f.Index]
-	if len(full) != len(cl) || len(cl) > 0 && &full[0] != &cl[0] {
+	if len(full) != len(cl) || len(cl) > 0 && &full[0] != &cl[0] || cap(full) == 0 {
 		full = append(make([]any, 0, max(2*len(cl), 8)), cl...)
 	}
 	switch u := upd.(type) {
@@ -309,6 +309,10 @@ func normalizeFor(f *flow.Field, v any) (any, error) {
 		// normal, and what the shape would coerce is a float
 		return v, nil
 	}
+	return normalizeAny(f, v)
+}
+
+func normalizeAny(f *flow.Field, v any) (any, error) {
 	n, err := value.Normalize(v)
 	if err != nil {
 		return nil, err

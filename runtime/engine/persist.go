@@ -80,6 +80,9 @@ type records struct {
 	// merge says per field how an update merges (mergeReplace,
 	// mergeAppend, or mergeReduce through the field's reducer)
 	merge []uint8
+	// defaultsHold is set when the state of the schema's defaults alone
+	// is valid, as every new thread given no values starts
+	defaultsHold bool
 }
 
 // The ways an update merges into a field, see records.merge.
@@ -94,6 +97,13 @@ type recordsKey struct{}
 func recordsOf(g *flow.Graph) *records {
 	return g.Memo(recordsKey{}, func(g *flow.Graph) any {
 		rs := &records{alone: make([][]store.NodeWrites, len(g.Nodes)), only: make([][]string, len(g.Nodes)), merge: make([]uint8, len(g.Fields))}
+		defaults := map[string]any{}
+		for _, f := range g.Fields {
+			if f.HasDefault {
+				defaults[f.Name] = f.Default
+			}
+		}
+		rs.defaultsHold = g.Root() != nil && g.Root().Validate(defaults) == nil
 		replace, _ := flow.LookupReducer("replace")
 		for i, f := range g.Fields {
 			switch {

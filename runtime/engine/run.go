@@ -164,7 +164,11 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	r.words, r.versions, r.joins = words, words[:nf:nf], words[nf:]
 	r.visits, r.bounds = ints[:nn:nn], ints[nn:nn+ne:nn+ne]
 	r.writer, r.oldLen, r.stagedAt = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:nn+ne+2*nf:nn+ne+2*nf], ints[nn+ne+2*nf:]
-	r.mark, r.started, r.now, r.sinceClock, r.flip, r.marked = mark, time.Now(), time.Time{}, 0, 0, r.marked[:0]
+	r.mark, r.now, r.sinceClock, r.flip, r.marked = mark, time.Time{}, 0, 0, r.marked[:0]
+	if req.Observe != nil {
+		// the run's duration is in its last event
+		r.started = time.Now()
+	}
 	r.changed = r.changed[:0]
 	if cap(r.lists) < nf {
 		r.lists = make([][]any, nf)
@@ -239,7 +243,9 @@ var (
 
 // runID names a run uniquely: a per-process random prefix and a counter.
 func runID() string {
-	return runPrefix + "-" + strconv.FormatUint(runSeq.Add(1), 36)
+	var b [32]byte
+	id := append(append(b[:0], runPrefix...), '-')
+	return string(strconv.AppendUint(id, runSeq.Add(1), 36))
 }
 
 // clockEvery bounds how many inline-only steps may share one clock reading.

@@ -258,7 +258,7 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 			return nil, nil
 		}
 		// a new thread with no input: its initial values alone must hold
-		if r.g.Root().Validate(r.values) == nil {
+		if len(r.req.Values) == 0 && r.records.defaultsHold || r.g.Root().Validate(r.values) == nil {
 			return nil, nil
 		}
 		var probs inputProblems

@@ -57,14 +57,13 @@ func newView(host *view) *view {
 // them; one on a goroutine of its own is given them now, made current
 // before the step started it.
 func (r *run) begin(v *view, n *flow.Node, vars map[string]any, attempt int) {
-	v.n, v.attempt, v.degraded, v.run = n, attempt, "", r
+	v.n, v.attempt, v.degraded, v.run, v.vars = n, attempt, "", r, vars
 	if v.slotted = vars == nil; v.slotted {
 		v.frame = r.frame
 		if !n.Inline || n.Timeout > 0 {
-			vars = r.Vars()
+			v.vars = r.Vars()
 		}
 	}
-	v.vars = vars
 	if v.gate.closed {
 		// the view's last attempt was given up, and has returned
 		v.reopen()

@@ -185,8 +185,12 @@ type Program struct {
 	// (output.review), nil when not known
 	shape *schema.Shape
 	reads []Read
-	// fast is the program's fast path, nil when it has none (see fast.go)
-	fast func(*Frame) (any, bool)
+	// fast is the program's fast path, nil when it has none (see
+	// fast.go); fastInt and fastBool are its unboxed forms, when its
+	// value is an int or a bool
+	fast     func(*Frame) (any, bool)
+	fastInt  func(*Frame) (int, bool)
+	fastBool func(*Frame) (bool, bool)
 }
 
 // Read is a read of a state field (state.NAME) that nothing in the
@@ -385,7 +389,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 	}
 	if !p.hasLit {
-		p.fast = compileFast(prog.Node(), env, ex.ops)
+		compileFast(p, prog.Node(), env, ex.ops)
 	}
 	return p, warnings
 }

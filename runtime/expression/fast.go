@@ -51,7 +51,12 @@ func (m *Machine) EvalFrame(p *Program, f *Frame, src Source) (any, error) {
 	if p.hasLit {
 		return p.lit, nil
 	}
-	if p.fast != nil {
+	switch {
+	case p.fastInt != nil:
+		if v, ok := p.fastInt(f); ok {
+			return v, nil
+		}
+	case p.fast != nil:
 		if v, ok := p.fast(f); ok {
 			return v, nil
 		}
@@ -61,11 +66,9 @@ func (m *Machine) EvalFrame(p *Program, f *Frame, src Source) (any, error) {
 
 // EvalBoolFrame runs a condition as EvalFrame does.
 func (m *Machine) EvalBoolFrame(p *Program, f *Frame, src Source) (bool, error) {
-	if p.fast != nil {
-		if v, ok := p.fast(f); ok {
-			if b, isBool := v.(bool); isBool {
-				return b, nil
-			}
+	if p.fastBool != nil {
+		if b, ok := p.fastBool(f); ok {
+			return b, nil
 		}
 	}
 	v, err := m.EvalFrame(p, f, src)
@@ -106,18 +109,24 @@ type fastCompiler struct {
 	ops map[*ast.CallNode]opCall
 }
 
-// compileFast compiles the program's tree; nil when some part of it has
-// no fast form.
-func compileFast(root ast.Node, env *Env, ops map[*ast.CallNode]opCall) func(*Frame) (any, bool) {
+// compileFast compiles the program's tree into p's fast path; none when
+// some part of it has no fast form.
+func compileFast(p *Program, root ast.Node, env *Env, ops map[*ast.CallNode]opCall) {
 	if len(env.slots) == 0 {
-		return nil
+		return
 	}
 	c := &fastCompiler{env: env, ops: ops}
 	f, ok := c.compile(root)
 	if !ok {
-		return nil
+		return
 	}
-	return c.any(f)
+	p.fast = c.any(f)
+	switch f.k {
+	case kInt:
+		p.fastInt = f.i
+	case kBool:
+		p.fastBool = f.b
+	}
 }
 
 func kindOf(t reflect.Type) int {

@@ -125,6 +125,12 @@ func checkFast(t *testing.T, p *expression.Program, f *expression.Frame) (fast b
 	if ok && (werr != nil || !same(v, want)) {
 		t.Fatalf("%s over %#v: fast path %#v, machine %#v %v", p.Source(), f, v, want, werr)
 	}
+	// as a condition
+	wb, werr := p.EvalBool(src.Vars())
+	gb, gerr := m.EvalBoolFrame(p, f, src)
+	if fmt.Sprint(werr) != fmt.Sprint(gerr) || wb != gb {
+		t.Fatalf("%s over %#v: EvalBoolFrame %v %v, machine %v %v", p.Source(), f, gb, gerr, wb, werr)
+	}
 	return ok
 }
 
