@@ -1,6 +1,9 @@
 package expression
 
-import "github.com/expr-lang/expr/vm"
+import (
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/vm"
+)
 
 // Literal exposes a program's precomputed literal, and RunVM runs it on a
 // fresh virtual machine, so tests can hold one to the other.
@@ -15,4 +18,19 @@ func FastEval(p *Program, f *Frame) (any, bool) {
 		return nil, false
 	}
 	return p.fast(f)
+}
+
+// Checked reports whether the program calls an exact operation (one the
+// patcher put in for +, - or * over ints).
+func Checked(p *Program) bool {
+	found := false
+	n := p.prog.Node()
+	ast.Walk(&n, &visitor{fn: func(n ast.Node) {
+		if c, ok := n.(*ast.CallNode); ok {
+			if _, isConst := c.Callee.(*ast.ConstantNode); isConst {
+				found = true
+			}
+		}
+	}})
+	return found
 }

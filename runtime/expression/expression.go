@@ -363,7 +363,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	}
 	warnings = append(warnings, checkNullable(src, tree.Node, env)...)
 	opts := append([]expr.Option{expr.Env(env.vars)}, functions...)
-	ex := &exact{ops: map[*ast.CallNode]opCall{}}
+	ex := &exact{ops: map[*ast.CallNode]opCall{}, env: env}
 	opts = append(opts, expr.Patch(ex))
 	if len(env.flat) > 0 {
 		opts = append(opts, expr.Patch(&flattener{env: env}))

@@ -562,6 +562,13 @@ var exactOps = map[string]func(a, b int) (int, bool){
 	},
 }
 
+// nativeOps are the int operations as Go (and the machine) computes them.
+var nativeOps = map[string]func(a, b int) (int, bool){
+	"+": func(a, b int) (int, bool) { return a + b, true },
+	"-": func(a, b int) (int, bool) { return a - b, true },
+	"*": func(a, b int) (int, bool) { return a * b, true },
+}
+
 // addConstant is a + k, or a - k with sub, exactly: the commonest
 // arithmetic of all, a counter's step.
 func addConstant(a func(*Frame) (int, bool), k int, sub bool) func(*Frame) (int, bool) {
@@ -720,6 +727,11 @@ func (c *fastCompiler) binary(x *ast.BinaryNode) (fn, bool) {
 	case "<", ">", "<=", ">=":
 		return c.compare(x.Operator, l, r), true
 	case "+", "-", "*":
+		if l.k == kInt && r.k == kInt {
+			// left to the machine's own operation by the exact patcher:
+			// no value of the operands overflows (see exact.bounds)
+			return fn{k: kInt, i: intOp(nativeOps[x.Operator], l.i, r.i)}, true
+		}
 		if l.k == kString && r.k == kString && x.Operator == "+" {
 			a, b := l.s, r.s
 			return fn{k: kString, s: func(f *Frame) (string, bool) {

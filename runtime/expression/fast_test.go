@@ -16,7 +16,7 @@ import (
 // same error through EvalFrame as through the machine alone.
 
 var fastState = &schema.Shape{Types: []string{"object"}, Closed: true,
-	Order: []string{"i", "j", "f", "s", "t", "b", "n", "o", "l", "a"},
+	Order: []string{"i", "j", "f", "s", "t", "b", "n", "o", "l", "a", "c"},
 	Props: map[string]*schema.Shape{
 		"i": {Types: []string{"integer"}},
 		"j": {Types: []string{"integer"}},
@@ -29,7 +29,10 @@ var fastState = &schema.Shape{Types: []string{"object"}, Closed: true,
 			"x": {Types: []string{"integer"}}, "y": {Types: []string{"string"}}}, Order: []string{"x", "y"}},
 		"l": {Types: []string{"array"}},
 		"a": {},
+		"c": {Types: []string{"integer"}, Minimum: ptr(-1000.0), Maximum: ptr(1000.0), HasDefault: true},
 	}}
+
+func ptr[T any](v T) *T { return &v }
 
 var fastInput = &schema.Shape{Types: []string{"object"}, Closed: true, Order: []string{"i", "s"},
 	Props: map[string]*schema.Shape{"i": {Types: []string{"integer"}}, "s": {Types: []string{"string"}}}}
@@ -53,6 +56,7 @@ var fastPrograms = []string{
 	"input.i + state.i", "input.s + state.s", "input.i < 10", "state.i + 1 < 1000", "state.i * 10 + 2",
 	"state.i + state.j + state.i", "state.i == state.f", "state.a - 1", "state.a / state.a",
 	"state.a % 2", "state.b == state.b", "state.s > 'm'", "state.f >= state.f", "state.f != state.f", "state.a > 'm'",
+	"state.c + 1", "state.c * state.c - 3", "-state.c * 2", "state.c * state.i", "state.c + 1 < 1000",
 }
 
 var fastValues = []any{nil, 0, 1, -1, 2, 7, 1000, math.MaxInt, math.MinInt, math.MaxInt - 1, math.MinInt + 1, 1 << 32,
@@ -87,6 +91,7 @@ func typedFrame(r *rand.Rand) *expression.Frame {
 	f.State[7] = map[string]any{"x": ints[r.IntN(len(ints))], "y": strs[r.IntN(len(strs))]}
 	f.State[8] = []any{1, 2}
 	f.State[9] = fastValues[r.IntN(len(fastValues))]
+	f.State[10] = []int{-1000, -1, 0, 7, 1000}[r.IntN(5)]
 	f.Input[0], f.Input[3] = ints[r.IntN(len(ints))], strs[r.IntN(len(strs))]
 	return f
 }
