@@ -389,7 +389,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 	}
 	if !p.hasLit {
-		compileFast(p, prog.Node(), env, ex.ops)
+		compileFast(p, prog.Node(), env, ex.ops, wantBool)
 	}
 	return p, warnings
 }

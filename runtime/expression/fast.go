@@ -111,7 +111,7 @@ type fastCompiler struct {
 
 // compileFast compiles the program's tree into p's fast path; none when
 // some part of it has no fast form.
-func compileFast(p *Program, root ast.Node, env *Env, ops map[*ast.CallNode]opCall) {
+func compileFast(p *Program, root ast.Node, env *Env, ops map[*ast.CallNode]opCall, wantBool bool) {
 	if len(env.slots) == 0 {
 		return
 	}
@@ -119,6 +119,11 @@ func compileFast(p *Program, root ast.Node, env *Env, ops map[*ast.CallNode]opCa
 	f, ok := c.compile(root)
 	if !ok {
 		return
+	}
+	if wantBool && f.k != kBool {
+		// the machine converts the value to a bool, failing on anything
+		// else: the fast path answers for bools only
+		f = typed(kBool, c.any(f))
 	}
 	p.fast = c.any(f)
 	switch f.k {

@@ -161,6 +161,13 @@ func TestFastPathAgreesWithTheMachine(t *testing.T) {
 		if took == 0 {
 			t.Errorf("%s: the fast path never answered over values of the declared types", src)
 		}
+		// as the condition of a branch, compiled to yield a boolean
+		if c, _ := expression.Compile(src, env, true); c != nil {
+			for range 100 {
+				checkFast(t, c, typedFrame(r))
+				checkFast(t, c, randomFrame(r))
+			}
+		}
 	}
 }
 
@@ -192,14 +199,16 @@ func FuzzFastPath(f *testing.F) {
 	}
 	env := fastEnv()
 	f.Fuzz(func(t *testing.T, src string, seed uint64) {
-		p, _ := expression.Compile(src, env, false)
-		if p == nil || !p.Fast() {
-			return
-		}
 		r := rand.New(rand.NewPCG(seed, 7))
-		for range 20 {
-			checkFast(t, p, typedFrame(r))
-			checkFast(t, p, randomFrame(r))
+		for _, cond := range []bool{false, true} {
+			p, _ := expression.Compile(src, env, cond)
+			if p == nil || !p.Fast() {
+				continue
+			}
+			for range 20 {
+				checkFast(t, p, typedFrame(r))
+				checkFast(t, p, randomFrame(r))
+			}
 		}
 	})
 }
