@@ -129,11 +129,16 @@ func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Upd
 // exec runs one node with its retry and timeout policy, over vars for a
 // nested node, over the run's state for a node of the step (vars nil).
 func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
-	o.cached, o.route, o.saveErr, o.repeats = false, nil, nil, false
+	o.cached, o.repeats = false, false
+	if o.route != nil || o.saveErr != nil {
+		o.route, o.saveErr = nil, nil
+	}
 	if o.view == nil {
 		o.view = newView(o.host)
 	}
-	o.view.usage = nil
+	if o.view.usage != nil {
+		o.view.usage = nil
+	}
 	if o.host == nil && r.pending != nil {
 		if ws, ok := r.pending[n.Name]; ok {
 			// completed before the run stopped: take its saved update
@@ -177,7 +182,11 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o 
 	if timed {
 		start = time.Now()
 	}
-	o.node, o.update, o.err, o.took, o.degraded = n, nil, nil, 0, ""
+	// what is unchanged is not written again (see begin)
+	o.took = 0
+	if o.node != n {
+		o.node = n
+	}
 	backoff := n.Retry.Backoff
 attempts:
 	for attempt := 1; ; attempt++ {
@@ -195,19 +204,19 @@ attempts:
 		// is another one now
 		st := o.view
 		if err == nil {
-			o.update, o.degraded = upd, st.degraded
+			o.succeed(upd, st.degraded)
 			break
 		}
 		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
 			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil {
 				upd, ferr := fb.Fallback(ctx, st, err)
 				if ferr == nil {
-					o.update, o.degraded = upd, err.Error()
+					o.succeed(upd, err.Error())
 					break
 				}
 				err = fmt.Errorf("%w; fallback: %v", err, ferr)
 			}
-			o.err = err
+			o.update, o.err, o.degraded = nil, err, ""
 			break
 		}
 		if r.req.Observe != nil {
@@ -217,7 +226,7 @@ attempts:
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			o.err = ctx.Err()
+			o.update, o.err, o.degraded = nil, ctx.Err(), ""
 			break attempts
 		case <-t.C:
 		}
@@ -225,6 +234,21 @@ attempts:
 	}
 	if timed {
 		o.took = time.Since(start)
+	}
+}
+
+// succeed records an attempt's update. An outcome serves the same node
+// step after step, its update often in the same buffer: what is unchanged
+// is not written again (see begin).
+func (o *outcome) succeed(upd kind.Update, degraded string) {
+	if len(upd) != len(o.update) || (upd == nil) != (o.update == nil) || len(upd) > 0 && &upd[0] != &o.update[0] {
+		o.update = upd
+	}
+	if o.err != nil {
+		o.err = nil
+	}
+	if o.degraded != degraded {
+		o.degraded = degraded
 	}
 }
 

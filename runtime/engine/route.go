@@ -43,11 +43,26 @@ func (r *run) route(outs []outcome) ([]*flow.Node, error) {
 	r.flip ^= 1
 	next := r.next[r.flip][:0]
 	for _, i := range r.marked {
-		next = append(next, r.g.Nodes[i])
+		next = appendNode(next, r.g.Nodes[i])
 		r.mark[i] = false
 	}
-	r.next[r.flip] = next
+	if cap(next) == cap(r.next[r.flip]) {
+		// the same buffer: only its length changes
+		r.next[r.flip] = r.next[r.flip][:len(next)]
+	} else {
+		r.next[r.flip] = next
+	}
 	return next, nil
+}
+
+// appendNode appends n to next. A loop triggers the same nodes step after
+// step: when next's buffer holds n there already, no pointer is written
+// (see begin).
+func appendNode(next []*flow.Node, n *flow.Node) []*flow.Node {
+	if len(next) < cap(next) && next[:len(next)+1][len(next)] == n {
+		return next[:len(next)+1]
+	}
+	return append(next, n)
 }
 
 // trigger marks n for the next step.
@@ -82,7 +97,7 @@ func (r *run) fire(e *flow.Edge, from *flow.Node) error {
 			ok := c.When == nil
 			if !ok {
 				var err error
-				ok, err = r.machine.EvalBoolFrame(c.When, &r.frame, r)
+				ok, err = r.machine.EvalBoolFrame(c.When, r.frame, r)
 				if err != nil {
 					return fmt.Errorf("branch at %s: %q: %w", e.Pos, c.When.Source(), err)
 				}
@@ -96,7 +111,7 @@ func (r *run) fire(e *flow.Edge, from *flow.Node) error {
 			return fmt.Errorf("branch at %s: no case matched and there is no else", e.Pos)
 		}
 	case e.Route != nil:
-		v, err := r.machine.EvalFrame(e.Route, &r.frame, r)
+		v, err := r.machine.EvalFrame(e.Route, r.frame, r)
 		if err != nil {
 			return fmt.Errorf("route at %s: %q: %w", e.Pos, e.Route.Source(), err)
 		}

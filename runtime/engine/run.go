@@ -81,8 +81,9 @@ type working struct {
 	staleValues bool
 	staleVars   bool
 	// frame is what expressions read by slot: cur, and the input by field
-	// index (inSlots)
-	frame   expression.Frame
+	// index (inSlots). Views point at it; a step that copies cur (own)
+	// makes a new one, so a detached attempt keeps reading the old.
+	frame   *expression.Frame
 	input   map[string]any
 	inSlots []any
 	machine expression.Machine // for edge conditions and routes
@@ -198,7 +199,10 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 		}
 		r.writer[i], r.stagedAt[i] = -1, -1
 	}
-	r.frame = expression.Frame{State: r.cur, Input: r.inSlots}
+	if r.frame == nil {
+		r.frame = new(expression.Frame)
+	}
+	r.frame.State, r.frame.Input = r.cur, r.inSlots
 	if r.outs == nil {
 		r.outs = r.outsBuf[:0]
 		r.next[0], r.next[1] = r.nextBuf[0][:0], r.nextBuf[1][:0]
@@ -230,9 +234,12 @@ func (r *run) release() {
 	clear(r.dirty)
 	clear(r.next[1][:cap(r.next[1])])
 	r.e, r.g, r.values, r.vars, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, nil, Request{}, nil, nil
-	r.config, r.record, r.nestedDone, r.frame, r.records = nil, nil, nil, expression.Frame{}, nil
-	clear(r.staged)
-	r.staged = r.staged[:0]
+	r.config, r.record, r.nestedDone, r.records = nil, nil, nil, nil
+	r.frame.State, r.frame.Input = nil, nil
+	// the buffers' spare entries too: a pooled run holds no value
+	clear(r.staged[:cap(r.staged)])
+	clear(r.changed[:cap(r.changed)])
+	r.staged, r.changed = r.staged[:0], r.changed[:0]
 	runs.Put(r)
 }
 
@@ -290,7 +297,7 @@ const (
 func (r *run) own() {
 	if r.detached.Load() {
 		r.cur = slices.Clone(r.cur)
-		r.frame.State = r.cur
+		r.frame = &expression.Frame{State: r.cur, Input: r.inSlots}
 	}
 }
 

@@ -24,7 +24,7 @@ type view struct {
 	// vars is nil until the node asks for it when the attempt runs on the
 	// run's goroutine (see begin); a nested node has vars only.
 	vars     map[string]any
-	frame    expression.Frame
+	frame    *expression.Frame
 	slotted  bool
 	machine  expression.Machine
 	buf      kind.Update
@@ -56,13 +56,31 @@ func newView(host *view) *view {
 // attempt on the run's goroutine asks for the variables when it needs
 // them; one on a goroutine of its own is given them now, made current
 // before the step started it.
+//
+// A view serves attempt after attempt of the same node: what has not
+// changed is not written again, since every pointer written while the
+// collector marks costs a write barrier.
 func (r *run) begin(v *view, n *flow.Node, vars map[string]any, attempt int) {
-	v.n, v.attempt, v.degraded, v.run, v.vars = n, attempt, "", r, vars
+	v.attempt = attempt
+	if v.n != n {
+		v.n = n
+	}
+	if v.run != r {
+		v.run = r
+	}
+	if v.degraded != "" {
+		v.degraded = ""
+	}
 	if v.slotted = vars == nil; v.slotted {
-		v.frame = r.frame
-		if !n.Inline || n.Timeout > 0 {
-			v.vars = r.Vars()
+		if v.frame != r.frame {
+			v.frame = r.frame
 		}
+		if !n.Inline || n.Timeout > 0 {
+			vars = r.Vars()
+		}
+	}
+	if v.vars != nil || vars != nil {
+		v.vars = vars
 	}
 	if v.gate.closed {
 		// the view's last attempt was given up, and has returned
@@ -95,7 +113,7 @@ func (v *view) position() (step int, seq uint64, ok bool) {
 
 // clear drops what the view refers to, for the pool.
 func (v *view) clear() {
-	v.vars, v.n, v.degraded, v.usage, v.run, v.frame = nil, nil, "", nil, nil, expression.Frame{}
+	v.vars, v.n, v.degraded, v.usage, v.run, v.frame = nil, nil, "", nil, nil, nil
 }
 
 func (v *view) Node() string { return v.n.Name }
@@ -124,7 +142,7 @@ func (v *view) Input(field string) any {
 
 func (v *view) Eval(p *expression.Program) (any, error) {
 	if v.slotted {
-		return v.machine.EvalFrame(p, &v.frame, v)
+		return v.machine.EvalFrame(p, v.frame, v)
 	}
 	return v.machine.Eval(p, v.vars)
 }
