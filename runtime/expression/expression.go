@@ -3,7 +3,10 @@
 // from the flow's state schema, so a misspelt field or a non-boolean
 // condition is a load error with a position and a suggestion, never a runtime
 // surprise. Evaluation reuses virtual machines and allocates nothing beyond
-// what the expression itself builds.
+// what the expression itself builds. Programs over an environment whose
+// state and input fields are slotted (see Env.Slotted) also get a fast
+// path of closures that read those fields straight from a Frame and hand
+// every case they do not cover to the machine (see fast.go).
 package expression
 
 import (
