@@ -317,7 +317,7 @@ func (e *exact) bounds(n ast.Node) (lo, hi int, ok bool) {
 		if id, ok := x.(*ast.IdentifierNode); ok {
 			field, isState = strings.CutPrefix(id.Value, "state.")
 		}
-		if !isState || e.env == nil {
+		if !isState || e.env == nil || e.env.shapes["state"] == nil {
 			return 0, 0, false
 		}
 		s := e.env.shapes["state"].Props[field]

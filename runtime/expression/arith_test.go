@@ -152,3 +152,18 @@ func TestBoundedArithmeticIsNative(t *testing.T) {
 		}
 	}
 }
+
+// Arithmetic over a state whose schema says nothing (no state block)
+// compiles, checked.
+func TestArithmeticOverAnUntypedState(t *testing.T) {
+	env := expression.NewEnv().With("state", nil).With("input", nil)
+	for _, src := range []string{"state.n + 1", "-state.n * 2", "state.a.b - 3"} {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %v", src, probs)
+		}
+		if !expression.Checked(p) {
+			t.Errorf("%s is not checked", src)
+		}
+	}
+}
