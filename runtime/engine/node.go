@@ -209,7 +209,7 @@ attempts:
 		}
 		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
 			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil {
-				upd, ferr := fb.Fallback(ctx, st, err)
+				upd, ferr := safeFallback(ctx, fb, st, err)
 				if ferr == nil {
 					o.succeed(upd, err.Error())
 					break
@@ -297,6 +297,9 @@ func (r *run) call(ctx context.Context, n *flow.Node, o *outcome) (kind.Update, 
 	return res.upd, res.err
 }
 
+// safeRun, safeFallback and safeAsk call a node's code, turning a panic
+// into the node's error: a node that panics fails as one that returns an
+// error does.
 func safeRun(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -304,6 +307,24 @@ func safeRun(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update,
 		}
 	}()
 	return n.Impl.Run(ctx, st)
+}
+
+func safeFallback(ctx context.Context, fb kind.Fallback, st kind.State, cause error) (upd kind.Update, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return fb.Fallback(ctx, st, cause)
+}
+
+func safeAsk(a kind.Asker, st kind.State) (payload any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return a.Ask(st)
 }
 
 // execCached runs a node that has a cache setting: a kept result for its

@@ -381,6 +381,7 @@ func sortedKeys(m map[string]any) []string {
 func (r *run) emit(ev Event) {
 	ev.Run, ev.Thread, ev.Time = r.id, r.req.Thread, time.Now()
 	r.emitMu.Lock()
+	// an observer that panics leaves the next event free to be sent
+	defer r.emitMu.Unlock()
 	r.req.Observe(ev)
-	r.emitMu.Unlock()
 }

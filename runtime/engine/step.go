@@ -45,7 +45,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			case !started:
 			case err != nil:
 				r.emit(Event{Type: RunError, Step: r.step, Error: err.Error(), Duration: time.Since(r.started)})
-			default:
+			case res != nil:
 				r.emit(Event{Type: RunEnd, Step: r.step, State: res.State, Duration: time.Since(r.started), Interrupt: res.Interrupt})
 			}
 		}()
@@ -56,6 +56,15 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		}
 		if res != nil {
 			res.Checkpoint = r.seq
+		}
+	}()
+	// a panic the nodes' own guards did not catch ends the run as a run
+	// error, seen as one by the defers above: its commits are dropped or
+	// completed as for any failure, its observer gets run_error, and Run
+	// releases the thread
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = nil, fmt.Errorf("step %d: panic: %v", r.step, p)
 		}
 	}()
 	var triggered []*flow.Node
@@ -192,7 +201,7 @@ func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 		if _, given := r.answers[n.Name]; given {
 			continue
 		}
-		payload, err := a.Ask(kind.View(n.Name, r.Vars()))
+		payload, err := safeAsk(a, kind.View(n.Name, r.Vars()))
 		if err != nil {
 			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
 		}

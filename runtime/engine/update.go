@@ -212,7 +212,7 @@ func (e *Engine) Asks(ctx context.Context, g *flow.Graph, thread string) ([]Ask,
 				vars["config"] = cfg
 			}
 		}
-		payload, err := n.Impl.(kind.Asker).Ask(kind.View(name, vars))
+		payload, err := safeAsk(n.Impl.(kind.Asker), kind.View(name, vars))
 		if err != nil {
 			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
 		}
