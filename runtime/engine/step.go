@@ -61,9 +61,11 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 	// a panic the nodes' own guards did not catch ends the run as a run
 	// error, seen as one by the defers above: its commits are dropped or
 	// completed as for any failure, its observer gets run_error, and Run
-	// releases the thread
+	// releases the thread (but does not pool the run: a node of the step
+	// may still be running on a goroutine of its own)
 	defer func() {
 		if p := recover(); p != nil {
+			r.detached.Store(true)
 			res, err = nil, fmt.Errorf("step %d: panic: %v", r.step, p)
 		}
 	}()
