@@ -13,11 +13,11 @@ import (
 // to commit to a thread that is gone. The threads of the child flows it
 // ran (subflows) go with it.
 func (e *Engine) Delete(ctx context.Context, thread string) error {
-	owner, free, err := e.claim(ctx, thread)
+	owner, err := e.claim(ctx, thread)
 	if err != nil {
 		return err
 	}
-	defer free()
+	defer e.free(thread)
 	defer e.Store.Release(context.WithoutCancel(ctx), thread, owner)
 	if err := e.Store.Delete(ctx, thread); err != nil {
 		return err

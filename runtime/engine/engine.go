@@ -61,7 +61,12 @@ type Engine struct {
 	// WithGrace).
 	grace time.Duration
 	mu    sync.Mutex
-	busy  map[string]bool // threads with a run in progress
+	// one and busy are the threads with a run in progress: one of them
+	// in one (when holdsOne), any others in busy, so that an engine
+	// running one thread at a time makes no map
+	one      string
+	holdsOne bool
+	busy     map[string]bool
 	// owner names the engine's leases. Runs of one engine on one thread
 	// never overlap (busy), so a run may take over a lease an earlier run
 	// of the engine could not release, when the store was unreachable:
@@ -242,23 +247,40 @@ func (r *Result) Visits() map[string]int {
 }
 
 // Run executes one run of g on req.Thread.
-func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (_ *Result, err error) {
+func (e *Engine) Run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
 	ctx = e.withMemory(ctx)
 	if e.Tracer != nil {
-		if req.ID == "" {
-			req.ID = runID()
-		}
-		var end func(error)
-		ctx, end = e.Tracer.StartRun(ctx, g.Name, req.Thread, req.ID)
-		defer func() { end(err) }()
+		return e.traced(ctx, g, req)
 	}
-	owner, free, err := e.claim(ctx, req.Thread)
+	return e.run(ctx, g, req)
+}
+
+// traced is Run, traced.
+func (e *Engine) traced(ctx context.Context, g *flow.Graph, req Request) (_ *Result, err error) {
+	if req.ID == "" {
+		req.ID = runID()
+	}
+	var end func(error)
+	ctx, end = e.Tracer.StartRun(ctx, g.Name, req.Thread, req.ID)
+	defer func() { end(err) }()
+	return e.run(ctx, g, req)
+}
+
+// run holds the thread for the run start makes and executes.
+func (e *Engine) run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
+	owner, err := e.claim(ctx, req.Thread)
 	if err != nil {
 		return nil, err
 	}
-	defer free()
+	defer e.free(req.Thread)
 	hold := &lease{st: e.Store, thread: req.Thread, owner: owner, ttl: e.leaseTTL(), renewed: time.Now()}
 	defer hold.release(ctx)
+	return e.start(ctx, g, req, hold)
+}
+
+// start reads the thread (or makes a new one's first state), checks the
+// request against it and executes the run.
+func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *lease) (*Result, error) {
 	head, err := e.Store.Head(ctx, req.Thread)
 	var creating *store.Checkpoint // a new thread, committed once the input is accepted
 	if errors.Is(err, store.ErrNotFound) {

@@ -20,51 +20,64 @@ func (e *Engine) leaseTTL() time.Duration {
 }
 
 // claim makes thread busy in this engine and takes its lease in the
-// store, for one writer per thread across processes; free ends the busy
-// mark (the caller releases the lease). A thread another run holds is
-// ErrBusy.
-func (e *Engine) claim(ctx context.Context, thread string) (owner string, free func(), err error) {
+// store, for one writer per thread across processes, returning the
+// lease's owner; free ends the busy mark (the caller releases the lease).
+// A thread another run holds is ErrBusy.
+func (e *Engine) claim(ctx context.Context, thread string) (owner string, err error) {
 	e.mu.Lock()
-	if e.busy[thread] {
+	if e.holdsOne && e.one == thread || e.busy[thread] {
 		e.mu.Unlock()
-		return "", nil, ErrBusy
+		return "", ErrBusy
 	}
-	if e.busy == nil {
-		e.busy, e.owner = map[string]bool{}, ownerID()
+	if e.owner == "" {
+		e.owner = ownerID()
 	}
-	e.busy[thread] = true
+	switch {
+	case !e.holdsOne:
+		e.one, e.holdsOne = thread, true
+	case e.busy == nil:
+		e.busy = map[string]bool{thread: true}
+	default:
+		e.busy[thread] = true
+	}
 	owner = e.owner
 	e.mu.Unlock()
-	free = func() {
-		e.mu.Lock()
-		delete(e.busy, thread)
-		e.mu.Unlock()
-	}
 	if err := e.Store.Acquire(ctx, thread, owner, e.leaseTTL()); err != nil {
-		free()
+		e.free(thread)
 		var le *store.LeasedError
 		if errors.As(err, &le) {
-			return "", nil, &BusyError{Owner: le.Owner, Until: le.Until}
+			return "", &BusyError{Owner: le.Owner, Until: le.Until}
 		}
 		if errors.Is(err, store.ErrLeased) {
-			return "", nil, ErrBusy
+			return "", ErrBusy
 		}
-		return "", nil, fmt.Errorf("lease thread: %w", err)
+		return "", fmt.Errorf("lease thread: %w", err)
 	}
-	return owner, free, nil
+	return owner, nil
+}
+
+// free ends the busy mark claim made.
+func (e *Engine) free(thread string) {
+	e.mu.Lock()
+	if e.holdsOne && e.one == thread {
+		e.one, e.holdsOne = "", false
+	} else {
+		delete(e.busy, thread)
+	}
+	e.mu.Unlock()
 }
 
 // ownerID names the engine holding leases: its process and host, for
 // people reading who holds a thread, and a unique part.
 func ownerID() string {
-	return processName() + " (" + runPrefix + "-" + strconv.FormatUint(runSeq.Add(1), 36) + ")"
+	return ownerPrefix() + strconv.FormatUint(runSeq.Add(1), 36) + ")"
 }
 
-// processName is read once: an engine per run must not pay for the host
+// ownerPrefix is read once: an engine per run must not pay for the host
 // name's system calls.
-var processName = sync.OnceValue(func() string {
+var ownerPrefix = sync.OnceValue(func() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("process %d on %s", os.Getpid(), host)
+	return fmt.Sprintf("process %d on %s (%s-", os.Getpid(), host, runPrefix)
 })
 
 // lease is a run's hold on its thread. Runs of inline nodes renew it at
@@ -116,5 +129,9 @@ func (l *lease) release(ctx context.Context) {
 		l.stop()
 		<-l.done
 	}
-	_ = l.st.Release(context.WithoutCancel(ctx), l.thread, l.owner)
+	if ctx.Done() != nil {
+		// released even when the run was cancelled
+		ctx = context.WithoutCancel(ctx)
+	}
+	_ = l.st.Release(ctx, l.thread, l.owner)
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
@@ -46,7 +45,7 @@ func (r *run) appendOwned(f *flow.Field, cur, upd any) (any, error) {
 		return f.Reducer.Reduce(cur, upd)
 	}
 	full := r.lists[f.Index]
-	if len(full) != len(cl) || len(cl) > 0 && &full[0] != &cl[0] {
+	if len(full) != len(cl) || len(cl) > 0 && &full[0] != &cl[0] || cap(full) == 0 {
 		full = append(make([]any, 0, max(2*len(cl), 8)), cl...)
 	}
 	switch u := upd.(type) {
@@ -64,21 +63,20 @@ func (r *run) appendOwned(f *flow.Field, cur, upd any) (any, error) {
 }
 
 // barrier merges the step's updates through the reducers in node
-// declaration order and validates every changed field. It returns the new
-// state (nil when nothing changed) and the changed fields in write order,
-// and leaves the per-step writer marks cleared for the next step, even
-// when the merge fails.
-func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) (map[string]any, []*flow.Field, error) {
+// declaration order and validates every changed field. It returns the
+// changed fields in write order, and leaves the per-step writer marks
+// cleared for the next step, even when the merge fails.
+func (r *run) barrier(ctx context.Context, outs []outcome) ([]*flow.Field, error) {
 	r.changed = r.changed[:0]
-	next, err := r.merge(ctx, outs, vars)
+	err := r.merge(ctx, outs)
 	changed := r.changed
 	for _, f := range changed {
 		r.writer[f.Index] = -1
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return next, changed, nil
+	return changed, nil
 }
 
 // merge is barrier's work. For each node, in declaration order: a failed
@@ -87,9 +85,18 @@ func (r *run) barrier(ctx context.Context, outs []outcome, vars map[string]any) 
 // unless its reducer folds concurrent writes; the value is normalised,
 // reduced into the field (appends in place, see appendOwned) and
 // validated. It lists the changed fields in r.changed.
-func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (map[string]any, error) {
+func (r *run) merge(ctx context.Context, outs []outcome) error {
 	observe := r.req.Observe != nil
-	var next map[string]any
+	// on_error.set reads the step's snapshot: its variables are made
+	// current before the first update is applied
+	var vars map[string]any
+	for i := range outs {
+		if len(outs[i].node.OnError.Set) > 0 {
+			vars = r.Vars()
+			break
+		}
+	}
+	owned := false
 	for i := range outs {
 		o := &outs[i]
 		n := o.node
@@ -99,7 +106,7 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 			// its on_error may handle like any other
 			rejected, err := r.stage(n, o.update)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if rejected != nil {
 				o.err, o.update = rejected, nil
@@ -107,25 +114,25 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 		}
 		if o.err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
 			if !n.OnError.Handled {
 				if observe {
 					r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Usage: o.view.usage})
 				}
-				return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
+				return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
 			}
 			upd, err := r.fallback(n, vars, o.err)
 			if err != nil {
-				return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", err, o.err)}
+				return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", err, o.err)}
 			}
 			if len(upd) > 0 {
 				rejected, err := r.stage(n, upd)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				if rejected != nil {
-					return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", rejected, o.err)}
+					return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("on_error: %w (after: %v)", rejected, o.err)}
 				}
 			}
 			if observe {
@@ -139,14 +146,11 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 			continue
 		}
 		o.repeats = r.repeats
-		if next == nil {
-			// The run owns its state map: it came from the store as a copy
-			// and nodes are done reading it. Only when a detached attempt
-			// may still read it does the step work on a copy.
-			next = r.values
-			if r.detached.Load() {
-				next = maps.Clone(r.values)
-			}
+		if !owned {
+			// nodes are done reading the step's snapshot; only a detached
+			// attempt may still read it, and then the step writes a copy
+			r.own()
+			owned = true
 		}
 		for _, sv := range r.staged {
 			f := sv.f
@@ -157,12 +161,11 @@ func (r *run) merge(ctx context.Context, outs []outcome, vars map[string]any) (m
 					r.oldLen[f.Index] = len(old)
 				}
 			}
-			next[f.Name] = sv.merged
-			r.cur[f.Index] = sv.merged
+			r.set(f.Index, sv.merged)
 			r.writer[f.Index] = n.Index
 		}
 	}
-	return next, nil
+	return nil
 }
 
 // staged is a field's value after a node's update, before it is applied.
@@ -182,27 +185,16 @@ func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
 	// a field written before in the update is found among the staged
 	// fields; a long update (a map's items) finds it through stagedAt
 	indexed := len(upd) > 8
-	fail := func(format string, args ...any) error {
-		return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
-	}
-writes:
 	for _, fv := range upd {
 		f := declared(n, fv.Field)
 		if f == nil {
-			var ok bool
-			if f, ok = r.g.Field(fv.Field); !ok {
-				err = fail("wrote %q, which is not a state field", fv.Field)
-				break
-			}
-		}
-		if !n.WriteMask[f.Index] {
-			err = fail("wrote field %q, which the node does not declare", f.Name)
+			err = r.undeclared(n, fv.Field)
 			break
 		}
 		at := -1
 		if indexed {
 			at = r.stagedAt[f.Index]
-		} else if len(r.staged) > 0 {
+		} else {
 			for i := range r.staged {
 				if r.staged[i].f == f {
 					at = i
@@ -210,13 +202,15 @@ writes:
 				}
 			}
 		}
-		if at >= 0 && !f.Reducer.Concurrent {
-			err = fail("wrote field %q twice in one update and its reducer is replace", f.Name)
-			break
-		}
-		if w := r.writer[f.Index]; w >= 0 && !f.Reducer.Concurrent {
-			err = fail("field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
-			break
+		if !f.Reducer.Concurrent {
+			if at >= 0 {
+				err = nodeFailure(n, "wrote field %q twice in one update and its reducer is replace", f.Name)
+				break
+			}
+			if w := r.writer[f.Index]; w >= 0 {
+				err = nodeFailure(n, "field %q was also written by %q in this superstep and its reducer is replace", f.Name, r.g.Nodes[w].Name)
+				break
+			}
 		}
 		v, verr := normalizeFor(f, fv.Value)
 		if verr != nil {
@@ -229,9 +223,12 @@ writes:
 		}
 		var merged any
 		var rerr error
-		if f.Reducer.Appends {
+		switch r.records.merge[f.Index] {
+		case mergeReplace:
+			merged = v
+		case mergeAppend:
 			merged, rerr = r.appendOwned(f, cur, v)
-		} else {
+		default:
 			merged, rerr = f.Reducer.Reduce(cur, v)
 		}
 		if rerr == nil {
@@ -239,7 +236,7 @@ writes:
 		}
 		if rerr != nil {
 			rejected = fmt.Errorf("update of field %q rejected: %w", f.Name, rerr)
-			break writes
+			break
 		}
 		if at >= 0 {
 			r.staged[at].merged, r.repeats = merged, true
@@ -256,6 +253,20 @@ writes:
 		}
 	}
 	return rejected, err
+}
+
+// undeclared is the failure of a node that wrote name, which is not a
+// field it declares.
+func (r *run) undeclared(n *flow.Node, name string) error {
+	f, ok := r.g.Field(name)
+	if !ok {
+		return nodeFailure(n, "wrote %q, which is not a state field", name)
+	}
+	return nodeFailure(n, "wrote field %q, which the node does not declare", f.Name)
+}
+
+func nodeFailure(n *flow.Node, format string, args ...any) error {
+	return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf(format, args...)}
 }
 
 // declared returns the node's declared field called name, or nil.
@@ -293,6 +304,15 @@ func someFields(n *flow.Node, upd kind.Update) []string {
 }
 
 func normalizeFor(f *flow.Field, v any) (any, error) {
+	switch v.(type) {
+	case nil, bool, int, string:
+		// normal, and what the shape would coerce is a float
+		return v, nil
+	}
+	return normalizeAny(f, v)
+}
+
+func normalizeAny(f *flow.Field, v any) (any, error) {
 	n, err := value.Normalize(v)
 	if err != nil {
 		return nil, err

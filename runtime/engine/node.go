@@ -17,38 +17,53 @@ import (
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
-// runNodes runs a superstep's nodes: each node that may block on a
-// goroutine of its own, inline nodes one after another on this goroutine.
-func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, vars map[string]any, outs []outcome) {
+// runNodes runs a superstep's nodes on the run's state: each node that may
+// block on a goroutine of its own, inline nodes one after another on this
+// goroutine. Once goroutines run, the variables are only read (see
+// run.Vars): a step that starts them makes them current first. A step
+// that runs a node that may block keeps the thread's lease alive from then
+// on. The error is the store's failure to save an update as a pending
+// write.
+func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, outs []outcome) error {
 	blocking := 0
 	for _, n := range triggered {
 		if !n.Inline {
 			blocking++
 		}
 	}
+	if blocking > 0 && r.lease != nil {
+		r.lease.keepAlive(ctx)
+	}
 	if blocking <= 1 {
 		for i, n := range triggered {
-			r.exec(ctx, n, vars, &outs[i])
+			r.exec(ctx, n, nil, &outs[i])
 		}
-		return
+		return nil
 	}
+	r.Vars()
 	var wg sync.WaitGroup
 	for i, n := range triggered {
 		if !n.Inline {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r.exec(ctx, n, vars, &outs[i])
+				r.exec(ctx, n, nil, &outs[i])
 				outs[i].saveErr = r.savePending(ctx, &outs[i], r.seq, r.step)
 			}()
 		}
 	}
 	for i, n := range triggered {
 		if n.Inline {
-			r.exec(ctx, n, vars, &outs[i])
+			r.exec(ctx, n, nil, &outs[i])
 		}
 	}
 	wg.Wait()
+	for i := range outs {
+		if err := outs[i].saveErr; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // outcome is one node's result in a superstep.
@@ -84,6 +99,15 @@ func (r *run) emitFor(o *outcome, ev Event) {
 	r.emit(ev)
 }
 
+// varsOr is vars, or the run's variables when vars is nil (a node of the
+// step).
+func (r *run) varsOr(vars map[string]any) map[string]any {
+	if vars == nil {
+		return r.Vars()
+	}
+	return vars
+}
+
 // fallback evaluates a node's on_error.set.
 func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Update, error) {
 	if len(n.OnError.Set) == 0 {
@@ -102,14 +126,20 @@ func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Upd
 	return upd, nil
 }
 
-// exec runs one node with its retry and timeout policy.
+// exec runs one node with its retry and timeout policy, over vars for a
+// nested node, over the run's state for a node of the step (vars nil).
 func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
-	o.cached = false
+	o.cached, o.repeats = false, false
+	if o.route != nil || o.saveErr != nil {
+		o.route, o.saveErr = nil, nil
+	}
 	if o.view == nil {
 		o.view = newView(o.host)
 	}
-	o.view.usage = nil
-	if o.host == nil {
+	if o.view.usage != nil {
+		o.view.usage = nil
+	}
+	if o.host == nil && r.pending != nil {
 		if ws, ok := r.pending[n.Name]; ok {
 			// completed before the run stopped: take its saved update
 			o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, updateOf(ws), nil, 0, 0, ""
@@ -152,7 +182,11 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o 
 	if timed {
 		start = time.Now()
 	}
-	o.node, o.update, o.err, o.took, o.degraded = n, nil, nil, 0, ""
+	// what is unchanged is not written again (see begin)
+	o.took = 0
+	if o.node != n {
+		o.node = n
+	}
 	backoff := n.Retry.Backoff
 attempts:
 	for attempt := 1; ; attempt++ {
@@ -170,19 +204,19 @@ attempts:
 		// is another one now
 		st := o.view
 		if err == nil {
-			o.update, o.degraded = upd, st.degraded
+			o.succeed(upd, st.degraded)
 			break
 		}
 		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
 			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil {
-				upd, ferr := fb.Fallback(ctx, st, err)
+				upd, ferr := safeFallback(ctx, fb, st, err)
 				if ferr == nil {
-					o.update, o.degraded = upd, err.Error()
+					o.succeed(upd, err.Error())
 					break
 				}
 				err = fmt.Errorf("%w; fallback: %v", err, ferr)
 			}
-			o.err = err
+			o.update, o.err, o.degraded = nil, err, ""
 			break
 		}
 		if r.req.Observe != nil {
@@ -192,7 +226,7 @@ attempts:
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			o.err = ctx.Err()
+			o.update, o.err, o.degraded = nil, ctx.Err(), ""
 			break attempts
 		case <-t.C:
 		}
@@ -200,6 +234,21 @@ attempts:
 	}
 	if timed {
 		o.took = time.Since(start)
+	}
+}
+
+// succeed records an attempt's update. An outcome serves the same node
+// step after step, its update often in the same buffer: what is unchanged
+// is not written again (see begin).
+func (o *outcome) succeed(upd kind.Update, degraded string) {
+	if len(upd) != len(o.update) || (upd == nil) != (o.update == nil) || len(upd) > 0 && &upd[0] != &o.update[0] {
+		o.update = upd
+	}
+	if o.err != nil {
+		o.err = nil
+	}
+	if o.degraded != degraded {
+		o.degraded = degraded
 	}
 }
 
@@ -248,6 +297,9 @@ func (r *run) call(ctx context.Context, n *flow.Node, o *outcome) (kind.Update, 
 	return res.upd, res.err
 }
 
+// safeRun, safeFallback and safeAsk call a node's code, turning a panic
+// into the node's error: a node that panics fails as one that returns an
+// error does.
 func safeRun(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -255,6 +307,24 @@ func safeRun(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update,
 		}
 	}()
 	return n.Impl.Run(ctx, st)
+}
+
+func safeFallback(ctx context.Context, fb kind.Fallback, st kind.State, cause error) (upd kind.Update, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return fb.Fallback(ctx, st, cause)
+}
+
+func safeAsk(a kind.Asker, st kind.State) (payload any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return a.Ask(st)
 }
 
 // execCached runs a node that has a cache setting: a kept result for its
@@ -266,7 +336,7 @@ func (r *run) execCached(ctx context.Context, n *flow.Node, vars map[string]any,
 		r.execNode(ctx, n, vars, o)
 		return
 	}
-	key, err := r.cacheKey(n, vars)
+	key, err := r.cacheKey(n, r.varsOr(vars))
 	if err != nil {
 		r.execNode(ctx, n, vars, o)
 		return

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/value"
 )
@@ -32,6 +33,9 @@ func (r *run) restore(head *store.Snapshot, input map[string]any) error {
 	copy(r.joins, head.Joins)
 	if input != nil {
 		r.input = input
+		for i, f := range r.g.Fields {
+			r.inSlots[i] = input[f.Name]
+		}
 	}
 	for _, name := range head.Next {
 		n, ok := r.g.Node(name)
@@ -41,7 +45,6 @@ func (r *run) restore(head *store.Snapshot, input map[string]any) error {
 		r.resumed = append(r.resumed, n)
 	}
 	r.pending = head.Pending
-	r.bindVars()
 	return nil
 }
 
@@ -64,6 +67,58 @@ func runInput(ctx context.Context, st store.Store, thread, run string) (input, c
 		}
 	}
 	return in, cps[0].Config
+}
+
+// records are the parts of step checkpoints that the graph alone decides,
+// made once per graph and shared by every checkpoint that has them (a
+// checkpoint is never changed once made): per node, the writers of a step
+// that ran the node alone and saw it write each field it declares once,
+// and the next nodes of a step that triggers it alone.
+type records struct {
+	alone [][]store.NodeWrites
+	only  [][]string
+	// merge says per field how an update merges (mergeReplace,
+	// mergeAppend, or mergeReduce through the field's reducer)
+	merge []uint8
+	// defaultsHold is set when the state of the schema's defaults alone
+	// is valid, as every new thread given no values starts
+	defaultsHold bool
+}
+
+// The ways an update merges into a field, see records.merge.
+const (
+	mergeReduce = iota
+	mergeReplace
+	mergeAppend
+)
+
+type recordsKey struct{}
+
+func recordsOf(g *flow.Graph) *records {
+	return g.Memo(recordsKey{}, func(g *flow.Graph) any {
+		rs := &records{alone: make([][]store.NodeWrites, len(g.Nodes)), only: make([][]string, len(g.Nodes)), merge: make([]uint8, len(g.Fields))}
+		defaults := map[string]any{}
+		for _, f := range g.Fields {
+			if f.HasDefault {
+				defaults[f.Name] = f.Default
+			}
+		}
+		rs.defaultsHold = g.Root() != nil && g.Root().Validate(defaults) == nil
+		replace, _ := flow.LookupReducer("replace")
+		for i, f := range g.Fields {
+			switch {
+			case f.Reducer.Appends:
+				rs.merge[i] = mergeAppend
+			case f.Reducer.Spec == replace:
+				rs.merge[i] = mergeReplace
+			}
+		}
+		for i, n := range g.Nodes {
+			rs.alone[i] = []store.NodeWrites{{Node: n.Name, Fields: n.WriteList}}
+			rs.only[i] = []string{n.Name}
+		}
+		return rs
+	}).(*records)
 }
 
 // slabs hand out the parts of step checkpoints from chunks, so a step
@@ -145,7 +200,7 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 				m := &merged.Writes[i]
 				m.Items, m.Version = append(slices.Clip(m.Items), w.Items...), w.Version
 			default:
-				merged.Writes[i] = store.Write{Field: w.Field, Version: w.Version, Value: r.values[w.Field]}
+				merged.Writes[i] = store.Write{Field: w.Field, Version: w.Version, Value: r.state()[w.Field]}
 			}
 		}
 	}

@@ -12,12 +12,12 @@ import (
 // route fires the edges of the nodes that ran (or START's edges when outs
 // is nil) and returns the next triggered set in declaration order. A node
 // whose on_error routed elsewhere triggers that node instead of its edges.
-// Conditions and routes are evaluated over vars, the post-barrier state.
-func (r *run) route(vars map[string]any, outs []outcome) ([]*flow.Node, error) {
-	r.marked = false
+// Conditions and routes are evaluated over the post-barrier state.
+func (r *run) route(outs []outcome) ([]*flow.Node, error) {
+	r.marked = r.marked[:0]
 	if outs == nil {
 		for _, e := range r.g.Entry {
-			if err := r.fire(e, nil, vars); err != nil {
+			if err := r.fire(e, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -25,35 +25,59 @@ func (r *run) route(vars map[string]any, outs []outcome) ([]*flow.Node, error) {
 	for i := range outs {
 		n := outs[i].node
 		if outs[i].route != nil {
-			r.mark[outs[i].route.Index], r.marked = true, true
+			r.trigger(outs[i].route)
 			continue
 		}
 		for _, e := range n.Out {
-			if err := r.fire(e, n, vars); err != nil {
+			if err := r.fire(e, n); err != nil {
 				return nil, err
 			}
 		}
 	}
-	if !r.marked {
+	if len(r.marked) == 0 {
 		return nil, nil
+	}
+	if len(r.marked) > 1 {
+		slices.Sort(r.marked)
 	}
 	r.flip ^= 1
 	next := r.next[r.flip][:0]
-	for i, m := range r.mark {
-		if m {
-			next = append(next, r.g.Nodes[i])
-			r.mark[i] = false
-		}
+	for _, i := range r.marked {
+		next = appendNode(next, r.g.Nodes[i])
+		r.mark[i] = false
 	}
-	r.next[r.flip] = next
+	if cap(next) == cap(r.next[r.flip]) {
+		// the same buffer: only its length changes
+		r.next[r.flip] = r.next[r.flip][:len(next)]
+	} else {
+		r.next[r.flip] = next
+	}
 	return next, nil
+}
+
+// appendNode appends n to next. A loop triggers the same nodes step after
+// step: when next's buffer holds n there already, no pointer is written
+// (see begin).
+func appendNode(next []*flow.Node, n *flow.Node) []*flow.Node {
+	if len(next) < cap(next) && next[:len(next)+1][len(next)] == n {
+		return next[:len(next)+1]
+	}
+	return append(next, n)
+}
+
+// trigger marks n for the next step.
+func (r *run) trigger(n *flow.Node) {
+	if !r.mark[n.Index] {
+		r.mark[n.Index] = true
+		r.marked = append(r.marked, n.Index)
+	}
 }
 
 // fire takes one edge out of from: a join records from's arrival and fires
 // once every source has arrived; a branch takes its first case that holds;
 // a route takes the choice its expression names (or its default). A
 // bounded edge taken more often than its bound stops the run.
-func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
+func (r *run) fire(e *flow.Edge, from *flow.Node) error {
 	var targets []*flow.Node
 	switch {
 	case e.Join >= 0:
@@ -73,7 +97,7 @@ func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
 			ok := c.When == nil
 			if !ok {
 				var err error
-				ok, err = r.machine.EvalBool(c.When, vars)
+				ok, err = r.machine.EvalBoolFrame(c.When, r.frame, r)
 				if err != nil {
 					return fmt.Errorf("branch at %s: %q: %w", e.Pos, c.When.Source(), err)
 				}
@@ -87,7 +111,7 @@ func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
 			return fmt.Errorf("branch at %s: no case matched and there is no else", e.Pos)
 		}
 	case e.Route != nil:
-		v, err := r.machine.Eval(e.Route, vars)
+		v, err := r.machine.EvalFrame(e.Route, r.frame, r)
 		if err != nil {
 			return fmt.Errorf("route at %s: %q: %w", e.Pos, e.Route.Source(), err)
 		}
@@ -121,9 +145,8 @@ func (r *run) fire(e *flow.Edge, from *flow.Node, vars map[string]any) error {
 		}
 	}
 	for _, n := range targets {
-		r.mark[n.Index] = true
+		r.trigger(n)
 	}
-	r.marked = true
 	return nil
 }
 

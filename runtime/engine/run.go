@@ -51,25 +51,46 @@ type run struct {
 	outsBuf [2]outcome
 	// words backs versions and joins, so a run allocates them at once.
 	words []uint64
+	// records are the graph's shared checkpoint parts
+	records *records
 }
 
 // working is the state a run builds: the values it reads and the changes
 // a step makes to them. The barrier changes it; everything else reads it.
+//
+// The state is cur, a slice indexed by field (see flow.Field.Index), which
+// the step loop, the barrier and expressions (through frame) read and
+// write without hashing a name. Its map form (values) and the expression
+// variables (vars) exist for whoever asks for them: a node that reads
+// Vars, an expression the fast path does not cover, the run's result. They
+// are made current when asked for (see sync), and not before, so a run
+// whose nodes and edges only need the slots never builds them per step.
 type working struct {
-	values   map[string]any
+	cur      []any
+	slots    []any    // backs cur and inSlots
 	versions []uint64 // per field: its version, as checkpoints record it
-	input    map[string]any
-	// vars are the expression variables of the current snapshot. They are
-	// updated in place between steps, unless a detached attempt may still
-	// be reading them: then every step gets fresh ones.
-	vars    map[string]any
+	// values is the map form of the state and vars the expression
+	// variables of the current snapshot, each current unless its stale
+	// flag is set; dirty marks, per field, which of them (a bit each,
+	// dirtyValues and dirtyVars) it changed in since they last were
+	// made current. They are updated in place, unless a detached attempt
+	// may still be reading them: then each is made anew.
+	values      map[string]any
+	vars        map[string]any
+	dirty       []uint8
+	staleValues bool
+	staleVars   bool
+	// frame is what expressions read by slot: cur, and the input by field
+	// index (inSlots). Views point at it; a step that copies cur (own)
+	// makes a new one, so a detached attempt keeps reading the old.
+	frame   *expression.Frame
+	input   map[string]any
+	inSlots []any
 	machine expression.Machine // for edge conditions and routes
 	// detached is set once an attempt the run gave up on was not joined
-	// (see scope.go): it may still read the run's state and variables
+	// (see scope.go): it may still read the run's state and variables, so
+	// from then on every step writes a copy of cur
 	detached atomic.Bool
-	// cur mirrors the state map by field index, so the step loop reads
-	// and writes field values without hashing their names.
-	cur []any
 	// lists holds, per append field, the list this run last appended to,
 	// with its spare capacity. State, events and checkpoints only ever see
 	// it capped at its length, so appending in place beyond that length
@@ -93,7 +114,7 @@ type schedule struct {
 	bounds  []int    // per edge: how often it was taken
 	joins   []uint64 // per join slot: the sources that arrived
 	mark    []bool   // per node: triggered for the next step
-	marked  bool     // some node is marked
+	marked  []int    // the marked nodes, by index
 	next    [2][]*flow.Node
 	nextBuf [2][4]*flow.Node
 	flip    int
@@ -136,7 +157,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	}
 	mark = mark[:nn]
 	clear(mark)
-	r.e, r.g, r.req, r.id = e, g, req, req.ID
+	r.e, r.g, r.req, r.id, r.records = e, g, req, req.ID, recordsOf(g)
 	if r.id == "" {
 		r.id = runID()
 	}
@@ -144,22 +165,33 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	r.words, r.versions, r.joins = words, words[:nf:nf], words[nf:]
 	r.visits, r.bounds = ints[:nn:nn], ints[nn:nn+ne:nn+ne]
 	r.writer, r.oldLen, r.stagedAt = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:nn+ne+2*nf:nn+ne+2*nf], ints[nn+ne+2*nf:]
-	r.mark, r.started, r.now, r.sinceClock, r.flip = mark, time.Now(), time.Time{}, 0, 0
+	r.mark, r.now, r.sinceClock, r.flip, r.marked = mark, time.Time{}, 0, 0, r.marked[:0]
+	if req.Observe != nil {
+		// the run's duration is in its last event
+		r.started = time.Now()
+	}
 	r.changed = r.changed[:0]
 	if cap(r.lists) < nf {
 		r.lists = make([][]any, nf)
 	}
 	r.lists = r.lists[:nf]
-	if cap(r.cur) < nf {
-		r.cur = make([]any, nf)
+	if cap(r.slots) < 2*nf {
+		r.slots = make([]any, 2*nf)
 	}
-	r.cur = r.cur[:nf]
+	r.cur, r.inSlots = r.slots[:nf:nf], r.slots[nf:2*nf:2*nf]
+	if cap(r.dirty) < nf {
+		r.dirty = make([]uint8, nf)
+	}
+	r.dirty = r.dirty[:nf]
+	r.vars, r.staleValues, r.staleVars = nil, false, true
 	r.resumed, r.pending, r.lease, r.async, r.deferred = nil, nil, nil, nil, nil
 	r.late.reset()
 	for i, f := range g.Fields {
+		v, ok := head.Values[f.Name]
+		r.cur[i] = v
 		if head.Versions == nil {
 			// a thread created by this run: every present field is new
-			if _, ok := head.Values[f.Name]; ok {
+			if ok {
 				r.versions[i] = 1
 			}
 		} else {
@@ -167,6 +199,10 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 		}
 		r.writer[i], r.stagedAt[i] = -1, -1
 	}
+	if r.frame == nil {
+		r.frame = new(expression.Frame)
+	}
+	r.frame.State, r.frame.Input = r.cur, r.inSlots
 	if r.outs == nil {
 		r.outs = r.outsBuf[:0]
 		r.next[0], r.next[1] = r.nextBuf[0][:0], r.nextBuf[1][:0]
@@ -194,15 +230,16 @@ func (r *run) release() {
 	}
 	clear(r.next[0][:cap(r.next[0])])
 	clear(r.lists)
-	clear(r.cur)
+	clear(r.slots)
+	clear(r.dirty)
 	clear(r.next[1][:cap(r.next[1])])
-	r.e, r.g, r.values, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, Request{}, nil, nil
-	r.config, r.record, r.nestedDone = nil, nil, nil
-	clear(r.staged)
-	r.staged = r.staged[:0]
-	if r.vars != nil {
-		clear(r.vars)
-	}
+	r.e, r.g, r.values, r.vars, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, nil, Request{}, nil, nil
+	r.config, r.record, r.nestedDone, r.records = nil, nil, nil, nil
+	r.frame.State, r.frame.Input = nil, nil
+	// the buffers' spare entries too: a pooled run holds no value
+	clear(r.staged[:cap(r.staged)])
+	clear(r.changed[:cap(r.changed)])
+	r.staged, r.changed = r.staged[:0], r.changed[:0]
 	runs.Put(r)
 }
 
@@ -213,7 +250,9 @@ var (
 
 // runID names a run uniquely: a per-process random prefix and a counter.
 func runID() string {
-	return runPrefix + "-" + strconv.FormatUint(runSeq.Add(1), 36)
+	var b [32]byte
+	id := append(append(b[:0], runPrefix...), '-')
+	return string(strconv.AppendUint(id, runSeq.Add(1), 36))
 }
 
 // clockEvery bounds how many inline-only steps may share one clock reading.
@@ -239,27 +278,97 @@ func (r *run) clock(outs []outcome) time.Time {
 	return r.now
 }
 
-// bindVars builds fresh expression variables for the current state.
-func (r *run) bindVars() {
-	if r.vars == nil || r.detached.Load() {
-		r.vars = make(map[string]any, len(r.g.Fields)+len(r.input)+2)
+// set writes field i of the state: the step loop's only way to change
+// it, so that the map form and the variables follow when asked for.
+func (r *run) set(i int, v any) {
+	r.cur[i] = v
+	r.dirty[i] = dirtyValues | dirtyVars
+	r.staleValues, r.staleVars = true, true
+}
+
+// The bits of working.dirty.
+const (
+	dirtyValues = 1 << iota
+	dirtyVars
+)
+
+// own makes cur the run's own before a step writes it, once a detached
+// attempt may still read the slots it was given.
+func (r *run) own() {
+	if r.detached.Load() {
+		r.cur = slices.Clone(r.cur)
+		r.frame = &expression.Frame{State: r.cur, Input: r.inSlots}
+	}
+}
+
+// Vars returns the expression variables of the current state, made
+// current first (see working). While attempts run on goroutines of their
+// own it only reads: the step makes them current before it starts those.
+func (r *run) Vars() map[string]any {
+	if r.staleVars {
+		r.syncVars()
+	}
+	return r.vars
+}
+
+// state returns the map form of the current state.
+func (r *run) state() map[string]any {
+	if r.staleValues {
+		r.syncValues()
+	}
+	return r.values
+}
+
+// syncValues makes values current: in place, or a fresh map when a
+// detached attempt may still read the old one.
+func (r *run) syncValues() {
+	if r.values == nil || r.detached.Load() {
+		v := make(map[string]any, len(r.g.Fields))
+		for k, x := range r.values {
+			v[k] = x
+		}
+		r.values = v
+	}
+	for i, d := range r.dirty {
+		if d&dirtyValues != 0 {
+			r.values[r.g.Fields[i].Name] = r.cur[i]
+			r.dirty[i] &^= dirtyValues
+		}
+	}
+	r.staleValues = false
+}
+
+// syncVars makes vars current (and values, which they hold): in place,
+// or fresh ones when a detached attempt may still read the old ones.
+func (r *run) syncVars() {
+	fresh := r.vars == nil || r.detached.Load()
+	r.state()
+	if fresh {
+		r.vars = make(map[string]any, 2*len(r.g.Fields)+3)
+		r.vars["state"], r.vars["input"] = r.values, r.input
+		if r.config != nil {
+			r.vars["config"] = r.config
+		}
+		for _, f := range r.g.Fields {
+			if v, ok := r.values[f.Name]; ok {
+				r.vars[f.Var] = v
+			}
+			if v, ok := r.input[f.Name]; ok {
+				r.vars[f.InputVar] = v
+			}
+		}
+		for i := range r.dirty {
+			r.dirty[i] &^= dirtyVars
+		}
 	} else {
-		clear(r.vars)
-	}
-	r.vars["state"], r.vars["input"] = r.values, r.input
-	if r.config != nil {
-		r.vars["config"] = r.config
-	}
-	for i, f := range r.g.Fields {
-		v, ok := r.values[f.Name]
-		r.cur[i] = v
-		if ok {
-			r.vars[f.Var] = v
-		}
-		if v, ok := r.input[f.Name]; ok {
-			r.vars[f.InputVar] = v
+		for i, d := range r.dirty {
+			if d&dirtyVars != 0 {
+				r.vars[r.g.Fields[i].Var] = r.cur[i]
+				r.dirty[i] &^= dirtyVars
+			}
 		}
 	}
+	r.staleVars = false
 }
 
 func sortedKeys(m map[string]any) []string {
@@ -272,6 +381,7 @@ func sortedKeys(m map[string]any) []string {
 func (r *run) emit(ev Event) {
 	ev.Run, ev.Thread, ev.Time = r.id, r.req.Thread, time.Now()
 	r.emitMu.Lock()
+	// an observer that panics leaves the next event free to be sent
+	defer r.emitMu.Unlock()
 	r.req.Observe(ev)
-	r.emitMu.Unlock()
 }

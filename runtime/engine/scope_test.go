@@ -65,6 +65,24 @@ func (n *fallbackNode) Fallback(_ context.Context, s kind.State, err error) (kin
 	return kind.Update{{Field: "note", Value: s.Node() + " " + strconv.Itoa(s.Attempt()) + " " + s.Get("out").(string) + ": " + err.Error()}}, nil
 }
 
+// panicFallback fails, and its fallback panics.
+type panicFallback struct{}
+
+func (panicFallback) Run(context.Context, kind.State) (kind.Update, error) {
+	return nil, errors.New("broke")
+}
+
+func (panicFallback) Fallback(context.Context, kind.State, error) (kind.Update, error) {
+	panic("fallback broke")
+}
+
+// panicAsk panics when the engine asks it for its question.
+type panicAsk struct{}
+
+func (panicAsk) Ask(kind.State) (any, error) { panic("ask broke") }
+
+func (panicAsk) Run(context.Context, kind.State) (kind.Update, error) { return nil, nil }
+
 // fanNode runs its nested node once per item of 0..items-1, all at once,
 // and returns their writes (or the first failure): a map reduced to what
 // the engine sees of one.
@@ -107,6 +125,10 @@ var scopeKinds = sync.OnceValue(func() kind.Registry {
 				name, _ := b.Settings().String("hook")
 				return &fallbackNode{hookNode{name: name, sets: kindtest.CompileSet(b)}}
 			}},
+		kind.Spec{Name: "panic_fallback", Summary: "Fail, then panic in the fallback.",
+			New: func(b kind.Builder) kind.Node { return panicFallback{} }},
+		kind.Spec{Name: "panic_ask", Summary: "Panic when asked for the question.",
+			New: func(b kind.Builder) kind.Node { return panicAsk{} }},
 		kind.Spec{Name: "fan", Summary: "Run a nested node per item.", Fields: []config.Field{
 			config.Integer("items", "How many."), config.Ref("node", "The nested node.", "node")},
 			New: func(b kind.Builder) kind.Node {
@@ -547,3 +569,77 @@ func TestNestedRunsOfAnAbandonedHostEndWithTheRun(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A node whose code panics outside Run (its fallback, its question) fails
+// its run with a run error that says so, alone in its step or beside
+// another blocking node, and leaves its thread free.
+func TestPanickingNodeEndsTheRunWithARunError(t *testing.T) {
+	quiet := hook(t, func(context.Context, kind.State) error { return nil })
+	for _, tc := range []struct{ name, nodes, edges, want string }{
+		{"fallback", "bad: {kind: panic_fallback}", "- {from: START, to: bad}", "fallback broke"},
+		{"fallback beside another node",
+			"bad: {kind: panic_fallback}\n\tother: {kind: hook, hook: " + quiet + ", set: {out: \"'done'\"}}",
+			"- {from: START, to: [bad, other]}\n\t- {from: other, to: END}", "fallback broke"},
+		{"question", "bad: {kind: panic_ask}", "- {from: START, to: bad}", "ask broke"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := compileScope(t, `
+version: 1
+name: panics
+state:
+	schema:
+		type: object
+		properties:
+			out: {type: string, default: ""}
+nodes:
+	`+tc.nodes+`
+edges:
+	`+tc.edges+`
+	- {from: bad, to: END}
+`)
+			eng := engine.New(memory.New())
+			var w watch
+			res, err := eng.Run(context.Background(), g, engine.Request{Thread: "t", Observe: w.observe})
+			w.end()
+			if err == nil || !strings.Contains(err.Error(), "panic") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("result %+v, error %v: want an error naming the panic %q", res, err, tc.want)
+			}
+			if res != nil {
+				t.Errorf("a failed run returned a result: %+v", res)
+			}
+			if n := len(w.events); n == 0 || w.events[n-1].Type != engine.RunError || !strings.Contains(w.events[n-1].Error, tc.want) {
+				t.Fatalf("events %+v: want the last a run_error naming %q", w.events, tc.want)
+			}
+			// the thread is not held by the failed run
+			if _, err := eng.Run(context.Background(), g, engine.Request{Thread: "t", Resume: true}); errors.Is(err, engine.ErrBusy) {
+				t.Fatalf("the thread is still busy after the failed run: %v", err)
+			}
+		})
+	}
+}
+
+// A panic on the run's goroutine that no node's guard catches (here the
+// observer's own, at a node's start) ends the run as a run error too, and
+// leaves the thread free.
+func TestPanicOnTheRunsGoroutineEndsTheRun(t *testing.T) {
+	name := hook(t, func(context.Context, kind.State) error { return nil })
+	g := oneNodeFlow(t, name, "0s", "")
+	eng := engine.New(memory.New())
+	var events []engine.Event
+	observe := func(ev engine.Event) {
+		events = append(events, ev)
+		if ev.Type == engine.NodeStart {
+			panic("observer broke")
+		}
+	}
+	res, err := eng.Run(context.Background(), g, engine.Request{Thread: "t", Observe: observe})
+	if err == nil || !strings.Contains(err.Error(), "panic: observer broke") || res != nil {
+		t.Fatalf("result %+v, error %v: want a run error naming the panic", res, err)
+	}
+	if n := len(events); events[n-1].Type != engine.RunError || !strings.Contains(events[n-1].Error, "observer broke") {
+		t.Fatalf("events %+v: want the last a run_error naming the panic", events)
+	}
+	if _, err := eng.Run(context.Background(), g, engine.Request{Thread: "t", Resume: true}); err != nil {
+		t.Fatalf("resuming the failed run: %v", err)
+	}
+}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
-	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -46,7 +45,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			case !started:
 			case err != nil:
 				r.emit(Event{Type: RunError, Step: r.step, Error: err.Error(), Duration: time.Since(r.started)})
-			default:
+			case res != nil:
 				r.emit(Event{Type: RunEnd, Step: r.step, State: res.State, Duration: time.Since(r.started), Interrupt: res.Interrupt})
 			}
 		}()
@@ -57,6 +56,17 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		}
 		if res != nil {
 			res.Checkpoint = r.seq
+		}
+	}()
+	// a panic the nodes' own guards did not catch ends the run as a run
+	// error, seen as one by the defers above: its commits are dropped or
+	// completed as for any failure, its observer gets run_error, and Run
+	// releases the thread (but does not pool the run: a node of the step
+	// may still be running on a goroutine of its own)
+	defer func() {
+		if p := recover(); p != nil {
+			r.detached.Store(true)
+			res, err = nil, fmt.Errorf("step %d: panic: %v", r.step, p)
 		}
 	}()
 	var triggered []*flow.Node
@@ -86,8 +96,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			r.creating = nil
 		}
 		start()
-		r.bindVars()
-		if triggered, err = r.route(r.vars, nil); err != nil {
+		if triggered, err = r.route(nil); err != nil {
 			return nil, err
 		}
 		if cp != nil {
@@ -165,12 +174,14 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 					return r.result(&Interrupt{After: names}), nil
 				}
 			}
-			select {
-			case <-r.req.Stop:
-				// the step's checkpoint names the triggered nodes: the
-				// run can be resumed from here
-				return nil, ErrStopped
-			default:
+			if r.req.Stop != nil {
+				select {
+				case <-r.req.Stop:
+					// the step's checkpoint names the triggered nodes:
+					// the run can be resumed from here
+					return nil, ErrStopped
+				default:
+				}
 			}
 		}
 	}
@@ -192,7 +203,7 @@ func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 		if _, given := r.answers[n.Name]; given {
 			continue
 		}
-		payload, err := a.Ask(kind.View(n.Name, r.vars))
+		payload, err := safeAsk(a, kind.View(n.Name, r.Vars()))
 		if err != nil {
 			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
 		}
@@ -219,7 +230,7 @@ func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 			continue
 		}
 		var o outcome
-		r.exec(ctx, n, r.vars, &o)
+		r.exec(ctx, n, nil, &o)
 		if o.err != nil {
 			return &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: o.err}
 		}
@@ -232,7 +243,7 @@ func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 
 // result is the run's outcome so far.
 func (r *run) result(in *Interrupt) *Result {
-	return &Result{Run: r.id, Thread: r.req.Thread, State: r.values, Checkpoint: r.seq, Steps: r.step, Path: r.path,
+	return &Result{Run: r.id, Thread: r.req.Thread, State: r.state(), Checkpoint: r.seq, Steps: r.step, Path: r.path,
 		g: r.g, visits: r.visits, Interrupt: in}
 }
 
@@ -258,7 +269,7 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 			return nil, nil
 		}
 		// a new thread with no input: its initial values alone must hold
-		if r.g.Root().Validate(r.values) == nil {
+		if len(r.req.Values) == 0 && r.records.defaultsHold || r.g.Root().Validate(r.values) == nil {
 			return nil, nil
 		}
 		var probs inputProblems
@@ -310,6 +321,10 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 		return nil, err
 	}
 	r.values = next
+	for i, f := range r.g.Fields {
+		r.cur[i] = next[f.Name]
+		r.inSlots[i] = r.input[f.Name]
+	}
 	if len(cp.Writes) == 0 {
 		return nil, nil
 	}
@@ -391,32 +406,17 @@ func (p inputProblems) err() error {
 // over).
 func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.Node, error) {
 	observe := r.req.Observe != nil
-	vars := r.vars
 	if cap(r.outs) < len(triggered) {
 		r.outs = make([]outcome, len(triggered))
 	}
 	outs := r.outs[:len(triggered)]
-	for i := range outs {
-		outs[i].update, outs[i].err, outs[i].route, outs[i].saveErr, outs[i].repeats = nil, nil, nil, nil, false
-	}
 	if observe {
 		for _, n := range triggered {
 			r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
 		}
 	}
-	if r.lease != nil {
-		for _, n := range triggered {
-			if !n.Inline {
-				r.lease.keepAlive(ctx)
-				break
-			}
-		}
-	}
-	r.runNodes(ctx, triggered, vars, outs)
-	for i := range outs {
-		if err := outs[i].saveErr; err != nil {
-			return nil, err
-		}
+	if err := r.runNodes(ctx, triggered, outs); err != nil {
+		return nil, err
 	}
 	// saved updates belong to the first superstep of a resumed run only,
 	// an answer to the first step that runs its asker
@@ -438,7 +438,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		}
 		r.path = append(r.path, names)
 	}
-	next, changed, err := r.barrier(ctx, outs, vars)
+	changed, err := r.barrier(ctx, outs)
 	if err != nil {
 		return nil, err
 	}
@@ -461,31 +461,32 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		}
 		cp.Writes = writes
 		if r.g.FullValidation {
-			if err := r.g.Root().Validate(next); err != nil {
+			if err := r.g.Root().Validate(r.state()); err != nil {
 				return nil, fmt.Errorf("step %d: state rejected: %w", r.step, err)
 			}
 		}
-		r.values = next
 	}
-	writers := take(&r.slabs.writers, len(outs))[:0]
-	for i := range outs {
-		writers = append(writers, store.NodeWrites{Node: outs[i].node.Name, Fields: writtenFields(outs[i].node, outs[i].update, outs[i].repeats)})
-	}
-	cp.Writers = writers
-	// routing on the post-barrier state
-	if r.detached.Load() {
-		r.bindVars()
+	if o := &outs[0]; len(outs) == 1 && len(o.update) == len(o.node.WriteList) && !o.repeats {
+		cp.Writers = r.records.alone[o.node.Index]
 	} else {
-		for _, f := range changed {
-			expression.BindField(r.vars, f.Var, r.cur[f.Index])
+		writers := take(&r.slabs.writers, len(outs))[:0]
+		for i := range outs {
+			writers = append(writers, store.NodeWrites{Node: outs[i].node.Name, Fields: writtenFields(outs[i].node, outs[i].update, outs[i].repeats)})
 		}
+		cp.Writers = writers
 	}
-	following, err := r.route(r.vars, outs)
+	// routing on the post-barrier state
+	following, err := r.route(outs)
 	if err != nil {
 		return nil, err
 	}
 	cp.Time = r.clock(outs)
-	if len(following) > 0 {
+	switch len(following) {
+	case 0:
+	case 1:
+		cp.Next = r.records.only[following[0].Index]
+		cp.Joins = r.runState()
+	default:
 		names := take(&r.slabs.names, len(following))[:0]
 		for _, n := range following {
 			names = append(names, n.Name)
@@ -508,9 +509,9 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		r.lease.renewIfDue(ctx, cp.Time)
 	}
 	if observe {
-		upd := make(map[string]any, len(cp.Writes))
-		for _, w := range cp.Writes {
-			upd[w.Field] = r.values[w.Field]
+		upd := make(map[string]any, len(changed))
+		for _, f := range changed {
+			upd[f.Name] = r.cur[f.Index]
 		}
 		r.emit(Event{Type: StateUpdate, Step: r.step, Update: upd, Checkpoint: cp.Seq, Next: cp.Next, Duration: committed})
 	}

@@ -102,11 +102,11 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 		}
 		return nil, &InputError{Field: node, Reason: "not a node of this flow", Suggestion: diag.Suggest(node, names)}
 	}
-	owner, free, err := e.claim(ctx, thread)
+	owner, err := e.claim(ctx, thread)
 	if err != nil {
 		return nil, err
 	}
-	defer free()
+	defer e.free(thread)
 	defer e.Store.Release(context.WithoutCancel(ctx), thread, owner)
 	head, err := e.Store.Head(ctx, thread)
 	if err != nil {
@@ -160,11 +160,11 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 // step saved as pending writes are dropped. A thread with no unfinished
 // run is returned as it is.
 func (e *Engine) Abandon(ctx context.Context, thread string) (*store.Snapshot, error) {
-	owner, free, err := e.claim(ctx, thread)
+	owner, err := e.claim(ctx, thread)
 	if err != nil {
 		return nil, err
 	}
-	defer free()
+	defer e.free(thread)
 	defer e.Store.Release(context.WithoutCancel(ctx), thread, owner)
 	head, err := e.Store.Head(ctx, thread)
 	if err != nil || len(head.Next) == 0 {
@@ -212,7 +212,7 @@ func (e *Engine) Asks(ctx context.Context, g *flow.Graph, thread string) ([]Ask,
 				vars["config"] = cfg
 			}
 		}
-		payload, err := n.Impl.(kind.Asker).Ask(kind.View(name, vars))
+		payload, err := safeAsk(n.Impl.(kind.Asker), kind.View(name, vars))
 		if err != nil {
 			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
 		}

@@ -17,9 +17,15 @@ import (
 // is open: the run changes them only once every attempt of the step has
 // returned or been given up, its gate closed.
 type view struct {
-	n        *flow.Node
-	attempt  int
+	n       *flow.Node
+	attempt int
+	// vars are the variables the attempt runs over. A node of the step
+	// reads the state through frame, its snapshot of the run's slots, and
+	// vars is nil until the node asks for it when the attempt runs on the
+	// run's goroutine (see begin); a nested node has vars only.
 	vars     map[string]any
+	frame    *expression.Frame
+	slotted  bool
 	machine  expression.Machine
 	buf      kind.Update
 	degraded string
@@ -45,9 +51,37 @@ func newView(host *view) *view {
 	return v
 }
 
-// begin points the view at an attempt of n over vars.
+// begin points the view at an attempt of n: over vars for a nested node,
+// over the run's current state for a node of the step (vars nil). An
+// attempt on the run's goroutine asks for the variables when it needs
+// them; one on a goroutine of its own is given them now, made current
+// before the step started it.
+//
+// A view serves attempt after attempt of the same node: what has not
+// changed is not written again, since every pointer written while the
+// collector marks costs a write barrier.
 func (r *run) begin(v *view, n *flow.Node, vars map[string]any, attempt int) {
-	v.vars, v.n, v.attempt, v.degraded, v.run = vars, n, attempt, "", r
+	v.attempt = attempt
+	if v.n != n {
+		v.n = n
+	}
+	if v.run != r {
+		v.run = r
+	}
+	if v.degraded != "" {
+		v.degraded = ""
+	}
+	if v.slotted = vars == nil; v.slotted {
+		if v.frame != r.frame {
+			v.frame = r.frame
+		}
+		if !n.Inline || n.Timeout > 0 {
+			vars = r.Vars()
+		}
+	}
+	if v.vars != nil || vars != nil {
+		v.vars = vars
+	}
 	if v.gate.closed {
 		// the view's last attempt was given up, and has returned
 		v.reopen()
@@ -79,23 +113,51 @@ func (v *view) position() (step int, seq uint64, ok bool) {
 
 // clear drops what the view refers to, for the pool.
 func (v *view) clear() {
-	v.vars, v.n, v.degraded, v.usage, v.run = nil, nil, "", nil, nil
+	v.vars, v.n, v.degraded, v.usage, v.run, v.frame = nil, nil, "", nil, nil, nil
 }
 
 func (v *view) Node() string { return v.n.Name }
 func (v *view) Attempt() int { return v.attempt }
 
-func (v *view) Get(field string) any { return v.vars["state"].(map[string]any)[field] }
+func (v *view) Get(field string) any {
+	if v.slotted {
+		if f, ok := v.run.g.Field(field); ok {
+			return v.frame.State[f.Index]
+		}
+		return nil
+	}
+	return v.vars["state"].(map[string]any)[field]
+}
 
 func (v *view) Input(field string) any {
+	if v.slotted {
+		if f, ok := v.run.g.Field(field); ok {
+			return v.frame.Input[f.Index]
+		}
+		return nil
+	}
 	in, _ := v.vars["input"].(map[string]any)
 	return in[field]
 }
 
-func (v *view) Eval(p *expression.Program) (any, error) { return v.machine.Eval(p, v.vars) }
-func (v *view) Vars() map[string]any                    { return v.vars }
-func (v *view) Observed() bool                          { return v.run.req.Observe != nil }
-func (v *view) Degrade(reason string)                   { v.degraded = reason }
+func (v *view) Eval(p *expression.Program) (any, error) {
+	if v.slotted {
+		return v.machine.EvalFrame(p, v.frame, v)
+	}
+	return v.machine.Eval(p, v.vars)
+}
+
+// Vars implements kind.State (and expression.Source, for programs the
+// fast path gives up on).
+func (v *view) Vars() map[string]any {
+	if v.vars == nil {
+		v.vars = v.run.Vars()
+	}
+	return v.vars
+}
+
+func (v *view) Observed() bool        { return v.run.req.Observe != nil }
+func (v *view) Degrade(reason string) { v.degraded = reason }
 
 // Answer is the run's answer to the step's node (a nested node asks no
 // question).

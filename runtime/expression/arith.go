@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/builtin"
@@ -165,14 +166,31 @@ func asInt(v any) (int, bool) {
 }
 
 // exact rewrites +, -, * and unary - over operands that are ints, or of
-// a type the checker cannot tell, into the exact operations.
-type exact struct{}
+// a type the checker cannot tell, into the exact operations. It records
+// the calls it makes by operator ("neg" for negation), for the fast path.
+type exact struct {
+	ops map[*ast.CallNode]opCall
+	env *Env
+}
 
-func (exact) Visit(n *ast.Node) {
+// opCall is an exact operation the patcher put in: its operator, and
+// whether it is the form over ints (whose operands the machine asserts
+// are ints).
+type opCall struct {
+	op   string
+	ints bool
+}
+
+func (e *exact) Visit(n *ast.Node) {
 	switch x := (*n).(type) {
 	case *ast.BinaryNode:
 		op, ok := checked[x.Operator]
 		if !ok || !mayBeInt(x.Left.Type()) || !mayBeInt(x.Right.Type()) {
+			return
+		}
+		if _, _, ok := e.bounds(x); ok {
+			// no value the operands can hold overflows: the machine's own
+			// operation is exact here
 			return
 		}
 		if a, ok := x.Left.(*ast.IntegerNode); ok {
@@ -187,7 +205,9 @@ func (exact) Visit(n *ast.Node) {
 		if allInts(x.Left, x.Right) {
 			fn = op.ints
 		}
-		ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Left, x.Right}})
+		call := &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Left, x.Right}}
+		e.ops[call] = opCall{x.Operator, allInts(x.Left, x.Right)}
+		ast.Patch(n, call)
 	case *ast.BuiltinNode:
 		switch {
 		case x.Name == "int" && len(x.Arguments) == 1 && mayBeFloat(x.Arguments[0].Type()):
@@ -220,6 +240,9 @@ func (exact) Visit(n *ast.Node) {
 		if x.Operator != "-" || !mayBeInt(x.Node.Type()) {
 			return
 		}
+		if _, _, ok := e.bounds(x); ok {
+			return
+		}
 		if a, ok := x.Node.(*ast.IntegerNode); ok && a.Value != math.MinInt {
 			ast.Patch(n, &ast.IntegerNode{Value: -a.Value})
 			return
@@ -228,7 +251,9 @@ func (exact) Visit(n *ast.Node) {
 		if allInts(x.Node) {
 			fn = negateInt
 		}
-		ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Node}})
+		call := &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Node}}
+		e.ops[call] = opCall{"neg", allInts(x.Node)}
+		ast.Patch(n, call)
 	}
 }
 
@@ -467,4 +492,104 @@ func (v *numeric) kind(n ast.Node) numKind {
 		return numAny
 	}
 	return numUnknown
+}
+
+// bounds is the range of an int expression that no value of its operands
+// can take outside: an int literal, a state field whose schema bounds it
+// (minimum and maximum) and gives it a default (so it is never unset),
+// and +, - and * of those whose range the computation proves within the
+// 64-bit range. ok is false for anything else. Operations within bounds
+// keep the machine's own operation: checking them for an overflow that
+// cannot happen is all cost.
+func (e *exact) bounds(n ast.Node) (lo, hi int, ok bool) {
+	switch x := n.(type) {
+	case *ast.IntegerNode:
+		return x.Value, x.Value, true
+	case *ast.IdentifierNode, *ast.MemberNode:
+		// state.NAME, read as a member or, flattened, as a variable
+		field, isState := stateField(x)
+		if id, ok := x.(*ast.IdentifierNode); ok {
+			field, isState = strings.CutPrefix(id.Value, "state.")
+		}
+		if !isState || e.env == nil || e.env.shapes["state"] == nil {
+			return 0, 0, false
+		}
+		s := e.env.shapes["state"].Props[field]
+		if !s.Is("integer") || !s.HasDefault || s.Minimum == nil || s.Maximum == nil {
+			return 0, 0, false
+		}
+		const limit = 1 << 53 // exact in a float64, far from overflowing
+		min, max := math.Ceil(*s.Minimum), math.Floor(*s.Maximum)
+		if s.ExclusiveMinimum && min == *s.Minimum {
+			min++
+		}
+		if s.ExclusiveMaximum && max == *s.Maximum {
+			max--
+		}
+		if min < -limit || max > limit || min > max {
+			return 0, 0, false
+		}
+		return int(min), int(max), true
+	case *ast.UnaryNode:
+		if x.Operator != "-" {
+			return 0, 0, false
+		}
+		l, h, ok := e.bounds(x.Node)
+		if !ok || l == math.MinInt {
+			return 0, 0, false
+		}
+		return -h, -l, true
+	case *ast.BinaryNode:
+		l1, h1, ok1 := e.bounds(x.Left)
+		l2, h2, ok2 := e.bounds(x.Right)
+		if !ok1 || !ok2 {
+			return 0, 0, false
+		}
+		var corners []int
+		switch x.Operator {
+		case "+":
+			corners = []int{}
+			for _, p := range [][2]int{{l1, l2}, {h1, h2}} {
+				c, err := addInt(p[0], p[1])
+				if err != nil {
+					return 0, 0, false
+				}
+				corners = append(corners, c)
+			}
+		case "-":
+			for _, p := range [][2]int{{l1, h2}, {h1, l2}} {
+				c, err := subInt(p[0], p[1])
+				if err != nil {
+					return 0, 0, false
+				}
+				corners = append(corners, c)
+			}
+		case "*":
+			for _, p := range [][2]int{{l1, l2}, {l1, h2}, {h1, l2}, {h1, h2}} {
+				c, err := mulInt(p[0], p[1])
+				if err != nil {
+					return 0, 0, false
+				}
+				corners = append(corners, c)
+			}
+		default:
+			return 0, 0, false
+		}
+		return slices.Min(corners), slices.Max(corners), true
+	}
+	return 0, 0, false
+}
+
+// stateField reports whether n reads state.NAME, and NAME.
+func stateField(n ast.Node) (string, bool) {
+	m, ok := n.(*ast.MemberNode)
+	if !ok {
+		return "", false
+	}
+	id, ok := m.Node.(*ast.IdentifierNode)
+	prop, isStr := m.Property.(*ast.StringNode)
+	if !ok || !isStr || id.Value != "state" {
+		return "", false
+	}
+	return prop.Value, true
 }

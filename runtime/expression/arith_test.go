@@ -163,6 +163,45 @@ func TestNumberKinds(t *testing.T) {
 	}
 }
 
+// An operation whose operands the schema bounds (an int field with a
+// minimum, a maximum and a default, int literals) so that no value of
+// theirs overflows keeps the machine's own arithmetic, and is exact over
+// the whole range; one that might overflow, or reads a field that may be
+// unset or is not bounded on both sides, stays checked.
+func TestBoundedArithmeticIsNative(t *testing.T) {
+	max := 1e6
+	min := -1e6
+	bounded := &schema.Shape{Types: []string{"integer"}, Minimum: &min, Maximum: &max, HasDefault: true}
+	noDefault := &schema.Shape{Types: []string{"integer"}, Minimum: &min, Maximum: &max}
+	oneSided := &schema.Shape{Types: []string{"integer"}, Maximum: &max, HasDefault: true}
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"c": bounded, "d": bounded, "u": noDefault, "o": oneSided}, Order: []string{"c", "d", "u", "o"}})
+	for src, checked := range map[string]bool{
+		"state.c + 1": false, "state.c - state.d": false, "state.c * state.d": false, "-state.c * 3 + 7": false,
+		"state.c * state.d * state.c": false, "state.c * state.d * state.c * state.d": true,
+		"state.c * 9223372036855": true, "state.c * 9223372036854": false, "state.u + 1": true, "state.o + 1": true, "state.c + state.o": true,
+	} {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %v", src, probs)
+		}
+		if expression.Checked(p) != checked {
+			t.Errorf("%s: checked %v, want %v", src, expression.Checked(p), checked)
+		}
+	}
+	p, _ := expression.Compile("state.c * state.d * state.c - 5", env, false)
+	for _, c := range []int{-1e6, -7, 0, 3, 1e6} {
+		for _, d := range []int{-1e6, -1, 0, 2, 1e6} {
+			vars := map[string]any{}
+			expression.Bind(vars, "state", map[string]any{"c": c, "d": d})
+			v, err := p.Eval(vars)
+			if err != nil || v != c*d*c-5 {
+				t.Fatalf("c %d d %d: %v %v, want %d", c, d, v, err, c*d*c-5)
+			}
+		}
+	}
+}
+
 // A condition that is a choice typed any as a whole has each branch
 // checked: one that yields no boolean is E002 at that branch.
 func TestConditionBranches(t *testing.T) {
@@ -203,6 +242,21 @@ func TestExactArithmeticAllocatesNothing(t *testing.T) {
 		}
 		if allocs := testing.AllocsPerRun(20, func() { _, _ = m.Eval(p, vars) }); allocs > 0 {
 			t.Errorf("%s: %v allocations a run", src, allocs)
+		}
+	}
+}
+
+// Arithmetic over a state whose schema says nothing (no state block)
+// compiles, checked.
+func TestArithmeticOverAnUntypedState(t *testing.T) {
+	env := expression.NewEnv().With("state", nil).With("input", nil)
+	for _, src := range []string{"state.n + 1", "-state.n * 2", "state.a.b - 3"} {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %v", src, probs)
+		}
+		if !expression.Checked(p) {
+			t.Errorf("%s is not checked", src)
 		}
 	}
 }

@@ -3,7 +3,10 @@
 // from the flow's state schema, so a misspelt field or a non-boolean
 // condition is a load error with a position and a suggestion, never a runtime
 // surprise. Evaluation reuses virtual machines and allocates nothing beyond
-// what the expression itself builds.
+// what the expression itself builds. Programs over an environment whose
+// state and input fields are slotted (see Env.Slotted) also get a fast
+// path of closures that read those fields straight from a Frame and hand
+// every case they do not cover to the machine (see fast.go).
 package expression
 
 import (
@@ -42,6 +45,9 @@ type Env struct {
 	// expression compiled against the environment.
 	natureOnce sync.Once
 	nature     nature.Nature
+	// slots gives the frame slot of each field of state and input, see
+	// Slotted
+	slots map[string]int
 }
 
 // option gives expr the environment, its nature worked out once.
@@ -60,7 +66,18 @@ func NewEnv() *Env {
 // With returns a copy of e with variable name of the given shape added
 // (nil shape: any value).
 func (e *Env) With(name string, shape *schema.Shape) *Env {
-	n := &Env{vars: make(types.Map, len(e.vars)+1), shapes: make(map[string]*schema.Shape, len(e.shapes)+1), flat: map[string]bool{}}
+	n := e.clone()
+	delete(n.flat, name)
+	n.names = append(n.names, name)
+	n.vars[name] = TypeOf(shape)
+	n.shapes[name] = shape
+	return n
+}
+
+// clone copies e.
+func (e *Env) clone() *Env {
+	n := &Env{vars: make(types.Map, len(e.vars)+1), shapes: make(map[string]*schema.Shape, len(e.shapes)+1), flat: map[string]bool{},
+		names: slices.Clone(e.names), slots: e.slots}
 	for k, v := range e.vars {
 		n.vars[k] = v
 	}
@@ -68,13 +85,8 @@ func (e *Env) With(name string, shape *schema.Shape) *Env {
 		n.shapes[k] = v
 	}
 	for k := range e.flat {
-		if k != name {
-			n.flat[k] = true
-		}
+		n.flat[k] = true
 	}
-	n.names = append(slices.Clone(e.names), name)
-	n.vars[name] = TypeOf(shape)
-	n.shapes[name] = shape
 	return n
 }
 
@@ -198,6 +210,12 @@ type Program struct {
 	// tree is the parsed expression, which the questions asked of the
 	// program after it compiled read (never changed).
 	tree *parser.Tree
+	// fast is the program's fast path, nil when it has none (see
+	// fast.go); fastInt and fastBool are its unboxed forms, when its
+	// value is an int or a bool
+	fast     func(*Frame) (any, bool)
+	fastInt  func(*Frame) (int, bool)
+	fastBool func(*Frame) (bool, bool)
 }
 
 // parsed is the program's syntax tree.
@@ -452,7 +470,8 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	warnings = append(warnings, checkNullable(src, tree.Node, env)...)
 	opts := append([]expr.Option{env.option()}, functions...)
 	num := &numeric{of: map[ast.Node]numKind{}}
-	pt := &patcher{num: num}
+	ex := &exact{ops: map[*ast.CallNode]opCall{}, env: env}
+	pt := &patcher{num: num, ex: ex}
 	if len(env.flat) > 0 {
 		pt.flat = &flattener{env: env}
 	}
@@ -493,6 +512,9 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		if v, err := new(vm.VM).Run(prog, map[string]any{}); err == nil {
 			p.lit, p.hasLit = v, true
 		}
+	}
+	if !p.hasLit {
+		compileFast(p, prog.Node(), env, ex.ops, wantBool)
 	}
 	return p, warnings
 }
@@ -700,6 +722,7 @@ func position(src string, offset int) (line, col int) {
 type patcher struct {
 	num  *numeric
 	flat *flattener
+	ex   *exact
 }
 
 func (p *patcher) Visit(n *ast.Node) {
@@ -715,7 +738,7 @@ func (p *patcher) Visit(n *ast.Node) {
 			(*n).SetType(old.Type())
 		}
 	}
-	exact{}.Visit(n)
+	p.ex.Visit(n)
 	if *n != old {
 		p.num.of[*n], p.num.leaves[*n], p.num.root = p.num.of[old], p.num.leaves[old], *n
 	}

@@ -3,6 +3,7 @@ package flow
 import (
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/diag"
@@ -56,6 +57,20 @@ type Graph struct {
 	env    *expression.Env
 	root   *schema.Validator
 	loops  [][]*Node // strongly connected components with a cycle
+	// memo holds what executors derive from the graph (see Memo)
+	memo sync.Map
+}
+
+// Memo returns what build derives from g for key, built on the first
+// call: what an executor makes of the compiled graph for its own use
+// (such as records a checkpoint can share from step to step), kept with
+// the graph and dropped with it.
+func (g *Graph) Memo(key any, build func(*Graph) any) any {
+	if v, ok := g.memo.Load(key); ok {
+		return v
+	}
+	v, _ := g.memo.LoadOrStore(key, build(g))
+	return v
 }
 
 // Conversation declares how a person talks with the flow: each message is

@@ -87,7 +87,9 @@ func (c *compiler) state(st config.Settings) {
 		order = append(order, f.Name)
 	}
 	inShape := schema.Object(props, order...)
-	c.env = c.env.WithFields("input", inShape)
+	// the engine keeps state and input by field index: expressions read
+	// them by slot
+	c.env = c.env.WithFields("input", inShape).Slotted(shape.Order)
 	c.inShape = inShape
 }
 

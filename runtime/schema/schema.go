@@ -484,16 +484,64 @@ func Parse(name string, b []byte) (any, error) {
 type Validator struct {
 	Shape    *Shape
 	compiled *jsonschema.Schema
+	// scalars are the scalar types a simple shape allows, by typeBit (all
+	// of them when it names no type); zero when the shape is not simple
+	scalars uint8
 }
 
 // NewValidator pairs a compiled schema with its shape.
 func NewValidator(compiled *jsonschema.Schema, shape *Shape) *Validator {
-	return &Validator{Shape: shape, compiled: compiled}
+	v := &Validator{Shape: shape, compiled: compiled}
+	if shape != nil && shape.simple {
+		v.scalars = bitNull | bitBoolean | bitString | bitInteger | bitNumber | bitSimple
+		if len(shape.Types) > 0 {
+			v.scalars = bitSimple
+			for _, t := range shape.Types {
+				v.scalars |= typeBits[t]
+			}
+		}
+	}
+	return v
 }
+
+// The JSON types of scalars, as bits; bitSimple marks a validator whose
+// shape is simple.
+const (
+	bitNull = 1 << iota
+	bitBoolean
+	bitString
+	bitInteger
+	bitNumber
+	bitSimple
+)
+
+var typeBits = map[string]uint8{"null": bitNull, "boolean": bitBoolean, "string": bitString, "integer": bitInteger, "number": bitNumber}
 
 // Validate returns nil when v is valid, else an error describing every
 // violation.
 func (v *Validator) Validate(x any) error {
+	if v.scalars != 0 {
+		// a scalar against a simple shape: its type decides
+		var bits uint8
+		switch n := x.(type) {
+		case nil:
+			bits = bitNull
+		case bool:
+			bits = bitBoolean
+		case string:
+			bits = bitString
+		case int:
+			bits = bitInteger | bitNumber
+		case float64:
+			bits = bitNumber
+			if fitsInt(n) {
+				bits |= bitInteger
+			}
+		}
+		if v.scalars&bits != 0 {
+			return nil
+		}
+	}
 	if v.Shape != nil && v.Shape.simple {
 		if ok, sure := fastCheck(v.Shape, x); ok && sure {
 			return nil
