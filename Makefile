@@ -165,6 +165,7 @@ flows: build
 fuzz:
 	$(GO) test ./runtime/flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzFastPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/tmpl -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/value -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/trellis/internal/server -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime 10000x
