@@ -95,7 +95,7 @@ type Server struct {
 	// voiceCat keeps the voice sessions and their grants' signing key
 	// (nil: a store without them, where no grant is good).
 	voiceCat store.VoiceCatalog
-	studio  studioState
+	studio   studioState
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
@@ -349,9 +349,34 @@ func (s *Server) requests(next http.Handler) http.Handler {
 			pattern = "unmatched"
 		}
 		s.metrics.request(pattern, rec.status, time.Since(start))
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("id", id), slog.String("method", r.Method),
+		msg := "request"
+		if rec.status == statusClientGone {
+			msg = "client disconnected"
+		}
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, msg, slog.String("id", id), slog.String("method", r.Method),
 			slog.String("path", r.URL.Path), slog.Int("status", rec.status), slog.Duration("took", time.Since(start)))
 	})
+}
+
+// statusClientGone is the status a request is counted and logged with
+// when its client left before it was answered (nginx's 499): it was not
+// answered, and no fault of the server's.
+const statusClientGone = 499
+
+// clientGone records that the request's client left before its answer,
+// which is not written.
+func clientGone(w http.ResponseWriter) {
+	for {
+		switch x := w.(type) {
+		case *statusRecorder:
+			x.status = statusClientGone
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return
+		}
+	}
 }
 
 func validRequestID(id string) bool {
@@ -383,27 +408,36 @@ func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter 
 // shape.
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := &caller{}
-		if rt.access != public {
-			var err error
-			if c, err = s.authenticate(r); err != nil {
-				writeError(w, r, err)
+		// an error is answered, unless the client left: its context
+		// ended, and what failed then failed for it
+		fail := func(err error) {
+			if r.Context().Err() != nil {
+				clientGone(w)
 				return
 			}
-			if rt.access == admin && !c.key.Admin {
-				writeError(w, r, &api.Error{Code: api.CodeForbidden, Message: "this route takes an admin key"})
-				return
-			}
-			if err := reach(c, rt, r); err != nil {
-				writeError(w, r, err)
-				return
-			}
-		}
-		if err := rt.handle(w, r, c); err != nil {
 			if code := s.errorCode(err); code == api.CodeInternal {
 				s.log.Error("request failed", "id", r.Context().Value(requestIDKey), "error", err.Error())
 			}
 			writeError(w, r, err)
+		}
+		c := &caller{}
+		if rt.access != public {
+			var err error
+			if c, err = s.authenticate(r); err != nil {
+				fail(err)
+				return
+			}
+			if rt.access == admin && !c.key.Admin {
+				fail(&api.Error{Code: api.CodeForbidden, Message: "this route takes an admin key"})
+				return
+			}
+			if err := reach(c, rt, r); err != nil {
+				fail(err)
+				return
+			}
+		}
+		if err := rt.handle(w, r, c); err != nil {
+			fail(err)
 		}
 	})
 }
@@ -458,6 +492,15 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if ae.Code == api.CodeUnavailable || ae.Code == api.CodeRunRequeued {
 		w.Header().Set("Retry-After", "1")
+	}
+	if ae.Code == api.CodeUnauthorized {
+		// RFC 6750: how to authenticate, and whether the token sent was
+		// the trouble
+		challenge := `Bearer realm="trellis"`
+		if _, ok := bearer(r); ok {
+			challenge += `, error="invalid_token"`
+		}
+		w.Header().Set("WWW-Authenticate", challenge)
 	}
 	writeJSON(w, ae.Code.Status(), api.ErrorBody{Error: ae})
 }
