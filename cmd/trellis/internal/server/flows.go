@@ -191,7 +191,15 @@ func (s *Server) flowGraph(w http.ResponseWriter, r *http.Request, _ *caller) er
 		return err
 	}
 	g := l.flow.Graph()
-	switch format := r.URL.Query().Get("format"); format {
+	format, err := queryEnum(r, "format", "json", "mermaid", "dot")
+	if err != nil {
+		return err
+	}
+	expand, err := queryBool(r, "expand")
+	if err != nil {
+		return err
+	}
+	switch format {
 	case "", "json":
 		b, err := g.JSON()
 		if err != nil {
@@ -201,7 +209,7 @@ func (s *Server) flowGraph(w http.ResponseWriter, r *http.Request, _ *caller) er
 		_, err = w.Write(append(b, '\n'))
 		return err
 	case "mermaid", "dot":
-		o := flow.DrawOptions{Expand: r.URL.Query().Get("expand") == "true"}
+		o := flow.DrawOptions{Expand: expand}
 		text := g.MermaidWith(o)
 		if format == "dot" {
 			text = g.DOTWith(o)
@@ -209,9 +217,8 @@ func (s *Server) flowGraph(w http.ResponseWriter, r *http.Request, _ *caller) er
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, err := io.WriteString(w, text)
 		return err
-	default:
-		return &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("unknown format %q: json, mermaid or dot", format)}
 	}
+	return nil
 }
 
 // validateFlow checks a posted flow file (YAML) as `trellis validate`

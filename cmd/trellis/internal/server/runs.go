@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/trellisflow/trellis"
@@ -264,11 +264,9 @@ func (s *Server) joinStream(w http.ResponseWriter, r *http.Request, c *caller) e
 	if err != nil {
 		return err
 	}
-	var after int64
-	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		if after, err = strconv.ParseInt(id, 10, 64); err != nil || after < 0 {
-			return &api.Error{Code: api.CodeBadRequest, Message: "Last-Event-ID is an event id of this run"}
-		}
+	after, err := intParam(r.Header.Get("Last-Event-ID"), "Last-Event-ID", 0, math.MaxInt64, 0)
+	if err != nil {
+		return err
 	}
 	w.Header().Set("Trellis-Run", rec.ID)
 	if lr := s.runs.get(rec.ID); lr != nil {
