@@ -189,7 +189,7 @@ func (c *Client) Threads(ctx context.Context, q ThreadQuery) (*ThreadList, error
 		v.Set("flow", q.Flow)
 	}
 	for k, x := range q.Metadata {
-		v.Set("metadata."+k, x)
+		v.Set("metadata["+k+"]", x)
 	}
 	if q.After != "" {
 		v.Set("after", q.After)

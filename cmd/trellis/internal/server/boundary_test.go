@@ -195,6 +195,10 @@ func stringValues(p docParam, rng *rand.Rand) []string {
 	return append(out, string(b))
 }
 
+// grantKey stands for a voice agent's grant for the thread a request
+// names.
+const grantKey = "GRANT"
+
 // routeFixture is what one request of the property test names: a
 // thread of its caller's with one run, and a key to revoke.
 type routeFixture struct {
@@ -258,6 +262,9 @@ func TestEveryRouteTakesBoundaryValues(t *testing.T) {
 		f := shared
 		if op.method == "DELETE" || op.method == "PUT" {
 			f = fixture() // it deletes or changes what it names
+		}
+		if key == grantKey {
+			key = grantFor(t, h, h.acme, f.thread)
 		}
 		vals := map[string]string{"id": f.thread, "run": f.run, "key": f.key, "name": "greet", "node": "greet"}
 		if strings.Contains(op.path, "{node}") {
@@ -325,8 +332,11 @@ func TestEveryRouteTakesBoundaryValues(t *testing.T) {
 		if acc == admin {
 			key = h.admin.Key
 		}
-		if acc == public {
+		switch acc {
+		case public:
 			key = ""
+		case agent:
+			key = grantKey // a voice agent's grant for the thread it names
 		}
 		body, ctype := authCases[op.pattern()].body, authCases[op.pattern()].ctype
 		if body == "FLOW" {
@@ -429,6 +439,11 @@ func TestEveryRouteTakesBoundaryValues(t *testing.T) {
 		}
 
 		// the ways a request goes wrong
+		if strings.HasPrefix(op.path, "/v1/") {
+			if code, e := send(op, nil, map[string]string{"unknown_x": "1"}, nil, body, ctype, key); code != 400 || parameterOf(e) != "unknown_x" {
+				t.Errorf("%s with a parameter it does not take: %d %v", op.pattern(), code, e)
+			}
+		}
 		if !op.public {
 			if code, _ := send(op, nil, nil, nil, body, ctype, ""); code != 401 {
 				t.Errorf("%s with no key: %d", op.pattern(), code)

@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,4 +116,71 @@ func TestDisconnectsAreNotServerErrors(t *testing.T) {
 func scrapeURL(t *testing.T, base string) map[string]float64 {
 	t.Helper()
 	return scrape(t, &harness{base: base, http: http.DefaultClient})
+}
+
+// The threads' metadata filter takes the style the document declares
+// (deepObject, metadata[KEY]=VALUE), as standard clients send it, and a
+// query parameter a route does not take is refused, not ignored.
+func TestMetadataFilterAndUnknownParameters(t *testing.T) {
+	rt := openRuntime(t, "memory")
+	s := serve(t, rt, stepFlows(t, 1), "")
+	for id, md := range map[string]map[string]string{"a": {"team": "red", "role": "lead"}, "b": {"team": "red"}, "c": {"team": "blue"}} {
+		if _, err := s.acme.CreateThread(ctx, api.CreateThread{ID: id, Flow: "steps", Metadata: md}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(rawQuery string) (int, []string, *api.Error) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", s.base+"/v1/threads?"+rawQuery, nil)
+		req.Header.Set("Authorization", "Bearer "+s.acme.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			var eb api.ErrorBody
+			_ = json.NewDecoder(resp.Body).Decode(&eb)
+			return resp.StatusCode, nil, eb.Error
+		}
+		var out api.ThreadList
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, th := range out.Threads {
+			ids = append(ids, th.ID)
+		}
+		slices.Sort(ids)
+		return 200, ids, nil
+	}
+	for q, want := range map[string]string{
+		"metadata[team]=red":                     "[a b]",
+		"metadata%5Bteam%5D=blue":                "[c]",
+		"metadata[team]=red&metadata[role]=lead": "[a]",
+		"metadata[team]=green":                   "[]",
+		"":                                       "[a b c]",
+	} {
+		if code, ids, e := list(q); code != 200 || fmt.Sprint(ids) != want {
+			t.Errorf("%s: %d %v %v, want %s", q, code, ids, e, want)
+		}
+	}
+	for q, param := range map[string]string{
+		"metadata[]=red":    "metadata",
+		"metadata[team=red": "metadata",
+		"metadata=red":      "metadata",
+		"metadata.team=red": "metadata.team",
+		"colour=red":        "colour",
+		"limit=5&Limit=6":   "Limit",
+	} {
+		code, _, e := list(q)
+		if code != 400 || e == nil || !strings.Contains(e.Message, param) || parameterOf(e) != param {
+			t.Errorf("%s: %d %v, want a 400 naming %s", q, code, e, param)
+		}
+	}
+	// the Go client filters in the same style
+	out, err := s.acme.Threads(ctx, api.ThreadQuery{Metadata: map[string]string{"team": "red", "role": "lead"}})
+	if err != nil || len(out.Threads) != 1 || out.Threads[0].ID != "a" {
+		t.Fatalf("the client's filter: %+v %v", out, err)
+	}
 }

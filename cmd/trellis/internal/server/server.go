@@ -436,6 +436,12 @@ func (s *Server) wrap(rt route) http.Handler {
 				return
 			}
 		}
+		if strings.HasPrefix(rt.path, "/v1/") {
+			if err := checkQuery(rt, r); err != nil {
+				fail(err)
+				return
+			}
+		}
 		if err := rt.handle(w, r, c); err != nil {
 			fail(err)
 		}

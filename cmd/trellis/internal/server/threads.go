@@ -137,14 +137,7 @@ func (s *Server) listThreads(w http.ResponseWriter, r *http.Request, c *caller) 
 		}
 		query.After = threadKey(c, after)
 	}
-	for k, v := range q {
-		if name, ok := strings.CutPrefix(k, "metadata."); ok {
-			if query.Metadata == nil {
-				query.Metadata = map[string]string{}
-			}
-			query.Metadata[name] = v[0]
-		}
-	}
+	query.Metadata = deepObject(r, "metadata")
 	// one more than asked tells whether there is a next page
 	want := query.Limit
 	query.Limit++
