@@ -34,6 +34,14 @@ type Config struct {
 	Runtime *trellis.Runtime
 	// FlowsDir holds the flows the server runs.
 	FlowsDir string
+	// Root bounds what the validate route reads: the files a posted flow
+	// names (its state schema, prompts, subflows) are read as `trellis
+	// validate` reads them for the flow as a file of FlowsDir, relative to
+	// it, from Root and nothing outside it (not through a symbolic link
+	// either). It holds FlowsDir. Empty: the closest directory holding
+	// FlowsDir and every file its flows read (their prompts and schemas
+	// may sit beside the flow directory).
+	Root string
 	// Kinds builds the flows' nodes (nil: the built-in kinds).
 	Kinds kind.Registry
 	// Logger receives the request and run logs (nil: JSON on stderr).
@@ -143,6 +151,11 @@ func New(cfg Config) (*Server, error) {
 	s.flows = &flowSet{dir: cfg.FlowsDir, opts: opts}
 	if _, err := s.flows.reload(); err != nil {
 		return nil, err
+	}
+	if cfg.Root != "" {
+		if _, _, err := s.validateRoot(); err != nil {
+			return nil, err
+		}
 	}
 	s.notes = &notifier{log: log, every: cfg.PollEvery}
 	if n, ok := cfg.Runtime.Store().(store.Notifier); ok && cfg.NotifyURL != "off" {
