@@ -326,8 +326,10 @@ func (rt *Runtime) Close() error {
 }
 
 // Create makes a thread with the state schema's defaults overlaid by
-// values (which may set read-only fields). A run on a thread that does not
-// exist creates it from the defaults alone.
+// values (which may set read-only fields). The input fields the schema
+// requires may be left out: the thread's first run brings them as input
+// (a run without them is refused). A run on a thread that does not exist
+// creates it from the defaults alone.
 func (rt *Runtime) Create(ctx context.Context, f *Flow, thread string, values map[string]any) (*Snapshot, error) {
 	return rt.eng.Create(ctx, f.graph, thread, values)
 }
