@@ -581,7 +581,7 @@ func TestThreadsListForkUpdateDelete(t *testing.T) {
 		t.Fatalf("fork %+v %v", fork, err)
 	}
 	st, _ := h.acme.State(ctx, "f0", 0)
-	if st.Values["greetings"] != float64(1) {
+	if st.Values["greetings"] != 1 {
 		t.Fatalf("forked state %v", st.Values)
 	}
 	st, err = h.acme.Update(ctx, "f0", api.Update{As: "greet", Values: map[string]any{"greeting": "Hi!"}})
