@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -432,14 +431,14 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	m.starting.Add(1)
 	m.mu.Unlock()
 	defer m.starting.Done()
-	raw, _ := json.Marshal(input)
+	raw := recordValues(input)
 	rec := &store.RunRecord{ID: newID("run"), Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
 		Input: raw, Created: m.now(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt, Server: m.id}
 	if len(answers) > 0 {
-		rec.Answers, _ = json.Marshal(answers)
+		rec.Answers = recordValues(answers)
 	}
 	if len(recorded) > 0 {
-		rec.Config, _ = json.Marshal(recorded)
+		rec.Config = recordValues(recorded)
 	}
 	if len(secret) > 0 {
 		m.keepSecret(rec.ID, c.tenant, secret)

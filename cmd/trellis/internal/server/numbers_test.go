@@ -100,6 +100,18 @@ edges:
 					t.Errorf("input %s: %d %v", n, code, out)
 				}
 			}
+			// a float that large may be a rounding of the integer meant
+			for _, n := range []string{"9007199254740993.0", "1e17", "-9.2e18"} {
+				if code, out := post("/v1/threads/u/runs/wait", `{"input": {"n": `+n+`}}`); code != 422 || !strings.Contains(out["error"].(map[string]any)["message"].(string), "write the integer in full") {
+					t.Errorf("input %s: %d %v", n, code, out)
+				}
+			}
+			if code, out := post("/v1/threads", `{"id": "v", "flow": "num", "values": {"m": 9007199254740993.0}}`); code != 422 || !strings.Contains(out["error"].(map[string]any)["message"].(string), "write the integer in full") {
+				t.Errorf("values 2^53+1 as a float: %d %v", code, out)
+			}
+			if code, out := post("/v1/threads/u/runs/wait", `{"input": {"n": 9007199254740991.0}}`); code != 200 || out["state"].(map[string]any)["n"] != 9007199254740991 {
+				t.Errorf("input 2^53-1 as a float: %d %v", code, out)
+			}
 		})
 	}
 }
