@@ -109,6 +109,10 @@ var (
 	ErrNotFound = store.ErrNotFound
 )
 
+// BusyError is ErrBusy when another process holds the thread's lease:
+// who holds it and until when.
+type BusyError = engine.BusyError
+
 // Flow is a loaded, validated and compiled flow, ready to run. It is
 // immutable and safe to share between runs and goroutines.
 type Flow struct {

@@ -450,7 +450,7 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	if err != nil {
 		m.dropSecret(rec.ID)
 		if errors.Is(err, store.ErrBusy) {
-			return store.RunRecord{}, nil, trellis.ErrBusy
+			return store.RunRecord{}, nil, m.busy(ctx, rec)
 		}
 		if errors.Is(err, store.ErrNotFound) {
 			return store.RunRecord{}, nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", publicID(thread.ID))}
@@ -484,6 +484,27 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	case <-ctx.Done():
 		return lr.record(), lr, ctx.Err()
 	}
+}
+
+// busy is the refusal of a run on a thread another run holds, naming that
+// run (running, or the first queued) for the caller to wait on or cancel.
+func (m *manager) busy(ctx context.Context, refused *store.RunRecord) error {
+	runs, err := m.s.cat.Runs(ctx, store.RunQuery{Tenant: refused.Tenant, Thread: refused.Thread})
+	if err != nil {
+		return trellis.ErrBusy
+	}
+	var holder *store.RunRecord
+	for _, r := range runs { // newest first: the running one, else the first queued
+		if r.Status == store.RunRunning || r.Status == store.RunQueued && (holder == nil || holder.Status != store.RunRunning) {
+			holder = r
+		}
+	}
+	if holder == nil { // it ended meanwhile
+		return trellis.ErrBusy
+	}
+	return &api.Error{Code: api.CodeThreadBusy,
+		Message: fmt.Sprintf("run %s (%s) holds the thread; wait for it, or start the run with on_busy enqueue or interrupt", holder.ID, holder.Status),
+		Details: map[string]string{"run": holder.ID, "status": string(holder.Status)}}
 }
 
 // closeInterrupted gives the queued runs an interrupting run cancelled

@@ -472,6 +472,7 @@ func toAPIError(err error) *api.Error {
 	var mbe *http.MaxBytesError
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
+	var be *trellis.BusyError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -483,6 +484,10 @@ func toAPIError(err error) *api.Error {
 		return &api.Error{Code: api.CodeInvalidInput, Message: ie.Error(), Details: map[string]string{"field": ie.Field, "reason": ie.Reason, "suggestion": ie.Suggestion}}
 	case errors.Is(err, store.ErrThreadID):
 		return &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
+	case errors.As(err, &be):
+		return &api.Error{Code: api.CodeThreadBusy,
+			Message: fmt.Sprintf("%s holds the thread until %s; retry then, or start the run with on_busy enqueue", be.Owner, be.Until.UTC().Format(time.RFC3339)),
+			Details: map[string]string{"holder": be.Owner, "until": be.Until.UTC().Format(time.RFC3339)}}
 	case errors.Is(err, trellis.ErrBusy):
 		return &api.Error{Code: api.CodeThreadBusy, Message: "another run holds the thread; retry, or start the run with on_busy enqueue or interrupt"}
 	case errors.Is(err, trellis.ErrUnfinished):
