@@ -13,6 +13,7 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/store"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -434,6 +435,7 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	raw := recordValues(input)
 	rec := &store.RunRecord{ID: newID("run"), Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
 		Input: raw, Created: m.now(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt, Server: m.id}
+	rec.Trace = traceparent(ctx)
 	if len(answers) > 0 {
 		rec.Answers = recordValues(answers)
 	}
@@ -484,6 +486,14 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	case <-ctx.Done():
 		return lr.record(), lr, ctx.Err()
 	}
+}
+
+// traceparent is the W3C traceparent of ctx's span ("" when it has
+// none), to keep on a run's record.
+func traceparent(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier["traceparent"]
 }
 
 // busy is the refusal of a run on a thread another run holds, naming that
@@ -597,6 +607,10 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 	}
 	rec := lr.rec
 	lr.mu.Unlock()
+	if !lr.how.parent.IsValid() && rec.Trace != "" {
+		// claimed later, or adopted: the trace of the request that queued it
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": rec.Trace})
+	}
 	l, err := m.s.flows.get(rec.Flow)
 	if err != nil {
 		return nil, err
