@@ -499,7 +499,13 @@ func traceparent(ctx context.Context) string {
 // busy is the refusal of a run on a thread another run holds, naming that
 // run (running, or the first queued) for the caller to wait on or cancel.
 func (m *manager) busy(ctx context.Context, refused *store.RunRecord) error {
-	runs, err := m.s.cat.Runs(ctx, store.RunQuery{Tenant: refused.Tenant, Thread: refused.Thread})
+	return m.heldBy(ctx, refused.Tenant, refused.Thread, "wait for it, or start the run with on_busy enqueue or interrupt")
+}
+
+// heldBy is thread_busy naming the run that holds the thread, with what
+// to do about it.
+func (m *manager) heldBy(ctx context.Context, tenant, thread, advice string) error {
+	runs, err := m.s.cat.Runs(ctx, store.RunQuery{Tenant: tenant, Thread: thread})
 	if err != nil {
 		return trellis.ErrBusy
 	}
@@ -513,7 +519,7 @@ func (m *manager) busy(ctx context.Context, refused *store.RunRecord) error {
 		return trellis.ErrBusy
 	}
 	return &api.Error{Code: api.CodeThreadBusy,
-		Message: fmt.Sprintf("run %s (%s) holds the thread; wait for it, or start the run with on_busy enqueue or interrupt", holder.ID, holder.Status),
+		Message: fmt.Sprintf("run %s (%s) holds the thread; %s", holder.ID, holder.Status, advice),
 		Details: map[string]string{"run": holder.ID, "status": string(holder.Status)}}
 }
 

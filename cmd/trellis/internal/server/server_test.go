@@ -445,6 +445,12 @@ func TestBusyThreadPolicies(t *testing.T) {
 	if d, _ := busy.Details.(map[string]any); d["run"] != first.ID || d["status"] != "running" || !strings.Contains(busy.Message, first.ID) {
 		t.Fatalf("reject: %v %v", busy, busy.Details)
 	}
+	// so does the refusal to delete the thread
+	if err := h.acme.DeleteThread(ctx, "b1"); !errors.As(err, &busy) || busy.Code != api.CodeThreadBusy {
+		t.Fatalf("delete: %v", err)
+	} else if d, _ := busy.Details.(map[string]any); d["run"] != first.ID || !strings.Contains(busy.Message, first.ID) {
+		t.Fatalf("delete: %v %v", busy, busy.Details)
+	}
 	queued, err := h.acme.StartRun(ctx, "b1", api.StartRun{Input: say, OnBusy: api.OnBusyEnqueue})
 	if err != nil || queued.Status != api.RunQueued {
 		t.Fatalf("enqueue: %+v %v", queued, err)

@@ -194,6 +194,11 @@ func (s *Server) deleteThread(w http.ResponseWriter, r *http.Request, c *caller)
 		if errors.Is(err, store.ErrNotFound) {
 			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
 		}
+		if errors.Is(err, store.ErrBusy) {
+			if held := s.runs.heldBy(ctx, c.tenant, key, "cancel it first"); !errors.Is(held, trellis.ErrBusy) {
+				return held
+			}
+		}
 		return err
 	}
 	if err := s.cfg.Runtime.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
