@@ -6,7 +6,7 @@ PKGS    := ./...
 FUZZTIME ?= 40000x
 
 .PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
-	livekit-server page page-check bench-voice bench-sandbox bench-validate image deploy-check
+	livekit-server page page-check bench-voice bench-sandbox bench-validate image deploy-check openapi-lint
 
 # The version the binary reports (in validate's SARIF log): git describe.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
@@ -16,7 +16,7 @@ build:
 test: deps livekit-server
 	$(GO) test -race -shuffle=on $(PKGS)
 
-check: deps livekit-server fmt vet tidy-check page-check deploy-check race flows fuzz
+check: deps livekit-server fmt vet tidy-check page-check openapi-lint deploy-check race flows fuzz
 
 # What the tests need beyond Go and the PostgreSQL server binaries:
 # PgBouncer, which the PostgreSQL store's tests put in front of a server;
@@ -58,6 +58,23 @@ deps:
 	  [ ! -d .ci/.yls/node_modules/jsdom ]; }; then \
 	  echo "installing ajv, yaml-language-server, mermaid and jsdom with npm into .ci/.yls"; \
 	  npm install --prefix .ci/.yls --no-audit --no-fund --loglevel=error yaml-language-server@1 ajv@8 mermaid@11 jsdom@24 >/dev/null; fi
+	@# the API document's linter (Redocly) and the generated TypeScript
+	@# client's tools (openapi-typescript, TypeScript, openapi-fetch), at
+	@# the versions .ci/openapi/package-lock.json pins
+	@if command -v npm >/dev/null && { [ ! -x $(OPENAPI_TOOLS)/redocly ] || [ ! -x $(OPENAPI_TOOLS)/openapi-typescript ] || \
+	  [ .ci/openapi/package-lock.json -nt .ci/openapi/node_modules/.package-lock.json ]; }; then \
+	  echo "installing Redocly, openapi-typescript, TypeScript and openapi-fetch with npm into .ci/openapi"; \
+	  (cd .ci/openapi && npm ci --no-audit --no-fund --loglevel=error >/dev/null); fi
+
+# Redocly's recommended rules on the API's OpenAPI document: no error and
+# no warning but those schemas/.redocly.lint-ignore.yaml justifies.
+OPENAPI_TOOLS := .ci/openapi/node_modules/.bin
+openapi-lint:
+	@test -x $(OPENAPI_TOOLS)/redocly || { echo "openapi-lint needs Redocly: make deps installs it with npm into .ci/openapi"; exit 1; }
+	@if ! $(OPENAPI_TOOLS)/redocly lint --config schemas/redocly.yaml --format=json schemas/openapi.yaml 2>/dev/null | \
+	  node -e 'let s = ""; process.stdin.on("data", (d) => { s += d; }).on("end", () => { const t = JSON.parse(s).totals; process.exit(t.errors + t.warnings ? 1 : 0); })'; then \
+	  $(OPENAPI_TOOLS)/redocly lint --config schemas/redocly.yaml --format=stylish schemas/openapi.yaml 2>/dev/null; \
+	  echo "schemas/openapi.yaml: fix what Redocly finds, or justify a warning in schemas/.redocly.lint-ignore.yaml"; exit 1; fi
 
 # The LiveKit server the voice tests run (in a private network namespace),
 # built from the Go module proxy into the user's cache once (about four

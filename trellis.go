@@ -109,6 +109,15 @@ var (
 	ErrNotFound = store.ErrNotFound
 )
 
+// BusyError is ErrBusy when another process holds the thread's lease:
+// who holds it and until when.
+type BusyError = engine.BusyError
+
+// PanicError ends a run whose own code (the engine's, a store's, an
+// observer's) panicked: the value and the stack where it was recovered.
+// A node's panic is that node's error instead.
+type PanicError = engine.PanicError
+
 // Flow is a loaded, validated and compiled flow, ready to run. It is
 // immutable and safe to share between runs and goroutines.
 type Flow struct {
@@ -326,8 +335,10 @@ func (rt *Runtime) Close() error {
 }
 
 // Create makes a thread with the state schema's defaults overlaid by
-// values (which may set read-only fields). A run on a thread that does not
-// exist creates it from the defaults alone.
+// values (which may set read-only fields). The input fields the schema
+// requires may be left out: the thread's first run brings them as input
+// (a run without them is refused). A run on a thread that does not exist
+// creates it from the defaults alone.
 func (rt *Runtime) Create(ctx context.Context, f *Flow, thread string, values map[string]any) (*Snapshot, error) {
 	return rt.eng.Create(ctx, f.graph, thread, values)
 }

@@ -186,11 +186,11 @@ func TestSIGTERMMidRun(t *testing.T) {
 					t.Fatalf("event %d of the stream has id %s", i+1, ev.ID)
 				}
 			}
-			if end := all[len(all)-1]; end.Event.Type != "run_end" || end.Event.State["n"] != float64(3) {
+			if end := all[len(all)-1]; end.Event.Type != "run_end" || end.Event.State["n"] != 3 {
 				t.Fatalf("the stream after the restart ends with %+v", end.Event)
 			}
 			done, err := c.Join(ctx, "w", waitedRun)
-			if err != nil || done.Status != api.RunSucceeded || done.State["n"] != float64(3) {
+			if err != nil || done.Status != api.RunSucceeded || done.State["n"] != 3 {
 				t.Fatalf("the waited run after the restart: %+v %v", done, err)
 			}
 			for _, run := range []string{last.Run, waitedRun} {

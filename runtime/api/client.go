@@ -79,13 +79,13 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		return nil
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return decode(resp.Body, out)
 }
 
 func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var eb ErrorBody
-	if err := json.Unmarshal(b, &eb); err != nil || eb.Error == nil {
+	if err := decodeBytes(b, &eb); err != nil || eb.Error == nil {
 		return &Error{Code: CodeInternal, Status: resp.StatusCode, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))}
 	}
 	eb.Error.Status = resp.StatusCode
@@ -150,7 +150,7 @@ func (c *Client) Validate(ctx context.Context, name string, src []byte) (*Valida
 		return nil, decodeError(resp)
 	}
 	var out Validation
-	return &out, json.NewDecoder(resp.Body).Decode(&out)
+	return &out, decode(resp.Body, &out)
 }
 
 // ReloadFlows reloads the server's flow directory (an admin key).
@@ -189,7 +189,7 @@ func (c *Client) Threads(ctx context.Context, q ThreadQuery) (*ThreadList, error
 		v.Set("flow", q.Flow)
 	}
 	for k, x := range q.Metadata {
-		v.Set("metadata."+k, x)
+		v.Set("metadata["+k+"]", x)
 	}
 	if q.After != "" {
 		v.Set("after", q.After)
@@ -387,7 +387,7 @@ func (c *Client) stream(ctx context.Context, method, path string, body any, last
 				return
 			}
 			se := StreamEvent{ID: msg.ID, Run: run}
-			if err := json.Unmarshal(msg.Data, &se.Event); err != nil {
+			if err := decodeBytes(msg.Data, &se.Event); err != nil {
 				yield(StreamEvent{}, fmt.Errorf("event %s: %w", msg.ID, err))
 				return
 			}

@@ -31,6 +31,17 @@ func (e *BusyError) Error() string {
 // Is makes a BusyError an ErrBusy.
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
+// PanicError ends a run whose own code (the engine's, a store's, an
+// observer's) panicked, outside the guards that turn a node's panic into
+// that node's error: the value and the stack where it was recovered.
+type PanicError struct {
+	Step  int
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("step %d: panic: %v", e.Step, e.Value) }
+
 // ErrUnfinished refuses a new run on a thread whose previous run did not
 // finish; resume it first.
 var ErrUnfinished = errors.New("thread has an unfinished run; resume it first")

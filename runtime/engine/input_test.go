@@ -67,6 +67,54 @@ edges:
 	}
 }
 
+// A thread created before its first run (Create) may lack the input
+// fields its schema requires: the run that brings input brings them, a run
+// without them is refused naming each and commits nothing, and a field
+// the schema requires that is not an input still comes with the thread.
+func TestCreateOwesRequiredInputs(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: req
+input: [name]
+state:
+	schema:
+		type: object
+		required: [name, place]
+		properties:
+			name: {type: string}
+			place: {type: string}
+			greeting: {type: string, default: ""}
+nodes:
+	greet: {kind: set, set: {greeting: "'Hello, ' + state.name + ' of ' + state.place"}}
+edges:
+	- {from: START, to: greet}
+	- {from: greet, to: END}
+`)
+	ctx := context.Background()
+	st := memory.New()
+	eng := engine.New(st)
+	if _, err := eng.Create(ctx, g, "no-place", map[string]any{"name": "Ann"}); err == nil {
+		t.Fatal("a thread without place, which is not an input, was created")
+	}
+	if _, err := eng.Create(ctx, g, "t", map[string]any{"place": "Oz"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []map[string]any{nil, {"name": 3}} {
+		_, err := run(t, g, eng, "t", in)
+		var ie *engine.InputError
+		if !errors.As(err, &ie) || ie.Field != "name" {
+			t.Fatalf("input %v: %v", in, err)
+		}
+	}
+	if head, err := st.Head(ctx, "t"); err != nil || head.Seq != 1 {
+		t.Fatalf("refused runs committed: %+v %v", head, err)
+	}
+	if res := mustRun(t, g, eng, "t", map[string]any{"name": "Ann"}); res.State["greeting"] != "Hello, Ann of Oz" {
+		t.Fatalf("state %v", res.State)
+	}
+	mustRun(t, g, eng, "t", nil) // it has one now
+}
+
 // A new thread's id is restricted to characters safe to print and to put
 // in a path or URL; a refused id leaves nothing.
 func TestThreadIDs(t *testing.T) {

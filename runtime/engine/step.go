@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -66,7 +67,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.detached.Store(true)
-			res, err = nil, fmt.Errorf("step %d: panic: %v", r.step, p)
+			res, err = nil, &PanicError{Step: r.step, Value: p, Stack: debug.Stack()}
 		}
 	}()
 	var triggered []*flow.Node
@@ -264,9 +265,17 @@ func pausing(nodes []*flow.Node, pauses func(*flow.Node) bool) []string {
 // together with the initial values, so a required field is satisfied by
 // either.
 func (r *run) applyInput() (*store.Checkpoint, error) {
+	// the input fields the schema requires that the thread was created
+	// without: this run brings them, or is refused
+	var owed []string
+	if r.creating == nil {
+		owed = owedInputs(r.g, r.values)
+	}
 	if len(r.req.Input) == 0 {
 		if r.creating == nil {
-			return nil, nil
+			var probs inputProblems
+			probs.addOwed(owed, nil)
+			return nil, probs.err()
 		}
 		// a new thread with no input: its initial values alone must hold
 		if len(r.req.Values) == 0 && r.records.defaultsHold || r.g.Root().Validate(r.values) == nil {
@@ -317,6 +326,7 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 	if r.creating != nil || r.g.FullValidation {
 		probs.addState(r.g, next, r.req.Input)
 	}
+	probs.addOwed(owed, r.req.Input)
 	if err := probs.err(); err != nil {
 		return nil, err
 	}
@@ -335,6 +345,16 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 type inputProblems []*InputError
 
 func (p *inputProblems) add(e *InputError) { *p = append(*p, e) }
+
+// addOwed reports the required input fields a thread has no value for
+// that the input does not give.
+func (p *inputProblems) addOwed(owed []string, input map[string]any) {
+	for _, name := range owed {
+		if _, given := input[name]; !given {
+			p.add(&InputError{Field: name, Reason: "required: the thread has no value for it yet, so its run gives it as input"})
+		}
+	}
+}
 
 // addState reports what the whole state breaks once the input is
 // applied: a required field neither given nor defaulted by its name,

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -16,7 +17,9 @@ import (
 )
 
 // Create makes a new thread with the schema defaults overlaid by values.
-// Read-only fields can only be set here.
+// Read-only fields can only be set here. The input fields the schema
+// requires may be missing: the run that brings input brings them, and a
+// run without them is refused (owedInputs).
 func (e *Engine) Create(ctx context.Context, g *flow.Graph, thread string, values map[string]any) (*store.Snapshot, error) {
 	state, err := e.create(ctx, g, thread, values)
 	if err != nil {
@@ -68,7 +71,7 @@ func initial(g *flow.Graph, thread string, values map[string]any, check, child b
 		state[k] = schema.Coerce(f.Shape, v)
 	}
 	if check {
-		if err := g.Root().Validate(state); err != nil {
+		if err := g.Root().Validate(state); err != nil && !owesOnlyInputs(g, state, err) {
 			return nil, nil, fmt.Errorf("initial state of thread %q: %w", thread, err)
 		}
 	}
@@ -79,6 +82,44 @@ func initial(g *flow.Graph, thread string, values map[string]any, check, child b
 		}
 	}
 	return state, cp, nil
+}
+
+// owedInputs are the input fields the state schema requires that state
+// has no value for: a thread may be created without them, and the run
+// that brings input brings them (a run without them is refused).
+func owedInputs(g *flow.Graph, state map[string]any) []string {
+	var out []string
+	for _, name := range g.Root().Shape.Required {
+		if _, ok := state[name]; ok {
+			continue
+		}
+		if f, ok := g.Field(name); ok && f.Input {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// owesOnlyInputs reports whether the state schema refuses a new thread's
+// state (err) only for want of input fields it requires.
+func owesOnlyInputs(g *flow.Graph, state map[string]any, err error) bool {
+	var se *schema.Error
+	if !errors.As(err, &se) || len(owedInputs(g, state)) == 0 {
+		return false
+	}
+	for _, c := range se.Causes {
+		if c.Keyword != "required" || c.Pointer != "" {
+			return false
+		}
+	}
+	for _, name := range g.Root().Shape.Required {
+		if f, ok := g.Field(name); !ok || !f.Input {
+			if _, ok := state[name]; !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func fieldNames(g *flow.Graph) []string {

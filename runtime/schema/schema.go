@@ -560,17 +560,21 @@ func (v *Validator) Validate(x any) error {
 }
 
 // wideIntegers finds the numbers in integer positions that JSON Schema
-// calls integers (a zero fraction) but that do not fit the 64-bit
-// integers the state holds, such as 1e23.
+// calls integers (a zero fraction) but that the state does not take as
+// its 64-bit integers: those outside their range, such as 1e23, and
+// floats of 2^53 or more, which may be a rounding of the integer meant.
 func (s *Shape) wideIntegers(x any, at string, out []Cause) []Cause {
 	if s == nil {
 		return out
 	}
 	switch v := x.(type) {
 	case float64:
-		if slices.Contains(s.Types, "integer") && !slices.Contains(s.Types, "number") && !fitsInt(v) {
-			out = append(out, Cause{Pointer: at, Keyword: "type",
-				Message: fmt.Sprintf("%v is outside the 64-bit integer range [-9223372036854775808, 9223372036854775807]", v)})
+		if slices.Contains(s.Types, "integer") && !slices.Contains(s.Types, "number") && v == math.Trunc(v) && !fitsInt(v) {
+			msg := fmt.Sprintf("%v is outside the 64-bit integer range [-9223372036854775808, 9223372036854775807]", v)
+			if v > -(1<<63) && v < 1<<63 {
+				msg = fmt.Sprintf("%v is a float of 2^53 or more, which may be a rounding of the integer meant: write the integer in full", v)
+			}
+			out = append(out, Cause{Pointer: at, Keyword: "type", Message: msg})
 		}
 	case []any:
 		for i, e := range v {
@@ -586,12 +590,15 @@ func (s *Shape) wideIntegers(x any, at string, out []Cause) []Cause {
 	return out
 }
 
-// fitsInt reports whether f is a whole number an int holds exactly. The
-// float -2^63 is not taken: an integer written in full that low decodes as
-// an int, so that float is a number out of range rounded onto the range's
-// end (-9223372036854775809 reads as it), as 2^63 is above.
+// fitsInt reports whether f is a whole number that stands for an int
+// exactly: below 2^53 in magnitude, where every integer is exactly a
+// float64. A larger float may be a rounding of the integer meant
+// (9007199254740993.0 reads as 9007199254740992, and 2^63 is what
+// 9223372036854775808 and larger read as): an integer written in full
+// decodes as an int, exactly, and a float that size is refused where an
+// integer is due rather than taken silently.
 func fitsInt(f float64) bool {
-	return f == math.Trunc(f) && f > -(1<<63) && f < 1<<63
+	return f == math.Trunc(f) && f > -(1<<53) && f < 1<<53
 }
 
 // Error is a validation failure: one line per violated constraint, each

@@ -3,8 +3,10 @@ package schema_test
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -151,5 +153,51 @@ func TestCompiledOnceByContent(t *testing.T) {
 	other := map[string]any{"type": "array", "items": map[string]any{"$ref": "item.json"}, "minItems": 1}
 	if d, _ := schema.NewCompiler(read).Compile("file:///s/list.json", other); d == c {
 		t.Fatal("another text under the same url shares a compiled schema")
+	}
+}
+
+// A float is taken where an integer is due only when no rounding can
+// have made it: below 2^53 in magnitude, where every integer is exactly a
+// float64. A float of 2^53 or more (9007199254740993.0 reads as
+// 9007199254740992) is refused, saying to write the integer in full, and
+// is never coerced to an int; an integer written in full is an int, and
+// exact, to the ends of the 64-bit range.
+func TestFloatsWhereIntegersAreDue(t *testing.T) {
+	raw := map[string]any{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "integer"}, "x": map[string]any{"type": "number"}}}
+	compiled, err := schema.NewCompiler(nil).Compile("file:///ints.json", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := schema.ShapeOf(raw, nil)
+	v := schema.NewValidator(compiled, shape)
+	for _, c := range []struct {
+		n    any
+		ok   bool
+		want string
+	}{
+		{float64(1<<53 - 1), true, ""},
+		{float64(-(1<<53 - 1)), true, ""},
+		{3.0, true, ""},
+		{9007199254740993, true, ""}, // an int: exact
+		{float64(1 << 53), false, "write the integer in full"},
+		{-float64(1 << 53), false, "write the integer in full"},
+		{float64(1 << 62), false, "write the integer in full"},
+		{1e23, false, "outside the 64-bit integer range"},
+		{2.5, false, ""},
+	} {
+		err := v.Validate(map[string]any{"n": c.n})
+		if (err == nil) != c.ok || err != nil && c.want != "" && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v (%T): %v", c.n, c.n, err)
+		}
+		coerced := schema.Coerce(shape, map[string]any{"n": c.n}).(map[string]any)["n"]
+		if f, isFloat := c.n.(float64); isFloat && f == math.Trunc(f) {
+			if _, isInt := coerced.(int); isInt != c.ok {
+				t.Errorf("%v coerced to %#v", c.n, coerced)
+			}
+		}
+	}
+	// a number field takes any float
+	if err := v.Validate(map[string]any{"x": float64(1 << 62)}); err != nil {
+		t.Error(err)
 	}
 }

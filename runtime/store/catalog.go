@@ -204,6 +204,10 @@ type RunRecord struct {
 	// to stop it.
 	Server string
 	Stop   StopReason
+	// Trace is the W3C traceparent of the request that started the run
+	// (empty: none), so that the run joins the caller's trace whichever
+	// server claims it, whenever.
+	Trace string
 }
 
 // State is the part of the record its changes of state compare.

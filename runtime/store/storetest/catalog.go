@@ -322,7 +322,9 @@ func testQueuePolicies(t *testing.T, c store.Catalog) {
 	if _, err := c.EnqueueRun(ctx, other, store.BusyEnqueue); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a run on another tenant's thread: %v", err)
 	}
-	if busy, err := c.EnqueueRun(ctx, queued("r1", "t", 1), store.BusyReject); err != nil || busy {
+	first := queued("r1", "t", 1)
+	first.Trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if busy, err := c.EnqueueRun(ctx, first, store.BusyReject); err != nil || busy {
 		t.Fatalf("first run: %v %v", busy, err)
 	}
 	if busy, err := c.EnqueueRun(ctx, queued("r2", "t", 2), store.BusyReject); !errors.Is(err, store.ErrBusy) || !busy {
@@ -338,7 +340,7 @@ func testQueuePolicies(t *testing.T, c store.Catalog) {
 		t.Fatalf("a second run r2: %v", err)
 	}
 	r1, err := c.ClaimRun(ctx, "s1", "", moment(5))
-	if err != nil || r1.ID != "r1" || r1.Status != store.RunRunning || r1.Server != "s1" || !sameTime(r1.Started, moment(5)) {
+	if err != nil || r1.ID != "r1" || r1.Status != store.RunRunning || r1.Server != "s1" || !sameTime(r1.Started, moment(5)) || r1.Trace != first.Trace {
 		t.Fatalf("claim %+v %v", r1, err)
 	}
 	// interrupt: the queued run is cancelled, the running one asked to stop

@@ -26,6 +26,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	fs := flags(env, "serve")
 	flows := fs.String("flows", "flows", "directory of the flows to serve")
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
+	root := fs.String("root", "", "the directory holding --flows that POST /v1/flows/validate may read a posted flow's files from, nothing outside it (default: the closest directory holding --flows and every file its flows read)")
 	storeAddr := storeFlag(fs)
 	stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long runs may take to reach a step boundary before they are cancelled")
 	leaseTTL := fs.Duration("lease-ttl", 0, "how long a thread stays held by a server that stopped renewing it (default 15s)")
@@ -57,7 +58,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis serve: %v\n", err)
 		return exitUsage
 	}
-	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
+	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
 		Voice: voiceCfg, Speech: speech.NewOffline(), Page: page.Handler()})
 	if err != nil {
 		return fail(env, "serve", err)

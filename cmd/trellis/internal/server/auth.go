@@ -58,10 +58,19 @@ func validTenant(t string) bool { return tenantFormat.MatchString(t) }
 
 var errUnauthorized = &api.Error{Code: api.CodeUnauthorized, Message: "send a valid API key: Authorization: Bearer trk_..."}
 
+// bearer is the token of a request's Authorization header when its
+// scheme is Bearer, in any case (RFC 9110: schemes are case-insensitive).
+func bearer(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
+}
+
 // authenticate finds the caller's key.
 func (s *Server) authenticate(r *http.Request) (*caller, error) {
-	auth := r.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(auth, "Bearer ")
+	token, ok := bearer(r)
 	if ok && strings.HasPrefix(token, grantPrefix) {
 		// a voice agent's grant, checked against its session in the store
 		return s.checkGrant(r.Context(), token, time.Now())

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"sync"
 
@@ -191,7 +192,15 @@ func (s *Server) flowGraph(w http.ResponseWriter, r *http.Request, _ *caller) er
 		return err
 	}
 	g := l.flow.Graph()
-	switch format := r.URL.Query().Get("format"); format {
+	format, err := queryEnum(r, "format", "json", "mermaid", "dot")
+	if err != nil {
+		return err
+	}
+	expand, err := queryBool(r, "expand")
+	if err != nil {
+		return err
+	}
+	switch format {
 	case "", "json":
 		b, err := g.JSON()
 		if err != nil {
@@ -201,7 +210,7 @@ func (s *Server) flowGraph(w http.ResponseWriter, r *http.Request, _ *caller) er
 		_, err = w.Write(append(b, '\n'))
 		return err
 	case "mermaid", "dot":
-		o := flow.DrawOptions{Expand: r.URL.Query().Get("expand") == "true"}
+		o := flow.DrawOptions{Expand: expand}
 		text := g.MermaidWith(o)
 		if format == "dot" {
 			text = g.DOTWith(o)
@@ -209,25 +218,33 @@ func (s *Server) flowGraph(w http.ResponseWriter, r *http.Request, _ *caller) er
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, err := io.WriteString(w, text)
 		return err
-	default:
-		return &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("unknown format %q: json, mermaid or dot", format)}
 	}
+	return nil
 }
 
 // validateFlow checks a posted flow file (YAML) as `trellis validate`
-// does; the files it names are read relative to the flow directory.
+// does for it as the file `name` of the flow directory: the files it
+// names are read relative to it, from the server's root and nothing
+// outside it.
 func (s *Server) validateFlow(w http.ResponseWriter, r *http.Request, _ *caller) error {
 	src, err := io.ReadAll(r.Body)
 	if err != nil {
 		return err
 	}
-	// the files a posted flow names are read inside the flow directory,
-	// never outside it
+	root, flows, err := s.validateRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.OpenRoot(root)
+	if err != nil {
+		return fmt.Errorf("validate: %w", err)
+	}
+	defer dir.Close()
 	name := path.Clean("/" + r.URL.Query().Get("name"))[1:]
 	if name == "" {
 		name = "posted.yaml"
 	}
-	f, err := trellis.LoadSourceFS(os.DirFS(s.flows.dir), name, src, s.flows.opts...)
+	f, err := trellis.LoadSourceFS(dir.FS(), path.Join(flows, name), src, s.flows.opts...)
 	var le *trellis.LoadError
 	switch {
 	case errors.As(err, &le):
@@ -241,6 +258,32 @@ func (s *Server) validateFlow(w http.ResponseWriter, r *http.Request, _ *caller)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// validateRoot is the directory the validate route reads from (Config.Root,
+// or the project's root: the closest directory holding the flow directory
+// and every file its flows read), and the flow directory in it.
+func (s *Server) validateRoot() (root, flows string, err error) {
+	if s.cfg.Root == "" {
+		p, err := s.project()
+		if err != nil {
+			return "", "", err
+		}
+		return p.root, p.flows, nil
+	}
+	root, err = filepath.Abs(s.cfg.Root)
+	if err != nil {
+		return "", "", fmt.Errorf("root: %w", err)
+	}
+	abs, err := filepath.Abs(s.cfg.FlowsDir)
+	if err != nil {
+		return "", "", fmt.Errorf("flows: %w", err)
+	}
+	if !within(root, abs) {
+		return "", "", fmt.Errorf("the flow directory %s is outside the root %s", s.cfg.FlowsDir, s.cfg.Root)
+	}
+	flows, err = filepath.Rel(root, abs)
+	return root, filepath.ToSlash(flows), err
 }
 
 func (s *Server) reloadFlows(w http.ResponseWriter, _ *http.Request, _ *caller) error {

@@ -53,7 +53,7 @@ func TestInterruptsThroughTheAPI(t *testing.T) {
 				t.Fatalf("a misspelt configuration: %v", err)
 			}
 			run, err = h.acme.RunWait(ctx, "cand-1", api.StartRun{Input: map[string]any{"score": 82}, Config: map[string]any{"bar": 90}})
-			if err != nil || run.Config["bar"] != float64(90) {
+			if err != nil || run.Config["bar"] != 90 {
 				t.Fatalf("configured run: %+v %v", run, err)
 			}
 			if st, _ = h.acme.State(ctx, "cand-1", 0); st.Values["recommendation"] != "hold" || len(st.Interrupts) != 1 {

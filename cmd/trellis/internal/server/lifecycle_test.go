@@ -171,7 +171,7 @@ func TestCancelDuringTheRunningServersShutdown(t *testing.T) {
 			if err != nil || got.Status != api.RunCancelled {
 				t.Fatalf("the run after the shutdown: %+v %v", got, err)
 			}
-			if st, err := other.acme.State(ctx, "t", 0); err != nil || st.Values["n"] == float64(3) {
+			if st, err := other.acme.State(ctx, "t", 0); err != nil || st.Values["n"] == 3 {
 				t.Fatalf("the cancelled run went on to the end: %+v %v", st, err)
 			}
 		})
@@ -717,7 +717,7 @@ func TestALiveServerWhoseRunIsAdopted(t *testing.T) {
 			h.set(func(k *hooks) { k.beat = func() error { return errors.New("the network dropped the beat") } })
 			other := serve(t, openRuntime(t, addr), flows, a.acme.Key, func(c *Config) { c.DeadAfter = 500 * time.Millisecond })
 			done, err := other.acme.Join(ctx, "t", run.ID)
-			if err != nil || done.Status != api.RunSucceeded || done.State["n"] != float64(3) {
+			if err != nil || done.Status != api.RunSucceeded || done.State["n"] != 3 {
 				t.Fatalf("the adopted run: %+v %v", done, err)
 			}
 			if !strings.Contains(other.log.String(), "adopting") {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -14,6 +13,7 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/store"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -432,14 +432,15 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	m.starting.Add(1)
 	m.mu.Unlock()
 	defer m.starting.Done()
-	raw, _ := json.Marshal(input)
+	raw := recordValues(input)
 	rec := &store.RunRecord{ID: newID("run"), Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
 		Input: raw, Created: m.now(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt, Server: m.id}
+	rec.Trace = traceparent(ctx)
 	if len(answers) > 0 {
-		rec.Answers, _ = json.Marshal(answers)
+		rec.Answers = recordValues(answers)
 	}
 	if len(recorded) > 0 {
-		rec.Config, _ = json.Marshal(recorded)
+		rec.Config = recordValues(recorded)
 	}
 	if len(secret) > 0 {
 		m.keepSecret(rec.ID, c.tenant, secret)
@@ -451,7 +452,7 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	if err != nil {
 		m.dropSecret(rec.ID)
 		if errors.Is(err, store.ErrBusy) {
-			return store.RunRecord{}, nil, trellis.ErrBusy
+			return store.RunRecord{}, nil, m.busy(ctx, rec)
 		}
 		if errors.Is(err, store.ErrNotFound) {
 			return store.RunRecord{}, nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", publicID(thread.ID))}
@@ -485,6 +486,41 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	case <-ctx.Done():
 		return lr.record(), lr, ctx.Err()
 	}
+}
+
+// traceparent is the W3C traceparent of ctx's span ("" when it has
+// none), to keep on a run's record.
+func traceparent(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier["traceparent"]
+}
+
+// busy is the refusal of a run on a thread another run holds, naming that
+// run (running, or the first queued) for the caller to wait on or cancel.
+func (m *manager) busy(ctx context.Context, refused *store.RunRecord) error {
+	return m.heldBy(ctx, refused.Tenant, refused.Thread, "wait for it, or start the run with on_busy enqueue or interrupt")
+}
+
+// heldBy is thread_busy naming the run that holds the thread, with what
+// to do about it.
+func (m *manager) heldBy(ctx context.Context, tenant, thread, advice string) error {
+	runs, err := m.s.cat.Runs(ctx, store.RunQuery{Tenant: tenant, Thread: thread})
+	if err != nil {
+		return trellis.ErrBusy
+	}
+	var holder *store.RunRecord
+	for _, r := range runs { // newest first: the running one, else the first queued
+		if r.Status == store.RunRunning || r.Status == store.RunQueued && (holder == nil || holder.Status != store.RunRunning) {
+			holder = r
+		}
+	}
+	if holder == nil { // it ended meanwhile
+		return trellis.ErrBusy
+	}
+	return &api.Error{Code: api.CodeThreadBusy,
+		Message: fmt.Sprintf("run %s (%s) holds the thread; %s", holder.ID, holder.Status, advice),
+		Details: map[string]string{"run": holder.ID, "status": string(holder.Status)}}
 }
 
 // closeInterrupted gives the queued runs an interrupting run cancelled
@@ -566,6 +602,12 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 			m.s.log.Error("a run panicked: it fails", "run", lr.rec.ID, "thread", lr.rec.Thread, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			res, err = nil, &runPanic{value: v}
 		}
+		// the engine recovered a panic of the run's own code: as above
+		var pe *trellis.PanicError
+		if errors.As(err, &pe) {
+			m.s.metrics.panics.Inc()
+			m.s.log.Error("a run panicked: it fails", "run", lr.rec.ID, "thread", lr.rec.Thread, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+		}
 	}()
 	if lr.how.parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, lr.how.parent)
@@ -577,6 +619,10 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 	}
 	rec := lr.rec
 	lr.mu.Unlock()
+	if !lr.how.parent.IsValid() && rec.Trace != "" {
+		// claimed later, or adopted: the trace of the request that queued it
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": rec.Trace})
+	}
 	l, err := m.s.flows.get(rec.Flow)
 	if err != nil {
 		return nil, err

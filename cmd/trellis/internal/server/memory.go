@@ -64,19 +64,22 @@ func (s *Server) putMemory(w http.ResponseWriter, r *http.Request, c *caller) er
 	if err != nil {
 		return err
 	}
-	var in api.PutMemory
+	var in struct {
+		api.PutMemory
+		TTLSeconds *int64 `json:"ttl_seconds"` // given as 0, it is refused
+	}
 	if err := readJSON(r, &in); err != nil {
 		return err
 	}
 	switch {
 	case in.Value == nil:
 		return &api.Error{Code: api.CodeInvalidInput, Message: "value is required: the document, any JSON value"}
-	case in.TTLSeconds < 0 || time.Duration(in.TTLSeconds)*time.Second > maxTTL:
+	case in.TTLSeconds != nil && (*in.TTLSeconds < 1 || *in.TTLSeconds > int64(maxTTL/time.Second)):
 		return &api.Error{Code: api.CodeInvalidInput, Message: "ttl_seconds is from 1 to " + strconv.FormatInt(int64(maxTTL/time.Second), 10) + " (none: kept until replaced or deleted)"}
 	}
 	it := &store.MemoryItem{Namespace: in.Namespace, Key: in.Key, Value: in.Value, Updated: time.Now().UTC()}
-	if in.TTLSeconds > 0 {
-		it.Expires = it.Updated.Add(time.Duration(in.TTLSeconds) * time.Second)
+	if in.TTLSeconds != nil {
+		it.Expires = it.Updated.Add(time.Duration(*in.TTLSeconds) * time.Second)
 	}
 	if err := m.PutMemory(r.Context(), c.tenant, it); err != nil {
 		return memoryError(err)
@@ -118,9 +121,9 @@ func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request, c *caller)
 	return nil
 }
 
-// memoryPage checks a listing's limit and offset.
-func memoryPage(limit, offset int) error {
-	if limit < 0 || limit > store.MaxMemoryLimit || offset < 0 {
+// memoryPage checks a listing's limit (given, 1 or more) and offset.
+func memoryPage(limit *int, offset int) error {
+	if limit != nil && (*limit < 1 || *limit > store.MaxMemoryLimit) || offset < 0 {
 		return &api.Error{Code: api.CodeInvalidInput, Message: "limit is from 1 to " + strconv.Itoa(store.MaxMemoryLimit) + " (default " + strconv.Itoa(store.DefaultMemoryLimit) + "), offset 0 or more"}
 	}
 	return nil
@@ -131,15 +134,22 @@ func (s *Server) searchMemory(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
-	var in api.SearchMemory
+	var in struct {
+		api.SearchMemory
+		Limit *int `json:"limit"` // given as 0, it is refused
+	}
 	if err := readJSON(r, &in); err != nil {
 		return err
 	}
 	if err := memoryPage(in.Limit, in.Offset); err != nil {
 		return err
 	}
+	limit := 0 // the store's default
+	if in.Limit != nil {
+		limit = *in.Limit
+	}
 	items, err := m.SearchMemory(r.Context(), c.tenant, store.MemoryQuery{Prefix: in.NamespacePrefix, Text: in.Query,
-		Limit: in.Limit, Offset: in.Offset, Now: time.Now()})
+		Limit: limit, Offset: in.Offset, Now: time.Now()})
 	if err != nil {
 		return memoryError(err)
 	}
@@ -156,14 +166,21 @@ func (s *Server) memoryNamespaces(w http.ResponseWriter, r *http.Request, c *cal
 	if err != nil {
 		return err
 	}
-	var in api.ListNamespaces
+	var in struct {
+		api.ListNamespaces
+		Limit *int `json:"limit"` // given as 0, it is refused
+	}
 	if err := readJSON(r, &in); err != nil {
 		return err
 	}
 	if err := memoryPage(in.Limit, in.Offset); err != nil {
 		return err
 	}
-	nss, err := m.MemoryNamespaces(r.Context(), c.tenant, store.MemoryQuery{Prefix: in.Prefix, Limit: in.Limit, Offset: in.Offset, Now: time.Now()})
+	limit := 0 // the store's default
+	if in.Limit != nil {
+		limit = *in.Limit
+	}
+	nss, err := m.MemoryNamespaces(r.Context(), c.tenant, store.MemoryQuery{Prefix: in.Prefix, Limit: limit, Offset: in.Offset, Now: time.Now()})
 	if err != nil {
 		return memoryError(err)
 	}

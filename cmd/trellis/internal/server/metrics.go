@@ -35,7 +35,7 @@ type metrics struct {
 func newMetrics(cat store.Catalog) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_http_requests_total",
-		Help: "HTTP requests by route and status."}, []string{"route", "status"})
+		Help: "HTTP requests by route and status (499: the client left before it was answered)."}, []string{"route", "status"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "trellis_http_request_duration_seconds",
 		Help: "HTTP request latency by route (streams: until they end).", Buckets: prometheus.DefBuckets}, []string{"route"})
 	m.runs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_runs_total",

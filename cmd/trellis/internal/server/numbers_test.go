@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
@@ -99,6 +100,87 @@ edges:
 					t.Errorf("input %s: %d %v", n, code, out)
 				}
 			}
+			// a float that large may be a rounding of the integer meant
+			for _, n := range []string{"9007199254740993.0", "1e17", "-9.2e18"} {
+				if code, out := post("/v1/threads/u/runs/wait", `{"input": {"n": `+n+`}}`); code != 422 || !strings.Contains(out["error"].(map[string]any)["message"].(string), "write the integer in full") {
+					t.Errorf("input %s: %d %v", n, code, out)
+				}
+			}
+			if code, out := post("/v1/threads", `{"id": "v", "flow": "num", "values": {"m": 9007199254740993.0}}`); code != 422 || !strings.Contains(out["error"].(map[string]any)["message"].(string), "write the integer in full") {
+				t.Errorf("values 2^53+1 as a float: %d %v", code, out)
+			}
+			if code, out := post("/v1/threads/u/runs/wait", `{"input": {"n": 9007199254740991.0}}`); code != 200 || out["state"].(map[string]any)["n"] != 9007199254740991 {
+				t.Errorf("input 2^53-1 as a float: %d %v", code, out)
+			}
 		})
+	}
+}
+
+// The Go client reads integers beyond 2^53 exactly wherever the API
+// answers with values: a thread's state, a run's input and state, a
+// stream's events, a checkpoint's writes, and an interrupt's question.
+func TestClientReadsIntegersExactly(t *testing.T) {
+	const big = 9007199254740993 // 2^53 + 1: a float64 rounds it
+	rt := openRuntime(t, "memory")
+	s := serve(t, rt, flowsWith(t, map[string]string{"num": `version: 1
+name: num
+input: [n]
+state:
+  schema:
+    type: object
+    properties:
+      n: {type: integer, default: 0}
+      m: {type: integer, default: 0}
+      list: {type: array, items: {type: integer}, default: []}
+  reducers: {list: append}
+nodes:
+  dec: {kind: assign, set: {m: "state.n - 1", list: "[state.n]"}}
+edges:
+  - {from: START, to: dec}
+  - {from: dec, to: END}
+`}), "")
+	if _, err := s.acme.CreateThread(ctx, api.CreateThread{ID: "t", Flow: "num", Values: map[string]any{"m": big}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.acme.State(ctx, "t", 0)
+	if err != nil || st.Values["m"] != big {
+		t.Fatalf("state: %#v %v", st.Values["m"], err)
+	}
+	run, err := s.acme.RunWait(ctx, "t", api.StartRun{Input: map[string]any{"n": big}})
+	if err != nil || run.Input["n"] != big || run.State["n"] != big || run.State["m"] != big-1 {
+		t.Fatalf("run: input %#v state %#v %v", run.Input["n"], run.State, err)
+	}
+	if l, _ := run.State["list"].([]any); len(l) != 1 || l[0] != big {
+		t.Fatalf("run: list %#v", run.State["list"])
+	}
+	var updated bool
+	for ev, err := range s.acme.StreamRun(ctx, "t", api.StartRun{Input: map[string]any{"n": big + 2}}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Event.Type == "state_update" && ev.Event.Update["m"] != nil {
+			updated = true
+			if ev.Event.Update["m"] != big+1 {
+				t.Fatalf("event: %#v", ev.Event.Update)
+			}
+		}
+	}
+	if !updated {
+		t.Fatal("no state_update wrote m")
+	}
+	cps, err := s.acme.History(ctx, "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen bool
+	for _, cp := range cps {
+		for _, w := range cp.Writes {
+			if w.Field == "m" && w.Value == big+1 {
+				seen = true
+			}
+		}
+	}
+	if !seen {
+		t.Fatalf("history: %+v", cps)
 	}
 }

@@ -2,10 +2,14 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +17,7 @@ import (
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
+	"github.com/pb33f/libopenapi/datamodel"
 	"gopkg.in/yaml.v3"
 
 	"github.com/trellisflow/trellis/schemas"
@@ -61,7 +66,9 @@ var (
 func openAPI(t *testing.T) validator.Validator {
 	t.Helper()
 	specOnce.Do(func() {
-		doc, err := libopenapi.NewDocument(schemas.OpenAPI)
+		// a graph holds its subflows' graphs: a recursion through the
+		// arrays of its nodes, which ends where a node runs no subflow
+		doc, err := libopenapi.NewDocumentWithConfiguration(schemas.OpenAPI, &datamodel.DocumentConfiguration{IgnoreArrayCircularReferences: true})
 		if err != nil {
 			specErr = err
 			return
@@ -138,4 +145,61 @@ func checkedClient(t *testing.T) *http.Client {
 		}
 	})
 	return &http.Client{Transport: c}
+}
+
+// Every operation of the document has an operationId, unique, so that a
+// generated client names its methods.
+func TestOpenAPIOperationIDs(t *testing.T) {
+	seen := map[string]string{}
+	for _, op := range docOps(t) {
+		switch prev, dup := seen[op.id]; {
+		case op.id == "":
+			t.Errorf("%s has no operationId", op.pattern())
+		case dup:
+			t.Errorf("%s and %s are both operationId %s", prev, op.pattern(), op.id)
+		}
+		seen[op.id] = op.pattern()
+	}
+}
+
+// The document passes Redocly's recommended rules with no error and no
+// warning but those schemas/.redocly.lint-ignore.yaml justifies (as make
+// openapi-lint checks it).
+func TestOpenAPILint(t *testing.T) {
+	redocly, _ := filepath.Abs("../../../../.ci/openapi/node_modules/.bin/redocly")
+	if _, err := os.Stat(redocly); err != nil {
+		if _, err := exec.LookPath("npm"); err == nil {
+			t.Fatal("Redocly is not installed: `make deps` installs it with npm into .ci/openapi")
+		}
+		t.Skip("Redocly is not installed, nor npm to install it with (`make deps` does with npm)")
+	}
+	cmd := exec.Command(redocly, "lint", "--config", "schemas/redocly.yaml", "--format=json", "schemas/openapi.yaml")
+	cmd.Dir = "../../../.."
+	out, err := cmd.Output()
+	var report struct {
+		Totals struct {
+			Errors, Warnings, Ignored int
+		} `json:"totals"`
+		Problems []struct {
+			RuleID   string `json:"ruleId"`
+			Severity string `json:"severity"`
+			Message  string `json:"message"`
+			Location []struct {
+				Pointer string `json:"pointer"`
+			} `json:"location"`
+		} `json:"problems"`
+	}
+	if jerr := json.Unmarshal(out, &report); jerr != nil {
+		t.Fatalf("redocly lint: %v (%v): %s", jerr, err, out)
+	}
+	for _, p := range report.Problems {
+		where := ""
+		if len(p.Location) > 0 {
+			where = p.Location[0].Pointer
+		}
+		t.Errorf("%s %s at %s: %s", p.Severity, p.RuleID, where, p.Message)
+	}
+	if report.Totals.Errors+report.Totals.Warnings != 0 {
+		t.Errorf("redocly lint: %d errors, %d warnings", report.Totals.Errors, report.Totals.Warnings)
+	}
 }

@@ -151,14 +151,14 @@ func TestClientsAcrossARestart(t *testing.T) {
 				t.Fatalf("the stream after the restart ends in %s", last.Event.Type)
 			}
 			done, err := b.acme.Join(ctx, "s", run)
-			if err != nil || done.Status != api.RunSucceeded || done.State["n"] != float64(3) {
+			if err != nil || done.Status != api.RunSucceeded || done.State["n"] != 3 {
 				t.Fatalf("the streamed run after the restart: %+v %v", done, err)
 			}
 			rs, err := b.acme.Runs(ctx, "w")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if done, err := b.acme.Join(ctx, "w", rs[0].ID); err != nil || done.Status != api.RunSucceeded || done.State["n"] != float64(3) {
+			if done, err := b.acme.Join(ctx, "w", rs[0].ID); err != nil || done.Status != api.RunSucceeded || done.State["n"] != 3 {
 				t.Fatalf("the waited run after the restart: %+v %v", done, err)
 			}
 

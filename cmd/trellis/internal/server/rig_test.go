@@ -120,6 +120,7 @@ func serve(t *testing.T, rt *trellis.Runtime, flows, key string, opts ...func(*C
 		}
 	}
 	s.acme = api.NewClient(s.base, key)
+	s.acme.HTTP = checkedClient(t) // every answer is one the document gives
 	t.Cleanup(func() { s.shutdown(time.Minute) })
 	return s
 }

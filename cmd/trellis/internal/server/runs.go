@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -27,6 +28,43 @@ func plain(m map[string]any) (map[string]any, error) {
 		return nil, &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
 	}
 	return v.(map[string]any), nil
+}
+
+// recordValues writes values to keep on a run record (its input, its
+// answers, its configuration) as JSON that storedValues reads back as
+// they were: an integral float keeps a fraction (2.0), since encoding/json
+// would write it as an integer and it would come back an int, taken where
+// an integer is due although, 2^53 or more, it may be a rounding of the
+// integer meant.
+func recordValues(m map[string]any) []byte {
+	b, _ := json.Marshal(keepFloats(m))
+	return b
+}
+
+func keepFloats(v any) any {
+	switch x := v.(type) {
+	case float64:
+		// from 1e21 encoding/json writes an exponent, read back as a float
+		if x == math.Trunc(x) && math.Abs(x) < 1e21 {
+			return json.Number(strconv.FormatFloat(x, 'f', 1, 64))
+		}
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = keepFloats(e)
+		}
+		return out
+	case map[string]any:
+		if x == nil {
+			return x
+		}
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = keepFloats(e)
+		}
+		return out
+	}
+	return v
 }
 
 // storedValues reads values kept on a run record as JSON (its input, its
@@ -264,11 +302,9 @@ func (s *Server) joinStream(w http.ResponseWriter, r *http.Request, c *caller) e
 	if err != nil {
 		return err
 	}
-	var after int64
-	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		if after, err = strconv.ParseInt(id, 10, 64); err != nil || after < 0 {
-			return &api.Error{Code: api.CodeBadRequest, Message: "Last-Event-ID is an event id of this run"}
-		}
+	after, err := intParam(r.Header.Get("Last-Event-ID"), "Last-Event-ID", 0, math.MaxInt64, 0)
+	if err != nil {
+		return err
 	}
 	w.Header().Set("Trellis-Run", rec.ID)
 	if lr := s.runs.get(rec.ID); lr != nil {

@@ -34,6 +34,14 @@ type Config struct {
 	Runtime *trellis.Runtime
 	// FlowsDir holds the flows the server runs.
 	FlowsDir string
+	// Root bounds what the validate route reads: the files a posted flow
+	// names (its state schema, prompts, subflows) are read as `trellis
+	// validate` reads them for the flow as a file of FlowsDir, relative to
+	// it, from Root and nothing outside it (not through a symbolic link
+	// either). It holds FlowsDir. Empty: the closest directory holding
+	// FlowsDir and every file its flows read (their prompts and schemas
+	// may sit beside the flow directory).
+	Root string
 	// Kinds builds the flows' nodes (nil: the built-in kinds).
 	Kinds kind.Registry
 	// Logger receives the request and run logs (nil: JSON on stderr).
@@ -143,6 +151,11 @@ func New(cfg Config) (*Server, error) {
 	s.flows = &flowSet{dir: cfg.FlowsDir, opts: opts}
 	if _, err := s.flows.reload(); err != nil {
 		return nil, err
+	}
+	if cfg.Root != "" {
+		if _, _, err := s.validateRoot(); err != nil {
+			return nil, err
+		}
 	}
 	s.notes = &notifier{log: log, every: cfg.PollEvery}
 	if n, ok := cfg.Runtime.Store().(store.Notifier); ok && cfg.NotifyURL != "off" {
@@ -355,9 +368,34 @@ func (s *Server) requests(next http.Handler) http.Handler {
 			pattern = "unmatched"
 		}
 		s.metrics.request(pattern, rec.status, time.Since(start))
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("id", id), slog.String("method", r.Method),
+		msg := "request"
+		if rec.status == statusClientGone {
+			msg = "client disconnected"
+		}
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, msg, slog.String("id", id), slog.String("method", r.Method),
 			slog.String("path", r.URL.Path), slog.Int("status", rec.status), slog.Duration("took", time.Since(start)))
 	})
+}
+
+// statusClientGone is the status a request is counted and logged with
+// when its client left before it was answered (nginx's 499): it was not
+// answered, and no fault of the server's.
+const statusClientGone = 499
+
+// clientGone records that the request's client left before its answer,
+// which is not written.
+func clientGone(w http.ResponseWriter) {
+	for {
+		switch x := w.(type) {
+		case *statusRecorder:
+			x.status = statusClientGone
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return
+		}
+	}
 }
 
 func validRequestID(id string) bool {
@@ -389,27 +427,42 @@ func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter 
 // shape.
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := &caller{}
-		if rt.access != public {
-			var err error
-			if c, err = s.authenticate(r); err != nil {
-				writeError(w, r, err)
+		// an error is answered, unless the client left: its context
+		// ended, and what failed then failed for it
+		fail := func(err error) {
+			if r.Context().Err() != nil {
+				clientGone(w)
 				return
 			}
-			if rt.access == admin && !c.key.Admin {
-				writeError(w, r, &api.Error{Code: api.CodeForbidden, Message: "this route takes an admin key"})
-				return
-			}
-			if err := reach(c, rt, r); err != nil {
-				writeError(w, r, err)
-				return
-			}
-		}
-		if err := rt.handle(w, r, c); err != nil {
 			if code := s.errorCode(err); code == api.CodeInternal {
 				s.log.Error("request failed", "id", r.Context().Value(requestIDKey), "error", err.Error())
 			}
 			writeError(w, r, err)
+		}
+		c := &caller{}
+		if rt.access != public {
+			var err error
+			if c, err = s.authenticate(r); err != nil {
+				fail(err)
+				return
+			}
+			if rt.access == admin && !c.key.Admin {
+				fail(&api.Error{Code: api.CodeForbidden, Message: "this route takes an admin key"})
+				return
+			}
+			if err := reach(c, rt, r); err != nil {
+				fail(err)
+				return
+			}
+		}
+		if strings.HasPrefix(rt.path, "/v1/") {
+			if err := checkQuery(rt, r); err != nil {
+				fail(err)
+				return
+			}
+		}
+		if err := rt.handle(w, r, c); err != nil {
+			fail(err)
 		}
 	})
 }
@@ -425,6 +478,7 @@ func toAPIError(err error) *api.Error {
 	var mbe *http.MaxBytesError
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
+	var be *trellis.BusyError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -436,6 +490,10 @@ func toAPIError(err error) *api.Error {
 		return &api.Error{Code: api.CodeInvalidInput, Message: ie.Error(), Details: map[string]string{"field": ie.Field, "reason": ie.Reason, "suggestion": ie.Suggestion}}
 	case errors.Is(err, store.ErrThreadID):
 		return &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
+	case errors.As(err, &be):
+		return &api.Error{Code: api.CodeThreadBusy,
+			Message: fmt.Sprintf("%s holds the thread until %s; retry then, or start the run with on_busy enqueue", be.Owner, be.Until.UTC().Format(time.RFC3339)),
+			Details: map[string]string{"holder": be.Owner, "until": be.Until.UTC().Format(time.RFC3339)}}
 	case errors.Is(err, trellis.ErrBusy):
 		return &api.Error{Code: api.CodeThreadBusy, Message: "another run holds the thread; retry, or start the run with on_busy enqueue or interrupt"}
 	case errors.Is(err, trellis.ErrUnfinished):
@@ -464,6 +522,15 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if ae.Code == api.CodeUnavailable || ae.Code == api.CodeRunRequeued {
 		w.Header().Set("Retry-After", "1")
+	}
+	if ae.Code == api.CodeUnauthorized {
+		// RFC 6750: how to authenticate, and whether the token sent was
+		// the trouble
+		challenge := `Bearer realm="trellis"`
+		if _, ok := bearer(r); ok {
+			challenge += `, error="invalid_token"`
+		}
+		w.Header().Set("WWW-Authenticate", challenge)
 	}
 	writeJSON(w, ae.Code.Status(), api.ErrorBody{Error: ae})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -435,8 +436,20 @@ func TestBusyThreadPolicies(t *testing.T) {
 	}
 	waitRunning(t, h.acme, "b1", first.ID)
 	say := map[string]any{"last_response": "I build data pipelines."}
-	if _, err := h.acme.StartRun(ctx, "b1", api.StartRun{Input: say}); !api.IsCode(err, api.CodeThreadBusy) {
+	_, err = h.acme.StartRun(ctx, "b1", api.StartRun{Input: say})
+	var busy *api.Error
+	if !errors.As(err, &busy) || busy.Code != api.CodeThreadBusy {
 		t.Fatalf("reject: %v", err)
+	}
+	// the refusal names the run that holds the thread, to wait on
+	if d, _ := busy.Details.(map[string]any); d["run"] != first.ID || d["status"] != "running" || !strings.Contains(busy.Message, first.ID) {
+		t.Fatalf("reject: %v %v", busy, busy.Details)
+	}
+	// so does the refusal to delete the thread
+	if err := h.acme.DeleteThread(ctx, "b1"); !errors.As(err, &busy) || busy.Code != api.CodeThreadBusy {
+		t.Fatalf("delete: %v", err)
+	} else if d, _ := busy.Details.(map[string]any); d["run"] != first.ID || !strings.Contains(busy.Message, first.ID) {
+		t.Fatalf("delete: %v %v", busy, busy.Details)
 	}
 	queued, err := h.acme.StartRun(ctx, "b1", api.StartRun{Input: say, OnBusy: api.OnBusyEnqueue})
 	if err != nil || queued.Status != api.RunQueued {
@@ -470,6 +483,29 @@ func TestBusyThreadPolicies(t *testing.T) {
 		if err != nil || len(hist) != 1 {
 			t.Fatalf("the interrupted run's remainder was not abandoned: %v %v", hist, err)
 		}
+	}
+}
+
+// A thread another process holds (a trellis run on the same store, or a
+// server that died, until its lease ends) is refused naming the holder
+// and the lease's end, as the command line does.
+func TestBusyThreadNamesTheLeaseHolder(t *testing.T) {
+	h := newHarness(t, "sqlite", nil)
+	interviewThread(t, h, "held")
+	holder := "trellis run (pid 42 on elsewhere)"
+	if err := h.srv.cfg.Runtime.Store().Acquire(ctx, "acme/held", holder, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.acme.StartRun(ctx, "held", api.StartRun{})
+	var busy *api.Error
+	if !errors.As(err, &busy) || busy.Code != api.CodeThreadBusy {
+		t.Fatalf("a held thread: %v", err)
+	}
+	d, _ := busy.Details.(map[string]any)
+	until, perr := time.Parse(time.RFC3339, fmt.Sprint(d["until"]))
+	if d["holder"] != holder || perr != nil || until.Before(time.Now().Add(30*time.Second)) || until.After(time.Now().Add(2*time.Minute)) ||
+		!strings.Contains(busy.Message, holder) {
+		t.Fatalf("a held thread: %v %v", busy, busy.Details)
 	}
 }
 
@@ -581,7 +617,7 @@ func TestThreadsListForkUpdateDelete(t *testing.T) {
 		t.Fatalf("fork %+v %v", fork, err)
 	}
 	st, _ := h.acme.State(ctx, "f0", 0)
-	if st.Values["greetings"] != float64(1) {
+	if st.Values["greetings"] != 1 {
 		t.Fatalf("forked state %v", st.Values)
 	}
 	st, err = h.acme.Update(ctx, "f0", api.Update{As: "greet", Values: map[string]any{"greeting": "Hi!"}})

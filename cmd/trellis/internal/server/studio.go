@@ -15,7 +15,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -529,6 +528,10 @@ func (s *Server) previewPrompt(w http.ResponseWriter, r *http.Request, c *caller
 		return &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("node %q (%s) sends no prompt", n.Name, n.Kind)}
 	}
 	q := r.URL.Query()
+	at, err := queryCheckpoint(r, "at")
+	if err != nil {
+		return err
+	}
 	out := api.PromptPreview{Node: n.Name, Sections: []api.PromptSection{}}
 	var state map[string]any
 	if id := q.Get("thread"); id != "" {
@@ -546,11 +549,7 @@ func (s *Server) previewPrompt(w http.ResponseWriter, r *http.Request, c *caller
 			return &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("thread %q runs flow %q, not %q", id, rec.Flow, l.flow.Name())}
 		}
 		var snap *trellis.Snapshot
-		if at := q.Get("at"); at != "" {
-			seq, perr := strconv.ParseUint(at, 10, 64)
-			if perr != nil || seq == 0 {
-				return &api.Error{Code: api.CodeBadRequest, Message: "at is a checkpoint number"}
-			}
+		if seq := at; seq > 0 {
 			snap, err = s.cfg.Runtime.StateAt(r.Context(), rec.ID, seq)
 			if errors.Is(err, store.ErrNotFound) {
 				return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", id, seq)}

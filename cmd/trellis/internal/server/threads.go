@@ -126,34 +126,24 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 
 func (s *Server) listThreads(w http.ResponseWriter, r *http.Request, c *caller) error {
 	q := r.URL.Query()
-	query := store.ThreadQuery{Tenant: c.tenant, Flow: q.Get("flow"), Limit: 50}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			return &api.Error{Code: api.CodeBadRequest, Message: "limit is 1 to 500"}
-		}
-		query.Limit = n
+	limit, err := queryInt(r, "limit", 1, 500, 50)
+	if err != nil {
+		return err
 	}
+	query := store.ThreadQuery{Tenant: c.tenant, Flow: q.Get("flow"), Limit: int(limit)}
 	if after := q.Get("after"); after != "" {
 		if checkThreadID(after) != nil {
-			return &api.Error{Code: api.CodeBadRequest, Message: "after is a thread id"}
+			return badParam("after", "is a thread id, the next of a list of threads")
 		}
 		query.After = threadKey(c, after)
 	}
-	for k, v := range q {
-		if name, ok := strings.CutPrefix(k, "metadata."); ok {
-			if query.Metadata == nil {
-				query.Metadata = map[string]string{}
-			}
-			query.Metadata[name] = v[0]
-		}
-	}
+	query.Metadata = deepObject(r, "metadata")
 	// one more than asked tells whether there is a next page
 	want := query.Limit
 	query.Limit++
 	recs, err := s.cat.ListThreads(r.Context(), query)
 	if errors.Is(err, store.ErrNotFound) {
-		return &api.Error{Code: api.CodeBadRequest, Message: "after names no thread of yours"}
+		return badParam("after", "names no thread of yours")
 	}
 	if err != nil {
 		return err
@@ -204,6 +194,11 @@ func (s *Server) deleteThread(w http.ResponseWriter, r *http.Request, c *caller)
 		if errors.Is(err, store.ErrNotFound) {
 			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
 		}
+		if errors.Is(err, store.ErrBusy) {
+			if held := s.runs.heldBy(ctx, c.tenant, key, "cancel it first"); !errors.Is(held, trellis.ErrBusy) {
+				return held
+			}
+		}
 		return err
 	}
 	if err := s.cfg.Runtime.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -237,7 +232,7 @@ func inNamespace(r *http.Request, rec *store.ThreadRecord) (key string, err erro
 		return rec.ID, nil
 	}
 	if !trellis.IsNamespace(ns) {
-		return "", &api.Error{Code: api.CodeBadRequest, Message: "ns is a child flow's namespace, NODE:SEQ (levels joined by |), as its events name it"}
+		return "", badParam("ns", "is a child flow's namespace, NODE:SEQ (levels joined by |), as its events name it")
 	}
 	return trellis.ChildThread(rec.ID, ns), nil
 }
@@ -251,12 +246,12 @@ func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) 
 	if err != nil {
 		return err
 	}
+	at, err := queryCheckpoint(r, "at")
+	if err != nil {
+		return err
+	}
 	var snap *trellis.Snapshot
-	if at := r.URL.Query().Get("at"); at != "" {
-		seq, perr := strconv.ParseUint(at, 10, 64)
-		if perr != nil || seq == 0 {
-			return &api.Error{Code: api.CodeBadRequest, Message: "at is a checkpoint number"}
-		}
+	if seq := at; seq > 0 {
 		snap, err = s.cfg.Runtime.StateAt(r.Context(), key, seq)
 		if errors.Is(err, store.ErrNotFound) {
 			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(key), seq)}
@@ -272,7 +267,7 @@ func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) 
 	}
 	out := stateInfo(snap)
 	out.Finished = key == rec.ID && s.finished(rec, snap.Values)
-	if len(snap.Next) > 0 && r.URL.Query().Get("at") == "" && key == rec.ID {
+	if len(snap.Next) > 0 && at == 0 && key == rec.ID {
 		if l, lerr := s.flows.get(rec.Flow); lerr == nil {
 			asks, err := s.cfg.Runtime.Asks(r.Context(), l.flow, rec.ID)
 			if err != nil {
@@ -293,21 +288,19 @@ func (s *Server) threadHistory(w http.ResponseWriter, r *http.Request, c *caller
 		return err
 	}
 	q := r.URL.Query()
-	opts := trellis.HistoryOptions{Limit: 50, Source: trellis.Source(q.Get("source")), Run: q.Get("run"), Node: q.Get("node")}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return &api.Error{Code: api.CodeBadRequest, Message: "limit is 1 to 1000"}
-		}
-		opts.Limit = n
+	limit, err := queryInt(r, "limit", 1, 1000, 50)
+	if err != nil {
+		return err
 	}
-	if v := q.Get("before"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return &api.Error{Code: api.CodeBadRequest, Message: "before is a checkpoint number"}
-		}
-		opts.Before = n
+	source, err := queryEnum(r, "source", sources...)
+	if err != nil {
+		return err
 	}
+	before, err := queryCheckpoint(r, "before")
+	if err != nil {
+		return err
+	}
+	opts := trellis.HistoryOptions{Limit: int(limit), Source: trellis.Source(source), Run: q.Get("run"), Node: q.Get("node"), Before: before}
 	key, err := inNamespace(r, rec)
 	if err != nil {
 		return err
@@ -352,8 +345,9 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 	if err := checkThreadID(in.ID); err != nil {
 		return err
 	}
-	if in.At == 0 {
-		return &api.Error{Code: api.CodeInvalidInput, Message: "at names the checkpoint to fork from"}
+	if in.At == 0 || in.At > maxCheckpoint {
+		return &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("at names the checkpoint to fork from, an integer from 1 to %d", int64(maxCheckpoint)),
+			Details: map[string]string{"field": "at"}}
 	}
 	key := threadKey(c, in.ID)
 	if _, err := s.cfg.Runtime.Fork(r.Context(), rec.ID, in.At, key); err != nil {

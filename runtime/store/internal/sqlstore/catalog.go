@@ -255,9 +255,9 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 		cfg = "null"
 	}
 	_, err := db.Exec(ctx, `INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint,
-		created_at, started_at, finished_at, resume, interrupt, server, stop, answers, config) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		created_at, started_at, finished_at, resume, interrupt, server, stop, answers, config, trace) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, string(r.Status), input, r.Error, int64(r.Checkpoint),
-		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, string(r.Stop), answers, cfg)
+		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, string(r.Stop), answers, cfg, r.Trace)
 	if err != nil && db.Unique(err) {
 		return store.ErrExists
 	}
@@ -299,14 +299,14 @@ func (c Catalog) changed(ctx context.Context, id string) error {
 }
 
 const runColumns = `id, tenant, thread, flow, flow_version, status, input, error, checkpoint, created_at, started_at, finished_at,
-	resume, interrupt, server, stop, answers, config`
+	resume, interrupt, server, stop, answers, config, trace`
 
 func scanRun(rows Rows) (*store.RunRecord, error) {
 	var r store.RunRecord
 	var status, input, answers, cfg, stop string
 	var checkpoint, created, started, finished int64
 	if err := rows.Scan(&r.ID, &r.Tenant, &r.Thread, &r.Flow, &r.FlowVersion, &status, &input, &r.Error, &checkpoint,
-		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &stop, &answers, &cfg); err != nil {
+		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &stop, &answers, &cfg, &r.Trace); err != nil {
 		return nil, err
 	}
 	r.Stop = store.StopReason(stop)
