@@ -15,3 +15,9 @@ func TestConformance(t *testing.T) {
 func TestCatalogConformance(t *testing.T) {
 	storetest.RunCatalog(t, func(*testing.T) store.Store { return memory.New() })
 }
+
+func TestLifecycle(t *testing.T) {
+	storetest.RunLifecycle(t, func(*testing.T) store.Store { return memory.New() },
+		func(_ *testing.T, st store.Store, needles []string) []string { return storetest.WalkRefs(st, needles) },
+		[]string{"threads", "leases", "catalog.threads", "catalog.runs", "catalog.events", "catalog.packs", "voice.sessions"})
+}

@@ -65,7 +65,7 @@ func migrateTogether(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	got, err := stores[1].Migrations(ctx)
-	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}) {
+	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}) {
 		t.Fatalf("migrations %v %v", got, err)
 	}
 }

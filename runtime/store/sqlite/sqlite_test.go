@@ -49,7 +49,7 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := stores[0].Migrations(ctx)
-	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
+	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
 		t.Fatalf("migrations %v %v", got, err)
 	}
 }
@@ -105,7 +105,7 @@ func TestClusteringMigrationKeepsThreads(t *testing.T) {
 	}
 	defer st.Close()
 	got, err := st.Migrations(context.Background())
-	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
+	if err != nil || !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
 		t.Fatalf("migrations %v %v", got, err)
 	}
 	snap, err := st.Head(context.Background(), "t")

@@ -1,0 +1,113 @@
+package postgres_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
+	"github.com/trellisflow/trellis/runtime/store/postgres"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
+)
+
+// notPerThread are the tables that hold no thread's data: the migrations
+// applied, API keys, servers' heartbeats, the voice signing key, and
+// node results cached across threads (by their flow, node and key).
+// Every other table is one a thread's data can be in.
+var notPerThread = []string{"trellis_migrations", "api_keys", "api_servers", "voice_signing_key", "node_cache"}
+
+// After a thread is deleted or pruned, no table of the database (every
+// table of every migration) holds anything that refers to it.
+func TestLifecycle(t *testing.T) {
+	var mu sync.Mutex
+	urls := map[store.Store]string{}
+	open := func(t *testing.T) store.Store {
+		url := pgtest.Database(t)
+		st, err := postgres.Open(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		urls[st] = url
+		mu.Unlock()
+		return st
+	}
+	refs := func(t *testing.T, st store.Store, needles []string) []string {
+		mu.Lock()
+		url := urls[st]
+		mu.Unlock()
+		return references(t, url, needles)
+	}
+	probe := open(t)
+	var tables []string
+	for table := range columns(t, urls[probe]) {
+		if !slices.Contains(notPerThread, table) {
+			tables = append(tables, table)
+		}
+	}
+	probe.Close()
+	slices.Sort(tables)
+	storetest.RunLifecycle(t, open, refs, tables)
+}
+
+// columns lists the database's tables and their columns.
+func columns(t *testing.T, url string) map[string][]string {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `SELECT c.table_name, c.column_name FROM information_schema.columns c
+		JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
+		WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var table, col string
+		if err := rows.Scan(&table, &col); err != nil {
+			t.Fatal(err)
+		}
+		out[table] = append(out[table], col)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// references names the table.column of every value of the database that
+// contains a needle (as text).
+func references(t *testing.T, url string, needles []string) []string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var out []string
+	for table, cols := range columns(t, url) {
+		for _, col := range cols {
+			for _, n := range needles {
+				var k int
+				q := `SELECT count(*) FROM ` + pgx.Identifier{table}.Sanitize() + ` WHERE strpos(` + pgx.Identifier{col}.Sanitize() + `::text, $1) > 0`
+				if err := conn.QueryRow(ctx, q, n).Scan(&k); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+				if k > 0 && !slices.Contains(out, table+"."+col) {
+					out = append(out, table+"."+col)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
