@@ -111,3 +111,55 @@ func references(t *testing.T, url string, needles []string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// The records of a served thread whose checkpoints an older version
+// pruned alone are deleted when the database is migrated; those of a
+// thread that has its checkpoints stay.
+func TestMigrationDeletesWhatOldPrunesLeft(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.Database(t)
+	st, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, &store.Checkpoint{Thread: "acme/kept", Seq: 1, Source: store.SourceCreate}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// back to the schema before the retention migration, with the
+	// records old prunes left
+	for _, q := range []string{
+		`DROP TABLE api_event_packs`, `DROP INDEX threads_children`, `ALTER TABLE api_runs DROP COLUMN events_packed`,
+		`DELETE FROM trellis_migrations WHERE version = 14`,
+		`INSERT INTO api_threads (id, tenant, flow, metadata, created_at) VALUES ('acme/pruned', 'acme', 'f', '{}', 1), ('acme/kept', 'acme', 'f', '{}', 1)`,
+		`INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint, created_at, started_at, finished_at)
+			VALUES ('r-pruned', 'acme', 'acme/pruned', 'f', '', 'succeeded', 'null', '', 3, 1, 1, 2),
+			('r-kept', 'acme', 'acme/kept', 'f', '', 'succeeded', 'null', '', 1, 1, 1, 2)`,
+		`INSERT INTO api_events (run, seq, data) VALUES ('r-pruned', 1, '{}'), ('r-pruned', 2, '{}'), ('r-kept', 1, '{}'), ('r-gone', 1, '{}')`,
+		`INSERT INTO voice_sessions (id, tenant, thread, thread_created, key_hash, signing_key, created_at, expires_at, deadline, renewed_at, caller, caller_at, ended_at)
+			VALUES ('v-pruned', 'acme', 'acme/pruned', 1, 'h', 'k', 1, 2, 2, 0, '', 0, 0)`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	st, err = postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if left := references(t, url, []string{"pruned", "r-gone"}); len(left) > 0 {
+		t.Fatalf("the migration left what old prunes left in %v", left)
+	}
+	if _, err := st.Run(ctx, "acme", "r-kept"); err != nil {
+		t.Fatalf("a run of a thread with checkpoints: %v", err)
+	}
+	if evs, err := st.Events(ctx, "r-kept", 0, 0); err != nil || len(evs) != 1 {
+		t.Fatalf("events of a thread with checkpoints: %v %v", evs, err)
+	}
+}

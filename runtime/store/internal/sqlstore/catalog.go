@@ -674,23 +674,27 @@ func (c Catalog) AppendEvents(ctx context.Context, run, holder string, evs []sto
 	return err
 }
 
-// appendEvents inserts a run's events in one statement.
+// appendEvents inserts a run's events in one statement, unless the run's
+// packed events hold their numbers already.
 func appendEvents(ctx context.Context, db DB, run string, evs []store.EventRecord) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	var q strings.Builder
-	q.WriteString(`INSERT INTO api_events (run, seq, data) VALUES `)
-	args := make([]any, 0, 3*len(evs))
+	q.WriteString(`INSERT INTO api_events (run, seq, data) SELECT * FROM (VALUES `)
+	args := make([]any, 0, 3*len(evs)+2)
+	first := evs[0].Seq
 	for i, ev := range evs {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?)")
+		q.WriteString("(?, CAST(? AS BIGINT), ?)")
 		args = append(args, run, ev.Seq, string(ev.Data))
+		first = min(first, ev.Seq)
 	}
-	_, err := db.Exec(ctx, q.String(), args...)
-	if err != nil && db.Unique(err) {
+	q.WriteString(`) AS v WHERE NOT EXISTS (SELECT 1 FROM api_event_packs WHERE run = ? AND last >= ?)`)
+	n, err := db.Exec(ctx, q.String(), append(args, run, first)...)
+	if err != nil && db.Unique(err) || err == nil && n == 0 {
 		return store.ErrExists
 	}
 	return err
