@@ -146,3 +146,13 @@ func (p Pacer) Rest(ctx context.Context, took time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// SpaceReturner is a store that returns the room deleted records leave
+// to the file system a little at a time (SQLite's incremental vacuum).
+// A store without it keeps that room to reuse: PostgreSQL's autovacuum
+// marks it free for new rows, and gives the file's tail back.
+type SpaceReturner interface {
+	// ReturnSpace returns at most pages free pages and reports how many
+	// it returned and how many free ones are left.
+	ReturnSpace(ctx context.Context, pages int) (returned, left int, err error)
+}

@@ -158,7 +158,10 @@ func open(ctx context.Context, path string) (*Store, error) {
 		}
 	}
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)", "foreign_keys(ON)"} {
+	// a new file is made in incremental vacuum mode (the pragma comes
+	// before any table), so that ReturnSpace can give room back; it
+	// changes nothing in a file made before
+	for _, p := range []string{"auto_vacuum(INCREMENTAL)", "journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)", "foreign_keys(ON)"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
