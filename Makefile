@@ -6,7 +6,7 @@ PKGS    := ./...
 FUZZTIME ?= 40000x
 
 .PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
-	livekit-server page page-check bench-voice bench-sandbox
+	livekit-server page page-check bench-voice bench-sandbox bench-storage loadtest-retention
 
 build:
 	$(GO) build -o bin/trellis ./cmd/trellis
@@ -93,6 +93,13 @@ page-check:
 # engines. Not part of check: about a minute.
 bench-voice: livekit-server
 	$(GO) test ./cmd/trellis/internal/voice -run '^$$' -bench SpokenTurn -benchtime 5x -timeout 20m
+
+# What the store keeps per turn of the nine-turn interview served through
+# the API (the test model streaming its replies), on SQLite and
+# PostgreSQL: with every event, and once the event retention has passed
+# (tokens merged or dropped). Not part of check: about a minute.
+bench-storage:
+	$(GO) test ./cmd/trellis/internal/server -run '^$$' -bench StoragePerTurn -benchtime 20x -timeout 20m
 
 # The sandbox's file tree (Python, Node.js and the runners' tools, from
 # this machine's packages) in SANDBOX_ROOT, imported into the Docker engine

@@ -326,10 +326,15 @@ func (r *retention) returnSpace(ctx context.Context, v store.SpaceReturner, pace
 }
 
 // compactEvents is what a run keeps of its events once its stream's time
-// to be resumed has passed: every event but its tokens (node_output),
-// which are merged into one event per node's attempt (the first token's,
-// with the whole text, numbered as the last token) or dropped, as tokens
-// says. The events kept are the bytes recorded, unchanged.
+// to be resumed has passed: its node-level events (run, node and state
+// events) and its tokens (node_output) merged into one event per node's
+// attempt (the first token's, with the whole text, numbered as the last
+// token) or dropped, as tokens says. What the thread's checkpoints hold
+// is not kept twice: a state_update keeps its checkpoint's number and
+// next nodes but not its values (the checkpoint's writes, which each
+// node's node_end holds too), and run_end not the final state (the
+// state at the run's checkpoint). The other events are the bytes
+// recorded, unchanged.
 func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
 	type group struct {
 		at    int // index in out
@@ -339,7 +344,15 @@ func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
 	out := make([]store.EventRecord, 0, len(evs))
 	var groups map[string]*group
 	for _, e := range evs {
-		if eventType(e.Data) != string(trellis.NodeOutput) {
+		switch eventType(e.Data) {
+		case string(trellis.NodeOutput):
+		case string(trellis.StateUpdate):
+			out = append(out, store.EventRecord{Seq: e.Seq, Data: without(e.Data, "update")})
+			continue
+		case string(trellis.RunEnd):
+			out = append(out, store.EventRecord{Seq: e.Seq, Data: without(e.Data, "state")})
+			continue
+		default:
 			out = append(out, e)
 			continue
 		}
@@ -376,4 +389,23 @@ func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
 		out[g.at].Data = data
 	}
 	return slices.DeleteFunc(out, func(e store.EventRecord) bool { return e.Data == nil })
+}
+
+// without is an event's JSON without one of its members (the event as it
+// is when it has none, or is not an object); the others keep their
+// bytes.
+func without(data []byte, member string) []byte {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return data
+	}
+	if _, ok := m[member]; !ok {
+		return data
+	}
+	delete(m, member)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return data
+	}
+	return b
 }
