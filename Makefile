@@ -205,6 +205,25 @@ loadtest: build
 	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS) --store postgres://postgres@127.0.0.1:$(PGPORT)/load$$n; \
 	done
 
+# The served interview under load with the server's retention deleting
+# PRUNEBESIDE idle threads (nine-turn interviews, 40 days old) beside it,
+# against the same load without it, rounds alternating: 50 candidates
+# taking turns without pause, a new interview after nine turns, each round
+# on a new store (a SQLite file; a database of a throwaway PostgreSQL
+# cluster). Reports throughput, p50 and p99 of each and how many threads
+# the retention deleted during the window. Not part of check: ~15 minutes.
+PRUNEBESIDE ?= 2000
+PRUNEARGS   ?= --threads 50 --turns 9 --window 1m --rounds 2
+loadtest-retention: build
+	@set -e; dir=$$(mktemp -d); as=""; \
+	if [ "$$(id -u)" = 0 ]; then chown postgres $$dir; as="runuser -u postgres --"; fi; \
+	trap "$$as $(PGBIN)/pg_ctl -D $$dir/data -m immediate stop >/dev/null 2>&1; rm -rf $$dir" EXIT; \
+	$$as $(PGBIN)/initdb -D $$dir/data -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null; \
+	$$as $(PGBIN)/pg_ctl -D $$dir/data -l $$dir/server.log -w -t 30 \
+	  -o "-c listen_addresses=127.0.0.1 -p $(PGPORT) -k $$dir -c max_connections=300" start >/dev/null; \
+	./bin/trellis dev loadtest --prune-beside $(PRUNEBESIDE) $(PRUNEARGS); \
+	./bin/trellis dev loadtest --prune-beside $(PRUNEBESIDE) $(PRUNEARGS) --store postgres://postgres@127.0.0.1:$(PGPORT)/postgres
+
 # Prune on threads of 10^3, 10^5 and 10^6 checkpoints, on SQLite and on
 # PostgreSQL (with its default durability). Not part of check: a minute.
 bench-prune:

@@ -54,7 +54,7 @@ func init() {
 			"Run flow tests (*.test.yaml): scripted node outputs, assertions on path, visits and state; model replies recorded once (--record) replay offline from x.cassette.yaml", cmdTest},
 		{"prompt", "prompt render FLOW NODE [--with FILE | --thread ID [--store ADDR]] [--input k=v ...] [--json]",
 			"Show exactly what a node would send to the model for a given state", cmdPrompt},
-		{"dev", "dev model-server [--addr HOST:PORT] [--script FILE] [--key KEY] | dev loadtest [--threads N] [--turns T] [--store ADDR]",
+		{"dev", "dev model-server [--addr HOST:PORT] [--script FILE] [--key KEY] | dev loadtest [--threads N] [--turns T] [--store ADDR] [--prune-beside N [--window D] [--rounds N]]",
 			"Serve an OpenAI-compatible test model for demos and tests; load-test trellis serve with it", cmdDev},
 		{"threads", "threads [--store ADDR] [--limit N]", "List threads, most recently updated first", cmdThreads},
 		{"history", "history THREAD [--store ADDR] [--limit N] [--before SEQ] [--source S] [--run ID] [--node NAME]", "List a thread's checkpoints, newest first", cmdHistory},
