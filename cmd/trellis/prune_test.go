@@ -206,3 +206,20 @@ func TestPruneAndDeleteServedThreads(t *testing.T) {
 		t.Fatalf("the merged tokens are numbered %d, not as the last token", evs[2].Seq)
 	}
 }
+
+// serve's retention flags say what they take, and a wrong value is a
+// usage error naming the flag, before anything is opened.
+func TestServeRetentionFlags(t *testing.T) {
+	_, help, _ := trellis(t, "serve", "--help")
+	for _, want := range []string{"-retain-idle duration", "-retain-events duration", "(default 2m0s)", "-retain-tokens string", `(default "merge")`, "-retain-share float", "(default 0.1)", "-retain-every duration"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("serve --help does not say %q:\n%s", want, help)
+		}
+	}
+	for _, bad := range [][]string{{"--retain-idle", "3x"}, {"--retain-events", "-1m"}, {"--retain-tokens", "keep"}, {"--retain-share", "0"}, {"--retain-share", "2"}} {
+		_, stderr, exit := trellis(t, append([]string{"serve", "--store", "memory", "--flows", "testdata/none"}, bad...)...)
+		if exit != 2 || !strings.Contains(stderr, strings.TrimPrefix(bad[0], "--")) && !strings.Contains(stderr, bad[1]) {
+			t.Errorf("serve %v: %d %s", bad, exit, stderr)
+		}
+	}
+}

@@ -187,8 +187,8 @@ func cmdPrune(ctx context.Context, env *Env, args []string) int {
 	st, pos, code := openStore(ctx, env, "prune", args, func(fs *flag.FlagSet) {
 		keep = fs.Int("keep", 0, "checkpoints of THREAD to keep")
 		batch = fs.Int("batch", trellis.DefaultPruneBatch, "checkpoints deleted per transaction")
-		fs.Var(daysFlag(&idle), "idle", "delete the threads not written for this long (e.g. 30d or 720h), each with all of its data")
-		fs.Var(daysFlag(&events), "events", "compact the events of the runs that ended this long ago (e.g. 2m): keep their node-level events, packed")
+		fs.Var(daysFlag(&idle), "idle", "delete the threads not written for this long, a `duration` such as 30d or 720h, each with all of its data")
+		fs.Var(daysFlag(&events), "events", "compact the events of the runs that ended this long ago, a `duration` such as 2m or 1d: keep their node-level events, packed")
 		tokens = fs.String("tokens", server.TokensMerge, "with --events, what becomes of the runs' tokens: merge (one event per node's attempt with its whole text) or drop")
 		vacuum = fs.Bool("vacuum", false, "SQLite: rebuild the file so that its free space is returned, now and by every prune and sweep after (a file made before retention keeps it for reuse otherwise); it holds the file while it copies it")
 		share = fs.Float64("share", 0.1, "with --idle and --events, the part of the time the prune may work: it rests the rest, in small batches, so that a server using the store keeps it (1: no rest)")
