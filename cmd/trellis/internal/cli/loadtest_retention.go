@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -142,7 +143,10 @@ func loadtestRetention(ctx context.Context, cfg pruneConfig) (string, error) {
 		var errs int64
 		var pruned [3]float64
 		first := ""
+		var each []string
 		for _, r := range results[i] {
+			rl := slices.Sorted(slices.Values(r.lat))
+			each = append(each, fmt.Sprintf("%.1f turns/s p99 %s", float64(r.turns)/r.window.Seconds(), pct(rl, 99)))
 			turns += r.turns
 			lat = append(lat, r.lat...)
 			span += r.window
@@ -150,7 +154,7 @@ func loadtestRetention(ctx context.Context, cfg pruneConfig) (string, error) {
 			for k := range pruned {
 				pruned[k] += r.pruned[k]
 			}
-			first = cmpOr(first, r.firstEr)
+			first = cmp.Or(first, r.firstEr)
 		}
 		slices.Sort(lat)
 		tput := float64(turns) / span.Seconds()
@@ -162,6 +166,7 @@ func loadtestRetention(ctx context.Context, cfg pruneConfig) (string, error) {
 			fmt.Fprintf(&b, "  (throughput %+.1f%%, p99 %.2fx)", 100*(tput/base-1), float64(p99)/float64(baseP99))
 		}
 		b.WriteString("\n")
+		fmt.Fprintf(&b, "  %-26s rounds: %s\n", "", strings.Join(each, "; "))
 		if i > 0 {
 			fmt.Fprintf(&b, "  %-26s idle threads pruned per round: %.0f before the window, %.0f during it, %.0f left at its end\n", "",
 				pruned[0]/float64(cfg.rounds), pruned[1]/float64(cfg.rounds), pruned[2]/float64(cfg.rounds))
@@ -171,13 +176,6 @@ func loadtestRetention(ctx context.Context, cfg pruneConfig) (string, error) {
 		}
 	}
 	return b.String(), nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func storeKind(addr string) string {
