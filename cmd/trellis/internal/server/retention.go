@@ -124,6 +124,13 @@ func (s *Server) startRetention() *retention {
 	return r
 }
 
+// config is the retention's configuration as it is now.
+func (r *retention) config() Retention {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cfg
+}
+
 // stop ends the sweeps and waits for the one under way to stop.
 func (r *retention) stop() {
 	if r == nil {
@@ -144,7 +151,7 @@ func (r *retention) loop(ctx context.Context) {
 			return
 		}
 		r.sweep(ctx)
-		t.Reset(r.cfg.Every)
+		t.Reset(r.config().Every)
 	}
 }
 
@@ -153,7 +160,8 @@ func (r *retention) loop(ctx context.Context) {
 // the store's sweep lease: servers sharing a store sweep one at a time.
 func (r *retention) sweep(ctx context.Context) {
 	st := r.s.cfg.Runtime.Store()
-	ttl := max(2*r.cfg.Every, time.Minute)
+	cfg := r.config()
+	ttl := max(2*cfg.Every, time.Minute)
 	owner := r.s.ID()
 	if err := st.Acquire(ctx, sweepLease, owner, ttl); err != nil {
 		if errors.Is(err, store.ErrLeased) {
@@ -183,15 +191,15 @@ func (r *retention) sweep(ctx context.Context) {
 		return nil
 	}
 	start := time.Now()
-	if r.cfg.Idle > 0 {
-		_, err := store.PruneIdleThreads(ctx, st, store.IdleOptions{TTL: r.cfg.Idle, Pace: pace, Deleted: func(string) { r.threads.Inc() }})
+	if cfg.Idle > 0 {
+		_, err := store.PruneIdleThreads(ctx, st, store.IdleOptions{TTL: cfg.Idle, Pace: pace, Deleted: func(string) { r.threads.Inc() }})
 		if err != nil {
 			r.failed(ctx, "delete idle threads", err)
 			return
 		}
 	}
-	if r.cfg.Events > 0 {
-		if err := r.packEvents(ctx, pace); err != nil {
+	if cfg.Events > 0 {
+		if err := r.packEvents(ctx, cfg, pace); err != nil {
 			r.failed(ctx, "pack events", err)
 			return
 		}
@@ -215,11 +223,8 @@ func (r *retention) failed(ctx context.Context, what string, err error) {
 }
 
 // packEvents packs the events of the runs that ended Events ago.
-func (r *retention) packEvents(ctx context.Context, pace func(context.Context, time.Duration) error) error {
-	r.mu.Lock()
-	keep, tokens := r.cfg.Events, r.cfg.Tokens
-	r.mu.Unlock()
-	_, err := PackEvents(ctx, r.s.cat, time.Now().Add(-keep), tokens, func(ctx context.Context, b PackBatch) error {
+func (r *retention) packEvents(ctx context.Context, cfg Retention, pace func(context.Context, time.Duration) error) error {
+	_, err := PackEvents(ctx, r.s.cat, time.Now().Add(-cfg.Events), cfg.Tokens, func(ctx context.Context, b PackBatch) error {
 		r.runs.Add(float64(b.Runs))
 		r.events.Add(float64(b.Events))
 		r.kept.Add(float64(b.Kept))
