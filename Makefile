@@ -6,7 +6,7 @@ PKGS    := ./...
 FUZZTIME ?= 40000x
 
 .PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
-	livekit-server page page-check bench-voice bench-sandbox bench-validate image deploy-check openapi-lint
+	livekit-server page page-check bench-voice bench-sandbox bench-validate bench-storage image deploy-check openapi-lint loadtest-retention
 
 # The version the binary reports (in validate's SARIF log): git describe.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
@@ -112,6 +112,13 @@ page-check:
 # engines. Not part of check: about a minute.
 bench-voice: livekit-server
 	$(GO) test ./cmd/trellis/internal/voice -run '^$$' -bench SpokenTurn -benchtime 5x -timeout 20m
+
+# What the store keeps per turn of the nine-turn interview served through
+# the API (the test model streaming its replies), on SQLite and
+# PostgreSQL: with every event, and once the event retention has passed
+# (tokens merged or dropped). Not part of check: about a minute.
+bench-storage:
+	$(GO) test ./cmd/trellis/internal/server -run '^$$' -bench StoragePerTurn -benchtime 20x -timeout 20m
 
 # The sandbox's file tree (Python, Node.js and the runners' tools, from
 # this machine's packages) in SANDBOX_ROOT, imported into the Docker engine
@@ -244,6 +251,25 @@ loadtest: build
 	  $(PGBIN)/createdb -h 127.0.0.1 -p $(PGPORT) -U postgres load$$n; \
 	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS) --store postgres://postgres@127.0.0.1:$(PGPORT)/load$$n; \
 	done
+
+# The served interview under load with the server's retention deleting
+# PRUNEBESIDE idle threads (nine-turn interviews, 40 days old) beside it,
+# against the same load without it, rounds alternating: 50 candidates
+# taking turns without pause, a new interview after nine turns, each round
+# on a new store (a SQLite file; a database of a throwaway PostgreSQL
+# cluster). Reports throughput, p50 and p99 of each and how many threads
+# the retention deleted during the window. Not part of check: ~15 minutes.
+PRUNEBESIDE ?= 2000
+PRUNEARGS   ?= --threads 50 --turns 9 --window 1m --rounds 2
+loadtest-retention: build
+	@set -e; dir=$$(mktemp -d); as=""; \
+	if [ "$$(id -u)" = 0 ]; then chown postgres $$dir; as="runuser -u postgres --"; fi; \
+	trap "$$as $(PGBIN)/pg_ctl -D $$dir/data -m immediate stop >/dev/null 2>&1; rm -rf $$dir" EXIT; \
+	$$as $(PGBIN)/initdb -D $$dir/data -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null; \
+	$$as $(PGBIN)/pg_ctl -D $$dir/data -l $$dir/server.log -w -t 30 \
+	  -o "-c listen_addresses=127.0.0.1 -p $(PGPORT) -k $$dir -c max_connections=300" start >/dev/null; \
+	./bin/trellis dev loadtest --prune-beside $(PRUNEBESIDE) $(PRUNEARGS); \
+	./bin/trellis dev loadtest --prune-beside $(PRUNEBESIDE) $(PRUNEARGS) --store postgres://postgres@127.0.0.1:$(PGPORT)/postgres
 
 # Prune on threads of 10^3, 10^5 and 10^6 checkpoints, on SQLite and on
 # PostgreSQL (with its default durability). Not part of check: a minute.

@@ -40,6 +40,9 @@ type (
 	ThreadOptions = store.ThreadOptions
 	// PruneOptions says what Prune keeps and how it reports progress.
 	PruneOptions = store.PruneOptions
+	// IdleOptions says which threads PruneIdleThreads deletes, and how
+	// fast.
+	IdleOptions = store.IdleOptions
 	// ThreadInfo describes one thread.
 	ThreadInfo = store.ThreadInfo
 	// Store persists threads and their checkpoints.
@@ -513,8 +516,11 @@ func (rt *Runtime) Update(ctx context.Context, f *Flow, thread, node string, val
 	return rt.eng.Update(ctx, f.graph, thread, node, values)
 }
 
-// Delete removes a thread and all its checkpoints; a thread a run holds
-// (in any process) is ErrBusy.
+// Delete removes a thread and everything the store keeps of it, in one
+// transaction: its checkpoints, the threads of the child flows it ran,
+// and a served thread's record, runs, events and voice sessions. A thread
+// a run holds (in any process) is ErrBusy, as is a served thread with a
+// queued or running run (store.ErrBusy).
 func (rt *Runtime) Delete(ctx context.Context, thread string) error {
 	return rt.eng.Delete(ctx, thread)
 }
@@ -533,7 +539,14 @@ func (rt *Runtime) Prune(ctx context.Context, thread string, opts PruneOptions) 
 	return rt.eng.Store.Prune(ctx, thread, opts)
 }
 
-// PruneIdle deletes the threads not updated for ttl and returns how many.
+// PruneIdle deletes the threads not updated for ttl, each as Delete
+// does, and returns how many; a thread a run holds is left.
 func (rt *Runtime) PruneIdle(ctx context.Context, ttl time.Duration) (int, error) {
 	return store.PruneIdle(ctx, rt.eng.Store, ttl)
+}
+
+// PruneIdleThreads is PruneIdle with a pace and a report of each thread
+// deleted (see IdleOptions).
+func (rt *Runtime) PruneIdleThreads(ctx context.Context, opts IdleOptions) (int, error) {
+	return store.PruneIdleThreads(ctx, rt.eng.Store, opts)
 }

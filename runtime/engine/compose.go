@@ -22,7 +22,7 @@ import (
 // NSSep separates a thread's id from the namespace of a child flow's
 // thread (THREAD|NODE:SEQ), and the levels of nested namespaces. Thread
 // ids a person creates cannot hold it.
-const NSSep = "|"
+const NSSep = store.ChildSep
 
 // ChildThread is the thread of the child flow a node ran under namespace
 // ns of thread.

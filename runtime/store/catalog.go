@@ -33,8 +33,9 @@ type Catalog interface {
 	// has a queued or running run.
 	MarkThreadDeleting(ctx context.Context, tenant, id string, deleting bool) error
 	// DeleteThread removes a thread's record with its runs and their
-	// events; it fails with ErrBusy while the thread has a queued or
-	// running run.
+	// events (packed or not) and its voice sessions; it fails with
+	// ErrBusy while the thread has a queued or running run. (Store.Delete
+	// removes all this with the thread's checkpoints.)
 	DeleteThread(ctx context.Context, tenant, id string) error
 
 	// CreateRun records a new run, or fails with ErrExists.
@@ -96,11 +97,22 @@ type Catalog interface {
 	// other's.
 	AppendEvents(ctx context.Context, run, holder string, evs []EventRecord) error
 	// Events returns a run's events after seq, in order, at most limit
-	// of them (see MaxPage).
+	// of them (see MaxPage), packed or not.
 	Events(ctx context.Context, run string, after int64, limit int) ([]EventRecord, error)
 	// LastEvent returns a run's last recorded event; ErrNotFound when it
 	// has none.
 	LastEvent(ctx context.Context, run string) (*EventRecord, error)
+	// RunsToPack lists up to limit runs that ended before before and
+	// whose events are not packed yet, those that ended first first.
+	RunsToPack(ctx context.Context, before time.Time, limit int) ([]string, error)
+	// PackEvents packs the events of ended runs, all in one transaction:
+	// for each pack, the run's events up to pack.Through are replaced by
+	// pack.Events (those kept of them, as read through Events, or
+	// compacted), held together in one compressed record, and the run is
+	// marked packed. A run packed already, gone or not ended is left as
+	// it is. It returns how many runs it packed. Events and LastEvent
+	// read packed events as the others, by the same numbers.
+	PackEvents(ctx context.Context, packs []EventPack) (int, error)
 
 	// CreateKey records an API key (its hash, never the key), or fails
 	// with ErrExists.
@@ -270,6 +282,14 @@ var ErrBusy = errors.New("the thread has a queued or running run")
 type EventRecord struct {
 	Seq  int64
 	Data []byte
+}
+
+// EventPack is what PackEvents keeps of a run's events: Events (in
+// order, numbered as they were) in place of those up to Through.
+type EventPack struct {
+	Run     string
+	Through int64
+	Events  []EventRecord
 }
 
 // KeyRecord is an API key: its id (public), the hash of its secret, its

@@ -7,8 +7,6 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -172,7 +170,13 @@ type Store interface {
 	History(ctx context.Context, thread string, opts HistoryOptions) ([]*Checkpoint, error)
 	// Threads lists threads, most recently updated first.
 	Threads(ctx context.Context, opts ThreadOptions) ([]ThreadInfo, error)
-	// Delete removes a thread and all its checkpoints.
+	// Delete removes a thread and everything the store keeps of it, in
+	// one transaction: its checkpoints, pending writes and lease, the
+	// threads of the child flows it ran (ids that start with its own and
+	// ChildSep), and in a store that keeps a Catalog its record, its runs
+	// and their events, and its voice sessions. It fails with ErrBusy,
+	// deleting nothing, while the catalog has a queued or running run of
+	// it, and with ErrNotFound when the store keeps nothing of it.
 	Delete(ctx context.Context, thread string) error
 	// PutPending saves the update of a node that completed in the
 	// superstep following checkpoint parent, before that superstep is
@@ -257,57 +261,6 @@ func BaseWrites(s *Snapshot) []Write {
 	return ws
 }
 
-// PruneIdle deletes the threads not updated for ttl and returns how many.
-// It holds each thread's lease while it deletes it, as a run holds it
-// while it runs: a thread a run holds is left, and one written between
-// the listing and the lease is not idle any more.
-func PruneIdle(ctx context.Context, st Store, ttl time.Duration) (int, error) {
-	cutoff := time.Now().Add(-ttl)
-	idle, err := st.Threads(ctx, ThreadOptions{IdleSince: cutoff})
-	if err != nil {
-		return 0, err
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	owner := "prune of idle threads " + hex.EncodeToString(b[:])
-	n := 0
-	for _, t := range idle {
-		deleted, err := pruneIdle(ctx, st, t.ID, owner, cutoff)
-		if err != nil {
-			return n, err
-		}
-		if deleted {
-			n++
-		}
-	}
-	return n, nil
-}
-
-// pruneIdle deletes one thread under its lease if it is still idle.
-func pruneIdle(ctx context.Context, st Store, thread, owner string, cutoff time.Time) (bool, error) {
-	if err := st.Acquire(ctx, thread, owner, time.Minute); err != nil {
-		if errors.Is(err, ErrLeased) {
-			return false, nil
-		}
-		return false, fmt.Errorf("prune idle thread %q: %w", thread, err)
-	}
-	defer st.Release(context.WithoutCancel(ctx), thread, owner)
-	still, err := st.Threads(ctx, ThreadOptions{IdleSince: cutoff, Prefix: thread})
-	if err != nil {
-		return false, fmt.Errorf("prune idle thread %q: %w", thread, err)
-	}
-	if !slices.ContainsFunc(still, func(t ThreadInfo) bool { return t.ID == thread }) {
-		return false, nil
-	}
-	if err := st.Delete(ctx, thread); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return false, nil
-		}
-		return false, fmt.Errorf("prune idle thread %q: %w", thread, err)
-	}
-	return true, nil
-}
-
 // HistoryOptions pages and filters History.
 type HistoryOptions struct {
 	// Before lists only checkpoints older than this sequence number (0: from the newest).
@@ -351,8 +304,34 @@ type ThreadOptions struct {
 	// IdleSince keeps only threads not updated since this time.
 	IdleSince time.Time
 	// Prefix keeps only threads whose id starts with it (the threads of
-	// the child flows a thread ran start with its id and a separator).
+	// the child flows a thread ran start with its id and ChildSep).
 	Prefix string
+	// Roots keeps only the threads that are not a child flow's (whose id
+	// holds no ChildSep).
+	Roots bool
+	// After continues a listing after this thread (the last of the
+	// previous page): the threads updated before it, or at the same time
+	// with a greater id.
+	After *ThreadInfo
+}
+
+// ChildSep separates a thread's id from the namespace of the thread of a
+// child flow it ran (THREAD|NODE:SEQ). Thread ids a person creates cannot
+// hold it (CheckThreadID), so a thread's children are the threads whose
+// id starts with its own and ChildSep, and a root thread's id holds none.
+const ChildSep = "|"
+
+// Listed reports whether t passes opts's filters and cursor (not its
+// limit).
+func (opts ThreadOptions) Listed(t ThreadInfo) bool {
+	if !opts.IdleSince.IsZero() && !t.Updated.Before(opts.IdleSince) || !strings.HasPrefix(t.ID, opts.Prefix) ||
+		opts.Roots && strings.Contains(t.ID, ChildSep) {
+		return false
+	}
+	if a := opts.After; a != nil {
+		return t.Updated.Before(a.Updated) || t.Updated.Equal(a.Updated) && t.ID > a.ID
+	}
+	return true
 }
 
 // ThreadInfo describes one thread.

@@ -18,6 +18,9 @@ type catalog struct {
 	threads map[string]*store.ThreadRecord
 	runs    map[string]*store.RunRecord
 	events  map[string][]store.EventRecord
+	// packs holds the packed events of the runs PackEvents packed (a
+	// run with none kept has an empty one).
+	packs   map[string][]store.EventRecord
 	keys    map[string]*store.KeyRecord
 	servers map[string]time.Time
 	cache   map[string]cacheEntry
@@ -31,7 +34,7 @@ type cacheEntry struct {
 func (s *Store) cat() *catalog {
 	s.catOnce.Do(func() {
 		s.catalog = &catalog{threads: map[string]*store.ThreadRecord{}, runs: map[string]*store.RunRecord{},
-			events: map[string][]store.EventRecord{}, keys: map[string]*store.KeyRecord{}, servers: map[string]time.Time{},
+			events: map[string][]store.EventRecord{}, packs: map[string][]store.EventRecord{}, keys: map[string]*store.KeyRecord{}, servers: map[string]time.Time{},
 			cache: map[string]cacheEntry{}}
 	})
 	return s.catalog
@@ -136,14 +139,24 @@ func (s *Store) DeleteThread(_ context.Context, tenant, id string) error {
 	if len(c.active(id)) > 0 {
 		return store.ErrBusy
 	}
-	delete(c.threads, id)
+	c.deleteRecords(id)
+	s.voice.forget(id)
+	return nil
+}
+
+// deleteRecords deletes a thread's record and its runs with their
+// events, and reports whether it had a record. The caller holds c.mu.
+func (c *catalog) deleteRecords(thread string) bool {
+	_, had := c.threads[thread]
+	delete(c.threads, thread)
 	for rid, r := range c.runs {
-		if r.Thread == id {
+		if r.Thread == thread {
 			delete(c.runs, rid)
 			delete(c.events, rid)
+			delete(c.packs, rid)
 		}
 	}
-	return nil
+	return had
 }
 
 // CreateRun implements store.Catalog.
@@ -360,6 +373,7 @@ func (s *Store) DeleteRun(_ context.Context, id string, expect store.RunState) e
 	}
 	delete(c.runs, id)
 	delete(c.events, id)
+	delete(c.packs, id)
 	return nil
 }
 
@@ -423,6 +437,8 @@ func (c *catalog) appendEvents(run string, add []store.EventRecord) error {
 	last := int64(0)
 	if n := len(evs); n > 0 {
 		last = evs[n-1].Seq
+	} else if n := len(c.packs[run]); n > 0 {
+		last = c.packs[run][n-1].Seq
 	}
 	for _, ev := range add {
 		if ev.Seq <= last {
@@ -442,7 +458,7 @@ func (s *Store) Events(_ context.Context, run string, after int64, limit int) ([
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	evs := c.events[run]
+	evs := c.all(run)
 	i, _ := slices.BinarySearchFunc(evs, after+1, func(e store.EventRecord, seq int64) int { return cmp.Compare(e.Seq, seq) })
 	evs = evs[i:]
 	if limit = store.PageLimit(limit); len(evs) > limit {
@@ -460,12 +476,71 @@ func (s *Store) LastEvent(_ context.Context, run string) (*store.EventRecord, er
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	evs := c.events[run]
+	evs := c.all(run)
 	if len(evs) == 0 {
 		return nil, store.ErrNotFound
 	}
 	last := evs[len(evs)-1]
 	return &store.EventRecord{Seq: last.Seq, Data: slices.Clone(last.Data)}, nil
+}
+
+// all is a run's events, packed and not, in order. The caller holds
+// c.mu.
+func (c *catalog) all(run string) []store.EventRecord {
+	if p := c.packs[run]; len(p) > 0 {
+		return append(slices.Clip(p), c.events[run]...)
+	}
+	return c.events[run]
+}
+
+// RunsToPack implements store.Catalog.
+func (s *Store) RunsToPack(_ context.Context, before time.Time, limit int) ([]string, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var due []*store.RunRecord
+	for id, r := range c.runs {
+		if _, packed := c.packs[id]; !packed && r.Status.Done() && !r.Finished.IsZero() && r.Finished.Before(before) {
+			due = append(due, r)
+		}
+	}
+	slices.SortFunc(due, func(a, b *store.RunRecord) int {
+		return cmp.Or(a.Finished.Compare(b.Finished), strings.Compare(a.ID, b.ID))
+	})
+	out := make([]string, 0, min(len(due), limit))
+	for _, r := range due[:min(len(due), limit)] {
+		out = append(out, r.ID)
+	}
+	return out, nil
+}
+
+// PackEvents implements store.Catalog: the memory store keeps the events
+// kept as they are.
+func (s *Store) PackEvents(_ context.Context, packs []store.EventPack) (int, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, p := range packs {
+		r, ok := c.runs[p.Run]
+		if _, packed := c.packs[p.Run]; !ok || packed || !r.Status.Done() {
+			continue
+		}
+		kept := make([]store.EventRecord, len(p.Events))
+		for i, e := range p.Events {
+			kept[i] = store.EventRecord{Seq: e.Seq, Data: slices.Clone(e.Data)}
+		}
+		c.packs[p.Run] = kept
+		evs := c.events[p.Run]
+		i, _ := slices.BinarySearchFunc(evs, p.Through+1, func(e store.EventRecord, seq int64) int { return cmp.Compare(e.Seq, seq) })
+		if rest := evs[i:]; len(rest) > 0 {
+			c.events[p.Run] = slices.Clone(rest)
+		} else {
+			delete(c.events, p.Run)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // CreateKey implements store.Catalog.

@@ -201,10 +201,10 @@ func (s *Store) Threads(_ context.Context, opts store.ThreadOptions) ([]store.Th
 	defer s.mu.Unlock()
 	var out []store.ThreadInfo
 	for id, t := range s.threads {
-		if !opts.IdleSince.IsZero() && !t.updated.Before(opts.IdleSince) || !strings.HasPrefix(id, opts.Prefix) {
-			continue
+		ti := store.ThreadInfo{ID: id, Head: t.chain[len(t.chain)-1].Seq, Created: t.created, Updated: t.updated}
+		if opts.Listed(ti) {
+			out = append(out, ti)
 		}
-		out = append(out, store.ThreadInfo{ID: id, Head: t.chain[len(t.chain)-1].Seq, Created: t.created, Updated: t.updated})
 	}
 	slices.SortFunc(out, func(a, b store.ThreadInfo) int {
 		if c := b.Updated.Compare(a.Updated); c != 0 {
@@ -225,14 +225,30 @@ func (s *Store) Threads(_ context.Context, opts store.ThreadOptions) ([]store.Th
 func (s *Store) Delete(_ context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.threads[id]; !ok {
-		return store.ErrNotFound
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.active(id)) > 0 {
+		return store.ErrBusy
 	}
-	delete(s.threads, id)
-	if s.lastID == id {
-		s.lastID, s.last = "", nil
+	_, found := s.threads[id]
+	for tid := range s.threads {
+		if tid == id || strings.HasPrefix(tid, id+store.ChildSep) {
+			delete(s.threads, tid)
+			delete(s.leases, tid)
+		}
 	}
 	delete(s.leases, id)
+	if s.lastID == id || strings.HasPrefix(s.lastID, id+store.ChildSep) {
+		s.lastID, s.last = "", nil
+	}
+	if c.deleteRecords(id) {
+		found = true
+	}
+	s.voice.forget(id)
+	if !found {
+		return store.ErrNotFound
+	}
 	return nil
 }
 

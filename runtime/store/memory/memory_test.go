@@ -22,3 +22,9 @@ func TestMemoryConformance(t *testing.T) {
 
 // go test ./runtime/store/memory -run '^$' -bench Memory
 func BenchmarkMemory(b *testing.B) { storetest.BenchMemory(b, memory.New(), 5000) }
+
+func TestLifecycle(t *testing.T) {
+	storetest.RunLifecycle(t, func(*testing.T) store.Store { return memory.New() },
+		func(_ *testing.T, st store.Store, needles []string) []string { return storetest.WalkRefs(st, needles) },
+		[]string{"threads", "leases", "catalog.threads", "catalog.runs", "catalog.events", "catalog.packs", "voice.sessions"})
+}

@@ -156,3 +156,14 @@ func (s *Store) EndVoiceSession(_ context.Context, id string, at time.Time) erro
 }
 
 var _ store.VoiceCatalog = (*Store)(nil)
+
+// forget deletes a thread's sessions.
+func (v *voiceCatalog) forget(thread string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for id, s := range v.sessions {
+		if s.Thread == thread {
+			delete(v.sessions, id)
+		}
+	}
+}

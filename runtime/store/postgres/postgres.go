@@ -614,6 +614,14 @@ func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.
 		args = append(args, opts.Prefix)
 		q += ` AND starts_with(id, $` + strconv.Itoa(len(args)) + `)`
 	}
+	if opts.Roots {
+		q += ` AND strpos(id, '` + store.ChildSep + `') = 0`
+	}
+	if a := opts.After; a != nil {
+		args = append(args, sqlstore.Nanos(a.Updated), a.ID)
+		n := strconv.Itoa(len(args) - 1)
+		q += ` AND (updated_at < $` + n + ` OR (updated_at = $` + n + ` AND id > $` + strconv.Itoa(len(args)) + `))`
+	}
 	q += ` ORDER BY updated_at DESC, id`
 	if opts.Limit > 0 {
 		q += ` LIMIT ` + strconv.Itoa(opts.Limit)
@@ -631,25 +639,28 @@ func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.
 	})
 }
 
-// Delete implements store.Store.
+// Delete implements store.Store. The threads of its child flows are
+// found by their root's id (the index of migration 014), then by their
+// prefix.
 func (s *Store) Delete(ctx context.Context, thread string) error {
-	s.cache.Forget(thread)
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM threads WHERE id = $1`, thread)
+	var gone []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id FROM threads WHERE strpos(id, '|') > 0 AND split_part(id, '|', 1) = split_part($1, '|', 1)
+			AND starts_with(id, $1 || '|')`, thread)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return store.ErrNotFound
+		children, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
 		}
-		for _, table := range []string{"writes", "pending", "leases", "folds", "segments"} {
-			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE thread = $1`, thread); err != nil {
-				return err
-			}
-		}
-		_, err = tx.Exec(ctx, `DELETE FROM checkpoints WHERE thread = $1`, thread)
-		return err
+		gone = append(children, thread)
+		return sqlstore.DeleteThread(ctx, catalogDB{q: tx, s: s}, thread, children)
 	})
+	for _, id := range gone {
+		s.cache.Forget(id)
+	}
+	return err
 }
 
 // Prune implements store.Store.

@@ -158,7 +158,10 @@ func open(ctx context.Context, path string) (*Store, error) {
 		}
 	}
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)", "foreign_keys(ON)"} {
+	// a new file is made in incremental vacuum mode (the pragma comes
+	// before any table), so that ReturnSpace can give room back; it
+	// changes nothing in a file made before
+	for _, p := range []string{"auto_vacuum(INCREMENTAL)", "journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)", "foreign_keys(ON)"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
@@ -535,6 +538,14 @@ func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.
 		q += ` AND substr(id, 1, ?) = ?`
 		args = append(args, len(opts.Prefix), opts.Prefix)
 	}
+	if opts.Roots {
+		q += ` AND instr(id, '` + store.ChildSep + `') = 0`
+	}
+	if a := opts.After; a != nil {
+		at := sqlstore.Nanos(a.Updated)
+		q += ` AND (updated_at < ? OR (updated_at = ? AND id > ?))`
+		args = append(args, at, at, a.ID)
+	}
 	q += ` ORDER BY updated_at DESC, id`
 	if opts.Limit > 0 {
 		q += ` LIMIT ` + strconv.Itoa(opts.Limit)
@@ -557,29 +568,37 @@ func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.
 	return out, rows.Err()
 }
 
-// Delete implements store.Store.
+// Delete implements store.Store. The threads of its child flows are
+// those whose ids sort between its own with ChildSep and with the next
+// character (SQLite compares text byte by byte).
 func (s *Store) Delete(ctx context.Context, thread string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		s.cache.Forget(thread)
-		// the writes first: the checkpoints' cascade would look each one's
-		// writes up among all of the thread's (see Prune)
-		if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ?`, thread); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM threads WHERE id = ?`, thread)
+	var gone []string
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM threads WHERE id >= ? AND id < ?`,
+			thread+store.ChildSep, thread+string(rune(store.ChildSep[0]+1)))
 		if err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return store.ErrNotFound
-		}
-		for _, table := range []string{"pending", "leases"} {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE thread = ?`, thread); err != nil {
+		var children []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
 				return err
 			}
+			children = append(children, id)
 		}
-		return nil
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		gone = append(children, thread)
+		return sqlstore.DeleteThread(ctx, catalogDB{db: tx, s: s}, thread, children)
 	})
+	for _, id := range gone {
+		s.cache.Forget(id)
+	}
+	return err
 }
 
 // Close implements store.Store.

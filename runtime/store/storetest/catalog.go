@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ func RunCatalog(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RunChangesCompareAndSet", testRunCompareAndSet},
 		{"ThreadDeletion", testThreadDeletion},
 		{"PagedReads", testPagedReads},
+		{"PackedEvents", testPackedEvents},
 		{"NodeCache", func(t *testing.T, c store.Catalog) { testNodeCache(t, c.(store.Cache)) }},
 	}
 	for _, tc := range tests {
@@ -875,5 +877,116 @@ func BenchAppendEvents(b *testing.B, c store.Catalog) {
 				b.Fatal(err)
 			}
 		})
+	}
+}
+
+// A run's events packed (PackEvents) read as they were, by the same
+// numbers, through Events and LastEvent, in pages; only ended runs are
+// listed to pack and packed, each once; a run's later events follow its
+// packed ones; deleting the run deletes its pack.
+func testPackedEvents(t *testing.T, c store.Catalog) {
+	ev := func(seq int64, typ string) store.EventRecord {
+		return store.EventRecord{Seq: seq, Data: fmt.Appendf(nil, `{"type":%q,"text":"%d é \u0000 %s"}`, typ, seq, strings.Repeat("x", int(seq)))}
+	}
+	var all []store.EventRecord
+	for seq := int64(1); seq <= 40; seq++ {
+		all = append(all, ev(seq, "node_output"))
+	}
+	runs := []*store.RunRecord{
+		{ID: "ended-1", Tenant: "acme", Thread: "t", Status: store.RunSucceeded, Created: moment(1), Finished: moment(10)},
+		{ID: "ended-2", Tenant: "acme", Thread: "t", Status: store.RunFailed, Created: moment(2), Finished: moment(5)},
+		{ID: "late", Tenant: "acme", Thread: "t", Status: store.RunCancelled, Created: moment(3), Finished: moment(50)},
+		{ID: "running", Tenant: "acme", Thread: "t", Status: store.RunRunning, Server: "s", Created: moment(4), Started: moment(4)},
+		{ID: "quiet", Tenant: "acme", Thread: "t", Status: store.RunSucceeded, Created: moment(5), Finished: moment(6)},
+	}
+	for _, r := range runs {
+		if err := c.CreateRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if r.ID != "quiet" {
+			if err := c.AppendEvents(ctx, r.ID, "", all); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	due, err := c.RunsToPack(ctx, moment(20), 10)
+	if err != nil || !reflect.DeepEqual(due, []string{"ended-2", "quiet", "ended-1"}) {
+		t.Fatalf("runs to pack before 20s: %v %v", due, err)
+	}
+	if due, err := c.RunsToPack(ctx, moment(20), 2); err != nil || len(due) != 2 {
+		t.Fatalf("two runs to pack: %v %v", due, err)
+	}
+	// every fourth event kept, and the last; the running run is not
+	// packed, whatever it is asked
+	var kept []store.EventRecord
+	for _, e := range all {
+		if e.Seq%4 == 0 || e.Seq == 40 {
+			kept = append(kept, e)
+		}
+	}
+	n, err := c.PackEvents(ctx, []store.EventPack{{Run: "ended-1", Through: 40, Events: kept}, {Run: "ended-2", Through: 40, Events: kept},
+		{Run: "quiet", Through: 0}, {Run: "running", Through: 40, Events: kept}, {Run: "gone", Through: 3}})
+	if err != nil || n != 3 {
+		t.Fatalf("packed %d runs: %v", n, err)
+	}
+	if n, err := c.PackEvents(ctx, []store.EventPack{{Run: "ended-1", Through: 40, Events: kept[:1]}}); err != nil || n != 0 {
+		t.Fatalf("packed a packed run again: %d %v", n, err)
+	}
+	if due, err := c.RunsToPack(ctx, moment(100), 10); err != nil || !reflect.DeepEqual(due, []string{"late"}) {
+		t.Fatalf("runs to pack after packing: %v %v", due, err)
+	}
+	got, err := c.Events(ctx, "ended-1", 0, 0)
+	if err != nil || !reflect.DeepEqual(got, kept) {
+		t.Fatalf("packed events: %d of %d, %v", len(got), len(kept), err)
+	}
+	if got, err := c.Events(ctx, "running", 0, 0); err != nil || !reflect.DeepEqual(got, all) {
+		t.Fatalf("the running run's events: %d, %v", len(got), err)
+	}
+	if got, err := c.Events(ctx, "quiet", 0, 0); err != nil || len(got) != 0 {
+		t.Fatalf("events of a run without any: %v %v", got, err)
+	}
+	// pages of packed events, from any number
+	var paged []store.EventRecord
+	for after := int64(0); ; {
+		page, err := c.Events(ctx, "ended-2", after, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		paged = append(paged, page...)
+		after = page[len(page)-1].Seq
+	}
+	if !reflect.DeepEqual(paged, kept) {
+		t.Fatalf("packed events in pages: %d of %d", len(paged), len(kept))
+	}
+	if got, err := c.Events(ctx, "ended-2", 13, 2); err != nil || len(got) != 2 || got[0].Seq != 16 || got[1].Seq != 20 {
+		t.Fatalf("packed events after 13: %+v %v", got, err)
+	}
+	if last, err := c.LastEvent(ctx, "ended-1"); err != nil || !reflect.DeepEqual(*last, all[39]) {
+		t.Fatalf("last packed event %+v %v", last, err)
+	}
+	if _, err := c.LastEvent(ctx, "quiet"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("last event of a run without any: %v", err)
+	}
+	// an event recorded later takes the numbers after the packed ones
+	if err := c.AppendEvents(ctx, "ended-1", "", []store.EventRecord{ev(40, "run_error")}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("an event numbered as a packed one: %v", err)
+	}
+	if err := c.AppendEvents(ctx, "ended-1", "", []store.EventRecord{ev(41, "run_error")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Events(ctx, "ended-1", 36, 0); err != nil || len(got) != 2 || got[0].Seq != 40 || got[1].Seq != 41 {
+		t.Fatalf("packed and later events: %+v %v", got, err)
+	}
+	if last, err := c.LastEvent(ctx, "ended-1"); err != nil || last.Seq != 41 {
+		t.Fatalf("last event after a pack: %+v %v", last, err)
+	}
+	if err := c.DeleteRun(ctx, "ended-2", runs[1].State()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Events(ctx, "ended-2", 0, 0); err != nil || len(got) != 0 {
+		t.Fatalf("events of a deleted run: %d %v", len(got), err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -338,7 +339,38 @@ func testThreadsAndDelete(t *testing.T, st store.Store) {
 	if err != nil || !slices.Equal(ids, []string{"b|x:1", "b|x:1|y:2"}) {
 		t.Fatalf("threads by prefix %v %v", ids, err)
 	}
-	for _, id := range []string{"b|x:1", "b|x:1|y:2", "B|x:1", "b_x"} {
+	// a thread's children go with it, and only its own
+	if err := st.Delete(ctx, "b|x:1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"b|x:1", "b|x:1|y:2"} {
+		if _, err := st.Head(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("%s after its parent's deletion: %v", id, err)
+		}
+	}
+	create(t, st, "b|x:2", map[string]any{"n": 1})
+	if err := st.Delete(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	left, err := st.Threads(ctx, store.ThreadOptions{})
+	ids = ids[:0]
+	for _, k := range left {
+		ids = append(ids, k.ID)
+	}
+	slices.Sort(ids)
+	if err != nil || !slices.Equal(ids, []string{"B|x:1", "a", "b_x"}) {
+		t.Fatalf("threads after deleting b and its children: %v %v", ids, err)
+	}
+	// roots only, and a listing in pages
+	roots, err := st.Threads(ctx, store.ThreadOptions{Roots: true, Limit: 1})
+	if err != nil || len(roots) != 1 {
+		t.Fatalf("first page of roots %+v %v", roots, err)
+	}
+	next, err := st.Threads(ctx, store.ThreadOptions{Roots: true, After: &roots[0]})
+	if err != nil || len(next) != 1 || next[0].ID == roots[0].ID || strings.Contains(next[0].ID, store.ChildSep) {
+		t.Fatalf("roots after %s: %+v %v", roots[0].ID, next, err)
+	}
+	for _, id := range []string{"B|x:1", "b_x"} {
 		if err := st.Delete(ctx, id); err != nil {
 			t.Fatal(err)
 		}

@@ -83,7 +83,7 @@ func exitCode(err error) int {
 	case errors.As(err, &ie), errors.Is(err, store.ErrThreadID), errors.As(err, &ue),
 		errors.As(err, &ae) && ae.Code == api.CodeInvalidInput:
 		return exitUsage
-	case errors.Is(err, trellis.ErrBusy), errors.Is(err, trellis.ErrUnfinished), errors.Is(err, store.ErrLeased):
+	case errors.Is(err, trellis.ErrBusy), errors.Is(err, trellis.ErrUnfinished), errors.Is(err, store.ErrLeased), errors.Is(err, store.ErrBusy):
 		return exitBusy
 	case errors.As(err, &se):
 		return exitStore

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
+	"github.com/trellisflow/trellis/runtime/store"
 )
 
 // sources are the checkpoint sources history filters by.
@@ -178,11 +180,18 @@ func cmdFork(ctx context.Context, env *Env, args []string) int {
 
 func cmdPrune(ctx context.Context, env *Env, args []string) int {
 	var keep, batch *int
-	var idle *time.Duration
+	var idle, events time.Duration
+	var tokens *string
+	var share *float64
+	var vacuum *bool
 	st, pos, code := openStore(ctx, env, "prune", args, func(fs *flag.FlagSet) {
 		keep = fs.Int("keep", 0, "checkpoints of THREAD to keep")
 		batch = fs.Int("batch", trellis.DefaultPruneBatch, "checkpoints deleted per transaction")
-		idle = fs.Duration("idle", 0, "delete threads not updated for this long (e.g. 720h)")
+		fs.Var(daysFlag(&idle), "idle", "delete the threads not written for this long, a `duration` such as 30d or 720h, each with all of its data")
+		fs.Var(daysFlag(&events), "events", "compact the events of the runs that ended this long ago, a `duration` such as 2m or 1d: keep their node-level events, packed")
+		tokens = fs.String("tokens", server.TokensMerge, "with --events, what becomes of the runs' tokens: merge (one event per node's attempt with its whole text) or drop")
+		vacuum = fs.Bool("vacuum", false, "SQLite: rebuild the file so that its free space is returned, now and by every prune and sweep after (a file made before retention keeps it for reuse otherwise); it holds the file while it copies it")
+		share = fs.Float64("share", 0.1, "with --idle and --events, the part of the time the prune may work: it rests the rest, in small batches, so that a server using the store keeps it (1: no rest)")
 	})
 	if st == nil {
 		return code
@@ -190,6 +199,12 @@ func cmdPrune(ctx context.Context, env *Env, args []string) int {
 	defer st.Close()
 	if *batch < 0 {
 		return fail(env, "prune", usagef("--batch %d: want the checkpoints per transaction (0: %d)", *batch, trellis.DefaultPruneBatch))
+	}
+	if *share <= 0 || *share > 1 {
+		return fail(env, "prune", usagef("--share %g: want the part of the time the prune may work, above 0 and at most 1", *share))
+	}
+	if *tokens != server.TokensMerge && *tokens != server.TokensDrop {
+		return fail(env, "prune", usagef("--tokens %q: want %s or %s", *tokens, server.TokensMerge, server.TokensDrop))
 	}
 	switch {
 	case len(pos) == 1 && *keep > 0:
@@ -213,14 +228,10 @@ func cmdPrune(ctx context.Context, env *Env, args []string) int {
 			return fail(env, "prune", missing(err, pos[0], 0))
 		}
 		fmt.Fprintf(env.Stdout, "%s: folded %d checkpoints into a base\n", pos[0], n)
-	case len(pos) == 0 && *idle > 0:
-		n, err := st.PruneIdle(ctx, *idle)
-		if err != nil {
-			return fail(env, "prune", err)
-		}
-		fmt.Fprintf(env.Stdout, "deleted %d idle threads\n", n)
+	case len(pos) == 0 && (idle > 0 || events > 0 || *vacuum):
+		return pruneStore(ctx, env, st, idle, events, *tokens, *vacuum, store.Pacer{Share: *share, MaxRest: 10 * time.Second})
 	default:
-		return fail(env, "prune", usagef("want THREAD --keep N (N at least 1), or --idle DURATION"))
+		return fail(env, "prune", usagef("want THREAD --keep N (N at least 1), or --idle DURATION, --events DURATION or --vacuum"))
 	}
 	return 0
 }

@@ -33,8 +33,20 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	deadAfter := fs.Duration("dead-after", 10*time.Second, "how long a server sharing the store may be silent before its runs are adopted")
 	notifyURL := fs.String("notify-url", "", "PostgreSQL: a direct connection to LISTEN on, when --store goes through PgBouncer in transaction mode (default: the store's address; off: poll only)")
 	debugAddr := fs.String("debug-addr", "", "serve Go's profiles (/debug/pprof/) on this address too; keep it private")
+	retain := server.Retention{Events: 2 * time.Minute}
+	fs.Var(daysFlag(&retain.Idle), "retain-idle", "delete the threads not written for this long, a `duration` such as 30d or 720h, each with all of its data: checkpoints, child flows' threads, runs, events, voice sessions (0: keep threads until deleted)")
+	fs.Var(daysFlag(&retain.Events), "retain-events", "keep a run's whole event stream, tokens included, this long after the run ends (a `duration` such as 2m, or days such as 1d), for clients to resume streams; then keep its node-level events, packed, and its tokens as --retain-tokens says (0: keep every event as it is)")
+	fs.StringVar(&retain.Tokens, "retain-tokens", server.TokensMerge, "what becomes of a run's tokens once --retain-events has passed: merge (one event per node's attempt with its whole text) or drop")
+	fs.DurationVar(&retain.Every, "retain-every", time.Minute, "how often the retention sweeps (one server of those sharing a store at a time)")
+	fs.Float64Var(&retain.Share, "retain-share", 0.1, "the part of the time a retention sweep may work: it rests the rest, in small batches, so that the runs keep the store")
 	if _, code, ok := parse(fs, args); !ok {
 		return code
+	}
+	if retain.Share == 0 {
+		return fail(env, "serve", usagef("--retain-share 0: want the part of the time a sweep may work, above 0 and at most 1"))
+	}
+	if err := retain.Check(); err != nil {
+		return fail(env, "serve", usagef("%v", err))
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -59,7 +71,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
-		Voice: voiceCfg, Speech: speech.NewOffline(), Page: page.Handler()})
+		Voice: voiceCfg, Speech: speech.NewOffline(), Page: page.Handler(), Retention: retain})
 	if err != nil {
 		return fail(env, "serve", err)
 	}

@@ -33,8 +33,7 @@ type hooks struct {
 	claim        func() bool                     // before ClaimRun: false claims nothing
 	appendEvents func(ctx context.Context) error // before AppendEvents
 	commit       func(cp *store.Checkpoint)      // before Commit
-	deleteThread func() error                    // before the catalog deletes a thread
-	del          func(thread string)             // before the store deletes a thread's checkpoints
+	del          func(thread string) error       // before the store deletes a thread and all of it
 	events       func(after int64, n int)        // after Events, with how many it read
 	runs         func(limit int)                 // before Runs
 	beat         func() error                    // before Beat
@@ -82,18 +81,11 @@ func (h *hooked) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	return h.full.Commit(ctx, cp)
 }
 
-func (h *hooked) DeleteThread(ctx context.Context, tenant, id string) error {
-	if fn := h.get().deleteThread; fn != nil {
-		if err := fn(); err != nil {
-			return err
-		}
-	}
-	return h.full.DeleteThread(ctx, tenant, id)
-}
-
 func (h *hooked) Delete(ctx context.Context, thread string) error {
 	if fn := h.get().del; fn != nil {
-		fn(thread)
+		if err := fn(thread); err != nil {
+			return err
+		}
 	}
 	return h.full.Delete(ctx, thread)
 }
@@ -402,11 +394,12 @@ func TestDeletingAThread(t *testing.T) {
 	}
 	entered, proceed := make(chan struct{}), make(chan struct{})
 	h.set(func(k *hooks) {
-		k.del = func(thread string) {
+		k.del = func(thread string) error {
 			if thread == "acme/t" {
 				close(entered)
 				<-proceed
 			}
+			return nil
 		}
 	})
 	deleted := make(chan error, 1)
@@ -441,12 +434,11 @@ func TestDeletingAThread(t *testing.T) {
 		t.Errorf("errors logged:\n%s", logs)
 	}
 
-	// a deletion whose last step fails
-	h.set(func(k *hooks) { k.del = nil })
+	// a deletion whose transaction fails
 	var fail atomic.Bool
 	fail.Store(true)
 	h.set(func(k *hooks) {
-		k.deleteThread = func() error {
+		k.del = func(string) error {
 			if fail.CompareAndSwap(true, false) {
 				return errors.New("the database went away")
 			}

@@ -76,6 +76,9 @@ type Config struct {
 	Speech Speech
 	// Page serves the voice page and its script (nil: none).
 	Page http.Handler
+	// Retention is what the server deletes and compacts by itself (the
+	// zero value: nothing).
+	Retention Retention
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.
@@ -104,6 +107,8 @@ type Server struct {
 	// (nil: a store without them, where no grant is good).
 	voiceCat store.VoiceCatalog
 	studio   studioState
+	// retention runs the retention's sweeps (nil: none).
+	retention *retention
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
@@ -132,6 +137,9 @@ func New(cfg Config) (*Server, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if err := cfg.Retention.Check(); err != nil {
+		return nil, err
 	}
 	cat, err := store.CatalogOf(cfg.Runtime.Store())
 	if err != nil {
@@ -167,6 +175,7 @@ func New(cfg Config) (*Server, error) {
 	lctx, stopListening := context.WithCancel(context.Background())
 	s.stopListening = stopListening
 	go s.notes.listen(lctx, cfg.NotifyURL)
+	s.retention = s.startRetention()
 	s.mux = http.NewServeMux()
 	routes := http.NewServeMux() // the routes alone, to tell 404 from 405
 	for _, rt := range s.routes() {
@@ -223,6 +232,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.StopTimeout)
 	defer cancel()
 	s.beginStop()
+	s.retention.stop()
 	// the runs end at a step boundary; their waiters are answered and
 	// their streams end as they do
 	s.runs.shutdown(sctx)
@@ -248,6 +258,7 @@ func (s *Server) beginStop() { s.stoppingOnce.Do(func() { close(s.stopping) }) }
 // other servers, until then.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.beginStop()
+	s.retention.stop()
 	s.runs.shutdown(ctx)
 	s.stopListening()
 }

@@ -177,13 +177,14 @@ func (s *Server) getThread(w http.ResponseWriter, r *http.Request, c *caller) er
 	return nil
 }
 
-// deleteThread deletes a thread, its checkpoints, its runs and their
-// events, in three steps that requests see as one: the thread is marked
-// as being deleted (which refuses it while a run is queued or running,
-// and makes it take no run and leave the listings), its checkpoints are
-// deleted (under its lease, which a run outside the queue would hold),
-// then its record. A deletion that fails part way leaves the thread
-// marked, and deleting it again finishes it.
+// deleteThread deletes a thread with everything of it: its checkpoints
+// and its child flows' threads, its record, its runs and their events,
+// its voice sessions. The thread is first marked as being deleted (which
+// refuses it while a run is queued or running, and makes it take no run
+// and leave the listings), then all of it is deleted in one transaction,
+// under its lease, which a run outside the queue would hold (then the
+// mark is taken back). A deletion that fails leaves the thread marked,
+// and deleting it again finishes it.
 func (s *Server) deleteThread(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
 	if checkThreadID(id) != nil {
@@ -201,14 +202,15 @@ func (s *Server) deleteThread(w http.ResponseWriter, r *http.Request, c *caller)
 		}
 		return err
 	}
-	if err := s.cfg.Runtime.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
-		if errors.Is(err, trellis.ErrBusy) {
-			// a run outside the queue holds it: the deletion is given up
+	if err := s.cfg.Runtime.Delete(ctx, key); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			// another deletion finished it first
+			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
+		}
+		if errors.Is(err, trellis.ErrBusy) || errors.Is(err, store.ErrBusy) {
+			// a run holds it: the deletion is given up
 			_ = s.cat.MarkThreadDeleting(context.WithoutCancel(ctx), c.tenant, key, false)
 		}
-		return err
-	}
-	if err := s.cat.DeleteThread(ctx, c.tenant, key); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -230,12 +232,73 @@ func (c Catalog) DeleteThread(ctx context.Context, tenant, id string) error {
 		if n == 0 {
 			return store.ErrNotFound
 		}
-		if _, err := db.Exec(ctx, `DELETE FROM api_events WHERE run IN (SELECT id FROM api_runs WHERE thread = ? AND tenant = ?)`, id, tenant); err != nil {
-			return err
-		}
-		_, err = db.Exec(ctx, `DELETE FROM api_runs WHERE thread = ? AND tenant = ?`, id, tenant)
+		_, err = deleteRecords(ctx, db, id)
 		return err
 	})
+}
+
+// deleteRecords deletes a thread's runs, their events (packed or not)
+// and its voice sessions, then its record, and reports whether it had
+// one.
+func deleteRecords(ctx context.Context, db DB, thread string) (bool, error) {
+	for _, q := range []string{
+		`DELETE FROM api_event_packs WHERE run IN (SELECT id FROM api_runs WHERE thread = ?)`,
+		`DELETE FROM api_events WHERE run IN (SELECT id FROM api_runs WHERE thread = ?)`,
+		`DELETE FROM api_runs WHERE thread = ?`,
+		`DELETE FROM voice_sessions WHERE thread = ?`,
+	} {
+		if _, err := db.Exec(ctx, q, thread); err != nil {
+			return false, err
+		}
+	}
+	n, err := db.Exec(ctx, `DELETE FROM api_threads WHERE id = ?`, thread)
+	return n > 0, err
+}
+
+// checkpointTables are the tables of a thread's checkpoints, by a column
+// thread, in the order a deletion goes through them (before threads).
+var checkpointTables = []string{"writes", "checkpoints", "folds", "segments", "pending", "leases"}
+
+// DeleteThread deletes, in the transaction db, everything the store
+// keeps of thread (store.Store.Delete): the checkpoints of it and of the
+// threads of its child flows, children, and its records in the catalog;
+// under the thread's lock, and not while it has a queued or running run
+// (store.ErrBusy). It fails with store.ErrNotFound when there was
+// nothing of it.
+func DeleteThread(ctx context.Context, db DB, thread string, children []string) error {
+	if err := db.LockThread(ctx, thread); err != nil {
+		return err
+	}
+	if err := idle(ctx, db, thread); err != nil {
+		return err
+	}
+	ids := append([]any{thread}, anys(children)...)
+	in := "(?" + strings.Repeat(", ?", len(children)) + ")"
+	for _, table := range checkpointTables {
+		if _, err := db.Exec(ctx, `DELETE FROM `+table+` WHERE thread IN `+in, ids...); err != nil {
+			return err
+		}
+	}
+	n, err := db.Exec(ctx, `DELETE FROM threads WHERE id IN `+in, ids...)
+	if err != nil {
+		return err
+	}
+	had, err := deleteRecords(ctx, db, thread)
+	if err != nil {
+		return err
+	}
+	if n == 0 && !had {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // CreateRun implements store.Catalog.
@@ -568,6 +631,9 @@ func (c Catalog) DeleteRun(ctx context.Context, id string, expect store.RunState
 		if n == 0 {
 			return errUnchanged
 		}
+		if _, err := db.Exec(ctx, `DELETE FROM api_event_packs WHERE run = ?`, id); err != nil {
+			return err
+		}
 		_, err = db.Exec(ctx, `DELETE FROM api_events WHERE run = ?`, id)
 		return err
 	})
@@ -608,61 +674,154 @@ func (c Catalog) AppendEvents(ctx context.Context, run, holder string, evs []sto
 	return err
 }
 
-// appendEvents inserts a run's events in one statement.
+// appendEvents inserts a run's events in one statement, unless the run's
+// packed events hold their numbers already.
 func appendEvents(ctx context.Context, db DB, run string, evs []store.EventRecord) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	var q strings.Builder
-	q.WriteString(`INSERT INTO api_events (run, seq, data) VALUES `)
-	args := make([]any, 0, 3*len(evs))
+	q.WriteString(`INSERT INTO api_events (run, seq, data) SELECT * FROM (VALUES `)
+	args := make([]any, 0, 3*len(evs)+2)
+	first := evs[0].Seq
 	for i, ev := range evs {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?)")
+		q.WriteString("(?, CAST(? AS BIGINT), ?)")
 		args = append(args, run, ev.Seq, string(ev.Data))
+		first = min(first, ev.Seq)
 	}
-	_, err := db.Exec(ctx, q.String(), args...)
-	if err != nil && db.Unique(err) {
+	q.WriteString(`) AS v WHERE NOT EXISTS (SELECT 1 FROM api_event_packs WHERE run = ? AND last >= ?)`)
+	n, err := db.Exec(ctx, q.String(), append(args, run, first)...)
+	if err != nil && db.Unique(err) || err == nil && n == 0 {
 		return store.ErrExists
 	}
 	return err
 }
 
-// LastEvent implements store.Catalog.
-func (c Catalog) LastEvent(ctx context.Context, run string) (*store.EventRecord, error) {
-	var e store.EventRecord
-	err := one(ctx, c.DB, func(r Rows) error {
-		var data string
-		err := r.Scan(&e.Seq, &data)
-		e.Data = []byte(data)
-		return err
-	}, `SELECT seq, data FROM api_events WHERE run = ? ORDER BY seq DESC LIMIT 1`, run)
-	if err != nil {
-		return nil, err
-	}
-	return &e, nil
-}
+// eventsQuery reads a run's event rows (run, after, limit) and its pack,
+// if it has one with events after after (run, after): rows with data and
+// no pack, then the pack as a row with the number of its last event, no
+// data and the pack.
+const eventsQuery = `SELECT seq, data, NULL FROM
+		(SELECT seq, data FROM api_events WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?) AS e
+	UNION ALL
+	SELECT last, NULL, data FROM api_event_packs WHERE run = ? AND last > ?`
 
-// Events implements store.Catalog.
-func (c Catalog) Events(ctx context.Context, run string, after int64, limit int) ([]store.EventRecord, error) {
-	rows, err := c.DB.Query(ctx, `SELECT seq, data FROM api_events WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?`, run, after, store.PageLimit(limit))
+// readEvents reads a run's event rows and its pack from a query of the
+// shape of eventsQuery, and merges them in order, at most limit.
+func (c Catalog) readEvents(ctx context.Context, run string, after int64, limit int, query string, args ...any) ([]store.EventRecord, error) {
+	rows, err := c.DB.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []store.EventRecord
+	var packed []byte
 	for rows.Next() {
 		var e store.EventRecord
-		var data string
-		if err := rows.Scan(&e.Seq, &data); err != nil {
+		var data *string
+		var pack []byte
+		if err := rows.Scan(&e.Seq, &data, &pack); err != nil {
 			return nil, err
 		}
-		e.Data = []byte(data)
+		if data == nil {
+			packed = append([]byte(nil), pack...)
+			continue
+		}
+		e.Data = []byte(*data)
 		out = append(out, e)
 	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out, err = mergeEvents(packed, after, out, limit)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", run, err)
+	}
+	return out, nil
+}
+
+// LastEvent implements store.Catalog.
+func (c Catalog) LastEvent(ctx context.Context, run string) (*store.EventRecord, error) {
+	evs, err := c.readEvents(ctx, run, 0, math.MaxInt, `SELECT seq, data, NULL FROM
+			(SELECT seq, data FROM api_events WHERE run = ? ORDER BY seq DESC LIMIT 1) AS e
+		UNION ALL
+		SELECT last, NULL, data FROM api_event_packs WHERE run = ?`, run, run)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 {
+		return nil, store.ErrNotFound
+	}
+	return &evs[len(evs)-1], nil
+}
+
+// Events implements store.Catalog.
+func (c Catalog) Events(ctx context.Context, run string, after int64, limit int) ([]store.EventRecord, error) {
+	limit = store.PageLimit(limit)
+	return c.readEvents(ctx, run, after, limit, eventsQuery, run, after, limit, run, after)
+}
+
+// RunsToPack implements store.Catalog.
+func (c Catalog) RunsToPack(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	rows, err := c.DB.Query(ctx, `SELECT id FROM api_runs WHERE NOT events_packed AND finished_at > 0 AND finished_at < ?
+		AND status IN ('succeeded', 'failed', 'cancelled') ORDER BY finished_at LIMIT ?`, nanos(before), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
 	return out, rows.Err()
+}
+
+// PackEvents implements store.Catalog. The packs are compressed before
+// the transaction, which only swaps the rows.
+func (c Catalog) PackEvents(ctx context.Context, packs []store.EventPack) (int, error) {
+	data := make([][]byte, len(packs))
+	for i, p := range packs {
+		if len(p.Events) == 0 {
+			continue
+		}
+		var err error
+		if data[i], err = EncodePack(p.Events); err != nil {
+			return 0, fmt.Errorf("pack the events of run %s: %w", p.Run, err)
+		}
+	}
+	packed := 0
+	err := c.DB.Tx(ctx, func(db DB) error {
+		packed = 0
+		for i, p := range packs {
+			n, err := db.Exec(ctx, `UPDATE api_runs SET events_packed = ? WHERE id = ? AND NOT events_packed
+				AND status IN ('succeeded', 'failed', 'cancelled')`, true, p.Run)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				continue
+			}
+			if data[i] != nil {
+				if _, err := db.Exec(ctx, `INSERT INTO api_event_packs (run, last, count, data) VALUES (?, ?, ?, ?)`,
+					p.Run, p.Events[len(p.Events)-1].Seq, len(p.Events), data[i]); err != nil {
+					return err
+				}
+			}
+			if _, err := db.Exec(ctx, `DELETE FROM api_events WHERE run = ? AND seq <= ?`, p.Run, p.Through); err != nil {
+				return err
+			}
+			packed++
+		}
+		return nil
+	})
+	return packed, err
 }
 
 // CreateKey implements store.Catalog.

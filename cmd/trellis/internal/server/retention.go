@@ -1,0 +1,416 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// Retention is what a server deletes and compacts by itself, on a
+// schedule, so that the store keeps what is in use and little more. Its
+// zero value keeps everything.
+type Retention struct {
+	// Idle deletes the threads not written for this long, each with
+	// everything of it (its checkpoints, child flows' threads, record,
+	// runs, events and voice sessions), as DELETE /v1/threads/{id} does
+	// (0: threads are kept until deleted).
+	Idle time.Duration
+	// Events is how long a run's whole event stream, tokens included, is
+	// kept after the run ends, for clients to resume streams; after it
+	// the run keeps its node-level events (run, node and state events:
+	// starts, ends, errors, writes), and its tokens as Tokens says, packed
+	// in one compressed record (0: every event is kept as it was).
+	Events time.Duration
+	// Tokens is what becomes of a run's tokens (node_output events) once
+	// Events has passed: TokensMerge (the default) keeps one node_output
+	// per node's attempt with its whole text, numbered as its last
+	// token; TokensDrop drops them.
+	Tokens string
+	// Every is how often a sweep runs (default: a minute).
+	Every time.Duration
+	// Share is the part of the time a sweep may work (default 0.1): it
+	// works in small batches, each one short transaction, and after a
+	// batch that took d rests d·(1−Share)/Share, so that the runs have
+	// the store the rest of the time.
+	Share float64
+}
+
+// What becomes of a run's tokens once its events are compacted.
+const (
+	TokensMerge = "merge"
+	TokensDrop  = "drop"
+)
+
+// Check reports a setting out of its range.
+func (r Retention) Check() error {
+	switch {
+	case r.Idle < 0 || r.Events < 0 || r.Every < 0:
+		return errors.New("retention: a duration is positive, or 0 for none")
+	case r.Tokens != "" && r.Tokens != TokensMerge && r.Tokens != TokensDrop:
+		return fmt.Errorf("retention of tokens %q: want %s or %s", r.Tokens, TokensMerge, TokensDrop)
+	case r.Share < 0 || r.Share > 1:
+		return fmt.Errorf("retention share %g: want the part of the time a sweep may work, above 0 and at most 1", r.Share)
+	}
+	return nil
+}
+
+// packBatch is how many runs' events one transaction packs.
+const packBatch = 8
+
+// sweepLease names the lease the servers sharing a store take to sweep:
+// one sweeps at a time. No thread can have this id (store.CheckThreadID).
+const sweepLease = "#retention"
+
+// retention runs a server's sweeps.
+type retention struct {
+	s *Server
+	// mu guards cfg, which tests change
+	mu     sync.Mutex
+	cfg    Retention
+	pace   store.Pacer
+	cancel context.CancelFunc
+	done   chan struct{}
+	// metrics
+	threads, runs, events, kept, pages prometheus.Counter
+	work                               prometheus.Counter
+	sweeps                             *prometheus.CounterVec
+	sweeping                           prometheus.Gauge
+}
+
+// startRetention starts the server's sweeps when its configuration asks
+// for any (nil otherwise).
+func (s *Server) startRetention() *retention {
+	cfg := s.cfg.Retention
+	if cfg.Idle == 0 && cfg.Events == 0 {
+		return nil
+	}
+	if cfg.Every == 0 {
+		cfg.Every = time.Minute
+	}
+	if cfg.Share == 0 {
+		cfg.Share = 0.1
+	}
+	if cfg.Tokens == "" {
+		cfg.Tokens = TokensMerge
+	}
+	r := &retention{s: s, cfg: cfg, pace: store.Pacer{Share: cfg.Share, MaxRest: 10 * time.Second}, done: make(chan struct{})}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_retention_" + name, Help: help})
+		s.metrics.reg.MustRegister(c)
+		return c
+	}
+	r.threads = counter("threads_deleted_total", "Idle threads the retention deleted, each with everything of it.")
+	r.runs = counter("runs_packed_total", "Runs whose events the retention packed (their streams' time to be resumed had passed).")
+	r.events = counter("events_packed_total", "Events the retention packed (each a row before).")
+	r.kept = counter("events_kept_total", "Events kept in the packs (node-level events, and tokens merged).")
+	r.pages = counter("pages_returned_total", "Pages of the SQLite file the retention returned to the file system (incremental vacuum).")
+	r.work = counter("work_seconds_total", "Time the retention's batches took (the rests between them left out).")
+	r.sweeps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_retention_sweeps_total",
+		Help: "Retention sweeps by outcome: done, failed, or skipped while another server sharing the store sweeps."}, []string{"outcome"})
+	r.sweeping = prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellis_retention_sweeping", Help: "1 while a retention sweep runs on this server."})
+	s.metrics.reg.MustRegister(r.sweeps, r.sweeping)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.loop(ctx)
+	return r
+}
+
+// config is the retention's configuration as it is now.
+func (r *retention) config() Retention {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cfg
+}
+
+// stop ends the sweeps and waits for the one under way to stop.
+func (r *retention) stop() {
+	if r == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+}
+
+func (r *retention) loop(ctx context.Context) {
+	defer close(r.done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		r.sweep(ctx)
+		t.Reset(r.config().Every)
+	}
+}
+
+// sweep deletes the idle threads, packs the events whose time to be
+// resumed has passed and, on SQLite, returns the space freed, holding
+// the store's sweep lease: servers sharing a store sweep one at a time.
+func (r *retention) sweep(ctx context.Context) {
+	st := r.s.cfg.Runtime.Store()
+	cfg := r.config()
+	ttl := max(2*cfg.Every, time.Minute)
+	owner := r.s.ID()
+	if err := st.Acquire(ctx, sweepLease, owner, ttl); err != nil {
+		if errors.Is(err, store.ErrLeased) {
+			r.sweeps.WithLabelValues("skipped").Inc()
+			return
+		}
+		r.failed(ctx, "take the sweep's lease", err)
+		return
+	}
+	defer st.Release(context.WithoutCancel(ctx), sweepLease, owner)
+	r.sweeping.Set(1)
+	defer r.sweeping.Set(0)
+	held := time.Now()
+	// pace rests after a batch, and keeps the lease while the sweep goes
+	// on (or stops it, when another server took the lease over)
+	pace := func(ctx context.Context, took time.Duration) error {
+		r.work.Add(took.Seconds())
+		if err := r.pace.Rest(ctx, took); err != nil {
+			return err
+		}
+		if time.Since(held) > ttl/3 {
+			if err := st.Acquire(ctx, sweepLease, owner, ttl); err != nil {
+				return fmt.Errorf("keep the sweep's lease: %w", err)
+			}
+			held = time.Now()
+		}
+		return nil
+	}
+	start := time.Now()
+	if cfg.Idle > 0 {
+		_, err := store.PruneIdleThreads(ctx, st, store.IdleOptions{TTL: cfg.Idle, Pace: pace, Deleted: func(string) { r.threads.Inc() }})
+		if err != nil {
+			r.failed(ctx, "delete idle threads", err)
+			return
+		}
+	}
+	if cfg.Events > 0 {
+		if err := r.packEvents(ctx, cfg, pace); err != nil {
+			r.failed(ctx, "pack events", err)
+			return
+		}
+	}
+	if v, ok := st.(store.SpaceReturner); ok {
+		if err := r.returnSpace(ctx, v, pace); err != nil {
+			r.failed(ctx, "return free space", err)
+			return
+		}
+	}
+	r.sweeps.WithLabelValues("done").Inc()
+	r.s.log.Debug("retention sweep done", "took", time.Since(start).String())
+}
+
+func (r *retention) failed(ctx context.Context, what string, err error) {
+	if ctx.Err() != nil {
+		return // the server is stopping
+	}
+	r.sweeps.WithLabelValues("failed").Inc()
+	r.s.log.Error("retention: "+what, "error", err.Error())
+}
+
+// packEvents packs the events of the runs that ended Events ago.
+func (r *retention) packEvents(ctx context.Context, cfg Retention, pace func(context.Context, time.Duration) error) error {
+	_, err := PackEvents(ctx, r.s.cat, time.Now().Add(-cfg.Events), cfg.Tokens, func(ctx context.Context, b PackBatch) error {
+		r.runs.Add(float64(b.Runs))
+		r.events.Add(float64(b.Events))
+		r.kept.Add(float64(b.Kept))
+		return pace(ctx, b.Took)
+	})
+	return err
+}
+
+// PackBatch is one transaction of PackEvents: how many runs it packed,
+// how many events they had and kept, and how long it took.
+type PackBatch struct {
+	Runs, Events, Kept int
+	Took               time.Duration
+}
+
+// PackEvents compacts the events of the runs that ended before before
+// (see Retention.Events and Retention.Tokens), a few runs per
+// transaction; after each, done is told what it did and returns once the
+// next may begin (or with an error that stops it). It returns what it
+// did in all.
+func PackEvents(ctx context.Context, cat store.Catalog, before time.Time, tokens string, done func(context.Context, PackBatch) error) (PackBatch, error) {
+	var total PackBatch
+	for {
+		start := time.Now()
+		ids, err := cat.RunsToPack(ctx, before, packBatch)
+		if err != nil || len(ids) == 0 {
+			return total, err
+		}
+		packs := make([]store.EventPack, 0, len(ids))
+		var b PackBatch
+		for _, id := range ids {
+			evs, err := allEvents(ctx, cat, id)
+			if err != nil {
+				return total, err
+			}
+			p := store.EventPack{Run: id, Events: compactEvents(evs, tokens)}
+			if len(evs) > 0 {
+				p.Through = evs[len(evs)-1].Seq
+			}
+			b.Events += len(evs)
+			b.Kept += len(p.Events)
+			packs = append(packs, p)
+		}
+		n, err := cat.PackEvents(ctx, packs)
+		if err != nil {
+			return total, err
+		}
+		if n < len(packs) {
+			// another sweep packed some first: what they had is its to
+			// count
+			b.Events, b.Kept = b.Events*n/len(packs), b.Kept*n/len(packs)
+		}
+		b.Runs, b.Took = n, time.Since(start)
+		total.Runs, total.Events, total.Kept, total.Took = total.Runs+b.Runs, total.Events+b.Events, total.Kept+b.Kept, total.Took+b.Took
+		if done != nil {
+			if err := done(ctx, b); err != nil {
+				return total, err
+			}
+		} else if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}
+
+// allEvents reads every event of a run, a page at a time.
+func allEvents(ctx context.Context, cat store.Catalog, run string) ([]store.EventRecord, error) {
+	var out []store.EventRecord
+	for {
+		var after int64
+		if len(out) > 0 {
+			after = out[len(out)-1].Seq
+		}
+		page, err := cat.Events(ctx, run, after, store.MaxPage)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < store.MaxPage {
+			return out, nil
+		}
+	}
+}
+
+// returnPages is how many pages of the SQLite file one batch returns.
+const returnPages = 256
+
+// returnSpace returns the store's free pages to the file system, a batch
+// at a time.
+func (r *retention) returnSpace(ctx context.Context, v store.SpaceReturner, pace func(context.Context, time.Duration) error) error {
+	for {
+		start := time.Now()
+		n, left, err := v.ReturnSpace(ctx, returnPages)
+		if err != nil {
+			return err
+		}
+		r.pages.Add(float64(n))
+		if n == 0 || left == 0 {
+			return nil
+		}
+		if err := pace(ctx, time.Since(start)); err != nil {
+			return err
+		}
+	}
+}
+
+// compactEvents is what a run keeps of its events once its stream's time
+// to be resumed has passed: its node-level events (run, node and state
+// events) and its tokens (node_output) merged into one event per node's
+// attempt (the first token's, with the whole text, numbered as the last
+// token) or dropped, as tokens says. What the thread's checkpoints hold
+// is not kept twice: a state_update keeps its checkpoint's number and
+// next nodes but not its values (the checkpoint's writes, which each
+// node's node_end holds too), and run_end not the final state (the
+// state at the run's checkpoint). The other events are the bytes
+// recorded, unchanged.
+func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
+	type group struct {
+		at    int // index in out
+		first trellis.Event
+		text  []byte
+	}
+	out := make([]store.EventRecord, 0, len(evs))
+	var groups map[string]*group
+	for _, e := range evs {
+		switch eventType(e.Data) {
+		case string(trellis.NodeOutput):
+		case string(trellis.StateUpdate):
+			out = append(out, store.EventRecord{Seq: e.Seq, Data: without(e.Data, "update")})
+			continue
+		case string(trellis.RunEnd):
+			out = append(out, store.EventRecord{Seq: e.Seq, Data: without(e.Data, "state")})
+			continue
+		default:
+			out = append(out, e)
+			continue
+		}
+		if tokens == TokensDrop {
+			continue
+		}
+		var ev trellis.Event
+		if err := json.Unmarshal(e.Data, &ev); err != nil {
+			out = append(out, e) // kept as it is
+			continue
+		}
+		key := fmt.Sprintf("%s\x00%s\x00%d\x00%d", ev.NS, ev.Node, ev.Step, ev.Attempt)
+		if groups == nil {
+			groups = map[string]*group{}
+		}
+		g, ok := groups[key]
+		if !ok {
+			g = &group{first: ev}
+			groups[key] = g
+		} else {
+			out[g.at].Data = nil // moves to this token's place
+		}
+		g.text = append(g.text, ev.Text...)
+		g.at = len(out)
+		out = append(out, store.EventRecord{Seq: e.Seq})
+	}
+	for _, g := range groups {
+		ev := g.first
+		ev.Text = string(g.text)
+		data, err := json.Marshal(ev)
+		if err != nil {
+			continue
+		}
+		out[g.at].Data = data
+	}
+	return slices.DeleteFunc(out, func(e store.EventRecord) bool { return e.Data == nil })
+}
+
+// without is an event's JSON without one of its members (the event as it
+// is when it has none, or is not an object); the others keep their
+// bytes.
+func without(data []byte, member string) []byte {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return data
+	}
+	if _, ok := m[member]; !ok {
+		return data
+	}
+	delete(m, member)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return data
+	}
+	return b
+}

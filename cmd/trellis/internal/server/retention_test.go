@@ -1,0 +1,232 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/api"
+)
+
+// expectGone checks that every route of a thread answers 404 not_found
+// for it, as for a thread that never was: the thread's own, its runs'
+// (run names one of its runs), its voice session's.
+func expectGone(t *testing.T, h *harness, thread, run string) {
+	t.Helper()
+	checked := 0
+	for _, rt := range h.srv.routes() {
+		if rt.access != tenant || !strings.Contains(rt.path, "{id}") {
+			continue
+		}
+		path := strings.NewReplacer("{id}", thread, "{run}", run).Replace(rt.path)
+		var body io.Reader
+		if rt.method == http.MethodPost || rt.method == http.MethodPut {
+			body = strings.NewReader("{}")
+		}
+		req, err := http.NewRequestWithContext(ctx, rt.method, h.base+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+h.acme.Key)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := h.http.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", rt.method, path, err)
+		}
+		var e api.ErrorBody
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || err != nil || e.Error == nil || e.Error.Code != api.CodeNotFound {
+			t.Errorf("%s %s of a thread that is gone: %d %+v %v", rt.method, path, resp.StatusCode, e.Error, err)
+		}
+		checked++
+	}
+	if checked < 15 {
+		t.Fatalf("checked %d routes of a thread", checked)
+	}
+}
+
+// A thread deleted through the API, and one the server's retention
+// prunes as idle, are gone whole: every route of theirs answers 404, and
+// the store keeps no record, run or event of them; an active thread is
+// left as it was.
+func TestRetentionPrunesIdleThreadsWhole(t *testing.T) {
+	for _, b := range []string{"memory", "sqlite", "postgres"} {
+		t.Run(b, func(t *testing.T) {
+			h := newHarness(t, b, nil, func(c *Config) {
+				c.Retention = Retention{Idle: 1500 * time.Millisecond, Every: 50 * time.Millisecond}
+			})
+			cand := values(t, flowsDir+"/examples/candidate.yaml")
+			turn := func(id string) *api.Run {
+				t.Helper()
+				r, err := h.acme.RunWait(ctx, id, api.StartRun{Input: map[string]any{"last_response": "I build data pipelines in Go."}})
+				if err != nil || r.Status != api.RunSucceeded {
+					t.Fatalf("turn on %s: %+v %v", id, r, err)
+				}
+				return r
+			}
+			runs := map[string]string{}
+			for _, id := range []string{"idle", "deleted", "active"} {
+				if _, err := h.acme.CreateThread(ctx, api.CreateThread{ID: id, Flow: "interview", Values: cand}); err != nil {
+					t.Fatal(err)
+				}
+				r, err := h.acme.RunWait(ctx, id, api.StartRun{})
+				if err != nil || r.Status != api.RunSucceeded {
+					t.Fatalf("greeting on %s: %+v %v", id, r, err)
+				}
+				runs[id] = turn(id).ID
+			}
+			// the active thread takes a turn every 300ms
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(300 * time.Millisecond):
+						turn("active")
+					}
+				}
+			})
+			if err := h.acme.DeleteThread(ctx, "deleted"); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the idle thread pruned", func() bool {
+				_, err := h.acme.Thread(ctx, "idle")
+				return err != nil && strings.Contains(err.Error(), string(api.CodeNotFound))
+			})
+			close(stop)
+			wg.Wait()
+			for _, id := range []string{"idle", "deleted"} {
+				expectGone(t, h, id, runs[id])
+				key := "acme/" + id
+				if _, err := h.srv.cat.Run(ctx, "acme", runs[id]); err == nil {
+					t.Errorf("a run of %s is kept", id)
+				}
+				if evs, err := h.srv.cat.Events(ctx, runs[id], 0, 0); err != nil || len(evs) > 0 {
+					t.Errorf("%d events of a run of %s are kept: %v", len(evs), id, err)
+				}
+				if _, err := h.srv.cfg.Runtime.State(ctx, key); err == nil {
+					t.Errorf("the checkpoints of %s are kept", id)
+				}
+			}
+			if th, err := h.acme.Thread(ctx, "active"); err != nil || th.Checkpoint < 10 {
+				t.Fatalf("the active thread: %+v %v", th, err)
+			}
+			if rs, err := h.acme.Runs(ctx, "active"); err != nil || len(rs) < 3 {
+				t.Fatalf("the active thread's runs: %d %v", len(rs), err)
+			}
+			if m := scrape(t, h); m["trellis_retention_threads_deleted_total"] != 1 {
+				t.Fatalf("threads deleted: %v", m["trellis_retention_threads_deleted_total"])
+			}
+		})
+	}
+}
+
+// stream reads a run's events after lastEventID as a client joining it
+// does.
+func stream(t *testing.T, h *harness, thread, run, lastEventID string) []api.StreamEvent {
+	t.Helper()
+	var out []api.StreamEvent
+	for ev, err := range h.acme.JoinStream(ctx, thread, run, lastEventID) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// Once a run's events have passed their time to be resumed, the run
+// keeps its node-level events as they were, by the same numbers (but
+// for the values its checkpoints hold: a state_update's, run_end's
+// state), and its tokens merged into one event per node's attempt with
+// the whole text, or none.
+func TestRetentionCompactsEvents(t *testing.T) {
+	for _, b := range []string{"memory", "sqlite", "postgres"} {
+		for _, tokens := range []string{TokensMerge, TokensDrop} {
+			t.Run(b+"/"+tokens, func(t *testing.T) {
+				h := newHarness(t, b, nil, func(c *Config) {
+					c.Retention = Retention{Events: time.Hour, Tokens: tokens, Every: 20 * time.Millisecond}
+				})
+				if _, err := h.acme.CreateThread(ctx, api.CreateThread{ID: "ada", Flow: "interview", Values: values(t, flowsDir+"/examples/candidate.yaml")}); err != nil {
+					t.Fatal(err)
+				}
+				r, err := h.acme.RunWait(ctx, "ada", api.StartRun{})
+				if err != nil || r.Status != api.RunSucceeded {
+					t.Fatalf("greeting: %+v %v", r, err)
+				}
+				whole := stream(t, h, "ada", r.ID, "")
+				// the hour passes
+				h.srv.retention.mu.Lock()
+				h.srv.retention.cfg.Events = time.Nanosecond
+				h.srv.retention.mu.Unlock()
+				eventually(t, 30*time.Second, "the run's events packed", func() bool {
+					due, err := h.srv.cat.RunsToPack(ctx, time.Now(), 10)
+					return err == nil && len(due) == 0
+				})
+				packed := stream(t, h, "ada", r.ID, "")
+				var want []api.StreamEvent
+				texts := map[string]string{}
+				last := map[string]string{}
+				for _, ev := range whole {
+					if ev.Event.Type != trellis.NodeOutput {
+						// what the checkpoints hold is not kept twice
+						ev.Event.State = nil
+						if ev.Event.Type == trellis.StateUpdate {
+							ev.Event.Update = nil
+						}
+						want = append(want, ev)
+						continue
+					}
+					k := fmt.Sprint(ev.Event.Node, ev.Event.Attempt)
+					texts[k] += ev.Event.Text
+					last[k] = ev.ID
+				}
+				if len(texts) == 0 {
+					t.Fatal("the run streamed no tokens")
+				}
+				var merged int
+				for _, ev := range packed {
+					if ev.Event.Type == trellis.NodeOutput {
+						k := fmt.Sprint(ev.Event.Node, ev.Event.Attempt)
+						if tokens == TokensDrop || ev.Event.Text != texts[k] || ev.ID != last[k] {
+							t.Errorf("token event %s after packing: %q, want %q as %s", ev.ID, ev.Event.Text, texts[k], last[k])
+						}
+						merged++
+						continue
+					}
+					if len(want) == 0 || ev.ID != want[0].ID || !reflect.DeepEqual(ev.Event, want[0].Event) {
+						t.Fatalf("event %s after packing: %+v", ev.ID, ev.Event)
+					}
+					want = want[1:]
+				}
+				if len(want) > 0 {
+					t.Fatalf("%d node-level events lost, the first %+v", len(want), want[0].Event)
+				}
+				if tokens == TokensMerge && merged != len(texts) {
+					t.Fatalf("%d merged token events, want %d", merged, len(texts))
+				}
+				// a client resuming after a packed event goes on from there
+				tail := stream(t, h, "ada", r.ID, whole[len(whole)-2].ID)
+				if len(tail) != 1 || tail[0].ID != whole[len(whole)-1].ID {
+					t.Fatalf("resumed after %s: %+v", whole[len(whole)-2].ID, tail)
+				}
+				m := scrape(t, h)
+				if m["trellis_retention_runs_packed_total"] != 1 || m["trellis_retention_events_packed_total"] != float64(len(whole)) {
+					t.Fatalf("metrics: %v runs, %v events packed (%d events)", m["trellis_retention_runs_packed_total"], m["trellis_retention_events_packed_total"], len(whole))
+				}
+			})
+		}
+	}
+}

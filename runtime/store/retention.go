@@ -1,0 +1,158 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// IdleOptions says which threads PruneIdleThreads deletes, and how fast.
+type IdleOptions struct {
+	// TTL: the threads not written for this long are deleted.
+	TTL time.Duration
+	// Page is how many idle threads one listing reads (0: 100).
+	Page int
+	// Pace, when set, is called after each thread with the time its
+	// deletion took, and returns once the next may begin (see Pacer), or
+	// with an error that stops the prune.
+	Pace func(ctx context.Context, took time.Duration) error
+	// Deleted, when set, is told of each thread deleted.
+	Deleted func(thread string)
+}
+
+// PruneIdle deletes the threads not updated for ttl and returns how many
+// (see PruneIdleThreads).
+func PruneIdle(ctx context.Context, st Store, ttl time.Duration) (int, error) {
+	return PruneIdleThreads(ctx, st, IdleOptions{TTL: ttl})
+}
+
+// PruneIdleThreads deletes the root threads not written for opts.TTL,
+// each with everything the store keeps of it (see Store.Delete), one
+// thread per transaction, a page of them listed at a time, and returns
+// how many it deleted. The threads of child flows go with their root,
+// never on their own.
+//
+// It holds each thread's lease while it deletes it, as a run holds it
+// while it runs: a thread a run holds is left, one written between the
+// listing and the lease is not idle any more, and one with a queued or
+// running run in the catalog is left too (Store.Delete refuses it).
+func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, error) {
+	cutoff := time.Now().Add(-opts.TTL)
+	page := opts.Page
+	if page <= 0 {
+		page = 100
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	owner := "prune of idle threads " + hex.EncodeToString(b[:])
+	n := 0
+	var after *ThreadInfo
+	for {
+		idle, err := st.Threads(ctx, ThreadOptions{IdleSince: cutoff, Roots: true, Limit: page, After: after})
+		if err != nil {
+			return n, fmt.Errorf("list idle threads: %w", err)
+		}
+		for _, t := range idle {
+			start := time.Now()
+			deleted, err := pruneIdle(ctx, st, t.ID, owner, cutoff)
+			if err != nil {
+				return n, err
+			}
+			if deleted {
+				n++
+				if opts.Deleted != nil {
+					opts.Deleted(t.ID)
+				}
+			}
+			if opts.Pace != nil {
+				if err := opts.Pace(ctx, time.Since(start)); err != nil {
+					return n, err
+				}
+			} else if err := ctx.Err(); err != nil {
+				return n, err
+			}
+		}
+		if len(idle) < page {
+			return n, nil
+		}
+		after = &idle[len(idle)-1]
+	}
+}
+
+// pruneIdle deletes one thread under its lease if it is still idle.
+func pruneIdle(ctx context.Context, st Store, thread, owner string, cutoff time.Time) (bool, error) {
+	if err := st.Acquire(ctx, thread, owner, time.Minute); err != nil {
+		if errors.Is(err, ErrLeased) {
+			return false, nil
+		}
+		return false, fmt.Errorf("prune idle thread %q: %w", thread, err)
+	}
+	defer st.Release(context.WithoutCancel(ctx), thread, owner)
+	// the newest checkpoint's time is the thread's last write
+	last, err := st.History(ctx, thread, HistoryOptions{Limit: 1})
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("prune idle thread %q: %w", thread, err)
+	}
+	if len(last) == 0 || !last[0].Time.Before(cutoff) {
+		return false, nil
+	}
+	if err := st.Delete(ctx, thread); err != nil {
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrBusy) {
+			return false, nil
+		}
+		return false, fmt.Errorf("prune idle thread %q: %w", thread, err)
+	}
+	return true, nil
+}
+
+// Pacer spaces the batches of background work (retention) out so that
+// they take at most Share of the time: after a batch that took d, Rest
+// waits d·(1−Share)/Share, at most MaxRest. The foreground work (runs)
+// has the store the rest of the time, and a batch is never more than one
+// short transaction in its way.
+type Pacer struct {
+	// Share is the part of the time the work may take, in (0, 1]; 0 (or
+	// 1 and above) does not rest.
+	Share float64
+	// MaxRest bounds one rest (0: no bound).
+	MaxRest time.Duration
+}
+
+// Rest waits as the pacer says after a batch that took took; it returns
+// ctx's error when ctx ends first.
+func (p Pacer) Rest(ctx context.Context, took time.Duration) error {
+	if p.Share <= 0 || p.Share >= 1 {
+		return ctx.Err()
+	}
+	d := time.Duration(float64(took) * (1 - p.Share) / p.Share)
+	if p.MaxRest > 0 {
+		d = min(d, p.MaxRest)
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SpaceReturner is a store that returns the room deleted records leave
+// to the file system a little at a time (SQLite's incremental vacuum).
+// A store without it keeps that room to reuse: PostgreSQL's autovacuum
+// marks it free for new rows, and gives the file's tail back.
+type SpaceReturner interface {
+	// ReturnSpace returns at most pages free pages and reports how many
+	// it returned and how many free ones are left.
+	ReturnSpace(ctx context.Context, pages int) (returned, left int, err error)
+}
