@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -80,7 +81,7 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	}
 	k, err := s.cat.KeyByHash(r.Context(), HashKey(token))
 	if err != nil {
-		if err == store.ErrNotFound {
+		if errors.Is(err, store.ErrNotFound) {
 			return nil, errUnauthorized
 		}
 		return nil, &api.Error{Code: api.CodeUnavailable, Message: "cannot check the key: the store does not answer"}
@@ -134,7 +135,7 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, c *caller) er
 		return &api.Error{Code: api.CodeInvalidInput, Message: "a key cannot revoke itself"}
 	}
 	if err := s.cat.RevokeKey(r.Context(), id, time.Now().UTC()); err != nil {
-		if err == store.ErrNotFound {
+		if errors.Is(err, store.ErrNotFound) {
 			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no key %q", id)}
 		}
 		return err
