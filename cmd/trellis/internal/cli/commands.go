@@ -326,16 +326,16 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 			return fail(env, "run", err)
 		}
 	}
-	rt, err := openRuntime(ctx, *storeAddr)
-	if err != nil {
-		return fail(env, "run", err)
-	}
-	defer rt.Close()
-	flush, code := traced(ctx, env, "run", rt)
+	tracer, flush, code := traced(ctx, env, "run")
 	if code != 0 {
 		return code
 	}
 	defer flush()
+	rt, err := openRuntime(ctx, *storeAddr, tracer)
+	if err != nil {
+		return fail(env, "run", err)
+	}
+	defer rt.Close()
 	if *thread == "" {
 		*thread = f.Name() + "-" + time.Now().UTC().Format("20060102-150405.000")
 	}

@@ -63,8 +63,8 @@ func usagef(format string, args ...any) error {
 }
 
 // openRuntime opens the store at addr; an error is a storeError.
-func openRuntime(ctx context.Context, addr string) (*trellis.Runtime, error) {
-	rt, err := trellis.Open(ctx, addr)
+func openRuntime(ctx context.Context, addr string, opts ...trellis.RuntimeOption) (*trellis.Runtime, error) {
+	rt, err := trellis.Open(ctx, addr, opts...)
 	if err != nil {
 		return nil, &storeError{err}
 	}

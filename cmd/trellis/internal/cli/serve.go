@@ -54,17 +54,16 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	if _, err := os.Stat(*flows); err != nil {
 		return fail(env, "serve", usagef("--flows %s: %v", *flows, errors.Unwrap(err)))
 	}
-	rt, err := openRuntime(ctx, *storeAddr)
-	if err != nil {
-		return fail(env, "serve", err)
-	}
-	defer rt.Close()
-	rt.Engine().LeaseTTL = *leaseTTL
-	flush, code := traced(ctx, env, "serve", rt)
+	tracer, flush, code := traced(ctx, env, "serve")
 	if code != 0 {
 		return code
 	}
 	defer flush()
+	rt, err := openRuntime(ctx, *storeAddr, trellis.WithLeaseTTL(*leaseTTL), tracer)
+	if err != nil {
+		return fail(env, "serve", err)
+	}
+	defer rt.Close()
 	voiceCfg, err := server.VoiceConfigFromEnv(os.Getenv)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis serve: %v\n", err)
@@ -192,13 +191,13 @@ func debugMux() *http.ServeMux {
 // traced traces the runtime's runs when the OpenTelemetry environment
 // asks for it (see telemetry.FromEnv); flush exports the spans not yet
 // exported.
-func traced(ctx context.Context, env *Env, name string, rt *trellis.Runtime) (flush func(), code int) {
+// It comes before the runtime, which takes the tracer as an option.
+func traced(ctx context.Context, env *Env, name string) (opt trellis.RuntimeOption, flush func(), code int) {
 	tr, shutdown, err := telemetry.FromEnv(ctx, "trellis")
 	if err != nil {
-		return nil, fail(env, name, err)
+		return nil, nil, fail(env, name, err)
 	}
-	rt.Engine().Tracer = tr
-	return func() {
+	return trellis.WithTracer(tr), func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := shutdown(sctx); err != nil {
