@@ -321,6 +321,17 @@ func (r *Run) Done() bool {
 // RunList lists a thread's runs, newest first.
 type RunList struct {
 	Runs []Run `json:"runs"`
+	// Next is the cursor of the next page (older runs): give it as
+	// RunQuery.Before.
+	Next string `json:"next,omitempty"`
+}
+
+// RunQuery pages a thread's runs, newest first.
+type RunQuery struct {
+	// Before continues a listing after this run (a list's Next).
+	Before string
+	// Limit bounds the page (1 to 500; 0: 100).
+	Limit int
 }
 
 // CreateKey creates an API key.

@@ -317,9 +317,27 @@ func (c *Client) Run(ctx context.Context, thread, run string) (*Run, error) {
 
 // Runs lists a thread's runs, newest first.
 func (c *Client) Runs(ctx context.Context, thread string) ([]Run, error) {
-	var out RunList
-	err := c.do(ctx, http.MethodGet, runsPath(thread), nil, &out)
+	out, err := c.RunPage(ctx, thread, RunQuery{})
 	return out.Runs, err
+}
+
+// RunPage returns a page of a thread's runs, newest first; its Next,
+// given as q.Before, reads the page after it.
+func (c *Client) RunPage(ctx context.Context, thread string, q RunQuery) (*RunList, error) {
+	v := url.Values{}
+	if q.Before != "" {
+		v.Set("before", q.Before)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	path := runsPath(thread)
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out RunList
+	err := c.do(ctx, http.MethodGet, path, nil, &out)
+	return &out, err
 }
 
 // Join waits for a run to end and returns it with the final state.

@@ -256,11 +256,24 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *caller) err
 	if err != nil {
 		return err
 	}
-	recs, err := s.cat.Runs(r.Context(), store.RunQuery{Tenant: c.tenant, Thread: th.ID, Limit: 100})
+	limit, err := queryInt(r, "limit", 1, 500, 100)
+	if err != nil {
+		return err
+	}
+	q := store.RunQuery{Tenant: c.tenant, Thread: th.ID, Before: r.URL.Query().Get("before"), Limit: int(limit) + 1}
+	// one more than asked tells whether there is a next page
+	recs, err := s.cat.Runs(r.Context(), q)
+	if errors.Is(err, store.ErrNotFound) && q.Before != "" {
+		return badParam("before", "names no run of this thread")
+	}
 	if err != nil {
 		return err
 	}
 	out := api.RunList{Runs: []api.Run{}}
+	if len(recs) > int(limit) {
+		recs = recs[:limit]
+		out.Next = recs[len(recs)-1].ID
+	}
 	for _, rec := range recs {
 		if lr := s.runs.get(rec.ID); lr != nil {
 			*rec = lr.record()
