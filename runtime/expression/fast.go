@@ -291,36 +291,26 @@ func typed(k int, a func(*Frame) (any, bool)) fn {
 	return fn{k: kAny, a: a}
 }
 
+// boxed is g, its value boxed.
+func boxed[T int | string | bool](g func(*Frame) (T, bool)) func(*Frame) (any, bool) {
+	return func(fr *Frame) (any, bool) {
+		v, ok := g(fr)
+		if !ok {
+			return nil, false
+		}
+		return v, true
+	}
+}
+
 // any is f's value boxed.
 func (c *fastCompiler) any(f fn) func(*Frame) (any, bool) {
 	switch f.k {
 	case kInt:
-		g := f.i
-		return func(fr *Frame) (any, bool) {
-			v, ok := g(fr)
-			if !ok {
-				return nil, false
-			}
-			return v, true
-		}
+		return boxed(f.i)
 	case kString:
-		g := f.s
-		return func(fr *Frame) (any, bool) {
-			v, ok := g(fr)
-			if !ok {
-				return nil, false
-			}
-			return v, true
-		}
+		return boxed(f.s)
 	case kBool:
-		g := f.b
-		return func(fr *Frame) (any, bool) {
-			v, ok := g(fr)
-			if !ok {
-				return nil, false
-			}
-			return v, true
-		}
+		return boxed(f.b)
 	}
 	return f.a
 }
