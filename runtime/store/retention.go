@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,7 +18,11 @@ type IdleOptions struct {
 	Page int
 	// Pace, when set, is called after each thread with the time its
 	// deletion took, and returns once the next may begin (see Pacer), or
-	// with an error that stops the prune.
+	// with an error that stops the prune. On a store that runs one write
+	// at a time (SQLite) that is the time the deletion held the store's
+	// writer (see WithHold), not the time it waited for it behind the
+	// runs' writes: the wait costs the runs nothing, and pacing by it
+	// made the prune rest the longer the busier the store was.
 	Pace func(ctx context.Context, took time.Duration) error
 	// Deleted, when set, is told of each thread deleted.
 	Deleted func(thread string)
@@ -57,7 +62,8 @@ func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, err
 		}
 		for _, t := range idle {
 			start := time.Now()
-			deleted, err := pruneIdle(ctx, st, t.ID, owner, cutoff)
+			var hold Hold
+			deleted, err := pruneIdle(WithHold(ctx, &hold), st, t.ID, owner, cutoff)
 			if err != nil {
 				return n, err
 			}
@@ -68,7 +74,11 @@ func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, err
 				}
 			}
 			if opts.Pace != nil {
-				if err := opts.Pace(ctx, time.Since(start)); err != nil {
+				took, ok := hold.Held()
+				if !ok {
+					took = time.Since(start)
+				}
+				if err := opts.Pace(ctx, took); err != nil {
 					return n, err
 				}
 			} else if err := ctx.Err(); err != nil {
@@ -109,6 +119,39 @@ func pruneIdle(ctx context.Context, st Store, thread, owner string, cutoff time.
 		return false, fmt.Errorf("prune idle thread %q: %w", thread, err)
 	}
 	return true, nil
+}
+
+// Hold adds up the time a piece of work held a store's writer. A store
+// that runs one write at a time (SQLite) adds to the Hold of a write's
+// context the time from when the write has the writer to when it gives
+// it up, leaving out the time it queued for it; other stores add
+// nothing.
+type Hold struct {
+	held     atomic.Int64
+	reported atomic.Bool
+}
+
+type holdKey struct{}
+
+// WithHold is ctx with h to add up the time its writes hold a store's
+// writer.
+func WithHold(ctx context.Context, h *Hold) context.Context {
+	return context.WithValue(ctx, holdKey{}, h)
+}
+
+// Held reports the time the writes under h held the writer, and whether
+// the store reported any (false: the store has no single writer).
+func (h *Hold) Held() (time.Duration, bool) {
+	return time.Duration(h.held.Load()), h.reported.Load()
+}
+
+// AddHold adds d to the Hold of ctx, if it has one: a store that runs
+// one write at a time calls it as each write gives the writer up.
+func AddHold(ctx context.Context, d time.Duration) {
+	if h, ok := ctx.Value(holdKey{}).(*Hold); ok {
+		h.held.Add(int64(d))
+		h.reported.Store(true)
+	}
 }
 
 // Pacer spaces the batches of background work (retention) out so that

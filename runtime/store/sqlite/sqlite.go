@@ -270,14 +270,19 @@ func (s *Store) Migrations(ctx context.Context) ([]int, error) {
 const maxConns = 8
 
 // write runs a write (a statement or a transaction) once this process's
-// writes before it are done.
+// writes before it are done, and adds the time it held the writer to
+// ctx's store.Hold.
 func (s *Store) write(ctx context.Context, fn func() error) error {
 	select {
 	case s.writer <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-s.writer }()
+	held := time.Now()
+	defer func() {
+		<-s.writer
+		store.AddHold(ctx, time.Since(held))
+	}()
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/trellisflow/trellis/runtime/store"
 )
 
 // A write waiting for this process's writer gives up when its context
@@ -38,5 +40,49 @@ func TestAWriteWaitsOnlyAsLongAsItsContext(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("a write whose context ended still waits for the writer")
+	}
+}
+
+// A prune of idle threads is paced by the time its writes hold this
+// process's writer, not by the time they queue for it behind the runs'
+// writes: the queue costs the runs nothing, and counting it made the
+// prune rest the longer the busier the store was.
+func TestAPruneIsPacedByTheTimeItHoldsTheWriter(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	old := time.Now().Add(-48 * time.Hour)
+	if err := s.Commit(ctx, &store.Checkpoint{Thread: "idle", Seq: 1, Step: 0, Source: store.SourceInput, Time: old}); err != nil {
+		t.Fatal(err)
+	}
+	const queued = time.Second
+	held := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.write(ctx, func() error { close(held); time.Sleep(queued); return nil })
+	}()
+	<-held
+	var took []time.Duration
+	start := time.Now()
+	n, err := store.PruneIdleThreads(ctx, s, store.IdleOptions{TTL: 24 * time.Hour, Pace: func(_ context.Context, d time.Duration) error {
+		took = append(took, d)
+		return nil
+	}})
+	if err != nil || n != 1 {
+		t.Fatalf("PruneIdleThreads = %d, %v; want 1 thread deleted", n, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if wall := time.Since(start); wall < queued/2 {
+		t.Fatalf("the prune took %s: it did not queue behind the write holding the writer", wall)
+	}
+	// the deletion's own writes take milliseconds; half the queue's time
+	// leaves a loaded machine room
+	if len(took) != 1 || took[0] <= 0 || took[0] >= queued/2 {
+		t.Fatalf("the prune paced by %v; want the time it held the writer, above 0 and well under the %s it queued", took, queued)
 	}
 }

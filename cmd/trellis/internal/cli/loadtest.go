@@ -41,7 +41,7 @@ func cmdLoadtest(ctx context.Context, env *Env, args []string) int {
 	storeAddr := fs.String("store", "", "the server's store (default: a new SQLite file)")
 	flows := fs.String("flows", "flows", "the flow directory (with interview.yaml)")
 	values := fs.String("with", "flows/examples/candidate.yaml", "the interview threads' initial values")
-	profile := fs.String("profile", "", "write the server's CPU profile during the turns to this file, and its heap with the threads idle to FILE.heap")
+	profile := fs.String("profile", "", "write the server's CPU profile during the turns to this file, and its heap with the threads idle to FILE.heap (with --prune-beside: the middle half of each round's window to FILE.vV.rR, V 0 without the prune and 1 with it)")
 	pruneBeside := fs.Int("prune-beside", 0, "seed this many idle threads (nine-turn interviews, 40 days old), and measure the load with the server's retention pruning them beside it against the same load without it: each candidate takes turns without pause, a new interview after --turns")
 	window := fs.Duration("window", time.Minute, "with --prune-beside, how long each round is measured")
 	rounds := fs.Int("rounds", 2, "with --prune-beside, how many rounds of each, alternating")
@@ -51,7 +51,7 @@ func cmdLoadtest(ctx context.Context, env *Env, args []string) int {
 	}
 	if *pruneBeside > 0 {
 		report, err := loadtestRetention(ctx, pruneConfig{loadConfig: loadConfig{threads: *threads, turns: *turns, latency: *latency, store: *storeAddr,
-			flows: *flows, values: *values}, idle: *pruneBeside, window: *window, rounds: max(*rounds, 1), share: *share})
+			flows: *flows, values: *values, profile: *profile}, idle: *pruneBeside, window: *window, rounds: max(*rounds, 1), share: *share})
 		if err != nil {
 			return fail(env, "dev loadtest", err)
 		}

@@ -53,6 +53,7 @@ type loadRound struct {
 	errs    int64
 	lat     []time.Duration
 	pruned  [3]float64 // idle threads deleted before and during the window, and left
+	work    float64    // the retention's work in the window, in seconds (its metric)
 	window  time.Duration
 	firstEr string
 }
@@ -124,7 +125,11 @@ func loadtestRetention(ctx context.Context, cfg pruneConfig) (string, error) {
 			if err := seedIdle(ctx, addr, tpl, cfg.idle); err != nil {
 				return "", fmt.Errorf("seed the idle threads: %w", err)
 			}
-			r, err := loadRound1(ctx, cfg, addr, ms.URL, values, v.args)
+			prof := ""
+			if cfg.profile != "" {
+				prof = fmt.Sprintf("%s.v%d.r%d", cfg.profile, i, round+1)
+			}
+			r, err := loadRound1(ctx, cfg, addr, ms.URL, values, v.args, prof)
 			if err != nil {
 				return "", fmt.Errorf("%s, round %d: %w", v.name, round+1, err)
 			}
@@ -142,6 +147,7 @@ func loadtestRetention(ctx context.Context, cfg pruneConfig) (string, error) {
 		var span time.Duration
 		var errs int64
 		var pruned [3]float64
+		var worked float64
 		first := ""
 		var each []string
 		for _, r := range results[i] {
@@ -151,6 +157,7 @@ func loadtestRetention(ctx context.Context, cfg pruneConfig) (string, error) {
 			lat = append(lat, r.lat...)
 			span += r.window
 			errs += r.errs
+			worked += r.work
 			for k := range pruned {
 				pruned[k] += r.pruned[k]
 			}
@@ -168,8 +175,8 @@ func loadtestRetention(ctx context.Context, cfg pruneConfig) (string, error) {
 		b.WriteString("\n")
 		fmt.Fprintf(&b, "  %-26s rounds: %s\n", "", strings.Join(each, "; "))
 		if i > 0 {
-			fmt.Fprintf(&b, "  %-26s idle threads pruned per round: %.0f before the window, %.0f during it, %.0f left at its end\n", "",
-				pruned[0]/float64(cfg.rounds), pruned[1]/float64(cfg.rounds), pruned[2]/float64(cfg.rounds))
+			fmt.Fprintf(&b, "  %-26s idle threads pruned per round: %.0f before the window, %.0f during it, %.0f left at its end; the retention's work in the window %.1fs\n", "",
+				pruned[0]/float64(cfg.rounds), pruned[1]/float64(cfg.rounds), pruned[2]/float64(cfg.rounds), worked/float64(cfg.rounds))
 		}
 		if first != "" {
 			fmt.Fprintf(&b, "  %-26s first error: %s\n", "", first)
@@ -433,13 +440,22 @@ func (tpl *recorded) copyTo(ctx context.Context, st store.Store, cat store.Catal
 // loadRound1 runs one round: a server with args on the seeded store, the
 // candidates' load for the window, the retention's metrics read at its
 // start and end.
-func loadRound1(ctx context.Context, cfg pruneConfig, addr, modelURL string, values map[string]any, args []string) (loadRound, error) {
+func loadRound1(ctx context.Context, cfg pruneConfig, addr, modelURL string, values map[string]any, args []string, profile string) (loadRound, error) {
+	var debugAddr string
+	if profile != "" {
+		var err error
+		if debugAddr, err = freeAddr(); err != nil {
+			return loadRound{}, err
+		}
+		args = append(slices.Clip(args), "--debug-addr", debugAddr)
+	}
 	p, err := startServe(ctx, cfg.loadConfig, addr, modelURL, args)
 	if err != nil {
 		return loadRound{}, err
 	}
 	defer p.stop()
 	const deleted = "trellis_retention_threads_deleted_total"
+	const work = "trellis_retention_work_seconds_total"
 	c := p.client(cfg.threads)
 	var r loadRound
 	var mu sync.Mutex
@@ -486,15 +502,30 @@ func loadRound1(ctx context.Context, cfg pruneConfig, addr, modelURL string, val
 	// a few seconds for the candidates to get going
 	time.Sleep(3 * time.Second)
 	r.pruned[0] = p.metric(ctx, deleted)
+	r.work = -p.metric(ctx, work)
 	mu.Lock()
 	r.lat = r.lat[:0]
 	mu.Unlock()
 	measuring.Store(true)
 	start := time.Now()
+	profiled := make(chan error, 1)
+	if profile != "" {
+		// the middle half of the window
+		go func() {
+			time.Sleep(cfg.window / 4)
+			profiled <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, max(int(cfg.window.Seconds()/2), 1)), profile)
+		}()
+	} else {
+		profiled <- nil
+	}
 	time.Sleep(cfg.window)
+	if err := <-profiled; err != nil {
+		return loadRound{}, fmt.Errorf("profile: %w", err)
+	}
 	measuring.Store(false)
 	r.window = time.Since(start)
 	at := p.metric(ctx, deleted)
+	r.work += p.metric(ctx, work)
 	close(stop)
 	wg.Wait()
 	r.pruned[1] = at - r.pruned[0]
