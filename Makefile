@@ -23,14 +23,16 @@ check: deps livekit-server fmt vet tidy-check page-check openapi-lint deploy-che
 # bubblewrap, for the local sandbox; a Docker engine (docker.io), which the
 # sandbox's tests start on a private socket; Debian's Python, which the
 # sandbox's file tree is made of; and for voice, the offline speech
-# engines (flite, sox, pocketsphinx with its US English model), the Opus
+# engines (flite, sox, pocketsphinx with its US English model and its
+# Python module, which keeps the recogniser loaded), the Opus
 # codec (libopus0), Chromium for the voice page's test, and iproute2 for
 # the private network namespace the voice tests run in. As root with
 # apt-get (a fresh Debian machine) they are installed; otherwise the
 # tests that need them fail and say how to install them. pkg:NAME is a
 # package with no command to look for.
 DEPS := pgbouncer:pgbouncer bwrap:bubblewrap dockerd:docker.io /usr/bin/python3:python3 \
-	flite:flite sox:sox pocketsphinx_continuous:pocketsphinx pkg:pocketsphinx-en-us pkg:libopus0 chromium:chromium ip:iproute2
+	flite:flite sox:sox pocketsphinx_continuous:pocketsphinx pkg:pocketsphinx-en-us pkg:python3-pocketsphinx \
+	pkg:libopus0 chromium:chromium ip:iproute2
 deps:
 	@missing=; for d in $(DEPS); do cmd=$${d%%:*}; pkg=$${d#*:}; \
 	  if [ "$$cmd" = pkg ]; then \

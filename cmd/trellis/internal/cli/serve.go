@@ -69,8 +69,10 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis serve: %v\n", err)
 		return exitUsage
 	}
+	sp := speech.NewOffline()
+	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
-		Voice: voiceCfg, Speech: speech.NewOffline(), Page: page.Handler(), Retention: retain})
+		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Retention: retain})
 	if err != nil {
 		return fail(env, "serve", err)
 	}

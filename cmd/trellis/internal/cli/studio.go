@@ -61,8 +61,10 @@ func cmdStudio(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "studio", err)
 	}
 	defer rt.Close()
+	sp := speech.NewOffline()
+	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flows, Kinds: env.Registry, Logger: log,
-		StopTimeout: 10 * time.Second, Speech: speech.NewOffline(), Page: page.Handler()})
+		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler()})
 	if err != nil {
 		return fail(env, "studio", err)
 	}

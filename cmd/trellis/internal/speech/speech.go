@@ -1,8 +1,9 @@
 // Package speech serves OpenAI-compatible speech routes from Debian's
 // offline engines: POST /v1/audio/speech speaks with flite, and POST
-// /v1/audio/transcriptions recognises with pocketsphinx (US English). A
-// voice session then works on a machine with no hosted speech service,
-// and the voice tests exercise real recognition. Anything that speaks
+// /v1/audio/transcriptions recognises with pocketsphinx (US English),
+// its decoder kept loaded between requests. A voice session then works
+// on a machine with no hosted speech service, and the voice tests
+// exercise real recognition. Anything that speaks
 // OpenAI's audio API (go-openai's CreateSpeech and CreateTranscription,
 // say) is a client; a hosted service is the same code pointed elsewhere.
 package speech
@@ -23,25 +24,33 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/trellisflow/trellis/cmd/trellis/internal/audio"
 	"github.com/trellisflow/trellis/runtime/api"
 )
 
-// Offline is the offline engines, found on PATH.
+// Offline is the offline engines, found on PATH. Its recognisers stay
+// loaded between requests; Close stops them.
 type Offline struct {
-	flite, pocketsphinx, sox string
-	// slots bounds the engine processes at once (one per core): a
+	flite, python, sox string
+	// slots bounds the engines at work at once (one per core): a
 	// recognition is CPU-bound.
 	slots chan struct{}
+
+	mu     sync.Mutex
+	idle   []*recognizer // loaded, waiting for an utterance
+	live   map[*recognizer]struct{}
+	closed bool
 }
 
-// NewOffline finds the engines; Available says what is missing.
+// NewOffline finds the engines; Available says what is missing. A
+// recogniser is loaded at the first transcription, and as many as are
+// at work at once are kept.
 func NewOffline() *Offline {
-	o := &Offline{slots: make(chan struct{}, max(1, runtime.NumCPU()))}
+	o := &Offline{slots: make(chan struct{}, max(1, runtime.NumCPU())), live: map[*recognizer]struct{}{}}
 	o.flite, _ = exec.LookPath("flite")
-	o.pocketsphinx, _ = exec.LookPath("pocketsphinx_continuous")
+	o.python = python()
 	o.sox, _ = exec.LookPath("sox")
 	return o
 }
@@ -53,8 +62,8 @@ func (o *Offline) Available() error {
 	if o.flite == "" {
 		missing = append(missing, "flite")
 	}
-	if o.pocketsphinx == "" {
-		missing = append(missing, "pocketsphinx pocketsphinx-en-us")
+	if o.python == "" {
+		missing = append(missing, "python3 python3-pocketsphinx pocketsphinx-en-us")
 	}
 	if len(missing) > 0 {
 		return &api.Error{Code: api.CodeSpeechUnavailable, Message: "the offline speech engine is not installed: apt-get install " + strings.Join(missing, " ")}
@@ -213,7 +222,7 @@ func (o *Offline) Transcribe(w http.ResponseWriter, r *http.Request) error {
 	if mt != "multipart/form-data" {
 		return &api.Error{Code: api.CodeUnsupportedMedia, Message: "send multipart/form-data with the recording in the file field"}
 	}
-	if o.pocketsphinx == "" {
+	if o.python == "" {
 		return o.Available()
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxUpload)
@@ -305,34 +314,4 @@ func (o *Offline) decode(ctx context.Context, data []byte, ext string) (audio.PC
 	}
 	defer f.Close()
 	return audio.ReadWAV(f)
-}
-
-// recognize runs pocketsphinx over 16 kHz audio.
-func (o *Offline) recognize(ctx context.Context, pcm audio.PCM) (string, error) {
-	release, err := o.acquire(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer release()
-	f, err := os.CreateTemp("", "trellis-speech-*.wav")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(pcm.WAV())
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, o.pocketsphinx, "-infile", f.Name(), "-logfn", os.DevNull)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("pocketsphinx: %v: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	return strings.Join(strings.Fields(stdout.String()), " "), nil
 }

@@ -101,10 +101,11 @@ func newRig(t testing.TB, opts ...func(*server.Config)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sp := speech.NewOffline()
 	cfg := server.Config{Runtime: rt, FlowsDir: flowsDir, Kinds: all.Offline(),
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelWarn})), StopTimeout: 5 * time.Second,
 		Voice:  &server.VoiceConfig{URL: lk.URL, APIKey: lk.Key, APISecret: lk.Secret},
-		Speech: speech.NewOffline(), Page: page.Handler()}
+		Speech: sp, Page: page.Handler()}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
@@ -121,6 +122,7 @@ func newRig(t testing.TB, opts ...func(*server.Config)) *rig {
 	t.Cleanup(func() {
 		cancel()
 		<-served
+		sp.Close()
 		rt.Close()
 	})
 	r.base = "http://" + ln.Addr().String()

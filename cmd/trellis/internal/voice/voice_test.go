@@ -1,6 +1,7 @@
 package voice_test
 
 import (
+	"context"
 	"net/http"
 	"runtime"
 	"runtime/pprof"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice/voicetest"
 	"github.com/trellisflow/trellis/runtime/api"
@@ -25,6 +27,9 @@ import (
 func TestSpokenInterview(t *testing.T) {
 	voicetest.Need(t, "flite", "flite")
 	voicetest.Need(t, "pocketsphinx_continuous", "pocketsphinx pocketsphinx-en-us")
+	if err := speech.CheckRecognizer(context.Background()); err != nil {
+		t.Fatalf("%v (make deps installs it)", err)
+	}
 	r := newRig(t)
 	var turns []voice.TurnTiming
 	timings := make(chan voice.TurnTiming, 8)
