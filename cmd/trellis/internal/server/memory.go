@@ -121,12 +121,16 @@ func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request, c *caller)
 	return nil
 }
 
-// memoryPage checks a listing's limit (given, 1 or more) and offset.
-func memoryPage(limit *int, offset int) error {
+// memoryPage checks a listing's limit (given, 1 or more) and offset, and
+// returns the limit the store takes (0: its default).
+func memoryPage(limit *int, offset int) (int, error) {
 	if limit != nil && (*limit < 1 || *limit > store.MaxMemoryLimit) || offset < 0 {
-		return &api.Error{Code: api.CodeInvalidInput, Message: "limit is from 1 to " + strconv.Itoa(store.MaxMemoryLimit) + " (default " + strconv.Itoa(store.DefaultMemoryLimit) + "), offset 0 or more"}
+		return 0, &api.Error{Code: api.CodeInvalidInput, Message: "limit is from 1 to " + strconv.Itoa(store.MaxMemoryLimit) + " (default " + strconv.Itoa(store.DefaultMemoryLimit) + "), offset 0 or more"}
 	}
-	return nil
+	if limit == nil {
+		return 0, nil
+	}
+	return *limit, nil
 }
 
 func (s *Server) searchMemory(w http.ResponseWriter, r *http.Request, c *caller) error {
@@ -141,12 +145,9 @@ func (s *Server) searchMemory(w http.ResponseWriter, r *http.Request, c *caller)
 	if err := readJSON(r, &in); err != nil {
 		return err
 	}
-	if err := memoryPage(in.Limit, in.Offset); err != nil {
+	limit, err := memoryPage(in.Limit, in.Offset)
+	if err != nil {
 		return err
-	}
-	limit := 0 // the store's default
-	if in.Limit != nil {
-		limit = *in.Limit
 	}
 	items, err := m.SearchMemory(r.Context(), c.tenant, store.MemoryQuery{Prefix: in.NamespacePrefix, Text: in.Query,
 		Limit: limit, Offset: in.Offset, Now: time.Now()})
@@ -173,12 +174,9 @@ func (s *Server) memoryNamespaces(w http.ResponseWriter, r *http.Request, c *cal
 	if err := readJSON(r, &in); err != nil {
 		return err
 	}
-	if err := memoryPage(in.Limit, in.Offset); err != nil {
+	limit, err := memoryPage(in.Limit, in.Offset)
+	if err != nil {
 		return err
-	}
-	limit := 0 // the store's default
-	if in.Limit != nil {
-		limit = *in.Limit
 	}
 	nss, err := m.MemoryNamespaces(r.Context(), c.tenant, store.MemoryQuery{Prefix: in.Prefix, Limit: limit, Offset: in.Offset, Now: time.Now()})
 	if err != nil {
