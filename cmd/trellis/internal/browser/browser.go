@@ -49,20 +49,21 @@ type reply struct {
 var devtoolsRE = regexp.MustCompile(`DevTools listening on (ws://\S+)`)
 
 // Chromium starts Debian's chromium, headless, with a page of width ×
-// height CSS pixels. A machine without it fails the test, saying how to
-// install it (make deps does).
-func Chromium(t testing.TB, width, height int) *Browser {
+// height CSS pixels, and any further command-line flags. A machine
+// without it fails the test, saying how to install it (make deps does).
+func Chromium(t testing.TB, width, height int, flags ...string) *Browser {
 	t.Helper()
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatal("chromium is not installed: apt-get install chromium (make deps installs it)")
 	}
 	b := &Browser{t: t, pending: map[int]chan reply{}, done: make(chan struct{})}
-	b.cmd = exec.Command(bin, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+	args := append([]string{"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--no-first-run", "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
 		"--disable-features=Translate,MediaRouter", "--hide-scrollbars", "--force-device-scale-factor=1",
 		fmt.Sprintf("--window-size=%d,%d", width, height),
-		"--remote-debugging-port=0", "--user-data-dir="+t.TempDir(), "about:blank")
+		"--remote-debugging-port=0", "--user-data-dir=" + t.TempDir()}, flags...)
+	b.cmd = exec.Command(bin, append(args, "about:blank")...)
 	ownGroup(b.cmd)
 	stderr, err := b.cmd.StderrPipe()
 	if err != nil {
