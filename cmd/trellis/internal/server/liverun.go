@@ -1,0 +1,217 @@
+// A run this server executes: its record as it changes, the stop asked
+// of it, the events it observes, and how it ends.
+
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// liveRun is a run running on this server.
+type liveRun struct {
+	m      *manager
+	flow   *loaded
+	events *eventLog
+	how    launch
+	// started receives nil once the run has started, or the error that
+	// refused it; done is closed when it has ended and its record says so.
+	started chan error
+	begun   chan struct{} // closed at run_start
+	done    chan struct{}
+	stop    chan struct{}
+
+	mu       sync.Mutex
+	rec      store.RunRecord
+	cancel   context.CancelFunc
+	why      store.StopReason // the stop asked of the run, when one was
+	shutdown bool             // this server's shutdown asked it to stop
+	state    map[string]any
+	refusal  error // why it was refused before it started
+}
+
+// record returns a copy of the run's record.
+func (lr *liveRun) record() store.RunRecord {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	return lr.rec
+}
+
+// request asks the run to stop: StopCancel now, any other at its next
+// step boundary.
+func (lr *liveRun) request(why store.StopReason) {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	if why == stopShutdown {
+		lr.shutdown = true
+	}
+	first := lr.why == ""
+	now := why == store.StopCancel || why == stopTakenOver
+	if first || now {
+		lr.why = why
+	}
+	if now && lr.cancel != nil {
+		lr.cancel()
+	}
+	if first {
+		close(lr.stop)
+	}
+}
+
+func (lr *liveRun) isStarted() bool {
+	select {
+	case <-lr.begun:
+		return true
+	default:
+		return false
+	}
+}
+
+func (lr *liveRun) stopReason() store.StopReason {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	return lr.why
+}
+
+// observe receives the run's events: it signals the start, and logs every
+// event for the run's streams.
+func (lr *liveRun) observe(ev trellis.Event) {
+	if ev.Type == trellis.RunStart && !lr.isStarted() {
+		close(lr.begun)
+		lr.m.s.metrics.active.Inc()
+		lr.started <- nil
+	}
+	lr.m.s.metrics.event(lr.rec.Flow, ev)
+	lr.events.add(ev)
+}
+
+// refuse forgets a run refused before it started: nothing of it stays
+// recorded, and its caller hears why.
+func (lr *liveRun) refuse(err error) {
+	m := lr.m
+	lr.events.close(nil)
+	expect := lr.record().State()
+	for attempt := 0; ; attempt++ {
+		derr := m.s.cat.DeleteRun(m.records, lr.rec.ID, expect)
+		if errors.Is(derr, store.ErrRunChanged) && attempt < 8 {
+			if fresh, rerr := m.s.cat.Run(m.records, lr.rec.Tenant, lr.rec.ID); rerr == nil && fresh.Status == store.RunRunning && fresh.Server == m.id {
+				expect = fresh.State()
+				continue
+			}
+		}
+		if derr != nil {
+			m.s.log.Warn("forgetting a refused run", "run", lr.rec.ID, "error", derr.Error())
+		}
+		break
+	}
+	lr.mu.Lock()
+	lr.refusal = err
+	lr.rec.Status, lr.rec.Error = store.RunFailed, toAPIError(err).Message
+	lr.mu.Unlock()
+	lr.started <- err
+	close(lr.done)
+}
+
+// outcome is how a run ends: its status and message, from the error it
+// returned, whether it started, whether this server's shutdown stopped
+// it, and the stop asked of it.
+func outcome(err error, started, shutdown bool, stop store.StopReason) (store.RunStatus, string) {
+	var p *runPanic
+	stopped := errors.Is(err, trellis.ErrStopped) || errors.Is(err, context.Canceled)
+	switch {
+	case err == nil:
+		return store.RunSucceeded, ""
+	case errors.As(err, &p):
+	case (stop == store.StopCancel || stop == store.StopInterrupt) && (stopped || !started):
+		return store.RunCancelled, stop.Message()
+	case shutdown && (stopped || !started):
+		return store.RunQueued, ""
+	}
+	return store.RunFailed, err.Error()
+}
+
+// finish records how the run ended. A run this server's shutdown stopped
+// between steps is queued again to resume, here after a restart or on
+// another server.
+func (lr *liveRun) finish(res *trellis.Result, err error) {
+	m := lr.m
+	ctx := m.records
+	started := lr.isStarted()
+	if started {
+		m.s.metrics.active.Dec()
+	}
+	defer close(lr.done)
+	var p *runPanic
+	if err != nil && !started && !errors.As(err, &p) {
+		// a run taken over from a server that died may have finished
+		// there before it could say so: the thread's checkpoints tell
+		if head, herr := m.s.cfg.Runtime.State(ctx, lr.rec.Thread); herr == nil &&
+			head.Run == lr.rec.ID && len(head.Next) == 0 {
+			res, err = &trellis.Result{State: head.Values, Checkpoint: head.Seq}, nil
+		}
+	}
+	var state map[string]any
+	var checkpoint uint64
+	if res != nil {
+		state, checkpoint = res.State, res.Checkpoint
+	} else if head, herr := m.s.cfg.Runtime.State(ctx, lr.rec.Thread); herr == nil {
+		checkpoint = head.Seq
+	}
+	lr.mu.Lock()
+	why, shutdown, rec := lr.why, lr.shutdown, lr.rec
+	lr.mu.Unlock()
+	// every event is recorded before the run's end is, the events that
+	// tell the end with it, and streams hear them only once the run is
+	// recorded as ended, so that a client may start the thread's next run
+	// as soon as it hears it
+	lr.events.drain()
+	out, written, werr := m.settle(rec, func(cur store.RunRecord) (store.RunRecord, []store.EventRecord) {
+		stop := cur.Stop
+		if stop == "" && (why == store.StopCancel || why == store.StopInterrupt) {
+			stop = why
+		}
+		status, msg := outcome(err, started, shutdown, stop)
+		evs := lr.events.lastEvents(status, msg, state)
+		cur.Status, cur.Error, cur.Stop, cur.Checkpoint, cur.FlowVersion = status, msg, "", checkpoint, rec.FlowVersion
+		if status == store.RunQueued {
+			cur.Server = ""
+			if started {
+				cur.Resume, cur.Interrupt = true, false
+			}
+		} else {
+			cur.Finished = m.now()
+		}
+		return cur, evs
+	})
+	lr.events.close(written)
+	switch {
+	case errors.Is(werr, errNotOurs):
+		m.s.log.Warn("a run's record was taken over by another server before it ended here", "run", rec.ID, "server", out.Server, "status", string(out.Status))
+	case werr != nil:
+		m.s.log.Error("recording a run's end", "run", rec.ID, "error", werr.Error())
+	}
+	lr.mu.Lock()
+	lr.rec, lr.state = out, state
+	lr.mu.Unlock()
+	m.s.notes.send(ctx, noteRun+rec.ID)
+	m.s.notes.send(ctx, noteQueue)
+	if werr == nil && out.Status != store.RunQueued {
+		m.s.metrics.runs.WithLabelValues(rec.Flow, string(out.Status)).Inc()
+	}
+	m.s.log.Info("run ended", "run", rec.ID, "thread", rec.Thread, "flow", rec.Flow, "status", string(out.Status))
+	select {
+	case lr.started <- err:
+	default:
+	}
+}
+
+// result is the run's record and final state, after it has ended.
+func (lr *liveRun) result() (store.RunRecord, map[string]any) {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	return lr.rec, lr.state
+}
