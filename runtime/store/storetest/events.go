@@ -1,0 +1,270 @@
+// The conformance cases of a run's events: concurrent appends, paged
+// reads, packing, and the append benchmark.
+
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// Events appended concurrently to different runs all land, each run's in
+// order.
+func testCatalogConcurrentEvents(t *testing.T, c store.Catalog) {
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for r := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := int64(1); seq <= 25; seq++ {
+				if err := c.AppendEvents(ctx, fmt.Sprint("run", r), "", []store.EventRecord{{Seq: seq, Data: []byte(`{}`)}}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for r := range 4 {
+		evs, err := c.Events(ctx, fmt.Sprint("run", r), 0, 0)
+		if err != nil || len(evs) != 25 || evs[24].Seq != 25 {
+			t.Fatalf("run%d: %d events, %v", r, len(evs), err)
+		}
+	}
+}
+
+// Events and runs are read a page at a time, in order, from a cursor.
+func testPagedReads(t *testing.T, c store.Catalog) {
+	threads(t, c, "t")
+	if _, err := c.LastEvent(ctx, "r"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the last event of a run with none: %v", err)
+	}
+	const n = store.MaxPage + 250
+	var evs []store.EventRecord
+	for seq := int64(1); seq <= n; seq++ {
+		evs = append(evs, store.EventRecord{Seq: seq, Data: []byte(fmt.Sprintf(`{"n":%d}`, seq))})
+	}
+	if err := c.AppendEvents(ctx, "r", "", evs); err != nil {
+		t.Fatal(err)
+	}
+	if last, err := c.LastEvent(ctx, "r"); err != nil || last.Seq != n || string(last.Data) != fmt.Sprintf(`{"n":%d}`, n) {
+		t.Fatalf("the last event: %+v %v", last, err)
+	}
+	var read []int64
+	for after := int64(0); ; {
+		page, err := c.Events(ctx, "r", after, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > store.MaxPage {
+			t.Fatalf("one read returned %d events", len(page))
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, e := range page {
+			read = append(read, e.Seq)
+		}
+		after = page[len(page)-1].Seq
+	}
+	if len(read) != n || read[0] != 1 || read[n-1] != n {
+		t.Fatalf("read %d events in pages", len(read))
+	}
+	if page, _ := c.Events(ctx, "r", 10, 5); len(page) != 5 || page[0].Seq != 11 {
+		t.Fatalf("a page of 5 after 10: %v", page)
+	}
+	for i := range 7 {
+		r := &store.RunRecord{ID: fmt.Sprintf("r%d", i), Tenant: "acme", Thread: "t", Flow: "f", Status: store.RunSucceeded, Created: moment(i / 2)}
+		if err := c.CreateRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	for before := ""; ; {
+		page, err := c.Runs(ctx, store.RunQuery{Tenant: "acme", Thread: "t", Before: before, Limit: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 3 {
+			t.Fatalf("a page of %d runs", len(page))
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, r := range page {
+			ids = append(ids, r.ID)
+		}
+		before = page[len(page)-1].ID
+	}
+	if want := []string{"r6", "r5", "r4", "r3", "r2", "r1", "r0"}; !reflect.DeepEqual(ids, want) {
+		t.Fatalf("runs in pages %v, want %v", ids, want)
+	}
+	if _, err := c.Runs(ctx, store.RunQuery{Tenant: "other", Thread: "t", Before: "r3"}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("paging after another tenant's run: %v", err)
+	}
+}
+
+// benchRuns numbers the benchmarks' runs.
+var benchRuns int
+
+// BenchAppendEvents records batches of a run's events (8 to a batch, as a
+// step's node and state events come): by anyone (holder ""), and by the
+// server holding the run, which the store checks in the same step.
+func BenchAppendEvents(b *testing.B, c store.Catalog) {
+	if err := c.CreateThread(ctx, &store.ThreadRecord{ID: "bench", Tenant: "acme", Flow: "f", Created: moment(0)}); err != nil {
+		b.Fatal(err)
+	}
+	data := []byte(`{"type":"node_end","run":"r","thread":"bench","step":3,"time":"2026-01-01T00:00:00Z","node":"think","update":{"n":1}}`)
+	for _, holder := range []string{"", "s1"} {
+		name := "anyone"
+		if holder != "" {
+			name = "holder"
+		}
+		b.Run(name, func(b *testing.B) {
+			benchRuns++
+			run := &store.RunRecord{ID: fmt.Sprint("run-", name, benchRuns), Tenant: "acme", Thread: "bench", Flow: "f", Created: moment(benchRuns), Server: "s1"}
+			if _, err := c.EnqueueRun(ctx, run, store.BusyEnqueue); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			seq := int64(0)
+			batch := make([]store.EventRecord, 8)
+			for b.Loop() {
+				for i := range batch {
+					seq++
+					batch[i] = store.EventRecord{Seq: seq, Data: data}
+				}
+				if err := c.AppendEvents(ctx, run.ID, holder, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			end := *run
+			end.Status = store.RunSucceeded
+			if err := c.UpdateRun(ctx, &end, run.State(), nil); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// A run's events packed (PackEvents) read as they were, by the same
+// numbers, through Events and LastEvent, in pages; only ended runs are
+// listed to pack and packed, each once; a run's later events follow its
+// packed ones; deleting the run deletes its pack.
+func testPackedEvents(t *testing.T, c store.Catalog) {
+	ev := func(seq int64, typ string) store.EventRecord {
+		return store.EventRecord{Seq: seq, Data: fmt.Appendf(nil, `{"type":%q,"text":"%d é \u0000 %s"}`, typ, seq, strings.Repeat("x", int(seq)))}
+	}
+	var all []store.EventRecord
+	for seq := int64(1); seq <= 40; seq++ {
+		all = append(all, ev(seq, "node_output"))
+	}
+	runs := []*store.RunRecord{
+		{ID: "ended-1", Tenant: "acme", Thread: "t", Status: store.RunSucceeded, Created: moment(1), Finished: moment(10)},
+		{ID: "ended-2", Tenant: "acme", Thread: "t", Status: store.RunFailed, Created: moment(2), Finished: moment(5)},
+		{ID: "late", Tenant: "acme", Thread: "t", Status: store.RunCancelled, Created: moment(3), Finished: moment(50)},
+		{ID: "running", Tenant: "acme", Thread: "t", Status: store.RunRunning, Server: "s", Created: moment(4), Started: moment(4)},
+		{ID: "quiet", Tenant: "acme", Thread: "t", Status: store.RunSucceeded, Created: moment(5), Finished: moment(6)},
+	}
+	for _, r := range runs {
+		if err := c.CreateRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if r.ID != "quiet" {
+			if err := c.AppendEvents(ctx, r.ID, "", all); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	due, err := c.RunsToPack(ctx, moment(20), 10)
+	if err != nil || !reflect.DeepEqual(due, []string{"ended-2", "quiet", "ended-1"}) {
+		t.Fatalf("runs to pack before 20s: %v %v", due, err)
+	}
+	if due, err := c.RunsToPack(ctx, moment(20), 2); err != nil || len(due) != 2 {
+		t.Fatalf("two runs to pack: %v %v", due, err)
+	}
+	// every fourth event kept, and the last; the running run is not
+	// packed, whatever it is asked
+	var kept []store.EventRecord
+	for _, e := range all {
+		if e.Seq%4 == 0 || e.Seq == 40 {
+			kept = append(kept, e)
+		}
+	}
+	n, err := c.PackEvents(ctx, []store.EventPack{{Run: "ended-1", Through: 40, Events: kept}, {Run: "ended-2", Through: 40, Events: kept},
+		{Run: "quiet", Through: 0}, {Run: "running", Through: 40, Events: kept}, {Run: "gone", Through: 3}})
+	if err != nil || n != 3 {
+		t.Fatalf("packed %d runs: %v", n, err)
+	}
+	if n, err := c.PackEvents(ctx, []store.EventPack{{Run: "ended-1", Through: 40, Events: kept[:1]}}); err != nil || n != 0 {
+		t.Fatalf("packed a packed run again: %d %v", n, err)
+	}
+	if due, err := c.RunsToPack(ctx, moment(100), 10); err != nil || !reflect.DeepEqual(due, []string{"late"}) {
+		t.Fatalf("runs to pack after packing: %v %v", due, err)
+	}
+	got, err := c.Events(ctx, "ended-1", 0, 0)
+	if err != nil || !reflect.DeepEqual(got, kept) {
+		t.Fatalf("packed events: %d of %d, %v", len(got), len(kept), err)
+	}
+	if got, err := c.Events(ctx, "running", 0, 0); err != nil || !reflect.DeepEqual(got, all) {
+		t.Fatalf("the running run's events: %d, %v", len(got), err)
+	}
+	if got, err := c.Events(ctx, "quiet", 0, 0); err != nil || len(got) != 0 {
+		t.Fatalf("events of a run without any: %v %v", got, err)
+	}
+	// pages of packed events, from any number
+	var paged []store.EventRecord
+	for after := int64(0); ; {
+		page, err := c.Events(ctx, "ended-2", after, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		paged = append(paged, page...)
+		after = page[len(page)-1].Seq
+	}
+	if !reflect.DeepEqual(paged, kept) {
+		t.Fatalf("packed events in pages: %d of %d", len(paged), len(kept))
+	}
+	if got, err := c.Events(ctx, "ended-2", 13, 2); err != nil || len(got) != 2 || got[0].Seq != 16 || got[1].Seq != 20 {
+		t.Fatalf("packed events after 13: %+v %v", got, err)
+	}
+	if last, err := c.LastEvent(ctx, "ended-1"); err != nil || !reflect.DeepEqual(*last, all[39]) {
+		t.Fatalf("last packed event %+v %v", last, err)
+	}
+	if _, err := c.LastEvent(ctx, "quiet"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("last event of a run without any: %v", err)
+	}
+	// an event recorded later takes the numbers after the packed ones
+	if err := c.AppendEvents(ctx, "ended-1", "", []store.EventRecord{ev(40, "run_error")}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("an event numbered as a packed one: %v", err)
+	}
+	if err := c.AppendEvents(ctx, "ended-1", "", []store.EventRecord{ev(41, "run_error")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Events(ctx, "ended-1", 36, 0); err != nil || len(got) != 2 || got[0].Seq != 40 || got[1].Seq != 41 {
+		t.Fatalf("packed and later events: %+v %v", got, err)
+	}
+	if last, err := c.LastEvent(ctx, "ended-1"); err != nil || last.Seq != 41 {
+		t.Fatalf("last event after a pack: %+v %v", last, err)
+	}
+	if err := c.DeleteRun(ctx, "ended-2", runs[1].State()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Events(ctx, "ended-2", 0, 0); err != nil || len(got) != 0 {
+		t.Fatalf("events of a deleted run: %d %v", len(got), err)
+	}
+}
