@@ -1,0 +1,130 @@
+// Scripted nodes: the model calls and tool results a test gives stand in
+// for a node's own work, in order, item by item inside a map.
+
+package testfile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+)
+
+// scripted replaces a node's Run with its script. A scripted output the
+// node refuses (a reply its schema does not allow) is kept in bad: the
+// test fails on it, whatever the node's fallback or on_error make of it.
+type scripted struct {
+	inner kind.Node
+	calls []Call
+	n     int
+	mu    sync.Mutex
+	bad   []string
+}
+
+func (s *scripted) Run(ctx context.Context, st kind.State) (kind.Update, error) {
+	s.mu.Lock()
+	i := s.n
+	s.n++
+	s.mu.Unlock()
+	if i >= len(s.calls) || s.calls[i].Run {
+		return s.inner.Run(ctx, st)
+	}
+	c := s.calls[i]
+	if c.Error != "" {
+		return nil, errors.New(c.Error)
+	}
+	if c.HasOutput {
+		o, ok := s.inner.(kind.Outputter)
+		if !ok {
+			return nil, fmt.Errorf("script: node %s produces no output; script set instead", st.Node())
+		}
+		upd, err := o.WithOutput(st, c.Output)
+		if err != nil {
+			s.mu.Lock()
+			s.bad = append(s.bad, fmt.Sprintf("%s: the scripted output of %s does not fit the node: %v", c.Pos, st.Node(), err))
+			s.mu.Unlock()
+			return nil, kind.Permanent(fmt.Errorf("scripted output refused: %w", err))
+		}
+		return upd, nil
+	}
+	upd := st.NewUpdate(len(c.Set))
+	for _, k := range slices.Sorted(maps.Keys(c.Set)) {
+		upd = append(upd, kind.FieldValue{Field: k, Value: c.Set[k]})
+	}
+	return upd, nil
+}
+
+// refused reports whether the last call was a refused scripted output.
+func (s *scripted) refused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.bad) > 0
+}
+
+// scriptedFallback keeps the fallback of a node that has one, except for
+// a scripted output the node refused: that fails the node.
+type scriptedFallback struct{ *scripted }
+
+func (s scriptedFallback) Fallback(ctx context.Context, st kind.State, err error) (kind.Update, error) {
+	if s.refused() {
+		return nil, errors.New("no fallback for a refused scripted output")
+	}
+	return s.inner.(kind.Fallback).Fallback(ctx, st, err)
+}
+
+// nestedOf finds the nested node that runs the item a script names
+// (NODE[INDEX], NODE a map).
+func nestedOf(g *flow.Graph, name string) (*flow.Node, bool) {
+	base, rest, ok := strings.Cut(name, "[")
+	if !ok || !strings.HasSuffix(rest, "]") {
+		return nil, false
+	}
+	host, ok := g.Node(base)
+	if !ok {
+		return nil, false
+	}
+	c, ok := host.Impl.(kind.Composite)
+	if !ok || c.Parts().Nested == nil {
+		return nil, false
+	}
+	n, ok := c.Parts().Nested.Impl.(*flow.Node)
+	return n, ok
+}
+
+// itemScripts runs a map's nested node: the items with a script run it,
+// the others the real node.
+type itemScripts struct {
+	inner   kind.Node
+	backoff time.Duration
+	mu      sync.Mutex
+	byItem  map[string]*scripted
+}
+
+func (is *itemScripts) Run(ctx context.Context, st kind.State) (kind.Update, error) {
+	is.mu.Lock()
+	s := is.byItem[st.Node()]
+	is.mu.Unlock()
+	if s == nil {
+		return is.inner.Run(ctx, st)
+	}
+	return s.Run(ctx, st)
+}
+
+type itemScriptsFallback struct{ *itemScripts }
+
+func (s itemScriptsFallback) Fallback(ctx context.Context, st kind.State, err error) (kind.Update, error) {
+	s.mu.Lock()
+	sc := s.byItem[st.Node()]
+	s.mu.Unlock()
+	if sc != nil && sc.refused() {
+		return nil, errors.New("no fallback for a refused scripted output")
+	}
+	return s.inner.(kind.Fallback).Fallback(ctx, st, err)
+}
