@@ -16,7 +16,7 @@ package render
 import (
 	"context"
 	"fmt"
-	"slices"
+	"math"
 	"text/template"
 
 	"github.com/trellisflow/trellis/runtime/config"
@@ -89,7 +89,13 @@ func build(b kind.Builder) kind.Node {
 			}
 			// text it cannot know, into a field that takes only some
 			// texts: the run fails when the text is not one of them
-			if rule := shape.TextRules(); !broken && known && rule != "" && slices.ContainsFunc(forms, tmpl.Form.Open) {
+			least, open := math.MaxInt, false
+			for _, f := range forms {
+				if f.Open() {
+					least, open = min(least, f.Least()), true
+				}
+			}
+			if rule := shape.TextRules(least); !broken && known && open && rule != "" {
 				b.Report(diag.CodeWriteType, e.Value.Pos(), e.Value.Path(), "field %q %s, but this template prints text it does not control; the run fails when the text breaks that (render a choice of literal texts with if/else, or make what it prints an enum)", e.Name, rule).
 					Severity = diag.Warning
 			}

@@ -3,6 +3,7 @@ package flow
 import (
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -320,7 +321,13 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 	// text it cannot know (a field with no such rules, a function's
 	// result), into a field that takes only some texts: the run fails
 	// when the text breaks them
-	if rule := f.Shape.TextRules(); rule != "" && !all && jsonType(p.ResultType()) == "string" && p.Shape().TextRules() == "" {
+	// (a field read as it is may be empty; what else an expression makes
+	// is not known to be short, and a minimum length is not judged)
+	least := math.MaxInt
+	if p.Shape() != nil {
+		least = 0
+	}
+	if rule := f.Shape.TextRules(least); rule != "" && !all && jsonType(p.ResultType()) == "string" && p.Shape().TextRules(0) == "" {
 		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q %s, but this expression yields text it does not control; the run fails when the text breaks that (choose among literal texts with ?: or if/else, or make what it reads an enum)", field, rule).
 			Severity = diag.Warning
 	}

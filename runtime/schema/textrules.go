@@ -7,8 +7,10 @@ import (
 
 // TextRules says in words which rules a string shape sets for its text
 // (its enum, pattern and lengths), such as `is one of "a", "b"`; "" when
-// it sets none, and every text is allowed.
-func (s *Shape) TextRules() string {
+// it sets none, and every text is allowed. A text known to be at least
+// least characters long keeps a minimum length up to that, which is then
+// not named.
+func (s *Shape) TextRules(least int) string {
 	if s == nil {
 		return ""
 	}
@@ -19,7 +21,7 @@ func (s *Shape) TextRules() string {
 	if s.PatternRE() != nil {
 		rules = append(rules, fmt.Sprintf("matches the pattern %q", s.Pattern))
 	}
-	if s.MinLength > 0 {
+	if s.MinLength > least {
 		rules = append(rules, fmt.Sprintf("is at least %d characters long", s.MinLength))
 	}
 	if s.MaxLength != nil {

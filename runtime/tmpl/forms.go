@@ -190,6 +190,16 @@ func (f Form) String() string {
 	return b.String()
 }
 
+// Least is the fewest characters the form renders: its literal text and
+// the shortest each hole prints.
+func (f Form) Least() int {
+	least := 0
+	for _, s := range f {
+		least += utf8.RuneCountInString(s.Text) + s.Least
+	}
+	return least
+}
+
 // Open reports whether the form prints something whose text the
 // validator cannot know (a string field with no enum, a function's
 // result), which may then be any text at all.
@@ -270,11 +280,7 @@ func (f Form) Breaks(shape *schema.Shape) (why, shown string) {
 		}
 		return "is one of " + strings.Join(q, ", "), f.String()
 	}
-	least := 0
-	for _, s := range f {
-		least += utf8.RuneCountInString(s.Text) + s.Least
-	}
-	if shape.MaxLength != nil && least > *shape.MaxLength {
+	if least := f.Least(); shape.MaxLength != nil && least > *shape.MaxLength {
 		return "is at most " + strconv.Itoa(*shape.MaxLength) + " characters long", f.String()
 	}
 	return "", ""
