@@ -100,6 +100,17 @@ func TestResultTypeAndYields(t *testing.T) {
 		{"state.n > 1 ? 'big' : state.s", "string", []string{"big"}, false, [3]int{1, 15, 20}},
 		{"state.s ?? 'x'", "string", []string{"x"}, false, [3]int{1, 12, 15}},
 		{"state.n + 1", "int", nil, false, [3]int{}},
+		// a branch that is what its condition compared with texts
+		{"state.s in ['a', 'b'] ? state.s : 'a'", "string", []string{"a", "b", "a"}, true, [3]int{1, 13, 16}},
+		{"state.s == 'x' ? state.s : 'y'", "string", []string{"x", "y"}, true, [3]int{1, 12, 15}},
+		{"state.s != 'x' ? 'y' : state.s", "string", []string{"y", "x"}, true, [3]int{1, 18, 21}},
+		{"!(state.s in ['a']) ? 'b' : state.s", "string", []string{"b", "a"}, true, [3]int{1, 23, 26}},
+		{"state.n > 1 && state.s in ['a'] ? state.s : 'b'", "string", []string{"a", "b"}, true, [3]int{1, 28, 31}},
+		{"state.s in ['a', 'b'] || state.n > 1 ? state.s : 'a'", "string", []string{"a"}, false, [3]int{1, 50, 53}},
+		{"state.s == 'a' || state.s in ['b'] ? state.s : 'c'", "string", []string{"a", "b", "c"}, true, [3]int{1, 12, 15}},
+		{"state.s != 'a' && state.s != 'b' ? 'c' : state.s", "string", []string{"c", "a", "b"}, true, [3]int{1, 36, 39}},
+		{"state.s in ['a', 'b'] ? 'c' : state.s", "string", []string{"c"}, false, [3]int{1, 25, 28}},
+		{"if state.s == 'x' { state.s } else { 'y' }", "string", []string{"x", "y"}, true, [3]int{1, 15, 18}},
 	}
 	for _, c := range cases {
 		p, probs := expression.Compile(c.src, env, false)

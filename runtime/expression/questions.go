@@ -176,17 +176,29 @@ func (p *Program) Yields() (lits []Yield, all bool) {
 		return nil, false
 	}
 	all = true
+	add := func(n *ast.StringNode) {
+		loc := n.Location()
+		line, col := position(p.src, loc.From)
+		end := col + max(loc.To-loc.From, 1)
+		lits = append(lits, Yield{Value: n.Value, Line: line, Col: col, EndCol: end})
+	}
 	var walk func(n ast.Node)
 	walk = func(n ast.Node) {
 		switch n := n.(type) {
 		case *ast.StringNode:
-			loc := n.Location()
-			line, col := position(p.src, loc.From)
-			end := col + max(loc.To-loc.From, 1)
-			lits = append(lits, Yield{Value: n.Value, Line: line, Col: col, EndCol: end})
+			add(n)
 		case *ast.ConditionalNode:
-			walk(n.Exp1)
-			walk(n.Exp2)
+			// a branch that is what its condition compared with texts
+			// yields those texts: `s in ['a', 'b'] ? s : 'a'`
+			for i, br := range []ast.Node{n.Exp1, n.Exp2} {
+				if texts, ok := narrowed(n.Cond, br, i == 0); ok {
+					for _, t := range texts {
+						add(t)
+					}
+					continue
+				}
+				walk(br)
+			}
 		case *ast.BinaryNode:
 			if n.Operator != "??" {
 				all = false
@@ -200,6 +212,63 @@ func (p *Program) Yields() (lits []Yield, all bool) {
 	}
 	walk(tree.Node)
 	return lits, all
+}
+
+// narrowed reports the text literals x must equal for cond to hold
+// (when holds is true) or to fail (when false): cond compares x itself,
+// the same expression, with literal texts by ==, != or in, possibly
+// negated or joined by && and ||.
+func narrowed(cond, x ast.Node, holds bool) ([]*ast.StringNode, bool) {
+	same := func(n ast.Node) bool { return n.String() == x.String() }
+	switch c := cond.(type) {
+	case *ast.UnaryNode:
+		if c.Operator == "not" || c.Operator == "!" {
+			return narrowed(c.Node, x, !holds)
+		}
+	case *ast.BinaryNode:
+		switch c.Operator {
+		case "&&", "and", "||", "or":
+			// a && b holds when both do, and fails when either fails (a
+			// || b the other way round): one side's texts narrow x when
+			// both must, either side's when either may
+			both := (c.Operator == "&&" || c.Operator == "and") == holds
+			l, lok := narrowed(c.Left, x, holds)
+			r, rok := narrowed(c.Right, x, holds)
+			switch {
+			case both && lok:
+				return l, true
+			case both:
+				return r, rok
+			case lok && rok:
+				return append(l, r...), true
+			}
+		case "==", "!=":
+			if holds != (c.Operator == "==") {
+				return nil, false
+			}
+			if s, ok := c.Right.(*ast.StringNode); ok && same(c.Left) {
+				return []*ast.StringNode{s}, true
+			}
+			if s, ok := c.Left.(*ast.StringNode); ok && same(c.Right) {
+				return []*ast.StringNode{s}, true
+			}
+		case "in":
+			arr, ok := c.Right.(*ast.ArrayNode)
+			if !holds || !ok || !same(c.Left) {
+				return nil, false
+			}
+			var texts []*ast.StringNode
+			for _, m := range arr.Nodes {
+				s, ok := m.(*ast.StringNode)
+				if !ok {
+					return nil, false
+				}
+				texts = append(texts, s)
+			}
+			return texts, true
+		}
+	}
+	return nil, false
 }
 
 // NumberLiteral is a number literal an expression can yield as its value, with

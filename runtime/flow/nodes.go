@@ -328,7 +328,7 @@ func (b *builder) WritesValue(field string, p *expression.Program, at config.Val
 		least = 0
 	}
 	if rule := f.Shape.TextRules(least); rule != "" && !all && jsonType(p.ResultType()) == "string" && p.Shape().TextRules(0) == "" {
-		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q %s, but this expression yields text it does not control; the run fails when the text breaks that (choose among literal texts with ?: or if/else, or make what it reads an enum)", field, rule).
+		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q %s, but this expression yields text it does not control; the run fails when the text breaks that (choose among literal texts with ?: or if/else, yield it only where a condition compared it with the texts allowed, or make what it reads an enum)", field, rule).
 			Severity = diag.Warning
 	}
 }
