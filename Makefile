@@ -234,11 +234,16 @@ peerbench:
 # `trellis serve` process with LOADTHREADS concurrent interview threads
 # (each greeted, then LOADTURNS turns) against the test model server
 # answering in 200 ms, on SQLite and on a throwaway PostgreSQL cluster
-# (PostgreSQL's default durability), and reports throughput, turn latency,
-# the server's overhead above the model's time and its memory per idle
-# thread. Not part of check: a few minutes.
+# (PostgreSQL's default durability; a new database each run), and reports
+# throughput, turn latency, the server's overhead above the model's time,
+# its CPU time per turn and its memory per idle thread; then LOADPEOPLE
+# people who think LOADTHINK before each answer. BEFORE=REV also builds
+# that revision and loads it the same way first, with the ratios.
+# Not part of check: a few minutes.
 LOADTHREADS ?= 100 1000
 LOADTURNS   ?= 3
+LOADPEOPLE  ?= 1000
+LOADTHINK   ?= 5s
 PGBIN       ?= /usr/lib/postgresql/15/bin
 PGPORT      ?= 55439
 loadtest: build
@@ -248,11 +253,14 @@ loadtest: build
 	$$as $(PGBIN)/initdb -D $$dir/data -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null; \
 	$$as $(PGBIN)/pg_ctl -D $$dir/data -l $$dir/server.log -w -t 30 \
 	  -o "-c listen_addresses=127.0.0.1 -p $(PGPORT) -k $$dir -c max_connections=300" start >/dev/null; \
+	pg=postgres://postgres@127.0.0.1:$(PGPORT)/postgres; \
+	before="$(if $(BEFORE),--before $(BEFORE))"; \
 	for n in $(LOADTHREADS); do \
-	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS); \
-	  $(PGBIN)/createdb -h 127.0.0.1 -p $(PGPORT) -U postgres load$$n; \
-	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS) --store postgres://postgres@127.0.0.1:$(PGPORT)/load$$n; \
-	done
+	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS) $$before; \
+	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS) $$before --store $$pg; \
+	done; \
+	./bin/trellis dev loadtest --threads $(LOADPEOPLE) --turns $(LOADTURNS) --think $(LOADTHINK) $$before; \
+	./bin/trellis dev loadtest --threads $(LOADPEOPLE) --turns $(LOADTURNS) --think $(LOADTHINK) $$before --store $$pg
 
 # The served interview under load with the server's retention deleting
 # PRUNEBESIDE idle threads (nine-turn interviews, 40 days old) beside it,

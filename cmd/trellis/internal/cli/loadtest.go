@@ -2,14 +2,17 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,25 +23,27 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/trellisflow/trellis"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/schema"
-	"github.com/trellisflow/trellis/runtime/store"
 )
 
 // cmdLoadtest drives a `trellis serve` process with concurrent interview
 // threads against the test model server and reports throughput, turn
-// latency, the server's overhead above the model's latency, and the
-// server's memory per idle thread.
+// latency, the server's overhead above the model's latency, its CPU time
+// per turn and its memory per idle thread; with --before, the same for a
+// revision built beside it, and the ratios.
 func cmdLoadtest(ctx context.Context, env *Env, args []string) int {
 	fs := flag.NewFlagSet("dev loadtest", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	threads := fs.Int("threads", 100, "interview threads, all talking at once")
 	turns := fs.Int("turns", 3, "turns per thread after the greeting")
 	latency := fs.Duration("latency", 200*time.Millisecond, "the test model's latency")
-	storeAddr := fs.String("store", "", "the server's store (default: a new SQLite file)")
+	think := fs.Duration("think", 0, "how long each simulated person thinks before answering (drawn evenly between half and one and a half times it); 0: answer at once")
+	before := fs.String("before", "", "also build this git revision's trellis and load it the same way first, and report the ratios")
+	storeAddr := fs.String("store", "", "the server's store (default: a new SQLite file); a postgres:// store gets a new database on that server for each run, dropped after")
 	flows := fs.String("flows", "flows", "the flow directory (with interview.yaml)")
 	values := fs.String("with", "flows/examples/candidate.yaml", "the interview threads' initial values")
 	profile := fs.String("profile", "", "write the server's CPU profile during the turns to this file, and its heap with the threads idle to FILE.heap (with --prune-beside: the middle half of each round's window to FILE.vV.rR, V 0 without the prune and 1 with it)")
@@ -49,29 +54,89 @@ func cmdLoadtest(ctx context.Context, env *Env, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	cfg := loadConfig{threads: *threads, turns: *turns, latency: *latency, think: *think, store: *storeAddr,
+		flows: *flows, values: *values, profile: *profile}
 	if *pruneBeside > 0 {
-		report, err := loadtestRetention(ctx, pruneConfig{loadConfig: loadConfig{threads: *threads, turns: *turns, latency: *latency, store: *storeAddr,
-			flows: *flows, values: *values, profile: *profile}, idle: *pruneBeside, window: *window, rounds: max(*rounds, 1), share: *share})
+		report, err := loadtestRetention(ctx, pruneConfig{loadConfig: cfg, idle: *pruneBeside, window: *window, rounds: max(*rounds, 1), share: *share})
 		if err != nil {
 			return fail(env, "dev loadtest", err)
 		}
 		fmt.Fprint(env.Stdout, report)
 		return 0
 	}
-	report, err := loadtest(ctx, env, loadConfig{threads: *threads, turns: *turns, latency: *latency, store: *storeAddr,
-		flows: *flows, values: *values, profile: *profile})
+	var base *loadResult
+	if *before != "" {
+		dir, err := os.MkdirTemp("", "trellis-before")
+		if err != nil {
+			return fail(env, "dev loadtest", err)
+		}
+		defer os.RemoveAll(dir)
+		old := cfg
+		if old.exe, err = buildRevision(ctx, *before, dir); err != nil {
+			return fail(env, "dev loadtest", err)
+		}
+		old.profile = ""
+		if base, err = loadtest(ctx, old); err != nil {
+			return fail(env, "dev loadtest", fmt.Errorf("%s: %w", *before, err))
+		}
+		fmt.Fprintf(env.Stdout, "before (%s):\n%s", *before, base)
+		fmt.Fprintln(env.Stdout, "this revision:")
+	}
+	r, err := loadtest(ctx, cfg)
 	if err != nil {
 		return fail(env, "dev loadtest", err)
 	}
-	fmt.Fprint(env.Stdout, report)
+	fmt.Fprint(env.Stdout, r)
+	if base != nil {
+		fmt.Fprint(env.Stdout, r.against(base))
+	}
 	return 0
 }
 
 type loadConfig struct {
 	threads, turns       int
-	latency              time.Duration
+	latency, think       time.Duration
 	store, flows, values string
 	profile              string
+	// exe is the trellis binary that serves (this program when empty)
+	exe string
+}
+
+// buildRevision builds rev's trellis command in dir, from the git
+// repository the working directory is in, and returns the binary's path.
+func buildRevision(ctx context.Context, rev, dir string) (string, error) {
+	top, err := exec.CommandContext(ctx, "git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return "", fmt.Errorf("--before needs a git checkout: %w", err)
+	}
+	src := filepath.Join(dir, "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		return "", err
+	}
+	archive := exec.CommandContext(ctx, "git", "-C", strings.TrimSpace(string(top)), "archive", "--format=tar", rev)
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", src)
+	if untar.Stdin, err = archive.StdoutPipe(); err != nil {
+		return "", err
+	}
+	var why strings.Builder
+	archive.Stderr, untar.Stderr = &why, &why
+	if err := untar.Start(); err != nil {
+		return "", err
+	}
+	if err := archive.Run(); err != nil {
+		_ = untar.Wait()
+		return "", fmt.Errorf("revision %s: %w: %s", rev, err, strings.TrimSpace(why.String()))
+	}
+	if err := untar.Wait(); err != nil {
+		return "", fmt.Errorf("revision %s: %w: %s", rev, err, strings.TrimSpace(why.String()))
+	}
+	exe := filepath.Join(dir, "trellis")
+	build := exec.CommandContext(ctx, "go", "build", "-o", exe, "./cmd/trellis")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %w\n%s", rev, err, out)
+	}
+	return exe, nil
 }
 
 // turnSample is one turn as the client saw it: its latency and the part
@@ -80,70 +145,117 @@ type turnSample struct {
 	took, model time.Duration
 }
 
-func loadtest(ctx context.Context, env *Env, cfg loadConfig) (string, error) {
+// loadResult is what one load run measured.
+type loadResult struct {
+	cfg                loadConfig
+	turns, greetings   int
+	elapsed            time.Duration
+	lat, over          []time.Duration // sorted
+	cpu                time.Duration   // the server's CPU time over the turns
+	before, idle, rest int64           // resident memory
+	heapBefore, heap   int64
+	errs               int64
+	firstErr           string
+}
+
+func (r *loadResult) perSecond() float64 { return float64(r.turns) / r.elapsed.Seconds() }
+
+func (r *loadResult) cpuPerTurn() time.Duration {
+	if r.turns == 0 {
+		return 0
+	}
+	return r.cpu / time.Duration(r.turns)
+}
+
+func (r *loadResult) String() string {
+	var b strings.Builder
+	cfg := r.cfg
+	fmt.Fprintf(&b, "store %s, %d threads x %d turns, model latency %s", strings.SplitN(cfg.store, ":", 2)[0], cfg.threads, cfg.turns, cfg.latency)
+	if cfg.think > 0 {
+		fmt.Fprintf(&b, ", thinking %s", cfg.think)
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(&b, "  turns           %d in %s: %.1f turns/s (greetings: %d)\n", r.turns, r.elapsed.Round(time.Millisecond), r.perSecond(), r.greetings)
+	fmt.Fprintf(&b, "  turn latency    p50 %s  p99 %s\n", pct(r.lat, 50), pct(r.lat, 99))
+	fmt.Fprintf(&b, "  overhead        p50 %s  p99 %s  (latency minus the model's time in the turn)\n", pct(r.over, 50), pct(r.over, 99))
+	if r.cpu > 0 {
+		fmt.Fprintf(&b, "  server CPU      %s per turn (%.2f s over the turns, its own accounting)\n", r.cpuPerTurn().Round(time.Microsecond), r.cpu.Seconds())
+	}
+	if r.before > 0 && r.idle > 0 {
+		fmt.Fprintf(&b, "  server memory   resident %.1f MiB before, %.1f MiB with the threads idle (%.1f KiB per thread), %.1f MiB after the turns\n",
+			mib(r.before), mib(r.idle), float64(r.idle-r.before)/1024/float64(cfg.threads), mib(r.rest))
+	}
+	if r.heapBefore > 0 && r.heap > 0 {
+		fmt.Fprintf(&b, "                  live heap %.1f MiB before, %.1f MiB with the threads idle (%.1f KiB per thread)\n",
+			mib(r.heapBefore), mib(r.heap), float64(r.heap-r.heapBefore)/1024/float64(cfg.threads))
+	}
+	fmt.Fprintf(&b, "  errors          %d", r.errs)
+	if r.firstErr != "" {
+		fmt.Fprintf(&b, " (first: %s)", r.firstErr)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// against is r's figures as ratios to base's (this revision over the
+// one before).
+func (r *loadResult) against(base *loadResult) string {
+	ratio := func(now, then float64) string {
+		if then == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", now/then)
+	}
+	d := func(x time.Duration) float64 { return float64(x) }
+	var b strings.Builder
+	b.WriteString("this revision / before:\n")
+	fmt.Fprintf(&b, "  turns/s %s, server CPU per turn %s, overhead p50 %s, p99 %s\n", ratio(r.perSecond(), base.perSecond()),
+		ratio(d(r.cpuPerTurn()), d(base.cpuPerTurn())), ratio(d(pct(r.over, 50)), d(pct(base.over, 50))), ratio(d(pct(r.over, 99)), d(pct(base.over, 99))))
+	return b.String()
+}
+
+func loadtest(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 	dir, err := os.MkdirTemp("", "trellis-loadtest")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	if cfg.store == "" {
 		cfg.store = "sqlite:" + filepath.Join(dir, "trellis.db")
 	}
+	storeAddr := cfg.store
+	if strings.HasPrefix(storeAddr, "postgres") {
+		addr, drop, err := freshDatabase(ctx, storeAddr)
+		if err != nil {
+			return nil, err
+		}
+		defer drop()
+		storeAddr = addr
+	}
 	model := llmtest.New()
 	model.Latency = cfg.latency
 	ms := httptest.NewServer(model)
 	defer ms.Close()
-	rt, err := trellis.Open(ctx, cfg.store)
-	if err != nil {
-		return "", err
-	}
-	cat, err := store.CatalogOf(rt.Store())
-	if err != nil {
-		return "", err
-	}
-	_, key, err := server.CreateKey(ctx, cat, "load", "", false)
-	rt.Close()
-	if err != nil {
-		return "", err
-	}
 	initial, err := schema.ReadFile(cfg.values)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	addr, err := freeAddr()
-	if err != nil {
-		return "", err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	args := []string{"serve", "--flows", cfg.flows, "--store", cfg.store, "--addr", addr}
 	debugAddr, err := freeAddr()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	args = append(args, "--debug-addr", debugAddr)
-	srv := exec.Command(exe, args...)
-	srv.Env = append(os.Environ(), "OPENAI_BASE_URL="+ms.URL+"/v1", "OPENAI_API_KEY=k")
-	var serveLog strings.Builder
-	srv.Stderr = &serveLog
-	if err := srv.Start(); err != nil {
-		return "", err
+	srv, err := startServe(ctx, cfg, storeAddr, ms.URL, []string{"--debug-addr", debugAddr})
+	if err != nil {
+		return nil, err
 	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	c := api.NewClient("http://"+addr, key)
-	c.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.threads, MaxConnsPerHost: 0}}
-	for i := 0; c.Ready(ctx) != nil; i++ {
-		if i > 200 {
-			return "", fmt.Errorf("the server did not start:\n%s", serveLog.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	defer srv.stop()
+	pid := srv.cmd.Process.Pid
+	c := srv.client(cfg.threads)
+	r := &loadResult{cfg: cfg}
 	// memory per idle thread: the server's resident memory before and
 	// after the threads exist (each greeted once)
 	time.Sleep(500 * time.Millisecond)
-	before, heapBefore := rss(srv.Process.Pid), liveHeap(ctx, debugAddr)
+	r.before, r.heapBefore = rss(pid), liveHeap(ctx, debugAddr)
 	var mu sync.Mutex
 	var samples []turnSample
 	var errs atomic.Int64
@@ -190,13 +302,13 @@ func loadtest(ctx context.Context, env *Env, cfg loadConfig) (string, error) {
 	}
 	wg.Wait()
 	time.Sleep(500 * time.Millisecond)
-	idle, heapIdle := rss(srv.Process.Pid), liveHeap(ctx, debugAddr)
+	r.idle, r.heap = rss(pid), liveHeap(ctx, debugAddr)
 	if cfg.profile != "" {
 		if err := fetch(ctx, "http://"+debugAddr+"/debug/pprof/heap?gc=1", cfg.profile+".heap"); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
-	greetings := len(samples)
+	r.greetings = len(samples)
 	samples = samples[:0]
 	profiled := make(chan error, 1)
 	if cfg.profile != "" {
@@ -204,55 +316,102 @@ func loadtest(ctx context.Context, env *Env, cfg loadConfig) (string, error) {
 	} else {
 		profiled <- nil
 	}
+	cpuStart := cpuTime(pid)
 	start := time.Now()
-	answers := []string{"I build data pipelines in Go at Northwind.", "Backpressure was the hard part; we added bounded queues.",
-		"I would test the ties first.", "We cut search latency tenfold.", "The flag service served forty teams."}
 	for i := range cfg.threads {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// each person thinks for their own while, so that the
+			// turns are not in step
+			rnd := rand.New(rand.NewPCG(uint64(i), 1))
 			for k := range cfg.turns {
-				turn("load-"+strconv.Itoa(i), map[string]any{"last_response": answers[(i+k)%len(answers)]})
+				if cfg.think > 0 {
+					select {
+					case <-time.After(cfg.think/2 + time.Duration(rnd.Int64N(int64(cfg.think)+1))):
+					case <-ctx.Done():
+						return
+					}
+				}
+				turn("load-"+strconv.Itoa(i), map[string]any{"last_response": interviewAnswers[(i+k)%len(interviewAnswers)]})
 			}
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	after := rss(srv.Process.Pid)
+	r.elapsed = time.Since(start)
+	r.cpu = cpuTime(pid) - cpuStart
+	r.rest = rss(pid)
 	if err := <-profiled; err != nil {
-		return "", err
+		return nil, err
 	}
-
-	lat := make([]time.Duration, len(samples))
-	over := make([]time.Duration, len(samples))
+	r.turns = len(samples)
+	r.lat = make([]time.Duration, len(samples))
+	r.over = make([]time.Duration, len(samples))
 	for i, s := range samples {
-		lat[i], over[i] = s.took, max(s.took-s.model, 0)
+		r.lat[i], r.over[i] = s.took, max(s.took-s.model, 0)
 	}
-	slices.Sort(lat)
-	slices.Sort(over)
-	var b strings.Builder
-	fmt.Fprintf(&b, "store %s, %d threads x %d turns, model latency %s\n", strings.SplitN(cfg.store, ":", 2)[0], cfg.threads, cfg.turns, cfg.latency)
-	fmt.Fprintf(&b, "  turns           %d in %s: %.1f turns/s (greetings: %d)\n", len(samples), elapsed.Round(time.Millisecond),
-		float64(len(samples))/elapsed.Seconds(), greetings)
-	fmt.Fprintf(&b, "  turn latency    p50 %s  p99 %s\n", pct(lat, 50), pct(lat, 99))
-	fmt.Fprintf(&b, "  overhead        p50 %s  p99 %s  (latency minus the model's time in the turn)\n", pct(over, 50), pct(over, 99))
-	if before > 0 && idle > 0 {
-		fmt.Fprintf(&b, "  server memory   resident %.1f MiB before, %.1f MiB with the threads idle (%.1f KiB per thread), %.1f MiB after the turns\n",
-			mib(before), mib(idle), float64(idle-before)/1024/float64(cfg.threads), mib(after))
+	slices.Sort(r.lat)
+	slices.Sort(r.over)
+	r.errs = errs.Load()
+	r.firstErr, _ = firstErr.Load().(string)
+	if r.errs > 0 && os.Getenv("TRELLIS_LOADTEST_LOG") != "" {
+		_ = os.WriteFile(os.Getenv("TRELLIS_LOADTEST_LOG"), []byte(srv.log.String()), 0o644)
 	}
-	if heapBefore > 0 && heapIdle > 0 {
-		fmt.Fprintf(&b, "                  live heap %.1f MiB before, %.1f MiB with the threads idle (%.1f KiB per thread)\n",
-			mib(heapBefore), mib(heapIdle), float64(heapIdle-heapBefore)/1024/float64(cfg.threads))
+	return r, nil
+}
+
+// cpuTime is a process's CPU time (user and system) so far, from /proc (0
+// when it cannot be read).
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
 	}
-	if errs.Load() > 0 && os.Getenv("TRELLIS_LOADTEST_LOG") != "" {
-		_ = os.WriteFile(os.Getenv("TRELLIS_LOADTEST_LOG"), []byte(serveLog.String()), 0o644)
+	// the fields after the command's name, which is in parentheses
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
 	}
-	fmt.Fprintf(&b, "  errors          %d", errs.Load())
-	if e, _ := firstErr.Load().(string); e != "" {
-		fmt.Fprintf(&b, " (first: %s)", e)
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
 	}
-	b.WriteString("\n")
-	return b.String(), nil
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times: 100
+// on every Linux the Go runtime supports.
+const clockTicks = 100
+
+// freshDatabase creates a new database on the PostgreSQL server addr
+// names, and returns its address and how to drop it.
+func freshDatabase(ctx context.Context, addr string) (string, func(), error) {
+	cfg, err := pgx.ParseConfig(addr)
+	if err != nil {
+		return "", nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	name := fmt.Sprintf("trellis_load_%d_%d", os.Getpid(), time.Now().UnixNano())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		conn.Close(ctx)
+		return "", nil, err
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		conn.Close(ctx)
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	drop := func() {
+		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		conn.Close(context.Background())
+	}
+	return u.String(), drop, nil
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {

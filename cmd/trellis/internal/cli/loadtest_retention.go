@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -202,26 +201,22 @@ type servedProc struct {
 
 // startServe starts `trellis serve` on addr's store with args, and waits
 // until it is ready.
+// The server is cfg.exe (this program when empty), and its key is made
+// by its own `keys create`, as an operator would.
 func startServe(ctx context.Context, cfg loadConfig, storeAddr, modelURL string, args []string) (*servedProc, error) {
-	rt, err := trellis.Open(ctx, storeAddr)
-	if err != nil {
-		return nil, err
+	exe := cfg.exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
 	}
-	cat, err := store.CatalogOf(rt.Store())
+	out, err := exec.CommandContext(ctx, exe, "keys", "create", "--tenant", "load", "--store", storeAddr).Output()
 	if err != nil {
-		rt.Close()
-		return nil, err
+		return nil, fmt.Errorf("creating the load test's key: %w", err)
 	}
-	_, key, err := server.CreateKey(ctx, cat, "load", "", false)
-	rt.Close()
-	if err != nil {
-		return nil, err
-	}
+	key, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
