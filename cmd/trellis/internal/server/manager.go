@@ -384,6 +384,7 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 		}
 		return store.RunRecord{}, nil, err
 	}
+	m.queued(rec.ID)
 	if busy || rec.Status != store.RunRunning {
 		if policy == api.OnBusyInterrupt {
 			m.s.notes.send(ctx, noteStop) // to the server running the thread's run

@@ -12,16 +12,31 @@ import (
 )
 
 // secretConfig is a run's secret configuration, with its tenant.
+// Queuing is set until the run's record is in the store: a run the store
+// does not know yet is not one that ended.
 type secretConfig struct {
-	tenant string
-	values map[string]any
+	tenant  string
+	values  map[string]any
+	queuing bool
 }
 
-// keepSecret keeps a run's secret configuration for when it runs here.
+// keepSecret keeps a run's secret configuration for when it runs here;
+// it is queuing until queued says its record is in the store.
 func (m *manager) keepSecret(run, tenant string, values map[string]any) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.secrets[run] = secretConfig{tenant: tenant, values: values}
+	m.secrets[run] = secretConfig{tenant: tenant, values: values, queuing: true}
+}
+
+// queued says the run's record is in the store: from now on, the secret
+// goes when the store says the run will not run here.
+func (m *manager) queued(run string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sc, ok := m.secrets[run]; ok {
+		sc.queuing = false
+		m.secrets[run] = sc
+	}
 }
 
 // secretCount is how many runs' secrets the server keeps.
@@ -43,7 +58,7 @@ func (m *manager) forgetSecrets(ctx context.Context) {
 	m.mu.Lock()
 	waiting := map[string]string{}
 	for id, sc := range m.secrets {
-		if _, ok := m.live[id]; !ok {
+		if _, ok := m.live[id]; !ok && !sc.queuing {
 			waiting[id] = sc.tenant
 		}
 	}
