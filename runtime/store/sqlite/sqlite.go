@@ -33,6 +33,8 @@ type Store struct {
 	db    *sql.DB
 	cache *sqlstore.Cache
 	st    statements
+	// prepared are the shared catalog's statements, prepared once
+	prepared *preparedCache
 	// writer queues this process's writes (a token to hold while
 	// writing): SQLite runs one write at a time, and a writer that finds
 	// the database busy polls for it (the busy timeout) where one queued
@@ -174,7 +176,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	// prepares the statements again
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	s := &Store{db: db, cache: sqlstore.NewCache(256), writer: make(chan struct{}, 1)}
+	s := &Store{db: db, cache: sqlstore.NewCache(256), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{db: db, s: s}}
 	// Two processes opening a new file at once contend for the switch to
 	// WAL mode, which can fail with "database is locked" without waiting
@@ -290,7 +292,11 @@ func (s *Store) write(ctx context.Context, fn func() error) error {
 }
 
 func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return s.write(ctx, func() error { return s.begin(ctx, fn) })
+	return s.write(ctx, func() error {
+		err := s.begin(ctx, fn)
+		s.prepared.prepareWanted(ctx)
+		return err
+	})
 }
 
 func (s *Store) begin(ctx context.Context, fn func(tx *sql.Tx) error) error {
@@ -607,6 +613,9 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 }
 
 // Close implements store.Store.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.prepared.close()
+	return s.db.Close()
+}
 
 var _ store.Store = (*Store)(nil)
