@@ -16,8 +16,9 @@ import (
 
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
+	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/telemetry"
 )
@@ -72,7 +73,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
-		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Retention: retain})
+		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Retention: retain})
 	if err != nil {
 		return fail(env, "serve", err)
 	}

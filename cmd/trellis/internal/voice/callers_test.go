@@ -11,10 +11,10 @@ import (
 	"github.com/livekit/protocol/livekit"
 	lksdk "github.com/livekit/server-sdk-go/v2"
 
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice/voicetest"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/api/server"
 )
 
 // TestSecondCaller: callers get identities of their own (from their key,

@@ -19,12 +19,12 @@ import (
 
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice/voicetest"
 	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 

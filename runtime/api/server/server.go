@@ -1,8 +1,48 @@
-// Package server is `trellis serve`: the HTTP API over package trellis.
-// Flows come from a directory, threads and runs live in the store; every
-// route but the probes takes an API key, and every thread and run belongs
-// to its creator's tenant. schemas/openapi.yaml describes the routes, and
-// runtime/api holds their types and a client.
+// Package server is the Trellis HTTP API as an http.Handler: flows from
+// a directory, threads and runs in the runtime's store, every route but
+// the probes behind an API key, and every thread and run belonging to its
+// creator's tenant. schemas/openapi.yaml describes the routes (the server
+// serves it at /openapi.yaml), and runtime/api holds their types and a
+// client. `trellis serve` is this package with flags; a Go program mounts
+// it in its own server the same way.
+//
+// # Mounting
+//
+// New takes a Config: the runtime whose store keeps the threads (a
+// store.Catalog: the memory, SQLite and PostgreSQL stores are), the flow
+// directory, and the node kinds to build the flows from (nodes/all's
+// Registry is the built-in kinds). Handler is the API; mount it at the
+// root of a listener, or under a prefix with http.StripPrefix:
+//
+//	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: "flows", Kinds: all.Registry()})
+//	mux.Handle("/trellis/", http.StripPrefix("/trellis", srv.Handler()))
+//
+// The handler bounds request bodies (MaxBody), gives each request an id
+// (X-Request-Id), logs it and counts it at /metrics. What is specific to
+// a deployment is given, not built in: Speech serves the speech routes,
+// Page the voice page, Studio the studio's page, Voice the LiveKit server
+// of voice sessions; without them their routes say they are not served.
+//
+// # Keys and tenants
+//
+// Callers send an API key as a bearer token. CreateKey makes one in the
+// store (the `trellis keys` command and POST /v1/keys with an admin key do
+// too) and returns its secret once; the store keeps only its hash. A key
+// acts for its tenant: the threads, runs and memory it creates are its
+// tenant's, and another tenant's are not found. An admin key may also
+// manage keys and reload the flows.
+//
+// # Runs, replicas and shutdown
+//
+// Runs are queued in the store and run by the server that claims them;
+// servers sharing a PostgreSQL store share the queue, adopt the runs of a
+// server whose heartbeat stopped (DeadAfter), and hear each other through
+// LISTEN/NOTIFY (NotifyURL) or by polling (PollEvery). Serve runs the
+// handler on a listener and stops gracefully when its context ends. A
+// program serving the handler itself calls Shutdown once it stops taking
+// requests: each run stops at its next step boundary (within
+// StopTimeout) and is queued again, for this server's next start or
+// another server, and the clients waiting on runs are answered.
 package server
 
 import (
@@ -76,6 +116,10 @@ type Config struct {
 	Speech Speech
 	// Page serves the voice page and its script (nil: none).
 	Page http.Handler
+	// Studio serves the studio's page and its files: GET /studio,
+	// /studio/app.js and /studio/flow.schema.json (nil: none; the
+	// studio's API routes are served either way).
+	Studio http.Handler
 	// Retention is what the server deletes and compacts by itself (the
 	// zero value: nothing).
 	Retention Retention

@@ -45,7 +45,7 @@ func (s shared) Run() int {
 	return code
 }
 
-const flowsDir = "../../../../flows"
+const flowsDir = "../../../flows"
 
 // harness is a server on a loopback port over a real store, a scripted
 // model server, and clients for three callers: an admin (tenant ops), a
@@ -92,7 +92,7 @@ func newHarness(t *testing.T, backend string, rules []llmtest.Rule, opts ...func
 		t.Fatal(err)
 	}
 	cfg := Config{Runtime: rt, FlowsDir: flowsDir, Kinds: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		StopTimeout: 5 * time.Second}
+		StopTimeout: 5 * time.Second, Studio: smallPage("studio")}
 	for _, opt := range opts {
 		opt(&cfg)
 	}

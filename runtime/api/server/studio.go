@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/kind"
@@ -114,11 +113,12 @@ func (s *Server) studioSignIn(w http.ResponseWriter, r *http.Request, _ *caller)
 	return nil
 }
 
-var studioHandler = studio.Handler()
-
 // studioPage serves the page and its files.
 func (s *Server) studioPage(w http.ResponseWriter, r *http.Request, _ *caller) error {
-	studioHandler.ServeHTTP(w, r)
+	if s.cfg.Studio == nil {
+		return &api.Error{Code: api.CodeNotFound, Message: "this server serves no studio page"}
+	}
+	s.cfg.Studio.ServeHTTP(w, r)
 	return nil
 }
 
