@@ -16,10 +16,12 @@ import (
 
 	trellisrt "github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/audio"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
 	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/sandbox"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/store"
@@ -33,7 +35,7 @@ type pageServed struct {
 	http *http.Client
 }
 
-func pageServer(t *testing.T, sp server.Speech) *pageServed {
+func pageServer(t *testing.T, sp server.Speech, opts ...func(*server.Config)) *pageServed {
 	t.Helper()
 	ctx := context.Background()
 	rt, err := trellisrt.Open(ctx, "sqlite:"+t.TempDir()+"/store.db")
@@ -45,6 +47,9 @@ func pageServer(t *testing.T, sp server.Speech) *pageServed {
 		Page: page.Handler(), Studio: studio.Handler()}
 	if sp != nil {
 		cfg.Speech = sp
+	}
+	for _, opt := range opts {
+		opt(&cfg)
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -220,5 +225,30 @@ func TestStudioPage(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
 			t.Errorf("%s: %d, %d bytes", path, resp.StatusCode, len(b))
 		}
+	}
+}
+
+// A scrape of /metrics reads the sandbox's statistics without making the
+// process's sandbox: a server that never runs code opens no backend (one
+// made by a scrape would never be closed).
+func TestMetricsDoNotOpenTheSandbox(t *testing.T) {
+	t.Setenv("TRELLIS_SANDBOX", "local")
+	if err := sandbox.CloseEnv(); err != nil {
+		t.Fatal(err)
+	}
+	h := pageServer(t, nil, func(c *server.Config) { c.Metrics = cli.SandboxMetrics() })
+	resp, err := h.http.Get(h.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, line := range []string{"trellis_sandbox_running 0", "trellis_sandbox_queued 0"} {
+		if !strings.Contains("\n"+string(b), "\n"+line+"\n") {
+			t.Errorf("no %q in the metrics", line)
+		}
+	}
+	if sandbox.EnvOpen() {
+		t.Error("a scrape of /metrics made the process's sandbox")
 	}
 }

@@ -79,7 +79,7 @@ func smallPage(kind string) http.Handler {
 			return
 		}
 		if strings.HasSuffix(r.URL.Path, ".json") {
-			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Type", "application/schema+json")
 			_, _ = w.Write([]byte("{}\n"))
 			return
 		}

@@ -61,6 +61,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/kind"
@@ -123,6 +125,9 @@ type Config struct {
 	// Retention is what the server deletes and compacts by itself (the
 	// zero value: nothing).
 	Retention Retention
+	// Metrics are collectors of the program's own that /metrics reports
+	// with the server's (the trellis command gives its code sandbox's).
+	Metrics []prometheus.Collector
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.
@@ -191,6 +196,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, cat: cat, stopping: make(chan struct{})}
 	s.metrics = newMetrics(cat)
+	// the handler is served once New returns, after s.runs is set
+	s.metrics.watchSecrets(func() int { return s.runs.secretCount() })
+	if err := s.metrics.add(cfg.Metrics); err != nil {
+		return nil, err
+	}
 	s.voiceCat, _ = store.VoiceCatalogOf(cfg.Runtime.Store())
 	if cfg.Voice != nil {
 		s.livekit = newLiveKitRooms(*cfg.Voice)
@@ -214,7 +224,6 @@ func New(cfg Config) (*Server, error) {
 		s.notes.n = n
 	}
 	s.runs = newManager(s)
-	s.metrics.watchSecrets(s.runs.secretCount)
 	s.notes.kick = s.runs.nudge
 	lctx, stopListening := context.WithCancel(context.Background())
 	s.stopListening = stopListening
