@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/schemas"
 )
@@ -93,9 +93,9 @@ func (m *metrics) request(route string, status int, took time.Duration) {
 	m.latency.WithLabelValues(route).Observe(took.Seconds())
 }
 
-func (m *metrics) event(_ string, ev trellis.Event) {
+func (m *metrics) event(_ string, ev engine.Event) {
 	switch ev.Type {
-	case trellis.NodeEnd, trellis.NodeFailed:
+	case engine.NodeEnd, engine.NodeFailed:
 		if ev.Attempt > 0 {
 			m.nodes.WithLabelValues(ev.Kind).Observe(ev.Duration.Seconds())
 		}
@@ -105,7 +105,7 @@ func (m *metrics) event(_ string, ev trellis.Event) {
 		for name, n := range ev.Usage {
 			m.usage.WithLabelValues(ev.Kind, name).Add(float64(n))
 		}
-	case trellis.StateUpdate:
+	case engine.StateUpdate:
 		if ev.Duration > 0 {
 			m.commits.Observe(ev.Duration.Seconds())
 		}

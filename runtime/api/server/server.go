@@ -63,8 +63,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
 )
@@ -72,8 +72,8 @@ import (
 // Config is how a server runs.
 type Config struct {
 	// Runtime runs the flows; its store keeps threads, runs and keys (it
-	// must be a store.Catalog).
-	Runtime *trellis.Runtime
+	// must be a store.Catalog). A *trellis.Runtime is one.
+	Runtime Runtime
 	// FlowsDir holds the flows the server runs.
 	FlowsDir string
 	// Root bounds what the validate route reads: the files a posted flow
@@ -84,7 +84,9 @@ type Config struct {
 	// FlowsDir and every file its flows read (their prompts and schemas
 	// may sit beside the flow directory).
 	Root string
-	// Kinds builds the flows' nodes (nil: the built-in kinds).
+	// Kinds builds the flows' nodes: nodes/all.Registry() is the
+	// built-in kinds, and the server takes no others unless it is given
+	// them.
 	Kinds kind.Registry
 	// Logger receives the request and run logs (nil: JSON on stderr).
 	Logger *slog.Logger
@@ -132,6 +134,12 @@ type Config struct {
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.
 	clock func() time.Time
+}
+
+// Runtime is what a server runs flows on: the engine, over the store
+// that keeps the threads. *trellis.Runtime is one.
+type Runtime interface {
+	Engine() *engine.Engine
 }
 
 // Speech is an OpenAI-compatible speech engine: POST /v1/audio/speech
@@ -190,7 +198,14 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Retention.Check(); err != nil {
 		return nil, err
 	}
-	cat, err := store.CatalogOf(cfg.Runtime.Store())
+	if cfg.Runtime == nil || cfg.Runtime.Engine() == nil {
+		return nil, errors.New("server: no runtime to run the flows on")
+	}
+	if cfg.Kinds == nil {
+		return nil, errors.New("server: no node kinds to build the flows from (nodes/all.Registry() has the built-in kinds)")
+	}
+	st := cfg.Runtime.Engine().Store
+	cat, err := store.CatalogOf(st)
 	if err != nil {
 		return nil, err
 	}
@@ -201,16 +216,12 @@ func New(cfg Config) (*Server, error) {
 	if err := s.metrics.add(cfg.Metrics); err != nil {
 		return nil, err
 	}
-	s.voiceCat, _ = store.VoiceCatalogOf(cfg.Runtime.Store())
+	s.voiceCat, _ = store.VoiceCatalogOf(st)
 	if cfg.Voice != nil {
 		s.livekit = newLiveKitRooms(*cfg.Voice)
 		s.startVoice()
 	}
-	var opts []trellis.Option
-	if cfg.Kinds != nil {
-		opts = append(opts, trellis.WithKinds(cfg.Kinds))
-	}
-	s.flows = &flowSet{dir: cfg.FlowsDir, opts: opts}
+	s.flows = &flowSet{dir: cfg.FlowsDir, kinds: cfg.Kinds}
 	if _, err := s.flows.reload(); err != nil {
 		return nil, err
 	}
@@ -220,7 +231,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.notes = &notifier{log: log, every: cfg.PollEvery}
-	if n, ok := cfg.Runtime.Store().(store.Notifier); ok && cfg.NotifyURL != "off" {
+	if n, ok := st.(store.Notifier); ok && cfg.NotifyURL != "off" {
 		s.notes.n = n
 	}
 	s.runs = newManager(s)
@@ -254,6 +265,9 @@ func New(cfg Config) (*Server, error) {
 	s.handler = s.requests(s.mux)
 	return s, nil
 }
+
+// eng is the engine the flows run on.
+func (s *Server) eng() *engine.Engine { return s.cfg.Runtime.Engine() }
 
 // ID names this server in the store's run queue (and in its logs).
 func (s *Server) ID() string { return s.runs.id }
@@ -538,11 +552,11 @@ func (s *Server) errorCode(err error) api.Code { return toAPIError(err).Code }
 // error it does not know is internal, and its message is not sent.
 func toAPIError(err error) *api.Error {
 	var ae *api.Error
-	var ie *trellis.InputError
+	var ie *engine.InputError
 	var mbe *http.MaxBytesError
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
-	var be *trellis.BusyError
+	var be *engine.BusyError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -558,9 +572,9 @@ func toAPIError(err error) *api.Error {
 		return &api.Error{Code: api.CodeThreadBusy,
 			Message: fmt.Sprintf("%s holds the thread until %s; retry then, or start the run with on_busy enqueue", be.Owner, be.Until.UTC().Format(time.RFC3339)),
 			Details: map[string]string{"holder": be.Owner, "until": be.Until.UTC().Format(time.RFC3339)}}
-	case errors.Is(err, trellis.ErrBusy):
+	case errors.Is(err, engine.ErrBusy):
 		return &api.Error{Code: api.CodeThreadBusy, Message: "another run holds the thread; retry, or start the run with on_busy enqueue or interrupt"}
-	case errors.Is(err, trellis.ErrUnfinished):
+	case errors.Is(err, engine.ErrUnfinished):
 		return &api.Error{Code: api.CodeUnfinished, Message: "the thread's last run stopped part way: resume it (resume: true) or start the run with on_busy interrupt"}
 	case errors.Is(err, store.ErrNotFound):
 		return &api.Error{Code: api.CodeNotFound, Message: "not found"}
@@ -653,7 +667,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ *caller) error
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if _, err := s.cfg.Runtime.Store().Threads(ctx, store.ThreadOptions{Limit: 1}); err != nil {
+	if _, err := s.eng().Store.Threads(ctx, store.ThreadOptions{Limit: 1}); err != nil {
 		s.log.Warn("not ready", "error", err.Error())
 		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "unavailable", Error: "the store does not answer"})
 		return nil

@@ -209,7 +209,7 @@ func (s *Server) voice(w http.ResponseWriter, r *http.Request, c *caller) error 
 	if err != nil {
 		return err
 	}
-	if l.flow.Conversation() == nil {
+	if l.flow.Graph().Conversation == nil {
 		return &api.Error{Code: api.CodeNotConversational, Message: fmt.Sprintf("flow %q has no conversation block: nothing tells a voice agent what to say and where a reply goes", rec.Flow)}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
@@ -582,7 +582,7 @@ func (s *Server) finished(rec *store.ThreadRecord, values map[string]any) bool {
 	if err != nil {
 		return false
 	}
-	done, err := l.flow.Finished(values)
+	done, err := l.flow.Graph().Finished(values)
 	return err == nil && done
 }
 
