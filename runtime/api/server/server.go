@@ -112,8 +112,8 @@ type Config struct {
 	// not been notified of (default 200ms; ten times less often while
 	// notifications are heard).
 	PollEvery time.Duration
-	// Voice is the LiveKit server of the threads' voice sessions (nil:
-	// the voice route says voice is not configured).
+	// Voice is how the threads' voice sessions run, on the LiveKit server
+	// it gives (nil: the voice route says voice is not configured).
 	Voice *VoiceConfig
 	// Speech serves the OpenAI-compatible speech routes (nil: they answer
 	// speech_unavailable).
@@ -159,7 +159,7 @@ type Server struct {
 	runs    *manager
 	notes   *notifier
 	metrics *metrics
-	livekit *livekitRooms
+	livekit *voiceRooms
 	// voiceCat keeps the voice sessions and their grants' signing key
 	// (nil: a store without them, where no grant is good).
 	voiceCat store.VoiceCatalog
@@ -218,7 +218,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.voiceCat, _ = store.VoiceCatalogOf(st)
 	if cfg.Voice != nil {
-		s.livekit = newLiveKitRooms(*cfg.Voice)
+		if cfg.Voice.Rooms == nil {
+			return nil, errors.New("server: voice has no rooms' server (VoiceConfig.Rooms)")
+		}
+		s.livekit = newVoiceRooms(*cfg.Voice)
 		s.startVoice()
 	}
 	s.flows = &flowSet{dir: cfg.FlowsDir, kinds: cfg.Kinds}
@@ -677,7 +680,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ *caller) error
 		// voice is a part of the server: without it, the rest is ready
 		h.Voice = "ok"
 		if err := s.voiceHealth(ctx); err != nil {
-			h.Status, h.Voice, h.VoiceError = "degraded", "unavailable", "the LiveKit server failed: "+livekitReason(err)
+			h.Status, h.Voice, h.VoiceError = "degraded", "unavailable", "the LiveKit server failed: "+s.livekit.rooms.Reason(err)
 		}
 	}
 	writeJSON(w, http.StatusOK, h)

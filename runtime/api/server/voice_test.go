@@ -1,13 +1,13 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
-	"log/slog"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,20 +17,62 @@ import (
 	"github.com/trellisflow/trellis/schemas"
 )
 
-// deadLiveKit is the address of a LiveKit server that is not there.
-func deadLiveKit(t *testing.T) string {
+// deadRooms is a rooms' server that is not there: every call dials its
+// address, a closed port, and fails as a LiveKit server that is not
+// there fails (the command's LiveKit rooms are tested against a real
+// LiveKit server, and a dead one, in cmd/trellis/internal/rooms).
+type deadRooms struct{ addr string }
+
+func deadLiveKit(t *testing.T) Rooms {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	return "ws://" + addr
+	return deadRooms{addr: addr}
 }
 
-func withVoice(url string) func(*Config) {
+func (d deadRooms) call(doing string) error {
+	c, err := net.DialTimeout("tcp", d.addr, time.Second)
+	if err == nil {
+		c.Close()
+		return &RoomsError{Doing: doing, Err: errors.New("a server answered at a closed port")}
+	}
+	return &RoomsError{Doing: doing, Err: err}
+}
+
+func (d deadRooms) Addr() string  { return "ws://" + d.addr }
+func (d deadRooms) URL() string   { return "ws://" + d.addr }
+func (d deadRooms) Agent() string { return "trellis-voice" }
+func (d deadRooms) Ensure(context.Context, string, string) ([]Participant, []Dispatch, error) {
+	return nil, nil, d.call("creating the room")
+}
+func (d deadRooms) Dispatch(context.Context, string, string) error {
+	return d.call("dispatching the voice agent")
+}
+func (d deadRooms) Undispatch(context.Context, string, string) error {
+	return d.call("removing a dispatch of no live session")
+}
+func (d deadRooms) Remove(context.Context, string, string) error {
+	return d.call("removing an agent of no live session")
+}
+func (d deadRooms) Close(context.Context, string) error { return d.call("closing the room") }
+func (d deadRooms) CallerToken(string, string, api.VoiceRequest) (string, time.Time, error) {
+	return "", time.Time{}, errors.New("no token: the rooms' server is not there")
+}
+func (d deadRooms) Check(context.Context) error { return d.call("checking") }
+func (d deadRooms) Reason(err error) string {
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return "it does not answer"
+	}
+	return "it answered with an error"
+}
+
+func withVoice(rooms Rooms) func(*Config) {
 	return func(c *Config) {
-		c.Voice = &VoiceConfig{URL: url, APIKey: "devkey", APISecret: "a-secret-of-the-tests-0123456789abcdef"}
+		c.Voice = &VoiceConfig{Rooms: rooms}
 		c.Speech = smallSpeech{}
 		c.Page = smallPage("voice")
 	}
@@ -191,81 +233,6 @@ func TestVoiceGrantReachesOnlyItsThread(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if w := do(short.srv, lapsing, "GET", "/v1/threads/mine/state", ""); w.Code != 401 || !strings.Contains(w.Body.String(), "expired") {
 		t.Errorf("a grant not renewed: %d %s", w.Code, w.Body.String())
-	}
-}
-
-// lockedLog is a log a server writes from many goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func logTo(l *lockedLog) func(*Config) {
-	return func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(l, nil)) }
-}
-
-// TestLiveKitErrorsStayInTheLog: a LiveKit failure answers the tenant
-// with its stable code and a reason in plain words, never LiveKit's own
-// error (which names internal addresses); that goes to the server's log,
-// with the request's id.
-func TestLiveKitErrorsStayInTheLog(t *testing.T) {
-	dead := deadLiveKit(t)
-	var log lockedLog
-	h := newHarness(t, "sqlite", nil, withVoice(dead), logTo(&log))
-	if _, err := h.acme.CreateThread(ctx, api.CreateThread{ID: "iv", Flow: "interview", Values: map[string]any{"interview_id": "i1", "user_id": "ada"}}); err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(strings.TrimPrefix(dead, "ws://"))
-	w := do(h.srv, h.acme.Key, "POST", "/v1/threads/iv/voice", `{}`)
-	if w.Code != 502 || errorCode(t, w) != api.CodeLiveKitFailed {
-		t.Fatalf("%d %s", w.Code, w.Body.String())
-	}
-	body := w.Body.String()
-	if strings.Contains(body, "127.0.0.1") || strings.Contains(body, port) || strings.Contains(body, "dial") || !strings.Contains(body, "does not answer") {
-		t.Errorf("the tenant is told %s", body)
-	}
-	id := w.Header().Get("X-Request-Id")
-	var logged bool
-	for _, line := range strings.Split(log.String(), "\n") {
-		if strings.Contains(line, "the LiveKit server failed") && strings.Contains(line, id) && strings.Contains(line, port) {
-			logged = true
-		}
-	}
-	if !logged {
-		t.Errorf("the log lacks LiveKit's error with request %s:\n%s", id, log.String())
-	}
-}
-
-// TestDevelopmentKeyWarned: the server warns when it signs with
-// LiveKit's published development key, and only then.
-func TestDevelopmentKeyWarned(t *testing.T) {
-	for _, tc := range []struct {
-		key, secret string
-		warned      bool
-	}{
-		{"devkey", "secret", true},
-		{"devkey", "a-secret-of-the-tests-0123456789abcdef", false},
-		{"APIxyz", "secret-of-a-real-deployment-0123456789", false},
-	} {
-		var log lockedLog
-		newHarness(t, "memory", nil, withVoice(deadLiveKit(t)), logTo(&log), func(c *Config) {
-			c.Voice.APIKey, c.Voice.APISecret = tc.key, tc.secret
-		})
-		if got := strings.Contains(log.String(), "development key"); got != tc.warned {
-			t.Errorf("key %s, secret %s: warned %v, want %v:\n%s", tc.key, tc.secret, got, tc.warned, log.String())
-		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/rooms"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
 	"github.com/trellisflow/trellis/runtime/api/server"
@@ -65,10 +66,14 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "serve", err)
 	}
 	defer rt.Close()
-	voiceCfg, err := server.VoiceConfigFromEnv(os.Getenv)
+	lkCfg, err := rooms.ConfigFromEnv(os.Getenv)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis serve: %v\n", err)
 		return exitUsage
+	}
+	var voiceCfg *server.VoiceConfig
+	if lkCfg != nil {
+		voiceCfg = &server.VoiceConfig{Rooms: rooms.New(*lkCfg, log)}
 	}
 	sp := speech.NewOffline()
 	defer sp.Close()
@@ -104,8 +109,8 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		log.Info("serving profiles", "addr", dln.Addr().String())
 	}
 	voiceState := "off (set LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET)"
-	if voiceCfg != nil {
-		voiceState = voiceCfg.URL
+	if lkCfg != nil {
+		voiceState = lkCfg.URL
 	}
 	log.Info("serving", "server", srv.ID(), "addr", ln.Addr().String(), "flows", *flows, "store", shownStore(*storeAddr), "voice", voiceState)
 	if err := srv.Serve(ctx, ln); err != nil {
