@@ -20,8 +20,11 @@
 // The handler bounds request bodies (MaxBody), gives each request an id
 // (X-Request-Id), logs it and counts it at /metrics. What is specific to
 // a deployment is given, not built in: Speech serves the speech routes,
-// Page the voice page, Studio the studio's page, Voice the LiveKit server
-// of voice sessions; without them their routes say they are not served.
+// Page the voice page, Studio the studio's page, Voice the rooms' server
+// of voice sessions (LiveKit's, in the trellis command); without them
+// their routes say they are not served. Metrics adds collectors of the
+// program's own to /metrics. The package imports no node kind and no
+// provider's SDK.
 //
 // # Keys and tenants
 //
@@ -84,9 +87,8 @@ type Config struct {
 	// FlowsDir and every file its flows read (their prompts and schemas
 	// may sit beside the flow directory).
 	Root string
-	// Kinds builds the flows' nodes: nodes/all.Registry() is the
-	// built-in kinds, and the server takes no others unless it is given
-	// them.
+	// Kinds builds the flows' nodes (required: nodes/all.Registry() is
+	// the built-in kinds).
 	Kinds kind.Registry
 	// Logger receives the request and run logs (nil: JSON on stderr).
 	Logger *slog.Logger
@@ -112,8 +114,9 @@ type Config struct {
 	// not been notified of (default 200ms; ten times less often while
 	// notifications are heard).
 	PollEvery time.Duration
-	// Voice is how the threads' voice sessions run, on the LiveKit server
-	// it gives (nil: the voice route says voice is not configured).
+	// Voice is how the threads' voice sessions run: the server of their
+	// rooms, and how long agents' grants live (nil: the voice route says
+	// voice is not configured).
 	Voice *VoiceConfig
 	// Speech serves the OpenAI-compatible speech routes (nil: they answer
 	// speech_unavailable).
