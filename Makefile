@@ -120,7 +120,7 @@ bench-voice: livekit-server
 # PostgreSQL: with every event, and once the event retention has passed
 # (tokens merged or dropped). Not part of check: about a minute.
 bench-storage:
-	$(GO) test ./cmd/trellis/internal/server -run '^$$' -bench StoragePerTurn -benchtime 20x -timeout 20m
+	$(GO) test ./runtime/api/server -run '^$$' -bench StoragePerTurn -benchtime 20x -timeout 20m
 
 # The sandbox's file tree (Python, Node.js and the runners' tools, from
 # this machine's packages) in SANDBOX_ROOT, imported into the Docker engine
@@ -194,7 +194,7 @@ fuzz:
 	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzFastPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/tmpl -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/value -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./cmd/trellis/internal/server -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime 10000x
+	$(GO) test ./runtime/api/server -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime 10000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzInputsAndStores$$' -fuzztime 3000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzCommandLine$$' -fuzztime 3000x
 	$(GO) test ./nodes/all -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 20000x

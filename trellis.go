@@ -2,7 +2,6 @@ package trellis
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"io/fs"
 	"iter"
@@ -146,13 +145,7 @@ func (f *Flow) Warnings() []Diagnostic { return f.warnings }
 func (f *Flow) Sources() diag.Sources { return f.sources }
 
 // Inputs lists the fields a run may set.
-func (f *Flow) Inputs() []string {
-	names := make([]string, len(f.graph.Inputs))
-	for i, in := range f.graph.Inputs {
-		names[i] = in.Name
-	}
-	return names
-}
+func (f *Flow) Inputs() []string { return f.graph.InputNames() }
 
 // Conversation describes how a person talks with a conversational flow.
 type Conversation struct {
@@ -188,17 +181,7 @@ func (f *Flow) Output(state map[string]any) (text string, ok bool, err error) {
 // Finished reports whether a conversation is over in state: whether the
 // flow's conversation.until condition holds. A flow without one never
 // finishes.
-func (f *Flow) Finished(state map[string]any) (bool, error) {
-	c := f.graph.Conversation
-	if c == nil || c.Until == nil {
-		return false, nil
-	}
-	ok, err := c.Until.EvalBool(f.graph.Vars(state, nil))
-	if err != nil {
-		return false, fmt.Errorf("conversation.until: %w", err)
-	}
-	return ok, nil
-}
+func (f *Flow) Finished(state map[string]any) (bool, error) { return f.graph.Finished(state) }
 
 // LoadError is a flow that does not compile: every problem found in its
 // files, and their text for printing the lines they point at.

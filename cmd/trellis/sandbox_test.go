@@ -10,9 +10,9 @@ import (
 	"time"
 
 	facade "github.com/trellisflow/trellis"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
 	"github.com/trellisflow/trellis/nodes/sandbox/sandboxtest"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 

@@ -1,6 +1,6 @@
 // Package api is the Trellis HTTP API as Go types, and a typed client for
-// it (Client). The server is `trellis serve`; schemas/openapi.yaml is the
-// reference of its routes.
+// it (Client). The server is package runtime/api/server, which `trellis
+// serve` serves; schemas/openapi.yaml is the reference of its routes.
 //
 // Every error is one JSON shape, {"error": {"code", "message",
 // "details"}}, with a stable code (the Code constants) and an HTTP status

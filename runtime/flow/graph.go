@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -287,6 +288,30 @@ func (g *Graph) Vars(state, input map[string]any) map[string]any {
 	}
 	expression.Bind(vars, "input", input)
 	return vars
+}
+
+// InputNames lists the fields a run may set, in declaration order.
+func (g *Graph) InputNames() []string {
+	names := make([]string, len(g.Inputs))
+	for i, in := range g.Inputs {
+		names[i] = in.Name
+	}
+	return names
+}
+
+// Finished reports whether a conversation is over in state: whether the
+// flow's conversation.until condition holds. A flow without one never
+// finishes.
+func (g *Graph) Finished(state map[string]any) (bool, error) {
+	c := g.Conversation
+	if c == nil || c.Until == nil {
+		return false, nil
+	}
+	ok, err := c.Until.EvalBool(g.Vars(state, nil))
+	if err != nil {
+		return false, fmt.Errorf("conversation.until: %w", err)
+	}
+	return ok, nil
 }
 
 // Loop returns a cycle of nodes through n, when n is on one.

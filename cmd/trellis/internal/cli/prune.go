@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
+	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 

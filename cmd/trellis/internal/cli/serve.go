@@ -16,8 +16,10 @@ import (
 
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/rooms"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
+	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/telemetry"
 )
@@ -64,15 +66,19 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "serve", err)
 	}
 	defer rt.Close()
-	voiceCfg, err := server.VoiceConfigFromEnv(os.Getenv)
+	lkCfg, err := rooms.ConfigFromEnv(os.Getenv)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis serve: %v\n", err)
 		return exitUsage
 	}
+	var voiceCfg *server.VoiceConfig
+	if lkCfg != nil {
+		voiceCfg = &server.VoiceConfig{Rooms: rooms.New(*lkCfg, log)}
+	}
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
-		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Retention: retain})
+		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain})
 	if err != nil {
 		return fail(env, "serve", err)
 	}
@@ -103,8 +109,8 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		log.Info("serving profiles", "addr", dln.Addr().String())
 	}
 	voiceState := "off (set LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET)"
-	if voiceCfg != nil {
-		voiceState = voiceCfg.URL
+	if lkCfg != nil {
+		voiceState = lkCfg.URL
 	}
 	log.Info("serving", "server", srv.ID(), "addr", ln.Addr().String(), "flows", *flows, "store", shownStore(*storeAddr), "voice", voiceState)
 	if err := srv.Serve(ctx, ln); err != nil {

@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
+	"github.com/trellisflow/trellis/runtime/api/server"
 )
 
 // studioTokenTTL is how long the address `trellis studio` prints signs in.
@@ -64,7 +65,7 @@ func cmdStudio(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flows, Kinds: env.Registry, Logger: log,
-		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler()})
+		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics()})
 	if err != nil {
 		return fail(env, "studio", err)
 	}

@@ -11,10 +11,11 @@ import (
 	"github.com/livekit/protocol/livekit"
 	lksdk "github.com/livekit/server-sdk-go/v2"
 
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/rooms"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice/voicetest"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/api/server"
 )
 
 // TestSecondCaller: callers get identities of their own (from their key,
@@ -253,12 +254,20 @@ func TestReadiness(t *testing.T) {
 	if code, h := ready(good); code != 200 || h.Status != "ok" || h.Voice != "ok" {
 		t.Errorf("with LiveKit answering: %d %+v", code, h)
 	}
-	wrong := newRig(t, func(c *server.Config) { c.Voice.APISecret = "not-the-secret-of-this-livekit-server" })
+	wrong := newRig(t, func(c *server.Config) {
+		lk := c.Voice.Rooms.(*rooms.LiveKit).Config()
+		lk.APISecret = "not-the-secret-of-this-livekit-server"
+		c.Voice.Rooms = rooms.New(lk, c.Logger)
+	})
 	code, h := ready(wrong)
 	if code != 200 || h.Status != "degraded" || h.Voice != "unavailable" || !strings.Contains(h.VoiceError, "credentials") {
 		t.Errorf("with a wrong secret: %d %+v", code, h)
 	}
-	gone := newRig(t, func(c *server.Config) { c.Voice.URL = "ws://127.0.0.1:1" })
+	gone := newRig(t, func(c *server.Config) {
+		lk := c.Voice.Rooms.(*rooms.LiveKit).Config()
+		lk.URL = "ws://127.0.0.1:1"
+		c.Voice.Rooms = rooms.New(lk, c.Logger)
+	})
 	if code, h := ready(gone); code != 200 || h.Status != "degraded" || h.Voice != "unavailable" || h.VoiceError == "" {
 		t.Errorf("with no LiveKit server: %d %+v", code, h)
 	}

@@ -19,12 +19,13 @@ import (
 
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/rooms"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice/voicetest"
 	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
@@ -102,9 +103,9 @@ func newRig(t testing.TB, opts ...func(*server.Config)) *rig {
 		t.Fatal(err)
 	}
 	sp := speech.NewOffline()
-	cfg := server.Config{Runtime: rt, FlowsDir: flowsDir, Kinds: all.Offline(),
-		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelWarn})), StopTimeout: 5 * time.Second,
-		Voice:  &server.VoiceConfig{URL: lk.URL, APIKey: lk.Key, APISecret: lk.Secret},
+	log := slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := server.Config{Runtime: rt, FlowsDir: flowsDir, Kinds: all.Offline(), Logger: log, StopTimeout: 5 * time.Second,
+		Voice:  &server.VoiceConfig{Rooms: rooms.New(rooms.Config{URL: lk.URL, APIKey: lk.Key, APISecret: lk.Secret}, log)},
 		Speech: sp, Page: page.Handler()}
 	for _, opt := range opts {
 		opt(&cfg)

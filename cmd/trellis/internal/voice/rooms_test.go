@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trellisflow/trellis/cmd/trellis/internal/server"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice/voicetest"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/api/server"
 )
 
 // TestManyRoomsOneAgent: one agent serves rooms up to its capacity at

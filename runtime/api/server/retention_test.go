@@ -116,7 +116,7 @@ func TestRetentionPrunesIdleThreadsWhole(t *testing.T) {
 				if evs, err := h.srv.cat.Events(ctx, runs[id], 0, 0); err != nil || len(evs) > 0 {
 					t.Errorf("%d events of a run of %s are kept: %v", len(evs), id, err)
 				}
-				if _, err := h.srv.cfg.Runtime.State(ctx, key); err == nil {
+				if _, err := h.srv.cfg.Runtime.(*trellis.Runtime).State(ctx, key); err == nil {
 					t.Errorf("the checkpoints of %s are kept", id)
 				}
 			}

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -433,7 +433,7 @@ func (m *manager) busy(ctx context.Context, refused *store.RunRecord) error {
 func (m *manager) heldBy(ctx context.Context, tenant, thread, advice string) error {
 	runs, err := m.s.cat.Runs(ctx, store.RunQuery{Tenant: tenant, Thread: thread})
 	if err != nil {
-		return trellis.ErrBusy
+		return engine.ErrBusy
 	}
 	var holder *store.RunRecord
 	for _, r := range runs { // newest first: the running one, else the first queued
@@ -442,7 +442,7 @@ func (m *manager) heldBy(ctx context.Context, tenant, thread, advice string) err
 		}
 	}
 	if holder == nil { // it ended meanwhile
-		return trellis.ErrBusy
+		return engine.ErrBusy
 	}
 	return &api.Error{Code: api.CodeThreadBusy,
 		Message: fmt.Sprintf("run %s (%s) holds the thread; %s", holder.ID, holder.Status, advice),
@@ -491,7 +491,7 @@ func (m *manager) execute(lr *liveRun) {
 
 // run runs the run, recovering from a panic in it: that run fails (its
 // stack goes to the log), and the server and its other runs go on.
-func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
+func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 	ctx, cancel := context.WithCancel(m.runCtx)
 	defer cancel()
 	defer func() {
@@ -501,7 +501,7 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 			res, err = nil, &runPanic{value: v}
 		}
 		// the engine recovered a panic of the run's own code: as above
-		var pe *trellis.PanicError
+		var pe *engine.PanicError
 		if errors.As(err, &pe) {
 			m.s.metrics.panics.Inc()
 			m.s.log.Error("a run panicked: it fails", "run", lr.rec.ID, "thread", lr.rec.Thread, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
@@ -529,9 +529,9 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 	lr.mu.Lock()
 	lr.rec.FlowVersion = l.version
 	lr.mu.Unlock()
-	rt := m.s.cfg.Runtime
+	eng := m.s.eng()
 	// the run's memory nodes remember for its tenant alone
-	ctx = rt.WithTenantMemory(ctx, rec.Tenant)
+	ctx = m.s.withTenantMemory(ctx, rec.Tenant)
 	resume := rec.Resume
 	// A run that another server began (it died, or seemed to) is started
 	// again under its name: the engine runs a named run once, so it only
@@ -540,7 +540,7 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 	// numbers as they were sent: an integer beyond 2^53 is not rounded
 	// through float64
 	input, answers := storedValues(rec.Input), storedValues(rec.Answers)
-	opts := []trellis.RunOption{trellis.WithRunID(rec.ID), trellis.WithStop(lr.stop), trellis.WithObserver(lr.observe)}
+	req := engine.Request{Thread: rec.Thread, ID: rec.ID, Stop: lr.stop, Observe: lr.observe}
 	cfg := storedValues(rec.Config)
 	m.mu.Lock()
 	if secret := m.secrets[rec.ID]; len(secret.values) > 0 {
@@ -551,16 +551,16 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 	}
 	m.mu.Unlock()
 	if cfg != nil {
-		opts = append(opts, trellis.WithConfig(cfg))
+		req.Config = cfg
 	}
 	for {
 		err = nil
 		if abandon {
 			// an interrupting run gives up what the run it interrupted
 			// left unfinished (not its own progress, when it is taken over)
-			var head *trellis.Snapshot
-			if head, err = rt.State(ctx, rec.Thread); err == nil && head.Run != rec.ID && len(head.Next) > 0 {
-				_, err = rt.Abandon(ctx, rec.Thread)
+			var head *store.Snapshot
+			if head, err = eng.Store.Head(ctx, rec.Thread); err == nil && head.Run != rec.ID && len(head.Next) > 0 {
+				_, err = eng.Abandon(ctx, rec.Thread)
 			}
 			if err == nil {
 				abandon = false
@@ -569,13 +569,17 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 		switch {
 		case err != nil:
 		case resume:
-			res, err = rt.Resume(ctx, l.flow, rec.Thread, append(opts, trellis.WithAnswers(answers))...)
+			r := req
+			r.Resume, r.Answers = true, answers
+			res, err = eng.Run(ctx, l.flow.Graph(), r)
 		default:
-			res, err = rt.Run(ctx, l.flow, rec.Thread, input, opts...)
+			r := req
+			r.Input = input
+			res, err = eng.Run(ctx, l.flow.Graph(), r)
 		}
 		// another process holds the thread (a server that died, until
 		// its lease expires): wait for it, unless a caller waits to hear
-		if !errors.Is(err, trellis.ErrBusy) || lr.how.refuseBusy || lr.isStarted() {
+		if !errors.Is(err, engine.ErrBusy) || lr.how.refuseBusy || lr.isStarted() {
 			return res, err
 		}
 		select {

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
@@ -86,7 +86,7 @@ func newEventLog(ctx context.Context, cat store.Catalog, log *slog.Logger, notes
 	return l
 }
 
-func (l *eventLog) add(ev trellis.Event) {
+func (l *eventLog) add(ev engine.Event) {
 	ev.Thread = l.thread
 	data, err := json.Marshal(ev)
 	if err != nil {
@@ -99,7 +99,7 @@ func (l *eventLog) add(ev trellis.Event) {
 		return
 	}
 	it := logged{seq: l.first + int64(len(l.items)) + 1, typ: string(ev.Type), data: data}
-	if ev.Type == trellis.RunEnd || ev.Type == trellis.RunError {
+	if ev.Type == engine.RunEnd || ev.Type == engine.RunError {
 		l.held = &it
 		return
 	}
@@ -253,9 +253,9 @@ func (l *eventLog) drain() {
 func agrees(typ string, status store.RunStatus) bool {
 	switch status {
 	case store.RunSucceeded:
-		return typ == string(trellis.RunEnd)
+		return typ == string(engine.RunEnd)
 	case store.RunFailed, store.RunCancelled:
-		return typ == string(trellis.RunError)
+		return typ == string(engine.RunError)
 	case store.RunQueued:
 		return typ == string(api.RunRequeued)
 	}
@@ -286,15 +286,15 @@ func (l *eventLog) lastEvents(status store.RunStatus, msg string, state map[stri
 
 // lastEvent is the event that tells a run's record with status.
 func lastEvent(run, thread string, status store.RunStatus, msg string, state map[string]any) []byte {
-	ev := trellis.Event{Run: run, Thread: thread, Time: time.Now().UTC(), Error: msg}
+	ev := engine.Event{Run: run, Thread: thread, Time: time.Now().UTC(), Error: msg}
 	switch status {
 	case store.RunSucceeded:
-		ev.Type, ev.State = trellis.RunEnd, state
+		ev.Type, ev.State = engine.RunEnd, state
 	case store.RunQueued:
 		ev.Type = api.RunRequeued
 		ev.Error = "the server stopped before the run ended: it is queued again, and resumes on another server or on this one once it restarts"
 	default:
-		ev.Type = trellis.RunError
+		ev.Type = engine.RunError
 	}
 	data, _ := json.Marshal(ev)
 	return data

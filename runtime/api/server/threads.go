@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
 )
@@ -54,7 +54,7 @@ func (s *Server) threadInfo(r *http.Request, rec *store.ThreadRecord) (api.Threa
 	if out.Metadata == nil {
 		out.Metadata = map[string]string{}
 	}
-	head, err := s.cfg.Runtime.State(r.Context(), rec.ID)
+	head, err := s.eng().Store.Head(r.Context(), rec.ID)
 	if err != nil {
 		return out, err
 	}
@@ -97,7 +97,7 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if _, err := s.cat.Thread(r.Context(), c.tenant, key); err == nil {
 		return &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", in.ID)}
 	}
-	if _, err := s.cfg.Runtime.Create(r.Context(), l.flow, key, values); err != nil {
+	if _, err := s.eng().Create(r.Context(), l.flow.Graph(), key, values); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", in.ID)}
 		}
@@ -110,7 +110,7 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 	rec := &store.ThreadRecord{ID: key, Tenant: c.tenant, Flow: l.flow.Name(), Metadata: in.Metadata, Created: time.Now().UTC()}
 	if err := s.cat.CreateThread(r.Context(), rec); err != nil {
 		// nothing half-made stays behind
-		_ = s.cfg.Runtime.Delete(r.Context(), key)
+		_ = s.eng().Delete(r.Context(), key)
 		if errors.Is(err, store.ErrExists) {
 			return &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", in.ID)}
 		}
@@ -196,18 +196,18 @@ func (s *Server) deleteThread(w http.ResponseWriter, r *http.Request, c *caller)
 			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
 		}
 		if errors.Is(err, store.ErrBusy) {
-			if held := s.runs.heldBy(ctx, c.tenant, key, "cancel it first"); !errors.Is(held, trellis.ErrBusy) {
+			if held := s.runs.heldBy(ctx, c.tenant, key, "cancel it first"); !errors.Is(held, engine.ErrBusy) {
 				return held
 			}
 		}
 		return err
 	}
-	if err := s.cfg.Runtime.Delete(ctx, key); err != nil {
+	if err := s.eng().Delete(ctx, key); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			// another deletion finished it first
 			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no thread %q", id)}
 		}
-		if errors.Is(err, trellis.ErrBusy) || errors.Is(err, store.ErrBusy) {
+		if errors.Is(err, engine.ErrBusy) || errors.Is(err, store.ErrBusy) {
 			// a run holds it: the deletion is given up
 			_ = s.cat.MarkThreadDeleting(context.WithoutCancel(ctx), c.tenant, key, false)
 		}
@@ -217,7 +217,7 @@ func (s *Server) deleteThread(w http.ResponseWriter, r *http.Request, c *caller)
 	return nil
 }
 
-func stateInfo(snap *trellis.Snapshot) api.State {
+func stateInfo(snap *store.Snapshot) api.State {
 	values := snap.Values
 	if values == nil {
 		values = map[string]any{}
@@ -233,10 +233,10 @@ func inNamespace(r *http.Request, rec *store.ThreadRecord) (key string, err erro
 	if ns == "" {
 		return rec.ID, nil
 	}
-	if !trellis.IsNamespace(ns) {
+	if !engine.IsNamespace(ns) {
 		return "", badParam("ns", "is a child flow's namespace, NODE:SEQ (levels joined by |), as its events name it")
 	}
-	return trellis.ChildThread(rec.ID, ns), nil
+	return engine.ChildThread(rec.ID, ns), nil
 }
 
 func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) error {
@@ -252,14 +252,14 @@ func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) 
 	if err != nil {
 		return err
 	}
-	var snap *trellis.Snapshot
+	var snap *store.Snapshot
 	if seq := at; seq > 0 {
-		snap, err = s.cfg.Runtime.StateAt(r.Context(), key, seq)
+		snap, err = s.eng().Store.StateAt(r.Context(), key, seq)
 		if errors.Is(err, store.ErrNotFound) {
 			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(key), seq)}
 		}
 	} else {
-		snap, err = s.cfg.Runtime.State(r.Context(), key)
+		snap, err = s.eng().Store.Head(r.Context(), key)
 	}
 	if errors.Is(err, store.ErrNotFound) && key != rec.ID {
 		return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q ran no child flow %q", publicID(rec.ID), r.URL.Query().Get("ns"))}
@@ -271,7 +271,7 @@ func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) 
 	out.Finished = key == rec.ID && s.finished(rec, snap.Values)
 	if len(snap.Next) > 0 && at == 0 && key == rec.ID {
 		if l, lerr := s.flows.get(rec.Flow); lerr == nil {
-			asks, err := s.cfg.Runtime.Asks(r.Context(), l.flow, rec.ID)
+			asks, err := s.eng().Asks(r.Context(), l.flow.Graph(), rec.ID)
 			if err != nil {
 				return err
 			}
@@ -302,14 +302,14 @@ func (s *Server) threadHistory(w http.ResponseWriter, r *http.Request, c *caller
 	if err != nil {
 		return err
 	}
-	opts := trellis.HistoryOptions{Limit: int(limit), Source: trellis.Source(source), Run: q.Get("run"), Node: q.Get("node"), Before: before}
+	opts := store.HistoryOptions{Limit: int(limit), Source: store.Source(source), Run: q.Get("run"), Node: q.Get("node"), Before: before}
 	key, err := inNamespace(r, rec)
 	if err != nil {
 		return err
 	}
-	cps, err := s.cfg.Runtime.History(r.Context(), key, opts)
+	cps, err := s.eng().Store.History(r.Context(), key, opts)
 	if err == nil && len(cps) == 0 && key != rec.ID {
-		if _, serr := s.cfg.Runtime.State(r.Context(), key); errors.Is(serr, store.ErrNotFound) {
+		if _, serr := s.eng().Store.Head(r.Context(), key); errors.Is(serr, store.ErrNotFound) {
 			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q ran no child flow %q", publicID(rec.ID), r.URL.Query().Get("ns"))}
 		}
 	}
@@ -352,7 +352,7 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 			Details: map[string]string{"field": "at"}}
 	}
 	key := threadKey(c, in.ID)
-	if _, err := s.cfg.Runtime.Fork(r.Context(), rec.ID, in.At, key); err != nil {
+	if _, err := store.Fork(r.Context(), s.eng().Store, rec.ID, in.At, key); err != nil {
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), in.At)}
@@ -367,7 +367,7 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 	}
 	fork := &store.ThreadRecord{ID: key, Tenant: c.tenant, Flow: rec.Flow, Metadata: md, Created: time.Now().UTC()}
 	if err := s.cat.CreateThread(r.Context(), fork); err != nil {
-		_ = s.cfg.Runtime.Delete(r.Context(), key)
+		_ = s.eng().Delete(r.Context(), key)
 		return err
 	}
 	out, err := s.threadInfo(r, fork)
@@ -395,7 +395,7 @@ func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
-	snap, err := s.cfg.Runtime.Update(r.Context(), l.flow, rec.ID, in.As, values)
+	snap, err := s.eng().Update(r.Context(), l.flow.Graph(), rec.ID, in.As, values)
 	if err != nil {
 		return valuesError(err)
 	}

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/runtime/api"
 )
 
@@ -99,7 +97,7 @@ var authCases = map[string]authCase{
 // with a voice agent's grant for the thread it names and for another
 // thread of its owner.
 func TestAuthorizationMatrix(t *testing.T) {
-	h := newHarness(t, "memory", nil, func(c *Config) { c.Speech, c.Page = speech.NewOffline(), page.Handler() })
+	h := newHarness(t, "memory", nil, func(c *Config) { c.Speech, c.Page = smallSpeech{}, smallPage("voice") })
 	greet := readFile(t, flowsDir+"/examples/greet.yaml")
 	callers := []struct {
 		name string

@@ -166,7 +166,7 @@ func TestOpenAPIOperationIDs(t *testing.T) {
 // warning but those schemas/.redocly.lint-ignore.yaml justifies (as make
 // openapi-lint checks it).
 func TestOpenAPILint(t *testing.T) {
-	redocly, _ := filepath.Abs("../../../../.ci/openapi/node_modules/.bin/redocly")
+	redocly, _ := filepath.Abs("../../../.ci/openapi/node_modules/.bin/redocly")
 	if _, err := os.Stat(redocly); err != nil {
 		if _, err := exec.LookPath("npm"); err == nil {
 			t.Fatal("Redocly is not installed: `make deps` installs it with npm into .ci/openapi")
@@ -174,7 +174,7 @@ func TestOpenAPILint(t *testing.T) {
 		t.Skip("Redocly is not installed, nor npm to install it with (`make deps` does with npm)")
 	}
 	cmd := exec.Command(redocly, "lint", "--config", "schemas/redocly.yaml", "--format=json", "schemas/openapi.yaml")
-	cmd.Dir = "../../../.."
+	cmd.Dir = "../../.."
 	out, err := cmd.Output()
 	var report struct {
 		Totals struct {

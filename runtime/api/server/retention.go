@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
@@ -159,7 +159,7 @@ func (r *retention) loop(ctx context.Context) {
 // resumed has passed and, on SQLite, returns the space freed, holding
 // the store's sweep lease: servers sharing a store sweep one at a time.
 func (r *retention) sweep(ctx context.Context) {
-	st := r.s.cfg.Runtime.Store()
+	st := r.s.eng().Store
 	cfg := r.config()
 	ttl := max(2*cfg.Every, time.Minute)
 	owner := r.s.ID()
@@ -348,18 +348,18 @@ func (r *retention) returnSpace(ctx context.Context, v store.SpaceReturner, pace
 func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
 	type group struct {
 		at    int // index in out
-		first trellis.Event
+		first engine.Event
 		text  []byte
 	}
 	out := make([]store.EventRecord, 0, len(evs))
 	var groups map[string]*group
 	for _, e := range evs {
 		switch eventType(e.Data) {
-		case string(trellis.NodeOutput):
-		case string(trellis.StateUpdate):
+		case string(engine.NodeOutput):
+		case string(engine.StateUpdate):
 			out = append(out, store.EventRecord{Seq: e.Seq, Data: without(e.Data, "update")})
 			continue
-		case string(trellis.RunEnd):
+		case string(engine.RunEnd):
 			out = append(out, store.EventRecord{Seq: e.Seq, Data: without(e.Data, "state")})
 			continue
 		default:
@@ -369,7 +369,7 @@ func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
 		if tokens == TokensDrop {
 			continue
 		}
-		var ev trellis.Event
+		var ev engine.Event
 		if err := json.Unmarshal(e.Data, &ev); err != nil {
 			out = append(out, e) // kept as it is
 			continue

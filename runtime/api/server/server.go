@@ -1,8 +1,51 @@
-// Package server is `trellis serve`: the HTTP API over package trellis.
-// Flows come from a directory, threads and runs live in the store; every
-// route but the probes takes an API key, and every thread and run belongs
-// to its creator's tenant. schemas/openapi.yaml describes the routes, and
-// runtime/api holds their types and a client.
+// Package server is the Trellis HTTP API as an http.Handler: flows from
+// a directory, threads and runs in the runtime's store, every route but
+// the probes behind an API key, and every thread and run belonging to its
+// creator's tenant. schemas/openapi.yaml describes the routes (the server
+// serves it at /openapi.yaml), and runtime/api holds their types and a
+// client. `trellis serve` is this package with flags; a Go program mounts
+// it in its own server the same way.
+//
+// # Mounting
+//
+// New takes a Config: the runtime whose store keeps the threads (a
+// store.Catalog: the memory, SQLite and PostgreSQL stores are), the flow
+// directory, and the node kinds to build the flows from (nodes/all's
+// Registry is the built-in kinds). Handler is the API; mount it at the
+// root of a listener, or under a prefix with http.StripPrefix:
+//
+//	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: "flows", Kinds: all.Registry()})
+//	mux.Handle("/trellis/", http.StripPrefix("/trellis", srv.Handler()))
+//
+// The handler bounds request bodies (MaxBody), gives each request an id
+// (X-Request-Id), logs it and counts it at /metrics. What is specific to
+// a deployment is given, not built in: Speech serves the speech routes,
+// Page the voice page, Studio the studio's page, Voice the rooms' server
+// of voice sessions (LiveKit's, in the trellis command); without them
+// their routes say they are not served. Metrics adds collectors of the
+// program's own to /metrics. The package imports no node kind and no
+// provider's SDK.
+//
+// # Keys and tenants
+//
+// Callers send an API key as a bearer token. CreateKey makes one in the
+// store (the `trellis keys` command and POST /v1/keys with an admin key do
+// too) and returns its secret once; the store keeps only its hash. A key
+// acts for its tenant: the threads, runs and memory it creates are its
+// tenant's, and another tenant's are not found. An admin key may also
+// manage keys and reload the flows.
+//
+// # Runs, replicas and shutdown
+//
+// Runs are queued in the store and run by the server that claims them;
+// servers sharing a PostgreSQL store share the queue, adopt the runs of a
+// server whose heartbeat stopped (DeadAfter), and hear each other through
+// LISTEN/NOTIFY (NotifyURL) or by polling (PollEvery). Serve runs the
+// handler on a listener and stops gracefully when its context ends. A
+// program serving the handler itself calls Shutdown once it stops taking
+// requests: each run stops at its next step boundary (within
+// StopTimeout) and is queued again, for this server's next start or
+// another server, and the clients waiting on runs are answered.
 package server
 
 import (
@@ -21,8 +64,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/trellisflow/trellis"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
 )
@@ -30,8 +75,8 @@ import (
 // Config is how a server runs.
 type Config struct {
 	// Runtime runs the flows; its store keeps threads, runs and keys (it
-	// must be a store.Catalog).
-	Runtime *trellis.Runtime
+	// must be a store.Catalog). A *trellis.Runtime is one.
+	Runtime Runtime
 	// FlowsDir holds the flows the server runs.
 	FlowsDir string
 	// Root bounds what the validate route reads: the files a posted flow
@@ -42,7 +87,8 @@ type Config struct {
 	// FlowsDir and every file its flows read (their prompts and schemas
 	// may sit beside the flow directory).
 	Root string
-	// Kinds builds the flows' nodes (nil: the built-in kinds).
+	// Kinds builds the flows' nodes (required: nodes/all.Registry() is
+	// the built-in kinds).
 	Kinds kind.Registry
 	// Logger receives the request and run logs (nil: JSON on stderr).
 	Logger *slog.Logger
@@ -68,21 +114,35 @@ type Config struct {
 	// not been notified of (default 200ms; ten times less often while
 	// notifications are heard).
 	PollEvery time.Duration
-	// Voice is the LiveKit server of the threads' voice sessions (nil:
-	// the voice route says voice is not configured).
+	// Voice is how the threads' voice sessions run: the server of their
+	// rooms, and how long agents' grants live (nil: the voice route says
+	// voice is not configured).
 	Voice *VoiceConfig
 	// Speech serves the OpenAI-compatible speech routes (nil: they answer
 	// speech_unavailable).
 	Speech Speech
 	// Page serves the voice page and its script (nil: none).
 	Page http.Handler
+	// Studio serves the studio's page and its files: GET /studio,
+	// /studio/app.js and /studio/flow.schema.json (nil: none; the
+	// studio's API routes are served either way).
+	Studio http.Handler
 	// Retention is what the server deletes and compacts by itself (the
 	// zero value: nothing).
 	Retention Retention
+	// Metrics are collectors of the program's own that /metrics reports
+	// with the server's (the trellis command gives its code sandbox's).
+	Metrics []prometheus.Collector
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.
 	clock func() time.Time
+}
+
+// Runtime is what a server runs flows on: the engine, over the store
+// that keeps the threads. *trellis.Runtime is one.
+type Runtime interface {
+	Engine() *engine.Engine
 }
 
 // Speech is an OpenAI-compatible speech engine: POST /v1/audio/speech
@@ -102,7 +162,7 @@ type Server struct {
 	runs    *manager
 	notes   *notifier
 	metrics *metrics
-	livekit *livekitRooms
+	livekit *voiceRooms
 	// voiceCat keeps the voice sessions and their grants' signing key
 	// (nil: a store without them, where no grant is good).
 	voiceCat store.VoiceCatalog
@@ -141,22 +201,33 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Retention.Check(); err != nil {
 		return nil, err
 	}
-	cat, err := store.CatalogOf(cfg.Runtime.Store())
+	if cfg.Runtime == nil || cfg.Runtime.Engine() == nil {
+		return nil, errors.New("server: no runtime to run the flows on")
+	}
+	if cfg.Kinds == nil {
+		return nil, errors.New("server: no node kinds to build the flows from (nodes/all.Registry() has the built-in kinds)")
+	}
+	st := cfg.Runtime.Engine().Store
+	cat, err := store.CatalogOf(st)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, cat: cat, stopping: make(chan struct{})}
 	s.metrics = newMetrics(cat)
-	s.voiceCat, _ = store.VoiceCatalogOf(cfg.Runtime.Store())
+	// the handler is served once New returns, after s.runs is set
+	s.metrics.watchSecrets(func() int { return s.runs.secretCount() })
+	if err := s.metrics.add(cfg.Metrics); err != nil {
+		return nil, err
+	}
+	s.voiceCat, _ = store.VoiceCatalogOf(st)
 	if cfg.Voice != nil {
-		s.livekit = newLiveKitRooms(*cfg.Voice)
+		if cfg.Voice.Rooms == nil {
+			return nil, errors.New("server: voice has no rooms' server (VoiceConfig.Rooms)")
+		}
+		s.livekit = newVoiceRooms(*cfg.Voice)
 		s.startVoice()
 	}
-	var opts []trellis.Option
-	if cfg.Kinds != nil {
-		opts = append(opts, trellis.WithKinds(cfg.Kinds))
-	}
-	s.flows = &flowSet{dir: cfg.FlowsDir, opts: opts}
+	s.flows = &flowSet{dir: cfg.FlowsDir, kinds: cfg.Kinds}
 	if _, err := s.flows.reload(); err != nil {
 		return nil, err
 	}
@@ -166,11 +237,10 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.notes = &notifier{log: log, every: cfg.PollEvery}
-	if n, ok := cfg.Runtime.Store().(store.Notifier); ok && cfg.NotifyURL != "off" {
+	if n, ok := st.(store.Notifier); ok && cfg.NotifyURL != "off" {
 		s.notes.n = n
 	}
 	s.runs = newManager(s)
-	s.metrics.watchSecrets(s.runs.secretCount)
 	s.notes.kick = s.runs.nudge
 	lctx, stopListening := context.WithCancel(context.Background())
 	s.stopListening = stopListening
@@ -201,6 +271,9 @@ func New(cfg Config) (*Server, error) {
 	s.handler = s.requests(s.mux)
 	return s, nil
 }
+
+// eng is the engine the flows run on.
+func (s *Server) eng() *engine.Engine { return s.cfg.Runtime.Engine() }
 
 // ID names this server in the store's run queue (and in its logs).
 func (s *Server) ID() string { return s.runs.id }
@@ -485,11 +558,11 @@ func (s *Server) errorCode(err error) api.Code { return toAPIError(err).Code }
 // error it does not know is internal, and its message is not sent.
 func toAPIError(err error) *api.Error {
 	var ae *api.Error
-	var ie *trellis.InputError
+	var ie *engine.InputError
 	var mbe *http.MaxBytesError
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
-	var be *trellis.BusyError
+	var be *engine.BusyError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -505,9 +578,9 @@ func toAPIError(err error) *api.Error {
 		return &api.Error{Code: api.CodeThreadBusy,
 			Message: fmt.Sprintf("%s holds the thread until %s; retry then, or start the run with on_busy enqueue", be.Owner, be.Until.UTC().Format(time.RFC3339)),
 			Details: map[string]string{"holder": be.Owner, "until": be.Until.UTC().Format(time.RFC3339)}}
-	case errors.Is(err, trellis.ErrBusy):
+	case errors.Is(err, engine.ErrBusy):
 		return &api.Error{Code: api.CodeThreadBusy, Message: "another run holds the thread; retry, or start the run with on_busy enqueue or interrupt"}
-	case errors.Is(err, trellis.ErrUnfinished):
+	case errors.Is(err, engine.ErrUnfinished):
 		return &api.Error{Code: api.CodeUnfinished, Message: "the thread's last run stopped part way: resume it (resume: true) or start the run with on_busy interrupt"}
 	case errors.Is(err, store.ErrNotFound):
 		return &api.Error{Code: api.CodeNotFound, Message: "not found"}
@@ -600,7 +673,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ *caller) error
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if _, err := s.cfg.Runtime.Store().Threads(ctx, store.ThreadOptions{Limit: 1}); err != nil {
+	if _, err := s.eng().Store.Threads(ctx, store.ThreadOptions{Limit: 1}); err != nil {
 		s.log.Warn("not ready", "error", err.Error())
 		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "unavailable", Error: "the store does not answer"})
 		return nil
@@ -610,7 +683,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ *caller) error
 		// voice is a part of the server: without it, the rest is ready
 		h.Voice = "ok"
 		if err := s.voiceHealth(ctx); err != nil {
-			h.Status, h.Voice, h.VoiceError = "degraded", "unavailable", "the LiveKit server failed: "+livekitReason(err)
+			h.Status, h.Voice, h.VoiceError = "degraded", "unavailable", "the LiveKit server failed: "+s.livekit.rooms.Reason(err)
 		}
 	}
 	writeJSON(w, http.StatusOK, h)

@@ -18,7 +18,7 @@ import (
 // openapiTools holds the third-party tools CI runs on the document, at
 // the versions .ci/openapi/package-lock.json pins (make deps installs
 // them).
-const openapiTools = "../../../../.ci/openapi/node_modules"
+const openapiTools = "../../../.ci/openapi/node_modules"
 
 // casts finds what would make a TypeScript client's types say less than
 // the document: an assertion (as T, <T>x, x!), any, or a silenced check.

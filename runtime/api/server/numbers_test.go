@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/value"
 )
@@ -48,7 +49,7 @@ edges:
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := New(Config{Runtime: rt, FlowsDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			srv, err := New(Config{Runtime: rt, FlowsDir: dir, Kinds: all.Registry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}

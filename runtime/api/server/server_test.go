@@ -40,12 +40,12 @@ func (s shared) Run() int {
 	code := s.m.Run()
 	if fuzzSrv != nil {
 		fuzzSrv.Shutdown(context.Background())
-		fuzzSrv.cfg.Runtime.Close()
+		fuzzSrv.cfg.Runtime.(*trellis.Runtime).Close()
 	}
 	return code
 }
 
-const flowsDir = "../../../../flows"
+const flowsDir = "../../../flows"
 
 // harness is a server on a loopback port over a real store, a scripted
 // model server, and clients for three callers: an admin (tenant ops), a
@@ -92,7 +92,7 @@ func newHarness(t *testing.T, backend string, rules []llmtest.Rule, opts ...func
 		t.Fatal(err)
 	}
 	cfg := Config{Runtime: rt, FlowsDir: flowsDir, Kinds: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		StopTimeout: 5 * time.Second}
+		StopTimeout: 5 * time.Second, Studio: smallPage("studio")}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
@@ -493,7 +493,7 @@ func TestBusyThreadNamesTheLeaseHolder(t *testing.T) {
 	h := newHarness(t, "sqlite", nil)
 	interviewThread(t, h, "held")
 	holder := "trellis run (pid 42 on elsewhere)"
-	if err := h.srv.cfg.Runtime.Store().Acquire(ctx, "acme/held", holder, time.Minute); err != nil {
+	if err := h.srv.cfg.Runtime.(*trellis.Runtime).Store().Acquire(ctx, "acme/held", holder, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	_, err := h.acme.StartRun(ctx, "held", api.StartRun{})
@@ -560,7 +560,7 @@ func TestErrors(t *testing.T) {
 	if err != nil || len(list.Threads) != 1 {
 		t.Fatalf("threads after refused creations: %+v %v", list, err)
 	}
-	snaps, _ := h.srv.cfg.Runtime.Threads(ctx, store.ThreadOptions{})
+	snaps, _ := h.srv.cfg.Runtime.(*trellis.Runtime).Threads(ctx, store.ThreadOptions{})
 	if len(snaps) != 1 {
 		t.Fatalf("%d threads in the store", len(snaps))
 	}
@@ -649,7 +649,7 @@ func TestFlowsAndReload(t *testing.T) {
 	}
 	rt, _ := trellis.Open(ctx, "memory")
 	defer rt.Close()
-	srv, err := New(Config{Runtime: rt, FlowsDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := New(Config{Runtime: rt, FlowsDir: dir, Kinds: all.Registry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

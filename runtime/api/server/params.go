@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/store"
 )
 
 // Every parameter of a route (path, query or header) is parsed into the
@@ -81,5 +81,5 @@ func queryEnum(r *http.Request, name string, values ...string) (string, error) {
 }
 
 // sources are the values of a history's source filter.
-var sources = []string{string(trellis.SourceCreate), string(trellis.SourceFork), string(trellis.SourceInput), string(trellis.SourceStep),
-	string(trellis.SourceRun), string(trellis.SourceUpdate), string(trellis.SourceBase), string(trellis.SourceAbandon)}
+var sources = []string{string(store.SourceCreate), string(store.SourceFork), string(store.SourceInput), string(store.SourceStep),
+	string(store.SourceRun), string(store.SourceUpdate), string(store.SourceBase), string(store.SourceAbandon)}

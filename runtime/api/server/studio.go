@@ -19,9 +19,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/trellisflow/trellis"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
@@ -114,11 +113,12 @@ func (s *Server) studioSignIn(w http.ResponseWriter, r *http.Request, _ *caller)
 	return nil
 }
 
-var studioHandler = studio.Handler()
-
 // studioPage serves the page and its files.
 func (s *Server) studioPage(w http.ResponseWriter, r *http.Request, _ *caller) error {
-	studioHandler.ServeHTTP(w, r)
+	if s.cfg.Studio == nil {
+		return &api.Error{Code: api.CodeNotFound, Message: "this server serves no studio page"}
+	}
+	s.cfg.Studio.ServeHTTP(w, r)
 	return nil
 }
 
@@ -301,7 +301,7 @@ func edits(in api.FileEdits, files []api.FlowFile, flow string) (map[string]api.
 // files: the flow file and every file it names are read from the
 // project, the edited ones from the edits, nothing from outside the
 // directories the flows read.
-func (s *Server) check(l *loaded, p *project, ed map[string]api.FileEdit) (*trellis.Flow, []diag.Diagnostic, error) {
+func (s *Server) check(l *loaded, p *project, ed map[string]api.FileEdit) (*compiled, []diag.Diagnostic, error) {
 	main, err := p.rel(l.flow.Path())
 	if err != nil {
 		return nil, nil, err
@@ -311,11 +311,11 @@ func (s *Server) check(l *loaded, p *project, ed map[string]api.FileEdit) (*trel
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := trellis.LoadSourceFS(fsys, main, src, s.flows.opts...)
-	var le *trellis.LoadError
+	f, err := s.flows.compile(config.FS(fsys), main, src)
+	var le *loadError
 	switch {
 	case errors.As(err, &le):
-		return nil, le.Diagnostics, nil
+		return nil, le.diags, nil
 	case err != nil:
 		return nil, nil, err
 	}
@@ -548,14 +548,14 @@ func (s *Server) previewPrompt(w http.ResponseWriter, r *http.Request, c *caller
 		if rec.Flow != l.flow.Name() {
 			return &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("thread %q runs flow %q, not %q", id, rec.Flow, l.flow.Name())}
 		}
-		var snap *trellis.Snapshot
+		var snap *store.Snapshot
 		if seq := at; seq > 0 {
-			snap, err = s.cfg.Runtime.StateAt(r.Context(), rec.ID, seq)
+			snap, err = s.eng().Store.StateAt(r.Context(), rec.ID, seq)
 			if errors.Is(err, store.ErrNotFound) {
 				return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", id, seq)}
 			}
 		} else {
-			snap, err = s.cfg.Runtime.State(r.Context(), rec.ID)
+			snap, err = s.eng().Store.Head(r.Context(), rec.ID)
 		}
 		if err != nil {
 			return err

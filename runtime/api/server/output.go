@@ -19,11 +19,11 @@ func (s *Server) runOutput(ctx context.Context, rec store.RunRecord) string {
 	if err != nil || l.version != rec.FlowVersion || l.flow.Graph().Output == nil {
 		return ""
 	}
-	snap, err := s.cfg.Runtime.StateAt(ctx, rec.Thread, rec.Checkpoint)
+	snap, err := s.eng().Store.StateAt(ctx, rec.Thread, rec.Checkpoint)
 	if err != nil || len(snap.Next) > 0 {
 		return ""
 	}
-	text, _, err := l.flow.Output(snap.Values)
+	text, err := l.flow.Graph().Output.Render(snap.Values)
 	if err != nil {
 		s.log.Warn("rendering a run's output", "run", rec.ID, "flow", rec.Flow, "error", err.Error())
 		return ""

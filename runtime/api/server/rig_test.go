@@ -99,7 +99,7 @@ func serve(t *testing.T, rt *trellis.Runtime, flows, key string, opts ...func(*C
 	t.Helper()
 	logs := &logBuffer{}
 	cfg := Config{Runtime: rt, FlowsDir: flows, Kinds: alltest.WithTestKinds(), Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		StopTimeout: 10 * time.Second, PollEvery: 50 * time.Millisecond}
+		StopTimeout: 10 * time.Second, PollEvery: 50 * time.Millisecond, Studio: smallPage("studio")}
 	for _, opt := range opts {
 		opt(&cfg)
 	}

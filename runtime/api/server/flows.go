@@ -15,27 +15,59 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 )
 
 // flowSet is the flows the server runs, loaded from a directory and
 // replaced whole by a reload.
 type flowSet struct {
-	dir  string
-	opts []trellis.Option
-	mu   sync.RWMutex
-	set  map[string]*loaded
+	dir   string
+	kinds kind.Registry
+	mu    sync.RWMutex
+	set   map[string]*loaded
 }
 
 // loaded is one flow with its version: a hash of every file it was
 // compiled from, so that a changed prompt or schema is a new version.
 type loaded struct {
-	flow    *trellis.Flow
+	flow    *compiled
 	version string
+}
+
+// compiled is a flow the server compiled: its graph, the problems that
+// did not stop it compiling, and the text of every file it was compiled
+// from.
+type compiled struct {
+	graph    *flow.Graph
+	warnings []diag.Diagnostic
+	sources  diag.Sources
+}
+
+func (c *compiled) Name() string                { return c.graph.Name }
+func (c *compiled) Path() string                { return c.graph.Path }
+func (c *compiled) Graph() *flow.Graph          { return c.graph }
+func (c *compiled) Warnings() []diag.Diagnostic { return c.warnings }
+func (c *compiled) Sources() diag.Sources       { return c.sources }
+
+// loadError is a flow that does not compile: every problem in its files.
+type loadError struct{ diags []diag.Diagnostic }
+
+func (e *loadError) Error() string { return (&diag.ListError{List: e.diags}).Error() }
+
+// compile compiles the flow at path with the set's kinds: its text is
+// src (nil: read from path), and the files it names are read from files
+// (nil: the disk). A flow that does not compile is a *loadError.
+func (fs *flowSet) compile(files *config.Files, path string, src []byte) (*compiled, error) {
+	g, dl, sources := flow.Compile(files, path, src, fs.kinds)
+	if g == nil {
+		return nil, &loadError{diags: dl}
+	}
+	return &compiled{graph: g, warnings: dl, sources: sources}, nil
 }
 
 // reloadError is a reload whose flows did not all load: the old set stays.
@@ -48,18 +80,18 @@ func (e *reloadError) Error() string {
 // reload loads every flow of the directory; only when all of them load is
 // the set replaced.
 func (fs *flowSet) reload() ([]*loaded, error) {
-	files, err := trellis.FindFlows(fs.dir)
+	files, _, err := flow.Find(fs.dir)
 	if err != nil {
 		return nil, fmt.Errorf("flows: %w", err)
 	}
 	next := map[string]*loaded{}
 	var problems []diag.Diagnostic
 	for _, file := range files {
-		f, err := trellis.Load(file, fs.opts...)
-		var le *trellis.LoadError
+		f, err := fs.compile(nil, file, nil)
+		var le *loadError
 		switch {
 		case errors.As(err, &le):
-			problems = append(problems, le.Diagnostics...)
+			problems = append(problems, le.diags...)
 			continue
 		case err != nil:
 			return nil, err
@@ -81,7 +113,7 @@ func (fs *flowSet) reload() ([]*loaded, error) {
 }
 
 // version hashes the files a flow was compiled from.
-func version(f *trellis.Flow) string {
+func version(f *compiled) string {
 	h := sha256.New()
 	src := f.Sources()
 	for _, name := range slices.Sorted(maps.Keys(src)) {
@@ -114,11 +146,11 @@ func (fs *flowSet) list() []*loaded {
 // flowInfo describes a flow; full adds its schemas and source.
 func flowInfo(l *loaded, full bool) api.Flow {
 	f := l.flow
-	out := api.Flow{Name: f.Name(), Version: l.version, Description: f.Graph().Description, Path: f.Path(), Inputs: f.Inputs()}
+	out := api.Flow{Name: f.Name(), Version: l.version, Description: f.Graph().Description, Path: f.Path(), Inputs: f.Graph().InputNames()}
 	if out.Inputs == nil {
 		out.Inputs = []string{}
 	}
-	if c := f.Conversation(); c != nil {
+	if c := f.Graph().Conversation; c != nil {
 		out.Conversation = &api.Conversation{Input: c.Input, Output: c.Output, Attachments: c.Attachments}
 	}
 	if full {
@@ -244,11 +276,11 @@ func (s *Server) validateFlow(w http.ResponseWriter, r *http.Request, _ *caller)
 	if name == "" {
 		name = "posted.yaml"
 	}
-	f, err := trellis.LoadSourceFS(dir.FS(), path.Join(flows, name), src, s.flows.opts...)
-	var le *trellis.LoadError
+	f, err := s.flows.compile(config.FS(dir.FS()), path.Join(flows, name), src)
+	var le *loadError
 	switch {
 	case errors.As(err, &le):
-		return &api.Error{Code: api.CodeInvalidFlow, Message: le.Error(), Details: api.Validation{Valid: false, Diagnostics: le.Diagnostics}}
+		return &api.Error{Code: api.CodeInvalidFlow, Message: le.Error(), Details: api.Validation{Valid: false, Diagnostics: le.diags}}
 	case err != nil:
 		return err
 	}

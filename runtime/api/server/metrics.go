@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,8 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/trellisflow/trellis"
-	"github.com/trellisflow/trellis/nodes/sandbox"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/schemas"
 )
@@ -61,25 +61,23 @@ func newMetrics(cat store.Catalog) *metrics {
 		}
 		return float64(n)
 	})
-	// the code sandbox of this process: executions running and waiting
-	// for a place (0 with no sandbox)
-	sandboxRunning := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trellis_sandbox_running",
-		Help: "Code sandbox executions running in this process."}, func() float64 {
-		r, _ := sandboxStats()
-		return float64(r)
-	})
-	sandboxQueued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trellis_sandbox_queued",
-		Help: "Code sandbox executions waiting for a place (TRELLIS_SANDBOX_CONCURRENCY) in this process."}, func() float64 {
-		_, q := sandboxStats()
-		return float64(q)
-	})
 	m.voice = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_voice_sessions_total",
 		Help: "Voice sessions opened, by whether the agent was dispatched or already present."}, []string{"agent"})
 	m.reg.MustRegister(m.requests, m.latency, m.runs, m.nodes, m.degraded, m.usage, m.commits, m.active, m.panics, m.voice, queued,
-		sandboxRunning, sandboxQueued,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
+}
+
+// add registers a program's own collectors; a metric of the server's
+// name, or another's twice, is an error.
+func (m *metrics) add(cs []prometheus.Collector) error {
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // watchSecrets counts the runs whose secret configuration the server
@@ -90,18 +88,14 @@ func (m *metrics) watchSecrets(secrets func() int) {
 		Help: "Runs whose secret configuration this server keeps, until they end or run elsewhere."}, func() float64 { return float64(secrets()) }))
 }
 
-// sandboxStats reads the process's sandbox pool, if a flow has made it
-// (a scrape never makes it).
-func sandboxStats() (running, queued int) { return sandbox.EnvStats() }
-
 func (m *metrics) request(route string, status int, took time.Duration) {
 	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 	m.latency.WithLabelValues(route).Observe(took.Seconds())
 }
 
-func (m *metrics) event(_ string, ev trellis.Event) {
+func (m *metrics) event(_ string, ev engine.Event) {
 	switch ev.Type {
-	case trellis.NodeEnd, trellis.NodeFailed:
+	case engine.NodeEnd, engine.NodeFailed:
 		if ev.Attempt > 0 {
 			m.nodes.WithLabelValues(ev.Kind).Observe(ev.Duration.Seconds())
 		}
@@ -111,7 +105,7 @@ func (m *metrics) event(_ string, ev trellis.Event) {
 		for name, n := range ev.Usage {
 			m.usage.WithLabelValues(ev.Kind, name).Add(float64(n))
 		}
-	case trellis.StateUpdate:
+	case engine.StateUpdate:
 		if ev.Duration > 0 {
 			m.commits.Observe(ev.Duration.Seconds())
 		}

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
@@ -79,8 +79,8 @@ func (lr *liveRun) stopReason() store.StopReason {
 
 // observe receives the run's events: it signals the start, and logs every
 // event for the run's streams.
-func (lr *liveRun) observe(ev trellis.Event) {
-	if ev.Type == trellis.RunStart && !lr.isStarted() {
+func (lr *liveRun) observe(ev engine.Event) {
+	if ev.Type == engine.RunStart && !lr.isStarted() {
 		close(lr.begun)
 		lr.m.s.metrics.active.Inc()
 		lr.started <- nil
@@ -121,7 +121,7 @@ func (lr *liveRun) refuse(err error) {
 // it, and the stop asked of it.
 func outcome(err error, started, shutdown bool, stop store.StopReason) (store.RunStatus, string) {
 	var p *runPanic
-	stopped := errors.Is(err, trellis.ErrStopped) || errors.Is(err, context.Canceled)
+	stopped := errors.Is(err, engine.ErrStopped) || errors.Is(err, context.Canceled)
 	switch {
 	case err == nil:
 		return store.RunSucceeded, ""
@@ -137,7 +137,7 @@ func outcome(err error, started, shutdown bool, stop store.StopReason) (store.Ru
 // finish records how the run ended. A run this server's shutdown stopped
 // between steps is queued again to resume, here after a restart or on
 // another server.
-func (lr *liveRun) finish(res *trellis.Result, err error) {
+func (lr *liveRun) finish(res *engine.Result, err error) {
 	m := lr.m
 	ctx := m.records
 	started := lr.isStarted()
@@ -149,16 +149,16 @@ func (lr *liveRun) finish(res *trellis.Result, err error) {
 	if err != nil && !started && !errors.As(err, &p) {
 		// a run taken over from a server that died may have finished
 		// there before it could say so: the thread's checkpoints tell
-		if head, herr := m.s.cfg.Runtime.State(ctx, lr.rec.Thread); herr == nil &&
+		if head, herr := m.s.eng().Store.Head(ctx, lr.rec.Thread); herr == nil &&
 			head.Run == lr.rec.ID && len(head.Next) == 0 {
-			res, err = &trellis.Result{State: head.Values, Checkpoint: head.Seq}, nil
+			res, err = &engine.Result{State: head.Values, Checkpoint: head.Seq}, nil
 		}
 	}
 	var state map[string]any
 	var checkpoint uint64
 	if res != nil {
 		state, checkpoint = res.State, res.Checkpoint
-	} else if head, herr := m.s.cfg.Runtime.State(ctx, lr.rec.Thread); herr == nil {
+	} else if head, herr := m.s.eng().Store.Head(ctx, lr.rec.Thread); herr == nil {
 		checkpoint = head.Seq
 	}
 	lr.mu.Lock()

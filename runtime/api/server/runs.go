@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/value"
 	"go.opentelemetry.io/otel"
@@ -174,7 +174,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id stri
 		}
 		if rec.Status.Done() {
 			var state map[string]any
-			if snap, err := s.cfg.Runtime.StateAt(ctx, rec.Thread, rec.Checkpoint); err == nil && rec.Checkpoint > 0 {
+			if snap, err := s.eng().Store.StateAt(ctx, rec.Thread, rec.Checkpoint); err == nil && rec.Checkpoint > 0 {
 				state = snap.Values
 			}
 			info := runInfo(*rec, state)
@@ -440,7 +440,7 @@ func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller,
 		}
 		for _, ev := range evs {
 			typ := eventType(ev.Data)
-			if !done && (typ == string(trellis.RunEnd) || typ == string(trellis.RunError)) {
+			if !done && (typ == string(engine.RunEnd) || typ == string(engine.RunError)) {
 				break // told once the run is recorded as ended
 			}
 			if out.event(ev.Seq, typ, ev.Data) != nil {

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
@@ -20,11 +23,23 @@ const maxTTL = 10 * 365 * 24 * time.Hour
 
 // memory is the store's memory, or an error saying it keeps none.
 func (s *Server) memory() (store.Memory, error) {
-	m, ok := store.MemoryOf(s.cfg.Runtime.Store())
+	m, ok := store.MemoryOf(s.eng().Store)
 	if !ok {
 		return nil, &api.Error{Code: api.CodeUnavailable, Message: "this server's store keeps no memory"}
 	}
 	return m, nil
+}
+
+// withTenantMemory is ctx whose runs read and write tenant's memory in
+// the store, so that no tenant sees another's (as
+// trellis.Runtime.WithTenantMemory gives it); ctx as it is on a store
+// that keeps none.
+func (s *Server) withTenantMemory(ctx context.Context, tenant string) context.Context {
+	m, ok := store.MemoryOf(s.eng().Store)
+	if !ok {
+		return ctx
+	}
+	return kind.WithMemory(ctx, engine.Memory(m, tenant))
 }
 
 // memoryError says why the store refused a namespace, key or document.

@@ -18,8 +18,6 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
-	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/schemas"
@@ -219,7 +217,7 @@ func TestEveryRouteTakesBoundaryValues(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	const maxBody = 64 << 10
-	h := newHarness(t, "sqlite", nil, func(c *Config) { c.Speech, c.Page, c.MaxBody = speech.NewOffline(), page.Handler(), maxBody })
+	h := newHarness(t, "sqlite", nil, func(c *Config) { c.Speech, c.Page, c.MaxBody = smallSpeech{}, smallPage("voice"), maxBody })
 	access := map[string]access{}
 	for _, rt := range h.srv.routes() {
 		access[rt.method+" "+rt.path] = rt.access
