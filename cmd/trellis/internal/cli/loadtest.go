@@ -27,7 +27,6 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/api"
-	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/schema"
 )
 
