@@ -39,3 +39,19 @@ func BenchmarkPrune(b *testing.B) {
 		}
 	})
 }
+
+// go test ./runtime/store/postgres -run '^$' -bench PruneIdle -benchtime 300x
+// ("durable": on a server with PostgreSQL's default durability, each
+// commit waiting for its WAL to reach the disk)
+func BenchmarkPruneIdle(b *testing.B) {
+	for name, database := range map[string]func(testing.TB) string{"fast": pgtest.Database, "durable": pgtest.DurableDatabase} {
+		b.Run(name, func(b *testing.B) {
+			st, err := postgres.Open(context.Background(), database(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			storetest.BenchPruneIdle(b, st)
+		})
+	}
+}
