@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -16,6 +17,10 @@ type IdleOptions struct {
 	TTL time.Duration
 	// Page is how many idle threads one listing reads (0: 100).
 	Page int
+	// Batch is how many threads a store that deletes several in one
+	// request (IdlePruner) is given at once (0: 8); Pace is then called
+	// after each batch. Other stores delete one thread at a time.
+	Batch int
 	// Pace, when set, is called after each thread with the time its
 	// deletion took, and returns once the next may begin (see Pacer), or
 	// with an error that stops the prune. On a store that runs one write
@@ -53,6 +58,11 @@ func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, err
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	owner := "prune of idle threads " + hex.EncodeToString(b[:])
+	batch := opts.Batch
+	if batch <= 0 {
+		batch = 8
+	}
+	bp, _ := st.(IdlePruner)
 	n := 0
 	var after *ThreadInfo
 	for {
@@ -60,7 +70,37 @@ func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, err
 		if err != nil {
 			return n, fmt.Errorf("list idle threads: %w", err)
 		}
+		for i := 0; bp != nil && i < len(idle); i += batch {
+			ids := make([]string, 0, batch)
+			for _, t := range idle[i:min(i+batch, len(idle))] {
+				ids = append(ids, t.ID)
+			}
+			// in one order, so that two prunes never wait for each other's
+			// threads in turn
+			slices.Sort(ids)
+			start := time.Now()
+			deleted, err := bp.PruneIdle(ctx, ids, owner, cutoff)
+			if err != nil {
+				return n, fmt.Errorf("prune idle threads %q: %w", ids, err)
+			}
+			n += len(deleted)
+			if opts.Deleted != nil {
+				for _, id := range deleted {
+					opts.Deleted(id)
+				}
+			}
+			if opts.Pace != nil {
+				if err := opts.Pace(ctx, time.Since(start)); err != nil {
+					return n, err
+				}
+			} else if err := ctx.Err(); err != nil {
+				return n, err
+			}
+		}
 		for _, t := range idle {
+			if bp != nil {
+				break
+			}
 			start := time.Now()
 			var hold Hold
 			deleted, err := pruneIdle(WithHold(ctx, &hold), st, t.ID, owner, cutoff)
@@ -90,6 +130,17 @@ func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, err
 		}
 		after = &idle[len(idle)-1]
 	}
+}
+
+// IdlePruner is a store that deletes several idle threads in one
+// request, which PruneIdleThreads then uses.
+type IdlePruner interface {
+	// PruneIdle deletes, of threads and in their order, those not written
+	// since cutoff, each as Delete does and under its lease taken for
+	// owner as Acquire takes it: a thread whose lease another holder has,
+	// or with a queued or running run, is left. Each thread is deleted
+	// whole or not at all. It returns the threads it deleted.
+	PruneIdle(ctx context.Context, threads []string, owner string, cutoff time.Time) ([]string, error)
 }
 
 // pruneIdle deletes one thread under its lease if it is still idle.

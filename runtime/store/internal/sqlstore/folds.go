@@ -43,6 +43,10 @@ type Span struct {
 	Chain uint64 `json:"c,omitempty"`
 	// Tail counts the append rows after max(Base, Chain).
 	Tail int `json:"t,omitempty"`
+	// Seqs are the checkpoints of those rows, in order, for a store that
+	// reads rows by checkpoint (see Spans.Checkpoints); a fold recorded
+	// before they were kept has none.
+	Seqs []uint64 `json:"s,omitempty"`
 }
 
 // Spans is a fold: every field's span.
@@ -85,6 +89,7 @@ func (s Spans) Advance(rows []KeyRow) Spans {
 		sp := out[r.Field]
 		if r.Append {
 			sp.Tail++
+			sp.Seqs = append(slices.Clip(sp.Seqs), r.Seq)
 		} else {
 			sp = Span{Base: r.Seq}
 		}
@@ -134,6 +139,25 @@ func (s Spans) Rows(c uint64) []Range {
 		}
 	}
 	return out
+}
+
+// Checkpoints lists the checkpoints that hold the rows Rows names: each
+// field's base and the checkpoints of its tail, sorted, without repeats.
+// It reports false when a span does not know its tail's checkpoints (a
+// fold recorded before they were kept).
+func (s Spans) Checkpoints() ([]uint64, bool) {
+	var out []uint64
+	for _, sp := range s {
+		if len(sp.Seqs) != sp.Tail {
+			return nil, false
+		}
+		if sp.Base > 0 {
+			out = append(out, sp.Base)
+		}
+		out = append(out, sp.Seqs...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), true
 }
 
 // Segments lists, per field, the range of checkpoints its segments cover.
