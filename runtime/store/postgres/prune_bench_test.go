@@ -48,12 +48,22 @@ func BenchmarkPrune(b *testing.B) {
 func BenchmarkPruneIdle(b *testing.B) {
 	for name, database := range map[string]func(testing.TB) string{"fast": pgtest.Database, "durable": pgtest.DurableDatabase} {
 		b.Run(name, func(b *testing.B) {
-			st, err := postgres.Open(context.Background(), database(b))
+			url := database(b)
+			st, err := postgres.Open(context.Background(), url)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer st.Close()
-			storetest.BenchPruneIdle(b, st)
+			storetest.BenchPruneIdle(b, st, func(b *testing.B) {
+				conn, err := pgx.Connect(context.Background(), url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer conn.Close(context.Background())
+				if _, err := conn.Exec(context.Background(), `ANALYZE`); err != nil {
+					b.Fatal(err)
+				}
+			})
 		})
 	}
 }

@@ -343,8 +343,9 @@ func BenchPrune(b *testing.B, st store.Store, fill func(b *testing.B, thread str
 // run a turn with its events): an op is one thread deleted, so ns/op
 // is the time per thread and 60e9/(ns/op) the threads a minute. The
 // threads are written beforehand, outside the timing, with several
-// writers at once.
-func BenchPruneIdle(b *testing.B, st store.Store) {
+// writers at once; settle, when set, is called then (to have a database
+// gather its statistics, as it would have long since).
+func BenchPruneIdle(b *testing.B, st store.Store, settle func(b *testing.B)) {
 	cat, _ := st.(store.Catalog)
 	when := time.Now().Add(-time.Hour).UTC()
 	ids := make(chan int)
@@ -370,6 +371,9 @@ func BenchPruneIdle(b *testing.B, st store.Store) {
 		if err := <-errs; err != nil {
 			b.Fatal(err)
 		}
+	}
+	if settle != nil {
+		settle(b)
 	}
 	b.ResetTimer()
 	n, err := store.PruneIdleThreads(ctx, st, store.IdleOptions{TTL: time.Minute})
