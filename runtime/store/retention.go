@@ -41,9 +41,10 @@ func PruneIdle(ctx context.Context, st Store, ttl time.Duration) (int, error) {
 
 // PruneIdleThreads deletes the root threads not written for opts.TTL,
 // each with everything the store keeps of it (see Store.Delete), one
-// thread per transaction, a page of them listed at a time, and returns
-// how many it deleted. The threads of child flows go with their root,
-// never on their own.
+// thread per transaction (or, on an IdlePruner, opts.Batch threads per
+// request, each deleted whole or not at all), a page of them listed at
+// a time, and returns how many it deleted. The threads of child flows go
+// with their root, never on their own.
 //
 // It holds each thread's lease while it deletes it, as a run holds it
 // while it runs: a thread a run holds is left, one written between the
@@ -62,7 +63,10 @@ func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, err
 	if batch <= 0 {
 		batch = 8
 	}
-	bp, _ := st.(IdlePruner)
+	bp, ok := st.(IdlePruner)
+	if !ok {
+		batch = 1
+	}
 	n := 0
 	var after *ThreadInfo
 	for {
@@ -70,47 +74,34 @@ func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, err
 		if err != nil {
 			return n, fmt.Errorf("list idle threads: %w", err)
 		}
-		for i := 0; bp != nil && i < len(idle); i += batch {
-			ids := make([]string, 0, batch)
-			for _, t := range idle[i:min(i+batch, len(idle))] {
-				ids = append(ids, t.ID)
-			}
-			// in one order, so that two prunes never wait for each other's
-			// threads in turn
-			slices.Sort(ids)
+		for part := range slices.Chunk(idle, batch) {
 			start := time.Now()
-			deleted, err := bp.PruneIdle(ctx, ids, owner, cutoff)
-			if err != nil {
-				return n, fmt.Errorf("prune idle threads %q: %w", ids, err)
+			var hold Hold
+			var deleted []string
+			if bp != nil {
+				ids := make([]string, len(part))
+				for i, t := range part {
+					ids[i] = t.ID
+				}
+				// in one order, so that two prunes never wait for each
+				// other's threads in turn
+				slices.Sort(ids)
+				if deleted, err = bp.PruneIdle(ctx, ids, owner, cutoff); err != nil {
+					return n, fmt.Errorf("prune idle threads %q: %w", ids, err)
+				}
+			} else {
+				gone, err := pruneIdle(WithHold(ctx, &hold), st, part[0].ID, owner, cutoff)
+				if err != nil {
+					return n, err
+				}
+				if gone {
+					deleted = []string{part[0].ID}
+				}
 			}
 			n += len(deleted)
 			if opts.Deleted != nil {
 				for _, id := range deleted {
 					opts.Deleted(id)
-				}
-			}
-			if opts.Pace != nil {
-				if err := opts.Pace(ctx, time.Since(start)); err != nil {
-					return n, err
-				}
-			} else if err := ctx.Err(); err != nil {
-				return n, err
-			}
-		}
-		for _, t := range idle {
-			if bp != nil {
-				break
-			}
-			start := time.Now()
-			var hold Hold
-			deleted, err := pruneIdle(WithHold(ctx, &hold), st, t.ID, owner, cutoff)
-			if err != nil {
-				return n, err
-			}
-			if deleted {
-				n++
-				if opts.Deleted != nil {
-					opts.Deleted(t.ID)
 				}
 			}
 			if opts.Pace != nil {
