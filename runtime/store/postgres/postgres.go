@@ -138,7 +138,7 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	if err != nil {
 		return err
 	}
-	writes, err := encodeWrites(cp.Writes)
+	writes, err := sqlstore.EncodeWrites(cp.Writes)
 	if err != nil {
 		return err
 	}
@@ -389,7 +389,7 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*loaded, e
 		var fr []sqlstore.FieldRow
 		if fr, err = checkpointRows(br, nil); err == nil {
 			if sp == nil {
-				fr = fromBase(fr)
+				fr = sqlstore.FromBase(fr)
 			}
 			for _, r := range fr {
 				if pick == nil || pick(r) {
@@ -436,23 +436,11 @@ func checkpointRows(br pgx.BatchResults, keep func(string) bool) ([]sqlstore.Fie
 		if err := q.Scan(&seq, &b); err != nil {
 			return nil, err
 		}
-		if out, err = decodeWrites(uint64(seq), b, keep, out); err != nil {
+		if out, err = sqlstore.DecodeWrites(uint64(seq), b, keep, out); err != nil {
 			return nil, err
 		}
 	}
 	return out, q.Err()
-}
-
-// fromBase leaves out of a thread's rows those before each field's
-// newest full write, which the fold would replace.
-func fromBase(rows []sqlstore.FieldRow) []sqlstore.FieldRow {
-	base := map[string]uint64{}
-	for _, r := range rows {
-		if !r.Append && r.Seq > base[r.Field] {
-			base[r.Field] = r.Seq
-		}
-	}
-	return slices.DeleteFunc(rows, func(r sqlstore.FieldRow) bool { return r.Seq < base[r.Field] })
 }
 
 func toInt64s(us []uint64) []int64 {
@@ -672,7 +660,7 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 			rows.Close()
 			return nil, err
 		}
-		frs, err := decodeWrites(cp.Seq, writes, nil, nil)
+		frs, err := sqlstore.DecodeWrites(cp.Seq, writes, nil, nil)
 		if err == nil {
 			err = sqlstore.AttachWrites([]*store.Checkpoint{cp}, frs)
 		}
@@ -802,7 +790,7 @@ func (s *Store) writeBase(ctx context.Context, thread string, keep int) (int64, 
 	if err != nil {
 		return 0, err
 	}
-	base, err := encodeWrites(store.BaseWrites(l.f.Snapshot(thread)))
+	base, err := sqlstore.EncodeWrites(store.BaseWrites(l.f.Snapshot(thread)))
 	if err != nil {
 		return 0, err
 	}

@@ -27,7 +27,7 @@ func BenchmarkPrune(b *testing.B) {
 	defer conn.Close(ctx)
 	storetest.BenchPrune(b, st, func(b *testing.B, thread string, n int) {
 		for _, q := range []string{
-			// the writes as the store keeps them (writes.go): n each
+			// the writes as the store keeps them (sqlstore.EncodeWrites): n each
 			// time, an item appended to log every hundred
 			`INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta, writes)
 			SELECT c.thread, s.i, s.i - 1, c.run, s.i, c.source, c.at + s.i, c.meta, convert_to(CASE WHEN s.i % 100 = 0

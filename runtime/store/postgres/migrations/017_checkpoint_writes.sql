@@ -1,4 +1,4 @@
--- A checkpoint's writes move into its row (see writes.go): a row of its
+-- A checkpoint's writes move into its row (sqlstore.EncodeWrites): a row of its
 -- own and two index entries for each write cost more than most values
 -- (some 180 bytes a write, for values of 100). They are a JSON list of
 -- [field, version, append, value] lists, by field, as bytea: text, not

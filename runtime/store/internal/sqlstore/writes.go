@@ -1,4 +1,4 @@
-package postgres
+package sqlstore
 
 import (
 	"encoding/json"
@@ -7,25 +7,24 @@ import (
 	"strings"
 
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
 )
 
-// A checkpoint's writes are stored in its own row (migration 017), as
-// one JSON list of [field, version, append, value] lists, by field:
-// a row and two index entries a write cost more than most values, and
-// the writes of one checkpoint are read together but for a fold's
-// reads, which name the checkpoints they need (sqlstore.Spans). No
-// writes is the empty string.
+// A checkpoint's writes are stored in its own row, as one JSON list of
+// [field, version, append, value] lists, by field: a row and two index
+// entries a write cost more than most values, and the writes of one
+// checkpoint are read together but for a fold's reads, which name the
+// checkpoints they need (Spans.Checkpoints). No writes is the empty
+// string.
 
-// encodeWrites serialises a checkpoint's writes for its row.
-func encodeWrites(ws []store.Write) ([]byte, error) {
+// EncodeWrites serialises a checkpoint's writes for its row.
+func EncodeWrites(ws []store.Write) ([]byte, error) {
 	if len(ws) == 0 {
 		return []byte{}, nil
 	}
 	sorted := slices.SortedFunc(slices.Values(ws), func(a, b store.Write) int { return strings.Compare(a.Field, b.Field) })
 	out := []byte{'['}
 	for i, w := range sorted {
-		v, err := sqlstore.Encode(w)
+		v, err := Encode(w)
 		if err != nil {
 			return nil, err
 		}
@@ -45,9 +44,9 @@ func encodeWrites(ws []store.Write) ([]byte, error) {
 	return append(out, ']'), nil
 }
 
-// decodeWrites reads the writes of checkpoint seq from its row, adding
+// DecodeWrites reads the writes of checkpoint seq from its row, adding
 // those keep accepts (all when keep is nil) to rows.
-func decodeWrites(seq uint64, b []byte, keep func(field string) bool, rows []sqlstore.FieldRow) ([]sqlstore.FieldRow, error) {
+func DecodeWrites(seq uint64, b []byte, keep func(field string) bool, rows []FieldRow) ([]FieldRow, error) {
 	if len(b) == 0 {
 		return rows, nil
 	}
@@ -56,7 +55,7 @@ func decodeWrites(seq uint64, b []byte, keep func(field string) bool, rows []sql
 		return nil, fmt.Errorf("writes of checkpoint %d: %w", seq, err)
 	}
 	for _, w := range ws {
-		var r sqlstore.FieldRow
+		var r FieldRow
 		if len(w) != 4 {
 			return nil, fmt.Errorf("writes of checkpoint %d: a write of %d parts", seq, len(w))
 		}
@@ -76,4 +75,16 @@ func decodeWrites(seq uint64, b []byte, keep func(field string) bool, rows []sql
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// FromBase leaves out of a thread's rows those before each field's
+// newest full write, which the fold would replace.
+func FromBase(rows []FieldRow) []FieldRow {
+	base := map[string]uint64{}
+	for _, r := range rows {
+		if !r.Append && r.Seq > base[r.Field] {
+			base[r.Field] = r.Seq
+		}
+	}
+	return slices.DeleteFunc(rows, func(r FieldRow) bool { return r.Seq < base[r.Field] })
 }
