@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -539,27 +538,10 @@ func (s *Store) commitFold(ctx context.Context, cp *store.Checkpoint, args []any
 	return moved, conn.SendBatch(ctx, &put).Close()
 }
 
-// dueRows reads the rows a fold joins into segments: those of the
-// checkpoints its spans name, or when a span does not name them all,
-// of every checkpoint the due ranges cover.
+// dueRows reads the rows a fold joins into segments.
 func (s *Store) dueRows(ctx context.Context, conn *pgxpool.Conn, thread string, p *sqlstore.FoldPlan) ([]sqlstore.FieldRow, error) {
-	var seqs []int64
-	lo, hi := p.Due[0].Lo, p.Due[0].Hi
-	whole := true
-	for _, r := range p.Due {
-		sp := p.Spans[r.Field]
-		if len(sp.Seqs) != sp.Tail {
-			whole = false
-		}
-		seqs = append(seqs, toInt64s(sp.Seqs)...)
-		lo, hi = min(lo, r.Lo), max(hi, r.Hi)
-	}
-	q, args := `SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq = ANY($2)`, []any{thread, seqs}
-	if !whole {
-		q, args = `SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq BETWEEN $2 AND $3`, []any{thread, int64(lo), int64(hi)}
-	}
 	var b pgx.Batch
-	b.Queue(q, args...)
+	b.Queue(`SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq = ANY($2)`, thread, toInt64s(p.DueCheckpoints()))
 	br := conn.SendBatch(ctx, &b)
 	rows, err := checkpointRows(br, nil)
 	if cerr := br.Close(); err == nil {
@@ -568,9 +550,7 @@ func (s *Store) dueRows(ctx context.Context, conn *pgxpool.Conn, thread string, 
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(rows, func(r sqlstore.FieldRow) bool {
-		return !slices.ContainsFunc(p.Due, func(d sqlstore.Range) bool { return d.Field == r.Field && r.Seq >= d.Lo && r.Seq <= d.Hi })
-	}), nil
+	return p.DueRows(rows), nil
 }
 
 // addRows reads the field rows of a batch's next query into l.

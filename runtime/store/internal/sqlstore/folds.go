@@ -222,8 +222,8 @@ type FoldTx interface {
 	// Keys lists the rows after one checkpoint up to another, by field,
 	// then sequence.
 	Keys(ctx context.Context, thread string, after, upto uint64) ([]KeyRow, error)
-	// Rows reads a range of one field's rows in sequence order.
-	Rows(ctx context.Context, thread string, r Range) ([]FieldRow, error)
+	// Rows reads the rows of the listed checkpoints.
+	Rows(ctx context.Context, thread string, seqs []uint64) ([]FieldRow, error)
 	PutSegment(ctx context.Context, thread string, r Range, version uint64, items []byte) error
 	PutFold(ctx context.Context, thread string, seq uint64, spans []byte) error
 }
@@ -241,19 +241,17 @@ func RecordFold(ctx context.Context, tx FoldTx, thread string, c uint64) error {
 	if err != nil {
 		return err
 	}
-	p, err := PlanFold(c, stored, keys, false)
+	p, err := PlanFold(c, stored, keys, true)
 	if err != nil {
 		return err
 	}
 	var rows []FieldRow
-	for _, r := range p.Due {
-		rs, err := tx.Rows(ctx, thread, r)
-		if err != nil {
+	if len(p.Due) > 0 {
+		if rows, err = tx.Rows(ctx, thread, p.DueCheckpoints()); err != nil {
 			return err
 		}
-		rows = append(rows, rs...)
 	}
-	spans, segs, err := p.Finish(rows)
+	spans, segs, err := p.Finish(p.DueRows(rows))
 	if err != nil {
 		return err
 	}
@@ -289,6 +287,32 @@ func PlanFold(c uint64, stored []byte, keys []KeyRow, seqs bool) (*FoldPlan, err
 	}
 	s = s.Advance(keys, seqs)
 	return &FoldPlan{C: c, Spans: s, Due: s.Due(c)}, nil
+}
+
+// DueCheckpoints lists the checkpoints that hold the rows due to be
+// joined into segments: those the spans name, or every checkpoint of a
+// due range whose span does not name them (a fold recorded before they
+// were kept).
+func (p *FoldPlan) DueCheckpoints() []uint64 {
+	var out []uint64
+	for _, r := range p.Due {
+		if sp := p.Spans[r.Field]; len(sp.Seqs) == sp.Tail {
+			out = append(out, sp.Seqs...)
+			continue
+		}
+		for seq := r.Lo; seq <= r.Hi; seq++ {
+			out = append(out, seq)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// DueRows keeps of rows those of the due ranges.
+func (p *FoldPlan) DueRows(rows []FieldRow) []FieldRow {
+	return slices.DeleteFunc(rows, func(r FieldRow) bool {
+		return !slices.ContainsFunc(p.Due, func(d Range) bool { return d.Field == r.Field && r.Seq >= d.Lo && r.Seq <= d.Hi })
+	})
 }
 
 // A NewSegment is a segment to store: the rows of Range joined, packed,
