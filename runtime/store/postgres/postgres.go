@@ -370,7 +370,9 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*loaded, e
 			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
 			JOIN segments g ON g.thread = $1 AND g.field = p.field AND g.last BETWEEN p.lo AND p.hi AND g.first >= p.lo`,
 			thread, gf, glo, ghi)
-		body.Queue(`SELECT seq, writes FROM checkpoints WHERE thread = $1 AND (seq = ANY($2) OR seq > $3 AND seq <= $4)`,
+		body.Queue(`SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq = ANY($2)
+			UNION ALL
+			SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq > $3 AND seq <= $4`,
 			thread, toInt64s(read), *c, at)
 	}
 	pending := seq == 0 && len(cp.Next) > 0

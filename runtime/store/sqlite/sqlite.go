@@ -76,7 +76,10 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB) error {
 			SELECT g.field, g.last, g.version, 1, g.items
 			FROM json_each(?2) p CROSS JOIN segments g
 				ON g.thread = ?1 AND g.field = p.value->>0 AND g.last BETWEEN p.value->>1 AND p.value->>2 AND g.first >= p.value->>1`},
-		{&st.foldedState, `SELECT seq, writes FROM checkpoints WHERE thread = ?1 AND (seq IN (SELECT value FROM json_each(?2)) OR seq > ?3 AND seq <= ?4)`},
+		{&st.foldedState, `
+			SELECT seq, writes FROM checkpoints WHERE thread = ?1 AND seq IN (SELECT value FROM json_each(?2))
+			UNION ALL
+			SELECT seq, writes FROM checkpoints WHERE thread = ?1 AND seq > ?3 AND seq <= ?4`},
 		// recording a fold
 		{&st.foldKeys, `SELECT seq, writes FROM checkpoints WHERE thread = ? AND seq > ? AND seq <= ?`},
 		{&st.foldRows, `SELECT seq, writes FROM checkpoints WHERE thread = ?1 AND seq IN (SELECT value FROM json_each(?2))`},
