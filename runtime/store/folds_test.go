@@ -19,7 +19,8 @@ import (
 )
 
 // A long thread's state is read through its segments, not its rows: once
-// the append rows a segment covers are removed behind the store's back, a
+// the append rows a segment covers are removed behind the store's back,
+// and the checkpoints its newest fold does not name are made unreadable, a
 // store that has never seen the thread still reads the whole state. The
 // segments are packed; one rewritten as JSON, as segments were first
 // stored, still reads.
@@ -76,6 +77,11 @@ func TestColdReadUsesSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 		removed, _ := res.RowsAffected()
+		// nor are the checkpoints the fold does not name read at all
+		if _, err := db.Exec(`UPDATE checkpoints SET writes = 'not JSON' WHERE thread = 't' AND seq > 1
+			AND seq < (SELECT max(last) FROM segments WHERE thread = 't')`); err != nil {
+			t.Fatal(err)
+		}
 		var items []byte
 		if err := db.QueryRow(`SELECT items FROM segments WHERE thread = 't' AND field = 'log' ORDER BY last LIMIT 1`).Scan(&items); err != nil {
 			t.Fatal(err)
@@ -104,6 +110,11 @@ func TestColdReadUsesSegments(t *testing.T) {
 			WHERE thread = 't' AND writes <> '' AND convert_from(writes, 'UTF8')::jsonb @> '[["log"]]'
 			AND seq <= (SELECT max(last) FROM segments WHERE thread = 't' AND field = 'log')`)
 		if err != nil {
+			t.Fatal(err)
+		}
+		// nor are the checkpoints the fold does not name read at all
+		if _, err := conn.Exec(ctx, `UPDATE checkpoints SET writes = 'not JSON' WHERE thread = 't' AND seq > 1
+			AND seq < (SELECT max(last) FROM segments WHERE thread = 't')`); err != nil {
 			t.Fatal(err)
 		}
 		var items []byte
