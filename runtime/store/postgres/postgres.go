@@ -512,7 +512,7 @@ func (s *Store) commitFold(ctx context.Context, cp *store.Checkpoint, args []any
 	for i, r := range since {
 		keys[i] = sqlstore.KeyRow{Field: r.Field, Seq: r.Seq, Append: r.Append}
 	}
-	p, err := sqlstore.PlanFold(cp.Seq, stored, keys, true)
+	p, err := sqlstore.PlanFold(cp.Seq, stored, keys)
 	if err != nil {
 		return 0, err
 	}

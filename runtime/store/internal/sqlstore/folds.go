@@ -43,9 +43,9 @@ type Span struct {
 	Chain uint64 `json:"c,omitempty"`
 	// Tail counts the append rows after max(Base, Chain).
 	Tail int `json:"t,omitempty"`
-	// Seqs are the checkpoints of those rows, in order, kept for a store
-	// that reads rows by checkpoint (see Spans.Checkpoints); a fold
-	// recorded before they were kept, or for another store, has none.
+	// Seqs are the checkpoints of those rows, in order: the stores read
+	// rows by checkpoint (see Spans.Checkpoints). A fold recorded before
+	// they were kept has none.
 	Seqs []uint64 `json:"s,omitempty"`
 }
 
@@ -79,9 +79,8 @@ func DecodeSpans(b []byte) (Spans, error) {
 func (s Spans) Encode() ([]byte, error) { return json.Marshal(s) }
 
 // Advance returns the spans after the rows written since the fold (in
-// sequence order within each field); with seqs, the spans list their
-// tails' checkpoints (Span.Seqs).
-func (s Spans) Advance(rows []KeyRow, seqs bool) Spans {
+// sequence order within each field).
+func (s Spans) Advance(rows []KeyRow) Spans {
 	out := make(Spans, len(s))
 	for f, sp := range s {
 		out[f] = sp
@@ -90,9 +89,7 @@ func (s Spans) Advance(rows []KeyRow, seqs bool) Spans {
 		sp := out[r.Field]
 		if r.Append {
 			sp.Tail++
-			if seqs {
-				sp.Seqs = append(slices.Clip(sp.Seqs), r.Seq)
-			}
+			sp.Seqs = append(slices.Clip(sp.Seqs), r.Seq)
 		} else {
 			sp = Span{Base: r.Seq}
 		}
@@ -241,7 +238,7 @@ func RecordFold(ctx context.Context, tx FoldTx, thread string, c uint64) error {
 	if err != nil {
 		return err
 	}
-	p, err := PlanFold(c, stored, keys, true)
+	p, err := PlanFold(c, stored, keys)
 	if err != nil {
 		return err
 	}
@@ -275,9 +272,8 @@ type FoldPlan struct {
 
 // PlanFold plans the fold at c from the stored spans of the newest fold
 // before it (nil when there is none) and the keys of the rows written
-// after that fold, up to c; with seqs, for a store that reads rows by
-// checkpoint, the spans list their tails' checkpoints.
-func PlanFold(c uint64, stored []byte, keys []KeyRow, seqs bool) (*FoldPlan, error) {
+// after that fold, up to c.
+func PlanFold(c uint64, stored []byte, keys []KeyRow) (*FoldPlan, error) {
 	s := Spans{}
 	if stored != nil {
 		var err error
@@ -285,7 +281,7 @@ func PlanFold(c uint64, stored []byte, keys []KeyRow, seqs bool) (*FoldPlan, err
 			return nil, err
 		}
 	}
-	s = s.Advance(keys, seqs)
+	s = s.Advance(keys)
 	return &FoldPlan{C: c, Spans: s, Due: s.Due(c)}, nil
 }
 
