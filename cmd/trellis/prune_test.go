@@ -42,10 +42,9 @@ func TestPruneInterruptedAndFinished(t *testing.T) {
 	}
 	for _, q := range []string{
 		`WITH RECURSIVE s(i) AS (SELECT 3 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
-		INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta)
-		SELECT c.thread, s.i, s.i - 1, c.run, s.i, c.source, c.at + s.i, c.meta FROM s, checkpoints c WHERE c.thread = 'long' AND c.seq = 2`,
-		`WITH RECURSIVE s(i) AS (SELECT 3 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
-		INSERT INTO writes (thread, seq, field, version, append, value) SELECT 'long', i, 'n', i, 0, CAST(i AS TEXT) FROM s`,
+		INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta, writes)
+		SELECT c.thread, s.i, s.i - 1, c.run, s.i, c.source, c.at + s.i, c.meta, format('[["n",%d,false,%d]]', s.i, s.i)
+		FROM s, checkpoints c WHERE c.thread = 'long' AND c.seq = 2`,
 		`UPDATE threads SET head = ?1 WHERE id = 'long'`,
 	} {
 		if _, err := db.Exec(q, n); err != nil {

@@ -19,7 +19,8 @@ import (
 )
 
 // A long thread's state is read through its segments, not its rows: once
-// the append rows a segment covers are removed behind the store's back, a
+// the append rows a segment covers are removed behind the store's back,
+// and the checkpoints its newest fold does not name are made unreadable, a
 // store that has never seen the thread still reads the whole state. The
 // segments are packed; one rewritten as JSON, as segments were first
 // stored, still reads.
@@ -66,12 +67,21 @@ func TestColdReadUsesSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		res, err := db.Exec(`DELETE FROM writes WHERE thread = 't' AND field = 'log' AND append = 1
+		// the writes are in their checkpoints' rows: the appends to log
+		// are taken out of them
+		res, err := db.Exec(`UPDATE checkpoints SET writes = (SELECT json_group_array(json(w.value)) FROM json_each(checkpoints.writes) w
+				WHERE NOT (w.value->>0 = 'log' AND w.value->>2))
+			WHERE thread = 't' AND writes <> '' AND EXISTS (SELECT 1 FROM json_each(checkpoints.writes) w WHERE w.value->>0 = 'log' AND w.value->>2)
 			AND seq <= (SELECT max(last) FROM segments WHERE thread = 't' AND field = 'log')`)
 		if err != nil {
 			t.Fatal(err)
 		}
 		removed, _ := res.RowsAffected()
+		// nor are the checkpoints the fold does not name read at all
+		if _, err := db.Exec(`UPDATE checkpoints SET writes = 'not JSON' WHERE thread = 't' AND seq > 1
+			AND seq < (SELECT max(last) FROM segments WHERE thread = 't')`); err != nil {
+			t.Fatal(err)
+		}
 		var items []byte
 		if err := db.QueryRow(`SELECT items FROM segments WHERE thread = 't' AND field = 'log' ORDER BY last LIMIT 1`).Scan(&items); err != nil {
 			t.Fatal(err)
@@ -93,9 +103,18 @@ func TestColdReadUsesSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		tag, err := conn.Exec(ctx, `DELETE FROM writes WHERE thread = 't' AND field = 'log' AND append
+		// the writes are in their checkpoints' rows: the appends to log
+		// are taken out of them
+		tag, err := conn.Exec(ctx, `UPDATE checkpoints SET writes = convert_to(coalesce((SELECT jsonb_agg(w)
+				FROM jsonb_array_elements(convert_from(writes, 'UTF8')::jsonb) w WHERE NOT (w->>0 = 'log' AND (w->2)::boolean)), '[]')::text, 'UTF8')
+			WHERE thread = 't' AND writes <> '' AND convert_from(writes, 'UTF8')::jsonb @> '[["log"]]'
 			AND seq <= (SELECT max(last) FROM segments WHERE thread = 't' AND field = 'log')`)
 		if err != nil {
+			t.Fatal(err)
+		}
+		// nor are the checkpoints the fold does not name read at all
+		if _, err := conn.Exec(ctx, `UPDATE checkpoints SET writes = 'not JSON' WHERE thread = 't' AND seq > 1
+			AND seq < (SELECT max(last) FROM segments WHERE thread = 't')`); err != nil {
 			t.Fatal(err)
 		}
 		var items []byte

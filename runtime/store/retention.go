@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -16,6 +17,10 @@ type IdleOptions struct {
 	TTL time.Duration
 	// Page is how many idle threads one listing reads (0: 100).
 	Page int
+	// Batch is how many threads a store that deletes several in one
+	// request (IdlePruner) is given at once (0: 8); Pace is then called
+	// after each batch. Other stores delete one thread at a time.
+	Batch int
 	// Pace, when set, is called after each thread with the time its
 	// deletion took, and returns once the next may begin (see Pacer), or
 	// with an error that stops the prune. On a store that runs one write
@@ -36,9 +41,10 @@ func PruneIdle(ctx context.Context, st Store, ttl time.Duration) (int, error) {
 
 // PruneIdleThreads deletes the root threads not written for opts.TTL,
 // each with everything the store keeps of it (see Store.Delete), one
-// thread per transaction, a page of them listed at a time, and returns
-// how many it deleted. The threads of child flows go with their root,
-// never on their own.
+// thread per transaction (or, on an IdlePruner, opts.Batch threads per
+// request, each deleted whole or not at all), a page of them listed at
+// a time, and returns how many it deleted. The threads of child flows go
+// with their root, never on their own.
 //
 // It holds each thread's lease while it deletes it, as a run holds it
 // while it runs: a thread a run holds is left, one written between the
@@ -53,6 +59,14 @@ func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, err
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	owner := "prune of idle threads " + hex.EncodeToString(b[:])
+	batch := opts.Batch
+	if batch <= 0 {
+		batch = 8
+	}
+	bp, ok := st.(IdlePruner)
+	if !ok {
+		batch = 1
+	}
 	n := 0
 	var after *ThreadInfo
 	for {
@@ -60,17 +74,34 @@ func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, err
 		if err != nil {
 			return n, fmt.Errorf("list idle threads: %w", err)
 		}
-		for _, t := range idle {
+		for part := range slices.Chunk(idle, batch) {
 			start := time.Now()
 			var hold Hold
-			deleted, err := pruneIdle(WithHold(ctx, &hold), st, t.ID, owner, cutoff)
-			if err != nil {
-				return n, err
+			var deleted []string
+			if bp != nil {
+				ids := make([]string, len(part))
+				for i, t := range part {
+					ids[i] = t.ID
+				}
+				// in one order, so that two prunes never wait for each
+				// other's threads in turn
+				slices.Sort(ids)
+				if deleted, err = bp.PruneIdle(ctx, ids, owner, cutoff); err != nil {
+					return n, fmt.Errorf("prune idle threads %q: %w", ids, err)
+				}
+			} else {
+				gone, err := pruneIdle(WithHold(ctx, &hold), st, part[0].ID, owner, cutoff)
+				if err != nil {
+					return n, err
+				}
+				if gone {
+					deleted = []string{part[0].ID}
+				}
 			}
-			if deleted {
-				n++
-				if opts.Deleted != nil {
-					opts.Deleted(t.ID)
+			n += len(deleted)
+			if opts.Deleted != nil {
+				for _, id := range deleted {
+					opts.Deleted(id)
 				}
 			}
 			if opts.Pace != nil {
@@ -90,6 +121,17 @@ func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, err
 		}
 		after = &idle[len(idle)-1]
 	}
+}
+
+// IdlePruner is a store that deletes several idle threads in one
+// request, which PruneIdleThreads then uses.
+type IdlePruner interface {
+	// PruneIdle deletes, of threads and in their order, those not written
+	// since cutoff, each as Delete does and under its lease taken for
+	// owner as Acquire takes it: a thread whose lease another holder has,
+	// or with a queued or running run, is left. Each thread is deleted
+	// whole or not at all. It returns the threads it deleted.
+	PruneIdle(ctx context.Context, threads []string, owner string, cutoff time.Time) ([]string, error)
 }
 
 // pruneIdle deletes one thread under its lease if it is still idle.

@@ -143,7 +143,7 @@ func benchValues(b *testing.B) map[string]any {
 
 // checkpointTables are the tables of the threads' checkpoints (the rest
 // is the served records: runs, their events, keys).
-var checkpointTables = []string{"threads", "checkpoints", "writes", "pending", "leases", "folds", "segments"}
+var checkpointTables = []string{"threads", "checkpoints", "pending", "leases", "folds", "segments"}
 
 // sqliteUsed is the bytes of a SQLite file's pages in use (its free
 // pages left out), and of those the checkpoint tables' and their

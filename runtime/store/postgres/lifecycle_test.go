@@ -2,10 +2,12 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -164,5 +166,49 @@ func TestMigrationDeletesWhatOldPrunesLeft(t *testing.T) {
 	}
 	if evs, err := st.Events(ctx, "r-kept", 0, 0); err != nil || len(evs) != 1 {
 		t.Fatalf("events of a thread with checkpoints: %v %v", evs, err)
+	}
+}
+
+// One call deletes several idle threads, each as Delete does, and leaves
+// those written since the cutoff, one a run holds, and one that is
+// gone; it takes no lease it keeps.
+func TestPruneIdleBatch(t *testing.T) {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, pgtest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cutoff := time.Now().Add(-time.Hour)
+	for id, at := range map[string]time.Time{"old-1": cutoff.Add(-time.Minute), "old-2": cutoff.Add(-time.Hour), "new": time.Now(), "held": cutoff.Add(-time.Minute)} {
+		if err := st.Commit(ctx, &store.Checkpoint{Thread: id, Seq: 1, Source: store.SourceCreate, Time: at,
+			Writes: []store.Write{{Field: "n", Version: 1, Value: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Acquire(ctx, "held", "a run", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	deleted, err := st.PruneIdle(ctx, []string{"gone", "held", "new", "old-1", "old-2"}, "the prune", cutoff)
+	if err != nil || !slices.Equal(deleted, []string{"old-1", "old-2"}) {
+		t.Fatalf("deleted %v: %v", deleted, err)
+	}
+	for _, id := range []string{"old-1", "old-2"} {
+		if _, err := st.Head(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("%s after the prune: %v", id, err)
+		}
+	}
+	for _, id := range []string{"new", "held"} {
+		if _, err := st.Head(ctx, id); err != nil {
+			t.Fatalf("%s after the prune: %v", id, err)
+		}
+	}
+	if err := st.Acquire(ctx, "held", "another run", time.Minute); !errors.Is(err, store.ErrLeased) {
+		t.Fatalf("the run's lease after the prune: %v", err)
+	}
+	for _, id := range []string{"new", "gone"} {
+		if err := st.Acquire(ctx, id, "next", time.Minute); err != nil {
+			t.Fatalf("a lease left on %s: %v", id, err)
+		}
 	}
 }

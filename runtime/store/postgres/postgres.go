@@ -127,9 +127,9 @@ func (s *Store) Migrations(ctx context.Context) ([]int, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[int])
 }
 
-// commitSQL commits a checkpoint (see migration 005): 1 when the thread's
+// commitSQL commits a checkpoint (see migration 017): 1 when the thread's
 // head moved to it, else 0.
-const commitSQL = `SELECT trellis_commit($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12)`
+const commitSQL = `SELECT trellis_commit($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
 // Commit implements store.Store.
 func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
@@ -137,17 +137,12 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	if err != nil {
 		return err
 	}
-	n := len(cp.Writes)
-	fields, versions, appends, values := make([]string, n), make([]int64, n), make([]bool, n), make([]string, n)
-	for i, w := range cp.Writes {
-		b, err := sqlstore.Encode(w)
-		if err != nil {
-			return err
-		}
-		fields[i], versions[i], appends[i], values[i] = w.Field, int64(w.Version), w.Append, string(b)
+	writes, err := sqlstore.EncodeWrites(cp.Writes)
+	if err != nil {
+		return err
 	}
 	args := []any{cp.Thread, int64(cp.Seq), int64(cp.Parent), sqlstore.Nanos(cp.Time),
-		cp.Run, cp.Step, string(cp.Source), string(meta), fields, versions, appends, values}
+		cp.Run, cp.Step, string(cp.Source), meta, writes}
 	var moved int
 	if cp.Seq%sqlstore.FoldEvery == 0 {
 		moved, err = s.commitFold(ctx, cp, args)
@@ -305,12 +300,12 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*loaded, e
 	defer conn.Release()
 	var head pgx.Batch
 	head.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`)
-	head.Queue(`SELECT c.seq, t.created_at, c.meta::text, c.run, c.step, f.seq, f.spans FROM threads t
+	head.Queue(`SELECT c.seq, t.created_at, c.meta, c.run, c.step, f.seq, f.spans FROM threads t
 		JOIN checkpoints c ON c.thread = t.id AND c.seq = CASE WHEN $2::bigint = 0 THEN t.head ELSE $2::bigint END
 		LEFT JOIN LATERAL (SELECT seq, spans FROM folds WHERE thread = $1 AND seq <= c.seq ORDER BY seq DESC LIMIT 1) f ON true
 		WHERE t.id = $1`, thread, int64(seq))
 	br := conn.SendBatch(ctx, &head)
-	var meta string
+	var meta []byte
 	var at int64
 	var c *int64
 	var spans *string
@@ -331,25 +326,42 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*loaded, e
 		return nil, err
 	}
 	cp.Seq = uint64(at)
-	if err := sqlstore.DecodeMeta([]byte(meta), &cp); err != nil {
+	if err := sqlstore.DecodeMeta(meta, &cp); err != nil {
 		return nil, err
 	}
 	var body pgx.Batch
-	if spans == nil {
-		// a thread younger than its first fold: every row it has
-		body.Queue(`
-			WITH base AS MATERIALIZED (
-				SELECT field, max(CASE WHEN append THEN 0 ELSE seq END) AS seq
-				FROM writes WHERE thread = $1 AND seq <= $2 GROUP BY field)
-			SELECT w.field, w.seq, w.version, w.append, w.value::text
-			FROM base b JOIN writes w ON w.thread = $1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= $2
-			ORDER BY w.field, w.seq`, thread, at)
-	} else {
-		sp, err := sqlstore.DecodeSpans([]byte(*spans))
-		if err != nil {
+	var sp sqlstore.Spans
+	var read []uint64 // the checkpoints up to the fold whose rows are read
+	if spans != nil {
+		if sp, err = sqlstore.DecodeSpans([]byte(*spans)); err != nil {
 			return nil, err
 		}
-		rf, rlo, rhi := rangeArrays(sp.Rows(uint64(*c)))
+		var ok bool
+		if read, ok = sp.Checkpoints(); !ok {
+			sp = nil
+		}
+	}
+	var pick func(r sqlstore.FieldRow) bool
+	if sp == nil {
+		// a thread younger than its first fold: every row it has
+		body.Queue(`SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq <= $2`, thread, at)
+	} else {
+		fold := uint64(*c)
+		want := map[string][]sqlstore.Range{}
+		for _, r := range sp.Rows(fold) {
+			want[r.Field] = append(want[r.Field], r)
+		}
+		pick = func(r sqlstore.FieldRow) bool {
+			if r.Seq > fold {
+				return true
+			}
+			for _, w := range want[r.Field] {
+				if r.Seq >= w.Lo && r.Seq <= w.Hi {
+					return true
+				}
+			}
+			return false
+		}
 		gf, glo, ghi := rangeArrays(sp.Segments())
 		// segments are binary, so a query of their own, and come first:
 		// they decode while the rows are read
@@ -358,15 +370,11 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*loaded, e
 			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
 			JOIN segments g ON g.thread = $1 AND g.field = p.field AND g.last BETWEEN p.lo AND p.hi AND g.first >= p.lo`,
 			thread, gf, glo, ghi)
-		body.Queue(`
-			SELECT w.field, w.seq, w.version, w.append, w.value::text
-			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
-			JOIN writes w ON w.thread = $1 AND w.field = p.field AND w.seq BETWEEN p.lo AND p.hi
+		body.Queue(`SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq = ANY($2)
 			UNION ALL
-			SELECT field, seq, version, append, value::text FROM writes WHERE thread = $1 AND seq > $5 AND seq <= $6`,
-			thread, rf, rlo, rhi, *c, at)
+			SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq > $3 AND seq <= $4`,
+			thread, toInt64s(read), *c, at)
 	}
-	queries := body.Len()
 	pending := seq == 0 && len(cp.Next) > 0
 	if pending {
 		body.Queue(`SELECT node, writes::text FROM pending WHERE thread = $1 AND parent = $2`, thread, at)
@@ -375,9 +383,20 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*loaded, e
 	br = conn.SendBatch(ctx, &body)
 	var rows sqlstore.Loader
 	defer rows.Close()
-	for range queries {
-		if err = addRows(br, &rows); err != nil {
-			break
+	if sp != nil {
+		err = addRows(br, &rows)
+	}
+	if err == nil {
+		var fr []sqlstore.FieldRow
+		if fr, err = checkpointRows(br, nil); err == nil {
+			if sp == nil {
+				fr = sqlstore.FromBase(fr)
+			}
+			for _, r := range fr {
+				if pick == nil || pick(r) {
+					rows.Add(r)
+				}
+			}
 		}
 	}
 	if err == nil && pending {
@@ -402,6 +421,37 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*loaded, e
 	return l, err
 }
 
+// checkpointRows reads the writes of the checkpoints of a batch's next
+// query (seq, writes), adding those of the fields keep accepts (all
+// when keep is nil) to rows.
+func checkpointRows(br pgx.BatchResults, keep func(string) bool) ([]sqlstore.FieldRow, error) {
+	q, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	var out []sqlstore.FieldRow
+	for q.Next() {
+		var seq int64
+		var b []byte
+		if err := q.Scan(&seq, &b); err != nil {
+			return nil, err
+		}
+		if out, err = sqlstore.DecodeWrites(uint64(seq), b, keep, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, q.Err()
+}
+
+func toInt64s(us []uint64) []int64 {
+	out := make([]int64, len(us))
+	for i, u := range us {
+		out[i] = int64(u)
+	}
+	return out
+}
+
 // rangeArrays splits ranges into the arrays the fold queries unnest.
 func rangeArrays(rs []sqlstore.Range) (fields []string, lo, hi []int64) {
 	for _, r := range rs {
@@ -412,9 +462,10 @@ func rangeArrays(rs []sqlstore.Range) (fields []string, lo, hi []int64) {
 
 // commitFold commits a checkpoint that also records a fold (see
 // sqlstore.FoldPlan), in one transaction and at most three round trips:
-// the commit with what the fold is planned from (trellis_fold_since,
-// migration 006), then the rows due to become segments when there are
-// any, then the fold, its segments and the commit of the transaction.
+// the commit with what the fold is planned from (the newest fold before
+// it and the writes of the checkpoints since), then the rows due to
+// become segments when there are any, then the fold, its segments and
+// the commit of the transaction.
 func (s *Store) commitFold(ctx context.Context, cp *store.Checkpoint, args []any) (moved int, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -427,17 +478,20 @@ func (s *Store) commitFold(ctx context.Context, cp *store.Checkpoint, args []any
 	var plan pgx.Batch
 	plan.Queue(`BEGIN`)
 	plan.Queue(commitSQL, args...)
-	plan.Queue(`SELECT spans, fields, seqs, appends FROM trellis_fold_since($1, $2)`, thread, c)
+	plan.Queue(`SELECT (SELECT spans FROM folds WHERE thread = $1 AND seq < $2 ORDER BY seq DESC LIMIT 1)`, thread, c)
+	plan.Queue(`SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq <= $2
+		AND seq > coalesce((SELECT max(seq) FROM folds WHERE thread = $1 AND seq < $2), 0)`, thread, c)
 	br := conn.SendBatch(ctx, &plan)
 	var spans *string
-	var fields []string
-	var seqs []int64
-	var appends []bool
+	var since []sqlstore.FieldRow
 	if _, err = br.Exec(); err == nil {
 		err = br.QueryRow().Scan(&moved)
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&spans, &fields, &seqs, &appends)
+		err = br.QueryRow().Scan(&spans)
+	}
+	if err == nil {
+		since, err = checkpointRows(br, nil)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -453,9 +507,10 @@ func (s *Store) commitFold(ctx context.Context, cp *store.Checkpoint, args []any
 	if spans != nil {
 		stored = []byte(*spans)
 	}
-	keys := make([]sqlstore.KeyRow, len(fields))
-	for i := range keys {
-		keys[i] = sqlstore.KeyRow{Field: fields[i], Seq: uint64(seqs[i]), Append: appends[i]}
+	sqlstore.SortRows(since)
+	keys := make([]sqlstore.KeyRow, len(since))
+	for i, r := range since {
+		keys[i] = sqlstore.KeyRow{Field: r.Field, Seq: r.Seq, Append: r.Append}
 	}
 	p, err := sqlstore.PlanFold(cp.Seq, stored, keys)
 	if err != nil {
@@ -463,14 +518,7 @@ func (s *Store) commitFold(ctx context.Context, cp *store.Checkpoint, args []any
 	}
 	var due []sqlstore.FieldRow
 	if len(p.Due) > 0 {
-		f, lo, hi := rangeArrays(p.Due)
-		rows, err := conn.Query(ctx, `SELECT w.field, w.seq, w.version, w.append, w.value::text
-			FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS p(field, lo, hi)
-			JOIN writes w ON w.thread = $1 AND w.field = p.field AND w.seq BETWEEN p.lo AND p.hi`, thread, f, lo, hi)
-		if err != nil {
-			return 0, err
-		}
-		if due, err = pgx.CollectRows(rows, scanFieldRow); err != nil {
+		if due, err = s.dueRows(ctx, conn, thread, p); err != nil {
 			return 0, err
 		}
 	}
@@ -490,6 +538,21 @@ func (s *Store) commitFold(ctx context.Context, cp *store.Checkpoint, args []any
 	put.Queue(`INSERT INTO folds (thread, seq, spans) VALUES ($1, $2, $3)`, thread, c, string(folded))
 	put.Queue(`COMMIT`)
 	return moved, conn.SendBatch(ctx, &put).Close()
+}
+
+// dueRows reads the rows a fold joins into segments.
+func (s *Store) dueRows(ctx context.Context, conn *pgxpool.Conn, thread string, p *sqlstore.FoldPlan) ([]sqlstore.FieldRow, error) {
+	var b pgx.Batch
+	b.Queue(`SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq = ANY($2)`, thread, toInt64s(p.DueCheckpoints()))
+	br := conn.SendBatch(ctx, &b)
+	rows, err := checkpointRows(br, nil)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p.DueRows(rows), nil
 }
 
 // addRows reads the field rows of a batch's next query into l.
@@ -539,7 +602,7 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 	if !exists {
 		return nil, store.ErrNotFound
 	}
-	q := `SELECT seq, parent, run, step, source, at, meta::text FROM checkpoints WHERE thread = $1`
+	q := `SELECT seq, parent, run, step, source, at, meta, writes FROM checkpoints WHERE thread = $1`
 	args := []any{thread}
 	if opts.Before > 0 {
 		args = append(args, int64(opts.Before))
@@ -569,13 +632,21 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 	for rows.Next() {
 		cp := &store.Checkpoint{Thread: thread}
 		var seq, parent, at int64
-		var meta string
-		if err := rows.Scan(&seq, &parent, &cp.Run, &cp.Step, &cp.Source, &at, &meta); err != nil {
+		var meta, writes []byte
+		if err := rows.Scan(&seq, &parent, &cp.Run, &cp.Step, &cp.Source, &at, &meta, &writes); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		cp.Seq, cp.Parent, cp.Time = uint64(seq), uint64(parent), sqlstore.Time(at)
-		if err := sqlstore.DecodeMeta([]byte(meta), cp); err != nil {
+		if err := sqlstore.DecodeMeta(meta, cp); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		frs, err := sqlstore.DecodeWrites(cp.Seq, writes, nil, nil)
+		if err == nil {
+			err = sqlstore.AttachWrites([]*store.Checkpoint{cp}, frs)
+		}
+		if err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -587,19 +658,7 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 		}
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil || len(out) == 0 {
-		return out, err
-	}
-	wrows, err := s.pool.Query(ctx, `SELECT field, seq, version, append, value::text FROM writes
-		WHERE thread = $1 AND seq BETWEEN $2 AND $3 ORDER BY seq, field`, thread, int64(out[len(out)-1].Seq), int64(out[0].Seq))
-	if err != nil {
-		return nil, err
-	}
-	frs, err := pgx.CollectRows(wrows, scanFieldRow)
-	if err != nil {
-		return nil, err
-	}
-	return out, sqlstore.AttachWrites(out, frs)
+	return out, rows.Err()
 }
 
 // Threads implements store.Store.
@@ -639,28 +698,35 @@ func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.
 	})
 }
 
-// Delete implements store.Store. The threads of its child flows are
-// found by their root's id (the index of migration 014), then by their
-// prefix.
+// Delete implements store.Store: one call of trellis_delete_thread
+// (migration 018), one round trip.
 func (s *Store) Delete(ctx context.Context, thread string) error {
-	var gone []string
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id FROM threads WHERE strpos(id, '|') > 0 AND split_part(id, '|', 1) = split_part($1, '|', 1)
-			AND starts_with(id, $1 || '|')`, thread)
-		if err != nil {
-			return err
-		}
-		children, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		gone = append(children, thread)
-		return sqlstore.DeleteThread(ctx, catalogDB{q: tx, s: s}, thread, children)
-	})
-	for _, id := range gone {
-		s.cache.Forget(id)
+	var status int
+	err := s.pool.QueryRow(ctx, `SELECT trellis_delete_thread($1)`, thread).Scan(&status)
+	s.cache.ForgetFamily(thread)
+	switch {
+	case err != nil:
+		return err
+	case status == 1:
+		return store.ErrNotFound
+	case status == 2:
+		return store.ErrBusy
 	}
-	return err
+	return nil
+}
+
+// PruneIdle implements store.IdlePruner: one call of trellis_prune_idle
+// (migration 018), one round trip, for all of threads.
+func (s *Store) PruneIdle(ctx context.Context, threads []string, owner string, cutoff time.Time) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT trellis_prune_idle($1, $2, $3)`, threads, owner, sqlstore.Nanos(cutoff))
+	if err != nil {
+		return nil, err
+	}
+	deleted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, id := range threads {
+		s.cache.ForgetFamily(id)
+	}
+	return deleted, err
 }
 
 // Prune implements store.Store.
@@ -676,9 +742,6 @@ func (s *Store) Prune(ctx context.Context, thread string, opts store.PruneOption
 	}
 	return store.DeleteBelow(ctx, opts, uint64(floor), uint64(cut), total, func(lo, hi uint64) (n int, err error) {
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `DELETE FROM writes WHERE thread = $1 AND seq >= $2 AND seq < $3`, thread, int64(lo), int64(hi)); err != nil {
-				return err
-			}
 			tag, err := tx.Exec(ctx, `DELETE FROM checkpoints WHERE thread = $1 AND seq >= $2 AND seq < $3`, thread, int64(lo), int64(hi))
 			n = int(tag.RowsAffected())
 			return err
@@ -709,29 +772,19 @@ func (s *Store) writeBase(ctx context.Context, thread string, keep int) (int64, 
 	if err != nil {
 		return 0, err
 	}
-	base := store.BaseWrites(l.f.Snapshot(thread))
+	base, err := sqlstore.EncodeWrites(store.BaseWrites(l.f.Snapshot(thread)))
+	if err != nil {
+		return 0, err
+	}
 	return cut, pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE checkpoints SET parent = 0, run = '', step = 0, source = $1, meta = '{}'::jsonb WHERE thread = $2 AND seq = $3`,
-			string(store.SourceBase), thread, cut); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM writes WHERE thread = $1 AND seq = $2`, thread, cut); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE checkpoints SET parent = 0, run = '', step = 0, source = $1, meta = $2, writes = $3 WHERE thread = $4 AND seq = $5`,
+			string(store.SourceBase), []byte("{}"), base, thread, cut); err != nil {
 			return err
 		}
 		// folds refer to the rows the base replaces: the next fold starts
 		// afresh
 		for _, table := range []string{"folds", "segments"} {
 			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE thread = $1`, thread); err != nil {
-				return err
-			}
-		}
-		for _, w := range base {
-			b, err := sqlstore.Encode(w)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO writes (thread, seq, field, version, append, value) VALUES ($1, $2, $3, $4, false, $5::jsonb)`,
-				thread, cut, w.Field, int64(w.Version), string(b)); err != nil {
 				return err
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"slices"
 
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
@@ -33,26 +34,80 @@ func (s *Store) fold(ctx context.Context, thread string, seq uint64) (*store.Fol
 	if err != nil {
 		return nil, err
 	}
-	var rows *sql.Rows
-	if spans == nil {
-		rows, err = tx.StmtContext(ctx, s.st.youngState).QueryContext(ctx, thread, seq)
-	} else {
-		var sp sqlstore.Spans
+	var sp sqlstore.Spans
+	var read []uint64 // the checkpoints up to the fold whose rows are read
+	if spans != nil {
 		if sp, err = sqlstore.DecodeSpans(spans); err != nil {
 			return nil, err
 		}
-		rows, err = tx.StmtContext(ctx, s.st.foldedState).QueryContext(ctx,
-			thread, rangesJSON(sp.Rows(c)), c, seq, rangesJSON(sp.Segments()))
-	}
-	if err != nil {
-		return nil, err
+		var ok bool
+		if read, ok = sp.Checkpoints(); !ok {
+			sp = nil
+		}
 	}
 	var l sqlstore.Loader
 	defer l.Close()
+	if sp == nil {
+		rows, err := tx.StmtContext(ctx, s.st.youngState).QueryContext(ctx, thread, seq)
+		if err != nil {
+			return nil, err
+		}
+		frs, err := checkpointRows(rows)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range sqlstore.FromBase(frs) {
+			l.Add(r)
+		}
+		return l.Fold(&cp)
+	}
+	rows, err := tx.StmtContext(ctx, s.st.foldedSegments).QueryContext(ctx, thread, rangesJSON(sp.Segments()))
+	if err != nil {
+		return nil, err
+	}
 	if err := scanFieldRows(rows, l.Add); err != nil {
 		return nil, err
 	}
+	list, err := json.Marshal(read)
+	if err != nil {
+		return nil, err
+	}
+	if rows, err = tx.StmtContext(ctx, s.st.foldedState).QueryContext(ctx, thread, string(list), c, seq); err != nil {
+		return nil, err
+	}
+	frs, err := checkpointRows(rows)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string][]sqlstore.Range{}
+	for _, r := range sp.Rows(c) {
+		want[r.Field] = append(want[r.Field], r)
+	}
+	for _, r := range frs {
+		if r.Seq > c || slices.ContainsFunc(want[r.Field], func(w sqlstore.Range) bool { return r.Seq >= w.Lo && r.Seq <= w.Hi }) {
+			l.Add(r)
+		}
+	}
 	return l.Fold(&cp)
+}
+
+// checkpointRows reads the writes of rows of (seq, writes), and closes
+// them.
+func checkpointRows(rows *sql.Rows) ([]sqlstore.FieldRow, error) {
+	defer rows.Close()
+	var out []sqlstore.FieldRow
+	for rows.Next() {
+		var seq uint64
+		var writes string
+		if err := rows.Scan(&seq, &writes); err != nil {
+			return nil, err
+		}
+		var err error
+		if out, err = sqlstore.DecodeWrites(seq, []byte(writes), nil, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, rows.Err()
 }
 
 // rangesJSON lists ranges as the JSON the fold queries take apart with
@@ -86,13 +141,6 @@ func scanFieldRows(rows *sql.Rows, add func(sqlstore.FieldRow)) error {
 	return rows.Err()
 }
 
-// fieldRows collects the rows scanFieldRows reads.
-func fieldRows(rows *sql.Rows) ([]sqlstore.FieldRow, error) {
-	var out []sqlstore.FieldRow
-	err := scanFieldRows(rows, func(r sqlstore.FieldRow) { out = append(out, r) })
-	return out, err
-}
-
 // foldTx reads and writes folds in a transaction: for loading, and for
 // sqlstore.RecordFold.
 type foldTx struct {
@@ -115,24 +163,28 @@ func (tx foldTx) Keys(ctx context.Context, thread string, after, upto uint64) ([
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var keys []sqlstore.KeyRow
-	for rows.Next() {
-		var k sqlstore.KeyRow
-		if err := rows.Scan(&k.Field, &k.Seq, &k.Append); err != nil {
-			return nil, err
-		}
-		keys = append(keys, k)
-	}
-	return keys, rows.Err()
-}
-
-func (tx foldTx) Rows(ctx context.Context, thread string, r sqlstore.Range) ([]sqlstore.FieldRow, error) {
-	rows, err := tx.StmtContext(ctx, tx.s.st.foldRows).QueryContext(ctx, thread, r.Field, r.Lo, r.Hi)
+	frs, err := checkpointRows(rows)
 	if err != nil {
 		return nil, err
 	}
-	return fieldRows(rows)
+	sqlstore.SortRows(frs)
+	keys := make([]sqlstore.KeyRow, len(frs))
+	for i, r := range frs {
+		keys[i] = sqlstore.KeyRow{Field: r.Field, Seq: r.Seq, Append: r.Append}
+	}
+	return keys, nil
+}
+
+func (tx foldTx) Rows(ctx context.Context, thread string, seqs []uint64) ([]sqlstore.FieldRow, error) {
+	list, err := json.Marshal(seqs)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.StmtContext(ctx, tx.s.st.foldRows).QueryContext(ctx, thread, string(list))
+	if err != nil {
+		return nil, err
+	}
+	return checkpointRows(rows)
 }
 
 func (tx foldTx) PutSegment(ctx context.Context, thread string, r sqlstore.Range, version uint64, items []byte) error {

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -21,40 +20,16 @@ func (s *Store) Prune(ctx context.Context, thread string, opts store.PruneOption
 	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(min(seq), 0), count(*) FROM checkpoints WHERE thread = ? AND seq < ?`, thread, cut).Scan(&floor, &total); err != nil {
 		return 0, err
 	}
-	// Each batch deletes the writes of its checkpoints, then the
-	// checkpoints, on a connection of its own with foreign keys off:
-	// without statistics SQLite looks up a deleted checkpoint's writes
-	// by the thread alone, scanning all of them for every checkpoint.
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
-		return 0, err
-	}
-	defer func() {
-		if _, err := conn.ExecContext(context.Background(), `PRAGMA foreign_keys = ON`); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // not back to the pool
-		}
-	}()
+	// each batch deletes its checkpoints, with their writes
 	return store.DeleteBelow(ctx, opts, floor, cut, total, func(lo, hi uint64) (n int, err error) {
-		err = s.write(ctx, func() error {
-			tx, err := conn.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ? AND seq >= ? AND seq < ?`, thread, int64(lo), int64(hi)); err != nil {
-				return err
-			}
+		err = s.tx(ctx, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE thread = ? AND seq >= ? AND seq < ?`, thread, int64(lo), int64(hi))
 			if err != nil {
 				return err
 			}
 			rows, _ := res.RowsAffected()
 			n = int(rows)
-			return tx.Commit()
+			return nil
 		})
 		return n, err
 	})
@@ -82,29 +57,19 @@ func (s *Store) writeBase(ctx context.Context, thread string, keep int) (uint64,
 	if err != nil {
 		return 0, err
 	}
-	base := store.BaseWrites(f.Snapshot(thread))
+	base, err := sqlstore.EncodeWrites(store.BaseWrites(f.Snapshot(thread)))
+	if err != nil {
+		return 0, err
+	}
 	return cut, s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `UPDATE checkpoints SET parent = 0, run = '', step = 0, source = ?, meta = '{}' WHERE thread = ? AND seq = ?`,
-			string(store.SourceBase), thread, cut); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM writes WHERE thread = ? AND seq = ?`, thread, cut); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE checkpoints SET parent = 0, run = '', step = 0, source = ?, meta = '{}', writes = ? WHERE thread = ? AND seq = ?`,
+			string(store.SourceBase), string(base), thread, cut); err != nil {
 			return err
 		}
 		// folds refer to the rows the base replaces: the next fold starts
 		// afresh
 		for _, table := range []string{"folds", "segments"} {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE thread = ?`, thread); err != nil {
-				return err
-			}
-		}
-		for _, w := range base {
-			b, err := sqlstore.Encode(w)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO writes (thread, seq, field, version, append, value) VALUES (?, ?, ?, ?, 0, ?)`,
-				thread, cut, w.Field, w.Version, string(b)); err != nil {
 				return err
 			}
 		}

@@ -51,8 +51,8 @@ type Store struct {
 // folds they record, loads, pending writes), prepared once: compiling
 // them took about a quarter of a commit's time.
 type statements struct {
-	createThread, advanceThread, threadExists, dropPending, insertCheckpoint, insertWrite,
-	head, checkpoint, lastFold, youngState, foldedState, pending, putPending, acquire, release,
+	createThread, advanceThread, threadExists, dropPending, insertCheckpoint,
+	head, checkpoint, lastFold, youngState, foldedSegments, foldedState, pending, putPending, acquire, release,
 	foldKeys, foldRows, putSegment, putFold *sql.Stmt
 }
 
@@ -65,34 +65,26 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB) error {
 		{&st.advanceThread, `UPDATE threads SET head = ?, updated_at = ? WHERE id = ? AND head = ?`},
 		{&st.threadExists, `SELECT 1 FROM threads WHERE id = ?`},
 		{&st.dropPending, `DELETE FROM pending WHERE thread = ? AND parent < ?`},
-		{&st.insertCheckpoint, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`},
-		{&st.insertWrite, `INSERT INTO writes (thread, seq, field, version, append, value) VALUES (?, ?, ?, ?, ?, ?)`},
+		{&st.insertCheckpoint, `INSERT INTO checkpoints (thread, seq, parent, run, step, source, at, meta, writes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{&st.head, `SELECT head, created_at FROM threads WHERE id = ?`},
 		{&st.checkpoint, `SELECT meta, run, step FROM checkpoints WHERE thread = ? AND seq = ?`},
 		{&st.lastFold, `SELECT seq, spans FROM folds WHERE thread = ? AND seq <= ? ORDER BY seq DESC LIMIT 1`},
 		// the state of a thread younger than its first fold: every row it has
-		{&st.youngState, `
-			WITH base AS (
-				SELECT field, max(CASE WHEN append = 0 THEN seq ELSE 0 END) AS seq
-				FROM writes WHERE thread = ?1 AND seq <= ?2 GROUP BY field)
-			SELECT w.field, w.seq, w.version, w.append, w.value
-			FROM base b JOIN writes w ON w.thread = ?1 AND w.field = b.field AND w.seq >= b.seq AND w.seq <= ?2
-			ORDER BY w.field, w.seq`},
+		{&st.youngState, `SELECT seq, writes FROM checkpoints WHERE thread = ?1 AND seq <= ?2`},
 		// the state through a fold: segments first, so that they decode
-		// while the rows are read
-		{&st.foldedState, `
+		// while the rows are read, then the checkpoints the fold names
+		// and those after it
+		{&st.foldedSegments, `
 			SELECT g.field, g.last, g.version, 1, g.items
-			FROM json_each(?5) p CROSS JOIN segments g
-				ON g.thread = ?1 AND g.field = p.value->>0 AND g.last BETWEEN p.value->>1 AND p.value->>2 AND g.first >= p.value->>1
+			FROM json_each(?2) p CROSS JOIN segments g
+				ON g.thread = ?1 AND g.field = p.value->>0 AND g.last BETWEEN p.value->>1 AND p.value->>2 AND g.first >= p.value->>1`},
+		{&st.foldedState, `
+			SELECT seq, writes FROM checkpoints WHERE thread = ?1 AND seq IN (SELECT value FROM json_each(?2))
 			UNION ALL
-			SELECT w.field, w.seq, w.version, w.append, w.value
-			FROM json_each(?2) p CROSS JOIN writes w
-				ON w.thread = ?1 AND w.field = p.value->>0 AND w.seq BETWEEN p.value->>1 AND p.value->>2
-			UNION ALL
-			SELECT field, seq, version, append, value FROM writes WHERE thread = ?1 AND seq > ?3 AND seq <= ?4`},
+			SELECT seq, writes FROM checkpoints WHERE thread = ?1 AND seq > ?3 AND seq <= ?4`},
 		// recording a fold
-		{&st.foldKeys, `SELECT field, seq, append FROM writes WHERE thread = ? AND seq > ? AND seq <= ? ORDER BY field, seq`},
-		{&st.foldRows, `SELECT field, seq, version, append, value FROM writes WHERE thread = ? AND field = ? AND seq BETWEEN ? AND ? ORDER BY seq`},
+		{&st.foldKeys, `SELECT seq, writes FROM checkpoints WHERE thread = ? AND seq > ? AND seq <= ?`},
+		{&st.foldRows, `SELECT seq, writes FROM checkpoints WHERE thread = ?1 AND seq IN (SELECT value FROM json_each(?2))`},
 		{&st.putSegment, `INSERT INTO segments (thread, field, last, first, version, items) VALUES (?, ?, ?, ?, ?, ?)`},
 		{&st.putFold, `INSERT INTO folds (thread, seq, spans) VALUES (?, ?, ?)`},
 		{&st.pending, `SELECT node, writes FROM pending WHERE thread = ? AND parent = ?`},
@@ -317,11 +309,9 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	if err != nil {
 		return err
 	}
-	values := make([][]byte, len(cp.Writes))
-	for i, w := range cp.Writes {
-		if values[i], err = sqlstore.Encode(w); err != nil {
-			return err
-		}
+	writes, err := sqlstore.EncodeWrites(cp.Writes)
+	if err != nil {
+		return err
 	}
 	at := sqlstore.Nanos(cp.Time)
 	err = s.tx(ctx, func(tx *sql.Tx) error {
@@ -350,16 +340,8 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 			return err
 		}
 		if _, err := tx.StmtContext(ctx, s.st.insertCheckpoint).ExecContext(ctx,
-			cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, string(cp.Source), at, string(meta)); err != nil {
+			cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, string(cp.Source), at, string(meta), string(writes)); err != nil {
 			return err
-		}
-		if len(cp.Writes) > 0 {
-			insert := tx.StmtContext(ctx, s.st.insertWrite)
-			for i, w := range cp.Writes {
-				if _, err := insert.ExecContext(ctx, cp.Thread, cp.Seq, w.Field, w.Version, w.Append, string(values[i])); err != nil {
-					return err
-				}
-			}
 		}
 		if cp.Seq%sqlstore.FoldEvery == 0 {
 			return sqlstore.RecordFold(ctx, foldTx{tx, s}, cp.Thread, cp.Seq)
@@ -470,7 +452,7 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 	if exists == 0 {
 		return nil, store.ErrNotFound
 	}
-	q := `SELECT seq, parent, run, step, source, at, meta FROM checkpoints WHERE thread = ?`
+	q := `SELECT seq, parent, run, step, source, at, meta, writes FROM checkpoints WHERE thread = ?`
 	args := []any{thread}
 	if opts.Before > 0 {
 		q += ` AND seq < ?`
@@ -500,13 +482,21 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 	for rows.Next() {
 		cp := &store.Checkpoint{Thread: thread}
 		var at int64
-		var meta string
-		if err := rows.Scan(&cp.Seq, &cp.Parent, &cp.Run, &cp.Step, &cp.Source, &at, &meta); err != nil {
+		var meta, writes string
+		if err := rows.Scan(&cp.Seq, &cp.Parent, &cp.Run, &cp.Step, &cp.Source, &at, &meta, &writes); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		cp.Time = sqlstore.Time(at)
 		if err := sqlstore.DecodeMeta([]byte(meta), cp); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		frs, err := sqlstore.DecodeWrites(cp.Seq, []byte(writes), nil, nil)
+		if err == nil {
+			err = sqlstore.AttachWrites([]*store.Checkpoint{cp}, frs)
+		}
+		if err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -518,23 +508,7 @@ func (s *Store) History(ctx context.Context, thread string, opts store.HistoryOp
 		}
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		return out, nil
-	}
-	// the writes of the listed checkpoints
-	wrows, err := s.db.QueryContext(ctx, `SELECT field, seq, version, append, value FROM writes
-		WHERE thread = ? AND seq BETWEEN ? AND ? ORDER BY seq, field`, thread, out[len(out)-1].Seq, out[0].Seq)
-	if err != nil {
-		return nil, err
-	}
-	frs, err := fieldRows(wrows)
-	if err != nil {
-		return nil, err
-	}
-	return out, sqlstore.AttachWrites(out, frs)
+	return out, rows.Err()
 }
 
 // Threads implements store.Store.

@@ -70,7 +70,8 @@ func TestTwoProcesses(t *testing.T) {
 }
 
 // A database written before the writes table was clustered keeps every
-// thread through the migration that rebuilds it.
+// thread through the migration that rebuilds it, and through the one
+// that moves the writes into their checkpoints' rows.
 func TestClusteringMigrationKeepsThreads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "old.db")
 	db, err := sql.Open("sqlite", path)
@@ -114,6 +115,17 @@ func TestClusteringMigrationKeepsThreads(t *testing.T) {
 	}
 	if !reflect.DeepEqual(snap.Values, map[string]any{"log": []any{"a", "b", "c"}, "n": 1}) || snap.Versions["log"] != 3 {
 		t.Fatalf("state after migration %v versions %v", snap.Values, snap.Versions)
+	}
+	// the writes moved into their checkpoints' rows
+	hist, err := st.History(context.Background(), "t", store.HistoryOptions{})
+	if err != nil || len(hist) != 3 {
+		t.Fatalf("history after migration: %v %v", hist, err)
+	}
+	if w := hist[1].Writes; len(w) != 2 || w[0].Field != "log" || !w[0].Append || !reflect.DeepEqual(w[0].Items, []any{"a"}) || w[1].Field != "n" || w[1].Value != 1 {
+		t.Fatalf("writes of checkpoint 2 after migration: %+v", w)
+	}
+	if at1, err := st.StateAt(context.Background(), "t", 1); err != nil || !reflect.DeepEqual(at1.Values, map[string]any{"log": []any{}, "n": 0}) {
+		t.Fatalf("state at 1 after migration: %v %v", at1, err)
 	}
 	if err := st.Delete(context.Background(), "t"); err != nil {
 		t.Fatal(err)

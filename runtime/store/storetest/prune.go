@@ -337,3 +337,99 @@ func BenchPrune(b *testing.B, st store.Store, fill func(b *testing.B, thread str
 		})
 	}
 }
+
+// BenchPruneIdle measures PruneIdleThreads deleting idle served threads
+// of nine turns each (nine checkpoints a turn, the thread's record, a
+// run a turn with its events): an op is one thread deleted, so ns/op
+// is the time per thread and 60e9/(ns/op) the threads a minute. The
+// threads are written beforehand, outside the timing, with several
+// writers at once; settle, when set, is called then (to have a database
+// gather its statistics, as it would have long since).
+func BenchPruneIdle(b *testing.B, st store.Store, settle func(b *testing.B)) {
+	cat, _ := st.(store.Catalog)
+	when := time.Now().Add(-time.Hour).UTC()
+	ids := make(chan int)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for i := range ids {
+				if err := seedTurns(st, cat, fmt.Sprintf("idle-%d", i), when); err != nil {
+					errs <- err
+					for range ids {
+					}
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := range b.N {
+		ids <- i
+	}
+	close(ids)
+	for range 8 {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	if settle != nil {
+		settle(b)
+	}
+	b.ResetTimer()
+	n, err := store.PruneIdleThreads(ctx, st, store.IdleOptions{TTL: time.Minute})
+	b.StopTimer()
+	if err != nil || n != b.N {
+		b.Fatalf("deleted %d of %d idle threads: %v", n, b.N, err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Minutes(), "threads/min")
+}
+
+// seedTurns writes a served thread of nine turns, written at when.
+func seedTurns(st store.Store, cat store.Catalog, id string, when time.Time) error {
+	if cat != nil {
+		if err := cat.CreateThread(ctx, &store.ThreadRecord{ID: id, Tenant: "acme", Flow: "interview", Created: when}); err != nil {
+			return err
+		}
+	}
+	seq := uint64(1)
+	if err := st.Commit(ctx, &store.Checkpoint{Thread: id, Seq: 1, Source: store.SourceCreate, Time: when,
+		Writes: []store.Write{{Field: "history", Version: 1, Value: []any{}}, {Field: "turn", Version: 1, Value: 0}}}); err != nil {
+		return err
+	}
+	for turn := range 9 {
+		run := fmt.Sprintf("%s-run-%d", id, turn)
+		if cat != nil {
+			r := &store.RunRecord{ID: run, Tenant: "acme", Thread: id, Flow: "interview", Status: store.RunRunning,
+				Input: []byte(`{}`), Server: "server-1", Created: when, Started: when}
+			if err := cat.CreateRun(ctx, r); err != nil {
+				return err
+			}
+			evs := make([]store.EventRecord, 6)
+			for i := range evs {
+				evs[i] = store.EventRecord{Seq: int64(i + 1), Data: fmt.Appendf(nil, `{"type":"node_end","node":"step-%d"}`, i)}
+			}
+			if err := cat.AppendEvents(ctx, run, "server-1", evs); err != nil {
+				return err
+			}
+			expect := r.State()
+			r.Status, r.Finished, r.Server = store.RunSucceeded, when, ""
+			if err := cat.UpdateRun(ctx, r, expect, nil); err != nil {
+				return err
+			}
+		}
+		for step := range 9 {
+			seq++
+			cp := &store.Checkpoint{Thread: id, Seq: seq, Parent: seq - 1, Run: run, Step: step, Source: store.SourceStep, Time: when,
+				Writes:  []store.Write{{Field: "turn", Version: seq, Value: turn}},
+				Writers: []store.NodeWrites{{Node: fmt.Sprint("step-", step), Fields: []string{"turn"}}}}
+			if step == 8 {
+				cp.Writes = append(cp.Writes, store.Write{Field: "history", Version: seq, Append: true,
+					Items: []any{map[string]any{"turn": turn, "content": "What was the hardest part of the project, and how did you work through it?"}}})
+			}
+			if err := st.Commit(ctx, cp); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

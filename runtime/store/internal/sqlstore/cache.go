@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -123,6 +124,18 @@ func (c *Cache) Forget(thread string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.entries, thread)
+}
+
+// ForgetFamily drops the entries of a thread and of its child flows'
+// threads.
+func (c *Cache) ForgetFamily(thread string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.entries {
+		if id == thread || strings.HasPrefix(id, thread+store.ChildSep) {
+			delete(c.entries, id)
+		}
+	}
 }
 
 // Load returns the state at checkpoint head of the thread created at

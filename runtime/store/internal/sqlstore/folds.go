@@ -43,6 +43,10 @@ type Span struct {
 	Chain uint64 `json:"c,omitempty"`
 	// Tail counts the append rows after max(Base, Chain).
 	Tail int `json:"t,omitempty"`
+	// Seqs are the checkpoints of those rows, in order: the stores read
+	// rows by checkpoint (see Spans.Checkpoints). A fold recorded before
+	// they were kept has none.
+	Seqs []uint64 `json:"s,omitempty"`
 }
 
 // Spans is a fold: every field's span.
@@ -85,6 +89,7 @@ func (s Spans) Advance(rows []KeyRow) Spans {
 		sp := out[r.Field]
 		if r.Append {
 			sp.Tail++
+			sp.Seqs = append(slices.Clip(sp.Seqs), r.Seq)
 		} else {
 			sp = Span{Base: r.Seq}
 		}
@@ -134,6 +139,25 @@ func (s Spans) Rows(c uint64) []Range {
 		}
 	}
 	return out
+}
+
+// Checkpoints lists the checkpoints that hold the rows Rows names: each
+// field's base and the checkpoints of its tail, sorted, without repeats.
+// It reports false when a span does not know its tail's checkpoints (a
+// fold recorded before they were kept).
+func (s Spans) Checkpoints() ([]uint64, bool) {
+	var out []uint64
+	for _, sp := range s {
+		if len(sp.Seqs) != sp.Tail {
+			return nil, false
+		}
+		if sp.Base > 0 {
+			out = append(out, sp.Base)
+		}
+		out = append(out, sp.Seqs...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), true
 }
 
 // Segments lists, per field, the range of checkpoints its segments cover.
@@ -195,8 +219,8 @@ type FoldTx interface {
 	// Keys lists the rows after one checkpoint up to another, by field,
 	// then sequence.
 	Keys(ctx context.Context, thread string, after, upto uint64) ([]KeyRow, error)
-	// Rows reads a range of one field's rows in sequence order.
-	Rows(ctx context.Context, thread string, r Range) ([]FieldRow, error)
+	// Rows reads the rows of the listed checkpoints.
+	Rows(ctx context.Context, thread string, seqs []uint64) ([]FieldRow, error)
 	PutSegment(ctx context.Context, thread string, r Range, version uint64, items []byte) error
 	PutFold(ctx context.Context, thread string, seq uint64, spans []byte) error
 }
@@ -219,14 +243,12 @@ func RecordFold(ctx context.Context, tx FoldTx, thread string, c uint64) error {
 		return err
 	}
 	var rows []FieldRow
-	for _, r := range p.Due {
-		rs, err := tx.Rows(ctx, thread, r)
-		if err != nil {
+	if len(p.Due) > 0 {
+		if rows, err = tx.Rows(ctx, thread, p.DueCheckpoints()); err != nil {
 			return err
 		}
-		rows = append(rows, rs...)
 	}
-	spans, segs, err := p.Finish(rows)
+	spans, segs, err := p.Finish(p.DueRows(rows))
 	if err != nil {
 		return err
 	}
@@ -261,6 +283,32 @@ func PlanFold(c uint64, stored []byte, keys []KeyRow) (*FoldPlan, error) {
 	}
 	s = s.Advance(keys)
 	return &FoldPlan{C: c, Spans: s, Due: s.Due(c)}, nil
+}
+
+// DueCheckpoints lists the checkpoints that hold the rows due to be
+// joined into segments: those the spans name, or every checkpoint of a
+// due range whose span does not name them (a fold recorded before they
+// were kept).
+func (p *FoldPlan) DueCheckpoints() []uint64 {
+	var out []uint64
+	for _, r := range p.Due {
+		if sp := p.Spans[r.Field]; len(sp.Seqs) == sp.Tail {
+			out = append(out, sp.Seqs...)
+			continue
+		}
+		for seq := r.Lo; seq <= r.Hi; seq++ {
+			out = append(out, seq)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// DueRows keeps of rows those of the due ranges.
+func (p *FoldPlan) DueRows(rows []FieldRow) []FieldRow {
+	return slices.DeleteFunc(rows, func(r FieldRow) bool {
+		return !slices.ContainsFunc(p.Due, func(d Range) bool { return d.Field == r.Field && r.Seq >= d.Lo && r.Seq <= d.Hi })
+	})
 }
 
 // A NewSegment is a segment to store: the rows of Range joined, packed,

@@ -1,11 +1,11 @@
 // Package sqlstore holds what the SQL checkpoint stores share: the row
 // model, value encoding and the folding of field rows into a state. Each
-// checkpoint is one row; each changed field one more row holding its new
-// value, or for an append field only the appended items. A field's value
-// at checkpoint N is its newest full write at or before N plus the appends
-// after it, so reading a thread touches only the rows that make up its
-// current state, and writing a turn costs the same on turn 1,000 as on
-// turn 10.
+// checkpoint is one row, holding its writes (see EncodeWrites): each
+// changed field's new value, or for an append field only the appended
+// items. A field's value at checkpoint N is its newest full write at or
+// before N plus the appends after it, so reading a thread touches only
+// the rows that make up its current state, and writing a turn costs the
+// same on turn 1,000 as on turn 10.
 package sqlstore
 
 import (

@@ -99,3 +99,23 @@ func TestFoldJoinsAppendsLikeSeparateDecodes(t *testing.T) {
 		}
 	}
 }
+
+// A fold names the checkpoints of every row a load reads up to it: each
+// field's base and its tail, which a segment or a full write empties; one
+// recorded before they were kept says it cannot.
+func TestSpansCheckpoints(t *testing.T) {
+	keys := []KeyRow{{Field: "log", Seq: 1}, {Field: "log", Seq: 3, Append: true}, {Field: "log", Seq: 5, Append: true},
+		{Field: "n", Seq: 2}, {Field: "n", Seq: 4}, {Field: "notes", Seq: 5, Append: true}}
+	s := Spans{}.Advance(keys)
+	if got, ok := s.Checkpoints(); !ok || !reflect.DeepEqual(got, []uint64{1, 3, 4, 5}) {
+		t.Fatalf("checkpoints %v %v", got, ok)
+	}
+	s.Segmented("log", 5)
+	s = s.Advance([]KeyRow{{Field: "log", Seq: 7, Append: true}, {Field: "notes", Seq: 6}})
+	if got, ok := s.Checkpoints(); !ok || !reflect.DeepEqual(got, []uint64{1, 4, 6, 7}) {
+		t.Fatalf("checkpoints after a segment and a full write %v %v", got, ok)
+	}
+	if _, ok := (Spans{"log": {Base: 1, Tail: 2}}).Checkpoints(); ok {
+		t.Fatal("spans kept without their tails' checkpoints name them")
+	}
+}

@@ -182,7 +182,7 @@ func deleteRecords(ctx context.Context, db DB, thread string) (bool, error) {
 
 // checkpointTables are the tables of a thread's checkpoints, by a column
 // thread, in the order a deletion goes through them (before threads).
-var checkpointTables = []string{"writes", "checkpoints", "folds", "segments", "pending", "leases"}
+var checkpointTables = []string{"checkpoints", "folds", "segments", "pending", "leases"}
 
 // DeleteThread deletes, in the transaction db, everything the store
 // keeps of thread (store.Store.Delete): the checkpoints of it and of the

@@ -1,0 +1,90 @@
+package sqlstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// A checkpoint's writes are stored in its own row, as one JSON list of
+// [field, version, append, value] lists, by field: a row and two index
+// entries a write cost more than most values, and the writes of one
+// checkpoint are read together but for a fold's reads, which name the
+// checkpoints they need (Spans.Checkpoints). No writes is the empty
+// string.
+
+// EncodeWrites serialises a checkpoint's writes for its row.
+func EncodeWrites(ws []store.Write) ([]byte, error) {
+	if len(ws) == 0 {
+		return []byte{}, nil
+	}
+	sorted := slices.SortedFunc(slices.Values(ws), func(a, b store.Write) int { return strings.Compare(a.Field, b.Field) })
+	out := []byte{'['}
+	for i, w := range sorted {
+		v, err := Encode(w)
+		if err != nil {
+			return nil, err
+		}
+		f, err := json.Marshal(w.Field)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, '[')
+		out = append(out, f...)
+		out = fmt.Appendf(out, ",%d,%t,", w.Version, w.Append)
+		out = append(out, v...)
+		out = append(out, ']')
+	}
+	return append(out, ']'), nil
+}
+
+// DecodeWrites reads the writes of checkpoint seq from its row, adding
+// those keep accepts (all when keep is nil) to rows.
+func DecodeWrites(seq uint64, b []byte, keep func(field string) bool, rows []FieldRow) ([]FieldRow, error) {
+	if len(b) == 0 {
+		return rows, nil
+	}
+	var ws [][]json.RawMessage
+	if err := json.Unmarshal(b, &ws); err != nil {
+		return nil, fmt.Errorf("writes of checkpoint %d: %w", seq, err)
+	}
+	for _, w := range ws {
+		var r FieldRow
+		if len(w) != 4 {
+			return nil, fmt.Errorf("writes of checkpoint %d: a write of %d parts", seq, len(w))
+		}
+		if err := json.Unmarshal(w[0], &r.Field); err != nil {
+			return nil, fmt.Errorf("writes of checkpoint %d: %w", seq, err)
+		}
+		if keep != nil && !keep(r.Field) {
+			continue
+		}
+		if err := json.Unmarshal(w[1], &r.Version); err != nil {
+			return nil, fmt.Errorf("writes of checkpoint %d, field %q: %w", seq, r.Field, err)
+		}
+		if err := json.Unmarshal(w[2], &r.Append); err != nil {
+			return nil, fmt.Errorf("writes of checkpoint %d, field %q: %w", seq, r.Field, err)
+		}
+		r.Seq, r.Value = seq, w[3]
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// FromBase leaves out of a thread's rows those before each field's
+// newest full write, which the fold would replace.
+func FromBase(rows []FieldRow) []FieldRow {
+	base := map[string]uint64{}
+	for _, r := range rows {
+		if !r.Append && r.Seq > base[r.Field] {
+			base[r.Field] = r.Seq
+		}
+	}
+	return slices.DeleteFunc(rows, func(r FieldRow) bool { return r.Seq < base[r.Field] })
+}
