@@ -369,3 +369,10 @@ func CacheOf(st Store) (Cache, bool) {
 	c, ok := st.(Cache)
 	return c, ok
 }
+
+// WriteCounter is a store that counts the write transactions it has
+// committed since it was opened (a run's step, a batch of events, a
+// queue's change), for the server's metrics and the load test.
+type WriteCounter interface {
+	WriteTransactions() int64
+}

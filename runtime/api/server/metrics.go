@@ -32,7 +32,7 @@ type metrics struct {
 	handler  http.Handler
 }
 
-func newMetrics(cat store.Catalog) *metrics {
+func newMetrics(st store.Store, cat store.Catalog) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_http_requests_total",
 		Help: "HTTP requests by route and status (499: the client left before it was answered)."}, []string{"route", "status"})
@@ -63,6 +63,12 @@ func newMetrics(cat store.Catalog) *metrics {
 	})
 	m.voice = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_voice_sessions_total",
 		Help: "Voice sessions opened, by whether the agent was dispatched or already present."}, []string{"agent"})
+	if wc, ok := st.(store.WriteCounter); ok {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "trellis_store_write_transactions_total",
+			Help: "Write transactions the store committed for this process (steps, events, the run queue, leases)."}, func() float64 {
+			return float64(wc.WriteTransactions())
+		}))
+	}
 	m.reg.MustRegister(m.requests, m.latency, m.runs, m.nodes, m.degraded, m.usage, m.commits, m.active, m.panics, m.voice, queued,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

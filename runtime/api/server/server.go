@@ -213,7 +213,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, cat: cat, stopping: make(chan struct{})}
-	s.metrics = newMetrics(cat)
+	s.metrics = newMetrics(st, cat)
 	// the handler is served once New returns, after s.runs is set
 	s.metrics.watchSecrets(func() int { return s.runs.secretCount() })
 	if err := s.metrics.add(cfg.Metrics); err != nil {

@@ -256,6 +256,11 @@ func TestInterviewThroughTheAPI(t *testing.T) {
 					t.Errorf("%s = %v, want more than 0", k, m[k])
 				}
 			}
+			// a store that counts its write transactions counts each
+			// step's commit among them
+			if n, ok := m[`trellis_store_write_transactions_total`]; ok != (b.name == "sqlite") || ok && n < m[`trellis_store_commit_seconds_count`] {
+				t.Errorf("write transactions %v (reported: %v), commits %v", n, ok, m[`trellis_store_commit_seconds_count`])
+			}
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite" // and the database/sql driver "sqlite"
@@ -42,6 +43,8 @@ type Store struct {
 	// as its context lets it. Writers in other processes still meet the
 	// busy timeout.
 	writer chan struct{}
+	// writes counts the write transactions committed
+	writes atomic.Int64
 	// Catalog is the store's store.Catalog: the shared SQL catalog on
 	// this database.
 	sqlstore.Catalog
@@ -280,8 +283,16 @@ func (s *Store) write(ctx context.Context, fn func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fn()
+	if err := fn(); err != nil {
+		return err
+	}
+	s.writes.Add(1)
+	return nil
 }
+
+// WriteTransactions implements store.WriteCounter: each write this
+// process's writer queue ran is one transaction.
+func (s *Store) WriteTransactions() int64 { return s.writes.Load() }
 
 func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return s.write(ctx, func() error {

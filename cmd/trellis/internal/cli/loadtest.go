@@ -152,6 +152,7 @@ type loadResult struct {
 	elapsed            time.Duration
 	lat, over          []time.Duration // sorted
 	cpu                time.Duration   // the server's CPU time over the turns
+	writes             float64         // the store's write transactions over the turns (-1: not counted)
 	before, idle, rest int64           // resident memory
 	heapBefore, heap   int64
 	errs               int64
@@ -180,6 +181,13 @@ func (r *loadResult) String() string {
 	fmt.Fprintf(&b, "  overhead        p50 %s  p99 %s  (latency minus the model's time in the turn)\n", pct(r.over, 50), pct(r.over, 99))
 	if r.cpu > 0 {
 		fmt.Fprintf(&b, "  server CPU      %s per turn (%.2f s over the turns, its own accounting)\n", r.cpuPerTurn().Round(time.Microsecond), r.cpu.Seconds())
+	}
+	if r.writes >= 0 && r.turns > 0 {
+		how := "the store's count"
+		if strings.HasPrefix(cfg.store, "postgres") {
+			how = "transaction ids PostgreSQL handed out"
+		}
+		fmt.Fprintf(&b, "  store writes    %.1f write transactions per turn (%s)\n", r.writes/float64(r.turns), how)
 	}
 	if r.before > 0 && r.idle > 0 {
 		fmt.Fprintf(&b, "  server memory   resident %.1f MiB before, %.1f MiB with the threads idle (%.1f KiB per thread), %.1f MiB after the turns\n",
@@ -316,6 +324,7 @@ func loadtest(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 	} else {
 		profiled <- nil
 	}
+	writesStart, counted := writeCount(ctx, srv, storeAddr)
 	cpuStart := cpuTime(pid)
 	start := time.Now()
 	for i := range cfg.threads {
@@ -340,6 +349,10 @@ func loadtest(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 	wg.Wait()
 	r.elapsed = time.Since(start)
 	r.cpu = cpuTime(pid) - cpuStart
+	r.writes = -1
+	if writesEnd, ok := writeCount(ctx, srv, storeAddr); ok && counted {
+		r.writes = writesEnd - writesStart
+	}
 	r.rest = rss(pid)
 	if err := <-profiled; err != nil {
 		return nil, err
@@ -358,6 +371,26 @@ func loadtest(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 		_ = os.WriteFile(os.Getenv("TRELLIS_LOADTEST_LOG"), []byte(srv.log.String()), 0o644)
 	}
 	return r, nil
+}
+
+// writeCount is how many write transactions the server's store has
+// committed: the server's count (SQLite), or PostgreSQL's own, the
+// transaction ids it has handed out (each transaction that writes takes
+// one; the load test's cluster serves nothing else).
+func writeCount(ctx context.Context, srv *servedProc, storeAddr string) (float64, bool) {
+	if !strings.HasPrefix(storeAddr, "postgres") {
+		return srv.metricOf(ctx, "trellis_store_write_transactions_total")
+	}
+	conn, err := pgx.Connect(ctx, storeAddr)
+	if err != nil {
+		return 0, false
+	}
+	defer conn.Close(ctx)
+	var next int64
+	if err := conn.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&next); err != nil {
+		return 0, false
+	}
+	return float64(next), true
 }
 
 // cpuTime is a process's CPU time (user and system) so far, from /proc (0

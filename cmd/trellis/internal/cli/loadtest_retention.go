@@ -259,24 +259,30 @@ func (p *servedProc) stop() {
 
 // metric reads one metric of the server (0 when it has none).
 func (p *servedProc) metric(ctx context.Context, name string) float64 {
+	v, _ := p.metricOf(ctx, name)
+	return v
+}
+
+// metricOf reads one metric of the server, and whether it has it.
+func (p *servedProc) metricOf(ctx context.Context, name string) (float64, bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+"/metrics", nil)
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // syncWriter is a strings.Builder written from the process's pipe.
