@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -40,7 +41,10 @@ type Sender struct {
 	// Every is how often the queue is looked at when it was empty
 	// (default 1s).
 	Every time.Duration
-	Log   *slog.Logger
+	// Workers is how many deliveries are under way at once (default 4),
+	// so that a slow receiver holds up no other's messages.
+	Workers int
+	Log     *slog.Logger
 
 	client *http.Client
 	kick   chan struct{}
@@ -61,6 +65,9 @@ func (s *Sender) defaults() {
 	}
 	if s.Every == 0 {
 		s.Every = time.Second
+	}
+	if s.Workers == 0 {
+		s.Workers = 4
 	}
 	if s.Log == nil {
 		s.Log = slog.New(slog.DiscardHandler)
@@ -85,9 +92,19 @@ func (s *Sender) Kick() {
 // to be dropped: older than any start that could still record it.
 const orphanAge = time.Hour
 
-// Run works the queue until ctx ends.
+// Run works the queue until ctx ends: Workers goroutines each claim and
+// attempt deliveries while there are any due, then wait for a kick or
+// the next look; one of them drops the orphans now and then.
 func (s *Sender) Run(ctx context.Context) {
 	s.defaults()
+	var wg sync.WaitGroup
+	for i := range s.Workers {
+		wg.Go(func() { s.work(ctx, i == 0) })
+	}
+	wg.Wait()
+}
+
+func (s *Sender) work(ctx context.Context, sweeper bool) {
 	t := time.NewTicker(s.Every)
 	defer t.Stop()
 	lastSweep := time.Time{}
@@ -101,7 +118,7 @@ func (s *Sender) Run(ctx context.Context) {
 				break
 			}
 		}
-		if time.Since(lastSweep) > orphanAge/4 {
+		if sweeper && time.Since(lastSweep) > orphanAge/4 {
 			lastSweep = time.Now()
 			if n, err := s.Store.DropOrphanDeliveries(ctx, time.Now().Add(-orphanAge)); err != nil && ctx.Err() == nil {
 				s.Log.Warn("webhook queue: dropping orphans", "error", err.Error())
@@ -170,8 +187,8 @@ type attempt struct {
 }
 
 // attempt posts d once.
-func (s *Sender) attempt(ctx context.Context, d *store.Delivery) attempt {
-	a := attempt{DeliveryAttempt: store.DeliveryAttempt{N: d.Attempts + 1, At: time.Now().UTC(), Server: s.Server}}
+func (s *Sender) attempt(ctx context.Context, d *store.Delivery) (a attempt) {
+	a = attempt{DeliveryAttempt: store.DeliveryAttempt{N: d.Attempts + 1, At: time.Now().UTC(), Server: s.Server}}
 	defer func() { a.Took = time.Since(a.At) }()
 	if err := s.Allow.CheckURL(d.URL); err != nil {
 		a.Error, a.final = err.Error(), true

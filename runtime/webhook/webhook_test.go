@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -178,7 +179,7 @@ func TestSenderRetriesAndRecords(t *testing.T) {
 		t.Fatalf("delivery: %+v", d)
 	}
 	for i, want := range []int{500, 500, 200} {
-		if a := d.Log[i]; a.N != i+1 || a.Status != want || a.Server != "s1" || (want == 500) != (a.Error != "") {
+		if a := d.Log[i]; a.N != i+1 || a.Status != want || a.Server != "s1" || (want == 500) != (a.Error != "") || a.Took <= 0 {
 			t.Errorf("attempt %d: %+v", i+1, a)
 		}
 	}
@@ -216,4 +217,39 @@ func TestSenderRefusesAddressesNotAllowed(t *testing.T) {
 	if hits.Load() != 0 {
 		t.Fatal("sent to an address not allowed")
 	}
+}
+
+// A receiver that does not answer holds up no other receiver's messages.
+func TestSlowReceiverHoldsUpNoOther(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	defer recv.Close()
+	defer close(release)
+	st := memory.New()
+	now := time.Now().UTC()
+	for i, path := range []string{"/slow", "/fast"} {
+		run := fmt.Sprint("run-", i)
+		_ = st.CreateRun(ctx, &store.RunRecord{ID: run, Tenant: "acme", Thread: "acme/t", Status: store.RunSucceeded, Created: now, Finished: now})
+		_ = st.AddDelivery(ctx, &store.Delivery{ID: "hook-" + run, Tenant: "acme", Thread: "acme/t", Run: run, URL: recv.URL + path, Created: now.Add(time.Duration(i))})
+	}
+	allow, _ := webhook.ParseAllowList([]string{"127.0.0.1"})
+	s := &webhook.Sender{Store: st, Server: "s1", Secret: []byte("0123456789abcdef01234567"), Allow: allow, Timeout: 20 * time.Second, Every: 20 * time.Millisecond,
+		Payload: func(context.Context, *store.Delivery) ([]byte, error) { return []byte(`{}`), nil }}
+	go s.Run(ctx)
+	for ctx.Err() == nil {
+		if ds, _ := st.Deliveries(ctx, "acme", "run-1"); len(ds) == 1 && ds[0].Status == store.DeliveryDelivered {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the fast receiver's message waited for the slow one's")
 }
