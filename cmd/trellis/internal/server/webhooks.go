@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/api"
@@ -104,8 +105,14 @@ func (s *Server) addDelivery(ctx context.Context, rec *store.RunRecord, url stri
 	if err := s.hooks.cfg.Allow.CheckURL(url); err != nil {
 		return &api.Error{Code: api.CodeInvalidInput, Message: err.Error(), Details: map[string]string{"field": "webhook"}}
 	}
-	return s.hooks.store.AddDelivery(ctx, &store.Delivery{ID: newID("msg"), Tenant: rec.Tenant, Thread: rec.Thread, Run: rec.ID, URL: url,
-		Created: rec.Created})
+	// named after the run: servers starting the same run (a schedule's
+	// tick) record one delivery
+	err := s.hooks.store.AddDelivery(ctx, &store.Delivery{ID: "msg_" + strings.TrimPrefix(rec.ID, "run_"), Tenant: rec.Tenant, Thread: rec.Thread,
+		Run: rec.ID, URL: url, Created: rec.Created})
+	if errors.Is(err, store.ErrExists) {
+		return nil
+	}
+	return err
 }
 
 // webhookPayload is the body of a delivery: the run's end, as the run's
