@@ -78,6 +78,8 @@ func init() {
 			"Voice conversational flows in LiveKit rooms: a LiveKit agent that hears the caller, runs turns through the API and speaks the replies", cmdVoiceAgent},
 		{"keys", "keys create --tenant T [--admin] [--name N] | keys list [--tenant T] | keys revoke ID  [--store ADDR]",
 			"Manage the API keys of trellis serve", cmdKeys},
+		{"schedules", "schedules create (--flow F | --thread T) --cron EXPR [--zone Z] [--input JSON] [--missed skip|run_once] [--grace D] [--webhook URL] [--id ID] | schedules list [--thread T] | schedules get|pause|resume|delete ID  [--api URL]",
+			"Manage the cron schedules of trellis serve through its API (key: TRELLIS_API_KEY): each tick starts a run on a thread or on a new thread", cmdSchedules},
 		{"sandbox", "sandbox check | sandbox run FILE [--language L] [--tests FILE] [--stdin FILE] [--wall-time D]",
 			"Report the code sandbox configured by TRELLIS_SANDBOX and run a trivial program in it, or run a file of code", cmdSandbox},
 		{"diff", "diff OLD NEW [--format text|github|mermaid|json]",
