@@ -42,7 +42,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	fs.DurationVar(&retain.Every, "retain-every", time.Minute, "how often the retention sweeps (one server of those sharing a store at a time)")
 	fs.Float64Var(&retain.Share, "retain-share", 0.1, "the part of the time a retention sweep may work: it rests the rest, in small batches, so that the runs keep the store")
 	var hookAllow, hookFlows multi
-	fs.Var(&hookAllow, "webhook-allow", "where webhooks may be posted: host names, *.domain, addresses or networks such as 10.0.0.0/8, comma-separated or repeated; "+
+	fs.Var(&hookAllow, "webhook-allow", "the `LIST` of where webhooks may be posted: host names, *.domain, addresses or networks such as 10.0.0.0/8, comma-separated or repeated; "+
 		"an address outside the list is refused (default: none, and no webhooks are sent); the messages are signed with "+server.WebhookSecretEnv+" (whsec_ and base64)")
 	fs.Var(&hookFlows, "webhook", "`FLOW=URL`: post the end of every run of FLOW that names no webhook to URL (repeatable)")
 	hookTimeout := fs.Duration("webhook-timeout", 10*time.Second, "how long one webhook attempt may take")
