@@ -76,6 +76,7 @@ func (s *Server) fire(ctx context.Context, sc *store.Schedule, now time.Time) er
 	tick.Next = d.Next
 	if !d.MissedFrom.IsZero() {
 		tick.LastError = fmt.Sprintf("ticks missed from %s to %s: %s", d.MissedFrom.Format(time.RFC3339), d.MissedTo.Format(time.RFC3339), policyDone(sc.Missed))
+		s.log.Info("schedule: ticks missed", "schedule", sc.ID, "from", d.MissedFrom, "to", d.MissedTo, "missed", string(sc.Missed))
 	}
 	if d.Fire {
 		id := tickRunID(sc.ID, d.Tick)
