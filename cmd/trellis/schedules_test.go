@@ -136,7 +136,7 @@ func TestScheduleAcrossProcesses(t *testing.T) {
 		c, p = start()
 		procs = append(procs, p)
 	}
-	sc, err := c.CreateSchedule(ctx, api.CreateSchedule{ID: "every", Flow: "quick", Cron: "* * * * * *", Missed: "run_once", GraceMS: 1000,
+	sc, err := c.CreateSchedule(ctx, api.CreateSchedule{ID: "every", Flow: "quick", Cron: "* * * * * *", Missed: "run_once", GraceMS: new(int64(1000)),
 		Input: map[string]any{"said": "tick"}})
 	if err != nil {
 		t.Fatal(err)

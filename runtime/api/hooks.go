@@ -88,9 +88,10 @@ type CreateSchedule struct {
 	Input    map[string]any    `json:"input,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Missed   string            `json:"missed,omitempty"`
-	GraceMS  int64             `json:"grace_ms,omitempty"`
-	Webhook  string            `json:"webhook,omitempty"`
-	Paused   bool              `json:"paused,omitempty"`
+	// GraceMS is from 1000 to 86400000 (none: 10000).
+	GraceMS *int64 `json:"grace_ms,omitempty"`
+	Webhook string `json:"webhook,omitempty"`
+	Paused  bool   `json:"paused,omitempty"`
 }
 
 // Schedules is a page of schedules, by id.

@@ -51,8 +51,11 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) int {
 	var err error
 	switch sub {
 	case "create":
-		in := api.CreateSchedule{ID: *id, Flow: *flowName, Thread: *thread, Cron: *cron, Zone: *zone, Missed: *missed, GraceMS: grace.Milliseconds(),
-			Webhook: *hook, Paused: *paused}
+		in := api.CreateSchedule{ID: *id, Flow: *flowName, Thread: *thread, Cron: *cron, Zone: *zone, Missed: *missed, Webhook: *hook, Paused: *paused}
+		if *grace != 0 {
+			ms := grace.Milliseconds()
+			in.GraceMS = &ms
+		}
 		if *input != "" {
 			if err := json.Unmarshal([]byte(*input), &in.Input); err != nil {
 				return fail(env, "schedules", usagef("--input: want a JSON object: %v", err))

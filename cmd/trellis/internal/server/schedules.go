@@ -230,13 +230,18 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 		return err
 	}
 	sc := &store.Schedule{ID: in.ID, Tenant: c.tenant, Flow: in.Flow, Cron: in.Cron, Zone: in.Zone, Metadata: in.Metadata,
-		Missed: store.MissedPolicy(in.Missed), Grace: time.Duration(in.GraceMS) * time.Millisecond, Webhook: in.Webhook, Paused: in.Paused,
-		Created: time.Now().UTC()}
+		Missed: store.MissedPolicy(in.Missed), Webhook: in.Webhook, Paused: in.Paused, Created: time.Now().UTC()}
 	if len(input) > 0 {
 		sc.Input = recordValues(input)
 	}
 	invalid := func(field, msg string) error {
 		return &api.Error{Code: api.CodeInvalidInput, Message: msg, Details: map[string]string{"field": field}}
+	}
+	if g := in.GraceMS; g != nil {
+		if *g < 1000 || *g > 86_400_000 {
+			return invalid("grace_ms", "grace_ms is from 1000 to 86400000 (none: 10000)")
+		}
+		sc.Grace = time.Duration(*g) * time.Millisecond
 	}
 	if field, err := schedule.Check(sc, time.Now()); err != nil {
 		return invalid(field, err.Error())
