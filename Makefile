@@ -6,7 +6,7 @@ PKGS    := ./...
 FUZZTIME ?= 40000x
 
 .PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
-	livekit-server page page-check bench-voice bench-sandbox bench-validate bench-storage image deploy-check openapi-lint loadtest-retention
+	livekit-server page page-check bench-voice bench-sandbox bench-validate bench-storage image deploy-check openapi-lint loadtest-retention schedule-soak
 
 # The version the binary reports (in validate's SARIF log): git describe.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
@@ -170,6 +170,11 @@ vet:
 
 race:
 	$(GO) test -race -shuffle=on -count=1 $(PKGS)
+
+# A schedule every second on three servers sharing SQLite and PostgreSQL
+# starts exactly one run per tick, for 30 ticks (the race test watches 6).
+schedule-soak:
+	$(GO) test -count=1 -run 'TestScheduleOneRunPerTickOnThreeServers' ./cmd/trellis/internal/server -v -schedule-ticks 30
 
 tidy-check:
 	@cp go.mod /tmp/trellis.go.mod.bak; cp go.sum /tmp/trellis.go.sum.bak; \

@@ -29,6 +29,7 @@ const (
 	CodeNotFound           Code = "not_found"              // 404: no such flow, thread, run or key for this tenant
 	CodeMethodNotAllowed   Code = "method_not_allowed"     // 405
 	CodeThreadExists       Code = "thread_exists"          // 409: a thread with that id exists
+	CodeScheduleExists     Code = "schedule_exists"        // 409: a schedule with that id exists
 	CodeThreadBusy         Code = "thread_busy"            // 409: another run holds the thread
 	CodeVoiceBusy          Code = "voice_busy"             // 409: another caller holds the thread's voice session
 	CodeUnfinished         Code = "thread_unfinished"      // 409: the thread's last run stopped part way
@@ -60,7 +61,7 @@ func (c Code) Status() int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeThreadExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged:
+	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -266,6 +267,10 @@ type StartRun struct {
 	// server has them, so a run another server executes (queued behind
 	// others, or taken over after this server died) runs without them.
 	Config map[string]any `json:"config,omitempty"`
+	// Webhook is where the run's end is posted, signed (see
+	// WebhookEvent); the server's allow-list must permit it. Empty: the
+	// webhook the server sets for the thread's flow, if any.
+	Webhook string `json:"webhook,omitempty"`
 }
 
 // RunRequeued is the event that ends a run's stream when its server

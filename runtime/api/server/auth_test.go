@@ -86,6 +86,16 @@ var authCases = map[string]authCase{
 	"POST /v1/memory/items/search": {ok: 200, body: `{"namespace_prefix": ["candidates"], "query": "x"}`},
 	"POST /v1/memory/namespaces":   {ok: 200, body: `{"prefix": ["candidates"]}`},
 
+	// a run's webhook deliveries (none); acme's schedule, which another
+	// tenant does not find
+	"GET /v1/threads/{id}/runs/{run}/webhooks": {ok: 200},
+	"POST /v1/schedules":                       {ok: 201, body: `{"flow": "greet", "cron": "0 3 * * *"}`},
+	"GET /v1/schedules":                        {ok: 200},
+	"GET /v1/schedules/{schedule}":             {ok: 200, owned: true},
+	"DELETE /v1/schedules/{schedule}":          {ok: 204, owned: true},
+	"POST /v1/schedules/{schedule}/pause":      {ok: 200, owned: true},
+	"POST /v1/schedules/{schedule}/resume":     {ok: 200, owned: true},
+
 	"POST /v1/keys":         {ok: 201, body: `{"tenant": "newco"}`},
 	"GET /v1/keys":          {ok: 200},
 	"DELETE /v1/keys/{key}": {ok: 204},
@@ -137,6 +147,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 			if _, err := h.acme.PutMemory(ctx, api.PutMemory{Namespace: []string{"candidates", "ada"}, Key: doc, Value: []byte(`{"text": "x"}`)}); err != nil {
 				t.Fatal(err)
 			}
+			sched := "s" + strconv.Itoa(n)
+			if _, err := h.acme.CreateSchedule(ctx, api.CreateSchedule{ID: sched, Flow: "greet", Cron: "0 3 * * *"}); err != nil {
+				t.Fatal(err)
+			}
 			key := c.key
 			switch c.name {
 			case "grant":
@@ -145,7 +159,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 				interviewless(t, h, "o"+strconv.Itoa(n))
 				key = grantFor(t, h, h.acme, "o"+strconv.Itoa(n))
 			}
-			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{node}", "greet", "{key}", victim.ID).Replace(rt.path)
+			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{node}", "greet", "{key}", victim.ID, "{schedule}", sched).Replace(rt.path)
 			body := tc.body
 			if body == "FLOW" {
 				body = greet

@@ -313,6 +313,11 @@ var errNotOurs = errors.New("the run's record says another server has it, or it 
 // that refused it (the run is then forgotten: nothing is recorded). A run
 // queued behind others is returned queued.
 func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadRecord, l *loaded, in api.StartRun) (store.RunRecord, *liveRun, error) {
+	return m.startAs(ctx, c, thread, l, in, newID("run"))
+}
+
+// startAs is start with the run's id given.
+func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRecord, l *loaded, in api.StartRun, id string) (store.RunRecord, *liveRun, error) {
 	policy := in.OnBusy
 	switch policy {
 	case "":
@@ -358,7 +363,7 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	m.mu.Unlock()
 	defer m.starting.Done()
 	raw := recordValues(input)
-	rec := &store.RunRecord{ID: newID("run"), Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
+	rec := &store.RunRecord{ID: id, Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
 		Input: raw, Created: m.now(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt, Server: m.id}
 	rec.Trace = traceparent(ctx)
 	if len(answers) > 0 {
@@ -369,6 +374,12 @@ func (m *manager) start(ctx context.Context, c *caller, thread *store.ThreadReco
 	}
 	if len(secret) > 0 {
 		m.keepSecret(rec.ID, c.tenant, secret)
+	}
+	// the webhook's delivery is recorded before the run, so that the
+	// run's end is delivered whichever server ends it, whenever
+	if err := m.s.addDelivery(ctx, rec, in.Webhook); err != nil {
+		m.dropSecret(rec.ID)
+		return store.RunRecord{}, nil, err
 	}
 	// on a free thread the run is claimed here as it is queued, so that no
 	// dispatcher (this server's or another's) takes it from under its
@@ -479,6 +490,7 @@ func (m *manager) execute(lr *liveRun) {
 		delete(m.secrets, lr.rec.ID)
 		m.mu.Unlock()
 		m.nudge() // the thread's next run may be waiting
+		m.s.kickWebhooks()
 	}()
 	res, err := m.run(lr)
 	var p *runPanic

@@ -133,6 +133,9 @@ type Config struct {
 	// Metrics are collectors of the program's own that /metrics reports
 	// with the server's (the trellis command gives its code sandbox's).
 	Metrics []prometheus.Collector
+	// Webhooks is where and how runs' ends are posted (nil: nowhere; a
+	// run that names a webhook is refused).
+	Webhooks *WebhookConfig
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.
@@ -169,6 +172,10 @@ type Server struct {
 	studio   studioState
 	// retention runs the retention's sweeps (nil: none).
 	retention *retention
+	// hooks posts runs' ends (see webhooks.go); sched starts the runs of
+	// schedules (see schedules.go).
+	hooks *webhooks
+	sched *scheduler
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
@@ -245,6 +252,12 @@ func New(cfg Config) (*Server, error) {
 	lctx, stopListening := context.WithCancel(context.Background())
 	s.stopListening = stopListening
 	go s.notes.listen(lctx, cfg.NotifyURL)
+	if err := s.startWebhooks(lctx); err != nil {
+		stopListening()
+		s.runs.shutdown(context.Background())
+		return nil, err
+	}
+	s.startSchedules(lctx)
 	s.retention = s.startRetention()
 	s.mux = http.NewServeMux()
 	routes := http.NewServeMux() // the routes alone, to tell 404 from 405
@@ -357,7 +370,7 @@ type route struct {
 }
 
 func (s *Server) routes() []route {
-	return []route{
+	return append([]route{
 		{method: "GET", path: "/healthz", access: public, handle: s.healthz},
 		{method: "GET", path: "/readyz", access: public, handle: s.readyz},
 		{method: "GET", path: "/metrics", access: public, handle: s.metricsHandler},
@@ -416,7 +429,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: "/v1/keys", access: admin, handle: s.createKey},
 		{method: "GET", path: "/v1/keys", access: admin, handle: s.listKeys},
 		{method: "DELETE", path: "/v1/keys/{key}", access: admin, handle: s.revokeKey},
-	}
+	}, append(s.webhookRoutes(), s.scheduleRoutes()...)...)
 }
 
 // caller is who makes a request.

@@ -24,6 +24,10 @@ type catalog struct {
 	keys    map[string]*store.KeyRecord
 	servers map[string]time.Time
 	cache   map[string]cacheEntry
+	// deliveries and schedules are the webhook deliveries (with their
+	// attempts) and the schedules (see hooks.go).
+	deliveries map[string]*delivery
+	schedules  map[string]*store.Schedule
 }
 
 type cacheEntry struct {
@@ -35,7 +39,7 @@ func (s *Store) cat() *catalog {
 	s.catOnce.Do(func() {
 		s.catalog = &catalog{threads: map[string]*store.ThreadRecord{}, runs: map[string]*store.RunRecord{},
 			events: map[string][]store.EventRecord{}, packs: map[string][]store.EventRecord{}, keys: map[string]*store.KeyRecord{}, servers: map[string]time.Time{},
-			cache: map[string]cacheEntry{}}
+			cache: map[string]cacheEntry{}, deliveries: map[string]*delivery{}, schedules: map[string]*store.Schedule{}}
 	})
 	return s.catalog
 }
@@ -145,7 +149,8 @@ func (s *Store) DeleteThread(_ context.Context, tenant, id string) error {
 }
 
 // deleteRecords deletes a thread's record and its runs with their
-// events, and reports whether it had a record. The caller holds c.mu.
+// events and webhook deliveries, and the schedules that start runs on
+// it, and reports whether it had a record. The caller holds c.mu.
 func (c *catalog) deleteRecords(thread string) bool {
 	_, had := c.threads[thread]
 	delete(c.threads, thread)
@@ -154,6 +159,16 @@ func (c *catalog) deleteRecords(thread string) bool {
 			delete(c.runs, rid)
 			delete(c.events, rid)
 			delete(c.packs, rid)
+		}
+	}
+	for id, d := range c.deliveries {
+		if d.Thread == thread {
+			delete(c.deliveries, id)
+		}
+	}
+	for id, sc := range c.schedules {
+		if sc.Thread == thread {
+			delete(c.schedules, id)
 		}
 	}
 	return had

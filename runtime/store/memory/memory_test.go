@@ -26,5 +26,13 @@ func BenchmarkMemory(b *testing.B) { storetest.BenchMemory(b, memory.New(), 5000
 func TestLifecycle(t *testing.T) {
 	storetest.RunLifecycle(t, func(*testing.T) store.Store { return memory.New() },
 		func(_ *testing.T, st store.Store, needles []string) []string { return storetest.WalkRefs(st, needles) },
-		[]string{"threads", "leases", "catalog.threads", "catalog.runs", "catalog.events", "catalog.packs", "voice.sessions"})
+		[]string{"threads", "leases", "catalog.threads", "catalog.runs", "catalog.events", "catalog.packs", "catalog.deliveries", "catalog.schedules", "voice.sessions"})
+}
+
+func TestWebhooksConformance(t *testing.T) {
+	storetest.RunWebhooks(t, func(*testing.T) store.Store { return memory.New() })
+}
+
+func TestSchedulesConformance(t *testing.T) {
+	storetest.RunSchedules(t, func(*testing.T) store.Store { return memory.New() })
 }

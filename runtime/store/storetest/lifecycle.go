@@ -140,6 +140,27 @@ func seedThread(t *testing.T, st store.Store, id string, when time.Time) {
 		Error: "cancelled", Created: at(30), Finished: at(31)}); err != nil {
 		t.Fatal(err)
 	}
+	if w, ok := store.WebhooksOf(st); ok {
+		d := &store.Delivery{ID: id + "-hook", Tenant: "acme", Thread: id, Run: id + "-run-1", URL: "http://127.0.0.1:9/" + id, Created: at(5)}
+		if err := w.AddDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		got, err := w.ClaimDelivery(ctx, "server-1", time.Minute)
+		if err != nil {
+			t.Fatalf("claim the delivery of %s: %v", id, err)
+		}
+		got.Status, got.Next = store.DeliveryPending, at(6)
+		if err := w.RecordAttempt(ctx, "server-1", got, store.DeliveryAttempt{N: got.Attempts + 1, At: at(5), Server: "server-1",
+			Error: "the receiver of " + id + " answered 500", Status: 500}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sc, ok := store.SchedulesOf(st); ok {
+		if err := sc.CreateSchedule(ctx, &store.Schedule{ID: id + "-schedule", Tenant: "acme", Flow: "f", Thread: id, Cron: "* * * * *", Zone: "UTC",
+			Input: []byte(`{"said":"` + id + `"}`), Missed: store.MissedSkip, Next: at(60), Created: at(0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if v, ok := st.(store.VoiceCatalog); ok {
 		if _, _, err := v.OpenVoiceSession(ctx, &store.VoiceSessionRecord{ID: id + "-voice", Tenant: "acme", Thread: id, ThreadCreated: at(0),
 			KeyHash: "hash", SigningKey: "k1", Created: at(40), Expires: at(40).Add(time.Hour), Deadline: at(40).Add(2 * time.Hour)}, ""); err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/telemetry"
+	"github.com/trellisflow/trellis/runtime/webhook"
 )
 
 func cmdServe(ctx context.Context, env *Env, args []string) int {
@@ -41,8 +43,22 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	fs.StringVar(&retain.Tokens, "retain-tokens", server.TokensMerge, "what becomes of a run's tokens once --retain-events has passed: merge (one event per node's attempt with its whole text) or drop")
 	fs.DurationVar(&retain.Every, "retain-every", time.Minute, "how often the retention sweeps (one server of those sharing a store at a time)")
 	fs.Float64Var(&retain.Share, "retain-share", 0.1, "the part of the time a retention sweep may work: it rests the rest, in small batches, so that the runs keep the store")
+	var hookAllow, hookFlows multi
+	fs.Var(&hookAllow, "webhook-allow", "the `LIST` of where webhooks may be posted: host names, *.domain, addresses or networks such as 10.0.0.0/8, comma-separated or repeated; "+
+		"an address outside the list is refused (default: none, and no webhooks are sent); the messages are signed with "+server.WebhookSecretEnv+" (whsec_ and base64)")
+	fs.Var(&hookFlows, "webhook", "`FLOW=URL`: post the end of every run of FLOW that names no webhook to URL (repeatable)")
+	hookTimeout := fs.Duration("webhook-timeout", 10*time.Second, "how long one webhook attempt may take")
+	hookAttempts := fs.Int("webhook-attempts", 8, "how many attempts a webhook gets before it is given up")
+	hookBackoff := fs.Duration("webhook-backoff", 5*time.Second, "the wait before a webhook's second attempt, doubled before each one after (up to an hour)")
 	if _, code, ok := parse(fs, args); !ok {
 		return code
+	}
+	hooks, err := webhookConfig(hookAllow, hookFlows, os.Getenv(server.WebhookSecretEnv))
+	if err != nil {
+		return fail(env, "serve", usagef("%v", err))
+	}
+	if hooks != nil {
+		hooks.Timeout, hooks.Attempts, hooks.Backoff = *hookTimeout, *hookAttempts, *hookBackoff
 	}
 	if retain.Share == 0 {
 		return fail(env, "serve", usagef("--retain-share 0: want the part of the time a sweep may work, above 0 and at most 1"))
@@ -78,7 +94,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
-		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain})
+		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks})
 	if err != nil {
 		return fail(env, "serve", err)
 	}
@@ -117,6 +133,39 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "serve", err)
 	}
 	return 0
+}
+
+// webhookConfig reads the webhook flags and secret (nil: no webhooks).
+func webhookConfig(allow, flows []string, secret string) (*server.WebhookConfig, error) {
+	var entries []string
+	for _, a := range allow {
+		for _, e := range strings.Split(a, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				entries = append(entries, e)
+			}
+		}
+	}
+	if len(entries) == 0 && len(flows) == 0 {
+		return nil, nil
+	}
+	list, err := webhook.ParseAllowList(entries)
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-allow: %w", err)
+	}
+	cfg := &server.WebhookConfig{Allow: list, Flows: map[string]string{}}
+	for _, f := range flows {
+		name, url, ok := strings.Cut(f, "=")
+		if !ok || name == "" || url == "" {
+			return nil, fmt.Errorf("--webhook %q: want FLOW=URL", f)
+		}
+		cfg.Flows[name] = url
+	}
+	if secret != "" {
+		if cfg.Secret, err = webhook.ParseSecret(secret); err != nil {
+			return nil, fmt.Errorf("%s: %w", server.WebhookSecretEnv, err)
+		}
+	}
+	return cfg, nil
 }
 
 func cmdKeys(ctx context.Context, env *Env, args []string) int {

@@ -1,0 +1,400 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/schedule"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// scheduler starts the runs of the store's schedules that are due. Every
+// server sharing the store looks; a tick's run has an id made of the
+// schedule's and the tick's, so that of the servers firing one tick only
+// one queues its run (the others find it exists: the run queue's unique
+// key), and the schedule's next tick moves by compare-and-set, so that
+// a server that died between the two leaves the tick to another, which
+// finds its run queued and moves on.
+type scheduler struct {
+	store store.Schedules
+}
+
+// startSchedules starts looking for due schedules, until ctx ends (a
+// store without schedules: never).
+func (s *Server) startSchedules(ctx context.Context) {
+	st, ok := store.SchedulesOf(s.eng().Store)
+	s.sched = &scheduler{store: st}
+	if !ok {
+		return
+	}
+	go s.scheduleLoop(ctx)
+}
+
+func (s *Server) scheduleLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.PollEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.stopping:
+			return
+		case <-t.C:
+		}
+		due, err := s.sched.store.DueSchedules(ctx, time.Now(), 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("schedules", "error", err.Error())
+			}
+			continue
+		}
+		for _, sc := range due {
+			if err := s.fire(ctx, sc, time.Now()); err != nil && ctx.Err() == nil {
+				s.log.Warn("schedule", "schedule", sc.ID, "error", err.Error())
+			}
+		}
+	}
+}
+
+// fire decides what a due schedule does now, starts its tick's run when
+// it fires one, and moves it to its next tick.
+func (s *Server) fire(ctx context.Context, sc *store.Schedule, now time.Time) error {
+	tick := store.ScheduleTick{LastTick: sc.LastTick, LastRun: sc.LastRun, LastError: sc.LastError}
+	spec, err := schedule.Parse(sc.Cron, sc.Zone)
+	if err != nil {
+		// recorded by an older server, or a zone this one lacks: stop it
+		tick.LastError = err.Error()
+		return s.advance(ctx, sc, tick)
+	}
+	d := schedule.Decide(spec, sc.Next, now, sc.Grace, sc.Missed)
+	tick.Next = d.Next
+	if !d.MissedFrom.IsZero() {
+		tick.LastError = fmt.Sprintf("ticks missed from %s to %s: %s", d.MissedFrom.Format(time.RFC3339), d.MissedTo.Format(time.RFC3339), policyDone(sc.Missed))
+		s.log.Info("schedule: ticks missed", "schedule", sc.ID, "from", d.MissedFrom, "to", d.MissedTo, "missed", string(sc.Missed))
+	}
+	if d.Fire {
+		id := tickRunID(sc.ID, d.Tick)
+		err := s.startTick(ctx, sc, d.Tick, id)
+		switch {
+		case err == nil, errors.Is(err, store.ErrExists):
+			// started here, or by another server first
+			tick.LastTick, tick.LastRun = d.Tick, id
+			if d.MissedFrom.IsZero() {
+				tick.LastError = ""
+			}
+		default:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			tick.LastTick, tick.LastRun, tick.LastError = d.Tick, "", "the run did not start: "+apiMessage(err)
+		}
+	}
+	return s.advance(ctx, sc, tick)
+}
+
+func policyDone(p store.MissedPolicy) string {
+	if p == store.MissedRunOnce {
+		return "run once for all of them"
+	}
+	return "skipped"
+}
+
+func apiMessage(err error) string {
+	if ae := toAPIError(err); ae.Code != api.CodeInternal {
+		return ae.Message
+	}
+	return err.Error()
+}
+
+func (s *Server) advance(ctx context.Context, sc *store.Schedule, tick store.ScheduleTick) error {
+	err := s.sched.store.AdvanceSchedule(ctx, sc.ID, sc.Next, tick)
+	if errors.Is(err, store.ErrClaimLost) || errors.Is(err, store.ErrNotFound) {
+		return nil // another server moved it first, or it was deleted
+	}
+	return err
+}
+
+// tickRunID is the id of a schedule's run for a tick: the same on every
+// server.
+func tickRunID(schedule string, tick time.Time) string {
+	return fmt.Sprintf("run_%s_%d", schedule, tick.Unix())
+}
+
+// startTick starts the run of a tick: on the schedule's thread (queued
+// behind the thread's runs), or on a new thread named after the schedule
+// and the tick. store.ErrExists: the run exists (another server started
+// it).
+func (s *Server) startTick(ctx context.Context, sc *store.Schedule, tick time.Time, id string) error {
+	c := &caller{tenant: sc.Tenant}
+	key := sc.Thread
+	if key == "" {
+		key = threadKey(c, fmt.Sprintf("%s-%d", sc.ID, tick.Unix()))
+		if err := s.createTickThread(ctx, sc, key); err != nil {
+			return err
+		}
+	}
+	th, err := s.cat.Thread(ctx, sc.Tenant, key)
+	if err != nil {
+		return fmt.Errorf("thread %q: %w", publicID(key), err)
+	}
+	l, err := s.flows.get(th.Flow)
+	if err != nil {
+		return err
+	}
+	in := api.StartRun{Input: storedValues(sc.Input), OnBusy: api.OnBusyEnqueue, Webhook: sc.Webhook}
+	_, _, err = s.runs.startAs(ctx, c, th, l, in, id)
+	return err
+}
+
+// createTickThread creates the new thread of a tick, unless another
+// server did.
+func (s *Server) createTickThread(ctx context.Context, sc *store.Schedule, key string) error {
+	if _, err := s.cat.Thread(ctx, sc.Tenant, key); err == nil {
+		return nil
+	}
+	l, err := s.flows.get(sc.Flow)
+	if err != nil {
+		return err
+	}
+	if _, err := s.eng().Create(ctx, l.flow.Graph(), key, nil); err != nil && !errors.Is(err, store.ErrExists) {
+		return err
+	}
+	md := map[string]string{"schedule": sc.ID}
+	for k, v := range sc.Metadata {
+		md[k] = v
+	}
+	err = s.cat.CreateThread(ctx, &store.ThreadRecord{ID: key, Tenant: sc.Tenant, Flow: l.flow.Name(), Metadata: md, Created: time.Now().UTC()})
+	if errors.Is(err, store.ErrExists) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) scheduleRoutes() []route {
+	return []route{
+		{method: "POST", path: "/v1/schedules", access: tenant, handle: s.createSchedule},
+		{method: "GET", path: "/v1/schedules", access: tenant, handle: s.listSchedules},
+		{method: "GET", path: "/v1/schedules/{schedule}", access: tenant, handle: s.getSchedule},
+		{method: "DELETE", path: "/v1/schedules/{schedule}", access: tenant, handle: s.deleteSchedule},
+		{method: "POST", path: "/v1/schedules/{schedule}/pause", access: tenant, handle: s.pauseSchedule},
+		{method: "POST", path: "/v1/schedules/{schedule}/resume", access: tenant, handle: s.resumeSchedule},
+	}
+}
+
+// schedules is the store's schedules, or the answer that it keeps none.
+func (s *Server) schedules() (store.Schedules, error) {
+	if s.sched == nil || s.sched.store == nil {
+		return nil, &api.Error{Code: api.CodeNotFound, Message: "this server's store keeps no schedules"}
+	}
+	return s.sched.store, nil
+}
+
+func scheduleInfo(sc *store.Schedule) api.Schedule {
+	out := api.Schedule{ID: sc.ID, Flow: sc.Flow, Thread: publicID(sc.Thread), Cron: sc.Cron, Zone: sc.Zone, Input: storedValues(sc.Input),
+		Metadata: sc.Metadata, Missed: string(sc.Missed), GraceMS: sc.Grace.Milliseconds(), Webhook: sc.Webhook, Paused: sc.Paused,
+		LastRun: sc.LastRun, LastError: sc.LastError, Created: sc.Created}
+	if len(out.Metadata) == 0 {
+		out.Metadata = nil
+	}
+	if !sc.Paused && !sc.Next.IsZero() {
+		t := sc.Next
+		out.Next = &t
+	}
+	if !sc.LastTick.IsZero() {
+		t := sc.LastTick
+		out.LastTick = &t
+	}
+	return out
+}
+
+func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *caller) error {
+	st, err := s.schedules()
+	if err != nil {
+		return err
+	}
+	var in api.CreateSchedule
+	if err := readJSON(r, &in); err != nil {
+		return err
+	}
+	if in.ID == "" {
+		in.ID = newID("sched")
+	}
+	input, err := plain(in.Input)
+	if err != nil {
+		return err
+	}
+	sc := &store.Schedule{ID: in.ID, Tenant: c.tenant, Flow: in.Flow, Cron: in.Cron, Zone: in.Zone, Metadata: in.Metadata,
+		Missed: store.MissedPolicy(in.Missed), Webhook: in.Webhook, Paused: in.Paused, Created: time.Now().UTC()}
+	if len(input) > 0 {
+		sc.Input = recordValues(input)
+	}
+	invalid := func(field, msg string) error {
+		return &api.Error{Code: api.CodeInvalidInput, Message: msg, Details: map[string]string{"field": field}}
+	}
+	if g := in.GraceMS; g != nil {
+		if *g < 1000 || *g > 86_400_000 {
+			return invalid("grace_ms", "grace_ms is from 1000 to 86400000 (none: 10000)")
+		}
+		sc.Grace = time.Duration(*g) * time.Millisecond
+	}
+	if field, err := schedule.Check(sc, time.Now()); err != nil {
+		return invalid(field, err.Error())
+	}
+	if in.Thread != "" {
+		if in.Flow != "" || len(in.Metadata) > 0 {
+			return invalid("thread", "a schedule of a thread runs the thread's flow: give thread, or flow (and metadata) for a new thread each time")
+		}
+		if checkThreadID(in.Thread) != nil {
+			return invalid("thread", fmt.Sprintf("no thread %q", in.Thread))
+		}
+		th, err := s.cat.Thread(r.Context(), c.tenant, threadKey(c, in.Thread))
+		if errors.Is(err, store.ErrNotFound) || err == nil && th.Deleting {
+			return invalid("thread", fmt.Sprintf("no thread %q", in.Thread))
+		}
+		if err != nil {
+			return err
+		}
+		sc.Thread, sc.Flow = th.ID, th.Flow
+	} else if in.Flow == "" {
+		return invalid("flow", "give the flow each tick starts a new thread of, or the thread every run goes to")
+	}
+	l, err := s.flows.get(sc.Flow)
+	if err != nil {
+		if ae, ok := err.(*api.Error); ok && ae.Code == api.CodeNotFound {
+			return invalid("flow", ae.Message)
+		}
+		return err
+	}
+	for k := range input {
+		if !slices.ContainsFunc(l.flow.Graph().Inputs, func(f *flow.Field) bool { return f.Name == k }) {
+			return invalid("input", fmt.Sprintf("%q is not an input field of flow %q", k, sc.Flow))
+		}
+	}
+	if sc.Webhook != "" {
+		if s.hooks.sender == nil {
+			return invalid("webhook", "this server sends no webhooks (its allow-list is empty)")
+		}
+		if err := s.hooks.cfg.Allow.CheckURL(sc.Webhook); err != nil {
+			return invalid("webhook", err.Error())
+		}
+	}
+	if err := st.CreateSchedule(r.Context(), sc); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return &api.Error{Code: api.CodeScheduleExists, Message: fmt.Sprintf("schedule %q exists", sc.ID)}
+		}
+		return err
+	}
+	writeJSON(w, http.StatusCreated, scheduleInfo(sc))
+	return nil
+}
+
+func (s *Server) getSchedule(w http.ResponseWriter, r *http.Request, c *caller) error {
+	st, err := s.schedules()
+	if err != nil {
+		return err
+	}
+	sc, err := st.Schedule(r.Context(), c.tenant, r.PathValue("schedule"))
+	if errors.Is(err, store.ErrNotFound) {
+		return noSchedule(r)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, scheduleInfo(sc))
+	return nil
+}
+
+func noSchedule(r *http.Request) error {
+	return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no schedule %q", r.PathValue("schedule"))}
+}
+
+func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, c *caller) error {
+	st, err := s.schedules()
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit", 1, 500, 100)
+	if err != nil {
+		return err
+	}
+	q := store.ScheduleQuery{Tenant: c.tenant, After: r.URL.Query().Get("after"), Limit: int(limit)}
+	if th := r.URL.Query().Get("thread"); th != "" {
+		q.Thread = threadKey(c, th)
+	}
+	list, err := st.ListSchedules(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	out := api.Schedules{Schedules: []api.Schedule{}}
+	for _, sc := range list {
+		out.Schedules = append(out.Schedules, scheduleInfo(sc))
+	}
+	if len(list) == int(limit) {
+		out.Next = list[len(list)-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) pauseSchedule(w http.ResponseWriter, r *http.Request, c *caller) error {
+	return s.setPaused(w, r, c, true)
+}
+
+func (s *Server) resumeSchedule(w http.ResponseWriter, r *http.Request, c *caller) error {
+	return s.setPaused(w, r, c, false)
+}
+
+// setPaused pauses a schedule, or resumes it at its next tick from now:
+// the ticks that passed while it was paused do not fire.
+func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, c *caller, paused bool) error {
+	st, err := s.schedules()
+	if err != nil {
+		return err
+	}
+	var next time.Time
+	if !paused {
+		sc, err := st.Schedule(r.Context(), c.tenant, r.PathValue("schedule"))
+		if errors.Is(err, store.ErrNotFound) {
+			return noSchedule(r)
+		}
+		if err != nil {
+			return err
+		}
+		spec, err := schedule.Parse(sc.Cron, sc.Zone)
+		if err != nil {
+			return &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
+		}
+		next = spec.Next(time.Now())
+	}
+	sc, err := st.PauseSchedule(r.Context(), c.tenant, r.PathValue("schedule"), paused, next)
+	if errors.Is(err, store.ErrNotFound) {
+		return noSchedule(r)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, scheduleInfo(sc))
+	return nil
+}
+
+func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request, c *caller) error {
+	st, err := s.schedules()
+	if err != nil {
+		return err
+	}
+	err = st.DeleteSchedule(r.Context(), c.tenant, r.PathValue("schedule"))
+	if errors.Is(err, store.ErrNotFound) {
+		return noSchedule(r)
+	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,367 @@
+package server
+
+import (
+	"flag"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/schedule"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+var scheduleTicks = flag.Int("schedule-ticks", 6, "how many ticks of a schedule every second TestScheduleOneRunPerTickOnThreeServers watches (make schedule-soak: 30)")
+
+// The schedule routes create, list, read, pause, resume and delete a
+// tenant's schedules, and refuse what cannot run with the field at
+// fault.
+func TestScheduleRoutes(t *testing.T) {
+	s := serve(t, openRuntime(t, "memory"), stepFlows(t, 1), "")
+	if _, err := s.acme.CreateThread(ctx, api.CreateThread{ID: "t1", Flow: "steps"}); err != nil {
+		t.Fatal(err)
+	}
+	onThread, err := s.acme.CreateSchedule(ctx, api.CreateSchedule{ID: "nightly", Thread: "t1", Cron: "0 3 * * *", Zone: "Europe/Paris",
+		Input: map[string]any{"said": "good night"}, Missed: "run_once"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if onThread.Flow != "steps" || onThread.Thread != "t1" || onThread.Next == nil || onThread.Next.UTC().Hour() != 2 && onThread.Next.UTC().Hour() != 1 ||
+		onThread.Missed != "run_once" || onThread.GraceMS != schedule.DefaultGrace.Milliseconds() || onThread.Input["said"] != "good night" {
+		t.Fatalf("created: %+v", onThread)
+	}
+	fresh, err := s.acme.CreateSchedule(ctx, api.CreateSchedule{Flow: "steps", Cron: "*/5 * * * *", Metadata: map[string]string{"team": "a"}})
+	if err != nil || !strings.HasPrefix(fresh.ID, "sched_") || fresh.Zone != "UTC" || fresh.Missed != "skip" {
+		t.Fatalf("created: %+v %v", fresh, err)
+	}
+	for _, c := range []struct {
+		in    api.CreateSchedule
+		code  api.Code
+		field string
+	}{
+		{api.CreateSchedule{ID: "nightly", Flow: "steps", Cron: "* * * * *"}, api.CodeScheduleExists, ""},
+		{api.CreateSchedule{Flow: "steps", Cron: "every night"}, api.CodeInvalidInput, "cron"},
+		{api.CreateSchedule{Flow: "steps", Cron: "* * * * *", Zone: "Mars/Olympus"}, api.CodeInvalidInput, "zone"},
+		{api.CreateSchedule{Flow: "steps", Cron: "* * * * *", Missed: "catch_up"}, api.CodeInvalidInput, "missed"},
+		{api.CreateSchedule{Flow: "nope", Cron: "* * * * *"}, api.CodeInvalidInput, "flow"},
+		{api.CreateSchedule{Cron: "* * * * *"}, api.CodeInvalidInput, "flow"},
+		{api.CreateSchedule{Thread: "nope", Cron: "* * * * *"}, api.CodeInvalidInput, "thread"},
+		{api.CreateSchedule{Thread: "t1", Flow: "steps", Cron: "* * * * *"}, api.CodeInvalidInput, "thread"},
+		{api.CreateSchedule{Flow: "steps", Cron: "* * * * *", Input: map[string]any{"nope": 1}}, api.CodeInvalidInput, "input"},
+		{api.CreateSchedule{Flow: "steps", Cron: "* * * * *", Webhook: "http://127.0.0.1:9/h"}, api.CodeInvalidInput, "webhook"},
+		{api.CreateSchedule{ID: "a b", Flow: "steps", Cron: "* * * * *"}, api.CodeInvalidInput, "id"},
+	} {
+		_, err := s.acme.CreateSchedule(ctx, c.in)
+		if !api.IsCode(err, c.code) || c.field != "" && !strings.Contains(fmt.Sprint(asAPIError(err).Details), "field:"+c.field) {
+			t.Errorf("%+v: %v, want %s on %s", c.in, err, c.code, c.field)
+		}
+	}
+	list, err := s.acme.Schedules(ctx, "", 1)
+	if err != nil || len(list.Schedules) != 1 || list.Schedules[0].ID != "nightly" || list.Next != "nightly" {
+		t.Fatalf("first page: %+v %v", list, err)
+	}
+	if list, err = s.acme.Schedules(ctx, list.Next, 0); err != nil || len(list.Schedules) != 1 || list.Schedules[0].ID != fresh.ID {
+		t.Fatalf("second page: %+v %v", list, err)
+	}
+	paused, err := s.acme.PauseSchedule(ctx, "nightly", true)
+	if err != nil || !paused.Paused || paused.Next != nil {
+		t.Fatalf("paused: %+v %v", paused, err)
+	}
+	resumed, err := s.acme.PauseSchedule(ctx, "nightly", false)
+	if err != nil || resumed.Paused || resumed.Next == nil || !resumed.Next.After(time.Now()) {
+		t.Fatalf("resumed: %+v %v", resumed, err)
+	}
+	_, other, err := CreateKey(ctx, s.srv.cat, "other", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc := api.NewClient(s.base, other)
+	if _, err := oc.Schedule(ctx, "nightly"); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("another tenant reads it: %v", err)
+	}
+	if err := oc.DeleteSchedule(ctx, "nightly"); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("another tenant deletes it: %v", err)
+	}
+	if err := s.acme.DeleteSchedule(ctx, "nightly"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.acme.Schedule(ctx, "nightly"); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("a deleted schedule: %v", err)
+	}
+	// a thread's schedules go with it
+	if _, err := s.acme.CreateSchedule(ctx, api.CreateSchedule{ID: "of-t1", Thread: "t1", Cron: "0 3 * * *"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.acme.DeleteThread(ctx, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.acme.Schedule(ctx, "of-t1"); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("the schedule of a deleted thread: %v", err)
+	}
+}
+
+// tickOf reads the tick of a schedule's thread or run id (…-UNIX or
+// …_UNIX).
+func tickOf(id string) (int64, bool) {
+	i := strings.LastIndexAny(id, "-_")
+	n, err := strconv.ParseInt(id[i+1:], 10, 64)
+	return n, err == nil
+}
+
+// A schedule every second, on three servers sharing a store, starts
+// exactly one run per tick: every tick from the first seen to the last
+// has its thread with one run, which succeeded, and no tick has two.
+func TestScheduleOneRunPerTickOnThreeServers(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			addr := storeAddr(t, b.name)
+			flows := stepFlows(t, 1)
+			var servers []*served
+			key := ""
+			for range 3 {
+				s := serve(t, openRuntime(t, addr), flows, key)
+				key = s.acme.Key
+				servers = append(servers, s)
+			}
+			sc, err := servers[0].acme.CreateSchedule(ctx, api.CreateSchedule{ID: "every", Flow: "steps", Cron: "* * * * * *", Input: map[string]any{"said": "tick"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := sc.Next.Unix()
+			last := first + int64(*scheduleTicks) - 1
+			time.Sleep(time.Until(time.Unix(last+2, 0)))
+			if err := servers[1].acme.DeleteSchedule(ctx, "every"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(500 * time.Millisecond) // the runs of the last ticks end
+			rt := servers[0].rt
+			cat, _ := store.CatalogOf(rt.Store())
+			threads, err := cat.ListThreads(ctx, store.ThreadQuery{Tenant: "acme", Metadata: map[string]string{"schedule": "every"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ticks := map[int64]int{}
+			by := map[string]int{}
+			for _, th := range threads {
+				tick, ok := tickOf(th.ID)
+				if !ok {
+					t.Fatalf("thread %s", th.ID)
+				}
+				runs, err := cat.Runs(ctx, store.RunQuery{Tenant: "acme", Thread: th.ID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ticks[tick] += len(runs)
+				for _, r := range runs {
+					if r.Status != store.RunSucceeded && r.Status != store.RunRunning {
+						t.Errorf("run %s of tick %d: %s %s", r.ID, tick, r.Status, r.Error)
+					}
+					if rt, ok := tickOf(r.ID); !ok || rt != tick {
+						t.Errorf("run %s on the thread of tick %d", r.ID, tick)
+					}
+					by[r.Server]++
+				}
+			}
+			var seen []int64
+			for tick := range ticks {
+				seen = append(seen, tick)
+			}
+			sort.Slice(seen, func(i, j int) bool { return seen[i] < seen[j] })
+			for tick := first; tick <= last; tick++ {
+				if ticks[tick] != 1 {
+					t.Errorf("tick %s: %d runs", time.Unix(tick, 0).UTC().Format(time.TimeOnly), ticks[tick])
+				}
+			}
+			if len(seen) == 0 || seen[0] != first || seen[len(seen)-1] > last+2 {
+				t.Errorf("ticks %v, want %d to %d (and at most the two before the deletion)", seen, first, last)
+			}
+			t.Logf("%d ticks, %d runs, by server %v", len(seen), len(threads), by)
+		})
+	}
+}
+
+// A tick missed by more than its grace is skipped, or run once for all
+// the ticks missed, as the schedule declares; the tick after them is
+// next.
+func TestScheduleMissedTicks(t *testing.T) {
+	s := serve(t, openRuntime(t, "sqlite:"+t.TempDir()+"/s.db"), stepFlows(t, 1), "")
+	sched, _ := store.SchedulesOf(s.rt.Store())
+	now := time.Now().UTC().Truncate(time.Minute).Add(30 * time.Second)
+	for _, policy := range []store.MissedPolicy{store.MissedSkip, store.MissedRunOnce} {
+		t.Run(string(policy), func(t *testing.T) {
+			id := "down-" + string(policy)
+			// every minute, last fired an hour ago: 60 ticks missed
+			sc := &store.Schedule{ID: id, Tenant: "acme", Flow: "steps", Cron: "* * * * *", Zone: "UTC", Missed: policy, Grace: 10 * time.Second,
+				Input: []byte(`{"said":"late"}`), Paused: true, Created: now.Add(-2 * time.Hour)}
+			if _, err := schedule.Check(sc, now.Add(-time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if err := sched.CreateSchedule(ctx, sc); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.srv.fire(ctx, sc, now); err != nil {
+				t.Fatal(err)
+			}
+			got, err := sched.Schedule(ctx, "acme", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			latest := now.Truncate(time.Minute) // the last tick at least the grace ago
+			if !got.Next.Equal(latest.Add(time.Minute)) || !strings.Contains(got.LastError, "missed") {
+				t.Fatalf("after the missed ticks: next %s, last error %q", got.Next, got.LastError)
+			}
+			cat, _ := store.CatalogOf(s.rt.Store())
+			threads, _ := cat.ListThreads(ctx, store.ThreadQuery{Tenant: "acme", Metadata: map[string]string{"schedule": id}})
+			switch policy {
+			case store.MissedSkip:
+				if len(threads) != 0 || got.LastRun != "" {
+					t.Fatalf("skipped ticks started %d runs (%s)", len(threads), got.LastRun)
+				}
+			case store.MissedRunOnce:
+				if len(threads) != 1 || got.LastRun != tickRunID(id, latest) || !got.LastTick.Equal(latest) {
+					t.Fatalf("run once: %d threads, last run %s at %s", len(threads), got.LastRun, got.LastTick)
+				}
+				eventually(t, 10*time.Second, "the run", func() bool {
+					r, err := cat.Run(ctx, "acme", got.LastRun)
+					return err == nil && r.Status == store.RunSucceeded
+				})
+			}
+			// fired again from where it was, by a server that read it late:
+			// nothing more starts
+			if err := s.srv.fire(ctx, sc, now); err != nil {
+				t.Fatal(err)
+			}
+			threads2, _ := cat.ListThreads(ctx, store.ThreadQuery{Tenant: "acme", Metadata: map[string]string{"schedule": id}})
+			if len(threads2) != len(threads) {
+				t.Fatalf("a stale fire started %d runs more", len(threads2)-len(threads))
+			}
+		})
+	}
+}
+
+// A schedule of a thread queues each tick's run on the thread; a tick
+// whose run cannot start says why on the schedule.
+func TestScheduleOnAThread(t *testing.T) {
+	s := serve(t, openRuntime(t, "memory"), stepFlows(t, 1), "")
+	if _, err := s.acme.CreateThread(ctx, api.CreateThread{ID: "t1", Flow: "steps"}); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := s.acme.CreateSchedule(ctx, api.CreateSchedule{ID: "beat", Thread: "t1", Cron: "* * * * * *", Input: map[string]any{"said": "beat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "three runs on the thread", func() bool {
+		runs, err := s.acme.Runs(ctx, "t1")
+		return err == nil && len(runs) >= 3
+	})
+	if err := s.acme.DeleteSchedule(ctx, "beat"); err != nil {
+		t.Fatal(err)
+	}
+	runs, _ := s.acme.Runs(ctx, "t1")
+	for _, r := range runs {
+		if tick, ok := tickOf(r.ID); !ok || tick < sc.Next.Unix() || r.Input["said"] != "beat" {
+			t.Errorf("run %+v", r)
+		}
+	}
+}
+
+// Three servers firing the same tick at once, from the same reading of
+// the schedule, start one run between them.
+func TestScheduleConcurrentFiresStartOneRun(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			addr := storeAddr(t, b.name)
+			flows := stepFlows(t, 1)
+			hooks, secret := hookConfig(t, "127.0.0.1")
+			recv := newReceiver(t, secret)
+			var servers []*served
+			key := ""
+			for range 3 {
+				s := serve(t, openRuntime(t, addr), flows, key, func(c *Config) { c.Webhooks = hooks })
+				key = s.acme.Key
+				servers = append(servers, s)
+			}
+			sched, _ := store.SchedulesOf(servers[0].rt.Store())
+			hookStore, _ := store.WebhooksOf(servers[0].rt.Store())
+			fired := 0
+			cat, _ := store.CatalogOf(servers[0].rt.Store())
+			for round := range 5 {
+				for _, onThread := range []bool{false, true} {
+					id := fmt.Sprintf("race-%d-%v", round, onThread)
+					now := time.Now().UTC()
+					// paused: only the fires of the test fire it
+					sc := &store.Schedule{ID: id, Tenant: "acme", Flow: "steps", Cron: "* * * * * *", Zone: "UTC", Missed: store.MissedSkip,
+						Grace: time.Minute, Input: []byte(`{"said":"race"}`), Paused: true, Created: now, Webhook: recv.srv.URL + "/" + id}
+					if onThread {
+						if _, err := servers[0].acme.CreateThread(ctx, api.CreateThread{ID: id, Flow: "steps"}); err != nil {
+							t.Fatal(err)
+						}
+						sc.Thread = "acme/" + id
+					}
+					if _, err := schedule.Check(sc, now.Add(-2*time.Second)); err != nil {
+						t.Fatal(err)
+					}
+					if err := sched.CreateSchedule(ctx, sc); err != nil {
+						t.Fatal(err)
+					}
+					errs := make(chan error, len(servers))
+					start := make(chan struct{})
+					for _, s := range servers {
+						go func() {
+							<-start
+							errs <- s.srv.fire(ctx, sc, now)
+						}()
+					}
+					close(start)
+					for range servers {
+						if err := <-errs; err != nil {
+							t.Fatal(err)
+						}
+					}
+					var runs []*store.RunRecord
+					if onThread {
+						rs, err := cat.Runs(ctx, store.RunQuery{Tenant: "acme", Thread: sc.Thread})
+						if err != nil {
+							t.Fatal(err)
+						}
+						runs = rs
+					} else {
+						threads, _ := cat.ListThreads(ctx, store.ThreadQuery{Tenant: "acme", Metadata: map[string]string{"schedule": id}})
+						for _, th := range threads {
+							rs, _ := cat.Runs(ctx, store.RunQuery{Tenant: "acme", Thread: th.ID})
+							runs = append(runs, rs...)
+						}
+					}
+					for _, r := range runs {
+						if ds, err := hookStore.Deliveries(ctx, "acme", r.ID); err != nil || len(ds) != 1 {
+							t.Fatalf("%s: the run has %d webhook deliveries (%v)", id, len(ds), err)
+						}
+					}
+					fired += len(runs)
+					if len(runs) != 1 {
+						t.Fatalf("%s: three servers firing one tick started %d runs", id, len(runs))
+					}
+					got, _ := sched.Schedule(ctx, "acme", id)
+					if !got.Next.Equal(sc.Next.Add(time.Second)) {
+						t.Fatalf("%s: next %s, want %s", id, got.Next, sc.Next.Add(time.Second))
+					}
+				}
+			}
+			eventually(t, 20*time.Second, "the webhooks", func() bool { return len(recv.received()) >= fired })
+			time.Sleep(300 * time.Millisecond)
+			ids := map[string]int{}
+			for _, h := range recv.received() {
+				ids[h.event.Data.ID]++
+				if !h.valid {
+					t.Errorf("a message with no valid signature: %+v", h)
+				}
+			}
+			if len(ids) != fired || len(recv.received()) != fired {
+				t.Fatalf("%d messages of %d runs for %d runs fired", len(recv.received()), len(ids), fired)
+			}
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Schedules keeps the schedules that start runs at the times of a cron
+// expression: on one thread, or on a new thread each time. Every server
+// sharing the store looks for due schedules; a tick's run is named after
+// the schedule and the tick, so of the servers that fire one tick only
+// one queues its run (the others find it exists), and the schedule's
+// next tick moves forward by compare-and-set. The built-in stores
+// implement it, and storetest.RunSchedules is its conformance suite.
+//
+// A schedule bound to a thread is deleted with the thread.
+type Schedules interface {
+	// CreateSchedule records a schedule; ErrExists when one with its id
+	// exists.
+	CreateSchedule(ctx context.Context, s *Schedule) error
+	// Schedule returns a tenant's schedule; ErrNotFound when there is
+	// none.
+	Schedule(ctx context.Context, tenant, id string) (*Schedule, error)
+	// ListSchedules lists a tenant's schedules by id, a page at a time
+	// (see ScheduleQuery).
+	ListSchedules(ctx context.Context, q ScheduleQuery) ([]*Schedule, error)
+	// DueSchedules lists the schedules, of every tenant, not paused whose
+	// next tick is at or before now, the longest due first, at most
+	// limit (see MaxPage).
+	DueSchedules(ctx context.Context, now time.Time, limit int) ([]*Schedule, error)
+	// AdvanceSchedule records a schedule's fired (or skipped) tick and
+	// its next one, if its next tick is still from: ErrClaimLost when
+	// another moved it first, ErrNotFound when the schedule is gone.
+	AdvanceSchedule(ctx context.Context, id string, from time.Time, t ScheduleTick) error
+	// PauseSchedule pauses a tenant's schedule, or resumes it with its
+	// next tick at next, and returns it.
+	PauseSchedule(ctx context.Context, tenant, id string, paused bool, next time.Time) (*Schedule, error)
+	// DeleteSchedule deletes a tenant's schedule; ErrNotFound when there
+	// is none.
+	DeleteSchedule(ctx context.Context, tenant, id string) error
+}
+
+// Schedule starts runs at the times of a cron expression.
+type Schedule struct {
+	ID     string
+	Tenant string
+	// Flow is the flow a new thread runs; Thread, when set, is the thread
+	// (its store key) every tick's run goes to instead.
+	Flow, Thread string
+	// Cron is the expression, Zone the IANA time zone it is read in.
+	Cron, Zone string
+	// Input is the runs' input, Metadata the new threads' metadata.
+	Input    json.RawMessage
+	Metadata map[string]string
+	// Missed says what happens to ticks more than Grace late (missed
+	// while no server ran): skipped, or run once for all of them.
+	Missed MissedPolicy
+	Grace  time.Duration
+	// Webhook is where each run's end is posted ("" for none).
+	Webhook string
+	Paused  bool
+	// Next is the next tick.
+	Next time.Time
+	// LastTick, LastRun and LastError are of the tick fired last.
+	LastTick  time.Time
+	LastRun   string
+	LastError string
+	Created   time.Time
+}
+
+// MissedPolicy is what a schedule does with the ticks it missed.
+type MissedPolicy string
+
+// The missed-tick policies.
+const (
+	MissedSkip    MissedPolicy = "skip"
+	MissedRunOnce MissedPolicy = "run_once"
+)
+
+// ScheduleTick is what AdvanceSchedule records.
+type ScheduleTick struct {
+	Next      time.Time
+	LastTick  time.Time
+	LastRun   string
+	LastError string
+}
+
+// ScheduleQuery pages ListSchedules.
+type ScheduleQuery struct {
+	Tenant string
+	// Thread keeps only the schedules of that thread (its store key).
+	Thread string
+	// After continues a listing after this schedule id.
+	After string
+	Limit int
+}
+
+// SchedulesOf returns st's Schedules.
+func SchedulesOf(st Store) (Schedules, bool) {
+	s, ok := st.(Schedules)
+	return s, ok
+}

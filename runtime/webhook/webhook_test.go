@@ -1,0 +1,255 @@
+package webhook_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+	"github.com/trellisflow/trellis/runtime/webhook"
+)
+
+// The signature of Standard Webhooks' own example verifies, and one of
+// a changed body, id or time does not.
+func TestSignatureOfTheStandard(t *testing.T) {
+	secret, err := webhook.ParseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1614265330, 0)
+	body := []byte(`{"test": 2432232314}`)
+	if got := webhook.Sign(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", at, body); got != "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=" {
+		t.Fatalf("signature %s", got)
+	}
+	h := http.Header{}
+	h.Set(webhook.HeaderID, "msg_p5jXN8AQM9LWM0D4loKWxJek")
+	h.Set(webhook.HeaderTimestamp, "1614265330")
+	h.Set(webhook.HeaderSignature, "v1,bogus v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+	if err := webhook.Verify(secret, h, body, 5*time.Minute, at.Add(time.Minute)); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	if err := webhook.Verify(secret, h, []byte(`{"test": 2432232315}`), 5*time.Minute, at); !errors.Is(err, webhook.ErrNoSignature) {
+		t.Fatalf("a changed body: %v", err)
+	}
+	if err := webhook.Verify(secret, h, body, 5*time.Minute, at.Add(time.Hour)); !errors.Is(err, webhook.ErrStale) {
+		t.Fatalf("an old message: %v", err)
+	}
+	h.Set(webhook.HeaderID, "msg_other")
+	if err := webhook.Verify(secret, h, body, 5*time.Minute, at); !errors.Is(err, webhook.ErrNoSignature) {
+		t.Fatalf("another id: %v", err)
+	}
+	for _, bad := range []string{"", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2hvcnQ=", "whsec_!!"} {
+		if _, err := webhook.ParseSecret(bad); err == nil {
+			t.Errorf("secret %q taken", bad)
+		}
+	}
+	if _, err := webhook.ParseSecret(webhook.NewSecret()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAllowList(t *testing.T) {
+	if _, err := webhook.ParseAllowList([]string{"http://x"}); err == nil {
+		t.Fatal("a URL taken as an entry")
+	}
+	cases := []struct {
+		allow []string
+		url   string
+		ok    bool
+	}{
+		{nil, "http://127.0.0.1:9/h", false},
+		{[]string{"127.0.0.1"}, "http://127.0.0.1:9/h", true},
+		{[]string{"127.0.0.0/8"}, "http://127.0.0.2:9/h", true},
+		{[]string{"10.0.0.0/8"}, "http://127.0.0.1:9/h", false},
+		{[]string{"hooks.example.com"}, "https://hooks.example.com/h", true},
+		{[]string{"hooks.example.com"}, "https://evil.example.com/h", false},
+		{[]string{"*.example.com"}, "https://a.b.example.com/h", true},
+		{[]string{"*.example.com"}, "https://example.com.evil.net/h", false},
+		{[]string{"hooks.example.com"}, "http://127.0.0.1/h", false},
+		{[]string{"127.0.0.1"}, "ftp://127.0.0.1/h", false},
+		{[]string{"127.0.0.1"}, "http://user:pw@127.0.0.1/h", false},
+		{[]string{"127.0.0.1"}, "/relative", false},
+	}
+	for _, c := range cases {
+		a, err := webhook.ParseAllowList(c.allow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.CheckURL(c.url); (err == nil) != c.ok {
+			t.Errorf("allow %v, %s: %v", c.allow, c.url, err)
+		}
+	}
+}
+
+// The client connects only where the list allows, checked on the address
+// dialled (a name resolving outside the networks reaches nothing), and
+// follows no redirect.
+func TestClientConnectsOnlyWhereAllowed(t *testing.T) {
+	var hits atomic.Int64
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer recv.Close()
+	port := recv.URL[strings.LastIndex(recv.URL, ":"):]
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, recv.URL, http.StatusTemporaryRedirect)
+	}))
+	defer redirect.Close()
+	post := func(allow []string, url string) (*http.Response, error) {
+		a, err := webhook.ParseAllowList(allow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Client(5*time.Second).Post(url, "application/json", strings.NewReader("{}"))
+	}
+	if _, err := post([]string{"10.0.0.0/8"}, "http://localhost"+port); !errors.Is(err, webhook.ErrNotAllowed) {
+		t.Fatalf("a name resolving outside the networks: %v", err)
+	}
+	if _, err := post(nil, recv.URL); !errors.Is(err, webhook.ErrNotAllowed) {
+		t.Fatalf("the empty list: %v", err)
+	}
+	if hits.Load() != 0 {
+		t.Fatal("a refused address was connected to")
+	}
+	resp, err := post([]string{"127.0.0.1"}, "http://localhost"+port)
+	if err != nil || resp.StatusCode != 200 || hits.Load() != 1 {
+		t.Fatalf("localhost, allowed by its address: %v %v", resp, err)
+	}
+	resp, err = post([]string{"127.0.0.1"}, redirect.URL)
+	if err != nil || resp.StatusCode != http.StatusTemporaryRedirect || hits.Load() != 1 {
+		t.Fatalf("a redirect: %v %v, %d hits", resp, err, hits.Load())
+	}
+}
+
+// A delivery answered 500 is tried again after its backoff, then
+// delivered; each attempt is recorded, and every message carries a
+// valid signature.
+func TestSenderRetriesAndRecords(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	secret, _ := webhook.ParseSecret(webhook.NewSecret())
+	var mu sync.Mutex
+	var got []string
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := webhook.Verify(secret, r.Header, body, time.Minute, time.Now()); err != nil {
+			t.Errorf("receiver: %v", err)
+		}
+		mu.Lock()
+		got = append(got, r.Header.Get(webhook.HeaderID)+" "+string(body))
+		n := len(got)
+		mu.Unlock()
+		if n < 3 {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	defer recv.Close()
+	st := memory.New()
+	now := time.Now().UTC()
+	if err := st.CreateRun(ctx, &store.RunRecord{ID: "run-1", Tenant: "acme", Thread: "acme/t", Status: store.RunSucceeded, Created: now, Finished: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddDelivery(ctx, &store.Delivery{ID: "hook-1", Tenant: "acme", Thread: "acme/t", Run: "run-1", URL: recv.URL + "/h", Created: now}); err != nil {
+		t.Fatal(err)
+	}
+	allow, _ := webhook.ParseAllowList([]string{"127.0.0.1"})
+	s := &webhook.Sender{Store: st, Server: "s1", Secret: secret, Allow: allow, Backoff: 100 * time.Millisecond, Every: 20 * time.Millisecond,
+		Payload: func(_ context.Context, d *store.Delivery) ([]byte, error) {
+			return []byte(`{"run":"` + d.Run + `"}`), nil
+		}}
+	go s.Run(ctx)
+	var ds []*store.Delivery
+	for ctx.Err() == nil {
+		ds, _ = st.Deliveries(ctx, "acme", "run-1")
+		if len(ds) == 1 && ds[0].Status != store.DeliveryPending {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	d := ds[0]
+	if d.Status != store.DeliveryDelivered || d.Attempts != 3 || len(d.Log) != 3 {
+		t.Fatalf("delivery: %+v", d)
+	}
+	for i, want := range []int{500, 500, 200} {
+		if a := d.Log[i]; a.N != i+1 || a.Status != want || a.Server != "s1" || (want == 500) != (a.Error != "") || a.Took <= 0 {
+			t.Errorf("attempt %d: %+v", i+1, a)
+		}
+	}
+	if gap := d.Log[1].At.Sub(d.Log[0].At); gap < 80*time.Millisecond {
+		t.Errorf("the second attempt came %v after the first, before its backoff", gap)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 || got[2] != `hook-1 {"run":"run-1"}` {
+		t.Fatalf("received %q", got)
+	}
+}
+
+// A delivery to an address the list does not permit fails at once, for
+// good, with the reason recorded, and nothing is sent.
+func TestSenderRefusesAddressesNotAllowed(t *testing.T) {
+	ctx := context.Background()
+	var hits atomic.Int64
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer recv.Close()
+	st := memory.New()
+	now := time.Now().UTC()
+	_ = st.CreateRun(ctx, &store.RunRecord{ID: "run-1", Tenant: "acme", Thread: "acme/t", Status: store.RunFailed, Created: now, Finished: now})
+	_ = st.AddDelivery(ctx, &store.Delivery{ID: "hook-1", Tenant: "acme", Thread: "acme/t", Run: "run-1", URL: recv.URL, Created: now})
+	allow, _ := webhook.ParseAllowList([]string{"10.0.0.0/8"})
+	s := &webhook.Sender{Store: st, Server: "s1", Secret: []byte("0123456789abcdef01234567"), Allow: allow,
+		Payload: func(context.Context, *store.Delivery) ([]byte, error) { return []byte(`{}`), nil }}
+	if sent, err := s.DeliverOne(ctx); !sent || err != nil {
+		t.Fatalf("deliver: %v %v", sent, err)
+	}
+	ds, _ := st.Deliveries(ctx, "acme", "run-1")
+	if d := ds[0]; d.Status != store.DeliveryFailed || d.Attempts != 1 || !strings.Contains(d.Log[0].Error, "allow-list") {
+		t.Fatalf("delivery: %+v", d)
+	}
+	if hits.Load() != 0 {
+		t.Fatal("sent to an address not allowed")
+	}
+}
+
+// A receiver that does not answer holds up no other receiver's messages.
+func TestSlowReceiverHoldsUpNoOther(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	defer recv.Close()
+	defer close(release)
+	st := memory.New()
+	now := time.Now().UTC()
+	for i, path := range []string{"/slow", "/fast"} {
+		run := fmt.Sprint("run-", i)
+		_ = st.CreateRun(ctx, &store.RunRecord{ID: run, Tenant: "acme", Thread: "acme/t", Status: store.RunSucceeded, Created: now, Finished: now})
+		_ = st.AddDelivery(ctx, &store.Delivery{ID: "hook-" + run, Tenant: "acme", Thread: "acme/t", Run: run, URL: recv.URL + path, Created: now.Add(time.Duration(i))})
+	}
+	allow, _ := webhook.ParseAllowList([]string{"127.0.0.1"})
+	s := &webhook.Sender{Store: st, Server: "s1", Secret: []byte("0123456789abcdef01234567"), Allow: allow, Timeout: 20 * time.Second, Every: 20 * time.Millisecond,
+		Payload: func(context.Context, *store.Delivery) ([]byte, error) { return []byte(`{}`), nil }}
+	go s.Run(ctx)
+	for ctx.Err() == nil {
+		if ds, _ := st.Deliveries(ctx, "acme", "run-1"); len(ds) == 1 && ds[0].Status == store.DeliveryDelivered {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the fast receiver's message waited for the slow one's")
+}
