@@ -14,8 +14,8 @@ import (
 	"time"
 
 	facade "github.com/trellisflow/trellis"
-	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 	"github.com/trellisflow/trellis/runtime/webhook"
