@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"iter"
+	"sync"
 	"time"
 
 	"github.com/trellisflow/trellis/nodes/all"
@@ -127,6 +128,10 @@ type Flow struct {
 	graph    *flow.Graph
 	warnings diag.List
 	sources  diag.Sources
+	// inFS: the sources are named in a file system, not on the disk
+	inFS        bool
+	versionOnce sync.Once
+	version     *FlowVersion
 }
 
 // Name is the flow's name.
@@ -260,7 +265,7 @@ func compile(files *config.Files, path string, src []byte, opts []Option) (*Flow
 	if g == nil {
 		return nil, &LoadError{Diagnostics: dl, Sources: sources}
 	}
-	return &Flow{graph: g, warnings: dl, sources: sources}, nil
+	return &Flow{graph: g, warnings: dl, sources: sources, inFS: files != nil}, nil
 }
 
 // DefaultStore is the store Open uses for an empty address: a SQLite file

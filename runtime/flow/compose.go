@@ -146,6 +146,10 @@ func (b *builder) Fits(p *expression.Program, dst *schema.Shape, at config.Value
 	}
 }
 
+// ExprFits says how what p yields may not be a value of shape dst (""
+// when it fits as far as is known), as a node's write is checked.
+func ExprFits(p *expression.Program, dst *schema.Shape) string { return fitsShape(p, dst) }
+
 // fitsShape says how what p yields may not be a value of shape dst (""
 // when it fits as far as is known): its declared shape member by member,
 // its type, a constant out of range.

@@ -171,6 +171,7 @@ func deleteRecords(ctx context.Context, db DB, thread string) (bool, error) {
 		`DELETE FROM api_events WHERE run IN (SELECT id FROM api_runs WHERE thread = ?)`,
 		`DELETE FROM api_runs WHERE thread = ?`,
 		`DELETE FROM voice_sessions WHERE thread = ?`,
+		`DELETE FROM thread_versions WHERE thread = ?`,
 	} {
 		if _, err := db.Exec(ctx, q, thread); err != nil {
 			return false, err

@@ -1,0 +1,318 @@
+package trellis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing/fstest"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/flowdiff"
+	"github.com/trellisflow/trellis/runtime/store"
+)
+
+// FlowVersion is one version of a flow: the files it was compiled from,
+// named relative to the directory above all of them, and the hash of
+// them that names the version (see store.Versions).
+type FlowVersion = store.FlowVersion
+
+// ThreadPin is the version of its flow a thread runs.
+type ThreadPin = store.ThreadPin
+
+// Effect is what one change between two versions of a flow means for the
+// threads of the older one (see flowdiff.Compat).
+type Effect = flowdiff.Effect
+
+// SourceMigrate marks the checkpoint of a thread's move onto another
+// version of its flow.
+const SourceMigrate = store.SourceMigrate
+
+// Version returns the flow's version: the files it was compiled from and
+// their hash. The same files make the same version wherever they lie on
+// a disk.
+func (f *Flow) Version() *FlowVersion {
+	f.versionOnce.Do(func() { f.version = versionOf(f) })
+	return f.version
+}
+
+func versionOf(f *Flow) *FlowVersion {
+	src := f.sources
+	names := make(map[string]string, len(src)) // slash name → source name
+	for name := range src {
+		n := name
+		if !f.inFS {
+			if abs, err := filepath.Abs(name); err == nil {
+				n = abs
+			}
+		}
+		names[filepath.ToSlash(n)] = name
+	}
+	root := commonDir(slices.Collect(maps.Keys(names)))
+	files := make(map[string][]byte, len(names))
+	flowFile := ""
+	for n, name := range names {
+		rel := strings.TrimPrefix(strings.TrimPrefix(n, root), "/")
+		files[rel] = src[name]
+		if name == f.graph.Path || n == filepath.ToSlash(f.graph.Path) {
+			flowFile = rel
+		}
+	}
+	if flowFile == "" && !f.inFS {
+		if abs, err := filepath.Abs(f.graph.Path); err == nil {
+			flowFile = strings.TrimPrefix(strings.TrimPrefix(filepath.ToSlash(abs), root), "/")
+		}
+	}
+	return &FlowVersion{Flow: f.graph.Name, Version: store.VersionOf(flowFile, files), Path: flowFile, Files: files}
+}
+
+// commonDir is the directory above every one of names ("" for none in
+// common).
+func commonDir(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	dir := path.Dir(names[0])
+	for _, n := range names[1:] {
+		for dir != "." && dir != "/" && !strings.HasPrefix(n, dir+"/") {
+			dir = path.Dir(dir)
+		}
+	}
+	if dir == "." {
+		return ""
+	}
+	return dir
+}
+
+// LoadVersion compiles a version of a flow from its files alone (nothing
+// on the disk is read): how a server runs a version it did not load
+// itself.
+func LoadVersion(v *FlowVersion, opts ...Option) (*Flow, error) {
+	fsys := fstest.MapFS{}
+	for name, data := range v.Files {
+		fsys[name] = &fstest.MapFile{Data: data, Mode: 0o444}
+	}
+	f, err := LoadFS(fsys, v.Path, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("flow %q version %s: %w", v.Flow, v.Version, err)
+	}
+	if got := f.Version().Version; got != v.Version {
+		return nil, fmt.Errorf("flow %q version %s: its files compile as version %s", v.Flow, v.Version, got)
+	}
+	return f, nil
+}
+
+// Versions keeps the versions of flows in a store, so that every server
+// sharing it can run any of them, and compiles each version once.
+type Versions struct {
+	st   store.Versions
+	opts []Option
+	mu   sync.Mutex
+	// flows are the versions compiled, by flow name and version
+	flows map[[2]string]*Flow
+}
+
+// ErrNoVersions: the store keeps no flow versions.
+var ErrNoVersions = errors.New("the store keeps no flow versions")
+
+// NewVersions keeps versions in st, compiling those it reads with opts.
+func NewVersions(st Store, opts ...Option) (*Versions, error) {
+	vs, ok := store.VersionsOf(st)
+	if !ok {
+		return nil, fmt.Errorf("%T: %w", st, ErrNoVersions)
+	}
+	return &Versions{st: vs, opts: opts, flows: map[[2]string]*Flow{}}, nil
+}
+
+// Keep stores f's version (its files once each) and remembers f as its
+// compiled form.
+func (vs *Versions) Keep(ctx context.Context, f *Flow) error {
+	v := f.Version()
+	if err := vs.st.PutFlowVersion(ctx, &FlowVersion{Flow: v.Flow, Version: v.Version, Path: v.Path, Files: v.Files, Created: time.Now()}); err != nil {
+		return fmt.Errorf("keep flow %q version %s: %w", v.Flow, v.Version, err)
+	}
+	vs.mu.Lock()
+	vs.flows[[2]string{v.Flow, v.Version}] = f
+	vs.mu.Unlock()
+	return nil
+}
+
+// Flow returns a version of a flow compiled: the one kept or compiled
+// before, else compiled from the files the store keeps of it.
+func (vs *Versions) Flow(ctx context.Context, name, version string) (*Flow, error) {
+	key := [2]string{name, version}
+	vs.mu.Lock()
+	f := vs.flows[key]
+	vs.mu.Unlock()
+	if f != nil {
+		return f, nil
+	}
+	v, err := vs.st.FlowVersion(ctx, name, version)
+	if err != nil {
+		return nil, fmt.Errorf("flow %q version %s: %w", name, version, err)
+	}
+	f, err = LoadVersion(v, vs.opts...)
+	if err != nil {
+		return nil, err
+	}
+	vs.mu.Lock()
+	if had := vs.flows[key]; had != nil {
+		f = had
+	} else {
+		vs.flows[key] = f
+	}
+	vs.mu.Unlock()
+	return f, nil
+}
+
+// List lists a flow's versions kept, the newest first, without files.
+func (vs *Versions) List(ctx context.Context, name string) ([]*FlowVersion, error) {
+	return vs.st.FlowVersions(ctx, name)
+}
+
+// Store is the store the versions are kept in.
+func (vs *Versions) Store() store.Versions { return vs.st }
+
+// Compat classifies the change from one version of a flow to another for
+// the threads of the first.
+func Compat(from, to *Flow) []Effect { return flowdiff.Compat(from.graph, to.graph) }
+
+// Migration gives the values a thread's state takes as it moves to
+// another version of its flow.
+type Migration struct {
+	// Set gives fields of the version moved to an expression each over
+	// the thread's state as the old version has it (state.NAME), checked
+	// against the old version's fields and the new field's type.
+	Set map[string]string `json:"set,omitempty"`
+	// Drop clears fields the version moved to no longer has.
+	Drop []string `json:"drop,omitempty"`
+}
+
+// MoveError refuses a move: the breaking changes no migration covers, or
+// a migration that does not type-check, each with its reason.
+type MoveError struct {
+	From, To string
+	// Breaking are the breaking changes the migration leaves uncovered.
+	Breaking []Effect
+	// Problems are the migration's own: an expression that does not
+	// compile or does not fit its field, a field that is not one.
+	Problems []string
+}
+
+func (e *MoveError) Error() string {
+	var why []string
+	for _, b := range e.Breaking {
+		why = append(why, b.Reason)
+	}
+	why = append(why, e.Problems...)
+	return fmt.Sprintf("moving from version %s to %s is refused: %s", e.From, e.To, strings.Join(why, "; "))
+}
+
+// compiledMigration is a migration checked against the versions it
+// moves between.
+type compiledMigration struct {
+	set  map[string]*expression.Program
+	drop []string
+}
+
+// checkMove classifies the move and type-checks the migration: it
+// returns the compiled migration, or a MoveError.
+func checkMove(from, to *Flow, m Migration) (*compiledMigration, []Effect, error) {
+	effects := Compat(from, to)
+	me := &MoveError{From: from.Version().Version, To: to.Version().Version}
+	cm := &compiledMigration{set: map[string]*expression.Program{}}
+	for _, name := range slices.Sorted(maps.Keys(m.Set)) {
+		f, ok := to.graph.Field(name)
+		if !ok {
+			me.Problems = append(me.Problems, fmt.Sprintf("migration of %q: not a state field of version %s", name, me.To))
+			continue
+		}
+		p, probs := expression.Compile(m.Set[name], from.graph.Env(), false)
+		if p == nil {
+			for _, pr := range probs {
+				if !pr.Warning {
+					me.Problems = append(me.Problems, fmt.Sprintf("migration of %q: %s", name, pr.Message))
+				}
+			}
+			continue
+		}
+		if why := flow.ExprFits(p, f.Shape); why != "" {
+			me.Problems = append(me.Problems, fmt.Sprintf("migration of %q: the field %s", name, why))
+			continue
+		}
+		cm.set[name] = p
+	}
+	for _, name := range m.Drop {
+		if _, ok := to.graph.Field(name); ok {
+			me.Problems = append(me.Problems, fmt.Sprintf("migration drops %q, which version %s still has: set it instead", name, me.To))
+			continue
+		}
+		if _, ok := from.graph.Field(name); !ok {
+			me.Problems = append(me.Problems, fmt.Sprintf("migration drops %q, which is not a state field of version %s", name, me.From))
+			continue
+		}
+		cm.drop = append(cm.drop, name)
+	}
+	for _, e := range flowdiff.Breaking(effects) {
+		covered := e.Area == "field" && (cm.set[e.Name] != nil || slices.Contains(cm.drop, e.Name))
+		if !covered {
+			me.Breaking = append(me.Breaking, e)
+		}
+	}
+	if len(me.Breaking) > 0 || len(me.Problems) > 0 {
+		return nil, effects, me
+	}
+	return cm, effects, nil
+}
+
+// CheckMove classifies the move of a flow's threads from one version to
+// another and type-checks m against them, without moving anything: a
+// *MoveError when a thread could not move.
+func CheckMove(from, to *Flow, m Migration) ([]Effect, error) {
+	_, effects, err := checkMove(from, to, m)
+	return effects, err
+}
+
+// Move moves a thread from version from of its flow onto version to:
+// refused (a *MoveError) when a change breaks the thread's state and m
+// gives no value for it, or m does not type-check; else m's values are
+// computed over the thread's state and written as a checkpoint of their
+// own, which records both versions in the thread's history. moved, when
+// not nil, records the thread's new version while the thread is still
+// held (see engine.Move).
+func (rt *Runtime) Move(ctx context.Context, from, to *Flow, thread string, m Migration, moved func(ctx context.Context) error) (*Snapshot, []Effect, error) {
+	if from.Name() != to.Name() {
+		return nil, nil, fmt.Errorf("thread %q: cannot move from flow %q to flow %q", thread, from.Name(), to.Name())
+	}
+	cm, effects, err := checkMove(from, to, m)
+	if err != nil {
+		return nil, effects, err
+	}
+	compute := func(state map[string]any) (map[string]any, error) {
+		values := map[string]any{}
+		vars := from.graph.Vars(state, nil)
+		for name, p := range cm.set {
+			v, err := p.Eval(vars)
+			if err != nil {
+				return nil, fmt.Errorf("thread %q: migration of %q: %w", thread, name, err)
+			}
+			values[name] = v
+		}
+		return values, nil
+	}
+	note := map[string]any{"flow": from.Name(), "from_version": from.Version().Version, "to_version": to.Version().Version}
+	mv := engine.Move{Values: compute, Note: note, Drop: cm.drop}
+	if moved != nil {
+		mv.Moved = func(ctx context.Context, _ *store.Snapshot) error { return moved(ctx) }
+	}
+	snap, err := rt.eng.Migrate(ctx, to.graph, thread, mv)
+	return snap, effects, err
+}
