@@ -316,3 +316,72 @@ func (rt *Runtime) Move(ctx context.Context, from, to *Flow, thread string, m Mi
 	snap, err := rt.eng.Migrate(ctx, to.graph, thread, mv)
 	return snap, effects, err
 }
+
+// MoveResult is a thread's move onto another version of its flow.
+type MoveResult struct {
+	Thread, Flow string
+	// From is the version the thread was on, To the one asked for.
+	From, To string
+	// Effects classify the change for the thread (see Compat).
+	Effects []Effect
+	// Moved is set when the thread moved (not for a dry run, nor for a
+	// thread already on To); Checkpoint is then the move's checkpoint.
+	Moved      bool
+	Checkpoint uint64
+}
+
+// ErrNoVersion: a thread with no version recorded (see Versions.Pin).
+var ErrNoVersion = errors.New("the thread has no flow version recorded")
+
+// Pin records the version of its flow a new thread runs (tenant "" for
+// a thread of no tenant): store.ErrPinChanged when it has one.
+func (vs *Versions) Pin(ctx context.Context, tenant, thread string, f *Flow) error {
+	return vs.st.PinThread(ctx, &ThreadPin{Tenant: tenant, Thread: thread, Flow: f.Name(), Version: f.Version().Version, Since: time.Now()}, "")
+}
+
+// ThreadFlow returns the version of its flow a thread runs, compiled;
+// ErrNoVersion when none is recorded.
+func (vs *Versions) ThreadFlow(ctx context.Context, tenant, thread string) (*Flow, *ThreadPin, error) {
+	pin, err := vs.st.ThreadPin(ctx, tenant, thread)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, fmt.Errorf("thread %q: %w", thread, ErrNoVersion)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := vs.Flow(ctx, pin.Flow, pin.Version)
+	return f, pin, err
+}
+
+// MoveThread moves a thread of tenant from the version it runs onto
+// version to of its flow, as Runtime.Move does, and records its new
+// version; with dryRun it only classifies the change and checks m.
+func (vs *Versions) MoveThread(ctx context.Context, rt *Runtime, tenant, thread, to string, m Migration, dryRun bool) (*MoveResult, error) {
+	from, pin, err := vs.ThreadFlow(ctx, tenant, thread)
+	if err != nil {
+		return nil, err
+	}
+	out := &MoveResult{Thread: thread, Flow: pin.Flow, From: pin.Version, To: to}
+	target, err := vs.Flow(ctx, pin.Flow, to)
+	if err != nil {
+		return nil, err
+	}
+	if to == pin.Version {
+		out.Effects = []Effect{}
+		return out, nil
+	}
+	if dryRun {
+		out.Effects, err = CheckMove(from, target, m)
+		return out, err
+	}
+	moved := func(ctx context.Context) error {
+		return vs.st.PinThread(ctx, &ThreadPin{Tenant: tenant, Thread: thread, Flow: pin.Flow, Version: to, Since: time.Now()}, pin.Version)
+	}
+	snap, effects, err := rt.Move(ctx, from, target, thread, m, moved)
+	out.Effects = effects
+	if err != nil {
+		return out, err
+	}
+	out.Moved, out.Checkpoint = true, snap.Seq
+	return out, nil
+}

@@ -24,6 +24,21 @@ func RunVersions(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PinsListedAndCounted", testVersionsPins},
 		{"ConcurrentFirstPins", testVersionsRace},
 	}
+	t.Run("DeletedThreadLosesItsVersion", func(t *testing.T) {
+		st := open(t)
+		t.Cleanup(func() { st.Close() })
+		v, _ := store.VersionsOf(st)
+		create(t, st, "acme/t", map[string]any{"n": 0})
+		if err := v.PinThread(ctx, &store.ThreadPin{Tenant: "acme", Thread: "acme/t", Flow: "f", Version: "v1", Since: time.Now()}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Delete(ctx, "acme/t"); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := v.ThreadPin(ctx, "acme", "acme/t"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a deleted thread's version: %+v %v", p, err)
+		}
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st := open(t)

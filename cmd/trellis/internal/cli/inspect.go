@@ -17,7 +17,7 @@ import (
 
 // sources are the checkpoint sources history filters by.
 var sources = []trellis.Source{trellis.SourceCreate, trellis.SourceFork, trellis.SourceInput, trellis.SourceStep,
-	trellis.SourceRun, trellis.SourceUpdate, trellis.SourceBase, trellis.SourceAbandon}
+	trellis.SourceRun, trellis.SourceUpdate, trellis.SourceBase, trellis.SourceAbandon, trellis.SourceMigrate}
 
 func sourceNames() string {
 	names := make([]string, len(sources))

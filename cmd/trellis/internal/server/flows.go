@@ -1,8 +1,6 @@
 package server
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,12 +25,16 @@ import (
 type flowSet struct {
 	dir  string
 	opts []trellis.Option
-	mu   sync.RWMutex
-	set  map[string]*loaded
+	// vs keeps every version loaded (nil: the store keeps none; see
+	// versions.go)
+	vs  *trellis.Versions
+	mu  sync.RWMutex
+	set map[string]*loaded
 }
 
 // loaded is one flow with its version: a hash of every file it was
-// compiled from, so that a changed prompt or schema is a new version.
+// compiled from, so that a changed prompt or schema is a new version
+// (trellis.Flow.Version).
 type loaded struct {
 	flow    *trellis.Flow
 	version string
@@ -69,26 +71,18 @@ func (fs *flowSet) reload() ([]*loaded, error) {
 				Summary: fmt.Sprintf("flow %q is also defined by %s", f.Name(), other.flow.Path())})
 			continue
 		}
-		next[f.Name()] = &loaded{flow: f, version: version(f)}
+		next[f.Name()] = &loaded{flow: f, version: f.Version().Version}
 	}
 	if len(problems) > 0 {
 		return nil, &reloadError{diags: problems}
+	}
+	if err := fs.keepVersions(next); err != nil {
+		return nil, err
 	}
 	fs.mu.Lock()
 	fs.set = next
 	fs.mu.Unlock()
 	return fs.list(), nil
-}
-
-// version hashes the files a flow was compiled from.
-func version(f *trellis.Flow) string {
-	h := sha256.New()
-	src := f.Sources()
-	for _, name := range slices.Sorted(maps.Keys(src)) {
-		fmt.Fprintf(h, "%s\x00%d\x00", name, len(src[name]))
-		h.Write(src[name])
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 func (fs *flowSet) get(name string) (*loaded, error) {

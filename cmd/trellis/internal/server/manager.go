@@ -520,7 +520,7 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 		// claimed later, or adopted: the trace of the request that queued it
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": rec.Trace})
 	}
-	l, err := m.s.flows.get(rec.Flow)
+	l, err := m.s.threadFlow(ctx, rec.Tenant, rec.Thread, rec.Flow)
 	if err != nil {
 		return nil, err
 	}

@@ -82,4 +82,4 @@ func queryEnum(r *http.Request, name string, values ...string) (string, error) {
 
 // sources are the values of a history's source filter.
 var sources = []string{string(trellis.SourceCreate), string(trellis.SourceFork), string(trellis.SourceInput), string(trellis.SourceStep),
-	string(trellis.SourceRun), string(trellis.SourceUpdate), string(trellis.SourceBase), string(trellis.SourceAbandon)}
+	string(trellis.SourceRun), string(trellis.SourceUpdate), string(trellis.SourceBase), string(trellis.SourceAbandon), string(trellis.SourceMigrate)}

@@ -157,6 +157,9 @@ func New(cfg Config) (*Server, error) {
 		opts = append(opts, trellis.WithKinds(cfg.Kinds))
 	}
 	s.flows = &flowSet{dir: cfg.FlowsDir, opts: opts}
+	if vs, err := trellis.NewVersions(cfg.Runtime.Store(), opts...); err == nil {
+		s.flows.vs = vs
+	}
 	if _, err := s.flows.reload(); err != nil {
 		return nil, err
 	}
@@ -299,6 +302,10 @@ func (s *Server) routes() []route {
 		{method: "PUT", path: "/v1/flows/{name}/files", access: admin, handle: s.saveFlow},
 		{method: "POST", path: "/v1/flows/{name}/check", access: tenant, handle: s.checkFlow},
 		{method: "GET", path: "/v1/flows/{name}/nodes/{node}/prompt", access: tenant, handle: s.previewPrompt},
+
+		{method: "GET", path: "/v1/flows/{name}/versions", access: tenant, handle: s.listVersions},
+		{method: "GET", path: "/v1/flows/{name}/versions/{version}/threads", access: tenant, handle: s.versionThreads},
+		{method: "POST", path: "/v1/threads/{id}/migrate", access: tenant, handle: s.moveThread},
 
 		{method: "POST", path: "/v1/threads", access: tenant, handle: s.createThread},
 		{method: "GET", path: "/v1/threads", access: tenant, handle: s.listThreads},
