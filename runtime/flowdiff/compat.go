@@ -2,9 +2,15 @@ package flowdiff
 
 import (
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"strings"
+	"testing/fstest"
 
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 )
 
@@ -94,4 +100,28 @@ func Breaking(effects []Effect) []Effect {
 		}
 	}
 	return out
+}
+
+// Compile compiles the version of the flow s reads, with its files as
+// they are in that version (a git revision's, for one), to classify a
+// change with Compat.
+func (s Source) Compile(reg kind.Registry) (*flow.Graph, diag.List, diag.Sources) {
+	if s.git {
+		return flow.Compile(config.FS(sourceFS{s}), s.Path, nil, reg)
+	}
+	return flow.Compile(nil, filepath.FromSlash(s.Path), nil, reg)
+}
+
+// sourceFS serves the files of a Source's version as a file system.
+type sourceFS struct{ s Source }
+
+func (f sourceFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	data, err := f.s.read(name)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return fstest.MapFS{name: &fstest.MapFile{Data: data, Mode: 0o444}}.Open(name)
 }
