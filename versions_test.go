@@ -216,3 +216,77 @@ func TestThreadsStayOnTheirVersionUntilMoved(t *testing.T) {
 		})
 	}
 }
+
+// A thread paused at a node moves to a version that has the node, and
+// resumes there; it cannot move to one without it. A removed field is
+// dropped only when the migration says so.
+func TestMovesCheckWhatTheThreadHolds(t *testing.T) {
+	for name, addr := range versionStores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			rt, err := trellis.Open(ctx, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rt.Close()
+			src, err := os.ReadFile("flows/examples/approval.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			write := func(name, text string) *trellis.Flow {
+				p := filepath.Join(dir, name)
+				if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return load(t, p)
+			}
+			v1 := write("v1.yaml", string(src))
+			if _, err := rt.Run(ctx, v1, "t", map[string]any{"candidate": "Ada", "score": 82}); err != nil {
+				t.Fatal(err)
+			}
+			if head, _ := rt.State(ctx, "t"); len(head.Next) != 1 || head.Next[0] != "recruiter" {
+				t.Fatalf("the thread does not wait on the recruiter: %+v", head)
+			}
+			renamed := write("renamed.yaml", strings.ReplaceAll(string(src), "recruiter", "reviewer"))
+			_, _, err = rt.Move(ctx, v1, renamed, "t", trellis.Migration{}, nil)
+			var ie *trellis.InputError
+			if !errors.As(err, &ie) || !strings.Contains(err.Error(), `waits to run node "recruiter"`) {
+				t.Fatalf("a move to a version without the node the thread waits on: %v", err)
+			}
+			kinder := write("kinder.yaml", strings.Replace(string(src), "thank you for your time", "thank you warmly for your time", 1))
+			if _, _, err := rt.Move(ctx, v1, kinder, "t", trellis.Migration{}, nil); err != nil {
+				t.Fatal(err)
+			}
+			res, err := rt.Resume(ctx, kinder, "t", trellis.WithAnswers(map[string]any{"recruiter": map[string]any{"approve": false}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if letter, _ := res.State["letter"].(string); !strings.Contains(letter, "thank you warmly") {
+				t.Fatalf("the resumed run did not run the version moved to: %v", res.State)
+			}
+
+			// note is removed: breaking until dropped
+			without := write("without.yaml", strings.NewReplacer(`      note: {type: string, default: ""}`+"\n", "",
+				`      note: "type(answer) == 'map' && answer.note != nil ? string(answer.note) : ''"`+"\n", "",
+				`{{with .state.note}} ({{.}}){{end}}`, "").Replace(string(src)))
+			_, _, err = rt.Move(ctx, kinder, without, "t", trellis.Migration{}, nil)
+			if err == nil || !strings.Contains(err.Error(), `field "note" is removed`) {
+				t.Fatalf("a removed field: %v", err)
+			}
+			if _, _, err := rt.Move(ctx, kinder, without, "t", trellis.Migration{Drop: []string{"note"}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			head, err := rt.State(ctx, "t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, had := head.Values["note"]; had && v != nil {
+				t.Fatalf("the dropped field is still %v", v)
+			}
+			if _, err := rt.Run(ctx, without, "t", map[string]any{"candidate": "Grace", "score": 90}); err != nil {
+				t.Fatalf("a run after the drop: %v", err)
+			}
+		})
+	}
+}
