@@ -3,8 +3,10 @@ package trellis_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -288,5 +290,74 @@ func TestMovesCheckWhatTheThreadHolds(t *testing.T) {
 				t.Fatalf("a run after the drop: %v", err)
 			}
 		})
+	}
+}
+
+// A server runs a thread's version compiled once: the compiled version
+// at hand, against compiling it from the store's files (the first turn
+// of a version a server never loaded).
+//
+//	go test -run '^$' -bench VersionsFlow .
+func BenchmarkVersionsFlow(b *testing.B) {
+	ctx := context.Background()
+	rt, err := trellis.Open(ctx, "sqlite:"+filepath.Join(b.TempDir(), "s.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close()
+	f, err := trellis.Load("flows/interview.yaml", trellis.Offline())
+	if err != nil {
+		b.Fatal(err)
+	}
+	vs, err := trellis.NewVersions(rt.Store(), trellis.Offline())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := vs.Keep(ctx, f); err != nil {
+		b.Fatal(err)
+	}
+	v := f.Version()
+	b.Run("cached", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := vs.Flow(ctx, v.Flow, v.Version); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("from-store", func(b *testing.B) {
+		for b.Loop() {
+			fresh, err := trellis.NewVersions(rt.Store(), trellis.Offline())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := fresh.Flow(ctx, v.Flow, v.Version); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// Every flow of the repository compiles from its version's files alone:
+// the version holds every file compiling it read, the schemas a schema
+// refers to ($ref) among them.
+func TestTheFlowsCompileFromTheirVersions(t *testing.T) {
+	files, err := trellis.FindFlows("flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range files {
+		f := load(t, file)
+		v := f.Version()
+		again, err := trellis.LoadVersion(v, trellis.Offline())
+		if err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		if again.Version().Version != v.Version {
+			t.Errorf("%s: compiled again as version %s, not %s", file, again.Version().Version, v.Version)
+		}
+		if f.Name() == "interview" && v.Files["schemas/resume.json"] == nil {
+			t.Errorf("the interview's version lacks the schema its state schema refers to: %v", slices.Sorted(maps.Keys(v.Files)))
+		}
 	}
 }

@@ -50,8 +50,8 @@ func (c *compiler) configBlock(v config.Value) {
 		secret, _ := m["secret"].(bool)
 		delete(m, "secret")
 		url := c.files.URL(c.doc.Path + ".config." + e.Name + ".json")
-		resolve := schema.Resolver(m, url, c.files.ReadURLPath)
-		compiled, err := schema.NewCompiler(c.files.ReadURLPath).Compile(url, m)
+		resolve := schema.Resolver(m, url, c.readURL)
+		compiled, err := schema.NewCompiler(c.readURL).Compile(url, m)
 		path := "config." + e.Name
 		if err != nil {
 			ptr, msg := schemaProblem(err)
