@@ -385,3 +385,28 @@ func (vs *Versions) MoveThread(ctx context.Context, rt *Runtime, tenant, thread,
 	out.Moved, out.Checkpoint = true, snap.Seq
 	return out, nil
 }
+
+// PinFork records the version of its flow a fork runs: the version its
+// source thread was on at the checkpoint forked (the version a later
+// move left, or the one the source runs now).
+func (vs *Versions) PinFork(ctx context.Context, rt *Runtime, tenant, from string, at uint64, to string) error {
+	pin, err := vs.st.ThreadPin(ctx, tenant, from)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // the source has no version: nor has the fork, until it runs
+	}
+	if err != nil {
+		return err
+	}
+	version := pin.Version
+	// newest first: the last one listed is the first move after at
+	moves, err := rt.History(ctx, from, HistoryOptions{After: at, Source: SourceMigrate})
+	if err != nil {
+		return err
+	}
+	if len(moves) > 0 {
+		if v, ok := moves[len(moves)-1].Config["from_version"].(string); ok {
+			version = v
+		}
+	}
+	return vs.st.PinThread(ctx, &ThreadPin{Tenant: tenant, Thread: to, Flow: pin.Flow, Version: version, Since: time.Now()}, "")
+}

@@ -371,7 +371,12 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 		md = rec.Metadata
 	}
 	fork := &store.ThreadRecord{ID: key, Tenant: c.tenant, Flow: rec.Flow, Metadata: md, Created: time.Now().UTC()}
-	if err := s.cat.CreateThread(r.Context(), fork); err != nil {
+	err = s.cat.CreateThread(r.Context(), fork)
+	if err == nil {
+		// the fork runs the version its checkpoint was made by
+		err = s.pinFork(r.Context(), c.tenant, rec.ID, in.At, key)
+	}
+	if err != nil {
 		_ = s.cfg.Runtime.Delete(r.Context(), key)
 		return err
 	}

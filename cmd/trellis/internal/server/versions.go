@@ -90,6 +90,14 @@ func (s *Server) pinNew(ctx context.Context, tenant, thread string, l *loaded) e
 	return s.flows.vs.Pin(ctx, tenant, thread, l.flow)
 }
 
+// pinFork records the version a fork runs (see trellis.Versions.PinFork).
+func (s *Server) pinFork(ctx context.Context, tenant, from string, at uint64, to string) error {
+	if s.flows.vs == nil {
+		return nil
+	}
+	return s.flows.vs.PinFork(ctx, s.cfg.Runtime, tenant, from, at, to)
+}
+
 // versions is the server's kept versions, or an error saying the store
 // keeps none.
 func (s *Server) versions() (*trellis.Versions, error) {

@@ -173,6 +173,24 @@ func TestThreadsKeepTheirFlowVersionAcrossAReload(t *testing.T) {
 				t.Fatalf("after the move the thread ran %s: %v", run.FlowVersion, run.State)
 			}
 
+			// a fork runs the version its checkpoint was made by
+			if _, err := h.acme.Fork(ctx, "old", api.Fork{ID: "before", At: moved.Checkpoint - 1}); err != nil {
+				t.Fatal(err)
+			}
+			if run := say(t, h.acme, "before", "forked"); run.FlowVersion != v1 || run.State["answer"] != "answered by version one" {
+				t.Fatalf("a fork from before the move ran %s: %v", run.FlowVersion, run.State)
+			}
+			head, err := h.acme.State(ctx, "old", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.acme.Fork(ctx, "old", api.Fork{ID: "after", At: head.Checkpoint}); err != nil {
+				t.Fatal(err)
+			}
+			if run := say(t, h.acme, "after", "forked"); run.FlowVersion != v2 {
+				t.Fatalf("a fork from after the move ran %s", run.FlowVersion)
+			}
+
 			src, prompt = chatV3()
 			writeChatFlow(t, dir, src, prompt)
 			if _, err := h.admin.ReloadFlows(ctx); err != nil {
