@@ -49,7 +49,7 @@ func Compat(old, new *flow.Graph) []Effect {
 		if why := schema.Fits(f.Shape, nf.Shape, ""); len(why) > 0 {
 			out = append(out, Effect{Area: "field", Name: f.Name, Kind: Changed, Breaking: true,
 				Reason: fmt.Sprintf("field %q is retyped from %s to %s: %s", f.Name, f.Shape.Describe(), nf.Shape.Describe(), strings.Join(why, "; "))})
-		} else if nf.Required && !f.Required && !nf.HasDefault {
+		} else if nf.Required && !f.Required && !nf.HasDefault && !f.HasDefault {
 			out = append(out, Effect{Area: "field", Name: f.Name, Kind: Changed, Breaking: true,
 				Reason: fmt.Sprintf("field %q is now required and has no default: threads may have no value for it", f.Name)})
 		} else if f.Shape.Describe() != nf.Shape.Describe() {
