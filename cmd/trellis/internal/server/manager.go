@@ -552,6 +552,7 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 	if cfg != nil {
 		opts = append(opts, trellis.WithConfig(cfg))
 	}
+	opts = append(opts, m.s.onVersion(rec.Tenant, rec.Thread, &l))
 	for {
 		err = nil
 		if abandon {
@@ -571,6 +572,17 @@ func (m *manager) run(lr *liveRun) (res *trellis.Result, err error) {
 			res, err = rt.Resume(ctx, l.flow, rec.Thread, append(opts, trellis.WithAnswers(answers))...)
 		default:
 			res, err = rt.Run(ctx, l.flow, rec.Thread, input, opts...)
+		}
+		if errors.Is(err, errMoved) {
+			// moved as the run began: it runs the version moved to
+			if l, err = m.s.threadFlow(ctx, rec.Tenant, rec.Thread, rec.Flow); err != nil {
+				return nil, err
+			}
+			lr.flow = l
+			lr.mu.Lock()
+			lr.rec.FlowVersion = l.version
+			lr.mu.Unlock()
+			continue
 		}
 		// another process holds the thread (a server that died, until
 		// its lease expires): wait for it, unless a caller waits to hear

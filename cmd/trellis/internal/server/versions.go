@@ -68,6 +68,29 @@ func (s *Server) threadFlow(ctx context.Context, tenant, thread, name string) (*
 	}
 }
 
+// errMoved: a run's thread moved to another version of its flow between
+// the run reading the version and holding the thread.
+var errMoved = errors.New("the thread moved to another version of its flow as its run began")
+
+// onVersion refuses a run (errMoved) whose thread, once the run holds it,
+// is no longer on the version *l: a move holds the thread too, so the
+// version cannot change again before the run ends.
+func (s *Server) onVersion(tenant, thread string, l **loaded) trellis.RunOption {
+	return trellis.WithHeld(func(ctx context.Context) error {
+		if s.flows.vs == nil {
+			return nil
+		}
+		pin, err := s.flows.vs.Store().ThreadPin(ctx, tenant, thread)
+		switch {
+		case err != nil:
+			return err
+		case pin.Version != (*l).version:
+			return errMoved
+		}
+		return nil
+	})
+}
+
 // flowVersion is a version of a flow: the one loaded, or one the store
 // keeps.
 func (s *Server) flowVersion(ctx context.Context, name, version string) (*loaded, error) {
