@@ -373,7 +373,9 @@ func WithStop(stop <-chan struct{}) RunOption { return func(r *engine.Request) {
 // an error refuses the run, which then writes nothing. What fn checks
 // cannot change before the run ends where every change holds the thread
 // too (as Runtime.Move does).
-func WithHeld(fn func(ctx context.Context) error) RunOption { return func(r *engine.Request) { r.Held = fn } }
+func WithHeld(fn func(ctx context.Context) error) RunOption {
+	return func(r *engine.Request) { r.Held = fn }
+}
 
 // WithRunID names the run in its checkpoints and events.
 func WithRunID(id string) RunOption { return func(r *engine.Request) { r.ID = id } }
