@@ -60,7 +60,7 @@ func (c Code) Status() int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeThreadExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged:
+	case CodeThreadExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge

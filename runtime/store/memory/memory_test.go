@@ -28,3 +28,7 @@ func TestLifecycle(t *testing.T) {
 		func(_ *testing.T, st store.Store, needles []string) []string { return storetest.WalkRefs(st, needles) },
 		[]string{"threads", "leases", "catalog.threads", "catalog.runs", "catalog.events", "catalog.packs", "voice.sessions"})
 }
+
+func TestVersionsConformance(t *testing.T) {
+	storetest.RunVersions(t, func(*testing.T) store.Store { return memory.New() })
+}

@@ -162,8 +162,8 @@ func (c Catalog) DeleteThread(ctx context.Context, tenant, id string) error {
 	})
 }
 
-// deleteRecords deletes a thread's runs, their events (packed or not)
-// and its voice sessions, then its record, and reports whether it had
+// deleteRecords deletes a thread's runs, their events (packed or not),
+// its voice sessions and its flow version, then its record, and reports whether it had
 // one.
 func deleteRecords(ctx context.Context, db DB, thread string) (bool, error) {
 	for _, q := range []string{
@@ -171,6 +171,7 @@ func deleteRecords(ctx context.Context, db DB, thread string) (bool, error) {
 		`DELETE FROM api_events WHERE run IN (SELECT id FROM api_runs WHERE thread = ?)`,
 		`DELETE FROM api_runs WHERE thread = ?`,
 		`DELETE FROM voice_sessions WHERE thread = ?`,
+		`DELETE FROM thread_versions WHERE thread = ?`,
 	} {
 		if _, err := db.Exec(ctx, q, thread); err != nil {
 			return false, err
