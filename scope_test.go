@@ -3,6 +3,7 @@ package trellis_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,7 +11,7 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/nodes/all/alltest"
 	"github.com/trellisflow/trellis/runtime/kind/kindtest"
-	"go.uber.org/goleak"
+	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
 // A map whose node outlasts the map's timeout: eight items that honour
@@ -78,7 +79,7 @@ func TestStreamOfATimedOutMapEndsCleanly(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { os.Exit(storetest.MainNoLeaks(m)) }
 
 // A stream whose context the caller cancels still yields every event of
 // the run, in order, ending in its run_error, and then the cancellation.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"iter"
+	"sync"
 	"time"
 
 	"github.com/trellisflow/trellis/nodes/all"
@@ -15,6 +16,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
 	_ "github.com/trellisflow/trellis/runtime/store/all" // the built-in stores' schemes
+	"github.com/trellisflow/trellis/runtime/versions"
 )
 
 // The runtime's types a program works with.
@@ -126,6 +128,11 @@ type Flow struct {
 	graph    *flow.Graph
 	warnings diag.List
 	sources  diag.Sources
+	// inFS: the sources are named in a file system, not on the disk
+	inFS bool
+	// vf is the flow as the versions package knows it (see versions.go)
+	vOnce sync.Once
+	vf    *versions.Flow
 }
 
 // Name is the flow's name.
@@ -234,16 +241,22 @@ func LoadSourceFS(fsys fs.FS, name string, src []byte, opts ...Option) (*Flow, e
 	return compile(config.FS(fsys), name, src, opts)
 }
 
-func compile(files *config.Files, path string, src []byte, opts []Option) (*Flow, error) {
+// resolve applies opts over the defaults.
+func resolve(opts []Option) options {
 	o := options{kinds: all.Registry()}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	return o
+}
+
+func compile(files *config.Files, path string, src []byte, opts []Option) (*Flow, error) {
+	o := resolve(opts)
 	g, dl, sources := flow.Compile(files, path, src, o.kinds)
 	if g == nil {
 		return nil, &LoadError{Diagnostics: dl, Sources: sources}
 	}
-	return &Flow{graph: g, warnings: dl, sources: sources}, nil
+	return &Flow{graph: g, warnings: dl, sources: sources, inFS: files != nil}, nil
 }
 
 // DefaultStore is the store Open uses for an empty address: a SQLite file
@@ -346,6 +359,14 @@ func WithObserver(fn func(Event)) RunOption {
 // the step in progress is committed and the run returns ErrStopped,
 // leaving an unfinished run to Resume or Abandon.
 func WithStop(stop <-chan struct{}) RunOption { return func(r *engine.Request) { r.Stop = stop } }
+
+// WithHeld runs fn once the run holds its thread, before it reads it:
+// an error refuses the run, which then writes nothing. What fn checks
+// cannot change before the run ends where every change holds the thread
+// too (as Runtime.Move does).
+func WithHeld(fn func(ctx context.Context) error) RunOption {
+	return func(r *engine.Request) { r.Held = fn }
+}
 
 // WithRunID names the run in its checkpoints and events.
 func WithRunID(id string) RunOption { return func(r *engine.Request) { r.ID = id } }

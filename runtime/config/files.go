@@ -162,6 +162,14 @@ func (f *Files) ReadURLPath(p string) ([]byte, error) {
 	return fs.ReadFile(f.fsys, f.clean(p))
 }
 
+// URLName is the name of the file ReadURLPath(p) reads.
+func (f *Files) URLName(p string) string {
+	if f.fsys == nil {
+		return filepath.FromSlash(p)
+	}
+	return f.clean(p)
+}
+
 // clean turns a name into a valid fs.FS path.
 func (f *Files) clean(name string) string {
 	name = path.Clean(filepath.ToSlash(name))

@@ -138,6 +138,11 @@ type Request struct {
 	// Durability says when steps reach the store: Sync (the default),
 	// Async or Exit.
 	Durability Durability
+	// Held, when set, runs once the run holds the thread, before it reads
+	// it: an error refuses the run, which writes nothing. A caller checks
+	// there what must not change until the run ends (the version of the
+	// flow the thread runs: a move holds the thread too).
+	Held func(ctx context.Context) error
 	// Stop, when closed, stops the run at its next step boundary: the step
 	// in progress completes and is committed, and if nodes remain to run
 	// the run returns ErrStopped, leaving an unfinished run to Resume (or
@@ -275,6 +280,11 @@ func (e *Engine) run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 	defer e.free(req.Thread)
 	hold := &lease{st: e.Store, thread: req.Thread, owner: owner, ttl: e.leaseTTL(), renewed: time.Now()}
 	defer hold.release(ctx)
+	if req.Held != nil {
+		if err := req.Held(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return e.start(ctx, g, req, hold)
 }
 

@@ -50,8 +50,8 @@ func (c *compiler) configBlock(v config.Value) {
 		secret, _ := m["secret"].(bool)
 		delete(m, "secret")
 		url := c.files.URL(c.doc.Path + ".config." + e.Name + ".json")
-		resolve := schema.Resolver(m, url, c.files.ReadURLPath)
-		compiled, err := schema.NewCompiler(c.files.ReadURLPath).Compile(url, m)
+		resolve := schema.Resolver(m, url, c.readURL)
+		compiled, err := schema.NewCompiler(c.readURL).Compile(url, m)
 		path := "config." + e.Name
 		if err != nil {
 			ptr, msg := schemaProblem(err)
@@ -145,6 +145,10 @@ func (b *builder) Fits(p *expression.Program, dst *schema.Shape, at config.Value
 		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), at.Path(), "%s %s", what, why)
 	}
 }
+
+// ExprFits says how what p yields may not be a value of shape dst (""
+// when it fits as far as is known), as a node's write is checked.
+func ExprFits(p *expression.Program, dst *schema.Shape) string { return fitsShape(p, dst) }
 
 // fitsShape says how what p yields may not be a value of shape dst (""
 // when it fits as far as is known): its declared shape member by member,

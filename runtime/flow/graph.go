@@ -105,6 +105,8 @@ type Field struct {
 	// Default is the schema default (a state value), when HasDefault.
 	Default    any
 	HasDefault bool
+	// Required is set when the state schema requires the field.
+	Required bool
 }
 
 // Node is one compiled node.

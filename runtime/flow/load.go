@@ -532,6 +532,18 @@ func (c *compiler) readFile(name string) ([]byte, error) {
 	return b, err
 }
 
+// readURL reads a file a JSON Schema refers to ($ref) by the path of its
+// URL, keeping its text with the flow's other files: a flow's files are
+// every file it was compiled from, so that its version changes with
+// them and can be compiled from them alone.
+func (c *compiler) readURL(p string) ([]byte, error) {
+	b, err := c.files.ReadURLPath(p)
+	if err == nil {
+		c.sources[c.files.URLName(p)] = b
+	}
+	return b, err
+}
+
 // nodeNames lists the node names, for suggestions.
 func (c *compiler) nodeNames() []string {
 	names := make([]string, len(c.g.Nodes))

@@ -55,7 +55,7 @@ func (c *compiler) loadSchema(v config.Value, inlineName string) (*loadedSchema,
 	default:
 		return nil, false
 	}
-	ls.compiled, ls.err = schema.NewCompiler(c.files.ReadURLPath).Compile(ls.url, ls.raw)
+	ls.compiled, ls.err = schema.NewCompiler(c.readURL).Compile(ls.url, ls.raw)
 	if ls.err != nil {
 		ptr, msg := schemaProblem(ls.err)
 		ls.errMsg, ls.errPos = msg, v.Pos()
@@ -71,7 +71,7 @@ func (c *compiler) loadSchema(v config.Value, inlineName string) (*loadedSchema,
 			ls.errPos = at.Pos()
 		}
 	}
-	ls.resolve = schema.Resolver(ls.raw, ls.url, c.files.ReadURLPath)
+	ls.resolve = schema.Resolver(ls.raw, ls.url, c.readURL)
 	ls.shape = schema.ShapeOf(ls.raw, ls.resolve)
 	return ls, true
 }

@@ -2,6 +2,7 @@ package flow
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/trellisflow/trellis/runtime/config"
@@ -68,6 +69,7 @@ func (c *compiler) state(st config.Settings) {
 				}
 			}
 		}
+		f.Required = slices.Contains(shape.Required, name)
 		c.g.Fields = append(c.g.Fields, f)
 		c.g.fields[name] = f
 	}

@@ -26,6 +26,8 @@ type Source struct {
 	// Path is the flow file, slash-separated (relative to Root for git).
 	Path string
 	read func(p string) ([]byte, error)
+	// git: Path is relative to a git work tree's top, read at a revision
+	git bool
 }
 
 // Disk is the flow file at path on disk.
@@ -59,7 +61,7 @@ func Git(rev, p string) (Source, error) {
 	if out, err := exec.Command("git", "-C", root, "rev-parse", "--verify", "--quiet", rev+"^{commit}").Output(); err != nil || len(out) == 0 {
 		return Source{}, fmt.Errorf("%q is not a revision of %s", rev, root)
 	}
-	return Source{Name: rev + ":" + filepath.ToSlash(rel), Path: filepath.ToSlash(rel), read: func(p string) ([]byte, error) {
+	return Source{Name: rev + ":" + filepath.ToSlash(rel), Path: filepath.ToSlash(rel), git: true, read: func(p string) ([]byte, error) {
 		out, err := exec.Command("git", "-C", root, "show", rev+":"+p).Output()
 		if err != nil {
 			return nil, fmt.Errorf("%s:%s: %w", rev, p, os.ErrNotExist)

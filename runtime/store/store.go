@@ -115,6 +115,9 @@ const (
 	// SourceAbandon: an unfinished run given up; it writes nothing and
 	// names no next nodes, so the thread takes new runs again.
 	SourceAbandon Source = "abandon"
+	// SourceMigrate: the thread moved onto another version of its flow,
+	// with the values a migration gave; its Config notes the versions.
+	SourceMigrate Source = "migrate"
 )
 
 // Write is one changed field.

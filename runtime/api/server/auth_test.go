@@ -38,6 +38,12 @@ var authCases = map[string]authCase{
 	"POST /v1/flows/validate":    {ok: 200, ctype: "application/yaml", body: "FLOW"},
 	"POST /v1/flows/reload":      {ok: 200},
 
+	// greet's versions, and the threads on the one loaded; a thread
+	// moved onto the version it is on
+	"GET /v1/flows/{name}/versions":                   {ok: 200},
+	"GET /v1/flows/{name}/versions/{version}/threads": {ok: 200},
+	"POST /v1/threads/{id}/migrate":                   {ok: 200, body: `{"to": "{version}"}`},
+
 	// the studio's: greet's files, checked as they are; a save with no
 	// edit (refused, and the repository's flows are never written); greet
 	// has no node with a prompt; no token is valid
@@ -159,8 +165,13 @@ func TestAuthorizationMatrix(t *testing.T) {
 				interviewless(t, h, "o"+strconv.Itoa(n))
 				key = grantFor(t, h, h.acme, "o"+strconv.Itoa(n))
 			}
-			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{node}", "greet", "{key}", victim.ID, "{schedule}", sched).Replace(rt.path)
-			body := tc.body
+			greetLoaded, err := h.srv.flows.get("greet")
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{node}", "greet", "{key}", victim.ID, "{schedule}", sched,
+				"{version}", greetLoaded.version).Replace(rt.path)
+			body := strings.ReplaceAll(tc.body, "{version}", greetLoaded.version)
 			if body == "FLOW" {
 				body = greet
 			}

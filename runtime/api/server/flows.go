@@ -1,8 +1,6 @@
 package server
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +19,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/versions"
 )
 
 // flowSet is the flows the server runs, loaded from a directory and
@@ -28,31 +27,25 @@ import (
 type flowSet struct {
 	dir   string
 	kinds kind.Registry
-	mu    sync.RWMutex
-	set   map[string]*loaded
+	// vs keeps every version loaded (nil: the store keeps none; see
+	// versions.go)
+	vs  *versions.Versions
+	mu  sync.RWMutex
+	set map[string]*loaded
 }
 
 // loaded is one flow with its version: a hash of every file it was
-// compiled from, so that a changed prompt or schema is a new version.
+// compiled from, so that a changed prompt or schema is a new version
+// (versions.Flow.Version).
 type loaded struct {
 	flow    *compiled
 	version string
 }
 
 // compiled is a flow the server compiled: its graph, the problems that
-// did not stop it compiling, and the text of every file it was compiled
-// from.
-type compiled struct {
-	graph    *flow.Graph
-	warnings []diag.Diagnostic
-	sources  diag.Sources
-}
-
-func (c *compiled) Name() string                { return c.graph.Name }
-func (c *compiled) Path() string                { return c.graph.Path }
-func (c *compiled) Graph() *flow.Graph          { return c.graph }
-func (c *compiled) Warnings() []diag.Diagnostic { return c.warnings }
-func (c *compiled) Sources() diag.Sources       { return c.sources }
+// did not stop it compiling, the text of every file it was compiled
+// from, and the version they make.
+type compiled = versions.Flow
 
 // loadError is a flow that does not compile: every problem in its files.
 type loadError struct{ diags []diag.Diagnostic }
@@ -63,11 +56,11 @@ func (e *loadError) Error() string { return (&diag.ListError{List: e.diags}).Err
 // src (nil: read from path), and the files it names are read from files
 // (nil: the disk). A flow that does not compile is a *loadError.
 func (fs *flowSet) compile(files *config.Files, path string, src []byte) (*compiled, error) {
-	g, dl, sources := flow.Compile(files, path, src, fs.kinds)
-	if g == nil {
+	f, dl := versions.Compile(files, path, src, fs.kinds)
+	if f == nil {
 		return nil, &loadError{diags: dl}
 	}
-	return &compiled{graph: g, warnings: dl, sources: sources}, nil
+	return f, nil
 }
 
 // reloadError is a reload whose flows did not all load: the old set stays.
@@ -101,26 +94,18 @@ func (fs *flowSet) reload() ([]*loaded, error) {
 				Summary: fmt.Sprintf("flow %q is also defined by %s", f.Name(), other.flow.Path())})
 			continue
 		}
-		next[f.Name()] = &loaded{flow: f, version: version(f)}
+		next[f.Name()] = &loaded{flow: f, version: f.Version().Version}
 	}
 	if len(problems) > 0 {
 		return nil, &reloadError{diags: problems}
+	}
+	if err := fs.keepVersions(next); err != nil {
+		return nil, err
 	}
 	fs.mu.Lock()
 	fs.set = next
 	fs.mu.Unlock()
 	return fs.list(), nil
-}
-
-// version hashes the files a flow was compiled from.
-func version(f *compiled) string {
-	h := sha256.New()
-	src := f.Sources()
-	for _, name := range slices.Sorted(maps.Keys(src)) {
-		fmt.Fprintf(h, "%s\x00%d\x00", name, len(src[name]))
-		h.Write(src[name])
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 func (fs *flowSet) get(name string) (*loaded, error) {

@@ -533,7 +533,7 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 		// claimed later, or adopted: the trace of the request that queued it
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": rec.Trace})
 	}
-	l, err := m.s.flows.get(rec.Flow)
+	l, err := m.s.threadFlow(ctx, rec.Tenant, rec.Thread, rec.Flow)
 	if err != nil {
 		return nil, err
 	}
@@ -565,6 +565,7 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 	if cfg != nil {
 		req.Config = cfg
 	}
+	req.Held = m.s.onVersion(rec.Tenant, rec.Thread, &l)
 	for {
 		err = nil
 		if abandon {
@@ -588,6 +589,17 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 			r := req
 			r.Input = input
 			res, err = eng.Run(ctx, l.flow.Graph(), r)
+		}
+		if errors.Is(err, errMoved) {
+			// moved as the run began: it runs the version moved to
+			if l, err = m.s.threadFlow(ctx, rec.Tenant, rec.Thread, rec.Flow); err != nil {
+				return nil, err
+			}
+			lr.flow = l
+			lr.mu.Lock()
+			lr.rec.FlowVersion = l.version
+			lr.mu.Unlock()
+			continue
 		}
 		// another process holds the thread (a server that died, until
 		// its lease expires): wait for it, unless a caller waits to hear

@@ -7,15 +7,15 @@ import (
 )
 
 // runOutput is a finished run's output: the flow's declared result (its
-// output block) rendered over the state the run ended with. It is empty
-// for a flow without one, a run that did not succeed or paused with nodes
-// still to run, and a run of another version of the flow than the loaded
-// one (its template is not the one the run had).
+// output block) rendered over the state the run ended with, by the
+// version of the flow the run ran. It is empty for a flow without one, a
+// run that did not succeed or paused with nodes still to run, and a run
+// of a version neither loaded nor kept in the store.
 func (s *Server) runOutput(ctx context.Context, rec store.RunRecord) string {
 	if rec.Status != store.RunSucceeded || rec.Checkpoint == 0 {
 		return ""
 	}
-	l, err := s.flows.get(rec.Flow)
+	l, err := s.flowVersion(ctx, rec.Flow, rec.FlowVersion)
 	if err != nil || l.version != rec.FlowVersion || l.flow.Graph().Output == nil {
 		return ""
 	}

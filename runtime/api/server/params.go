@@ -82,4 +82,4 @@ func queryEnum(r *http.Request, name string, values ...string) (string, error) {
 
 // sources are the values of a history's source filter.
 var sources = []string{string(store.SourceCreate), string(store.SourceFork), string(store.SourceInput), string(store.SourceStep),
-	string(store.SourceRun), string(store.SourceUpdate), string(store.SourceBase), string(store.SourceAbandon)}
+	string(store.SourceRun), string(store.SourceUpdate), string(store.SourceBase), string(store.SourceAbandon), string(store.SourceMigrate)}

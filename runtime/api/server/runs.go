@@ -107,7 +107,7 @@ func (s *Server) begin(r *http.Request, c *caller) (store.RunRecord, *liveRun, e
 	if err := readJSON(r, &in); err != nil {
 		return store.RunRecord{}, nil, err
 	}
-	l, err := s.flows.get(rec.Flow)
+	l, err := s.threadFlow(r.Context(), rec.Tenant, rec.ID, rec.Flow)
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}

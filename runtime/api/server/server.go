@@ -70,6 +70,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/versions"
 )
 
 // Config is how a server runs.
@@ -235,6 +236,9 @@ func New(cfg Config) (*Server, error) {
 		s.startVoice()
 	}
 	s.flows = &flowSet{dir: cfg.FlowsDir, kinds: cfg.Kinds}
+	if vs, err := versions.New(st, cfg.Kinds); err == nil {
+		s.flows.vs = vs
+	}
 	if _, err := s.flows.reload(); err != nil {
 		return nil, err
 	}
@@ -385,6 +389,10 @@ func (s *Server) routes() []route {
 		{method: "PUT", path: "/v1/flows/{name}/files", access: admin, handle: s.saveFlow},
 		{method: "POST", path: "/v1/flows/{name}/check", access: tenant, handle: s.checkFlow},
 		{method: "GET", path: "/v1/flows/{name}/nodes/{node}/prompt", access: tenant, handle: s.previewPrompt},
+
+		{method: "GET", path: "/v1/flows/{name}/versions", access: tenant, handle: s.listVersions},
+		{method: "GET", path: "/v1/flows/{name}/versions/{version}/threads", access: tenant, handle: s.versionThreads},
+		{method: "POST", path: "/v1/threads/{id}/migrate", access: tenant, handle: s.moveThread},
 
 		{method: "POST", path: "/v1/threads", access: tenant, handle: s.createThread},
 		{method: "GET", path: "/v1/threads", access: tenant, handle: s.listThreads},

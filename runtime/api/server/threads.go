@@ -108,7 +108,12 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 		return err
 	}
 	rec := &store.ThreadRecord{ID: key, Tenant: c.tenant, Flow: l.flow.Name(), Metadata: in.Metadata, Created: time.Now().UTC()}
-	if err := s.cat.CreateThread(r.Context(), rec); err != nil {
+	err = s.cat.CreateThread(r.Context(), rec)
+	if err == nil {
+		// the thread runs this version until it is moved
+		err = s.pinNew(r.Context(), c.tenant, key, l)
+	}
+	if err != nil {
 		// nothing half-made stays behind
 		_ = s.eng().Delete(r.Context(), key)
 		if errors.Is(err, store.ErrExists) {
@@ -270,7 +275,7 @@ func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) 
 	out := stateInfo(snap)
 	out.Finished = key == rec.ID && s.finished(rec, snap.Values)
 	if len(snap.Next) > 0 && at == 0 && key == rec.ID {
-		if l, lerr := s.flows.get(rec.Flow); lerr == nil {
+		if l, lerr := s.threadFlow(r.Context(), rec.Tenant, rec.ID, rec.Flow); lerr == nil {
 			asks, err := s.eng().Asks(r.Context(), l.flow.Graph(), rec.ID)
 			if err != nil {
 				return err
@@ -366,7 +371,12 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 		md = rec.Metadata
 	}
 	fork := &store.ThreadRecord{ID: key, Tenant: c.tenant, Flow: rec.Flow, Metadata: md, Created: time.Now().UTC()}
-	if err := s.cat.CreateThread(r.Context(), fork); err != nil {
+	err = s.cat.CreateThread(r.Context(), fork)
+	if err == nil {
+		// the fork runs the version its checkpoint was made by
+		err = s.pinFork(r.Context(), c.tenant, rec.ID, in.At, key)
+	}
+	if err != nil {
 		_ = s.eng().Delete(r.Context(), key)
 		return err
 	}
@@ -387,7 +397,7 @@ func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err := readJSON(r, &in); err != nil {
 		return err
 	}
-	l, err := s.flows.get(rec.Flow)
+	l, err := s.threadFlow(r.Context(), rec.Tenant, rec.ID, rec.Flow)
 	if err != nil {
 		return err
 	}

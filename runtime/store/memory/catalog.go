@@ -145,6 +145,7 @@ func (s *Store) DeleteThread(_ context.Context, tenant, id string) error {
 	}
 	c.deleteRecords(id)
 	s.voice.forget(id)
+	s.flowVersions.forget(id)
 	return nil
 }
 

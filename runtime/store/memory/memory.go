@@ -31,6 +31,9 @@ type Store struct {
 	voice voiceCatalog
 	// docs holds what flows remember across threads (see memstore.go).
 	docs docs
+	// flowVersions holds the versions of flows and of threads (see
+	// versions.go).
+	flowVersions flowVersions
 }
 
 type lease struct {
@@ -246,6 +249,7 @@ func (s *Store) Delete(_ context.Context, id string) error {
 		found = true
 	}
 	s.voice.forget(id)
+	s.flowVersions.forget(id)
 	if !found {
 		return store.ErrNotFound
 	}

@@ -36,3 +36,7 @@ func TestWebhooksConformance(t *testing.T) {
 func TestSchedulesConformance(t *testing.T) {
 	storetest.RunSchedules(t, func(*testing.T) store.Store { return memory.New() })
 }
+
+func TestVersionsConformance(t *testing.T) {
+	storetest.RunVersions(t, func(*testing.T) store.Store { return memory.New() })
+}

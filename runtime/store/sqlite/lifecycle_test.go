@@ -19,9 +19,10 @@ import (
 // applied, API keys, servers' heartbeats, the voice signing key, and
 // node results cached across threads (by their flow, node and key), and
 // the tenants' memory (documents kept across threads, by namespace and
-// key: the tables named memory_*). Every other table is one a thread's
-// data can be in.
-var notPerThread = []string{"trellis_migrations", "api_keys", "api_servers", "voice_signing_key", "node_cache"}
+// key: the tables named memory_*), and the versions of flows with their
+// files, which threads share. Every other table is one a thread's data
+// can be in.
+var notPerThread = []string{"trellis_migrations", "api_keys", "api_servers", "voice_signing_key", "node_cache", "flow_files", "flow_versions"}
 
 // After a thread is deleted or pruned, no table of the database (every
 // table of every migration) holds anything that refers to it.

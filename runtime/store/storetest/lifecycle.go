@@ -60,7 +60,8 @@ func uniqueID(name string) string {
 // unfinished run with a pending write, a child flow's thread and its
 // own child, expired leases, and with a catalog a record, a run that
 // succeeded, one that failed whose events are packed, one cancelled
-// while queued, and a voice session.
+// while queued, and a voice session; and the version of its flow it
+// runs.
 func seedThread(t *testing.T, st store.Store, id string, when time.Time) {
 	t.Helper()
 	at := func(i int) time.Time { return when.Add(time.Duration(i) * time.Millisecond) }
@@ -95,6 +96,11 @@ func seedThread(t *testing.T, st store.Store, id string, when time.Time) {
 	// the leases of runs long gone: expired, never released
 	for _, th := range []string{id, child} {
 		if err := st.Acquire(ctx, th, "a run of "+id, time.Nanosecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if vs, ok := store.VersionsOf(st); ok {
+		if err := vs.PinThread(ctx, &store.ThreadPin{Tenant: "acme", Thread: id, Flow: "f", Version: "v1", Since: at(0)}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -68,6 +68,7 @@ func cmdDiff(ctx context.Context, env *Env, args []string) int {
 	switch *format {
 	case "text":
 		flowdiff.Text(env.Stdout, old.Name, new.Name, changes)
+		threadEffects(env, old, new)
 		if chart(); whyDiags.HasErrors() {
 			fmt.Fprintf(env.Stderr, "note: %s\n", why)
 		}
@@ -112,6 +113,33 @@ func cmdDiff(ctx context.Context, env *Env, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// threadEffects prints what the change means for the threads of the old
+// version moving to the new one, when both compile: each change
+// compatible or breaking, with the reason.
+func threadEffects(env *Env, old, new flowdiff.Source) {
+	a, _, _ := old.Compile(env.Registry)
+	b, _, _ := new.Compile(env.Registry)
+	if a == nil || b == nil {
+		return
+	}
+	effects := flowdiff.Compat(a, b)
+	if len(effects) == 0 {
+		return
+	}
+	breaking := len(flowdiff.Breaking(effects))
+	fmt.Fprintf(env.Stdout, "\nFor the threads of %s moving to %s (%s):\n", old.Name, new.Name, plural(breaking, "breaking change"))
+	for _, e := range effects {
+		verdict := "compatible"
+		if e.Breaking {
+			verdict = "breaking"
+		}
+		fmt.Fprintf(env.Stdout, "  %-10s  %s\n", verdict, e.Reason)
+	}
+	if breaking > 0 {
+		fmt.Fprintln(env.Stdout, "A thread moves across a breaking change only with a migration (trellis threads migrate --set FIELD=EXPR).")
+	}
 }
 
 // source reads FILE from disk, or REV:FILE from git.

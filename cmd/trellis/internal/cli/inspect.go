@@ -17,7 +17,7 @@ import (
 
 // sources are the checkpoint sources history filters by.
 var sources = []trellis.Source{trellis.SourceCreate, trellis.SourceFork, trellis.SourceInput, trellis.SourceStep,
-	trellis.SourceRun, trellis.SourceUpdate, trellis.SourceBase, trellis.SourceAbandon}
+	trellis.SourceRun, trellis.SourceUpdate, trellis.SourceBase, trellis.SourceAbandon, trellis.SourceMigrate}
 
 func sourceNames() string {
 	names := make([]string, len(sources))
@@ -74,6 +74,9 @@ func printJSON(env *Env, v any) {
 }
 
 func cmdThreads(ctx context.Context, env *Env, args []string) int {
+	if len(args) > 0 && args[0] == "migrate" {
+		return cmdThreadsMigrate(ctx, env, args[1:])
+	}
 	var limit *int
 	st, _, code := openStore(ctx, env, "threads", args, func(fs *flag.FlagSet) { limit = fs.Int("limit", 50, "threads to list") })
 	if st == nil {

@@ -163,9 +163,9 @@ func (c Catalog) DeleteThread(ctx context.Context, tenant, id string) error {
 }
 
 // deleteRecords deletes a thread's runs, their events (packed or not),
-// their webhook deliveries with their attempts, its voice sessions and
-// the schedules that start runs on it, then its record, and reports
-// whether it had one.
+// their webhook deliveries with their attempts, its voice sessions, the
+// schedules that start runs on it and its flow version, then its record,
+// and reports whether it had one.
 func deleteRecords(ctx context.Context, db DB, thread string) (bool, error) {
 	for _, q := range []string{
 		`DELETE FROM api_event_packs WHERE run IN (SELECT id FROM api_runs WHERE thread = ?)`,
@@ -175,6 +175,7 @@ func deleteRecords(ctx context.Context, db DB, thread string) (bool, error) {
 		`DELETE FROM webhook_attempts WHERE delivery IN (SELECT id FROM webhook_deliveries WHERE thread = ?)`,
 		`DELETE FROM webhook_deliveries WHERE thread = ?`,
 		`DELETE FROM schedules WHERE thread = ?`,
+		`DELETE FROM thread_versions WHERE thread = ?`,
 	} {
 		if _, err := db.Exec(ctx, q, thread); err != nil {
 			return false, err

@@ -1,6 +1,7 @@
 -- A thread's deletion (and so an idle prune) takes its webhook
--- deliveries with their attempts, and the schedules that start runs on
--- it, as sqlstore's DeleteThread does for the other SQL stores.
+-- deliveries with their attempts, the schedules that start runs on it
+-- and its flow version (as migration 019 has it), as sqlstore's
+-- DeleteThread does for the other SQL stores.
 CREATE OR REPLACE FUNCTION trellis_delete_thread(p_thread text) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     ids text[];
@@ -27,6 +28,7 @@ BEGIN
     DELETE FROM webhook_attempts WHERE delivery IN (SELECT id FROM webhook_deliveries WHERE thread = p_thread);
     DELETE FROM webhook_deliveries WHERE thread = p_thread;
     DELETE FROM schedules WHERE thread = p_thread;
+    DELETE FROM thread_versions WHERE thread = ANY (ids);
     DELETE FROM api_threads WHERE id = p_thread;
     GET DIAGNOSTICS record_gone = ROW_COUNT;
     IF checkpoints_gone = 0 AND record_gone = 0 THEN
