@@ -39,6 +39,10 @@ var migrations embed.FS
 type Store struct {
 	pool  *pgxpool.Pool
 	cache *sqlstore.Cache
+	// Hooks is the store's store.Webhooks and store.Schedules, and
+	// Versions its store.Versions: the shared SQL ones.
+	sqlstore.Hooks
+	sqlstore.Versions
 	// Catalog is the store's store.Catalog: the shared SQL catalog on
 	// this database.
 	sqlstore.Catalog
@@ -72,6 +76,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	s := &Store{pool: pool, cache: sqlstore.NewCache(256)}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{q: pool, s: s}}
+	s.Hooks, s.Versions = sqlstore.Hooks{DB: s.Catalog.DB}, sqlstore.Versions{DB: s.Catalog.DB}
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -798,4 +803,9 @@ func (s *Store) Close() error {
 	return nil
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store     = (*Store)(nil)
+	_ store.Versions  = (*Store)(nil)
+	_ store.Webhooks  = (*Store)(nil)
+	_ store.Schedules = (*Store)(nil)
+)

@@ -45,6 +45,10 @@ type Store struct {
 	writer chan struct{}
 	// writes counts the write transactions committed
 	writes atomic.Int64
+	// Hooks is the store's store.Webhooks and store.Schedules, and
+	// Versions its store.Versions: the shared SQL ones.
+	sqlstore.Hooks
+	sqlstore.Versions
 	// Catalog is the store's store.Catalog: the shared SQL catalog on
 	// this database.
 	sqlstore.Catalog
@@ -173,6 +177,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	db.SetMaxIdleConns(maxConns)
 	s := &Store{db: db, cache: sqlstore.NewCache(256), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{db: db, s: s}}
+	s.Hooks, s.Versions = sqlstore.Hooks{DB: s.Catalog.DB}, sqlstore.Versions{DB: s.Catalog.DB}
 	// Two processes opening a new file at once contend for the switch to
 	// WAL mode, which can fail with "database is locked" without waiting
 	// for the busy timeout: retry, as the loser will find the work done.
@@ -603,4 +608,9 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store     = (*Store)(nil)
+	_ store.Versions  = (*Store)(nil)
+	_ store.Webhooks  = (*Store)(nil)
+	_ store.Schedules = (*Store)(nil)
+)
