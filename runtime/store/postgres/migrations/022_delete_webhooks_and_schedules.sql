@@ -1,7 +1,8 @@
--- A thread's deletion (and so an idle prune) takes its webhook
--- deliveries with their attempts, the schedules that start runs on it
--- and its flow version (as migration 019 has it), as sqlstore's
--- DeleteThread does for the other SQL stores.
+-- A thread's deletion (and so an idle prune, which deletes through this
+-- function) takes its webhook deliveries with their attempts, the
+-- schedules that start runs on it and its flow version (migrations 019
+-- to 021), as sqlstore's DeleteThread does for the other SQL stores; the
+-- versions of flows, shared by threads, stay.
 CREATE OR REPLACE FUNCTION trellis_delete_thread(p_thread text) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     ids text[];
