@@ -19,6 +19,7 @@ import (
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/builtin"
+	"github.com/expr-lang/expr/checker"
 	"github.com/expr-lang/expr/checker/nature"
 	"github.com/expr-lang/expr/conf"
 	"github.com/expr-lang/expr/file"
@@ -355,6 +356,12 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	}
 	warnings = append(warnings, checkNullable(src, tree.Node, env)...)
 	opts := append([]expr.Option{env.option()}, functions...)
+	// the expression as written is checked before any patch: the checker
+	// takes the type a patched operation was given and does not look into
+	// its operands again, so an unknown name there would pass
+	if err := checkAsWritten(src, opts); err != nil {
+		return nil, []Problem{fromError(src, err, env)}
+	}
 	num := &numeric{of: map[ast.Node]numKind{}}
 	ex := &exact{ops: map[*ast.CallNode]opCall{}, env: env}
 	pt := &patcher{num: num, ex: ex}
@@ -403,6 +410,21 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		compileFast(p, prog.Node(), env, ex.ops, wantBool)
 	}
 	return p, warnings
+}
+
+// checkAsWritten type-checks src with opts, unpatched, as expr.Compile
+// would.
+func checkAsWritten(src string, opts []expr.Option) error {
+	cfg := conf.CreateNew()
+	for _, op := range opts {
+		op(cfg)
+	}
+	for name := range cfg.Disabled {
+		delete(cfg.Builtins, name)
+	}
+	cfg.Check()
+	_, err := checker.ParseCheck(src, cfg)
+	return err
 }
 
 // literal reports whether n is a scalar constant.

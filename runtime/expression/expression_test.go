@@ -286,3 +286,16 @@ func TestNullableScalarsEvaluate(t *testing.T) {
 		}
 	}
 }
+
+// An unknown name is an error wherever it stands, also inside an
+// operation the compiler rewrites into an exact one (integer arithmetic,
+// negation, abs), whose operands the checker does not look into again.
+func TestUnknownNamesInsideRewrittenOperations(t *testing.T) {
+	env := routeEnv()
+	for _, src := range []string{"len(red) + 0", "len(state.s ?? red) + state.n", "-len(red)", "abs(len(red))", "state.n * len(red) - 1"} {
+		p, probs := expression.Compile(src, env, false)
+		if p != nil || len(probs) != 1 || probs[0].Code != diag.CodeExprUnknown || probs[0].Message != `unknown name "red"` {
+			t.Errorf("%s: compiled %v, problems %+v", src, p != nil, probs)
+		}
+	}
+}
