@@ -109,11 +109,17 @@ func buildRevision(ctx context.Context, rev, dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--before needs a git checkout: %w", err)
 	}
+	// the revision as a commit's hash: what git archive is given is never
+	// read as one of its options
+	commit, err := exec.CommandContext(ctx, "git", "-C", strings.TrimSpace(string(top)), "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}").Output()
+	if err != nil {
+		return "", fmt.Errorf("--before %q: not a commit of this repository", rev)
+	}
 	src := filepath.Join(dir, "src")
 	if err := os.Mkdir(src, 0o755); err != nil {
 		return "", err
 	}
-	archive := exec.CommandContext(ctx, "git", "-C", strings.TrimSpace(string(top)), "archive", "--format=tar", rev)
+	archive := exec.CommandContext(ctx, "git", "-C", strings.TrimSpace(string(top)), "archive", "--format=tar", strings.TrimSpace(string(commit)))
 	untar := exec.CommandContext(ctx, "tar", "-x", "-C", src)
 	if untar.Stdin, err = archive.StdoutPipe(); err != nil {
 		return "", err
