@@ -24,26 +24,23 @@ type catalogDB struct {
 
 func (d catalogDB) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	var n int64
-	tx, inTx := d.db.(*sql.Tx)
-	exec := func() error {
+	exec := func(ctx context.Context, tx *sql.Tx) error {
 		var res sql.Result
 		var err error
-		if st := d.s.prepared.get(ctx, query, !inTx); st != nil && inTx {
+		if st := d.s.prepared.get(ctx, query, false); st != nil {
 			res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
-		} else if st != nil {
-			res, err = st.ExecContext(ctx, args...)
 		} else {
-			res, err = d.db.ExecContext(ctx, query, args...)
+			res, err = tx.ExecContext(ctx, query, args...)
 		}
 		if err == nil {
 			n, err = res.RowsAffected()
 		}
 		return err
 	}
-	if inTx {
-		return n, exec()
+	if tx, ok := d.db.(*sql.Tx); ok {
+		return n, exec(ctx, tx)
 	}
-	return n, d.s.write(ctx, exec)
+	return n, d.s.grouped(ctx, exec)
 }
 
 type closeRows struct{ *sql.Rows }

@@ -36,13 +36,14 @@ type Store struct {
 	st    statements
 	// prepared are the shared catalog's statements, prepared once
 	prepared *preparedCache
-	// writer queues this process's writes (a token to hold while
-	// writing): SQLite runs one write at a time, and a writer that finds
-	// the database busy polls for it (the busy timeout) where one queued
-	// here is woken as soon as it is free. A writer waits only as long
-	// as its context lets it. Writers in other processes still meet the
-	// busy timeout.
-	writer chan struct{}
+	// writer is the token a write holds while it runs: SQLite runs one
+	// write at a time, and a writer that finds the database busy polls
+	// for it (the busy timeout) where one queued here is woken as soon as
+	// it is free. A write waits only as long as its context lets it.
+	// Writers in other processes still meet the busy timeout. The writes
+	// waiting for it are committed together (group.go).
+	writer  chan struct{}
+	waiting queue
 	// writes counts the write transactions committed
 	writes atomic.Int64
 	// Hooks is the store's store.Webhooks and store.Schedules, and
@@ -271,9 +272,9 @@ func (s *Store) Migrations(ctx context.Context) ([]int, error) {
 // maxConns bounds the connections: one writes at a time, the others read.
 const maxConns = 8
 
-// write runs a write (a statement or a transaction) once this process's
-// writes before it are done, and adds the time it held the writer to
-// ctx's store.Hold.
+// write runs a write that is no transaction of its own (a vacuum) alone,
+// once this process's writes before it are done, and adds the time it
+// held the writer to ctx's store.Hold.
 func (s *Store) write(ctx context.Context, fn func() error) error {
 	select {
 	case s.writer <- struct{}{}:
@@ -295,17 +296,9 @@ func (s *Store) write(ctx context.Context, fn func() error) error {
 	return nil
 }
 
-// WriteTransactions implements store.WriteCounter: each write this
-// process's writer queue ran is one transaction.
+// WriteTransactions implements store.WriteCounter: the transactions this
+// process's writer committed (a group of writes is one).
 func (s *Store) WriteTransactions() int64 { return s.writes.Load() }
-
-func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return s.write(ctx, func() error {
-		err := s.begin(ctx, fn)
-		s.prepared.prepareWanted(ctx)
-		return err
-	})
-}
 
 func (s *Store) begin(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -419,8 +412,8 @@ func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, no
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, func() error {
-		_, err := s.st.putPending.ExecContext(ctx, thread, parent, node, string(b))
+	return s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.StmtContext(ctx, s.st.putPending).ExecContext(ctx, thread, parent, node, string(b))
 		return err
 	})
 }
@@ -428,9 +421,9 @@ func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, no
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error {
 	var n int64
-	err := s.write(ctx, func() error {
+	err := s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := time.Now()
-		res, err := s.st.acquire.ExecContext(ctx, thread, owner, now.Add(ttl).UnixNano(), now.UnixNano())
+		res, err := tx.StmtContext(ctx, s.st.acquire).ExecContext(ctx, thread, owner, now.Add(ttl).UnixNano(), now.UnixNano())
 		if err == nil {
 			n, err = res.RowsAffected()
 		}
@@ -453,8 +446,8 @@ func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Dura
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, thread, owner string) error {
-	return s.write(ctx, func() error {
-		_, err := s.st.release.ExecContext(ctx, thread, owner)
+	return s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, thread, owner)
 		return err
 	})
 }

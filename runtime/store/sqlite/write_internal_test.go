@@ -2,8 +2,11 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -84,5 +87,107 @@ func TestAPruneIsPacedByTheTimeItHoldsTheWriter(t *testing.T) {
 	// leaves a loaded machine room
 	if len(took) != 1 || took[0] <= 0 || took[0] >= queued/2 {
 		t.Fatalf("the prune paced by %v; want the time it held the writer, above 0 and well under the %s it queued", took, queued)
+	}
+}
+
+// The writes waiting while one runs are committed in one transaction, in
+// the order they came, and one that fails rolls back only its own work.
+func TestWaitingWritesCommitTogetherAndFailAlone(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- s.write(ctx, func() error { close(held); <-release; return nil }) }()
+	<-held
+	before := s.WriteTransactions()
+	const writers = 10
+	errs := make(chan error, writers+1)
+	for i := range writers {
+		go func() { errs <- s.PutPending(ctx, "t", 1, fmt.Sprintf("n%d", i), nil) }()
+	}
+	refused := errors.New("refused")
+	go func() {
+		errs <- s.tx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.Exec(`INSERT INTO pending (thread, parent, node, writes) VALUES ('t', 1, 'failed', '[]')`); err != nil {
+				return err
+			}
+			return refused
+		})
+	}()
+	// every write is queued before the writer is free
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		s.waiting.mu.Lock()
+		n := len(s.waiting.jobs)
+		s.waiting.mu.Unlock()
+		if n == writers+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes queued, want %d", n, writers+1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for range writers + 1 {
+		switch err := <-errs; {
+		case errors.Is(err, refused):
+			failed++
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d writes failed, want the one that refused", failed)
+	}
+	if got := s.WriteTransactions() - before; got != 2 {
+		t.Fatalf("%d transactions committed, want 2: the write holding the writer, then every write that waited", got-1)
+	}
+	var nodes []string
+	rows, err := s.db.Query(`SELECT node FROM pending WHERE thread = 't' ORDER BY node`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	if len(nodes) != writers || slices.Contains(nodes, "failed") {
+		t.Fatalf("pending rows %v: want the %d writes that succeeded and not the one that failed", nodes, writers)
+	}
+}
+
+// A write alone in its transaction that fails leaves nothing behind.
+func TestAFailedWriteAloneLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	refused := errors.New("refused")
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO pending (thread, parent, node, writes) VALUES ('t', 1, 'failed', '[]')`); err != nil {
+			return err
+		}
+		return refused
+	})
+	if !errors.Is(err, refused) {
+		t.Fatalf("the write ended with %v", err)
+	}
+	var n int
+	if err := s.db.QueryRow(`SELECT count(*) FROM pending`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d pending rows (%v) after a failed write, want none", n, err)
 	}
 }
