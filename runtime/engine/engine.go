@@ -133,6 +133,12 @@ type Request struct {
 	Values map[string]any
 	// Observe receives the run's events.
 	Observe Observer
+	// Attach, when set, is called before each checkpoint the run commits
+	// at once (Sync durability): events it sets on the checkpoint
+	// (Checkpoint.Events, the run's events observed so far) are recorded
+	// in the commit's transaction, and the function it returns, if any,
+	// hears how the commit ended.
+	Attach func(cp *store.Checkpoint) (committed func(error))
 	// RecordPath keeps the nodes of every step in Result.Path.
 	RecordPath bool
 	// Durability says when steps reach the store: Sync (the default),

@@ -1130,3 +1130,75 @@ edges:
 		}
 	}
 }
+
+// Attach sees each checkpoint a Sync run commits before its commit, and
+// hears how each commit ended, a panicking one too; Async and Exit runs
+// never call it.
+func TestAttachHearsEachCommit(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: attached
+state:
+	schema:
+		type: object
+		properties:
+			i: {type: integer, default: 0}
+input: []
+nodes:
+	step: {kind: set, set: {i: "state.i + 1"}}
+edges:
+	- {from: START, to: step}
+	- from: step
+	  bound: 10
+	  branch:
+	    - {when: "state.i < 3", to: step}
+	    - else: END
+`)
+	ctx := context.Background()
+	for _, d := range []engine.Durability{engine.Sync, engine.Async, engine.Exit} {
+		var seen []uint64
+		var ended []error
+		req := engine.Request{Thread: "t", Durability: d, Attach: func(cp *store.Checkpoint) func(error) {
+			seen = append(seen, cp.Seq)
+			return func(err error) { ended = append(ended, err) }
+		}}
+		res, err := engine.New(memory.New()).Run(ctx, g, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d != engine.Sync {
+			if len(seen) != 0 {
+				t.Fatalf("%s: Attach called for %v", d, seen)
+			}
+			continue
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != res.Checkpoint || len(ended) != len(seen) || slices.ContainsFunc(ended, func(err error) bool { return err != nil }) {
+			t.Fatalf("%s: attached %v, ended %v; want every commit through %d, ended without error", d, seen, ended, res.Checkpoint)
+		}
+	}
+	// a commit that panics is heard as failed
+	var ended []error
+	st := &panicking{Store: memory.New()}
+	func() {
+		defer func() { recover() }()
+		engine.New(st).Run(ctx, g, engine.Request{Thread: "p", Attach: func(*store.Checkpoint) func(error) {
+			return func(err error) { ended = append(ended, err) }
+		}})
+	}()
+	if len(ended) == 0 || ended[len(ended)-1] == nil {
+		t.Fatalf("a panicking commit ended %v; want an error heard", ended)
+	}
+}
+
+// panicking is a store whose second commit panics.
+type panicking struct {
+	store.Store
+	n int
+}
+
+func (p *panicking) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	if p.n++; p.n == 2 {
+		panic("a store with a bug")
+	}
+	return p.Store.Commit(ctx, cp)
+}

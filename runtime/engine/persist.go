@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -163,8 +164,22 @@ func (r *run) commit(ctx context.Context, cp *store.Checkpoint) error {
 		r.deferred = append(r.deferred, cp)
 		return nil
 	}
-	return r.e.Store.Commit(ctx, cp)
+	if r.req.Attach == nil {
+		return r.e.Store.Commit(ctx, cp)
+	}
+	committed := r.req.Attach(cp)
+	if committed == nil {
+		return r.e.Store.Commit(ctx, cp)
+	}
+	// heard also when the commit panics
+	err := errNotCommitted
+	defer func() { committed(err) }()
+	err = r.e.Store.Commit(ctx, cp)
+	return err
 }
+
+// errNotCommitted is the end of a commit that never returned.
+var errNotCommitted = errors.New("the commit did not return")
 
 // flush completes the commits of an Async or Exit run. A failed Exit run
 // commits nothing.

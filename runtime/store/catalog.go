@@ -284,6 +284,22 @@ type EventRecord struct {
 	Data []byte
 }
 
+// EventAppend is a run's events recorded with a checkpoint (its Events):
+// as Catalog.AppendEvents records them, only while Holder runs the run,
+// and only if the checkpoint is committed. A store that carries
+// notifications (Notifier) sends Payload on Channel with them, in the
+// same transaction.
+type EventAppend struct {
+	Run, Holder string
+	Events      []EventRecord
+	Channel     string
+	Payload     string
+	// Refused is set by Commit when the checkpoint was committed and the
+	// events were not: Holder no longer runs the run, or their numbers
+	// are taken (AppendEvents's ErrRunChanged and ErrExists).
+	Refused bool
+}
+
 // EventPack is what PackEvents keeps of a run's events: Events (in
 // order, numbered as they were) in place of those up to Through.
 type EventPack struct {
@@ -346,6 +362,10 @@ type Notifier interface {
 	// nothing is heard). It returns ctx's error, or at once an error in
 	// dsn.
 	Listen(ctx context.Context, dsn, channel string, fn func(payload string), connected func(up bool)) error
+	// AppendNotify records a run's events as AppendEvents does (with
+	// its errors), with ea's holder, and sends ea's notification in the
+	// same transaction when they are recorded.
+	AppendNotify(ctx context.Context, ea *EventAppend) error
 }
 
 // Cache keeps node results for a node's cache setting: a value by key,

@@ -89,6 +89,10 @@ type Checkpoint struct {
 	// (the values given, none marked secret), so that a resumed run has it
 	// again.
 	Config map[string]any
+	// Events, when set, are the events of the run that wrote the
+	// checkpoint, recorded in the checkpoint's transaction by a store
+	// that is a Catalog (others ignore them).
+	Events *EventAppend
 }
 
 // Source says what wrote a checkpoint.

@@ -47,6 +47,10 @@ type eventLog struct {
 	// server took the run over
 	lost func()
 
+	// wmu is held by whoever records events (the writer, or a commit
+	// carrying them: attach), so that they are recorded in order
+	wmu sync.Mutex
+
 	mu      sync.Mutex
 	items   []logged
 	saved   int     // items[:saved] are recorded
@@ -148,13 +152,17 @@ func (l *eventLog) save() {
 			}
 		}
 		for {
+			l.wmu.Lock()
 			l.mu.Lock()
 			batch := l.items[l.saved:min(len(l.items), l.saved+saveBatch)]
 			l.mu.Unlock()
 			if len(batch) == 0 {
+				l.wmu.Unlock()
 				break
 			}
-			if !l.write(batch) {
+			ok := l.write(batch)
+			l.wmu.Unlock()
+			if !ok {
 				return
 			}
 		}
@@ -170,12 +178,9 @@ func (l *eventLog) save() {
 // write records a batch, trying again while the store fails and the
 // context lets it. It reports whether the log goes on.
 func (l *eventLog) write(batch []logged) bool {
-	recs := make([]store.EventRecord, len(batch))
-	for i, it := range batch {
-		recs[i] = store.EventRecord{Seq: it.seq, Data: it.data}
-	}
+	recs := records(batch)
 	for attempt, backoff := 0, 50*time.Millisecond; ; attempt, backoff = attempt+1, 2*backoff {
-		err := l.cat.AppendEvents(l.ctx, l.run, l.holder, recs)
+		err := l.append(recs)
 		if err == nil {
 			break
 		}
@@ -198,8 +203,67 @@ func (l *eventLog) write(batch []logged) bool {
 	l.saved += len(batch)
 	l.moved()
 	l.mu.Unlock()
-	l.notes.send(l.ctx, noteRun+l.run)
 	return true
+}
+
+// append records events of the log, and sends their notification with
+// them where the store carries notifications.
+func (l *eventLog) append(recs []store.EventRecord) error {
+	if l.notes.n == nil {
+		return l.cat.AppendEvents(l.ctx, l.run, l.holder, recs)
+	}
+	return l.notes.n.AppendNotify(l.ctx, &store.EventAppend{Run: l.run, Holder: l.holder, Events: recs, Channel: notifyChannel, Payload: noteRun + l.run})
+}
+
+// attach gives a checkpoint of the run the events not yet recorded (but
+// the run's last, held back), to record in its commit's transaction: a
+// step's events cost no write of their own. The function it returns
+// hears how the commit ended: recorded, the events are shown; refused,
+// the run was taken over (as in write); failed, they wait for the
+// writer. The writer waits meanwhile, so that events are recorded in
+// order.
+func (l *eventLog) attach(cp *store.Checkpoint) func(error) {
+	l.wmu.Lock()
+	l.mu.Lock()
+	batch := l.items[l.saved:min(len(l.items), l.saved+saveBatch)]
+	if l.broken || len(batch) == 0 {
+		l.mu.Unlock()
+		l.wmu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	ea := &store.EventAppend{Run: l.run, Holder: l.holder, Events: records(batch)}
+	if l.notes.n != nil {
+		ea.Channel, ea.Payload = notifyChannel, noteRun+l.run
+	}
+	cp.Events = ea
+	return func(err error) {
+		defer l.wmu.Unlock()
+		switch {
+		case err != nil:
+			l.mu.Lock()
+			l.signal()
+			l.mu.Unlock()
+		case ea.Refused:
+			l.fail("a run taken over by another server: this one records no more of its events", nil)
+			l.lost()
+		default:
+			// the notification went with them
+			l.mu.Lock()
+			l.saved += len(batch)
+			l.moved()
+			l.mu.Unlock()
+		}
+	}
+}
+
+// records are the store's records of a batch of events.
+func records(batch []logged) []store.EventRecord {
+	recs := make([]store.EventRecord, len(batch))
+	for i, it := range batch {
+		recs[i] = store.EventRecord{Seq: it.seq, Data: it.data}
+	}
+	return recs
 }
 
 // fail gives up on the events not recorded: they are never shown, and

@@ -553,6 +553,10 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 	// through float64
 	input, answers := storedValues(rec.Input), storedValues(rec.Answers)
 	req := engine.Request{Thread: rec.Thread, ID: rec.ID, Stop: lr.stop, Observe: lr.observe}
+	if c, ok := eng.Store.(store.Catalog); ok && c == m.s.cat {
+		// a step's events are recorded with it
+		req.Attach = lr.events.attach
+	}
 	cfg := storedValues(rec.Config)
 	m.mu.Lock()
 	if secret := m.secrets[rec.ID]; len(secret.values) > 0 {

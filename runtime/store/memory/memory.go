@@ -6,6 +6,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -152,7 +153,24 @@ func (s *Store) StateAt(_ context.Context, id string, seq uint64) (*store.Snapsh
 }
 
 // Commit implements store.Store.
-func (s *Store) Commit(_ context.Context, cp *store.Checkpoint) error {
+func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	// the chain keeps the checkpoint, not its events
+	ea := cp.Events
+	cp.Events = nil
+	if err := s.commit(cp); err != nil {
+		return err
+	}
+	if ea != nil && len(ea.Events) > 0 {
+		err := s.AppendEvents(ctx, ea.Run, ea.Holder, ea.Events)
+		ea.Refused = errors.Is(err, store.ErrRunChanged) || errors.Is(err, store.ErrExists)
+		if err != nil && !ea.Refused {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) commit(cp *store.Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.last, s.last != nil && s.lastID == cp.Thread

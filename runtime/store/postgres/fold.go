@@ -234,7 +234,8 @@ func (s *Store) commitFold(ctx context.Context, cp *store.Checkpoint, args []any
 	thread, c := cp.Thread, int64(cp.Seq)
 	var plan pgx.Batch
 	plan.Queue(`BEGIN`)
-	plan.Queue(commitSQL, args...)
+	q, args := commitStatement(cp, args)
+	plan.Queue(q, args...)
 	plan.Queue(`SELECT (SELECT spans FROM folds WHERE thread = $1 AND seq < $2 ORDER BY seq DESC LIMIT 1)`, thread, c)
 	plan.Queue(`SELECT seq, writes FROM checkpoints WHERE thread = $1 AND seq <= $2
 		AND seq > coalesce((SELECT max(seq) FROM folds WHERE thread = $1 AND seq < $2), 0)`, thread, c)
@@ -242,7 +243,7 @@ func (s *Store) commitFold(ctx context.Context, cp *store.Checkpoint, args []any
 	var spans *string
 	var since []sqlstore.FieldRow
 	if _, err = br.Exec(); err == nil {
-		err = br.QueryRow().Scan(&moved)
+		moved, err = scanCommit(br.QueryRow(), cp)
 	}
 	if err == nil {
 		err = br.QueryRow().Scan(&spans)

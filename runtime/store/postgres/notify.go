@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellisflow/trellis/runtime/store"
 )
@@ -15,6 +17,28 @@ var _ store.Notifier = (*Store)(nil)
 // other: it goes through a pooler in transaction mode.
 func (s *Store) Notify(ctx context.Context, channel, payload string) error {
 	_, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, payload)
+	return err
+}
+
+// AppendNotify implements store.Notifier in one statement.
+func (s *Store) AppendNotify(ctx context.Context, ea *store.EventAppend) error {
+	if len(ea.Events) == 0 {
+		return nil
+	}
+	seqs, data := eventColumns(ea.Events)
+	var n int64
+	err := s.pool.QueryRow(ctx, `WITH e AS (INSERT INTO api_events (run, seq, data) SELECT $1, * FROM unnest($2::bigint[], $3::text[])
+			WHERE EXISTS (SELECT 1 FROM api_runs WHERE id = $1 AND server = $4 AND status = 'running' FOR SHARE)
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM (SELECT pg_notify($5, $6) WHERE EXISTS (SELECT 1 FROM e)) n)`,
+		ea.Run, seqs, data, ea.Holder, ea.Channel, ea.Payload).Scan(&n, new(int64))
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == "23505":
+		return store.ErrExists
+	case err == nil && n == 0:
+		return store.ErrRunChanged
+	}
 	return err
 }
 

@@ -36,6 +36,8 @@ var migrations embed.FS
 type Store struct {
 	pool  *pgxpool.Pool
 	cache *sqlstore.Cache
+	// commits groups the commits of this process (group.go)
+	commits *committer
 	// Hooks is the store's store.Webhooks and store.Schedules, and
 	// Versions its store.Versions: the shared SQL ones.
 	sqlstore.Hooks
@@ -71,7 +73,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, cache: sqlstore.NewCache(256)}
+	s := &Store{pool: pool, cache: sqlstore.NewCache(256), commits: newCommitter()}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{q: pool, s: s}}
 	s.Hooks, s.Versions = sqlstore.Hooks{DB: s.Catalog.DB}, sqlstore.Versions{DB: s.Catalog.DB}
 	if err := s.Migrate(ctx); err != nil {
@@ -149,7 +151,8 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	if cp.Seq%sqlstore.FoldEvery == 0 {
 		moved, err = s.commitFold(ctx, cp, args)
 	} else {
-		err = s.pool.QueryRow(ctx, commitSQL, args...).Scan(&moved)
+		q, args := commitStatement(cp, args)
+		moved, err = s.commitGrouped(ctx, cp, q, args)
 	}
 	if err != nil {
 		return err
@@ -169,6 +172,58 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		return store.ErrNotFound
 	}
 	return store.ErrConflict
+}
+
+// commitEventsSQL commits a checkpoint as commitSQL does ($1–$9) and
+// records its events (store.EventAppend) in the same statement: run $10,
+// numbers $11, data $12, holder $13. They are inserted only if the commit
+// moved the thread's head, their holder runs their run (its record held
+// against an adoption until the commit) and none of their numbers is
+// taken; then notification $15 is sent on channel $14 (none: ”). It
+// gives the commit's result and the number of events inserted.
+const commitEventsSQL = `WITH c AS MATERIALIZED (SELECT trellis_commit($1, $2, $3, $4, $5, $6, $7, $8, $9) AS moved),
+	e AS (INSERT INTO api_events (run, seq, data) SELECT $10, * FROM unnest($11::bigint[], $12::text[])
+		WHERE (SELECT moved FROM c) = 1
+			AND EXISTS (SELECT 1 FROM api_runs WHERE id = $10 AND server = $13 AND status = 'running' FOR SHARE)
+			AND NOT EXISTS (SELECT 1 FROM api_events WHERE run = $10 AND seq = ANY($11))
+		RETURNING 1)
+	SELECT moved, (SELECT count(*) FROM e),
+		(SELECT count(*) FROM (SELECT pg_notify($14, $15) WHERE $14 <> '' AND EXISTS (SELECT 1 FROM e)) n)
+	FROM c`
+
+// commitStatement is the statement that commits cp with args (commitSQL's
+// nine), with its events if it has any.
+func commitStatement(cp *store.Checkpoint, args []any) (string, []any) {
+	ea := cp.Events
+	if ea == nil || len(ea.Events) == 0 {
+		return commitSQL, args
+	}
+	seqs, data := eventColumns(ea.Events)
+	return commitEventsSQL, append(args, ea.Run, seqs, data, ea.Holder, ea.Channel, ea.Payload)
+}
+
+// eventColumns are events' numbers and data, as arrays.
+func eventColumns(evs []store.EventRecord) ([]int64, []string) {
+	seqs, data := make([]int64, len(evs)), make([]string, len(evs))
+	for i, ev := range evs {
+		seqs[i], data[i] = ev.Seq, string(ev.Data)
+	}
+	return seqs, data
+}
+
+// scanCommit reads the result of cp's commitStatement: whether the
+// thread's head moved (1) and, with events, whether they were refused.
+func scanCommit(row pgx.Row, cp *store.Checkpoint) (moved int, err error) {
+	ea := cp.Events
+	if ea == nil || len(ea.Events) == 0 {
+		err = row.Scan(&moved)
+		return moved, err
+	}
+	var n, notified int64
+	if err = row.Scan(&moved, &n, &notified); err == nil {
+		ea.Refused = moved == 1 && n == 0
+	}
+	return moved, err
 }
 
 // Head implements store.Store.

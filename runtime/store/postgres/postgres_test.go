@@ -286,3 +286,53 @@ func allMigrations(t *testing.T) []int {
 	}
 	return out
 }
+
+// Events send their notification in the transaction that records them
+// (a checkpoint's, or their own): heard when they are recorded, not when
+// they are refused.
+func TestEventsNotifyInTheirTransaction(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.Database(t)
+	st := openURL(t, url)
+	heard := listener(t, st, "")
+	hear(t, heard, "<up>")
+	if err := st.CreateThread(ctx, &store.ThreadRecord{ID: "t", Tenant: "acme", Flow: "f", Created: time.Unix(1, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateRun(ctx, &store.RunRecord{ID: "r", Tenant: "acme", Thread: "t", Status: store.RunQueued, Created: time.Unix(1, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ClaimRun(ctx, "s1", "", time.Unix(2, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Source: store.SourceCreate, Time: time.Unix(1, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	for i, holder := range []string{"s2", "s1"} {
+		seq := i + 1
+		ea := &store.EventAppend{Run: "r", Holder: holder, Events: []store.EventRecord{{Seq: int64(seq), Data: []byte(`{}`)}},
+			Channel: "trellis test", Payload: "run r by " + holder}
+		cp := &store.Checkpoint{Thread: "t", Seq: uint64(seq + 1), Parent: uint64(seq), Run: "r", Step: seq, Source: store.SourceStep,
+			Time: time.Unix(int64(seq+1), 0), Events: ea}
+		if err := st.Commit(ctx, cp); err != nil || ea.Refused != (holder == "s2") {
+			t.Fatalf("commit by %s: %v, refused %v", holder, err, ea.Refused)
+		}
+	}
+	hear(t, heard, "run r by s1")
+	// events alone: recorded and announced together, or neither
+	for _, c := range []struct {
+		holder string
+		seq    int64
+		want   error
+	}{{"s2", 3, store.ErrRunChanged}, {"s1", 2, store.ErrExists}, {"s1", 3, nil}} {
+		ea := &store.EventAppend{Run: "r", Holder: c.holder, Events: []store.EventRecord{{Seq: c.seq, Data: []byte(`{}`)}},
+			Channel: "trellis test", Payload: fmt.Sprintf("run r %d by %s", c.seq, c.holder)}
+		if err := st.AppendNotify(ctx, ea); !errors.Is(err, c.want) {
+			t.Fatalf("events %d by %s: %v, want %v", c.seq, c.holder, err, c.want)
+		}
+	}
+	hear(t, heard, "run r 3 by s1")
+	if evs, err := st.Events(ctx, "r", 0, 0); err != nil || len(evs) != 2 {
+		t.Fatalf("events %v %v, want 2", evs, err)
+	}
+}

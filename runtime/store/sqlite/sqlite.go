@@ -352,6 +352,11 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 			cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, string(cp.Source), at, string(meta), string(writes)); err != nil {
 			return err
 		}
+		if cp.Events != nil {
+			if err := sqlstore.AppendWithCheckpoint(ctx, catalogDB{db: tx, s: s}, cp.Events); err != nil {
+				return err
+			}
+		}
 		if cp.Seq%sqlstore.FoldEvery == 0 {
 			return sqlstore.RecordFold(ctx, foldTx{tx, s}, cp.Thread, cp.Seq)
 		}

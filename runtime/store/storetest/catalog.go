@@ -31,6 +31,7 @@ func RunCatalog(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ThreadDeletion", testThreadDeletion},
 		{"PagedReads", testPagedReads},
 		{"PackedEvents", testPackedEvents},
+		{"EventsWithCheckpoints", func(t *testing.T, c store.Catalog) { testEventsWithCheckpoints(t, c.(store.Store)) }},
 		{"NodeCache", func(t *testing.T, c store.Catalog) { testNodeCache(t, c.(store.Cache)) }},
 	}
 	for _, tc := range tests {

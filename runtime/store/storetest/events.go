@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
+
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
@@ -41,6 +43,74 @@ func testCatalogConcurrentEvents(t *testing.T, c store.Catalog) {
 		if err != nil || len(evs) != 25 || evs[24].Seq != 25 {
 			t.Fatalf("run%d: %d events, %v", r, len(evs), err)
 		}
+	}
+}
+
+// A checkpoint's events are recorded with it, in its transaction: while
+// their holder runs their run and only if the checkpoint is committed; a
+// refusal of the events commits the checkpoint and says so.
+func testEventsWithCheckpoints(t *testing.T, st store.Store) {
+	c := st.(store.Catalog)
+	threads(t, c, "t")
+	if err := c.CreateRun(ctx, &store.RunRecord{ID: "r", Tenant: "acme", Thread: "t", Status: store.RunQueued, Created: moment(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.ClaimRun(ctx, "s1", "", moment(2)); err != nil || r.ID != "r" {
+		t.Fatalf("claim: %v %v", r, err)
+	}
+	evs := func(from, to int64) []store.EventRecord {
+		var out []store.EventRecord
+		for seq := from; seq <= to; seq++ {
+			out = append(out, store.EventRecord{Seq: seq, Data: []byte(fmt.Sprintf(`{"n":%d}`, seq))})
+		}
+		return out
+	}
+	step := func(seq uint64, ea *store.EventAppend) error {
+		return st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Run: "r", Step: int(seq), Source: store.SourceStep,
+			Time: at(int(seq)), Writes: []store.Write{{Field: "n", Version: seq, Value: int(seq)}}, Events: ea})
+	}
+	create(t, st, "t", map[string]any{"n": 0})
+	ea := &store.EventAppend{Run: "r", Holder: "s1", Events: evs(1, 3), Channel: "trellis_test", Payload: "run r"}
+	if err := step(2, ea); err != nil || ea.Refused {
+		t.Fatalf("a step with its events: %v, refused %v", err, ea.Refused)
+	}
+	if got, err := c.Events(ctx, "r", 0, 0); err != nil || !reflect.DeepEqual(got, evs(1, 3)) {
+		t.Fatalf("events after the step: %v %v", got, err)
+	}
+	// a commit that fails records none of its events
+	ea = &store.EventAppend{Run: "r", Holder: "s1", Events: evs(4, 5)}
+	if err := step(2, ea); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a step on an old head: %v", err)
+	}
+	if got, _ := c.Events(ctx, "r", 3, 0); len(got) != 0 {
+		t.Fatalf("a failed commit recorded its events: %v", got)
+	}
+	// another server's events, or numbers taken, are refused: the step
+	// is committed all the same
+	for i, ea := range []*store.EventAppend{
+		{Run: "r", Holder: "s2", Events: evs(4, 5)},
+		{Run: "r", Holder: "s1", Events: evs(3, 4)},
+	} {
+		seq := uint64(3 + i)
+		if err := step(seq, ea); err != nil || !ea.Refused {
+			t.Fatalf("step %d with refused events: %v, refused %v", seq, err, ea.Refused)
+		}
+		if h, err := st.Head(ctx, "t"); err != nil || h.Seq != seq {
+			t.Fatalf("head after step %d: %+v %v", seq, h, err)
+		}
+		if got, _ := c.Events(ctx, "r", 3, 0); len(got) != 0 {
+			t.Fatalf("refused events recorded: %v", got)
+		}
+	}
+	// a fold's checkpoint (the stores' other commit) records them too
+	for seq := uint64(5); seq <= 2*sqlstore.FoldEvery; seq++ {
+		ea := &store.EventAppend{Run: "r", Holder: "s1", Events: evs(int64(seq-1), int64(seq-1))}
+		if err := step(seq, ea); err != nil || ea.Refused {
+			t.Fatalf("step %d: %v, refused %v", seq, err, ea.Refused)
+		}
+	}
+	if got, err := c.Events(ctx, "r", 0, 0); err != nil || !reflect.DeepEqual(got, evs(1, 2*sqlstore.FoldEvery-1)) {
+		t.Fatalf("events after %d steps: %v %v", 2*sqlstore.FoldEvery, got, err)
 	}
 }
 

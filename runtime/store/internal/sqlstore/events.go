@@ -6,6 +6,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -24,6 +25,27 @@ func (c Catalog) AppendEvents(ctx context.Context, run, holder string, evs []sto
 	if holder == "" {
 		return appendEvents(ctx, c.DB, run, evs)
 	}
+	return appendHeld(ctx, c.DB, run, holder, evs)
+}
+
+// AppendWithCheckpoint records a checkpoint's events (store.EventAppend)
+// on db, in the checkpoint's transaction: a refusal is set on ea, and
+// fails nothing else.
+func AppendWithCheckpoint(ctx context.Context, db DB, ea *store.EventAppend) error {
+	if len(ea.Events) == 0 {
+		return nil
+	}
+	err := appendHeld(ctx, db, ea.Run, ea.Holder, ea.Events)
+	if errors.Is(err, store.ErrRunChanged) || errors.Is(err, store.ErrExists) {
+		ea.Refused = true
+		return nil
+	}
+	return err
+}
+
+// appendHeld inserts a run's events in one statement while holder runs
+// the run.
+func appendHeld(ctx context.Context, db DB, run, holder string, evs []store.EventRecord) error {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO api_events (run, seq, data) SELECT * FROM (VALUES `)
 	args := make([]any, 0, 3*len(evs)+2)
@@ -34,9 +56,9 @@ func (c Catalog) AppendEvents(ctx context.Context, run, holder string, evs []sto
 		q.WriteString("(?, CAST(? AS BIGINT), ?)")
 		args = append(args, run, ev.Seq, string(ev.Data))
 	}
-	q.WriteString(`) AS v WHERE EXISTS (SELECT 1 FROM api_runs WHERE id = ? AND server = ? AND status = 'running'` + c.DB.Shared() + `)`)
-	n, err := c.DB.Exec(ctx, q.String(), append(args, run, holder)...)
-	if err != nil && c.DB.Unique(err) {
+	q.WriteString(`) AS v WHERE EXISTS (SELECT 1 FROM api_runs WHERE id = ? AND server = ? AND status = 'running'` + db.Shared() + `)`)
+	n, err := db.Exec(ctx, q.String(), append(args, run, holder)...)
+	if err != nil && db.Unique(err) {
 		return store.ErrExists
 	}
 	if err == nil && n == 0 {

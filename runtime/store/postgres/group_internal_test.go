@@ -1,0 +1,94 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
+)
+
+// The commits waiting while one is under way are committed in one
+// transaction; when the group fails, each is committed alone, and only
+// the one at fault fails.
+func TestWaitingCommitsCommitTogether(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const threads = 8
+	for i := range threads {
+		if err := s.Commit(ctx, &store.Checkpoint{Thread: fmt.Sprint("t", i), Seq: 1, Source: store.SourceCreate, Time: time.Unix(1, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xmax := func() int64 {
+		var n int64
+		if err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// round 1: every commit good; round 2: one fails in the database
+	for round, bad := range []int{-1, 3} {
+		seq := uint64(round + 2)
+		s.commits.token <- struct{}{} // a group under way
+		before := xmax()
+		errs := make([]chan error, threads)
+		for i := range threads {
+			errs[i] = make(chan error, 1)
+			cp := &store.Checkpoint{Thread: fmt.Sprint("t", i), Seq: seq, Parent: seq - 1, Run: "r", Step: int(seq), Source: store.SourceStep,
+				Time: time.Unix(int64(seq), 0), Writes: []store.Write{{Field: "n", Version: seq, Value: i}}}
+			if i == bad {
+				// text PostgreSQL refuses: not UTF-8
+				cp.Events = &store.EventAppend{Run: "r", Holder: "s", Events: []store.EventRecord{{Seq: 1, Data: []byte{0xff, 0xfe}}}}
+			}
+			go func() { errs[i] <- s.Commit(ctx, cp) }()
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			s.commits.mu.Lock()
+			n := len(s.commits.jobs)
+			s.commits.mu.Unlock()
+			if n == threads {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d commits waiting, want %d", round, n, threads)
+			}
+		}
+		<-s.commits.token
+		for i := range threads {
+			err := <-errs[i]
+			if (err != nil) != (i == bad) {
+				t.Fatalf("round %d: commit of t%d: %v", round, i, err)
+			}
+			h, herr := s.Head(ctx, fmt.Sprint("t", i))
+			want := seq
+			if i == bad {
+				want = seq - 1
+			}
+			if herr != nil || h.Seq != want {
+				t.Fatalf("round %d: head of t%d: %+v %v, want seq %d", round, i, h, herr, want)
+			}
+		}
+		used := xmax() - before
+		switch {
+		case bad < 0 && used != 1:
+			t.Fatalf("%d good commits took %d transactions, want 1", threads, used)
+		case bad >= 0 && used != threads-1 && used != threads:
+			// each good commit alone, and the failed group's own if it
+			// wrote before the bad commit
+			t.Fatalf("a failed group's %d commits took %d transactions, want %d (one each good one, alone) or one more", threads, used, threads-1)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if ce := s.Commit(cctx, &store.Checkpoint{Thread: "t0", Seq: 4, Parent: 3, Source: store.SourceStep, Time: time.Unix(4, 0)}); !errors.Is(ce, context.Canceled) {
+		t.Fatalf("a commit with its context ended: %v", ce)
+	}
+}
