@@ -19,7 +19,8 @@ import (
 // pocketsphinx_continuous hears it whole, and its audio was handed over
 // as a stream; an endpoint that refuses a streamed upload (one that
 // wants its length first) is sent the utterance whole, and hears the
-// same; a hearing abandoned part way ends.
+// same, and the session's next utterances are sent whole; a hearing
+// abandoned part way ends.
 func TestHearingStreamed(t *testing.T) {
 	eng := offline.NewOffline()
 	defer eng.Close()
@@ -71,6 +72,9 @@ func TestHearingStreamed(t *testing.T) {
 		}
 		if streamed := timing.Handover > 0; streamed != tc.streamed {
 			t.Errorf("%s: handed over as a stream: %v, want %v", tc.name, streamed, tc.streamed)
+		}
+		if s.whole.Load() == tc.streamed {
+			t.Errorf("%s: the session sends its next utterances whole: %v", tc.name, s.whole.Load())
 		}
 		wg.Wait()
 	}

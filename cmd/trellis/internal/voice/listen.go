@@ -45,7 +45,7 @@ func (s *session) listen(track *webrtc.TrackRemote, identity string) {
 		switch vad.Push(pcm) {
 		case audio.SpeechStart:
 			speechStart, barged = now, false
-			if s.serves(identity) {
+			if s.serves(identity) && !s.whole.Load() {
 				hear, sent = s.speech.hear(s.ctx, rate, &s.wg), 0
 			}
 		case audio.SpeechEnd:

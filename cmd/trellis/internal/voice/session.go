@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/livekit/protocol/livekit"
@@ -59,6 +60,9 @@ type session struct {
 	// in the room ("": none yet); others are told the session is busy.
 	served  string
 	lostErr error
+	// whole: the speech endpoint failed a streamed transcription, and
+	// utterances are sent to it whole
+	whole atomic.Bool
 }
 
 // event is something that happened in the room.
@@ -617,7 +621,8 @@ func (s *session) converseTurn(ev event) bool {
 
 // hear is an utterance's transcript: from its transcription under way,
 // or, if there is none or it failed (an endpoint that refuses a streamed
-// upload, say), from the utterance sent whole.
+// upload, say), from the utterance sent whole, as the session's next
+// utterances are then.
 func (s *session) hear(ctx context.Context, ev event, timing *TurnTiming) (string, error) {
 	if ev.hearing != nil {
 		text, handed, err := ev.hearing.result(ctx)
@@ -630,7 +635,8 @@ func (s *session) hear(ctx context.Context, ev event, timing *TurnTiming) (strin
 		if errors.Is(err, errNoSpeech) || ctx.Err() != nil {
 			return "", err
 		}
-		s.log.Info("the streamed transcription failed; sending the utterance whole", "error", err.Error())
+		s.log.Info("the streamed transcription failed; sending utterances whole", "error", err.Error())
+		s.whole.Store(true)
 	}
 	return s.speech.transcribe(ctx, ev.pcm)
 }
