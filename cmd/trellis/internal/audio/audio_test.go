@@ -3,6 +3,7 @@ package audio
 import (
 	"bytes"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -135,5 +136,45 @@ func TestVADFindsUtterances(t *testing.T) {
 	}
 	if starts[0] < 1040*time.Millisecond || starts[0] > 1200*time.Millisecond {
 		t.Errorf("speech started at %v, want just after 1.04s", starts[0])
+	}
+}
+
+// TestVADSettled: what the detector says an open utterance keeps only
+// grows, is always the start of the utterance that ends, and is all of
+// it at the end, so a recogniser fed it as it grows hears the utterance
+// exactly; a long pause that speech follows is kept.
+func TestVADSettled(t *testing.T) {
+	const rate = 16000
+	var stream []int16
+	stream = append(stream, silence(rate, 300*time.Millisecond)...)
+	stream = append(stream, tone(rate, 220, 0.3, 800*time.Millisecond)...)
+	stream = append(stream, silence(rate, 600*time.Millisecond)...) // short of the threshold
+	stream = append(stream, tone(rate, 330, 0.3, 500*time.Millisecond)...)
+	stream = append(stream, silence(rate, time.Second)...)
+	v := NewVAD(rate, VADConfig{Silence: 700 * time.Millisecond})
+	var fed []int16
+	var utts []PCM
+	for i := 0; i+320 <= len(stream); i += 320 {
+		ev := v.Push(stream[i : i+320])
+		if v.Speaking() || ev == SpeechEnd {
+			s := v.Settled()
+			if len(s) < len(fed) || !slices.Equal(s[:len(fed)], fed) {
+				t.Fatalf("at %v the settled utterance (%d samples) does not continue what was settled (%d)", time.Duration(i)*time.Second/rate, len(s), len(fed))
+			}
+			fed = append(fed, s[len(fed):]...)
+		}
+		if ev == SpeechEnd {
+			utts = append(utts, v.Utterance())
+		}
+	}
+	if len(utts) != 1 {
+		t.Fatalf("%d utterances, want 1", len(utts))
+	}
+	if !slices.Equal(fed, utts[0].Samples) {
+		t.Errorf("settled as it grew: %d samples; the utterance: %d", len(fed), len(utts[0].Samples))
+	}
+	// pre-roll, 800ms, the pause, 500ms and 200ms of the silence after
+	if d := utts[0].Duration(); d < 2000*time.Millisecond || d > 2500*time.Millisecond {
+		t.Errorf("the utterance lasts %v, want its speech, its pause and 200ms of silence", d)
 	}
 }

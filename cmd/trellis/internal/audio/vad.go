@@ -66,6 +66,7 @@ type VAD struct {
 	speaking bool
 	pre      []int16 // the last PreRoll of audio while not speaking
 	utt      []int16
+	quietN   int // the utterance's trailing unvoiced samples
 	length   time.Duration
 }
 
@@ -146,7 +147,7 @@ func (v *VAD) Push(frame []int16) VADEvent {
 		if v.voiced >= v.cfg.MinSpeech {
 			v.speaking, v.quiet = true, 0
 			v.utt = append(v.utt[:0], v.pre...)
-			v.length = v.Duration(v.utt)
+			v.length, v.quietN = v.Duration(v.utt), 0
 			v.pre = v.pre[:0]
 			return SpeechStart
 		}
@@ -155,9 +156,10 @@ func (v *VAD) Push(frame []int16) VADEvent {
 	v.utt = append(v.utt, frame...)
 	v.length += d
 	if voiced {
-		v.quiet = 0
+		v.quiet, v.quietN = 0, 0
 	} else {
 		v.quiet += d
+		v.quietN += len(frame)
 	}
 	if v.quiet >= v.cfg.Silence || v.length >= v.cfg.MaxUtterance {
 		v.speaking, v.voiced, v.quiet = false, 0, 0
@@ -166,12 +168,25 @@ func (v *VAD) Push(frame []int16) VADEvent {
 	return None
 }
 
+// keepQuiet is the trailing silence an utterance keeps: enough for a
+// recogniser to hear its last word end, no more.
+const keepQuiet = 200 * time.Millisecond
+
+// Settled returns the start of the open utterance that it keeps however
+// it goes on: all of it but what trails beyond keepQuiet of silence
+// (which is dropped if the utterance ends there). It only grows while
+// the utterance is open, and is the whole utterance once it ends, so a
+// recogniser can hear an utterance as it is spoken. The slice is the
+// detector's: valid until the next Push.
+func (v *VAD) Settled() []int16 {
+	return v.utt[:len(v.utt)-max(0, v.quietN-int(keepQuiet.Seconds()*float64(v.rate)))]
+}
+
 // Utterance returns the utterance that just ended, without the trailing
-// silence beyond a short tail, and forgets it.
+// silence beyond keepQuiet, and forgets it.
 func (v *VAD) Utterance() PCM {
-	tail := min(len(v.utt), int(max(0, v.cfg.Silence-200*time.Millisecond).Seconds()*float64(v.rate)))
-	out := PCM{Rate: v.rate, Samples: append([]int16(nil), v.utt[:len(v.utt)-tail]...)}
-	v.utt = v.utt[:0]
+	out := PCM{Rate: v.rate, Samples: append([]int16(nil), v.Settled()...)}
+	v.utt, v.quietN = v.utt[:0], 0
 	return out
 }
 
@@ -182,6 +197,6 @@ func (v *VAD) Duration(s []int16) time.Duration {
 
 // Reset forgets any open utterance (the agent spoke over it, say).
 func (v *VAD) Reset() {
-	v.speaking, v.voiced, v.quiet = false, 0, 0
+	v.speaking, v.voiced, v.quiet, v.quietN = false, 0, 0, 0
 	v.utt, v.pre = v.utt[:0], v.pre[:0]
 }

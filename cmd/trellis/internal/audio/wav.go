@@ -114,13 +114,13 @@ func NewWAVReader(r io.Reader) (*WAVReader, error) {
 	}
 }
 
-// Read fills buf with mono samples and returns how many; io.EOF at the
-// end.
+// Read reads mono samples into buf and returns how many: at least one,
+// and no more than have arrived; io.EOF at the end.
 func (w *WAVReader) Read(buf []int16) (int, error) {
 	n := 0
 	for n < len(buf) {
-		if w.left == 0 {
-			break
+		if w.left == 0 || n > 0 && w.r.Buffered() < len(w.frame) {
+			break // the end, or what has arrived of a stream
 		}
 		if _, err := io.ReadFull(w.r, w.frame); err != nil {
 			if n > 0 {

@@ -58,7 +58,7 @@ func python() string {
 func CheckRecognizer(ctx context.Context) error {
 	o := NewOffline()
 	defer o.Close()
-	release, err := o.acquire(ctx)
+	release, err := acquire(ctx, o.ears)
 	if err != nil {
 		return err
 	}
@@ -71,21 +71,63 @@ func CheckRecognizer(ctx context.Context) error {
 	return nil
 }
 
-// recognize decodes 16 kHz audio with a loaded decoder, loading one when
-// none is free. A decoder that died while it waited is replaced once.
+// recognize decodes 16 kHz audio with a loaded decoder.
 func (o *Offline) recognize(ctx context.Context, pcm audio.PCM) (string, error) {
-	release, err := o.acquire(ctx)
+	rest := pcm.Samples
+	return o.hear(ctx, func(buf []int16) (int, error) {
+		if len(rest) == 0 {
+			return 0, io.EOF
+		}
+		n := copy(buf, rest)
+		rest = rest[n:]
+		return n, nil
+	})
+}
+
+// sourceError is a failure to read the audio, not the decoder's.
+type sourceError struct{ err error }
+
+func (e sourceError) Error() string { return e.err.Error() }
+func (e sourceError) Unwrap() error { return e.err }
+
+// pause is how long the audio of an utterance may stop coming before
+// the decoder is asked to finish it as it stands, in case it ended
+// there: a streamed utterance comes in pieces of 20 to 60 ms, and a
+// speaker's pause that may end it lasts hundreds.
+const pause = 100 * time.Millisecond
+
+// hear decodes 16 kHz audio as next reads it (io.EOF at its end), with a
+// loaded decoder, loading one when none is free: each piece is decoded
+// as it comes, so that at the end only the last is left, and the search
+// is finished at each pause in case the utterance ended there. A decoder
+// that died while it waited, or while it decoded, is replaced once, and
+// what it was sent sent again. An error of next is returned as it is.
+func (o *Offline) hear(ctx context.Context, next func([]int16) (int, error)) (string, error) {
+	release, err := acquire(ctx, o.ears)
 	if err != nil {
 		return "", err
 	}
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	frame := make([]byte, 4+2*len(pcm.Samples))
-	binary.LittleEndian.PutUint32(frame, uint32(2*len(pcm.Samples)))
-	for i, s := range pcm.Samples {
-		binary.LittleEndian.PutUint16(frame[4+2*i:], uint16(s))
-	}
+	f := &feed{pieces: make(chan chunk, 16)}
+	quit := make(chan struct{})
+	defer close(quit)
+	// next is read apart, so that a pause in the audio is seen
+	go func() {
+		for {
+			buf := make([]int16, 1024)
+			n, err := next(buf)
+			select {
+			case f.pieces <- chunk{buf[:n], err}:
+			case <-quit:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	for retried := false; ; retried = true {
 		o.mu.Lock()
 		var r *recognizer
@@ -99,16 +141,44 @@ func (o *Offline) recognize(ctx context.Context, pcm audio.PCM) (string, error) 
 				return "", err
 			}
 		}
-		text, err := r.decode(ctx, frame)
+		text, err := r.decode(ctx, f)
 		if err == nil {
 			o.put(r)
 			return text, nil
 		}
 		o.discard(r)
+		var se sourceError
+		if errors.As(err, &se) {
+			return "", se.err
+		}
 		if ctx.Err() != nil || fresh || retried {
 			return "", err
 		}
 	}
+}
+
+// chunk is what one read of the audio gave.
+type chunk struct {
+	samples []int16
+	err     error
+}
+
+// feed is an utterance on its way to a decoder: what was read of it
+// (sent to a decoder that replaces one that died), and what comes next.
+type feed struct {
+	pieces chan chunk
+	read   []byte // the samples read so far, as sent
+	done   bool   // the audio ended
+}
+
+// paused, as a piece's length, says the audio paused.
+const paused = 0xFFFFFFFF
+
+// piece frames samples as the recogniser reads them.
+func piece(samples []byte) []byte {
+	b := make([]byte, 4, 4+len(samples))
+	binary.LittleEndian.PutUint32(b, uint32(len(samples)))
+	return append(b, samples...)
 }
 
 // take starts a decoder process and waits until it has loaded.
@@ -199,11 +269,53 @@ func (o *Offline) Close() error {
 	return nil
 }
 
-// decode sends an utterance and reads its words.
-func (r *recognizer) decode(ctx context.Context, frame []byte) (string, error) {
+// decode sends an utterance, piece by piece as it is read, and reads
+// its words; a pause in the audio is told.
+func (r *recognizer) decode(ctx context.Context, f *feed) (string, error) {
 	stop := context.AfterFunc(ctx, r.kill)
 	defer stop()
-	if _, err := r.stdin.Write(frame); err != nil {
+	if len(f.read) > 0 {
+		if _, err := r.stdin.Write(piece(f.read)); err != nil {
+			return "", r.failed(ctx, err)
+		}
+	}
+	wait := time.NewTimer(pause)
+	defer wait.Stop()
+	told := false
+	for !f.done {
+		select {
+		case c := <-f.pieces:
+			if len(c.samples) > 0 {
+				b := make([]byte, 2*len(c.samples))
+				for i, s := range c.samples {
+					binary.LittleEndian.PutUint16(b[2*i:], uint16(s))
+				}
+				f.read = append(f.read, b...)
+				if _, err := r.stdin.Write(piece(b)); err != nil {
+					return "", r.failed(ctx, err)
+				}
+				told = false
+				wait.Reset(pause)
+			}
+			if c.err == io.EOF {
+				f.done = true
+			} else if c.err != nil {
+				return "", sourceError{c.err}
+			}
+		case <-wait.C:
+			if !told && len(f.read) > 0 {
+				told = true
+				var b [4]byte
+				binary.LittleEndian.PutUint32(b[:], paused)
+				if _, err := r.stdin.Write(b[:]); err != nil {
+					return "", r.failed(ctx, err)
+				}
+			}
+		case <-ctx.Done():
+			return "", r.failed(ctx, ctx.Err())
+		}
+	}
+	if _, err := r.stdin.Write(piece(nil)); err != nil {
 		return "", r.failed(ctx, err)
 	}
 	line, err := r.answer(ctx)

@@ -3,6 +3,7 @@ package speech
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -275,5 +276,93 @@ func TestRecognizerCancelled(t *testing.T) {
 	}
 	if got, err := o.recognize(context.Background(), pcm); err != nil || got != want {
 		t.Fatalf("after a cancelled transcription: heard %q, %v; want %q", got, err, want)
+	}
+}
+
+// kids are a process's children.
+func kids(pid int) []int {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		n, _ := strconv.Atoi(f)
+		out = append(out, n)
+	}
+	return out
+}
+
+// speculating waits until the recogniser pid's decoding has forked the
+// finishing of its utterance, other than not, and returns that fork.
+func speculating(t *testing.T, pid, not int) int {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		for _, d := range kids(pid) {
+			if s := kids(d); len(s) == 1 && s[0] != not {
+				return s[0]
+			}
+		}
+	}
+	t.Fatal("the decoding never finished its utterance at a pause")
+	return 0
+}
+
+// TestRecognizerHearsAsSpoken: an utterance that comes in pieces, with
+// pauses, is heard word for word as pocketsphinx_continuous hears it
+// whole: at a pause the decoding finishes the utterance as it stands, in
+// a fork, which the audio that follows drops and the end takes.
+func TestRecognizerHearsAsSpoken(t *testing.T) {
+	needEngines(t)
+	o := NewOffline()
+	defer o.Close()
+	first := utterance(t, "rms", phrases[1].text)
+	if _, err := o.recognize(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	loaded := children(t)
+	if len(loaded) != 1 {
+		t.Fatalf("recognisers: %v", loaded)
+	}
+	pcm := utterance(t, "kal16", phrases[0].text)
+	want := continuous(t, pcm)
+	pieces := make(chan []int16)
+	type heard struct {
+		text string
+		err  error
+	}
+	done := make(chan heard, 1)
+	go func() {
+		var rest []int16
+		text, err := o.hear(context.Background(), func(buf []int16) (int, error) {
+			if len(rest) == 0 {
+				var ok bool
+				if rest, ok = <-pieces; !ok {
+					return 0, io.EOF
+				}
+			}
+			n := copy(buf, rest)
+			rest = rest[n:]
+			return n, nil
+		})
+		done <- heard{text, err}
+	}()
+	half := len(pcm.Samples) / 2
+	for s := pcm.Samples[:half]; len(s) > 0; s = s[min(len(s), 320):] {
+		pieces <- s[:min(len(s), 320)]
+	}
+	dropped := speculating(t, loaded[0], 0)
+	for s := pcm.Samples[half:]; len(s) > 0; s = s[min(len(s), 320):] {
+		pieces <- s[:min(len(s), 320)]
+	}
+	speculating(t, loaded[0], dropped)
+	if _, err := os.Stat("/proc/" + strconv.Itoa(dropped)); err == nil {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(dropped) + "/stat"); !strings.Contains(string(b), ") Z") {
+			t.Errorf("the finishing at the first pause %d was not dropped when audio followed", dropped)
+		}
+	}
+	close(pieces)
+	if h := <-done; h.err != nil || h.text != want {
+		t.Errorf("heard in pieces with pauses: %q, %v; whole, pocketsphinx_continuous hears %q", h.text, h.err, want)
+	}
+	if got, err := o.recognize(context.Background(), first); err != nil || got != continuous(t, first) {
+		t.Errorf("the next utterance: %q, %v; want %q", got, err, continuous(t, first))
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,9 +35,12 @@ import (
 // loaded between requests; Close stops them.
 type Offline struct {
 	flite, python, sox string
-	// slots bounds the engines at work at once (one per core): a
-	// recognition is CPU-bound.
-	slots chan struct{}
+	// voices and ears bound the syntheses and the recognitions at work
+	// at once (one per core each): a synthesis is CPU-bound, and so is a
+	// recognition sent whole; one streamed as it is spoken holds its
+	// place while the speaker speaks, and must not hold up a reply's
+	// synthesis meanwhile.
+	voices, ears chan struct{}
 
 	mu     sync.Mutex
 	idle   []*recognizer // loaded, waiting for an utterance
@@ -48,7 +52,8 @@ type Offline struct {
 // recogniser is loaded at the first transcription, and as many as are
 // at work at once are kept.
 func NewOffline() *Offline {
-	o := &Offline{slots: make(chan struct{}, max(1, runtime.NumCPU())), live: map[*recognizer]struct{}{}}
+	n := max(1, runtime.NumCPU())
+	o := &Offline{voices: make(chan struct{}, n), ears: make(chan struct{}, n), live: map[*recognizer]struct{}{}}
 	o.flite, _ = exec.LookPath("flite")
 	o.python = python()
 	o.sox, _ = exec.LookPath("sox")
@@ -157,11 +162,11 @@ func (o *Offline) Speak(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// acquire takes an engine slot.
-func (o *Offline) acquire(ctx context.Context) (func(), error) {
+// acquire takes a place of slots.
+func acquire(ctx context.Context, slots chan struct{}) (func(), error) {
 	select {
-	case o.slots <- struct{}{}:
-		return func() { <-o.slots }, nil
+	case slots <- struct{}{}:
+		return func() { <-slots }, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -170,7 +175,7 @@ func (o *Offline) acquire(ctx context.Context) (func(), error) {
 // say runs flite; its text goes through a file so that nothing in it is
 // taken as an option.
 func (o *Offline) say(ctx context.Context, voice, text string, speed float64) (audio.PCM, error) {
-	release, err := o.acquire(ctx)
+	release, err := acquire(ctx, o.voices)
 	if err != nil {
 		return audio.PCM{}, err
 	}
@@ -216,7 +221,9 @@ const maxUpload = 25 << 20
 // Transcribe recognises the speech of an uploaded recording (a
 // multipart form's file field): 16-bit PCM WAV at any rate, or, with sox
 // installed, any format sox reads. It answers json (the default), text
-// or verbose_json.
+// or verbose_json. A 16 kHz mono WAV recording is heard as it arrives: a
+// client that streams it while it is spoken (a chunked upload) waits at
+// its end only for the decoding of its last piece.
 func (o *Offline) Transcribe(w http.ResponseWriter, r *http.Request) error {
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt != "multipart/form-data" {
@@ -226,50 +233,164 @@ func (o *Offline) Transcribe(w http.ResponseWriter, r *http.Request) error {
 		return o.Available()
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxUpload)
-	if err := r.ParseMultipartForm(8 << 20); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("the recording is larger than %d bytes", mbe.Limit)}
-		}
+	mr, err := r.MultipartReader()
+	if err != nil {
 		return &api.Error{Code: api.CodeBadRequest, Message: "the body is not a multipart form: " + err.Error()}
 	}
-	defer r.MultipartForm.RemoveAll()
-	file, head, err := r.FormFile("file")
-	if err != nil {
+	fields := map[string]string{}
+	field := func(name string) string {
+		if v, ok := fields[name]; ok {
+			return v
+		}
+		return r.URL.Query().Get(name)
+	}
+	var heard *Transcription
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return formError(err)
+		}
+		name := part.FormName()
+		switch {
+		case name == "file" && heard == nil:
+			// the fields before the recording are checked before it is heard
+			if err := checkFields(field); err != nil {
+				return err
+			}
+			tr, err := o.hearPart(r.Context(), part)
+			if err != nil {
+				return err
+			}
+			heard = &tr
+		case name != "" && name != "file":
+			v, err := io.ReadAll(io.LimitReader(part, 1<<16))
+			if err != nil {
+				return formError(err)
+			}
+			if _, ok := fields[name]; !ok {
+				fields[name] = string(v)
+			}
+		}
+		part.Close()
+	}
+	if heard == nil {
 		return invalid("the form has no file field with the recording")
 	}
-	defer file.Close()
-	format := r.FormValue("response_format")
-	switch format {
+	if err := checkFields(field); err != nil {
+		return err
+	}
+	switch field("response_format") {
+	case "text":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, heard.Text+"\n")
+	case "verbose_json":
+		writeJSON(w, Transcription{Text: heard.Text, Language: "english", Duration: heard.Duration})
+	default:
+		writeJSON(w, Transcription{Text: heard.Text})
+	}
+	return nil
+}
+
+// checkFields checks a transcription's response_format and language.
+func checkFields(field func(string) string) error {
+	switch format := field("response_format"); format {
 	case "", "json", "text", "verbose_json":
 	default:
 		return invalid("response_format %q is not one the offline engine makes: json, text or verbose_json", format)
 	}
-	if lang := r.FormValue("language"); lang != "" && lang != "en" && !strings.HasPrefix(lang, "en-") {
+	if lang := field("language"); lang != "" && lang != "en" && !strings.HasPrefix(lang, "en-") {
 		return invalid("language %q: the offline engine recognises English (en) only", lang)
 	}
-	data, err := io.ReadAll(file)
-	if err != nil {
-		return err
-	}
-	pcm, err := o.decode(r.Context(), data, filepath.Ext(head.Filename))
-	if err != nil {
-		return err
-	}
-	text, err := o.recognize(r.Context(), pcm)
-	if err != nil {
-		return err
-	}
-	switch format {
-	case "text":
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, text+"\n")
-	case "verbose_json":
-		writeJSON(w, Transcription{Text: text, Language: "english", Duration: pcm.Duration().Seconds()})
-	default:
-		writeJSON(w, Transcription{Text: text})
-	}
 	return nil
+}
+
+// formError says why reading the form failed.
+func formError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("the recording is larger than %d bytes", mbe.Limit)}
+	}
+	return &api.Error{Code: api.CodeBadRequest, Message: "the body is not a multipart form: " + err.Error()}
+}
+
+// recorder keeps what is read through it until it is stopped.
+type recorder struct {
+	r    io.Reader
+	read []byte
+	stop bool
+}
+
+func (c *recorder) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if !c.stop {
+		c.read = append(c.read, p[:n]...)
+	}
+	return n, err
+}
+
+// hearPart recognises the recording in a form's file part: a 16 kHz
+// mono WAV stream as it arrives, anything else once it has all come.
+func (o *Offline) hearPart(ctx context.Context, part *multipart.Part) (Transcription, error) {
+	rec := &recorder{r: part}
+	wr, err := audio.NewWAVReader(rec)
+	rec.stop = true
+	var pcm audio.PCM
+	switch {
+	case err == nil && wr.Rate == 16000 && wr.Channels == 1:
+		first := make([]int16, 1024)
+		n, err := wr.Read(first)
+		if err == io.EOF {
+			return Transcription{}, invalid("the recording is empty")
+		}
+		if err != nil {
+			return Transcription{}, formError(err)
+		}
+		first, total := first[:n], n
+		text, err := o.hear(ctx, func(buf []int16) (int, error) {
+			if len(first) > 0 {
+				n := copy(buf, first)
+				first = first[n:]
+				return n, nil
+			}
+			n, err := wr.Read(buf)
+			total += n
+			if err != nil && err != io.EOF {
+				err = formError(err)
+			}
+			return n, err
+		})
+		return Transcription{Text: text, Duration: float64(total) / 16000}, err
+	case err == nil:
+		pcm.Rate = wr.Rate
+		buf := make([]int16, 4096)
+		for {
+			n, err := wr.Read(buf)
+			pcm.Samples = append(pcm.Samples, buf[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return Transcription{}, formError(err)
+			}
+		}
+		if len(pcm.Samples) == 0 {
+			return Transcription{}, invalid("the recording is empty")
+		}
+		pcm = audio.PCM{Rate: 16000, Samples: audio.Resample(pcm.Samples, pcm.Rate, 16000)}
+	default:
+		rest, err := io.ReadAll(part)
+		if err != nil {
+			return Transcription{}, formError(err)
+		}
+		if pcm, err = o.decode(ctx, append(rec.read, rest...), filepath.Ext(part.FileName())); err != nil {
+			return Transcription{}, err
+		}
+	}
+	text, err := o.recognize(ctx, pcm)
+	return Transcription{Text: text, Duration: pcm.Duration().Seconds()}, err
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -100,6 +100,10 @@ type Config struct {
 type TurnTiming struct {
 	// Transcribe: the utterance's end detected → its transcript.
 	Transcribe time.Duration
+	// Handover: the utterance's end detected → the last of its audio
+	// handed to the transcription endpoint (part of Transcribe; 0 when
+	// it was sent whole).
+	Handover time.Duration
 	// Reply: the transcript → the flow's reply text.
 	Reply time.Duration
 	// FirstAudio: the reply text → its first audio packet published.

@@ -13,14 +13,19 @@ import (
 // BenchmarkSpokenTurn measures a spoken turn of the interview through a
 // real LiveKit server, the offline speech engines and the API on SQLite,
 // in its three stages: the end of the caller's utterance (detected after
-// the silence threshold, 700ms) to its transcript, the transcript to the
-// flow's reply (the turn through the API), and the reply's text to its
-// first audio packet published. Each iteration speaks an answer and waits
-// for the reply to be spoken. make bench-voice runs it.
+// the silence threshold, 700ms, reported as silence-ms) to its
+// transcript, the transcript to the flow's reply (the turn through the
+// API), and the reply's text to its first audio packet published. The
+// first is split in two: the end to the last of the utterance's audio
+// handed to the recogniser (handover-ms), and that to the transcript
+// (decode-ms, the recogniser's work left at the end and its answer).
+// Each iteration speaks an answer and waits for the reply to be spoken.
+// make bench-voice runs it.
 func BenchmarkSpokenTurn(b *testing.B) {
 	r := newRig(b)
 	timings := make(chan voice.TurnTiming, 4)
-	r.agent(voice.Config{OnTurn: func(tt voice.TurnTiming) { timings <- tt }})
+	const silence = 700 * time.Millisecond
+	r.agent(voice.Config{Silence: silence, OnTurn: func(tt voice.TurnTiming) { timings <- tt }})
 	ctx := voicetest.Context(b, 30*time.Minute)
 	r.interview(ctx, "bench", 100)
 	sess := r.voice(ctx, "bench", api.VoiceRequest{})
@@ -31,8 +36,9 @@ func BenchmarkSpokenTurn(b *testing.B) {
 	if _, err := caller.WaitSpoken(ctx, 1500*time.Millisecond); err != nil {
 		b.Fatal(err)
 	}
-	answer := voicetest.Say(b, "kal16", "I built a compiler for a small language in Go, and I tested it well.")
-	var stt, reply, first []time.Duration
+	const said = "I built a compiler for a small language in Go, and I tested it well."
+	answer := voicetest.Say(b, "kal16", said)
+	var stt, handover, decode, reply, first []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		caller.ForgetAudio()
@@ -45,7 +51,14 @@ func BenchmarkSpokenTurn(b *testing.B) {
 		case <-ctx.Done():
 			b.Fatal("no turn")
 		}
+		if o := voicetest.Overlap(said, tt.Transcript); o < 0.5 {
+			b.Fatalf("%q was transcribed as %q", said, tt.Transcript)
+		}
+		if tt.Handover <= 0 {
+			b.Fatalf("the utterance was not streamed to the recogniser: %+v", tt)
+		}
 		stt, reply, first = append(stt, tt.Transcribe), append(reply, tt.Reply), append(first, tt.FirstAudio)
+		handover, decode = append(handover, tt.Handover), append(decode, tt.Transcribe-tt.Handover)
 		if _, err := caller.WaitSpoken(ctx, 1200*time.Millisecond); err != nil {
 			b.Fatal(err)
 		}
@@ -54,17 +67,18 @@ func BenchmarkSpokenTurn(b *testing.B) {
 	for _, m := range []struct {
 		name string
 		d    []time.Duration
-	}{{"transcript", stt}, {"reply", reply}, {"first-audio", first}} {
+	}{{"silence", []time.Duration{silence}}, {"transcript", stt}, {"handover", handover}, {"decode", decode}, {"reply", reply}, {"first-audio", first}} {
 		b.ReportMetric(ms(median(m.d)), m.name+"-ms")
 	}
-	b.Logf("per turn (median, max): end of speech → transcript %v %v; transcript → reply %v %v; reply → first audio packet %v %v",
-		median(stt), slices.Max(stt), median(reply), slices.Max(reply), median(first), slices.Max(first))
+	b.Logf("per turn (median, max): end of speech (after %v of silence) → transcript %v %v (audio handed over %v %v, then decoded %v %v); transcript → reply %v %v; reply → first audio packet %v %v",
+		silence, median(stt), slices.Max(stt), median(handover), slices.Max(handover), median(decode), slices.Max(decode),
+		median(reply), slices.Max(reply), median(first), slices.Max(first))
 }
 
 func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
-	return s[len(s)/2].Round(time.Millisecond)
+	return s[len(s)/2].Round(10 * time.Microsecond)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

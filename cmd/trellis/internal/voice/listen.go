@@ -12,8 +12,10 @@ import (
 )
 
 // listen hears a caller's microphone: it decodes the Opus packets, feeds
-// the voice-activity detector, hands each utterance to the loop, and
-// stops the agent's reply when the caller speaks over it.
+// the voice-activity detector, streams each utterance of the caller the
+// agent serves to the transcription endpoint as it is spoken, hands each
+// utterance to the loop, and stops the agent's reply when the caller
+// speaks over it.
 func (s *session) listen(track *webrtc.TrackRemote, identity string) {
 	defer s.wg.Done()
 	s.a.tracks.Add(1)
@@ -29,13 +31,38 @@ func (s *session) listen(track *webrtc.TrackRemote, identity string) {
 	silence := make([]int16, rate/50)
 	var speechStart time.Time
 	barged := false
+	// the open utterance's transcription, fed as the caller speaks, and
+	// how many of its samples it has
+	var hear *hearing
+	sent := 0
+	defer func() {
+		if hear != nil {
+			hear.stop()
+		}
+	}()
 	push := func(pcm []int16) {
 		now := time.Now()
 		switch vad.Push(pcm) {
 		case audio.SpeechStart:
 			speechStart, barged = now, false
+			if s.serves(identity) && !s.whole.Load() {
+				hear, sent = s.speech.hear(s.ctx, rate, &s.wg), 0
+			}
 		case audio.SpeechEnd:
-			s.post(event{kind: evUtterance, identity: identity, pcm: vad.Utterance(), at: now})
+			utt := vad.Utterance()
+			ev := event{kind: evUtterance, identity: identity, pcm: utt, at: now, hearing: hear}
+			if hear != nil {
+				hear.add(utt.Samples[sent:])
+				hear.end()
+				hear = nil
+			}
+			s.post(ev)
+		}
+		if hear != nil && vad.Speaking() {
+			// what the utterance keeps however it goes on is heard now
+			settled := vad.Settled()
+			hear.add(settled[sent:])
+			sent = len(settled)
 		}
 		if vad.Speaking() && !barged && now.Sub(speechStart) >= s.a.cfg.BargeIn && s.isSpeaking() && s.serves(identity) {
 			barged = true

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/livekit/protocol/livekit"
@@ -59,6 +60,9 @@ type session struct {
 	// in the room ("": none yet); others are told the session is busy.
 	served  string
 	lostErr error
+	// whole: the speech endpoint failed a streamed transcription, and
+	// utterances are sent to it whole
+	whole atomic.Bool
 }
 
 // event is something that happened in the room.
@@ -67,6 +71,7 @@ type event struct {
 	identity string
 	text     string
 	pcm      audio.PCM
+	hearing  *hearing  // the utterance's transcription under way, if any
 	at       time.Time // when the utterance ended
 }
 
@@ -465,6 +470,9 @@ func (s *session) converse() error {
 				}
 			case evUtterance, evText:
 				if !s.serve(ev.identity) {
+					if ev.hearing != nil {
+						ev.hearing.stop()
+					}
 					continue // another caller's: the agent talks with one at a time
 				}
 				if s.converseTurn(ev) {
@@ -552,7 +560,7 @@ func (s *session) converseTurn(ev event) bool {
 		input = "audio"
 		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 		var err error
-		text, err = s.speech.transcribe(ctx, ev.pcm)
+		text, err = s.hear(ctx, ev, &timing)
 		cancel()
 		timing.Transcribe = time.Since(ev.at)
 		if err != nil {
@@ -609,6 +617,28 @@ func (s *session) converseTurn(ev event) bool {
 	}
 	s.send(Message{Type: MsgState, State: Listening})
 	return false
+}
+
+// hear is an utterance's transcript: from its transcription under way,
+// or, if there is none or it failed (an endpoint that refuses a streamed
+// upload, say), from the utterance sent whole, as the session's next
+// utterances are then.
+func (s *session) hear(ctx context.Context, ev event, timing *TurnTiming) (string, error) {
+	if ev.hearing != nil {
+		text, handed, err := ev.hearing.result(ctx)
+		if err == nil {
+			if handed.After(ev.at) {
+				timing.Handover = handed.Sub(ev.at)
+			}
+			return text, nil
+		}
+		if errors.Is(err, errNoSpeech) || ctx.Err() != nil {
+			return "", err
+		}
+		s.log.Info("the streamed transcription failed; sending utterances whole", "error", err.Error())
+		s.whole.Store(true)
+	}
+	return s.speech.transcribe(ctx, ev.pcm)
 }
 
 func (s *session) report(t TurnTiming) {

@@ -20,6 +20,9 @@ import (
 // offline routes.
 type speech struct {
 	client   *openai.Client
+	base     string // the endpoint's URL, ending in /v1 or the like
+	key      string
+	http     *http.Client
 	sttModel string
 	ttsModel string
 	voice    string
@@ -31,7 +34,10 @@ func newSpeech(baseURL, key string, hc *http.Client, cfg *Config) *speech {
 	if hc != nil {
 		oc.HTTPClient = hc
 	}
-	return &speech{client: openai.NewClientWithConfig(oc), sttModel: cfg.STTModel, ttsModel: cfg.TTSModel, voice: cfg.Voice}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &speech{client: openai.NewClientWithConfig(oc), base: oc.BaseURL, key: key, http: hc, sttModel: cfg.STTModel, ttsModel: cfg.TTSModel, voice: cfg.Voice}
 }
 
 // errNoSpeech wraps an endpoint's answer that it has no speech engine.
