@@ -223,7 +223,11 @@ func (l *eventLog) append(recs []store.EventRecord) error {
 // writer. The writer waits meanwhile, so that events are recorded in
 // order.
 func (l *eventLog) attach(cp *store.Checkpoint) func(error) {
-	l.wmu.Lock()
+	if !l.wmu.TryLock() {
+		// the writer is recording: the events are its, the commit
+		// does not wait for it
+		return nil
+	}
 	l.mu.Lock()
 	batch := l.items[l.saved:min(len(l.items), l.saved+saveBatch)]
 	if l.broken || len(batch) == 0 {

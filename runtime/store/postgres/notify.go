@@ -20,23 +20,21 @@ func (s *Store) Notify(ctx context.Context, channel, payload string) error {
 	return err
 }
 
-// AppendNotify implements store.Notifier in one statement.
+// AppendNotify implements store.Notifier in one call (see migration
+// 024).
 func (s *Store) AppendNotify(ctx context.Context, ea *store.EventAppend) error {
 	if len(ea.Events) == 0 {
 		return nil
 	}
 	seqs, data := eventColumns(ea.Events)
-	var n int64
-	err := s.pool.QueryRow(ctx, `WITH e AS (INSERT INTO api_events (run, seq, data) SELECT $1, * FROM unnest($2::bigint[], $3::text[])
-			WHERE EXISTS (SELECT 1 FROM api_runs WHERE id = $1 AND server = $4 AND status = 'running' FOR SHARE)
-			RETURNING 1)
-		SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM (SELECT pg_notify($5, $6) WHERE EXISTS (SELECT 1 FROM e)) n)`,
-		ea.Run, seqs, data, ea.Holder, ea.Channel, ea.Payload).Scan(&n, new(int64))
+	var recorded int
+	err := s.pool.QueryRow(ctx, `SELECT trellis_append_events($1, $2, $3, $4, $5, $6)`,
+		ea.Run, ea.Holder, seqs, data, ea.Channel, ea.Payload).Scan(&recorded)
 	var pe *pgconn.PgError
 	switch {
-	case errors.As(err, &pe) && pe.Code == "23505":
+	case errors.As(err, &pe) && pe.Code == "23505", err == nil && recorded < 0:
 		return store.ErrExists
-	case err == nil && n == 0:
+	case err == nil && recorded == 0:
 		return store.ErrRunChanged
 	}
 	return err

@@ -174,22 +174,11 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	return store.ErrConflict
 }
 
-// commitEventsSQL commits a checkpoint as commitSQL does ($1–$9) and
-// records its events (store.EventAppend) in the same statement: run $10,
-// numbers $11, data $12, holder $13. They are inserted only if the commit
-// moved the thread's head, their holder runs their run (its record held
-// against an adoption until the commit) and none of their numbers is
-// taken; then notification $15 is sent on channel $14 (none: ”). It
-// gives the commit's result and the number of events inserted.
-const commitEventsSQL = `WITH c AS MATERIALIZED (SELECT trellis_commit($1, $2, $3, $4, $5, $6, $7, $8, $9) AS moved),
-	e AS (INSERT INTO api_events (run, seq, data) SELECT $10, * FROM unnest($11::bigint[], $12::text[])
-		WHERE (SELECT moved FROM c) = 1
-			AND EXISTS (SELECT 1 FROM api_runs WHERE id = $10 AND server = $13 AND status = 'running' FOR SHARE)
-			AND NOT EXISTS (SELECT 1 FROM api_events WHERE run = $10 AND seq = ANY($11))
-		RETURNING 1)
-	SELECT moved, (SELECT count(*) FROM e),
-		(SELECT count(*) FROM (SELECT pg_notify($14, $15) WHERE $14 <> '' AND EXISTS (SELECT 1 FROM e)) n)
-	FROM c`
+// commitEventsSQL commits a checkpoint with its events (see migration
+// 024): commitSQL's nine, then run $10, numbers $11, data $12, holder
+// $13, notification $15 on channel $14 (none: the empty text). It gives
+// commitSQL's result, plus 2 when the events were recorded.
+const commitEventsSQL = `SELECT trellis_commit_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 
 // commitStatement is the statement that commits cp with args (commitSQL's
 // nine), with its events if it has any.
@@ -212,18 +201,19 @@ func eventColumns(evs []store.EventRecord) ([]int64, []string) {
 }
 
 // scanCommit reads the result of cp's commitStatement: whether the
-// thread's head moved (1) and, with events, whether they were refused.
+// thread's head moved (1) and, with events, whether they were refused
+// (the head moved, and they were not recorded).
 func scanCommit(row pgx.Row, cp *store.Checkpoint) (moved int, err error) {
-	ea := cp.Events
-	if ea == nil || len(ea.Events) == 0 {
-		err = row.Scan(&moved)
-		return moved, err
+	if err = row.Scan(&moved); err != nil {
+		return 0, err
 	}
-	var n, notified int64
-	if err = row.Scan(&moved, &n, &notified); err == nil {
-		ea.Refused = moved == 1 && n == 0
+	if ea := cp.Events; ea != nil && len(ea.Events) > 0 {
+		ea.Refused = moved == 1
+		if moved == 3 {
+			moved = 1
+		}
 	}
-	return moved, err
+	return moved, nil
 }
 
 // Head implements store.Store.
