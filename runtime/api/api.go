@@ -422,7 +422,12 @@ type VoiceSession struct {
 type VoiceDispatch struct {
 	Thread string `json:"thread"`
 	Flow   string `json:"flow"`
-	Mode   string `json:"mode"`
+	// Version is the version of its flow the thread ran as the session
+	// opened (GET /v1/flows/{name}?version= reads it): its conversation
+	// block, not the one of the version loaded now, says where a reply
+	// goes.
+	Version string `json:"version,omitempty"`
+	Mode    string `json:"mode"`
 	// Session is the voice session the grant belongs to.
 	Session string `json:"session"`
 	// Grant is a bearer token for this API that reaches this thread's

@@ -106,6 +106,16 @@ func (s *Server) flowVersion(ctx context.Context, name, version string) (*loaded
 	return &loaded{flow: f, version: version}, nil
 }
 
+// keptVersion is a version of a flow the store keeps (or the one loaded,
+// on a store that keeps none): not_found when there is no such version.
+func (s *Server) keptVersion(ctx context.Context, name, version string) (*loaded, error) {
+	l, err := s.flowVersion(ctx, name, version)
+	if errors.Is(err, store.ErrNotFound) || err == nil && l.version != version {
+		return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("flow %q has no version %q", name, version)}
+	}
+	return l, err
+}
+
 // pinNew records the version a new thread runs.
 func (s *Server) pinNew(ctx context.Context, tenant, thread string, l *loaded) error {
 	if s.flows.vs == nil {
