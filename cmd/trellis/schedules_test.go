@@ -50,9 +50,28 @@ func TestSchedulesCommand(t *testing.T) {
 		}
 		return out
 	}
-	out := run("create", "--id", "every", "--flow", "quick", "--cron", "* * * * * *", "--zone", "Europe/Paris", "--input", `{"said":"tick"}`, "--metadata", "team=a")
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte("said: from the values\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := run("create", "--id", "every", "--flow", "quick", "--cron", "* * * * * *", "--zone", "Europe/Paris", "--input", `{"said":"tick"}`, "--metadata", "team=a",
+		"--with", values)
 	if !strings.HasPrefix(out, "every\tflow quick\t* * * * * *\tEurope/Paris\tmissed skip\tnext ") {
 		t.Fatalf("create: %q", out)
+	}
+	if sc, err := c.Schedule(ctx, "every"); err != nil || sc.Values["said"] != "from the values" {
+		t.Fatalf("the schedule's values: %+v %v", sc, err)
+	}
+	// values the flow refuses are refused as the schedule is created
+	if err := os.WriteFile(values, []byte("sayd: hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := trellis(t, "schedules", "--api", "http://"+addr, "create", "--id", "refused", "--flow", "quick", "--cron", "* * * * *", "--with", values); code != 2 ||
+		!strings.Contains(errOut, `"sayd"`) || !strings.Contains(errOut, `did you mean "said"`) {
+		t.Fatalf("refused values: %d %s", code, errOut)
+	}
+	if _, err := c.Schedule(ctx, "refused"); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("a refused schedule was kept: %v", err)
 	}
 	if _, errOut, code := trellis(t, "schedules", "--api", "http://"+addr, "create", "--flow", "quick", "--cron", "61 * * * *"); code != 2 || !strings.Contains(errOut, "cron") {
 		t.Fatalf("a bad cron: %d %s", code, errOut)
