@@ -62,6 +62,15 @@ func (s *Server) threadInfo(r *http.Request, rec *store.ThreadRecord) (api.Threa
 	if len(head.Next) > 0 {
 		out.Status = api.ThreadUnfinished
 	}
+	if vs := s.flows.vs; vs != nil {
+		pin, err := vs.Store().ThreadPin(r.Context(), rec.Tenant, rec.ID)
+		switch {
+		case err == nil:
+			out.Version = pin.Version
+		case !errors.Is(err, store.ErrNotFound):
+			return out, err
+		}
+	}
 	return out, nil
 }
 
