@@ -1,6 +1,9 @@
 package server
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/trellisflow/trellis/runtime/api"
@@ -53,5 +56,61 @@ func TestThreadSaysItsVersion(t *testing.T) {
 				t.Errorf("a fork of the first checkpoint: %+v %v, want version %s", fork, err, v1)
 			}
 		})
+	}
+}
+
+// A thread with a run running, and a newer one queued and cancelled, is
+// not moved (thread_busy) and keeps its version; once its runs are done
+// it moves.
+func TestMoveRefusedWhileARunIsRunning(t *testing.T) {
+	dir := stepFlows(t, 700)
+	s := serve(t, openRuntime(t, "sqlite:"+filepath.Join(t.TempDir(), "s.db")), dir, "")
+	_, adminKey, err := CreateKey(ctx, s.srv.cat, "ops", "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := api.NewClient(s.base, adminKey)
+	th, err := s.acme.CreateThread(ctx, api.CreateThread{ID: "busy", Flow: "steps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := th.Version
+	src := strings.ReplaceAll(stepsFlow, `"MS"`, `"700"`)
+	src = strings.Replace(src, `said: {type: string, default: ""}`, `said: {type: string, default: ""}`+"\n      note: {type: string, default: \"\"}", 1)
+	if err := os.WriteFile(filepath.Join(dir, "steps.yaml"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ReloadFlows(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.acme.Flow(ctx, "steps")
+	if err != nil || f.Version == v1 {
+		t.Fatalf("the reload: %+v %v", f, err)
+	}
+	v2 := f.Version
+	first, err := s.acme.StartRun(ctx, "busy", api.StartRun{Input: map[string]any{"said": "one"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.acme.StartRun(ctx, "busy", api.StartRun{Input: map[string]any{"said": "two"}, OnBusy: api.OnBusyEnqueue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.acme.Cancel(ctx, "busy", second.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, dry := range []bool{true, false} {
+		if _, err := s.acme.MoveThread(ctx, "busy", api.MoveThread{To: v2, DryRun: dry}); !api.IsCode(err, api.CodeThreadBusy) {
+			t.Fatalf("a move (dry run %v) with a run running: %v", dry, err)
+		}
+	}
+	if th, err := s.acme.Thread(ctx, "busy"); err != nil || th.Version != v1 {
+		t.Fatalf("the refused move: %+v %v", th, err)
+	}
+	if run, err := s.acme.Join(ctx, "busy", first.ID); err != nil || run.Status != api.RunSucceeded {
+		t.Fatalf("the run: %+v %v", run, err)
+	}
+	if moved, err := s.acme.MoveThread(ctx, "busy", api.MoveThread{To: v2}); err != nil || !moved.Moved {
+		t.Fatalf("a move once the runs are done: %+v %v", moved, err)
 	}
 }
