@@ -7,6 +7,7 @@
 package versions
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -163,14 +164,71 @@ func Load(v *store.FlowVersion, kinds kind.Registry) (*Flow, error) {
 }
 
 // Versions keeps the versions of flows in a store, so that every process
-// sharing it can run any of them, and compiles each version once.
+// sharing it can run any of them, and compiles each version once while
+// it is used (the DefaultCompiled used last stay compiled).
 type Versions struct {
 	st    store.Versions
 	cat   store.Catalog // the runs of threads, nil when st keeps none
 	kinds kind.Registry
 	mu    sync.Mutex
-	// flows are the versions compiled, by flow name and version
-	flows map[[2]string]*Flow
+	// flows are the versions compiled, by flow name and version, at most
+	// limit of them: lru orders them, the most recently used first, and
+	// the least recently used goes when one more comes. Every one is in
+	// the store (Keep stores a version before it keeps it compiled), so a
+	// version gone is compiled again when a thread needs it.
+	flows map[[2]string]*list.Element
+	lru   list.List // of *compiledVersion
+	limit int
+}
+
+// compiledVersion is a version kept compiled, with its key.
+type compiledVersion struct {
+	key [2]string
+	f   *Flow
+}
+
+// DefaultCompiled is how many compiled versions a Versions keeps: a
+// server's loaded flows, and the versions its threads still run, each
+// compiled once while it is used.
+const DefaultCompiled = 64
+
+// cached returns the version compiled, if kept, as the most recently
+// used; vs.mu is held.
+func (vs *Versions) cached(key [2]string) *Flow {
+	e := vs.flows[key]
+	if e == nil {
+		return nil
+	}
+	vs.lru.MoveToFront(e)
+	return e.Value.(*compiledVersion).f
+}
+
+// remember keeps f compiled as key, the most recently used, and lets go
+// of the least recently used past the limit; vs.mu is held.
+func (vs *Versions) remember(key [2]string, f *Flow) {
+	if e := vs.flows[key]; e != nil {
+		e.Value.(*compiledVersion).f = f
+		vs.lru.MoveToFront(e)
+		return
+	}
+	vs.flows[key] = vs.lru.PushFront(&compiledVersion{key: key, f: f})
+	for vs.lru.Len() > vs.limit {
+		delete(vs.flows, vs.lru.Remove(vs.lru.Back()).(*compiledVersion).key)
+	}
+}
+
+// compiled counts the versions kept compiled.
+func (vs *Versions) compiled() int {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	return vs.lru.Len()
+}
+
+// has reports whether a version is kept compiled, without using it.
+func (vs *Versions) has(name, version string) bool {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	return vs.flows[[2]string{name, version}] != nil
 }
 
 var (
@@ -190,7 +248,7 @@ func New(st store.Store, kinds kind.Registry) (*Versions, error) {
 		return nil, errors.New("versions: no node kinds to compile the versions with")
 	}
 	cat, _ := store.CatalogOf(st)
-	return &Versions{st: vs, cat: cat, kinds: kinds, flows: map[[2]string]*Flow{}}, nil
+	return &Versions{st: vs, cat: cat, kinds: kinds, flows: map[[2]string]*list.Element{}, limit: DefaultCompiled}, nil
 }
 
 // Keep stores f's version (its files once each) and remembers f as its
@@ -201,7 +259,7 @@ func (vs *Versions) Keep(ctx context.Context, f *Flow) error {
 		return fmt.Errorf("keep flow %q version %s: %w", v.Flow, v.Version, err)
 	}
 	vs.mu.Lock()
-	vs.flows[[2]string{v.Flow, v.Version}] = f
+	vs.remember([2]string{v.Flow, v.Version}, f)
 	vs.mu.Unlock()
 	return nil
 }
@@ -211,7 +269,7 @@ func (vs *Versions) Keep(ctx context.Context, f *Flow) error {
 func (vs *Versions) Flow(ctx context.Context, name, version string) (*Flow, error) {
 	key := [2]string{name, version}
 	vs.mu.Lock()
-	f := vs.flows[key]
+	f := vs.cached(key)
 	vs.mu.Unlock()
 	if f != nil {
 		return f, nil
@@ -225,10 +283,10 @@ func (vs *Versions) Flow(ctx context.Context, name, version string) (*Flow, erro
 		return nil, err
 	}
 	vs.mu.Lock()
-	if had := vs.flows[key]; had != nil {
-		f = had
+	if had := vs.cached(key); had != nil {
+		f = had // compiled by another meanwhile
 	} else {
-		vs.flows[key] = f
+		vs.remember(key, f)
 	}
 	vs.mu.Unlock()
 	return f, nil
