@@ -174,7 +174,7 @@ race:
 # A schedule every second on three servers sharing SQLite and PostgreSQL
 # starts exactly one run per tick, for 30 ticks (the race test watches 6).
 schedule-soak:
-	$(GO) test -count=1 -run 'TestScheduleOneRunPerTickOnThreeServers' ./cmd/trellis/internal/server -v -schedule-ticks 30
+	$(GO) test -count=1 -run 'TestScheduleOneRunPerTickOnThreeServers' ./runtime/api/server -v -schedule-ticks 30
 
 tidy-check:
 	@cp go.mod /tmp/trellis.go.mod.bak; cp go.sum /tmp/trellis.go.sum.bak; \

@@ -77,7 +77,9 @@ func LoadVersion(v *FlowVersion, opts ...Option) (*Flow, error) {
 }
 
 // Versions keeps the versions of flows in a store, so that every server
-// sharing it can run any of them, and compiles each version once.
+// sharing it can run any of them, and compiles each version once while
+// it is used (versions.DefaultCompiled of them stay compiled; one used
+// again after is compiled again from the store).
 type Versions struct{ vs *versions.Versions }
 
 // NewVersions keeps versions in st, compiling those it reads with opts.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,9 +51,28 @@ func TestSchedulesCommand(t *testing.T) {
 		}
 		return out
 	}
-	out := run("create", "--id", "every", "--flow", "quick", "--cron", "* * * * * *", "--zone", "Europe/Paris", "--input", `{"said":"tick"}`, "--metadata", "team=a")
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte("said: from the values\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := run("create", "--id", "every", "--flow", "quick", "--cron", "* * * * * *", "--zone", "Europe/Paris", "--input", `{"said":"tick"}`, "--metadata", "team=a",
+		"--with", values)
 	if !strings.HasPrefix(out, "every\tflow quick\t* * * * * *\tEurope/Paris\tmissed skip\tnext ") {
 		t.Fatalf("create: %q", out)
+	}
+	if sc, err := c.Schedule(ctx, "every"); err != nil || sc.Values["said"] != "from the values" {
+		t.Fatalf("the schedule's values: %+v %v", sc, err)
+	}
+	// values the flow refuses are refused as the schedule is created
+	if err := os.WriteFile(values, []byte("sayd: hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := trellis(t, "schedules", "--api", "http://"+addr, "create", "--id", "refused", "--flow", "quick", "--cron", "* * * * *", "--with", values); code != 2 ||
+		!strings.Contains(errOut, `"sayd"`) || !strings.Contains(errOut, `did you mean "said"`) {
+		t.Fatalf("refused values: %d %s", code, errOut)
+	}
+	if _, err := c.Schedule(ctx, "refused"); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("a refused schedule was kept: %v", err)
 	}
 	if _, errOut, code := trellis(t, "schedules", "--api", "http://"+addr, "create", "--flow", "quick", "--cron", "61 * * * *"); code != 2 || !strings.Contains(errOut, "cron") {
 		t.Fatalf("a bad cron: %d %s", code, errOut)
@@ -202,4 +222,108 @@ func TestScheduleAcrossProcesses(t *testing.T) {
 		t.Errorf("missed %s to %s, last tick %s: the downtime's ticks and those after it are not all there", from, to, time.Unix(last, 0))
 	}
 	t.Logf("ticks %d to %d; missed %d to %d, run once at %d", first, last, from.Unix(), to.Unix(), to.Unix())
+}
+
+// A schedule every second on three trellis serve processes sharing
+// PostgreSQL starts exactly one run per tick for 30 ticks: no tick is
+// missed, none has two runs, and every run succeeds.
+func TestScheduleThirtyTicksOnThreeProcesses(t *testing.T) {
+	const ticks = 30
+	ctx := context.Background()
+	db := storetest.Postgres(t)
+	flows := t.TempDir()
+	if err := os.WriteFile(filepath.Join(flows, "quick.yaml"), []byte(quickFlow), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := facade.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	cat, _ := store.CatalogOf(rt.Store())
+	_, key, err := server.CreateKey(ctx, cat, "acme", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clients []*api.Client
+	var logs []*syncBuffer
+	for range 3 {
+		addr := freeAddr(t)
+		_, stderr := kindsProcess(t, "serve", "--flows", flows, "--store", db, "--addr", addr)
+		c := api.NewClient("http://"+addr, key)
+		waitReady(t, c)
+		clients, logs = append(clients, c), append(logs, stderr)
+	}
+	sc, err := clients[0].CreateSchedule(ctx, api.CreateSchedule{ID: "every", Flow: "quick", Cron: "* * * * * *", Input: map[string]any{"said": "tick"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := sc.Next.Unix()
+	last := first + ticks - 1
+	time.Sleep(time.Until(time.Unix(last+1, 0).Add(500 * time.Millisecond)))
+	if err := clients[1].DeleteSchedule(ctx, "every"); err != nil {
+		t.Fatal(err)
+	}
+	runsOf := func() (map[int64][]*store.RunRecord, error) {
+		threads, err := cat.ListThreads(ctx, store.ThreadQuery{Tenant: "acme", Metadata: map[string]string{"schedule": "every"}})
+		if err != nil {
+			return nil, err
+		}
+		out := map[int64][]*store.RunRecord{}
+		for _, th := range threads {
+			i := strings.LastIndex(th.ID, "-")
+			tick, err := strconv.ParseInt(th.ID[i+1:], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("thread %s: %w", th.ID, err)
+			}
+			rs, err := cat.Runs(ctx, store.RunQuery{Tenant: "acme", Thread: th.ID})
+			if err != nil {
+				return nil, err
+			}
+			out[tick] = append(out[tick], rs...)
+		}
+		return out, nil
+	}
+	// the runs of the last ticks end
+	var runs map[int64][]*store.RunRecord
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if runs, err = runsOf(); err != nil {
+			t.Fatal(err)
+		}
+		done := true
+		for _, rs := range runs {
+			for _, r := range rs {
+				done = done && r.Status.Done()
+			}
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs still going 20s after the schedule was deleted: %v", runs)
+		}
+	}
+	by := map[string]int{}
+	for tick, rs := range runs {
+		if tick < first || tick > last+1 {
+			t.Errorf("tick %s: %d runs, outside the ticks %d to %d", time.Unix(tick, 0).UTC().Format(time.TimeOnly), len(rs), first, last)
+		}
+		for _, r := range rs {
+			by[r.Server]++
+			if r.Status != store.RunSucceeded {
+				t.Errorf("run %s of tick %d: %s %s", r.ID, tick, r.Status, r.Error)
+			}
+		}
+	}
+	for tick := first; tick <= last; tick++ {
+		if n := len(runs[tick]); n != 1 {
+			t.Errorf("tick %s: %d runs, want 1", time.Unix(tick, 0).UTC().Format(time.TimeOnly), n)
+		}
+	}
+	if t.Failed() {
+		for i, l := range logs {
+			t.Logf("server %d:\n%s", i, l.String())
+		}
+	}
+	t.Logf("%d ticks from %d, runs by server %v", ticks, first, by)
 }

@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	trellisapi "github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/runtime/store"
 )
 
 const chatV1 = `version: 1
@@ -128,5 +130,99 @@ func TestThreadsMigrate(t *testing.T) {
 	out, _, code = trellis(t, "threads", "migrate", "--store", addr, "--to", to, "acme/t")
 	if code != 0 || !strings.Contains(out, "on version "+to+" already") {
 		t.Fatalf("a second move: %d %s", code, out)
+	}
+}
+
+// trellis threads migrate refuses a thread with a run queued or running
+// (a server would run it on the version it was queued for, or is running
+// it), whichever run is the newest, and leaves the thread as it was; once
+// the runs are done, it moves.
+func TestThreadsMigrateRefusedWhileARunIsQueued(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	addr := "sqlite:" + filepath.Join(dir, "s.db")
+	rt, err := trellisapi.Open(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := trellisapi.NewVersions(rt.Store(), trellisapi.Offline())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := trellisapi.Load(writeFlow(t, filepath.Join(dir, "v1"), chatV1), trellisapi.Offline())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := trellisapi.Load(writeFlow(t, filepath.Join(dir, "v2"), strings.Replace(chatV1, "state.turns + 1", "state.turns + 2", 1)), trellisapi.Offline())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*trellisapi.Flow{v1, v2} {
+		if err := vs.Keep(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rt.Run(ctx, v1, "acme/t", map[string]any{"message": "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := vs.Pin(ctx, "acme", "acme/t", v1); err != nil {
+		t.Fatal(err)
+	}
+	cat, _ := store.CatalogOf(rt.Store())
+	if err := cat.CreateThread(ctx, &store.ThreadRecord{ID: "acme/t", Tenant: "acme", Flow: "chat", Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	// a run running on a server (that died, say, and no other adopted it
+	// yet), and a newer one queued behind it and cancelled: the newest
+	// run is done, the thread is not idle
+	running := &store.RunRecord{ID: "run_running", Tenant: "acme", Thread: "acme/t", Flow: "chat", FlowVersion: v1.Version().Version,
+		Created: time.Now(), Server: "gone"}
+	if _, err := cat.EnqueueRun(ctx, running, store.BusyEnqueue); err != nil || running.Status != store.RunRunning {
+		t.Fatalf("%+v %v", running, err)
+	}
+	if _, err := cat.EnqueueRun(ctx, &store.RunRecord{ID: "run_queued", Tenant: "acme", Thread: "acme/t", Flow: "chat",
+		FlowVersion: v1.Version().Version, Created: time.Now().Add(time.Millisecond)}, store.BusyEnqueue); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(why string) {
+		t.Helper()
+		_, errs, code := trellis(t, "threads", "migrate", "--store", addr, "--to", v2.Version().Version, "acme/t")
+		if code == 0 || !strings.Contains(errs, "queued or running") {
+			t.Fatalf("a move with %s: %d %s", why, code, errs)
+		}
+	}
+	refused("a run running and one queued")
+	if _, err := cat.RequestStop(ctx, "acme", "run_queued", store.StopCancel); err != nil {
+		t.Fatal(err)
+	}
+	head, err := rt.State(ctx, "acme/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Close()
+	to := v2.Version().Version
+
+	refused("a run running and a newer one cancelled")
+	rt, err = trellisapi.Open(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, _ = trellisapi.NewVersions(rt.Store(), trellisapi.Offline())
+	if _, pin, err := vs.ThreadFlow(ctx, "acme", "acme/t"); err != nil || pin.Version != v1.Version().Version {
+		t.Fatalf("the refused move changed the thread's version: %+v %v", pin, err)
+	}
+	if now, err := rt.State(ctx, "acme/t"); err != nil || now.Seq != head.Seq {
+		t.Fatalf("the refused move wrote a checkpoint: %+v %v", now, err)
+	}
+	cat, _ = store.CatalogOf(rt.Store())
+	expect := running.State()
+	running.Status, running.Finished = store.RunSucceeded, time.Now()
+	if err := cat.UpdateRun(ctx, running, expect, nil); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close()
+	out, errs, code := trellis(t, "threads", "migrate", "--store", addr, "--to", to, "acme/t")
+	if code != 0 || !strings.Contains(out, "acme/t moved from version "+v1.Version().Version+" to "+to) {
+		t.Fatalf("a move once the run is cancelled: %d %s%s", code, out, errs)
 	}
 }

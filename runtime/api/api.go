@@ -158,6 +158,12 @@ type Thread struct {
 	// unfinished when its last run stopped with nodes still to run.
 	Checkpoint uint64 `json:"checkpoint"`
 	Status     string `json:"status"`
+	// Version is the version of its flow the thread is pinned to: the one
+	// its runs run until it is moved (POST /v1/threads/{id}/migrate).
+	// Absent on a store that keeps no versions, and on a thread made
+	// before versions were kept until its next run pins it to the
+	// version loaded then.
+	Version string `json:"version,omitempty"`
 }
 
 // ThreadList is a page of threads; Next, when set, is the cursor of the
@@ -422,7 +428,12 @@ type VoiceSession struct {
 type VoiceDispatch struct {
 	Thread string `json:"thread"`
 	Flow   string `json:"flow"`
-	Mode   string `json:"mode"`
+	// Version is the version of its flow the thread ran as the session
+	// opened (GET /v1/flows/{name}?version= reads it): its conversation
+	// block, not the one of the version loaded now, says where a reply
+	// goes.
+	Version string `json:"version,omitempty"`
+	Mode    string `json:"mode"`
 	// Session is the voice session the grant belongs to.
 	Session string `json:"session"`
 	// Grant is a bearer token for this API that reaches this thread's

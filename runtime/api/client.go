@@ -130,6 +130,14 @@ func (c *Client) Flow(ctx context.Context, name string) (*Flow, error) {
 	return &out, err
 }
 
+// FlowAt returns a version of a flow the server keeps (the one a thread
+// is pinned to, say), as Flow does the version loaded now.
+func (c *Client) FlowAt(ctx context.Context, name, version string) (*Flow, error) {
+	var out Flow
+	err := c.do(ctx, http.MethodGet, "/v1/flows/"+url.PathEscape(name)+"?version="+url.QueryEscape(version), nil, &out)
+	return &out, err
+}
+
 // Validate checks a flow file's text (name locates the files it names on
 // the server) and returns its diagnostics; an invalid flow is an *Error
 // with code invalid_flow whose Details hold them.

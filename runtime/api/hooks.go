@@ -59,8 +59,10 @@ type Schedule struct {
 	// the IANA time zone it is read in.
 	Cron string `json:"cron"`
 	Zone string `json:"zone"`
-	// Input is each run's input; Metadata each new thread's.
+	// Input is each run's input; Values and Metadata each new thread's
+	// initial values and metadata (a schedule of a thread takes neither).
 	Input    map[string]any    `json:"input,omitempty"`
+	Values   map[string]any    `json:"values,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Missed is what becomes of ticks missed by more than Grace (while no
 	// server ran): skip them, or run_once for all of them.
@@ -86,6 +88,7 @@ type CreateSchedule struct {
 	Cron     string            `json:"cron"`
 	Zone     string            `json:"zone,omitempty"`
 	Input    map[string]any    `json:"input,omitempty"`
+	Values   map[string]any    `json:"values,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Missed   string            `json:"missed,omitempty"`
 	// GraceMS is from 1000 to 86400000 (none: 10000).

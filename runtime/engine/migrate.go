@@ -24,6 +24,10 @@ type Move struct {
 	// Note is kept on the move's checkpoint (its Config), to say in the
 	// thread's history what moved it: the versions, for one.
 	Note map[string]any
+	// Held, when set, runs once the thread is held, before anything is
+	// read or written: when it fails the move is refused, and nothing is
+	// written.
+	Held func(ctx context.Context) error
 	// Moved runs once the checkpoint is committed, while the thread is
 	// still held, so that no run begins between the two: it records the
 	// thread's new version. When it fails the move fails, though its
@@ -43,6 +47,11 @@ func (e *Engine) Migrate(ctx context.Context, g *flow.Graph, thread string, m Mo
 	}
 	defer e.free(thread)
 	defer e.Store.Release(context.WithoutCancel(ctx), thread, owner)
+	if m.Held != nil {
+		if err := m.Held(ctx); err != nil {
+			return nil, err
+		}
+	}
 	head, err := e.Store.Head(ctx, thread)
 	if err != nil {
 		return nil, err

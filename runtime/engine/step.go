@@ -290,33 +290,12 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 	cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now()}
 	var probs inputProblems
 	for _, k := range sortedKeys(r.req.Input) {
-		f, ok := r.g.Field(k)
-		if !ok || !f.Input {
-			var names []string
-			for _, in := range r.g.Inputs {
-				names = append(names, in.Name)
-			}
-			reason := "not an input of this flow"
-			if len(names) > 0 {
-				reason += " (inputs: " + strings.Join(names, ", ") + ")"
-			}
-			probs.add(&InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)})
-			continue
+		f, v, nv, read, ie := inputValue(r.g, k, r.req.Input[k], next[k])
+		if read {
+			r.input[k] = v
 		}
-		v, err := value.Normalize(r.req.Input[k])
-		if err != nil {
-			probs.add(&InputError{Field: k, Reason: err.Error()})
-			continue
-		}
-		v = schema.Coerce(f.Shape, v)
-		r.input[k] = v
-		nv, err := f.Reducer.Reduce(next[k], v)
-		if err != nil {
-			probs.add(&InputError{Field: k, Reason: err.Error()})
-			continue
-		}
-		if err := validateField(f, nv, v); err != nil {
-			probs.add(&InputError{Field: k, Reason: err.Error()})
+		if ie != nil {
+			probs.add(ie)
 			continue
 		}
 		next[k] = nv
@@ -339,6 +318,38 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 		return nil, nil
 	}
 	return cp, nil
+}
+
+// inputValue reads field k of a run's input, raw, as it applies to the
+// field's current value: the field is an input of g, and the value,
+// normalised and coerced to the field's shape (v), reduced onto current
+// (nv) holds for the field's schema. read says whether v was read (the
+// field is an input, and its value JSON), whatever else is wrong.
+func inputValue(g *flow.Graph, k string, raw, current any) (f *flow.Field, v, nv any, read bool, ie *InputError) {
+	f, ok := g.Field(k)
+	if !ok || !f.Input {
+		var names []string
+		for _, in := range g.Inputs {
+			names = append(names, in.Name)
+		}
+		reason := "not an input of this flow"
+		if len(names) > 0 {
+			reason += " (inputs: " + strings.Join(names, ", ") + ")"
+		}
+		return nil, nil, nil, false, &InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)}
+	}
+	v, err := value.Normalize(raw)
+	if err != nil {
+		return f, nil, nil, false, &InputError{Field: k, Reason: err.Error()}
+	}
+	v = schema.Coerce(f.Shape, v)
+	if nv, err = f.Reducer.Reduce(current, v); err != nil {
+		return f, v, nil, true, &InputError{Field: k, Reason: err.Error()}
+	}
+	if err := validateField(f, nv, v); err != nil {
+		return f, v, nil, true, &InputError{Field: k, Reason: err.Error()}
+	}
+	return f, v, nv, true, nil
 }
 
 // inputProblems gathers what is wrong with a run's input.

@@ -264,3 +264,38 @@ func (e *Engine) Asks(ctx context.Context, g *flow.Graph, thread string) ([]Ask,
 	}
 	return asks, nil
 }
+
+// CheckNew checks the initial values and the input of a run that makes a
+// new thread of g as that run checks them (every problem at once, an
+// *InputError), and makes nothing: how a caller that makes such threads
+// later, a schedule each tick, refuses at once what would fail then.
+func CheckNew(g *flow.Graph, values, input map[string]any) error {
+	const thread = "check"
+	state, creating, err := initial(g, thread, values, false, false)
+	if err != nil {
+		return err
+	}
+	r := newRun(nil, g, Request{Thread: thread, Values: values, Input: input}, &store.Snapshot{Thread: thread, Seq: 1, Values: state})
+	defer r.release()
+	r.creating = creating
+	_, err = r.applyInput()
+	return err
+}
+
+// CheckInput checks a run's input against g's input fields, each value on
+// its own over the field's default, as a run checks it (every problem at
+// once, an *InputError): what can be known of an input before the state
+// of the thread it goes to.
+func CheckInput(g *flow.Graph, input map[string]any) error {
+	var probs inputProblems
+	for _, k := range sortedKeys(input) {
+		var current any
+		if f, ok := g.Field(k); ok && f.HasDefault {
+			current = f.Default
+		}
+		if _, _, _, _, ie := inputValue(g, k, input[k], current); ie != nil {
+			probs.add(ie)
+		}
+	}
+	return probs.err()
+}

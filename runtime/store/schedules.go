@@ -50,9 +50,10 @@ type Schedule struct {
 	Flow, Thread string
 	// Cron is the expression, Zone the IANA time zone it is read in.
 	Cron, Zone string
-	// Input is the runs' input, Metadata the new threads' metadata.
-	Input    json.RawMessage
-	Metadata map[string]string
+	// Input is the runs' input; Values and Metadata are the new threads'
+	// initial values and metadata.
+	Input, Values json.RawMessage
+	Metadata      map[string]string
 	// Missed says what happens to ticks more than Grace late (missed
 	// while no server ran): skipped, or run once for all of them.
 	Missed MissedPolicy

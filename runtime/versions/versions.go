@@ -7,6 +7,7 @@
 package versions
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -163,13 +164,71 @@ func Load(v *store.FlowVersion, kinds kind.Registry) (*Flow, error) {
 }
 
 // Versions keeps the versions of flows in a store, so that every process
-// sharing it can run any of them, and compiles each version once.
+// sharing it can run any of them, and compiles each version once while
+// it is used (the DefaultCompiled used last stay compiled).
 type Versions struct {
 	st    store.Versions
+	cat   store.Catalog // the runs of threads, nil when st keeps none
 	kinds kind.Registry
 	mu    sync.Mutex
-	// flows are the versions compiled, by flow name and version
-	flows map[[2]string]*Flow
+	// flows are the versions compiled, by flow name and version, at most
+	// limit of them: lru orders them, the most recently used first, and
+	// the least recently used goes when one more comes. Every one is in
+	// the store (Keep stores a version before it keeps it compiled), so a
+	// version gone is compiled again when a thread needs it.
+	flows map[[2]string]*list.Element
+	lru   list.List // of *compiledVersion
+	limit int
+}
+
+// compiledVersion is a version kept compiled, with its key.
+type compiledVersion struct {
+	key [2]string
+	f   *Flow
+}
+
+// DefaultCompiled is how many compiled versions a Versions keeps: a
+// server's loaded flows, and the versions its threads still run, each
+// compiled once while it is used.
+const DefaultCompiled = 64
+
+// cached returns the version compiled, if kept, as the most recently
+// used; vs.mu is held.
+func (vs *Versions) cached(key [2]string) *Flow {
+	e := vs.flows[key]
+	if e == nil {
+		return nil
+	}
+	vs.lru.MoveToFront(e)
+	return e.Value.(*compiledVersion).f
+}
+
+// remember keeps f compiled as key, the most recently used, and lets go
+// of the least recently used past the limit; vs.mu is held.
+func (vs *Versions) remember(key [2]string, f *Flow) {
+	if e := vs.flows[key]; e != nil {
+		e.Value.(*compiledVersion).f = f
+		vs.lru.MoveToFront(e)
+		return
+	}
+	vs.flows[key] = vs.lru.PushFront(&compiledVersion{key: key, f: f})
+	for vs.lru.Len() > vs.limit {
+		delete(vs.flows, vs.lru.Remove(vs.lru.Back()).(*compiledVersion).key)
+	}
+}
+
+// compiled counts the versions kept compiled.
+func (vs *Versions) compiled() int {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	return vs.lru.Len()
+}
+
+// has reports whether a version is kept compiled, without using it.
+func (vs *Versions) has(name, version string) bool {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	return vs.flows[[2]string{name, version}] != nil
 }
 
 var (
@@ -188,7 +247,8 @@ func New(st store.Store, kinds kind.Registry) (*Versions, error) {
 	if kinds == nil {
 		return nil, errors.New("versions: no node kinds to compile the versions with")
 	}
-	return &Versions{st: vs, kinds: kinds, flows: map[[2]string]*Flow{}}, nil
+	cat, _ := store.CatalogOf(st)
+	return &Versions{st: vs, cat: cat, kinds: kinds, flows: map[[2]string]*list.Element{}, limit: DefaultCompiled}, nil
 }
 
 // Keep stores f's version (its files once each) and remembers f as its
@@ -199,7 +259,7 @@ func (vs *Versions) Keep(ctx context.Context, f *Flow) error {
 		return fmt.Errorf("keep flow %q version %s: %w", v.Flow, v.Version, err)
 	}
 	vs.mu.Lock()
-	vs.flows[[2]string{v.Flow, v.Version}] = f
+	vs.remember([2]string{v.Flow, v.Version}, f)
 	vs.mu.Unlock()
 	return nil
 }
@@ -209,7 +269,7 @@ func (vs *Versions) Keep(ctx context.Context, f *Flow) error {
 func (vs *Versions) Flow(ctx context.Context, name, version string) (*Flow, error) {
 	key := [2]string{name, version}
 	vs.mu.Lock()
-	f := vs.flows[key]
+	f := vs.cached(key)
 	vs.mu.Unlock()
 	if f != nil {
 		return f, nil
@@ -223,10 +283,10 @@ func (vs *Versions) Flow(ctx context.Context, name, version string) (*Flow, erro
 		return nil, err
 	}
 	vs.mu.Lock()
-	if had := vs.flows[key]; had != nil {
-		f = had
+	if had := vs.cached(key); had != nil {
+		f = had // compiled by another meanwhile
 	} else {
-		vs.flows[key] = f
+		vs.remember(key, f)
 	}
 	vs.mu.Unlock()
 	return f, nil
@@ -348,6 +408,12 @@ func CheckMove(from, to *Flow, m Migration) ([]flowdiff.Effect, error) {
 // history. moved, when not nil, records the thread's new version while
 // the thread is still held (see engine.Move).
 func Move(ctx context.Context, eng *engine.Engine, from, to *Flow, thread string, m Migration, moved func(ctx context.Context) error) (*store.Snapshot, []flowdiff.Effect, error) {
+	return move(ctx, eng, from, to, thread, m, nil, moved)
+}
+
+// move is Move, with held, when not nil, refusing the move once the
+// thread is held and before anything is written (see engine.Move).
+func move(ctx context.Context, eng *engine.Engine, from, to *Flow, thread string, m Migration, held, moved func(ctx context.Context) error) (*store.Snapshot, []flowdiff.Effect, error) {
 	if from.Name() != to.Name() {
 		return nil, nil, fmt.Errorf("thread %q: cannot move from flow %q to flow %q", thread, from.Name(), to.Name())
 	}
@@ -368,7 +434,7 @@ func Move(ctx context.Context, eng *engine.Engine, from, to *Flow, thread string
 		return values, nil
 	}
 	note := map[string]any{"flow": from.Name(), "from_version": from.Version().Version, "to_version": to.Version().Version}
-	mv := engine.Move{Values: compute, Note: note, Drop: cm.drop}
+	mv := engine.Move{Values: compute, Note: note, Drop: cm.drop, Held: held}
 	if moved != nil {
 		mv.Moved = func(ctx context.Context, _ *store.Snapshot) error { return moved(ctx) }
 	}
@@ -426,6 +492,13 @@ func (vs *Versions) MoveThread(ctx context.Context, eng *engine.Engine, tenant, 
 		out.Effects = []flowdiff.Effect{}
 		return out, nil
 	}
+	// no run may be queued or running on it (a dry run says so too):
+	// checked again once the thread is held, when no run can begin
+	// before the move is recorded
+	idle := func(ctx context.Context) error { return vs.idle(ctx, tenant, thread) }
+	if err := idle(ctx); err != nil {
+		return out, err
+	}
 	if dryRun {
 		out.Effects, err = CheckMove(from, target, m)
 		return out, err
@@ -433,13 +506,44 @@ func (vs *Versions) MoveThread(ctx context.Context, eng *engine.Engine, tenant, 
 	moved := func(ctx context.Context) error {
 		return vs.st.PinThread(ctx, &store.ThreadPin{Tenant: tenant, Thread: thread, Flow: pin.Flow, Version: to, Since: time.Now()}, pin.Version)
 	}
-	snap, effects, err := Move(ctx, eng, from, target, thread, m, moved)
+	snap, effects, err := move(ctx, eng, from, target, thread, m, idle, moved)
 	out.Effects = effects
 	if err != nil {
 		return out, err
 	}
 	out.Moved, out.Checkpoint = true, snap.Seq
 	return out, nil
+}
+
+// ErrRunPending refuses a thread's move while a run is queued or running
+// on it: the run was started for the version the thread is on. It wraps
+// store.ErrBusy.
+var ErrRunPending = fmt.Errorf("a run is queued or running on the thread: wait for it or cancel it first: %w", store.ErrBusy)
+
+// idle fails with ErrRunPending when a run of tenant's is queued or
+// running on thread (a store that keeps no runs has none).
+func (vs *Versions) idle(ctx context.Context, tenant, thread string) error {
+	if vs.cat == nil {
+		return nil
+	}
+	// every run of the thread: a cancelled queued run may be newer than
+	// the one running
+	q := store.RunQuery{Tenant: tenant, Thread: thread, Limit: store.MaxPage}
+	for {
+		runs, err := vs.cat.Runs(ctx, q)
+		if err != nil {
+			return fmt.Errorf("thread %q: reading its runs: %w", thread, err)
+		}
+		for _, r := range runs {
+			if !r.Status.Done() {
+				return fmt.Errorf("thread %q: run %s is %s: %w", thread, r.ID, r.Status, ErrRunPending)
+			}
+		}
+		if len(runs) < q.Limit {
+			return nil
+		}
+		q.Before = runs[len(runs)-1].ID
+	}
 }
 
 // PinFork records the version of its flow a fork runs: the version its

@@ -147,8 +147,8 @@ func (s *Sender) DeliverOne(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("claim a delivery: %w", err)
 	}
 	a := s.attempt(ctx, d)
-	if ctx.Err() != nil {
-		return true, ctx.Err() // stopping: the claim expires, and the delivery is tried again
+	if ctx.Err() != nil && a.Status == 0 {
+		return true, ctx.Err() // stopping with no answer: the claim expires, and the delivery is tried again
 	}
 	switch {
 	case a.Status >= 200 && a.Status < 300:
@@ -158,7 +158,11 @@ func (s *Sender) DeliverOne(ctx context.Context) (bool, error) {
 	default:
 		d.Status, d.Next = store.DeliveryPending, a.At.Add(s.backoff(a.N))
 	}
-	if err := s.Store.RecordAttempt(ctx, s.Server, d, a.DeliveryAttempt); err != nil {
+	// an answer is recorded even as the server stops: a receiver that
+	// acknowledged is not sent the message again by another server
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if err := s.Store.RecordAttempt(rctx, s.Server, d, a.DeliveryAttempt); err != nil {
 		return true, fmt.Errorf("record attempt %d of delivery %s: %w", a.N, d.ID, err)
 	}
 	level := slog.LevelInfo
@@ -168,6 +172,10 @@ func (s *Sender) DeliverOne(ctx context.Context) (bool, error) {
 	s.Log.Log(ctx, level, "webhook", "delivery", d.ID, "run", d.Run, "attempt", a.N, "status", a.Status, "error", a.Error, "outcome", string(d.Status))
 	return true, nil
 }
+
+// recordTimeout bounds recording an attempt, which a server stopping
+// still does once the receiver answered.
+const recordTimeout = 5 * time.Second
 
 // backoff is the wait after attempt n failed.
 func (s *Sender) backoff(n int) time.Duration {

@@ -253,3 +253,49 @@ func TestSlowReceiverHoldsUpNoOther(t *testing.T) {
 	}
 	t.Fatal("the fast receiver's message waited for the slow one's")
 }
+
+// A receiver that answered as its sender's server began to stop has its
+// answer recorded: the delivery is delivered, not tried again by another
+// server (which would post it twice).
+func TestAnswerRecordedAsTheServerStops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	answered, stopped := make(chan struct{}), make(chan struct{})
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("received"))
+		w.(http.Flusher).Flush()
+		time.Sleep(200 * time.Millisecond) // the sender reads the answer's head
+		close(answered)
+		<-stopped
+	}))
+	defer recv.Close()
+	st := memory.New()
+	now := time.Now().UTC()
+	if err := st.CreateRun(ctx, &store.RunRecord{ID: "run-1", Tenant: "acme", Thread: "acme/t", Status: store.RunSucceeded, Created: now, Finished: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddDelivery(ctx, &store.Delivery{ID: "hook-1", Tenant: "acme", Thread: "acme/t", Run: "run-1", URL: recv.URL + "/h", Created: now}); err != nil {
+		t.Fatal(err)
+	}
+	allow, _ := webhook.ParseAllowList([]string{"127.0.0.1"})
+	s := &webhook.Sender{Store: st, Server: "s1", Secret: []byte("0123456789abcdef01234567"), Allow: allow,
+		Payload: func(context.Context, *store.Delivery) ([]byte, error) { return []byte(`{}`), nil }}
+	go func() {
+		<-answered
+		cancel() // the server stops as the answer's body comes
+		time.Sleep(100 * time.Millisecond)
+		close(stopped)
+	}()
+	if sent, err := s.DeliverOne(ctx); !sent || err != nil {
+		t.Fatalf("delivering: %v %v", sent, err)
+	}
+	ds, err := st.Deliveries(context.Background(), "acme", "run-1")
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("%+v %v", ds, err)
+	}
+	if d := ds[0]; d.Status != store.DeliveryDelivered || d.Attempts != 1 || len(d.Log) != 1 || d.Log[0].Status != 200 {
+		t.Fatalf("the delivery answered as the server stopped: %+v", d)
+	}
+}

@@ -195,7 +195,11 @@ func (s *Server) listFlows(w http.ResponseWriter, _ *http.Request, _ *caller) er
 }
 
 func (s *Server) getFlow(w http.ResponseWriter, r *http.Request, _ *caller) error {
-	l, err := s.flows.get(r.PathValue("name"))
+	name := r.PathValue("name")
+	l, err := s.flows.get(name)
+	if version := r.URL.Query().Get("version"); version != "" {
+		l, err = s.keptVersion(r.Context(), name, version)
+	}
 	if err != nil {
 		return err
 	}

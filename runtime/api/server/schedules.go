@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/schedule"
 	"github.com/trellisflow/trellis/runtime/store"
@@ -143,7 +143,7 @@ func (s *Server) startTick(ctx context.Context, sc *store.Schedule, tick time.Ti
 	if err != nil {
 		return fmt.Errorf("thread %q: %w", publicID(key), err)
 	}
-	l, err := s.flows.get(th.Flow)
+	l, err := s.threadFlow(ctx, sc.Tenant, th.ID, th.Flow)
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (s *Server) createTickThread(ctx context.Context, sc *store.Schedule, key s
 	if err != nil {
 		return err
 	}
-	if _, err := s.eng().Create(ctx, l.flow.Graph(), key, nil); err != nil && !errors.Is(err, store.ErrExists) {
+	if _, err := s.eng().Create(ctx, l.flow.Graph(), key, storedValues(sc.Values)); err != nil && !errors.Is(err, store.ErrExists) {
 		return err
 	}
 	md := map[string]string{"schedule": sc.ID}
@@ -173,7 +173,14 @@ func (s *Server) createTickThread(ctx context.Context, sc *store.Schedule, key s
 	if errors.Is(err, store.ErrExists) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// the thread runs this version until it is moved
+	if err := s.pinNew(ctx, sc.Tenant, key, l); err != nil && !errors.Is(err, store.ErrPinChanged) {
+		return err
+	}
+	return nil
 }
 
 func (s *Server) scheduleRoutes() []route {
@@ -197,7 +204,7 @@ func (s *Server) schedules() (store.Schedules, error) {
 
 func scheduleInfo(sc *store.Schedule) api.Schedule {
 	out := api.Schedule{ID: sc.ID, Flow: sc.Flow, Thread: publicID(sc.Thread), Cron: sc.Cron, Zone: sc.Zone, Input: storedValues(sc.Input),
-		Metadata: sc.Metadata, Missed: string(sc.Missed), GraceMS: sc.Grace.Milliseconds(), Webhook: sc.Webhook, Paused: sc.Paused,
+		Values: storedValues(sc.Values), Metadata: sc.Metadata, Missed: string(sc.Missed), GraceMS: sc.Grace.Milliseconds(), Webhook: sc.Webhook, Paused: sc.Paused,
 		LastRun: sc.LastRun, LastError: sc.LastError, Created: sc.Created}
 	if len(out.Metadata) == 0 {
 		out.Metadata = nil
@@ -229,10 +236,17 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	if err != nil {
 		return err
 	}
+	values, err := plain(in.Values)
+	if err != nil {
+		return err
+	}
 	sc := &store.Schedule{ID: in.ID, Tenant: c.tenant, Flow: in.Flow, Cron: in.Cron, Zone: in.Zone, Metadata: in.Metadata,
 		Missed: store.MissedPolicy(in.Missed), Webhook: in.Webhook, Paused: in.Paused, Created: time.Now().UTC()}
 	if len(input) > 0 {
 		sc.Input = recordValues(input)
+	}
+	if len(values) > 0 {
+		sc.Values = recordValues(values)
 	}
 	invalid := func(field, msg string) error {
 		return &api.Error{Code: api.CodeInvalidInput, Message: msg, Details: map[string]string{"field": field}}
@@ -247,6 +261,9 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 		return invalid(field, err.Error())
 	}
 	if in.Thread != "" {
+		if len(values) > 0 {
+			return invalid("values", "values are a new thread's initial values: a schedule of a thread takes none (give flow for a new thread each time)")
+		}
 		if in.Flow != "" || len(in.Metadata) > 0 {
 			return invalid("thread", "a schedule of a thread runs the thread's flow: give thread, or flow (and metadata) for a new thread each time")
 		}
@@ -264,17 +281,20 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	} else if in.Flow == "" {
 		return invalid("flow", "give the flow each tick starts a new thread of, or the thread every run goes to")
 	}
-	l, err := s.flows.get(sc.Flow)
+	var l *loaded
+	if sc.Thread != "" {
+		l, err = s.threadFlow(r.Context(), c.tenant, sc.Thread, sc.Flow)
+	} else {
+		l, err = s.flows.get(sc.Flow)
+	}
 	if err != nil {
 		if ae, ok := err.(*api.Error); ok && ae.Code == api.CodeNotFound {
 			return invalid("flow", ae.Message)
 		}
 		return err
 	}
-	for k := range input {
-		if !slices.ContainsFunc(l.flow.Graph().Inputs, func(f *flow.Field) bool { return f.Name == k }) {
-			return invalid("input", fmt.Sprintf("%q is not an input field of flow %q", k, sc.Flow))
-		}
+	if field, err := checkTick(l.flow.Graph(), sc.Thread == "", values, input); err != nil {
+		return invalid(field, err.Error())
 	}
 	if sc.Webhook != "" {
 		if s.hooks.sender == nil {
@@ -292,6 +312,31 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	}
 	writeJSON(w, http.StatusCreated, scheduleInfo(sc))
 	return nil
+}
+
+// checkTick checks a schedule's values and input against its flow, g, as
+// each tick's run will be checked: the values and the input of a run on
+// a new thread (newThread), or the input alone, each value on its own,
+// as the state of the schedule's thread is not known yet. It returns
+// the field of the schedule at fault (values or input) and why.
+func checkTick(g *flow.Graph, newThread bool, values, input map[string]any) (string, error) {
+	var err error
+	if newThread {
+		err = engine.CheckNew(g, values, input)
+	} else {
+		err = engine.CheckInput(g, input)
+	}
+	if err == nil {
+		return "", nil
+	}
+	field := "values"
+	var ie *engine.InputError
+	if errors.As(err, &ie) {
+		if _, ok := input[ie.Field]; ok || !newThread {
+			field = "input"
+		}
+	}
+	return field, fmt.Errorf("each tick's run would be refused: %w", err)
 }
 
 func (s *Server) getSchedule(w http.ResponseWriter, r *http.Request, c *caller) error {

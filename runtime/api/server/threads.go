@@ -62,6 +62,15 @@ func (s *Server) threadInfo(r *http.Request, rec *store.ThreadRecord) (api.Threa
 	if len(head.Next) > 0 {
 		out.Status = api.ThreadUnfinished
 	}
+	if vs := s.flows.vs; vs != nil {
+		pin, err := vs.Store().ThreadPin(r.Context(), rec.Tenant, rec.ID)
+		switch {
+		case err == nil:
+			out.Version = pin.Version
+		case !errors.Is(err, store.ErrNotFound):
+			return out, err
+		}
+	}
 	return out, nil
 }
 
@@ -273,16 +282,20 @@ func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) 
 		return err
 	}
 	out := stateInfo(snap)
-	out.Finished = key == rec.ID && s.finished(rec, snap.Values)
-	if len(snap.Next) > 0 && at == 0 && key == rec.ID {
-		if l, lerr := s.threadFlow(r.Context(), rec.Tenant, rec.ID, rec.Flow); lerr == nil {
-			asks, err := s.eng().Asks(r.Context(), l.flow.Graph(), rec.ID)
-			if err != nil {
-				return err
-			}
-			for _, a := range asks {
-				out.Interrupts = append(out.Interrupts, api.Interrupt{ID: a.ID, Payload: a.Payload})
-			}
+	if key != rec.ID {
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
+	// the version of its flow the thread runs judges it
+	l, lerr := s.threadFlow(r.Context(), rec.Tenant, rec.ID, rec.Flow)
+	out.Finished = lerr == nil && finished(l, snap.Values)
+	if len(snap.Next) > 0 && at == 0 && lerr == nil {
+		asks, err := s.eng().Asks(r.Context(), l.flow.Graph(), rec.ID)
+		if err != nil {
+			return err
+		}
+		for _, a := range asks {
+			out.Interrupts = append(out.Interrupts, api.Interrupt{ID: a.ID, Payload: a.Payload})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -106,6 +106,16 @@ func (s *Server) flowVersion(ctx context.Context, name, version string) (*loaded
 	return &loaded{flow: f, version: version}, nil
 }
 
+// keptVersion is a version of a flow the store keeps (or the one loaded,
+// on a store that keeps none): not_found when there is no such version.
+func (s *Server) keptVersion(ctx context.Context, name, version string) (*loaded, error) {
+	l, err := s.flowVersion(ctx, name, version)
+	if errors.Is(err, store.ErrNotFound) || err == nil && l.version != version {
+		return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("flow %q has no version %q", name, version)}
+	}
+	return l, err
+}
+
 // pinNew records the version a new thread runs.
 func (s *Server) pinNew(ctx context.Context, tenant, thread string, l *loaded) error {
 	if s.flows.vs == nil {
@@ -226,13 +236,11 @@ func (s *Server) moveThread(w http.ResponseWriter, r *http.Request, c *caller) e
 	} else if err != nil {
 		return err
 	}
-	// no run may be queued or running on it
-	if runs, err := s.cat.Runs(ctx, store.RunQuery{Tenant: c.tenant, Thread: rec.ID, Limit: 1}); err != nil {
-		return err
-	} else if len(runs) > 0 && !runs[0].Status.Done() {
+	// refused while a run is queued or running on it (versions.ErrRunPending)
+	res, err := vs.MoveThread(ctx, s.eng(), c.tenant, rec.ID, in.To, m, in.DryRun)
+	if errors.Is(err, versions.ErrRunPending) {
 		return &api.Error{Code: api.CodeThreadBusy, Message: "a run is queued or running on the thread: wait for it or cancel it first"}
 	}
-	res, err := vs.MoveThread(ctx, s.eng(), c.tenant, rec.ID, in.To, m, in.DryRun)
 	var me *versions.MoveError
 	if errors.As(err, &me) {
 		d := api.MoveRefusal{From: me.From, To: me.To, Breaking: effects(me.Breaking), Problems: me.Problems}

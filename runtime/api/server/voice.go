@@ -201,7 +201,8 @@ func (s *Server) voice(w http.ResponseWriter, r *http.Request, c *caller) error 
 	if s.voiceCat == nil {
 		return errNoVoiceStore
 	}
-	l, err := s.flows.get(rec.Flow)
+	// the thread's version of its flow decides, not the one loaded now
+	l, err := s.threadFlow(r.Context(), c.tenant, rec.ID, rec.Flow)
 	if err != nil {
 		return err
 	}
@@ -229,7 +230,7 @@ func (s *Server) voice(w http.ResponseWriter, r *http.Request, c *caller) error 
 	if callerBusy(in.Identity, ps, live, now) {
 		return errVoiceBusy
 	}
-	agent, sess, err := s.ensureAgent(ctx, c, rec, room, live, ps, ds, in, now)
+	agent, sess, err := s.ensureAgent(ctx, c, rec, l.version, room, live, ps, ds, in, now)
 	if err != nil {
 		return err
 	}
@@ -302,7 +303,7 @@ func alive(p Participant, now time.Time) bool {
 // agents that are not Trellis's) are removed from the room, and the
 // dispatches of no live session are deleted (which ends their jobs), so
 // that a room has one agent at a time.
-func (s *Server) ensureAgent(ctx context.Context, c *caller, rec *store.ThreadRecord, room string, live *store.VoiceSessionRecord,
+func (s *Server) ensureAgent(ctx context.Context, c *caller, rec *store.ThreadRecord, version, room string, live *store.VoiceSessionRecord,
 	ps []Participant, ds []Dispatch, in api.VoiceRequest, now time.Time) (string, *store.VoiceSessionRecord, error) {
 	lk := s.livekit
 	state, answered := "", false
@@ -367,7 +368,7 @@ func (s *Server) ensureAgent(ctx context.Context, c *caller, rec *store.ThreadRe
 	}
 	grant, err := s.grantOf(ctx, sess, rec.Flow)
 	if err == nil {
-		meta, _ := json.Marshal(api.VoiceDispatch{Thread: publicID(rec.ID), Flow: rec.Flow, Mode: in.Mode, Session: sess.ID, Grant: grant,
+		meta, _ := json.Marshal(api.VoiceDispatch{Thread: publicID(rec.ID), Flow: rec.Flow, Version: version, Mode: in.Mode, Session: sess.ID, Grant: grant,
 			Expires: sess.Expires, RenewSeconds: int(grantRenewEvery(s.grantTTL()) / time.Second)})
 		if err = lk.rooms.Dispatch(ctx, room, string(meta)); err != nil {
 			err = s.livekitError(ctx, err)
@@ -468,12 +469,8 @@ func (s *Server) startVoice() {
 	}
 }
 
-// finished reports whether a thread's conversation is over in values.
-func (s *Server) finished(rec *store.ThreadRecord, values map[string]any) bool {
-	l, err := s.flows.get(rec.Flow)
-	if err != nil {
-		return false
-	}
+// finished reports whether a conversation of l is over in values.
+func finished(l *loaded, values map[string]any) bool {
 	done, err := l.flow.Graph().Finished(values)
 	return err == nil && done
 }

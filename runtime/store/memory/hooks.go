@@ -108,7 +108,7 @@ func (s *Store) DropOrphanDeliveries(_ context.Context, before time.Time) (int, 
 
 func copySchedule(sc *store.Schedule) *store.Schedule {
 	cp := *sc
-	cp.Input = slices.Clone(sc.Input)
+	cp.Input, cp.Values = slices.Clone(sc.Input), slices.Clone(sc.Values)
 	cp.Metadata = maps.Clone(sc.Metadata)
 	return &cp
 }

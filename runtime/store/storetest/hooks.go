@@ -287,8 +287,8 @@ func RunSchedules(t *testing.T, open func(t *testing.T) store.Store) {
 
 func schedule(id, tenant string, next time.Time) *store.Schedule {
 	return &store.Schedule{ID: id, Tenant: tenant, Flow: "f", Cron: "*/5 * * * *", Zone: "Europe/Paris", Input: json.RawMessage(`{"said":"tick"}`),
-		Metadata: map[string]string{"by": "schedule"}, Missed: store.MissedRunOnce, Grace: 30 * time.Second, Webhook: "http://127.0.0.1:9/h",
-		Next: next, Created: next.Add(-time.Hour)}
+		Values: json.RawMessage(`{"who":"ada","n":[1,2]}`), Metadata: map[string]string{"by": "schedule"}, Missed: store.MissedRunOnce,
+		Grace: 30 * time.Second, Webhook: "http://127.0.0.1:9/h", Next: next, Created: next.Add(-time.Hour)}
 }
 
 func testScheduleCRUD(t *testing.T, s store.Schedules) {
@@ -307,7 +307,7 @@ func testScheduleCRUD(t *testing.T, s store.Schedules) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Thread != "acme/t1" || got.Flow != "f" || got.Cron != a.Cron || got.Zone != a.Zone || !sameJSON(got.Input, a.Input) || got.Metadata["by"] != "schedule" ||
+	if got.Thread != "acme/t1" || got.Flow != "f" || got.Cron != a.Cron || got.Zone != a.Zone || !sameJSON(got.Input, a.Input) || !sameJSON(got.Values, a.Values) || got.Metadata["by"] != "schedule" ||
 		got.Missed != store.MissedRunOnce || got.Grace != a.Grace || got.Webhook != a.Webhook || got.Paused || !got.Next.Equal(next) || !got.Created.Equal(a.Created) {
 		t.Fatalf("read back: %+v", got)
 	}

@@ -12,7 +12,8 @@ import (
 )
 
 // cmdSchedules manages a server's schedules through its API: the server
-// checks a schedule's flow, thread and input as it creates it.
+// checks a schedule's flow, thread, input and new threads' values as it
+// creates it.
 func cmdSchedules(ctx context.Context, env *Env, args []string) int {
 	fs := flags(env, "schedules")
 	apiURL := fs.String("api", envOr("TRELLIS_API_URL", "http://127.0.0.1:8080"), "the Trellis API (TRELLIS_API_URL); the key is TRELLIS_API_KEY")
@@ -22,6 +23,7 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) int {
 	cron := fs.String("cron", "", "create: the cron expression: minute hour day-of-month month day-of-week, six fields with seconds first, or @hourly, @daily, @every 10m...")
 	zone := fs.String("zone", "", "create: the IANA time zone the expression is read in (default UTC)")
 	input := fs.String("input", "", "create: each run's input, a JSON object")
+	with := fs.String("with", "", "create: each new thread's initial values (YAML or JSON file; with --flow)")
 	missed := fs.String("missed", "", "create: what becomes of ticks missed by more than --grace while no server ran: skip (default) or run_once")
 	grace := fs.Duration("grace", 0, "create: how late a tick may fire before it counts as missed (default 10s)")
 	hook := fs.String("webhook", "", "create: where each run's end is posted (the server's --webhook-allow must permit it)")
@@ -59,6 +61,11 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) int {
 		if *input != "" {
 			if err := json.Unmarshal([]byte(*input), &in.Input); err != nil {
 				return fail(env, "schedules", usagef("--input: want a JSON object: %v", err))
+			}
+		}
+		if *with != "" {
+			if in.Values, err = readValues(*with); err != nil {
+				return fail(env, "schedules", err)
 			}
 		}
 		for _, kv := range metadata {

@@ -5,9 +5,11 @@
 // /v1/threads/{id}/voice) with the thread and a grant that reaches only
 // that thread. A session then runs in two phases, as a voice agent must
 // be ready before the caller sees it join: first everything is made
-// ready — the flow's conversation block read, the thread's state read,
-// the greeting turn run and spoken into audio when the thread is new —
-// and only then does the agent connect to the room. There it listens to
+// ready — the conversation block of the version of its flow the thread
+// runs read (read again when a turn ran another version: the thread was
+// moved), the thread's state read, the greeting turn run and spoken into
+// audio when the thread is new — and only then does the agent connect to
+// the room. There it listens to
 // the caller's microphone, cuts utterances with a voice-activity detector
 // (an utterance ends after a silence threshold), transcribes each through
 // an OpenAI-compatible transcription endpoint, runs one turn of the

@@ -34,6 +34,7 @@ type session struct {
 	d        api.VoiceDispatch
 	api      *api.Client
 	conv     *api.Conversation
+	version  string  // the flow's version conv is of
 	speech   *speech // nil: text only
 	over     bool    // the conversation had ended before the agent came
 	greeting string
@@ -192,14 +193,9 @@ func (s *session) giveUp() {
 func (s *session) bootstrap() error {
 	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
 	defer cancel()
-	fl, err := s.api.Flow(ctx, s.d.Flow)
-	if err != nil {
-		return fmt.Errorf("reading flow %q: %w", s.d.Flow, err)
+	if err := s.conversation(ctx, s.d.Version); err != nil {
+		return err
 	}
-	if fl.Conversation == nil || fl.Conversation.Output == "" {
-		return fmt.Errorf("flow %q declares no conversation output", s.d.Flow)
-	}
-	s.conv = fl.Conversation
 	if s.d.Mode != api.VoiceText {
 		if err := audio.OpusAvailable(); err != nil {
 			s.log.Warn("speaking in text only", "error", err.Error())
@@ -248,6 +244,27 @@ func (s *session) bootstrap() error {
 			s.greetPCM = &pcm
 		}
 	}
+	return nil
+}
+
+// conversation reads the conversation block of a version of the
+// thread's flow: the one the thread runs, as the dispatch or a run names
+// it (a server that names none gives the version it has loaded).
+func (s *session) conversation(ctx context.Context, version string) error {
+	var fl *api.Flow
+	var err error
+	if version == "" {
+		fl, err = s.api.Flow(ctx, s.d.Flow)
+	} else {
+		fl, err = s.api.FlowAt(ctx, s.d.Flow, version)
+	}
+	if err != nil {
+		return fmt.Errorf("reading flow %q: %w", s.d.Flow, err)
+	}
+	if fl.Conversation == nil || fl.Conversation.Output == "" {
+		return fmt.Errorf("flow %q version %s declares no conversation output", s.d.Flow, fl.Version)
+	}
+	s.conv, s.version = fl.Conversation, fl.Version
 	return nil
 }
 
@@ -663,6 +680,12 @@ func (s *session) runTurn(ctx context.Context, input map[string]any) (string, bo
 	}
 	if run.Status != api.RunSucceeded {
 		return "", false, fmt.Errorf("the run %s: %s", run.Status, run.Error)
+	}
+	if run.FlowVersion != "" && run.FlowVersion != s.version {
+		// the thread moved to another version between turns
+		if err := s.conversation(ctx, run.FlowVersion); err != nil {
+			return "", false, err
+		}
 	}
 	reply, _ := run.State[s.conv.Output].(string)
 	st, err := s.api.State(ctx, s.d.Thread, 0)

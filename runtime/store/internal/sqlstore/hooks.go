@@ -152,18 +152,21 @@ func (h Hooks) DropOrphanDeliveries(ctx context.Context, before time.Time) (int,
 }
 
 const scheduleColumns = `id, tenant, flow, thread, cron, zone, input, metadata, missed, grace, webhook, paused, next_at, last_tick,
-	last_run, last_error, created_at`
+	last_run, last_error, created_at, thread_values`
 
 func scanSchedule(r Rows) (*store.Schedule, error) {
 	var s store.Schedule
-	var input, metadata, missed string
+	var input, metadata, missed, values string
 	var grace, next, lastTick, created int64
 	if err := r.Scan(&s.ID, &s.Tenant, &s.Flow, &s.Thread, &s.Cron, &s.Zone, &input, &metadata, &missed, &grace, &s.Webhook, &s.Paused,
-		&next, &lastTick, &s.LastRun, &s.LastError, &created); err != nil {
+		&next, &lastTick, &s.LastRun, &s.LastError, &created, &values); err != nil {
 		return nil, err
 	}
 	if input != "null" {
 		s.Input = json.RawMessage(input)
+	}
+	if values != "null" {
+		s.Values = json.RawMessage(values)
 	}
 	if err := json.Unmarshal([]byte(metadata), &s.Metadata); err != nil {
 		return nil, err
@@ -192,9 +195,12 @@ func (h Hooks) schedulesWhere(ctx context.Context, where string, args ...any) ([
 
 // CreateSchedule implements store.Schedules.
 func (h Hooks) CreateSchedule(ctx context.Context, s *store.Schedule) error {
-	input := string(s.Input)
+	input, values := string(s.Input), string(s.Values)
 	if input == "" {
 		input = "null"
+	}
+	if values == "" {
+		values = "null"
 	}
 	md := s.Metadata
 	if md == nil {
@@ -204,9 +210,9 @@ func (h Hooks) CreateSchedule(ctx context.Context, s *store.Schedule) error {
 	if err != nil {
 		return err
 	}
-	_, err = h.DB.Exec(ctx, `INSERT INTO schedules (`+scheduleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = h.DB.Exec(ctx, `INSERT INTO schedules (`+scheduleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.Tenant, s.Flow, s.Thread, s.Cron, s.Zone, input, string(metadata), string(s.Missed), s.Grace.Nanoseconds(), s.Webhook, s.Paused,
-		nanos(s.Next), nanos(s.LastTick), s.LastRun, s.LastError, nanos(s.Created))
+		nanos(s.Next), nanos(s.LastTick), s.LastRun, s.LastError, nanos(s.Created), values)
 	if err != nil && h.DB.Unique(err) {
 		return store.ErrExists
 	}
