@@ -34,3 +34,12 @@ func Checked(p *Program) bool {
 	}})
 	return found
 }
+
+// TextsKept is how many texts the text functions keep read.
+func TextsKept() int {
+	texts.RLock()
+	defer texts.RUnlock()
+	return len(texts.m)
+}
+
+const TextsBound = textsKept

@@ -4,7 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/expr-lang/expr"
@@ -44,7 +46,9 @@ var registered = []string{"normalize", "word_overlap", "split_words", "mentions"
 
 // NormalizeText lowercases s, turns punctuation into spaces and collapses runs of
 // spaces: "What's  your Stack?" becomes "what s your stack".
-func NormalizeText(s string) string {
+func NormalizeText(s string) string { return read(s).norm }
+
+func normalize(s string) string {
 	var b strings.Builder
 	space := true
 	for _, r := range s {
@@ -62,32 +66,76 @@ func NormalizeText(s string) string {
 // WordOverlap is the Jaccard similarity of the two texts' normalised word
 // sets: 1 for the same words, 0 for none in common.
 func WordOverlap(a, b string) float64 {
-	wa := strings.Fields(NormalizeText(a))
-	wb := strings.Fields(NormalizeText(b))
+	wa, wb := read(a).words, read(b).words
 	if len(wa) == 0 && len(wb) == 0 {
 		return 1
 	}
-	set := make(map[string]uint8, len(wa)+len(wb))
-	for _, w := range wa {
-		set[w] |= 1
-	}
-	for _, w := range wb {
-		set[w] |= 2
-	}
 	both := 0
-	for _, v := range set {
-		if v == 3 {
+	for i, j := 0, 0; i < len(wa) && j < len(wb); {
+		switch c := strings.Compare(wa[i], wb[j]); {
+		case c == 0:
 			both++
+			i++
+			j++
+		case c < 0:
+			i++
+		default:
+			j++
 		}
 	}
-	return float64(both) / float64(len(set))
+	return float64(both) / float64(len(wa)+len(wb)-both)
+}
+
+// A text as the text functions read it: normalised, and its set of words.
+type readText struct {
+	norm  string
+	words []string // each once, sorted
+}
+
+// texts keeps the recent texts as read: a flow compares the same texts
+// (a question bank, the questions asked) on every turn, each against
+// many, so each is read once and not at every comparison. It is bounded:
+// full, it starts again empty. A longer text is read each time.
+var texts = struct {
+	sync.RWMutex
+	m map[string]*readText
+}{m: map[string]*readText{}}
+
+const (
+	textsKept    = 4096
+	textsLongest = 2048
+)
+
+func read(s string) *readText {
+	kept := len(s) <= textsLongest
+	if kept {
+		texts.RLock()
+		t := texts.m[s]
+		texts.RUnlock()
+		if t != nil {
+			return t
+		}
+	}
+	t := &readText{norm: normalize(s)}
+	w := strings.Fields(t.norm)
+	slices.Sort(w)
+	t.words = slices.Compact(w)
+	if kept {
+		texts.Lock()
+		if len(texts.m) >= textsKept {
+			clear(texts.m)
+		}
+		texts.m[s] = t
+		texts.Unlock()
+	}
+	return t
 }
 
 // Words returns the words of s (split_words in expressions), normalised as NormalizeText does: "Cut
 // p95 latency by 35%." gives [cut p95 latency by 35]. An empty or
 // all-punctuation text has none, so len(split_words(s)) counts words.
 func Words(s string) []string {
-	w := strings.Fields(NormalizeText(s))
+	w := strings.Fields(read(s).norm)
 	if w == nil {
 		w = []string{}
 	}

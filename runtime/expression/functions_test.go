@@ -1,7 +1,10 @@
 package expression_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/trellisflow/trellis/runtime/expression"
@@ -96,4 +99,74 @@ func FuzzMentions(f *testing.F) {
 			t.Fatalf("%q does not mention itself", text)
 		}
 	})
+}
+
+// The interview's de-duplication as it runs each turn: every question of
+// the bank against every question asked, the same texts turn after turn.
+func BenchmarkWordOverlapOfABank(b *testing.B) {
+	bank := make([]string, 40)
+	for i := range bank {
+		bank[i] = fmt.Sprintf("Tell me about a time you scaled service %d past its limits: what broke first, and why?", i)
+	}
+	asked := bank[:8]
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, c := range bank {
+			for _, a := range asked {
+				if expression.NormalizeText(a) == expression.NormalizeText(c) || expression.WordOverlap(a, c) > 0.8 {
+					continue
+				}
+			}
+		}
+	}
+}
+
+// word_overlap is the Jaccard similarity of the word sets, whatever the
+// texts kept read: the same as counting the sets afresh, for texts seen
+// before and texts too long to keep; the texts kept stay bounded.
+func TestWordOverlapAsTheSetsSay(t *testing.T) {
+	jaccard := func(a, b string) float64 {
+		set := map[string]uint8{}
+		for _, w := range strings.Fields(expression.NormalizeText(a)) {
+			set[w] |= 1
+		}
+		for _, w := range strings.Fields(expression.NormalizeText(b)) {
+			set[w] |= 2
+		}
+		if len(set) == 0 {
+			return 1
+		}
+		both := 0
+		for _, v := range set {
+			if v == 3 {
+				both++
+			}
+		}
+		return float64(both) / float64(len(set))
+	}
+	words := []string{"go", "Go!", "rust", "the", "The", "a", "scale", "p95", "é", "naïve", "", "  ", "?"}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	text := func() string {
+		n := rnd.IntN(12)
+		if rnd.IntN(20) == 0 {
+			n = 600 // past the length kept
+		}
+		var b strings.Builder
+		for range n {
+			b.WriteString(words[rnd.IntN(len(words))])
+			b.WriteString(" ")
+		}
+		return b.String()
+	}
+	for range 3 * expression.TextsBound {
+		a, b := text(), text()
+		for range 2 { // read, then kept
+			if got, want := expression.WordOverlap(a, b), jaccard(a, b); got != want {
+				t.Fatalf("word_overlap(%q, %q) = %v, want %v", a, b, got, want)
+			}
+		}
+		if n := expression.TextsKept(); n > expression.TextsBound {
+			t.Fatalf("%d texts kept, bound %d", n, expression.TextsBound)
+		}
+	}
 }
