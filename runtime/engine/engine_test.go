@@ -513,6 +513,13 @@ type releaseFails struct{ *memory.Store }
 
 func (releaseFails) Release(context.Context, string, string) error { return errStoreDown }
 
+// Commit commits, and releases nothing the checkpoint asks to release.
+func (r releaseFails) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	c := *cp
+	c.Release = ""
+	return r.Store.Commit(ctx, &c)
+}
+
 // A lease a run could not release keeps other engines off the thread until
 // it expires, but not the next run of the engine that holds it.
 func TestUnreleasedLeaseBindsOtherEnginesOnly(t *testing.T) {
@@ -1201,4 +1208,39 @@ func (p *panicking) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		panic("a store with a bug")
 	}
 	return p.Store.Commit(ctx, cp)
+}
+
+// countsReleases counts the releases of leases apart from commits.
+type countsReleases struct {
+	*memory.Store
+	n int
+}
+
+func (c *countsReleases) Release(ctx context.Context, thread, owner string) error {
+	c.n++
+	return c.Store.Release(ctx, thread, owner)
+}
+
+// A Sync run's last checkpoint releases its lease in its commit: no write
+// of its own, and another engine takes the thread at once. A run that
+// commits later (Async) releases it apart, after.
+func TestLastCommitReleasesTheLease(t *testing.T) {
+	g := compile(t, loop)
+	ctx := context.Background()
+	for _, d := range []engine.Durability{engine.Sync, engine.Async} {
+		st := &countsReleases{Store: memory.New()}
+		if _, err := engine.New(st).Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"until": 3}, Durability: d}); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if d == engine.Async {
+			want = 1
+		}
+		if st.n != want {
+			t.Fatalf("%s: %d releases apart from commits, want %d", d, st.n, want)
+		}
+		if err := st.Acquire(ctx, "t", "another", time.Minute); err != nil {
+			t.Fatalf("%s: the thread after its run: %v", d, err)
+		}
+	}
 }

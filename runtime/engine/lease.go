@@ -90,11 +90,36 @@ type lease struct {
 	renewed       time.Time
 	stop          context.CancelFunc
 	done          chan struct{}
+	// released is set once a commit released the lease (the run's last
+	// checkpoint): nothing renews it or releases it again
+	released bool
+}
+
+// releaseWith makes cp, the run's last checkpoint, release the lease when
+// it is committed: renewing stops first, so that nothing takes it again
+// after.
+func (l *lease) releaseWith(cp *store.Checkpoint) {
+	l.quiet()
+	cp.Release = l.owner
+}
+
+// committed records that cp's commit (releaseWith's) released the lease.
+func (l *lease) committed(cp *store.Checkpoint) {
+	l.released = cp.Release == l.owner
+}
+
+// quiet stops the renewing in the background, if it runs.
+func (l *lease) quiet() {
+	if l.stop != nil {
+		l.stop()
+		<-l.done
+		l.stop = nil
+	}
 }
 
 // keepAlive starts renewing in the background, once.
 func (l *lease) keepAlive(ctx context.Context) {
-	if l.stop != nil {
+	if l.stop != nil || l.released {
 		return
 	}
 	ctx, l.stop = context.WithCancel(ctx)
@@ -117,7 +142,7 @@ func (l *lease) keepAlive(ctx context.Context) {
 // renewIfDue renews from the run's own goroutine when a third of the
 // lease has passed.
 func (l *lease) renewIfDue(ctx context.Context, now time.Time) {
-	if l.stop == nil && now.Sub(l.renewed) > l.ttl/3 {
+	if l.stop == nil && !l.released && now.Sub(l.renewed) > l.ttl/3 {
 		if l.st.Acquire(ctx, l.thread, l.owner, l.ttl) == nil {
 			l.renewed = now
 		}
@@ -125,9 +150,9 @@ func (l *lease) renewIfDue(ctx context.Context, now time.Time) {
 }
 
 func (l *lease) release(ctx context.Context) {
-	if l.stop != nil {
-		l.stop()
-		<-l.done
+	l.quiet()
+	if l.released {
+		return
 	}
 	if ctx.Done() != nil {
 		// released even when the run was cancelled

@@ -528,8 +528,16 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	// a step whose clock was just read (one that called out of the
 	// process, or every clockEvery steps) times its commit from it
 	timed := observe && r.sinceClock == 0
+	last := len(following) == 0 && r.lease != nil && (r.req.Durability == "" || r.req.Durability == Sync)
+	if last {
+		// the run's last checkpoint ends its hold on the thread
+		r.lease.releaseWith(cp)
+	}
 	if err := r.commit(ctx, cp); err != nil {
 		return nil, fmt.Errorf("commit step %d: %w", r.step, err)
+	}
+	if last {
+		r.lease.committed(cp)
 	}
 	var committed time.Duration
 	if timed {

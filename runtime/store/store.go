@@ -93,6 +93,10 @@ type Checkpoint struct {
 	// checkpoint, recorded in the checkpoint's transaction by a store
 	// that is a Catalog (others ignore them).
 	Events *EventAppend
+	// Release, when set, is the owner of the thread's lease that the
+	// commit releases (as Release does) in its transaction: the last
+	// checkpoint of a run. A failed commit releases nothing.
+	Release string
 }
 
 // Source says what wrote a checkpoint.

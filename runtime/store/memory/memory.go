@@ -193,6 +193,9 @@ func (s *Store) commit(cp *store.Checkpoint) error {
 	t.chain = append(t.chain, cp)
 	t.updated = cp.Time
 	t.pending = nil
+	if l, ok := s.leases[cp.Thread]; ok && cp.Release != "" && l.owner == cp.Release {
+		delete(s.leases, cp.Thread)
+	}
 	return nil
 }
 

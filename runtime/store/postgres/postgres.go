@@ -174,21 +174,26 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	return store.ErrConflict
 }
 
-// commitEventsSQL commits a checkpoint with its events (see migration
-// 024): commitSQL's nine, then run $10, numbers $11, data $12, holder
-// $13, notification $15 on channel $14 (none: the empty text). It gives
-// commitSQL's result, plus 2 when the events were recorded.
-const commitEventsSQL = `SELECT trellis_commit_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
+// commitEventsSQL commits a checkpoint with its events and its lease's
+// release (see migration 024): commitSQL's nine, then run $10, numbers
+// $11, data $12, holder $13, notification $15 on channel $14 (none: the
+// empty text), the owner of the lease to release $16 (none: the empty
+// text). It gives commitSQL's result, plus 2 when the events were
+// recorded.
+const commitEventsSQL = `SELECT trellis_commit_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
 
 // commitStatement is the statement that commits cp with args (commitSQL's
-// nine), with its events if it has any.
+// nine), with its events and its lease's release if it has them.
 func commitStatement(cp *store.Checkpoint, args []any) (string, []any) {
 	ea := cp.Events
-	if ea == nil || len(ea.Events) == 0 {
+	if ea == nil {
+		ea = &store.EventAppend{}
+	}
+	if len(ea.Events) == 0 && cp.Release == "" {
 		return commitSQL, args
 	}
 	seqs, data := eventColumns(ea.Events)
-	return commitEventsSQL, append(args, ea.Run, seqs, data, ea.Holder, ea.Channel, ea.Payload)
+	return commitEventsSQL, append(args, ea.Run, seqs, data, ea.Holder, ea.Channel, ea.Payload, cp.Release)
 }
 
 // eventColumns are events' numbers and data, as arrays.

@@ -357,6 +357,11 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 				return err
 			}
 		}
+		if cp.Release != "" {
+			if _, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, cp.Thread, cp.Release); err != nil {
+				return err
+			}
+		}
 		if cp.Seq%sqlstore.FoldEvery == 0 {
 			return sqlstore.RecordFold(ctx, foldTx{tx, s}, cp.Thread, cp.Seq)
 		}

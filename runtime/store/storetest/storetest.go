@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentWritersOneWins", testConcurrentWriters},
 		{"PendingWrites", testPending},
 		{"Leases", testLeases},
+		{"LeaseReleasedByACommit", testLeaseReleasedByACommit},
 		{"PruneKeepsHeadAndPausedRun", testPrune},
 		{"PruneStoppedAndFinished", testPruneStopped},
 		{"PruneIdleThreads", testPruneIdle},
@@ -456,6 +457,48 @@ func testPending(t *testing.T, st store.Store) {
 	h, _ = st.Head(ctx, "t")
 	if !reflect.DeepEqual(h.Joins, []uint64{0, 5}) || h.Step != 7 || h.Run != "r2" {
 		t.Fatalf("run state %+v", h)
+	}
+}
+
+// A commit naming its lease's owner releases the lease in its
+// transaction; a failed commit, or another owner's name, releases
+// nothing.
+func testLeaseReleasedByACommit(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0})
+	if err := st.Acquire(ctx, "t", "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	last := func(seq uint64, owner string) error {
+		return st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Run: "r", Step: int(seq), Source: store.SourceStep,
+			Time: at(int(seq)), Writes: []store.Write{{Field: "n", Version: seq, Value: int(seq)}}, Release: owner})
+	}
+	if err := last(3, "a"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a commit on an old head: %v", err)
+	}
+	if err := last(2, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Acquire(ctx, "t", "b", time.Minute); !errors.Is(err, store.ErrLeased) {
+		t.Fatalf("a failed commit, or another owner's, released a's lease: %v", err)
+	}
+	if err := last(3, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Acquire(ctx, "t", "b", time.Minute); err != nil {
+		t.Fatalf("the lease after its owner's last commit: %v", err)
+	}
+	// a fold's checkpoint (the stores' other commit) releases it too
+	for seq := uint64(4); seq <= 64; seq++ {
+		owner := ""
+		if seq == 64 {
+			owner = "b"
+		}
+		if err := last(seq, owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Acquire(ctx, "t", "c", time.Minute); err != nil {
+		t.Fatalf("the lease after its owner's last commit, a fold's: %v", err)
 	}
 }
 

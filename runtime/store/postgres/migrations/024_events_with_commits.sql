@@ -23,20 +23,31 @@ BEGIN
 END
 $$;
 
--- A checkpoint committed with its run's events (store.EventAppend):
+-- A checkpoint committed with its run's events (store.EventAppend) and
+-- the release of its thread's lease (store.Checkpoint.Release):
 -- trellis_commit, then, only if the thread's head moved,
--- trellis_append_events. It returns trellis_commit's result, plus 2 when
--- the events were recorded.
+-- trellis_append_events (when there are events) and the lease released
+-- (when p_release names its owner). It returns trellis_commit's result,
+-- plus 2 when the events were recorded.
 CREATE FUNCTION trellis_commit_events(
     p_thread text, p_seq bigint, p_parent bigint, p_at bigint, p_run text, p_step integer, p_source text,
     p_meta bytea, p_writes bytea,
-    p_event_run text, p_seqs bigint[], p_data text[], p_holder text, p_channel text, p_payload text)
+    p_event_run text, p_seqs bigint[], p_data text[], p_holder text, p_channel text, p_payload text,
+    p_release text)
 RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    recorded integer := 0;
 BEGIN
     IF trellis_commit(p_thread, p_seq, p_parent, p_at, p_run, p_step, p_source, p_meta, p_writes) = 0 THEN
         RETURN 0;
     END IF;
-    IF trellis_append_events(p_event_run, p_holder, p_seqs, p_data, p_channel, p_payload) = 1 THEN
+    IF cardinality(p_seqs) > 0 THEN
+        recorded := trellis_append_events(p_event_run, p_holder, p_seqs, p_data, p_channel, p_payload);
+    END IF;
+    IF p_release <> '' THEN
+        DELETE FROM leases WHERE thread = p_thread AND owner = p_release;
+    END IF;
+    IF recorded = 1 THEN
         RETURN 3;
     END IF;
     RETURN 1;
