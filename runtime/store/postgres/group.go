@@ -2,11 +2,11 @@ package postgres
 
 import (
 	"context"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
 )
 
 // Group commit: the checkpoints this process commits while one commit is
@@ -43,34 +43,10 @@ type commitJob struct {
 // way.
 type committer struct {
 	token chan struct{}
-	mu    sync.Mutex
-	jobs  []*commitJob
+	sqlstore.Waiting[*commitJob]
 }
 
 func newCommitter() *committer { return &committer{token: make(chan struct{}, 1)} }
-
-// take removes and returns up to groupMax waiting commits.
-func (c *committer) take() []*commitJob {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := min(len(c.jobs), groupMax)
-	out := c.jobs[:n:n]
-	c.jobs = append([]*commitJob(nil), c.jobs[n:]...)
-	return out
-}
-
-// drop removes j if it is still waiting, and reports whether it was.
-func (c *committer) drop(j *commitJob) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, w := range c.jobs {
-		if w == j {
-			c.jobs = append(c.jobs[:i], c.jobs[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
 
 // commitGrouped commits cp with its statement (commitStatement) in a
 // group, and returns scanCommit's result.
@@ -80,20 +56,18 @@ func (s *Store) commitGrouped(ctx context.Context, cp *store.Checkpoint, query s
 	}
 	j := &commitJob{ctx: ctx, cp: cp, query: query, args: args, done: make(chan struct{})}
 	c := s.commits
-	c.mu.Lock()
-	c.jobs = append(c.jobs, j)
-	c.mu.Unlock()
+	c.Add(j)
 	for {
 		select {
 		case <-j.done:
 			return j.moved, j.err
 		case c.token <- struct{}{}:
-			for jobs := c.take(); len(jobs) > 0; jobs = c.take() {
+			for jobs := c.Take(groupMax); len(jobs) > 0; jobs = c.Take(groupMax) {
 				s.commitGroup(jobs)
 			}
 			<-c.token
 		case <-ctx.Done():
-			if c.drop(j) {
+			if c.Drop(j) {
 				return 0, ctx.Err()
 			}
 			<-j.done

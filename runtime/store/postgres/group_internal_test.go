@@ -51,9 +51,7 @@ func TestWaitingCommitsCommitTogether(t *testing.T) {
 			go func() { errs[i] <- s.Commit(ctx, cp) }()
 		}
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			s.commits.mu.Lock()
-			n := len(s.commits.jobs)
-			s.commits.mu.Unlock()
+			n := s.commits.Len()
 			if n == threads {
 				break
 			}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -38,35 +37,6 @@ type job struct {
 	done chan struct{}
 }
 
-// queue holds the writes waiting for the writer.
-type queue struct {
-	mu   sync.Mutex
-	jobs []*job
-}
-
-// take removes and returns up to groupMax waiting writes.
-func (q *queue) take() []*job {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n := min(len(q.jobs), groupMax)
-	out := q.jobs[:n:n]
-	q.jobs = append([]*job(nil), q.jobs[n:]...)
-	return out
-}
-
-// drop removes j if it is still waiting, and reports whether it was.
-func (q *queue) drop(j *job) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for i, w := range q.jobs {
-		if w == j {
-			q.jobs = append(q.jobs[:i], q.jobs[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
 // tx runs fn in a write transaction, with the writes waiting beside it
 // (see group commit above), and returns once that transaction has
 // committed or failed. Statements first met in the transaction are
@@ -82,9 +52,7 @@ func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, tx *sq
 		return err
 	}
 	j := &job{ctx: ctx, fn: fn, done: make(chan struct{})}
-	s.waiting.mu.Lock()
-	s.waiting.jobs = append(s.waiting.jobs, j)
-	s.waiting.mu.Unlock()
+	s.waiting.Add(j)
 	for {
 		select {
 		case <-j.done:
@@ -93,7 +61,7 @@ func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, tx *sq
 			s.lead()
 			<-s.writer
 		case <-ctx.Done():
-			if s.waiting.drop(j) {
+			if s.waiting.Drop(j) {
 				return ctx.Err()
 			}
 			<-j.done
@@ -106,7 +74,7 @@ func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, tx *sq
 // The caller holds the writer.
 func (s *Store) lead() {
 	for {
-		jobs := s.waiting.take()
+		jobs := s.waiting.Take(groupMax)
 		if len(jobs) == 0 {
 			return
 		}

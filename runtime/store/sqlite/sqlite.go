@@ -43,7 +43,7 @@ type Store struct {
 	// Writers in other processes still meet the busy timeout. The writes
 	// waiting for it are committed together (group.go).
 	writer  chan struct{}
-	waiting queue
+	waiting sqlstore.Waiting[*job]
 	// writes counts the write transactions committed
 	writes atomic.Int64
 	// Hooks is the store's store.Webhooks and store.Schedules, and

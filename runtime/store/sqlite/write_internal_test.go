@@ -17,21 +17,8 @@ import (
 // ends, whatever holds the writer.
 func TestAWriteWaitsOnlyAsLongAsItsContext(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	held, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- s.write(ctx, func() error { close(held); <-release; return nil }) }()
-	<-held
-	defer func() {
-		close(release)
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	s := openTemp(t)
+	defer holdWriter(t, s)()
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	waited := make(chan error, 1)
@@ -52,11 +39,7 @@ func TestAWriteWaitsOnlyAsLongAsItsContext(t *testing.T) {
 // prune rest the longer the busier the store was.
 func TestAPruneIsPacedByTheTimeItHoldsTheWriter(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	old := time.Now().Add(-48 * time.Hour)
 	if err := s.Commit(ctx, &store.Checkpoint{Thread: "idle", Seq: 1, Step: 0, Source: store.SourceInput, Time: old}); err != nil {
 		t.Fatal(err)
@@ -94,15 +77,8 @@ func TestAPruneIsPacedByTheTimeItHoldsTheWriter(t *testing.T) {
 // the order they came, and one that fails rolls back only its own work.
 func TestWaitingWritesCommitTogetherAndFailAlone(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	held, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- s.write(ctx, func() error { close(held); <-release; return nil }) }()
-	<-held
+	s := openTemp(t)
+	release := holdWriter(t, s)
 	before := s.WriteTransactions()
 	const writers = 10
 	errs := make(chan error, writers+1)
@@ -120,9 +96,7 @@ func TestWaitingWritesCommitTogetherAndFailAlone(t *testing.T) {
 	}()
 	// every write is queued before the writer is free
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		s.waiting.mu.Lock()
-		n := len(s.waiting.jobs)
-		s.waiting.mu.Unlock()
+		n := s.waiting.Len()
 		if n == writers+1 {
 			break
 		}
@@ -131,10 +105,7 @@ func TestWaitingWritesCommitTogetherAndFailAlone(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	failed := 0
 	for range writers + 1 {
 		switch err := <-errs; {
@@ -171,13 +142,9 @@ func TestWaitingWritesCommitTogetherAndFailAlone(t *testing.T) {
 // A write alone in its transaction that fails leaves nothing behind.
 func TestAFailedWriteAloneLeavesNothing(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	refused := errors.New("refused")
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.Exec(`INSERT INTO pending (thread, parent, node, writes) VALUES ('t', 1, 'failed', '[]')`); err != nil {
 			return err
 		}
@@ -189,5 +156,31 @@ func TestAFailedWriteAloneLeavesNothing(t *testing.T) {
 	var n int
 	if err := s.db.QueryRow(`SELECT count(*) FROM pending`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d pending rows (%v) after a failed write, want none", n, err)
+	}
+}
+
+// openTemp opens a store in a new file, closed when the test ends.
+func openTemp(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// holdWriter holds s's writer until the function it returns is called.
+func holdWriter(t *testing.T, s *Store) (release func()) {
+	t.Helper()
+	held, free := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- s.write(context.Background(), func() error { close(held); <-free; return nil }) }()
+	<-held
+	return func() {
+		close(free)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }
