@@ -212,7 +212,18 @@ func (l *eventLog) append(recs []store.EventRecord) error {
 	if l.notes.n == nil {
 		return l.cat.AppendEvents(l.ctx, l.run, l.holder, recs)
 	}
-	return l.notes.n.AppendNotify(l.ctx, &store.EventAppend{Run: l.run, Holder: l.holder, Events: recs, Channel: notifyChannel, Payload: noteRun + l.run})
+	return l.notes.n.AppendNotify(l.ctx, l.appendOf(recs))
+}
+
+// appendOf is the store's append of events of the log, with the
+// notification that announces them where the store carries
+// notifications.
+func (l *eventLog) appendOf(recs []store.EventRecord) *store.EventAppend {
+	ea := &store.EventAppend{Run: l.run, Holder: l.holder, Events: recs}
+	if l.notes.n != nil {
+		ea.Channel, ea.Payload = notifyChannel, noteRun+l.run
+	}
+	return ea
 }
 
 // attach gives a checkpoint of the run the events not yet recorded (but
@@ -236,10 +247,7 @@ func (l *eventLog) attach(cp *store.Checkpoint) func(error) {
 		return nil
 	}
 	l.mu.Unlock()
-	ea := &store.EventAppend{Run: l.run, Holder: l.holder, Events: records(batch)}
-	if l.notes.n != nil {
-		ea.Channel, ea.Payload = notifyChannel, noteRun+l.run
-	}
+	ea := l.appendOf(records(batch))
 	cp.Events = ea
 	return func(err error) {
 		defer l.wmu.Unlock()

@@ -2,11 +2,9 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellisflow/trellis/runtime/store"
 )
@@ -30,9 +28,8 @@ func (s *Store) AppendNotify(ctx context.Context, ea *store.EventAppend) error {
 	var recorded int
 	err := s.pool.QueryRow(ctx, `SELECT trellis_append_events($1, $2, $3, $4, $5, $6)`,
 		ea.Run, ea.Holder, seqs, data, ea.Channel, ea.Payload).Scan(&recorded)
-	var pe *pgconn.PgError
 	switch {
-	case errors.As(err, &pe) && pe.Code == "23505", err == nil && recorded < 0:
+	case catalogDB{}.Unique(err), err == nil && recorded < 0:
 		return store.ErrExists
 	case err == nil && recorded == 0:
 		return store.ErrRunChanged

@@ -38,10 +38,15 @@ func (d catalogDB) Exec(ctx context.Context, query string, args ...any) (int64, 
 		return err
 	}
 	if tx, ok := d.db.(*sql.Tx); ok {
-		return n, exec(ctx, tx)
+		return n, exec(shared(ctx), tx)
 	}
-	return n, d.s.grouped(ctx, exec)
+	return n, d.s.tx(ctx, exec)
 }
+
+// shared is the context of a statement in a write transaction, which the
+// writes of others may share (group.go): ctx without its cancellation,
+// as an interrupted statement would roll the whole transaction back.
+func shared(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 type closeRows struct{ *sql.Rows }
 
@@ -51,6 +56,9 @@ func (d catalogDB) Query(ctx context.Context, query string, args ...any) (sqlsto
 	var rows *sql.Rows
 	var err error
 	tx, inTx := d.db.(*sql.Tx)
+	if inTx {
+		ctx = shared(ctx)
+	}
 	if st := d.s.prepared.get(ctx, query, !inTx); st != nil && inTx {
 		rows, err = tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	} else if st != nil {
@@ -144,7 +152,7 @@ func (c *preparedCache) close() {
 }
 
 func (d catalogDB) Tx(ctx context.Context, fn func(sqlstore.DB) error) error {
-	return d.s.tx(ctx, func(tx *sql.Tx) error { return fn(catalogDB{db: tx, s: d.s}) })
+	return d.s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error { return fn(catalogDB{db: tx, s: d.s}) })
 }
 
 // LockThread implements sqlstore.DB: SQLite runs one write transaction at

@@ -39,15 +39,10 @@ type job struct {
 
 // tx runs fn in a write transaction, with the writes waiting beside it
 // (see group commit above), and returns once that transaction has
-// committed or failed. Statements first met in the transaction are
-// prepared after it.
-func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return s.grouped(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(tx) })
-}
-
-// grouped is tx for a write that runs its statements under the context
-// it is given (ctx without its cancellation).
-func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+// committed or failed. fn runs its statements under the context it is
+// given: ctx without its cancellation. Statements first met in the
+// transaction are prepared after it.
+func (s *Store) tx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ func (s *Store) Prune(ctx context.Context, thread string, opts store.PruneOption
 	}
 	// each batch deletes its checkpoints, with their writes
 	return store.DeleteBelow(ctx, opts, floor, cut, total, func(lo, hi uint64) (n int, err error) {
-		err = s.tx(ctx, func(tx *sql.Tx) error {
+		err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE thread = ? AND seq >= ? AND seq < ?`, thread, int64(lo), int64(hi))
 			if err != nil {
 				return err
@@ -61,7 +61,7 @@ func (s *Store) writeBase(ctx context.Context, thread string, keep int) (uint64,
 	if err != nil {
 		return 0, err
 	}
-	return cut, s.tx(ctx, func(tx *sql.Tx) error {
+	return cut, s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `UPDATE checkpoints SET parent = 0, run = '', step = 0, source = ?, meta = '{}', writes = ? WHERE thread = ? AND seq = ?`,
 			string(store.SourceBase), string(base), thread, cut); err != nil {
 			return err

@@ -229,7 +229,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	for _, m := range ms {
 		version, name, body := m.Version, m.Name, m.SQL
-		err := s.tx(ctx, func(tx *sql.Tx) error {
+		err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM trellis_migrations WHERE version = ?`, version).Scan(&n); err != nil {
 				return err
@@ -323,7 +323,7 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		return err
 	}
 	at := sqlstore.Nanos(cp.Time)
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if cp.Parent == 0 {
 			res, err := tx.StmtContext(ctx, s.st.createThread).ExecContext(ctx, cp.Thread, cp.Seq, at, at)
 			if err != nil {
@@ -422,7 +422,7 @@ func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, no
 	if err != nil {
 		return err
 	}
-	return s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.StmtContext(ctx, s.st.putPending).ExecContext(ctx, thread, parent, node, string(b))
 		return err
 	})
@@ -431,7 +431,7 @@ func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, no
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error {
 	var n int64
-	err := s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := time.Now()
 		res, err := tx.StmtContext(ctx, s.st.acquire).ExecContext(ctx, thread, owner, now.Add(ttl).UnixNano(), now.UnixNano())
 		if err == nil {
@@ -456,7 +456,7 @@ func (s *Store) Acquire(ctx context.Context, thread, owner string, ttl time.Dura
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, thread, owner string) error {
-	return s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, thread, owner)
 		return err
 	})
@@ -577,7 +577,7 @@ func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.
 // character (SQLite compares text byte by byte).
 func (s *Store) Delete(ctx context.Context, thread string) error {
 	var gone []string
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT id FROM threads WHERE id >= ? AND id < ?`,
 			thread+store.ChildSep, thread+string(rune(store.ChildSep[0]+1)))
 		if err != nil {

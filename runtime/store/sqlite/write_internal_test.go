@@ -87,7 +87,7 @@ func TestWaitingWritesCommitTogetherAndFailAlone(t *testing.T) {
 	}
 	refused := errors.New("refused")
 	go func() {
-		errs <- s.tx(ctx, func(tx *sql.Tx) error {
+		errs <- s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			if _, err := tx.Exec(`INSERT INTO pending (thread, parent, node, writes) VALUES ('t', 1, 'failed', '[]')`); err != nil {
 				return err
 			}
@@ -144,7 +144,7 @@ func TestAFailedWriteAloneLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	s := openTemp(t)
 	refused := errors.New("refused")
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.Exec(`INSERT INTO pending (thread, parent, node, writes) VALUES ('t', 1, 'failed', '[]')`); err != nil {
 			return err
 		}
@@ -182,5 +182,41 @@ func holdWriter(t *testing.T, s *Store) (release func()) {
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// A write whose caller gives up while its group runs neither fails nor
+// interrupts the others' work in the transaction: its statements run
+// without the caller's cancellation, the shared catalog's too.
+func TestACallerGivingUpInAGroupInterruptsNothing(t *testing.T) {
+	s := openTemp(t)
+	release := holdWriter(t, s)
+	errs := make(chan error, 3)
+	go func() { errs <- s.PutPending(context.Background(), "t", 1, "before", nil) }()
+	caller, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		errs <- s.tx(caller, func(ctx context.Context, tx *sql.Tx) error {
+			cancel() // the caller gives up as its write runs
+			_, err := catalogDB{db: tx, s: s}.Exec(caller, `INSERT INTO pending (thread, parent, node, writes) VALUES ('t', 1, 'gave up', '[]')`)
+			return err
+		})
+	}()
+	for s.waiting.Len() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { errs <- s.PutPending(context.Background(), "t", 1, "after", nil) }()
+	for s.waiting.Len() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := s.db.QueryRow(`SELECT count(*) FROM pending WHERE thread = 't'`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d pending rows (%v), want the three writes of the group", n, err)
 	}
 }
