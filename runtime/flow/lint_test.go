@@ -344,3 +344,36 @@ nodes:
 		}
 	}
 }
+
+// A choice whose branches differ in type, into a field with a reducer:
+// each branch is judged as the whole would be (the whole is typed any),
+// a branch the reducer refuses is an error at its column, and one it
+// takes is not.
+func TestReducedChoiceBranches(t *testing.T) {
+	src := `version: 1
+name: flow
+state:
+  schema:
+    type: object
+    properties:
+      n: {type: integer, default: 0}
+      log: {type: array, items: {type: [string, integer]}, default: []}
+  reducers:
+    n: add
+    log: append
+nodes:
+  a: {kind: set, set: {n: "false ? 0 : 0 > 1", log: "state.n > 0 ? 'many' : 1"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: END}
+`
+	_, dl := flow.LoadSource("flow.yaml", []byte(src), kindtest.Registry())
+	var got []string
+	for _, d := range dl {
+		got = append(got, d.String())
+	}
+	want := `flow.yaml:13:42: error[W004]: field "n" takes a number (add), but this branch yields a boolean`
+	if strings.Join(got, "\n") != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+}

@@ -364,28 +364,47 @@ func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at 
 	}
 	got := resultType(p)
 	if got == "" {
+		// a choice is typed any when its branches differ: each branch is
+		// judged as the whole would be
+		if bs := p.Branches(); len(bs) > 1 {
+			for _, br := range bs {
+				if br.Type == "" || br.Type == "null" {
+					continue
+				}
+				if want, fits := reducedTakes(f, br.Type, br.Type != "number"); !fits {
+					b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(br.Line, br.Col, br.EndCol), b.path, "field %q takes %s, but this branch yields %s", field, want, article(br.Type))
+				}
+			}
+		}
 		return
 	}
-	want, fits := "", true
+	if want, fits := reducedTakes(f, got, p.Whole()); !fits {
+		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q takes %s, but this expression yields %s", field, want, article(got))
+	}
+}
+
+// reducedTakes reports whether field f's reducer takes an update of JSON
+// type got (whole: a number known to have no fraction), and if not, what
+// it takes.
+func reducedTakes(f *Field, got string, whole bool) (want string, fits bool) {
+	spec := f.Reducer.Spec
 	switch {
 	case spec.Name == "expr":
 	case spec.Appends || spec.Name == "union":
 		// a list adds its items, any other value is one item
-		want = "a list or an item of " + f.Shape.Items.Describe() + " (" + spec.Name + ")"
-		fits = got == "array" || f.Shape.Items.Takes(got) || got == "number" && p.Whole() && f.Shape.Items.Allows("integer")
+		return "a list or an item of " + f.Shape.Items.Describe() + " (" + spec.Name + ")",
+			got == "array" || f.Shape.Items.Takes(got) || got == "number" && whole && f.Shape.Items.Allows("integer")
 	case spec.Type != "":
-		want = article(spec.Type) + " (" + spec.Name + ")"
-		fits = (&schema.Shape{Types: []string{spec.Type}}).Allows(got)
-		if fits && got == "number" && !f.Shape.Takes(got) && !p.Whole() {
+		want, fits = article(spec.Type)+" ("+spec.Name+")", (&schema.Shape{Types: []string{spec.Type}}).Allows(got)
+		if fits && got == "number" && !f.Shape.Takes(got) && !whole {
 			// the field holds integers: a fraction added makes it a number
-			want, fits = "an integer ("+spec.Name+" into an integer field)", false
+			return "an integer (" + spec.Name + " into an integer field)", false
 		}
+		return want, fits
 	default:
-		want, fits = f.Shape.Describe(), f.Shape.Allows(got)
+		return f.Shape.Describe(), f.Shape.Allows(got)
 	}
-	if !fits {
-		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q takes %s, but this expression yields %s", field, want, article(got))
-	}
+	return "", true
 }
 
 func quoteEach(values []string) string {
