@@ -13,9 +13,10 @@ import (
 
 // recorder is a real backend that records the order executions reach it
 // (by the name in their image, which the local backend does not use) and
-// how many run at once.
+// how many run at once; their processes run once hold is closed.
 type recorder struct {
 	sandbox.Backend
+	hold          chan struct{}
 	mu            sync.Mutex
 	order         []string
 	running, peak int
@@ -46,6 +47,15 @@ type recorded struct {
 	r *recorder
 }
 
+func (s *recorded) Run(ctx context.Context, p *sandbox.Proc) (*sandbox.Outcome, error) {
+	select {
+	case <-s.r.hold:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Session.Run(ctx, p)
+}
+
 func (s *recorded) Close() error {
 	defer s.r.done()
 	return s.Session.Close()
@@ -54,11 +64,11 @@ func (s *recorded) Close() error {
 // Executions beyond the pool's size wait in the order they came, a
 // waiter whose context ends leaves the queue, and the depth is reported.
 func TestPoolIsBoundedAndFair(t *testing.T) {
-	rec := &recorder{Backend: sandboxtest.Local(t, 1).Backend()}
+	rec := &recorder{Backend: sandboxtest.Local(t, 1).Backend(), hold: make(chan struct{})}
 	pool := sandbox.NewPool(rec, 2, sandbox.Images{Root: sandboxtest.Root()})
 	job := func(name string) *sandbox.Job {
-		// long enough that every job is queued before the first two end
-		return &sandbox.Job{Command: []string{"sleep", "2"}, Image: name, Root: sandboxtest.Root(), Limits: sandbox.Limits{Wall: 30 * time.Second}}
+		// held until every job is queued
+		return &sandbox.Job{Command: []string{"true"}, Image: name, Root: sandboxtest.Root(), Limits: sandbox.Limits{Wall: 30 * time.Second}}
 	}
 	var wg sync.WaitGroup
 	names := []string{"a", "b", "c", "d", "e"}
@@ -91,6 +101,14 @@ func TestPoolIsBoundedAndFair(t *testing.T) {
 		t.Errorf("stats %d running, %d queued; want 2, 3", running, queued)
 	}
 	cancel()
+	// d has left the queue before a place comes free
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, queued := pool.Stats(); queued == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(rec.hold)
 	wg.Wait()
 	if !errors.Is(errs["d"], context.Canceled) {
 		t.Errorf("the waiter that gave up: %v", errs["d"])
