@@ -2,11 +2,16 @@ package flows_test
 
 import (
 	"context"
+	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 )
 
@@ -48,4 +53,44 @@ func BenchmarkW2FanOut(b *testing.B) {
 
 func BenchmarkW3Loop1000(b *testing.B) {
 	benchFlow(b, "bench/w3_loop.yaml", func(s map[string]any) bool { return s["counter"] == 1000 })
+}
+
+// BenchmarkInterviewTurn is the engine's share of a served interview
+// turn: a new thread, its greeting and three answers, against the test
+// model server on loopback answering at once, in the in-memory store. It
+// reports the time per turn (the model's HTTP round trips included).
+func BenchmarkInterviewTurn(b *testing.B) {
+	ts := httptest.NewServer(llmtest.New())
+	defer ts.Close()
+	reg := all.WithProvider(func() *llm.Provider { return &llm.Provider{BaseURL: ts.URL + "/v1", APIKey: "sk-bench"} })
+	g, dl := flow.Load("interview.yaml", reg)
+	if g == nil {
+		b.Fatal(dl)
+	}
+	values, err := schema.ReadFile("examples/candidate.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	answers := []string{"I build data pipelines in Go and PostgreSQL at Northwind.", "Backpressure was the hard part; we added bounded queues.", "We cut search latency tenfold."}
+	eng := engine.New(memory.New())
+	ctx := context.Background()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		thread := "t" + strconv.Itoa(n)
+		n++
+		if _, err := eng.Create(ctx, g, thread, values.(map[string]any)); err != nil {
+			b.Fatal(err)
+		}
+		for i := range len(answers) + 1 {
+			in := map[string]any{}
+			if i > 0 {
+				in["last_response"] = answers[i-1]
+			}
+			if _, err := eng.Run(ctx, g, engine.Request{Thread: thread, Input: in, Observe: func(engine.Event) {}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(answers)+1)), "ns/turn")
 }
