@@ -23,21 +23,38 @@ import (
 // finds its run queued and moves on.
 type scheduler struct {
 	store store.Schedules
+	// kick wakes the loop: a schedule was made or resumed here
+	kick chan struct{}
+}
+
+// nudge wakes the loop to look again.
+func (sc *scheduler) nudge() {
+	select {
+	case sc.kick <- struct{}{}:
+	default:
+	}
 }
 
 // startSchedules starts looking for due schedules, until ctx ends (a
 // store without schedules: never).
 func (s *Server) startSchedules(ctx context.Context) {
 	st, ok := store.SchedulesOf(s.eng().Store)
-	s.sched = &scheduler{store: st}
+	s.sched = &scheduler{store: st, kick: make(chan struct{}, 1)}
 	if !ok {
 		return
 	}
 	go s.scheduleLoop(ctx)
 }
 
+// scheduleLoop fires the schedules that are due. It reads those due
+// within a horizon ahead (ten polls) and sleeps until the first of them:
+// an idle server does not read the store every poll. A schedule made or
+// resumed here wakes it at once; one made or resumed on another server
+// sharing the store is fired there, and seen here within the horizon
+// (should that server stop first).
 func (s *Server) scheduleLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.PollEvery)
+	horizon := 10 * s.cfg.PollEvery
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
@@ -46,20 +63,46 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 		case <-s.stopping:
 			return
 		case <-t.C:
+		case <-s.sched.kick:
 		}
-		due, err := s.sched.store.DueSchedules(ctx, time.Now(), 100)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("schedules", "error", err.Error())
-			}
-			continue
+		t.Reset(s.fireDue(ctx, horizon))
+	}
+}
+
+// fireDue fires the schedules due now and says how long to wait before
+// looking again: until the next one within the horizon, a poll after a
+// fired one (its next tick may be sooner than the horizon), or at once
+// when more were due than one read returns.
+func (s *Server) fireDue(ctx context.Context, horizon time.Duration) time.Duration {
+	const page = 100
+	now := time.Now()
+	soon, err := s.sched.store.DueSchedules(ctx, now.Add(horizon), page)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("schedules", "error", err.Error())
 		}
-		for _, sc := range due {
-			if err := s.fire(ctx, sc, time.Now()); err != nil && ctx.Err() == nil {
-				s.log.Warn("schedule", "schedule", sc.ID, "error", err.Error())
-			}
+		return s.cfg.PollEvery
+	}
+	wait := horizon
+	fired := 0
+	for _, sc := range soon {
+		if sc.Next.After(now) {
+			// in order of their next tick: the rest are later still
+			wait = min(wait, sc.Next.Sub(now))
+			break
+		}
+		fired++
+		if err := s.fire(ctx, sc, time.Now()); err != nil && ctx.Err() == nil {
+			s.log.Warn("schedule", "schedule", sc.ID, "error", err.Error())
 		}
 	}
+	switch {
+	case fired == page:
+		return 0
+	case fired > 0:
+		return min(wait, s.cfg.PollEvery)
+	}
+	return wait
 }
 
 // fire decides what a due schedule does now, starts its tick's run when
@@ -310,6 +353,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 		}
 		return err
 	}
+	s.sched.nudge()
 	writeJSON(w, http.StatusCreated, scheduleInfo(sc))
 	return nil
 }
@@ -424,6 +468,7 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, c *caller, pa
 	if err != nil {
 		return err
 	}
+	s.sched.nudge()
 	writeJSON(w, http.StatusOK, scheduleInfo(sc))
 	return nil
 }

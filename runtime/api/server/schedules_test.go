@@ -365,3 +365,56 @@ func TestScheduleConcurrentFiresStartOneRun(t *testing.T) {
 		})
 	}
 }
+
+// An idle server reads the schedules once a horizon, not every poll, and
+// wakes for the first tick within it: a schedule another server made
+// (written to the store, as that server does, with no word to this one)
+// is fired here at its tick, and looked at once before it.
+func TestScheduleLoopSleepsUntilTheNextTick(t *testing.T) {
+	s := serve(t, openRuntime(t, "memory"), stepFlows(t, 1), "")
+	horizon := 10 * s.srv.cfg.PollEvery
+	if wait := s.srv.fireDue(ctx, horizon); wait != horizon {
+		t.Fatalf("no schedule: waits %v, want the horizon %v", wait, horizon)
+	}
+	sched, _ := store.SchedulesOf(s.rt.Store())
+	now := time.Now().UTC()
+	sc := &store.Schedule{ID: "soon", Tenant: "acme", Flow: "steps", Cron: "0 0 1 1 *", Zone: "UTC", Missed: store.MissedSkip,
+		Grace: time.Minute, Input: []byte(`{"said":"soon"}`), Created: now}
+	if _, err := schedule.Check(sc, now); err != nil {
+		t.Fatal(err)
+	}
+	sc.Next = now.Add(horizon / 2) // a tick within the horizon
+	if err := sched.CreateSchedule(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if wait := s.srv.fireDue(ctx, horizon); wait > horizon/2 || wait < horizon/4 {
+		t.Fatalf("a tick in %v: waits %v", horizon/2, wait)
+	}
+	tick := sc.Next
+	deadline := time.Now().Add(horizon + 5*time.Second)
+	for {
+		got, err := sched.Schedule(ctx, "acme", "soon")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.LastRun != "" {
+			if !got.LastTick.Equal(tick) || got.LastRun != tickRunID("soon", tick) {
+				t.Fatalf("fired %s for %v, want the tick %v", got.LastRun, got.LastTick, tick)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tick was not fired\n%s", s.log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cat, _ := store.CatalogOf(s.rt.Store())
+	runs, err := cat.Runs(ctx, store.RunQuery{Tenant: "acme", Thread: "acme/soon-" + strconv.FormatInt(tick.Unix(), 10)})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs of the tick: %d %v", len(runs), err)
+	}
+	got, err := sched.Schedule(ctx, "acme", "soon")
+	if err != nil || got.LastRun == "" || !got.Next.After(now.Add(time.Hour)) {
+		t.Fatalf("after its tick: %+v %v", got, err)
+	}
+}
