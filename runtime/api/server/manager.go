@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/api"
@@ -51,6 +52,9 @@ type manager struct {
 	wg       sync.WaitGroup // the runs running here
 	starting sync.WaitGroup // the requests starting runs
 	kick     chan struct{}
+	// stopsDue says the stop requests recorded for this server's runs
+	// may have changed: the dispatcher reads them at its next turn
+	stopsDue atomic.Bool
 	quit     chan struct{} // closed when the shutdown is over
 	loopDone chan struct{}
 	beatDone chan struct{}
@@ -128,6 +132,15 @@ func (m *manager) nudge() {
 	}
 }
 
+// nudgeStops wakes the dispatcher to pass on the stop requests recorded
+// for this server's runs too (read at every poll, and otherwise only
+// when one may have come: reading them at each run's end would cost
+// every live run a row each time).
+func (m *manager) nudgeStops() {
+	m.stopsDue.Store(true)
+	m.nudge()
+}
+
 // loop claims queued runs, passes stop requests on to the runs they name,
 // adopts the runs of servers that died and forgets the secrets of runs
 // that will not run here. During a shutdown it only passes stop requests
@@ -138,11 +151,13 @@ func (m *manager) loop() {
 	defer poll.Stop()
 	var lastAdopt time.Time
 	for {
+		polled := false
 		select {
 		case <-m.quit:
 			return
 		case <-m.kick:
 		case <-poll.C:
+			polled = true
 		}
 		poll.Reset(m.s.notes.pollEvery())
 		ctx := m.records
@@ -151,7 +166,9 @@ func (m *manager) loop() {
 			m.adopt(ctx)
 			m.forgetSecrets(ctx)
 		}
-		m.passStops(ctx)
+		if m.stopsDue.Swap(false) || polled {
+			m.passStops(ctx)
+		}
 		for m.room() {
 			rec, err := m.s.cat.ClaimRun(ctx, m.id, "", m.now())
 			if err != nil {
@@ -400,8 +417,10 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 		if policy == api.OnBusyInterrupt {
 			m.s.notes.send(ctx, noteStop) // to the server running the thread's run
 			m.closeInterrupted(ctx, rec)
+			m.nudgeStops() // this one, maybe
+		} else {
+			m.nudge()
 		}
-		m.nudge()
 		return *rec, nil, nil
 	}
 	lr := m.launch(rec, launch{waiting: true, refuseBusy: policy == api.OnBusyReject, parent: trace.SpanContextFromContext(ctx)})

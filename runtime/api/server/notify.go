@@ -44,6 +44,8 @@ type notifier struct {
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{}
 	kick    func() // wakes the dispatcher
+	// kickStops wakes the dispatcher to pass on stop requests too
+	kickStops func()
 }
 
 // pollEvery is how often to look at the store for what a notification
@@ -72,14 +74,16 @@ func (n *notifier) connected(up bool) {
 	n.heard.Store(up)
 	// (re)connected: anything may have been missed; lost: the waiters'
 	// polls were set for a connection that is gone
-	n.kick()
+	n.kickStops()
 	n.wakeAll()
 }
 
 func (n *notifier) heardPayload(p string) {
 	switch {
-	case p == noteQueue || p == noteStop:
+	case p == noteQueue:
 		n.kick()
+	case p == noteStop:
+		n.kickStops()
 	case strings.HasPrefix(p, noteRun):
 		n.wake(p[len(noteRun):])
 	}

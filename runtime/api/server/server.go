@@ -252,7 +252,7 @@ func New(cfg Config) (*Server, error) {
 		s.notes.n = n
 	}
 	s.runs = newManager(s)
-	s.notes.kick = s.runs.nudge
+	s.notes.kick, s.notes.kickStops = s.runs.nudge, s.runs.nudgeStops
 	lctx, stopListening := context.WithCancel(context.Background())
 	s.stopListening = stopListening
 	go s.notes.listen(lctx, cfg.NotifyURL)
