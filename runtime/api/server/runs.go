@@ -342,12 +342,19 @@ func startSSE(w http.ResponseWriter) *sse {
 	return &sse{w: w, rc: rc}
 }
 
+// event writes an event, to be sent at the next flush: a burst of
+// events goes in one write to the client.
 func (e *sse) event(seq int64, typ string, data []byte) error {
-	if _, err := fmt.Fprintf(e.w, "id: %d\nevent: %s\ndata: %s\n\n", seq, typ, data); err != nil {
-		return err
-	}
-	return e.rc.Flush()
+	b := make([]byte, 0, len(data)+len(typ)+48)
+	b = strconv.AppendInt(append(b, "id: "...), seq, 10)
+	b = append(append(append(b, "\nevent: "...), typ...), "\ndata: "...)
+	b = append(append(b, data...), "\n\n"...)
+	_, err := e.w.Write(b)
+	return err
 }
+
+// flush sends the events written.
+func (e *sse) flush() error { return e.rc.Flush() }
 
 func (e *sse) ping() error {
 	if _, err := fmt.Fprint(e.w, ": ping\n\n"); err != nil {
@@ -379,6 +386,9 @@ func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64)
 			}
 			after = ev.Seq
 		}
+		if out.flush() != nil {
+			return nil
+		}
 		if evs[len(evs)-1].Seq >= lr.events.first {
 			break
 		}
@@ -392,6 +402,9 @@ func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64)
 				return nil // the client left
 			}
 			after = it.seq
+		}
+		if len(items) > 0 && out.flush() != nil {
+			return nil
 		}
 		if closed {
 			return nil // that was the last of it
@@ -447,6 +460,9 @@ func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller,
 				return nil
 			}
 			after = ev.Seq
+		}
+		if len(evs) > 0 && out.flush() != nil {
+			return nil
 		}
 		if len(evs) == store.MaxPage && after == evs[len(evs)-1].Seq {
 			continue // the next page
