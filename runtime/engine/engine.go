@@ -144,6 +144,12 @@ type Request struct {
 	// Durability says when steps reach the store: Sync (the default),
 	// Async or Exit.
 	Durability Durability
+	// Leased says the thread's lease is this engine's already (Lease),
+	// taken at LeasedAt by whoever queued the run (the catalog's claim,
+	// store.LeaseClaim): the run holds it without taking it again, and
+	// renews and releases it as its own.
+	Leased   bool
+	LeasedAt time.Time
 	// Held, when set, runs once the run holds the thread, before it reads
 	// it: an error refuses the run, which writes nothing. A caller checks
 	// there what must not change until the run ends (the version of the
@@ -279,12 +285,16 @@ func (e *Engine) traced(ctx context.Context, g *flow.Graph, req Request) (_ *Res
 
 // run holds the thread for the run start makes and executes.
 func (e *Engine) run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
-	owner, err := e.claim(ctx, req.Thread)
+	renewed := time.Now()
+	owner, err := e.claim(ctx, req.Thread, req.Leased)
 	if err != nil {
 		return nil, err
 	}
 	defer e.free(req.Thread)
-	hold := &lease{st: e.Store, thread: req.Thread, owner: owner, ttl: e.leaseTTL(), renewed: time.Now()}
+	if req.Leased {
+		renewed = req.LeasedAt
+	}
+	hold := &lease{st: e.Store, thread: req.Thread, owner: owner, ttl: e.leaseTTL(), renewed: renewed}
 	defer hold.release(ctx)
 	if req.Held != nil {
 		if err := req.Held(ctx); err != nil {

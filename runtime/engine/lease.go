@@ -12,6 +12,17 @@ import (
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
+// Lease is the lease a caller takes for the engine's runs (the owner
+// its leases name, and for how long), for a Request that is Leased.
+func (e *Engine) Lease() store.LeaseClaim {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.owner == "" {
+		e.owner = ownerID()
+	}
+	return store.LeaseClaim{Owner: e.owner, TTL: e.leaseTTL()}
+}
+
 func (e *Engine) leaseTTL() time.Duration {
 	if e.LeaseTTL > 0 {
 		return e.LeaseTTL
@@ -23,7 +34,7 @@ func (e *Engine) leaseTTL() time.Duration {
 // store, for one writer per thread across processes, returning the
 // lease's owner; free ends the busy mark (the caller releases the lease).
 // A thread another run holds is ErrBusy.
-func (e *Engine) claim(ctx context.Context, thread string) (owner string, err error) {
+func (e *Engine) claim(ctx context.Context, thread string, leased bool) (owner string, err error) {
 	e.mu.Lock()
 	if e.holdsOne && e.one == thread || e.busy[thread] {
 		e.mu.Unlock()
@@ -42,6 +53,9 @@ func (e *Engine) claim(ctx context.Context, thread string) (owner string, err er
 	}
 	owner = e.owner
 	e.mu.Unlock()
+	if leased {
+		return owner, nil // taken with the run's claim
+	}
 	if err := e.Store.Acquire(ctx, thread, owner, e.leaseTTL()); err != nil {
 		e.free(thread)
 		var le *store.LeasedError

@@ -50,7 +50,10 @@ type Catalog interface {
 	// A run whose Server is set is claimed by that server in the same
 	// step when its thread had none: it is recorded running (Started =
 	// Created), and r's Status says so; otherwise it is queued with no
-	// server, for any server to claim.
+	// server, for any server to claim. A run so claimed whose Lease is
+	// set takes its thread's lease too, in the same step, as Acquire
+	// would for Lease.Owner and Lease.TTL (Lease.Taken says whether it
+	// did: another holder's lease that has not expired keeps it).
 	EnqueueRun(ctx context.Context, r *RunRecord, policy BusyPolicy) (busy bool, err error)
 	// ClaimRun gives server the oldest queued run of a thread that has no
 	// running run (run id, when not "", only that run), now running
@@ -220,6 +223,18 @@ type RunRecord struct {
 	// (empty: none), so that the run joins the caller's trace whichever
 	// server claims it, whenever.
 	Trace string
+	// Lease asks EnqueueRun to take the thread's lease with the claim
+	// (never recorded).
+	Lease *LeaseClaim
+}
+
+// LeaseClaim is the lease of a thread that a run claimed as it is queued
+// takes with it, so that the engine running it need not take it again.
+type LeaseClaim struct {
+	Owner string
+	TTL   time.Duration
+	// Taken is set by EnqueueRun once the lease is the owner's.
+	Taken bool
 }
 
 // State is the part of the record its changes of state compare.

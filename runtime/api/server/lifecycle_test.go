@@ -37,6 +37,7 @@ type hooks struct {
 	events       func(after int64, n int)        // after Events, with how many it read
 	runs         func(limit int)                 // before Runs
 	beat         func() error                    // before Beat
+	acquire      func(thread, owner string)      // before Acquire
 }
 
 func (h *hooked) set(fn func(*hooks)) {
@@ -96,6 +97,13 @@ func (h *hooked) Events(ctx context.Context, run string, after int64, limit int)
 		fn(after, len(evs))
 	}
 	return evs, err
+}
+
+func (h *hooked) Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error {
+	if fn := h.get().acquire; fn != nil {
+		fn(thread, owner)
+	}
+	return h.full.Acquire(ctx, thread, owner, ttl)
 }
 
 func (h *hooked) Beat(ctx context.Context, server string) error {

@@ -103,6 +103,9 @@ type launch struct {
 	adopted bool
 	// parent is the trace context of the request that started the run.
 	parent trace.SpanContext
+	// leasedAt is when the run's thread lease was asked for with its
+	// claim (the record's Lease says whether it was taken).
+	leasedAt time.Time
 }
 
 func newManager(s *Server) *manager {
@@ -256,6 +259,7 @@ func (m *manager) launch(rec *store.RunRecord, how launch) *liveRun {
 	if m.stopping {
 		m.mu.Unlock()
 		m.unclaim(rec, last)
+		m.releaseLease(rec)
 		return nil
 	}
 	lr.events = newEventLog(m.records, m.s.cat, m.s.log, m.s.notes, rec.ID, m.id, publicID(rec.Thread), last,
@@ -265,6 +269,18 @@ func (m *manager) launch(rec *store.RunRecord, how launch) *liveRun {
 	m.mu.Unlock()
 	go m.execute(lr)
 	return lr
+}
+
+// releaseLease gives up the thread lease a run took with its claim, for
+// a run the engine will not run with it.
+func (m *manager) releaseLease(rec *store.RunRecord) {
+	if rec.Lease == nil || !rec.Lease.Taken {
+		return
+	}
+	rec.Lease.Taken = false
+	if err := m.s.eng().Store.Release(m.records, rec.Thread, rec.Lease.Owner); err != nil {
+		m.s.log.Warn("releasing a run's thread", "run", rec.ID, "error", err.Error())
+	}
 }
 
 // unclaim gives back a run this server claimed but will not run (it is
@@ -383,6 +399,16 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 	rec := &store.RunRecord{ID: id, Tenant: c.tenant, Thread: thread.ID, Flow: l.flow.Name(), FlowVersion: l.version,
 		Input: raw, Created: m.now(), Resume: in.Resume, Interrupt: policy == api.OnBusyInterrupt, Server: m.id}
 	rec.Trace = traceparent(ctx)
+	// claimed as it is queued, the run takes its thread's lease for the
+	// engine in the same transaction, where the engine's store is the
+	// catalog's (an interrupting run gives up the run it interrupted
+	// first, holding the thread itself)
+	eng := m.s.eng()
+	var leasedAt time.Time
+	if c, ok := eng.Store.(store.Catalog); ok && c == m.s.cat && policy != api.OnBusyInterrupt {
+		claim := eng.Lease()
+		rec.Lease, leasedAt = &claim, time.Now()
+	}
 	if len(answers) > 0 {
 		rec.Answers = recordValues(answers)
 	}
@@ -423,7 +449,7 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 		}
 		return *rec, nil, nil
 	}
-	lr := m.launch(rec, launch{waiting: true, refuseBusy: policy == api.OnBusyReject, parent: trace.SpanContextFromContext(ctx)})
+	lr := m.launch(rec, launch{waiting: true, refuseBusy: policy == api.OnBusyReject, parent: trace.SpanContextFromContext(ctx), leasedAt: leasedAt})
 	if lr == nil { // the server began stopping: the run is queued again
 		return *rec, nil, nil
 	}
@@ -548,6 +574,9 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 	}
 	rec := lr.rec
 	lr.mu.Unlock()
+	// the lease taken with the claim goes to the run's first start; a
+	// run that never starts gives it up
+	defer m.releaseLease(&rec)
 	if !lr.how.parent.IsValid() && rec.Trace != "" {
 		// claimed later, or adopted: the trace of the request that queued it
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": rec.Trace})
@@ -605,11 +634,11 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 		switch {
 		case err != nil:
 		case resume:
-			r := req
+			r := m.leased(req, &rec, lr.how)
 			r.Resume, r.Answers = true, answers
 			res, err = eng.Run(ctx, l.flow.Graph(), r)
 		default:
-			r := req
+			r := m.leased(req, &rec, lr.how)
 			r.Input = input
 			res, err = eng.Run(ctx, l.flow.Graph(), r)
 		}
@@ -637,6 +666,17 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 		}
 		return res, err
 	}
+}
+
+// leased is req holding the thread lease rec's claim took, which it
+// hands over: the engine's run holds it from then, or, when the engine
+// already runs the thread (so holds its lease), leaves it to that run.
+func (m *manager) leased(req engine.Request, rec *store.RunRecord, how launch) engine.Request {
+	if rec.Lease != nil && rec.Lease.Taken {
+		req.Leased, req.LeasedAt = true, how.leasedAt
+		rec.Lease.Taken = false
+	}
+	return req
 }
 
 // get returns a run running on this server.

@@ -257,8 +257,13 @@ func (s *Store) EnqueueRun(_ context.Context, r *store.RunRecord, policy store.B
 		cp.Server = ""
 	} else {
 		cp.Status, cp.Started = store.RunRunning, cp.Created
+		if l := cp.Lease; l != nil {
+			l.Taken = s.Acquire(context.Background(), cp.Thread, l.Owner, l.TTL) == nil
+		}
 	}
-	c.runs[r.ID] = &cp
+	stored := cp
+	stored.Lease = nil
+	c.runs[r.ID] = &stored
 	*r = cp
 	return len(active) > 0, nil
 }

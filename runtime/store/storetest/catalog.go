@@ -26,6 +26,7 @@ func RunCatalog(t *testing.T, open func(t *testing.T) store.Store) {
 		{"QueuePolicies", testQueuePolicies},
 		{"QueueOrderAndStops", testQueueOrder},
 		{"QueueConcurrentClaims", testQueueConcurrentClaims},
+		{"QueueClaimTakesTheLease", testQueueClaimTakesTheLease},
 		{"QueueAdoptsRunsOfDeadServers", testQueueAdopt},
 		{"RunChangesCompareAndSet", testRunCompareAndSet},
 		{"ThreadDeletion", testThreadDeletion},

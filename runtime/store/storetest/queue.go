@@ -397,3 +397,58 @@ func testRunCompareAndSet(t *testing.T, c store.Catalog) {
 		t.Fatalf("%d of 8 concurrent changes from one state were made", made)
 	}
 }
+
+// A run claimed as it is queued takes its thread's lease in the same
+// step when asked, on the store's clock as Acquire does; a run queued
+// behind another takes none, and another holder's lease that has not
+// expired keeps it while the run is claimed all the same.
+func testQueueClaimTakesTheLease(t *testing.T, c store.Catalog) {
+	st := c.(store.Store)
+	threads(t, c, "t", "u", "w")
+	claim := func(id, thread string, at int, owner string, policy store.BusyPolicy) *store.RunRecord {
+		t.Helper()
+		r := queued(id, thread, at)
+		r.Server, r.Lease = "s1", &store.LeaseClaim{Owner: owner, TTL: time.Minute}
+		if _, err := c.EnqueueRun(ctx, r, policy); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	holder := func(thread string) string {
+		t.Helper()
+		var le *store.LeasedError
+		if err := st.Acquire(ctx, thread, "someone-else", time.Minute); !errors.As(err, &le) {
+			t.Fatalf("%s: the lease is free (%v)", thread, err)
+		}
+		if time.Until(le.Until) < 50*time.Second {
+			t.Fatalf("%s: the lease ends at %v, a minute was asked", thread, le.Until)
+		}
+		return le.Owner
+	}
+	r := claim("r1", "t", 1, "e1", store.BusyReject)
+	if r.Status != store.RunRunning || !r.Lease.Taken || holder("t") != "e1" {
+		t.Fatalf("claimed with its lease: %+v %+v", r, r.Lease)
+	}
+	if err := st.Acquire(ctx, "t", "e1", time.Minute); err != nil {
+		t.Fatalf("the owner takes its lease again: %v", err)
+	}
+	if r2 := claim("r2", "t", 2, "e3", store.BusyEnqueue); r2.Status != store.RunQueued || r2.Lease.Taken || holder("t") != "e1" {
+		t.Fatalf("queued behind r1: %+v %+v", r2, r2.Lease)
+	}
+	if err := st.Acquire(ctx, "u", "other", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if r3 := claim("r3", "u", 3, "e1", store.BusyReject); r3.Status != store.RunRunning || r3.Lease.Taken || holder("u") != "other" {
+		t.Fatalf("beside another holder's lease: %+v %+v", r3, r3.Lease)
+	}
+	if err := st.Acquire(ctx, "w", "gone", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if r4 := claim("r4", "w", 4, "e1", store.BusyReject); !r4.Lease.Taken || holder("w") != "e1" {
+		t.Fatalf("an expired lease: %+v %+v", r4, r4.Lease)
+	}
+	if rec, err := c.Run(ctx, "acme", "r1"); err != nil || rec.Lease != nil {
+		t.Fatalf("the record keeps the claim's lease: %+v %v", rec, err)
+	}
+}

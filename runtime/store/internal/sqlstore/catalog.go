@@ -264,10 +264,29 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 		if err := insertRun(ctx, db, &q); err != nil {
 			return err
 		}
+		if q.Status == store.RunRunning && q.Lease != nil {
+			n, err := acquireLease(ctx, db, q.Thread, q.Lease.Owner, q.Lease.TTL)
+			if err != nil {
+				return err
+			}
+			q.Lease.Taken = n > 0
+		}
 		*r = q
 		return nil
 	})
+	if err != nil && r.Lease != nil {
+		r.Lease.Taken = false
+	}
 	return busy, err
+}
+
+// acquireLease takes a thread's lease for owner as Store.Acquire does,
+// on the store's clock; it reports 0 when another holder keeps it.
+func acquireLease(ctx context.Context, db DB, thread, owner string, ttl time.Duration) (int64, error) {
+	now := db.Now()
+	return db.Exec(ctx, `INSERT INTO leases (thread, owner, expires_at) VALUES (?, ?, `+now+` + ?)
+		ON CONFLICT (thread) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+		WHERE leases.owner = excluded.owner OR leases.expires_at < `+now, thread, owner, ttl.Nanoseconds())
 }
 
 // ClaimRun implements store.Catalog: the oldest queued run of a thread
