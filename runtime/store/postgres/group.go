@@ -9,41 +9,42 @@ import (
 	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
 )
 
-// Group commit: the checkpoints this process commits while one commit is
-// under way are committed together in the next transaction, sent as one
-// batch (one round trip, one transaction, one flush of the log) where
-// each would have had its own. A commit is one statement that reports a
-// conflict as a result, not an error, so a group fails only on an error
-// of the database's (a lost connection, a deadlock): its checkpoints are
-// then committed one by one, each with its own result. Commits of one
-// thread follow each other (a run waits for each), so a group never
-// holds two of the same thread. The first waiting commit to find no group
-// under way sends the group for all (it leads); each returns once its
-// own result is known.
+// Group commit: the checkpoints and event appends this process writes
+// while one group is under way are written together in the next
+// transaction, sent as one batch (one round trip, one transaction, one
+// flush of the log) where each would have had its own. Each is one
+// statement that reports a conflict as a result, not an error, so a
+// group fails only on an error of the database's (a lost connection, a
+// deadlock): its statements are then run one by one, each with its own
+// result. Commits of one thread follow each other (a run waits for
+// each), so a group never holds two of the same thread. The first
+// waiting write to find no group under way sends the group for all (it
+// leads); each returns once its own result is known.
 //
-// A commit in a group runs without its context's cancellation (the
+// A write in a group runs without its context's cancellation (the
 // others' work is in the same transaction); one whose context ends while
 // it waits is taken out of the group and returns the context's error.
 
-// groupMax bounds the commits in one transaction.
+// groupMax bounds the writes in one transaction.
 const groupMax = 64
 
-// commitJob is one commit waiting for a transaction.
-type commitJob struct {
+// groupJob is one write waiting for a transaction: a statement returning
+// one row, which scan reads (again, when the group failed and the
+// statement runs alone).
+type groupJob struct {
 	ctx   context.Context
-	cp    *store.Checkpoint
 	query string
 	args  []any
-	moved int
+	scan  func(pgx.Row) error
 	err   error
 	done  chan struct{}
 }
 
-// committer queues the commits and holds the token of the group under
+// committer queues the writes and holds the token of the group under
 // way.
 type committer struct {
 	token chan struct{}
-	sqlstore.Waiting[*commitJob]
+	sqlstore.Waiting[*groupJob]
 }
 
 func newCommitter() *committer { return &committer{token: make(chan struct{}, 1)} }
@@ -51,16 +52,30 @@ func newCommitter() *committer { return &committer{token: make(chan struct{}, 1)
 // commitGrouped commits cp with its statement (commitStatement) in a
 // group, and returns scanCommit's result.
 func (s *Store) commitGrouped(ctx context.Context, cp *store.Checkpoint, query string, args []any) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
+	var moved int
+	err := s.grouped(ctx, query, args, func(row pgx.Row) (err error) {
+		moved, err = scanCommit(row, cp)
+		return err
+	})
+	if err != nil && cp.Events != nil {
+		cp.Events.Refused = false
 	}
-	j := &commitJob{ctx: ctx, cp: cp, query: query, args: args, done: make(chan struct{})}
+	return moved, err
+}
+
+// grouped runs query, a statement returning one row, in a group, and
+// returns scan's error or the group's.
+func (s *Store) grouped(ctx context.Context, query string, args []any, scan func(pgx.Row) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	j := &groupJob{ctx: ctx, query: query, args: args, scan: scan, done: make(chan struct{})}
 	c := s.commits
 	c.Add(j)
 	for {
 		select {
 		case <-j.done:
-			return j.moved, j.err
+			return j.err
 		case c.token <- struct{}{}:
 			for jobs := c.Take(groupMax); len(jobs) > 0; jobs = c.Take(groupMax) {
 				s.commitGroup(jobs)
@@ -68,17 +83,17 @@ func (s *Store) commitGrouped(ctx context.Context, cp *store.Checkpoint, query s
 			<-c.token
 		case <-ctx.Done():
 			if c.Drop(j) {
-				return 0, ctx.Err()
+				return ctx.Err()
 			}
 			<-j.done
-			return j.moved, j.err
+			return j.err
 		}
 	}
 }
 
-// commitGroup commits jobs in one transaction, or one by one if it
+// commitGroup writes jobs in one transaction, or one by one if it
 // fails, and ends each with its result.
-func (s *Store) commitGroup(jobs []*commitJob) {
+func (s *Store) commitGroup(jobs []*groupJob) {
 	defer func() {
 		for _, j := range jobs {
 			close(j.done)
@@ -88,13 +103,14 @@ func (s *Store) commitGroup(jobs []*commitJob) {
 		return
 	}
 	for _, j := range jobs {
-		j.moved, j.err = scanCommit(s.pool.QueryRow(context.WithoutCancel(j.ctx), j.query, j.args...), j.cp)
+		j.err = j.scan(s.pool.QueryRow(context.WithoutCancel(j.ctx), j.query, j.args...))
 	}
 }
 
-// sendGroup commits jobs in one transaction, one batch, setting their
-// results when it commits.
-func (s *Store) sendGroup(jobs []*commitJob) error {
+// sendGroup writes jobs in one transaction, one batch. Their rows are
+// read as they come; a group that fails is written again one by one,
+// which reads them again.
+func (s *Store) sendGroup(jobs []*groupJob) error {
 	ctx := context.Background()
 	var b pgx.Batch
 	b.Queue(`BEGIN`)
@@ -106,13 +122,12 @@ func (s *Store) sendGroup(jobs []*commitJob) error {
 	// its connection, left in the failed transaction, is closed when it
 	// goes back to the pool, never reused
 	br := s.pool.SendBatch(ctx, &b)
-	moved := make([]int, len(jobs))
 	_, err := br.Exec()
-	for i, j := range jobs {
+	for _, j := range jobs {
 		if err != nil {
 			break
 		}
-		moved[i], err = scanCommit(br.QueryRow(), j.cp)
+		err = j.scan(br.QueryRow())
 	}
 	if err == nil {
 		_, err = br.Exec()
@@ -120,16 +135,5 @@ func (s *Store) sendGroup(jobs []*commitJob) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		for _, j := range jobs {
-			if j.cp.Events != nil {
-				j.cp.Events.Refused = false
-			}
-		}
-		return err
-	}
-	for i, j := range jobs {
-		j.moved = moved[i]
-	}
-	return nil
+	return err
 }

@@ -90,3 +90,77 @@ func TestWaitingCommitsCommitTogether(t *testing.T) {
 		t.Fatalf("a commit with its context ended: %v", ce)
 	}
 }
+
+// The event appends waiting beside commits go in the same group: one
+// transaction for both, each append still guarded by its run's holder
+// and announced with its notification.
+func TestWaitingAppendsJoinTheCommits(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 4
+	for i := range n {
+		th := fmt.Sprint("acme/t", i)
+		if err := s.Commit(ctx, &store.Checkpoint{Thread: th, Seq: 1, Source: store.SourceCreate, Time: time.Unix(1, 0)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateThread(ctx, &store.ThreadRecord{ID: th, Tenant: "acme", Flow: "f", Created: time.Unix(1, 0)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateRun(ctx, &store.RunRecord{ID: fmt.Sprint("r", i), Tenant: "acme", Thread: th, Flow: "f", Status: store.RunRunning,
+			Server: "s", Created: time.Unix(1, 0), Started: time.Unix(1, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xmax := func() int64 {
+		var v int64
+		if err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	s.commits.token <- struct{}{} // a group under way
+	before := xmax()
+	errs := make(chan error, 2*n+1)
+	for i := range n {
+		cp := &store.Checkpoint{Thread: fmt.Sprint("acme/t", i), Seq: 2, Parent: 1, Run: "r", Step: 1, Source: store.SourceStep,
+			Time: time.Unix(2, 0), Writes: []store.Write{{Field: "n", Version: 2, Value: i}}}
+		go func() { errs <- s.Commit(ctx, cp) }()
+		ea := &store.EventAppend{Run: fmt.Sprint("r", i), Holder: "s", Events: []store.EventRecord{{Seq: 1, Data: []byte(`{"type":"run_start"}`)}},
+			Channel: "trellis_test", Payload: "run:r"}
+		go func() { errs <- s.AppendNotify(ctx, ea) }()
+	}
+	// another server's run: refused, alone in the group
+	refused := &store.EventAppend{Run: "r0", Holder: "other", Events: []store.EventRecord{{Seq: 2, Data: []byte(`{"type":"node_start"}`)}}}
+	refusedErr := make(chan error, 1)
+	go func() { refusedErr <- s.AppendNotify(ctx, refused) }()
+	for deadline := time.Now().Add(10 * time.Second); s.commits.Len() != 2*n+1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes waiting, want %d", s.commits.Len(), 2*n+1)
+		}
+	}
+	<-s.commits.token
+	for range 2 * n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-refusedErr; !errors.Is(err, store.ErrRunChanged) {
+		t.Fatalf("an append for a run another server holds: %v", err)
+	}
+	if used := xmax() - before; used != 1 {
+		t.Fatalf("%d commits and %d appends took %d transactions, want 1", n, n+1, used)
+	}
+	for i := range n {
+		evs, err := s.Events(ctx, fmt.Sprint("r", i), 0, 10)
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("events of r%d: %v %v", i, evs, err)
+		}
+		if h, err := s.Head(ctx, fmt.Sprint("acme/t", i)); err != nil || h.Seq != 2 {
+			t.Fatalf("head of t%d: %+v %v", i, h, err)
+		}
+	}
+}

@@ -25,9 +25,10 @@ func (s *Store) AppendNotify(ctx context.Context, ea *store.EventAppend) error {
 		return nil
 	}
 	seqs, data := eventColumns(ea.Events)
+	// in a group with the commits and appends waiting beside it
 	var recorded int
-	err := s.pool.QueryRow(ctx, `SELECT trellis_append_events($1, $2, $3, $4, $5, $6)`,
-		ea.Run, ea.Holder, seqs, data, ea.Channel, ea.Payload).Scan(&recorded)
+	err := s.grouped(ctx, `SELECT trellis_append_events($1, $2, $3, $4, $5, $6)`,
+		[]any{ea.Run, ea.Holder, seqs, data, ea.Channel, ea.Payload}, func(row pgx.Row) error { return row.Scan(&recorded) })
 	switch {
 	case catalogDB{}.Unique(err), err == nil && recorded < 0:
 		return store.ErrExists
