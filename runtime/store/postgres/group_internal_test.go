@@ -27,13 +27,7 @@ func TestWaitingCommitsCommitTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	xmax := func() int64 {
-		var n int64
-		if err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	xmax := func() int64 { return nextXID(t, s) }
 	// round 1: every commit good; round 2: one fails in the database
 	for round, bad := range []int{-1, 3} {
 		seq := uint64(round + 2)
@@ -115,13 +109,7 @@ func TestWaitingAppendsJoinTheCommits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	xmax := func() int64 {
-		var v int64
-		if err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	xmax := func() int64 { return nextXID(t, s) }
 	s.commits.token <- struct{}{} // a group under way
 	before := xmax()
 	errs := make(chan error, 2*n+1)
@@ -163,4 +151,15 @@ func TestWaitingAppendsJoinTheCommits(t *testing.T) {
 			t.Fatalf("head of t%d: %+v %v", i, h, err)
 		}
 	}
+}
+
+// nextXID is the next transaction id PostgreSQL hands out: the
+// transactions that wrote between two reads are their difference.
+func nextXID(t *testing.T, s *Store) int64 {
+	t.Helper()
+	var n int64
+	if err := s.pool.QueryRow(context.Background(), `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
