@@ -70,3 +70,41 @@ func TestARunOnAFreeThreadTakesItsLeaseWithItsClaim(t *testing.T) {
 		})
 	}
 }
+
+// A run claimed with its thread's lease that this server will not run
+// after all (its shutdown began) is queued again and gives the lease up
+// at once: the thread is not held for the lease's time.
+func TestALeaseTakenWithAClaimIsGivenUpWhenTheRunDoesNotStart(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			rt, h := hookedRuntime(t, b.addr)
+			s := serve(t, rt, stepFlows(t, 1), "")
+			if _, err := s.acme.CreateThread(ctx, api.CreateThread{ID: "t1", Flow: "steps"}); err != nil {
+				t.Fatal(err)
+			}
+			m := s.srv.runs
+			claim := rt.Engine().Lease()
+			rec := &store.RunRecord{ID: "run-not-started", Tenant: "acme", Thread: "acme/t1", Flow: "steps", Created: time.Now(), Server: m.id, Lease: &claim}
+			if busy, err := s.srv.cat.EnqueueRun(ctx, rec, store.BusyReject); err != nil || busy || !claim.Taken {
+				t.Fatalf("claimed with its lease: busy %v, taken %v, %v", busy, claim.Taken, err)
+			}
+			m.mu.Lock()
+			m.stopping = true // as a shutdown begins
+			m.mu.Unlock()
+			lr := m.launch(rec, launch{waiting: true})
+			err := h.full.Acquire(ctx, "acme/t1", "someone-else", time.Minute)
+			if err == nil {
+				err = h.full.Release(ctx, "acme/t1", "someone-else")
+			}
+			m.mu.Lock()
+			m.stopping = false
+			m.mu.Unlock()
+			if lr != nil {
+				t.Fatal("a run launched as the server stops")
+			}
+			if err != nil {
+				t.Fatalf("the thread is still held after the run was given back: %v", err)
+			}
+		})
+	}
+}
