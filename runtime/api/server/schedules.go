@@ -72,7 +72,9 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 // fireDue fires the schedules due now and says how long to wait before
 // looking again: until the next one within the horizon, a poll after a
 // fired one (its next tick may be sooner than the horizon), or at once
-// when more were due than one read returns.
+// when more were due than one read returns and all of them moved on (a
+// schedule the store would not move stays due: looking again at once
+// would spin on it).
 func (s *Server) fireDue(ctx context.Context, horizon time.Duration) time.Duration {
 	const page = 100
 	now := time.Now()
@@ -84,7 +86,7 @@ func (s *Server) fireDue(ctx context.Context, horizon time.Duration) time.Durati
 		return s.cfg.PollEvery
 	}
 	wait := horizon
-	fired := 0
+	fired, failed := 0, false
 	for _, sc := range soon {
 		if sc.Next.After(now) {
 			// in order of their next tick: the rest are later still
@@ -92,12 +94,15 @@ func (s *Server) fireDue(ctx context.Context, horizon time.Duration) time.Durati
 			break
 		}
 		fired++
-		if err := s.fire(ctx, sc, time.Now()); err != nil && ctx.Err() == nil {
-			s.log.Warn("schedule", "schedule", sc.ID, "error", err.Error())
+		if err := s.fire(ctx, sc, time.Now()); err != nil {
+			failed = true
+			if ctx.Err() == nil {
+				s.log.Warn("schedule", "schedule", sc.ID, "error", err.Error())
+			}
 		}
 	}
 	switch {
-	case fired == page:
+	case fired == page && !failed:
 		return 0
 	case fired > 0:
 		return min(wait, s.cfg.PollEvery)
