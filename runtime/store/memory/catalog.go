@@ -221,6 +221,11 @@ func (c *catalog) active(thread string) []*store.RunRecord {
 
 // EnqueueRun implements store.Catalog.
 func (s *Store) EnqueueRun(_ context.Context, r *store.RunRecord, policy store.BusyPolicy) (bool, error) {
+	if r.Lease != nil {
+		// the leases' lock first, as Delete takes them
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -258,7 +263,7 @@ func (s *Store) EnqueueRun(_ context.Context, r *store.RunRecord, policy store.B
 	} else {
 		cp.Status, cp.Started = store.RunRunning, cp.Created
 		if l := cp.Lease; l != nil {
-			l.Taken = s.Acquire(context.Background(), cp.Thread, l.Owner, l.TTL) == nil
+			l.Taken = s.acquire(cp.Thread, l.Owner, l.TTL) == nil
 		}
 	}
 	stored := cp

@@ -117,6 +117,11 @@ func (s *Store) PutPending(_ context.Context, id string, parent uint64, node str
 func (s *Store) Acquire(_ context.Context, id, owner string, ttl time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.acquire(id, owner, ttl)
+}
+
+// acquire is Acquire, with s.mu held.
+func (s *Store) acquire(id, owner string, ttl time.Duration) error {
 	now := time.Now()
 	if l, ok := s.leases[id]; ok && l.owner != owner && now.Before(l.expires) {
 		return &store.LeasedError{Owner: l.owner, Until: l.expires}
