@@ -142,10 +142,7 @@ edges:
   - {from: a, to: END}
 `
 	_, dl := flow.LoadSource("flow.yaml", []byte(src), kindtest.Registry())
-	var got []string
-	for _, d := range dl {
-		got = append(got, d.String())
-	}
+	got := diagLines(dl)
 	want := []string{
 		`flow.yaml:26:33: error[W004]: field "profile" cannot hold what this expression gives: state.draft may lack "name", which the field requires; ` +
 			`state.draft may lack "age", which the field requires; state.draft.age is string, where the field takes integer; ` +
@@ -293,10 +290,7 @@ edges:
 	}
 	for _, c := range cases {
 		_, dl := flow.LoadSource("da.yaml", []byte(head+c.body), kindtest.Registry())
-		var got []string
-		for _, d := range dl {
-			got = append(got, d.String())
-		}
+		got := diagLines(dl)
 		text := strings.Join(got, "\n")
 		if c.want == "" && text != "" || c.want != "" && !strings.HasPrefix(text, c.want) || len(got) > 1 {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, text, c.want)
@@ -368,12 +362,18 @@ edges:
   - {from: a, to: END}
 `
 	_, dl := flow.LoadSource("flow.yaml", []byte(src), kindtest.Registry())
-	var got []string
-	for _, d := range dl {
-		got = append(got, d.String())
-	}
+	got := diagLines(dl)
 	want := `flow.yaml:13:42: error[W004]: field "n" takes a number (add), but this branch yields a boolean`
 	if strings.Join(got, "\n") != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
 	}
+}
+
+// diagLines is each diagnostic as the command line prints it.
+func diagLines(dl diag.List) []string {
+	var out []string
+	for _, d := range dl {
+		out = append(out, d.String())
+	}
+	return out
 }
