@@ -163,7 +163,9 @@ func TestScheduleAcrossProcesses(t *testing.T) {
 	}
 	first := sc.Next.Unix()
 	const before = 6
-	time.Sleep(time.Until(time.Unix(first+before, 0)))
+	// killed between two ticks: a tick is fired and moved on at its
+	// second, not half a second after
+	time.Sleep(time.Until(time.Unix(first+before, 0).Add(500 * time.Millisecond)))
 	for _, p := range procs {
 		_ = p.cmd.Process.Kill()
 		_ = p.cmd.Wait()
