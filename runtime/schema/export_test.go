@@ -20,3 +20,6 @@ func NoteName(url string, raw any) string {
 	b, _ := json.Marshal(raw)
 	return noteName(url + "\x00" + string(b))
 }
+
+// FastValid reports whether the fast check alone finds x valid.
+func FastValid(s *Shape, x any) bool { return s.exact && fastCheck(s, x) }

@@ -44,9 +44,25 @@ type Shape struct {
 	// Default is the schema's default, when HasDefault.
 	Default    any
 	HasDefault bool
-	// simple means every keyword of this schema (recursively) is one the
-	// fast check decides exactly.
+	// simple means every keyword of this schema (recursively) is a type
+	// constraint (type, properties, required, items, closed objects).
 	simple bool
+	// exact means the fast check decides every keyword of this schema
+	// (recursively): the type constraints, and enums and consts of
+	// scalars, patterns Go's regexp reads, string lengths, whole-number
+	// bounds, a lone $ref and the optional-value idiom. A value it finds
+	// valid is valid; any other goes to the library, which says why.
+	exact bool
+	// orNull: the shape is the optional-value idiom, anyOf [X, {type:
+	// null}], so null is valid whatever X's other keywords say
+	orNull bool
+	// re is Pattern compiled (nil: no pattern, or one Go cannot read)
+	re *regexp.Regexp
+	// extra is the shape of the properties Props does not name, when
+	// additionalProperties is a schema
+	extra *Shape
+	// unique is uniqueItems: true
+	unique bool
 }
 
 // Nullable reports whether the shape names null beside other types: a
@@ -64,6 +80,11 @@ func (s *Shape) NonNull() *Shape {
 	c.Types = slices.DeleteFunc(slices.Clone(s.Types), func(t string) bool { return t == "null" })
 	return &c
 }
+
+// Exact reports whether the validator's fast check decides the schema
+// the shape was derived from (see Shape.exact): a valid value is then
+// known valid without the library.
+func (s *Shape) Exact() bool { return s != nil && s.exact }
 
 // Is reports whether the shape allows exactly one type, t.
 func (s *Shape) Is(t string) bool { return s != nil && len(s.Types) == 1 && s.Types[0] == t }
@@ -137,7 +158,7 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 		// true / false / malformed: nothing known
 		return s
 	}
-	simple := true
+	simple, exact := true, true
 	for k, v := range m {
 		switch k {
 		case "type":
@@ -158,11 +179,16 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 				c := shapeOf(p, resolve, depth+1)
 				s.Props[name] = c
 				simple = simple && c.simple
+				exact = exact && c.exact
 			}
 		case "additionalProperties":
 			b, isBool := v.(bool)
 			s.Closed = isBool && !b
 			simple = simple && isBool
+			if !isBool {
+				s.extra = shapeOf(v, resolve, depth+1)
+				exact = exact && s.extra.exact
+			}
 		case "required":
 			for _, x := range asSlice(v) {
 				if str, ok := x.(string); ok {
@@ -172,31 +198,56 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 		case "items":
 			s.Items = shapeOf(v, resolve, depth+1)
 			simple = simple && s.Items.simple
+			exact = exact && s.Items.exact
+		case "uniqueItems":
+			simple = false
+			b, isBool := v.(bool)
+			s.unique = isBool && b
+			exact = exact && isBool
 		case "default":
 			s.Default, s.HasDefault = v, true
 		case "enum":
+			// beside a const, the shape keeps one of them
+			exact = exact && s.Enum == nil
 			s.Enum = slices.Clone(asSlice(v))
 			simple = false
+			_, isList := v.([]any)
+			exact = exact && isList && !slices.ContainsFunc(s.Enum, func(e any) bool { return !plainScalar(e) })
 		case "const":
+			exact = exact && s.Enum == nil
 			s.Enum = []any{v}
 			simple = false
+			exact = exact && plainScalar(v)
 		case "pattern":
 			simple = false
 			s.Pattern, _ = v.(string)
+			s.re = s.PatternRE()
+			exact = exact && s.re != nil
 		case "minLength", "maxLength":
 			simple = false
-			if f, ok := number(v); ok && f >= 0 && f == math.Trunc(f) && f < 1<<31 {
+			f, ok := number(v)
+			ok = ok && f >= 0 && f == math.Trunc(f) && f < 1<<31
+			if ok {
 				if n := int(f); k == "minLength" {
 					s.MinLength = n
 				} else {
 					s.MaxLength = &n
 				}
 			}
+			exact = exact && ok
 		case "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum":
 			simple = false
 			f, ok := number(v)
+			// a bound is compared exactly when it is a whole number a
+			// float64 holds exactly (the library compares as rationals:
+			// 0.1 as a bound is not the float 0.1)
+			exact = exact && ok && fitsInt(f)
 			if !ok {
 				break
+			}
+			if strings.HasSuffix(k, "inimum") && s.Minimum != nil || strings.HasSuffix(k, "aximum") && s.Maximum != nil {
+				// both forms of a bound: the shape keeps one
+				exact = false
 			}
 			switch k {
 			case "minimum":
@@ -225,19 +276,24 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 					return s
 				}
 			}
-			simple = false
+			simple, exact = false, false
 		case "anyOf", "oneOf":
 			simple = false
-			if r := orNull(v, resolve, depth); r != nil {
+			r := orNull(v, resolve, depth)
+			if r != nil {
 				s.Types, s.Props, s.Closed, s.Required, s.Items, s.Enum = r.Types, r.Props, r.Closed, r.Required, r.Items, r.Enum
 				s.Minimum, s.Maximum, s.ExclusiveMinimum, s.ExclusiveMaximum = r.Minimum, r.Maximum, r.ExclusiveMinimum, r.ExclusiveMaximum
-				s.Pattern, s.MinLength, s.MaxLength = r.Pattern, r.MinLength, r.MaxLength
+				s.Pattern, s.MinLength, s.MaxLength, s.re, s.extra, s.unique = r.Pattern, r.MinLength, r.MaxLength, r.re, r.extra, r.unique
+				s.orNull = true
 			}
+			// the idiom is decided exactly when nothing but annotations
+			// stands beside it (X's keywords replace the shape's own)
+			exact = exact && r != nil && r.exact && onlyBeside(m, k)
 		case "$defs", "definitions":
 			// definitions do not constrain the value itself
 		default:
 			if !annotations[k] {
-				simple = false
+				simple, exact = false, false
 			}
 		}
 	}
@@ -249,7 +305,34 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 		slices.Sort(s.Order)
 	}
 	s.simple = simple
+	s.exact = exact
 	return s
+}
+
+// onlyBeside reports whether every keyword of m but k is an annotation
+// or holds definitions.
+func onlyBeside(m map[string]any, k string) bool {
+	for o := range m {
+		if o != k && !annotations[o] && o != "$defs" && o != "definitions" {
+			return false
+		}
+	}
+	return true
+}
+
+// plainScalar reports whether an enum's value is one the fast check
+// compares exactly: null, a boolean, a string, or a whole number a
+// float64 holds exactly.
+func plainScalar(v any) bool {
+	switch x := v.(type) {
+	case nil, bool, string:
+		return true
+	case int:
+		return x > -(1<<53) && x < 1<<53
+	case float64:
+		return fitsInt(x)
+	}
+	return false
 }
 
 // orNull reads the optional-value idiom, anyOf [X, {type: null}], as X's

@@ -201,3 +201,175 @@ func TestFloatsWhereIntegersAreDue(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestExactFastCheckAgreesWithTheLibrary compares the fast path with the
+// JSON Schema library on random schemas made of the keywords it decides
+// (enums and consts, patterns, lengths, bounds, a lone $ref, the
+// optional-value idiom) beside ones it leaves to the library, on values
+// at and around their edges. A value the fast path passes must be valid;
+// the validator's verdict is the library's on every value.
+func TestExactFastCheckAgreesWithTheLibrary(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	types := []string{"integer", "number", "string", "boolean", "array", "object", "null"}
+	scalars := []any{nil, true, false, "a", "b", "ab", "é", 0, 1, -1, 2.0, 3, 1.5, 9007199254740993.0}
+	patterns := []any{"^a", "b$", "^[a-z]+$", "é", `\d`, "(?<x>a)"} // the last: Go cannot read it
+	bounds := []any{0, 1, 2, -1, 0.5, 1e300, true}                  // 0.5: compared as a rational; true: draft-04's form
+	pick := func(xs []any) any { return xs[r.IntN(len(xs))] }
+	var gen func(depth int) map[string]any
+	gen = func(depth int) map[string]any {
+		s := map[string]any{}
+		switch r.IntN(3) {
+		case 0:
+			s["type"] = types[r.IntN(len(types))]
+		case 1:
+			a := r.IntN(len(types))
+			s["type"] = []any{types[a], types[(a+1+r.IntN(len(types)-1))%len(types)]}
+		}
+		for range r.IntN(3) {
+			switch r.IntN(12) {
+			case 0:
+				e := []any{pick(scalars), pick(scalars)}
+				if r.IntN(6) == 0 {
+					e = append(e, []any{1})
+				}
+				s["enum"] = e
+			case 1:
+				s["const"] = pick(scalars)
+			case 2:
+				s["pattern"] = pick(patterns)
+			case 3:
+				s["minLength"] = r.IntN(3)
+			case 4:
+				s["maxLength"] = r.IntN(3)
+			case 5:
+				s["minimum"] = pick(bounds)
+			case 6:
+				s["maximum"] = pick(bounds)
+			case 7:
+				s["exclusiveMinimum"] = pick(bounds)
+			case 8:
+				s["exclusiveMaximum"] = pick(bounds)
+			case 9:
+				if r.IntN(2) == 0 {
+					s["minItems"] = 1 // left to the library
+				} else {
+					s["uniqueItems"] = r.IntN(3) > 0
+				}
+			case 10:
+				if depth < 2 {
+					s["items"] = gen(depth + 1)
+				}
+			case 11:
+				if depth < 2 {
+					s["properties"] = map[string]any{"a": gen(depth + 1), "b": gen(depth + 1)}
+					if r.IntN(2) == 0 {
+						s["required"] = []any{"a"}
+					}
+					switch r.IntN(3) {
+					case 0:
+						s["additionalProperties"] = false
+					case 1:
+						s["additionalProperties"] = gen(depth + 1)
+					}
+				}
+			}
+		}
+		if depth < 2 && r.IntN(5) == 0 {
+			// the optional-value idiom, sometimes with a keyword beside it
+			branches := []any{gen(depth + 1), map[string]any{"type": "null"}}
+			if r.IntN(2) == 0 {
+				branches[0], branches[1] = branches[1], branches[0]
+			}
+			of := "anyOf"
+			if r.IntN(2) == 0 {
+				of = "oneOf"
+			}
+			s = map[string]any{of: branches}
+			if r.IntN(4) == 0 {
+				s["minLength"] = 1
+			}
+		}
+		if depth < 2 && r.IntN(6) == 0 {
+			s = map[string]any{"$ref": "#/$defs/d"}
+		}
+		if r.IntN(4) == 0 {
+			s["description"] = "annotation"
+		}
+		return s
+	}
+	var genValue func(depth int) any
+	genValue = func(depth int) any {
+		switch r.IntN(9) {
+		case 0, 1, 2:
+			return pick(scalars)
+		case 3:
+			return pick([]any{"", "aa", "abc", "ba", "éé", "a1", 0.5, -0.5, 1e300, 2, -2, 1 << 53, float64(1 << 53),
+				[]any{"a", "b"}, []any{"a", "a"}, []any{"a", "b", "ab"}, []any{1, 1.0}})
+		case 4, 5:
+			if depth > 2 {
+				return 1
+			}
+			l := make([]any, r.IntN(3))
+			for i := range l {
+				l[i] = genValue(depth + 1)
+			}
+			return l
+		default:
+			if depth > 2 {
+				return "a"
+			}
+			m := map[string]any{}
+			for _, k := range []string{"a", "b", "c"} {
+				if r.IntN(2) == 0 {
+					m[k] = genValue(depth + 1)
+				}
+			}
+			return m
+		}
+	}
+	var decided, exact int
+	for i := range 4000 {
+		raw := gen(0)
+		raw["$defs"] = map[string]any{"d": gen(1)}
+		c := schema.NewCompiler(nil)
+		compiled, err := c.Compile(fmt.Sprintf("file:///x%d.json", i), raw)
+		if err != nil {
+			continue // a pattern Go cannot read, a bound of the wrong type
+		}
+		defs := raw["$defs"].(map[string]any)
+		shape := schema.ShapeOf(raw, func(ref string) any {
+			if ref == "#/$defs/d" {
+				return defs["d"]
+			}
+			return nil
+		})
+		if shape.Exact() {
+			exact++
+		}
+		fast := schema.NewValidator(compiled, shape)
+		slow := schema.NewValidator(compiled, nil)
+		for range 12 {
+			v := genValue(0)
+			lib := compiled.Validate(v)
+			if schema.FastValid(shape, v) {
+				decided++
+				if lib != nil {
+					sb, _ := json.Marshal(raw)
+					vb, _ := json.Marshal(v)
+					t.Fatalf("schema %s value %s (%T): the fast path passed it, the library says %v", sb, vb, v, lib)
+				}
+			}
+			// the validator's verdict is the library's, but for the
+			// integers too wide for the state, which it refuses beside
+			got, want := fast.Validate(v), slow.Validate(v)
+			if (got == nil) != (want == nil) && !(want == nil && (strings.Contains(got.Error(), "64-bit integer") || strings.Contains(got.Error(), "2^53"))) {
+				sb, _ := json.Marshal(raw)
+				vb, _ := json.Marshal(v)
+				t.Fatalf("schema %s value %s (%T): validator %v, library %v", sb, vb, v, got, want)
+			}
+		}
+	}
+	if exact < 400 || decided < 2000 {
+		t.Fatalf("the fast path decided too little to be tested: %d exact schemas, %d values passed", exact, decided)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/trellisflow/trellis/runtime/config"
@@ -77,10 +78,8 @@ func (v *Validator) Validate(x any) error {
 			return nil
 		}
 	}
-	if v.Shape != nil && v.Shape.simple {
-		if ok, sure := fastCheck(v.Shape, x); ok && sure {
-			return nil
-		}
+	if v.Shape != nil && v.Shape.exact && fastCheck(v.Shape, x) {
+		return nil
 	}
 	if v.compiled == nil {
 		return nil
@@ -186,15 +185,25 @@ func describe(err error) error {
 	return out
 }
 
-// fastCheck decides validity for simple shapes. sure is false when x holds
-// a Go type the check does not know, and the compiled schema must decide.
-func fastCheck(s *Shape, x any) (ok, sure bool) {
+// fastCheck reports whether x is surely valid against an exact shape.
+// False is no verdict: x may hold a Go type the check does not know, or
+// a number it cannot compare exactly, and the library decides.
+func fastCheck(s *Shape, x any) bool {
+	switch x.(type) {
+	case nil:
+		if s.orNull {
+			return true
+		}
+	case bool, string, int, float64, []any, map[string]any:
+	default:
+		return false
+	}
 	if len(s.Types) > 0 {
 		matched := false
 		for _, t := range s.Types {
 			m, known := typeMatches(t, x)
 			if !known {
-				return false, false
+				return false
 			}
 			if m {
 				matched = true
@@ -202,40 +211,123 @@ func fastCheck(s *Shape, x any) (ok, sure bool) {
 			}
 		}
 		if !matched {
-			return false, true
+			return false
 		}
 	}
+	if s.Enum != nil && !slices.ContainsFunc(s.Enum, func(e any) bool { return sameScalar(e, x) }) {
+		return false
+	}
 	switch v := x.(type) {
+	case string:
+		if s.MinLength > 0 || s.MaxLength != nil {
+			n := utf8.RuneCountInString(v)
+			if n < s.MinLength || s.MaxLength != nil && n > *s.MaxLength {
+				return false
+			}
+		}
+		if s.re != nil && !s.re.MatchString(v) {
+			return false
+		}
+	case int, float64:
+		if s.Minimum != nil || s.Maximum != nil {
+			f, ok := exactFloat(v)
+			if !ok {
+				return false
+			}
+			if m := s.Minimum; m != nil && (f < *m || s.ExclusiveMinimum && f == *m) {
+				return false
+			}
+			if m := s.Maximum; m != nil && (f > *m || s.ExclusiveMaximum && f == *m) {
+				return false
+			}
+		}
 	case []any:
 		if s.Items != nil {
 			for _, e := range v {
-				if ok, sure := fastCheck(s.Items, e); !ok || !sure {
-					return ok, sure
+				if !fastCheck(s.Items, e) {
+					return false
 				}
 			}
+		}
+		if s.unique && !uniqueStrings(v) {
+			return false
 		}
 	case map[string]any:
 		for _, r := range s.Required {
 			if _, ok := v[r]; !ok {
-				return false, true
+				return false
 			}
 		}
-		if s.Props != nil || s.Closed {
+		if s.Props != nil || s.Closed || s.extra != nil {
 			for k, e := range v {
 				p, ok := s.Props[k]
-				if !ok {
-					if s.Closed {
-						return false, true
-					}
+				switch {
+				case ok:
+				case s.Closed:
+					return false
+				case s.extra != nil:
+					p = s.extra
+				default:
 					continue
 				}
-				if ok, sure := fastCheck(p, e); !ok || !sure {
-					return ok, sure
+				if !fastCheck(p, e) {
+					return false
 				}
 			}
 		}
 	}
-	return true, true
+	return true
+}
+
+// uniqueStrings reports whether l holds strings only, no two the same
+// (a list of other values is left to the library).
+func uniqueStrings(l []any) bool {
+	seen := make(map[string]struct{}, len(l))
+	for _, e := range l {
+		s, ok := e.(string)
+		if !ok {
+			return false
+		}
+		if _, dup := seen[s]; dup {
+			return false
+		}
+		seen[s] = struct{}{}
+	}
+	return true
+}
+
+// exactFloat is a number as the float64 that is exactly it, when there
+// is one: any float64, an int below 2^53 in magnitude.
+func exactFloat(x any) (float64, bool) {
+	switch n := x.(type) {
+	case int:
+		return float64(n), n > -(1<<53) && n < 1<<53
+	case float64:
+		return n, !math.IsNaN(n) && !math.IsInf(n, 0)
+	}
+	return 0, false
+}
+
+// sameScalar reports whether x is surely the enum's value e (a
+// plainScalar): JSON equality, a number equal to another whatever its
+// Go type.
+func sameScalar(e, x any) bool {
+	switch ev := e.(type) {
+	case nil:
+		return x == nil
+	case bool:
+		xv, ok := x.(bool)
+		return ok && xv == ev
+	case string:
+		xv, ok := x.(string)
+		return ok && xv == ev
+	}
+	ef, ok := exactFloat(e)
+	if !ok {
+		return false
+	}
+	xf, ok := exactFloat(x)
+	return ok && xf == ef
 }
 
 func typeMatches(t string, x any) (match, known bool) {

@@ -60,6 +60,9 @@ type eventLog struct {
 	closed  bool    // streams get the last events and return
 	changed chan struct{}
 	wake    chan struct{}
+	// ending is closed when the log takes no more events: the writer
+	// waits no longer for the rest of a burst
+	ending  chan struct{}
 	done    chan struct{} // closed when the writer has returned
 	dropped int
 }
@@ -73,16 +76,15 @@ type logged struct {
 // Events are recorded in batches: at most saveBatch in one write, and a
 // write waits up to saveWait after its first event for the others of the
 // burst it came in (a step's node and state events, a reply's tokens).
-const (
-	saveBatch = 256
-	saveWait  = 5 * time.Millisecond
-)
+const saveBatch = 256
+
+var saveWait = 5 * time.Millisecond
 
 // newEventLog starts the log of a run holder runs, whose last recorded
 // event is last (nil: it has none).
 func newEventLog(ctx context.Context, cat store.Catalog, log *slog.Logger, notes *notifier, run, holder, thread string, last *store.EventRecord, lost func()) *eventLog {
 	l := &eventLog{cat: cat, log: log, notes: notes, ctx: ctx, run: run, holder: holder, thread: thread, lost: lost,
-		changed: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
+		changed: make(chan struct{}), wake: make(chan struct{}, 1), ending: make(chan struct{}), done: make(chan struct{})}
 	if last != nil {
 		l.first, l.stored = last.Seq, eventType(last.Data)
 	}
@@ -148,6 +150,7 @@ func (l *eventLog) save() {
 			wait.Reset(saveWait)
 			select {
 			case <-wait.C:
+			case <-l.ending:
 			case <-l.ctx.Done():
 			}
 		}
@@ -302,7 +305,10 @@ func (l *eventLog) fail(msg string, err error) {
 // the last is recorded, or given up on.
 func (l *eventLog) drain() {
 	l.mu.Lock()
-	l.ended = true
+	if !l.ended {
+		l.ended = true
+		close(l.ending)
+	}
 	l.signal()
 	if l.dropped > 0 {
 		l.log.Warn("a run's events after its end were dropped", "run", l.run, "events", l.dropped)

@@ -39,6 +39,39 @@ func TestEventLogTakesNoEventAfterItsEnd(t *testing.T) {
 	}
 }
 
+// A run's end does not wait for the rest of a burst of events: once the
+// log takes no more, its writer records what it holds at once. (The run's
+// record, and so its clients, waited for the window before.)
+func TestEventLogEndsWithoutWaitingForTheBurst(t *testing.T) {
+	defer func(w time.Duration) { saveWait = w }(saveWait)
+	saveWait = time.Hour
+	st := memory.New()
+	notes := &notifier{log: discard(), every: time.Hour}
+	l := newEventLog(ctx, st, discard(), notes, "r", "", "t", nil, func() {})
+	l.add(runEvent("node_start"))
+	// the writer is waiting for the rest of the burst
+	for i := 0; len(l.wake) > 0; i++ {
+		if i > 1000 {
+			t.Fatal("the writer never woke")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	drained := make(chan struct{})
+	go func() {
+		l.drain()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the log's end waits for the burst window")
+	}
+	if evs, _, _ := l.since(0); len(evs) != 1 {
+		t.Fatalf("the log recorded %d events, want 1", len(evs))
+	}
+	l.close(l.lastEvents(store.RunSucceeded, "", nil))
+}
+
 // What the clients of a run hear when their server stops in the middle
 // of it, and after the run resumes on the next server: the waiting
 // clients are answered as soon as the run has stopped (not when the stop

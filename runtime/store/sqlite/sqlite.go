@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,12 @@ type Store struct {
 	waiting sqlstore.Waiting[*job]
 	// writes counts the write transactions committed
 	writes atomic.Int64
+	// the log's checkpoints (checkpoint.go): the write transactions
+	// since the last whole one (guarded by the writer), the state of the
+	// one beside the writes, and that one running
+	sinceCheckpoint int
+	bulk            atomic.Int32
+	checkpoints     sync.WaitGroup
 	// Hooks is the store's store.Webhooks and store.Schedules, and
 	// Versions its store.Versions: the shared SQL ones.
 	sqlstore.Hooks
@@ -163,7 +170,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	// a new file is made in incremental vacuum mode (the pragma comes
 	// before any table), so that ReturnSpace can give room back; it
 	// changes nothing in a file made before
-	for _, p := range []string{"auto_vacuum(INCREMENTAL)", "journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)", "foreign_keys(ON)"} {
+	for _, p := range []string{"auto_vacuum(INCREMENTAL)", "journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)", "foreign_keys(ON)", "wal_autocheckpoint(0)"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
@@ -292,7 +299,7 @@ func (s *Store) write(ctx context.Context, fn func() error) error {
 	if err := fn(); err != nil {
 		return err
 	}
-	s.writes.Add(1)
+	s.committed()
 	return nil
 }
 
@@ -607,6 +614,7 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 
 // Close implements store.Store.
 func (s *Store) Close() error {
+	s.checkpoints.Wait()
 	s.prepared.close()
 	return s.db.Close()
 }
