@@ -239,7 +239,8 @@ peerbench:
 # `trellis serve` process with LOADTHREADS concurrent interview threads
 # (each greeted, then LOADTURNS turns) against the test model server
 # answering in 200 ms, on SQLite and on a throwaway PostgreSQL cluster
-# (PostgreSQL's default durability; a new database each run), and reports
+# (PostgreSQL's default durability, statements prepared once per
+# connection as a direct connection allows; a new database each run), and reports
 # throughput, turn latency, the server's overhead above the model's time,
 # its CPU time per turn and its memory per idle thread; then LOADPEOPLE
 # people who think LOADTHINK before each answer. BEFORE=REV also builds
@@ -258,7 +259,7 @@ loadtest: build
 	$$as $(PGBIN)/initdb -D $$dir/data -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null; \
 	$$as $(PGBIN)/pg_ctl -D $$dir/data -l $$dir/server.log -w -t 30 \
 	  -o "-c listen_addresses=127.0.0.1 -p $(PGPORT) -k $$dir -c max_connections=300" start >/dev/null; \
-	pg=postgres://postgres@127.0.0.1:$(PGPORT)/postgres; \
+	pg="postgres://postgres@127.0.0.1:$(PGPORT)/postgres?default_query_exec_mode=cache_statement"; \
 	before="$(if $(BEFORE),--before $(BEFORE))"; \
 	for n in $(LOADTHREADS); do \
 	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS) $$before; \

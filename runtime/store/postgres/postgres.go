@@ -1,9 +1,15 @@
 // Package postgres is the production checkpoint store, on PostgreSQL
 // through pgx. Its address is a postgres:// (or postgresql://) URL as pgx
-// reads it; several processes may share one database. It uses no named prepared statements, so it works behind
-// PgBouncer in transaction mode: each connection caches the parameter and
-// result types of the statements it has run, and runs them with binary
-// parameters and results, which spares long segments a hex round trip.
+// reads it; several processes may share one database. By default it uses
+// no named prepared statements, so it works behind PgBouncer in
+// transaction mode: each connection caches the parameter and result
+// types of the statements it has run, and runs them with binary
+// parameters and results, which spares long segments a hex round trip;
+// the server parses and plans each statement again. On a direct
+// connection, default_query_exec_mode=cache_statement in the URL has each
+// connection prepare its statements once (about half of the server's CPU
+// per served turn); behind PgBouncer before 1.21, or without its
+// max_prepared_statements, that fails.
 //
 // A commit is one call of a PL/pgSQL function, whose statements the server
 // plans once per session: the thread's head moves only if it is still the
@@ -62,8 +68,11 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, err
 	}
 	// statement descriptions, not statements, are cached: binary results
-	// with nothing prepared on the server
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	// with nothing prepared on the server, unless the URL asks for another
+	// mode (see the package's comment)
+	if !strings.Contains(url, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
 	// a run holds a connection only while it writes a step, but many
 	// runs write at once: pgx's default (the number of CPUs) queues them
 	if !strings.Contains(url, "pool_max_conns") {

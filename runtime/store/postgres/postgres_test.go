@@ -37,6 +37,14 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t) })
 }
 
+// With prepared statements asked for (default_query_exec_mode in the
+// URL, on a direct connection), the store keeps its promises the same.
+func TestConformancePreparingStatements(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return openURL(t, postgres.WithParam(pgtest.Database(t), "default_query_exec_mode", "cache_statement"))
+	})
+}
+
 func TestMigrationsFromEmptyAndIdempotent(t *testing.T) {
 	t.Run("direct", func(t *testing.T) { migrateTogether(t, pgtest.Database(t)) })
 	t.Run("pgbouncer", func(t *testing.T) { migrateTogether(t, pgtest.PooledDatabase(t)) })

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -45,7 +46,7 @@ func cmdLoadtest(ctx context.Context, env *Env, args []string) int {
 	before := fs.String("before", "", "also build this git revision's trellis and load it the same way first, and report the ratios")
 	storeAddr := fs.String("store", "", "the server's store (default: a new SQLite file); a postgres:// store gets a new database on that server for each run, dropped after")
 	flows := fs.String("flows", "flows", "the flow directory (with interview.yaml)")
-	values := fs.String("with", "flows/examples/candidate.yaml", "the interview threads' initial values")
+	values := fs.String("with", "flows/examples/candidate.yaml", "the interview threads' initial values (each thread is another candidate: the user_id and interview_id they hold become the thread's id)")
 	profile := fs.String("profile", "", "write the server's CPU profile during the turns to this file, and its heap with the threads idle to FILE.heap (with --prune-beside: the middle half of each round's window to FILE.vV.rR, V 0 without the prune and 1 with it)")
 	pruneBeside := fs.Int("prune-beside", 0, "seed this many idle threads (nine-turn interviews, 40 days old), and measure the load with the server's retention pruning them beside it against the same load without it: each candidate takes turns without pause, a new interview after --turns")
 	window := fs.Duration("window", time.Minute, "with --prune-beside, how long each round is measured")
@@ -306,7 +307,7 @@ func loadtest(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 		go func() {
 			defer wg.Done()
 			id := "load-" + strconv.Itoa(i)
-			if _, err := c.CreateThread(ctx, api.CreateThread{ID: id, Flow: "interview", Values: initial.(map[string]any)}); err != nil {
+			if _, err := c.CreateThread(ctx, api.CreateThread{ID: id, Flow: "interview", Values: person(initial.(map[string]any), id)}); err != nil {
 				errs.Add(1)
 				firstErr.CompareAndSwap(nil, err.Error())
 				return
@@ -537,4 +538,18 @@ func liveHeap(ctx context.Context, debugAddr string) int64 {
 		}
 	}
 	return 0
+}
+
+// person is the initial values of a thread of its own candidate: each
+// simulated person is another one (the user_id and interview_id the
+// values hold are the thread's id), so that the threads neither share
+// the memory of the questions asked nor write the same memory items.
+func person(values map[string]any, id string) map[string]any {
+	out := maps.Clone(values)
+	for _, k := range []string{"user_id", "interview_id"} {
+		if _, ok := out[k]; ok {
+			out[k] = id
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -21,5 +22,19 @@ func TestBuildRevisionTakesOnlyCommits(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("an option given as the revision wrote a file")
+	}
+}
+
+// Each simulated person is another candidate: the ids the values hold
+// become the thread's, and the values given are left as they were.
+func TestEachThreadIsAnotherPerson(t *testing.T) {
+	values := map[string]any{"user_id": "ada", "interview_id": "demo-001", "resume_id": "r1"}
+	got := person(values, "load-7")
+	want := map[string]any{"user_id": "load-7", "interview_id": "load-7", "resume_id": "r1"}
+	if !reflect.DeepEqual(got, want) || values["user_id"] != "ada" {
+		t.Fatalf("person: %v (values now %v)", got, values)
+	}
+	if got := person(map[string]any{"name": "x"}, "load-1"); !reflect.DeepEqual(got, map[string]any{"name": "x"}) {
+		t.Fatalf("values without the ids: %v", got)
 	}
 }
