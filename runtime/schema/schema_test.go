@@ -46,40 +46,20 @@ func TestFastCheckAgreesWithValidator(t *testing.T) {
 		}
 		return s
 	}
-	var genValue func(depth int) any
-	genValue = func(depth int) any {
-		switch r.IntN(9) {
-		case 0:
-			return nil
-		case 1:
-			return r.IntN(2) == 0
-		case 2:
-			return r.IntN(100) - 50
-		case 3:
-			return float64(r.IntN(10)) / 2
-		case 4:
+	genValue := func(int) any {
+		return randomValue(r, 0, func() any {
+			switch r.IntN(5) {
+			case 0:
+				return nil
+			case 1:
+				return r.IntN(2) == 0
+			case 2:
+				return r.IntN(100) - 50
+			case 3:
+				return float64(r.IntN(10)) / 2
+			}
 			return "s"
-		case 5, 6:
-			if depth > 2 {
-				return 1
-			}
-			l := make([]any, r.IntN(3))
-			for i := range l {
-				l[i] = genValue(depth + 1)
-			}
-			return l
-		default:
-			if depth > 2 {
-				return "x"
-			}
-			m := map[string]any{}
-			for _, k := range []string{"a", "b", "c"} {
-				if r.IntN(2) == 0 {
-					m[k] = genValue(depth + 1)
-				}
-			}
-			return m
-		}
+		})
 	}
 	for i := range 3000 {
 		raw := genSchema(0)
@@ -297,35 +277,14 @@ func TestExactFastCheckAgreesWithTheLibrary(t *testing.T) {
 		}
 		return s
 	}
-	var genValue func(depth int) any
-	genValue = func(depth int) any {
-		switch r.IntN(9) {
-		case 0, 1, 2:
-			return pick(scalars)
-		case 3:
+	genValue := func(int) any {
+		return randomValue(r, 0, func() any {
+			if r.IntN(4) > 0 {
+				return pick(scalars)
+			}
 			return pick([]any{"", "aa", "abc", "ba", "éé", "a1", 0.5, -0.5, 1e300, 2, -2, 1 << 53, float64(1 << 53),
 				[]any{"a", "b"}, []any{"a", "a"}, []any{"a", "b", "ab"}, []any{1, 1.0}})
-		case 4, 5:
-			if depth > 2 {
-				return 1
-			}
-			l := make([]any, r.IntN(3))
-			for i := range l {
-				l[i] = genValue(depth + 1)
-			}
-			return l
-		default:
-			if depth > 2 {
-				return "a"
-			}
-			m := map[string]any{}
-			for _, k := range []string{"a", "b", "c"} {
-				if r.IntN(2) == 0 {
-					m[k] = genValue(depth + 1)
-				}
-			}
-			return m
-		}
+		})
 	}
 	var decided, exact int
 	for i := range 4000 {
@@ -371,5 +330,28 @@ func TestExactFastCheckAgreesWithTheLibrary(t *testing.T) {
 	}
 	if exact < 400 || decided < 2000 {
 		t.Fatalf("the fast path decided too little to be tested: %d exact schemas, %d values passed", exact, decided)
+	}
+}
+
+// randomValue is a random JSON value: a leaf, or (to a depth of three) a
+// list or an object of random values under the keys a, b and c.
+func randomValue(r *rand.Rand, depth int, leaf func() any) any {
+	switch n := r.IntN(9); {
+	case n < 4 || depth > 2:
+		return leaf()
+	case n < 6:
+		l := make([]any, r.IntN(3))
+		for i := range l {
+			l[i] = randomValue(r, depth+1, leaf)
+		}
+		return l
+	default:
+		m := map[string]any{}
+		for _, k := range []string{"a", "b", "c"} {
+			if r.IntN(2) == 0 {
+				m[k] = randomValue(r, depth+1, leaf)
+			}
+		}
+		return m
 	}
 }
