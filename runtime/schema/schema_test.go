@@ -17,17 +17,9 @@ import (
 // schemas with the JSON Schema library on random schemas and values.
 func TestFastCheckAgreesWithValidator(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	types := []string{"integer", "number", "string", "boolean", "array", "object", "null"}
 	var genSchema func(depth int) map[string]any
 	genSchema = func(depth int) map[string]any {
-		s := map[string]any{}
-		switch r.IntN(3) {
-		case 0:
-			s["type"] = types[r.IntN(len(types))]
-		case 1:
-			a := r.IntN(len(types))
-			s["type"] = []any{types[a], types[(a+1+r.IntN(len(types)-1))%len(types)]}
-		}
+		s := randomTyped(r)
 		if depth < 2 && r.IntN(2) == 0 {
 			s["items"] = genSchema(depth + 1)
 		}
@@ -190,21 +182,13 @@ func TestFloatsWhereIntegersAreDue(t *testing.T) {
 // the validator's verdict is the library's on every value.
 func TestExactFastCheckAgreesWithTheLibrary(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	types := []string{"integer", "number", "string", "boolean", "array", "object", "null"}
 	scalars := []any{nil, true, false, "a", "b", "ab", "é", 0, 1, -1, 2.0, 3, 1.5, 9007199254740993.0}
 	patterns := []any{"^a", "b$", "^[a-z]+$", "é", `\d`, "(?<x>a)"} // the last: Go cannot read it
 	bounds := []any{0, 1, 2, -1, 0.5, 1e300, true}                  // 0.5: compared as a rational; true: draft-04's form
 	pick := func(xs []any) any { return xs[r.IntN(len(xs))] }
 	var gen func(depth int) map[string]any
 	gen = func(depth int) map[string]any {
-		s := map[string]any{}
-		switch r.IntN(3) {
-		case 0:
-			s["type"] = types[r.IntN(len(types))]
-		case 1:
-			a := r.IntN(len(types))
-			s["type"] = []any{types[a], types[(a+1+r.IntN(len(types)-1))%len(types)]}
-		}
+		s := randomTyped(r)
 		for range r.IntN(3) {
 			switch r.IntN(12) {
 			case 0:
@@ -354,4 +338,18 @@ func randomValue(r *rand.Rand, depth int, leaf func() any) any {
 		}
 		return m
 	}
+}
+
+// randomTyped is a schema with a random type, two random types or none.
+func randomTyped(r *rand.Rand) map[string]any {
+	types := []string{"integer", "number", "string", "boolean", "array", "object", "null"}
+	s := map[string]any{}
+	switch r.IntN(3) {
+	case 0:
+		s["type"] = types[r.IntN(len(types))]
+	case 1:
+		a := r.IntN(len(types))
+		s["type"] = []any{types[a], types[(a+1+r.IntN(len(types)-1))%len(types)]}
+	}
+	return s
 }
