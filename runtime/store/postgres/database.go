@@ -45,16 +45,3 @@ func onServer(ctx context.Context, addr, sql string) error {
 	_, err = conn.Exec(ctx, sql)
 	return err
 }
-
-// WithParam is addr, a postgres:// URL, with the connection parameter
-// key set to value (pool_max_conns, default_query_exec_mode, ...).
-func WithParam(addr, key, value string) string {
-	u, err := url.Parse(addr)
-	if err != nil {
-		return addr
-	}
-	q := u.Query()
-	q.Set(key, value)
-	u.RawQuery = q.Encode()
-	return u.String()
-}

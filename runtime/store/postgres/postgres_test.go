@@ -41,7 +41,7 @@ func TestConformance(t *testing.T) {
 // URL, on a direct connection), the store keeps its promises the same.
 func TestConformancePreparingStatements(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		return openURL(t, postgres.WithParam(pgtest.Database(t), "default_query_exec_mode", "cache_statement"))
+		return openURL(t, pgtest.WithParam(pgtest.Database(t), "default_query_exec_mode", "cache_statement"))
 	})
 }
 

@@ -16,9 +16,9 @@ func TestStatementsPreparedOnlyWhenAsked(t *testing.T) {
 	ctx := context.Background()
 	for _, prepared := range []bool{false, true} {
 		// one connection: the statements' session is the one counted
-		url := WithParam(pgtest.Database(t), "pool_max_conns", "1")
+		url := pgtest.WithParam(pgtest.Database(t), "pool_max_conns", "1")
 		if prepared {
-			url = WithParam(url, "default_query_exec_mode", "cache_statement")
+			url = pgtest.WithParam(url, "default_query_exec_mode", "cache_statement")
 		}
 		s, err := Open(ctx, url)
 		if err != nil {

@@ -382,3 +382,16 @@ func (p *pooler) stop() {
 	}
 	os.RemoveAll(p.dir)
 }
+
+// WithParam is addr, a postgres:// URL, with the connection parameter
+// key set to value (pool_max_conns, default_query_exec_mode, ...).
+func WithParam(addr, key, value string) string {
+	u, err := url.Parse(addr)
+	if err != nil {
+		return addr
+	}
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
