@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +28,7 @@ import (
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store/postgres"
 )
 
 // cmdLoadtest drives a `trellis serve` process with concurrent interview
@@ -428,30 +428,12 @@ const clockTicks = 100
 // freshDatabase creates a new database on the PostgreSQL server addr
 // names, and returns its address and how to drop it.
 func freshDatabase(ctx context.Context, addr string) (string, func(), error) {
-	cfg, err := pgx.ParseConfig(addr)
-	if err != nil {
-		return "", nil, err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return "", nil, err
-	}
 	name := fmt.Sprintf("trellis_load_%d_%d", os.Getpid(), time.Now().UnixNano())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		conn.Close(ctx)
-		return "", nil, err
-	}
-	u, err := url.Parse(addr)
+	made, err := postgres.CreateDatabase(ctx, addr, name)
 	if err != nil {
-		conn.Close(ctx)
 		return "", nil, err
 	}
-	u.Path = "/" + name
-	drop := func() {
-		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-		conn.Close(context.Background())
-	}
-	return u.String(), drop, nil
+	return made, func() { _ = postgres.DropDatabase(context.Background(), addr, name) }, nil
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
