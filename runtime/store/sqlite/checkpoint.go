@@ -37,11 +37,11 @@ const (
 	bulkDone
 )
 
-// committed counts a committed write transaction, and checkpoints the
-// log when it is due (see above). The caller holds the writer, and has
-// given the transaction's writers their results.
+// committed counts a committed write transaction towards the next
+// checkpoint, and checkpoints the log when it is due (see above). The
+// caller holds the writer, and has given the transaction's writers their
+// results.
 func (s *Store) committed() {
-	s.writes.Add(1)
 	s.sinceCheckpoint++
 	switch {
 	case s.bulk.Load() == bulkDone || s.sinceCheckpoint >= checkpointFar:

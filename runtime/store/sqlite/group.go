@@ -105,6 +105,9 @@ func (s *Store) commitGroup(jobs []*job) {
 	for _, d := range took {
 		commit -= d
 	}
+	if err == nil {
+		s.writes.Add(1)
+	}
 	for i, j := range jobs {
 		if err != nil && j.err == nil {
 			j.err = err

@@ -299,6 +299,7 @@ func (s *Store) write(ctx context.Context, fn func() error) error {
 	if err := fn(); err != nil {
 		return err
 	}
+	s.writes.Add(1)
 	s.committed()
 	return nil
 }
