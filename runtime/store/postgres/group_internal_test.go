@@ -16,11 +16,7 @@ import (
 // the one at fault fails.
 func TestWaitingCommitsCommitTogether(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, pgtest.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, pgtest.Database(t))
 	const threads = 8
 	for i := range threads {
 		if err := s.Commit(ctx, &store.Checkpoint{Thread: fmt.Sprint("t", i), Seq: 1, Source: store.SourceCreate, Time: time.Unix(1, 0)}); err != nil {
@@ -90,11 +86,7 @@ func TestWaitingCommitsCommitTogether(t *testing.T) {
 // and announced with its notification.
 func TestWaitingAppendsJoinTheCommits(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, pgtest.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, pgtest.Database(t))
 	const n = 4
 	for i := range n {
 		th := fmt.Sprint("acme/t", i)
@@ -162,4 +154,15 @@ func nextXID(t *testing.T, s *Store) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// openStore opens the store at url, closed when the test ends.
+func openStore(t *testing.T, url string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -20,11 +20,7 @@ func TestStatementsPreparedOnlyWhenAsked(t *testing.T) {
 		if prepared {
 			url = pgtest.WithParam(url, "default_query_exec_mode", "cache_statement")
 		}
-		s, err := Open(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := openStore(t, url)
 		for i := range 3 {
 			cp := &store.Checkpoint{Thread: "t", Seq: uint64(i + 1), Parent: uint64(i), Run: "r", Source: store.SourceStep, Time: time.Now(),
 				Writes: []store.Write{{Field: "n", Version: uint64(i + 1), Value: i}}}

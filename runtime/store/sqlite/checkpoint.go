@@ -18,8 +18,8 @@ import "context"
 // without end, its reads slowing with it.) Should the bulk take longer
 // than checkpointFar transactions, the writer waits for it and copies
 // the rest, so that the log never holds more than checkpointFar
-// transactions of this process. When this process's last connection closes, SQLite
-// checkpoints the whole log and removes it.
+// transactions of this process. When this process's last connection
+// closes, SQLite checkpoints the whole log and removes it.
 
 const (
 	// checkpointEvery is how many write transactions go by between two
