@@ -13,7 +13,8 @@ import (
 
 // recorder is a real backend that records the order executions reach it
 // (by the name in their image, which the local backend does not use) and
-// how many run at once; their processes run once hold is closed.
+// how many run at once; each process runs once it takes a token from
+// hold, or hold is closed.
 type recorder struct {
 	sandbox.Backend
 	hold          chan struct{}
@@ -104,6 +105,19 @@ func TestPoolIsBoundedAndFair(t *testing.T) {
 	// d has left the queue before a place comes free
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		if _, queued := pool.Stats(); queued == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// one execution ends, and the place it frees goes to c, which reaches
+	// the backend before the next place frees (two freed at once would
+	// race their executions to the backend, whatever the pool's order)
+	rec.hold <- struct{}{}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		rec.mu.Lock()
+		n := len(rec.order)
+		rec.mu.Unlock()
+		if n == 3 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(time.Millisecond)
