@@ -50,6 +50,9 @@ const (
 
 // Status is the HTTP status a code is sent with.
 func (c Code) Status() int {
+	if status, ok := requestStatus[c]; ok {
+		return status
+	}
 	switch c {
 	case CodeBadRequest:
 		return http.StatusBadRequest
@@ -96,8 +99,12 @@ type ErrorBody struct {
 // Flow is a loaded flow.
 type Flow struct {
 	Name string `json:"name"`
-	// Version changes whenever the flow file or a file it reads changes.
+	// Version changes whenever the flow file or a file it reads changes:
+	// the version this server loaded from its flow directory. Promoted is
+	// the one new threads start on, on every server sharing the store
+	// (empty: the store keeps no versions).
 	Version      string        `json:"version"`
+	Promoted     string        `json:"promoted,omitempty"`
 	Description  string        `json:"description,omitempty"`
 	Path         string        `json:"path"`
 	Inputs       []string      `json:"inputs"`

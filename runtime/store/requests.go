@@ -30,9 +30,10 @@ type Requests interface {
 	// it or answered it first, ErrNotFound when the key has no record.
 	TakeRequest(ctx context.Context, tenant, key, from, owner string, until time.Time) error
 	// AnswerRequest records the answer of a key's request, if it has
-	// none: the first answer stays. ErrNotFound when the key has no
-	// record.
-	AnswerRequest(ctx context.Context, tenant, key string, status int, body []byte) error
+	// none (the first answer stays), with the thread it is about when
+	// thread is not "" (a thread the request made). ErrNotFound when the
+	// key has no record.
+	AnswerRequest(ctx context.Context, tenant, key, thread string, status int, body []byte) error
 	// ReleaseRequest deletes the record of a key's request that created
 	// nothing, if owner still owns it and it has no answer, so that the
 	// request sent again is handled anew.

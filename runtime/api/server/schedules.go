@@ -206,7 +206,7 @@ func (s *Server) createTickThread(ctx context.Context, sc *store.Schedule, key s
 	if _, err := s.cat.Thread(ctx, sc.Tenant, key); err == nil {
 		return nil
 	}
-	l, err := s.flows.get(sc.Flow)
+	l, err := s.newThreadFlow(ctx, sc.Flow)
 	if err != nil {
 		return err
 	}
@@ -233,7 +233,7 @@ func (s *Server) createTickThread(ctx context.Context, sc *store.Schedule, key s
 
 func (s *Server) scheduleRoutes() []route {
 	return []route{
-		{method: "POST", path: "/v1/schedules", access: tenant, handle: s.createSchedule},
+		{method: "POST", path: "/v1/schedules", access: tenant, idempotence: keyedAnswer, handle: s.createSchedule},
 		{method: "GET", path: "/v1/schedules", access: tenant, handle: s.listSchedules},
 		{method: "GET", path: "/v1/schedules/{schedule}", access: tenant, handle: s.getSchedule},
 		{method: "DELETE", path: "/v1/schedules/{schedule}", access: tenant, handle: s.deleteSchedule},
@@ -278,7 +278,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 		return err
 	}
 	if in.ID == "" {
-		in.ID = newID("sched")
+		in.ID = newRef(r, "sched")
 	}
 	input, err := plain(in.Input)
 	if err != nil {
@@ -333,7 +333,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	if sc.Thread != "" {
 		l, err = s.threadFlow(r.Context(), c.tenant, sc.Thread, sc.Flow)
 	} else {
-		l, err = s.flows.get(sc.Flow)
+		l, err = s.newThreadFlow(r.Context(), sc.Flow)
 	}
 	if err != nil {
 		if ae, ok := err.(*api.Error); ok && ae.Code == api.CodeNotFound {
@@ -358,6 +358,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 		}
 		return err
 	}
+	made(r, sc.Thread)
 	s.sched.nudge()
 	writeJSON(w, http.StatusCreated, scheduleInfo(sc))
 	return nil

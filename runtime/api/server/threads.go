@@ -89,12 +89,14 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 		return err
 	}
 	if in.ID == "" {
-		in.ID = newID("thread")
+		in.ID = newRef(r, "thread")
 	}
 	if err := checkThreadID(in.ID); err != nil {
 		return err
 	}
-	l, err := s.flows.get(in.Flow)
+	// the version promoted for every server: the same wherever the
+	// thread is made
+	l, err := s.newThreadFlow(r.Context(), in.Flow)
 	if err != nil {
 		return err
 	}
@@ -130,6 +132,7 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 		}
 		return err
 	}
+	made(r, key)
 	out, err := s.threadInfo(r, rec)
 	if err != nil {
 		return err
@@ -360,7 +363,7 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 		return err
 	}
 	if in.ID == "" {
-		in.ID = newID("thread")
+		in.ID = newRef(r, "thread")
 	}
 	if err := checkThreadID(in.ID); err != nil {
 		return err
@@ -393,6 +396,7 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 		_ = s.eng().Delete(r.Context(), key)
 		return err
 	}
+	made(r, key)
 	out, err := s.threadInfo(r, fork)
 	if err != nil {
 		return err
@@ -422,6 +426,7 @@ func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return valuesError(err)
 	}
+	made(r, "")
 	writeJSON(w, http.StatusOK, stateInfo(snap))
 	return nil
 }

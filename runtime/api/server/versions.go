@@ -47,7 +47,8 @@ func (s *Server) threadFlow(ctx context.Context, tenant, thread, name string) (*
 	for {
 		f, pin, err := vs.ThreadFlow(ctx, tenant, thread)
 		if errors.Is(err, versions.ErrNoVersion) {
-			if curErr != nil {
+			// the version new threads start on
+			if cur, curErr = s.newThreadFlow(ctx, name); curErr != nil {
 				return nil, curErr
 			}
 			err := vs.Pin(ctx, tenant, thread, cur.flow)
@@ -159,10 +160,14 @@ func (s *Server) listVersions(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
+	promoted, err := s.promotedVersions(r.Context())
+	if err != nil {
+		return err
+	}
 	out := api.FlowVersions{Flow: name, Versions: []api.FlowVersion{}}
 	for _, v := range list {
 		out.Versions = append(out.Versions, api.FlowVersion{Version: v.Version, Created: v.Created.UTC(),
-			Loaded: curErr == nil && cur.version == v.Version, Threads: counts[v.Version]})
+			Loaded: curErr == nil && cur.version == v.Version, Promoted: promoted[name] == v.Version, Threads: counts[v.Version]})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -44,7 +44,7 @@ func (s *Store) TakeRequest(_ context.Context, tenant, key, from, owner string, 
 }
 
 // AnswerRequest implements store.Requests.
-func (s *Store) AnswerRequest(_ context.Context, tenant, key string, status int, body []byte) error {
+func (s *Store) AnswerRequest(_ context.Context, tenant, key, thread string, status int, body []byte) error {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -54,6 +54,9 @@ func (s *Store) AnswerRequest(_ context.Context, tenant, key string, status int,
 	}
 	if r.Status == 0 {
 		r.Status, r.Body = status, slices.Clone(body)
+		if thread != "" {
+			r.Thread = thread
+		}
 	}
 	return nil
 }

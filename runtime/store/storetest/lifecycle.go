@@ -175,7 +175,7 @@ func seedThread(t *testing.T, st store.Store, id string, when time.Time) {
 		if _, _, err := rq.ReserveRequest(ctx, r, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := rq.AnswerRequest(ctx, "acme", r.Key, 200, []byte(`{"thread":"`+id+`"}`)); err != nil {
+		if err := rq.AnswerRequest(ctx, "acme", r.Key, "", 200, []byte(`{"thread":"`+id+`"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}

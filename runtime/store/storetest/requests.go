@@ -64,18 +64,18 @@ func testRequestReserve(t *testing.T, _ store.Store, rq store.Requests) {
 		t.Fatalf("another tenant's key: fresh %v, %v", fresh, err)
 	}
 	body := []byte(`{"id":"t-k1","values":{"n":1}}`)
-	if err := rq.AnswerRequest(ctx, "acme", "k1", 201, body); err != nil {
+	if err := rq.AnswerRequest(ctx, "acme", "k1", "", 201, body); err != nil {
 		t.Fatal(err)
 	}
 	// the first answer stays
-	if err := rq.AnswerRequest(ctx, "acme", "k1", 500, []byte("later")); err != nil {
+	if err := rq.AnswerRequest(ctx, "acme", "k1", "acme/other", 500, []byte("later")); err != nil {
 		t.Fatal(err)
 	}
 	kept, _, err = rq.ReserveRequest(ctx, second, now.Add(-store.RequestExpiry))
-	if err != nil || kept.Status != 201 || !bytes.Equal(kept.Body, body) {
+	if err != nil || kept.Status != 201 || !bytes.Equal(kept.Body, body) || kept.Thread != first.Thread {
 		t.Fatalf("the answer kept: %d %q %v", kept.Status, kept.Body, err)
 	}
-	if err := rq.AnswerRequest(ctx, "acme", "nope", 200, nil); !errors.Is(err, store.ErrNotFound) {
+	if err := rq.AnswerRequest(ctx, "acme", "nope", "", 200, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("answering a key with no record: %v, want ErrNotFound", err)
 	}
 	// an answered request is not released nor taken over
@@ -164,7 +164,7 @@ func testRequestExpiry(t *testing.T, _ store.Store, rq store.Requests) {
 	if _, _, err := rq.ReserveRequest(ctx, request("acme", "young", "req", now), time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := rq.AnswerRequest(ctx, "acme", "old-0", 201, []byte("{}")); err != nil {
+	if err := rq.AnswerRequest(ctx, "acme", "old-0", "", 201, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
 	// a key older than the expiry is reserved anew, answer and all
@@ -210,10 +210,19 @@ func testRequestThreadGone(t *testing.T, st store.Store, rq store.Requests) {
 	if _, _, err := rq.ReserveRequest(ctx, tenantWide, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
+	// a request about no thread until its answer names the one it made
+	made := request("acme", "made", "req", now)
+	made.Thread = ""
+	if _, _, err := rq.ReserveRequest(ctx, made, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rq.AnswerRequest(ctx, "acme", "made", "acme/gone", 201, []byte(`{"id":"gone"}`)); err != nil {
+		t.Fatal(err)
+	}
 	if err := cat.DeleteThread(ctx, "acme", "acme/gone"); err != nil {
 		t.Fatal(err)
 	}
-	for key, gone := range map[string]bool{"key-acme/gone": true, "key-acme/kept": false, "memory": false} {
+	for key, gone := range map[string]bool{"key-acme/gone": true, "made": true, "key-acme/kept": false, "memory": false} {
 		if _, fresh, err := rq.ReserveRequest(ctx, request("acme", key, "req-again", now), time.Time{}); err != nil || fresh != gone {
 			t.Errorf("key %s after the thread was deleted: reserved anew %v, want %v (%v)", key, fresh, gone, err)
 		}

@@ -37,6 +37,8 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	deadAfter := fs.Duration("dead-after", 10*time.Second, "how long a server sharing the store may be silent before its runs are adopted")
 	notifyURL := fs.String("notify-url", "", "PostgreSQL: a direct connection to LISTEN on, when --store goes through PgBouncer in transaction mode (default: the store's address; off: poll only)")
 	debugAddr := fs.String("debug-addr", "", "serve Go's profiles (/debug/pprof/) on this address too; keep it private")
+	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "how long a request's body may take to arrive once its headers have: a body that stalls is answered 408 request_timeout and nothing is done (an upload streamed as it is spoken is not bound)")
+	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a request's headers may take to arrive before the connection is dropped")
 	retain := server.Retention{Events: 2 * time.Minute}
 	fs.Var(daysFlag(&retain.Idle), "retain-idle", "delete the threads not written for this long, a `duration` such as 30d or 720h, each with all of its data: checkpoints, child flows' threads, runs, events, voice sessions (0: keep threads until deleted)")
 	fs.Var(daysFlag(&retain.Events), "retain-events", "keep a run's whole event stream, tokens included, this long after the run ends (a `duration` such as 2m, or days such as 1d), for clients to resume streams; then keep its node-level events, packed, and its tokens as --retain-tokens says (0: keep every event as it is)")
@@ -59,6 +61,9 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	}
 	if hooks != nil {
 		hooks.Timeout, hooks.Attempts, hooks.Backoff = *hookTimeout, *hookAttempts, *hookBackoff
+	}
+	if *bodyTimeout <= 0 || *headerTimeout <= 0 {
+		return fail(env, "serve", usagef("--body-timeout and --header-timeout are durations above 0"))
 	}
 	if retain.Share == 0 {
 		return fail(env, "serve", usagef("--retain-share 0: want the part of the time a sweep may work, above 0 and at most 1"))
@@ -94,7 +99,8 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
-		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks})
+		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks,
+		BodyTimeout: *bodyTimeout, HeaderTimeout: *headerTimeout})
 	if err != nil {
 		return fail(env, "serve", err)
 	}

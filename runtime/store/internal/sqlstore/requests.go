@@ -70,12 +70,12 @@ func (q Requests) TakeRequest(ctx context.Context, tenant, key, from, owner stri
 }
 
 // AnswerRequest implements store.Requests.
-func (q Requests) AnswerRequest(ctx context.Context, tenant, key string, status int, body []byte) error {
+func (q Requests) AnswerRequest(ctx context.Context, tenant, key, thread string, status int, body []byte) error {
 	if body == nil {
 		body = []byte{}
 	}
-	n, err := q.DB.Exec(ctx, `UPDATE idempotency_keys SET status = ?, body = ? WHERE tenant = ? AND key = ? AND status = 0`,
-		int64(status), body, tenant, key)
+	n, err := q.DB.Exec(ctx, `UPDATE idempotency_keys SET status = ?, body = ?, thread = CASE WHEN ? = '' THEN thread ELSE ? END
+		WHERE tenant = ? AND key = ? AND status = 0`, int64(status), body, thread, thread, tenant, key)
 	if err != nil || n > 0 {
 		return err
 	}
