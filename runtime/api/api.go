@@ -215,6 +215,16 @@ type Checkpoint struct {
 	Writes  []Write   `json:"writes"`
 	Writers []Writer  `json:"writers,omitempty"`
 	Next    []string  `json:"next,omitempty"`
+	// Move is set on a thread's move onto another version of its flow
+	// (source migrate): the versions it left and moved to.
+	Move *CheckpointMove `json:"move,omitempty"`
+}
+
+// CheckpointMove is the versions a move's checkpoint records.
+type CheckpointMove struct {
+	Flow string `json:"flow"`
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
 // Write is one field a checkpoint changed: its new value, or for an
@@ -225,6 +235,9 @@ type Write struct {
 	Value   any    `json:"value,omitempty"`
 	Items   []any  `json:"items,omitempty"`
 	Append  bool   `json:"append,omitempty"`
+	// Removed: the write took the field out of the state (a move onto a
+	// version that has no such field).
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Writer is a node that ran in a step and the fields it wrote.

@@ -342,8 +342,9 @@ func (s *Server) threadHistory(w http.ResponseWriter, r *http.Request, c *caller
 		x := api.Checkpoint{Seq: cp.Seq, Parent: cp.Parent, Run: cp.Run, Step: cp.Step, Source: string(cp.Source), Time: cp.Time,
 			Writes: []api.Write{}, Next: cp.Next}
 		for _, wr := range cp.Writes {
-			x.Writes = append(x.Writes, api.Write{Field: wr.Field, Version: wr.Version, Value: wr.Value, Items: wr.Items, Append: wr.Append})
+			x.Writes = append(x.Writes, api.Write{Field: wr.Field, Version: wr.Version, Value: wr.Value, Items: wr.Items, Append: wr.Append, Removed: wr.Removed})
 		}
+		x.Move = checkpointMove(cp)
 		for _, nw := range cp.Writers {
 			x.Writers = append(x.Writers, api.Writer{Node: nw.Node, Fields: nw.Fields})
 		}

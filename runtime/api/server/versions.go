@@ -275,3 +275,16 @@ func effects(in []flowdiff.Effect) []api.Effect {
 	}
 	return out
 }
+
+// checkpointMove is the versions a move's checkpoint records (nil for
+// any other checkpoint).
+func checkpointMove(cp *store.Checkpoint) *api.CheckpointMove {
+	if cp.Source != store.SourceMigrate {
+		return nil
+	}
+	m := &api.CheckpointMove{}
+	m.Flow, _ = cp.Config["flow"].(string)
+	m.From, _ = cp.Config["from_version"].(string)
+	m.To, _ = cp.Config["to_version"].(string)
+	return m
+}

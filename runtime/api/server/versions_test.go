@@ -337,3 +337,81 @@ func TestPromotedVersionStartsNewThreadsEverywhere(t *testing.T) {
 		})
 	}
 }
+
+// A move's dry run makes the move's own checks over the thread's state:
+// a migration whose value the new field refuses (too short) is refused by
+// the dry run as by the move. A dropped field is taken out of the state,
+// not left null, and the move's checkpoint in the history names the
+// versions it left and moved to, and the field it removed.
+func TestMoveDryRunChecksAndDropRemoves(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeChatFlow(t, dir, chatFlow, chatPrompt("one"))
+			h := chatServer(t, storeAddr(t, b.addr), dir)
+			v1 := versionOf(t, h.acme)
+			if _, err := h.acme.CreateThread(ctx, api.CreateThread{ID: "t", Flow: "chat"}); err != nil {
+				t.Fatal(err)
+			}
+			say(t, h.acme, "t", "hello")
+			// version 2: mood is gone, label is new and at least 5 long
+			src := strings.Replace(chatFlow, `      mood: {type: string, default: "calm"}`, `      label: {type: string, minLength: 5, default: "plain"}`, 1)
+			writeChatFlow(t, dir, src, chatPrompt("two"))
+			if _, err := h.admin.ReloadFlows(ctx); err != nil {
+				t.Fatal(err)
+			}
+			v2 := versionOf(t, h.acme)
+			short := &api.Migration{Set: map[string]string{"label": "state.mood"}, Drop: []string{"mood"}}
+			for _, dry := range []bool{true, false} {
+				_, err := h.acme.MoveThread(ctx, "t", api.MoveThread{To: v2, Migration: short, DryRun: dry})
+				if !api.IsCode(err, api.CodeInvalidInput) || !strings.Contains(err.Error(), "label") {
+					t.Fatalf("a migration to a value too short (dry run %v): %v, want invalid_input on label", dry, err)
+				}
+			}
+			if th, err := h.acme.Thread(ctx, "t"); err != nil || th.Version != v1 {
+				t.Fatalf("after the refused moves: %+v %v", th, err)
+			}
+			ok := &api.Migration{Set: map[string]string{"label": "state.mood + '-mood'"}, Drop: []string{"mood"}}
+			dry, err := h.acme.MoveThread(ctx, "t", api.MoveThread{To: v2, Migration: ok, DryRun: true})
+			if err != nil || dry.Moved {
+				t.Fatalf("a dry run that passes: %+v %v", dry, err)
+			}
+			moved, err := h.acme.MoveThread(ctx, "t", api.MoveThread{To: v2, Migration: ok})
+			if err != nil || !moved.Moved {
+				t.Fatalf("the move: %+v %v", moved, err)
+			}
+			st, err := h.acme.State(ctx, "t", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, has := st.Values["mood"]; has {
+				t.Fatalf("the dropped field is in the state: mood = %v (%v)", v, st.Values)
+			}
+			if st.Values["label"] != "calm-mood" {
+				t.Fatalf("the migrated state: %v", st.Values)
+			}
+			hist, err := h.acme.History(ctx, "t", url.Values{"source": {"migrate"}})
+			if err != nil || len(hist) != 1 {
+				t.Fatalf("the move's checkpoint: %+v %v", hist, err)
+			}
+			cp := hist[0]
+			if cp.Move == nil || cp.Move.From != v1 || cp.Move.To != v2 || cp.Move.Flow != "chat" {
+				t.Fatalf("the move's checkpoint names no versions: %+v", cp.Move)
+			}
+			removed := false
+			for _, w := range cp.Writes {
+				if w.Field == "mood" {
+					removed = w.Removed && w.Value == nil
+				}
+			}
+			if !removed {
+				t.Fatalf("the move's checkpoint does not say mood was removed: %+v", cp.Writes)
+			}
+			// and a turn on the new version runs with no mood
+			run := say(t, h.acme, "t", "again")
+			if _, has := run.State["mood"]; run.FlowVersion != v2 || has {
+				t.Fatalf("a turn after the move: %s %v", run.FlowVersion, run.State)
+			}
+		})
+	}
+}

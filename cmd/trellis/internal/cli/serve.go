@@ -37,6 +37,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	deadAfter := fs.Duration("dead-after", 10*time.Second, "how long a server sharing the store may be silent before its runs are adopted")
 	notifyURL := fs.String("notify-url", "", "PostgreSQL: a direct connection to LISTEN on, when --store goes through PgBouncer in transaction mode (default: the store's address; off: poll only)")
 	debugAddr := fs.String("debug-addr", "", "serve Go's profiles (/debug/pprof/) on this address too; keep it private")
+	promote := fs.Bool("promote", false, "promote the versions loaded from --flows (at start and at each reload): new threads start on them on every server sharing the store (without it, only a flow with no promoted version yet gets one)")
 	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "how long a request's body may take to arrive once its headers have: a body that stalls is answered 408 request_timeout and nothing is done (an upload streamed as it is spoken is not bound)")
 	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a request's headers may take to arrive before the connection is dropped")
 	retain := server.Retention{Events: 2 * time.Minute}
@@ -100,7 +101,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
 		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks,
-		BodyTimeout: *bodyTimeout, HeaderTimeout: *headerTimeout})
+		BodyTimeout: *bodyTimeout, HeaderTimeout: *headerTimeout, Promote: *promote})
 	if err != nil {
 		return fail(env, "serve", err)
 	}
