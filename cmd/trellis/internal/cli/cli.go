@@ -79,7 +79,7 @@ func init() {
 			"Voice conversational flows in LiveKit rooms: a LiveKit agent that hears the caller, runs turns through the API and speaks the replies", cmdVoiceAgent},
 		{"keys", "keys create --tenant T [--admin] [--name N] | keys list [--tenant T] | keys revoke ID  [--store ADDR]",
 			"Manage the API keys of trellis serve", cmdKeys},
-		{"schedules", "schedules create (--flow F | --thread T) --cron EXPR [--zone Z] [--input JSON] [--missed skip|run_once] [--grace D] [--webhook URL] [--id ID] | schedules list [--thread T] | schedules get|pause|resume|delete ID  [--api URL]",
+		{"schedules", "schedules create (--flow F | --thread T) --cron EXPR [--zone Z] [--input JSON] [--missed skip|run_once] [--grace D] [--webhook URL] [--id ID] | schedules list [--thread T] | schedules get|ticks|pause|resume|delete ID  [--api URL]",
 			"Manage the cron schedules of trellis serve through its API (key: TRELLIS_API_KEY): each tick starts a run on a thread or on a new thread", cmdSchedules},
 		{"flows", "flows list | flows versions NAME | flows promote NAME VERSION  [--api URL]",
 			"Read a server's flows and their versions through its API (key: TRELLIS_API_KEY), and promote a version: new threads start on it on every server sharing the store (an admin key)", cmdFlows},
