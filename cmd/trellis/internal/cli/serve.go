@@ -106,6 +106,18 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "serve", err)
 	}
 	if cat, err := store.CatalogOf(rt.Store()); err == nil {
+		// an admin key kept in the deployment's secrets, registered by
+		// every server (once: the others find it there)
+		if key := os.Getenv(adminKeyEnv); key != "" {
+			tenant := envOr(adminTenantEnv, "admin")
+			made, err := server.ImportKey(ctx, cat, tenant, "admin key from "+adminKeyEnv, true, key)
+			if err != nil {
+				return fail(env, "serve", usagef("%s: %v", adminKeyEnv, err))
+			}
+			if made {
+				log.Info("the admin key in "+adminKeyEnv+" is recorded", "tenant", tenant)
+			}
+		}
 		if keys, err := cat.Keys(ctx, ""); err == nil && len(keys) == 0 {
 			log.Warn("no API keys yet: create one with `trellis keys create --tenant NAME --admin --store " + shellWord(shownStore(*storeAddr)) + "`")
 		}
@@ -141,6 +153,13 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	}
 	return 0
 }
+
+// The environment of serve's admin key: the key (trellis keys generate
+// makes one), kept in a deployment's secrets, and its tenant.
+const (
+	adminKeyEnv    = "TRELLIS_ADMIN_KEY"
+	adminTenantEnv = "TRELLIS_ADMIN_TENANT"
+)
 
 // webhookConfig reads the webhook flags and secret (nil: no webhooks).
 func webhookConfig(allow, flows []string, secret string) (*server.WebhookConfig, error) {
@@ -181,12 +200,23 @@ func cmdKeys(ctx context.Context, env *Env, args []string) int {
 		return 2
 	}
 	sub, args := args[0], args[1:]
-	var tenant, name *string
+	if sub == "generate" {
+		// a new key's text, recorded nowhere: kept in a deployment's
+		// secrets, and registered by keys create --from-env or by serve
+		// (TRELLIS_ADMIN_KEY)
+		if len(args) != 0 {
+			return fail(env, "keys", usagef("keys generate takes nothing: it prints a new key, recorded nowhere"))
+		}
+		fmt.Fprintln(env.Stdout, server.NewKey())
+		return 0
+	}
+	var tenant, name, fromEnv *string
 	var admin *bool
 	rt, pos, code := openStore(ctx, env, "keys", args, func(fs *flag.FlagSet) {
 		tenant = fs.String("tenant", "", "the key's tenant (create), or whose keys to list")
 		name = fs.String("name", "", "a name to recognise the key by")
 		admin = fs.Bool("admin", false, "the key manages keys and reloads flows")
+		fromEnv = fs.String("from-env", "", "create: record the key held by this environment variable (from a secret; trellis keys generate makes one) instead of making one; nothing is printed, and a key recorded before is left as it is")
 	})
 	if rt == nil {
 		return code
@@ -198,6 +228,22 @@ func cmdKeys(ctx context.Context, env *Env, args []string) int {
 	}
 	switch sub {
 	case "create":
+		if *fromEnv != "" {
+			key := os.Getenv(*fromEnv)
+			if key == "" {
+				return fail(env, "keys", usagef("--from-env %s: the variable is empty or not set", *fromEnv))
+			}
+			made, err := server.ImportKey(ctx, cat, *tenant, *name, *admin, key)
+			if err != nil {
+				return fail(env, "keys", usagef("--from-env %s: %v", *fromEnv, err))
+			}
+			if made {
+				fmt.Fprintf(env.Stderr, "the key in %s is recorded for tenant %s\n", *fromEnv, *tenant)
+			} else {
+				fmt.Fprintf(env.Stderr, "the key in %s was recorded already\n", *fromEnv)
+			}
+			return 0
+		}
 		k, secret, err := server.CreateKey(ctx, cat, *tenant, *name, *admin)
 		if err != nil {
 			return fail(env, "keys", err)
@@ -229,7 +275,7 @@ func cmdKeys(ctx context.Context, env *Env, args []string) int {
 		}
 		fmt.Fprintf(env.Stdout, "revoked %s\n", pos[0])
 	default:
-		return fail(env, "keys", usagef("unknown keys command %q: create, list or revoke", sub))
+		return fail(env, "keys", usagef("unknown keys command %q: create, generate, list or revoke", sub))
 	}
 	return 0
 }
