@@ -75,6 +75,9 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(env.Stderr, nil))
+	if soft, from := memoryLimit(os.Getenv, cgroupMemoryFiles...); soft > 0 {
+		log.Info("the Go memory limit is nine tenths of the container's", "bytes", soft, "from", from)
+	}
 	if _, err := os.Stat(*flows); err != nil {
 		return fail(env, "serve", usagef("--flows %s: %v", *flows, errors.Unwrap(err)))
 	}
