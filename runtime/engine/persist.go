@@ -190,6 +190,13 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 	pos := map[string]int{}
 	for _, cp := range cps {
 		merged.Writers = append(merged.Writers, cp.Writers...)
+		merged.Replies = append(merged.Replies, cp.Replies...)
+		for node, a := range cp.Answers {
+			if merged.Answers == nil {
+				merged.Answers = map[string]any{}
+			}
+			merged.Answers[node] = a
+		}
 		for _, w := range cp.Writes {
 			i, seen := pos[w.Field]
 			switch {

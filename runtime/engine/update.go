@@ -236,6 +236,10 @@ func (e *Engine) UpdateAt(ctx context.Context, g *flow.Graph, thread string, at 
 		}
 		next[k] = merged
 		versions[k]++
+		if cp.Input == nil {
+			cp.Input = map[string]any{}
+		}
+		cp.Input[k] = v
 		w := writeOf(f, versions[k], merged, v)
 		if i := slices.IndexFunc(cp.Writes[:restored], func(w store.Write) bool { return w.Field == k }); i >= 0 {
 			// put back and written: one write, of the whole value

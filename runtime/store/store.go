@@ -91,7 +91,8 @@ type Checkpoint struct {
 	Config map[string]any
 	// Input is the input of the unfinished run a fork carries (its own
 	// input checkpoint is another thread's), so that the fork's run goes
-	// on with it.
+	// on with it; of an update, the values it was given (its writes hold
+	// what the reducers made of them).
 	Input map[string]any
 	// Base is the checkpoint whose state this one goes on from when that
 	// is not Parent, the thread's head it was committed after: a branch,

@@ -122,8 +122,17 @@ type Run struct {
 	Config  map[string]any
 	Answers map[string]any
 	Resume  bool
-	Expect  *Expect
-	Pos     diag.Pos
+	// Update, instead of a run, writes values to the thread as if a node
+	// had (see engine.Update): a correction between runs.
+	Update *Update
+	Expect *Expect
+	Pos    diag.Pos
+}
+
+// Update writes Values to the thread as node As would.
+type Update struct {
+	As     string
+	Values map[string]any
 }
 
 // Expect holds assertions. Path lists each superstep's nodes (a name, or a
@@ -187,6 +196,10 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		str("thread", "The thread the run goes to (default: the test's first); the first run naming a thread creates it.").NonEmpty(1),
 		config.Map("with", "A new thread's initial values, over the test's.", nil),
 		config.Bool("resume", "Resume the paused run (with answers, if any)."),
+		config.Object("update", "Instead of a run, write values to the thread as a node would (through its reducers and declared writes), as trellis update does.",
+			str("as", "The node the values are written as.").NonEmpty(1).Require(),
+			config.Map("values", "Field to value.", nil).Require(),
+		),
 		config.Ref("expect", "What the run must do.", "expect"),
 	)
 	test := config.Object("", "One test: a thread, its runs and what they must do.",
@@ -214,6 +227,11 @@ func Load(path string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	return LoadSource(path, src)
+}
+
+// LoadSource reads a test file's text as Load reads the file at path.
+func LoadSource(path string, src []byte) (*File, error) {
 	var dl diag.List
 	doc := config.Parse(path, src, &dl)
 	if doc != nil {
@@ -290,6 +308,14 @@ func decode(path string, doc *config.File, dl *diag.List) *File {
 			r.Resume, _ = resume.(bool)
 			if (r.Resume || r.Answers != nil) && rn.Get("input").Exists() {
 				dl.Errorf(diag.CodeConstraint, rn.KeyOf("input").Pos(), rn.Path(), "a run either resumes a paused one (answers, resume) or starts with input, not both")
+			}
+			if u := rn.Get("update"); u.Exists() {
+				r.Update = &Update{As: u.Get("as").Text(), Values: values(u.Get("values"))}
+				for _, k := range []string{"input", "answers", "resume", "config", "expect"} {
+					if rn.Get(k).Exists() {
+						dl.Errorf(diag.CodeConstraint, rn.KeyOf(k).Pos(), rn.Path(), "an update is not a run: it takes no %s", k)
+					}
+				}
 			}
 			t.Runs = append(t.Runs, r)
 		}
@@ -370,14 +396,16 @@ func RunFile(ctx context.Context, f *File, reg kind.Registry, match string) ([]R
 		}
 		start := time.Now()
 		r := Result{Name: t.Name}
-		r.Failures = runTest(ctx, f, g, impls, t)
+		r.Failures = runTest(ctx, f, g, impls, t, nil)
 		r.Took = time.Since(start)
 		results = append(results, r)
 	}
 	return results, nil
 }
 
-func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test) (fails []string) {
+// runTest runs one test; replies, when set, answer its llm nodes as the
+// runs of a thread were answered.
+func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test, replies *engine.Replies) (fails []string) {
 	at := func(pos diag.Pos, format string, args ...any) {
 		fails = append(fails, fmt.Sprintf("%s: %s", pos, fmt.Sprintf(format, args...)))
 	}
@@ -500,7 +528,16 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			}
 			created[thread] = true
 		}
-		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Observe: func(ev engine.Event) {
+		if r.Update != nil {
+			snap, err := eng.Update(ctx, g, thread, r.Update.As, r.Update.Values)
+			if err != nil {
+				at(r.Pos, "update %d: %v", i+1, err)
+				return fails
+			}
+			state, last = snap.Values, &engine.Result{Thread: thread, State: snap.Values, Checkpoint: snap.Seq}
+			continue
+		}
+		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Replies: replies, Observe: func(ev engine.Event) {
 			if ev.Type == engine.NodeEnd && ev.Degraded != "" && ev.NS == "" { // a child flow's nodes are not this flow's
 				degraded[ev.Node] = true
 			}
