@@ -352,6 +352,9 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 	var input, recorded map[string]any
 	if req.Resume {
 		input, recorded = runInput(ctx, e.Store, req.Thread, head.Run)
+		if req.Replies == nil {
+			req.Replies = forkReplies(ctx, e.Store, req.Thread)
+		}
 	}
 	cfg, record, err := resolveConfig(g, recorded, req.Config)
 	if err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"slices"
 	"sync"
 
@@ -64,6 +65,16 @@ func (r *Replies) take(node, key string) (string, bool) {
 	i := min(r.told[k], len(texts)-1)
 	r.told[k]++
 	return texts[i], true
+}
+
+// forkReplies are the replies a thread forked to replay holds in its
+// first checkpoint (store.ForkReplaying): nil for any other thread.
+func forkReplies(ctx context.Context, st store.Store, thread string) *Replies {
+	cps, err := st.History(ctx, thread, store.HistoryOptions{Source: store.SourceFork, Limit: 1})
+	if err != nil || len(cps) == 0 || len(cps[0].Replies) == 0 {
+		return nil
+	}
+	return NewReplies(cps[0].Replies)
 }
 
 // Record implements kind.State: the reply is kept with the step's

@@ -384,6 +384,19 @@ type ThreadInfo struct {
 // of nodes that completed after it (pending writes), so that resuming the
 // fork runs the nodes that were to run there.
 func Fork(ctx context.Context, st Store, from string, seq uint64, to string) (*Snapshot, error) {
+	return fork(ctx, st, from, seq, to, false)
+}
+
+// ForkReplaying forks as Fork does, for a replay: the fork's first
+// checkpoint also holds (as its Replies) every model reply the thread it
+// is forked from was told, through its own forks and branches, so that
+// a run resuming the fork is told them again (engine.Request.Replies)
+// and replays the thread with no model.
+func ForkReplaying(ctx context.Context, st Store, from string, seq uint64, to string) (*Snapshot, error) {
+	return fork(ctx, st, from, seq, to, true)
+}
+
+func fork(ctx context.Context, st Store, from string, seq uint64, to string, replay bool) (*Snapshot, error) {
 	if err := CheckThreadID(to); err != nil {
 		return nil, err
 	}
@@ -407,6 +420,15 @@ func Fork(ctx context.Context, st Store, from string, seq uint64, to string) (*S
 			pending = head.Pending
 		}
 	}
+	if replay {
+		line, err := Lineage(ctx, st, from)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range line {
+			cp.Replies = append(cp.Replies, c.Replies...)
+		}
+	}
 	if err := st.Commit(ctx, cp); err != nil {
 		return nil, err
 	}
@@ -417,6 +439,73 @@ func Fork(ctx context.Context, st Store, from string, seq uint64, to string) (*S
 	}
 	return &Snapshot{Thread: to, Seq: 1, Values: snap.Values, Versions: snap.Versions, Next: cp.Next, Joins: cp.Joins,
 		Run: cp.Run, Step: cp.Step, Pending: pending}, nil
+}
+
+// Lineage lists the checkpoints the thread's newest state was made by,
+// oldest first: for a fork, those of the thread it was forked from up to
+// the checkpoint it was forked at, then its own; for a branch (an update
+// at an older checkpoint, see Checkpoint.Base), those up to the
+// checkpoint it branched from, then the branch. The checkpoints of a
+// thread pruned before are gone: a lineage through them is an error.
+func Lineage(ctx context.Context, st Store, thread string) ([]*Checkpoint, error) {
+	return lineage(ctx, st, thread, 0)
+}
+
+// MaxForkDepth is how many forks back Lineage follows a thread.
+const MaxForkDepth = 32
+
+func lineage(ctx context.Context, st Store, thread string, depth int) ([]*Checkpoint, error) {
+	if depth > MaxForkDepth {
+		return nil, fmt.Errorf("thread %s was forked from forks more than %d deep", thread, MaxForkDepth)
+	}
+	hist, err := st.History(ctx, thread, HistoryOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("thread %s: %w", thread, err)
+	}
+	slices.Reverse(hist)
+	var line []*Checkpoint
+	for i, cp := range hist {
+		switch {
+		case i == 0 && cp.Source == SourceFork:
+			from, seq, ok := ForkedFrom(cp)
+			if !ok {
+				return nil, fmt.Errorf("thread %s: its fork names no checkpoint (%q)", thread, cp.Run)
+			}
+			before, err := lineage(ctx, st, from, depth+1)
+			if err != nil {
+				return nil, fmt.Errorf("thread %s was forked from %s: %w", thread, from, err)
+			}
+			cut := slices.IndexFunc(before, func(c *Checkpoint) bool { return c.Thread == from && c.Seq == seq })
+			if cut < 0 {
+				return nil, fmt.Errorf("thread %s was forked from checkpoint %d of %s, which its lineage does not hold", thread, seq, from)
+			}
+			line = append(append(line, before[:cut+1]...), cp)
+		case cp.Source == SourceBase:
+			return nil, fmt.Errorf("thread %s was pruned: its checkpoints before %d are gone", thread, cp.Seq)
+		case cp.Base != 0:
+			for len(line) > 0 && line[len(line)-1].Thread == thread && line[len(line)-1].Seq > cp.Base {
+				line = line[:len(line)-1]
+			}
+			line = append(line, cp)
+		default:
+			line = append(line, cp)
+		}
+	}
+	return line, nil
+}
+
+// ForkedFrom reads the thread and checkpoint a fork's first checkpoint
+// was copied from (its Run is THREAD@SEQ).
+func ForkedFrom(cp *Checkpoint) (thread string, seq uint64, ok bool) {
+	if cp.Source != SourceFork {
+		return "", 0, false
+	}
+	at := strings.LastIndexByte(cp.Run, '@')
+	if at < 0 {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseUint(cp.Run[at+1:], 10, 64)
+	return cp.Run[:at], seq, err == nil
 }
 
 // RunInput reads the input a thread's run took, and the configuration it

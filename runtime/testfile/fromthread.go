@@ -59,9 +59,9 @@ var ErrNotReplayable = errors.New("the thread cannot be made into a flow test")
 // random id) are left unasserted; a path or pause it does not take again
 // is an error.
 func FromThread(ctx context.Context, st store.Store, g *flow.Graph, reg kind.Registry, thread, testPath, flowRef string) (*Made, error) {
-	line, err := lineage(ctx, st, thread, 0)
+	line, err := store.Lineage(ctx, st, thread)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNotReplayable, err)
 	}
 	gt, replies, err := segment(g, line)
 	if err != nil {
@@ -159,54 +159,6 @@ func runWith(ctx context.Context, f *File, reg kind.Registry, replies *engine.Re
 	return out, nil
 }
 
-// lineage lists the checkpoints the thread's newest state was made by,
-// oldest first: for a fork, those of the thread it was forked from up to
-// the checkpoint it was forked at (depth counts the forks followed); for a
-// branch (an update at an older checkpoint), those up to the checkpoint
-// it branched from, then the branch.
-func lineage(ctx context.Context, st store.Store, thread string, depth int) ([]*store.Checkpoint, error) {
-	if depth > 32 {
-		return nil, fmt.Errorf("%w: it was forked from forks more than 32 deep", ErrNotReplayable)
-	}
-	hist, err := st.History(ctx, thread, store.HistoryOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("thread %s: %w", thread, err)
-	}
-	slices.Reverse(hist)
-	var line []*store.Checkpoint
-	for i, cp := range hist {
-		switch {
-		case i == 0 && cp.Source == store.SourceFork:
-			at := strings.LastIndexByte(cp.Run, '@')
-			seq, err := strconv.ParseUint(cp.Run[at+1:], 10, 64)
-			if at < 0 || err != nil {
-				return nil, fmt.Errorf("%w: its fork names no checkpoint (%q)", ErrNotReplayable, cp.Run)
-			}
-			from, err := lineage(ctx, st, cp.Run[:at], depth+1)
-			if err != nil {
-				return nil, fmt.Errorf("thread %s was forked from %s: %w", thread, cp.Run[:at], err)
-			}
-			cut := slices.IndexFunc(from, func(c *store.Checkpoint) bool { return c.Thread == cp.Run[:at] && c.Seq == seq })
-			if cut < 0 {
-				return nil, fmt.Errorf("%w: thread %s has no checkpoint %d to follow its fork %s back through", ErrNotReplayable, cp.Run[:at], seq, thread)
-			}
-			line = append(line, from[:cut+1]...)
-		case cp.Source == store.SourceBase:
-			return nil, fmt.Errorf("%w: thread %s was pruned: its checkpoints before %d are gone", ErrNotReplayable, thread, cp.Seq)
-		case cp.Base != 0:
-			// a branch: what came after the checkpoint it goes on from
-			// is not the newest state's
-			for len(line) > 0 && line[len(line)-1].Thread == thread && line[len(line)-1].Seq > cp.Base {
-				line = line[:len(line)-1]
-			}
-			line = append(line, cp)
-		default:
-			line = append(line, cp)
-		}
-	}
-	return line, nil
-}
-
 // segment reads the runs of a lineage: the test's initial values, its run
 // entries with each run's path and pause, and the replies its runs were
 // told.
@@ -244,7 +196,7 @@ func segment(g *flow.Graph, line []*store.Checkpoint) (genTest, []store.Reply, e
 			cur.Input = writesOf(cp.Writes)
 		case store.SourceStep, store.SourceRun:
 			switch {
-			case cur != nil && cp.Run == prev.Run:
+			case cur != nil && cp.Run == prev.Run && prev.Source != store.SourceUpdate:
 			case open && cur != nil && len(pausedAt(prev)) == 0:
 				// a run that stopped part way (a crash, a cancel) and
 				// was resumed: in the test it runs through
@@ -269,11 +221,15 @@ func segment(g *flow.Graph, line []*store.Checkpoint) (genTest, []store.Reply, e
 				path = append(path, step)
 			}
 		case store.SourceUpdate:
-			if open && len(pausedAt(prev)) == 0 {
-				return t, nil, fmt.Errorf("%w: checkpoint %d of thread %s edits a run stopped part way, which a test cannot stop at the same place", ErrNotReplayable, cp.Seq, cp.Thread)
-			}
-			if cur != nil && open {
+			switch {
+			case open && len(pausedAt(prev)) > 0 && cur != nil:
 				cur.expect().Paused = pausedAt(prev)
+			case open && cur != nil:
+				// an edit of a run part way: the test stops it there
+				step := prev.Step
+				cur.StopAfter = &step
+			case open:
+				return t, nil, fmt.Errorf("%w: checkpoint %d of thread %s edits a run the test does not run", ErrNotReplayable, cp.Seq, cp.Thread)
 			}
 			closeRun()
 			if len(cp.Writers) > 0 && len(cp.Input) > 0 {
@@ -394,12 +350,13 @@ type genTest struct {
 }
 
 type genRun struct {
-	Input   map[string]any `yaml:"input,omitempty"`
-	Config  map[string]any `yaml:"config,omitempty"`
-	Answers map[string]any `yaml:"answers,omitempty"`
-	Resume  bool           `yaml:"resume,omitempty"`
-	Update  *genUpdate     `yaml:"update,omitempty"`
-	Expect  *genExpect     `yaml:"expect,omitempty"`
+	Input     map[string]any `yaml:"input,omitempty"`
+	Config    map[string]any `yaml:"config,omitempty"`
+	Answers   map[string]any `yaml:"answers,omitempty"`
+	Resume    bool           `yaml:"resume,omitempty"`
+	StopAfter *int           `yaml:"stop_after,omitempty"`
+	Update    *genUpdate     `yaml:"update,omitempty"`
+	Expect    *genExpect     `yaml:"expect,omitempty"`
 }
 
 func (r *genRun) expect() *genExpect {

@@ -31,12 +31,14 @@ state:
   reducers:
     items: append
 nodes:
-  take: {kind: set, set: {items: "[input.item]", count: "state.count + 1", id: "uuid()"}}
+  take: {kind: set, set: {items: "[input.item]", id: "uuid()"}}
+  tally: {kind: set, set: {count: "state.count + 1"}}
   check: {kind: set, set: {note: "state.owner + ' checked ' + string(state.count)"}, interrupt_before: true}
   [left, right]: ~
 edges:
   - {from: START, to: take}
-  - {from: take, to: check}
+  - {from: take, to: tally}
+  - {from: tally, to: check}
   - {from: check, to: END}
 `
 
@@ -70,7 +72,7 @@ func TestFromThread(t *testing.T) {
 	}
 	must(eng.Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"item": "a"}}))
 	must(eng.Run(ctx, g, engine.Request{Thread: "t", Resume: true}))
-	if _, err := eng.Update(ctx, g, "t", "take", map[string]any{"count": 10}); err != nil {
+	if _, err := eng.Update(ctx, g, "t", "tally", map[string]any{"count": 10}); err != nil {
 		t.Fatal(err)
 	}
 	must(eng.Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"item": "b"}}))
@@ -87,9 +89,9 @@ func TestFromThread(t *testing.T) {
 		"paused: [check]",
 		"resume: true",
 		"update:",
-		"as: take",
+		"as: tally",
 		"count: 10",
-		"path: [take]",
+		"path: [take, tally]",
 		"path: [check]",
 		`state.note == "ada checked 11"`,
 		`json(state.items) == "[\"a\",\"b\"]"`,
@@ -141,5 +143,39 @@ func TestFromThread(t *testing.T) {
 	}
 	if res := passes("f.test.yaml", string(made.Text)); !res[0].Passed() || !strings.Contains(string(made.Text), "item: b") {
 		t.Fatalf("the fork's test: %+v\n%s", res, made.Text)
+	}
+
+	// forks edited part way through a run, before its first step and
+	// after it: the test stops its run there, edits it and resumes
+	for _, tc := range []struct {
+		name string
+		at   func(h []*store.Checkpoint) uint64
+		stop string
+	}{
+		{"before", func(h []*store.Checkpoint) uint64 { return h[0].Seq }, "stop_after: 0"},
+		{"after", func(h []*store.Checkpoint) uint64 { return h[0].Seq + 1 }, "stop_after: 1"},
+	} {
+		hist, _ := st.History(ctx, "t", store.HistoryOptions{Source: store.SourceInput, Limit: 1})
+		at := tc.at(hist)
+		if _, err := store.Fork(ctx, st, "t", at, tc.name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Update(ctx, g, tc.name, "tally", map[string]any{"count": 50}); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			must(eng.Run(ctx, g, engine.Request{Thread: tc.name, Resume: true}))
+		}
+		made, err := testfile.FromThread(ctx, st, g, kindtest.Registry(), tc.name, filepath.Join(dir, tc.name+".test.yaml"), "desk.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(made.Text)
+		if !strings.Contains(text, tc.stop) || !strings.Contains(text, "count: 50") {
+			t.Errorf("the test of a fork edited %s its run's first step:\n%s", tc.name, text)
+		}
+		if res := passes(tc.name+".test.yaml", text); !res[0].Passed() {
+			t.Errorf("the test of a fork edited %s its run's first step: %+v\n%s", tc.name, res, text)
+		}
 	}
 }
