@@ -424,7 +424,8 @@ func candidate(t *testing.T) string {
 // A turn of the interview streams into the page: the running node is
 // marked on the graph, the model's tokens appear as they come, and the
 // timeline grows by the turn's checkpoints; forking from the second
-// checkpoint makes a thread whose state is that checkpoint's.
+// checkpoint makes a thread whose state is that checkpoint's, with the
+// greeting's run it was in the middle of, resumed from the page.
 func TestStudioStreamsATurnAndForks(t *testing.T) {
 	s := start(t, model(t), nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
 	p := open(t, s, "interview")
@@ -517,6 +518,16 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 		t.Errorf("the fork's state differs from checkpoint 2's:\n%v\n%v", at2.Values, now.Values)
 	}
 	p.shot("fork")
+
+	// the fork carries the greeting's run, which it was in the middle of:
+	// it takes no message until the run is resumed
+	p.click("#tab-run")
+	p.wait(`document.getElementById('resume') !== null && document.querySelector('#send[disabled]') !== null`)
+	p.click("#resume")
+	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('#send:not([disabled])') !== null`)
+	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
+		t.Fatalf("the fork's greeting, resumed: %s", run)
+	}
 
 	// a turn on the fork, cancelled while the model thinks: the thread is
 	// left part way, and resumed from the page
