@@ -65,7 +65,7 @@ func TestAdminKeyFromASecret(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	c := api.NewClient("http://"+addr, served)
-	waitReady(t, c)
+	waitUp(t, c)
 	keys, err := c.Keys(ctx)
 	if err != nil {
 		t.Fatalf("the served admin key: %v\n%s", err, stderr.String())

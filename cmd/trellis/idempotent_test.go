@@ -68,7 +68,7 @@ func TestRetriedWaitAfterSIGKILLRunsTheTurnOnce(t *testing.T) {
 				addr := freeAddr(t)
 				cmd, stderr := kindsProcess(t, "serve", "--flows", flows, "--store", db, "--addr", addr, "--dead-after", "2s", "--lease-ttl", "2s")
 				c := api.NewClient("http://"+addr, key)
-				waitReady(t, c)
+				waitUp(t, c)
 				return c, stderr.String, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
 			}
 			a, aLog, killA := start()
@@ -137,4 +137,16 @@ func TestRetriedWaitAfterSIGKILLRunsTheTurnOnce(t *testing.T) {
 
 func replaceSleep(flow string, ms int) string {
 	return strings.ReplaceAll(flow, `"SLEEP"`, fmt.Sprintf(`"%d"`, ms))
+}
+
+// waitUp waits for a server process to be ready, as long as a start on a
+// busy machine takes (its verdict is /readyz, the deadline only against
+// a hang).
+func waitUp(t *testing.T, c *api.Client) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); c.Ready(context.Background()) != nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not become ready")
+		}
+	}
 }

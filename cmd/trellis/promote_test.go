@@ -50,7 +50,7 @@ func TestPromoteOnOneServerStartsNewThreadsOnItThroughAnother(t *testing.T) {
 		addr := freeAddr(t)
 		kindsProcess(t, "serve", "--flows", flows, "--store", db, "--addr", addr)
 		c := api.NewClient("http://"+addr, key)
-		waitReady(t, c)
+		waitUp(t, c)
 		return c, "http://" + addr
 	}
 	a, aURL := start(dirA)
