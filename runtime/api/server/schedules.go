@@ -349,7 +349,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 			return invalid("webhook", "this server sends no webhooks (its allow-list is empty)")
 		}
 		if err := s.hooks.cfg.Allow.CheckURL(sc.Webhook); err != nil {
-			return invalid("webhook", err.Error())
+			return invalid("webhook", "the webhook "+sc.Webhook+": "+err.Error())
 		}
 	}
 	if err := st.CreateSchedule(r.Context(), sc); err != nil {

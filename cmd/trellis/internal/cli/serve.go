@@ -21,6 +21,7 @@ import (
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
 	"github.com/trellisflow/trellis/runtime/api/server"
+	"github.com/trellisflow/trellis/runtime/egress"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/telemetry"
 	"github.com/trellisflow/trellis/runtime/webhook"
@@ -148,7 +149,7 @@ func webhookConfig(allow, flows []string, secret string) (*server.WebhookConfig,
 	if len(entries) == 0 && len(flows) == 0 {
 		return nil, nil
 	}
-	list, err := webhook.ParseAllowList(entries)
+	list, err := egress.Parse(entries)
 	if err != nil {
 		return nil, fmt.Errorf("--webhook-allow: %w", err)
 	}
