@@ -393,7 +393,10 @@ const (
 // VoiceRequest asks for a thread's voice session.
 type VoiceRequest struct {
 	// Identity names the caller in the room (default "caller-" and the
-	// id of the API key that asks); Name is shown to the others. A
+	// id of the API key that asks); Name is shown to the others. An
+	// identity belongs to the key that received it: asking with another
+	// key for one that key holds (in the room, or in the session's caller
+	// place), or for another key's default, is refused (CodeForbidden). A
 	// session takes one caller at a time: another identity is refused
 	// (CodeVoiceBusy) while a caller is in the room, or was given a token
 	// moments ago and may be joining.
