@@ -18,14 +18,20 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 )
 
-// plain brings decoded JSON (numbers as json.Number) to state values.
-func plain(m map[string]any) (map[string]any, error) {
+// plain brings decoded JSON (numbers as json.Number) to state values;
+// field names the body's field they came in, for the error.
+func plain(field string, m map[string]any) (map[string]any, error) {
 	if m == nil {
 		return nil, nil
 	}
 	v, err := value.Normalize(m)
 	if err != nil {
-		return nil, &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
+		msg := err.Error()
+		var ne *strconv.NumError
+		if errors.As(err, &ne) {
+			msg = numberOutOfRange(ne.Num)
+		}
+		return nil, &api.Error{Code: api.CodeInvalidInput, Message: field + ": " + msg, Details: map[string]string{"field": field}}
 	}
 	return v.(map[string]any), nil
 }

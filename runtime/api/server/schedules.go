@@ -280,11 +280,11 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	if in.ID == "" {
 		in.ID = newID("sched")
 	}
-	input, err := plain(in.Input)
+	input, err := plain("input", in.Input)
 	if err != nil {
 		return err
 	}
-	values, err := plain(in.Values)
+	values, err := plain("values", in.Values)
 	if err != nil {
 		return err
 	}
