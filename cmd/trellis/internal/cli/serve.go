@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -169,21 +168,34 @@ func webhookConfig(allow, flows []string, secret string) (*server.WebhookConfig,
 	return cfg, nil
 }
 
+// cmdKeys manages the API keys in a store; the command line is checked
+// (--help answered) before the store is opened.
 func cmdKeys(ctx context.Context, env *Env, args []string) int {
-	if len(args) == 0 {
-		flags(env, "keys").Usage()
-		return 2
-	}
-	sub, args := args[0], args[1:]
-	var tenant, name *string
-	var admin *bool
-	rt, pos, code := openStore(ctx, env, "keys", args, func(fs *flag.FlagSet) {
-		tenant = fs.String("tenant", "", "the key's tenant (create), or whose keys to list")
-		name = fs.String("name", "", "a name to recognise the key by")
-		admin = fs.Bool("admin", false, "the key manages keys and reloads flows")
-	})
-	if rt == nil {
+	fs := flags(env, "keys")
+	addr := storeFlag(fs)
+	tenant := fs.String("tenant", "", "the key's tenant (create), or whose keys to list")
+	name := fs.String("name", "", "a name to recognise the key by")
+	admin := fs.Bool("admin", false, "the key manages keys and reloads flows")
+	pos, code, ok := parse(fs, args)
+	if !ok {
 		return code
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	sub, pos := pos[0], pos[1:]
+	switch {
+	case sub != "create" && sub != "list" && sub != "revoke":
+		return fail(env, "keys", usagef("unknown keys command %q: create, list or revoke", sub))
+	case sub == "revoke" && len(pos) != 1:
+		return fail(env, "keys", usagef("want keys revoke ID"))
+	case sub != "revoke" && len(pos) > 0:
+		return fail(env, "keys", usagef("keys %s takes no argument %q", sub, pos[0]))
+	}
+	rt, err := openRuntime(ctx, *addr)
+	if err != nil {
+		return fail(env, "keys", err)
 	}
 	defer rt.Close()
 	cat, err := store.CatalogOf(rt.Store())
@@ -215,15 +227,10 @@ func cmdKeys(ctx context.Context, env *Env, args []string) int {
 			fmt.Fprintf(env.Stdout, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, role, k.Name, state)
 		}
 	case "revoke":
-		if len(pos) != 1 {
-			return fail(env, "keys", usagef("want keys revoke ID"))
-		}
 		if err := cat.RevokeKey(ctx, pos[0], time.Now().UTC()); err != nil {
 			return fail(env, "keys", missingKey(err, pos[0]))
 		}
 		fmt.Fprintf(env.Stdout, "revoked %s\n", pos[0])
-	default:
-		return fail(env, "keys", usagef("unknown keys command %q: create, list or revoke", sub))
 	}
 	return 0
 }
