@@ -45,6 +45,7 @@ const (
 	CodeLiveKitFailed      Code = "livekit_failed"         // 502: the LiveKit server refused or did not answer
 	CodeReadOnly           Code = "flows_read_only"        // 409: the server cannot write its flows' files
 	CodeFileChanged        Code = "file_changed"           // 409: a file changed on the disk since the edit began
+	CodeLimitReached       Code = "limit_reached"          // 409: a tenant has as many of something as the server keeps (details: what, limit)
 	CodeInternal           Code = "internal"               // 500
 )
 
@@ -61,7 +62,7 @@ func (c Code) Status() int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused:
+	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused, CodeLimitReached:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge

@@ -135,6 +135,8 @@ type Config struct {
 	// Webhooks is where and how runs' ends are posted (nil: nowhere; a
 	// run that names a webhook is refused).
 	Webhooks *WebhookConfig
+	// Schedules bounds what a tenant's schedules may ask of the server.
+	Schedules ScheduleLimits
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.

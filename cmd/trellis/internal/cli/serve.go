@@ -45,13 +45,20 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	fs.Float64Var(&retain.Share, "retain-share", 0.1, "the part of the time a retention sweep may work: it rests the rest, in small batches, so that the runs keep the store")
 	var hookAllow, hookFlows multi
 	fs.Var(&hookAllow, "webhook-allow", "the `LIST` of where webhooks may be posted: host names, *.domain, addresses or networks such as 10.0.0.0/8, comma-separated or repeated; "+
-		"an address outside the list is refused (default: none, and no webhooks are sent); the messages are signed with "+server.WebhookSecretEnv+" (whsec_ and base64)")
+		"an address outside the list is refused, checked on the address connected to; loopback, private, link-local, metadata and other special addresses are reached only through an address or network entry inside them, never through a host name "+
+		"(default: none, and no webhooks are sent); the messages are signed with "+server.WebhookSecretEnv+" (whsec_ and base64)")
 	fs.Var(&hookFlows, "webhook", "`FLOW=URL`: post the end of every run of FLOW that names no webhook to URL (repeatable)")
 	hookTimeout := fs.Duration("webhook-timeout", 10*time.Second, "how long one webhook attempt may take")
 	hookAttempts := fs.Int("webhook-attempts", 8, "how many attempts a webhook gets before it is given up")
 	hookBackoff := fs.Duration("webhook-backoff", 5*time.Second, "the wait before a webhook's second attempt, doubled before each one after (up to an hour)")
+	var sched server.ScheduleLimits
+	fs.IntVar(&sched.PerTenant, "schedules-per-tenant", 100, "how many schedules a tenant may have (-1: no limit)")
+	fs.DurationVar(&sched.MinInterval, "schedule-min-interval", time.Second, "the shortest time a schedule's ticks may be apart")
 	if _, code, ok := parse(fs, args); !ok {
 		return code
+	}
+	if sched.PerTenant == 0 || sched.MinInterval < time.Second {
+		return fail(env, "serve", usagef("--schedules-per-tenant is at least 1 (-1: no limit), --schedule-min-interval at least 1s"))
 	}
 	hooks, err := webhookConfig(hookAllow, hookFlows, os.Getenv(server.WebhookSecretEnv))
 	if err != nil {
@@ -94,7 +101,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
-		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks})
+		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks, Schedules: sched})
 	if err != nil {
 		return fail(env, "serve", err)
 	}
