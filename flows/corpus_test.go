@@ -113,7 +113,7 @@ var corpus = []defect{
 	{name: "a subflow file that does not exist", flow: interview, old: "    flow: resume_review.yaml", new: "    flow: resume_reveiw.yaml", at: "resume_reveiw.yaml", code: diag.CodeSubflow},
 	{name: "a flow that runs itself as a subflow", flow: "runtime/diag/examples/C002.ok.yaml", old: "    flow: subflows/summary.yaml", new: "    flow: C002.ok.yaml", at: "C002.ok.yaml", code: diag.CodeSubflowCycle},
 	{name: "a subflow input naming a field the child lacks", flow: interview, old: "      review_sections: \"true\"", new: "      review_section: \"true\"", at: "review_section", code: diag.CodeSubflowMapping},
-	{name: "a map over a value that is not a list", flow: review, old: "    items: \"state.resume?.experience ?? []\"", new: "    items: \"state.target_role\"", at: "\"state.target_role", code: diag.CodeMapNode},
+	{name: "a map over a value that is not a list", flow: review, old: "    items: \"take(state.resume?.experience ?? [], state.max_sections)\"", new: "    items: \"state.target_role\"", at: "\"state.target_role", code: diag.CodeMapNode},
 	{name: "a map's node writing a replace field", flow: review, old: "      writes: {section_feedback: output}", new: "      writes: {section_feedback: output, final_score: output.score}", at: "final_score", code: diag.CodeMapNode},
 	{name: "a run configuration entry with an invalid schema", flow: "runtime/diag/examples/C005.ok.yaml", old: "{type: string, default: done}", new: "{type: strng, default: done}", at: "strng", code: diag.CodeConfig},
 }
