@@ -17,7 +17,7 @@ import (
 // de-duplication, a text's words (normalised, as written, or as stems)
 // and whether it mentions a phrase (for rules over prose: keywords, vague
 // openers, length, what an answer shares with its question), a fence for
-// untrusted text shown to a model, ids, and json (a value as compact JSON
+// untrusted text shown to a model, truncate to quote a long text, ids, and json (a value as compact JSON
 // text, where expr's toJSON indents).
 var functions = []expr.Option{
 	expr.Function("normalize", func(p ...any) (any, error) {
@@ -41,6 +41,9 @@ var functions = []expr.Option{
 	expr.Function("fence", func(p ...any) (any, error) {
 		return Fence(p[0].(string)), nil
 	}, new(func(string) string)),
+	expr.Function("truncate", func(p ...any) (any, error) {
+		return Truncate(p[0].(string), p[1].(int)), nil
+	}, new(func(string, int) string)),
 	expr.Function("uuid", func(...any) (any, error) {
 		return NewID(), nil
 	}, new(func() string)),
@@ -53,7 +56,7 @@ var functions = []expr.Option{
 	}, new(func(any) string)),
 }
 
-var registered = []string{"normalize", "word_overlap", "split_words", "mentions", "written_words", "word_stems", "fence", "uuid", "slug", "json"}
+var registered = []string{"normalize", "word_overlap", "split_words", "mentions", "written_words", "word_stems", "fence", "truncate", "uuid", "slug", "json"}
 
 // NormalizeText lowercases s, turns punctuation into spaces and collapses runs of
 // spaces: "What's  your Stack?" becomes "what s your stack". Accents and

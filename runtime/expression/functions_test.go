@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -150,6 +151,24 @@ func TestFence(t *testing.T) {
 	}
 }
 
+func TestTruncate(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		n    int
+		want string
+	}{
+		{"idk", 10, "idk"},
+		{"héllo wörld", 5, "héll…"},
+		{"ab cd", 4, "ab…"},
+		{"検索を35%改善", 4, "検索を…"},
+		{"anything", 0, ""},
+	} {
+		if got := expression.Truncate(c.text, c.n); got != c.want || !utf8.ValidString(got) {
+			t.Errorf("Truncate(%q, %d) = %q, want %q", c.text, c.n, got, c.want)
+		}
+	}
+}
+
 // FuzzFence: the fenced text comes back whole between the first and the
 // last line, and no line inside is the fence.
 func FuzzFence(f *testing.F) {
@@ -201,6 +220,7 @@ func TestTextFunctionsInExpressions(t *testing.T) {
 		"written_words(state.text)[0]":          "Shipped",
 		"word_stems(state.text)":                []any{"ship", "rag", "evaluation", "python"},
 		"fence(state.text) startsWith '```\\n'": true,
+		"truncate(state.text, 8)":               "Shipped…",
 	} {
 		p, probs := expression.Compile(src, env, false)
 		if p == nil {

@@ -186,3 +186,18 @@ func Fence(text string) string {
 	bar := strings.Repeat("`", max(3, longest+1))
 	return bar + "\n" + strings.TrimRight(text, "\n") + "\n" + bar
 }
+
+// Truncate returns text cut to at most n characters (truncate in
+// expressions), ending in "…" when it was cut, never inside a character
+// (expr's own slicing of a string counts bytes): what a flow keeps of a
+// long text it only quotes.
+func Truncate(text string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if utf8.RuneCountInString(text) <= n {
+		return text
+	}
+	runes := []rune(text)
+	return strings.TrimRight(string(runes[:n-1]), " \t\n") + "…"
+}
