@@ -112,6 +112,13 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			r.seq = cp.Seq
 			recorded = true
 		}
+		if r.e.reload {
+			// the first step runs on the state and input as another
+			// process reads them back
+			if err := r.reloadState(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// a resumed run runs the step it paused before
 	pauseBefore := r.resumed == nil
@@ -338,12 +345,11 @@ func inputValue(g *flow.Graph, k string, raw, current any) (f *flow.Field, v, nv
 		}
 		return nil, nil, nil, false, &InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)}
 	}
-	v, err := value.Normalize(raw)
+	v, err := normalizeFor(f, raw)
 	if err != nil {
 		return f, nil, nil, false, &InputError{Field: k, Reason: err.Error()}
 	}
-	v = schema.Coerce(f.Shape, v)
-	if nv, err = f.Reducer.Reduce(current, v); err != nil {
+	if nv, err = reduce(f, current, v); err != nil {
 		return f, v, nil, true, &InputError{Field: k, Reason: err.Error()}
 	}
 	if err := validateField(f, nv, v); err != nil {
@@ -544,6 +550,12 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		committed = time.Since(cp.Time)
 	}
 	r.seq = cp.Seq
+	if r.e.reload {
+		// the next step runs on the state as another process reads it
+		if err := r.reloadState(); err != nil {
+			return nil, err
+		}
+	}
 	if r.lease != nil && r.sinceClock == 0 {
 		r.lease.renewIfDue(ctx, cp.Time)
 	}

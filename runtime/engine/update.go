@@ -64,11 +64,11 @@ func initial(g *flow.Graph, thread string, values map[string]any, check, child b
 		if !ok {
 			return nil, nil, &InputError{Field: k, Reason: "not a state field", Suggestion: diag.Suggest(k, fieldNames(g))}
 		}
-		v, err := value.Normalize(values[k])
+		v, err := normalizeFor(f, values[k])
 		if err != nil {
 			return nil, nil, &InputError{Field: k, Reason: err.Error()}
 		}
-		state[k] = schema.Coerce(f.Shape, v)
+		state[k] = v
 	}
 	if check {
 		if err := g.Root().Validate(state); err != nil && !owesOnlyInputs(g, state, err) {
@@ -171,7 +171,7 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 		if err != nil {
 			return nil, &InputError{Field: k, Reason: err.Error()}
 		}
-		merged, err := f.Reducer.Reduce(next[k], v)
+		merged, err := reduce(f, next[k], v)
 		if err == nil {
 			err = validateField(f, merged, v)
 		}
