@@ -279,17 +279,17 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 		owed = owedInputs(r.g, r.values)
 	}
 	if len(r.req.Input) == 0 {
+		var probs inputProblems
 		if r.creating == nil {
-			var probs inputProblems
 			probs.addOwed(owed, nil)
+			probs.addRead(r.g, nil)
 			return nil, probs.err()
 		}
 		// a new thread with no input: its initial values alone must hold
-		if len(r.req.Values) == 0 && r.records.defaultsHold || r.g.Root().Validate(r.values) == nil {
-			return nil, nil
+		if len(r.req.Values) > 0 || !r.records.defaultsHold {
+			probs.addState(r.g, r.values, nil)
 		}
-		var probs inputProblems
-		probs.addState(r.g, r.values, nil)
+		probs.addRead(r.g, nil)
 		return nil, probs.err()
 	}
 	next := maps.Clone(r.values)
@@ -313,6 +313,7 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 		probs.addState(r.g, next, r.req.Input)
 	}
 	probs.addOwed(owed, r.req.Input)
+	probs.addRead(r.g, r.req.Input)
 	if err := probs.err(); err != nil {
 		return nil, err
 	}
@@ -370,6 +371,19 @@ func (p *inputProblems) addOwed(owed []string, input map[string]any) {
 		if _, given := input[name]; !given {
 			p.add(&InputError{Field: name, Reason: "required: the thread has no value for it yet, so its run gives it as input"})
 		}
+	}
+}
+
+// addRead reports the inputs the flow reads as input.NAME with nothing to
+// fall back on (flow.Field.ReadAt) that input does not give: the read
+// would meet nothing, so the run is refused before anything runs.
+func (p *inputProblems) addRead(g *flow.Graph, input map[string]any) {
+	for _, f := range g.Inputs {
+		if _, given := input[f.Name]; f.ReadAt == nil || given {
+			continue
+		}
+		p.add(&InputError{Field: f.Name, Reason: fmt.Sprintf("required: the flow reads input.%s at %s with nothing to fall back on; give it, or read it there as input.%s ?? a value",
+			f.Name, f.ReadAt, f.Name)})
 	}
 }
 

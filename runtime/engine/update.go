@@ -283,9 +283,10 @@ func CheckNew(g *flow.Graph, values, input map[string]any) error {
 }
 
 // CheckInput checks a run's input against g's input fields, each value on
-// its own over the field's default, as a run checks it (every problem at
-// once, an *InputError): what can be known of an input before the state
-// of the thread it goes to.
+// its own over the field's default, as a run checks it, and that it gives
+// the inputs the flow reads with nothing to fall back on (every problem
+// at once, an *InputError): what can be known of an input before the
+// state of the thread it goes to.
 func CheckInput(g *flow.Graph, input map[string]any) error {
 	var probs inputProblems
 	for _, k := range sortedKeys(input) {
@@ -297,5 +298,6 @@ func CheckInput(g *flow.Graph, input map[string]any) error {
 			probs.add(ie)
 		}
 	}
+	probs.addRead(g, input)
 	return probs.err()
 }
