@@ -14,7 +14,7 @@ import (
 
 func writeOf(f *flow.Field, version uint64, value, update any) store.Write {
 	if f.Reducer.Appends {
-		return store.Write{Field: f.Name, Version: version, Items: flow.AsItems(update), Append: true}
+		return store.Write{Field: f.Name, Version: version, Items: flow.AsItems(asItem(f, update)), Append: true}
 	}
 	return store.Write{Field: f.Name, Version: version, Value: value}
 }
@@ -23,7 +23,7 @@ func writeOf(f *flow.Field, version uint64, value, update any) store.Write {
 // the field's schema allows that, else the whole value.
 func validateField(f *flow.Field, value, update any) error {
 	if f.Items != nil && f.Reducer.Appends {
-		for i, it := range flow.AsItems(update) {
+		for i, it := range flow.AsItems(asItem(f, update)) {
 			if err := f.Items.Validate(it); err != nil {
 				return fmt.Errorf("appended item %d: %w", i, err)
 			}
@@ -218,6 +218,7 @@ func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
 			rejected = fmt.Errorf("field %q: %w", f.Name, verr)
 			break
 		}
+		v = asItem(f, v)
 		cur := r.cur[f.Index]
 		if at >= 0 {
 			cur = r.staged[at].merged
@@ -339,10 +340,20 @@ func normalizeAny(f *flow.Field, v any) (any, error) {
 	return n, nil
 }
 
+// asItem is a null written to a field whose reducer adds items (append,
+// union): one item, null, as any value that is not a list is, which the
+// field's items must take (the validator reads such a write so too).
+func asItem(f *flow.Field, v any) any {
+	if v == nil && (f.Reducer.Appends || f.Reducer.Spec.Name == "union") {
+		return []any{nil}
+	}
+	return v
+}
+
 // reduce merges v, normalised, into cur through f's reducer, in the form
 // the state holds values.
 func reduce(f *flow.Field, cur, v any) (any, error) {
-	merged, err := f.Reducer.Reduce(cur, v)
+	merged, err := f.Reducer.Reduce(cur, asItem(f, v))
 	if err != nil || f.Reducer.Appends || f.Reducer.Spec.Name == "replace" {
 		return merged, err
 	}

@@ -144,7 +144,16 @@ func TestWritesAreCheckedAtTheWrite(t *testing.T) {
 		{"list", "null", "{type: [array, 'null'], default: []}", nil},
 		{"list", "nil list", "{type: array, maxItems: 0, default: []}", nil},
 		{"list", "wide whole", "{type: number, default: 0}", nil},
+		// a null appended is one item, which the items must take
+		{"log", "null", "{type: array, items: {type: string}, default: []}", []string{`node "bad"`, `field "log"`, "null"}},
+		{"log", "null", "{type: array, items: {type: string}, maxItems: 3, default: []}", []string{`node "bad"`, `field "log"`, "null"}},
+		{"log", "null", "{type: array, items: {type: [string, 'null']}, default: []}", nil},
+		{"tags", "null", "{type: array, items: {type: string}, default: []}", []string{`node "bad"`, `field "tags"`, "null"}},
 	} {
+		lists := "{type: array, default: []}"
+		if c.field != "list" {
+			lists = c.schema
+		}
 		src := `version: 1
 name: checks
 state:
@@ -152,7 +161,10 @@ state:
     type: object
     properties:
       list: ` + c.schema + `
+      log: ` + lists + `
+      tags: ` + lists + `
       other: {type: string, default: ""}
+  reducers: {log: append, tags: union}
 nodes:
   good: {kind: set, set: {other: "'written'"}}
   bad: {kind: write, field: ` + c.field + `, value: '` + c.value + `'}
@@ -169,7 +181,10 @@ edges:
 		if c.fails == nil {
 			settled, _ := value.Normalize(goValues[c.value])
 			settled, _ = value.Settle(settled)
-			if err != nil || !reflect.DeepEqual(res.State["list"], settled) || res.State["other"] != "written" {
+			if c.field == "log" {
+				settled = []any{settled} // appended: one item
+			}
+			if err != nil || !reflect.DeepEqual(res.State[c.field], settled) || res.State["other"] != "written" {
 				t.Errorf("%s takes %s: %v %v", c.schema, c.value, res, err)
 			}
 			continue
