@@ -19,10 +19,6 @@ import (
 // test --reload) and the differential fuzzer compare the two.
 func WithReload() Option { return func(e *Engine) { e.reload = true } }
 
-// Reloads reports whether the engine reads its runs' state back between
-// steps (WithReload).
-func (e *Engine) Reloads() bool { return e.reload }
-
 // Reload is v as a store hands it back: encoded as the stores encode
 // values, and decoded.
 func Reload(v any) (any, error) {
