@@ -64,6 +64,34 @@ func TestInterviewTurnsAcrossRestarts(t *testing.T) {
 	}
 }
 
+// Two replicas on one PostgreSQL take turns at three interviews created
+// with bare values: whichever serves a turn, it goes on from the state
+// the other committed, and every interview asks its planned questions.
+func TestInterviewsAcrossTwoReplicas(t *testing.T) {
+	addr := storeAddr(t, "postgres")
+	a := serve(t, openRuntime(t, addr), flowsDir, "")
+	b := serve(t, openRuntime(t, addr), flowsDir, a.acme.Key)
+	replicas := []*served{a, b}
+	threads := []string{"i1", "i2", "i3"}
+	for _, id := range threads {
+		if _, err := a.acme.CreateThread(ctx, api.CreateThread{ID: id, Flow: "interview", Values: map[string]any{"interview_id": id, "user_id": id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for turn, answer := range []string{"", "I built a cache in Go.", "It used an LRU with sharded locks, and I measured the p99 before and after under load."} {
+		for i, id := range threads {
+			s := replicas[(turn+i)%2]
+			run, err := s.acme.RunWait(ctx, id, api.StartRun{Input: map[string]any{"last_response": answer}})
+			if err != nil || run.Status != api.RunSucceeded {
+				t.Fatalf("%s, turn %d: %+v %v", id, turn+1, run, err)
+			}
+			if want := []string{"greeting", "question", "question"}[turn]; run.State["last_node"] != want {
+				t.Fatalf("%s, turn %d reached %v, want %s", id, turn+1, run.State["last_node"], want)
+			}
+		}
+	}
+}
+
 // rawState reads a thread's state as a client other than the Go client
 // does, and holds the body to a strict JSON parser.
 func rawState(t *testing.T, s *served, thread string) {
