@@ -210,3 +210,31 @@ func TestShow(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkNormalizeHeld normalises and settles what a step writes when
+// it is already in the state's form, as most writes are (a 1,000-turn
+// conversation, read back from JSON): a walk that allocates nothing.
+func BenchmarkNormalizeHeld(b *testing.B) {
+	v, err := value.Decode(conversationJSON())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		n, err := value.Normalize(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		value.Settle(n)
+	}
+}
+
+func conversationJSON() []byte {
+	var items []any
+	for turn := 1; turn <= 1000; turn++ {
+		items = append(items, map[string]any{"role": "candidate", "content": "I worked on the ingestion pipeline.", "turn": turn, "score": 0.5},
+			map[string]any{"role": "interviewer", "content": "How did you design it?", "turn": turn, "tags": []any{"design"}})
+	}
+	b, _ := json.Marshal(items)
+	return b
+}

@@ -118,7 +118,10 @@ func Normalize(v any) (any, error) {
 		}
 		return validUTF8(x), nil
 	case float64:
-		return float(x)
+		if math.IsNaN(x) || math.IsInf(x, 0) || x == math.Trunc(x) && x > -(1<<53) && x < 1<<53 {
+			return float(x)
+		}
+		return v, nil // the same float, not boxed again
 	case []any:
 		if x == nil {
 			return []any{}, nil
