@@ -107,7 +107,7 @@ func sameCheckpoints(t *testing.T, one, other store.Store, thread, about string)
 func TestShippedFlowsReadBackAlike(t *testing.T) {
 	var files []string
 	for _, pattern := range []string{"../../flows/*.yaml", "../../flows/examples/*.yaml", "../../runtime/diag/examples/*.ok.yaml",
-		"../../runtime/diag/testdata/patterns/*.yaml"} {
+		"../../runtime/diag/testdata/patterns/*.yaml", "../../runtime/diag/testdata/cases/*.yaml"} {
 		fs, _ := filepath.Glob(pattern)
 		files = append(files, fs...)
 	}
