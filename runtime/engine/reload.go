@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -75,7 +76,7 @@ func (e *ReloadError) Error() string {
 // committed; a field whose value in memory differs from that is a
 // *ReloadError. The lists the run appends to in place are dropped: the
 // next append copies the list read back.
-func (r *run) reloadState() error {
+func (r *run) reloadState(ctx context.Context) error {
 	for i, f := range r.g.Fields {
 		if r.cur[i] == nil {
 			continue // null, or not set: either reads back as it is
@@ -90,13 +91,20 @@ func (r *run) reloadState() error {
 		r.set(i, v)
 		r.lists[i] = nil
 	}
-	return r.reloadInput()
+	return r.reloadInput(ctx)
 }
 
 // reloadInput replaces the run's input and configuration with what a
-// resumed run reads back of them.
-func (r *run) reloadInput() error {
-	in, err := reloadMap(r.input)
+// resumed run reads back of them: the input its input checkpoint records,
+// once committed (sync durability), and the configuration as given again.
+func (r *run) reloadInput(ctx context.Context) error {
+	input := r.input
+	if r.req.Durability == "" || r.req.Durability == Sync {
+		if recorded, _ := runInput(ctx, r.e.Store, r.req.Thread, r.id); recorded != nil {
+			input = recorded
+		}
+	}
+	in, err := reloadMap(input)
 	if err != nil {
 		return err
 	}

@@ -115,7 +115,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		if r.e.reload {
 			// the first step runs on the state and input as another
 			// process reads them back
-			if err := r.reloadState(); err != nil {
+			if err := r.reloadState(ctx); err != nil {
 				return nil, err
 			}
 		}
@@ -308,6 +308,14 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 		next[k] = nv
 		r.versions[f.Index]++
 		cp.Writes = append(cp.Writes, writeOf(f, r.versions[f.Index], nv, v))
+		if !f.Reducer.Appends && f.Reducer.Spec.Name != "replace" {
+			// the write holds what the reducer made of the input; a
+			// resumed run reads the input itself from here
+			if cp.Input == nil {
+				cp.Input = map[string]any{}
+			}
+			cp.Input[k] = v
+		}
 	}
 	if r.creating != nil || r.g.FullValidation {
 		probs.addState(r.g, next, r.req.Input)
@@ -574,7 +582,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	r.seq = cp.Seq
 	if r.e.reload {
 		// the next step runs on the state as another process reads it
-		if err := r.reloadState(); err != nil {
+		if err := r.reloadState(ctx); err != nil {
 			return nil, err
 		}
 	}

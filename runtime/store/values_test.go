@@ -218,3 +218,58 @@ func storeOf(t *testing.T) store.Store {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// A resumed run reads its input as it was given, also where the field's
+// reducer made another value of it (add, merge): after a pause, in a
+// store opened afresh, input.NAME is what the run was given, as it was
+// before the pause.
+func TestResumedRunReadsItsInput(t *testing.T) {
+	ctx := context.Background()
+	g, dl := flow.LoadSource("input.yaml", []byte(`version: 1
+name: input
+input: [n, tags]
+state:
+  schema:
+    type: object
+    properties:
+      n: {type: integer, default: 5}
+      tags: {type: object, default: {a: 1}}
+      before: {type: integer, default: 0}
+      after: {type: integer, default: 0}
+      keys: {type: integer, default: 0}
+  reducers: {n: add, tags: merge}
+nodes:
+  first: {kind: set, set: {before: "input.n"}}
+  second: {kind: set, interrupt_before: true, set: {after: "input.n", keys: "len(input.tags)"}}
+edges:
+  - {from: START, to: first}
+  - {from: first, to: second}
+  - {from: second, to: END}
+`), valueKinds())
+	if g == nil || len(dl) > 0 {
+		t.Fatal(dl)
+	}
+	for name, url := range storetest.URLs(t) {
+		t.Run(name, func(t *testing.T) {
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { st.Close() }()
+			res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"n": 2, "tags": map[string]any{"b": 2}}})
+			if err != nil || res.Interrupt == nil || res.State["before"] != 2 || res.State["n"] != 7 {
+				t.Fatalf("first part: %v %v", res, err)
+			}
+			if name != "memory" {
+				st.Close()
+				if st, err = store.Open(ctx, url); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err = engine.New(st).Run(ctx, g, engine.Request{Thread: "t", Resume: true})
+			if err != nil || res.State["after"] != 2 || res.State["keys"] != 1 {
+				t.Fatalf("resumed: %s %v", value.Show(res.State, 300), err)
+			}
+		})
+	}
+}
