@@ -123,7 +123,7 @@ func TestInterviewCoverage(t *testing.T) {
 	if len(st["questions_asked"].([]any)) != 4 || st["phase"] != "done" {
 		t.Fatalf("questions %d phase %v", len(st["questions_asked"].([]any)), st["phase"])
 	}
-	if ev := st["evaluation"].(map[string]any); ev["communication"].(float64) < 6 || len(ev["strengths"].([]any)) == 0 {
+	if ev := st["evaluation"].(map[string]any); number(ev["communication"]) < 6 || len(ev["strengths"].([]any)) == 0 {
 		t.Fatalf("detailed answers not reflected: %v", ev)
 	}
 }
@@ -189,10 +189,13 @@ func planState(anchors, previous []any) map[string]any {
 		"resume_exploration": map[string]any{}, "left_anchors": []any{}, "active_user_request": nil}
 }
 
-// TestFlowTests runs every flow test file (*.test.yaml) offline.
+// TestFlowTests runs every flow test file (*.test.yaml) offline, each test
+// also with its state read back between steps (trellis test --reload).
 func TestFlowTests(t *testing.T) {
 	files, err := filepath.Glob("*" + testfile.Suffix)
-	if err != nil || len(files) < 2 {
+	examples, _ := filepath.Glob("examples/*" + testfile.Suffix)
+	files = append(files, examples...)
+	if err != nil || len(files) < 4 {
 		t.Fatalf("flow test files: %v %v", files, err)
 	}
 	for _, path := range files {
@@ -200,7 +203,7 @@ func TestFlowTests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		results, err := testfile.RunFile(context.Background(), f, all.Offline(), "")
+		results, err := testfile.RunFileWith(context.Background(), f, all.Offline(), testfile.Options{Reload: true})
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}

@@ -161,7 +161,7 @@ func TestInterviewWithModel(t *testing.T) {
 		t.Fatalf("questions = %v", asked)
 	}
 	subs := state["code_submissions"].([]any)
-	if sub := subs[0].(map[string]any); len(subs) != 1 || sub["quality"] != nil || sub["style"] != 6.0 || sub["executed"] != false {
+	if sub := subs[0].(map[string]any); len(subs) != 1 || sub["quality"] != nil || number(sub["style"]) != 6 || sub["executed"] != false {
 		t.Fatalf("code review = %v", subs)
 	}
 	b, _ := json.Marshal([]any{events, state})
