@@ -68,6 +68,25 @@ func TestRunTheResumeReviewOffline(t *testing.T) {
 	}
 }
 
+// A null or blank resume is reported and the command succeeds: nothing
+// to review is an answer, not a failure.
+func TestRunTheResumeReviewOfNoResume(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"null":  "target_role: LLM Engineer\nresume: null\n",
+		"blank": "target_role: LLM Engineer\nresume: {name: '', title: ' ', summary: '  ', experience: [{company: '', role: '', bullets: ['', ' - ']}], skills: []}\n",
+	} {
+		values := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(values, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, stderr, exit := trellis(t, "run", "../../flows/resume_review.yaml", "--with", values, "--store", "memory")
+		if exit != 0 || !strings.HasPrefix(out, "Resume review for LLM Engineer: ") || !strings.Contains(out, "nothing to review") {
+			t.Errorf("a %s resume: exit %d\n%s%s", name, exit, out, stderr)
+		}
+	}
+}
+
 // A map over many items is named once in the note of fallbacks, as a
 // range, where each item was listed; an empty file of values says which
 // file, and that it is empty.
