@@ -256,3 +256,57 @@ func TestCodeReviewKeepsTheCandidatesTextAsData(t *testing.T) {
 		t.Errorf("the candidate's text is not fenced as data:\n%s", prompt)
 	}
 }
+
+// TestHintAsksTheModelForTheNextOne: with a model, the hint prompt shows
+// the exercise's hints and how many of them were given for it (hints on
+// the questions before do not count), and the hint is recorded as the
+// exercise's.
+func TestHintAsksTheModelForTheNextOne(t *testing.T) {
+	srv := llmtest.New(llmtest.Rule{Replies: []llmtest.Reply{{Content: "Try comparing each interval with the last one you kept."}}})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	reg := all.WithProvider(func() *llm.Provider { return &llm.Provider{BaseURL: ts.URL + "/v1", Backoff: time.Millisecond} })
+	g, dl := flow.Load("interview.yaml", reg)
+	if g == nil {
+		t.Fatal(dl)
+	}
+	values, err := schema.ReadFile("examples/candidate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := engine.New(memory.New()).Create(context.Background(), g, "hint", values.(map[string]any))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := snap.Values
+	state["turn_count"] = 6
+	state["last_response"] = "Could I have another hint?"
+	state["sandbox"] = map[string]any{"is_active": true, "submissions": 0, "signals": []any{}, "exercise_turn": 4,
+		"exercise": map[string]any{"title": "Merge", "prompt": "Write merge(xs).", "language": "python",
+			"hints": []any{"sort by start first", "compare each interval with the last merged one"}, "tests": []any{}}}
+	state["hints_given"] = []any{
+		map[string]any{"turn": 3, "hint": "Here is a hint: for example, a number.", "exercise": false, "exercise_turn": nil},
+		map[string]any{"turn": 5, "hint": "Here is a hint (1 of 2): sort by start first.", "exercise": true, "exercise_turn": 4},
+	}
+	n, _ := g.Node("hint")
+	upd, err := n.Impl.Run(context.Background(), kind.View("hint", g.Vars(state, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := srv.Calls()
+	if len(calls) != 1 {
+		t.Fatalf("%d calls", len(calls))
+	}
+	prompt := ""
+	for _, m := range calls[0].Messages {
+		prompt += m.Content + "\n"
+	}
+	if !strings.Contains(prompt, "Its hints, in order: sort by start first; compare each interval with the last merged one.") ||
+		!strings.Contains(prompt, "Hints already given for it: 1.") {
+		t.Errorf("the hint prompt:\n%s", prompt)
+	}
+	given, _ := upd.Get("hints_given")
+	if h := given.([]any)[0].(map[string]any); h["exercise"] != true || h["hint"] != "Try comparing each interval with the last one you kept." {
+		t.Errorf("recorded %v", h)
+	}
+}
