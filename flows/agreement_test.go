@@ -310,3 +310,42 @@ func TestHintAsksTheModelForTheNextOne(t *testing.T) {
 		t.Errorf("recorded %v", h)
 	}
 }
+
+// TestALenientModelCannotScoreANonAnswer: an answer the rules list as
+// saying nothing ("idk") is a non-answer scoring 0, whatever a model
+// makes of it.
+func TestALenientModelCannotScoreANonAnswer(t *testing.T) {
+	srv := llmtest.New(llmtest.Rule{Replies: []llmtest.Reply{
+		{Content: `{"relevance": 0.9, "specificity": 0.9, "non_answer": false, "hedged": false, "aspects": ["impact"], "note": "honest"}`}}})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	reg := all.WithProvider(func() *llm.Provider { return &llm.Provider{BaseURL: ts.URL + "/v1", Backoff: time.Millisecond} })
+	g, dl := flow.Load("interview.yaml", reg)
+	if g == nil {
+		t.Fatal(dl)
+	}
+	values, err := schema.ReadFile("examples/candidate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := g.Node("assess_answer")
+	for _, say := range []string{"idk", "  No idea. ", "!!!", "I built the indexer's write path and cut p99 from 900 ms to 120 ms."} {
+		snap, err := engine.New(memory.New()).Create(context.Background(), g, "lenient", values.(map[string]any))
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := snap.Values
+		state["turn_count"] = 2
+		state["last_response"] = say
+		upd, err := n.Impl.Run(context.Background(), kind.View("assess_answer", g.Vars(state, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, _ := upd.Get("answer_assessments")
+		a := list.([]any)[0].(map[string]any)
+		wantNothing := !strings.HasPrefix(say, "I built")
+		if a["non_answer"] != wantNothing || (number(a["score"]) == 0) != wantNothing {
+			t.Errorf("%q: non-answer %v, score %v", say, a["non_answer"], a["score"])
+		}
+	}
+}
