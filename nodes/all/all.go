@@ -1,4 +1,5 @@
-// Package all assembles the registry of every built-in node kind.
+// Package all assembles the registry of every built-in node kind and
+// tool kind.
 package all
 
 import (
@@ -13,6 +14,9 @@ import (
 	"github.com/trellisflow/trellis/nodes/render"
 	"github.com/trellisflow/trellis/nodes/sandbox"
 	"github.com/trellisflow/trellis/nodes/subflow"
+	"github.com/trellisflow/trellis/nodes/tools/flowtool"
+	"github.com/trellisflow/trellis/nodes/tools/httptool"
+	"github.com/trellisflow/trellis/nodes/tools/sandboxtool"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
@@ -58,8 +62,12 @@ func WithProvider(provider func() *llm.Provider) *kind.Set {
 // provider and whose sandbox kind calls pool when a flow is loaded (nil
 // from them: no model, no sandbox).
 func With(provider func() *llm.Provider, pool func() *sandbox.Pool) *kind.Set {
-	return kind.NewSet(assign.Spec, noop.Spec, render.Spec, interrupt.Spec, llm.NewSpec(provider), sandbox.NewSpec(pool),
+	set := kind.NewSet(assign.Spec, noop.Spec, render.Spec, interrupt.Spec, llm.NewSpec(provider), sandbox.NewSpec(pool),
 		subflow.Spec, mapnode.Spec, memory.Spec)
+	set.RegisterTool(httptool.Spec)
+	set.RegisterTool(flowtool.Spec)
+	set.RegisterTool(sandboxtool.NewSpec(pool))
+	return set
 }
 
 // Reference renders the node-kind reference (nodes/README.md).

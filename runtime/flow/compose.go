@@ -275,7 +275,7 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 		c.dl.Errorf(diag.CodeSubflow, v.Pos(), v.Path(), "subflow %s has errors (reported in its file)", path)
 		return nil
 	}
-	sf := &kind.Subflow{Name: g.Name, Path: path, State: res.state, Config: g.ConfigShape, Graph: g}
+	sf := &kind.Subflow{Name: g.Name, Path: path, Description: g.Description, State: res.state, Config: g.ConfigShape, Graph: g}
 	if sf.Config == nil {
 		sf.Config = schema.Object(nil)
 		sf.Config.Closed = true
@@ -286,6 +286,13 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 		}
 	}
 	sf.Unset = res.unset
+	sf.Schema = g.stateRaw
+	for _, f := range g.Inputs {
+		sf.Inputs = append(sf.Inputs, f.Name)
+	}
+	if g.Output != nil {
+		sf.Output = g.Output.Render
+	}
 	var pauses []string
 	for _, n := range g.Nodes {
 		_, asks := n.Impl.(kind.Asker)

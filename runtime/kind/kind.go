@@ -187,6 +187,7 @@ type Registry interface {
 // Set is the standard Registry.
 type Set struct {
 	specs map[string]*Spec
+	tools map[string]*ToolSpec
 }
 
 // NewSet returns a registry holding specs.

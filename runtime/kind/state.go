@@ -62,6 +62,18 @@ type State interface {
 	// reach this run's observer tagged with the namespace. It returns the
 	// child's final state.
 	RunFlow(ctx context.Context, f *Subflow, key string, values, config map[string]any) (map[string]any, error)
+	// Once returns what fn returned the first time this node reached key
+	// in its step (keys tell apart the pieces of work a node does: a
+	// model's turn, a tool call). The value, normalised to JSON, is kept
+	// (as a pending write of the step) the moment fn returns, so a step
+	// that runs the node again (resumed after a crash or a pause, or a
+	// retried attempt) gets it back without calling fn: a finished piece
+	// of work is never done twice. An error is not kept. Outside a run it
+	// calls fn. It is safe to call concurrently, with different keys.
+	Once(ctx context.Context, key string, fn func(context.Context) (any, error)) (any, error)
+	// ToolEvent reports a tool call's start or end (Done) as the run's
+	// tool_start or tool_end event.
+	ToolEvent(e ToolEvent)
 }
 
 // View returns a State over fixed expression variables (which must hold
@@ -104,3 +116,9 @@ func (v *view) RunNested(context.Context, *Nested, string, map[string]any) (Upda
 func (v *view) RunFlow(context.Context, *Subflow, string, map[string]any, map[string]any) (map[string]any, error) {
 	return nil, ErrOutsideRun
 }
+
+func (v *view) Once(ctx context.Context, _ string, fn func(context.Context) (any, error)) (any, error) {
+	return fn(ctx)
+}
+
+func (v *view) ToolEvent(ToolEvent) {}

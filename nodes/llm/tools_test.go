@@ -1,0 +1,372 @@
+package llm_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/nodes/llm/llmtest"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+)
+
+// weather is an HTTP API for tools: GET /weather?city=C answers JSON, and
+// counts its calls; /big answers more than a small cap, /bad answers
+// text where JSON is due, /wrong JSON its schema refuses.
+type weather struct {
+	calls atomic.Int64
+	srv   *httptest.Server
+}
+
+func newWeather(t *testing.T) *weather {
+	w := &weather{}
+	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w.calls.Add(1)
+		rw.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/weather":
+			city := r.URL.Query().Get("city")
+			if city == "Atlantis" {
+				rw.WriteHeader(http.StatusNotFound)
+				fmt.Fprint(rw, `{"error": "no such city"}`)
+				return
+			}
+			fmt.Fprintf(rw, `{"city": %q, "celsius": 21, "sky": "clear"}`, city)
+		case "/big":
+			fmt.Fprintf(rw, `{"pad": %q}`, strings.Repeat("x", 4096))
+		case "/bad":
+			fmt.Fprint(rw, `{"city": `)
+		case "/wrong":
+			fmt.Fprint(rw, `{"city": 7}`)
+		}
+	}))
+	t.Cleanup(w.srv.Close)
+	return w
+}
+
+const agentFlow = `version: 1
+name: agent
+state:
+  schema:
+    type: object
+    properties:
+      question: {type: string, default: ""}
+      answer: {type: string, default: ""}
+      calls: {type: array, default: []}
+input: [question]
+tools:
+  get_weather:
+    kind: http
+    description: The weather in a city now.
+    parameters:
+      type: object
+      properties: {city: {type: string}}
+      required: [city]
+    url: "BASE{{.config.path}}?city={{urlquery .args.city}}"
+    response:
+      schema:
+        type: object
+        required: [city]
+        properties: {city: {type: string}, celsius: {type: integer}}
+    max_bytes: 1024
+    allow: [ALLOW]
+    APPROVE
+  shout:
+    kind: flow
+    flow: shout.yaml
+config:
+  path: {type: string, default: /weather}
+nodes:
+  agent:
+    kind: llm
+    prompt: agent
+    tools: [get_weather, shout]
+    ONERROR
+    writes: {answer: output, calls: tool_calls}
+edges:
+  - {from: START, to: agent}
+  - {from: agent, to: END}
+`
+
+const shoutFlow = `version: 1
+name: shout
+description: Shout a text.
+state:
+  schema:
+    type: object
+    properties:
+      text: {type: string, default: ""}
+      loud: {type: string, default: ""}
+input: [text]
+nodes:
+  up: {kind: assign, set: {loud: "upper(state.text)"}}
+edges:
+  - {from: START, to: up}
+  - {from: up, to: END}
+output: "{{.state.loud}}!"
+`
+
+const agentPrompt = `---
+fallback_calls:
+  - tool: shout
+    arguments: {text: "state.question"}
+fallback_expr: "'offline: ' + string(tool_calls[0].result)"
+---
+Answer: {{.state.question}}
+`
+
+// agentGraph writes the agent flow (its http tool on w, allowed allow,
+// approving as approve says, with onError on the node) and loads it with
+// provider p.
+func agentGraph(t *testing.T, p *llm.Provider, w *weather, allow, approve, onError string) *flow.Graph {
+	t.Helper()
+	dir := t.TempDir()
+	src := strings.NewReplacer("BASE", w.srv.URL, "ALLOW", allow, "APPROVE", approve, "ONERROR", onError).Replace(agentFlow)
+	for name, body := range map[string]string{"agent.yaml": src, "shout.yaml": shoutFlow, "prompts/agent.prompt": agentPrompt} {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, dl := flow.Load(filepath.Join(dir, "agent.yaml"), all.WithProvider(func() *llm.Provider { return p }))
+	if dl.HasErrors() {
+		t.Fatalf("load: %v", dl)
+	}
+	return g
+}
+
+func callTools(calls ...llmtest.ToolCall) llmtest.Reply { return llmtest.Reply{ToolCalls: calls} }
+
+// The model's calls run (two at once), their results go back to it, and
+// the node writes its answer and the calls; each call is a tool_start and
+// a tool_end event.
+func TestToolLoop(t *testing.T) {
+	w := newWeather(t)
+	srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{
+		callTools(llmtest.ToolCall{ID: "c1", Name: "get_weather", Arguments: map[string]any{"city": "Oslo"}},
+			llmtest.ToolCall{ID: "c2", Name: "shout", Arguments: map[string]any{"text": "hi"}}),
+		callTools(llmtest.ToolCall{ID: "c3", Name: "get_weather", Arguments: map[string]any{"city": "Atlantis"}}),
+		{Content: "It is 21 degrees in Oslo."},
+	}})
+	g := agentGraph(t, serve(t, srv), w, "127.0.0.1/32", "", "")
+	rec := &recorder{}
+	res, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"question": "weather?"}, Observe: rec.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State["answer"] != "It is 21 degrees in Oslo." {
+		t.Fatalf("answer %v", res.State["answer"])
+	}
+	calls := res.State["calls"].([]any)
+	if len(calls) != 3 {
+		t.Fatalf("calls %v", calls)
+	}
+	first := calls[0].(map[string]any)
+	if r := first["result"].(map[string]any); r["celsius"] != 21 || first["tool"] != "get_weather" {
+		t.Errorf("first call %v (the integer comes back an integer)", first)
+	}
+	if calls[1].(map[string]any)["result"] != "HI!" {
+		t.Errorf("the flow tool's result is its output: %v", calls[1])
+	}
+	if e, _ := calls[2].(map[string]any)["error"].(string); !strings.Contains(e, "answered 404") {
+		t.Errorf("a 404 is told to the model as an error: %v", calls[2])
+	}
+	reqs := srv.Calls()
+	if len(reqs) != 3 || len(reqs[0].Tools) != 2 {
+		t.Fatalf("model requests %+v", reqs)
+	}
+	second := reqs[1].Messages
+	if n := len(second); n != 4 || second[2].Role != "tool" || second[2].ToolCallID != "c1" || !strings.Contains(second[2].Content, `"celsius":21`) ||
+		second[3].ToolCallID != "c2" || second[3].Content != "HI!" {
+		t.Fatalf("the second request does not carry the results: %+v", second)
+	}
+	var starts, ends int
+	for _, ev := range rec.events {
+		switch ev.Type {
+		case engine.ToolStart:
+			starts++
+		case engine.ToolEnd:
+			ends++
+			if ev.Tool == nil || ev.Tool.ID == "" || ev.Node != "agent" {
+				t.Errorf("tool_end %+v", ev)
+			}
+		}
+	}
+	if starts != 3 || ends != 3 {
+		t.Errorf("tool events: %d starts, %d ends", starts, ends)
+	}
+	if w.calls.Load() != 2 {
+		t.Errorf("the API was called %d times", w.calls.Load())
+	}
+}
+
+// A node that fails midway through its loop leaves the calls it finished
+// kept: resuming its run does not make them again, nor ask the model the
+// turns it answered.
+func TestFinishedCallsAreNotRepeated(t *testing.T) {
+	w := newWeather(t)
+	srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{
+		callTools(llmtest.ToolCall{ID: "c1", Name: "get_weather", Arguments: map[string]any{"city": "Oslo"}}),
+		{Status: 500}, {Status: 500}, {Status: 500},
+		{Content: "done"},
+	}})
+	p := serve(t, srv)
+	g := agentGraph(t, p, w, "127.0.0.1/32", "", "on_error: fail")
+	st := memory.New()
+	e := engine.New(st)
+	_, err := e.Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"}})
+	if err == nil || !strings.Contains(err.Error(), "500") {
+		t.Fatalf("the run should fail on the model: %v", err)
+	}
+	if w.calls.Load() != 1 {
+		t.Fatalf("calls before the failure: %d", w.calls.Load())
+	}
+	res, err := e.Run(context.Background(), g, engine.Request{Thread: "t", Resume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State["answer"] != "done" || w.calls.Load() != 1 {
+		t.Fatalf("answer %v, API calls %d (want 1)", res.State["answer"], w.calls.Load())
+	}
+	reqs := srv.Calls()
+	last := reqs[len(reqs)-1]
+	if len(reqs) != 5 || len(last.Messages) != 3 || last.Messages[2].ToolCallID != "c1" {
+		t.Fatalf("the resumed run asked %d times; its last request %+v", len(reqs), last.Messages)
+	}
+}
+
+// A call whose tool says approve pauses the run with the call; the answer
+// approves, edits or rejects it.
+func TestApproval(t *testing.T) {
+	cases := []struct {
+		name   string
+		answer any
+		check  func(t *testing.T, call map[string]any, apiCalls int64)
+	}{
+		{"approve", "approve", func(t *testing.T, c map[string]any, n int64) {
+			if c["approval"] != "approved" || c["result"].(map[string]any)["city"] != "Oslo" || n != 1 {
+				t.Errorf("%v, %d", c, n)
+			}
+		}},
+		{"edit", map[string]any{"decision": "edit", "arguments": map[string]any{"city": "Bergen"}}, func(t *testing.T, c map[string]any, n int64) {
+			if c["approval"] != "edited" || c["result"].(map[string]any)["city"] != "Bergen" || n != 1 {
+				t.Errorf("%v, %d", c, n)
+			}
+		}},
+		{"reject", map[string]any{"decision": "reject", "reason": "not now"}, func(t *testing.T, c map[string]any, n int64) {
+			if c["approval"] != "rejected" || !strings.Contains(c["error"].(string), "not now") || n != 0 {
+				t.Errorf("%v, %d", c, n)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWeather(t)
+			srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{
+				callTools(llmtest.ToolCall{ID: "c1", Name: "get_weather", Arguments: map[string]any{"city": "Oslo"}}),
+				{Content: "ok"},
+			}})
+			g := agentGraph(t, serve(t, srv), w, "127.0.0.1/32", `approve: {when: "args.city != 'Paris'"}`, "")
+			st := memory.New()
+			e := engine.New(st)
+			res, err := e.Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Interrupt == nil || len(res.Interrupt.Asks) != 1 || res.Interrupt.Asks[0].ID != "agent" {
+				t.Fatalf("interrupt %+v", res.Interrupt)
+			}
+			p := res.Interrupt.Asks[0].Payload.(map[string]any)
+			call := p["calls"].([]any)[0].(map[string]any)
+			if p["type"] != "tool_approval" || call["id"] != "c1" || call["tool"] != "get_weather" || call["arguments"].(map[string]any)["city"] != "Oslo" {
+				t.Fatalf("payload %v", p)
+			}
+			if w.calls.Load() != 0 {
+				t.Fatal("the call ran before its approval")
+			}
+			asks, err := e.Asks(context.Background(), g, "t")
+			if err != nil || len(asks) != 1 || asks[0].ID != "agent" {
+				t.Fatalf("the thread's questions: %+v %v", asks, err)
+			}
+			if _, err := e.Run(context.Background(), g, engine.Request{Thread: "t", Resume: true, Answers: map[string]any{"agent": "maybe"}}); err == nil ||
+				!strings.Contains(err.Error(), "answers.agent") {
+				t.Fatalf("a malformed answer is refused before the run: %v", err)
+			}
+			res, err = e.Run(context.Background(), g, engine.Request{Thread: "t", Resume: true, Answers: map[string]any{"agent": tc.answer}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Interrupt != nil {
+				t.Fatalf("paused again: %+v", res.Interrupt)
+			}
+			if n := len(srv.Calls()); n != 2 {
+				t.Errorf("the model was asked %d times (the paused turn is kept)", n)
+			}
+			tc.check(t, res.State["calls"].([]any)[0].(map[string]any), w.calls.Load())
+		})
+	}
+}
+
+// What a tool may not do fails the node, naming the tool, and commits
+// nothing of the step.
+func TestToolFailuresFailTheNode(t *testing.T) {
+	cases := []struct{ name, path, allow, want string }{
+		{"over its cap", "/big", "127.0.0.1/32", "larger than the tool's cap of 1024 bytes"},
+		{"not JSON", "/bad", "127.0.0.1/32", "not valid JSON"},
+		{"against its schema", "/wrong", "127.0.0.1/32", "does not match the tool's response schema"},
+		{"outside the allow-list", "/weather", "10.0.0.0/8", "not on the tool's allow-list"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWeather(t)
+			srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{
+				callTools(llmtest.ToolCall{ID: "c1", Name: "get_weather", Arguments: map[string]any{"city": "Oslo"}}),
+				{Content: "ok"},
+			}})
+			g := agentGraph(t, serve(t, srv), w, tc.allow, "", "on_error: fail")
+			st := memory.New()
+			_, err := engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"},
+				Config: map[string]any{"path": tc.path}})
+			if err == nil || !strings.Contains(err.Error(), `tool "get_weather" (http)`) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one naming the tool and %q", err, tc.want)
+			}
+			cps, _ := st.History(context.Background(), "t", store.HistoryOptions{Limit: 10})
+			for _, cp := range cps {
+				if cp.Source == store.SourceStep {
+					t.Fatalf("the step committed: %+v", cp)
+				}
+			}
+		})
+	}
+}
+
+// With no model the fallback makes the calls it names, approval included,
+// and its reply reads their results.
+func TestFallbackCallsTools(t *testing.T) {
+	w := newWeather(t)
+	g := agentGraph(t, nil, w, "127.0.0.1/32", "", "")
+	rec := &recorder{}
+	res, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"question": "hey"}, Observe: rec.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State["answer"] != "offline: HEY!" {
+		t.Fatalf("state %v", res.State)
+	}
+	if ev := rec.nodeEnd("agent"); ev.Degraded == "" {
+		t.Errorf("the fallback is marked degraded: %+v", ev)
+	}
+}
