@@ -120,6 +120,7 @@ var corpus = []defect{
 	// tools
 	{name: "an llm node naming a tool the flow does not declare", flow: tools, old: "tools: [lookup]", new: "tools: [lokup]", at: "lokup", code: diag.CodeToolName},
 	{name: "a tool whose parameters are not an object", flow: tools, old: "parameters: {type: object, properties: {word: {type: string}}, required: [word]}", new: "parameters: {type: array}", at: "{type: array}", code: diag.CodeToolSetting},
+	{name: "an MCP server with no pinned copy where it is not asked", flow: "runtime/diag/examples/T003.ok.yaml", old: "pin: T003.samples.mcp.json", new: "pin: missing.mcp.json", at: "missing.mcp.json", code: diag.CodeToolServer},
 	{name: "an http tool calling a host its allow-list does not hold", flow: tools, old: "allow: [dictionary.example.com]", new: "allow: [dictionary.example.net]", at: "\"https://dictionary", code: diag.CodeToolReach},
 }
 

@@ -77,6 +77,7 @@ const (
 	// Tools.
 	CodeToolName    Code = "T001"
 	CodeToolSetting Code = "T002"
+	CodeToolServer  Code = "T003"
 	CodeToolReach   Code = "T004"
 )
 
@@ -140,6 +141,7 @@ var Codes = []CodeDoc{
 	{CodeConfig, "a run configuration entry whose schema is invalid or whose default the schema refuses"},
 	{CodeToolName, "an llm node names a tool the flow's tools block does not declare, or two tools it may call share a name (as a warning, a declared tool no node calls)"},
 	{CodeToolSetting, "a tool's settings are wrong: its kind, parameters or response schema, templates, result expression, approval, or a missing description"},
+	{CodeToolServer, "an MCP server's tools cannot be known: the server does not answer and there is no pinned copy, the pinned copy cannot be read, or it differs from what the server lists"},
 	{CodeToolReach, "an http tool's address is not one its allow-list permits, or an allow-list entry is malformed"},
 }
 
