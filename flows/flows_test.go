@@ -185,7 +185,9 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 // TestFlowTests runs every flow test file (*.test.yaml) offline.
 func TestFlowTests(t *testing.T) {
 	files, err := filepath.Glob("*" + testfile.Suffix)
-	if err != nil || len(files) < 2 {
+	examples, _ := filepath.Glob("examples/*" + testfile.Suffix)
+	files = append(files, examples...)
+	if err != nil || len(files) < 4 {
 		t.Fatalf("flow test files: %v %v", files, err)
 	}
 	for _, path := range files {

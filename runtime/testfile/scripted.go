@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 )
@@ -127,4 +128,44 @@ func (s itemScriptsFallback) Fallback(ctx context.Context, st kind.State, err er
 		return nil, errors.New("no fallback for a refused scripted output")
 	}
 	return s.inner.(kind.Fallback).Fallback(ctx, st, err)
+}
+
+// badScript is a mistake in a test's scripts, where it is.
+type badScript struct {
+	pos diag.Pos
+	msg string
+}
+
+// toolScripts makes the mock that answers a test's scripted tool calls,
+// each tool's calls in order; a call beyond a tool's script runs it.
+func toolScripts(g *flow.Graph, t Test) (kind.ToolMock, []badScript) {
+	var bad []badScript
+	var names []string
+	for _, te := range g.ToolEntries {
+		for _, tool := range te.Tools {
+			names = append(names, tool.Name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Tools)) {
+		if _, ok := g.Tool(name); !ok {
+			d := diag.Diagnostic{Summary: fmt.Sprintf("tools: flow %s has no tool %q", g.Name, name), Suggestion: diag.Suggest(name, names)}
+			bad = append(bad, badScript{t.toolPos[name], d.Message()})
+		}
+	}
+	var mu sync.Mutex
+	next := map[string]int{}
+	return func(_ context.Context, c *kind.Call) (any, bool, error) {
+		mu.Lock()
+		i := next[c.Tool]
+		next[c.Tool]++
+		mu.Unlock()
+		calls := t.Tools[c.Tool]
+		if i >= len(calls) || calls[i].Run {
+			return nil, false, nil
+		}
+		if calls[i].Error != "" {
+			return nil, true, kind.ToolFailed(errors.New(calls[i].Error))
+		}
+		return calls[i].Result, true, nil
+	}, bad
 }

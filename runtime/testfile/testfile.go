@@ -16,6 +16,11 @@
 //	        - run: true                             # the node runs for real
 //	      copywriter:
 //	        - output: {score: 7, ...}               # the reply, checked against its schema
+//	    tools:                                      # per tool, one entry per call
+//	      get_weather:
+//	        - result: {celsius: 21}                 # the call's result, instead of the tool's
+//	        - error: no such city                   # the call fails; the model is told
+//	        - run: true                             # the tool runs for real
 //	    runs:                                       # one entry per run (default: one, no input)
 //	      - input: {last_response: hi}
 //	        config: {model: large}                  # the run's configuration
@@ -23,6 +28,7 @@
 //	          path: [router, [recruiter, tech_writer, copywriter], aggregator, portfolio]
 //	          degraded: [recruiter]
 //	          paused: [approve]                     # the run paused at approve (it asks)
+//	          tools: [get_weather]                  # the tools it called, in any order
 //	          state: ["state.recruiter_feedback.score == 5.0"]
 //	          output: ["output contains 'Evaluation failed'"]  # over the flow's output
 //	      - answers: {approve: true}                # resumes the paused run with the answer
@@ -34,7 +40,9 @@
 //
 // A call beyond a node's script runs the real node. A map's items are
 // scripted by their names, NODE[INDEX] (sections[1]), one script per
-// item. A scripted output the node refuses (a reply its prompt's schema
+// item. Tools are scripted by name, one entry per call; a call beyond them
+// runs the tool (offline, an llm node's calls are its fallback's). A
+// scripted output the node refuses (a reply its prompt's schema
 // does not allow) fails the test. A run that pauses must expect it
 // (paused), and a later run resumes it (answers, or resume: true). With
 // no model configured, llm nodes use their prompts' fallbacks, so tests
@@ -88,11 +96,22 @@ type Test struct {
 	WithFile string
 	With     map[string]any
 	Script   map[string][]Call
-	Runs     []Run
-	Expect   *Expect
-	Pos      diag.Pos
-	// scriptPos locates each node's script.
-	scriptPos map[string]diag.Pos
+	// Tools scripts tool calls by tool name, one entry per call.
+	Tools  map[string][]ToolCall
+	Runs   []Run
+	Expect *Expect
+	Pos    diag.Pos
+	// scriptPos locates each node's script, toolPos each tool's.
+	scriptPos, toolPos map[string]diag.Pos
+}
+
+// ToolCall is one scripted tool call: its Result, its Error (the call
+// fails, and the model is told), or Run (the tool runs for real).
+type ToolCall struct {
+	Result    any
+	HasResult bool
+	Error     string
+	Run       bool
 }
 
 // Call is one scripted node call: exactly one of Set (the node's update),
@@ -142,8 +161,10 @@ type Expect struct {
 	Output   []string
 	Degraded *[]string
 	Paused   *[]string
-	Error    string
-	Pos      diag.Pos
+	// Tools lists the tools the run called, once per call, in any order.
+	Tools *[]string
+	Error string
+	Pos   diag.Pos
 	// statePos and outputPos locate each condition, pathPos the path.
 	statePos, outputPos []diag.Pos
 	pathPos             diag.Pos
@@ -172,6 +193,7 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		config.List("output", "Conditions over output, the flow's declared output rendered over the final state (and over the state).", config.Elem(config.Condition("", ""))),
 		names("degraded", "The nodes that used a fallback, and no other."),
 		names("paused", "The nodes the run paused at: before or after them, or for their question."),
+		names("tools", "The tools the run called (by the names the model calls them), once per call, in any order: the run's trajectory (a call a person rejected was not made)."),
 		str("error", "A part of the error the run must fail with.").NonEmpty(1),
 	)
 	call := config.Object("", "One scripted call: exactly one of set, output, error or run.",
@@ -180,6 +202,11 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		str("error", "The node fails with this message.").NonEmpty(1),
 		config.Bool("run", "The node runs for real."),
 	).OnlyOneOf("set", "output", "error", "run").NonEmpty(1)
+	toolCall := config.Object("", "One scripted tool call: exactly one of result, error or run.",
+		config.Any("result", "The call's result instead of the tool's: any value."),
+		str("error", "The call fails with this message, which the model is told.").NonEmpty(1),
+		config.Bool("run", "The tool runs for real."),
+	).OnlyOneOf("result", "error", "run").NonEmpty(1)
 	run := config.Object("", "One run of the thread.",
 		config.Map("input", "The run's input.", nil),
 		config.Map("config", "The run's configuration.", nil),
@@ -195,6 +222,8 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		config.Map("with", "The thread's initial values.", nil),
 		config.Map("script", "Scripted calls by node (NODE[INDEX] for a map's item): one entry per call; a call beyond them runs the node.",
 			config.Elem(config.List("", "", config.Elem(config.Ref("", "", "call"))))),
+		config.Map("tools", "Scripted tool calls by tool name: one entry per call; a call beyond them runs the tool.",
+			config.Elem(config.List("", "", config.Elem(config.Ref("", "", "tool_call"))))),
 		config.List("runs", "The runs, in order (default: one run with no input).", config.Elem(config.Ref("", "", "run"))),
 		config.Ref("expect", "What must hold after the last run.", "expect"),
 	)
@@ -203,7 +232,7 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		config.Any("fixtures", "A free place for YAML anchors the tests share."),
 		config.List("tests", "The tests.", config.Elem(config.Ref("", "", "test"))).Require(),
 	)
-	return flow.NewFormat("test file", root, map[string]config.Field{"expect": expect, "call": call, "run": run, "test": test})
+	return flow.NewFormat("test file", root, map[string]config.Field{"expect": expect, "call": call, "tool_call": toolCall, "run": run, "test": test})
 })
 
 // Load reads a test file. A file that does not parse or does not fit the
@@ -258,7 +287,29 @@ func decode(path string, doc *config.File, dl *diag.List) *File {
 		return m
 	}
 	for _, tn := range root.Get("tests").Items() {
-		t := Test{Name: tn.Get("name").Text(), With: values(tn.Get("with")), WithFile: tn.Get("with_file").Text(), Pos: tn.Pos(), scriptPos: map[string]diag.Pos{}}
+		t := Test{Name: tn.Get("name").Text(), With: values(tn.Get("with")), WithFile: tn.Get("with_file").Text(), Pos: tn.Pos(),
+			scriptPos: map[string]diag.Pos{}, toolPos: map[string]diag.Pos{}}
+		for _, e := range tn.Get("tools").Entries() {
+			if t.Tools == nil {
+				t.Tools = map[string][]ToolCall{}
+			}
+			t.toolPos[e.Name] = e.Key.Pos()
+			for _, cn := range e.Value.Items() {
+				c := ToolCall{Error: cn.Get("error").Text()}
+				run, _ := cn.Get("run").JSON()
+				c.Run, _ = run.(bool)
+				if o := cn.Get("result"); o.Exists() {
+					var raw any
+					if err := o.Decode(&raw); err == nil {
+						if c.Result, err = value.Normalize(raw); err != nil {
+							dl.Errorf(diag.CodeType, o.Pos(), o.Path(), "%v", err)
+						}
+					}
+					c.HasResult = true
+				}
+				t.Tools[e.Name] = append(t.Tools[e.Name], c)
+			}
+		}
 		if sc := tn.Get("script"); sc.Exists() {
 			t.Script = map[string][]Call{}
 			for _, e := range sc.Entries() {
@@ -334,7 +385,7 @@ func expectOf(v config.Value) *Expect {
 		}
 		return &out
 	}
-	ex.Degraded, ex.Paused = list("degraded"), list("paused")
+	ex.Degraded, ex.Paused, ex.Tools = list("degraded"), list("paused"), list("tools")
 	return ex
 }
 
@@ -451,6 +502,16 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			fails = append(fails, sc.bad...)
 		}
 	}()
+	if len(t.Tools) > 0 {
+		mock, bad := toolScripts(g, t)
+		for _, b := range bad {
+			at(b.pos, "%s", b.msg)
+		}
+		if len(bad) > 0 {
+			return fails
+		}
+		ctx = kind.WithToolMock(ctx, mock)
+	}
 	eng := engine.New(memory.New())
 	defer eng.Store.Close()
 	const first = "test"
@@ -500,9 +561,16 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			}
 			created[thread] = true
 		}
+		var called []string
+		var calledMu sync.Mutex
 		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Observe: func(ev engine.Event) {
 			if ev.Type == engine.NodeEnd && ev.Degraded != "" && ev.NS == "" { // a child flow's nodes are not this flow's
 				degraded[ev.Node] = true
+			}
+			if ev.Type == engine.ToolEnd && ev.NS == "" && ev.Tool != nil && ev.Tool.Approval != "rejected" { // a rejected call was not made
+				calledMu.Lock()
+				called = append(called, ev.Tool.Name)
+				calledMu.Unlock()
 			}
 		}}
 		if r.Resume || r.Answers != nil {
@@ -539,6 +607,12 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 				at(ex.Pos, "run %d: paused at %s, want %s", i+1, strings.Join(paused, ", "), strings.Join(*ex.Paused, ", "))
 			}
 		}
+		if ex != nil && ex.Tools != nil {
+			want := slices.Sorted(slices.Values(*ex.Tools))
+			if got := slices.Sorted(slices.Values(called)); !slices.Equal(got, want) {
+				at(ex.Pos, "run %d called the tools %s, want %s", i+1, listOrNone(got), listOrNone(want))
+			}
+		}
 		if ex != nil {
 			fails = append(fails, check(ex, g, res.State, res.Visits(), res.Path, degraded, fmt.Sprintf("run %d", i+1))...)
 			fails = append(fails, checkOutput(ex, g, res, fmt.Sprintf("run %d", i+1))...)
@@ -549,6 +623,13 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		fails = append(fails, checkOutput(t.Expect, g, last, "after the last run")...)
 	}
 	return fails
+}
+
+func listOrNone(l []string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return "[" + strings.Join(l, ", ") + "]"
 }
 
 // pausedAt lists the nodes a run paused at, sorted (nil when it did not).

@@ -29,7 +29,7 @@ func cmdMCPServer(ctx context.Context, env *Env, args []string) int {
 	drift := fs.Bool("drift", false, "serve add with another input schema, as a server changed since a flow pinned it")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "Usage: trellis dev mcp-server [--addr HOST:PORT] [--log FILE] [--drift]")
-		fmt.Fprintln(env.Stderr, "\nServe sample MCP tools (add, echo, word_count, delete_note, fail, sleep) over stdio, or streamable HTTP with --addr.")
+		fmt.Fprintln(env.Stderr, "\nServe sample MCP tools (add, echo, word_count, delete_note, fail, sleep) over stdio, or over streamable HTTP at /mcp with --addr, beside a sample weather API (GET /weather?city=NAME).")
 		fs.PrintDefaults()
 	}
 	if _, code, ok := parse(fs, args); !ok {
@@ -51,9 +51,8 @@ func cmdMCPServer(ctx context.Context, env *Env, args []string) int {
 			f.Sync()
 		}
 	}
-	srv := mcptest.New(cfg)
 	if *addr == "" {
-		if err := srv.Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil {
+		if err := mcptest.New(cfg).Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil {
 			return fail(env, "dev mcp-server", err)
 		}
 		return 0
@@ -62,10 +61,8 @@ func cmdMCPServer(ctx context.Context, env *Env, args []string) int {
 	if err != nil {
 		return fail(env, "dev mcp-server", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true}))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(env.Stderr, "MCP server of sample tools on http://%s/mcp\n", ln.Addr())
+	hs := &http.Server{Handler: mcptest.Handler(cfg), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(env.Stderr, "MCP server of sample tools on http://%s/mcp, a sample weather API on http://%s/weather?city=NAME\n", ln.Addr(), ln.Addr())
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -10,13 +10,15 @@
 //   - sleep: {seconds}, waits (honouring cancellation) and says so: a
 //     server that does not answer in time
 //
-// Every call is counted, and reported to Config.OnCall.
+// Every call is reported to Config.OnCall. Handler serves them over
+// streamable HTTP with a sample HTTP API (GET /weather) beside them.
 package mcptest
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -118,4 +120,35 @@ func New(cfg Config) *mcp.Server {
 			}
 		})
 	return s
+}
+
+// Handler serves the sample tools over streamable HTTP at /mcp, and a
+// sample HTTP API beside them at /weather?city=NAME: {city, celsius, sky}
+// as JSON (404 for a city it does not know), for http tools.
+func Handler(cfg Config) http.Handler {
+	srv := New(cfg)
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true}))
+	mux.HandleFunc("GET /weather", func(w http.ResponseWriter, r *http.Request) {
+		city := r.URL.Query().Get("city")
+		if cfg.OnCall != nil {
+			cfg.OnCall("weather", map[string]any{"city": city})
+		}
+		w.Header().Set("Content-Type", "application/json")
+		wx, ok := weather[strings.ToLower(city)]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			json.NewEncoder(w).Encode(map[string]any{"error": "no weather known for " + city})
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"city": city, "celsius": wx.celsius, "sky": wx.sky})
+	})
+	return mux
+}
+
+var weather = map[string]struct {
+	celsius int
+	sky     string
+}{
+	"oslo": {12, "rain"}, "lisbon": {24, "clear"}, "reykjavik": {3, "snow"}, "cairo": {33, "clear"}, "tokyo": {18, "cloudy"},
 }
