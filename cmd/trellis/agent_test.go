@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -225,5 +227,75 @@ func TestAgentCrashMidLoop(t *testing.T) {
 	}
 	if calls := done.State["calls"].([]any); len(calls) != 3 {
 		t.Fatalf("the state's calls: %v", calls)
+	}
+}
+
+// `trellis dev mcp-server` serves its sample tools over stdio (a flow's
+// command starts it) and over streamable HTTP; `trellis mcp pin` writes a
+// flow's servers' tools beside it, which validate reads once the server
+// is gone.
+func TestDevMCPServerAndPin(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	server, stderr := trellisProcess(t, nil, "dev", "mcp-server", "--addr", addr)
+	defer server.Process.Kill()
+	flowSrc := `version: 1
+name: sums
+state:
+  schema:
+    type: object
+    properties:
+      sum: {type: string, default: ""}
+tools:
+  samples:
+    kind: mcp
+    SERVER
+    tools: [add]
+nodes:
+  add:
+    kind: llm
+    prompt: add.prompt
+    tools: [samples]
+    writes: {sum: output}
+edges:
+  - {from: START, to: add}
+  - {from: add, to: END}
+`
+	os.WriteFile(filepath.Join(dir, "add.prompt"), []byte("---\nfallback_calls: [{tool: add, arguments: {a: 40, b: 2}}]\nfallback_expr: \"string(tool_calls[0].result)\"\n---\nAdd.\n"), 0o644)
+	stdio := filepath.Join(dir, "stdio.yaml")
+	os.WriteFile(stdio, []byte(strings.Replace(flowSrc, "SERVER", "command: [env, TRELLIS_AS_MAIN=1, "+os.Args[0]+", dev, mcp-server]", 1)), 0o644)
+	if out, errs, code := trellis(t, "run", stdio, "--store", "memory"); code != 0 || !strings.Contains(out, `"sum": "42"`) {
+		t.Fatalf("over stdio: %d\n%s%s", code, out, errs)
+	}
+	web := filepath.Join(dir, "web.yaml")
+	os.WriteFile(web, []byte(strings.Replace(flowSrc, "SERVER", "url: http://"+addr+"/mcp", 1)), 0o644)
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(stderr.String(), "/mcp") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if out, errs, code := trellis(t, "mcp", "pin", web); code != 0 || !strings.Contains(out, "web.samples.mcp.json") {
+		t.Fatalf("pin: %d\n%s%s", code, out, errs)
+	}
+	if out, errs, code := trellis(t, "run", web, "--store", "memory"); code != 0 || !strings.Contains(out, `"sum": "42"`) {
+		t.Fatalf("over HTTP: %d\n%s%s", code, out, errs)
+	}
+	server.Process.Kill()
+	server.Wait()
+	// (in processes of their own: this one keeps what it listed a while)
+	validate := func() (int, string) {
+		cmd, errs := trellisProcess(t, nil, "validate", web)
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), errs.String()
+		}
+		return 0, errs.String()
+	}
+	if code, errs := validate(); code != 0 {
+		t.Fatalf("with the server gone, the pinned copy: %d %s", code, errs)
+	}
+	os.Remove(filepath.Join(dir, "web.samples.mcp.json"))
+	if code, errs := validate(); code != 1 || !strings.Contains(errs, "1 error") {
+		t.Fatalf("with neither: %d %s", code, errs)
 	}
 }
