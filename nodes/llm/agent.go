@@ -353,7 +353,13 @@ func (n *node) fallbackCalls(ctx context.Context, s kind.State, vars map[string]
 			return nil, fmt.Errorf("fallback_calls[%d].arguments: %w", i, err)
 		}
 		key := "fallback:" + strconv.Itoa(i)
-		batch = append(batch, n.prepare(toolCall{ID: "fallback_" + strconv.Itoa(i+1), Name: fc.Tool, Arguments: string(b)}, key, len(batch)+1))
+		c := n.prepare(toolCall{ID: "fallback_" + strconv.Itoa(i+1), Name: fc.Tool, Arguments: string(b)}, key, len(batch)+1)
+		if c.problem != "" {
+			// the flow's own expressions made these arguments: its
+			// mistake, not a model's to correct
+			return nil, fmt.Errorf("fallback_calls[%d] (%s): %s", i, fc.Tool, c.problem)
+		}
+		batch = append(batch, c)
 	}
 	records := []any{}
 	if len(batch) == 0 {

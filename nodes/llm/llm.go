@@ -214,7 +214,7 @@ func checkFallbackCalls(b kind.Builder, p *prompt.Prompt, ts *toolset) bool {
 		}
 		shape := t.Params.Shape
 		if fc.ArgsExpr != nil {
-			b.Fits(fc.ArgsExpr, shape, fc.At, fmt.Sprintf("the arguments of tool %s", t.Name))
+			checkArgument(b, fc.ArgsExpr, shape, fc.At, fmt.Sprintf("the arguments of tool %s", t.Name))
 			continue
 		}
 		given := map[string]bool{}
@@ -226,7 +226,7 @@ func checkFallbackCalls(b kind.Builder, p *prompt.Prompt, ts *toolset) bool {
 				ok = false
 				continue
 			}
-			b.Fits(fc.Args[i], ps, fc.ArgsAt[i], fmt.Sprintf("argument %q of tool %s", name, t.Name))
+			checkArgument(b, fc.Args[i], ps, fc.ArgsAt[i], fmt.Sprintf("argument %q of tool %s", name, t.Name))
 		}
 		for _, r := range shape.Required {
 			if !given[r] {

@@ -370,3 +370,69 @@ func TestFallbackCallsTools(t *testing.T) {
 		t.Errorf("the fallback is marked degraded: %+v", ev)
 	}
 }
+
+// A fallback's calls are checked at load as a node's writes are: a tool
+// it may not call, an argument it does not take, one it leaves out, and
+// a literal the parameter's enum refuses are each reported where they are.
+func TestFallbackCallsAreChecked(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "prompts"), 0o755)
+	os.WriteFile(filepath.Join(dir, "f.yaml"), []byte(`version: 1
+name: f
+state:
+  schema:
+    type: object
+    properties:
+      flag: {type: boolean, default: false}
+      out: {type: string, default: ""}
+tools:
+  paint:
+    kind: http
+    description: Paint.
+    parameters:
+      type: object
+      properties: {color: {type: string, enum: [red, green]}, coats: {type: integer, minimum: 1}}
+      required: [color]
+      additionalProperties: false
+    url: https://paint.example.com/
+    allow: [paint.example.com]
+nodes:
+  n:
+    kind: llm
+    prompt: p
+    tools: [paint]
+    writes: {out: output}
+edges:
+  - {from: START, to: n}
+  - {from: n, to: END}
+`), 0o644)
+	os.WriteFile(filepath.Join(dir, "prompts", "p.prompt"), []byte(`---
+fallback_calls:
+  - tool: pant
+    arguments: {color: "'red'"}
+  - tool: paint
+    arguments: {color: "state.flag ? 'red' : 'blue'", shade: "'dark'"}
+  - tool: paint
+    arguments: {coats: "0"}
+fallback: done
+---
+Paint.
+`), 0o644)
+	_, dl := flow.Load(filepath.Join(dir, "f.yaml"), all.Offline())
+	var got []string
+	for _, d := range dl {
+		got = append(got, fmt.Sprintf("%d:%d %s %s", d.Pos.Line, d.Pos.Col, d.Code, d.Summary))
+	}
+	text := strings.Join(got, "\n")
+	for _, want := range []string{
+		`3:11 T001 the fallback of prompt p calls "pant", which node "n" may not call`,
+		`6:46 T002 argument "color" of tool paint is one of "red", "green", never "blue"`,
+		`6:62 T002 tool paint takes no argument "shade"`,
+		`7:11 T002 the fallback's call of paint leaves out its required argument "color"`,
+		`8:24 W004 argument "coats" of tool paint is at least 1, but this expression is always 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %q in:\n%s", want, text)
+		}
+	}
+}
