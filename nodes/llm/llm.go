@@ -398,7 +398,24 @@ func (n *node) Preview(s kind.State) (*kind.Preview, error) {
 		b, _ := json.MarshalIndent(r.Output, "", "  ")
 		p.Sections = append(p.Sections, kind.Section{Name: "reply schema", Text: string(b)})
 	}
+	if n.tools != nil {
+		var text strings.Builder
+		for _, t := range n.tools.list {
+			r.Tools = append(r.Tools, previewTool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+			b, _ := json.Marshal(t.Parameters)
+			fmt.Fprintf(&text, "%s (%s): %s\n  %s\n", t.Name, t.Kind, t.Description, b)
+		}
+		p.Request = r
+		p.Sections = append(p.Sections, kind.Section{Name: "tools", Text: strings.TrimRight(text.String(), "\n")})
+	}
 	return p, nil
+}
+
+// previewTool is a tool a node offers, as a preview shows it.
+type previewTool struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Parameters  map[string]any `json:"parameters"`
 }
 
 // request is what a node would send to a model, as a preview shows it.
@@ -410,6 +427,7 @@ type request struct {
 	System      string         `json:"system,omitempty"`
 	User        string         `json:"user"`
 	Output      map[string]any `json:"output_schema,omitempty"`
+	Tools       []previewTool  `json:"tools,omitempty"`
 }
 
 // Fallback implements kind.Fallback: the prompt's fallback, with the
