@@ -124,6 +124,11 @@ func TestAgentThroughTheAPI(t *testing.T) {
 		t.Fatalf("the thread's questions: %+v %v", st, err)
 	}
 
+	// an answer the node cannot take is refused before any run starts
+	if _, err := c.StartRun(ctx, "trip", api.StartRun{Resume: true, Answers: map[string]any{"assistant": "maybe later"}}); !api.IsCode(err, api.CodeInvalidInput) ||
+		!strings.Contains(err.Error(), "not a decision") {
+		t.Fatalf("a malformed answer: %v", err)
+	}
 	var second []engine.Event
 	for ev, err := range c.StreamRun(ctx, "trip", api.StartRun{Resume: true, Answers: map[string]any{"assistant": "approve"}}) {
 		if err != nil {

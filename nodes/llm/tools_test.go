@@ -436,3 +436,65 @@ Paint.
 		}
 	}
 }
+
+// A node that may pause for a tool call's approval cannot run where no
+// one could answer it: per item of a map, or in a flow run as a tool.
+func TestApprovalWhereNoOneAnswers(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "prompts"), 0o755)
+	os.WriteFile(filepath.Join(dir, "prompts", "p.prompt"), []byte("---\nfallback: done\n---\nGo.\n"), 0o644)
+	tools := `tools:
+  paint:
+    kind: http
+    description: Paint.
+    parameters: {type: object, properties: {color: {type: string}}}
+    url: https://paint.example.com/
+    allow: [paint.example.com]
+    approve: always
+`
+	state := `state:
+  schema:
+    type: object
+    properties:
+      items: {type: array, default: [1, 2]}
+      out: {type: array, default: []}
+      text: {type: string, default: ""}
+  reducers: {out: append}
+input: [text]
+`
+	os.WriteFile(filepath.Join(dir, "mapped.yaml"), []byte("version: 1\nname: mapped\n"+state+tools+`nodes:
+  each:
+    kind: map
+    items: state.items
+    node: {kind: llm, prompt: p, tools: [paint], writes: {out: "[output]"}}
+edges:
+  - {from: START, to: each}
+  - {from: each, to: END}
+`), 0o644)
+	os.WriteFile(filepath.Join(dir, "child.yaml"), []byte("version: 1\nname: child\n"+state+tools+`nodes:
+  ask: {kind: llm, prompt: p, tools: [paint], writes: {out: "[output]"}}
+edges:
+  - {from: START, to: ask}
+  - {from: ask, to: END}
+`), 0o644)
+	os.WriteFile(filepath.Join(dir, "parent.yaml"), []byte("version: 1\nname: parent\n"+state+`tools:
+  child:
+    kind: flow
+    flow: child.yaml
+nodes:
+  ask: {kind: llm, prompt: p, tools: [child], writes: {out: "[output]"}}
+edges:
+  - {from: START, to: ask}
+  - {from: ask, to: END}
+`), 0o644)
+	for file, want := range map[string]string{"mapped.yaml": "C004 this llm node may pause the run for a person's approval", "parent.yaml": "C001 subflow"} {
+		_, dl := flow.Load(filepath.Join(dir, file), all.Offline())
+		found := false
+		for _, d := range dl {
+			found = found || strings.Contains(string(d.Code)+" "+d.Summary, want)
+		}
+		if !found {
+			t.Errorf("%s: want %q in %v", file, want, dl)
+		}
+	}
+}

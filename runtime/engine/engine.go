@@ -340,7 +340,7 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 		// nothing to resume: the thread's newest run finished
 		return &Result{Thread: req.Thread, State: head.Values, Checkpoint: head.Seq, g: g, visits: make([]int, len(g.Nodes))}, nil
 	}
-	if err := checkAnswers(g, req.Answers); err != nil {
+	if err := CheckAnswers(g, req.Answers); err != nil {
 		return nil, err
 	}
 	var input, recorded map[string]any

@@ -188,9 +188,11 @@ func pendingAsks(g *flow.Graph, head *store.Snapshot) []Ask {
 	return asks
 }
 
-// checkAnswers refuses the answers a resumed run is given that no node of
-// g asks for, or that a node that pauses midway cannot take.
-func checkAnswers(g *flow.Graph, answers map[string]any) error {
+// CheckAnswers refuses the answers a resumed run of g is given that no
+// node of g asks for, or that a node that pauses midway cannot take (an
+// *InputError naming each, as the run would refuse them): what a caller
+// that queues a resume checks before it does.
+func CheckAnswers(g *flow.Graph, answers map[string]any) error {
 	var probs inputProblems
 	for _, id := range sortedKeys(answers) {
 		n, ok := g.Node(id)

@@ -215,6 +215,10 @@ func (b *builder) Nested(v config.Value, vars kind.Vars) *kind.Nested {
 		c.dl.Errorf(diag.CodeMapNode, v.Get("kind").Pos(), v.Path(), "a %s node pauses the run to ask, which a node run inside %q cannot do", spec.Name, b.name)
 		return nil
 	}
+	if _, pauses := n.Impl.(kind.Interrupter); pauses {
+		c.dl.Errorf(diag.CodeMapNode, v.Get("kind").Pos(), v.Path(), "this %s node may pause the run for a person's approval of a tool call, which a node run inside %q cannot do: run it as a node of the flow", spec.Name, b.name)
+		return nil
+	}
 	return &kind.Nested{Kind: spec.Name, Impl: n}
 }
 
@@ -296,7 +300,8 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 	var pauses []string
 	for _, n := range g.Nodes {
 		_, asks := n.Impl.(kind.Asker)
-		if asks || n.InterruptBefore || n.InterruptAfter {
+		_, approves := n.Impl.(kind.Interrupter)
+		if asks || approves || n.InterruptBefore || n.InterruptAfter {
 			pauses = append(pauses, n.Name)
 		}
 	}
