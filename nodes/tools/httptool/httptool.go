@@ -99,6 +99,9 @@ type tool struct {
 	maxBytes    int64
 	allow       *allowList
 	client      *http.Client
+	// secrets are the run configuration's secret keys: their values never
+	// reach an error
+	secrets []string
 }
 
 type header struct {
@@ -193,6 +196,11 @@ func build(b kind.Builder) []*kind.Tool {
 		return nil
 	}
 	t.client = t.allow.client(t.timeout)
+	for _, e := range s.Block().File().Root().Get("config").Entries() {
+		if v, _ := e.Value.Get("secret").JSON(); v == true {
+			t.secrets = append(t.secrets, e.Name)
+		}
+	}
 	return []*kind.Tool{{Name: b.Node(), Parameters: params.Raw, Params: params.Validator, Result: result, Impl: t}}
 }
 
@@ -290,8 +298,30 @@ func httpHeaderName(s string) bool {
 	return true
 }
 
-// Call implements kind.Caller.
+// Call implements kind.Caller. A secret of the run configuration that an
+// error would show (in a URL, a server's answer) is redacted from it.
 func (t *tool) Call(ctx context.Context, s kind.State, c *kind.Call) (any, error) {
+	res, err := t.call(ctx, s, c)
+	if err != nil && len(t.secrets) > 0 {
+		cfg, _ := s.Vars()["config"].(map[string]any)
+		var old []string
+		for _, k := range t.secrets {
+			if v, ok := cfg[k].(string); ok && len(v) >= 4 {
+				old = append(old, v, "[redacted]", url.QueryEscape(v), "[redacted]")
+			}
+		}
+		if len(old) > 0 {
+			msg := strings.NewReplacer(old...).Replace(err.Error())
+			if kind.IsToolFailed(err) {
+				return nil, kind.ToolFailed(errors.New(msg))
+			}
+			return nil, errors.New(msg)
+		}
+	}
+	return res, err
+}
+
+func (t *tool) call(ctx context.Context, s kind.State, c *kind.Call) (any, error) {
 	data := maps.Clone(s.Vars())
 	data["args"] = c.Args
 	target, err := tmpl.Execute(t.url, data)

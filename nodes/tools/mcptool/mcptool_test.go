@@ -241,3 +241,18 @@ func has(dl diag.List, code diag.Code, text string) bool {
 	}
 	return false
 }
+
+// A result larger than the entry's cap fails the node, naming the tool.
+func TestResultOverItsCap(t *testing.T) {
+	s := serveSamples(t, false)
+	_, p := model(t, llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "e", Name: "echo", Arguments: map[string]any{"text": strings.Repeat("word ", 100)}}}},
+		llmtest.Reply{Content: "done"})
+	path := write(t, `url: "{{.config.url}}"`, s.url)
+	src, _ := os.ReadFile(path)
+	os.WriteFile(path, []byte(strings.Replace(string(src), "    timeout:", "    max_bytes: 64\n    timeout:", 1)), 0o644)
+	g := load(t, path, p)
+	_, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t"})
+	if err == nil || !strings.Contains(err.Error(), `tool "echo" (mcp): the result is larger than the tool's cap of 64 bytes`) {
+		t.Fatalf("error %v", err)
+	}
+}

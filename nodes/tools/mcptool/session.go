@@ -295,7 +295,13 @@ func (srv *server) call(ctx context.Context, t *tool, args map[string]any) (any,
 		}
 		return nil, timedOut(err)
 	}
-	return t.result(res)
+	out, err := t.result(res)
+	if err == nil {
+		if b, _ := json.Marshal(out); len(b) > srv.e.maxBytes {
+			return nil, fmt.Errorf("the result is larger than the tool's cap of %d bytes (max_bytes)", srv.e.maxBytes)
+		}
+	}
+	return out, err
 }
 
 // pick is the tool named name of a listing, as a list of one (or none).
