@@ -33,7 +33,9 @@ import (
 // fit, a request the server refused, a call a person rejected) is fed back
 // to the model as an error; any other failure (an address the tool may
 // not reach, a response over its cap or against its schema, a server that
-// does not answer) fails the node, naming the tool.
+// does not answer) fails the node, naming the tool: the prompt's
+// fallback, which stands in for a model that does not answer, does not
+// stand in for it (retry and on_error apply).
 //
 // With no model configured the node's prompt's fallback stands in, and
 // the calls it names (fallback_calls) are made, approval included, so a
@@ -302,7 +304,9 @@ func (n *node) call(ctx context.Context, s kind.State, c *pendingCall) (outcome,
 			return nil, ctx.Err()
 		}
 		s.ToolEvent(kind.ToolEvent{ID: c.call.ID, Name: c.call.Tool, Kind: c.tool.Kind, Arguments: c.call.Args, Error: err.Error(), Done: true})
-		return nil, fmt.Errorf("tool %q (%s): %w", c.call.Tool, c.tool.Kind, err)
+		// the tool's failure, not the model's: the prompt's fallback does
+		// not stand in for it
+		return nil, kind.Fails(fmt.Errorf("tool %q (%s): %w", c.call.Tool, c.tool.Kind, err))
 	})
 	if err != nil {
 		return outcome{}, err

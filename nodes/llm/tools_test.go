@@ -330,26 +330,30 @@ func TestToolFailuresFailTheNode(t *testing.T) {
 		{"outside the allow-list", "/weather", "10.0.0.0/8", "not on the tool's allow-list"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			w := newWeather(t)
-			srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{
-				callTools(llmtest.ToolCall{ID: "c1", Name: "get_weather", Arguments: map[string]any{"city": "Oslo"}}),
-				{Content: "ok"},
-			}})
-			g := agentGraph(t, serve(t, srv), w, tc.allow, "", "on_error: fail")
-			st := memory.New()
-			_, err := engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"},
-				Config: map[string]any{"path": tc.path}})
-			if err == nil || !strings.Contains(err.Error(), `tool "get_weather" (http)`) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %v, want one naming the tool and %q", err, tc.want)
-			}
-			cps, _ := st.History(context.Background(), "t", store.HistoryOptions{Limit: 10})
-			for _, cp := range cps {
-				if cp.Source == store.SourceStep {
-					t.Fatalf("the step committed: %+v", cp)
+		// the prompt's fallback does not stand in for a tool that failed,
+		// nor does a node fail otherwise with on_error: fail
+		for _, onError := range []string{"", "on_error: fail"} {
+			t.Run(tc.name+" "+onError, func(t *testing.T) {
+				w := newWeather(t)
+				srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{
+					callTools(llmtest.ToolCall{ID: "c1", Name: "get_weather", Arguments: map[string]any{"city": "Oslo"}}),
+					{Content: "ok"},
+				}})
+				g := agentGraph(t, serve(t, srv), w, tc.allow, "", onError)
+				st := memory.New()
+				_, err := engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"},
+					Config: map[string]any{"path": tc.path}})
+				if err == nil || !strings.Contains(err.Error(), `tool "get_weather" (http)`) || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("error %v, want one naming the tool and %q", err, tc.want)
 				}
-			}
-		})
+				cps, _ := st.History(context.Background(), "t", store.HistoryOptions{Limit: 10})
+				for _, cp := range cps {
+					if cp.Source == store.SourceStep {
+						t.Fatalf("the step committed: %+v", cp)
+					}
+				}
+			})
+		}
 	}
 }
 

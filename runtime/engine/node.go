@@ -213,7 +213,7 @@ attempts:
 			break
 		}
 		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
-			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil {
+			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil && !kind.IsFails(err) {
 				upd, ferr := safeFallback(ctx, fb, st, err)
 				if ferr == nil {
 					o.succeed(upd, err.Error())

@@ -318,3 +318,21 @@ type toolFailed struct{ err error }
 
 func (f toolFailed) Error() string { return f.err.Error() }
 func (f toolFailed) Unwrap() error { return f.err }
+
+// Fails marks an error that fails the node whatever its Fallback: the
+// engine calls no Fallback for it (retry and on_error still apply). A
+// tool that may not be called as asked (an address its allow-list does not
+// permit, a response over its cap) is not a model that did not answer,
+// which a fallback stands in for. It unwraps to err.
+func Fails(err error) error { return fails{err} }
+
+// IsFails reports whether err was marked by Fails.
+func IsFails(err error) bool {
+	var f fails
+	return errors.As(err, &f)
+}
+
+type fails struct{ err error }
+
+func (f fails) Error() string { return f.err.Error() }
+func (f fails) Unwrap() error { return f.err }
