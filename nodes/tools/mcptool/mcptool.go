@@ -220,7 +220,9 @@ func compileSchema(entry, tool, which string, raw map[string]any) (*schema.Valid
 	if err != nil {
 		return nil, err
 	}
-	c, err := schema.NewCompiler(nil).Compile("trellis:mcp/"+entry+"/"+tool+"."+which+".json", doc)
+	// a server's schema stands alone: it refers to no file of this machine
+	noFiles := func(p string) ([]byte, error) { return nil, fmt.Errorf("%s: a server's schema refers to no file", p) }
+	c, err := schema.NewCompiler(noFiles).Compile("trellis:mcp/"+entry+"/"+tool+"."+which+".json", doc)
 	if err != nil {
 		return nil, err
 	}

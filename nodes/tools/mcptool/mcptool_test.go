@@ -256,3 +256,19 @@ func TestResultOverItsCap(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// A pinned (or listed) schema that refers to a file of this machine is
+// refused: a server's schemas stand alone.
+func TestServerSchemaReadsNoFile(t *testing.T) {
+	path := write(t, `url: "{{.config.url}}"`, "http://127.0.0.1:1/mcp")
+	secret := filepath.Join(t.TempDir(), "secret.json")
+	os.WriteFile(secret, []byte(`{"type": "string"}`), 0o600)
+	pin := `{"tools": [{"name": "add", "inputSchema": {"type": "object", "properties": {"a": {"$ref": "file://` + secret + `"}}}},
+	  {"name": "echo", "inputSchema": {"type": "object"}}, {"name": "fail", "inputSchema": {"type": "object"}},
+	  {"name": "sleep", "inputSchema": {"type": "object"}}, {"name": "word_count", "inputSchema": {"type": "object"}}]}`
+	os.WriteFile(filepath.Join(filepath.Dir(path), "mcpflow.samples.mcp.json"), []byte(pin), 0o644)
+	_, dl := flow.Load(path, all.Offline())
+	if !has(dl, diag.CodeToolSetting, "a server's schema refers to no file") {
+		t.Fatalf("%v", dl)
+	}
+}
