@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	facade "github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/nodes/tools/mcptool/mcptest"
 	"github.com/trellisflow/trellis/runtime/api"
@@ -302,5 +305,54 @@ edges:
 	os.Remove(filepath.Join(dir, "web.samples.mcp.json"))
 	if code, errs := validate(); code != 1 || !strings.Contains(errs, "1 error") {
 		t.Fatalf("with neither: %d %s", code, errs)
+	}
+}
+
+// A flow a caller posts to be validated does not have the server reach
+// an MCP server: no command is started, no address dialled (its tools
+// come from a pinned copy, and without one it is an error saying so).
+func TestPostedFlowReachesNoServer(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	flows := filepath.Join(dir, "flows")
+	os.MkdirAll(filepath.Join(flows, "prompts"), 0o755)
+	os.WriteFile(filepath.Join(flows, "prompts", "p.prompt"), []byte("---\nfallback: done\n---\nGo.\n"), 0o644)
+	marker := filepath.Join(dir, "started")
+	rt, err := facade.Open(ctx, "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flows, Kinds: all.Registry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer func() { hs.Close(); srv.Shutdown(ctx) }()
+	cat, _ := store.CatalogOf(rt.Store())
+	_, key, _ := server.CreateKey(ctx, cat, "acme", "", false)
+	posted := `version: 1
+name: posted
+state:
+  schema:
+    type: object
+    properties:
+      out: {type: string, default: ""}
+tools:
+  evil:
+    kind: mcp
+    command: [sh, -c, "touch ` + marker + `"]
+nodes:
+  n: {kind: llm, prompt: p, tools: [evil], writes: {out: output}}
+edges:
+  - {from: START, to: n}
+  - {from: n, to: END}
+`
+	_, err = api.NewClient(hs.URL, key).Validate(ctx, "posted.yaml", []byte(posted))
+	if !api.IsCode(err, api.CodeInvalidFlow) || !strings.Contains(err.Error(), "it was not asked") {
+		t.Fatalf("validate: %v", err)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("the posted flow's command ran: %v", err)
 	}
 }

@@ -65,7 +65,11 @@ func WithProvider(provider func() *llm.Provider) *kind.Set {
 // from them: no model, no sandbox); a flow's load lists its MCP servers'
 // tools from the servers that answer.
 func With(provider func() *llm.Provider, pool func() *sandbox.Pool) *kind.Set {
-	return build(provider, pool, true)
+	set := build(provider, pool, true)
+	// the same kinds, reaching no MCP server at load: for flows from
+	// hands that may not have the process reach anything
+	set.SetOffline(build(provider, pool, false))
+	return set
 }
 
 // build makes the registry; live has a flow's load list its MCP servers'

@@ -190,8 +190,9 @@ type Registry interface {
 
 // Set is the standard Registry.
 type Set struct {
-	specs map[string]*Spec
-	tools map[string]*ToolSpec
+	specs   map[string]*Spec
+	tools   map[string]*ToolSpec
+	offline Registry
 }
 
 // NewSet returns a registry holding specs.

@@ -336,3 +336,34 @@ type fails struct{ err error }
 
 func (f fails) Error() string { return f.err.Error() }
 func (f fails) Unwrap() error { return f.err }
+
+// Offliner is implemented by registries some of whose kinds reach outside
+// the process while a flow loads (an mcp tool lists its server's tools,
+// starting a command or dialling a URL): Offline is the same kinds
+// reaching nothing then (an mcp tool reads its pinned copy), to check a
+// flow from hands that may not have the process reach anything, such as
+// a flow posted to an API to be validated.
+type Offliner interface {
+	Offline() Registry
+}
+
+// OfflineOf is reg's kinds reaching nothing while a flow loads (reg
+// itself when it does not say).
+func OfflineOf(reg Registry) Registry {
+	if o, ok := reg.(Offliner); ok {
+		return o.Offline()
+	}
+	return reg
+}
+
+// SetOffline gives the set its kinds reaching nothing at load (see
+// Offliner).
+func (s *Set) SetOffline(r Registry) { s.offline = r }
+
+// Offline implements Offliner: the set given to SetOffline, or the set.
+func (s *Set) Offline() Registry {
+	if s.offline == nil {
+		return s
+	}
+	return s.offline
+}
