@@ -80,7 +80,9 @@ func (n *node) agent(ctx context.Context, s kind.State, req openai.ChatCompletio
 		if turn > n.tools.max+4 {
 			return nil, nil, fmt.Errorf("the model went on calling tools after %d of them, told to answer without", seq)
 		}
+		asked := false
 		v, err := s.Once(ctx, "turn:"+strconv.Itoa(turn), func(ctx context.Context) (any, error) {
+			asked = true
 			r, err := n.completeReply(ctx, s, req)
 			if err != nil {
 				return nil, err
@@ -93,6 +95,11 @@ func (n *node) agent(ctx context.Context, s kind.State, req openai.ChatCompletio
 		var r reply
 		if err := fromJSON(v, &r); err != nil {
 			return nil, nil, err
+		}
+		if !asked {
+			// kept from an earlier run of the step: the step's checkpoint
+			// records it all the same, for a replay of the thread
+			s.Record(hashRequest(req), encodeReply(r))
 		}
 		msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: r.Content}
 		for _, tc := range r.ToolCalls {

@@ -107,7 +107,9 @@ func (c *Cassette) replay(node string, req openai.ChatCompletionRequest) (reply,
 		recorded = true
 		if e.Hash == h {
 			c.used[i] = true
-			r := reply{Content: e.Reply}
+			// (a cassette made from a thread's history holds a reply
+			// that calls tools as the run recorded it)
+			r := decodeReply(e.Reply)
 			for _, tc := range e.ToolCalls {
 				r.ToolCalls = append(r.ToolCalls, toolCall(tc))
 			}

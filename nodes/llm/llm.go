@@ -246,14 +246,14 @@ type handled struct{ n *node }
 
 // Run implements kind.Node.
 func (h handled) Run(ctx context.Context, s kind.State) (kind.Update, error) {
-	if h.n.client == nil {
-		upd, err := h.n.Fallback(ctx, s, ErrNoModel)
+	upd, err := h.n.Run(ctx, s)
+	if h.n.client == nil && errors.Is(err, ErrNoModel) {
+		upd, err = h.n.Fallback(ctx, s, ErrNoModel)
 		if err == nil {
 			s.Degrade(ErrNoModel.Error())
 		}
-		return upd, err
 	}
-	return h.n.Run(ctx, s)
+	return upd, err
 }
 
 // WithOutput implements kind.Outputter.
@@ -307,22 +307,29 @@ func firstOf(names ...string) string {
 // configured.
 var ErrNoModel = errors.New("no model is configured (set OPENAI_BASE_URL or OPENAI_API_KEY)")
 
-// Run implements kind.Node.
+// Run implements kind.Node. With no model configured, only a replay of a
+// thread's recorded replies answers; otherwise the node fails with
+// ErrNoModel, which is not retried (the engine calls Fallback).
 func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
-	if n.client == nil {
-		return nil, kind.Permanent(ErrNoModel) // no retry: the engine calls Fallback
+	// with no model, what keeps the request from being made is no
+	// model: the fallback stands in, as it always did
+	failed := func(err error) error {
+		if n.client == nil {
+			return kind.Permanent(ErrNoModel)
+		}
+		return err
 	}
 	data, vars, err := n.data(s)
 	if err != nil {
-		return nil, err
+		return nil, failed(err)
 	}
 	msgs, err := n.prompt.Render(data)
 	if err != nil {
-		return nil, err
+		return nil, failed(err)
 	}
 	model, err := n.modelFor(data)
 	if err != nil {
-		return nil, err
+		return nil, failed(err)
 	}
 	if n.tools != nil {
 		req, err := n.request(model, msgs)
@@ -588,6 +595,37 @@ type toolCall struct {
 	Arguments string `json:"arguments"`
 }
 
+// recordedReply marks a reply that calls tools as a run records it (a
+// reply is recorded as text, see kind.State.Record): a JSON object with
+// this one key, {"trellis_reply": {content, tool_calls}}; a reply with no
+// call is recorded as its text.
+const recordedReply = `{"trellis_reply":`
+
+// encodeReply is a reply as text, for the run's record.
+func encodeReply(r reply) string {
+	if len(r.ToolCalls) == 0 {
+		return r.Content
+	}
+	b, err := json.Marshal(map[string]reply{"trellis_reply": r})
+	if err != nil {
+		return r.Content
+	}
+	return string(b)
+}
+
+// decodeReply reads what encodeReply wrote.
+func decodeReply(text string) reply {
+	if strings.HasPrefix(text, recordedReply) {
+		var m map[string]reply
+		if json.Unmarshal([]byte(text), &m) == nil && len(m) == 1 {
+			if r, ok := m["trellis_reply"]; ok {
+				return r
+			}
+		}
+	}
+	return reply{Content: text}
+}
+
 // complete makes one chat completion with retries, streaming the reply
 // when the run is observed, and returns the reply's text.
 func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatCompletionRequest) (string, error) {
@@ -599,11 +637,25 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 // reply's text when the run is observed: its text and tool calls.
 func (n *node) completeReply(ctx context.Context, s kind.State, req openai.ChatCompletionRequest) (reply, error) {
 	c := n.client
+	key := hashRequest(req)
+	if text, ok := s.Recorded(key); ok {
+		// a replay of a thread: what the model said then
+		s.Record(key, text)
+		r := decodeReply(text)
+		if s.Observed() && r.Content != "" {
+			s.Stream(r.Content)
+		}
+		return r, nil
+	}
+	if c == nil {
+		return reply{}, kind.Permanent(ErrNoModel)
+	}
 	if cas := c.p.Cassette; cas != nil && !cas.Recording {
 		r, err := cas.replay(s.Node(), req)
 		if err != nil {
 			return reply{}, kind.Permanent(err)
 		}
+		s.Record(key, encodeReply(r))
 		if s.Observed() && r.Content != "" {
 			s.Stream(r.Content)
 		}
@@ -692,6 +744,7 @@ func (n *node) completeReply(ctx context.Context, s kind.State, req openai.ChatC
 	if cas := c.p.Cassette; cas != nil {
 		cas.record(s.Node(), req, r)
 	}
+	s.Record(key, encodeReply(r))
 	return r, nil
 }
 

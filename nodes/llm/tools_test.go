@@ -502,3 +502,52 @@ edges:
 		}
 	}
 }
+
+// A tool loop's model turns are recorded with the step's checkpoint, the
+// turn kept across a pause for approval too, so that a replay of the
+// thread with no model makes the same calls, to the same end.
+func TestToolLoopReplays(t *testing.T) {
+	ctx := context.Background()
+	w := newWeather(t)
+	srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{
+		callTools(llmtest.ToolCall{ID: "c1", Name: "get_weather", Arguments: map[string]any{"city": "Oslo"}}),
+		{Content: "It is 21 degrees."},
+	}})
+	g := agentGraph(t, serve(t, srv), w, "127.0.0.1/32", "approve: always", "")
+	st := memory.New()
+	e := engine.New(st)
+	if _, err := e.Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Run(ctx, g, engine.Request{Thread: "t", Resume: true, Answers: map[string]any{"agent": "approve"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist, err := st.History(ctx, "t", store.HistoryOptions{Source: store.SourceStep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replies []store.Reply
+	for i := len(hist) - 1; i >= 0; i-- {
+		replies = append(replies, hist[i].Replies...)
+	}
+	if len(replies) != 2 {
+		t.Fatalf("recorded replies: %+v", replies)
+	}
+	offline := agentGraph(t, nil, w, "127.0.0.1/32", "approve: always", "")
+	rs := engine.NewReplies(replies)
+	e2 := engine.New(memory.New())
+	if _, err := e2.Run(ctx, offline, engine.Request{Thread: "r", Input: map[string]any{"question": "q"}, Replies: rs}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := e2.Run(ctx, offline, engine.Request{Thread: "r", Resume: true, Answers: map[string]any{"agent": "approve"}, Replies: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.State["answer"] != res.State["answer"] || rs.Misses() != 0 || len(srv.Calls()) != 2 {
+		t.Fatalf("replayed to %v (%d misses, %d model calls), the run ended with %v", again.State["answer"], rs.Misses(), len(srv.Calls()), res.State["answer"])
+	}
+	if w.calls.Load() != 2 {
+		t.Errorf("the replay made the call again for real, as it should: %d calls", w.calls.Load())
+	}
+}
