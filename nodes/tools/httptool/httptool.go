@@ -18,11 +18,12 @@
 //	    retries: 2
 //	    allow: [api.weather.example]
 //
-// It connects only where its allow-list permits, checked on the address
-// dialled: nothing by default; host names, *.domains, addresses and
-// networks; the machine's own and private ranges only by an entry of a
-// network that holds the address (see allowList). It uses no proxy and
-// follows no redirect. A response outside 2xx (after the retries a 429,
+// It connects only where its allow-list permits, with the check webhooks
+// use (runtime/egress), made on the address dialled as the socket is
+// about to connect: nothing by default; host names, *.domains, addresses
+// and networks; this machine's, its networks' and a cloud's metadata
+// addresses only through an address or network entry inside their block,
+// never through a name. It uses no proxy and follows no redirect. A response outside 2xx (after the retries a 429,
 // a 5xx or a dropped connection earn) is told to the model, which may try
 // again; a response larger than its cap, a body that is not JSON where
 // JSON is expected, one that breaks its schema, an address the list does
@@ -48,6 +49,7 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/egress"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -80,7 +82,7 @@ var Spec = kind.ToolSpec{
 		config.Duration("timeout", "How long one attempt may take, answer included (default 30s)."),
 		config.Integer("retries", "Attempts after the first when the server answers 429 or 5xx or the connection fails (default 0), with backoff, honouring Retry-After.").Min(0).Max(10),
 		config.Integer("max_bytes", "The largest response body taken (default 1 MiB); a larger one fails the call.").Min(1),
-		config.List("allow", "Where the tool may connect, checked on the address dialled: host names, *.domains, addresses, networks (10.0.0.0/8). Nothing by default; this machine's and private addresses only by a network entry holding them.",
+		config.List("allow", "Where the tool may connect, checked on the address dialled as webhooks are (runtime/egress): host names, *.domains, addresses, networks (10.0.0.0/8). Nothing by default; this machine's, its networks' and a cloud's metadata addresses only through an address or network entry inside their block, never through a name.",
 			config.Elem(config.String("", "").NonEmpty(1))).NonEmpty(1),
 	},
 	New: build,
@@ -97,7 +99,7 @@ type tool struct {
 	timeout     time.Duration
 	retries     int
 	maxBytes    int64
-	allow       *allowList
+	allow       *egress.Policy
 	client      *http.Client
 	// secrets are the run configuration's secret keys: their values never
 	// reach an error
@@ -195,7 +197,7 @@ func build(b kind.Builder) []*kind.Tool {
 	if !ok {
 		return nil
 	}
-	t.client = t.allow.client(t.timeout)
+	t.client = t.allow.Client(t.timeout)
 	for _, e := range s.Block().File().Root().Get("config").Entries() {
 		if v, _ := e.Value.Get("secret").JSON(); v == true {
 			t.secrets = append(t.secrets, e.Name)
@@ -206,7 +208,7 @@ func build(b kind.Builder) []*kind.Tool {
 
 // allowOf reads the allow-list, and checks the URL's host against it
 // when the template writes the host out.
-func allowOf(b kind.Builder, s config.Settings, u *template.Template, ok bool) (*allowList, bool) {
+func allowOf(b kind.Builder, s config.Settings, u *template.Template, ok bool) (*egress.Policy, bool) {
 	av := s.Value("allow")
 	if !av.Exists() {
 		b.Report(diag.CodeToolReach, b.Settings().Block().Pos(), "tools."+b.Node(), "tool %q has no allow-list, so it can reach nothing: list the hosts (or networks) it may call under allow", b.Node())
@@ -216,18 +218,25 @@ func allowOf(b kind.Builder, s config.Settings, u *template.Template, ok bool) (
 	for _, it := range av.Items() {
 		entries = append(entries, it.Text())
 	}
-	a, err := parseAllow(entries)
+	a, err := egress.Parse(entries)
 	if err != nil {
 		b.Report(diag.CodeToolReach, av.Pos(), av.Path(), "%v", err)
 		return nil, false
 	}
 	uv := s.Value("url")
-	if host, known := literalHost(uv.Text()); known && u != nil {
-		if err := a.hostAllowed(host); errors.Is(err, errNotAllowed) {
-			b.Report(diag.CodeToolReach, uv.Pos(), uv.Path(), "tool %q calls %s, which its allow-list (%s) does not permit", b.Node(), host, a)
-			return nil, false
-		} else if err != nil {
-			b.Report(diag.CodeToolReach, uv.Pos(), uv.Path(), "tool %q: %v", b.Node(), err)
+	if origin, known := literalOrigin(uv.Text()); known && u != nil {
+		if err := a.CheckURL(origin); err != nil {
+			host, _, _ := strings.Cut(strings.SplitN(origin, "://", 2)[1], "/")
+			var de *egress.DeniedError
+			if errors.As(err, &de) {
+				msg := fmt.Sprintf("tool %q calls %s, which its allow-list (%s) does not permit", b.Node(), host, a)
+				if de.Range != nil {
+					msg += ": " + err.Error()
+				}
+				b.Report(diag.CodeToolReach, uv.Pos(), uv.Path(), "%s", msg)
+			} else {
+				b.Report(diag.CodeToolSetting, uv.Pos(), uv.Path(), "tool %q: the URL: %v", b.Node(), err)
+			}
 			return nil, false
 		}
 	}
@@ -248,8 +257,9 @@ func prefix(text string) string {
 	return text
 }
 
-// literalHost is the host of a URL template whose host no action writes.
-func literalHost(text string) (string, bool) {
+// literalOrigin is the scheme and host of a URL template whose host no
+// action writes (scheme://host[:port]).
+func literalOrigin(text string) (string, bool) {
 	p := prefix(text)
 	scheme, rest, ok := strings.Cut(p, "://")
 	if !ok || scheme == "" {
@@ -266,24 +276,7 @@ func literalHost(text string) (string, bool) {
 	if err != nil || u.Hostname() == "" {
 		return "", false
 	}
-	return u.Hostname(), true
-}
-
-// client returns an HTTP client that connects only where the list
-// permits, through no proxy, and follows no redirect.
-func (a *allowList) client(timeout time.Duration) *http.Client {
-	d := &net.Dialer{Timeout: timeout}
-	tr := &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return a.dial(ctx, d, network, addr)
-		},
-		TLSHandshakeTimeout:   timeout,
-		ResponseHeaderTimeout: timeout,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       time.Minute,
-	}
-	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return u.String(), true
 }
 
 func httpHeaderName(s string) bool {
@@ -337,7 +330,7 @@ func (t *tool) call(ctx context.Context, s kind.State, c *kind.Call) (any, error
 	case u.User != nil:
 		return nil, fmt.Errorf("the URL %q holds user information, which is not sent", target)
 	}
-	if err := t.allow.hostAllowed(u.Hostname()); err != nil {
+	if err := t.allow.CheckURL(u.String()); err != nil {
 		return nil, err
 	}
 	hdr := http.Header{}
@@ -481,7 +474,7 @@ func redact(raw string) string {
 // transient: a failed connection or a timeout, which another attempt
 // may not meet; an address the list does not permit is not.
 func transient(err error) bool {
-	if errors.Is(err, errNotAllowed) {
+	if errors.Is(err, egress.ErrDenied) {
 		return false
 	}
 	var ne net.Error

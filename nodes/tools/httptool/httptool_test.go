@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/trellisflow/trellis/nodes/all"
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/store/memory"
@@ -59,5 +60,71 @@ edges:
 	out := res.State["out"].(string)
 	if !strings.Contains(out, "answered 403") || strings.Contains(out, "s3cret") || !strings.Contains(out, "[redacted]") {
 		t.Fatalf("the error the model is told: %q", out)
+	}
+}
+
+// The allow-list is the webhooks' (runtime/egress): this machine's name is
+// no entry, a host a template writes is judged at the call, and only an
+// address entry opens this machine.
+func TestAllowListIsCheckedOnTheAddress(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"ok": true}`))
+	}))
+	defer srv.Close()
+	port := srv.URL[strings.LastIndexByte(srv.URL, ':')+1:]
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "prompts"), 0o755)
+	os.WriteFile(filepath.Join(dir, "prompts", "p.prompt"), []byte("---\nfallback_calls: [{tool: fetch, arguments: {}}]\nfallback_expr: \"json(tool_calls[0].result)\"\n---\nGo.\n"), 0o644)
+	flowWith := func(url, allow string) string {
+		return `version: 1
+name: f
+config:
+  host: {type: string, default: localhost}
+state:
+  schema:
+    type: object
+    properties:
+      out: {type: string, default: ""}
+tools:
+  fetch:
+    kind: http
+    description: Fetch.
+    parameters: {type: object}
+    url: "` + url + `"
+    allow: [` + allow + `]
+nodes:
+  n: {kind: llm, prompt: p, tools: [fetch], on_error: fail, writes: {out: output}}
+edges:
+  - {from: START, to: n}
+  - {from: n, to: END}
+`
+	}
+	load := func(src string) (*flow.Graph, diag.List) {
+		os.WriteFile(filepath.Join(dir, "f.yaml"), []byte(src), 0o644)
+		return flow.Load(filepath.Join(dir, "f.yaml"), all.Offline())
+	}
+	// a name that is this machine is no entry
+	if _, dl := load(flowWith("http://localhost:"+port+"/", "localhost")); len(dl) != 1 || dl[0].Code != diag.CodeToolReach ||
+		!strings.Contains(dl[0].Summary, "no host name opens") {
+		t.Fatalf("localhost on the list: %v", dl)
+	}
+	// a host a template writes, not on the list: refused at the call
+	g, dl := load(flowWith("http://{{.config.host}}:"+port+"/", "example.com"))
+	if dl.HasErrors() {
+		t.Fatal(dl)
+	}
+	_, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t"})
+	if err == nil || !strings.Contains(err.Error(), `tool "fetch" (http)`) || !strings.Contains(err.Error(), "localhost is not on the allow-list") {
+		t.Fatalf("localhost at the call: %v", err)
+	}
+	// an address entry opens it
+	g, dl = load(flowWith("http://{{.config.host}}:"+port+"/", `127.0.0.1, "::1"`))
+	if dl.HasErrors() {
+		t.Fatal(dl)
+	}
+	res, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t"})
+	if err != nil || res.State["out"] != `{"ok":true}` {
+		t.Fatalf("with the address on the list: %v %v", res, err)
 	}
 }
