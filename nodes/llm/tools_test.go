@@ -327,7 +327,7 @@ func TestToolFailuresFailTheNode(t *testing.T) {
 		{"over its cap", "/big", "127.0.0.1/32", "larger than the tool's cap of 1024 bytes"},
 		{"not JSON", "/bad", "127.0.0.1/32", "not valid JSON"},
 		{"against its schema", "/wrong", "127.0.0.1/32", "does not match the tool's response schema"},
-		{"outside the allow-list", "/weather", "10.0.0.0/8", "not on the allow-list"},
+		{"outside the allow-list", "/weather", "10.0.0.0/8", "on the allow-list opens"},
 	}
 	for _, tc := range cases {
 		// the prompt's fallback does not stand in for a tool that failed,
