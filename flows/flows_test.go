@@ -182,7 +182,8 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 	}
 }
 
-// TestFlowTests runs every flow test file (*.test.yaml) offline.
+// TestFlowTests runs every flow test file (*.test.yaml) offline, each test
+// also with its state read back between steps (trellis test --reload).
 func TestFlowTests(t *testing.T) {
 	files, err := filepath.Glob("*" + testfile.Suffix)
 	examples, _ := filepath.Glob("examples/*" + testfile.Suffix)
@@ -195,7 +196,7 @@ func TestFlowTests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		results, err := testfile.RunFile(context.Background(), f, all.Offline(), "")
+		results, err := testfile.RunFileWith(context.Background(), f, all.Offline(), testfile.Options{Reload: true})
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
