@@ -259,6 +259,7 @@ tools:
     kind: mcp
     SERVER
     tools: [add]
+    list_timeout: 2m
 nodes:
   add:
     kind: llm

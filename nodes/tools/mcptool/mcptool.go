@@ -50,8 +50,8 @@ import (
 const (
 	DefaultTimeout  = 60 * time.Second
 	DefaultMaxBytes = 1 << 20
-	// listTimeout bounds listing a server's tools at load.
-	listTimeout = 3 * time.Second
+	// DefaultListTimeout bounds listing a server's tools at load.
+	DefaultListTimeout = 10 * time.Second
 )
 
 // NewSpec returns the tool kind; with live set, a flow's load lists each
@@ -72,6 +72,7 @@ func NewSpec(live bool) kind.ToolSpec {
 			config.String("prefix", "Put before each tool's name as the model sees it (notes_search), to keep apart the tools of two servers.").Match(`^[A-Za-z0-9_-]*$`),
 			config.String("pin", "The pinned copy of the server's tools, relative to the flow (default FLOW.ENTRY.mcp.json beside it).").NonEmpty(1),
 			config.Duration("timeout", "How long a call may wait for the server (default 60s)."),
+			config.Duration("list_timeout", "How long loading the flow waits for the server to list its tools (a command to start, a url to answer) before it reads the pinned copy instead (default 10s)."),
 			config.Integer("max_bytes", "The largest result taken, as JSON (default 1 MiB); a larger one fails the call.").Min(1),
 		}, New: func(b kind.Builder) []*kind.Tool { return build(b, live) },
 	}
@@ -86,6 +87,8 @@ type entry struct {
 	url     *template.Template
 	headers []header
 	timeout time.Duration
+	// listTimeout bounds listing the server's tools at load
+	listTimeout time.Duration
 	// maxBytes caps a result
 	maxBytes int
 	// listed are the server's tools the flow uses, by their own names
@@ -109,9 +112,12 @@ var unsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 func build(b kind.Builder, live bool) []*kind.Tool {
 	s := b.Settings()
 	block := s.Block()
-	e := &entry{name: b.Node(), timeout: DefaultTimeout, maxBytes: DefaultMaxBytes, dir: path.Dir(block.File().Path)}
+	e := &entry{name: b.Node(), timeout: DefaultTimeout, listTimeout: DefaultListTimeout, maxBytes: DefaultMaxBytes, dir: path.Dir(block.File().Path)}
 	if d, ok := s.Duration("timeout"); ok {
 		e.timeout = d
+	}
+	if d, ok := s.Duration("list_timeout"); ok {
+		e.listTimeout = d
 	}
 	if n, ok := s.Int("max_bytes"); ok {
 		e.maxBytes = n

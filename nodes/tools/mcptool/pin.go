@@ -175,7 +175,7 @@ func (e *entry) fetch(block config.Value) (*Listing, error) {
 	if ok && time.Since(c.at) < listingTTL {
 		return c.l, c.err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), listTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), e.listTimeout)
 	defer cancel()
 	l, err := srv.list(ctx)
 	listings.Lock()
