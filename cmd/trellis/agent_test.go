@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	facade "github.com/trellisflow/trellis"
+	"github.com/trellisflow/trellis/cmd/trellis/internal/cli"
 	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/nodes/tools/mcptool/mcptest"
@@ -355,5 +357,47 @@ edges:
 	}
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Fatalf("the posted flow's command ran: %v", err)
+	}
+}
+
+// trellis run shows a tool call waiting for approval and takes the answer
+// on standard input; --resume --answer takes an edit of its arguments or
+// a rejection with a reason, and refuses an answer that is neither.
+func TestRunAnswersToolApproval(t *testing.T) {
+	samples := startSamples(t)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "a.db")
+	run := func(stdin string, args ...string) (string, string, int) {
+		var out, errs bytes.Buffer
+		code := cli.Main(args, &cli.Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errs, Registry: all.Offline()})
+		return out.String(), errs.String(), code
+	}
+	on := func(thread string, more ...string) []string {
+		return append([]string{"run", "../../flows/examples/agent.yaml", "--store", db, "--thread", thread,
+			"--config", "samples_url=" + samples.url}, more...)
+	}
+	input := []string{"--input", "question=What should I pack?", "--input", "city=Oslo", "--input", "note=old plans"}
+
+	out, errs, code := run("approve\n", on("a", input...)...)
+	if code != 0 || !strings.Contains(errs, "assistant would call:\n  delete_note {\"title\":\"old plans\"} (call ") ||
+		!strings.Contains(out, `delete_note: "deleted the note \"old plans\""`) || samples.count("delete_note") != 1 {
+		t.Fatalf("approved on standard input: %d\n%s%s", code, out, errs)
+	}
+
+	if out, errs, code = run("", on("b", input...)...); code != 0 || samples.count("delete_note") != 1 || !strings.Contains(errs, "--resume --answer assistant=VALUE") {
+		t.Fatalf("no one to answer: %d\n%s%s", code, out, errs)
+	}
+	if out, errs, code = run("", on("b", "--resume", "--answer", "assistant=maybe")...); code != 2 || !strings.Contains(errs, "answers.assistant") ||
+		samples.count("delete_note") != 1 {
+		t.Fatalf("an answer that is no decision: %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = run("", on("b", "--resume", "--answer", "assistant={decision: edit, arguments: {title: older plans}}")...)
+	if code != 0 || !strings.Contains(out, `delete_note: "deleted the note \"older plans\""`) || samples.count("delete_note") != 2 {
+		t.Fatalf("edited: %d\n%s%s", code, out, errs)
+	}
+
+	run("", on("c", input...)...)
+	out, errs, code = run("", on("c", "--resume", "--answer", "assistant={decision: reject, reason: I still need it}")...)
+	if code != 0 || !strings.Contains(out, "delete_note failed (the call was rejected by a person: I still need it)") || samples.count("delete_note") != 2 {
+		t.Fatalf("rejected: %d\n%s%s", code, out, errs)
 	}
 }
