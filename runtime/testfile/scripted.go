@@ -13,9 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // scripted replaces a node's Run with its script. A scripted output the
@@ -168,4 +170,45 @@ func toolScripts(g *flow.Graph, t Test) (kind.ToolMock, []badScript) {
 		}
 		return calls[i].Result, true, nil
 	}, bad
+}
+
+// ToolCall is one scripted tool call: its Result, its Error (the call
+// fails, and the model is told), or Run (the tool runs for real).
+type ToolCall struct {
+	Result    any
+	HasResult bool
+	Error     string
+	Run       bool
+}
+
+// decodeTools reads a test's scripted tool calls.
+func decodeTools(t *Test, tools config.Value, dl *diag.List) {
+	for _, e := range tools.Entries() {
+		if t.Tools == nil {
+			t.Tools = map[string][]ToolCall{}
+		}
+		t.toolPos[e.Name] = e.Key.Pos()
+		for _, cn := range e.Value.Items() {
+			c := ToolCall{Error: cn.Get("error").Text()}
+			run, _ := cn.Get("run").JSON()
+			c.Run, _ = run.(bool)
+			if o := cn.Get("result"); o.Exists() {
+				var raw any
+				if err := o.Decode(&raw); err == nil {
+					if c.Result, err = value.Normalize(raw); err != nil {
+						dl.Errorf(diag.CodeType, o.Pos(), o.Path(), "%v", err)
+					}
+				}
+				c.HasResult = true
+			}
+			t.Tools[e.Name] = append(t.Tools[e.Name], c)
+		}
+	}
+}
+
+func listOrNone(l []string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return "[" + strings.Join(l, ", ") + "]"
 }

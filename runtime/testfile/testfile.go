@@ -116,15 +116,6 @@ type Test struct {
 	scriptPos, toolPos map[string]diag.Pos
 }
 
-// ToolCall is one scripted tool call: its Result, its Error (the call
-// fails, and the model is told), or Run (the tool runs for real).
-type ToolCall struct {
-	Result    any
-	HasResult bool
-	Error     string
-	Run       bool
-}
-
 // Call is one scripted node call: exactly one of Set (the node's update),
 // Output (its output, for kinds that produce one, such as an llm node's
 // reply: the node's writes still apply, and a reply its schema refuses
@@ -326,27 +317,7 @@ func decode(path string, doc *config.File, dl *diag.List) *File {
 	for _, tn := range root.Get("tests").Items() {
 		t := Test{Name: tn.Get("name").Text(), With: values(tn.Get("with")), WithFile: tn.Get("with_file").Text(), Pos: tn.Pos(),
 			scriptPos: map[string]diag.Pos{}, toolPos: map[string]diag.Pos{}}
-		for _, e := range tn.Get("tools").Entries() {
-			if t.Tools == nil {
-				t.Tools = map[string][]ToolCall{}
-			}
-			t.toolPos[e.Name] = e.Key.Pos()
-			for _, cn := range e.Value.Items() {
-				c := ToolCall{Error: cn.Get("error").Text()}
-				run, _ := cn.Get("run").JSON()
-				c.Run, _ = run.(bool)
-				if o := cn.Get("result"); o.Exists() {
-					var raw any
-					if err := o.Decode(&raw); err == nil {
-						if c.Result, err = value.Normalize(raw); err != nil {
-							dl.Errorf(diag.CodeType, o.Pos(), o.Path(), "%v", err)
-						}
-					}
-					c.HasResult = true
-				}
-				t.Tools[e.Name] = append(t.Tools[e.Name], c)
-			}
-		}
+		decodeTools(&t, tn.Get("tools"), dl)
 		reload, _ := tn.Get("reload").JSON()
 		t.Reload, _ = reload.(bool)
 		if sc := tn.Get("script"); sc.Exists() {
@@ -840,13 +811,6 @@ func orDone(err string) string {
 		return "it succeeded"
 	}
 	return "it failed: " + err
-}
-
-func listOrNone(l []string) string {
-	if len(l) == 0 {
-		return "none"
-	}
-	return "[" + strings.Join(l, ", ") + "]"
 }
 
 // pauseFirst runs req pausing before its first step, as a run of nodes
