@@ -5,14 +5,16 @@
 // Each flow is a tool named as the flow, described by the flow's
 // description, whose input schema is the flow's input (each input field
 // with its schema from the state), plus _thread: the id of a thread of the
-// caller's to run on (a conversation goes on), instead of a new one. A
+// caller's to run on (a conversation goes on), instead of a new one, and
+// _answers: the answers to the questions a run paused on _thread asks, by
+// node (a tool call's approval among them), which resume that run. A
 // call runs the flow once, reports progress from the run's events (each
 // node and tool call that ends) to a client that asked for it, and
 // returns the run's output (the flow's output block rendered over the
 // final state; the final state as JSON when it declares none), with the
 // thread, the run and the state as structured content. A run that pauses
-// for a question returns the question (answer it through the API); a run
-// that fails is a tool error.
+// for a question returns the question (answered by a call with _thread and
+// _answers, or through the API); a run that fails is a tool error.
 //
 // Every call goes through the API's own handler with the caller's
 // bearer key, in the process: the key, its tenant's threads and every
@@ -26,7 +28,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -36,8 +40,14 @@ import (
 	"github.com/trellisflow/trellis/runtime/engine"
 )
 
-// ThreadArg is the argument that names the thread a call runs on.
-const ThreadArg = "_thread"
+// The arguments of a flow's tool that are not the flow's input.
+const (
+	// ThreadArg names the thread a call runs on.
+	ThreadArg = "_thread"
+	// AnswersArg answers the questions of a run paused on the thread,
+	// by node, and resumes it.
+	AnswersArg = "_answers"
+)
 
 // New returns the MCP handler over the API's handler h. Requests reach it
 // authenticated (the server checks the key first); it forwards the key.
@@ -107,6 +117,9 @@ func (m *handler) tool(ctx context.Context, c *api.Client, f api.Flow) (*mcp.Too
 		schema["properties"] = props
 	}
 	props[ThreadArg] = map[string]any{"type": "string", "description": "Run on this thread of yours (a conversation goes on); none: a new thread."}
+	props[AnswersArg] = map[string]any{"type": "object", "description": "With " + ThreadArg + ": answer the questions its paused run asks, by node, and resume it " +
+		"(a tool call waiting for approval takes approve, reject, {decision: reject, reason: TEXT} or {decision: edit, arguments: {...}}). " +
+		"The other arguments are then left out."}
 	delete(schema, "additionalProperties")
 	desc := full.Description
 	if desc == "" {
@@ -135,7 +148,22 @@ func (m *handler) call(c *api.Client, flow string) mcp.ToolHandler {
 			}
 		}
 		thread, _ := args[ThreadArg].(string)
+		answers, resume := args[AnswersArg]
 		delete(args, ThreadArg)
+		delete(args, AnswersArg)
+		start := api.StartRun{Input: args}
+		if resume {
+			a, ok := answers.(map[string]any)
+			switch {
+			case !ok:
+				return failed(AnswersArg + " is an object of answers by node, not " + kindOf(answers)), nil
+			case thread == "":
+				return failed(AnswersArg + " answers the paused run of a thread: give " + ThreadArg + " too"), nil
+			case len(args) > 0:
+				return failed("a call with " + AnswersArg + " resumes a paused run, which takes no input: leave out " + strings.Join(slices.Sorted(maps.Keys(args)), ", ")), nil
+			}
+			start = api.StartRun{Resume: true, Answers: a}
+		}
 		if thread == "" {
 			th, err := c.CreateThread(ctx, api.CreateThread{Flow: flow})
 			if err != nil {
@@ -150,7 +178,7 @@ func (m *handler) call(c *api.Client, flow string) mcp.ToolHandler {
 		progress := progressOf(ctx, req)
 		var run string
 		var last *engine.Event
-		for ev, err := range c.StreamRun(ctx, thread, api.StartRun{Input: args}) {
+		for ev, err := range c.StreamRun(ctx, thread, start) {
 			if err != nil {
 				return failed(apiMessage(err)), nil
 			}
@@ -184,7 +212,8 @@ func (m *handler) call(c *api.Client, flow string) mcp.ToolHandler {
 			out["status"] = "paused"
 			out["interrupt"] = in
 			b, _ := json.Marshal(in)
-			text := fmt.Sprintf("The run paused on thread %s, waiting for answers: %s. Answer them through the API (resume with answers), or call again with %s.", thread, b, ThreadArg)
+			text := fmt.Sprintf("The run paused on thread %s, waiting for answers: %s. Answer them by calling %s again with %s: %q and %s: {NODE: ANSWER}, or through the API (a run with resume and answers).",
+				thread, b, flow, ThreadArg, thread, AnswersArg)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: out}, nil
 		}
 		out["status"] = api.RunSucceeded
@@ -229,6 +258,23 @@ func progressOf(ctx context.Context, req *mcp.CallToolRequest) func(engine.Event
 		n++
 		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: msg})
 	}
+}
+
+// kindOf names a JSON value's type.
+func kindOf(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case float64:
+		return "a number"
+	case []any:
+		return "an array"
+	}
+	return "an object"
 }
 
 func failed(msg string) *mcp.CallToolResult {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -52,6 +53,24 @@ edges:
 output: "{{.state.greeting}} ({{.state.greetings}})"
 `
 
+const approve = `version: 1
+name: approve
+description: Ask a person to approve an amount.
+state:
+  schema:
+    type: object
+    properties:
+      amount: {type: integer, default: 0}
+      approved: {type: boolean, default: false}
+input: [amount]
+nodes:
+  ask: {kind: interrupt, ask: "'Approve ' + string(state.amount) + '?'", writes: {approved: "answer == true"}}
+edges:
+  - {from: START, to: ask}
+  - {from: ask, to: END}
+output: "{{if .state.approved}}approved{{else}}refused{{end}} {{.state.amount}}"
+`
+
 // rig is a served API with /mcp, and keys of two tenants.
 type rig struct {
 	url        string
@@ -64,6 +83,7 @@ func newRig(t *testing.T) *rig {
 	ctx := context.Background()
 	flows := t.TempDir()
 	os.WriteFile(filepath.Join(flows, "greet.yaml"), []byte(greet), 0o644)
+	os.WriteFile(filepath.Join(flows, "approve.yaml"), []byte(approve), 0o644)
 	rt, err := trellis.Open(ctx, "memory")
 	if err != nil {
 		t.Fatal(err)
@@ -136,10 +156,10 @@ func TestFlowsAsTools(t *testing.T) {
 	}
 	ctx := context.Background()
 	tools, err := cs.ListTools(ctx, nil)
-	if err != nil || len(tools.Tools) != 1 {
+	if err != nil || len(tools.Tools) != 2 {
 		t.Fatalf("tools %+v %v", tools, err)
 	}
-	tool := tools.Tools[0]
+	tool := tools.Tools[slices.IndexFunc(tools.Tools, func(t *mcp.Tool) bool { return t.Name == "greet" })]
 	b, _ := json.Marshal(tool.InputSchema)
 	if tool.Name != "greet" || !strings.Contains(tool.Description, "Greet someone") || !strings.Contains(string(b), `"name":{"default":"","type":"string"}`) ||
 		!strings.Contains(string(b), `"_thread"`) {
@@ -235,5 +255,52 @@ func TestKeysAndTenants(t *testing.T) {
 	}
 	if list, err := api.NewClient(rg.url, rg.beta).Threads(ctx, api.ThreadQuery{}); err != nil || len(list.Threads) != 0 {
 		t.Fatalf("tenant beta sees threads: %+v %v", list, err)
+	}
+}
+
+// A run that pauses returns its question; a call with _thread and
+// _answers answers it and resumes the run, and _answers that cannot be
+// taken are refused, with the run left waiting.
+func TestAnswersResumeAPausedRun(t *testing.T) {
+	rg := newRig(t)
+	ctx := context.Background()
+	cs, err := rg.connect(t, rg.acme, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := func(r *mcp.CallToolResult) string { return r.Content[0].(*mcp.TextContent).Text }
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "approve", Arguments: map[string]any{"amount": 5}})
+	if err != nil || res.IsError {
+		t.Fatalf("call: %+v %v", res, err)
+	}
+	out := res.StructuredContent.(map[string]any)
+	thread := out["thread"].(string)
+	if out["status"] != "paused" || !strings.Contains(text(res), `"Approve 5?"`) || !strings.Contains(text(res), mcpserver.AnswersArg) {
+		t.Fatalf("the paused run: %q %v", text(res), out)
+	}
+	for _, bad := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{mcpserver.AnswersArg: map[string]any{"ask": true}}, "give _thread"},
+		{map[string]any{mcpserver.ThreadArg: thread, mcpserver.AnswersArg: true}, "not a boolean"},
+		{map[string]any{mcpserver.ThreadArg: thread, mcpserver.AnswersArg: map[string]any{"ask": true}, "amount": 6}, "leave out amount"},
+		{map[string]any{mcpserver.ThreadArg: thread, mcpserver.AnswersArg: map[string]any{"nobody": true}}, "invalid_input"},
+		{map[string]any{mcpserver.ThreadArg: thread, "amount": 6}, "unfinished"},
+	} {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "approve", Arguments: bad.args})
+		if err != nil || !res.IsError || !strings.Contains(text(res), bad.want) {
+			t.Errorf("%v: %+v %v, want an error saying %q", bad.args, res, err, bad.want)
+		}
+	}
+	if st, err := rg.api.State(ctx, thread, 0); err != nil || len(st.Interrupts) != 1 {
+		t.Fatalf("the run no longer waits: %+v %v", st, err)
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "approve", Arguments: map[string]any{mcpserver.ThreadArg: thread, mcpserver.AnswersArg: map[string]any{"ask": true}}})
+	if err != nil || res.IsError || text(res) != "approved 5" || res.StructuredContent.(map[string]any)["status"] != "succeeded" {
+		t.Fatalf("answered: %+v %v", res, err)
+	}
+	if runs, err := rg.api.Runs(ctx, thread); err != nil || len(runs) != 2 || runs[0].Answers["ask"] != true && runs[1].Answers["ask"] != true {
+		t.Fatalf("the runs %+v %v", runs, err)
 	}
 }
