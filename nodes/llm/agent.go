@@ -127,7 +127,7 @@ func (n *node) agent(ctx context.Context, s kind.State, req openai.ChatCompletio
 		batch := make([]*pendingCall, len(r.ToolCalls))
 		for i, tc := range r.ToolCalls {
 			seq++
-			batch[i] = n.prepare(tc, "call:"+strconv.Itoa(turn)+"."+strconv.Itoa(i), seq)
+			batch[i] = n.prepare(tc, "call:"+strconv.Itoa(turn)+"."+strconv.Itoa(i), seq, strconv.Itoa(seq))
 		}
 		results, err := n.runBatch(ctx, s, "turn "+strconv.Itoa(turn), batch)
 		if err != nil {
@@ -160,8 +160,8 @@ type pendingCall struct {
 
 // prepare checks a call the model made: its tool, its arguments and the
 // node's limit.
-func (n *node) prepare(tc toolCall, key string, seq int) *pendingCall {
-	c := &pendingCall{call: kind.Call{ID: tc.ID, Seq: seq, Tool: tc.Name}, key: key}
+func (n *node) prepare(tc toolCall, key string, seq int, callKey string) *pendingCall {
+	c := &pendingCall{call: kind.Call{ID: tc.ID, Seq: seq, Key: callKey, Tool: tc.Name}, key: key}
 	if c.call.ID == "" {
 		c.call.ID = strings.ReplaceAll(key, ":", "_")
 	}
@@ -364,7 +364,9 @@ func (n *node) fallbackCalls(ctx context.Context, s kind.State, vars map[string]
 			return nil, fmt.Errorf("fallback_calls[%d].arguments: %w", i, err)
 		}
 		key := "fallback:" + strconv.Itoa(i)
-		c := n.prepare(toolCall{ID: "fallback_" + strconv.Itoa(i+1), Name: fc.Tool, Arguments: string(b)}, key, len(batch)+1)
+		// (its Key is not one the model's calls, kept from the step's
+		// earlier attempts, could have)
+		c := n.prepare(toolCall{ID: "fallback_" + strconv.Itoa(i+1), Name: fc.Tool, Arguments: string(b)}, key, len(batch)+1, "fallback"+strconv.Itoa(i+1))
 		if c.problem != "" {
 			// the flow's own expressions made these arguments: its
 			// mistake, not a model's to correct

@@ -213,6 +213,67 @@ func TestToolLoop(t *testing.T) {
 	}
 }
 
+// A node makes at most max_tool_calls calls: a call beyond them is not
+// run (the model is told why) and the model is then asked to answer with
+// no tool; a model that goes on calling fails the node.
+func TestMaxToolCalls(t *testing.T) {
+	oslo := llmtest.ToolCall{Name: "get_weather", Arguments: map[string]any{"city": "Oslo"}}
+	again := callTools(llmtest.ToolCall{ID: "s", Name: "shout", Arguments: map[string]any{"text": "more"}})
+	t.Run("the model answers", func(t *testing.T) {
+		w := newWeather(t)
+		srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{
+			callTools(llmtest.ToolCall{ID: "a", Name: oslo.Name, Arguments: oslo.Arguments}, llmtest.ToolCall{ID: "b", Name: oslo.Name, Arguments: oslo.Arguments},
+				llmtest.ToolCall{ID: "c", Name: "shout", Arguments: map[string]any{"text": "hi"}}),
+			again,
+			{Content: "done"},
+		}})
+		g := agentGraph(t, serve(t, srv), w, "127.0.0.1/32", "", "max_tool_calls: 2")
+		res, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := res.State["calls"].([]any)
+		if res.State["answer"] != "done" || len(calls) != 4 || w.calls.Load() != 2 {
+			t.Fatalf("answer %v, calls %v, API calls %d", res.State["answer"], calls, w.calls.Load())
+		}
+		for _, c := range calls[2:] {
+			if e, _ := c.(map[string]any)["error"].(string); !strings.Contains(e, "limit of 2 tool calls (max_tool_calls)") {
+				t.Errorf("a call beyond the limit: %v", c)
+			}
+		}
+		reqs := srv.Calls()
+		if len(reqs) != 3 || reqs[0].ToolChoice != "" || reqs[1].ToolChoice != "none" || reqs[2].ToolChoice != "none" {
+			t.Fatalf("requests %+v", reqs)
+		}
+	})
+	t.Run("the model goes on calling", func(t *testing.T) {
+		w := newWeather(t)
+		srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{again}})
+		// the prompt's fallback stands in for a model that does not answer;
+		// its call of the flow tool runs a child of its own, not the one
+		// the model's call of it ran
+		g := agentGraph(t, serve(t, srv), w, "127.0.0.1/32", "", "max_tool_calls: 2")
+		rec := &recorder{}
+		res, err := engine.New(memory.New()).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"}, Observe: rec.observe})
+		if err != nil || res.State["answer"] != "offline: Q!" || !strings.Contains(rec.nodeEnd("agent").Degraded, "the model went on calling tools after 6 of them") {
+			t.Fatalf("%v %v, the node's end %+v", res.State, err, rec.nodeEnd("agent"))
+		}
+		if n := len(srv.Calls()); n != 6 {
+			t.Errorf("the model was asked %d times, want 6 (the limit and four turns more)", n)
+		}
+		// and with none, the node fails
+		g = agentGraph(t, serve(t, srv), w, "127.0.0.1/32", "", "max_tool_calls: 2\n    on_error: fail")
+		st := memory.New()
+		if _, err = engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"}}); err == nil ||
+			!strings.Contains(err.Error(), "the model went on calling tools") {
+			t.Fatalf("error %v", err)
+		}
+		if head, _ := st.Head(context.Background(), "t"); head.Step != 0 {
+			t.Errorf("a step committed: %+v", head)
+		}
+	})
+}
+
 // A node that fails midway through its loop leaves the calls it finished
 // kept: resuming its run does not make them again, nor ask the model the
 // turns it answered.

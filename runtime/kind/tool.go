@@ -112,10 +112,14 @@ func (f CallerFunc) Call(ctx context.Context, s State, c *Call) (any, error) { r
 // Call is one call of a tool.
 type Call struct {
 	// ID is the call's id (the model's tool call id); Seq numbers the
-	// node's calls in its step from 1, a key a tool may name what it
-	// starts by (a child flow's thread).
+	// model's calls in the node's step from 1 (or its fallback's).
 	ID  string
 	Seq int
+	// Key names the call among all the node's calls in its step (the
+	// model's and its fallback's), the same when the step runs again
+	// after a crash, a pause or on a retry: a tool names what it starts
+	// by it (a child flow's thread), and finds it again.
+	Key string
 	// Tool is the name of the tool called, Args its arguments.
 	Tool string
 	Args map[string]any

@@ -69,8 +69,11 @@ type Call struct {
 	Messages   []openai.ChatCompletionMessage
 	Stream     bool
 	Structured bool
-	// Tools are the names of the functions the request offered.
-	Tools []string
+	// Tools are the names of the functions the request offered, and
+	// ToolChoice its tool_choice when it is a string (auto, none,
+	// required).
+	Tools      []string
+	ToolChoice string
 	// Authorized reports whether the request carried the server's key
 	// (always true when the server has none).
 	Authorized bool
@@ -129,6 +132,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	call := Call{Model: req.Model, Messages: req.Messages, Stream: req.Stream, Rule: -1,
 		Structured: req.ResponseFormat != nil && req.ResponseFormat.Type == openai.ChatCompletionResponseFormatTypeJSONSchema,
 		Authorized: s.Key == "" || r.Header.Get("Authorization") == "Bearer "+s.Key}
+	call.ToolChoice, _ = req.ToolChoice.(string)
 	for _, t := range req.Tools {
 		if t.Function != nil {
 			call.Tools = append(call.Tools, t.Function.Name)

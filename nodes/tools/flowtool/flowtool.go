@@ -111,7 +111,11 @@ func compile(name string, raw map[string]any) (*schema.Validator, error) {
 
 // Call implements kind.Caller.
 func (t *tool) Call(ctx context.Context, s kind.State, c *kind.Call) (any, error) {
-	state, err := s.RunFlow(ctx, t.flow, strconv.Itoa(c.Seq), c.Args, nil)
+	key := c.Key
+	if key == "" {
+		key = strconv.Itoa(c.Seq)
+	}
+	state, err := s.RunFlow(ctx, t.flow, key, c.Args, nil)
 	if err != nil {
 		return nil, err
 	}
