@@ -23,11 +23,13 @@
 // about to connect: nothing by default; host names, *.domains, addresses
 // and networks; this machine's, its networks' and a cloud's metadata
 // addresses only through an address or network entry inside their block,
-// never through a name. It uses no proxy and follows no redirect. A response outside 2xx (after the retries a 429,
-// a 5xx or a dropped connection earn) is told to the model, which may try
-// again; a response larger than its cap, a body that is not JSON where
-// JSON is expected, one that breaks its schema, an address the list does
-// not permit and a timeout fail the node that made the call.
+// never through a name. It uses no proxy and follows no redirect. A
+// response outside 2xx (after the retries a 429, a 5xx or a dropped
+// connection earn: retries are for calls the API may take twice) is told
+// to the model, which may try again; a response larger than its cap, a
+// body that is not JSON where JSON is expected, one that breaks its
+// schema, an address the list does not permit and a timeout fail the
+// node that made the call.
 package httptool
 
 import (
