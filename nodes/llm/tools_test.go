@@ -109,7 +109,7 @@ state:
       loud: {type: string, default: ""}
 input: [text]
 nodes:
-  up: {kind: assign, set: {loud: "upper(state.text)"}}
+  up: {kind: assign, set: {loud: "upper(input.text)"}}
 edges:
   - {from: START, to: up}
   - {from: up, to: END}
@@ -179,7 +179,12 @@ func TestToolLoop(t *testing.T) {
 		t.Errorf("first call %v (the integer comes back an integer)", first)
 	}
 	if calls[1].(map[string]any)["result"] != "HI!" {
-		t.Errorf("the flow tool's result is its output: %v", calls[1])
+		t.Errorf("the flow tool's result is its output, its arguments the child's input: %v", calls[1])
+	}
+	// the child reads input.text with nothing to fall back on: the
+	// model must give it
+	if shout, _ := g.Tool("shout"); fmt.Sprint(shout.Parameters["required"]) != "[text]" {
+		t.Errorf("the flow tool's parameters: %v", shout.Parameters)
 	}
 	if e, _ := calls[2].(map[string]any)["error"].(string); !strings.Contains(e, "answered 404") {
 		t.Errorf("a 404 is told to the model as an error: %v", calls[2])

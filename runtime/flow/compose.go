@@ -293,6 +293,9 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 	sf.Schema = g.stateRaw
 	for _, f := range g.Inputs {
 		sf.Inputs = append(sf.Inputs, f.Name)
+		if f.ReadAt != nil {
+			sf.Needed = append(sf.Needed, f.Name)
+		}
 	}
 	if g.Output != nil {
 		sf.Output = g.Output.Render

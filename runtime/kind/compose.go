@@ -36,8 +36,10 @@ type Subflow struct {
 	// inlined; nil when it could not be read).
 	Schema map[string]any
 	// Inputs lists the child's input fields (those a caller may set when
-	// it starts a run), in declaration order.
-	Inputs []string
+	// it starts a run), in declaration order; Needed those of them a run
+	// must be given (the child reads them as input.NAME with nothing to
+	// fall back on).
+	Inputs, Needed []string
 	// Output renders the child's declared output over a final state;
 	// nil when the child declares none.
 	Output func(state map[string]any) (string, error)

@@ -60,7 +60,7 @@ func build(b kind.Builder) []*kind.Tool {
 			p = map[string]any{}
 		}
 		props[name] = p
-		if slices.Contains(sf.Required, name) {
+		if slices.Contains(sf.Required, name) || slices.Contains(sf.Needed, name) {
 			required = append(required, name)
 		}
 	}
@@ -115,7 +115,8 @@ func (t *tool) Call(ctx context.Context, s kind.State, c *kind.Call) (any, error
 	if key == "" {
 		key = strconv.Itoa(c.Seq)
 	}
-	state, err := s.RunFlow(ctx, t.flow, key, c.Args, nil)
+	// the arguments are the child's input, as a run of it is given one
+	state, err := s.RunFlow(ctx, t.flow, key, nil, c.Args, nil)
 	if err != nil {
 		return nil, err
 	}
