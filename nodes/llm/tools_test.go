@@ -386,6 +386,70 @@ func TestApproval(t *testing.T) {
 	}
 }
 
+// Two calls of one turn that wait are asked about together; an answer
+// may decide them one by one ({calls: {ID: DECISION}}), the run pausing
+// again for the calls it leaves undecided, and an edit meant for one call
+// of several is asked again with the reason. No call runs before all are
+// decided.
+func TestApprovalPerCall(t *testing.T) {
+	w := newWeather(t)
+	srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{
+		callTools(llmtest.ToolCall{ID: "c1", Name: "get_weather", Arguments: map[string]any{"city": "Oslo"}},
+			llmtest.ToolCall{ID: "c2", Name: "get_weather", Arguments: map[string]any{"city": "Bergen"}}),
+		{Content: "ok"},
+	}})
+	g := agentGraph(t, serve(t, srv), w, "127.0.0.1/32", "approve: always", "")
+	e := engine.New(memory.New())
+	ctx := context.Background()
+	asked := func(res *engine.Result) (ids []string, problem string) {
+		t.Helper()
+		if res.Interrupt == nil || len(res.Interrupt.Asks) != 1 {
+			t.Fatalf("not paused: %+v", res.Interrupt)
+		}
+		p := res.Interrupt.Asks[0].Payload.(map[string]any)
+		for _, c := range p["calls"].([]any) {
+			ids = append(ids, c.(map[string]any)["id"].(string))
+		}
+		problem, _ = p["problem"].(string)
+		return ids, problem
+	}
+	res, err := e.Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := asked(res); fmt.Sprint(ids) != "[c1 c2]" {
+		t.Fatalf("asked about %v", ids)
+	}
+	resume := func(answer any) *engine.Result {
+		t.Helper()
+		res, err := e.Run(ctx, g, engine.Request{Thread: "t", Resume: true, Answers: map[string]any{"agent": answer}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res = resume(map[string]any{"decision": "edit", "arguments": map[string]any{"city": "Tromsø"}})
+	if ids, problem := asked(res); fmt.Sprint(ids) != "[c1 c2]" || !strings.Contains(problem, "an edit gives the arguments of one call") {
+		t.Fatalf("an edit for two calls: asked about %v, %q", ids, problem)
+	}
+	res = resume(map[string]any{"calls": map[string]any{"c1": "approve"}})
+	if ids, _ := asked(res); fmt.Sprint(ids) != "[c2]" || w.calls.Load() != 0 {
+		t.Fatalf("after c1's decision: asked about %v, %d calls made", ids, w.calls.Load())
+	}
+	res = resume(map[string]any{"calls": map[string]any{"c2": map[string]any{"decision": "reject", "reason": "not there"}}})
+	if res.Interrupt != nil || res.State["answer"] != "ok" || w.calls.Load() != 1 {
+		t.Fatalf("after c2's decision: %+v %v, %d calls made", res.Interrupt, res.State, w.calls.Load())
+	}
+	calls := res.State["calls"].([]any)
+	c1, c2 := calls[0].(map[string]any), calls[1].(map[string]any)
+	if c1["approval"] != "approved" || c1["result"].(map[string]any)["city"] != "Oslo" || c2["approval"] != "rejected" || !strings.Contains(c2["error"].(string), "not there") {
+		t.Fatalf("calls %v", calls)
+	}
+	if n := len(srv.Calls()); n != 2 {
+		t.Errorf("the model was asked %d times, want 2", n)
+	}
+}
+
 // What a tool may not do fails the node, naming the tool, and commits
 // nothing of the step.
 func TestToolFailuresFailTheNode(t *testing.T) {
