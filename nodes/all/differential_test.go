@@ -45,13 +45,15 @@ func FuzzDifferential(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g := newGen(data)
 		src := g.flow()
-		files := fstest.MapFS{"gen.yaml": {Data: []byte(src)}, "gen.prompt": {Data: []byte(g.prompt())}}
-		graph, dl := flow.LoadFS(files, "gen.yaml", reg)
+		graph, dl := flow.LoadFS(g.files(src), "gen.yaml", reg)
 		if graph == nil || len(dl) > 0 {
 			return // not clean: the validator spoke
 		}
 		if g.tool != nil {
 			src += "# gen.prompt:\n" + g.prompt()
+			if g.flowTool {
+				src += "# child.yaml:\n" + g.child()
+			}
 		}
 		eng := engine.New(memory.New())
 		defer eng.Store.Close()
@@ -104,11 +106,13 @@ type gen struct {
 	b      strings.Builder
 	// counter is the integer field loops count rounds with.
 	counter *field
-	// tool, when set, is an http tool the flow declares (its parameters
-	// typed as fields are) and its llm nodes call through their prompt's
-	// fallback, with args its arguments' expressions
-	tool *field
-	args []string
+	// tool, when set, is an http tool the flow declares (with flowTool
+	// a flow tool: a child flow whose input p0 is, read as input.p0), its
+	// parameters typed as fields are, which its llm nodes call through
+	// their prompt's fallback, with args its arguments' expressions
+	tool     *field
+	flowTool bool
+	args     []string
 }
 
 // field is one generated state field.
@@ -183,6 +187,7 @@ func (g *gen) flow() string {
 				g.tool.maxLen = 4 + g.pick(4)
 			}
 		}
+		g.flowTool = g.chance(2)
 	}
 
 	g.line("version: 1")
@@ -216,11 +221,16 @@ func (g *gen) flow() string {
 	if g.tool != nil {
 		g.line("tools:")
 		g.line("  t0:")
-		g.line("    kind: http")
-		g.line("    description: A generated tool.")
-		g.line("    parameters: {type: object, properties: {p0: %s}, required: [p0]}", g.tool.schema())
-		g.line("    url: \"https://tools.example.com/t0?p={{urlquery (print .args.p0)}}\"")
-		g.line("    allow: [tools.example.com]")
+		if g.flowTool {
+			g.line("    kind: flow")
+			g.line("    flow: child.yaml")
+		} else {
+			g.line("    kind: http")
+			g.line("    description: A generated tool.")
+			g.line("    parameters: {type: object, properties: {p0: %s}, required: [p0]}", g.tool.schema())
+			g.line("    url: \"https://tools.example.com/t0?p={{urlquery (print .args.p0)}}\"")
+			g.line("    allow: [tools.example.com]")
+		}
 		g.args = []string{g.write(g.tool)}
 	}
 	// nodes: a chain, maybe with a fan-out and join, a branch and a
@@ -360,6 +370,36 @@ func (g *gen) llmNode(name string) {
 	g.line("    prompt: gen.prompt")
 	g.line("    tools: [t0]")
 	g.line("    writes: {%s: %q}", target.name, []string{"output", "len(tool_calls)", "tool_calls[0].tool", "string(tool_calls[0].result)"}[g.pick(4)])
+}
+
+// child is the flow a flow tool runs: its input p0, read with nothing to
+// fall back on (so a required parameter), its output the result.
+func (g *gen) child() string {
+	if g.tool == nil || !g.flowTool {
+		return "version: 1\nname: child\n"
+	}
+	return fmt.Sprintf(`version: 1
+name: child
+description: A generated flow tool.
+state:
+  schema:
+    type: object
+    properties:
+      p0: %s
+      out: {type: string, default: ""}
+input: [p0]
+nodes:
+  n: {kind: assign, set: {out: "string(input.p0)"}}
+edges:
+  - {from: START, to: n}
+  - {from: n, to: END}
+output: "{{.state.out}}"
+`, g.tool.schema())
+}
+
+// files are the generated flow's files.
+func (g *gen) files(src string) fstest.MapFS {
+	return fstest.MapFS{"gen.yaml": {Data: []byte(src)}, "gen.prompt": {Data: []byte(g.prompt())}, "child.yaml": {Data: []byte(g.child())}}
 }
 
 // prompt is the llm nodes' prompt: its fallback calls the tool.
@@ -605,8 +645,8 @@ func TestDifferentialCoversTools(t *testing.T) {
 		return "ok", true, nil
 	})
 	rng := rand.New(rand.NewPCG(1, 2))
-	withTool, clean, ran := 0, 0, 0
-	for range 600 {
+	withTool, clean, ran, flows := 0, 0, 0, 0
+	for range 1500 {
 		data := make([]byte, 96)
 		for i := range data {
 			data[i] = byte(rng.IntN(256))
@@ -617,7 +657,7 @@ func TestDifferentialCoversTools(t *testing.T) {
 			continue
 		}
 		withTool++
-		graph, dl := flow.LoadFS(fstest.MapFS{"gen.yaml": {Data: []byte(src)}, "gen.prompt": {Data: []byte(g.prompt())}}, "gen.yaml", reg)
+		graph, dl := flow.LoadFS(g.files(src), "gen.yaml", reg)
 		if graph == nil || len(dl) > 0 {
 			continue
 		}
@@ -626,11 +666,14 @@ func TestDifferentialCoversTools(t *testing.T) {
 		eng := engine.New(memory.New())
 		if _, err := eng.Run(ctx, graph, engine.Request{Thread: "t", Input: g.input()}); err == nil && calls > before {
 			ran++
+			if g.flowTool {
+				flows++
+			}
 		}
 		eng.Store.Close()
 	}
-	t.Logf("%d flows with a tool, %d clean, %d ran calling it", withTool, clean, ran)
-	if ran < 10 {
-		t.Fatalf("only %d of %d generated flows with a tool ran calling it (%d clean)", ran, withTool, clean)
+	t.Logf("%d flows with a tool, %d clean, %d ran calling it (%d a flow tool)", withTool, clean, ran, flows)
+	if ran < 10 || flows < 4 {
+		t.Fatalf("only %d of %d generated flows with a tool ran calling it (%d clean, %d a flow tool)", ran, withTool, clean, flows)
 	}
 }
