@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -447,6 +448,50 @@ func TestApprovalPerCall(t *testing.T) {
 	}
 	if n := len(srv.Calls()); n != 2 {
 		t.Errorf("the model was asked %d times, want 2", n)
+	}
+}
+
+// An http tool with idempotency_header sends each call's own key: the
+// same on a retried attempt and when the step runs again after the node
+// failed, another for another call.
+func TestIdempotencyKey(t *testing.T) {
+	var mu sync.Mutex
+	var keys []string
+	api := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		n := len(keys)
+		mu.Unlock()
+		rw.Header().Set("Content-Type", "application/json")
+		switch n {
+		case 1:
+			rw.WriteHeader(http.StatusServiceUnavailable) // tried again
+		case 2:
+			fmt.Fprintf(rw, `{"pad": %q}`, strings.Repeat("x", 4096)) // over the cap: the node fails
+		default:
+			fmt.Fprintf(rw, `{"city": %q}`, r.URL.Query().Get("city"))
+		}
+	}))
+	defer api.Close()
+	srv := llmtest.New(llmtest.Rule{Match: "Answer:", Replies: []llmtest.Reply{
+		callTools(llmtest.ToolCall{ID: "c1", Name: "get_weather", Arguments: map[string]any{"city": "Oslo"}}),
+		callTools(llmtest.ToolCall{ID: "c2", Name: "get_weather", Arguments: map[string]any{"city": "Bergen"}}),
+		{Content: "done"},
+	}})
+	g := agentGraph(t, serve(t, srv), &weather{srv: api}, "127.0.0.1/32", "idempotency_header: idempotency-key\n    retries: 1", "on_error: fail")
+	e := engine.New(memory.New())
+	ctx := context.Background()
+	if _, err := e.Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"question": "q"}}); err == nil || !strings.Contains(err.Error(), "cap") {
+		t.Fatalf("the first run: %v", err)
+	}
+	res, err := e.Run(ctx, g, engine.Request{Thread: "t", Resume: true})
+	if err != nil || res.State["answer"] != "done" {
+		t.Fatalf("resumed: %v %v", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 4 || keys[0] == "" || keys[1] != keys[0] || keys[2] != keys[0] || keys[3] == "" || keys[3] == keys[0] {
+		t.Fatalf("the keys sent: %q", keys)
 	}
 }
 

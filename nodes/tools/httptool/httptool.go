@@ -25,16 +25,19 @@
 // addresses only through an address or network entry inside their block,
 // never through a name. It uses no proxy and follows no redirect. A
 // response outside 2xx (after the retries a 429, a 5xx or a dropped
-// connection earn: retries are for calls the API may take twice) is told
-// to the model, which may try again; a response larger than its cap, a
-// body that is not JSON where JSON is expected, one that breaks its
-// schema, an address the list does not permit and a timeout fail the
-// node that made the call.
+// connection earn: retries are for calls the API may take twice, or that
+// carry an idempotency_header, a key of the call's own kept with the step
+// before its first attempt, so an API that honours it acts once on a call
+// that was in flight when the process died) is told to the model, which
+// may try again; a response larger than its cap, a body that is not JSON
+// where JSON is expected, one that breaks its schema, an address the list
+// does not permit and a timeout fail the node that made the call.
 package httptool
 
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -84,6 +87,7 @@ var Spec = kind.ToolSpec{
 		config.Duration("timeout", "How long one attempt may take, answer included (default 30s)."),
 		config.Integer("retries", "Attempts after the first when the server answers 429 or 5xx or the connection fails (default 0), with backoff, honouring Retry-After.").Min(0).Max(10),
 		config.Integer("max_bytes", "The largest response body taken (default 1 MiB); a larger one fails the call.").Min(1),
+		config.String("idempotency_header", "Send a key of the call's own in this header (Idempotency-Key, as APIs that take one name it): the same on every attempt and when the node's step runs again after a crash, so an API that honours it acts once on a call that was in flight.").NonEmpty(1),
 		config.List("allow", "Where the tool may connect, checked on the address dialled as webhooks are (runtime/egress): host names, *.domains, addresses, networks (10.0.0.0/8). Nothing by default; this machine's, its networks' and a cloud's metadata addresses only through an address or network entry inside their block, never through a name.",
 			config.Elem(config.String("", "").NonEmpty(1))).NonEmpty(1),
 	},
@@ -101,6 +105,8 @@ type tool struct {
 	timeout     time.Duration
 	retries     int
 	maxBytes    int64
+	// idempotency is the header a call's key goes in ("": none)
+	idempotency string
 	allow       *egress.Policy
 	client      *http.Client
 	// secrets are the run configuration's secret keys: their values never
@@ -153,6 +159,14 @@ func build(b kind.Builder) []*kind.Tool {
 	}
 	if m, has := s.String("method"); has {
 		t.method = m
+	}
+	if h, has := s.String("idempotency_header"); has {
+		if !httpHeaderName(h) {
+			v := s.Value("idempotency_header")
+			b.Report(diag.CodeToolSetting, v.Pos(), v.Path(), "%q is not an HTTP header name", h)
+			ok = false
+		}
+		t.idempotency = http.CanonicalHeaderKey(h)
 	}
 	if t.body != nil && (t.method == http.MethodGet || t.method == http.MethodHead) {
 		b.Report(diag.CodeToolSetting, s.Value("body").Pos(), s.Value("body").Path(), "a %s request has no body: use POST, PUT or PATCH", t.method)
@@ -345,6 +359,20 @@ func (t *tool) call(ctx context.Context, s kind.State, c *kind.Call) (any, error
 			return nil, fmt.Errorf("header %s: the value holds a line break", h.name)
 		}
 		hdr.Set(h.name, v)
+	}
+	if t.idempotency != "" {
+		// made once and kept with the step before the first attempt, so a
+		// step run again sends the key the interrupted attempt sent
+		key := c.Key
+		if key == "" {
+			key = strconv.Itoa(c.Seq)
+		}
+		v, err := s.Once(ctx, "idempotency:"+key, func(context.Context) (any, error) { return "trellis-" + strings.ToLower(crand.Text()), nil })
+		if err != nil {
+			return nil, err
+		}
+		k, _ := v.(string)
+		hdr.Set(t.idempotency, k)
 	}
 	var body []byte
 	if t.body != nil {
