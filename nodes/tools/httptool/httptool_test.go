@@ -128,3 +128,50 @@ edges:
 		t.Fatalf("with the address on the list: %v %v", res, err)
 	}
 }
+
+// What an http tool's settings get wrong is reported where it is, all at
+// once: a header name, the idempotency header's, a body on a GET.
+func TestSettingsAreChecked(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "prompts"), 0o755)
+	os.WriteFile(filepath.Join(dir, "prompts", "p.prompt"), []byte("---\nfallback: done\n---\nGo.\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "f.yaml"), []byte(`version: 1
+name: f
+state:
+  schema:
+    type: object
+    properties:
+      out: {type: string, default: ""}
+tools:
+  fetch:
+    kind: http
+    description: Fetch.
+    parameters: {type: object, properties: {q: {type: string}}}
+    url: "https://api.example.com/v1?q={{urlquery .args.q}}"
+    method: GET
+    headers: {"X Key": "k"}
+    body: "{{json .args}}"
+    idempotency_header: "Idempotency Key"
+    allow: [api.example.com]
+nodes:
+  n: {kind: llm, prompt: p, tools: [fetch], writes: {out: output}}
+edges:
+  - {from: START, to: n}
+  - {from: n, to: END}
+`), 0o644)
+	_, dl := flow.Load(filepath.Join(dir, "f.yaml"), all.Offline())
+	var got []string
+	for _, d := range dl {
+		got = append(got, d.String())
+	}
+	text := strings.Join(got, "\n")
+	for _, want := range []string{
+		`f.yaml:15:15: error[T002]: "X Key" is not an HTTP header name`,
+		`f.yaml:16:11: error[T002]: a GET request has no body`,
+		`f.yaml:17:25: error[T002]: "Idempotency Key" is not an HTTP header name`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %q in:\n%s", want, text)
+		}
+	}
+}
