@@ -88,8 +88,8 @@ type CaseResult struct {
 	// Failures lists each failing check once, with the runs it failed.
 	Failures []Failure    `json:"failures,omitempty"`
 	Repeats  []*RunResult `json:"repeats"`
-	// Usage sums what the flow's and judges' models were asked (calls,
-	// input_tokens, output_tokens).
+	// Usage sums what the flow's models were asked over the runs
+	// (calls, input_tokens, output_tokens).
 	Usage map[string]int64 `json:"usage,omitempty"`
 }
 
@@ -126,7 +126,9 @@ type RunResult struct {
 	// Output is the flow's output after the last turn, when it declares
 	// one.
 	Output string `json:"output,omitempty"`
-	TookMS int64  `json:"took_ms"`
+	// Usage sums what the flow's nodes asked their models.
+	Usage  map[string]int64 `json:"usage,omitempty"`
+	TookMS int64            `json:"took_ms"`
 }
 
 // CheckResult is one check of a run.
@@ -251,6 +253,12 @@ func caseResult(c *Case, runs []*RunResult) *CaseResult {
 	failures := map[string]*Failure{}
 	var order []string
 	for _, run := range runs {
+		for k, n := range run.Usage {
+			if res.Usage == nil {
+				res.Usage = map[string]int64{}
+			}
+			res.Usage[k] += n
+		}
 		if run.Passed {
 			res.Passed++
 		} else if res.Reason == "" {

@@ -258,11 +258,20 @@ func (b *bound) runCase(ctx context.Context, c *Case, opts Options, record bool)
 		req.Input = in
 		var mu sync.Mutex
 		req.Observe = func(ev engine.Event) {
-			if ev.Type != engine.NodeEnd || ev.Degraded == "" {
+			if ev.Type != engine.NodeEnd && ev.Type != engine.NodeFailed {
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			for k, n := range ev.Usage {
+				if rr.Usage == nil {
+					rr.Usage = map[string]int64{}
+				}
+				rr.Usage[k] += n
+			}
+			if ev.Type != engine.NodeEnd || ev.Degraded == "" {
+				return
+			}
 			if rec.Degraded == nil {
 				rec.Degraded = map[string]string{}
 			}
