@@ -374,3 +374,66 @@ func lineOf(t *testing.T, path, text string) string {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A thread becomes a case: run with a model over HTTP, made a case of
+// (its message's path expected, the model's replies in the dataset's
+// cassette), it replays offline and passes; the case then catches a
+// change of the flow's behaviour.
+func TestEvalAddFromThread(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("answer.yaml", judgedFlow)
+	write("answer.prompt", "---\nfallback_expr: \"'no model'\"\n---\nAnswer briefly: {{.state.question}}\n")
+	model := llmtest.New(llmtest.Rule{Match: "Answer briefly", Replies: []llmtest.Reply{{Content: "One round of nodes that run together."}}})
+	srv := httptest.NewServer(model)
+	defer srv.Close()
+	db := "sqlite:" + filepath.Join(dir, "t.db")
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", srv.URL+"/v1")
+	if out, errs, code := trellis(t, "run", filepath.Join(dir, "answer.yaml"), "--store", db, "--thread", "q1", "--input", "question=What is a superstep?"); code != 0 {
+		t.Fatalf("run: %d\n%s%s", code, out, errs)
+	}
+	t.Setenv("OPENAI_BASE_URL", "")
+	dataset := filepath.Join(dir, "answer.eval.yaml")
+	_, errs, code := trellis(t, "eval", "add", "--from-thread", "q1", "--store", db, dataset)
+	if code != 2 || !strings.Contains(errs, "--flow FLOW names the flow a new dataset evaluates") {
+		t.Fatalf("no flow: %d %s", code, errs)
+	}
+	_, errs, code = trellis(t, "eval", "add", "--from-thread", "q1", "--store", db, "--flow", filepath.Join(dir, "answer.yaml"), "--name", "superstep", dataset)
+	if code != 0 || !strings.Contains(errs, `added case "superstep" to `+dataset+", and the 1 model reply its runs were told to ") {
+		t.Fatalf("add: %d %s", code, errs)
+	}
+	b, _ := os.ReadFile(dataset)
+	if !strings.Contains(string(b), "flow: answer.yaml") || !strings.Contains(string(b), "input:\n          question: What is a superstep?") ||
+		!strings.Contains(string(b), "exact: [answer]") {
+		t.Fatalf("dataset:\n%s", b)
+	}
+	out, errs, code := trellis(t, "eval", "--format", "json", dataset)
+	if code != 0 || !strings.Contains(out, `"output": "One round of nodes that run together."`) {
+		t.Fatalf("offline replay: %d\n%s%s", code, out, errs)
+	}
+	// the same thread again under the same name is refused; under another
+	// it goes after the first
+	if _, errs, code := trellis(t, "eval", "add", "--from-thread", "q1", "--store", db, "--name", "superstep", dataset); code != 2 || !strings.Contains(errs, `has a case of that name: "superstep"`) {
+		t.Fatalf("duplicate: %d %s", code, errs)
+	}
+	if _, errs, code := trellis(t, "eval", "add", "--from-thread", "q1", "--store", db, dataset); code != 0 {
+		t.Fatalf("second: %d %s", code, errs)
+	}
+	out, _, code = trellis(t, "eval", dataset)
+	if code != 0 || !strings.Contains(out, "pass   superstep") || !strings.Contains(out, "pass   thread q1") {
+		t.Fatalf("two cases: %d\n%s", code, out)
+	}
+	// a flow that goes another way now fails the case, saying where
+	editFile(t, filepath.Join(dir, "answer.yaml"), "  - {from: START, to: answer}\n  - {from: answer, to: END}", "  - {from: START, to: answer}\n  - {from: answer, to: again}\n  - {from: again, to: END}")
+	editFile(t, filepath.Join(dir, "answer.yaml"), "edges:", "  again: {kind: noop}\nedges:")
+	out, _, code = trellis(t, "eval", dataset)
+	if code != 1 || !strings.Contains(out, "turn 1: path exact [answer]: not exactly [answer]; the path was [answer, again]") {
+		t.Fatalf("changed flow: %d\n%s", code, out)
+	}
+}

@@ -27,8 +27,10 @@ type Options struct {
 	Repeat int
 	// Concurrency bounds the runs of cases at once (default 4).
 	Concurrency int
-	// Match keeps only the cases whose name contains it.
+	// Match keeps only the cases whose name contains it, Names (when
+	// set) those named.
 	Match string
+	Names []string
 	// Live says the flow's nodes ask a model: the cassette's replies are
 	// not told to them, and a node that uses its fallback is not a drift.
 	Live bool
@@ -87,7 +89,7 @@ func Run(ctx context.Context, ds *Dataset, targets []Target, opts Options) (*Res
 	rep := &Report{Dataset: ds.Path, Flow: ds.Flow, Description: ds.Description, Repeat: opts.Repeat, Started: start.UTC()}
 	var cases []*Case
 	for _, c := range ds.Cases {
-		if opts.Match == "" || strings.Contains(c.Name, opts.Match) {
+		if (opts.Match == "" || strings.Contains(c.Name, opts.Match)) && (opts.Names == nil || slices.Contains(opts.Names, c.Name)) {
 			cases = append(cases, c)
 		}
 	}

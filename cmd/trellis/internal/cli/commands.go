@@ -22,6 +22,7 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/value"
 )
@@ -211,12 +212,15 @@ func FlowFiles(paths []string) ([]string, error) { return trellis.FindFlows(path
 // no flow it returns the exit code: a path that names no file is a wrong
 // command line, as it is to validate, and a flow that does not load is
 // invalid.
-func load(env *Env, path string) (*trellis.Flow, int) {
+func load(env *Env, path string) (*trellis.Flow, int) { return loadWith(env, path, env.Registry) }
+
+// loadWith is load with the given node kinds.
+func loadWith(env *Env, path string, kinds kind.Registry) (*trellis.Flow, int) {
 	if _, err := os.Stat(path); err != nil {
 		fmt.Fprintf(env.Stderr, "trellis: flow %s: %v\n", path, errors.Unwrap(err))
 		return nil, exitUsage
 	}
-	f, err := trellis.Load(path, trellis.WithKinds(env.Registry))
+	f, err := trellis.Load(path, trellis.WithKinds(kinds))
 	var le *trellis.LoadError
 	switch {
 	case errors.As(err, &le):

@@ -22,6 +22,9 @@ var evalFormats = map[string]func(io.Writer, []*eval.Report) error{
 }
 
 func cmdEval(ctx context.Context, env *Env, args []string) int {
+	if len(args) > 0 && args[0] == "add" {
+		return cmdEvalAdd(ctx, env, args[1:])
+	}
 	fs := flags(env, "eval")
 	repeat := fs.Int("repeat", 1, "run each case N times and report its pass rate")
 	against := fs.String("against", "", "also run the cases on the flow at this git revision (HEAD~1, main) or, with --store, this flow version, and report both side by side with the changes")
