@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/trellisflow/trellis/nodes/llm"
+	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/eval"
 	"github.com/trellisflow/trellis/runtime/flowdiff"
@@ -238,6 +239,16 @@ func orDot(paths []string) []string {
 		return []string{"."}
 	}
 	return paths
+}
+
+// serverEvals is how a server's evals run: on the model the environment
+// configures (the flows' nodes and the rubric judges ask it), or offline.
+func serverEvals() *server.EvalConfig {
+	p := llm.FromEnv()
+	if p == nil {
+		return &server.EvalConfig{}
+	}
+	return &server.EvalConfig{Live: true, Judge: judge{p}}
 }
 
 // judge asks the configured model for the rubric judges.

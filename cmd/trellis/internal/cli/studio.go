@@ -65,7 +65,7 @@ func cmdStudio(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flows, Kinds: env.Registry, Logger: log,
-		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics()})
+		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Evals: serverEvals()})
 	if err != nil {
 		return fail(env, "studio", err)
 	}
