@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -451,4 +452,35 @@ func rankingReport(rk *Ranking, rep *Report) *RankingReport {
 		out.Results = append(out.Results, res)
 	}
 	return out
+}
+
+// Rename names the dataset's file name instead of path in the report (its
+// dataset and every position in it): a server reports a dataset by its
+// name in the flows directory, not by where that directory is.
+func (r *Report) Rename(path, name string) {
+	re := func(pos string) string {
+		if rest, ok := strings.CutPrefix(pos, path+":"); ok {
+			return name + ":" + rest
+		}
+		return pos
+	}
+	if r.Dataset == path {
+		r.Dataset = name
+	}
+	for _, c := range r.Cases {
+		c.Pos = re(c.Pos)
+		for _, res := range c.Results {
+			for i := range res.Failures {
+				res.Failures[i].Pos = re(res.Failures[i].Pos)
+			}
+			for _, run := range res.Repeats {
+				for i := range run.Checks {
+					run.Checks[i].Pos = re(run.Checks[i].Pos)
+				}
+			}
+		}
+	}
+	for _, rk := range r.Rankings {
+		rk.Pos = re(rk.Pos)
+	}
 }

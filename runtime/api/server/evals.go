@@ -94,7 +94,7 @@ func (s *Server) stopEvals(ctx context.Context) {
 func (s *Server) evalRoutes() []route {
 	return []route{
 		{method: "GET", path: "/v1/evals/datasets", access: tenant, handle: s.evalDatasets},
-		{method: "POST", path: "/v1/evals", access: tenant, handle: s.startEval},
+		{method: "POST", path: "/v1/evals", access: tenant, idempotence: keyedAnswer, handle: s.startEval},
 		{method: "GET", path: "/v1/evals", access: tenant, handle: s.listEvals},
 		{method: "GET", path: "/v1/evals/{eval}", access: tenant, handle: s.getEval},
 		{method: "DELETE", path: "/v1/evals/{eval}", access: tenant, handle: s.deleteEval},
@@ -283,6 +283,7 @@ func (s *Server) startEval(w http.ResponseWriter, r *http.Request, c *caller) er
 	if err := putEval(r.Context(), mem, c.tenant, &rec); err != nil {
 		return err
 	}
+	made(r, "")
 	opts := eval.Options{Repeat: in.Repeat, Concurrency: s.evals.cfg.Concurrency, Names: in.Cases, Live: s.evals.cfg.Live, Judge: s.evals.cfg.Judge}
 	if !opts.Live {
 		if cas, err := eval.OpenCassette(eval.CassettePath(file)); err == nil {
@@ -360,6 +361,7 @@ func (s *Server) runEval(tenant string, rec api.Eval, ds *eval.Dataset, target e
 	case err != nil:
 		end(nil, err.Error())
 	default:
+		res.Report.Rename(ds.Path, rec.Dataset)
 		end(res.Report, "")
 	}
 }

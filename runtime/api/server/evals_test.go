@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -67,12 +69,42 @@ func TestEvalsThroughTheAPI(t *testing.T) {
 			if out := chef.Results[0].Repeats[0].Output; !strings.Contains(out, "Resume review: Marie Dubois for LLM Engineer") {
 				t.Fatalf("transcript: %q", out)
 			}
+			// the report names the dataset as the request did, never
+			// where the server's flows directory is
+			if f := chef.Results[0].Failures; rep.Dataset != "resume_review.eval.yaml" || !strings.HasPrefix(chef.Pos, "resume_review.eval.yaml:") ||
+				len(f) == 0 || !strings.HasPrefix(f[0].Pos, "resume_review.eval.yaml:") || !strings.HasPrefix(chef.Results[0].Repeats[0].Checks[0].Pos, "resume_review.eval.yaml:") ||
+				!strings.HasPrefix(rep.Rankings[0].Pos, "resume_review.eval.yaml:") {
+				t.Fatalf("positions: %s, %s, %+v, %s", rep.Dataset, chef.Pos, f, rep.Rankings[0].Pos)
+			}
+			// the same start sent again with its idempotency key starts
+			// nothing more: it is answered as the first was
+			keyed := func() []byte {
+				req, _ := http.NewRequestWithContext(ctx, "POST", h.base+"/v1/evals", strings.NewReader(`{"dataset": "examples/greet.eval.yaml"}`))
+				req.Header.Set("Authorization", "Bearer "+h.acme.Key)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set(api.IdempotencyKeyHeader, "eval-key")
+				resp, err := h.http.Do(req)
+				if err != nil || resp.StatusCode != http.StatusAccepted {
+					t.Fatalf("keyed start: %v %v", resp, err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return b
+			}
+			if first, second := keyed(), keyed(); !bytes.Equal(first, second) {
+				t.Fatalf("the keyed start sent again: %s / %s", first, second)
+			}
+			if l, err := h.acme.ListEvals(ctx, 0); err != nil || len(l.Evals) != 2 {
+				t.Fatalf("evals after a keyed start sent twice: %+v %v", l, err)
+			} else if _, err := h.acme.WaitEval(ctx, l.Evals[0].ID, 10*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
 			// kept: another server on the same store reads it; another
 			// tenant does not find it
 			h.stop()
 			h2 := newHarness(t, addr, nil, offline)
 			list, err := h2.acme.ListEvals(ctx, 0)
-			if err != nil || len(list.Evals) != 1 || list.Evals[0].ID != started.ID || list.Evals[0].Report != nil || list.Evals[0].Status != api.EvalPassed {
+			if err != nil || len(list.Evals) != 2 || list.Evals[1].ID != started.ID || list.Evals[1].Report != nil || list.Evals[1].Status != api.EvalPassed {
 				t.Fatalf("list %+v %v", list, err)
 			}
 			again, err := h2.acme.GetEval(ctx, started.ID)
@@ -117,8 +149,11 @@ func TestEvalsThroughTheAPI(t *testing.T) {
 				t.Fatalf("deleted: %v", err)
 			}
 			mem, _ := store.MemoryOf(h2.srv.eng().Store)
-			if left, err := mem.SearchMemory(ctx, evalTenant("acme"), store.MemoryQuery{Prefix: []string{"evals"}, Now: time.Now()}); err != nil || len(left) != 0 {
-				t.Fatalf("left after delete: %d %v", len(left), err)
+			if left, err := mem.SearchMemory(ctx, evalTenant("acme"), store.MemoryQuery{Prefix: evalCases(started.ID), Now: time.Now()}); err != nil || len(left) != 0 {
+				t.Fatalf("cases left after delete: %d %v", len(left), err)
+			}
+			if l, err := h2.acme.ListEvals(ctx, 0); err != nil || len(l.Evals) != 1 || l.Evals[0].ID == started.ID {
+				t.Fatalf("evals after delete: %+v %v", l, err)
 			}
 			// the tenant's own memory holds nothing of it
 			if items, err := h2.acme.SearchMemory(ctx, api.SearchMemory{NamespacePrefix: []string{"evals"}}); err != nil || len(items) != 0 {
