@@ -252,8 +252,12 @@ func (b *bound) schema(c *Check, dl *diag.List) *schema.Validator {
 func (b *bound) compile(v config.Value, src string, off int, condition bool, dl *diag.List) *expression.Program {
 	p, probs := expression.Compile(src, b.env, condition)
 	for _, pr := range probs {
+		sev := diag.Error
 		if pr.Warning {
-			continue // a read of a field that may be null: the check then fails, saying so
+			if pr.Code == diag.CodeExprMayBeNil || pr.Code == diag.CodeExprUnset {
+				continue // a read of a field that may be null: the check then fails, saying so
+			}
+			sev = diag.Warning
 		}
 		msg := pr.Message
 		if pr.Code == diag.CodeExprSyntax {
@@ -267,7 +271,7 @@ func (b *bound) compile(v config.Value, src string, off int, condition bool, dl 
 			}
 		}
 		pos := v.PosIn(max(pr.Line, 1), col, end)
-		dl.Add(diag.Diagnostic{Severity: diag.Error, Code: pr.Code, Pos: pos, Path: v.Path(), Summary: msg, Suggestion: pr.Suggestion,
+		dl.Add(diag.Diagnostic{Severity: sev, Code: pr.Code, Pos: pos, Path: v.Path(), Summary: msg, Suggestion: pr.Suggestion,
 			Detail: "in expression: " + strings.TrimSpace(src)})
 	}
 	return p

@@ -74,6 +74,8 @@ type Dataset struct {
 	Rankings   []*Ranking
 	// Source is the file's text.
 	Source []byte
+	// FlowPos is where the dataset names its flow.
+	FlowPos diag.Pos
 	// withAt and configAt are the values as written, for positions
 	withAt, configAt config.Value
 }
@@ -404,7 +406,7 @@ func decode(path string, doc *config.File, dl *diag.List) *Dataset {
 	root := doc.Root()
 	ds := &Dataset{Path: path, Flow: root.Get("flow").Text(), Description: root.Get("description").Text(),
 		With: values(root.Get("with"), dl), WithFile: root.Get("with_file").Text(), Config: values(root.Get("config"), dl),
-		JudgeModel: root.Get("judge").Get("model").Text(), withAt: root.Get("with"), configAt: root.Get("config")}
+		JudgeModel: root.Get("judge").Get("model").Text(), FlowPos: root.Get("flow").Pos(), withAt: root.Get("with"), configAt: root.Get("config")}
 	seen := map[string]diag.Pos{}
 	for _, cn := range root.Get("cases").Items() {
 		c := decodeCase(cn, dl)

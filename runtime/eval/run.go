@@ -69,6 +69,10 @@ type Result struct {
 	Recorded []CassetteEntry
 	// Cases names the cases that ran.
 	Cases []string
+	// Warnings are what checking the dataset against the version judged
+	// found that does not stop it running (a read of a field the state's
+	// schema does not declare, where it leaves the object open).
+	Warnings diag.List
 }
 
 // Run evaluates the dataset on targets, the first the version judged and
@@ -94,6 +98,7 @@ func Run(ctx context.Context, ds *Dataset, targets []Target, opts Options) (*Res
 		}
 	}
 	binds := make([]*bound, len(targets))
+	var warnings diag.List
 	for i, t := range targets {
 		v := Version{Label: t.Label, FlowVersion: t.FlowVersion}
 		switch {
@@ -111,9 +116,12 @@ func Run(ctx context.Context, ds *Dataset, targets []Target, opts Options) (*Res
 				if i == 0 {
 					return nil, &diag.ListError{List: dl, Sources: diag.Sources{ds.Path: ds.Source}}
 				}
-				v.Error = "the dataset does not fit this version: " + dl[0].String()
+				v.Error = "the dataset does not fit this version: " + firstError(dl)
 			} else {
 				binds[i] = b
+				if i == 0 {
+					warnings = dl
+				}
 			}
 		}
 		rep.Versions = append(rep.Versions, v)
@@ -182,7 +190,7 @@ func Run(ctx context.Context, ds *Dataset, targets []Target, opts Options) (*Res
 	}
 	rep.summarize()
 	rep.TookMS = time.Since(start).Milliseconds()
-	res := &Result{Report: rep}
+	res := &Result{Report: rep, Warnings: warnings}
 	for i, c := range cases {
 		res.Cases = append(res.Cases, c.Name)
 		res.Recorded = append(res.Recorded, recorded[i]...)
@@ -407,4 +415,14 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// firstError is the first error of a list.
+func firstError(dl diag.List) string {
+	for _, d := range dl {
+		if d.Severity == diag.Error {
+			return d.String()
+		}
+	}
+	return "it has errors"
 }

@@ -49,7 +49,8 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
 		return exitUsage
 	}
-	if len(files) == 0 {
+	files, skipped, datasets := splitDatasets(files, skipped)
+	if len(files) == 0 && len(datasets) == 0 {
 		fmt.Fprintf(env.Stderr, "trellis validate: nothing to check: no flow in %s (a flow is a .yaml or .yml file with a top-level version, nodes or edges)\n", strings.Join(paths, ", "))
 		if len(skipped) > 0 {
 			fmt.Fprintf(env.Stderr, "  not flows: %s\n", strings.Join(skipped, ", "))
@@ -57,6 +58,14 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 	all, sources := ValidateFiles(files, env)
+	if len(datasets) > 0 {
+		dl, dsrc := CheckDatasets(datasets, env.Registry)
+		all = append(all, dl...)
+		if sources == nil {
+			sources = diag.Sources{}
+		}
+		maps.Copy(sources, dsrc)
+	}
 	promoted := 0
 	if *strict {
 		for i := range all {
@@ -93,7 +102,11 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 	}
 	tooMany := *maxWarnings >= 0 && warns > *maxWarnings
 	if *format == "text" {
-		summary := fmt.Sprintf("%s checked: %s", plural(len(files), "flow"), plural(errs, "error"))
+		checked := plural(len(files), "flow")
+		if len(datasets) > 0 {
+			checked += " and " + plural(len(datasets), "eval dataset")
+		}
+		summary := fmt.Sprintf("%s checked: %s", checked, plural(errs, "error"))
 		if promoted > 0 {
 			summary += fmt.Sprintf(" (%s made errors by --strict)", plural(promoted, "warning"))
 		}

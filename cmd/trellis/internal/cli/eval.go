@@ -124,6 +124,9 @@ func cmdEval(ctx context.Context, env *Env, args []string) int {
 			printLoadError(env, path, "the dataset does not fit its flow", err)
 			continue
 		}
+		if len(res.Warnings) > 0 {
+			_ = diag.WriteText(env.Stderr, res.Warnings, diag.Sources{ds.Path: ds.Source})
+		}
 		if *record {
 			cas.Replace(res.Cases, res.Recorded)
 			if err := cas.Save(); err != nil {
