@@ -117,7 +117,7 @@ export class EvalsPanel {
     });
     return h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'the flow\'s evals' },
       h('table', { id: 'evals' },
-        h('colgroup', {}, ...[34, 12, 11, 24, 19].map((w) => h('col', { style: 'width:' + w + '%' }))),
+        h('colgroup', {}, ...[28, 14, 14, 26, 18].map((w) => h('col', { style: 'width:' + w + '%' }))),
         h('tr', {}, ...['dataset', 'version', 'status', 'cases', 'started'].map((t) => h('th', {}, t))),
         ...rows));
   }
@@ -156,12 +156,12 @@ export class EvalsPanel {
     const ranks = (r.rankings || []).map((k) => {
       const res = (k.results || [])[0] || {};
       const order = k.order.map((name, i) => name + (res.values && res.values[i] !== null && res.values[i] !== undefined ? ' (' + fmt(res.values[i]) + ')' : '')).join(' > ');
-      return h('li', { class: 'ranking status-' + k.status }, h('strong', {}, k.status), ' by ' + k.by + ': ' + order,
+      return h('li', { class: 'ranking', 'data-status': k.status }, h('strong', { class: 'status-' + k.status }, k.status), ' by ' + k.by + ': ' + order,
         res.reason ? h('div', { class: 'muted' }, res.reason) : null,
         k.xfail ? h('div', { class: 'muted' }, 'known failure: ' + k.xfail) : null);
     });
     return h('div', {}, head,
-      h('p', { class: 'muted' }, r.versions.map((v) => v.label + (v.flow_version ? ' ' + v.flow_version.slice(0, 8) : '') + (v.error ? ' (' + v.error + ')' : '')).join(' against '),
+      h('p', { class: 'muted' }, r.versions.map((v) => v.label + (v.flow_version && !v.label.includes(v.flow_version.slice(0, 8)) ? ' ' + v.flow_version.slice(0, 8) : '') + (v.error ? ' (' + v.error + ')' : '')).join(' against '),
         ' · ' + r.repeat + (r.repeat === 1 ? ' run' : ' runs') + ' per case · ' + (r.took_ms / 1000).toFixed(1) + ' s'),
       h('div', { id: 'eval-cases' }, ...cases),
       ranks.length ? h('h3', {}, 'Rankings') : null,
@@ -172,14 +172,14 @@ export class EvalsPanel {
     const res = c.results[0] || {};
     const scores = (res.scores || []).map((s) => s.name + ' ' + fmt(s.value)).join(', ');
     const failing = res.status !== 'passed';
-    const det = h('details', { class: 'eval-case status-' + c.status, 'data-case': c.name, open: failing ? true : null },
+    const det = h('details', { class: 'eval-case', 'data-status': c.status, 'data-case': c.name, open: failing ? true : null },
       h('summary', {},
-        h('strong', { class: 'case-status' }, c.status), ' ',
+        h('strong', { class: 'case-status status-' + c.status }, c.status), ' ',
         h('span', { class: 'case-name' }, c.name), ' ',
         h('span', { class: 'muted' }, res.passed + '/' + res.runs + (scores ? ' · ' + scores : '') + (c.regressed ? ' · regressed' : ''))),
       c.description ? h('p', { class: 'muted' }, c.description) : null,
       c.xfail ? h('p', { class: 'banner' }, 'Known failure: ' + c.xfail) : null,
-      res.reason ? h('p', {}, res.reason) : null,
+      res.reason && !(res.failures || []).length ? h('p', {}, res.reason) : null,
       (res.failures || []).length ? h('ul', { class: 'failures' }, ...res.failures.map((f) =>
         h('li', { class: 'failure' }, h('span', { class: 'mono' }, f.pos), ' ', h('strong', {}, f.check), ': ', f.reason,
           res.runs > 1 ? ' (' + f.runs + ' of ' + res.runs + ' runs)' : '',
