@@ -466,6 +466,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/studio", access: public, handle: s.studioPage},
 		{method: "GET", path: "/studio/app.js", access: public, handle: s.studioPage},
 		{method: "GET", path: "/studio/flow.schema.json", access: public, handle: s.studioPage},
+		{method: "POST", path: "/studio/signin", access: public, handle: s.studioFormSignIn},
 		{method: "POST", path: "/v1/studio/session", access: public, handle: s.studioSignIn},
 		{method: "GET", path: "/v1/studio/session", access: tenant, handle: s.studioWhoAmI},
 		{method: "POST", path: "/v1/studio/session/renew", access: tenant, handle: s.studioRenew},
