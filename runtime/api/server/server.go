@@ -54,10 +54,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -308,8 +310,30 @@ func New(cfg Config) (*Server, error) {
 		}
 		writeError(w, r, &api.Error{Code: api.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})
-	s.handler = s.requests(s.mux)
+	s.handler = s.requests(cleanPaths(s.mux))
 	return s, nil
+}
+
+// cleanPaths answers a request whose path is not in its clean form (a
+// "." or ".." element, a doubled slash) with the JSON error a client
+// reads (404 not_found, naming the clean path), where the ServeMux would
+// redirect to the clean path: an API client is never sent a redirect
+// the API does not document, and a path is never read as another.
+func cleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; r.Method != http.MethodConnect && p != "" {
+			clean := path.Clean("/" + p)
+			if strings.HasSuffix(p, "/") && clean != "/" {
+				clean += "/"
+			}
+			if clean != p {
+				writeError(w, r, &api.Error{Code: api.CodeNotFound,
+					Message: fmt.Sprintf("no route %s %s: a path has no empty, \".\" or \"..\" element (%s is its clean form)", r.Method, p, clean)})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // eng is the engine the flows run on.
