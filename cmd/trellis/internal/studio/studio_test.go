@@ -138,6 +138,10 @@ func start(t *testing.T, env []string, wrap []string, args ...string) *studio {
 		if s.base == "" || s.file == "" {
 			t.Fatalf("trellis studio printed no address or sign-in file (%q, %q)", s.base, s.file)
 		}
+		// a studio killed leaves its file (its token died with it)
+		if u, err := url.Parse(s.file); err == nil {
+			t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(u.Path)) })
+		}
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("trellis studio printed no sign-in:\n%s", s.stderr)
 	}
