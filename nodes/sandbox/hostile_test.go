@@ -271,6 +271,35 @@ for p in [%q, '/etc/shadow', '/root/.bashrc', '/proc/1/environ', '/proc/self/env
     except OSError:
         print('safe')
 `, secretFile), check: prints("None None\nsafe\nsafe\nsafe\nsafe\nsafe\n")},
+		// what trellis inherited from whatever started it: a listening
+		// socket on the host's loopback (with a connection waiting) and a
+		// log file, neither close-on-exec
+		{name: "descriptors trellis inherited", code: `import os, socket
+seen = []
+for name in sorted(os.listdir('/proc/self/fd'), key=int):
+    fd = int(name)
+    try:
+        link = os.readlink('/proc/self/fd/%d' % fd)
+    except OSError:
+        continue  # the listing's own
+    if fd < 3:
+        continue
+    seen.append('%d %s' % (fd, link))
+    try:
+        s = socket.socket(fileno=os.dup(fd))
+        s.setblocking(False)
+        c, _ = s.accept()
+        c.sendall(b'from the sandbox')
+        seen.append('accepted')
+    except OSError:
+        pass
+    try:
+        os.write(fd, b'from the sandbox\n')
+        seen.append('wrote')
+    except OSError:
+        pass
+print('descriptors', seen)
+`, beside: inheritedDescriptors, check: prints("descriptors []\n")},
 		{name: "writing outside the workspace", code: `for p in ['/usr/x', '/etc/x', '/x', '/proc/x', '/dev/x', '/proc/sys/kernel/hostname', '/proc/sysrq-trigger']:
     try:
         open(p, 'w').write('x')
@@ -703,6 +732,61 @@ func runtimeOf(t *testing.T) string {
 		return "runsc"
 	}
 	return ""
+}
+
+// inheritedDescriptors gives this process what a supervisor hands the
+// program it starts: a listening socket on the host's loopback, with a
+// connection waiting to be accepted, and a log file open for writing,
+// both as descriptors that are not close-on-exec. After the execution
+// the connection is still waiting (the code never accepted it) and the
+// log is empty.
+func inheritedDescriptors(t *testing.T) func(t *testing.T, r *sandbox.Result) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.CreateTemp(t.TempDir(), "host-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// dup's descriptors are never close-on-exec
+	var fds []int
+	for _, f := range []*os.File{lf, log} {
+		fd, err := unix.Dup(int(f.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+	}
+	lf.Close()
+	dialed, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(t *testing.T, _ *sandbox.Result) {
+		defer ln.Close()
+		defer log.Close()
+		defer dialed.Close()
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		// a bound against a hang only: the connection waits in the
+		// listener's queue unless the code took it
+		_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(30 * time.Second))
+		c, err := ln.Accept()
+		if err != nil {
+			t.Errorf("the connection waiting on the host's socket was taken: %v", err)
+		} else {
+			c.Close()
+		}
+		if fi, err := log.Stat(); err != nil || fi.Size() != 0 {
+			t.Errorf("the host's log was written to: %v %v", fi.Size(), err)
+		}
+	}
 }
 
 // hostInotify makes inotify instances on the host, as the user running

@@ -347,6 +347,10 @@ func (s *localSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(p.Stdin), stdout, stderr
 	cmd.WaitDelay = time.Second
 
+	// what this process inherited stays with it
+	if err := closeInherited(); err != nil {
+		return nil, fmt.Errorf("starting the sandbox: %w", err)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
