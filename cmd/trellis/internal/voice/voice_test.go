@@ -175,6 +175,9 @@ func waitSound(t *testing.T, p *voicetest.Participant) {
 
 func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 	t.Helper()
+	// (a bound against a hang: a loaded machine takes many times what
+	// an idle one does)
+	d = max(d, time.Minute)
 	deadline := time.Now().Add(d)
 	for !ok() {
 		if time.Now().After(deadline) {
