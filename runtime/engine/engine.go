@@ -175,6 +175,10 @@ type Request struct {
 	// Answers are the answers to the questions a paused run asked (see
 	// kind.Asker), by node name; they go with Resume.
 	Answers map[string]any
+	// Replies, when set, are the replies a replayed thread's nodes were
+	// told (kind.State.Recorded): a node asking what it asked then is
+	// told the same again, instead of asking a model.
+	Replies *Replies
 	// Config sets the run's configuration (the flow's config block):
 	// expressions read config.NAME. Values not marked secret are recorded
 	// with the run, so a resumed run has them again; secret ones are
@@ -348,6 +352,9 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 	var input, recorded map[string]any
 	if req.Resume {
 		input, recorded = runInput(ctx, e.Store, req.Thread, head.Run)
+		if req.Replies == nil {
+			req.Replies = forkReplies(ctx, e.Store, req.Thread)
+		}
 	}
 	cfg, record, err := resolveConfig(g, recorded, req.Config)
 	if err != nil {

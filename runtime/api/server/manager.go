@@ -192,8 +192,15 @@ func (m *manager) beat() {
 	defer close(m.beatDone)
 	t := time.NewTicker(beatEvery)
 	defer t.Stop()
+	var swept time.Time
 	for {
 		_ = m.s.cat.Beat(m.records, m.id)
+		if time.Since(swept) >= m.s.cfg.DeadAfter/2 {
+			// the keys of a server that died (a studio killed) lapse
+			// with it
+			swept = time.Now()
+			_, _ = m.s.SweepKeys(m.records)
+		}
 		select {
 		case <-m.quit:
 			return
