@@ -325,6 +325,7 @@ func (d *Docker) Check(ctx context.Context) (*Check, error) {
 		c.Details = append(c.Details, "runtime "+d.runtime)
 		if d.runtime == "runsc" {
 			c.Isolation += "; gVisor: the code's system calls go to gVisor's kernel, not the host's"
+			c.Warnings = append(c.Warnings, "gVisor's kernel does not enforce the CPU time limit (a busy loop runs to the wall time), and ends code at the memory or process limit without a record on the host to name the limit by")
 		}
 	} else {
 		c.Warnings = append(c.Warnings, "runc shares the host's kernel with the code; TRELLIS_SANDBOX_RUNTIME=runsc runs it under gVisor")
