@@ -537,6 +537,9 @@ func RunInput(ctx context.Context, st Store, thread, run string) (input, config 
 			in[w.Field] = w.Value
 		}
 	}
+	// a field whose reducer made another value of its input (add, merge)
+	// has the input itself recorded
+	maps.Copy(in, cps[0].Input)
 	return in, cps[0].Config
 }
 
