@@ -225,7 +225,7 @@ func TestScheduleAcrossProcesses(t *testing.T) {
 	// every server's account of the ticks missed, the restarted one's
 	// apart
 	type missed struct{ from, to int64 }
-	var all, restarted []missed
+	var all, live, restarted []missed
 	for i, p := range procs {
 		for _, line := range strings.Split(p.stderr.String(), "\n") {
 			var rec struct {
@@ -238,6 +238,8 @@ func TestScheduleAcrossProcesses(t *testing.T) {
 				all = append(all, m)
 				if i == len(procs)-1 {
 					restarted = append(restarted, m)
+				} else {
+					live = append(live, m)
 				}
 			}
 		}
@@ -266,12 +268,24 @@ func TestScheduleAcrossProcesses(t *testing.T) {
 		}
 		return false
 	}
+	// a live server may find a tick late while another, slower, is still
+	// starting its run: the first tick of a stretch found missed then has
+	// that run (the one whose move of the schedule the store took logs
+	// the ticks missed; the store refuses the other's)
+	startedLate := func(tick int64) bool {
+		for _, m := range live {
+			if tick == m.from {
+				return true
+			}
+		}
+		return false
+	}
 	for tick := first; tick <= last; tick++ {
 		want := 1
 		if givenUp(tick) {
 			want = 0
 		}
-		if runs[tick] != want {
+		if runs[tick] != want && !(want == 0 && runs[tick] == 1 && startedLate(tick)) {
 			t.Errorf("tick %s: %d runs, want %d (missed: %v)", time.Unix(tick, 0).UTC().Format(time.TimeOnly), runs[tick], want, all)
 		}
 	}

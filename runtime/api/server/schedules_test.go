@@ -371,6 +371,51 @@ func TestScheduleTickQueuedByADeadServer(t *testing.T) {
 	}
 }
 
+// Two servers reading a schedule at once may disagree on how late its
+// tick is (their clocks, or their pace on a loaded machine): the one
+// whose move of the schedule the store took has its account of the
+// ticks missed in the tick history and in its log; the other, whose
+// move the store refused, logs no ticks missed (it missed none).
+func TestScheduleMissedTicksLoggedOnceRecorded(t *testing.T) {
+	rt := openRuntime(t, "memory")
+	flows := stepFlows(t, 1)
+	first := serve(t, rt, flows, "")
+	second := serve(t, rt, flows, first.acme.Key)
+	sched, _ := store.SchedulesOf(rt.Store())
+	now := time.Now().UTC().Truncate(time.Second)
+	// paused: only the fires of the test fire it
+	sc := &store.Schedule{ID: "late", Tenant: "acme", Flow: "steps", Cron: "* * * * * *", Zone: "UTC", Missed: store.MissedSkip, Grace: time.Second,
+		Input: []byte(`{"said":"tick"}`), Paused: true, Created: now.Add(-time.Hour)}
+	if _, err := schedule.Check(sc, now.Add(-10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sched.CreateSchedule(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	due := sc.Next
+	// both read the schedule due; the first moves it on, finding three
+	// ticks missed; the second, later still, finds five
+	if err := first.srv.fire(ctx, sc, due.Add(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.srv.fire(ctx, sc, due.Add(6*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sched.Schedule(ctx, "acme", "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Ticks) != 1 || got.Ticks[0].Status != store.TickMissed || !got.Ticks[0].MissedTo.Equal(due.Add(3*time.Second)) {
+		t.Fatalf("the tick history: %+v; want the first server's ticks missed, to %s", got.Ticks, due.Add(3*time.Second))
+	}
+	if n := strings.Count(first.log.String(), "schedule: ticks missed"); n != 1 {
+		t.Errorf("the first server logged %d spans of ticks missed, want the one it recorded:\n%s", n, first.log.String())
+	}
+	if strings.Contains(second.log.String(), "schedule: ticks missed") {
+		t.Errorf("the second server, whose move the store refused, logged ticks missed:\n%s", second.log.String())
+	}
+}
+
 // A schedule of a thread queues each tick's run on the thread; a tick
 // whose run cannot start says why on the schedule.
 func TestScheduleOnAThread(t *testing.T) {
