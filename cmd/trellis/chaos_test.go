@@ -82,7 +82,8 @@ type chaosServer struct {
 	c      *api.Client
 	down   atomic.Bool // signalled: no more requests to it
 	exited chan error
-	idle   float64 // its goroutines once ready
+	waited chan struct{} // closed once cmd.Wait returned
+	idle   float64       // its goroutines once ready
 }
 
 // Many runs over the API on servers sharing one store, while one server
@@ -135,9 +136,16 @@ func chaos(t *testing.T, backend string) {
 		addr := freeAddr(t)
 		cmd, stderr := kindsProcess(t, "serve", "--flows", flows, "--store", db, "--addr", addr,
 			"--stop-timeout", "10s", "--dead-after", "3s", "--lease-ttl", "3s")
-		s := &chaosServer{name: name, cmd: cmd, stderr: stderr, c: api.NewClient("http://"+addr, key), exited: make(chan error, 1)}
+		s := &chaosServer{name: name, cmd: cmd, stderr: stderr, c: api.NewClient("http://"+addr, key), exited: make(chan error, 1), waited: make(chan struct{})}
 		s.c.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-		go func() { s.exited <- cmd.Wait() }()
+		go func() {
+			err := cmd.Wait()
+			close(s.waited)
+			s.exited <- err
+		}()
+		// the process is waited for here alone: run before kindsProcess's
+		// cleanup, this one kills it and lets the Wait above return first
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-s.waited })
 		waitReady(t, s.c)
 		s.idle = metric(t, s, "go_goroutines")
 		mu.Lock()

@@ -107,6 +107,8 @@ func TestTheSandboxEndsWithTheCommand(t *testing.T) {
 				select {
 				case <-done:
 				case <-time.After(2 * time.Minute):
+					_ = cmd.Process.Kill()
+					<-done // waited for here, not by the cleanup as well
 					t.Fatalf("still running 2 minutes after %v", sig)
 				}
 				waitGone(t, cmd.Process.Pid)
