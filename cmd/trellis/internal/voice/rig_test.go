@@ -261,7 +261,8 @@ func (r *rig) get(path string) (*http.Response, []byte) {
 }
 
 // voiceConfigPatient is an agent that waits for its caller as long as a
-// loaded machine may take to bring a browser into the room: the idle
-// timeout is no verdict of these tests, and one shorter than the page's
-// join (5.9 s at load 25) sends the greeting to an empty room.
+// loaded machine may take to bring one into the room (a browser most of
+// all: Chromium took 5.9 s at load 25): the idle timeout is no verdict
+// of the tests that use it, and one shorter than the caller's join says
+// the greeting to an empty room, which the caller then never hears.
 func voiceConfigPatient() voice.Config { return voice.Config{IdleTimeout: 2 * time.Minute} }

@@ -33,7 +33,7 @@ func TestSpokenInterview(t *testing.T) {
 	r := newRig(t)
 	var turns []voice.TurnTiming
 	timings := make(chan voice.TurnTiming, 8)
-	agent, _ := r.agent(voice.Config{IdleTimeout: 3 * time.Second, OnTurn: func(tt voice.TurnTiming) { timings <- tt }})
+	agent, _ := r.agent(voice.Config{IdleTimeout: voiceConfigPatient().IdleTimeout, OnTurn: func(tt voice.TurnTiming) { timings <- tt }})
 	baseline := settledGoroutines(0)
 	ctx := voicetest.Context(t, 3*time.Minute)
 
