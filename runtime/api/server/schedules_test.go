@@ -209,6 +209,11 @@ func TestScheduleOneRunPerTickOnThreeServers(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					if len(runs) == 0 {
+						// its thread made, its run not queued yet: the
+						// tick is still firing
+						return false
+					}
 					for _, r := range runs {
 						if !r.Status.Done() {
 							return false
