@@ -116,7 +116,7 @@ func TestSIGTERMMidRun(t *testing.T) {
 				_, err := c.RunWait(ctx, "w", api.StartRun{Input: map[string]any{"said": "waited"}})
 				waited <- err
 			}()
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) { // a bound against a hang
 				mu.Lock()
 				n := len(streamed)
 				mu.Unlock()

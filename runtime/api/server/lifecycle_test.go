@@ -267,7 +267,7 @@ func TestSecretsOfRunsThatNeverRunHere(t *testing.T) {
 	if _, err := other.acme.Join(ctx, "t", busy.ID); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) { // a bound against a hang
 		rs, err := other.acme.Runs(ctx, "t")
 		if err == nil && rs[0].Status == api.RunSucceeded {
 			break
