@@ -217,6 +217,9 @@ func hostileCases(t *testing.T, listener, secretFile string) []hostile {
 	// not by the clock: their wall time is a bound against a hang, room
 	// for a slow runtime (gVisor) on a loaded machine
 	roomy := sandbox.Limits{Wall: time.Minute}
+	// and each test of a good program likewise (the default, 5 s, is
+	// what a loaded machine gave a good test whose Python took longer)
+	roomyTest := time.Minute
 	bigInput := strings.Repeat("x", 1<<20)
 	host, port, _ := net.SplitHostPort(listener)
 	cwd, _ := os.Getwd()
@@ -522,7 +525,7 @@ time.sleep(2)
 		}},
 
 		// honest programs get the right status
-		{name: "values with no JSON form", limits: roomy, code: `import math
+		{name: "values with no JSON form", limits: roomy, testTime: roomyTest, code: `import math
 def inf():
     return float('inf')
 def nan():
@@ -548,7 +551,7 @@ def deep():
 						}
 					}
 				})},
-		{name: "64 KiB of control characters from each of three tests", limits: roomy, code: "import sys\ndef f(x):\n    sys.stdout.write('\\x01' * 65536)\n    return x\n",
+		{name: "64 KiB of control characters from each of three tests", limits: roomy, testTime: roomyTest, code: "import sys\ndef f(x):\n    sys.stdout.write('\\x01' * 65536)\n    return x\n",
 			tests: []map[string]any{{"name": "a", "call": "f(1)", "expected": 1}, {"name": "b", "call": "f(2)", "expected": 2}, {"name": "c", "call": "f(3)", "expected": 3}},
 			check: every(status(sandbox.StatusPassed), verdicts(map[string]bool{"a": true, "b": true, "c": true}), func(t *testing.T, _ string, r *sandbox.Result) {
 				for _, res := range r.Tests {
@@ -572,7 +575,7 @@ def deep():
 		// what one test leaves for the next: files in every writable
 		// place, directories it may not enter or write, POSIX and System
 		// V IPC objects, a daemon
-		{name: "what one test leaves for the next", limits: roomy, code: pyLibc + `import time
+		{name: "what one test leaves for the next", limits: roomy, testTime: roomyTest, code: pyLibc + `import time
 KEY = 0x7e11
 libc.mq_open.restype = ctypes.c_int
 def leave():
