@@ -384,7 +384,7 @@ func interviewThread(t *testing.T, h *harness, id string) {
 // waitRunning waits for a background run to start.
 func waitRunning(t *testing.T, c *api.Client, thread, run string) {
 	t.Helper()
-	for range 200 {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		r, err := c.Run(ctx, thread, run)
 		if err != nil {
 			t.Fatal(err)
@@ -392,9 +392,8 @@ func waitRunning(t *testing.T, c *api.Client, thread, run string) {
 		if r.Status == api.RunRunning {
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("run %s did not start", run)
+	t.Fatalf("run %s did not start in a minute", run)
 }
 
 // A run cancelled mid-step leaves the thread with an unfinished run,
