@@ -112,6 +112,8 @@ func (c *compiler) edge(i int, s config.Settings) {
 	}
 	if !ok {
 		c.assumeBest(e)
+		// an entry that did not compile is still an entry: no G005 too
+		c.brokenEntry = c.brokenEntry || entry
 		return
 	}
 	if len(edge.From) > 1 {

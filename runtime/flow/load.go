@@ -116,6 +116,8 @@ type compiler struct {
 	// Nodes named by edges that did not compile: the graph checks assume
 	// the best of them (reached, reaching END) rather than cascade.
 	assumeReached, assumeEnds map[*Node]bool
+	// brokenEntry is set when an edge from START did not compile.
+	brokenEntry bool
 	// reader is the node whose settings or outgoing edge are being
 	// compiled (readerRan: an edge, read after its node ran); nullReads
 	// are the reads through possibly-null values found meanwhile, judged
