@@ -211,6 +211,7 @@ type Program struct {
 	typ      *schema.Shape
 	value    any
 	hasValue bool
+	leaves   []Leaf
 	// tree is the parsed expression, which the questions asked of the
 	// program after it compiled read (never changed).
 	tree *parser.Tree
@@ -402,6 +403,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	if v, ok := ty.consts[tree.Node]; ok {
 		p.value, p.hasValue = v, true
 	}
+	p.leaves = ty.leaves(tree.Node)
 	if p.shape == nil && num.items != "" {
 		// a list literal: the type its elements share
 		p.shape = &schema.Shape{Types: []string{"array"}, Items: &schema.Shape{Types: []string{num.items}}}

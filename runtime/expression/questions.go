@@ -185,6 +185,10 @@ func (p *Program) Yields() (lits []Yield, all bool) {
 	var walk func(n ast.Node)
 	walk = func(n ast.Node) {
 		switch n := n.(type) {
+		case *ast.VariableDeclaratorNode:
+			walk(n.Expr)
+		case *ast.SequenceNode:
+			walk(n.Nodes[len(n.Nodes)-1])
 		case *ast.StringNode:
 			add(n)
 		case *ast.ConditionalNode:
@@ -295,6 +299,10 @@ func (p *Program) Numbers() []NumberLiteral {
 	var walk func(n ast.Node)
 	walk = func(n ast.Node) {
 		switch n := n.(type) {
+		case *ast.VariableDeclaratorNode:
+			walk(n.Expr)
+		case *ast.SequenceNode:
+			walk(n.Nodes[len(n.Nodes)-1])
 		case *ast.IntegerNode:
 			add(n, n, float64(n.Value))
 		case *ast.FloatNode:
@@ -405,3 +413,91 @@ func (p *Program) Enum(env *Env) ([]string, bool) {
 // Constant returns the expression's value when it is a constant (a
 // literal, or what constant folding left), and whether it is one.
 func (p *Program) Constant() (any, bool) { return p.lit, p.hasLit }
+
+// CoversEnum reports whether the conditions together hold for every
+// value of a field whose schema is an enum: each compares the same field
+// (state.c) with texts by ==, in or ||, and the texts they name cover
+// every value the enum lists (null too, where it lists null: compared
+// with nil).
+func CoversEnum(conds []*Program, env *Env) bool {
+	var field string
+	var node ast.Node
+	seen := map[string]bool{}
+	null := false
+	for _, c := range conds {
+		if c == nil {
+			return false
+		}
+		tree, err := c.parsed()
+		if err != nil {
+			return false
+		}
+		var walk func(n ast.Node) bool
+		walk = func(n ast.Node) bool {
+			b, ok := n.(*ast.BinaryNode)
+			if !ok {
+				return false
+			}
+			var x ast.Node
+			var lits []ast.Node
+			switch b.Operator {
+			case "||", "or":
+				return walk(b.Left) && walk(b.Right)
+			case "==":
+				x, lits = b.Left, []ast.Node{b.Right}
+				if isLiteral(b.Left) {
+					x, lits = b.Right, []ast.Node{b.Left}
+				}
+			case "in":
+				arr, ok := b.Right.(*ast.ArrayNode)
+				if !ok {
+					return false
+				}
+				x, lits = b.Left, arr.Nodes
+			default:
+				return false
+			}
+			path := describePath(x)
+			if path == "value" || field != "" && path != field {
+				return false
+			}
+			field, node = path, x
+			for _, l := range lits {
+				switch v := l.(type) {
+				case *ast.StringNode:
+					seen[v.Value] = true
+				case *ast.NilNode:
+					null = true
+				default:
+					return false
+				}
+			}
+			return true
+		}
+		if !walk(tree.Node) {
+			return false
+		}
+	}
+	if node == nil {
+		return false
+	}
+	s := env.shapeAt(node)
+	values, ok := s.Strings()
+	if !ok {
+		return false
+	}
+	for _, v := range values {
+		if !seen[v] {
+			return false
+		}
+	}
+	return null || !s.MayBeNull()
+}
+
+func isLiteral(n ast.Node) bool {
+	switch n.(type) {
+	case *ast.StringNode, *ast.NilNode:
+		return true
+	}
+	return false
+}

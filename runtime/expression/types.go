@@ -930,3 +930,61 @@ func (p *Program) Type() *schema.Shape { return p.typ }
 // Value returns the expression's value when the checker knows it without
 // running it (a literal, a list or map of literals), and whether it does.
 func (p *Program) Value() (any, bool) { return p.value, p.hasValue }
+
+// Leaf is one value an expression can yield through its choices (the
+// sides of ?: and if/else, of ??, the value of a let): its shape, its
+// value when the checker knows it, and its place in the expression's
+// text (1-based line and columns).
+type Leaf struct {
+	Shape             *schema.Shape
+	Value             any
+	Known             bool
+	Line, Col, EndCol int
+}
+
+// leaves lists the values n can yield through its choices.
+func (t *typer) leaves(n ast.Node) []Leaf {
+	switch x := n.(type) {
+	case *ast.ConditionalNode:
+		return append(t.leaves(x.Exp1), t.leaves(x.Exp2)...)
+	case *ast.BinaryNode:
+		if x.Operator == "??" {
+			l := t.leaves(x.Left)
+			if len(l) == 1 && l[0].Shape.Known() && !l[0].Shape.MayBeNull() {
+				return l // never null: the default is never taken
+			}
+			for i := range l {
+				l[i].Shape = l[i].Shape.WithoutNull()
+			}
+			return append(l, t.leaves(x.Right)...)
+		}
+	case *ast.VariableDeclaratorNode:
+		return t.leaves(x.Expr)
+	case *ast.SequenceNode:
+		if len(x.Nodes) > 0 {
+			return t.leaves(x.Nodes[len(x.Nodes)-1])
+		}
+	}
+	loc := n.Location()
+	line, col := position(t.src, loc.From)
+	s := t.types[n]
+	if s == nil {
+		s = anyShape()
+	}
+	v, known := t.consts[n]
+	return []Leaf{{Shape: s, Value: v, Known: known, Line: line, Col: col, EndCol: col + max(loc.To-loc.From, 1)}}
+}
+
+// Leaves lists the values the expression can yield through its choices
+// (itself when it has none).
+func (p *Program) Leaves() []Leaf { return p.leaves }
+
+// TypeIn is the shape of the expression's value were its variables of
+// the shapes env gives (a reducer's update, given what a node writes).
+func (p *Program) TypeIn(env *Env) *schema.Shape {
+	tree, err := p.parsed()
+	if err != nil {
+		return anyShape()
+	}
+	return typeTree(p.src, tree.Node, env).types[tree.Node]
+}

@@ -159,6 +159,31 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 		return s
 	}
 	simple, exact := true, true
+	if ref, ok := m["$ref"].(string); ok {
+		// what the reference names, with what stands beside it on top
+		// (in 2020-12 both apply)
+		var target any
+		if resolve != nil {
+			target = resolve(ref)
+		}
+		if target == nil {
+			simple, exact = false, false
+		} else {
+			r := shapeOf(target, resolve, depth+1)
+			if onlyBeside(m, "$ref") {
+				c := *r
+				if d, ok := m["default"]; ok {
+					c.Default, c.HasDefault = d, true
+				}
+				return &c
+			}
+			*s = *r
+			if s.Props != nil {
+				s.Props = maps.Clone(s.Props)
+			}
+			simple, exact = false, false
+		}
+	}
 	for k, v := range m {
 		switch k {
 		case "type":
@@ -174,7 +199,9 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 			}
 		case "properties":
 			props, _ := v.(map[string]any)
-			s.Props = make(map[string]*Shape, len(props))
+			if s.Props == nil {
+				s.Props = make(map[string]*Shape, len(props))
+			}
 			for name, p := range props {
 				c := shapeOf(p, resolve, depth+1)
 				s.Props[name] = c
@@ -190,6 +217,7 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 				exact = exact && s.extra.exact
 			}
 		case "required":
+			s.Required = slices.Clone(s.Required)
 			for _, x := range asSlice(v) {
 				if str, ok := x.(string); ok {
 					s.Required = append(s.Required, str)
@@ -260,23 +288,7 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 				s.Maximum, s.ExclusiveMaximum = &f, true
 			}
 		case "$ref":
-			ref, _ := v.(string)
-			var target any
-			if resolve != nil {
-				target = resolve(ref)
-			}
-			if target != nil {
-				r := shapeOf(target, resolve, depth+1)
-				if len(m) == 1 || (len(m) == 2 && s.HasDefault) {
-					d, hd := s.Default, s.HasDefault
-					*s = *r
-					if hd {
-						s.Default, s.HasDefault = d, hd
-					}
-					return s
-				}
-			}
-			simple, exact = false, false
+			// resolved above
 		case "anyOf", "oneOf":
 			simple = false
 			r := orNull(v, resolve, depth)
