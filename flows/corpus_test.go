@@ -82,6 +82,7 @@ var corpus = []defect{
 	// prompts and templates
 	{name: "a prompt whose reply schema file is missing", flow: review, file: "prompts/resume_review/design.prompt", old: "  name: design\n  schema:\n    type: object\n", new: "  name: design\n  schema: nowhere.json\n  extra:\n    type: object\n", at: "nowhere.json", code: diag.CodeResource},
 	{name: "a template reading a field that does not exist", flow: interview, file: "prompts/interview/closing.prompt", old: "{{.state.resume_structured.target_role}}", new: "{{.state.resume_structured.target_rol}}", at: "target_rol", code: diag.CodeTemplateField},
+	{name: "a template joining a text as a list", flow: review, old: "{{$entry := .}}{{if .weak_bullets}}", new: "{{$entry := .}}{{join \", \" .section}}{{if .weak_bullets}}", at: "join", code: diag.CodeTemplateCall},
 	{name: "a template comparing a number with a text", flow: interview, file: "prompts/interview/decide_next_action.prompt", old: "Answer quality (0-1): {{.state.answer_quality}}.", new: "Answer quality (0-1): {{.state.answer_quality}}{{if gt .state.answer_quality \"0.5\"}} (good){{end}}.", at: "gt", code: diag.CodeTemplateCompare},
 	{name: "a template reading through a nullable value", flow: interview, file: "prompts/interview/evaluation.prompt", old: "Code submissions:", new: "Last execution: {{.state.last_execution.status}}. Code submissions:", at: "status", code: diag.CodeTemplateNull},
 	// expressions

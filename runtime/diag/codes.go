@@ -58,6 +58,7 @@ const (
 	CodeTemplateField   Code = "P002"
 	CodeTemplateNull    Code = "P003"
 	CodeTemplateCompare Code = "P004"
+	CodeTemplateCall    Code = "P005"
 
 	// Expressions.
 	CodeExprSyntax   Code = "E001"
@@ -122,6 +123,7 @@ var Codes = []CodeDoc{
 	{CodeTemplateField, "a template reads a field the state, the input or the node's variables do not have (a warning where the object's schema leaves it open)"},
 	{CodeTemplateNull, "a template reads a field of a value that may be null outside a with or if on that value"},
 	{CodeTemplateCompare, "a template compares values of kinds that never compare (a number with a text, a boolean or a list ordered), which fails when it renders"},
+	{CodeTemplateCall, "a template calls a function with an argument of a type it does not take (a number to upper, a text to join, a number of items that is not whole), or printf with verbs its values do not fill or do not print; a warning where the argument may be null, or fails for some of its values only"},
 	{CodeExprSyntax, "an expression does not parse or does not type-check"},
 	{CodeExprNotBool, "a condition that is not boolean"},
 	{CodeExprUnknown, "an expression reads a field or name that does not exist (a warning where the object's schema leaves it open)"},

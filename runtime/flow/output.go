@@ -76,6 +76,14 @@ func (c *compiler) output(v config.Value) {
 	for _, pr := range tmpl.Check(t, root) {
 		pos := v.Span(pr.Offset, pr.Len)
 		switch {
+		case pr.Call:
+			d := diag.Diagnostic{Severity: diag.Error, Code: diag.CodeTemplateCall, Pos: pos, Path: "output", Summary: pr.Message}
+			if pr.MayBeNull || pr.Warning {
+				d.Severity = diag.Warning
+			} else {
+				ok = false
+			}
+			c.dl.Add(d)
 		case pr.MayBeNull:
 			field, top := strings.CutPrefix(pr.Path, "state.")
 			if top && !strings.Contains(field, ".") && c.writtenBeforeEnd(field) {

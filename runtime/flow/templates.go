@@ -40,6 +40,19 @@ func (b *builder) Template(v config.Value, name string, vars kind.Vars) *templat
 			c.dl.Errorf(diag.CodeTemplateCompare, pos, path, "%s", pr.Message)
 			continue
 		}
+		if pr.Call {
+			d := diag.Diagnostic{Severity: diag.Error, Code: diag.CodeTemplateCall, Pos: pos, Path: path, Summary: pr.Message}
+			switch {
+			case pr.MayBeNull:
+				d.Severity = diag.Warning
+				c.noteNullRead(pr.Path, d)
+				continue
+			case pr.Warning:
+				d.Severity = diag.Warning
+			}
+			c.dl.Add(d)
+			continue
+		}
 		if pr.MayBeNull {
 			c.noteNullRead(pr.Path, diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeTemplateNull, Pos: pos, Path: path, Summary: pr.Message})
 			continue

@@ -48,6 +48,9 @@ func (b *builder) Fits(p *expression.Program, dst *schema.Shape, at config.Value
 // compiled by the field's shape (nil when there is none).
 func (c *compiler) validatorOf(s *schema.Shape) *schema.Validator {
 	for _, sf := range c.children {
+		if sf == nil {
+			continue // a child with errors of its own
+		}
 		g, _ := sf.Graph.(*Graph)
 		if g == nil {
 			continue

@@ -33,6 +33,12 @@ type Problem struct {
 	// never compare, such as a number and a text: it fails when the
 	// template renders.
 	Compare bool
+	// Call marks a function given an argument of a type it does not
+	// take (a number to upper, a text to join), or printf's verbs and
+	// values apart; with MayBeNull, an argument that may be null, and
+	// with Warning, one that fails for some of its values only.
+	Call    bool
+	Warning bool
 }
 
 // Read is a read of a state field (.state.NAME, or $.state.NAME) that
@@ -160,6 +166,14 @@ func (c *checker) node(n parse.Node, dot *schema.Shape) {
 		if len(x.Pipe.Decl) > 0 {
 			c.vars[x.Pipe.Decl[len(x.Pipe.Decl)-1].Ident[0]] = item
 		}
+		if len(x.Pipe.Decl) == 2 {
+			// range $i, $x: $i is the item's index in a list
+			var index *schema.Shape
+			if s != nil && s.Is("array") {
+				index = schema.Of("integer")
+			}
+			c.vars[x.Pipe.Decl[0].Ident[0]] = index
+		}
 		c.list(x.List, item)
 		c.list(x.ElseList, dot)
 	case *parse.TemplateNode:
@@ -189,6 +203,7 @@ func (c *checker) pipe(p *parse.PipeNode, dot *schema.Shape) *schema.Shape {
 		return nil
 	}
 	var last *schema.Shape
+	var piped *value
 	for i, cmd := range p.Cmds {
 		last = nil
 		fn := ""
@@ -203,7 +218,7 @@ func (c *checker) pipe(p *parse.PipeNode, dot *schema.Shape) *schema.Shape {
 		for j, arg := range cmd.Args {
 			s := c.arg(arg, dot)
 			shapes[j] = s
-			if len(cmd.Args) == 1 && i == 0 {
+			if len(cmd.Args) == 1 {
 				last = s
 			}
 		}
@@ -211,9 +226,22 @@ func (c *checker) pipe(p *parse.PipeNode, dot *schema.Shape) *schema.Shape {
 		if compareFuncs[fn] {
 			c.compare(fn, cmd, shapes, i > 0)
 		}
-	}
-	if len(p.Cmds) != 1 {
-		last = nil
+		if fn != "" {
+			// a function: its arguments, the previous command's value
+			// last, against what it takes
+			var args []value
+			for j, arg := range cmd.Args[1:] {
+				args = append(args, argValue(arg, shapes[j+1]))
+			}
+			if piped != nil {
+				args = append(args, *piped)
+			}
+			last = c.call(fn, cmd, args)
+		}
+		piped = &value{shape: last, what: "the value piped to it"}
+		if len(cmd.Args) == 1 && fn == "" {
+			piped = &value{shape: last, what: cmd.Args[0].String(), path: strings.TrimPrefix(cmd.Args[0].String(), ".")}
+		}
 	}
 	for _, d := range p.Decl {
 		c.vars[d.Ident[0]] = last
