@@ -497,6 +497,10 @@ func fromError(src string, err error, env *Env) Problem {
 		p.Code = diag.CodeExprUnknown
 		p.Message = fmt.Sprintf("unknown name %q", name)
 		p.Suggestion = diag.Suggest(name, append(slices.Clone(env.names), FunctionNames()...))
+		if p.Suggestion == "" {
+			// most likely a text meant, written without its quotes
+			p.Message += fmt.Sprintf(": a text is written in quotes ('%s'); a value of the state is read as state.NAME", name)
+		}
 	}
 	return p
 }

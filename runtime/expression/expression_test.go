@@ -294,7 +294,7 @@ func TestUnknownNamesInsideRewrittenOperations(t *testing.T) {
 	env := routeEnv()
 	for _, src := range []string{"len(red) + 0", "len(state.s ?? red) + state.n", "-len(red)", "abs(len(red))", "state.n * len(red) - 1"} {
 		p, probs := expression.Compile(src, env, false)
-		if p != nil || len(probs) != 1 || probs[0].Code != diag.CodeExprUnknown || probs[0].Message != `unknown name "red"` {
+		if p != nil || len(probs) != 1 || probs[0].Code != diag.CodeExprUnknown || !strings.HasPrefix(probs[0].Message, `unknown name "red"`) {
 			t.Errorf("%s: compiled %v, problems %+v", src, p != nil, probs)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/expr-lang/expr/ast"
 	"github.com/trellisflow/trellis/runtime/diag"
@@ -478,6 +479,13 @@ func (t *typer) field(x *ast.MemberNode, prop *ast.StringNode, b *schema.Shape) 
 	p := Problem{Line: line, Col: col, EndCol: col + len([]rune(prop.Value)), Code: diag.CodeExprUnknown,
 		Message:    fmt.Sprintf("%s has no field %q", t.describe(x.Node), prop.Value),
 		Suggestion: diag.Suggest(prop.Value, b.Order)}
+	if name := t.bracketName(loc.From, b.Order); name != "" {
+		// state.first-name reads state.first minus name
+		p.Suggestion = ""
+		p.EndCol = col + len([]rune(name))
+		p.Message = fmt.Sprintf("%s has no field %q: a name with %s in it is read with brackets, %s[%q]",
+			t.describe(x.Node), prop.Value, nonIdent(name), t.describe(x.Node), name)
+	}
 	if allowed {
 		p.Warning = true
 		p.Message = fmt.Sprintf("%s declares no field %q (its schema does not close it, so the read is allowed, and yields nil when absent)",
@@ -987,4 +995,34 @@ func (p *Program) TypeIn(env *Env) *schema.Shape {
 		return anyShape()
 	}
 	return typeTree(p.src, tree.Node, env).types[tree.Node]
+}
+
+// bracketName is the declared name that the text at rune offset from
+// starts with, when it has a character a name after a dot cannot have
+// (first-name, read as first - name): "" when there is none.
+func (t *typer) bracketName(from int, names []string) string {
+	r := []rune(t.src)
+	if from < 0 || from > len(r) {
+		return ""
+	}
+	rest := string(r[from:])
+	best := ""
+	for _, n := range names {
+		if nonIdent(n) != "" && strings.HasPrefix(rest, n) && len(n) > len(best) {
+			best = n
+		}
+	}
+	return best
+}
+
+// nonIdent is the first character of name an identifier cannot hold,
+// quoted ("" when there is none).
+func nonIdent(name string) string {
+	for i, c := range name {
+		if c == '_' || unicode.IsLetter(c) || i > 0 && unicode.IsDigit(c) {
+			continue
+		}
+		return fmt.Sprintf("%q", string(c))
+	}
+	return ""
 }

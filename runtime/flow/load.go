@@ -349,9 +349,14 @@ func (c *compiler) unsetWarnings() {
 		if r.template {
 			read = "it inside {{with .state." + r.field + "}} or {{if .state." + r.field + "}}"
 		}
+		fix := "give it a default, or read " + read
+		if f.Input {
+			// an input the flow cannot do without: a run must give it
+			fix = fmt.Sprintf("give it a default, make it mandatory (required: [%s] in the state schema: a run that does not give it is refused), or read %s", r.field, read)
+		}
 		c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeExprUnset, Pos: pos, Path: r.path,
-			Summary: fmt.Sprintf("state.%s may be unset here: it has no default, and %s reaches %s with nothing written to it (%s); give it a default, or read %s",
-				r.field, way, where, why, read),
+			Summary: fmt.Sprintf("state.%s may be unset here: it has no default, and %s reaches %s with nothing written to it (%s); %s",
+				r.field, way, where, why, fix),
 			Detail: "in " + what + ": " + strings.TrimSpace(r.text())})
 	}
 }

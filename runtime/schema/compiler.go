@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/value"
 	"gopkg.in/yaml.v3"
 )
@@ -202,6 +203,9 @@ func ReadFile(path string) (any, error) {
 func Parse(name string, b []byte) (any, error) {
 	var n yaml.Node
 	if err := yaml.Unmarshal(b, &n); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := config.ExpandMerges(&n); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return value.FromYAML(&n)
