@@ -262,7 +262,7 @@ func (v Value) PosIn(line, col, endCol int) diag.Pos {
 
 // quotedOffset maps an offset in the text of a one-line quoted scalar
 // (in runes) to the offset in the file's line after its opening quote:
-// an escape (\", \n, \u00e9, ”) is written with more characters than
+// an escape (\", \n, \u00e9, a doubled single quote) is written with more characters than
 // it stands for.
 func (f *File) quotedOffset(n *yaml.Node, at int) int {
 	line, ok := lineOf(f.Src, n.Line)
