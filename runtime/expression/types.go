@@ -1026,3 +1026,30 @@ func nonIdent(name string) string {
 	}
 	return ""
 }
+
+// NotNullAfter lists the values (state.x, state.o.n) known not to be null
+// where case i of a branch whose conditions are conds is taken: its own
+// condition holds, and those before it failed (i == len(conds): the
+// else, where all of them failed).
+func NotNullAfter(conds []*Program, i int) []string {
+	t := &typer{types: map[ast.Node]*schema.Shape{}, consts: map[ast.Node]any{}, reported: map[[2]int]bool{}}
+	fs := facts{}
+	for j, c := range conds {
+		if j > i || c == nil {
+			break
+		}
+		tree, err := c.parsed()
+		if err != nil {
+			return nil
+		}
+		fs = fs.with(t.tests(tree.Node, j == i, facts{}))
+	}
+	var out []string
+	for p, f := range fs {
+		if f.notNull && !strings.HasSuffix(p, "[]") {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

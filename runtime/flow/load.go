@@ -118,6 +118,9 @@ type compiler struct {
 	assumeReached, assumeEnds map[*Node]bool
 	// brokenEntry is set when an edge from START did not compile.
 	brokenEntry bool
+	// guards holds, by path, the nodes every way into which tests the
+	// value at the path not null (see guardedBy).
+	guards map[string]map[*Node]bool
 	// reader is the node whose settings or outgoing edge are being
 	// compiled (readerRan: an edge, read after its node ran); nullReads
 	// are the reads through possibly-null values found meanwhile, judged
@@ -291,6 +294,9 @@ func (c *compiler) nullWarnings() {
 		field, ok := strings.CutPrefix(r.path, "state.")
 		if ok && !strings.Contains(field, ".") && r.node != nil && c.writtenBefore(field, r.node, r.ran) {
 			continue
+		}
+		if r.node != nil && c.guardedBy(r.path, r.node, r.ran) {
+			continue // a branch case tested it
 		}
 		key := r.d.Pos.String() + r.d.Summary
 		if !seen[key] {
