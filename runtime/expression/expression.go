@@ -212,6 +212,8 @@ type Program struct {
 	value    any
 	hasValue bool
 	leaves   []Leaf
+	// env is the environment it was compiled against.
+	env *Env
 	// tree is the parsed expression, which the questions asked of the
 	// program after it compiled read (never changed).
 	tree *parser.Tree
@@ -404,6 +406,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		p.value, p.hasValue = v, true
 	}
 	p.leaves = ty.leaves(tree.Node)
+	p.env = env
 	if p.shape == nil && num.items != "" {
 		// a list literal: the type its elements share
 		p.shape = &schema.Shape{Types: []string{"array"}, Items: &schema.Shape{Types: []string{num.items}}}

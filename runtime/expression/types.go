@@ -129,13 +129,15 @@ func (t *typer) infer(n ast.Node, fs facts) *schema.Shape {
 		return schema.Of("null")
 	case *ast.IntegerNode:
 		t.constant(n, x.Value)
-		return schema.Of("integer")
+		v := float64(x.Value)
+		return ranged(schema.Of("integer"), bounds{&v, &v})
 	case *ast.FloatNode:
 		t.constant(n, x.Value)
+		v := x.Value
 		if x.Value == math.Trunc(x.Value) && !math.IsInf(x.Value, 0) {
-			return schema.Of("integer")
+			return ranged(schema.Of("integer"), bounds{&v, &v})
 		}
-		return schema.Of("number")
+		return ranged(schema.Of("number"), bounds{&v, &v})
 	case *ast.BoolNode:
 		t.constant(n, x.Value)
 		return schema.Of("boolean")
@@ -222,7 +224,8 @@ func (t *typer) infer(n ast.Node, fs facts) *schema.Shape {
 		if items == nil {
 			items = anyShape() // [] holds anything
 		}
-		return &schema.Shape{Types: []string{"array"}, Items: items}
+		n := len(x.Nodes)
+		return &schema.Shape{Types: []string{"array"}, Items: items, MinItems: n, MaxItems: &n}
 	case *ast.MapNode:
 		obj := &schema.Shape{Types: []string{"object"}, Props: map[string]*schema.Shape{}, Closed: true}
 		vals, all := map[string]any{}, true
@@ -581,7 +584,10 @@ func (t *typer) unary(x *ast.UnaryNode, fs facts) *schema.Shape {
 				t.constant(x, c)
 			}
 		}
-		return numberOf(s.WithoutNull())
+		if x.Operator == "-" {
+			return ranged(numberOf(s.WithoutNull()), negated(boundsOf(s)))
+		}
+		return ranged(numberOf(s.WithoutNull()), boundsOf(s))
 	}
 	return anyShape()
 }
@@ -669,19 +675,19 @@ func (t *typer) binary(x *ast.BinaryNode, fs facts) *schema.Shape {
 		case ln.Is("array") && rn.Is("array"):
 			return &schema.Shape{Types: []string{"array"}, Items: schema.Union(orAny(ln.Items), orAny(rn.Items))}
 		}
-		return arith(ln, rn)
+		return ranged(arith(ln, rn), t.arithRange(x, ln, rn))
 	case "-", "*":
 		t.nullOperand(x.Left, l, op)
 		t.nullOperand(x.Right, r, op)
-		return arith(l.WithoutNull(), r.WithoutNull())
+		return ranged(arith(l.WithoutNull(), r.WithoutNull()), t.arithRange(x, l, r))
 	case "/", "**", "^":
 		t.nullOperand(x.Left, l, op)
 		t.nullOperand(x.Right, r, op)
-		return schema.Of("number")
+		return ranged(schema.Of("number"), t.arithRange(x, l, r))
 	case "%":
 		t.nullOperand(x.Left, l, op)
 		t.nullOperand(x.Right, r, op)
-		return schema.Of("integer")
+		return ranged(schema.Of("integer"), t.arithRange(x, l, r))
 	}
 	return anyShape()
 }

@@ -5,6 +5,7 @@ package expression
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/expr-lang/expr/ast"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -69,21 +70,35 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 		}
 		return anyShape()
 	}
+	zero := 0.0
 	switch x.Name {
-	case "len", "count", "findIndex", "findLastIndex", "indexOf", "lastIndexOf", "int", "round", "floor", "ceil",
+	case "len", "count":
+		return ranged(schema.Of("integer"), bounds{lo: &zero})
+	case "int", "round", "floor", "ceil":
+		return ranged(schema.Of("integer"), rounded(boundsOf(arg(0))))
+	case "findIndex", "findLastIndex", "indexOf", "lastIndexOf",
 		"bitand", "bitor", "bitxor", "bitnand", "bitnot", "bitshl", "bitshr", "bitushr":
 		return schema.Of("integer")
-	case "float", "mean", "median":
-		return schema.Of("number")
+	case "float":
+		return ranged(schema.Of("number"), boundsOf(arg(0)))
+	case "mean", "median":
+		return ranged(schema.Of("number"), boundsOf(itemsOf(arg(0))))
 	case "abs":
-		return numberOf(arg(0).WithoutNull())
+		b := boundsOf(arg(0))
+		out := bounds{lo: &zero}
+		if b.lo != nil && b.hi != nil {
+			out.hi = num(max(math.Abs(*b.lo), math.Abs(*b.hi)))
+		}
+		return ranged(numberOf(arg(0).WithoutNull()), out)
 	case "max", "min":
 		var s *schema.Shape
 		ops := args
 		if len(args) == 1 {
 			ops = []*schema.Shape{itemsOf(arg(0))}
 		}
+		bs := make([]bounds, len(ops))
 		for i, a := range ops {
+			bs[i] = boundsOf(a)
 			if i == 0 {
 				s = numberOf(a.WithoutNull())
 			} else {
@@ -93,7 +108,7 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 		if s == nil {
 			return anyShape()
 		}
-		return s
+		return ranged(s, minMax(bs, x.Name == "min"))
 	case "sum":
 		if len(args) == 2 {
 			return numberOf(args[1])
@@ -124,10 +139,15 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 		if x.Name == "sort" && arg(0).MayBeNull() {
 			return s.OrNull()
 		}
-		if s.Is("array") {
-			return s
+		if !s.Is("array") {
+			s = listOf(nil)
 		}
-		return listOf(nil)
+		if x.Name == "uniq" {
+			c := *s
+			c.MinItems, c.MaxItems = min(s.MinItems, 1), s.MaxItems
+			return schema.Distinct(&c)
+		}
+		return s
 	case "map":
 		if len(args) == 2 {
 			return listOf(args[1])

@@ -121,6 +121,9 @@ type compiler struct {
 	// guards holds, by path, the nodes every way into which tests the
 	// value at the path not null (see guardedBy).
 	guards map[string]map[*Node]bool
+	// undecidedSeen are the fields whose schema keywords the validator
+	// does not reason about, already said (see undecided).
+	undecidedSeen map[*schema.Shape]bool
 	// reader is the node whose settings or outgoing edge are being
 	// compiled (readerRan: an edge, read after its node ran); nullReads
 	// are the reads through possibly-null values found meanwhile, judged

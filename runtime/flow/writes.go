@@ -105,6 +105,7 @@ func (c *compiler) valueFits(p *expression.Program, dst *schema.Shape, validator
 	}
 	if jsonType(p.ResultType()) == "" && !p.Type().Is("string") {
 		c.knownValues(p, dst, validator, at, before, report)
+		c.undecided(p, dst, at, before, report)
 		return
 	}
 	// a string literal it may yield that the field's enum, pattern or
@@ -136,6 +137,88 @@ func (c *compiler) valueFits(p *expression.Program, dst *schema.Shape, validator
 			Severity = diag.Warning
 	}
 	c.knownValues(p, dst, validator, at, before, report)
+	c.undecided(p, dst, at, before, report)
+}
+
+// undecided warns, once per write, of the rules of dst the checker
+// cannot decide for what p yields (nothing was reported of it before,
+// and it is not a value known before the run, which the schema judged):
+// a number that may leave the field's bounds or not be a multiple of
+// its step, a list whose length or repeats the field limits, and once
+// per field a schema keyword the checker does not reason about. The run
+// checks them; the warning says so rather than pass them silently.
+func (c *compiler) undecided(p *expression.Program, dst *schema.Shape, at config.Value, before int, report func(diag.Pos, string, ...any) *diag.Diagnostic) {
+	if len(c.dl) > before || dst == nil {
+		return
+	}
+	known := true
+	for _, l := range p.Leaves() {
+		known = known && l.Known
+	}
+	if known {
+		return
+	}
+	src := p.Type()
+	var rules []string
+	if numericOnly(src.WithoutNull()) && src.Known() {
+		if (dst.Minimum != nil || dst.Maximum != nil) && !expression.Within(src.WithoutNull(), dst) {
+			rules = append(rules, "is "+boundsWords(dst))
+		}
+		if m := dst.MultipleOf; m != nil && !(src.WithoutNull().Is("integer") && *m == 1) && !p.MultipleOf(*m) {
+			rules = append(rules, fmt.Sprintf("is a multiple of %v", *m))
+		}
+	}
+	if s := src.WithoutNull(); s.Is("array") {
+		if dst.MinItems > s.MinItems {
+			rules = append(rules, fmt.Sprintf("holds at least %d items", dst.MinItems))
+		}
+		if dst.MaxItems != nil && (s.MaxItems == nil || *s.MaxItems > *dst.MaxItems) {
+			rules = append(rules, fmt.Sprintf("holds at most %d items", *dst.MaxItems))
+		}
+		if dst.Unique() && !s.Unique() && !(s.MaxItems != nil && *s.MaxItems <= 1) {
+			rules = append(rules, "holds no item twice (uniqueItems)")
+		}
+	}
+	if len(rules) > 0 {
+		report(at.Pos(), "%s, which the validator cannot decide for what this expression yields; the run fails when it does not (a literal, or min, max, uniq or a test that keeps it so, lets the validator see it)", strings.Join(rules, " and ")).
+			Severity = diag.Warning
+	}
+	if len(dst.Unmodelled) > 0 {
+		// said once per field: it is the schema's, whatever is written
+		if c.undecidedSeen == nil {
+			c.undecidedSeen = map[*schema.Shape]bool{}
+		}
+		if !c.undecidedSeen[dst] {
+			c.undecidedSeen[dst] = true
+			report(at.Pos(), "has a schema with %s, which the validator does not reason about: what is written to it is checked only when the run writes it", strings.Join(dst.Unmodelled, ", ")).
+				Severity = diag.Warning
+		}
+	}
+}
+
+// numericOnly reports whether every type of s is a number.
+func numericOnly(s *schema.Shape) bool {
+	return s.Known() && !slices.ContainsFunc(s.Types, func(t string) bool { return t != "integer" && t != "number" })
+}
+
+// boundsWords says a shape's bounds in words: "at least 0 and at most 10".
+func boundsWords(s *schema.Shape) string {
+	var parts []string
+	if m := s.Minimum; m != nil {
+		w := "at least"
+		if s.ExclusiveMinimum {
+			w = "more than"
+		}
+		parts = append(parts, fmt.Sprintf("%s %v", w, *m))
+	}
+	if m := s.Maximum; m != nil {
+		w := "at most"
+		if s.ExclusiveMaximum {
+			w = "less than"
+		}
+		parts = append(parts, fmt.Sprintf("%s %v", w, *m))
+	}
+	return strings.Join(parts, " and ")
 }
 
 // typeFits reports what p yields of a type dst does not take, member by
@@ -286,10 +369,31 @@ func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at 
 	if chain := p.Shape(); chain != nil && !src.Known() {
 		src = chain
 	}
+	before := len(b.c.dl)
+	undecided := func(rule string) {
+		if len(b.c.dl) > before {
+			return // what was reported says more
+		}
+		report(at.Pos(), "field %q %s (%s): the validator cannot decide whether the run keeps it so; the run fails when it does not", field, rule, spec.Name).
+			Severity = diag.Warning
+	}
 	switch {
+	case spec.Name == "add" && numericOnly(src.WithoutNull()):
+		// what the sum reaches is the data's: said, not passed silently
+		u := src.WithoutNull()
+		up := f.Shape.Maximum != nil && (u.Maximum == nil || *u.Maximum > 0)
+		down := f.Shape.Minimum != nil && (u.Minimum == nil || *u.Minimum < 0)
+		if up || down {
+			defer undecided("is " + boundsWords(f.Shape) + ", and what this expression adds may take it past that")
+		}
 	case spec.Appends || spec.Name == "union":
 		if b.itemsFit(field, f, p, src, at, report) {
 			return
+		}
+		if f.Shape.MaxItems != nil {
+			defer undecided(fmt.Sprintf("holds at most %d items, and this expression adds to them", *f.Shape.MaxItems))
+		} else if f.Shape.Unique() && spec.Appends {
+			defer undecided("holds no item twice (uniqueItems), and this expression appends what it may hold already (union adds only what it does not)")
 		}
 	case spec.Name == "merge" || spec.Name == "deep_merge":
 		if src.Known() && src.WithoutNull().Is("object") {

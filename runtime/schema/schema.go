@@ -41,6 +41,17 @@ type Shape struct {
 	Pattern   string
 	MinLength int
 	MaxLength *int
+	// Format is the string format the schema names (email, date-time,
+	// ...), which the run asserts; MultipleOf (nil: none) divides a
+	// number; MinItems and MaxItems (nil: none) bound a list's length.
+	Format     string
+	MultipleOf *float64
+	MinItems   int
+	MaxItems   *int
+	// Unmodelled lists the schema's keywords the shape does not model
+	// (allOf, a oneOf other than the optional-value idiom, if, not, ...):
+	// only the schema itself judges a value against them.
+	Unmodelled []string
 	// Default is the schema's default, when HasDefault.
 	Default    any
 	HasDefault bool
@@ -292,10 +303,15 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 		case "anyOf", "oneOf":
 			simple = false
 			r := orNull(v, resolve, depth)
+			if r == nil {
+				s.Unmodelled = append(s.Unmodelled, k)
+			}
 			if r != nil {
 				s.Types, s.Props, s.Closed, s.Required, s.Items, s.Enum = r.Types, r.Props, r.Closed, r.Required, r.Items, r.Enum
 				s.Minimum, s.Maximum, s.ExclusiveMinimum, s.ExclusiveMaximum = r.Minimum, r.Maximum, r.ExclusiveMinimum, r.ExclusiveMaximum
 				s.Pattern, s.MinLength, s.MaxLength, s.re, s.extra, s.unique = r.Pattern, r.MinLength, r.MaxLength, r.re, r.extra, r.unique
+				s.Format, s.MultipleOf, s.MinItems, s.MaxItems = r.Format, r.MultipleOf, r.MinItems, r.MaxItems
+				s.Unmodelled = append(s.Unmodelled, r.Unmodelled...)
 				s.orNull = true
 			}
 			// the idiom is decided exactly when nothing but annotations
@@ -303,12 +319,31 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 			exact = exact && r != nil && r.exact && onlyBeside(m, k)
 		case "$defs", "definitions":
 			// definitions do not constrain the value itself
+		case "format":
+			simple, exact = false, false
+			s.Format, _ = v.(string)
+		case "multipleOf":
+			simple, exact = false, false
+			if f, ok := number(v); ok && f > 0 {
+				s.MultipleOf = &f
+			}
+		case "minItems", "maxItems":
+			simple, exact = false, false
+			if f, ok := number(v); ok && f >= 0 && f == math.Trunc(f) && f < 1<<31 {
+				if n := int(f); k == "minItems" {
+					s.MinItems = n
+				} else {
+					s.MaxItems = &n
+				}
+			}
 		default:
 			if !annotations[k] {
 				simple, exact = false, false
+				s.Unmodelled = append(s.Unmodelled, k)
 			}
 		}
 	}
+	slices.Sort(s.Unmodelled)
 	if s.Props != nil {
 		s.Order = make([]string, 0, len(s.Props))
 		for name := range s.Props {

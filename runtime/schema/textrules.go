@@ -27,5 +27,8 @@ func (s *Shape) TextRules(least int) string {
 	if s.MaxLength != nil {
 		rules = append(rules, fmt.Sprintf("is at most %d characters long", *s.MaxLength))
 	}
+	if s.Format != "" {
+		rules = append(rules, fmt.Sprintf("is a valid %s (its format, which the run checks)", s.Format))
+	}
 	return strings.Join(rules, " and ")
 }

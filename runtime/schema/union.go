@@ -75,8 +75,15 @@ func (s *Shape) Extra() *Shape {
 }
 
 // Unique reports whether the shape is a list whose items must differ
-// (uniqueItems).
+// (uniqueItems), or are known to.
 func (s *Shape) Unique() bool { return s != nil && s.unique }
+
+// Distinct is the shape of a list s whose items are known to differ.
+func Distinct(s *Shape) *Shape {
+	c := *s
+	c.unique = true
+	return &c
+}
 
 // Union is the shape of a value that is of shape a or of shape b: their
 // types together, and of what both state, what holds for either (an
