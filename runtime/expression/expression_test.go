@@ -14,7 +14,7 @@ import (
 // so it is a warning unless written x?.y or behind a nil test.
 func TestNullableReads(t *testing.T) {
 	str := &schema.Shape{Types: []string{"string"}}
-	q := &schema.Shape{Types: []string{"object", "null"}, Props: map[string]*schema.Shape{"text": str}, Order: []string{"text"}, Closed: true}
+	q := &schema.Shape{Types: []string{"object", "null"}, Props: map[string]*schema.Shape{"text": str}, Order: []string{"text"}, Closed: true, Required: []string{"text"}}
 	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
 		Props: map[string]*schema.Shape{"q": q, "s": str}, Order: []string{"q", "s"}})
 	cases := map[string]bool{ // expression -> warns

@@ -73,7 +73,21 @@ func readsOf(src string, root ast.Node, name string) []Read {
 	}
 	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
 		switch x := n.(type) {
+		case *ast.ConditionalNode:
+			// a constant condition: the other branch never runs
+			if b, ok := x.Cond.(*ast.BoolNode); ok {
+				if b.Value {
+					mark(x.Exp2)
+				} else {
+					mark(x.Exp1)
+				}
+			}
 		case *ast.BinaryNode:
+			// false && ..., true || ...: the right side never runs
+			if b, ok := x.Left.(*ast.BoolNode); ok && (b.Value == (x.Operator == "||" || x.Operator == "or")) &&
+				(x.Operator == "&&" || x.Operator == "and" || x.Operator == "||" || x.Operator == "or") {
+				mark(x.Right)
+			}
 			switch x.Operator {
 			case "??":
 				mark(x.Left)
@@ -93,6 +107,13 @@ func readsOf(src string, root ast.Node, name string) []Read {
 			}
 		case *ast.ChainNode:
 			mark(x.Node)
+		case *ast.BuiltinNode:
+			// these give a value for null too ("<nil>", "null", "nil")
+			if x.Name == "string" || x.Name == "toJSON" || x.Name == "type" {
+				for _, a := range x.Arguments {
+					mark(a)
+				}
+			}
 		}
 	}})
 	var reads []Read

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -38,6 +39,20 @@ type typer struct {
 	probs  []Problem
 	// reported keeps one problem per position and code.
 	reported map[[2]int]bool
+	// dead is set while typing what never runs.
+	dead int
+	// paths are the values nodes read (state.q, for q bound to it).
+	paths map[ast.Node]string
+	// unset are the paths (state.x) typed as null too, as a field may be
+	// when nothing wrote it (see NullUse).
+	unset map[string]bool
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // binding is a name let binds: its shape, the path of the value it
@@ -103,7 +118,7 @@ func agreed(a, b facts) facts {
 
 // typeTree types the tree of src against env, recording each node's shape.
 func typeTree(src string, root ast.Node, env *Env) *typer {
-	t := &typer{src: src, env: env, types: map[ast.Node]*schema.Shape{}, consts: map[ast.Node]any{}, reported: map[[2]int]bool{}}
+	t := &typer{src: src, env: env, types: map[ast.Node]*schema.Shape{}, consts: map[ast.Node]any{}, reported: map[[2]int]bool{}, paths: map[ast.Node]string{}}
 	t.typeOf(root, facts{})
 	return t
 }
@@ -116,8 +131,81 @@ func (t *typer) typeOf(n ast.Node, fs facts) *schema.Shape {
 	if s == nil {
 		s = anyShape()
 	}
+	if _, known := t.consts[n]; !known {
+		if v, ok := t.fold(n); ok {
+			t.constant(n, v)
+			s = ranged(shapeOfValue(v), numberBounds(v))
+		}
+	}
 	t.types[n] = s
 	return s
+}
+
+// pure are the built-ins whose value over constants is itself constant.
+var pure = map[string]bool{"int": true, "float": true, "round": true, "floor": true, "ceil": true, "abs": true,
+	"len": true, "upper": true, "lower": true, "trim": true, "string": true, "max": true, "min": true}
+
+// fold computes an operation over constants (1 + 2, int(0.5),
+// len('a')), as the machine would.
+func (t *typer) fold(n ast.Node) (any, bool) {
+	var args []ast.Node
+	switch x := n.(type) {
+	case *ast.BinaryNode:
+		switch x.Operator {
+		case "+", "-", "*", "/", "%", "<", ">", "<=", ">=":
+			args = []ast.Node{x.Left, x.Right}
+		}
+	case *ast.UnaryNode:
+		args = []ast.Node{x.Node}
+	case *ast.BuiltinNode:
+		if pure[x.Name] {
+			args = x.Arguments
+		}
+	}
+	if len(args) == 0 {
+		return nil, false
+	}
+	for _, a := range args {
+		switch t.consts[a].(type) {
+		case int, float64, string, bool:
+		default:
+			return nil, false
+		}
+	}
+	if b, ok := n.(*ast.BinaryNode); ok {
+		// integers that overflow fail the run: nothing to fold
+		x, xi := t.consts[b.Left].(int)
+		y, yi := t.consts[b.Right].(int)
+		if op, checked := checked[b.Operator]; checked && xi && yi {
+			if _, err := op.exact(x, y); err != nil {
+				return nil, false
+			}
+		}
+	}
+	if u, ok := n.(*ast.UnaryNode); ok && t.consts[u.Node] == math.MinInt {
+		return nil, false
+	}
+	v, err := expr.Eval(n.String(), nil)
+	if err != nil {
+		return nil, false
+	}
+	switch v.(type) {
+	case int, float64, string, bool:
+		return v, true
+	}
+	return nil, false
+}
+
+// numberBounds is a number's range: the number itself.
+func numberBounds(v any) bounds {
+	switch x := v.(type) {
+	case int:
+		f := float64(x)
+		return bounds{&f, &f}
+	case float64:
+		return bounds{&x, &x}
+	}
+	return bounds{}
 }
 
 func (t *typer) constant(n ast.Node, v any) { t.consts[n] = v }
@@ -148,6 +236,7 @@ func (t *typer) infer(n ast.Node, fs facts) *schema.Shape {
 		t.constant(n, x.Value)
 		return shapeOfValue(x.Value)
 	case *ast.IdentifierNode:
+		t.paths[n] = t.pathOf(x)
 		return t.refine(t.pathOf(x), t.identifier(x.Value), fs)
 	case *ast.PointerNode:
 		if x.Name == "index" {
@@ -177,8 +266,18 @@ func (t *typer) infer(n ast.Node, fs facts) *schema.Shape {
 	case *ast.ConditionalNode:
 		c := t.typeOf(x.Cond, fs)
 		t.nullOperand(x.Cond, c, "a condition of ?: or if")
+		lit, constant := t.consts[x.Cond].(bool)
+		t.dead += b2i(constant && !lit)
 		a := t.typeOf(x.Exp1, fs.with(t.tests(x.Cond, true, fs)))
+		t.dead += b2i(constant) - 2*b2i(constant && !lit)
 		b := t.typeOf(x.Exp2, fs.with(t.tests(x.Cond, false, fs)))
+		t.dead -= b2i(constant && lit)
+		switch {
+		case constant && lit:
+			return a
+		case constant:
+			return b
+		}
 		return schema.Union(a, b)
 	case *ast.VariableDeclaratorNode:
 		v := t.typeOf(x.Value, fs)
@@ -395,6 +494,7 @@ func written(n ast.Node) string {
 func (t *typer) member(x *ast.MemberNode, fs facts) *schema.Shape {
 	base := t.typeOf(x.Node, fs)
 	path := t.pathOf(x)
+	t.paths[x] = path
 	prop, isStr := x.Property.(*ast.StringNode)
 	if !isStr {
 		t.typeOf(x.Property, fs)
@@ -435,6 +535,9 @@ func (t *typer) member(x *ast.MemberNode, fs facts) *schema.Shape {
 	if x.Optional && base.MayBeNull() {
 		s = s.OrNull()
 	}
+	if t.unset[path] {
+		s = s.OrNull()
+	}
 	return t.refine(path, s, fs)
 }
 
@@ -463,8 +566,11 @@ func (t *typer) field(x *ast.MemberNode, prop *ast.StringNode, b *schema.Shape) 
 		if p == nil {
 			return anyShape()
 		}
-		// (a member the schema declares but does not require is typed as
-		// declared: a value missing it is the data's)
+		if t.mayLack(x.Node) && !slices.Contains(b.Required, prop.Value) && p.Known() {
+			// a member the object's schema does not require may be
+			// missing, which reads as null
+			return p.OrNull()
+		}
 		return p
 	}
 	if e := b.Extra(); e != nil {
@@ -496,6 +602,20 @@ func (t *typer) field(x *ast.MemberNode, prop *ast.StringNode, b *schema.Shape) 
 	}
 	t.report(p)
 	return anyShape()
+}
+
+// mayLack reports whether a member of the object n reads may be missing
+// where its schema does not require it: any object but the state (an
+// unset field is E006's), the input and the config (typed with their
+// defaults), and a reducer's current value.
+func (t *typer) mayLack(n ast.Node) bool {
+	if id, ok := n.(*ast.IdentifierNode); ok && t.let(id.Value) == nil {
+		switch id.Value {
+		case "state", "input", "config", "current":
+			return false
+		}
+	}
+	return true
 }
 
 // nullMember reports a member read of a value that may be null.
@@ -551,6 +671,9 @@ func unchain(n ast.Node) ast.Node {
 }
 
 func (t *typer) report(p Problem) {
+	if t.dead > 0 {
+		return // in what never runs (false && ..., true ? ... : ...)
+	}
 	key := [2]int{p.Line*10000 + p.Col, int(p.Code[len(p.Code)-1])}
 	if t.reported[key] {
 		return
@@ -621,11 +744,23 @@ func (t *typer) binary(x *ast.BinaryNode, fs facts) *schema.Shape {
 	switch x.Operator {
 	case "&&", "and":
 		l := t.typeOf(x.Left, fs)
+		never := t.consts[x.Left] == false // false && ...: never evaluated
+		t.dead += b2i(never)
 		r := t.typeOf(x.Right, fs.with(t.tests(x.Left, true, fs)))
+		t.dead -= b2i(never)
+		if rb, ok := t.consts[x.Right].(bool); never || ok && t.consts[x.Left] == true {
+			t.constant(x, !never && rb)
+		}
 		return logical(l, r)
 	case "||", "or":
 		l := t.typeOf(x.Left, fs)
+		never := t.consts[x.Left] == true
+		t.dead += b2i(never)
 		r := t.typeOf(x.Right, fs.with(t.tests(x.Left, false, fs)))
+		t.dead -= b2i(never)
+		if rb, ok := t.consts[x.Right].(bool); never || ok && t.consts[x.Left] == false {
+			t.constant(x, never || rb)
+		}
 		return logical(l, r)
 	case "??":
 		l := t.typeOf(x.Left, fs)
@@ -644,8 +779,13 @@ func (t *typer) binary(x *ast.BinaryNode, fs facts) *schema.Shape {
 	l := t.typeOf(x.Left, fs)
 	r := t.typeOf(x.Right, fs)
 	op := x.Operator
+	lc, lk := t.consts[x.Left]
+	rc, rk := t.consts[x.Right]
 	switch op {
 	case "==", "!=":
+		if lk && rk && comparable(lc) && comparable(rc) && fmt.Sprintf("%T", lc) == fmt.Sprintf("%T", rc) {
+			t.constant(x, (lc == rc) == (op == "=="))
+		}
 		return schema.Of("boolean")
 	case "in", "not in", "contains", "startsWith", "endsWith", "matches", "not contains", "not startsWith", "not endsWith", "not matches":
 		if op == "matches" || op == "not matches" {
@@ -715,6 +855,26 @@ func (t *typer) tests(cond ast.Node, holds bool, fs facts) facts {
 		cond = p.Node
 	}
 	switch c := unchain(cond).(type) {
+	case *ast.ConditionalNode:
+		// c ? a : b holds (fails) where c and a, or not c and b, do; a
+		// branch that is the other literal boolean is not a way
+		way := func(cond bool, br ast.Node) (facts, bool) {
+			if b, ok := br.(*ast.BoolNode); ok && b.Value != holds {
+				return nil, false
+			}
+			return facts{}.with(t.tests(c.Cond, cond, fs)).with(t.tests(br, holds, fs)), true
+		}
+		a, aok := way(true, c.Exp1)
+		b, bok := way(false, c.Exp2)
+		switch {
+		case aok && bok:
+			return agreed(a, b)
+		case aok:
+			return a
+		case bok:
+			return b
+		}
+		return nil
 	case *ast.UnaryNode:
 		if c.Operator == "!" || c.Operator == "not" {
 			return t.tests(c.Node, !holds, fs)
@@ -954,6 +1114,12 @@ type Leaf struct {
 	Value             any
 	Known             bool
 	Line, Col, EndCol int
+	// Reads is the value the leaf reads as it is (state.q.text, also
+	// through a name let bound to it), "" when it computes one.
+	Reads string
+	// NotNull is set for a leaf known not to be null whatever its shape:
+	// the left of ??, which yields it only when it is not null.
+	NotNull bool
 }
 
 // leaves lists the values n can yield through its choices.
@@ -968,7 +1134,7 @@ func (t *typer) leaves(n ast.Node) []Leaf {
 				return l // never null: the default is never taken
 			}
 			for i := range l {
-				l[i].Shape = l[i].Shape.WithoutNull()
+				l[i].Shape, l[i].NotNull = l[i].Shape.WithoutNull(), true
 			}
 			return append(l, t.leaves(x.Right)...)
 		}
@@ -986,7 +1152,11 @@ func (t *typer) leaves(n ast.Node) []Leaf {
 		s = anyShape()
 	}
 	v, known := t.consts[n]
-	return []Leaf{{Shape: s, Value: v, Known: known, Line: line, Col: col, EndCol: col + max(loc.To-loc.From, 1)}}
+	reads := t.paths[unchain(n)]
+	if strings.HasPrefix(reads, "let ") || strings.HasPrefix(reads, "#") {
+		reads = ""
+	}
+	return []Leaf{{Shape: s, Value: v, Known: known, Line: line, Col: col, EndCol: col + max(loc.To-loc.From, 1), Reads: reads}}
 }
 
 // Leaves lists the values the expression can yield through its choices
@@ -1038,7 +1208,7 @@ func nonIdent(name string) string {
 // condition holds, and those before it failed (i == len(conds): the
 // else, where all of them failed).
 func NotNullAfter(conds []*Program, i int) []string {
-	t := &typer{types: map[ast.Node]*schema.Shape{}, consts: map[ast.Node]any{}, reported: map[[2]int]bool{}}
+	t := &typer{types: map[ast.Node]*schema.Shape{}, consts: map[ast.Node]any{}, reported: map[[2]int]bool{}, paths: map[ast.Node]string{}}
 	fs := facts{}
 	for j, c := range conds {
 		if j > i || c == nil {
@@ -1058,4 +1228,41 @@ func NotNullAfter(conds []*Program, i int) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// NullUse says what reading field (of state) as null would make of the
+// expression: whether an operation then fails on it (ops), and the shape
+// of its value then. A field nothing wrote reads as null: an unset read
+// matters where an operation fails on it, or where its value then does
+// not fit where it goes.
+func (p *Program) NullUse(field string) (ops bool, value *schema.Shape) {
+	tree, err := p.parsed()
+	if err != nil || p.env == nil {
+		return true, schema.Of("null")
+	}
+	typed := func(unset map[string]bool) (*schema.Shape, int) {
+		t := &typer{src: p.src, env: p.env, types: map[ast.Node]*schema.Shape{}, consts: map[ast.Node]any{}, reported: map[[2]int]bool{},
+			unset: unset, paths: map[ast.Node]string{}}
+		got := t.typeOf(tree.Node, facts{})
+		n := 0
+		for _, pr := range t.probs {
+			if pr.Code == diag.CodeExprMayBeNil {
+				n++
+			}
+		}
+		return got, n
+	}
+	_, before := typed(nil)
+	got, after := typed(map[string]bool{"state." + field: true})
+	return after > before, got
+}
+
+// comparable reports whether a constant compares with == as expr does
+// (a scalar of the same Go type as the other).
+func comparable(v any) bool {
+	switch v.(type) {
+	case nil, bool, string, int, float64:
+		return true
+	}
+	return false
 }

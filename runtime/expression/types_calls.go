@@ -6,8 +6,10 @@ package expression
 import (
 	"fmt"
 	"math"
+	"unicode/utf8"
 
 	"github.com/expr-lang/expr/ast"
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/schema"
 )
 
@@ -64,6 +66,14 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 			}
 		}
 	}
+	// the builtins that take each item of a list as a number or a text
+	// fail on a null item
+	switch x.Name {
+	case "mean", "median", "sort", "join", "sum", "max", "min":
+		if len(args) >= 1 && (len(args) == 1 || x.Name == "join" || x.Name == "sort") && itemsOf(args[0]).MayBeNull() {
+			t.nullItems(x.Arguments[0], x.Name)
+		}
+	}
 	arg := func(i int) *schema.Shape {
 		if i < len(args) {
 			return args[i]
@@ -72,7 +82,12 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 	}
 	zero := 0.0
 	switch x.Name {
-	case "len", "count":
+	case "len":
+		if len(x.Arguments) != 1 {
+			return schema.Of("integer") // (the checker says what is wrong)
+		}
+		return ranged(schema.Of("integer"), t.lengths(x.Arguments[0], arg(0)))
+	case "count":
 		return ranged(schema.Of("integer"), bounds{lo: &zero})
 	case "int", "round", "floor", "ceil":
 		return ranged(schema.Of("integer"), rounded(boundsOf(arg(0))))
@@ -126,7 +141,7 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 	case "filter":
 		// the items the predicate keeps: what it tests holds of them
 		s := arg(0).WithoutNull()
-		if !s.Is("array") {
+		if !s.Is("array") || len(x.Arguments) < 2 {
 			return listOf(nil)
 		}
 		t.items = append(t.items, itemsOf(s))
@@ -155,6 +170,9 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 		return listOf(nil)
 	case "first", "last":
 		// an empty list gives null, one known not to be empty an item
+		if len(x.Arguments) == 0 {
+			return anyShape()
+		}
 		if p := t.pathOf(x.Arguments[0]); p != "" {
 			if f, ok := fs[p+"[]"]; ok && f.notNull {
 				return itemsOf(arg(0))
@@ -181,7 +199,10 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 		if b.Is("array") {
 			return itemsOf(b).OrNull()
 		}
-		if k, ok := t.consts[x.Arguments[min(1, len(x.Arguments)-1)]].(string); ok && b.Is("object") {
+		if len(x.Arguments) < 2 {
+			return anyShape()
+		}
+		if k, ok := t.consts[x.Arguments[1]].(string); ok && b.Is("object") {
 			if p, ok := b.Props[k]; ok && p != nil {
 				return p.OrNull()
 			}
@@ -226,4 +247,47 @@ func (t *typer) call(x *ast.CallNode, fs facts) *schema.Shape {
 		return fn.result
 	}
 	return anyShape()
+}
+
+// nullItems reports a list whose items may be null given to fn, which
+// fails on a null item.
+func (t *typer) nullItems(n ast.Node, fn string) {
+	loc := n.Location()
+	line, col := position(t.src, loc.From)
+	what := t.describe(n)
+	t.report(Problem{Line: line, Col: col, EndCol: col + max(loc.To-loc.From, 1), Code: diag.CodeExprMayBeNil, Warning: true, Path: t.valuePath(n),
+		Message: fmt.Sprintf("%s may hold null, and %s fails on a null item at run time; write filter(%s, # != nil), or give each item a value with ??", what, fn, what)})
+}
+
+// lengths is the range of len of n (of shape s): a known value's length,
+// or what its schema bounds (lengths of a text, items of a list).
+func (t *typer) lengths(n ast.Node, s *schema.Shape) bounds {
+	zero := 0.0
+	switch v := t.consts[n].(type) {
+	case string:
+		lo, hi := float64(utf8.RuneCountInString(v)), float64(len(v))
+		return bounds{&lo, &hi}
+	case []any:
+		l := float64(len(v))
+		return bounds{&l, &l}
+	}
+	s = s.WithoutNull()
+	out := bounds{lo: &zero}
+	switch {
+	case s.Is("string"):
+		lo := float64(s.MinLength)
+		out.lo = &lo
+		if s.MaxLength != nil {
+			hi := float64(*s.MaxLength) * 4 // (len counts bytes, a rune is up to 4)
+			out.hi = &hi
+		}
+	case s.Is("array"):
+		lo := float64(s.MinItems)
+		out.lo = &lo
+		if s.MaxItems != nil {
+			hi := float64(*s.MaxItems)
+			out.hi = &hi
+		}
+	}
+	return out
 }

@@ -11,7 +11,7 @@ import (
 
 // typesEnv is a state of nullable fields of every kind.
 func typesEnv() *expression.Env {
-	obj := &schema.Shape{Types: []string{"object", "null"}, Closed: true, Required: []string{"n"},
+	obj := &schema.Shape{Types: []string{"object", "null"}, Closed: true, Required: []string{"n", "tags"},
 		Props: map[string]*schema.Shape{"n": {Types: []string{"integer"}}, "tags": {Types: []string{"array"}, Items: &schema.Shape{Types: []string{"string"}}}},
 		Order: []string{"n", "tags"}}
 	item := &schema.Shape{Types: []string{"object"}, Closed: true, Required: []string{"id"},
@@ -59,6 +59,8 @@ func TestNullThroughOperations(t *testing.T) {
 		"let ok = state.s != nil; ok ? len(state.s) : 0":     "",
 		"state.s in ['a', 'b'] ? len(state.s) : 0":           "",
 		"state.s == 'a' ? len(state.s) : 0":                  "",
+		"state.items[0].score + 1":                           "state.items[0].score",
+		"(state.items[0].score ?? 0) + 1":                    "",
 	} {
 		p, probs := expression.Compile(src, env, false)
 		if p == nil {

@@ -124,6 +124,16 @@ type compiler struct {
 	// undecidedSeen are the fields whose schema keywords the validator
 	// does not reason about, already said (see undecided).
 	undecidedSeen map[*schema.Shape]bool
+	// writers counts the writes each field is declared, writtenShapes
+	// holds the shapes of those whose values the checker knows.
+	writers       map[string]int
+	writtenShapes map[string][]written
+	// writtenBy holds them by field and node; judging holds the
+	// questions membersWritten is answering.
+	writtenBy map[string]map[string][]written
+	judging   map[string]bool
+	// dests are the fields expressions' values are written to.
+	dests map[*expression.Program]*Field
 	// reader is the node whose settings or outgoing edge are being
 	// compiled (readerRan: an edge, read after its node ran); nullReads
 	// are the reads through possibly-null values found meanwhile, judged
@@ -170,6 +180,10 @@ type fieldRead struct {
 	off            int
 	path           string
 	template       bool
+	// prog is the expression read in, cond set for a condition (which
+	// takes null as false)
+	prog *expression.Program
+	cond bool
 }
 
 // pos is where the read is.
@@ -230,6 +244,8 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.g.Name, _ = top.String("name")
 	c.g.Description, _ = top.String("description")
 	c.writes = map[string]map[string]diag.Pos{}
+	c.writers, c.writtenShapes, c.writtenBy = map[string]int{}, map[string][]written{}, map[string]map[string][]written{}
+	c.dests = map[*expression.Program]*Field{}
 	c.definite, c.errorWrites = map[string]map[string]bool{}, map[string]map[string]bool{}
 	if n, ok := top.Object("limits").Int("max_steps"); ok {
 		c.g.MaxSteps = n
@@ -295,8 +311,12 @@ func (c *compiler) nullWarnings() {
 	seen := map[string]bool{}
 	for _, r := range c.nullReads {
 		field, ok := strings.CutPrefix(r.path, "state.")
-		if ok && !strings.Contains(field, ".") && r.node != nil && c.writtenBefore(field, r.node, r.ran) {
-			continue
+		if ok && !strings.Contains(field, ".") && r.node != nil && c.membersWritten(field, nil, r.node, r.ran) {
+			continue // written before, never null
+		}
+		if top, members, nested := strings.Cut(field, "."); ok && nested && r.node != nil &&
+			c.membersWritten(top, strings.Split(members, "."), r.node, r.ran) {
+			continue // what is written before gives the members
 		}
 		if r.node != nil && c.guardedBy(r.path, r.node, r.ran) {
 			continue // a branch case tested it
@@ -323,6 +343,17 @@ func (c *compiler) unsetWarnings() {
 			// a required field is in every valid state: it is given when
 			// the thread is created
 			continue
+		}
+		if r.prog != nil && !r.cond {
+			// an expression that takes the field unset (as null) in its
+			// stride: compared, tested, written where null is allowed
+			if ops, value := r.prog.NullUse(r.field); !ops && c.takesNull(r.prog, value) {
+				continue
+			}
+		} else if r.prog != nil {
+			if ops, _ := r.prog.NullUse(r.field); !ops {
+				continue // a condition takes null as false
+			}
 		}
 		way, why, unset := c.unsetWay(f, r.node, r.ran)
 		if !unset {

@@ -139,7 +139,7 @@ func (c *compiler) compileExpr(v config.Value, env *expression.Env, condition bo
 	if p != nil && c.reader != nil {
 		for _, r := range p.Reads() {
 			c.fieldReads = append(c.fieldReads, fieldRead{node: c.reader, ran: c.readerRan, field: r.Field,
-				at: v, line: r.Line, col: r.Col, end: r.EndCol, path: path})
+				at: v, line: r.Line, col: r.Col, end: r.EndCol, path: path, prog: p, cond: condition})
 		}
 	}
 	return p
@@ -234,6 +234,7 @@ func (b *builder) Writes(field string, at config.Value) {
 			b.track[field] = at
 		}
 	}
+	b.c.writers[field]++
 	w := b.c.writes[b.name]
 	if w == nil {
 		w = map[string]diag.Pos{}

@@ -24,6 +24,7 @@ state:
       q:
         type: [object, "null"]
         properties: {text: {type: string}}
+        required: [text]
         default: null
       out: {type: string, default: ""}
       n: {type: integer, default: 0}
@@ -58,8 +59,8 @@ edges:
 	for _, d := range dl {
 		lines = append(lines, d.String())
 	}
-	if len(dl) != 1 || dl[0].Code != "E004" || dl[0].Line != 15 || !strings.Contains(dl[0].Summary, "state.q may be null") {
-		t.Fatalf("want one E004 on early's read (line 15), got:\n%s", strings.Join(lines, "\n"))
+	if len(dl) != 1 || dl[0].Code != "E004" || dl[0].Line != 16 || !strings.Contains(dl[0].Summary, "state.q may be null") {
+		t.Fatalf("want one E004 on early's read (line 16), got:\n%s", strings.Join(lines, "\n"))
 	}
 }
 

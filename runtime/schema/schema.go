@@ -129,12 +129,13 @@ func (s *Shape) Describe() string {
 }
 
 // Object returns the shape of a closed object with these properties (a nil
-// shape is unknown), ordered as given or, without an order, by name.
+// shape is unknown), ordered as given or, without an order, by name:
+// an object the runtime makes, with every one of them.
 func Object(props map[string]*Shape, order ...string) *Shape {
 	if order == nil {
 		order = slices.Sorted(maps.Keys(props))
 	}
-	return &Shape{Types: []string{"object"}, Props: props, Order: order, Closed: true}
+	return &Shape{Types: []string{"object"}, Props: props, Order: order, Closed: true, Required: slices.Clone(order)}
 }
 
 // Prop returns the shape of property name, or nil with ok false when the

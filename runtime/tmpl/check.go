@@ -39,6 +39,9 @@ type Problem struct {
 	// with Warning, one that fails for some of its values only.
 	Call    bool
 	Warning bool
+	// Prints marks, with MayBeNull, a value that may be null printed as
+	// it is (it prints as "<no value>").
+	Prints bool
 }
 
 // Read is a read of a state field (.state.NAME, or $.state.NAME) that
@@ -134,7 +137,8 @@ func (c *checker) list(l *parse.ListNode, dot *schema.Shape) {
 func (c *checker) node(n parse.Node, dot *schema.Shape) {
 	switch x := n.(type) {
 	case *parse.ActionNode:
-		c.pipe(x.Pipe, dot)
+		s := c.pipe(x.Pipe, dot)
+		c.printsNull(x.Pipe, s, dot)
 	case *parse.IfNode:
 		c.testedPipe(x.Pipe, dot)
 		gs := c.guardsOf(x.Pipe, dot)
@@ -216,7 +220,13 @@ func (c *checker) pipe(p *parse.PipeNode, dot *schema.Shape) *schema.Shape {
 		}
 		shapes := make([]*schema.Shape, len(cmd.Args))
 		for j, arg := range cmd.Args {
+			// a list these take null for (as no items), and what json
+			// and yaml print: an unset read there fails nothing
+			takesNull := (fn == "first" || fn == "last" || fn == "join") && j == len(cmd.Args)-1 || fn == "json" || fn == "yaml"
+			before := c.tested
+			c.tested = c.tested || takesNull && j > 0
 			s := c.arg(arg, dot)
+			c.tested = before
 			shapes[j] = s
 			if len(cmd.Args) == 1 {
 				last = s
@@ -489,4 +499,21 @@ func chainStart(pos int, idents []string, variable bool) int {
 		pos-- // its dot
 	}
 	return pos
+}
+
+// printsNull reports an action that prints a field that may be null
+// outside a with or an if on it: text/template prints null as
+// "<no value>", which would be written as it is.
+func (c *checker) printsNull(p *parse.PipeNode, s *schema.Shape, dot *schema.Shape) {
+	if p == nil || len(p.Decl) > 0 || len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 || !s.MayBeNull() {
+		return
+	}
+	f, ok := p.Cmds[0].Args[0].(*parse.FieldNode)
+	if !ok || c.guards[guard{dot, strings.Join(f.Ident, ".")}] > 0 {
+		return
+	}
+	what := strings.Join(f.Ident, ".")
+	start := chainStart(int(f.Position()), f.Ident, false)
+	c.probs = append(c.probs, Problem{Offset: start, Len: len([]rune(what)) + 1, MayBeNull: true, Prints: true, Path: what,
+		Message: fmt.Sprintf("%s may be null, and prints as <no value> when it is; print it inside {{with .%s}}, or as {{.%s | default \"...\"}}", what, what, what)})
 }
