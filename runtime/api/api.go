@@ -45,11 +45,15 @@ const (
 	CodeLiveKitFailed      Code = "livekit_failed"         // 502: the LiveKit server refused or did not answer
 	CodeReadOnly           Code = "flows_read_only"        // 409: the server cannot write its flows' files
 	CodeFileChanged        Code = "file_changed"           // 409: a file changed on the disk since the edit began
+	CodeLimitReached       Code = "limit_reached"          // 409: a tenant has as many of something as the server keeps (details: what, limit)
 	CodeInternal           Code = "internal"               // 500
 )
 
 // Status is the HTTP status a code is sent with.
 func (c Code) Status() int {
+	if status, ok := requestStatus[c]; ok {
+		return status
+	}
 	switch c {
 	case CodeBadRequest:
 		return http.StatusBadRequest
@@ -61,7 +65,7 @@ func (c Code) Status() int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused:
+	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused, CodeLimitReached:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -96,8 +100,12 @@ type ErrorBody struct {
 // Flow is a loaded flow.
 type Flow struct {
 	Name string `json:"name"`
-	// Version changes whenever the flow file or a file it reads changes.
+	// Version changes whenever the flow file or a file it reads changes:
+	// the version this server loaded from its flow directory. Promoted is
+	// the one new threads start on, on every server sharing the store
+	// (empty: the store keeps no versions).
 	Version      string        `json:"version"`
+	Promoted     string        `json:"promoted,omitempty"`
 	Description  string        `json:"description,omitempty"`
 	Path         string        `json:"path"`
 	Inputs       []string      `json:"inputs"`
@@ -208,6 +216,32 @@ type Checkpoint struct {
 	Writes  []Write   `json:"writes"`
 	Writers []Writer  `json:"writers,omitempty"`
 	Next    []string  `json:"next,omitempty"`
+	// Move is set on a thread's move onto another version of its flow
+	// (source migrate): the versions it left and moved to.
+	Move *CheckpointMove `json:"move,omitempty"`
+	// Base, for a branch (an update at an older checkpoint), is the
+	// checkpoint whose state it goes on from: Parent is the head it was
+	// committed after.
+	Base uint64 `json:"base,omitempty"`
+	// Answers are the answers the step's asking nodes ran with; Replies
+	// what its nodes were told by a model (a replay tells them again).
+	Answers map[string]any `json:"answers,omitempty"`
+	Replies []Reply        `json:"replies,omitempty"`
+}
+
+// CheckpointMove is the versions a move's checkpoint records.
+type CheckpointMove struct {
+	Flow string `json:"flow"`
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// Reply is a model's reply a node was told: Key names the request (a
+// hash of what the node sent).
+type Reply struct {
+	Node string `json:"node"`
+	Key  string `json:"key"`
+	Text string `json:"text"`
 }
 
 // Write is one field a checkpoint changed: its new value, or for an
@@ -218,6 +252,9 @@ type Write struct {
 	Value   any    `json:"value,omitempty"`
 	Items   []any  `json:"items,omitempty"`
 	Append  bool   `json:"append,omitempty"`
+	// Removed: the write took the field out of the state (a move onto a
+	// version that has no such field).
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Writer is a node that ran in a step and the fields it wrote.
@@ -240,10 +277,56 @@ type Fork struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-// Update writes values to a thread between runs as if node As had.
+// Update writes values to a thread as if node As had, over the state of
+// checkpoint At (default: the newest): at an older checkpoint, a branch
+// that goes on from there, keeping its unfinished run (resume continues
+// it over the edit).
 type Update struct {
 	As     string         `json:"as"`
 	Values map[string]any `json:"values"`
+	At     uint64         `json:"at,omitempty"`
+}
+
+// Replay re-runs a thread from checkpoint At: a new thread (ID, default a
+// new id) forked there, whose unfinished run, if any, starts at once.
+// Replies "recorded" (the default) tells its nodes what the model told the
+// thread (no model is needed to reproduce it); "model" asks the model.
+type Replay struct {
+	At       uint64            `json:"at"`
+	ID       string            `json:"id,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Replies  string            `json:"replies,omitempty"`
+}
+
+// Replayed is a replay's new thread and the run that replays it (none
+// when the checkpoint had nothing left to run).
+type Replayed struct {
+	Thread Thread `json:"thread"`
+	Run    *Run   `json:"run,omitempty"`
+}
+
+// MakeFlowTest asks for a flow test made of a thread (see FlowTest); Save
+// writes it beside the flow (it takes a key that may change the flows),
+// Replace over a file of that name.
+type MakeFlowTest struct {
+	Save    bool `json:"save,omitempty"`
+	Replace bool `json:"replace,omitempty"`
+}
+
+// FlowTest is a flow test made of a thread: a test file that creates a
+// thread with its initial values, runs what it ran (corrections
+// included) and expects each run's path and the final state, and the
+// cassette of the model's replies it was told, so that it runs offline.
+// It was run as made: Passed says so; Unasserted names the fields it
+// leaves out, which came out otherwise (the time, a random id).
+type FlowTest struct {
+	Path         string   `json:"path"`
+	Text         string   `json:"text"`
+	CassettePath string   `json:"cassette_path,omitempty"`
+	Cassette     string   `json:"cassette,omitempty"`
+	Unasserted   []string `json:"unasserted,omitempty"`
+	Passed       bool     `json:"passed"`
+	Saved        bool     `json:"saved"`
 }
 
 // What a run does when its thread is busy with another.
@@ -355,12 +438,17 @@ type CreateKey struct {
 // Key is an API key. Secret, the key itself, is given once, when it is
 // created; the server keeps only its hash.
 type Key struct {
-	ID      string     `json:"id"`
-	Tenant  string     `json:"tenant"`
-	Name    string     `json:"name,omitempty"`
-	Admin   bool       `json:"admin"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Name   string `json:"name,omitempty"`
+	Admin  bool   `json:"admin"`
+	// Scope narrows what the key may do: "studio" for the key a studio
+	// signs its page in with (its tenant and the flows, no keys).
+	Scope   string     `json:"scope,omitempty"`
 	Created time.Time  `json:"created"`
 	Revoked *time.Time `json:"revoked,omitempty"`
+	// Expires is when a key that lapses stops working unless renewed.
+	Expires *time.Time `json:"expires,omitempty"`
 	Secret  string     `json:"secret,omitempty"`
 }
 
@@ -393,7 +481,10 @@ const (
 // VoiceRequest asks for a thread's voice session.
 type VoiceRequest struct {
 	// Identity names the caller in the room (default "caller-" and the
-	// id of the API key that asks); Name is shown to the others. A
+	// id of the API key that asks); Name is shown to the others. An
+	// identity belongs to the key that received it: asking with another
+	// key for one that key holds (in the room, or in the session's caller
+	// place), or for another key's default, is refused (CodeForbidden). A
 	// session takes one caller at a time: another identity is refused
 	// (CodeVoiceBusy) while a caller is in the room, or was given a token
 	// moments ago and may be joining.

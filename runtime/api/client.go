@@ -59,6 +59,9 @@ func (c *Client) request(ctx context.Context, method, path string, body any) (*h
 	if c.Key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Key)
 	}
+	if k := IdempotencyKey(ctx); k != "" && method != http.MethodGet {
+		req.Header.Set(IdempotencyKeyHeader, k)
+	}
 	return req, nil
 }
 
@@ -165,6 +168,15 @@ func (c *Client) Validate(ctx context.Context, name string, src []byte) (*Valida
 func (c *Client) ReloadFlows(ctx context.Context) (*Reload, error) {
 	var out Reload
 	err := c.do(ctx, http.MethodPost, "/v1/flows/reload", nil, &out)
+	return &out, err
+}
+
+// ReloadAndPromote reloads the flow directory and promotes the versions
+// it loads: new threads of every flow start on them, on every server
+// sharing the store.
+func (c *Client) ReloadAndPromote(ctx context.Context) (*Reload, error) {
+	var out Reload
+	err := c.do(ctx, http.MethodPost, "/v1/flows/reload?promote=true", nil, &out)
 	return &out, err
 }
 
@@ -288,6 +300,20 @@ func (c *Client) Fork(ctx context.Context, id string, f Fork) (*Thread, error) {
 func (c *Client) Update(ctx context.Context, id string, u Update) (*State, error) {
 	var out State
 	err := c.do(ctx, http.MethodPost, "/v1/threads/"+url.PathEscape(id)+"/update", u, &out)
+	return &out, err
+}
+
+// Replay re-runs thread id from a checkpoint on a new thread.
+func (c *Client) Replay(ctx context.Context, id string, rp Replay) (*Replayed, error) {
+	var out Replayed
+	err := c.do(ctx, http.MethodPost, "/v1/threads/"+url.PathEscape(id)+"/replay", rp, &out)
+	return &out, err
+}
+
+// FlowTest makes a flow test of thread id (and saves it, if asked).
+func (c *Client) FlowTest(ctx context.Context, id string, m MakeFlowTest) (*FlowTest, error) {
+	var out FlowTest
+	err := c.do(ctx, http.MethodPost, "/v1/threads/"+url.PathEscape(id)+"/flow-test", m, &out)
 	return &out, err
 }
 

@@ -70,6 +70,8 @@ func resolveConfig(g *flow.Graph, recorded, given map[string]any) (cfg, record m
 		if err == nil {
 			v = schema.Coerce(f.Shape, v)
 			err = f.Validator.Validate(v)
+			// recorded, it reads back as the store hands it back
+			v, _ = value.Settle(v)
 		}
 		if err != nil {
 			probs.add(&InputError{Field: "config." + k, Reason: err.Error()})
@@ -233,7 +235,7 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 	// the child thread's one run is named by the namespace, which a run
 	// resuming this step (under another run id) finds again
 	req := Request{Thread: ChildThread(r.req.Thread, ns), ID: ns, Durability: r.req.Durability, Config: cfg,
-		Values: values, child: true}
+		Values: values, Replies: r.req.Replies, child: true}
 	if r.req.Observe != nil {
 		req.Observe = func(ev Event) {
 			switch ev.Type {

@@ -31,6 +31,7 @@
 //	    expect:                                     # after the last run
 //	      visits: {revisor: 0}
 //	      state: ["state.threshold_met"]
+//	    reload: true                                # also with the state read back between steps
 //
 // A call beyond a node's script runs the real node. A map's items are
 // scripted by their names, NODE[INDEX] (sections[1]), one script per
@@ -40,6 +41,11 @@
 // no model configured, llm nodes use their prompts' fallbacks, so tests
 // are offline and deterministic. The file is checked like a flow: every
 // problem at its line and column, in the file's terms.
+//
+// With reload (or Options.Reload), a test runs twice: in one process, and
+// with its state encoded, stored and decoded between every step, as a
+// process that picks the thread up reads it. Both runs must pass, and take
+// the same paths to the same outputs and final states.
 //
 // Each test has a store of its own. Its runs go to one thread unless a run
 // names another: the first run naming a thread creates it from the test's
@@ -51,10 +57,12 @@ package testfile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -90,7 +98,10 @@ type Test struct {
 	Script   map[string][]Call
 	Runs     []Run
 	Expect   *Expect
-	Pos      diag.Pos
+	// Reload runs the test with its state read back between steps too,
+	// whatever Options.Reload says.
+	Reload bool
+	Pos    diag.Pos
 	// scriptPos locates each node's script.
 	scriptPos map[string]diag.Pos
 }
@@ -122,8 +133,23 @@ type Run struct {
 	Config  map[string]any
 	Answers map[string]any
 	Resume  bool
-	Expect  *Expect
-	Pos     diag.Pos
+	// StopAfter, when set, stops the run at the boundary after its step
+	// *StopAfter (0: once its input is applied, before its first
+	// step), as a cancel or a crash leaves it, for an update to edit it
+	// there and a resume to go on.
+	StopAfter *int
+	// Update, instead of a run, writes values to the thread as if a node
+	// had (see engine.Update): a correction between runs, or of a run
+	// stopped or paused.
+	Update *Update
+	Expect *Expect
+	Pos    diag.Pos
+}
+
+// Update writes Values to the thread as node As would.
+type Update struct {
+	As     string
+	Values map[string]any
 }
 
 // Expect holds assertions. Path lists each superstep's nodes (a name, or a
@@ -187,6 +213,11 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		str("thread", "The thread the run goes to (default: the test's first); the first run naming a thread creates it.").NonEmpty(1),
 		config.Map("with", "A new thread's initial values, over the test's.", nil),
 		config.Bool("resume", "Resume the paused run (with answers, if any)."),
+		config.Integer("stop_after", "Stop the run at the boundary after this step of it (0: before its first step), as a cancel leaves it: an update may then edit it, and a run with resume: true go on.").Min(0),
+		config.Object("update", "Instead of a run, write values to the thread as a node would (through its reducers and declared writes), as trellis update does.",
+			str("as", "The node the values are written as.").NonEmpty(1).Require(),
+			config.Map("values", "Field to value.", nil).Require(),
+		),
 		config.Ref("expect", "What the run must do.", "expect"),
 	)
 	test := config.Object("", "One test: a thread, its runs and what they must do.",
@@ -197,6 +228,7 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 			config.Elem(config.List("", "", config.Elem(config.Ref("", "", "call"))))),
 		config.List("runs", "The runs, in order (default: one run with no input).", config.Elem(config.Ref("", "", "run"))),
 		config.Ref("expect", "What must hold after the last run.", "expect"),
+		config.Bool("reload", "Also run the test with the state encoded, stored and decoded between every step, as another process reads it back, whatever trellis test's --reload says: both runs must pass, the same way."),
 	)
 	root := config.Object("", "A flow test file.",
 		str("flow", "The flow under test, relative to this file.").NonEmpty(1).Require(),
@@ -214,6 +246,11 @@ func Load(path string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	return LoadSource(path, src)
+}
+
+// LoadSource reads a test file's text as Load reads the file at path.
+func LoadSource(path string, src []byte) (*File, error) {
 	var dl diag.List
 	doc := config.Parse(path, src, &dl)
 	if doc != nil {
@@ -259,6 +296,8 @@ func decode(path string, doc *config.File, dl *diag.List) *File {
 	}
 	for _, tn := range root.Get("tests").Items() {
 		t := Test{Name: tn.Get("name").Text(), With: values(tn.Get("with")), WithFile: tn.Get("with_file").Text(), Pos: tn.Pos(), scriptPos: map[string]diag.Pos{}}
+		reload, _ := tn.Get("reload").JSON()
+		t.Reload, _ = reload.(bool)
 		if sc := tn.Get("script"); sc.Exists() {
 			t.Script = map[string][]Call{}
 			for _, e := range sc.Entries() {
@@ -288,8 +327,21 @@ func decode(path string, doc *config.File, dl *diag.List) *File {
 			r := Run{Thread: rn.Get("thread").Text(), With: values(rn.Get("with")), Input: values(rn.Get("input")), Config: values(rn.Get("config")), Answers: values(rn.Get("answers")), Pos: rn.Pos(), Expect: expectOf(rn.Get("expect"))}
 			resume, _ := rn.Get("resume").JSON()
 			r.Resume, _ = resume.(bool)
+			if stop, err := rn.Get("stop_after").JSON(); err == nil {
+				if n, isInt := stop.(int); isInt {
+					r.StopAfter = &n
+				}
+			}
 			if (r.Resume || r.Answers != nil) && rn.Get("input").Exists() {
 				dl.Errorf(diag.CodeConstraint, rn.KeyOf("input").Pos(), rn.Path(), "a run either resumes a paused one (answers, resume) or starts with input, not both")
+			}
+			if u := rn.Get("update"); u.Exists() {
+				r.Update = &Update{As: u.Get("as").Text(), Values: values(u.Get("values"))}
+				for _, k := range []string{"input", "answers", "resume", "config", "expect"} {
+					if rn.Get(k).Exists() {
+						dl.Errorf(diag.CodeConstraint, rn.KeyOf(k).Pos(), rn.Path(), "an update is not a run: it takes no %s", k)
+					}
+				}
 			}
 			t.Runs = append(t.Runs, r)
 		}
@@ -350,6 +402,27 @@ func (f *File) FlowPath() string {
 // contains match, when it is not empty). A flow that does not load is an
 // error with its diagnostics.
 func RunFile(ctx context.Context, f *File, reg kind.Registry, match string) ([]Result, error) {
+	return RunFileWith(ctx, f, reg, Options{Match: match})
+}
+
+// Options says which tests RunFileWith runs, and how.
+type Options struct {
+	// Match runs only the tests whose name contains it ("": all).
+	Match string
+	// Reload runs each test twice: in one process, and with its state
+	// encoded, stored and decoded between every step, as a process that
+	// picks the thread up reads it (engine.WithReload). Each must pass,
+	// and the two must take the same paths to the same outputs and final
+	// states: where they differ, a value held in memory is not the value
+	// the store hands back, and a thread would behave otherwise after a
+	// restart or on another replica.
+	Reload bool
+}
+
+// RunFileWith loads the flow and runs the tests of f as opts says. A flow
+// that does not load is an error with its diagnostics.
+func RunFileWith(ctx context.Context, f *File, reg kind.Registry, opts Options) ([]Result, error) {
+	match := opts.Match
 	g, dl, src := flow.Compile(nil, f.FlowPath(), nil, reg)
 	if dl.HasErrors() {
 		return nil, &diag.ListError{List: dl, Sources: src}
@@ -370,14 +443,38 @@ func RunFile(ctx context.Context, f *File, reg kind.Registry, match string) ([]R
 		}
 		start := time.Now()
 		r := Result{Name: t.Name}
-		r.Failures = runTest(ctx, f, g, impls, t)
+		var ran []ranRun
+		r.Failures, ran = runTest(ctx, f, g, impls, t, nil, false)
+		if opts.Reload || t.Reload {
+			fails, reran := runTest(ctx, f, g, impls, t, nil, true)
+			for _, m := range fails {
+				if !slices.Contains(r.Failures, m) {
+					r.Failures = append(r.Failures, "with the state read back between steps: "+m)
+				}
+			}
+			r.Failures = append(r.Failures, differences(ran, reran)...)
+		}
 		r.Took = time.Since(start)
 		results = append(results, r)
 	}
 	return results, nil
 }
 
-func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test) (fails []string) {
+// ranRun is what a run of a test did, for comparing the runs of a test
+// made in one process with those that read their state back.
+type ranRun struct {
+	pos    diag.Pos
+	err    string
+	path   [][]string
+	paused []string
+	state  map[string]any
+	output string
+}
+
+// runTest runs one test; replies, when set, answer its llm nodes as the
+// runs of a thread were answered; with reload, the runs read their state
+// back between steps (engine.WithReload). It returns what each run did.
+func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test, replies *engine.Replies, reload bool) (fails []string, ran []ranRun) {
 	at := func(pos diag.Pos, format string, args ...any) {
 		fails = append(fails, fmt.Sprintf("%s: %s", pos, fmt.Sprintf(format, args...)))
 	}
@@ -442,7 +539,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		n.Retry.Backoff = 0 // scripted failures need no waiting
 	}
 	if len(fails) > 0 {
-		return fails
+		return fails, ran
 	}
 	// a scripted output the node refused fails the test, whatever the run
 	// made of it
@@ -451,7 +548,11 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			fails = append(fails, sc.bad...)
 		}
 	}()
-	eng := engine.New(memory.New())
+	var opts []engine.Option
+	if reload {
+		opts = append(opts, engine.WithReload())
+	}
+	eng := engine.New(memory.New(), opts...)
 	defer eng.Store.Close()
 	const first = "test"
 	with := map[string]any{}
@@ -460,14 +561,14 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		m, ok := vals.(map[string]any)
 		if err != nil || !ok {
 			at(t.Pos, "with_file: %s: want a file holding a mapping of field to value: %v", t.WithFile, err)
-			return fails
+			return fails, ran
 		}
 		maps.Copy(with, m)
 	}
 	maps.Copy(with, t.With)
 	if _, err := eng.Create(ctx, g, first, with); err != nil {
 		at(t.Pos, "with: %v", err)
-		return fails
+		return fails, ran
 	}
 	created := map[string]bool{first: true}
 	runs := t.Runs
@@ -490,19 +591,60 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		switch {
 		case created[thread] && r.With != nil:
 			at(r.Pos, "with: thread %q exists: with gives a new thread its initial values", thread)
-			return fails
+			return fails, ran
 		case !created[thread]:
 			values := maps.Clone(with)
 			maps.Copy(values, r.With)
 			if _, err := eng.Create(ctx, g, thread, values); err != nil {
 				at(r.Pos, "thread %s: with: %v", thread, err)
-				return fails
+				return fails, ran
 			}
 			created[thread] = true
 		}
-		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Observe: func(ev engine.Event) {
-			if ev.Type == engine.NodeEnd && ev.Degraded != "" && ev.NS == "" { // a child flow's nodes are not this flow's
+		if r.Update != nil {
+			snap, err := eng.Update(ctx, g, thread, r.Update.As, r.Update.Values)
+			if err != nil {
+				at(r.Pos, "update %d: %v", i+1, err)
+				return fails, ran
+			}
+			state, last = snap.Values, &engine.Result{Thread: thread, State: snap.Values, Checkpoint: snap.Seq}
+			continue
+		}
+		if r.StopAfter != nil && *r.StopAfter == 0 {
+			// stopped before its first step: it pauses before whichever
+			// nodes it would run first
+			res, err := pauseFirst(ctx, eng, g, engine.Request{Thread: thread, Input: in, Config: r.Config, Replies: replies})
+			if err != nil || res.Interrupt == nil {
+				at(r.Pos, "run %d: want it stopped before its first step, it %s", i+1, endedHow(err))
+				return fails, ran
+			}
+			continue
+		}
+		var stop chan struct{}
+		var stopped [][]string // the path of a run stopped part way
+		if r.StopAfter != nil && *r.StopAfter > 0 {
+			stop = make(chan struct{})
+		}
+		var once sync.Once
+		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Replies: replies, Stop: stop, Observe: func(ev engine.Event) {
+			if ev.NS != "" { // a child flow's nodes are not this flow's
+				return
+			}
+			switch {
+			case ev.Type == engine.NodeEnd && ev.Degraded != "":
 				degraded[ev.Node] = true
+			case stop != nil && ev.Type == engine.NodeStart:
+				if _, top := g.Node(ev.Node); top { // not a map's item
+					if len(stopped) == 0 {
+						stopped = append(stopped, nil)
+					}
+					stopped[len(stopped)-1] = append(stopped[len(stopped)-1], ev.Node)
+				}
+			case stop != nil && ev.Type == engine.StateUpdate && len(stopped) > 0 && stopped[len(stopped)-1] != nil:
+				stopped = append(stopped, nil)
+				if ev.Step >= *r.StopAfter {
+					once.Do(func() { close(stop) })
+				}
 			}
 		}}
 		if r.Resume || r.Answers != nil {
@@ -510,13 +652,28 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		}
 		res, err := eng.Run(ctx, g, req)
 		ex := r.Expect
+		if stop != nil {
+			if !errors.Is(err, engine.ErrStopped) {
+				at(r.Pos, "run %d: want it stopped after step %d, it %s", i+1, *r.StopAfter, endedHow(err))
+				return fails, ran
+			}
+			if len(stopped) > 0 && stopped[len(stopped)-1] == nil {
+				stopped = stopped[:len(stopped)-1]
+			}
+			ran = append(ran, ranRun{pos: r.Pos, err: "stopped", path: stopped})
+			if ex != nil && ex.Path != nil {
+				fails = append(fails, check(&Expect{Path: ex.Path, pathPos: ex.pathPos}, g, nil, nil, stopped, nil, fmt.Sprintf("run %d", i+1))...)
+			}
+			continue
+		}
 		if err != nil {
+			ran = append(ran, ranRun{pos: r.Pos, err: err.Error()})
 			if slices.ContainsFunc(scripts, (*scripted).refused) {
-				return fails // the refused script says why
+				return fails, ran // the refused script says why
 			}
 			if ex == nil || ex.Error == "" || !strings.Contains(err.Error(), ex.Error) {
 				at(r.Pos, "run %d failed: %v", i+1, err)
-				return fails
+				return fails, ran
 			}
 			continue
 		}
@@ -528,6 +685,15 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		}
 		state, last = res.State, res
 		paused := pausedAt(res.Interrupt)
+		did := ranRun{pos: r.Pos, path: res.Path, paused: paused, state: res.State}
+		if g.Output != nil && res.Interrupt == nil {
+			if text, err := g.Output.Render(res.State); err == nil {
+				did.output = text
+			} else {
+				did.output = "error: " + err.Error()
+			}
+		}
+		ran = append(ran, did)
 		switch {
 		case paused != nil && (ex == nil || ex.Paused == nil):
 			at(r.Pos, "run %d paused at %s%s; expect it with paused: [%s]%s", i+1, strings.Join(paused, ", "), asked(res.Interrupt),
@@ -548,7 +714,84 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		fails = append(fails, check(t.Expect, g, state, total, nil, nil, "after the last run")...)
 		fails = append(fails, checkOutput(t.Expect, g, last, "after the last run")...)
 	}
-	return fails
+	return fails, ran
+}
+
+// differences compares the runs of a test made in one process (one) with
+// those that read their state back between steps (other): the same
+// outcome, path, pause, output and final state, run by run.
+func differences(one, other []ranRun) []string {
+	var out []string
+	for i := range min(len(one), len(other)) {
+		a, b := one[i], other[i]
+		differ := func(what string, x, y any) {
+			out = append(out, fmt.Sprintf("%s: run %d: %s differs when the state is read back between steps: in one process %s, read back %s",
+				a.pos, i+1, what, x, y))
+		}
+		switch {
+		case a.err != b.err:
+			differ("the outcome", orDone(a.err), orDone(b.err))
+			continue
+		case a.err != "":
+			continue
+		}
+		if !slices.EqualFunc(a.path, b.path, slices.Equal) {
+			differ("the path", showPath(a.path), showPath(b.path))
+		}
+		if !slices.Equal(a.paused, b.paused) {
+			differ("the pause", a.paused, b.paused)
+		}
+		if a.output != b.output {
+			differ("the output", fmt.Sprintf("%q", a.output), fmt.Sprintf("%q", b.output))
+		}
+		for _, k := range slices.Sorted(maps.Keys(a.state)) {
+			if x, y := a.state[k], b.state[k]; !reflect.DeepEqual(x, y) {
+				differ("state."+k, value.Show(x, 300), value.Show(y, 300))
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(b.state)) {
+			if _, ok := a.state[k]; !ok {
+				differ("state."+k, "nothing", value.Show(b.state[k], 300))
+			}
+		}
+	}
+	if len(one) != len(other) {
+		out = append(out, fmt.Sprintf("%d runs in one process, %d with the state read back between steps", len(one), len(other)))
+	}
+	return out
+}
+
+func orDone(err string) string {
+	if err == "" {
+		return "it succeeded"
+	}
+	return "it failed: " + err
+}
+
+// pauseFirst runs req pausing before its first step, as a run of nodes
+// that all pause before they run would.
+func pauseFirst(ctx context.Context, eng *engine.Engine, g *flow.Graph, req engine.Request) (*engine.Result, error) {
+	before := make([]bool, len(g.Nodes))
+	for i, n := range g.Nodes {
+		before[i], n.InterruptBefore = n.InterruptBefore, true
+	}
+	pauses := g.Pauses
+	g.Pauses = true
+	defer func() {
+		for i, n := range g.Nodes {
+			n.InterruptBefore = before[i]
+		}
+		g.Pauses = pauses
+	}()
+	return eng.Run(ctx, g, req)
+}
+
+// endedHow says how a run that was to stop ended.
+func endedHow(err error) string {
+	if err != nil {
+		return "failed: " + err.Error()
+	}
+	return "ran to its end"
 }
 
 // pausedAt lists the nodes a run paused at, sorted (nil when it did not).

@@ -40,9 +40,10 @@ var authCases = map[string]authCase{
 
 	// greet's versions, and the threads on the one loaded; a thread
 	// moved onto the version it is on
-	"GET /v1/flows/{name}/versions":                   {ok: 200},
-	"GET /v1/flows/{name}/versions/{version}/threads": {ok: 200},
-	"POST /v1/threads/{id}/migrate":                   {ok: 200, body: `{"to": "{version}"}`},
+	"GET /v1/flows/{name}/versions":                    {ok: 200},
+	"GET /v1/flows/{name}/versions/{version}/threads":  {ok: 200},
+	"POST /v1/flows/{name}/versions/{version}/promote": {ok: 200},
+	"POST /v1/threads/{id}/migrate":                    {ok: 200, body: `{"to": "{version}"}`},
 
 	// the studio's: greet's files, checked as they are; a save with no
 	// edit (refused, and the repository's flows are never written); greet
@@ -64,6 +65,10 @@ var authCases = map[string]authCase{
 	"GET /v1/threads/{id}/history":            {ok: 200},
 	"POST /v1/threads/{id}/fork":              {ok: 201, body: `{"at": 1}`},
 	"POST /v1/threads/{id}/update":            {ok: 200, body: `{"as": "greet", "values": {"greeting": "hi"}}`},
+	"POST /v1/threads/{id}/replay":            {ok: 201, body: `{"at": 1}`},
+	"POST /v1/threads/{id}/flow-test":         {ok: 200, body: `{}`},
+	"GET /v1/studio/session":                  {ok: 200},
+	"POST /v1/studio/session/renew":           {ok: 200},
 	"POST /v1/threads/{id}/runs":              {ok: 202, body: `{"input": {"name": "Ada"}}`},
 	"POST /v1/threads/{id}/runs/wait":         {ok: 200, body: `{"input": {"name": "Ada"}}`},
 	"POST /v1/threads/{id}/runs/stream":       {ok: 200, body: `{"input": {"name": "Ada"}}`},
@@ -95,12 +100,13 @@ var authCases = map[string]authCase{
 	// a run's webhook deliveries (none); acme's schedule, which another
 	// tenant does not find
 	"GET /v1/threads/{id}/runs/{run}/webhooks": {ok: 200},
-	"POST /v1/schedules":                       {ok: 201, body: `{"flow": "greet", "cron": "0 3 * * *"}`},
+	"POST /v1/schedules":                       {ok: 201, body: `{"flow": "greet", "cron": "0 3 * * *", "input": {"name": "Ada"}}`},
 	"GET /v1/schedules":                        {ok: 200},
 	"GET /v1/schedules/{schedule}":             {ok: 200, owned: true},
 	"DELETE /v1/schedules/{schedule}":          {ok: 204, owned: true},
 	"POST /v1/schedules/{schedule}/pause":      {ok: 200, owned: true},
 	"POST /v1/schedules/{schedule}/resume":     {ok: 200, owned: true},
+	"GET /v1/schedules/{schedule}/ticks":       {ok: 200, owned: true},
 
 	"POST /v1/keys":         {ok: 201, body: `{"tenant": "newco"}`},
 	"GET /v1/keys":          {ok: 200},
@@ -113,7 +119,8 @@ var authCases = map[string]authCase{
 // with a voice agent's grant for the thread it names and for another
 // thread of its owner.
 func TestAuthorizationMatrix(t *testing.T) {
-	h := newHarness(t, "memory", nil, func(c *Config) { c.Speech, c.Page = smallSpeech{}, smallPage("voice") })
+	// every caller creates schedules of acme's: more than a tenant may keep by default
+	h := newHarness(t, "memory", nil, func(c *Config) { c.Speech, c.Page, c.Schedules.PerTenant = smallSpeech{}, smallPage("voice"), -1 })
 	greet := readFile(t, flowsDir+"/examples/greet.yaml")
 	callers := []struct {
 		name string
@@ -154,7 +161,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 				t.Fatal(err)
 			}
 			sched := "s" + strconv.Itoa(n)
-			if _, err := h.acme.CreateSchedule(ctx, api.CreateSchedule{ID: sched, Flow: "greet", Cron: "0 3 * * *"}); err != nil {
+			if _, err := h.acme.CreateSchedule(ctx, api.CreateSchedule{ID: sched, Flow: "greet", Cron: "0 3 * * *", Input: map[string]any{"name": "Grace"}}); err != nil {
 				t.Fatal(err)
 			}
 			key := c.key
@@ -216,7 +223,7 @@ func expected(rt route, tc authCase, caller string) int {
 		return tc.ok
 	case rt.access == agent:
 		return http.StatusForbidden
-	case rt.access == admin && caller != "admin":
+	case (rt.access == admin || rt.access == edit) && caller != "admin":
 		return http.StatusForbidden
 	case rt.access == admin:
 		return tc.ok

@@ -192,8 +192,15 @@ func (m *manager) beat() {
 	defer close(m.beatDone)
 	t := time.NewTicker(beatEvery)
 	defer t.Stop()
+	var swept time.Time
 	for {
 		_ = m.s.cat.Beat(m.records, m.id)
+		if time.Since(swept) >= m.s.cfg.DeadAfter/2 {
+			// the keys of a server that died (a studio killed) lapse
+			// with it
+			swept = time.Now()
+			_, _ = m.s.SweepKeys(m.records)
+		}
 		select {
 		case <-m.quit:
 			return
@@ -365,15 +372,15 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 	if !in.Resume && len(in.Answers) > 0 {
 		return store.RunRecord{}, nil, &api.Error{Code: api.CodeInvalidInput, Message: "answers go with resume: true"}
 	}
-	input, err := plain(in.Input)
+	input, err := plain("input", in.Input)
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
-	answers, err := plain(in.Answers)
+	answers, err := plain("answers", in.Answers)
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
-	cfg, err := plain(in.Config)
+	cfg, err := plain("config", in.Config)
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}

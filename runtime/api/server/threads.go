@@ -89,16 +89,18 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 		return err
 	}
 	if in.ID == "" {
-		in.ID = newID("thread")
+		in.ID = newRef(r, "thread")
 	}
 	if err := checkThreadID(in.ID); err != nil {
 		return err
 	}
-	l, err := s.flows.get(in.Flow)
+	// the version promoted for every server: the same wherever the
+	// thread is made
+	l, err := s.newThreadFlow(r.Context(), in.Flow)
 	if err != nil {
 		return err
 	}
-	values, err := plain(in.Values)
+	values, err := plain("values", in.Values)
 	if err != nil {
 		return err
 	}
@@ -130,6 +132,7 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 		}
 		return err
 	}
+	made(r, key)
 	out, err := s.threadInfo(r, rec)
 	if err != nil {
 		return err
@@ -337,10 +340,21 @@ func (s *Server) threadHistory(w http.ResponseWriter, r *http.Request, c *caller
 	out := api.History{Checkpoints: []api.Checkpoint{}}
 	for _, cp := range cps {
 		x := api.Checkpoint{Seq: cp.Seq, Parent: cp.Parent, Run: cp.Run, Step: cp.Step, Source: string(cp.Source), Time: cp.Time,
-			Writes: []api.Write{}, Next: cp.Next}
-		for _, wr := range cp.Writes {
-			x.Writes = append(x.Writes, api.Write{Field: wr.Field, Version: wr.Version, Value: wr.Value, Items: wr.Items, Append: wr.Append})
+			Writes: []api.Write{}, Next: cp.Next, Base: cp.Base, Answers: cp.Answers}
+		if cp.Source == store.SourceFork {
+			// the thread it was forked from, by its public id
+			if from, seq, ok := store.ForkedFrom(cp); ok {
+				x.Run = publicID(from) + "@" + strconv.FormatUint(seq, 10)
+			}
+		} else {
+			for _, rp := range cp.Replies {
+				x.Replies = append(x.Replies, api.Reply{Node: rp.Node, Key: rp.Key, Text: rp.Text})
+			}
 		}
+		for _, wr := range cp.Writes {
+			x.Writes = append(x.Writes, api.Write{Field: wr.Field, Version: wr.Version, Value: wr.Value, Items: wr.Items, Append: wr.Append, Removed: wr.Removed})
+		}
+		x.Move = checkpointMove(cp)
 		for _, nw := range cp.Writers {
 			x.Writers = append(x.Writers, api.Writer{Node: nw.Node, Fields: nw.Fields})
 		}
@@ -359,27 +373,48 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 	if err := readJSON(r, &in); err != nil {
 		return err
 	}
-	if in.ID == "" {
-		in.ID = newID("thread")
-	}
-	if err := checkThreadID(in.ID); err != nil {
+	fork, _, err := s.fork(r, c, rec, in.At, in.ID, in.Metadata, false)
+	if err != nil {
 		return err
 	}
-	if in.At == 0 || in.At > maxCheckpoint {
-		return &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("at names the checkpoint to fork from, an integer from 1 to %d", int64(maxCheckpoint)),
+	made(r, fork.ID)
+	out, err := s.threadInfo(r, fork)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// fork starts thread id (a new id when empty) of c's tenant from
+// checkpoint at of rec, with metadata (rec's when nil); replay makes it
+// a replay's fork (store.ForkReplaying).
+func (s *Server) fork(r *http.Request, c *caller, rec *store.ThreadRecord, at uint64, id string, md map[string]string, replay bool) (*store.ThreadRecord, *store.Snapshot, error) {
+	if id == "" {
+		id = newRef(r, "thread")
+	}
+	if err := checkThreadID(id); err != nil {
+		return nil, nil, err
+	}
+	if at == 0 || at > maxCheckpoint {
+		return nil, nil, &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("at names the checkpoint to fork from, an integer from 1 to %d", int64(maxCheckpoint)),
 			Details: map[string]string{"field": "at"}}
 	}
-	key := threadKey(c, in.ID)
-	if _, err := store.Fork(r.Context(), s.eng().Store, rec.ID, in.At, key); err != nil {
+	key := threadKey(c, id)
+	forkAt := store.Fork
+	if replay {
+		forkAt = store.ForkReplaying
+	}
+	snap, err := forkAt(r.Context(), s.eng().Store, rec.ID, at, key)
+	if err != nil {
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), in.At)}
+			return nil, nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), at)}
 		case errors.Is(err, store.ErrExists):
-			return &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", in.ID)}
+			return nil, nil, &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", id)}
 		}
-		return err
+		return nil, nil, err
 	}
-	md := in.Metadata
 	if md == nil {
 		md = rec.Metadata
 	}
@@ -387,18 +422,13 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 	err = s.cat.CreateThread(r.Context(), fork)
 	if err == nil {
 		// the fork runs the version its checkpoint was made by
-		err = s.pinFork(r.Context(), c.tenant, rec.ID, in.At, key)
+		err = s.pinFork(r.Context(), c.tenant, rec.ID, at, key)
 	}
 	if err != nil {
 		_ = s.eng().Delete(r.Context(), key)
-		return err
+		return nil, nil, err
 	}
-	out, err := s.threadInfo(r, fork)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, out)
-	return nil
+	return fork, snap, nil
 }
 
 func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller) error {
@@ -414,14 +444,22 @@ func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
-	values, err := plain(in.Values)
+	values, err := plain("values", in.Values)
 	if err != nil {
 		return err
 	}
-	snap, err := s.eng().Update(r.Context(), l.flow.Graph(), rec.ID, in.As, values)
+	if in.At > maxCheckpoint {
+		return &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("at names the checkpoint to update at, an integer from 1 to %d", int64(maxCheckpoint)),
+			Details: map[string]string{"field": "at"}}
+	}
+	snap, err := s.eng().UpdateAt(r.Context(), l.flow.Graph(), rec.ID, in.At, in.As, values)
+	if errors.Is(err, store.ErrNotFound) && in.At > 0 {
+		return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), in.At)}
+	}
 	if err != nil {
 		return valuesError(err)
 	}
+	made(r, "")
 	writeJSON(w, http.StatusOK, stateInfo(snap))
 	return nil
 }

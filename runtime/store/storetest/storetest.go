@@ -30,6 +30,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ValuesRoundTrip", testValuesRoundTrip},
 		{"HistoryPagesAndFilters", testHistory},
 		{"StateAtAndFork", testStateAtAndFork},
+		{"ForkCarriesTheRun", testForkCarries},
+		{"BranchAndRepliesRoundTrip", testBranchMeta},
 		{"ThreadsAndDelete", testThreadsAndDelete},
 		{"ConcurrentWritersOneWins", testConcurrentWriters},
 		{"PendingWrites", testPending},
@@ -40,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneIdleThreads", testPruneIdle},
 		{"PruneIdleLeavesHeldThreads", testPruneIdleHeld},
 		{"LongThreadEveryState", testLongThread},
+		{"RemovedFieldIsGone", testRemovedField},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,6 +109,72 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 	}
 	if _, err := b.Head(ctx, "none"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("b reads a thread that does not exist: %v", err)
+	}
+	// a takes a field out of a thread's state (a move to a version without
+	// it), then the thread grows past a fold: b, reading it from the
+	// database, has no such field, not a null one
+	create(t, a, "r", map[string]any{"gone": "x", "n": 0})
+	commit(t, a, "r", 2, store.Write{Field: "gone", Version: 2, Removed: true})
+	for i := uint64(3); i <= 80; i++ {
+		commit(t, a, "r", i, store.Write{Field: "n", Version: i, Value: int(i)})
+	}
+	hr, err := b.Head(ctx, "r")
+	if _, has := hr.Values["gone"]; err != nil || has || hr.Values["n"] != 80 {
+		t.Fatalf("b reads a thread whose field was removed as %+v %v", hr.Values, err)
+	}
+}
+
+// A write that removes a field takes it out of the state (no value, not
+// a null one): at the head, at every later checkpoint, in a fork and
+// after a fold, while the state before it still has it; a later write
+// brings it back.
+func testRemovedField(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"gone": map[string]any{"a": 1}, "n": 0})
+	commit(t, st, "t", 2, store.Write{Field: "gone", Version: 2, Removed: true}, store.Write{Field: "n", Version: 2, Value: 1})
+	absent := func(what string, values map[string]any) {
+		t.Helper()
+		if v, has := values["gone"]; has {
+			t.Fatalf("%s: the removed field is there (%v): %v", what, v, values)
+		}
+	}
+	h, err := st.Head(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent("the head", h.Values)
+	for i := uint64(3); i <= 70; i++ {
+		commit(t, st, "t", i, store.Write{Field: "n", Version: i, Value: int(i)})
+	}
+	for _, seq := range []uint64{2, 40, 70} {
+		s, err := st.StateAt(ctx, "t", seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		absent(fmt.Sprintf("the state at %d", seq), s.Values)
+	}
+	if s, err := st.StateAt(ctx, "t", 1); err != nil || !reflect.DeepEqual(s.Values["gone"], map[string]any{"a": 1}) {
+		t.Fatalf("the state before the removal: %+v %v", s, err)
+	}
+	f, err := store.Fork(ctx, st, "t", 70, "t-fork")
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent("a fork", f.Values)
+	if h, err = st.Head(ctx, "t-fork"); err != nil {
+		t.Fatal(err)
+	}
+	absent("the fork's head", h.Values)
+	hist, err := st.History(ctx, "t", store.HistoryOptions{Source: store.SourceStep, Limit: 100})
+	if err != nil || len(hist) == 0 {
+		t.Fatal(hist, err)
+	}
+	first := hist[len(hist)-1]
+	if first.Seq != 2 || len(first.Writes) != 2 || first.Writes[0].Field != "gone" || !first.Writes[0].Removed {
+		t.Fatalf("the removal in the history: %+v", first)
+	}
+	commit(t, st, "t", 71, store.Write{Field: "gone", Version: 3, Value: "back"})
+	if h, err = st.Head(ctx, "t"); err != nil || h.Values["gone"] != "back" {
+		t.Fatalf("the field written again: %+v %v", h, err)
 	}
 }
 
@@ -311,6 +380,74 @@ func testStateAtAndFork(t *testing.T, st store.Store) {
 	h1, _ := st.Head(ctx, "t")
 	if !reflect.DeepEqual(h2.Values["log"], []any{2, 3, "fork"}) || !reflect.DeepEqual(h1.Values["log"], []any{2, 3, 4, 5}) {
 		t.Fatalf("fork %v original %v", h2.Values["log"], h1.Values["log"])
+	}
+}
+
+// A fork at a checkpoint with nodes to run carries the run: its next
+// nodes, join arrivals, step, its input and configuration (read from its
+// input checkpoint) and, at the thread's head, the pending writes.
+func testForkCarries(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0})
+	in := &store.Checkpoint{Thread: "t", Seq: 2, Parent: 1, Run: "r1", Source: store.SourceInput, Time: at(2),
+		Writes: []store.Write{{Field: "n", Version: 2, Value: 7}}, Next: []string{"a", "b"}, Config: map[string]any{"model": "m"}}
+	if err := st.Commit(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	step := &store.Checkpoint{Thread: "t", Seq: 3, Parent: 2, Run: "r1", Step: 1, Source: store.SourceStep, Time: at(3),
+		Writers: []store.NodeWrites{{Node: "a"}}, Next: []string{"c", "d"}, Joins: []uint64{1}}
+	if err := st.Commit(ctx, step); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutPending(ctx, "t", 3, "c", []store.Write{{Field: "n", Value: 8}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		seq     uint64
+		next    []string
+		joins   []uint64
+		step    int
+		pending bool
+	}{{2, []string{"a", "b"}, nil, 0, false}, {3, []string{"c", "d"}, []uint64{1}, 1, true}} {
+		to := fmt.Sprintf("f%d", tc.seq)
+		if _, err := store.Fork(ctx, st, "t", tc.seq, to); err != nil {
+			t.Fatal(err)
+		}
+		h, err := st.Head(ctx, to)
+		if err != nil || h.Seq != 1 || !slices.Equal(h.Next, tc.next) || !slices.Equal(h.Joins, tc.joins) || h.Step != tc.step {
+			t.Fatalf("the fork at %d: %v %+v", tc.seq, err, h)
+		}
+		if got := len(h.Pending["c"]) == 1; got != tc.pending {
+			t.Errorf("the fork at %d has pending writes %v", tc.seq, h.Pending)
+		}
+		input, cfg := store.RunInput(ctx, st, to, h.Run)
+		if !reflect.DeepEqual(input, map[string]any{"n": 7}) || !reflect.DeepEqual(cfg, map[string]any{"model": "m"}) {
+			t.Errorf("the fork at %d carries input %v and configuration %v", tc.seq, input, cfg)
+		}
+	}
+}
+
+// A checkpoint's branch, replies and answers are kept as committed.
+func testBranchMeta(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0})
+	commit(t, st, "t", 2, store.Write{Field: "n", Version: 2, Value: 2})
+	cp := &store.Checkpoint{Thread: "t", Seq: 3, Parent: 2, Base: 1, Run: "r2", Step: 1, Source: store.SourceUpdate, Time: at(3),
+		Writes:  []store.Write{{Field: "n", Version: 3, Value: 0}},
+		Replies: []store.Reply{{Node: "ask", Key: "k1", Text: "a reply\nin two lines"}, {Node: "m[2]", Key: "k2", Text: `{"x": 1}`}},
+		Answers: map[string]any{"approve": map[string]any{"ok": true, "note": "fine"}}}
+	if err := st.Commit(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	h, err := st.History(ctx, "t", store.HistoryOptions{Limit: 1})
+	if err != nil || len(h) != 1 {
+		t.Fatal(err)
+	}
+	got := h[0]
+	if got.Base != 1 || !reflect.DeepEqual(got.Replies, cp.Replies) || !reflect.DeepEqual(got.Answers, cp.Answers) {
+		t.Errorf("read back: base %d replies %+v answers %v", got.Base, got.Replies, got.Answers)
+	}
+	s, err := st.StateAt(ctx, "t", 3)
+	if err != nil || s.Values["n"] != 0 {
+		t.Errorf("the branch's state: %v %+v", err, s)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,15 +53,39 @@ func cassette(env *Env, path string, model *llm.Provider, offline kind.Registry,
 	return env.WithModel(&llm.Provider{Cassette: cas}), cas, nil
 }
 
+// inCI reports whether the command runs in continuous integration, as
+// the CI environment variable that CI services set says.
+func inCI() bool {
+	v, err := strconv.ParseBool(os.Getenv("CI"))
+	return err == nil && v
+}
+
 func cmdTest(ctx context.Context, env *Env, args []string) int {
 	fs := flags(env, "test")
 	match := fs.String("run", "", "run only the tests whose name contains this text")
 	verbose := fs.Bool("v", false, "list every test, not only failures")
 	useModel := fs.Bool("model", false, "call the configured model instead of using fallbacks (tests are then not deterministic)")
 	record := fs.Bool("record", false, "call the configured model and keep its replies in each test file's cassette (x.cassette.yaml), which later runs replay offline")
+	reload := fs.Bool("reload", inCI(), "run each test twice, the second time with the state encoded, stored and decoded between every step, as another process reads it back; the two must take the same paths to the same outputs and states (default: on when the CI environment variable is set)")
+	fromThread := fs.String("from-thread", "", "make a flow test of this thread (of the store --store names) and of FLOW, then run it")
+	out := fs.String("out", "", "with --from-thread, the test file to write (default: FLOW.THREAD.test.yaml beside FLOW)")
+	replace := fs.Bool("replace", false, "with --from-thread, write over the test file and its cassette if they exist")
+	storeAddr := storeFlag(fs)
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
+	}
+	if *reload && (*useModel || *record) {
+		// a live model answers the two runs differently
+		fmt.Fprintln(env.Stderr, "trellis test: --reload is off with --model and --record: a live model's replies differ from run to run")
+		*reload = false
+	}
+	if *fromThread != "" {
+		path, code := testFromThread(ctx, env, *storeAddr, *fromThread, paths, *out, *replace)
+		if path == "" {
+			return code
+		}
+		paths = []string{path}
 	}
 	files, err := TestFiles(paths)
 	if err != nil {
@@ -106,7 +132,7 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 			failed++
 			continue
 		}
-		results, err := testfile.RunFile(ctx, f, reg, *match)
+		results, err := testfile.RunFileWith(ctx, f, reg, testfile.Options{Match: *match, Reload: *reload})
 		if cas != nil {
 			if drifts := cas.Drifts(); len(drifts) > 0 {
 				failed++
@@ -241,6 +267,9 @@ func cmdDev(ctx context.Context, env *Env, args []string) int {
 	if len(args) > 0 && args[0] == "loadtest" {
 		return cmdLoadtest(ctx, env, args[1:])
 	}
+	if len(args) > 0 && args[0] == "sbom" {
+		return cmdSBOM(ctx, env, args[1:])
+	}
 	fs := flags(env, "dev")
 	addr := fs.String("addr", "127.0.0.1:8089", "address to listen on")
 	script := fs.String("script", "", "YAML file of rules: [{match: TEXT, replies: [{content, status, retry_after, delay}]}]")
@@ -281,4 +310,94 @@ func cmdDev(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "dev", err)
 	}
 	return 0
+}
+
+// testFromThread writes the flow test made of a thread (and its
+// cassette), and returns its path.
+func testFromThread(ctx context.Context, env *Env, storeAddr, thread string, pos []string, out string, replace bool) (string, int) {
+	if len(pos) != 1 {
+		return "", fail(env, "test", usagef("--from-thread THREAD takes the thread's FLOW file"))
+	}
+	f, code := load(env, pos[0])
+	if f == nil {
+		return "", code
+	}
+	if out == "" {
+		base := strings.TrimSuffix(filepath.Base(f.Path()), filepath.Ext(f.Path()))
+		out = filepath.Join(filepath.Dir(f.Path()), base+"."+fileSafe(thread)+testfile.Suffix)
+	}
+	if !strings.HasSuffix(out, testfile.Suffix) {
+		return "", fail(env, "test", usagef("--out %s: a flow test's file name ends in %s", out, testfile.Suffix))
+	}
+	absOut, err := filepath.Abs(out)
+	if err != nil {
+		return "", fail(env, "test", err)
+	}
+	absFlow, err := filepath.Abs(f.Path())
+	if err != nil {
+		return "", fail(env, "test", err)
+	}
+	rel, err := filepath.Rel(filepath.Dir(absOut), absFlow)
+	if err != nil {
+		return "", fail(env, "test", err)
+	}
+	rt, err := openRuntime(ctx, storeAddr)
+	if err != nil {
+		return "", fail(env, "test", err)
+	}
+	defer rt.Close()
+	offline := env.Offline
+	if offline == nil {
+		offline = env.Registry
+	}
+	made, err := testfile.FromThread(ctx, rt.Store(), f.Graph(), offline, thread, out, filepath.ToSlash(rel))
+	if err != nil {
+		return "", fail(env, "test", missing(err, thread, 0))
+	}
+	files := []struct {
+		path string
+		text []byte
+	}{{out, made.Text}}
+	cassettePath := llm.CassettePath(out)
+	if len(made.Replies) > 0 {
+		text, err := testfile.WriteCassette(made.Replies)
+		if err != nil {
+			return "", fail(env, "test", err)
+		}
+		files = append(files, struct {
+			path string
+			text []byte
+		}{cassettePath, text})
+	} else if _, err := os.Stat(cassettePath); err == nil && replace {
+		// a cassette of an earlier test of this name would answer for
+		// the thread's fallbacks
+		if err := os.Remove(cassettePath); err != nil {
+			return "", fail(env, "test", err)
+		}
+	}
+	for _, file := range files {
+		if _, err := os.Stat(file.path); err == nil && !replace {
+			return "", fail(env, "test", usagef("%s exists: --replace writes over it", file.path))
+		}
+	}
+	for _, file := range files {
+		if err := os.WriteFile(file.path, file.text, 0o644); err != nil {
+			return "", fail(env, "test", err)
+		}
+		fmt.Fprintf(env.Stderr, "wrote %s\n", file.path)
+	}
+	for _, field := range made.Unasserted {
+		fmt.Fprintf(env.Stderr, "not asserted: %s, which comes out otherwise each run\n", field)
+	}
+	return out, exitOK
+}
+
+// fileSafe is a thread id as part of a file name.
+func fileSafe(id string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, id)
 }

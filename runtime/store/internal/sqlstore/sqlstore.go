@@ -36,6 +36,8 @@ type FieldRow struct {
 	// Packed holds a segment's items, packed (see Segment), in place of
 	// Value.
 	Packed string
+	// Removed: the write takes the field out of the state (Value null).
+	Removed bool
 	// early is the row decoded as it was read (see Loader).
 	early *decoded
 }
@@ -65,7 +67,7 @@ func Decode(r FieldRow) (store.Write, error) {
 	if err != nil {
 		return store.Write{}, fmt.Errorf("field %q at %d: %w", r.Field, r.Seq, err)
 	}
-	w := store.Write{Field: r.Field, Version: r.Version, Append: r.Append}
+	w := store.Write{Field: r.Field, Version: r.Version, Append: r.Append, Removed: r.Removed}
 	if r.Append {
 		w.Items, _ = v.([]any)
 	} else {
@@ -242,23 +244,32 @@ type Meta struct {
 	Next    []string           `json:"next,omitempty"`
 	Joins   []uint64           `json:"joins,omitempty"`
 	Config  json.RawMessage    `json:"config,omitempty"`
+	Input   json.RawMessage    `json:"input,omitempty"`
+	Base    uint64             `json:"base,omitempty"`
+	Replies []store.Reply      `json:"replies,omitempty"`
+	Answers json.RawMessage    `json:"answers,omitempty"`
 }
 
-// EncodeMeta serialises a checkpoint's writers, next nodes and recorded
-// configuration.
+// EncodeMeta serialises a checkpoint's writers, next nodes, recorded
+// configuration and input, branch, replies and answers.
 func EncodeMeta(cp *store.Checkpoint) ([]byte, error) {
-	m := Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins}
-	if len(cp.Config) > 0 {
-		b, err := json.Marshal(cp.Config)
-		if err != nil {
-			return nil, err
+	m := Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins, Base: cp.Base, Replies: cp.Replies}
+	for _, f := range []struct {
+		v   map[string]any
+		out *json.RawMessage
+	}{{cp.Config, &m.Config}, {cp.Input, &m.Input}, {cp.Answers, &m.Answers}} {
+		if len(f.v) > 0 {
+			b, err := json.Marshal(f.v)
+			if err != nil {
+				return nil, err
+			}
+			*f.out = b
 		}
-		m.Config = b
 	}
 	return json.Marshal(m)
 }
 
-// DecodeMeta fills cp's writers and next nodes.
+// DecodeMeta fills cp's metadata (see EncodeMeta).
 func DecodeMeta(b []byte, cp *store.Checkpoint) error {
 	var m Meta
 	if len(b) == 0 {
@@ -267,13 +278,18 @@ func DecodeMeta(b []byte, cp *store.Checkpoint) error {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	cp.Writers, cp.Next, cp.Joins = m.Writers, m.Next, m.Joins
-	if len(m.Config) > 0 {
-		v, err := value.Decode(m.Config)
-		if err != nil {
-			return err
+	cp.Writers, cp.Next, cp.Joins, cp.Base, cp.Replies = m.Writers, m.Next, m.Joins, m.Base, m.Replies
+	for _, f := range []struct {
+		raw json.RawMessage
+		out *map[string]any
+	}{{m.Config, &cp.Config}, {m.Input, &cp.Input}, {m.Answers, &cp.Answers}} {
+		if len(f.raw) > 0 {
+			v, err := value.Decode(f.raw)
+			if err != nil {
+				return err
+			}
+			*f.out, _ = v.(map[string]any)
 		}
-		cp.Config, _ = v.(map[string]any)
 	}
 	return nil
 }
