@@ -494,6 +494,17 @@ func (b *builder) itemsFit(field string, f *Field, p *expression.Program, src *s
 		}
 	}
 	scalar := !list && !slices.ContainsFunc(item.Types, func(t string) bool { return t == "object" || t == "array" })
+	if (list || scalar) && src.MayBeNull() && !f.Shape.Items.Allows("null") {
+		// null, the whole value, is one item (as the engine appends it),
+		// which the items must take
+		what := "the value"
+		if p.Shape() != nil {
+			what = p.Source()
+		}
+		report(at.Pos(), "the items of field %q cannot hold what this expression gives: %s may be null, which is added as an item, where the items take %s",
+			field, what, f.Shape.Items.Describe())
+		return true
+	}
 	if item != nil && item.Known() && !scalar {
 		// (one item of a scalar type is judged by its type, below)
 		if why := schema.Fits(item, f.Shape.Items, path); len(why) > 0 {

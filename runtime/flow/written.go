@@ -201,6 +201,9 @@ func (c *compiler) takesNull(p *expression.Program, value *schema.Shape) bool {
 	case "replace":
 		return len(schema.Fits(value, f.Shape, "")) == 0
 	case "append", "union":
+		if value.MayBeNull() && !f.Shape.Items.Allows("null") {
+			return false // null is one item, as the engine appends it
+		}
 		item := value.WithoutNull()
 		if item.Is("array") {
 			item = item.Items
