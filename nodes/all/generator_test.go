@@ -591,11 +591,11 @@ func (g *gen) expr(typ string, d int) string {
 	case "boolean":
 		switch g.pick(7) {
 		case 0:
-			return g.expr("integer", d-1) + " > " + g.expr("integer", d-1)
+			return compare(g.expr("integer", d-1), " > ", g.expr("integer", d-1), "1")
 		case 1:
-			return g.expr("number", d-1) + " <= " + g.expr("integer", d-1)
+			return compare(g.expr("number", d-1), " <= ", g.expr("integer", d-1), "1")
 		case 2:
-			return g.expr("string", d-1) + " == " + g.expr("string", d-1)
+			return compare(g.expr("string", d-1), " == ", g.expr("string", d-1), "'x'")
 		case 3:
 			return "!(" + g.expr("boolean", d-1) + ")"
 		case 4:
@@ -607,6 +607,18 @@ func (g *gen) expr(typ string, d int) string {
 		}
 	}
 	return g.read(typ)
+}
+
+// compare writes a comparison of two sides, the second other when both
+// are the same text: a value compared with itself decides the condition
+// whatever the data, which no designer writes and the validator does not
+// fold (a warning about the side that never runs would have no input
+// that fails).
+func compare(left, op, right, other string) string {
+	if left == right {
+		right = other
+	}
+	return left + op + right
 }
 
 // template is a render's template for a string field: fields printed,

@@ -400,7 +400,7 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 		return nil, []Problem{p}
 	}
-	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node), num: num.of[num.root], branches: num.leaves[num.root], tree: tree,
+	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node, ty.consts), num: num.of[num.root], branches: num.leaves[num.root], tree: tree,
 		typ: typ}
 	if v, ok := ty.consts[tree.Node]; ok {
 		p.value, p.hasValue = v, true

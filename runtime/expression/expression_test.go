@@ -299,3 +299,31 @@ func TestUnknownNamesInsideRewrittenOperations(t *testing.T) {
 		}
 	}
 }
+
+// A read on a side of a choice or of && and || that a constant decides
+// never to run is no read: the condition is a literal, or folds to one.
+func TestReadsSkipWhatNeverRuns(t *testing.T) {
+	num := &schema.Shape{Types: []string{"number"}}
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"f": num}, Order: []string{"f"}})
+	cases := map[string]bool{ // expression -> reads state.f
+		"state.f + 1":                       true,
+		"0 + 0 > 0 ? int(state.f) : 0":      false,
+		"1 + 1 == 2 ? 0 : int(state.f)":     false,
+		"1 + 1 == 2 ? int(state.f) : 0":     true,
+		"false ? int(state.f) : 0":          false,
+		"1 > 2 && state.f > 0":              false,
+		"2 > 1 || state.f > 0":              false,
+		"2 > 1 && state.f > 0":              true,
+		"len('ab') == 3 ? int(state.f) : 1": false,
+	}
+	for src, want := range cases {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %v", src, probs)
+		}
+		if got := len(p.Reads()) > 0; got != want {
+			t.Errorf("%s: reads %v, want a read %v", src, p.Reads(), want)
+		}
+	}
+}

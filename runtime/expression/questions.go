@@ -58,14 +58,25 @@ func (p *Program) ReadsOf(root string) []Read {
 	if err != nil {
 		return nil
 	}
-	return readsOf(p.src, tree.Node, root)
+	return readsOf(p.src, tree.Node, root, nil)
 }
 
-// stateReads finds the unguarded reads of state fields in an expression.
-func stateReads(src string, root ast.Node) []Read { return readsOf(src, root, "state") }
+// stateReads finds the unguarded reads of state fields in an expression;
+// consts are the values the checker folded (a condition that is one
+// leaves a side that never runs).
+func stateReads(src string, root ast.Node, consts map[ast.Node]any) []Read {
+	return readsOf(src, root, "state", consts)
+}
 
 // readsOf finds the unguarded reads of the fields of variable name.
-func readsOf(src string, root ast.Node, name string) []Read {
+func readsOf(src string, root ast.Node, name string, consts map[ast.Node]any) []Read {
+	constBool := func(n ast.Node) (bool, bool) {
+		if b, ok := n.(*ast.BoolNode); ok {
+			return b.Value, true
+		}
+		b, ok := consts[n].(bool)
+		return b, ok
+	}
 	guarded := map[ast.Node]bool{}
 	tested := map[string]bool{}
 	mark := func(sub ast.Node) {
@@ -75,8 +86,8 @@ func readsOf(src string, root ast.Node, name string) []Read {
 		switch x := n.(type) {
 		case *ast.ConditionalNode:
 			// a constant condition: the other branch never runs
-			if b, ok := x.Cond.(*ast.BoolNode); ok {
-				if b.Value {
+			if b, ok := constBool(x.Cond); ok {
+				if b {
 					mark(x.Exp2)
 				} else {
 					mark(x.Exp1)
@@ -84,7 +95,7 @@ func readsOf(src string, root ast.Node, name string) []Read {
 			}
 		case *ast.BinaryNode:
 			// false && ..., true || ...: the right side never runs
-			if b, ok := x.Left.(*ast.BoolNode); ok && (b.Value == (x.Operator == "||" || x.Operator == "or")) &&
+			if b, ok := constBool(x.Left); ok && (b == (x.Operator == "||" || x.Operator == "or")) &&
 				(x.Operator == "&&" || x.Operator == "and" || x.Operator == "||" || x.Operator == "or") {
 				mark(x.Right)
 			}
