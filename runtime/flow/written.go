@@ -96,8 +96,28 @@ func (c *compiler) membersWrittenAt(field string, path []string, n *Node, ran bo
 		if c.writtenShapesCount(field) != c.writers[field] || !c.writtenBefore(field, n, ran) {
 			return false
 		}
+		// the value n meets is the last one written before it: none that
+		// may lack them (nor the thread's first value) reaches n without
+		// a writer that gives them coming after
+		good := map[*Node]bool{}
+		var bad []*Node
 		for _, m := range c.g.Nodes {
-			if m.Writes[field] && !gives(c.writtenBy[field][m.Name], m) {
+			switch {
+			case !m.Writes[field]:
+			case gives(c.writtenBy[field][m.Name], m):
+				good[m] = true
+			default:
+				bad = append(bad, m)
+			}
+		}
+		if ran && n.Writes[field] {
+			return good[n]
+		}
+		if c.reachedAvoiding(n, good) {
+			return false
+		}
+		for _, m := range bad {
+			if c.reachedFrom(m, n, good) {
 				return false
 			}
 		}
@@ -119,6 +139,13 @@ func (c *compiler) membersWrittenAt(field string, path []string, n *Node, ran bo
 // passing a node of avoid; a join is reached that way only when all its
 // sources are.
 func (c *compiler) reachedAvoiding(n *Node, avoid map[*Node]bool) bool {
+	return c.reachedFrom(nil, n, avoid)
+}
+
+// reachedFrom is reachedAvoiding from after node from ran (nil: START):
+// from counts as reached for the joins it is a source of, and n is
+// reached only by a way that leaves from.
+func (c *compiler) reachedFrom(from, n *Node, avoid map[*Node]bool) bool {
 	reached := map[*Node]bool{}
 	var queue []*Node
 	add := func(m *Node) {
@@ -127,8 +154,14 @@ func (c *compiler) reachedAvoiding(n *Node, avoid map[*Node]bool) bool {
 			queue = append(queue, m)
 		}
 	}
-	for _, m := range entryTargets(c.g) {
-		add(m)
+	if from == nil {
+		for _, m := range entryTargets(c.g) {
+			add(m)
+		}
+	} else {
+		// its edges are taken below, as a reached node's are; it is
+		// reached again only by a way back to it
+		queue = append(queue, from)
 	}
 	for changed := true; changed; {
 		changed = false
@@ -154,9 +187,16 @@ func (c *compiler) reachedAvoiding(n *Node, avoid map[*Node]bool) bool {
 			if len(e.From) < 2 {
 				continue
 			}
-			all := true
+			// (from a node, a join's other sources may have been reached
+			// by a way that started before it: one of them reached is
+			// enough)
+			all, one := true, false
 			for _, s := range e.From {
 				all = all && reached[s] && !avoid[s]
+				one = one || reached[s] || s == from
+			}
+			if from != nil {
+				all = one && !slices.ContainsFunc(e.From, func(s *Node) bool { return avoid[s] })
 			}
 			for _, t := range e.Targets() {
 				if all && !reached[t] {
