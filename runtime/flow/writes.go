@@ -609,7 +609,9 @@ func reducedTakes(f *Field, got string, whole bool) (want string, fits bool) {
 // tell): its checked type, or number for one known to give numbers.
 func resultType(p *expression.Program) string {
 	t := jsonType(p.ResultType())
-	if t == "" && p.Number() {
+	if (t == "" || t == "integer" || t == "number") && p.Number() {
+		// (what the operands are decides over the checker's type, which
+		// is the first operand's for max and min)
 		if p.Whole() {
 			return "integer"
 		}
