@@ -327,3 +327,27 @@ func TestReadsSkipWhatNeverRuns(t *testing.T) {
 		}
 	}
 }
+
+// string, toJSON and type give a value for null: a read given to them
+// as it is needs no value, one an operation inside them takes does.
+func TestReadsInsideWhatTakesNull(t *testing.T) {
+	num := &schema.Shape{Types: []string{"number"}}
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"f": num}, Order: []string{"f"}})
+	cases := map[string]bool{ // expression -> reads state.f
+		"string(state.f)":      false,
+		"toJSON(state.f)":      false,
+		"type(state.f)":        false,
+		"string(abs(state.f))": true,
+		"toJSON(state.f + 1)":  true,
+	}
+	for src, want := range cases {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %v", src, probs)
+		}
+		if got := len(p.Reads()) > 0; got != want {
+			t.Errorf("%s: reads %v, want a read %v", src, p.Reads(), want)
+		}
+	}
+}

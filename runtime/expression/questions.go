@@ -119,10 +119,14 @@ func readsOf(src string, root ast.Node, name string, consts map[ast.Node]any) []
 		case *ast.ChainNode:
 			mark(x.Node)
 		case *ast.BuiltinNode:
-			// these give a value for null too ("<nil>", "null", "nil")
+			// these give a value for null too ("<nil>", "null", "nil"):
+			// a read given to them as it is (not one an operation inside
+			// them takes, len(state.x))
 			if x.Name == "string" || x.Name == "toJSON" || x.Name == "type" {
 				for _, a := range x.Arguments {
-					mark(a)
+					if plainRead(a) {
+						mark(a)
+					}
 				}
 			}
 		}
@@ -532,4 +536,21 @@ func isLiteral(n ast.Node) bool {
 		return true
 	}
 	return false
+}
+
+// plainRead reports whether n is a read of a value and nothing more: a
+// name, or a chain of members of one (x.y?.z, x["y"]).
+func plainRead(n ast.Node) bool {
+	for {
+		switch x := n.(type) {
+		case *ast.ChainNode:
+			n = x.Node
+		case *ast.MemberNode:
+			n = x.Node
+		case *ast.IdentifierNode:
+			return true
+		default:
+			return false
+		}
+	}
 }
