@@ -3,12 +3,14 @@ package all_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 )
 
@@ -34,19 +36,28 @@ func FuzzDifferential(f *testing.F) {
 		f.Add(seed)
 	}
 	reg := all.Offline()
+	// a tool's calls answer at once: what is checked is that the calls a
+	// clean flow makes are the calls its tools take
+	ctx := kind.WithToolMock(context.Background(), func(context.Context, *kind.Call) (any, bool, error) { return "ok", true, nil })
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g := newGen(data)
 		src := g.flow()
-		graph, dl := flow.LoadSource("gen.yaml", []byte(src), reg)
+		graph, dl := flow.LoadFS(g.files(src), "gen.yaml", reg)
 		if graph == nil || len(dl) > 0 {
 			return // not clean: the validator spoke
+		}
+		if g.tool != nil {
+			src += "# gen.prompt:\n" + g.prompt()
+			if g.flowTool {
+				src += "# child.yaml:\n" + g.child()
+			}
 		}
 		eng := engine.New(memory.New())
 		defer eng.Store.Close()
 		var inputs []map[string]any
 		for run := range 2 {
 			inputs = append(inputs, g.input())
-			res, err := eng.Run(context.Background(), graph, engine.Request{Thread: "t", Input: inputs[run], RecordPath: true})
+			res, err := eng.Run(ctx, graph, engine.Request{Thread: "t", Input: inputs[run], RecordPath: true})
 			if err != nil {
 				if excused(err) {
 					return
@@ -60,7 +71,7 @@ func FuzzDifferential(f *testing.F) {
 			}
 		}
 		// and the state a process holds is the one another reads back
-		readsBackAlike(t, graph, nil, inputs, src)
+		readsBackAlikeIn(ctx, t, graph, nil, inputs, src)
 	})
 }
 
@@ -82,4 +93,49 @@ func excused(err error) bool {
 		}
 	}
 	return false
+}
+
+// The generator's flows reach the tools: among flows made from a fixed
+// stream of bytes, some declare a tool, validate clean and make its calls
+// when they run (the fuzzer's budget is not spent on flows the validator
+// refuses, or that never call one).
+func TestDifferentialCoversTools(t *testing.T) {
+	reg := all.Offline()
+	calls := 0
+	ctx := kind.WithToolMock(context.Background(), func(context.Context, *kind.Call) (any, bool, error) {
+		calls++
+		return "ok", true, nil
+	})
+	rng := rand.New(rand.NewPCG(1, 2))
+	withTool, clean, ran, flows := 0, 0, 0, 0
+	for range 1500 {
+		data := make([]byte, 96)
+		for i := range data {
+			data[i] = byte(rng.IntN(256))
+		}
+		g := newGen(data)
+		src := g.flow()
+		if g.tool == nil {
+			continue
+		}
+		withTool++
+		graph, dl := flow.LoadFS(g.files(src), "gen.yaml", reg)
+		if graph == nil || len(dl) > 0 {
+			continue
+		}
+		clean++
+		before := calls
+		eng := engine.New(memory.New())
+		if _, err := eng.Run(ctx, graph, engine.Request{Thread: "t", Input: g.input()}); err == nil && calls > before {
+			ran++
+			if g.flowTool {
+				flows++
+			}
+		}
+		eng.Store.Close()
+	}
+	t.Logf("%d flows with a tool, %d clean, %d ran calling it (%d a flow tool)", withTool, clean, ran, flows)
+	if ran < 10 || flows < 4 {
+		t.Fatalf("only %d of %d generated flows with a tool ran calling it (%d clean, %d a flow tool)", ran, withTool, clean, flows)
+	}
 }

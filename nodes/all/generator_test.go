@@ -2,8 +2,10 @@ package all_test
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
+	"testing/fstest"
 )
 
 // gen makes a flow from the fuzzer's bytes: each choice takes the next
@@ -20,6 +22,13 @@ type gen struct {
 	b      strings.Builder
 	// counter is the integer field loops count rounds with.
 	counter *field
+	// tool, when set, is an http tool the flow declares (with flowTool
+	// a flow tool: a child flow whose input p0 is, read as input.p0), its
+	// parameters typed as fields are, which its llm nodes call through
+	// their prompt's fallback, with args its arguments' expressions
+	tool     *field
+	flowTool bool
+	args     []string
 }
 
 // field is one generated state field.
@@ -113,6 +122,20 @@ func (g *gen) flow() string {
 	}
 	g.counter = &field{name: "rounds", typ: "integer", def: true}
 	g.fields = append(g.fields, g.counter)
+	if g.chance(3) {
+		g.tool = &field{name: "p0", typ: types[g.pick(4)]}
+		switch g.tool.typ {
+		case "integer":
+			g.tool.bounded = g.chance(4)
+		case "string":
+			if g.chance(3) {
+				g.tool.enum = []string{"red", "green"}
+			} else if g.chance(3) {
+				g.tool.maxLen = 4 + g.pick(4)
+			}
+		}
+		g.flowTool = g.chance(2)
+	}
 
 	g.line("version: 1")
 	g.line("name: gen")
@@ -146,11 +169,30 @@ func (g *gen) flow() string {
 	if len(inputs) > 0 {
 		g.line("input: [%s]", strings.Join(inputs, ", "))
 	}
+	if g.tool != nil {
+		g.line("tools:")
+		g.line("  t0:")
+		if g.flowTool {
+			g.line("    kind: flow")
+			g.line("    flow: child.yaml")
+		} else {
+			g.line("    kind: http")
+			g.line("    description: A generated tool.")
+			g.line("    parameters: {type: object, properties: {p0: %s}, required: [p0]}", g.tool.schema())
+			g.line("    url: \"https://tools.example.com/t0?p={{urlquery (print .args.p0)}}\"")
+			g.line("    allow: [tools.example.com]")
+		}
+		g.args = []string{g.write(g.tool)}
+	}
 	// nodes: a chain, maybe with a fan-out and join, a branch and a
 	// bounded loop back to the start
 	nodes := 2 + g.pick(4)
 	g.line("nodes:")
 	for i := range nodes {
+		if i == 0 && g.tool != nil {
+			g.llmNode("n0")
+			continue
+		}
 		g.node(fmt.Sprintf("n%d", i))
 	}
 	fan := nodes >= 3 && g.chance(3)
@@ -190,6 +232,66 @@ func (g *gen) flow() string {
 	g.line("      - {when: \"state.rounds %% 2 == 1 && state.rounds < 4\", to: n0}")
 	g.line("      - else: END")
 	return g.b.String()
+}
+
+// llmNode writes an llm node calling the tool through its prompt's
+// fallback, writing how many calls it made.
+func (g *gen) llmNode(name string) {
+	target := g.fields[g.pick(len(g.fields)-1)]
+	g.line("  %s:", name)
+	g.line("    kind: llm")
+	g.line("    prompt: gen.prompt")
+	g.line("    tools: [t0]")
+	g.line("    writes: {%s: %q}", target.name, []string{"output", "len(tool_calls)", "tool_calls[0].tool", "string(tool_calls[0].result)"}[g.pick(4)])
+}
+
+// child is the flow a flow tool runs: its input p0, read with nothing to
+// fall back on (so a required parameter), its output the result.
+func (g *gen) child() string {
+	if g.tool == nil || !g.flowTool {
+		return "version: 1\nname: child\n"
+	}
+	return fmt.Sprintf(`version: 1
+name: child
+description: A generated flow tool.
+state:
+  schema:
+    type: object
+    properties:
+      p0: %s
+      out: {type: string, default: ""}
+input: [p0]
+nodes:
+  n: {kind: assign, set: {out: "string(input.p0)"}}
+edges:
+  - {from: START, to: n}
+  - {from: n, to: END}
+output: "{{.state.out}}"
+`, g.tool.schema())
+}
+
+// refDefs is the schema file a color field's $ref may name (refFile).
+var refDefs = func() []byte {
+	b, err := os.ReadFile(refFile)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
+
+// files are the generated flow's files: the flow, its prompt, the child
+// flow a flow tool runs, and the schema file a $ref names.
+func (g *gen) files(src string) fstest.MapFS {
+	return fstest.MapFS{"gen.yaml": {Data: []byte(src)}, "gen.prompt": {Data: []byte(g.prompt())}, "child.yaml": {Data: []byte(g.child())},
+		refFile: {Data: refDefs}}
+}
+
+// prompt is the llm nodes' prompt: its fallback calls the tool.
+func (g *gen) prompt() string {
+	if g.tool == nil {
+		return "---\nfallback: none\n---\nNothing.\n"
+	}
+	return fmt.Sprintf("---\nfallback_calls:\n  - tool: t0\n    arguments: {p0: %q}\nfallback: done\n---\nCall t0.\n", g.args[0])
 }
 
 // objectSchema is an object field's schema: a, an integer; b, a text or

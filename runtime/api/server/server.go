@@ -151,8 +151,16 @@ type Config struct {
 	// Webhooks is where and how runs' ends are posted (nil: nowhere; a
 	// run that names a webhook is refused).
 	Webhooks *WebhookConfig
+	// MCP makes the Model Context Protocol endpoint, POST /mcp, from the
+	// API's own handler: the flows as tools (runtime/api/mcpserver.New).
+	// The server checks the caller's key first, as for every route, and
+	// the endpoint acts through the API with it. Nil: /mcp is not served.
+	MCP func(api http.Handler) http.Handler
 	// Schedules bounds what a tenant's schedules may ask of the server.
 	Schedules ScheduleLimits
+	// Evals is how the server runs evals of its flows (nil: offline, the
+	// judges by their recorded replies or rules; see evals.go).
+	Evals *EvalConfig
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.
@@ -193,10 +201,14 @@ type Server struct {
 	// schedules (see schedules.go).
 	hooks *webhooks
 	sched *scheduler
+	// evals runs the evals of the flows (see evals.go).
+	evals *evals
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
 	handler       http.Handler
+	// mcp serves /mcp (nil: not served)
+	mcp http.Handler
 	// stopping is closed when Shutdown begins.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
@@ -285,12 +297,25 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.startSchedules(lctx)
+	s.startEvals()
 	s.retention = s.startRetention()
 	s.mux = http.NewServeMux()
 	routes := http.NewServeMux() // the routes alone, to tell 404 from 405
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 		routes.Handle(rt.method+" "+rt.path, http.NotFoundHandler())
+	}
+	if cfg.MCP != nil {
+		// not a route of the API's document: its body is MCP's JSON-RPC
+		// (the document's description names it)
+		rt := route{method: "POST", path: "/mcp", access: tenant, stream: true, handle: func(w http.ResponseWriter, r *http.Request, _ *caller) error {
+			// a call runs a flow: as long as the run takes, as a wait does
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+			s.mcp.ServeHTTP(w, r)
+			return nil
+		}}
+		s.mux.Handle("POST /mcp", s.wrap(rt))
+		routes.Handle("POST /mcp", http.NotFoundHandler())
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var allowed []string
@@ -309,6 +334,9 @@ func New(cfg Config) (*Server, error) {
 		writeError(w, r, &api.Error{Code: api.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})
 	s.handler = s.requests(s.mux)
+	if cfg.MCP != nil {
+		s.mcp = cfg.MCP(s.handler)
+	}
 	return s, nil
 }
 
@@ -350,6 +378,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// the runs end at a step boundary; their waiters are answered and
 	// their streams end as they do
 	s.runs.shutdown(sctx)
+	s.stopEvals(sctx)
 	hctx, hcancel := context.WithTimeout(context.Background(), httpGrace)
 	defer hcancel()
 	if err := hs.Shutdown(hctx); err != nil {
@@ -374,6 +403,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 	s.beginStop()
 	s.retention.stop()
 	s.runs.shutdown(ctx)
+	s.stopEvals(ctx)
 	s.stopListening()
 }
 
@@ -473,7 +503,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: "/v1/keys", access: admin, idempotence: refusesKey, handle: s.createKey},
 		{method: "GET", path: "/v1/keys", access: admin, handle: s.listKeys},
 		{method: "DELETE", path: "/v1/keys/{key}", access: admin, handle: s.revokeKey},
-	}, append(s.webhookRoutes(), s.scheduleRoutes()...)...)
+	}, append(append(s.webhookRoutes(), s.scheduleRoutes()...), s.evalRoutes()...)...)
 }
 
 // caller is who makes a request.

@@ -22,6 +22,7 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/value"
 )
@@ -48,7 +49,8 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
 		return exitUsage
 	}
-	if len(files) == 0 {
+	files, skipped, datasets := splitDatasets(files, skipped)
+	if len(files) == 0 && len(datasets) == 0 {
 		fmt.Fprintf(env.Stderr, "trellis validate: nothing to check: no flow in %s (a flow is a .yaml or .yml file with a top-level version, nodes or edges)\n", strings.Join(paths, ", "))
 		if len(skipped) > 0 {
 			fmt.Fprintf(env.Stderr, "  not flows: %s\n", strings.Join(skipped, ", "))
@@ -56,6 +58,14 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 	all, sources := ValidateFiles(files, env)
+	if len(datasets) > 0 {
+		dl, dsrc := CheckDatasets(datasets, env.Registry)
+		all = append(all, dl...)
+		if sources == nil {
+			sources = diag.Sources{}
+		}
+		maps.Copy(sources, dsrc)
+	}
 	promoted := 0
 	if *strict {
 		for i := range all {
@@ -92,7 +102,11 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 	}
 	tooMany := *maxWarnings >= 0 && warns > *maxWarnings
 	if *format == "text" {
-		summary := fmt.Sprintf("%s checked: %s", plural(len(files), "flow"), plural(errs, "error"))
+		checked := plural(len(files), "flow")
+		if len(datasets) > 0 {
+			checked += " and " + plural(len(datasets), "eval dataset")
+		}
+		summary := fmt.Sprintf("%s checked: %s", checked, plural(errs, "error"))
 		if promoted > 0 {
 			summary += fmt.Sprintf(" (%s made errors by --strict)", plural(promoted, "warning"))
 		}
@@ -211,12 +225,15 @@ func FlowFiles(paths []string) ([]string, error) { return trellis.FindFlows(path
 // no flow it returns the exit code: a path that names no file is a wrong
 // command line, as it is to validate, and a flow that does not load is
 // invalid.
-func load(env *Env, path string) (*trellis.Flow, int) {
+func load(env *Env, path string) (*trellis.Flow, int) { return loadWith(env, path, env.Registry) }
+
+// loadWith is load with the given node kinds.
+func loadWith(env *Env, path string, kinds kind.Registry) (*trellis.Flow, int) {
 	if _, err := os.Stat(path); err != nil {
 		fmt.Fprintf(env.Stderr, "trellis: flow %s: %v\n", path, errors.Unwrap(err))
 		return nil, exitUsage
 	}
-	f, err := trellis.Load(path, trellis.WithKinds(env.Registry))
+	f, err := trellis.Load(path, trellis.WithKinds(kinds))
 	var le *trellis.LoadError
 	switch {
 	case errors.As(err, &le):
@@ -420,8 +437,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	for res.Interrupt != nil && len(res.Interrupt.Asks) > 0 {
 		given := map[string]any{}
 		for _, a := range res.Interrupt.Asks {
-			q, _ := json.Marshal(a.Payload)
-			fmt.Fprintf(env.Stderr, "%s asks: %s\n%s> ", a.ID, q, a.ID)
+			fmt.Fprintf(env.Stderr, "%s\n%s> ", question(a), a.ID)
 			if !lines.Scan() {
 				fmt.Fprintln(env.Stderr)
 				break
@@ -598,6 +614,28 @@ func ParseInputs(f *trellis.Flow, flag string, pairs []string, file string) (map
 	return in, nil
 }
 
+// question is what a paused run asks, as a person reads it: a tool call
+// waiting for approval says what it would do and how to answer.
+func question(a trellis.Ask) string {
+	if p, ok := a.Payload.(map[string]any); ok && p["type"] == "tool_approval" {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s would call:", a.ID)
+		calls, _ := p["calls"].([]any)
+		for _, c := range calls {
+			cm, _ := c.(map[string]any)
+			args, _ := json.Marshal(cm["arguments"])
+			fmt.Fprintf(&b, "\n  %v %s (call %v)", cm["tool"], args, cm["id"])
+		}
+		if problem, _ := p["problem"].(string); problem != "" {
+			fmt.Fprintf(&b, "\nthe last answer could not be taken: %s", problem)
+		}
+		b.WriteString("\nanswer approve, reject, {decision: reject, reason: TEXT}, {decision: edit, arguments: {...}} or {calls: {ID: DECISION}}")
+		return b.String()
+	}
+	q, _ := json.Marshal(a.Payload)
+	return fmt.Sprintf("%s asks: %s", a.ID, q)
+}
+
 // TraceTo prints events as one line each.
 func TraceTo(w io.Writer) func(trellis.Event) {
 	return func(ev trellis.Event) {
@@ -620,6 +658,23 @@ func TraceTo(w io.Writer) func(trellis.Event) {
 		}
 		if ev.Text != "" {
 			fmt.Fprintf(&b, " %q", ev.Text)
+		}
+		if t := ev.Tool; t != nil {
+			args, _ := json.Marshal(t.Arguments)
+			fmt.Fprintf(&b, " → %s %s [%s]", t.Name, args, t.ID)
+			if t.Approval != "" {
+				fmt.Fprintf(&b, " %s", t.Approval)
+			}
+			switch {
+			case t.Error != "":
+				fmt.Fprintf(&b, " error: %s", t.Error)
+			case ev.Type == trellis.ToolEnd:
+				r, _ := json.Marshal(t.Result)
+				fmt.Fprintf(&b, " = %s", r)
+			}
+		}
+		if ev.Interrupt != nil && ev.Type == trellis.NodeEnd {
+			b.WriteString(" PAUSED (asks)")
 		}
 		if len(ev.Update) > 0 {
 			u, _ := json.Marshal(ev.Update)

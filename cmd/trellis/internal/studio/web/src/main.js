@@ -6,7 +6,9 @@
 import { API, APIError } from './api.js';
 import { GraphView } from './graph.js';
 import { createEditor } from './editor.js';
+import { EvalsPanel } from './evals.js';
 import { h, fill, json, diffValues, nodeBlock, readsOf, promptName, reducersOf, nodeAt, nsPath, transcript } from './util.js';
+import { toolEvent, toolEntry, isApproval, approvalForm, approvalAnswer } from './tools.js';
 
 const $ = (id) => document.getElementById(id);
 const keyStore = 'trellis.studio.key';
@@ -44,6 +46,7 @@ window.trellisStudio = S;
 let api = new API('');
 let graphView = null;
 let editor = null;
+let evalsPanel = null;
 
 // --- status and tabs ---
 
@@ -61,7 +64,7 @@ function fail(e, doing) {
   return msg;
 }
 
-const tabs = ['run', 'history', 'editor', 'node', 'state'];
+const tabs = ['run', 'history', 'editor', 'node', 'state', 'evals'];
 
 function showTab(name, focus) {
   for (const t of tabs) {
@@ -74,6 +77,8 @@ function showTab(name, focus) {
   }
   S.tab = name;
   if (name === 'editor' && editor) editor.view.requestMeasure();
+  if (name === 'evals') evalsPanel.show();
+  else evalsPanel.hide();
 }
 
 function setupTabs() {
@@ -239,6 +244,7 @@ async function loadFlow(name, thread) {
     setupFiles();
     renderState();
     renderNode();
+    if (S.tab === 'evals') evalsPanel.show();
     check();
     setStatus('flow ' + name);
     await loadThreads(thread);
@@ -671,6 +677,10 @@ async function startRun(body) {
             run.stepNodes.push(ev.node);
           }
           break;
+        case 'tool_start':
+        case 'tool_end':
+          toolEvent(run, type, ev);
+          break;
         case 'node_output':
           run.tokens += ev.text;
           run.byNode[nodeOf(ev)] = (run.byNode[nodeOf(ev)] || '') + ev.text;
@@ -692,6 +702,7 @@ async function startRun(body) {
             if (run.stepNodes.length) run.prev = run.stepNodes;
             run.stepNodes = [];
             run.steps.push({ step: ev.step, checkpoint: ev.checkpoint, fields: Object.keys(ev.update || {}), next: ev.next || [] });
+            (run.timeline = run.timeline || []).push({ step: run.steps[run.steps.length - 1] });
             refreshSoon();
           }
           break;
@@ -784,9 +795,10 @@ function renderLive() {
     parts.push(h('h3', {}, 'Tokens as they came'), h('div', { id: 'tokens' },
       ...Object.entries(run.byNode).map(([n, t]) => h('div', { class: 'tokens', 'data-node': n }, h('strong', {}, n), h('pre', {}, t)))));
   }
-  if (run.steps.length) {
-    parts.push(h('h3', {}, 'Steps'), h('ol', { class: 'steps', id: 'steps' }, ...run.steps.map((s) =>
-      h('li', {}, 'step ' + s.step + ' → #' + s.checkpoint + ': wrote ' + (s.fields.join(', ') || 'nothing') + (s.next.length ? '; next ' + s.next.join(', ') : '')))));
+  if (run.timeline && run.timeline.length) {
+    // the steps as they committed, and the tool calls where they came
+    parts.push(h('h3', {}, 'Steps'), h('ol', { class: 'steps', id: 'steps' }, ...run.timeline.map((e) => e.tool ? toolEntry(e.tool) :
+      h('li', {}, 'step ' + e.step.step + ' → #' + e.step.checkpoint + ': wrote ' + (e.step.fields.join(', ') || 'nothing') + (e.step.next.length ? '; next ' + e.step.next.join(', ') : '')))));
   }
   fill(live, ...parts);
   // the streaming reply shows in the conversation too
@@ -819,6 +831,7 @@ function renderInterrupts() {
     return;
   }
   const forms = asks.map((a) => {
+    if (isApproval(a)) return approvalForm(a);
     const ta = h('textarea', { rows: 3, id: 'answer-' + a.id, 'data-ask': a.id, 'aria-label': 'answer to ' + a.id, placeholder: 'the answer, as JSON (true, "text", {"approve": true})' });
     return h('div', { class: 'interrupt', 'data-interrupt': a.id },
       h('strong', {}, a.id + ' asks'), h('pre', {}, json(a.payload)),
@@ -830,6 +843,14 @@ function renderInterrupts() {
 
 function answerInterrupts() {
   const answers = {};
+  for (const box of document.querySelectorAll('#interrupts .interrupt[data-approval]')) {
+    try {
+      answers[box.dataset.interrupt] = approvalAnswer(box);
+    } catch (e) {
+      fail(e);
+      return;
+    }
+  }
   for (const ta of document.querySelectorAll('#interrupts textarea[data-ask]')) {
     const v = ta.value.trim();
     if (!v) continue;
@@ -1354,6 +1375,13 @@ function boot() {
   });
   S.editor = editor;
   S.graphView = graphView;
+  evalsPanel = new EvalsPanel($('panel-evals'), {
+    api: () => api,
+    flow: () => S.flow,
+    status: (text) => setStatus(text),
+    fail,
+  });
+  S.evals = evalsPanel.state;
   const schemaAt = document.querySelector('meta[name=trellis-schema]');
   fetch(schemaAt ? schemaAt.content : '/studio/flow.schema.json').then((r) => r.json()).then((s) => { S.schema = s; }).catch(() => {});
   $('flow').addEventListener('change', (ev) => loadFlow(ev.target.value, ''));
