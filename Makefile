@@ -266,8 +266,9 @@ flows: build
 # store addresses, whole command lines over generated flows, and the
 # differential check of the validator against the engine (random flows
 # that validate clean must run, and run alike with their state read back
-# between steps; what it finds is kept in
-# nodes/all/testdata/fuzz/FuzzDifferential).
+# between steps; a flow it warns about must fail on some input; what they
+# find is kept in nodes/all/testdata/fuzz/FuzzDifferential and
+# FuzzWarnings).
 fuzz:
 	$(GO) test ./runtime/flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
@@ -279,6 +280,7 @@ fuzz:
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzInputsAndStores$$' -fuzztime 3000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzCommandLine$$' -fuzztime 3000x
 	$(GO) test ./nodes/all -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 20000x
+	$(GO) test ./nodes/all -run '^$$' -fuzz '^FuzzWarnings$$' -fuzztime 3000x
 
 # The peer workloads (W1-W3) as YAML flows; compare with ../shared/peerbench.
 bench:

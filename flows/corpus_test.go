@@ -85,6 +85,7 @@ var corpus = []defect{
 	{name: "a template reading a field that does not exist", flow: interview, file: "prompts/interview/closing.prompt", old: "{{.state.resume_structured.target_role}}", new: "{{.state.resume_structured.target_rol}}", at: "target_rol", code: diag.CodeTemplateField},
 	{name: "a template comparing a number with a text", flow: interview, file: "prompts/interview/decide_next_action.prompt", old: "Answer quality (0-1): {{.state.answer_quality}}", new: "Answer quality (0-1): {{.state.answer_quality}}{{if gt .state.answer_quality \"0.5\"}} (good){{end}}", at: "gt", code: diag.CodeTemplateCompare},
 	{name: "a template reading through a nullable value", flow: interview, file: "prompts/interview/evaluation.prompt", old: "Topics covered: {{join", new: "Last execution: {{.state.last_execution.status}}. Topics covered: {{join", at: "status", code: diag.CodeTemplateNull},
+	{name: "a template joining a text as a list", flow: review, old: "{{$entry := .}}{{if .weak_bullets}}", new: "{{$entry := .}}{{join \", \" .section}}{{if .weak_bullets}}", at: "join", code: diag.CodeTemplateCall},
 	// expressions
 	{name: "a syntax error in an expression", flow: interview, old: "turn_count: \"state.turn_count + 1\"", new: "turn_count: \"state.turn_count +\"", at: "+\"", code: diag.CodeExprSyntax},
 	{name: "a condition that is not boolean", flow: review, old: "      - when: \"state.include_design\"", new: "      - when: \"state.target_role\"", at: "state.target_role", code: diag.CodeExprNotBool},
@@ -92,7 +93,7 @@ var corpus = []defect{
 	{name: "a misspelt field in a write", flow: interview, old: "turn_count: \"state.turn_count + 1\"", new: "turn_count: \"state.turn_cont + 1\"", at: "turn_cont", code: diag.CodeExprUnknown},
 	{name: "a read through a value that may be null", flow: interview, old: "    prompt: interview/evaluation\n", new: "    prompt: interview/evaluation\n    vars: {status: \"state.last_execution.status\"}\n", at: "status\"}", code: diag.CodeExprMayBeNil},
 	{name: "an enum compared with a value it never has", flow: interview, old: "  until: \"state.phase == 'done'\"", new: "  until: \"state.phase == 'don'\"", at: "'don'", code: diag.CodeExprEnum},
-	{name: "a read of a field a path leaves unwritten", flow: "runtime/diag/examples/E006.ok.yaml", old: "state.summary ?? 'nothing yet'", new: "state.summary", at: "summary", code: diag.CodeExprUnset},
+	{name: "a read of a field a path leaves unwritten", flow: "runtime/diag/examples/E006.ok.yaml", old: "upper(state.summary ?? 'nothing yet')", new: "upper(state.summary)", at: "summary", code: diag.CodeExprUnset},
 	// nullable, enum and open-object typing
 	{name: "a nullable number compared with a string", flow: interview, old: "state.sandbox.is_active && state.sandbox.exercise != nil &&", new: "state.sandbox.is_active && state.sandbox.exercise_turn > 'three' && state.sandbox.exercise != nil &&", at: "> 'three'", code: diag.CodeExprSyntax},
 	{name: "arithmetic on a nullable string", flow: interview, old: "      run: state.last_execution\n", new: "      run: state.last_execution\n      bad: \"state.next_node + 1\"\n", at: "+ 1", code: diag.CodeExprSyntax},

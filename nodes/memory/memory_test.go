@@ -266,8 +266,8 @@ edges:
 		{"value-against-schema", `    action: put
     namespace: "['users']"
     key: "'k'"
-    value: "{text: state.text}"
-    schema: {type: object, properties: {text: {type: string}}}`, map[string]any{}, `value does not match the documents' schema`},
+    value: "{text: state.text ?? ''}"
+    schema: {type: object, properties: {text: {type: string, minLength: 2}}}`, map[string]any{}, `value does not match the documents' schema`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := load(t, strings.Replace(base, "NODE", c.node, 1))

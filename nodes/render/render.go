@@ -91,7 +91,8 @@ func build(b kind.Builder) kind.Node {
 			// texts: the run fails when the text is not one of them
 			least, open := math.MaxInt, false
 			for _, f := range forms {
-				if f.Open() {
+				long := shape.MaxLength != nil && (f.Most() < 0 || f.Most() > *shape.MaxLength)
+				if (f.Open() || long) && !f.Keeps(shape) {
 					least, open = min(least, f.Least()), true
 				}
 			}

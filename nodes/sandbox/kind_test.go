@@ -39,7 +39,7 @@ nodes:
     limits: {wall_time: 10s, memory_mb: 128}
     writes:
       results: "[output]"
-      verdict: "output.executed ? output.status + ' ' + string(output.passed) + '/' + string(output.total) : 'not run: ' + output.error"
+      verdict: "output.executed ? output.status + ' ' + string(output.passed) + '/' + string(output.total) : 'not run: ' + (output.error ?? 'no reason given')"
       signals: "output.status == 'syntax_error' ? ['syntax_error'] : (output.failed > 0 ? ['struggling'] : ['confident'])"
 edges:
   - {from: START, to: run_code}

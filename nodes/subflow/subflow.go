@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/trellisflow/trellis/runtime/config"
@@ -69,7 +70,11 @@ func build(b kind.Builder) kind.Node {
 	n := &node{flow: sf}
 	var out = kind.Vars{"output": nil}
 	if sf != nil {
-		out["output"] = sf.State
+		// the child's final state: a field with a default is there, one
+		// without is judged by what may leave it unset (unsetReads)
+		final := *sf.State
+		final.Required = slices.Clone(final.Order)
+		out["output"] = &final
 	}
 	writes, ok := kind.CompileWrites(b, "writes", out)
 	n.writes = writes

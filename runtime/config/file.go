@@ -73,6 +73,10 @@ func Parse(path string, src []byte, dl *diag.List, opts ...ParseOptions) *File {
 		return nil
 	}
 	f.root = n.Content[0]
+	if err := ExpandMerges(f.root); err != nil {
+		dl.Errorf(diag.CodeYAML, f.Root().Pos(), "", "%v", err)
+		return nil
+	}
 	v, err := f.index(f.root, "", dl)
 	if err != nil {
 		dl.Errorf(diag.CodeYAML, f.Root().Pos(), "", "%v", err)
@@ -315,7 +319,7 @@ func (f *File) pos(n *yaml.Node) diag.Pos {
 	if n.Kind == yaml.ScalarNode && !strings.Contains(n.Value, "\n") && n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
 		w := len([]rune(n.Value))
 		if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
-			w += 2
+			w = f.quotedOffset(n, w) + 2 // as written, escapes and quotes
 		}
 		p.EndCol = n.Column + max(w, 1)
 	}

@@ -245,13 +245,57 @@ func (v Value) PosIn(line, col, endCol int) diag.Pos {
 	default:
 		p.Col = n.Column + col - 1
 		if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
-			p.Col++
+			// the text as written: escapes (\" and '') are longer
+			// than the characters they stand for
+			p.Col = n.Column + 1 + v.f.quotedOffset(n, col-1)
+			if endCol > col {
+				p.EndCol = n.Column + 1 + v.f.quotedOffset(n, endCol-1)
+			}
+			return p
 		}
 	}
 	if endCol > col {
 		p.EndCol = p.Col + (endCol - col)
 	}
 	return p
+}
+
+// quotedOffset maps an offset in the text of a one-line quoted scalar
+// (in runes) to the offset in the file's line after its opening quote:
+// an escape (\", \n, \u00e9, a doubled single quote) is written with more characters than
+// it stands for.
+func (f *File) quotedOffset(n *yaml.Node, at int) int {
+	line, ok := lineOf(f.Src, n.Line)
+	if !ok {
+		return at
+	}
+	r := []rune(line)
+	if n.Column > len(r) {
+		return at
+	}
+	src := r[n.Column:] // after the opening quote
+	double := n.Style&yaml.DoubleQuotedStyle != 0
+	i := 0
+	for k := 0; k < at && i < len(src); k++ {
+		switch {
+		case double && src[i] == '\\' && i+1 < len(src):
+			switch src[i+1] {
+			case 'x':
+				i += 4
+			case 'u':
+				i += 6
+			case 'U':
+				i += 10
+			default:
+				i += 2
+			}
+		case !double && src[i] == '\'' && i+1 < len(src) && src[i+1] == '\'':
+			i += 2
+		default:
+			i++
+		}
+	}
+	return min(i, len(src))
 }
 
 // foldedPos maps a position inside a folded scalar (a > block, or a

@@ -58,6 +58,7 @@ const (
 	CodeTemplateField   Code = "P002"
 	CodeTemplateNull    Code = "P003"
 	CodeTemplateCompare Code = "P004"
+	CodeTemplateCall    Code = "P005"
 
 	// Expressions.
 	CodeExprSyntax   Code = "E001"
@@ -128,12 +129,13 @@ var Codes = []CodeDoc{
 	{CodeTemplateField, "a template reads a field the state, the input or the node's variables do not have (a warning where the object's schema leaves it open)"},
 	{CodeTemplateNull, "a template reads a field of a value that may be null outside a with or if on that value"},
 	{CodeTemplateCompare, "a template compares values of kinds that never compare (a number with a text, a boolean or a list ordered), which fails when it renders"},
+	{CodeTemplateCall, "a template calls a function with an argument of a type it does not take (a number to upper, a text to join, a number of items that is not whole), or printf with verbs its values do not fill or do not print; a warning where the argument may be null, or fails for some of its values only"},
 	{CodeExprSyntax, "an expression does not parse or does not type-check"},
 	{CodeExprNotBool, "a condition that is not boolean"},
 	{CodeExprUnknown, "an expression reads a field or name that does not exist (a warning where the object's schema leaves it open)"},
 	{CodeExprEnum, "an expression compares a field with a string its enum does not allow, which it can never equal"},
 	{CodeExprMayBeNil, "an expression reads a field of a value that may be null, where no node has set it on every path, without ?. or a nil test"},
-	{CodeExprUnset, "an expression or template reads a field with no default (an input too) that a way from START reaches unwritten (no writer on it, a writer in the same step, a map's items or on_error only), without ?? or a nil test (with or if in a template); or a subflow's writes read a field the child may end without"},
+	{CodeExprUnset, "an expression or template reads a field with no default (an input too) that a way from START reaches unwritten (no writer on it, a writer in the same step, a map's items or on_error only), where reading nothing fails (an operation on it, a write of it where null is not allowed, a template printing it) and no ?? or nil test (with or if in a template) guards it; or a subflow's writes read a field the child may end without"},
 	{CodeSubflow, "a subflow's flow file cannot be read, has errors of its own (reported in its file), or can pause, which a subflow cannot"},
 	{CodeSubflowCycle, "flows that include each other as subflows, directly or through others"},
 	{CodeSubflowMapping, "a subflow's input or config names what the child flow does not have, or leaves out a field the child requires"},

@@ -549,7 +549,7 @@ state:
 input: [n]
 nodes:
 	ok: {kind: set, set: {n: "state.n + 1"}}
-	bad: {kind: set, set: {s: "state.n > 1 ? 'far too ' + 'long' : 'ok'"}}
+	bad: {kind: set, set: {s: "state.n > 1 ? 'far too ' + string(state.n) : 'ok'"}}
 edges:
 	- {from: START, to: ok}
 	- {from: ok, to: bad}

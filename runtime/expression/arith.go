@@ -427,6 +427,17 @@ func both(a, b numKind) numKind {
 }
 
 func (v *numeric) kind(n ast.Node) numKind {
+	if x, ok := n.(*ast.BuiltinNode); ok && (x.Name == "abs" || x.Name == "max" || x.Name == "min") && len(x.Arguments) > 1 {
+		// what the operands are decides (the checker types max(1, 2.5)
+		// as its first operand, an int; the machine gives 2.5)
+		k := numWhole
+		for _, a := range x.Arguments {
+			k = both(k, v.of[a])
+		}
+		if k != numUnknown {
+			return k
+		}
+	}
 	t := n.Type()
 	if t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()

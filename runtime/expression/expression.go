@@ -205,6 +205,15 @@ type Program struct {
 	num numKind
 	// branches are the values it can yield through its choices.
 	branches []branch
+	// typ is the shape of its value, as the checker's own types know it
+	// (see types.go); value is its value when the checker knows it
+	// (literals, and lists and maps of them).
+	typ      *schema.Shape
+	value    any
+	hasValue bool
+	leaves   []Leaf
+	// env is the environment it was compiled against.
+	env *Env
 	// tree is the parsed expression, which the questions asked of the
 	// program after it compiled read (never changed).
 	tree *parser.Tree
@@ -343,7 +352,8 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		return nil, []Problem{fromError(src, err, env)}
 	}
 	var warnings, errs []Problem
-	for _, p := range checkFields(src, tree.Node, env) {
+	ty := typeTree(src, tree.Node, env)
+	for _, p := range ty.probs {
 		if p.Warning {
 			warnings = append(warnings, p)
 		} else {
@@ -354,7 +364,13 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	warnings = append(warnings, checkNullable(src, tree.Node, env)...)
+	typ := ty.types[tree.Node]
+	if wantBool && !choice(tree.Node) {
+		// (a choice has each of its branches judged, below)
+		if p, bad := notBoolean(src, typ); bad {
+			return nil, []Problem{p}
+		}
+	}
 	opts := append([]expr.Option{env.option()}, functions...)
 	// the expression as written is checked before any patch: the checker
 	// takes the type a patched operation was given and does not look into
@@ -369,7 +385,9 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		pt.flat = &flattener{env: env}
 	}
 	opts = append(opts, expr.Patch(pt))
-	if wantBool {
+	if wantBool && !typ.Known() {
+		// (a condition of a known type is judged above: a boolean, or
+		// null, which a condition takes as false)
 		opts = append(opts, expr.AsBool())
 	}
 	prog, err := expr.Compile(src, opts...)
@@ -382,7 +400,13 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		}
 		return nil, []Problem{p}
 	}
-	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node), num: num.of[num.root], branches: num.leaves[num.root], tree: tree}
+	p := &Program{src: src, prog: prog, shape: env.shapeAt(tree.Node), reads: stateReads(src, tree.Node, ty.consts), num: num.of[num.root], branches: num.leaves[num.root], tree: tree,
+		typ: typ}
+	if v, ok := ty.consts[tree.Node]; ok {
+		p.value, p.hasValue = v, true
+	}
+	p.leaves = ty.leaves(tree.Node)
+	p.env = env
 	if p.shape == nil && num.items != "" {
 		// a list literal: the type its elements share
 		p.shape = &schema.Shape{Types: []string{"array"}, Items: &schema.Shape{Types: []string{num.items}}}
@@ -410,6 +434,18 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 		compileFast(p, prog.Node(), env, ex.ops, wantBool)
 	}
 	return p, warnings
+}
+
+// choice reports whether n yields one of several branches (?:, if/else,
+// ??).
+func choice(n ast.Node) bool {
+	switch x := n.(type) {
+	case *ast.ConditionalNode:
+		return true
+	case *ast.BinaryNode:
+		return x.Operator == "??"
+	}
+	return false
 }
 
 // checkAsWritten type-checks src with opts, unpatched, as expr.Compile
@@ -464,6 +500,10 @@ func fromError(src string, err error, env *Env) Problem {
 		p.Code = diag.CodeExprUnknown
 		p.Message = fmt.Sprintf("unknown name %q", name)
 		p.Suggestion = diag.Suggest(name, append(slices.Clone(env.names), FunctionNames()...))
+		if p.Suggestion == "" {
+			// most likely a text meant, written without its quotes
+			p.Message += fmt.Sprintf(": a text is written in quotes ('%s'); a value of the state is read as state.NAME", name)
+		}
 	}
 	return p
 }

@@ -58,14 +58,25 @@ func (p *Program) ReadsOf(root string) []Read {
 	if err != nil {
 		return nil
 	}
-	return readsOf(p.src, tree.Node, root)
+	return readsOf(p.src, tree.Node, root, nil)
 }
 
-// stateReads finds the unguarded reads of state fields in an expression.
-func stateReads(src string, root ast.Node) []Read { return readsOf(src, root, "state") }
+// stateReads finds the unguarded reads of state fields in an expression;
+// consts are the values the checker folded (a condition that is one
+// leaves a side that never runs).
+func stateReads(src string, root ast.Node, consts map[ast.Node]any) []Read {
+	return readsOf(src, root, "state", consts)
+}
 
 // readsOf finds the unguarded reads of the fields of variable name.
-func readsOf(src string, root ast.Node, name string) []Read {
+func readsOf(src string, root ast.Node, name string, consts map[ast.Node]any) []Read {
+	constBool := func(n ast.Node) (bool, bool) {
+		if b, ok := n.(*ast.BoolNode); ok {
+			return b.Value, true
+		}
+		b, ok := consts[n].(bool)
+		return b, ok
+	}
 	guarded := map[ast.Node]bool{}
 	tested := map[string]bool{}
 	mark := func(sub ast.Node) {
@@ -73,7 +84,21 @@ func readsOf(src string, root ast.Node, name string) []Read {
 	}
 	ast.Walk(&root, &visitor{fn: func(n ast.Node) {
 		switch x := n.(type) {
+		case *ast.ConditionalNode:
+			// a constant condition: the other branch never runs
+			if b, ok := constBool(x.Cond); ok {
+				if b {
+					mark(x.Exp2)
+				} else {
+					mark(x.Exp1)
+				}
+			}
 		case *ast.BinaryNode:
+			// false && ..., true || ...: the right side never runs
+			if b, ok := constBool(x.Left); ok && (b == (x.Operator == "||" || x.Operator == "or")) &&
+				(x.Operator == "&&" || x.Operator == "and" || x.Operator == "||" || x.Operator == "or") {
+				mark(x.Right)
+			}
 			switch x.Operator {
 			case "??":
 				mark(x.Left)
@@ -93,6 +118,17 @@ func readsOf(src string, root ast.Node, name string) []Read {
 			}
 		case *ast.ChainNode:
 			mark(x.Node)
+		case *ast.BuiltinNode:
+			// these give a value for null too ("<nil>", "null", "nil"):
+			// a read given to them as it is (not one an operation inside
+			// them takes, len(state.x))
+			if x.Name == "string" || x.Name == "toJSON" || x.Name == "type" {
+				for _, a := range x.Arguments {
+					if plainRead(a) {
+						mark(a)
+					}
+				}
+			}
 		}
 	}})
 	var reads []Read
@@ -185,6 +221,10 @@ func (p *Program) Yields() (lits []Yield, all bool) {
 	var walk func(n ast.Node)
 	walk = func(n ast.Node) {
 		switch n := n.(type) {
+		case *ast.VariableDeclaratorNode:
+			walk(n.Expr)
+		case *ast.SequenceNode:
+			walk(n.Nodes[len(n.Nodes)-1])
 		case *ast.StringNode:
 			add(n)
 		case *ast.ConditionalNode:
@@ -295,6 +335,10 @@ func (p *Program) Numbers() []NumberLiteral {
 	var walk func(n ast.Node)
 	walk = func(n ast.Node) {
 		switch n := n.(type) {
+		case *ast.VariableDeclaratorNode:
+			walk(n.Expr)
+		case *ast.SequenceNode:
+			walk(n.Nodes[len(n.Nodes)-1])
 		case *ast.IntegerNode:
 			add(n, n, float64(n.Value))
 		case *ast.FloatNode:
@@ -405,3 +449,108 @@ func (p *Program) Enum(env *Env) ([]string, bool) {
 // Constant returns the expression's value when it is a constant (a
 // literal, or what constant folding left), and whether it is one.
 func (p *Program) Constant() (any, bool) { return p.lit, p.hasLit }
+
+// CoversEnum reports whether the conditions together hold for every
+// value of a field whose schema is an enum: each compares the same field
+// (state.c) with texts by ==, in or ||, and the texts they name cover
+// every value the enum lists (null too, where it lists null: compared
+// with nil).
+func CoversEnum(conds []*Program, env *Env) bool {
+	var field string
+	var node ast.Node
+	seen := map[string]bool{}
+	null := false
+	for _, c := range conds {
+		if c == nil {
+			return false
+		}
+		tree, err := c.parsed()
+		if err != nil {
+			return false
+		}
+		var walk func(n ast.Node) bool
+		walk = func(n ast.Node) bool {
+			b, ok := n.(*ast.BinaryNode)
+			if !ok {
+				return false
+			}
+			var x ast.Node
+			var lits []ast.Node
+			switch b.Operator {
+			case "||", "or":
+				return walk(b.Left) && walk(b.Right)
+			case "==":
+				x, lits = b.Left, []ast.Node{b.Right}
+				if isLiteral(b.Left) {
+					x, lits = b.Right, []ast.Node{b.Left}
+				}
+			case "in":
+				arr, ok := b.Right.(*ast.ArrayNode)
+				if !ok {
+					return false
+				}
+				x, lits = b.Left, arr.Nodes
+			default:
+				return false
+			}
+			path := describePath(x)
+			if path == "value" || field != "" && path != field {
+				return false
+			}
+			field, node = path, x
+			for _, l := range lits {
+				switch v := l.(type) {
+				case *ast.StringNode:
+					seen[v.Value] = true
+				case *ast.NilNode:
+					null = true
+				default:
+					return false
+				}
+			}
+			return true
+		}
+		if !walk(tree.Node) {
+			return false
+		}
+	}
+	if node == nil {
+		return false
+	}
+	s := env.shapeAt(node)
+	values, ok := s.Strings()
+	if !ok {
+		return false
+	}
+	for _, v := range values {
+		if !seen[v] {
+			return false
+		}
+	}
+	return null || !s.MayBeNull()
+}
+
+func isLiteral(n ast.Node) bool {
+	switch n.(type) {
+	case *ast.StringNode, *ast.NilNode:
+		return true
+	}
+	return false
+}
+
+// plainRead reports whether n is a read of a value and nothing more: a
+// name, or a chain of members of one (x.y?.z, x["y"]).
+func plainRead(n ast.Node) bool {
+	for {
+		switch x := n.(type) {
+		case *ast.ChainNode:
+			n = x.Node
+		case *ast.MemberNode:
+			n = x.Node
+		case *ast.IdentifierNode:
+			return true
+		default:
+			return false
+		}
+	}
+}

@@ -20,6 +20,7 @@ var (
 	notCallable     = regexp.MustCompile(`^(.+) is not callable$`)
 	mixed           = regexp.MustCompile(`^Operator \((\S+)\) and coalesce expressions \(\?\?\) cannot be mixed`)
 	argCount        = regexp.MustCompile(`^invalid number of arguments \(expected (\d+), got (\d+)\)$`)
+	unrecognized    = regexp.MustCompile(`^unrecognized character: (U\+[0-9A-F]+) '(.+)'$`)
 )
 
 // goWords names a Go type as the values of a flow are named.
@@ -64,6 +65,13 @@ func inWords(src, msg string, at int) string {
 		return ended(src)
 	case msg == "literal not terminated":
 		return "a quoted text is never closed: add its closing quote"
+	}
+	if m := unrecognized.FindStringSubmatch(msg); m != nil {
+		c := []rune(m[2])[0]
+		if strings.ContainsRune("‘’‚‛“”„‟«»′″`´", c) {
+			return fmt.Sprintf("%s is not a quote an expression reads: write a text between straight quotes, 'like this' or \"like this\"", m[2])
+		}
+		return fmt.Sprintf("the character %s (%s) has no meaning in an expression: a text holding it is written in quotes", m[2], m[1])
 	}
 	if m := mismatched2.FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s does not apply to %s and %s", m[1], goWords(m[2]), goWords(m[3]))

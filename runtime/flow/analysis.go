@@ -14,7 +14,7 @@ import (
 // run in one superstep (for write conflicts) and joins that can starve.
 func (c *compiler) analyse() {
 	g := c.g
-	if len(g.Entry) == 0 && c.root.Get("edges").Exists() {
+	if len(g.Entry) == 0 && c.root.Get("edges").Exists() && !c.brokenEntry {
 		c.dl.Errorf(diag.CodeEntry, c.root.KeyOf("edges").Pos(), "edges", "no edge leaves START: the flow has no entry").
 			Detail = "add an edge such as {from: START, to: " + firstName(g) + "}"
 	}

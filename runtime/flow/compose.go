@@ -1,14 +1,12 @@
 package flow
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
-	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/value"
@@ -134,44 +132,6 @@ func (g *Graph) ConfigField(name string) (*ConfigField, bool) {
 		}
 	}
 	return nil, false
-}
-
-// Fits implements kind.Builder.
-func (b *builder) Fits(p *expression.Program, dst *schema.Shape, at config.Value, what string) {
-	if p == nil || dst == nil {
-		return
-	}
-	if why := fitsShape(p, dst); why != "" {
-		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), at.Path(), "%s %s", what, why)
-	}
-}
-
-// ExprFits says how what p yields may not be a value of shape dst (""
-// when it fits as far as is known), as a node's write is checked.
-func ExprFits(p *expression.Program, dst *schema.Shape) string { return fitsShape(p, dst) }
-
-// fitsShape says how what p yields may not be a value of shape dst (""
-// when it fits as far as is known): its declared shape member by member,
-// its type, a constant out of range.
-func fitsShape(p *expression.Program, dst *schema.Shape) string {
-	if src := p.Shape(); src != nil {
-		if why := schema.Fits(src, dst, p.Source()); len(why) > 0 {
-			return "cannot hold what this expression gives: " + strings.Join(why, "; ")
-		}
-	}
-	got := resultType(p)
-	if got == "number" && !dst.Takes(got) && dst.Allows("integer") && !p.Whole() {
-		return "takes " + dst.Describe() + " only, but this expression yields a number that may have a fraction (/, a float literal or a number field); write int(...) to drop the fraction or round(...) to round it"
-	}
-	if got != "" && !dst.Allows(got) {
-		return "takes " + dst.Describe() + ", but this expression yields " + article(got)
-	}
-	if v, ok := p.Constant(); ok {
-		if why := dst.OutOfRange(v); why != "" {
-			return "is " + why + ", but this expression is always " + fmt.Sprint(v)
-		}
-	}
-	return ""
 }
 
 // Nested implements kind.Builder: the block is built by its kind through

@@ -9,6 +9,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/schema"
 )
 
 // edges compiles the edges, after the nodes (and their error routes).
@@ -112,6 +113,8 @@ func (c *compiler) edge(i int, s config.Settings) {
 	}
 	if !ok {
 		c.assumeBest(e)
+		// an entry that did not compile is still an entry: no G005 too
+		c.brokenEntry = c.brokenEntry || entry
 		return
 	}
 	if len(edge.From) > 1 {
@@ -215,7 +218,7 @@ func (c *compiler) branch(edge *Edge, bn config.Value, at diag.Pos, path string)
 		for i, cs := range edge.Cases {
 			conds[i] = cs.When
 		}
-		if !expression.Complements(conds) {
+		if !expression.Complements(conds) && !expression.CoversEnum(conds, c.env) {
 			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeBranchOpen, Pos: at, Path: path,
 				Summary: "the cases of this branch may all be false and it has no else: the run would fail with no case matched",
 				Detail:  "add a last case {else: NODE} (END to finish), or end with a condition the others leave true"})
@@ -235,8 +238,17 @@ func (c *compiler) route(edge *Edge, s config.Settings, rn config.Value, path st
 	edge.Choices = map[string]*Node{}
 	cands := append(c.nodeNames(), endName)
 	if edge.Route != nil {
+		typ := edge.Route.Type()
 		if t := edge.Route.ResultType(); t != nil && t.Kind() != reflect.String {
 			c.dl.Errorf(diag.CodeRouteType, rn.Pos(), path+".route", "route yields %s, not a node's name (a string)", kindName(t))
+			ok = false
+		} else if typ.Known() && !typ.Allows("string") {
+			c.dl.Errorf(diag.CodeRouteType, rn.Pos(), path+".route", "route yields %s, not a node's name (a string)", describeTypes(typ.WithoutNull()))
+			ok = false
+		} else if typ.MayBeNull() && !s.Value("default").Exists() {
+			what := strings.TrimSpace(rn.Text())
+			c.dl.Errorf(diag.CodeRouteYield, rn.Pos(), path+".route",
+				"route can yield null (%s may be null), which is no choice, and the route has no default: give it a default, or write %s ?? 'a choice'", what, what)
 			ok = false
 		}
 	}
@@ -331,6 +343,15 @@ func (c *compiler) edgeReader(edge *Edge) {
 	if len(edge.From) == 1 {
 		c.reader = edge.From[0]
 	}
+}
+
+// describeTypes names a shape's types in words: "an integer or a boolean".
+func describeTypes(s *schema.Shape) string {
+	words := make([]string, len(s.Types))
+	for i, t := range s.Types {
+		words[i] = article(t)
+	}
+	return strings.Join(words, " or ")
 }
 
 // kindName says what kind of value a type holds, in the flow format's

@@ -210,6 +210,10 @@ func formatDoc(reg kind.Registry) (map[string]any, error) {
 	doc["if"] = map[string]any{"not": map[string]any{"type": "object", "properties": map[string]any{"config": true}, "required": []any{"config"}}}
 	doc["then"] = map[string]any{"type": "object", "properties": map[string]any{"limits": map[string]any{"type": "object",
 		"properties": map[string]any{"max_steps": map[string]any{"type": "integer"}}}}}
+	// x- keys are the designer's (anchors to reuse with aliases and
+	// merge keys); the runtime reads none of them
+	doc["patternProperties"] = map[string]any{"^x-": map[string]any{
+		"description": "An extension key, for the designer: values to reuse with YAML anchors, aliases and merge keys (<<: *name). Trellis reads nothing under it."}}
 	doc["title"] = "Trellis flow"
 	doc["$defs"] = defs
 	return doc, nil

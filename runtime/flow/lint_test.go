@@ -67,8 +67,9 @@ LINT`
 	}
 }
 
-// A route that reads an enum field: a value without a choice is an error
-// unless there is a default; a choice no value leads to is a warning.
+// A route that reads an enum field: a value without a choice (null too)
+// is an error unless there is a default; a choice no value leads to is a
+// warning.
 func TestRouteOverAnEnum(t *testing.T) {
 	base := `version: 1
 name: r
@@ -89,11 +90,12 @@ edges:
   - {from: c, to: END}
 `
 	cases := map[string]string{
-		`route: "state.next", choices: [b, c]`:          "",
-		`route: "state.next", choices: [b]`:             "error G003, error G014", // c is unreachable too
-		`route: "state.next", choices: [b], default: b`: "error G003",
-		`route: "state.only", choices: [b, c]`:          "warning G014",
-		`route: "state.only ?? 'c'", choices: [b, c]`:   "",
+		`route: "state.next", choices: [b, c]`:             "",
+		`route: "state.next", choices: [b]`:                "error G003, error G014", // c is unreachable too
+		`route: "state.next", choices: [b], default: b`:    "error G003",
+		`route: "state.only", choices: [b, c]`:             "error G012, warning G014", // null has no choice
+		`route: "state.only", choices: [b, c], default: b`: "warning G014",
+		`route: "state.only ?? 'c'", choices: [b, c]`:      "",
 	}
 	for route, want := range cases {
 		src := strings.Replace(base, "ROUTE", route, 1)

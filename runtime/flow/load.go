@@ -121,6 +121,24 @@ type compiler struct {
 	// Nodes named by edges that did not compile: the graph checks assume
 	// the best of them (reached, reaching END) rather than cascade.
 	assumeReached, assumeEnds map[*Node]bool
+	// brokenEntry is set when an edge from START did not compile.
+	brokenEntry bool
+	// guards holds, by path, the nodes every way into which tests the
+	// value at the path not null (see guardedBy).
+	guards map[string]map[*Node]bool
+	// undecidedSeen are the fields whose schema keywords the validator
+	// does not reason about, already said (see undecided).
+	undecidedSeen map[*schema.Shape]bool
+	// writers counts the writes each field is declared, writtenShapes
+	// holds the shapes of those whose values the checker knows.
+	writers       map[string]int
+	writtenShapes map[string][]written
+	// writtenBy holds them by field and node; judging holds the
+	// questions membersWritten is answering.
+	writtenBy map[string]map[string][]written
+	judging   map[string]bool
+	// dests are the fields expressions' values are written to.
+	dests map[*expression.Program]*Field
 	// reader is the node whose settings or outgoing edge are being
 	// compiled (readerRan: an edge, read after its node ran); nullReads
 	// are the reads through possibly-null values found meanwhile, judged
@@ -167,6 +185,10 @@ type fieldRead struct {
 	off            int
 	path           string
 	template       bool
+	// prog is the expression read in, cond set for a condition (which
+	// takes null as false)
+	prog *expression.Program
+	cond bool
 }
 
 // pos is where the read is.
@@ -230,6 +252,8 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.g.Name, _ = top.String("name")
 	c.g.Description, _ = top.String("description")
 	c.writes = map[string]map[string]diag.Pos{}
+	c.writers, c.writtenShapes, c.writtenBy = map[string]int{}, map[string][]written{}, map[string]map[string][]written{}
+	c.dests = map[*expression.Program]*Field{}
 	c.definite, c.errorWrites = map[string]map[string]bool{}, map[string]map[string]bool{}
 	if n, ok := top.Object("limits").Int("max_steps"); ok {
 		c.g.MaxSteps = n
@@ -297,8 +321,15 @@ func (c *compiler) nullWarnings() {
 	seen := map[string]bool{}
 	for _, r := range c.nullReads {
 		field, ok := strings.CutPrefix(r.path, "state.")
-		if ok && !strings.Contains(field, ".") && r.node != nil && c.writtenBefore(field, r.node, r.ran) {
-			continue
+		if ok && !strings.Contains(field, ".") && r.node != nil && c.membersWritten(field, nil, r.node, r.ran) {
+			continue // written before, never null
+		}
+		if top, members, nested := strings.Cut(field, "."); ok && nested && r.node != nil &&
+			c.membersWritten(top, strings.Split(members, "."), r.node, r.ran) {
+			continue // what is written before gives the members
+		}
+		if r.node != nil && c.guardedBy(r.path, r.node, r.ran) {
+			continue // a branch case tested it
 		}
 		key := r.d.Pos.String() + r.d.Summary
 		if !seen[key] {
@@ -322,6 +353,17 @@ func (c *compiler) unsetWarnings() {
 			// a required field is in every valid state: it is given when
 			// the thread is created
 			continue
+		}
+		if r.prog != nil && !r.cond {
+			// an expression that takes the field unset (as null) in its
+			// stride: compared, tested, written where null is allowed
+			if ops, value := r.prog.NullUse(r.field); !ops && c.takesNull(r.prog, value) {
+				continue
+			}
+		} else if r.prog != nil {
+			if ops, _ := r.prog.NullUse(r.field); !ops {
+				continue // a condition takes null as false
+			}
 		}
 		way, why, unset := c.unsetWay(f, r.node, r.ran)
 		if !unset {
@@ -357,9 +399,14 @@ func (c *compiler) unsetWarnings() {
 		if r.template {
 			read = "it inside {{with .state." + r.field + "}} or {{if .state." + r.field + "}}"
 		}
+		fix := "give it a default, or read " + read
+		if f.Input {
+			// an input the flow cannot do without: a run must give it
+			fix = fmt.Sprintf("give it a default, make it mandatory (required: [%s] in the state schema: a run that does not give it is refused), or read %s", r.field, read)
+		}
 		c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeExprUnset, Pos: pos, Path: r.path,
-			Summary: fmt.Sprintf("state.%s may be unset here: it has no default, and %s reaches %s with nothing written to it (%s); give it a default, or read %s",
-				r.field, way, where, why, read),
+			Summary: fmt.Sprintf("state.%s may be unset here: it has no default, and %s reaches %s with nothing written to it (%s); %s",
+				r.field, way, where, why, fix),
 			Detail: "in " + what + ": " + strings.TrimSpace(r.text())})
 	}
 }

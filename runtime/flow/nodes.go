@@ -3,8 +3,6 @@ package flow
 import (
 	"fmt"
 	"maps"
-	"math"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,7 +139,7 @@ func (c *compiler) compileExpr(v config.Value, env *expression.Env, condition bo
 	if p != nil && c.reader != nil {
 		for _, r := range p.Reads() {
 			c.fieldReads = append(c.fieldReads, fieldRead{node: c.reader, ran: c.readerRan, field: r.Field,
-				at: v, line: r.Line, col: r.Col, end: r.EndCol, path: path})
+				at: v, line: r.Line, col: r.Col, end: r.EndCol, path: path, prog: p, cond: condition})
 		}
 	}
 	if p != nil && slices.Contains(env.Names(), "input") {
@@ -257,6 +255,7 @@ func (b *builder) Writes(field string, at config.Value) {
 			b.track[field] = at
 		}
 	}
+	b.c.writers[field]++
 	w := b.c.writes[b.name]
 	if w == nil {
 		w = map[string]diag.Pos{}
@@ -285,201 +284,12 @@ func (b *builder) Writes(field string, at config.Value) {
 	}
 }
 
-func (b *builder) WritesValue(field string, p *expression.Program, at config.Value) {
-	f, ok := b.c.g.fields[field]
-	if p == nil || !ok || f.Reducer == nil {
-		return
-	}
-	if f.Reducer.Spec.Name != "replace" {
-		b.reducedFits(field, f, p, at)
-		return
-	}
-	// the value as it is, against the field: its declared shape member
-	// by member, its type, a constant's range
-	if why := fitsShape(p, f.Shape); why != "" {
-		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q %s", field, why)
-		return
-	}
-	// a choice's branch of a type the field does not take (the whole is
-	// typed any when its branches differ)
-	if bs := p.Branches(); len(bs) > 1 {
-		for _, br := range bs {
-			switch {
-			case br.Type == "" || br.Type == "null" && f.Shape.Nullable():
-			case br.Type == "number" && !f.Shape.Takes("number") && f.Shape.Allows("integer"):
-				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(br.Line, br.Col, br.EndCol), b.path, "field %q takes %s only, but this branch yields a number that may have a fraction", field, f.Shape.Describe())
-			case !f.Shape.Allows(br.Type):
-				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(br.Line, br.Col, br.EndCol), b.path, "field %q takes %s, but this branch yields %s", field, f.Shape.Describe(), article(br.Type))
-			}
-		}
-	}
-	// a number literal it may yield that the field's bounds refuse
-	if _, constant := p.Constant(); !constant {
-		for _, l := range p.Numbers() {
-			if why := f.Shape.OutOfRange(l.Value); why != "" {
-				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(l.Line, l.Col, l.EndCol), b.path, "field %q is %s, but this expression can yield %v", field, why, l.Value)
-			}
-		}
-	}
-	if jsonType(p.ResultType()) == "" {
-		return
-	}
-	// a string literal it may yield that the field's enum, pattern or
-	// lengths refuse, written as it is
-	values, isEnum := f.Shape.Strings()
-	lits, all := p.Yields()
-	for _, l := range lits {
-		pos := at.PosIn(l.Line, l.Col, l.EndCol)
-		switch why := f.Shape.TextRule(l.Value); {
-		case why == "":
-		case isEnum && !slices.Contains(values, l.Value):
-			b.c.dl.Errorf(diag.CodeWriteType, pos, b.path, "field %q is one of %s, never %q", field, quoteEach(values), l.Value).
-				Suggestion = diag.Suggest(l.Value, values)
-		default:
-			b.c.dl.Errorf(diag.CodeWriteType, pos, b.path, "field %q %s, but this expression can yield %q", field, why, l.Value)
-		}
-	}
-	// text it cannot know (a field with no such rules, a function's
-	// result), into a field that takes only some texts: the run fails
-	// when the text breaks them
-	// (a field read as it is may be empty; what else an expression makes
-	// is not known to be short, and a minimum length is not judged)
-	least := math.MaxInt
-	if p.Shape() != nil {
-		least = 0
-	}
-	if rule := f.Shape.TextRules(least); rule != "" && !all && jsonType(p.ResultType()) == "string" && p.Shape().TextRules(0) == "" {
-		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q %s, but this expression yields text it does not control; the run fails when the text breaks that (choose among literal texts with ?: or if/else, yield it only where a condition compared it with the texts allowed, or make what it reads an enum)", field, rule).
-			Severity = diag.Warning
-	}
-}
-
-// reducedFits reports (as W004) what p yields that cannot be written to
-// a field whose reducer is not replace: an append or union takes a list
-// of the field's items or one item, checked member by member when its
-// shape is declared; a typed reducer takes its type.
-func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at config.Value) {
-	spec := f.Reducer.Spec
-	// max keeps the larger, min the smaller: a number the update may be
-	// that its bound refuses is kept when it wins, or when the field has
-	// no value yet
-	if spec.Name == "max" || spec.Name == "min" {
-		for _, l := range p.Numbers() {
-			hi := f.Shape.Maximum != nil && (l.Value > *f.Shape.Maximum || f.Shape.ExclusiveMaximum && l.Value == *f.Shape.Maximum)
-			lo := f.Shape.Minimum != nil && (l.Value < *f.Shape.Minimum || f.Shape.ExclusiveMinimum && l.Value == *f.Shape.Minimum)
-			// (a field with no value yet takes the update as it is)
-			if spec.Name == "max" && hi || spec.Name == "min" && lo || !f.HasDefault && (hi || lo) {
-				b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(l.Line, l.Col, l.EndCol), b.path, "field %q is %s, but this expression can yield %v, which %s keeps", field, f.Shape.OutOfRange(l.Value), l.Value, spec.Name)
-			}
-		}
-	}
-	if src := p.Shape(); src != nil && (spec.Appends || spec.Name == "union") {
-		path := p.Source()
-		if src.Is("array") || src.Items != nil {
-			src, path = src.Items, path+"[]"
-		}
-		if why := schema.Fits(src, f.Shape.Items, path); len(why) > 0 {
-			b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "the items of field %q cannot hold what this expression gives: %s", field, strings.Join(why, "; "))
-			return
-		}
-	}
-	got := resultType(p)
-	if got == "" {
-		// a choice is typed any when its branches differ: each branch is
-		// judged as the whole would be
-		if bs := p.Branches(); len(bs) > 1 {
-			for _, br := range bs {
-				if br.Type == "" || br.Type == "null" {
-					continue
-				}
-				if want, fits := reducedTakes(f, br.Type, br.Type != "number"); !fits {
-					b.c.dl.Errorf(diag.CodeWriteType, at.PosIn(br.Line, br.Col, br.EndCol), b.path, "field %q takes %s, but this branch yields %s", field, want, article(br.Type))
-				}
-			}
-		}
-		return
-	}
-	if want, fits := reducedTakes(f, got, p.Whole()); !fits {
-		b.c.dl.Errorf(diag.CodeWriteType, at.Pos(), b.path, "field %q takes %s, but this expression yields %s", field, want, article(got))
-	}
-}
-
-// reducedTakes reports whether field f's reducer takes an update of JSON
-// type got (whole: a number known to have no fraction), and if not, what
-// it takes.
-func reducedTakes(f *Field, got string, whole bool) (want string, fits bool) {
-	spec := f.Reducer.Spec
-	switch {
-	case spec.Name == "expr":
-	case spec.Appends || spec.Name == "union":
-		// a list adds its items, any other value is one item
-		return "a list or an item of " + f.Shape.Items.Describe() + " (" + spec.Name + ")",
-			got == "array" || f.Shape.Items.Takes(got) || got == "number" && whole && f.Shape.Items.Allows("integer")
-	case spec.Type != "":
-		want, fits = article(spec.Type)+" ("+spec.Name+")", (&schema.Shape{Types: []string{spec.Type}}).Allows(got)
-		if fits && got == "number" && !f.Shape.Takes(got) && !whole {
-			// the field holds integers: a fraction added makes it a number
-			return "an integer (" + spec.Name + " into an integer field)", false
-		}
-		return want, fits
-	default:
-		return f.Shape.Describe(), f.Shape.Allows(got)
-	}
-	return "", true
-}
-
 func quoteEach(values []string) string {
 	q := make([]string, len(values))
 	for i, v := range values {
 		q[i] = strconv.Quote(v)
 	}
 	return strings.Join(q, ", ")
-}
-
-// resultType names the JSON type of what p yields ("" when it cannot
-// tell): its checked type, or number for one known to give numbers.
-func resultType(p *expression.Program) string {
-	t := jsonType(p.ResultType())
-	if t == "" && p.Number() {
-		if p.Whole() {
-			return "integer"
-		}
-		return "number"
-	}
-	return t
-}
-
-// jsonType names the JSON type of values of t ("" when it cannot tell).
-func jsonType(t reflect.Type) string {
-	if t == nil {
-		return ""
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "string"
-	case reflect.Bool:
-		return "boolean"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
-		reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "integer"
-	case reflect.Float32, reflect.Float64:
-		return "number"
-	case reflect.Slice, reflect.Array:
-		return "array"
-	case reflect.Map, reflect.Struct:
-		return "object"
-	}
-	return ""
-}
-
-func article(t string) string {
-	switch t {
-	case "integer", "array", "object":
-		return "an " + t
-	case "number":
-		return "a number"
-	}
-	return "a " + t
 }
 
 func (b *builder) Field(name string) *schema.Shape {

@@ -24,6 +24,7 @@ state:
       q:
         type: [object, "null"]
         properties: {text: {type: string}}
+        required: [text]
         default: null
       out: {type: string, default: ""}
       n: {type: integer, default: 0}
@@ -58,7 +59,53 @@ edges:
 	for _, d := range dl {
 		lines = append(lines, d.String())
 	}
-	if len(dl) != 1 || dl[0].Code != "E004" || dl[0].Line != 15 || !strings.Contains(dl[0].Summary, "state.q may be null") {
-		t.Fatalf("want one E004 on early's read (line 15), got:\n%s", strings.Join(lines, "\n"))
+	if len(dl) != 1 || dl[0].Code != "E004" || dl[0].Line != 16 || !strings.Contains(dl[0].Summary, "state.q may be null") {
+		t.Fatalf("want one E004 on early's read (line 16), got:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// A node reached only through branch cases that found a value not null
+// (its own test, or the else of one that found it null) reads it safely,
+// until a node that writes the field: the warning stays where a way in
+// did not test it.
+func TestNullableReadsFollowBranchTests(t *testing.T) {
+	src := `
+version: 1
+name: tested
+state:
+  schema:
+    type: object
+    properties:
+      note: {type: [object, "null"], properties: {text: {type: string}}, required: [text], default: null}
+      n: {type: [integer, "null"], default: null}
+      out: {type: string, default: ""}
+      m: {type: integer, default: 0}
+nodes:
+  show: {kind: set, set: {out: "state.note.text", m: "state.n + 1"}}
+  after: {kind: set, set: {out: "state.note.text + '!'"}}
+  none: {kind: set, set: {out: "'none'"}}
+  reset: {kind: set, set: {note: "nil"}}
+  late: {kind: set, set: {out: "state.note.text"}}
+edges:
+  - from: START
+    branch:
+      - {when: "state.note == nil || state.n == nil", to: none}
+      - else: show
+  - {from: show, to: after}
+  - {from: after, to: reset}
+  - {from: reset, to: late}
+  - {from: none, to: late}
+  - {from: late, to: END}
+`
+	g, dl := flow.LoadSource("tested.yaml", []byte(src), kindtest.Registry())
+	if g == nil {
+		t.Fatalf("flow does not compile:\n%v", dl)
+	}
+	if len(dl) != 1 || dl[0].Code != "E004" || dl[0].Line != 17 {
+		var lines []string
+		for _, d := range dl {
+			lines = append(lines, d.String())
+		}
+		t.Fatalf("want one E004 on late's read (line 17), got:\n%s", strings.Join(lines, "\n"))
 	}
 }

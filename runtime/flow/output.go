@@ -76,6 +76,14 @@ func (c *compiler) output(v config.Value) {
 	for _, pr := range tmpl.Check(t, root) {
 		pos := v.Span(pr.Offset, pr.Len)
 		switch {
+		case pr.Call:
+			d := diag.Diagnostic{Severity: diag.Error, Code: diag.CodeTemplateCall, Pos: pos, Path: "output", Summary: pr.Message}
+			if pr.MayBeNull || pr.Warning {
+				d.Severity = diag.Warning
+			} else {
+				ok = false
+			}
+			c.dl.Add(d)
 		case pr.MayBeNull:
 			field, top := strings.CutPrefix(pr.Path, "state.")
 			if top && !strings.Contains(field, ".") && c.writtenBeforeEnd(field) {
@@ -83,8 +91,11 @@ func (c *compiler) output(v config.Value) {
 			}
 			id := []rune(v.Text()[min(pr.Offset, len(v.Text())):])
 			id = id[:min(pr.Len, len(id))]
-			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeTemplateNull, Pos: pos, Path: "output",
-				Summary: fmt.Sprintf("%s may be null, and reading %q of null fails when the output is rendered; read it inside a with or an if on %s, or write it on every path to END", pr.Path, string(id), pr.Path)})
+			msg := fmt.Sprintf("%s may be null, and reading %q of null fails when the output is rendered; read it inside a with or an if on %s, or write it on every path to END", pr.Path, string(id), pr.Path)
+			if pr.Prints {
+				msg = pr.Message + ", or write it on every path to END"
+			}
+			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeTemplateNull, Pos: pos, Path: "output", Summary: msg})
 		case pr.Open:
 			c.dl.Add(diag.Diagnostic{Severity: diag.Warning, Code: diag.CodeTemplateField, Pos: pos, Path: "output", Summary: pr.Message, Suggestion: pr.Suggestion})
 		default:

@@ -2,7 +2,9 @@ package flow
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -38,6 +40,19 @@ func (b *builder) Template(v config.Value, name string, vars kind.Vars) *templat
 		pos := v.Span(pr.Offset, pr.Len)
 		if pr.Compare {
 			c.dl.Errorf(diag.CodeTemplateCompare, pos, path, "%s", pr.Message)
+			continue
+		}
+		if pr.Call {
+			d := diag.Diagnostic{Severity: diag.Error, Code: diag.CodeTemplateCall, Pos: pos, Path: path, Summary: pr.Message}
+			switch {
+			case pr.MayBeNull:
+				d.Severity = diag.Warning
+				c.noteNullRead(pr.Path, d)
+				continue
+			case pr.Warning:
+				d.Severity = diag.Warning
+			}
+			c.dl.Add(d)
 			continue
 		}
 		if pr.MayBeNull {
@@ -96,11 +111,39 @@ func (c *compiler) templateError(v config.Value, err error, path string) {
 		msg = m[3]
 	}
 	text := v.Text()
+	lineText, _, _ := strings.Cut(text[config.LineOffset(text, line):], "\n")
 	if col == 1 {
-		lineText, _, _ := strings.Cut(text[config.LineOffset(text, line):], "\n")
 		col = templateColumn(lineText, msg)
 	}
-	c.dl.Errorf(diag.CodeResource, v.PosIn(line, col, 0), path, "template: %s", msg)
+	msg, suggest := templateWords(msg, lineText)
+	c.dl.Errorf(diag.CodeResource, v.PosIn(line, col, 0), path, "template: %s", msg).Suggestion = suggest
+}
+
+var (
+	undefinedFunc = regexp.MustCompile(`^function "([^"]+)" not defined$`)
+	badChar       = regexp.MustCompile(`^bad character U\+[0-9A-F]+ '(.+)'$`)
+	dashedField   = regexp.MustCompile(`((?:\$|\.)[\pL_][\pL\pN_]*(?:\.[\pL_][\pL\pN_]*)*)\.([\pL_][\pL\pN_]*(?:-[\pL\pN_]+)+)`)
+)
+
+// templateWords rephrases text/template's message about a line of a
+// template in the flow's words, with a name it most likely meant.
+func templateWords(msg, line string) (string, string) {
+	if m := undefinedFunc.FindStringSubmatch(msg); m != nil {
+		names := slices.Sorted(maps.Keys(tmpl.Funcs))
+		names = append(names, "and", "or", "not", "len", "index", "slice", "print", "printf", "println", "html", "js", "urlquery")
+		return fmt.Sprintf("%q is not a function templates can call (they call %s); a field is read as .state.NAME, and a text is written outside {{ }}",
+			m[1], strings.Join(names, ", ")), diag.Suggest(m[1], names)
+	}
+	if m := badChar.FindStringSubmatch(msg); m != nil {
+		if f := dashedField.FindStringSubmatch(line); f != nil {
+			return fmt.Sprintf("a field whose name holds %q is read with index: {{index %s %q}}", m[1], f[1], f[2]), ""
+		}
+		if m[1] == "}" {
+			return "a single } does not close an action: close it with }}", ""
+		}
+		return fmt.Sprintf("the character %q has no meaning inside {{ }}: text to print goes outside them, or in quotes", m[1]), ""
+	}
+	return msg, ""
 }
 
 var (

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/value"
 	"gopkg.in/yaml.v3"
 )
@@ -206,6 +207,9 @@ func Parse(name string, b []byte) (any, error) {
 	}
 	if n.Kind == 0 {
 		return nil, fmt.Errorf("%s: the file is empty: it holds no YAML or JSON value", name)
+	}
+	if err := config.ExpandMerges(&n); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	v, err := value.FromYAML(&n)
 	if err != nil {

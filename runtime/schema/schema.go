@@ -41,6 +41,17 @@ type Shape struct {
 	Pattern   string
 	MinLength int
 	MaxLength *int
+	// Format is the string format the schema names (email, date-time,
+	// ...), which the run asserts; MultipleOf (nil: none) divides a
+	// number; MinItems and MaxItems (nil: none) bound a list's length.
+	Format     string
+	MultipleOf *float64
+	MinItems   int
+	MaxItems   *int
+	// Unmodelled lists the schema's keywords the shape does not model
+	// (allOf, a oneOf other than the optional-value idiom, if, not, ...):
+	// only the schema itself judges a value against them.
+	Unmodelled []string
 	// Default is the schema's default, when HasDefault.
 	Default    any
 	HasDefault bool
@@ -118,12 +129,13 @@ func (s *Shape) Describe() string {
 }
 
 // Object returns the shape of a closed object with these properties (a nil
-// shape is unknown), ordered as given or, without an order, by name.
+// shape is unknown), ordered as given or, without an order, by name:
+// an object the runtime makes, with every one of them.
 func Object(props map[string]*Shape, order ...string) *Shape {
 	if order == nil {
 		order = slices.Sorted(maps.Keys(props))
 	}
-	return &Shape{Types: []string{"object"}, Props: props, Order: order, Closed: true}
+	return &Shape{Types: []string{"object"}, Props: props, Order: order, Closed: true, Required: slices.Clone(order)}
 }
 
 // Prop returns the shape of property name, or nil with ok false when the
@@ -159,6 +171,31 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 		return s
 	}
 	simple, exact := true, true
+	if ref, ok := m["$ref"].(string); ok {
+		// what the reference names, with what stands beside it on top
+		// (in 2020-12 both apply)
+		var target any
+		if resolve != nil {
+			target = resolve(ref)
+		}
+		if target == nil {
+			simple, exact = false, false
+		} else {
+			r := shapeOf(target, resolve, depth+1)
+			if onlyBeside(m, "$ref") {
+				c := *r
+				if d, ok := m["default"]; ok {
+					c.Default, c.HasDefault = d, true
+				}
+				return &c
+			}
+			*s = *r
+			if s.Props != nil {
+				s.Props = maps.Clone(s.Props)
+			}
+			simple, exact = false, false
+		}
+	}
 	for k, v := range m {
 		switch k {
 		case "type":
@@ -174,7 +211,9 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 			}
 		case "properties":
 			props, _ := v.(map[string]any)
-			s.Props = make(map[string]*Shape, len(props))
+			if s.Props == nil {
+				s.Props = make(map[string]*Shape, len(props))
+			}
 			for name, p := range props {
 				c := shapeOf(p, resolve, depth+1)
 				s.Props[name] = c
@@ -190,6 +229,7 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 				exact = exact && s.extra.exact
 			}
 		case "required":
+			s.Required = slices.Clone(s.Required)
 			for _, x := range asSlice(v) {
 				if str, ok := x.(string); ok {
 					s.Required = append(s.Required, str)
@@ -260,30 +300,19 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 				s.Maximum, s.ExclusiveMaximum = &f, true
 			}
 		case "$ref":
-			ref, _ := v.(string)
-			var target any
-			if resolve != nil {
-				target = resolve(ref)
-			}
-			if target != nil {
-				r := shapeOf(target, resolve, depth+1)
-				if len(m) == 1 || (len(m) == 2 && s.HasDefault) {
-					d, hd := s.Default, s.HasDefault
-					*s = *r
-					if hd {
-						s.Default, s.HasDefault = d, hd
-					}
-					return s
-				}
-			}
-			simple, exact = false, false
+			// resolved above
 		case "anyOf", "oneOf":
 			simple = false
 			r := orNull(v, resolve, depth)
+			if r == nil {
+				s.Unmodelled = append(s.Unmodelled, k)
+			}
 			if r != nil {
 				s.Types, s.Props, s.Closed, s.Required, s.Items, s.Enum = r.Types, r.Props, r.Closed, r.Required, r.Items, r.Enum
 				s.Minimum, s.Maximum, s.ExclusiveMinimum, s.ExclusiveMaximum = r.Minimum, r.Maximum, r.ExclusiveMinimum, r.ExclusiveMaximum
 				s.Pattern, s.MinLength, s.MaxLength, s.re, s.extra, s.unique = r.Pattern, r.MinLength, r.MaxLength, r.re, r.extra, r.unique
+				s.Format, s.MultipleOf, s.MinItems, s.MaxItems = r.Format, r.MultipleOf, r.MinItems, r.MaxItems
+				s.Unmodelled = append(s.Unmodelled, r.Unmodelled...)
 				s.orNull = true
 			}
 			// the idiom is decided exactly when nothing but annotations
@@ -291,12 +320,31 @@ func shapeOf(raw any, resolve func(string) any, depth int) *Shape {
 			exact = exact && r != nil && r.exact && onlyBeside(m, k)
 		case "$defs", "definitions":
 			// definitions do not constrain the value itself
+		case "format":
+			simple, exact = false, false
+			s.Format, _ = v.(string)
+		case "multipleOf":
+			simple, exact = false, false
+			if f, ok := number(v); ok && f > 0 {
+				s.MultipleOf = &f
+			}
+		case "minItems", "maxItems":
+			simple, exact = false, false
+			if f, ok := number(v); ok && f >= 0 && f == math.Trunc(f) && f < 1<<31 {
+				if n := int(f); k == "minItems" {
+					s.MinItems = n
+				} else {
+					s.MaxItems = &n
+				}
+			}
 		default:
 			if !annotations[k] {
 				simple, exact = false, false
+				s.Unmodelled = append(s.Unmodelled, k)
 			}
 		}
 	}
+	slices.Sort(s.Unmodelled)
 	if s.Props != nil {
 		s.Order = make([]string, 0, len(s.Props))
 		for name := range s.Props {

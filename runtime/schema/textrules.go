@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -27,5 +28,42 @@ func (s *Shape) TextRules(least int) string {
 	if s.MaxLength != nil {
 		rules = append(rules, fmt.Sprintf("is at most %d characters long", *s.MaxLength))
 	}
+	if s.Format != "" {
+		rules = append(rules, fmt.Sprintf("is a valid %s (its format, which the run checks)", s.Format))
+	}
 	return strings.Join(rules, " and ")
+}
+
+// KeepsText reports whether every text a value of shape s can be keeps
+// the text rules of dst (its enum, pattern, lengths and format): s's own
+// rules are as strict.
+func (s *Shape) KeepsText(dst *Shape) bool {
+	if dst == nil {
+		return true
+	}
+	if s == nil {
+		return dst.TextRules(0) == ""
+	}
+	if want, ok := dst.Strings(); ok {
+		have, ok := s.Strings()
+		if !ok {
+			return false
+		}
+		for _, v := range have {
+			if !slices.Contains(want, v) {
+				return false
+			}
+		}
+		return true // (an enum's values are checked whole: lengths too)
+	}
+	if dst.MaxLength != nil && (s.MaxLength == nil || *s.MaxLength > *dst.MaxLength) {
+		return false
+	}
+	if s.MinLength < dst.MinLength {
+		return false
+	}
+	if dst.PatternRE() != nil && s.Pattern != dst.Pattern {
+		return false
+	}
+	return dst.Format == "" || s.Format == dst.Format
 }

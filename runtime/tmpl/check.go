@@ -33,6 +33,15 @@ type Problem struct {
 	// never compare, such as a number and a text: it fails when the
 	// template renders.
 	Compare bool
+	// Call marks a function given an argument of a type it does not
+	// take (a number to upper, a text to join), or printf's verbs and
+	// values apart; with MayBeNull, an argument that may be null, and
+	// with Warning, one that fails for some of its values only.
+	Call    bool
+	Warning bool
+	// Prints marks, with MayBeNull, a value that may be null printed as
+	// it is (it prints as "<no value>").
+	Prints bool
 }
 
 // Read is a read of a state field (.state.NAME, or $.state.NAME) that
@@ -132,7 +141,8 @@ func (c *checker) list(l *parse.ListNode, dot *schema.Shape) {
 func (c *checker) node(n parse.Node, dot *schema.Shape) {
 	switch x := n.(type) {
 	case *parse.ActionNode:
-		c.pipe(x.Pipe, dot)
+		s := c.pipe(x.Pipe, dot)
+		c.printsNull(x.Pipe, s, dot)
 	case *parse.IfNode:
 		c.testedPipe(x.Pipe, dot)
 		gs := c.guardsOf(x.Pipe, dot)
@@ -164,6 +174,14 @@ func (c *checker) node(n parse.Node, dot *schema.Shape) {
 		if len(x.Pipe.Decl) > 0 {
 			c.vars[x.Pipe.Decl[len(x.Pipe.Decl)-1].Ident[0]] = item
 		}
+		if len(x.Pipe.Decl) == 2 {
+			// range $i, $x: $i is the item's index in a list
+			var index *schema.Shape
+			if s != nil && s.Is("array") {
+				index = schema.Of("integer")
+			}
+			c.vars[x.Pipe.Decl[0].Ident[0]] = index
+		}
 		c.list(x.List, item)
 		c.list(x.ElseList, dot)
 	case *parse.TemplateNode:
@@ -193,6 +211,7 @@ func (c *checker) pipe(p *parse.PipeNode, dot *schema.Shape) *schema.Shape {
 		return nil
 	}
 	var last *schema.Shape
+	var piped *value
 	for i, cmd := range p.Cmds {
 		last = nil
 		fn := ""
@@ -205,9 +224,15 @@ func (c *checker) pipe(p *parse.PipeNode, dot *schema.Shape) *schema.Shape {
 		}
 		shapes := make([]*schema.Shape, len(cmd.Args))
 		for j, arg := range cmd.Args {
+			// a list these take null for (as no items), and what json
+			// and yaml print: an unset read there fails nothing
+			takesNull := (fn == "first" || fn == "last" || fn == "join") && j == len(cmd.Args)-1 || fn == "json" || fn == "yaml"
+			before := c.tested
+			c.tested = c.tested || takesNull && j > 0
 			s := c.arg(arg, dot)
+			c.tested = before
 			shapes[j] = s
-			if len(cmd.Args) == 1 && i == 0 {
+			if len(cmd.Args) == 1 {
 				last = s
 			}
 		}
@@ -215,9 +240,22 @@ func (c *checker) pipe(p *parse.PipeNode, dot *schema.Shape) *schema.Shape {
 		if compareFuncs[fn] {
 			c.compare(fn, cmd, shapes, i > 0)
 		}
-	}
-	if len(p.Cmds) != 1 {
-		last = nil
+		if fn != "" {
+			// a function: its arguments, the previous command's value
+			// last, against what it takes
+			var args []value
+			for j, arg := range cmd.Args[1:] {
+				args = append(args, argValue(arg, shapes[j+1]))
+			}
+			if piped != nil {
+				args = append(args, *piped)
+			}
+			last = c.call(fn, cmd, args)
+		}
+		piped = &value{shape: last, what: "the value piped to it"}
+		if len(cmd.Args) == 1 && fn == "" {
+			piped = &value{shape: last, what: cmd.Args[0].String(), path: strings.TrimPrefix(cmd.Args[0].String(), ".")}
+		}
 	}
 	for _, d := range p.Decl {
 		c.vars[d.Ident[0]] = last
@@ -469,4 +507,21 @@ func chainStart(pos int, idents []string, variable bool) int {
 		pos-- // its dot
 	}
 	return pos
+}
+
+// printsNull reports an action that prints a field that may be null
+// outside a with or an if on it: text/template prints null as
+// "<no value>", which would be written as it is.
+func (c *checker) printsNull(p *parse.PipeNode, s *schema.Shape, dot *schema.Shape) {
+	if p == nil || len(p.Decl) > 0 || len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 || !s.MayBeNull() {
+		return
+	}
+	f, ok := p.Cmds[0].Args[0].(*parse.FieldNode)
+	if !ok || c.guards[guard{dot, strings.Join(f.Ident, ".")}] > 0 {
+		return
+	}
+	what := strings.Join(f.Ident, ".")
+	start := chainStart(int(f.Position()), f.Ident, false)
+	c.probs = append(c.probs, Problem{Offset: start, Len: len([]rune(what)) + 1, MayBeNull: true, Prints: true, Path: what,
+		Message: fmt.Sprintf("%s may be null, and prints as <no value> when it is; print it inside {{with .%s}}, or as {{.%s | default \"...\"}}", what, what, what)})
 }

@@ -80,16 +80,17 @@ func TestCheckNullableNeedsAGuard(t *testing.T) {
 	})
 	root := Root(state, obj(map[string]*schema.Shape{}), map[string]*schema.Shape{"vars": obj(map[string]*schema.Shape{})})
 	cases := map[string]string{
-		"{{.state.portfolio.headline}}":                                                            `state.portfolio may be null, and reading "headline"`,
-		"{{with .state.portfolio}}{{.headline}}{{end}}":                                            "",
-		"{{if .state.portfolio}}{{.state.portfolio.headline}}{{end}}":                              "",
-		"{{if .state.portfolio}}{{else}}{{.state.portfolio.headline}}{{end}}":                      `state.portfolio may be null`,
-		"{{if .state.name}}{{.state.portfolio.headline}}{{end}}":                                   `state.portfolio may be null`,
-		"{{$p := .state.portfolio}}{{$p.headline}}":                                                `p may be null, and reading "headline"`,
-		"{{$p := .state.portfolio}}{{if $p}}{{$p.headline}}{{end}}":                                "",
-		"{{range .state.items}}{{.text}}{{end}}":                                                   `dot may be null, and reading "text"`,
-		"{{range .state.items}}{{with .}}{{.text}}{{end}}{{end}}":                                  "",
-		"{{.state.portfolio}} {{.state.name}} {{yaml .state.portfolio}}":                           "",
+		"{{.state.portfolio.headline}}":                                                                      `state.portfolio may be null, and reading "headline"`,
+		"{{with .state.portfolio}}{{.headline}}{{end}}":                                                      "",
+		"{{if .state.portfolio}}{{.state.portfolio.headline}}{{end}}":                                        "",
+		"{{if .state.portfolio}}{{else}}{{.state.portfolio.headline}}{{end}}":                                `state.portfolio may be null`,
+		"{{if .state.name}}{{.state.portfolio.headline}}{{end}}":                                             `state.portfolio may be null`,
+		"{{$p := .state.portfolio}}{{$p.headline}}":                                                          `p may be null, and reading "headline"`,
+		"{{$p := .state.portfolio}}{{if $p}}{{$p.headline}}{{end}}":                                          "",
+		"{{range .state.items}}{{.text}}{{end}}":                                                             `dot may be null, and reading "text"`,
+		"{{range .state.items}}{{with .}}{{.text}}{{end}}{{end}}":                                            "",
+		"{{.state.name | default \"x\"}} {{yaml .state.portfolio}} {{if .state.name}}{{.state.name}}{{end}}": "",
+		"{{.state.name}}": `state.name may be null, and prints as <no value>`,
 		"{{with .state.portfolio}}{{.headlin}}{{end}}":                                             `has no field "headlin"`,
 		"{{if .state.portfolio}}{{.state.portfolio.headline}}{{end}}{{.state.portfolio.headline}}": `state.portfolio may be null`,
 	}

@@ -1,6 +1,7 @@
 package tmpl
 
 import (
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -30,6 +31,12 @@ type Segment struct {
 	Values []string
 	// Kind names what a typed hole prints (a number), for messages.
 	Kind string
+	// Source is the shape of the text a hole prints, when it is a text
+	// field's.
+	Source *schema.Shape
+	// Most is the most characters a hole prints, when known (0: not
+	// known).
+	Most int
 }
 
 // Resolver gives the shape of a chain of fields from the template's data
@@ -53,7 +60,7 @@ func FormsOf(t *template.Template, resolve Resolver) (forms []Form, ok bool) {
 		return nil, false
 	}
 	fs := formStep{resolve: resolve}
-	out := fs.of(t.Tree.Root, []Form{{}}, true)
+	out := fs.of(t.Tree.Root, []Form{{}}, scope{dot: []string{}, notNull: map[string]bool{}})
 	if len(out) == 0 || len(out) > maxForms {
 		return nil, false
 	}
@@ -63,52 +70,141 @@ func FormsOf(t *template.Template, resolve Resolver) (forms []Form, ok bool) {
 // formStep lists forms, resolving printed fields.
 type formStep struct{ resolve Resolver }
 
-// hole is the segment a printed argument makes; atRoot: dot is the
-// template's data.
-func (fs formStep) hole(arg parse.Node, atRoot bool) Segment {
-	var idents []string
+// scope is where a template's action is: the chain of fields its dot
+// is (nil when not known; empty at the data's root), and the chains an
+// enclosing if or with found not null.
+type scope struct {
+	dot     []string
+	notNull map[string]bool
+}
+
+// at is the scope inside a with on the chain idents (nil: not known).
+func (sc scope) at(idents []string) scope {
+	out := scope{dot: idents, notNull: map[string]bool{}}
+	for k := range sc.notNull {
+		out.notNull[k] = true
+	}
+	if idents != nil {
+		out.notNull[strings.Join(idents, ".")] = true
+	}
+	return out
+}
+
+// chain is the chain of fields arg reads from the data's root (nil when
+// not known).
+func (sc scope) chain(arg parse.Node) []string {
 	switch x := arg.(type) {
 	case *parse.FieldNode:
-		if atRoot {
-			idents = x.Ident
+		if sc.dot != nil {
+			return append(slices.Clone(sc.dot), x.Ident...)
+		}
+	case *parse.DotNode:
+		if len(sc.dot) > 0 {
+			return sc.dot
 		}
 	case *parse.VariableNode:
-		if x.Ident[0] == "$" {
-			idents = x.Ident[1:]
+		if x.Ident[0] == "$" && len(x.Ident) > 1 {
+			return x.Ident[1:]
 		}
 	}
+	return nil
+}
+
+// tested is the chain a pipeline of an if or a with is, alone (nil
+// when it is anything else).
+func (sc scope) tested(p *parse.PipeNode) []string {
+	if p == nil || len(p.Decl) > 0 || len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 {
+		return nil
+	}
+	return sc.chain(p.Cmds[0].Args[0])
+}
+
+// hole is the segment a printed argument makes.
+func (fs formStep) hole(arg parse.Node, sc scope) Segment {
+	idents := sc.chain(arg)
 	if fs.resolve == nil || len(idents) == 0 {
 		return Segment{Hole: true}
 	}
 	s := fs.resolve(idents)
-	if s == nil || s.Nullable() {
+	if s != nil && sc.notNull[strings.Join(idents, ".")] {
+		s = s.WithoutNull() // inside a with or an if on it
+	}
+	if s == nil || s.MayBeNull() {
 		return Segment{Hole: true}
 	}
+	return shapeHole(s)
+}
+
+// shapeHole is the hole a printed value of shape s makes.
+func shapeHole(s *schema.Shape) Segment {
 	if values, ok := s.Strings(); ok {
 		q := make([]string, len(values))
-		least := -1
+		least, most := -1, 0
 		for i, v := range values {
 			q[i] = regexp.QuoteMeta(v)
-			if n := utf8.RuneCountInString(v); least < 0 || n < least {
+			n := utf8.RuneCountInString(v)
+			if least < 0 || n < least {
 				least = n
 			}
+			most = max(most, n)
 		}
-		return Segment{Hole: true, Pattern: "(?:" + strings.Join(q, "|") + ")", Least: max(least, 0), Values: values}
+		return Segment{Hole: true, Pattern: "(?:" + strings.Join(q, "|") + ")", Least: max(least, 0), Values: values, Most: max(most, 1)}
 	}
 	switch {
 	case s.Is("integer"):
-		return Segment{Hole: true, Pattern: `-?[0-9]+`, Least: 1, Kind: "an integer"}
+		most := 0
+		if s.Minimum != nil && s.Maximum != nil {
+			most = max(len(strconv.FormatFloat(math.Ceil(*s.Minimum), 'f', -1, 64)), len(strconv.FormatFloat(math.Floor(*s.Maximum), 'f', -1, 64)))
+		}
+		return Segment{Hole: true, Pattern: `-?[0-9]+`, Least: 1, Kind: "an integer", Most: most}
 	case s.Is("number"):
 		return Segment{Hole: true, Pattern: `[-+0-9.eE]+|NaN|[-+]?Inf`, Least: 1, Kind: "a number"}
 	case s.Is("boolean"):
-		return Segment{Hole: true, Pattern: `(?:true|false)`, Least: 4, Values: []string{"true", "false"}}
+		return Segment{Hole: true, Pattern: `(?:true|false)`, Least: 4, Values: []string{"true", "false"}, Most: 5}
+	case s.Is("string"):
+		most := 0
+		if s.MaxLength != nil {
+			most = max(*s.MaxLength, 1)
+		}
+		return Segment{Hole: true, Least: s.MinLength, Source: s, Most: most}
 	}
 	return Segment{Hole: true}
 }
 
-// of extends each form in prefix by what list can render; atRoot: dot is
-// the template's data there.
-func (fs formStep) of(list *parse.ListNode, prefix []Form, atRoot bool) []Form {
+// Most is the most characters the form prints, -1 when not known.
+func (f Form) Most() int {
+	n := 0
+	for _, s := range f {
+		switch {
+		case !s.Hole:
+			n += utf8.RuneCountInString(s.Text)
+		case s.Most <= 0 && !(s.Values != nil):
+			return -1
+		default:
+			n += s.Most
+		}
+	}
+	return n
+}
+
+// Keeps reports whether every text the form prints keeps the text rules
+// of shape: it prints one text field alone, whose own rules are as
+// strict.
+func (f Form) Keeps(shape *schema.Shape) bool {
+	var only *Segment
+	for i := range f {
+		switch {
+		case f[i].Hole && only == nil:
+			only = &f[i]
+		case f[i].Hole || f[i].Text != "":
+			return false
+		}
+	}
+	return only != nil && only.Source != nil && only.Source.KeepsText(shape)
+}
+
+// of extends each form in prefix by what list can render in scope sc.
+func (fs formStep) of(list *parse.ListNode, prefix []Form, sc scope) []Form {
 	if list == nil {
 		return prefix
 	}
@@ -129,14 +225,33 @@ func (fs formStep) of(list *parse.ListNode, prefix []Form, atRoot bool) []Form {
 					prefix = appendSeg(prefix, Segment{Text: s.Text})
 					continue
 				}
-				prefix = appendSeg(prefix, fs.hole(x.Pipe.Cmds[0].Args[0], atRoot))
+				prefix = appendSeg(prefix, fs.hole(x.Pipe.Cmds[0].Args[0], sc))
+			case len(x.Pipe.Cmds) == 1 && len(x.Pipe.Cmds[0].Args) == 2 && isIdent(x.Pipe.Cmds[0].Args[0], "len"):
+				// len prints an integer, as long as what it measures
+				// allows
+				hole := Segment{Hole: true, Pattern: `[0-9]+`, Least: 1, Kind: "an integer"}
+				if idents := sc.chain(x.Pipe.Cmds[0].Args[1]); fs.resolve != nil && idents != nil {
+					if m := fs.resolve(idents); m != nil {
+						switch {
+						case m.MaxLength != nil:
+							hole.Most = len(strconv.Itoa(*m.MaxLength * 4)) // bytes
+						case m.MaxItems != nil:
+							hole.Most = len(strconv.Itoa(*m.MaxItems))
+						}
+					}
+				}
+				prefix = appendSeg(prefix, hole)
 			default:
 				prefix = appendSeg(prefix, Segment{Hole: true})
 			}
 		case *parse.IfNode:
-			prefix = fs.branches(prefix, x.List, x.ElseList, atRoot, atRoot)
+			then := sc.at(sc.dot)
+			if t := sc.tested(x.Pipe); t != nil {
+				then.notNull[strings.Join(t, ".")] = true
+			}
+			prefix = fs.branches(prefix, x.List, x.ElseList, then, sc)
 		case *parse.WithNode:
-			prefix = fs.branches(prefix, x.List, x.ElseList, false, atRoot)
+			prefix = fs.branches(prefix, x.List, x.ElseList, sc.at(sc.tested(x.Pipe)), sc)
 		default:
 			// a range's rounds, another template's text: any text
 			prefix = appendSeg(prefix, Segment{Hole: true})
@@ -145,9 +260,9 @@ func (fs formStep) of(list *parse.ListNode, prefix []Form, atRoot bool) []Form {
 	return prefix
 }
 
-func (fs formStep) branches(prefix []Form, then, els *parse.ListNode, thenRoot, elseRoot bool) []Form {
-	a := fs.of(then, clone(prefix), thenRoot)
-	b := fs.of(els, clone(prefix), elseRoot)
+func (fs formStep) branches(prefix []Form, then, els *parse.ListNode, thenScope, elseScope scope) []Form {
+	a := fs.of(then, clone(prefix), thenScope)
+	b := fs.of(els, clone(prefix), elseScope)
 	return append(a, b...)
 }
 
@@ -284,4 +399,9 @@ func (f Form) Breaks(shape *schema.Shape) (why, shown string) {
 		return "is at most " + strconv.Itoa(*shape.MaxLength) + " characters long", f.String()
 	}
 	return "", ""
+}
+
+func isIdent(n parse.Node, name string) bool {
+	id, ok := n.(*parse.IdentifierNode)
+	return ok && id.Ident == name
 }

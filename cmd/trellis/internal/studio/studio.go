@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/schemas"
@@ -30,7 +31,7 @@ var (
 	//go:embed index.html
 	page []byte
 	//go:embed dist/app.js
-	script []byte
+	scriptJS []byte
 )
 
 // etag names a file's version, for caches.
@@ -56,15 +57,23 @@ func newAsset(ctype string, body []byte) *asset {
 	return &asset{ctype: ctype, body: body, gz: buf.Bytes(), tag: etag(body)}
 }
 
-var (
-	scriptAsset = newAsset("text/javascript; charset=utf-8", script)
-	schemaAsset = newAsset("application/schema+json", schemas.Flow)
-	// index is the page, naming its script and the schema by version
-	index = bytes.Replace(bytes.Replace(page,
+// assets are the page, naming its script and the schema by version, and
+// those two: made when first served, as compressing the script is work
+// no other command should pay for at start-up.
+var assets = sync.OnceValue(func() pageAssets {
+	scriptAsset := newAsset("text/javascript; charset=utf-8", scriptJS)
+	schemaAsset := newAsset("application/schema+json", schemas.Flow)
+	index := bytes.Replace(bytes.Replace(page,
 		[]byte(`<script src="/studio/app.js"></script>`), []byte(`<script src="/studio/app.js?v=`+scriptAsset.tag+`"></script>`), 1),
 		[]byte(`<meta name="trellis-schema" content="/studio/flow.schema.json">`),
 		[]byte(`<meta name="trellis-schema" content="/studio/flow.schema.json?v=`+schemaAsset.tag+`">`), 1)
-)
+	return pageAssets{index, scriptAsset, schemaAsset}
+})
+
+type pageAssets struct {
+	index          []byte
+	script, schema *asset
+}
 
 // Handler serves GET /studio (the page), /studio/app.js (its script) and
 // /studio/flow.schema.json (the flow format's JSON Schema, which the
@@ -74,6 +83,7 @@ var (
 // address the page names them by.
 func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := assets()
 		h := w.Header()
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
@@ -81,7 +91,7 @@ func Handler() http.Handler {
 		case "/studio", "/studio/":
 			pageHeaders(h)
 			h.Set("Cache-Control", "no-cache")
-			_, _ = w.Write(index)
+			_, _ = w.Write(a.index)
 		case "/studio/signin":
 			res, ok := api.StudioSignInFrom(r.Context())
 			if !ok || r.Method != http.MethodPost {
@@ -90,9 +100,9 @@ func Handler() http.Handler {
 			}
 			signedIn(w, res)
 		case "/studio/app.js":
-			scriptAsset.serve(w, r)
+			a.script.serve(w, r)
 		case "/studio/flow.schema.json":
-			schemaAsset.serve(w, r)
+			a.schema.serve(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -127,7 +137,7 @@ func signedIn(w http.ResponseWriter, res api.StudioSignInResult) {
 		meta = `<meta name="trellis-studio-sign-in-error" content="` + html.EscapeString(msg) + `">`
 		status = http.StatusUnauthorized
 	}
-	body := bytes.Replace(index, []byte("<head>\n"), []byte("<head>\n"+meta+"\n"), 1)
+	body := bytes.Replace(assets().index, []byte("<head>\n"), []byte("<head>\n"+meta+"\n"), 1)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
