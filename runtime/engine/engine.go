@@ -351,7 +351,7 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 	}
 	var input, recorded map[string]any
 	if req.Resume {
-		input, recorded = runInput(ctx, e.Store, req.Thread, head.Run)
+		input, recorded = runInput(ctx, e.Store, req.Thread, head.Seq)
 		if req.Replies == nil {
 			req.Replies = forkReplies(ctx, e.Store, req.Thread)
 		}

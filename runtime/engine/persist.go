@@ -49,10 +49,10 @@ func (r *run) restore(head *store.Snapshot, input map[string]any) error {
 	return nil
 }
 
-// runInput reads the input a thread's run took, and the configuration it
-// recorded (see store.RunInput).
-func runInput(ctx context.Context, st store.Store, thread, run string) (input, config map[string]any) {
-	return store.RunInput(ctx, st, thread, run)
+// runInput reads the input of the run a thread's checkpoint seq leaves
+// unfinished, and the configuration it recorded (see store.RunInput).
+func runInput(ctx context.Context, st store.Store, thread string, seq uint64) (input, config map[string]any) {
+	return store.RunInput(ctx, st, thread, seq)
 }
 
 // records are the parts of step checkpoints that the graph alone decides,

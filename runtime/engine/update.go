@@ -315,7 +315,7 @@ func (e *Engine) Asks(ctx context.Context, g *flow.Graph, thread string) ([]Ask,
 			continue
 		}
 		if vars == nil {
-			input, cfg := runInput(ctx, e.Store, thread, head.Run)
+			input, cfg := runInput(ctx, e.Store, thread, head.Seq)
 			if input == nil {
 				input = map[string]any{}
 			}

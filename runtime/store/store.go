@@ -411,7 +411,7 @@ func fork(ctx context.Context, st Store, from string, seq uint64, to string, rep
 	var pending map[string][]Write
 	if len(snap.Next) > 0 {
 		cp.Next, cp.Joins, cp.Step = snap.Next, snap.Joins, snap.Step
-		cp.Input, cp.Config = RunInput(ctx, st, from, snap.Run)
+		cp.Input, cp.Config = RunInput(ctx, st, from, seq)
 		head, err := st.Head(ctx, from)
 		if err != nil {
 			return nil, err
@@ -508,32 +508,56 @@ func ForkedFrom(cp *Checkpoint) (thread string, seq uint64, ok bool) {
 	return cp.Run[:at], seq, err == nil
 }
 
-// RunInput reads the input a thread's run took, and the configuration it
-// recorded: from the run's input checkpoint, or from the fork that
-// carried the run into the thread (nil when it took none).
-func RunInput(ctx context.Context, st Store, thread, run string) (input, config map[string]any) {
-	cps, err := st.History(ctx, thread, HistoryOptions{Run: run, Source: SourceInput, Limit: 1})
-	if err == nil && len(cps) == 0 {
-		cps, err = st.History(ctx, thread, HistoryOptions{Run: run, Source: SourceFork, Limit: 1})
-		if err == nil && len(cps) == 1 {
-			return cps[0].Input, cps[0].Config
+// RunInput reads the input of the run a thread's checkpoint seq leaves
+// unfinished (or ended), and the configuration it recorded: from the
+// run's input checkpoint, or from the fork that carried the run into the
+// thread (nil when it took none). The run is the one that made the
+// checkpoints from seq back to where it began, whichever runs resumed it
+// on the way: a run that pauses again after a resume is still the run
+// that took the input. Its checkpoints all name nodes still to run (an
+// update or a move in between keeps them), so the walk back stops at the
+// first that names none: the end of an earlier run, or the thread's
+// creation, after which the run took no input.
+func RunInput(ctx context.Context, st Store, thread string, seq uint64) (input, config map[string]any) {
+	const page = 64
+	for before := seq + 1; before > 1; {
+		cps, err := st.History(ctx, thread, HistoryOptions{Before: before, Limit: page})
+		if err != nil || len(cps) == 0 {
+			return nil, nil
+		}
+		for _, cp := range cps {
+			switch cp.Source {
+			case SourceInput:
+				return inputOf(cp), cp.Config
+			case SourceFork:
+				return cp.Input, cp.Config
+			}
+			if cp.Seq != seq && len(cp.Next) == 0 || cp.Source == SourceCreate || cp.Source == SourceBase || cp.Source == SourceAbandon {
+				return nil, nil
+			}
+			before = cp.Seq
+		}
+		if len(cps) < page {
+			return nil, nil
 		}
 	}
-	if err != nil || len(cps) != 1 {
-		return nil, nil
-	}
-	if len(cps[0].Writes) == 0 {
-		return nil, cps[0].Config
+	return nil, nil
+}
+
+// inputOf is the input an input checkpoint recorded.
+func inputOf(cp *Checkpoint) map[string]any {
+	if len(cp.Writes) == 0 {
+		return nil
 	}
 	in := map[string]any{}
-	for _, w := range cps[0].Writes {
+	for _, w := range cp.Writes {
 		if w.Append {
 			in[w.Field] = w.Items
 		} else {
 			in[w.Field] = w.Value
 		}
 	}
-	return in, cps[0].Config
+	return in
 }
 
 func sortedFields(m map[string]any) []string {
