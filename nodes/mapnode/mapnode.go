@@ -199,7 +199,7 @@ launch:
 			defer func() { <-sem; wg.Done() }()
 			upd, err := s.RunNested(ctx, n.nested, strconv.Itoa(i), map[string]any{"item": item, "index": i})
 			results[i] = result{update: upd, err: err}
-			if err != nil && n.policy == failNode {
+			if _, paused := kind.PausedBy(err); err != nil && !paused && n.policy == failNode {
 				failed.Store(true)
 			}
 		}()
@@ -210,10 +210,20 @@ launch:
 	}
 	if failed.Load() {
 		for i, r := range results {
-			if r.err != nil {
+			if _, paused := kind.PausedBy(r.err); r.err != nil && !paused {
 				return nil, fmt.Errorf("item %d of %d: %w", i, len(list), r.err)
 			}
 		}
+	}
+	// items that paused (they ask, or their child flow does) pause the
+	// node: it runs again when the run is resumed, and finds the items
+	// that completed done
+	errs := make([]error, len(results))
+	for i, r := range results {
+		errs[i] = r.err
+	}
+	if p := kind.Pause(errs...); p != nil {
+		return nil, p
 	}
 	upd := s.NewUpdate(len(list))
 	var failedItems []string

@@ -73,6 +73,7 @@ const (
 	CodeSubflowMapping Code = "C003"
 	CodeMapNode        Code = "C004"
 	CodeConfig         Code = "C005"
+	CodeNotInteractive Code = "C006"
 )
 
 // CodeDoc is one code and what it means.
@@ -128,11 +129,12 @@ var Codes = []CodeDoc{
 	{CodeExprEnum, "an expression compares a field with a string its enum does not allow, which it can never equal"},
 	{CodeExprMayBeNil, "an expression reads a field of a value that may be null, where no node has set it on every path, without ?. or a nil test"},
 	{CodeExprUnset, "an expression or template reads a field with no default (an input too) that a way from START reaches unwritten (no writer on it, a writer in the same step, a map's items or on_error only), without ?? or a nil test (with or if in a template); or a subflow's writes read a field the child may end without"},
-	{CodeSubflow, "a subflow's flow file cannot be read, has errors of its own (reported in its file), or can pause, which a subflow cannot"},
+	{CodeSubflow, "a subflow's flow file cannot be read, or has errors of its own (reported in its file)"},
 	{CodeSubflowCycle, "flows that include each other as subflows, directly or through others"},
 	{CodeSubflowMapping, "a subflow's input or config names what the child flow does not have, or leaves out a field the child requires"},
-	{CodeMapNode, "a map's items are not a list, or its node is one that cannot run per item: one that pauses, sets on_error, or writes a field whose reducer takes one write per step"},
+	{CodeMapNode, "a map's items are not a list, or its node is one that cannot run per item: one that sets on_error, interrupt_before or interrupt_after, or writes a field whose reducer takes one write per step"},
 	{CodeConfig, "a run configuration entry whose schema is invalid or whose default the schema refuses"},
+	{CodeNotInteractive, "a flow marked interactive: false (nobody answers its runs) may pause: at a node that asks or pauses before or after it, in a map's items or in a subflow at any depth (a warning, with the path of the pause)"},
 }
 
 // Doc returns what code means, or "" for a code that does not exist.

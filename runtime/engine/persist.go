@@ -186,7 +186,7 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 	}
 	first, last := cps[0], cps[len(cps)-1]
 	merged := &store.Checkpoint{Thread: first.Thread, Seq: first.Seq, Parent: first.Parent, Run: r.id, Step: last.Step,
-		Source: store.SourceRun, Time: last.Time, Config: first.Config}
+		Source: store.SourceRun, Time: last.Time, Config: first.Config, Next: last.Next, Joins: last.Joins}
 	pos := map[string]int{}
 	for _, cp := range cps {
 		merged.Writers = append(merged.Writers, cp.Writers...)

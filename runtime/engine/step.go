@@ -55,6 +55,13 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		if ferr := r.flush(ctx, err == nil); err == nil && ferr != nil {
 			res, err = nil, ferr
 		}
+		if res != nil && res.Interrupt != nil && len(r.held) > 0 {
+			// a run that does not commit each step keeps what its paused
+			// step completed once its checkpoints are in
+			if herr := r.writeHeld(ctx); herr != nil {
+				res, err = nil, herr
+			}
+		}
 		if res != nil {
 			res.Checkpoint = r.seq
 		}
@@ -73,7 +80,8 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 	var triggered []*flow.Node
 	recorded := false // a checkpoint names the entry nodes
 	if r.resumed != nil {
-		triggered = r.resumed
+		// the checkpoint it resumes names its nodes
+		triggered, recorded = r.resumed, true
 		start()
 	} else {
 		cp, err := r.applyInput()
@@ -142,14 +150,9 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			// resuming runs them; a run that took no input pausing
 			// before its first step records them now
 			if r.step == 0 && !recorded {
-				cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now(), Config: r.record}
-				for _, n := range triggered {
-					cp.Next = append(cp.Next, n.Name)
+				if err := r.recordStart(ctx, triggered); err != nil {
+					return nil, err
 				}
-				if err := r.commit(ctx, cp); err != nil {
-					return nil, fmt.Errorf("commit the pause: %w", err)
-				}
-				r.seq = cp.Seq
 				recorded = true
 			}
 			if len(pause.Asks) > 0 {
@@ -166,6 +169,17 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		}
 		ran := triggered
 		triggered, err = r.superstep(ctx, triggered)
+		if pm, ok := err.(*pausedMidway); ok {
+			if r.step == 0 && !recorded {
+				// the run took no input: its paused step is named now,
+				// so that resuming runs it
+				if err := r.recordStart(ctx, ran); err != nil {
+					return nil, err
+				}
+				recorded = true
+			}
+			return r.result(pm.in), nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -187,6 +201,20 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		}
 	}
 	return r.result(nil), nil
+}
+
+// recordStart commits the checkpoint that names the nodes of a run's
+// first step, for a run that took no input and paused there.
+func (r *run) recordStart(ctx context.Context, triggered []*flow.Node) error {
+	cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now(), Config: r.record}
+	for _, n := range triggered {
+		cp.Next = append(cp.Next, n.Name)
+	}
+	if err := r.commit(ctx, cp); err != nil {
+		return fmt.Errorf("commit the pause: %w", err)
+	}
+	r.seq = cp.Seq
+	return nil
 }
 
 // questions asks the step's askers that have neither an answer in the
@@ -449,9 +477,18 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	if err := r.runNodes(ctx, triggered, outs); err != nil {
 		return nil, err
 	}
+	if in, err := r.paused(ctx, outs); err != nil || in != nil {
+		if err == nil {
+			// the step does not commit: a resumed run runs it again
+			r.step--
+			err = &pausedMidway{in}
+		}
+		return nil, err
+	}
 	// saved updates belong to the first superstep of a resumed run only,
 	// an answer to the first step that runs its asker
 	r.pending = nil
+	r.held = r.held[:0]
 	if r.nestedDone != nil {
 		r.nestedMu.Lock()
 		r.nestedDone = nil
@@ -468,6 +505,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 				delete(r.answers, n.Name)
 			}
 		}
+		answered = r.consumed(triggered, answered)
 	}
 	if r.req.RecordPath {
 		names := make([]string, len(triggered))

@@ -211,10 +211,6 @@ func (b *builder) Nested(v config.Value, vars kind.Vars) *kind.Nested {
 	if n.Impl == nil {
 		return nil
 	}
-	if _, asks := n.Impl.(kind.Asker); asks {
-		c.dl.Errorf(diag.CodeMapNode, v.Get("kind").Pos(), v.Path(), "a %s node pauses the run to ask, which a node run inside %q cannot do", spec.Name, b.name)
-		return nil
-	}
 	return &kind.Nested{Kind: spec.Name, Impl: n}
 }
 
@@ -286,18 +282,6 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 		}
 	}
 	sf.Unset = res.unset
-	var pauses []string
-	for _, n := range g.Nodes {
-		_, asks := n.Impl.(kind.Asker)
-		if asks || n.InterruptBefore || n.InterruptAfter {
-			pauses = append(pauses, n.Name)
-		}
-	}
-	if len(pauses) > 0 {
-		c.dl.Errorf(diag.CodeSubflow, v.Pos(), v.Path(), "subflow %s can pause (at %s), which a flow run as a node cannot do: its questions would have no one to answer them", path, strings.Join(pauses, ", "))
-		c.children[id] = nil
-		return nil
-	}
 	c.children[id] = sf
 	return sf
 }

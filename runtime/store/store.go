@@ -356,6 +356,14 @@ type ThreadOptions struct {
 // id starts with its own and ChildSep, and a root thread's id holds none.
 const ChildSep = "|"
 
+// ChildRecord ends the name of the pending write in which an unfinished
+// step records the namespace of a child flow one of its nodes started
+// (NODE#flow, or NODE[KEY]#flow for one of a node's several children):
+// its value is the namespace, a text, and the child's thread is the
+// thread's id, ChildSep and the namespace. The node run again goes on
+// with that child, and a fork of the step forks it.
+const ChildRecord = "#flow"
+
 // Listed reports whether t passes opts's filters and cursor (not its
 // limit).
 func (opts ThreadOptions) Listed(t ThreadInfo) bool {
@@ -397,7 +405,7 @@ func ForkReplaying(ctx context.Context, st Store, from string, seq uint64, to st
 }
 
 func fork(ctx context.Context, st Store, from string, seq uint64, to string, replay bool) (*Snapshot, error) {
-	if err := CheckThreadID(to); err != nil {
+	if err := CheckThreadID(to); err != nil && !isChildOf(to, from) {
 		return nil, err
 	}
 	snap, err := st.StateAt(ctx, from, seq)
@@ -436,9 +444,45 @@ func fork(ctx context.Context, st Store, from string, seq uint64, to string, rep
 		if err := st.PutPending(ctx, to, 1, node, pending[node]); err != nil {
 			return nil, fmt.Errorf("fork: the update of node %q: %w", node, err)
 		}
+		if err := forkChild(ctx, st, from, to, node, pending[node], replay); err != nil {
+			return nil, err
+		}
 	}
 	return &Snapshot{Thread: to, Seq: 1, Values: snap.Values, Versions: snap.Versions, Next: cp.Next, Joins: cp.Joins,
 		Run: cp.Run, Step: cp.Step, Pending: pending}, nil
+}
+
+// isChildOf reports whether to is the thread of a child flow whose fork
+// forkChild makes from from: both a child flow's under the same namespace.
+func isChildOf(to, from string) bool {
+	i, j := strings.Index(to, ChildSep), strings.Index(from, ChildSep)
+	return i > 0 && j > 0 && to[i:] == from[j:]
+}
+
+// forkChild forks, with the step that started it, the child flow whose
+// namespace the pending write of name records (see ChildRecord), at its
+// newest checkpoint: the fork's step goes on with the fork's child, which
+// carries the child's unfinished run (its questions, its own children).
+func forkChild(ctx context.Context, st Store, from, to, name string, ws []Write, replay bool) error {
+	if !strings.HasSuffix(name, ChildRecord) || len(ws) != 1 {
+		return nil
+	}
+	ns, ok := ws[0].Value.(string)
+	if !ok || ns == "" || strings.Contains(ns, ChildSep) {
+		return nil
+	}
+	child := from + ChildSep + ns
+	head, err := st.Head(ctx, child)
+	if errors.Is(err, ErrNotFound) {
+		return nil // recorded, and not started: the fork starts it
+	}
+	if err != nil {
+		return fmt.Errorf("fork: the child flow %s: %w", child, err)
+	}
+	if _, err := fork(ctx, st, child, head.Seq, to+ChildSep+ns, replay); err != nil {
+		return fmt.Errorf("fork: the child flow %s: %w", child, err)
+	}
+	return nil
 }
 
 // Lineage lists the checkpoints the thread's newest state was made by,
@@ -525,6 +569,7 @@ func RunInput(ctx context.Context, st Store, thread string, seq uint64) (input, 
 		if err != nil || len(cps) == 0 {
 			return nil, nil
 		}
+	walk:
 		for _, cp := range cps {
 			switch cp.Source {
 			case SourceInput:
@@ -536,8 +581,14 @@ func RunInput(ctx context.Context, st Store, thread string, seq uint64) (input, 
 				return nil, nil
 			}
 			before = cp.Seq
+			if cp.Base != 0 {
+				// a branch goes on from its base, not from the newer
+				// checkpoints it was committed after
+				before = cp.Base + 1
+				break walk
+			}
 		}
-		if len(cps) < page {
+		if len(cps) < page && before == cps[len(cps)-1].Seq {
 			return nil, nil
 		}
 	}

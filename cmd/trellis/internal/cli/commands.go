@@ -296,7 +296,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	durability := fs.String("durability", "sync", "when steps are committed: sync, async or exit")
 	jsonOut := fs.Bool("json", false, "print the final state as JSON, not the flow's output")
 	var answers multi
-	fs.Var(&answers, "answer", "with --resume, answer a paused run's question: NODE=value (repeatable; value parsed as YAML); unanswered questions are asked on standard input")
+	fs.Var(&answers, "answer", "with --resume, answer a paused run's question: ID=value, by the question's id or path (an interrupt node by its name; inside a subflow or a map's item, such as review/approve or items[2]/approve; repeatable; value parsed as YAML); unanswered questions are asked on standard input")
 	var configs multi
 	fs.Var(&configs, "config", "set a run configuration value of the flow's config block: name=value (repeatable; value parsed as YAML); secret values are never checkpointed, so give them again with --resume")
 	paths, code, ok := parse(fs, args)
@@ -420,7 +420,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 		given := map[string]any{}
 		for _, a := range res.Interrupt.Asks {
 			q, _ := json.Marshal(a.Payload)
-			fmt.Fprintf(env.Stderr, "%s asks: %s\n%s> ", a.ID, q, a.ID)
+			fmt.Fprintf(env.Stderr, "%s asks: %s%s\n%s> ", a.Path, q, idNote(a), a.Path)
 			if !lines.Scan() {
 				fmt.Fprintln(env.Stderr)
 				break
@@ -513,8 +513,8 @@ func paused(env *Env, res *trellis.Result, at where) {
 		var ids []string
 		for _, a := range res.Interrupt.Asks {
 			q, _ := json.Marshal(a.Payload)
-			fmt.Fprintf(env.Stderr, "%s asks: %s\n", a.ID, q)
-			ids = append(ids, "--answer "+a.ID+"=VALUE")
+			fmt.Fprintf(env.Stderr, "%s asks: %s%s\n", a.Path, q, idNote(a))
+			ids = append(ids, "--answer "+shellWord(a.Path+"=VALUE"))
 		}
 		fmt.Fprintf(env.Stderr, "paused for answers; `trellis run %s --resume %s` goes on\n", at.run(), strings.Join(ids, " "))
 		return
@@ -526,13 +526,23 @@ func paused(env *Env, res *trellis.Result, at where) {
 	fmt.Fprintf(env.Stderr, "paused %s; the thread's run is unfinished: `trellis run %s --resume` goes on, `trellis update` changes the state first\n", where, at.run())
 }
 
-// parseAnswers reads --answer NODE=value pairs, values as YAML.
+// idNote shows a question's id where it differs from its path (a
+// question asked inside a node): either answers it.
+func idNote(a trellis.Ask) string {
+	if a.ID == a.Path || a.ID == "" {
+		return ""
+	}
+	return " (id " + a.ID + ")"
+}
+
+// parseAnswers reads --answer ID=value pairs (a question's id or path),
+// values as YAML.
 func parseAnswers(pairs []string) (map[string]any, error) {
 	out := map[string]any{}
 	for _, p := range pairs {
 		k, raw, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("--answer %q: want NODE=value", p)
+			return nil, fmt.Errorf("--answer %q: want ID=value (a question's id or path)", p)
 		}
 		out[k] = yamlValue(raw)
 	}
