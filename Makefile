@@ -67,6 +67,11 @@ deps:
 	  [ .ci/openapi/package-lock.json -nt .ci/openapi/node_modules/.package-lock.json ]; }; then \
 	  echo "installing Redocly, openapi-typescript, TypeScript and openapi-fetch with npm into .ci/openapi"; \
 	  (cd .ci/openapi && npm ci --no-audit --no-fund --loglevel=error >/dev/null); fi
+	@# the studio's accessibility test injects axe-core, which its web
+	@# package pins
+	@if command -v npm >/dev/null && [ ! -f cmd/trellis/internal/studio/web/node_modules/axe-core/axe.min.js ]; then \
+	  echo "installing the studio's npm packages (axe-core, for its accessibility test) into cmd/trellis/internal/studio/web"; \
+	  (cd cmd/trellis/internal/studio/web && npm ci --no-audit --no-fund --loglevel=error >/dev/null); fi
 
 # Redocly's recommended rules on the API's OpenAPI document: no error and
 # no warning but those schemas/.redocly.lint-ignore.yaml justifies.

@@ -45,6 +45,7 @@ const (
 	CodeLiveKitFailed      Code = "livekit_failed"         // 502: the LiveKit server refused or did not answer
 	CodeReadOnly           Code = "flows_read_only"        // 409: the server cannot write its flows' files
 	CodeFileChanged        Code = "file_changed"           // 409: a file changed on the disk since the edit began
+	CodeLimitReached       Code = "limit_reached"          // 409: a tenant has as many of something as the server keeps (details: what, limit)
 	CodeInternal           Code = "internal"               // 500
 )
 
@@ -61,7 +62,7 @@ func (c Code) Status() int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused:
+	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused, CodeLimitReached:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -460,7 +461,10 @@ const (
 // VoiceRequest asks for a thread's voice session.
 type VoiceRequest struct {
 	// Identity names the caller in the room (default "caller-" and the
-	// id of the API key that asks); Name is shown to the others. A
+	// id of the API key that asks); Name is shown to the others. An
+	// identity belongs to the key that received it: asking with another
+	// key for one that key holds (in the room, or in the session's caller
+	// place), or for another key's default, is refused (CodeForbidden). A
 	// session takes one caller at a time: another identity is refused
 	// (CodeVoiceBusy) while a caller is in the room, or was given a token
 	// moments ago and may be joining.

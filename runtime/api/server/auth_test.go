@@ -117,7 +117,8 @@ var authCases = map[string]authCase{
 // with a voice agent's grant for the thread it names and for another
 // thread of its owner.
 func TestAuthorizationMatrix(t *testing.T) {
-	h := newHarness(t, "memory", nil, func(c *Config) { c.Speech, c.Page = smallSpeech{}, smallPage("voice") })
+	// every caller creates schedules of acme's: more than a tenant may keep by default
+	h := newHarness(t, "memory", nil, func(c *Config) { c.Speech, c.Page, c.Schedules.PerTenant = smallSpeech{}, smallPage("voice"), -1 })
 	greet := readFile(t, flowsDir+"/examples/greet.yaml")
 	callers := []struct {
 		name string

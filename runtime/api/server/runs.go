@@ -18,14 +18,20 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 )
 
-// plain brings decoded JSON (numbers as json.Number) to state values.
-func plain(m map[string]any) (map[string]any, error) {
+// plain brings decoded JSON (numbers as json.Number) to state values;
+// field names the body's field they came in, for the error.
+func plain(field string, m map[string]any) (map[string]any, error) {
 	if m == nil {
 		return nil, nil
 	}
 	v, err := value.Normalize(m)
 	if err != nil {
-		return nil, &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
+		msg := err.Error()
+		var ne *strconv.NumError
+		if errors.As(err, &ne) {
+			msg = numberOutOfRange(ne.Num)
+		}
+		return nil, &api.Error{Code: api.CodeInvalidInput, Message: field + ": " + msg, Details: map[string]string{"field": field}}
 	}
 	return v.(map[string]any), nil
 }
@@ -320,8 +326,22 @@ func (s *Server) joinStream(w http.ResponseWriter, r *http.Request, c *caller) e
 		return err
 	}
 	w.Header().Set("Trellis-Run", rec.ID)
-	if lr := s.runs.get(rec.ID); lr != nil {
+	lr := s.runs.get(rec.ID)
+	if lr != nil {
 		return s.streamLive(w, r, lr, after)
+	}
+	if rec.Status.Done() {
+		evs, err := s.cat.Events(r.Context(), rec.ID, after, 1)
+		if err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			// the run has ended and the client has had every event: 204
+			// tells an EventSource to stop reconnecting (an empty 200
+			// has it reconnect every few seconds for ever)
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}
 	}
 	return s.streamStored(w, r, c, rec, after)
 }

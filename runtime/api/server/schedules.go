@@ -268,6 +268,58 @@ func scheduleInfo(sc *store.Schedule) api.Schedule {
 	return out
 }
 
+// ScheduleLimits bound what a tenant's schedules may ask of the server.
+type ScheduleLimits struct {
+	// PerTenant is how many schedules a tenant may have (default 100;
+	// negative: no limit).
+	PerTenant int
+	// MinInterval is the shortest time a schedule's ticks may be apart
+	// (default 1s, the finest a cron expression gives).
+	MinInterval time.Duration
+}
+
+func (l ScheduleLimits) withDefaults() ScheduleLimits {
+	if l.PerTenant == 0 {
+		l.PerTenant = 100
+	}
+	if l.MinInterval == 0 {
+		l.MinInterval = time.Second
+	}
+	return l
+}
+
+// scheduleLimits refuses a new schedule that fires more often than the
+// server allows, or one more than its tenant may have.
+func (s *Server) scheduleLimits(ctx context.Context, st store.Schedules, sc *store.Schedule) error {
+	lim := s.cfg.Schedules.withDefaults()
+	if spec, err := schedule.Parse(sc.Cron, sc.Zone); err == nil {
+		if gap := spec.Shortest(sc.Next.Add(-time.Nanosecond), 500); gap > 0 && gap < lim.MinInterval {
+			return &api.Error{Code: api.CodeInvalidInput, Details: map[string]string{"field": "cron"},
+				Message: fmt.Sprintf("cron %q fires %v apart at its most frequent: this server takes schedules at least %v apart", sc.Cron, gap, lim.MinInterval)}
+		}
+	}
+	if lim.PerTenant < 0 {
+		return nil
+	}
+	n, after := 0, ""
+	for {
+		page, err := st.ListSchedules(ctx, store.ScheduleQuery{Tenant: sc.Tenant, After: after, Limit: store.MaxPage})
+		if err != nil {
+			return err
+		}
+		n += len(page)
+		if n >= lim.PerTenant || len(page) < store.MaxPage {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	if n >= lim.PerTenant {
+		return &api.Error{Code: api.CodeLimitReached, Details: map[string]any{"limit": lim.PerTenant, "what": "schedules"},
+			Message: fmt.Sprintf("the tenant has %d schedules, as many as this server keeps for a tenant: delete one first", lim.PerTenant)}
+	}
+	return nil
+}
+
 func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *caller) error {
 	st, err := s.schedules()
 	if err != nil {
@@ -280,11 +332,11 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	if in.ID == "" {
 		in.ID = newID("sched")
 	}
-	input, err := plain(in.Input)
+	input, err := plain("input", in.Input)
 	if err != nil {
 		return err
 	}
-	values, err := plain(in.Values)
+	values, err := plain("values", in.Values)
 	if err != nil {
 		return err
 	}
@@ -307,6 +359,9 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	}
 	if field, err := schedule.Check(sc, time.Now()); err != nil {
 		return invalid(field, err.Error())
+	}
+	if err := s.scheduleLimits(r.Context(), st, sc); err != nil {
+		return err
 	}
 	if in.Thread != "" {
 		if len(values) > 0 {
@@ -349,7 +404,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 			return invalid("webhook", "this server sends no webhooks (its allow-list is empty)")
 		}
 		if err := s.hooks.cfg.Allow.CheckURL(sc.Webhook); err != nil {
-			return invalid("webhook", err.Error())
+			return invalid("webhook", "the webhook "+sc.Webhook+": "+err.Error())
 		}
 	}
 	if err := st.CreateSchedule(r.Context(), sc); err != nil {

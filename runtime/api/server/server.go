@@ -54,8 +54,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -137,6 +135,8 @@ type Config struct {
 	// Webhooks is where and how runs' ends are posted (nil: nowhere; a
 	// run that names a webhook is refused).
 	Webhooks *WebhookConfig
+	// Schedules bounds what a tenant's schedules may ask of the server.
+	Schedules ScheduleLimits
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.
@@ -581,105 +581,12 @@ func (s *Server) wrap(rt route) http.Handler {
 	})
 }
 
-// errorCode is the code err is answered with.
-func (s *Server) errorCode(err error) api.Code { return toAPIError(err).Code }
-
-// toAPIError maps the errors handlers return onto the error shape; an
-// error it does not know is internal, and its message is not sent.
-func toAPIError(err error) *api.Error {
-	var ae *api.Error
-	var ie *engine.InputError
-	var mbe *http.MaxBytesError
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	var be *engine.BusyError
-	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.As(err, &mbe):
-		return &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("the body is larger than %d bytes", mbe.Limit)}
-	case errors.As(err, &se), errors.As(err, &te), errors.Is(err, errBadJSON):
-		return &api.Error{Code: api.CodeBadRequest, Message: "the body is not valid JSON for this route: " + err.Error()}
-	case errors.As(err, &ie):
-		return &api.Error{Code: api.CodeInvalidInput, Message: ie.Error(), Details: map[string]string{"field": ie.Field, "reason": ie.Reason, "suggestion": ie.Suggestion}}
-	case errors.Is(err, store.ErrThreadID):
-		return &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
-	case errors.As(err, &be):
-		return &api.Error{Code: api.CodeThreadBusy,
-			Message: fmt.Sprintf("%s holds the thread until %s; retry then, or start the run with on_busy enqueue", be.Owner, be.Until.UTC().Format(time.RFC3339)),
-			Details: map[string]string{"holder": be.Owner, "until": be.Until.UTC().Format(time.RFC3339)}}
-	case errors.Is(err, engine.ErrBusy):
-		return &api.Error{Code: api.CodeThreadBusy, Message: "another run holds the thread; retry, or start the run with on_busy enqueue or interrupt"}
-	case errors.Is(err, engine.ErrUnfinished):
-		return &api.Error{Code: api.CodeUnfinished, Message: "the thread's last run stopped part way: resume it (resume: true) or start the run with on_busy interrupt"}
-	case errors.Is(err, store.ErrNotFound):
-		return &api.Error{Code: api.CodeNotFound, Message: "not found"}
-	case errors.Is(err, store.ErrExists):
-		return &api.Error{Code: api.CodeThreadExists, Message: "a thread with that id exists"}
-	case errors.Is(err, errStopping):
-		return &api.Error{Code: api.CodeUnavailable, Message: "the server is stopping"}
-	case errors.Is(err, store.ErrBusy):
-		return &api.Error{Code: api.CodeThreadBusy, Message: "a run is queued or running on the thread: cancel it first"}
-	}
-	return &api.Error{Code: api.CodeInternal, Message: "internal error"}
-}
-
-var (
-	errBadJSON  = errors.New("bad JSON")
-	errStopping = errors.New("the server is stopping")
-)
-
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
-	ae := toAPIError(err)
-	if ae.Code == api.CodeInternal {
-		ae = &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("internal error (request %v)", r.Context().Value(requestIDKey))}
-	}
-	if ae.Code == api.CodeUnavailable || ae.Code == api.CodeRunRequeued {
-		w.Header().Set("Retry-After", "1")
-	}
-	if ae.Code == api.CodeUnauthorized {
-		// RFC 6750: how to authenticate, and whether the token sent was
-		// the trouble
-		challenge := `Bearer realm="trellis"`
-		if _, ok := bearer(r); ok {
-			challenge += `, error="invalid_token"`
-		}
-		w.Header().Set("WWW-Authenticate", challenge)
-	}
-	writeJSON(w, ae.Code.Status(), api.ErrorBody{Error: ae})
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
-}
-
-// readJSON decodes a request body into v, refusing unknown fields and
-// anything after the value.
-func readJSON(r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return &api.Error{Code: api.CodeUnsupportedMedia, Message: "send application/json"}
-	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("%w: the body is empty", errBadJSON)
-		}
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errBadJSON, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: more than one value", errBadJSON)
-	}
-	return nil
 }
 
 // newID makes an id: a prefix and 16 random hex digits.

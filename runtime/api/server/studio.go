@@ -327,7 +327,8 @@ func (s *Server) flowFiles(w http.ResponseWriter, r *http.Request, _ *caller) er
 	if err != nil {
 		return err
 	}
-	out := api.FlowFiles{Flow: l.flow.Name(), Root: p.root, Files: files, ReadOnly: p.readOnly(files)}
+	// the root's name, not where it is on the server's disk
+	out := api.FlowFiles{Flow: l.flow.Name(), Root: filepath.Base(p.root), Files: files, ReadOnly: p.readOnly(files)}
 	out.Writable = out.ReadOnly == ""
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -98,7 +98,7 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
-	values, err := plain(in.Values)
+	values, err := plain("values", in.Values)
 	if err != nil {
 		return err
 	}
@@ -439,7 +439,7 @@ func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
-	values, err := plain(in.Values)
+	values, err := plain("values", in.Values)
 	if err != nil {
 		return err
 	}

@@ -73,7 +73,7 @@ func init() {
 		{"prune", "prune [THREAD --keep N] [--idle DURATION] [--events DURATION [--tokens merge|drop]] [--vacuum] [--share F] [--store ADDR]",
 			"Fold old checkpoints of a thread into a base; delete idle threads with all of their data; compact old runs' events; return a SQLite file's free space", cmdPrune},
 		{"migrate", "migrate [--store ADDR]", "Apply the store's database migrations", cmdMigrate},
-		{"serve", "serve [--flows DIR] [--store ADDR] [--addr HOST:PORT] [--retain-idle DURATION] [--retain-events DURATION] [--webhook-allow LIST] [--webhook FLOW=URL]",
+		{"serve", "serve [--flows DIR] [--store ADDR] [--addr HOST:PORT] [--retain-idle DURATION] [--retain-events DURATION] [--webhook-allow LIST] [--webhook FLOW=URL] [--schedules-per-tenant N] [--schedule-min-interval D]",
 			"Serve the flows as an HTTP API (schemas/openapi.yaml), with the studio at /studio; delete idle threads and compact old events as --retain-* say; post runs' ends to webhooks where --webhook-allow permits; start the runs of schedules", cmdServe},
 		{"studio", "studio [FLOWS_DIR] [--store ADDR] [--addr HOST:PORT] [--tenant T] [--no-open]",
 			"Design flows in the browser: serve the flows on loopback and open the studio (graph, editor, runs, history) signed in", cmdStudio},

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,6 +20,7 @@ import (
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
 	"github.com/trellisflow/trellis/runtime/api/server"
+	"github.com/trellisflow/trellis/runtime/egress"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/telemetry"
 	"github.com/trellisflow/trellis/runtime/webhook"
@@ -45,13 +45,20 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	fs.Float64Var(&retain.Share, "retain-share", 0.1, "the part of the time a retention sweep may work: it rests the rest, in small batches, so that the runs keep the store")
 	var hookAllow, hookFlows multi
 	fs.Var(&hookAllow, "webhook-allow", "the `LIST` of where webhooks may be posted: host names, *.domain, addresses or networks such as 10.0.0.0/8, comma-separated or repeated; "+
-		"an address outside the list is refused (default: none, and no webhooks are sent); the messages are signed with "+server.WebhookSecretEnv+" (whsec_ and base64)")
+		"an address outside the list is refused, checked on the address connected to; loopback, private, link-local, metadata and other special addresses are reached only through an address or network entry inside them, never through a host name "+
+		"(default: none, and no webhooks are sent); the messages are signed with "+server.WebhookSecretEnv+" (whsec_ and base64)")
 	fs.Var(&hookFlows, "webhook", "`FLOW=URL`: post the end of every run of FLOW that names no webhook to URL (repeatable)")
 	hookTimeout := fs.Duration("webhook-timeout", 10*time.Second, "how long one webhook attempt may take")
 	hookAttempts := fs.Int("webhook-attempts", 8, "how many attempts a webhook gets before it is given up")
 	hookBackoff := fs.Duration("webhook-backoff", 5*time.Second, "the wait before a webhook's second attempt, doubled before each one after (up to an hour)")
+	var sched server.ScheduleLimits
+	fs.IntVar(&sched.PerTenant, "schedules-per-tenant", 100, "how many schedules a tenant may have (-1: no limit)")
+	fs.DurationVar(&sched.MinInterval, "schedule-min-interval", time.Second, "the shortest time a schedule's ticks may be apart")
 	if _, code, ok := parse(fs, args); !ok {
 		return code
+	}
+	if sched.PerTenant == 0 || sched.MinInterval < time.Second {
+		return fail(env, "serve", usagef("--schedules-per-tenant is at least 1 (-1: no limit), --schedule-min-interval at least 1s"))
 	}
 	hooks, err := webhookConfig(hookAllow, hookFlows, os.Getenv(server.WebhookSecretEnv))
 	if err != nil {
@@ -94,7 +101,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
-		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks})
+		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks, Schedules: sched})
 	if err != nil {
 		return fail(env, "serve", err)
 	}
@@ -148,7 +155,7 @@ func webhookConfig(allow, flows []string, secret string) (*server.WebhookConfig,
 	if len(entries) == 0 && len(flows) == 0 {
 		return nil, nil
 	}
-	list, err := webhook.ParseAllowList(entries)
+	list, err := egress.Parse(entries)
 	if err != nil {
 		return nil, fmt.Errorf("--webhook-allow: %w", err)
 	}
@@ -168,21 +175,34 @@ func webhookConfig(allow, flows []string, secret string) (*server.WebhookConfig,
 	return cfg, nil
 }
 
+// cmdKeys manages the API keys in a store; the command line is checked
+// (--help answered) before the store is opened.
 func cmdKeys(ctx context.Context, env *Env, args []string) int {
-	if len(args) == 0 {
-		flags(env, "keys").Usage()
-		return 2
-	}
-	sub, args := args[0], args[1:]
-	var tenant, name *string
-	var admin *bool
-	rt, pos, code := openStore(ctx, env, "keys", args, func(fs *flag.FlagSet) {
-		tenant = fs.String("tenant", "", "the key's tenant (create), or whose keys to list")
-		name = fs.String("name", "", "a name to recognise the key by")
-		admin = fs.Bool("admin", false, "the key manages keys and reloads flows")
-	})
-	if rt == nil {
+	fs := flags(env, "keys")
+	addr := storeFlag(fs)
+	tenant := fs.String("tenant", "", "the key's tenant (create), or whose keys to list")
+	name := fs.String("name", "", "a name to recognise the key by")
+	admin := fs.Bool("admin", false, "the key manages keys and reloads flows")
+	pos, code, ok := parse(fs, args)
+	if !ok {
 		return code
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	sub, pos := pos[0], pos[1:]
+	switch {
+	case sub != "create" && sub != "list" && sub != "revoke":
+		return fail(env, "keys", usagef("unknown keys command %q: create, list or revoke", sub))
+	case sub == "revoke" && len(pos) != 1:
+		return fail(env, "keys", usagef("want keys revoke ID"))
+	case sub != "revoke" && len(pos) > 0:
+		return fail(env, "keys", usagef("keys %s takes no argument %q", sub, pos[0]))
+	}
+	rt, err := openRuntime(ctx, *addr)
+	if err != nil {
+		return fail(env, "keys", err)
 	}
 	defer rt.Close()
 	cat, err := store.CatalogOf(rt.Store())
@@ -222,15 +242,10 @@ func cmdKeys(ctx context.Context, env *Env, args []string) int {
 			fmt.Fprintf(env.Stdout, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, role, k.Name, state)
 		}
 	case "revoke":
-		if len(pos) != 1 {
-			return fail(env, "keys", usagef("want keys revoke ID"))
-		}
 		if err := cat.RevokeKey(ctx, pos[0], time.Now().UTC()); err != nil {
 			return fail(env, "keys", missingKey(err, pos[0]))
 		}
 		fmt.Fprintf(env.Stdout, "revoked %s\n", pos[0])
-	default:
-		return fail(env, "keys", usagef("unknown keys command %q: create, list or revoke", sub))
 	}
 	return 0
 }

@@ -116,7 +116,7 @@ func start(t *testing.T, env []string, wrap []string, args ...string) *studio {
 	select {
 	case m := <-found:
 		s.url, s.base = m[0], m[1]
-	case <-time.After(30 * time.Second):
+	case <-time.After(3 * time.Minute):
 		t.Fatalf("trellis studio printed no address:\n%s", s.stderr)
 	}
 	return s
