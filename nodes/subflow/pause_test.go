@@ -11,6 +11,7 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
@@ -424,6 +425,139 @@ func TestTwoInterruptsOfOneStepHaveTheirOwnIDs(t *testing.T) {
 			}
 			if got := gt.counts(); !reflect.DeepEqual(got, map[string]int{"start": 3, "scan": 6, "sign": 6}) {
 				t.Fatalf("runs %v", got)
+			}
+		})
+	}
+}
+
+// childFlow is the graph of the subflow node name of g runs.
+func childFlow(t *testing.T, g *flow.Graph, name string) *flow.Graph {
+	t.Helper()
+	n, ok := g.Node(name)
+	if !ok {
+		t.Fatalf("no node %s", name)
+	}
+	return n.Impl.(kind.Composite).Parts().Flow.Graph.(*flow.Graph)
+}
+
+// History, update and fork work on a run paused two subflows down: the
+// paused child's thread has its history; an update of the paused child,
+// and one of the root, keep the run where it stopped (the same children,
+// the same question); a fork of the root forks the children with it, and
+// its answer resumes the fork's children where they stopped, while the
+// original stays paused for its own. Nothing that finished runs again, on
+// either thread. On each store.
+func TestPausedChildHistoryUpdateAndFork(t *testing.T) {
+	ctx := context.Background()
+	for name, url := range storetest.URLs(t) {
+		t.Run(name, func(t *testing.T) {
+			gt := &gate{runs: map[string]int{}}
+			g := loadPauseFlows(t, gt, map[string]string{"hiring.yaml": pauseRoot, "review.yaml": pauseReview, "check.yaml": pauseCheck}, "hiring.yaml")
+			review := childFlow(t, g, "review")
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			eng := engine.New(st)
+			res, err := eng.Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"resume": "go"}})
+			if err != nil || len(res.Interrupt.Asks) != 1 {
+				t.Fatalf("%+v %v", res, err)
+			}
+			id := res.Interrupt.Asks[0].ID
+			ns, _, _ := strings.Cut(id, "|")
+			child := engine.ChildThread("t", ns)
+			// the paused child's history: created, then read, waiting on inner
+			cps, err := st.History(ctx, child, store.HistoryOptions{})
+			if err != nil || len(cps) != 2 || cps[0].Writers[0].Node != "read" || !slices.Equal(cps[0].Next, []string{"inner"}) {
+				t.Fatalf("the child's history: %+v %v", cps, err)
+			}
+			// an update of the paused child, and one of the paused root
+			if _, err := eng.Update(ctx, review, child, "read", map[string]any{"notes": []any{"child edit"}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := eng.Update(ctx, g, "t", "prepare", map[string]any{"log": []any{"root edit"}}); err != nil {
+				t.Fatal(err)
+			}
+			asks, err := eng.Asks(ctx, g, "t")
+			if err != nil || len(asks) != 1 || asks[0].ID != id {
+				t.Fatalf("the question after the updates: %+v %v (was %s)", asks, err, id)
+			}
+			// a fork of the paused root, with its children
+			if _, err := store.Fork(ctx, st, "t", mustHead(t, st, "t"), "f"); err != nil {
+				t.Fatal(err)
+			}
+			fasks, err := eng.Asks(ctx, g, "f")
+			if err != nil || len(fasks) != 1 || fasks[0].ID != id || fasks[0].Path != "review/inner/approve" {
+				t.Fatalf("the fork's question: %+v %v", fasks, err)
+			}
+			res, err = eng.Run(ctx, g, engine.Request{Thread: "f", Resume: true, Answers: map[string]any{"review/inner/approve": "fork"}})
+			if err != nil || res.Interrupt != nil {
+				t.Fatalf("the fork's resume: %+v %v", res, err)
+			}
+			want := []any{"prepared go", "root edit", "read go", "child edit", "judged fork (signed)", "closed: fork (signed)"}
+			if !reflect.DeepEqual(res.State["log"], want) {
+				t.Fatalf("the fork's log %v", res.State["log"])
+			}
+			// the original is still paused, and goes on with its own answer
+			res, err = eng.Run(ctx, g, engine.Request{Thread: "t", Resume: true, Answers: map[string]any{id: "orig"}})
+			if err != nil || res.Interrupt != nil {
+				t.Fatalf("the original's resume: %+v %v", res, err)
+			}
+			want = []any{"prepared go", "root edit", "read go", "child edit", "judged orig (signed)", "closed: orig (signed)"}
+			if !reflect.DeepEqual(res.State["log"], want) {
+				t.Fatalf("the original's log %v", res.State["log"])
+			}
+			if got := gt.counts(); !reflect.DeepEqual(got, map[string]int{"prepare": 1, "read": 1, "scan": 1, "sign": 2, "judge": 2, "close": 2}) {
+				t.Fatalf("runs %v", got)
+			}
+		})
+	}
+}
+
+func mustHead(t *testing.T, st store.Store, thread string) uint64 {
+	t.Helper()
+	h, err := st.Head(context.Background(), thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.Seq
+}
+
+// A run that does not commit each step (async, exit) pauses inside its
+// subflows as one that does: once its checkpoints are in, the thread
+// names the paused step, keeps what the step completed, and lists the
+// questions; the answers resume each child where it stopped. On each
+// store.
+func TestPauseInsideWithEachDurability(t *testing.T) {
+	ctx := context.Background()
+	for name, url := range storetest.URLs(t) {
+		t.Run(name, func(t *testing.T) {
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			for _, d := range []engine.Durability{engine.Async, engine.Exit} {
+				gt := &gate{runs: map[string]int{}}
+				g := loadPauseFlows(t, gt, map[string]string{"hiring.yaml": pauseRoot, "review.yaml": pauseReview, "check.yaml": pauseCheck}, "hiring.yaml")
+				thread := "t-" + string(d)
+				res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: thread, Input: map[string]any{"resume": "go"}, Durability: d})
+				if err != nil || !slices.Equal(paths(res.Interrupt), []string{"review/inner/approve"}) {
+					t.Fatalf("%s: %+v %v", d, res, err)
+				}
+				asks, err := engine.New(st).Asks(ctx, g, thread)
+				if err != nil || len(asks) != 1 || asks[0].ID != res.Interrupt.Asks[0].ID {
+					t.Fatalf("%s: the thread's questions %+v %v", d, asks, err)
+				}
+				res, err = engine.New(st).Run(ctx, g, engine.Request{Thread: thread, Resume: true, Durability: d,
+					Answers: map[string]any{"review/inner/approve": "ok"}})
+				if err != nil || res.Interrupt != nil || res.State["verdict"] != "ok (signed)" {
+					t.Fatalf("%s: the resume: %+v %v", d, res, err)
+				}
+				if got := gt.counts(); !reflect.DeepEqual(got, map[string]int{"prepare": 1, "read": 1, "scan": 1, "sign": 1, "judge": 1, "close": 1}) {
+					t.Fatalf("%s: runs %v", d, got)
+				}
 			}
 		})
 	}

@@ -139,7 +139,7 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 	r.nestedMu.Lock()
 	done, ok := r.nestedDone[n.Name]
 	r.nestedMu.Unlock()
-	_, answered := r.answers[n.Name]
+	answer, answered := r.answers[n.Name]
 	v.gate.exit()
 	if saved {
 		// completed before the run stopped
@@ -190,6 +190,9 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 		return nil, err
 	}
 	err := r.savePending(ctx, &o, seq, step)
+	if err == nil && answered {
+		err = r.keepAnswer(ctx, seq, n.Name, answer)
+	}
 	if err == nil {
 		r.nestedMu.Lock()
 		if r.nestedDone == nil {
@@ -293,6 +296,23 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 	res, err := r.e.Run(ctx, g, req)
 	if err != nil {
 		return nil, fmt.Errorf("subflow %s on thread %s: %w", g.Name, req.Thread, err)
+	}
+	if len(req.Answers) > 0 {
+		// the child took them (its checkpoints record them too)
+		if !v.gate.enter() {
+			r.drop()
+			_, err := v.gate.given(ctx)
+			return nil, err
+		}
+		for id, a := range req.Answers {
+			if err == nil {
+				err = r.keepAnswer(ctx, seq, ns+NSSep+id, a)
+			}
+		}
+		v.gate.exit()
+		if err != nil {
+			return nil, err
+		}
 	}
 	if res.Interrupt != nil {
 		return nil, childPause(res.Interrupt, ns, name)

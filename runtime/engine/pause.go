@@ -36,11 +36,41 @@ import (
 
 // The names of a step's records among its pending writes.
 const (
-	askRecord = "#ask"
+	askRecord    = "#ask"
+	answerRecord = "#answer"
 )
 
 // askName is the record of the question nested node name asked.
 func askName(name string) string { return name + askRecord }
+
+// keepAnswer records the answer a step was given for question id, once
+// what it answered completed (an asker, a map's item) or went on (a child
+// flow): the step's checkpoint records every answer the step took,
+// across the runs that resumed it.
+func (r *run) keepAnswer(ctx context.Context, seq uint64, id string, a any) error {
+	if err := r.keep(ctx, seq, id+answerRecord, []store.Write{{Value: a}}); err != nil {
+		return fmt.Errorf("keep the answer to %s: %w", id, err)
+	}
+	return nil
+}
+
+// keptAnswers adds the answers the runs that resumed a step before this
+// one kept (see keepAnswer) to answered.
+func keptAnswers(pending map[string][]store.Write, answered map[string]any) map[string]any {
+	for key, ws := range pending {
+		id, ok := strings.CutSuffix(key, answerRecord)
+		if !ok || len(ws) != 1 {
+			continue
+		}
+		if answered == nil {
+			answered = map[string]any{}
+		}
+		if _, given := answered[id]; !given {
+			answered[id] = ws[0].Value
+		}
+	}
+	return answered
+}
 
 // keep records a piece of a step's work under name: in the store as a
 // pending write of the checkpoint seq the step follows (with sync
@@ -157,6 +187,11 @@ func (r *run) paused(ctx context.Context, outs []outcome) (*Interrupt, error) {
 		}
 		if err := r.keepUpdate(ctx, o); err != nil {
 			return nil, err
+		}
+		if a, ok := r.answers[o.node.Name]; ok {
+			if err := r.keepAnswer(ctx, r.seq, o.node.Name, a); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if r.req.Observe != nil {

@@ -266,6 +266,9 @@ func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 		if err := r.savePending(ctx, &o, r.seq, r.step); err != nil {
 			return err
 		}
+		if err := r.keepAnswer(ctx, r.seq, n.Name, r.answers[n.Name]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -487,6 +490,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	// saved updates belong to the first superstep of a resumed run only,
 	// an answer to the first step that runs its asker
+	kept := r.pending
 	r.pending = nil
 	r.held = r.held[:0]
 	if r.nestedDone != nil {
@@ -506,6 +510,9 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			}
 		}
 		answered = r.consumed(triggered, answered)
+	}
+	if kept != nil {
+		answered = keptAnswers(kept, answered)
 	}
 	if r.req.RecordPath {
 		names := make([]string, len(triggered))
