@@ -468,6 +468,41 @@ func childGraph(n *flow.Node, item bool) *flow.Graph {
 	return g
 }
 
+// ResolveAnswers checks the answers a resumed run of g on thread would be
+// given, as that run checks them (an *InputError naming each that no
+// question the thread's run waits on has as its id or path), and returns
+// them keyed by the questions' ids: what a caller that queues the run
+// refuses at once.
+func (e *Engine) ResolveAnswers(ctx context.Context, g *flow.Graph, thread string, answers map[string]any) (map[string]any, error) {
+	if len(answers) == 0 {
+		return answers, nil
+	}
+	head, err := e.Store.Head(ctx, thread)
+	if err != nil {
+		return nil, err
+	}
+	return e.resolveAnswers(ctx, g, head, answers)
+}
+
+// ChildFlow is the flow a child thread of a thread of g runs: the one
+// under namespace ns (NODE:SEQ, NODE[KEY]:SEQ for a map's item, nested
+// levels joined by NSSep), as RunFlow ran it. ok is false when no node of
+// g runs a flow at ns.
+func ChildFlow(g *flow.Graph, ns string) (child *flow.Graph, ok bool) {
+	for _, level := range strings.Split(ns, NSSep) {
+		name, _, _ := strings.Cut(level, ":")
+		node, _, keyed := strings.Cut(name, "[")
+		n, found := g.Node(node)
+		if !found {
+			return nil, false
+		}
+		if g = childGraph(n, keyed); g == nil {
+			return nil, false
+		}
+	}
+	return g, true
+}
+
 // resolveAnswers checks the answers a run of g on a thread whose newest
 // state is head is given, and names each by its question's id: an asking
 // node of the run by its name, as before any question is asked; any other

@@ -380,6 +380,13 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
+	if len(answers) > 0 {
+		// answers that name no question of the paused run are refused
+		// now, not by the run once queued
+		if _, err := m.s.eng().ResolveAnswers(ctx, l.flow.Graph(), thread.ID, answers); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return store.RunRecord{}, nil, err
+		}
+	}
 	cfg, err := plain("config", in.Config)
 	if err != nil {
 		return store.RunRecord{}, nil, err
