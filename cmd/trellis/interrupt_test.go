@@ -67,3 +67,37 @@ func TestRunAsksQuestions(t *testing.T) {
 		t.Fatalf("--answer without --resume: %d %s", code, errs)
 	}
 }
+
+// Questions asked inside a map's items (the expenses example, whose
+// claims over the limit ask in a subflow): trellis run names each by its
+// path, with its id; the hint answers by path; a resume answers some by
+// path or id, and asks the others again; an answer naming no question
+// is refused (exit 2) with the questions there are; answering on
+// standard input goes on to the end.
+func TestRunAnswersNestedQuestions(t *testing.T) {
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "e.db")
+	const flowPath, claims = "../../flows/examples/expenses.yaml", "../../flows/examples/claims.yaml"
+	run := func(stdin string, args ...string) (string, string, int) {
+		var out, errs bytes.Buffer
+		code := cli.Main(args, &cli.Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errs, Registry: all.Registry()})
+		return out.String(), errs.String(), code
+	}
+	out, errs, code := run("", "run", flowPath, "--store", db, "--thread", "q", "--input-file", claims)
+	if code != 0 || !strings.Contains(errs, `claims[0]/manager asks: {"amount":250,"question":"Approve Ada's claim of 250?","who":"Ada"} (id claims[0]:2|manager)`) ||
+		!strings.Contains(errs, "--resume --answer 'claims[0]/manager=VALUE' --answer 'claims[2]/manager=VALUE'") {
+		t.Fatalf("the pause: %d\n%s%s", code, out, errs)
+	}
+	if _, errs, code = run("", "run", flowPath, "--store", db, "--thread", "q", "--resume", "--answer", "claims[1]/manager=true"); code != 2 ||
+		!strings.Contains(errs, "claims[1]/manager") || !strings.Contains(errs, "it waits on claims[0]/manager, claims[2]/manager") {
+		t.Fatalf("an answer to no question: %d %s", code, errs)
+	}
+	out, errs, code = run("", "run", flowPath, "--store", db, "--thread", "q", "--resume", "--answer", "claims[2]:2|manager={approve: false, note: too much}")
+	if code != 0 || strings.Contains(errs, "claims[2]/manager asks") || !strings.Contains(errs, "claims[0]/manager asks") {
+		t.Fatalf("Cy's answer: %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = run("true\n", "run", flowPath, "--store", db, "--thread", "q", "--resume")
+	if code != 0 || !strings.Contains(out, "Cy: 900 refused (too much)") || !strings.Contains(out, "Approved in all: 365") {
+		t.Fatalf("Ada's answer on standard input: %d\n%s%s", code, out, errs)
+	}
+}

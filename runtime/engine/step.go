@@ -239,7 +239,7 @@ func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 		if payload, err = value.Normalize(payload); err != nil {
 			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
 		}
-		asks = append(asks, Ask{ID: n.Name, Payload: payload})
+		asks = append(asks, Ask{ID: n.Name, Path: n.Name, Payload: payload})
 	}
 	return asks, nil
 }
