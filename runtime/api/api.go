@@ -51,6 +51,9 @@ const (
 
 // Status is the HTTP status a code is sent with.
 func (c Code) Status() int {
+	if status, ok := requestStatus[c]; ok {
+		return status
+	}
 	switch c {
 	case CodeBadRequest:
 		return http.StatusBadRequest
@@ -97,8 +100,12 @@ type ErrorBody struct {
 // Flow is a loaded flow.
 type Flow struct {
 	Name string `json:"name"`
-	// Version changes whenever the flow file or a file it reads changes.
+	// Version changes whenever the flow file or a file it reads changes:
+	// the version this server loaded from its flow directory. Promoted is
+	// the one new threads start on, on every server sharing the store
+	// (empty: the store keeps no versions).
 	Version      string        `json:"version"`
+	Promoted     string        `json:"promoted,omitempty"`
 	Description  string        `json:"description,omitempty"`
 	Path         string        `json:"path"`
 	Inputs       []string      `json:"inputs"`
@@ -215,6 +222,9 @@ type Checkpoint struct {
 	Writes  []Write   `json:"writes"`
 	Writers []Writer  `json:"writers,omitempty"`
 	Next    []string  `json:"next,omitempty"`
+	// Move is set on a thread's move onto another version of its flow
+	// (source migrate): the versions it left and moved to.
+	Move *CheckpointMove `json:"move,omitempty"`
 	// Base, for a branch (an update at an older checkpoint), is the
 	// checkpoint whose state it goes on from: Parent is the head it was
 	// committed after.
@@ -223,6 +233,13 @@ type Checkpoint struct {
 	// what its nodes were told by a model (a replay tells them again).
 	Answers map[string]any `json:"answers,omitempty"`
 	Replies []Reply        `json:"replies,omitempty"`
+}
+
+// CheckpointMove is the versions a move's checkpoint records.
+type CheckpointMove struct {
+	Flow string `json:"flow"`
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
 // Reply is a model's reply a node was told: Key names the request (a
@@ -241,6 +258,9 @@ type Write struct {
 	Value   any    `json:"value,omitempty"`
 	Items   []any  `json:"items,omitempty"`
 	Append  bool   `json:"append,omitempty"`
+	// Removed: the write took the field out of the state (a move onto a
+	// version that has no such field).
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Writer is a node that ran in a step and the fields it wrote.

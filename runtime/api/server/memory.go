@@ -109,6 +109,7 @@ func (s *Server) putMemory(w http.ResponseWriter, r *http.Request, c *caller) er
 	if err := m.PutMemory(r.Context(), c.tenant, it); err != nil {
 		return memoryError(err)
 	}
+	made(r, "")
 	writeJSON(w, http.StatusOK, memoryItem(it, false))
 	return nil
 }

@@ -17,7 +17,9 @@ import (
 
 // Retention is what a server deletes and compacts by itself, on a
 // schedule, so that the store keeps what is in use and little more. Its
-// zero value keeps everything.
+// zero value keeps every thread and event; the records of idempotency
+// keys are deleted once they expire (store.RequestExpiry) whatever it
+// says.
 type Retention struct {
 	// Idle deletes the threads not written for this long, each with
 	// everything of it (its checkpoints, child flows' threads, record,
@@ -81,18 +83,17 @@ type retention struct {
 	done   chan struct{}
 	// metrics
 	threads, runs, events, kept, pages prometheus.Counter
+	requests                           prometheus.Counter
 	work                               prometheus.Counter
 	sweeps                             *prometheus.CounterVec
 	sweeping                           prometheus.Gauge
 }
 
-// startRetention starts the server's sweeps when its configuration asks
-// for any (nil otherwise).
+// startRetention starts the server's sweeps: the idle threads and the
+// events its configuration asks to delete and pack, and always the
+// idempotency keys that have expired.
 func (s *Server) startRetention() *retention {
 	cfg := s.cfg.Retention
-	if cfg.Idle == 0 && cfg.Events == 0 {
-		return nil
-	}
 	if cfg.Every == 0 {
 		cfg.Every = time.Minute
 	}
@@ -113,6 +114,7 @@ func (s *Server) startRetention() *retention {
 	r.events = counter("events_packed_total", "Events the retention packed (each a row before).")
 	r.kept = counter("events_kept_total", "Events kept in the packs (node-level events, and tokens merged).")
 	r.pages = counter("pages_returned_total", "Pages of the SQLite file the retention returned to the file system (incremental vacuum).")
+	r.requests = counter("requests_expired_total", "Idempotency keys' records the retention deleted once they expired (24 hours after their first request).")
 	r.work = counter("work_seconds_total", "Time the retention's batches took (the rests between them left out); on SQLite, the time they held the store's writer, not the time they queued for it.")
 	r.sweeps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_retention_sweeps_total",
 		Help: "Retention sweeps by outcome: done, failed, or skipped while another server sharing the store sweeps."}, []string{"outcome"})
@@ -201,6 +203,12 @@ func (r *retention) sweep(ctx context.Context) {
 	if cfg.Events > 0 {
 		if err := r.packEvents(ctx, cfg, pace); err != nil {
 			r.failed(ctx, "pack events", err)
+			return
+		}
+	}
+	if rq, ok := store.RequestsOf(st); ok {
+		if err := r.expireRequests(ctx, rq, pace); err != nil {
+			r.failed(ctx, "delete expired idempotency keys", err)
 			return
 		}
 	}
@@ -304,6 +312,35 @@ func allEvents(ctx context.Context, cat store.Catalog, run string) ([]store.Even
 		out = append(out, page...)
 		if len(page) < store.MaxPage {
 			return out, nil
+		}
+	}
+}
+
+// expireBatch is how many idempotency keys' records one transaction
+// deletes.
+const expireBatch = 500
+
+// expireRequests deletes the records of the idempotency keys that have
+// expired, a batch at a time.
+func (r *retention) expireRequests(ctx context.Context, rq store.Requests, pace func(context.Context, time.Duration) error) error {
+	before := time.Now().Add(-store.RequestExpiry)
+	for {
+		start := time.Now()
+		var hold store.Hold
+		n, err := rq.PruneRequests(store.WithHold(ctx, &hold), before, expireBatch)
+		if err != nil {
+			return err
+		}
+		r.requests.Add(float64(n))
+		if n < expireBatch {
+			return nil
+		}
+		took, ok := hold.Held()
+		if !ok {
+			took = time.Since(start)
+		}
+		if err := pace(ctx, took); err != nil {
+			return err
 		}
 	}
 }

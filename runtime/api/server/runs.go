@@ -120,7 +120,50 @@ func (s *Server) begin(r *http.Request, c *caller) (store.RunRecord, *liveRun, e
 	// a caller's trace context (W3C traceparent, when tracing is set up)
 	// becomes the parent of the run's span when the run starts here
 	ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	return s.runs.start(ctx, c, rec, l, in)
+	k := keyedOf(r)
+	if k == nil {
+		return s.runs.start(ctx, c, rec, l, in)
+	}
+	// with an idempotency key, the run is made under the key's ref: a
+	// request sent again follows it, wherever and whenever it runs
+	id := "run_" + k.ref
+	if k.retry {
+		if run, lr, ok := s.keyedRun(ctx, r, c, rec, id); ok {
+			return run, lr, nil
+		}
+	}
+	run, lr, err := s.runs.startAs(ctx, c, rec, l, in, id)
+	if err != nil {
+		// another request with the key started it first (here or on
+		// another server): this one follows it
+		if run, lr, ok := s.keyedRun(ctx, r, c, rec, id); ok {
+			return run, lr, nil
+		}
+		if lr != nil {
+			made(r, rec.ID) // the run started; its caller left
+		}
+		return run, lr, err
+	}
+	made(r, rec.ID)
+	return run, lr, nil
+}
+
+// keyedRun finds the run an idempotency key's first request started on
+// the thread: it is followed, not started again, and the answer says
+// so.
+func (s *Server) keyedRun(ctx context.Context, r *http.Request, c *caller, th *store.ThreadRecord, id string) (store.RunRecord, *liveRun, bool) {
+	if lr := s.runs.get(id); lr != nil {
+		if rec := lr.record(); rec.Thread == th.ID && rec.Tenant == c.tenant {
+			followed(r, th.ID)
+			return rec, lr, true
+		}
+	}
+	rec, err := s.cat.Run(ctx, c.tenant, id)
+	if err != nil || rec.Thread != th.ID {
+		return store.RunRecord{}, nil, false
+	}
+	followed(r, th.ID)
+	return *rec, s.runs.get(id), true
 }
 
 func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *caller) error {

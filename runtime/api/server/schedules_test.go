@@ -509,3 +509,52 @@ edges:
 		t.Fatalf("the schedule of a flow that does not pause: %+v %v", sc, err)
 	}
 }
+
+// The record of missed ticks outlives the next tick: the schedule's tick
+// history keeps the missed span (with what the missed policy did) under
+// the tick started after it, listed with its run and where the run
+// stands; last_error says only what the last tick did.
+func TestScheduleTickHistoryKeepsMissedTicks(t *testing.T) {
+	s := serve(t, openRuntime(t, "sqlite:"+t.TempDir()+"/s.db"), stepFlows(t, 1), "")
+	sched, _ := store.SchedulesOf(s.rt.Store())
+	now := time.Now().UTC().Truncate(time.Minute).Add(30 * time.Second)
+	sc := &store.Schedule{ID: "down", Tenant: "acme", Flow: "steps", Cron: "* * * * *", Zone: "UTC", Missed: store.MissedSkip, Grace: 10 * time.Second,
+		Input: []byte(`{"said":"late"}`), Paused: true, Created: now.Add(-2 * time.Hour)}
+	if _, err := schedule.Check(sc, now.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sched.CreateSchedule(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.srv.fire(ctx, sc, now); err != nil {
+		t.Fatal(err)
+	}
+	// the next tick, on time
+	sc, err := sched.Schedule(ctx, "acme", "down")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.srv.fire(ctx, sc, sc.Next.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.acme.Schedule(ctx, "down")
+	if err != nil || got.LastError != "" || got.LastRun == "" {
+		t.Fatalf("after the tick on time: %+v %v", got, err)
+	}
+	var ticks *api.ScheduleTicks
+	eventually(t, 10*time.Second, "the tick's run, listed as succeeded", func() bool {
+		ticks, err = s.acme.ScheduleTicks(ctx, "down")
+		return err == nil && len(ticks.Ticks) == 2 && ticks.Ticks[0].RunStatus == "succeeded"
+	})
+	started, missed := ticks.Ticks[0], ticks.Ticks[1]
+	if started.Status != "started" || started.Run != got.LastRun || started.Thread == "" || !started.Tick.Equal(*got.LastTick) {
+		t.Fatalf("the tick started: %+v", started)
+	}
+	if missed.Status != "missed" || !strings.Contains(missed.Error, "skipped") || missed.MissedFrom == nil || missed.MissedTo == nil ||
+		!missed.MissedTo.Before(started.Tick) || missed.Run != "" {
+		t.Fatalf("the missed ticks: %+v", missed)
+	}
+	if _, err := s.acme.ScheduleTicks(ctx, "nope"); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("the ticks of no schedule: %v", err)
+	}
+}

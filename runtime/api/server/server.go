@@ -78,6 +78,12 @@ type Config struct {
 	Runtime Runtime
 	// FlowsDir holds the flows the server runs.
 	FlowsDir string
+	// Promote promotes the versions the server loads from FlowsDir (as
+	// it starts, and at each reload) for every server sharing the
+	// store: new threads start on them. Without it, a load promotes only
+	// the flows the store has no promoted version of yet, and a version
+	// is promoted with POST /v1/flows/{name}/versions/{version}/promote.
+	Promote bool
 	// Root bounds what the validate route reads: the files a posted flow
 	// names (its state schema, prompts, subflows) are read as `trellis
 	// validate` reads them for the flow as a file of FlowsDir, relative to
@@ -93,6 +99,16 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxBody bounds a request body (default 4 MiB).
 	MaxBody int64
+	// BodyTimeout bounds how long a request's body may take to arrive
+	// once its headers have (default 30s; negative: no bound): a body
+	// that stalls is answered 408 request_timeout, and nothing is done.
+	// An upload streamed as it is made (a transcription's audio) is not
+	// bound by it.
+	BodyTimeout time.Duration
+	// HeaderTimeout bounds how long Serve waits for a request's headers
+	// (default 10s); a program serving Handler itself sets its own
+	// http.Server's ReadHeaderTimeout.
+	HeaderTimeout time.Duration
 	// StopTimeout bounds how long Shutdown waits for runs to reach a
 	// step boundary before cancelling them (default 30s); a shutdown
 	// takes as long as the runs need, up to it, and gives up on runs
@@ -193,6 +209,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = 4 << 20
 	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = 30 * time.Second
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = 10 * time.Second
+	}
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = 30 * time.Second
 	}
@@ -238,8 +260,9 @@ func New(cfg Config) (*Server, error) {
 	s.flows = &flowSet{dir: cfg.FlowsDir, kinds: cfg.Kinds}
 	if vs, err := versions.New(st, cfg.Kinds); err == nil {
 		s.flows.vs = vs
+		s.flows.promos, _ = store.PromotionsOf(st)
 	}
-	if _, err := s.flows.reload(); err != nil {
+	if _, err := s.flows.reload(cfg.Promote, "server start"); err != nil {
 		return nil, err
 	}
 	if cfg.Root != "" {
@@ -304,9 +327,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // the clients waiting on runs and ends their streams, and returns.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
+		Handler: s.handler,
+		// the body has its own deadline (BodyTimeout), lifted once it is
+		// read, so that a route may wait or stream as long as it needs
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		WriteTimeout:      2 * time.Minute, // streams and waits lift it
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -371,7 +395,13 @@ type route struct {
 	access       access
 	// stream marks a route that answers with Server-Sent Events.
 	stream bool
-	handle func(w http.ResponseWriter, r *http.Request, c *caller) error
+	// idempotence is what the route does with an idempotency key (see
+	// requests.go).
+	idempotence idempotence
+	// streamsBody marks a route that reads an upload as it is made, so
+	// its body has no deadline.
+	streamsBody bool
+	handle      func(w http.ResponseWriter, r *http.Request, c *caller) error
 }
 
 func (s *Server) routes() []route {
@@ -393,16 +423,17 @@ func (s *Server) routes() []route {
 
 		{method: "GET", path: "/v1/flows/{name}/versions", access: tenant, handle: s.listVersions},
 		{method: "GET", path: "/v1/flows/{name}/versions/{version}/threads", access: tenant, handle: s.versionThreads},
+		{method: "POST", path: "/v1/flows/{name}/versions/{version}/promote", access: admin, handle: s.promoteVersion},
 		{method: "POST", path: "/v1/threads/{id}/migrate", access: tenant, handle: s.moveThread},
 
-		{method: "POST", path: "/v1/threads", access: tenant, handle: s.createThread},
+		{method: "POST", path: "/v1/threads", access: tenant, idempotence: keyedAnswer, handle: s.createThread},
 		{method: "GET", path: "/v1/threads", access: tenant, handle: s.listThreads},
 		{method: "GET", path: "/v1/threads/{id}", access: tenant, handle: s.getThread},
 		{method: "DELETE", path: "/v1/threads/{id}", access: tenant, handle: s.deleteThread},
 		{method: "GET", path: "/v1/threads/{id}/state", access: tenant, handle: s.threadState},
 		{method: "GET", path: "/v1/threads/{id}/history", access: tenant, handle: s.threadHistory},
-		{method: "POST", path: "/v1/threads/{id}/fork", access: tenant, handle: s.forkThread},
-		{method: "POST", path: "/v1/threads/{id}/update", access: tenant, handle: s.updateThread},
+		{method: "POST", path: "/v1/threads/{id}/fork", access: tenant, idempotence: keyedAnswer, handle: s.forkThread},
+		{method: "POST", path: "/v1/threads/{id}/update", access: tenant, idempotence: keyedAnswer, handle: s.updateThread},
 		{method: "POST", path: "/v1/threads/{id}/replay", access: tenant, handle: s.replayThread},
 		{method: "POST", path: "/v1/threads/{id}/flow-test", access: tenant, handle: s.flowTest},
 		{method: "POST", path: "/v1/threads/{id}/voice", access: tenant, handle: s.voice},
@@ -411,23 +442,23 @@ func (s *Server) routes() []route {
 		{method: "DELETE", path: "/v1/threads/{id}/voice/grant", access: agent, handle: s.endGrant},
 		{method: "POST", path: "/v1/voice/signing-key", access: admin, handle: s.rotateSigningKey},
 
-		{method: "POST", path: "/v1/threads/{id}/runs", access: tenant, handle: s.startRun},
-		{method: "POST", path: "/v1/threads/{id}/runs/wait", access: tenant, handle: s.startRunWait},
-		{method: "POST", path: "/v1/threads/{id}/runs/stream", access: tenant, stream: true, handle: s.startRunStream},
+		{method: "POST", path: "/v1/threads/{id}/runs", access: tenant, idempotence: keyedRun, handle: s.startRun},
+		{method: "POST", path: "/v1/threads/{id}/runs/wait", access: tenant, idempotence: keyedRun, handle: s.startRunWait},
+		{method: "POST", path: "/v1/threads/{id}/runs/stream", access: tenant, stream: true, idempotence: keyedRun, handle: s.startRunStream},
 		{method: "GET", path: "/v1/threads/{id}/runs", access: tenant, handle: s.listRuns},
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}", access: tenant, handle: s.getRun},
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}/wait", access: tenant, handle: s.joinRun},
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}/stream", access: tenant, stream: true, handle: s.joinStream},
 		{method: "POST", path: "/v1/threads/{id}/runs/{run}/cancel", access: tenant, handle: s.cancelRun},
 
-		{method: "PUT", path: "/v1/memory/items", access: tenant, handle: s.putMemory},
+		{method: "PUT", path: "/v1/memory/items", access: tenant, idempotence: keyedAnswer, handle: s.putMemory},
 		{method: "GET", path: "/v1/memory/items", access: tenant, handle: s.getMemory},
 		{method: "DELETE", path: "/v1/memory/items", access: tenant, handle: s.deleteMemory},
 		{method: "POST", path: "/v1/memory/items/search", access: tenant, handle: s.searchMemory},
 		{method: "POST", path: "/v1/memory/namespaces", access: tenant, handle: s.memoryNamespaces},
 
 		{method: "POST", path: "/v1/audio/speech", access: tenant, handle: s.speak},
-		{method: "POST", path: "/v1/audio/transcriptions", access: tenant, handle: s.transcribe},
+		{method: "POST", path: "/v1/audio/transcriptions", access: tenant, streamsBody: true, handle: s.transcribe},
 
 		{method: "GET", path: "/voice", access: public, handle: s.page},
 		{method: "GET", path: "/voice/app.js", access: public, handle: s.page},
@@ -439,7 +470,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/studio/session", access: tenant, handle: s.studioWhoAmI},
 		{method: "POST", path: "/v1/studio/session/renew", access: tenant, handle: s.studioRenew},
 
-		{method: "POST", path: "/v1/keys", access: admin, handle: s.createKey},
+		{method: "POST", path: "/v1/keys", access: admin, idempotence: refusesKey, handle: s.createKey},
 		{method: "GET", path: "/v1/keys", access: admin, handle: s.listKeys},
 		{method: "DELETE", path: "/v1/keys/{key}", access: admin, handle: s.revokeKey},
 	}, append(s.webhookRoutes(), s.scheduleRoutes()...)...)
@@ -539,7 +570,11 @@ func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// an error is answered, unless the client left: its context
 		// ended, and what failed then failed for it
+		body := s.bodyDeadline(w, r, rt)
 		fail := func(err error) {
+			if bodyTimedOut(w, r, body, err) {
+				return
+			}
 			if r.Context().Err() != nil {
 				clientGone(w)
 				return
@@ -574,6 +609,10 @@ func (s *Server) wrap(rt route) http.Handler {
 				fail(err)
 				return
 			}
+		}
+		if key := r.Header.Get(api.IdempotencyKeyHeader); key != "" && rt.idempotence != notKeyed {
+			s.keyedRequest(w, r, c, rt, key, fail)
+			return
 		}
 		if err := rt.handle(w, r, c); err != nil {
 			fail(err)

@@ -37,6 +37,9 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	deadAfter := fs.Duration("dead-after", 10*time.Second, "how long a server sharing the store may be silent before its runs are adopted")
 	notifyURL := fs.String("notify-url", "", "PostgreSQL: a direct connection to LISTEN on, when --store goes through PgBouncer in transaction mode (default: the store's address; off: poll only)")
 	debugAddr := fs.String("debug-addr", "", "serve Go's profiles (/debug/pprof/) on this address too; keep it private")
+	promote := fs.Bool("promote", false, "promote the versions loaded from --flows (at start and at each reload): new threads start on them on every server sharing the store (without it, only a flow with no promoted version yet gets one)")
+	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "how long a request's body may take to arrive once its headers have: a body that stalls is answered 408 request_timeout and nothing is done (an upload streamed as it is spoken is not bound)")
+	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a request's headers may take to arrive before the connection is dropped")
 	retain := server.Retention{Events: 2 * time.Minute}
 	fs.Var(daysFlag(&retain.Idle), "retain-idle", "delete the threads not written for this long, a `duration` such as 30d or 720h, each with all of its data: checkpoints, child flows' threads, runs, events, voice sessions (0: keep threads until deleted)")
 	fs.Var(daysFlag(&retain.Events), "retain-events", "keep a run's whole event stream, tokens included, this long after the run ends (a `duration` such as 2m, or days such as 1d), for clients to resume streams; then keep its node-level events, packed, and its tokens as --retain-tokens says (0: keep every event as it is)")
@@ -67,6 +70,9 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	if hooks != nil {
 		hooks.Timeout, hooks.Attempts, hooks.Backoff = *hookTimeout, *hookAttempts, *hookBackoff
 	}
+	if *bodyTimeout <= 0 || *headerTimeout <= 0 {
+		return fail(env, "serve", usagef("--body-timeout and --header-timeout are durations above 0"))
+	}
 	if retain.Share == 0 {
 		return fail(env, "serve", usagef("--retain-share 0: want the part of the time a sweep may work, above 0 and at most 1"))
 	}
@@ -76,6 +82,9 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(env.Stderr, nil))
+	if soft, from := memoryLimit(os.Getenv, cgroupMemoryFiles...); soft > 0 {
+		log.Info("the Go memory limit is nine tenths of the container's", "bytes", soft, "from", from)
+	}
 	if _, err := os.Stat(*flows); err != nil {
 		return fail(env, "serve", usagef("--flows %s: %v", *flows, errors.Unwrap(err)))
 	}
@@ -101,11 +110,24 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
-		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks, Schedules: sched})
+		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks, Schedules: sched,
+		BodyTimeout: *bodyTimeout, HeaderTimeout: *headerTimeout, Promote: *promote})
 	if err != nil {
 		return fail(env, "serve", err)
 	}
 	if cat, err := store.CatalogOf(rt.Store()); err == nil {
+		// an admin key kept in the deployment's secrets, registered by
+		// every server (once: the others find it there)
+		if key := os.Getenv(adminKeyEnv); key != "" {
+			tenant := envOr(adminTenantEnv, "admin")
+			made, err := server.ImportKey(ctx, cat, tenant, "admin key from "+adminKeyEnv, true, key)
+			if err != nil {
+				return fail(env, "serve", usagef("%s: %v", adminKeyEnv, err))
+			}
+			if made {
+				log.Info("the admin key in "+adminKeyEnv+" is recorded", "tenant", tenant)
+			}
+		}
 		if keys, err := cat.Keys(ctx, ""); err == nil && len(keys) == 0 {
 			log.Warn("no API keys yet: create one with `trellis keys create --tenant NAME --admin --store " + shellWord(shownStore(*storeAddr)) + "`")
 		}
@@ -141,6 +163,13 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	}
 	return 0
 }
+
+// The environment of serve's admin key: the key (trellis keys generate
+// makes one), kept in a deployment's secrets, and its tenant.
+const (
+	adminKeyEnv    = "TRELLIS_ADMIN_KEY"
+	adminTenantEnv = "TRELLIS_ADMIN_TENANT"
+)
 
 // webhookConfig reads the webhook flags and secret (nil: no webhooks).
 func webhookConfig(allow, flows []string, secret string) (*server.WebhookConfig, error) {
@@ -183,6 +212,7 @@ func cmdKeys(ctx context.Context, env *Env, args []string) int {
 	tenant := fs.String("tenant", "", "the key's tenant (create), or whose keys to list")
 	name := fs.String("name", "", "a name to recognise the key by")
 	admin := fs.Bool("admin", false, "the key manages keys and reloads flows")
+	fromEnv := fs.String("from-env", "", "create: record the key held by this environment variable (from a secret; trellis keys generate makes one) instead of making one; nothing is printed, and a key recorded before is left as it is")
 	pos, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -192,9 +222,19 @@ func cmdKeys(ctx context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 	sub, pos := pos[0], pos[1:]
+	if sub == "generate" {
+		// a new key's text, recorded nowhere: kept in a deployment's
+		// secrets, and registered by keys create --from-env or by serve
+		// (TRELLIS_ADMIN_KEY)
+		if len(pos) != 0 {
+			return fail(env, "keys", usagef("keys generate takes nothing: it prints a new key, recorded nowhere"))
+		}
+		fmt.Fprintln(env.Stdout, server.NewKey())
+		return 0
+	}
 	switch {
 	case sub != "create" && sub != "list" && sub != "revoke":
-		return fail(env, "keys", usagef("unknown keys command %q: create, list or revoke", sub))
+		return fail(env, "keys", usagef("unknown keys command %q: create, generate, list or revoke", sub))
 	case sub == "revoke" && len(pos) != 1:
 		return fail(env, "keys", usagef("want keys revoke ID"))
 	case sub != "revoke" && len(pos) > 0:
@@ -211,6 +251,22 @@ func cmdKeys(ctx context.Context, env *Env, args []string) int {
 	}
 	switch sub {
 	case "create":
+		if *fromEnv != "" {
+			key := os.Getenv(*fromEnv)
+			if key == "" {
+				return fail(env, "keys", usagef("--from-env %s: the variable is empty or not set", *fromEnv))
+			}
+			made, err := server.ImportKey(ctx, cat, *tenant, *name, *admin, key)
+			if err != nil {
+				return fail(env, "keys", usagef("--from-env %s: %v", *fromEnv, err))
+			}
+			if made {
+				fmt.Fprintf(env.Stderr, "the key in %s is recorded for tenant %s\n", *fromEnv, *tenant)
+			} else {
+				fmt.Fprintf(env.Stderr, "the key in %s was recorded already\n", *fromEnv)
+			}
+			return 0
+		}
 		k, secret, err := server.CreateKey(ctx, cat, *tenant, *name, *admin)
 		if err != nil {
 			return fail(env, "keys", err)
