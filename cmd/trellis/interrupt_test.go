@@ -100,4 +100,13 @@ func TestRunAnswersNestedQuestions(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "Cy: 900 refused (too much)") || !strings.Contains(out, "Approved in all: 365") {
 		t.Fatalf("Ada's answer on standard input: %d\n%s%s", code, out, errs)
 	}
+	// a flow test made of the thread: the pause, and every answer its
+	// resumes gave, by path; it passes as made
+	made := filepath.Join(dir, "q.test.yaml")
+	out, errs, code = run("", "test", "--store", db, "--from-thread", "q", "--out", made, flowPath)
+	text, _ := os.ReadFile(made)
+	if code != 0 || !strings.Contains(out+errs, "1 passed, 0 failed") || !strings.Contains(string(text), "paused: ['claims[0]/manager', 'claims[2]/manager']") ||
+		!strings.Contains(string(text), "claims[0]/manager: true") || !strings.Contains(string(text), "claims[2]/manager:") {
+		t.Fatalf("the flow test of the thread: %d\n%s%s\n%s", code, out, errs, text)
+	}
 }

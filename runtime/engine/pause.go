@@ -484,6 +484,18 @@ func (e *Engine) ResolveAnswers(ctx context.Context, g *flow.Graph, thread strin
 	return e.resolveAnswers(ctx, g, head, answers)
 }
 
+// PathOf is the path of the question whose id is id: its namespaces'
+// node names (NODE, NODE[KEY]) and its asking node, joined by /
+// (review:7|approve is review/approve); an id asked at the top of a run
+// is its own path.
+func PathOf(id string) string {
+	levels := strings.Split(id, NSSep)
+	for i, l := range levels[:len(levels)-1] {
+		levels[i], _, _ = strings.Cut(l, ":")
+	}
+	return strings.Join(levels, "/")
+}
+
 // ChildFlow is the flow a child thread of a thread of g runs: the one
 // under namespace ns (NODE:SEQ, NODE[KEY]:SEQ for a map's item, nested
 // levels joined by NSSep), as RunFlow ran it. ok is false when no node of
