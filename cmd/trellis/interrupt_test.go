@@ -96,8 +96,13 @@ func TestRunAnswersNestedQuestions(t *testing.T) {
 	if code != 0 || strings.Contains(errs, "claims[2]/manager asks") || !strings.Contains(errs, "claims[0]/manager asks") {
 		t.Fatalf("Cy's answer: %d\n%s%s", code, out, errs)
 	}
+	// Ada's paused child, corrected under its thread with the root's flow
+	if _, errs, code = run("", "update", flowPath, "q|claims[0]:2", "--store", db, "--as", "manager", "--set", "note=receipts checked"); code != 0 ||
+		!strings.Contains(errs, "its run goes on with [manager] when thread q is resumed") {
+		t.Fatalf("the child's update: %d %s", code, errs)
+	}
 	out, errs, code = run("true\n", "run", flowPath, "--store", db, "--thread", "q", "--resume")
-	if code != 0 || !strings.Contains(out, "Cy: 900 refused (too much)") || !strings.Contains(out, "Approved in all: 365") {
+	if code != 0 || !strings.Contains(out, "Ada: 250 approved (receipts checked)") || !strings.Contains(out, "Cy: 900 refused (too much)") || !strings.Contains(out, "Approved in all: 365") {
 		t.Fatalf("Ada's answer on standard input: %d\n%s%s", code, out, errs)
 	}
 	// a flow test made of the thread: the pause, and every answer its
