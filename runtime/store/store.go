@@ -612,6 +612,9 @@ func inputOf(cp *Checkpoint) map[string]any {
 			in[w.Field] = w.Value
 		}
 	}
+	// a field whose reducer made another value of its input (add, merge)
+	// has the input itself recorded
+	maps.Copy(in, cp.Input)
 	return in
 }
 

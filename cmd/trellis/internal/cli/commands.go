@@ -406,7 +406,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 			fmt.Fprintf(env.Stderr, "trellis run: %v\n", perr)
 			return exitUsage
 		}
-		// (the resume's error is the one checked below)
+		// err is the run's, checked below
 		res, err = rt.Resume(ctx, f, *thread, append(opts, trellis.WithAnswers(given))...)
 	} else {
 		res, err = rt.Run(ctx, f, *thread, in, opts...)
