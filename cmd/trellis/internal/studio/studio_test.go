@@ -158,6 +158,13 @@ func open(t *testing.T, s *studio, flow string) *page {
 	b := browser.Chromium(t, 1280, 800)
 	p := &page{t: t, b: b, ctx: ctx, s: s, name: strings.NewReplacer("/", "-", "Test", "").Replace(t.Name())}
 	t.Cleanup(func() {
+		// a script error the page did not handle is a defect whatever
+		// the test looked at
+		for _, line := range strings.Split(b.Log(), "\n") {
+			if strings.HasPrefix(line, "exception: ") {
+				t.Errorf("the page threw: %s", strings.TrimPrefix(line, "exception: "))
+			}
+		}
 		if t.Failed() {
 			t.Logf("the page and chromium said:\n%s", b.Log())
 			t.Logf("trellis studio said:\n%s", s.stderr)

@@ -986,10 +986,9 @@ async function renderCheckpoint() {
     h('div', { class: 'row' }, ...actions, ...children),
     S.ns ? null : updateForm(cp),
     h('h3', {}, diff.length ? 'Changed since #' + (cp.parent || 0) : 'Nothing changed since #' + (cp.parent || 0)),
-    diff.length ? h('table', { class: 'diff', id: 'diff' }, h('tr', {}, h('th', {}, 'field'), h('th', {}, 'before'), h('th', {}, 'after')), ...rows) : null,
+    diff.length ? h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'what changed' },
+      h('table', { class: 'diff', id: 'diff' }, h('tr', {}, h('th', {}, 'field'), h('th', {}, 'before'), h('th', {}, 'after')), ...rows)) : null,
     h('details', {}, h('summary', {}, 'The whole state at #' + cp.seq), h('pre', { id: 'checkpoint-state' }, json(now.values))));
-  const diffTable = $('diff');
-  if (diffTable) diffTable.replaceWith(h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'what changed' }, diffTable));
 }
 
 async function openChild(ns) {
