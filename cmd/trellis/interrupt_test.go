@@ -116,6 +116,64 @@ func TestRunAnswersNestedQuestions(t *testing.T) {
 	}
 }
 
+// A map of six askers: every question is listed, the command that goes
+// on spells out four answers and counts the others; answering two of
+// them, one by its path and one past the four, asks the four left.
+func TestRunHintsManyQuestions(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "many.yaml")
+	if err := os.WriteFile(path, []byte(`version: 1
+name: many
+input: [xs]
+state:
+  schema:
+    type: object
+    properties:
+      xs: {type: array, items: {type: integer}, default: []}
+      got: {type: array, items: {type: string}, default: []}
+  reducers:
+    got: append
+nodes:
+  each:
+    kind: map
+    items: "state.xs"
+    node: {kind: interrupt, ask: "'ok ' + string(item) + '?'", writes: {got: "[string(item) + ': ' + string(answer)]"}}
+edges:
+  - {from: START, to: each}
+  - {from: each, to: END}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := "sqlite:" + filepath.Join(dir, "m.db")
+	run := func(args ...string) (string, string, int) {
+		var out, errs bytes.Buffer
+		code := cli.Main(args, &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errs, Registry: all.Registry()})
+		// what is printed once standard input has no answer: the
+		// questions, and the command that goes on
+		text := errs.String()
+		if i := strings.LastIndex(text, "> \n"); i >= 0 {
+			text = text[i+3:]
+		}
+		return out.String(), text, code
+	}
+	out, errs, code := run("run", path, "--store", db, "--thread", "m", "--input", "xs=[10, 11, 12, 13, 14, 15]")
+	if code != 0 || strings.Count(errs, " asks: ") != 6 || !strings.Contains(errs, `each[5] asks: "ok 15?"`) ||
+		!strings.Contains(errs, "--resume --answer 'each[0]=VALUE' --answer 'each[1]=VALUE' --answer 'each[2]=VALUE' --answer 'each[3]=VALUE'` goes on; any of the 2 other questions is answered the same way") ||
+		strings.Contains(errs, "'each[4]=VALUE'") {
+		t.Fatalf("six questions: %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = run("run", path, "--store", db, "--thread", "m", "--resume", "--answer", "each[5]=yes", "--answer", "each[1]=no")
+	if code != 0 || strings.Count(errs, " asks: ") != 4 || strings.Contains(errs, "each[5] asks") || strings.Contains(errs, "each[1] asks") ||
+		!strings.Contains(errs, "--answer 'each[4]=VALUE'` goes on\n") {
+		t.Fatalf("two answered: %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = run("run", path, "--store", db, "--thread", "m", "--resume", "--json",
+		"--answer", "each[0]=a", "--answer", "each[2]=b", "--answer", "each[3]=c", "--answer", "each[4]=d")
+	if code != 0 || strings.Contains(errs, " asks: ") || !strings.Contains(strings.Join(strings.Fields(out), " "), `"got": [ "10: a", "11: no", "12: b", "13: c", "14: d", "15: yes" ]`) {
+		t.Fatalf("all answered: %d\n%s%s", code, out, errs)
+	}
+}
+
 // A resumed run that fails is reported as a failed run, with its exit
 // code, answered or not: it does not take the command down.
 func TestResumedRunThatFails(t *testing.T) {

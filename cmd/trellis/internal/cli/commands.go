@@ -504,6 +504,10 @@ func printState(env *Env, state map[string]any) {
 	_ = enc.Encode(state)
 }
 
+// hintedAnswers is how many questions the command that goes on from a
+// pause spells out; the others are counted.
+const hintedAnswers = 4
+
 // paused tells that a run paused at a node's interrupt_before or
 // interrupt_after, and how to go on.
 func paused(env *Env, res *trellis.Result, at where) {
@@ -515,9 +519,17 @@ func paused(env *Env, res *trellis.Result, at where) {
 		for _, a := range res.Interrupt.Asks {
 			q, _ := json.Marshal(a.Payload)
 			fmt.Fprintf(env.Stderr, "%s asks: %s%s\n", a.Path, q, idNote(a))
-			ids = append(ids, "--answer "+shellWord(a.Path+"=VALUE"))
+			if len(ids) < hintedAnswers {
+				ids = append(ids, "--answer "+shellWord(a.Path+"=VALUE"))
+			}
 		}
-		fmt.Fprintf(env.Stderr, "paused for answers; `trellis run %s --resume %s` goes on\n", at.run(), strings.Join(ids, " "))
+		more := ""
+		if n := len(res.Interrupt.Asks) - len(ids); n > 0 {
+			// many questions (a long map's items): the command shows how,
+			// and says that some answers at a time will do
+			more = fmt.Sprintf("; any of the %d other questions is answered the same way (those not answered keep waiting)", n)
+		}
+		fmt.Fprintf(env.Stderr, "paused for answers; `trellis run %s --resume %s` goes on%s\n", at.run(), strings.Join(ids, " "), more)
 		return
 	}
 	where := "after " + strings.Join(res.Interrupt.After, ", ")
