@@ -50,9 +50,9 @@ type (
 	Store = store.Store
 	// Diagnostic is one problem found in a flow's files.
 	Diagnostic = diag.Diagnostic
-	// Ask is a question a paused run asked (an interrupt node's, at any
-	// depth inside subflows and map items): its ID, its Path and what it
-	// asks.
+	// Ask is a question a paused run asked (an interrupt node's, or an
+	// llm node's whose tool call waits for approval, at any depth inside
+	// subflows and map items): its ID, its Path and what it asks.
 	Ask = engine.Ask
 	// InputError refuses a run's input or a thread's values: which field
 	// and why.
@@ -72,6 +72,8 @@ const (
 	NodeStart   = engine.NodeStart
 	NodeRetry   = engine.NodeRetry
 	NodeOutput  = engine.NodeOutput
+	ToolStart   = engine.ToolStart
+	ToolEnd     = engine.ToolEnd
 	NodeEnd     = engine.NodeEnd
 	NodeFailed  = engine.NodeFailed
 	StateUpdate = engine.StateUpdate

@@ -562,3 +562,97 @@ func TestPauseInsideWithEachDurability(t *testing.T) {
 		})
 	}
 }
+
+const firstOuter = `version: 1
+name: outer
+state:
+  schema:
+    type: object
+    properties:
+      v: {type: string, default: ""}
+nodes:
+  mid:
+    kind: subflow
+    flow: first_mid.yaml
+    input: {}
+    writes: {v: "output.v"}
+edges:
+  - {from: START, to: mid}
+  - {from: mid, to: END}
+`
+
+const firstMid = `version: 1
+name: first_mid
+state:
+  schema:
+    type: object
+    properties:
+      v: {type: string, default: ""}
+nodes:
+  leaf:
+    kind: subflow
+    flow: first_leaf.yaml
+    input: {}
+    writes: {v: "output.v"}
+edges:
+  - {from: START, to: leaf}
+  - {from: leaf, to: END}
+`
+
+const firstLeaf = `version: 1
+name: first_leaf
+state:
+  schema:
+    type: object
+    properties:
+      v: {type: string, default: ""}
+nodes:
+  ask: {kind: interrupt, ask: "'v?'", writes: {v: "string(answer)"}}
+  done: {kind: gate, set: {v: "state.v + '!'"}}
+edges:
+  - {from: START, to: ask}
+  - {from: ask, to: done}
+  - {from: done, to: END}
+`
+
+// Runs that take no input and pause in their first step, each at a
+// child's first node: the checkpoint that names the paused step keeps
+// what the step recorded (each child's namespace), so the answer goes to
+// the one grandchild that asked, which completes; no other is started.
+// On each store.
+func TestPauseInTheFirstStepOfChildren(t *testing.T) {
+	ctx := context.Background()
+	for name, url := range storetest.URLs(t) {
+		t.Run(name, func(t *testing.T) {
+			gt := &gate{runs: map[string]int{}}
+			g := loadPauseFlows(t, gt, map[string]string{"outer.yaml": firstOuter, "first_mid.yaml": firstMid, "first_leaf.yaml": firstLeaf}, "outer.yaml")
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: "f"})
+			if err != nil || !slices.Equal(paths(res.Interrupt), []string{"mid/leaf/ask"}) {
+				t.Fatalf("the first run: %+v %v", res, err)
+			}
+			id := res.Interrupt.Asks[0].ID
+			res, err = engine.New(st).Run(ctx, g, engine.Request{Thread: "f", Resume: true, Answers: map[string]any{id: "hi"}})
+			if err != nil || res.Interrupt != nil || res.State["v"] != "hi!" {
+				t.Fatalf("the answered run: %+v %v", res, err)
+			}
+			threads, err := st.Threads(ctx, store.ThreadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var leaves []string
+			for _, th := range threads {
+				if strings.Count(th.ID, "|") == 2 {
+					leaves = append(leaves, th.ID)
+				}
+			}
+			if len(leaves) != 1 || gt.count("done") != 1 {
+				t.Fatalf("grandchildren %v, done ran %d times", leaves, gt.count("done"))
+			}
+		})
+	}
+}

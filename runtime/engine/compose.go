@@ -239,7 +239,7 @@ func updateOf(ws []store.Write) kind.Update {
 // step forks it. A child that pauses pauses the node (a *kind.Paused
 // naming its questions under the namespace); the answers of a resumed run
 // that name the namespace are the child's.
-func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values, cfg map[string]any) (map[string]any, error) {
+func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values, input, cfg map[string]any) (map[string]any, error) {
 	r := v.run
 	if r == nil {
 		return nil, kind.ErrOutsideRun
@@ -273,7 +273,7 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 	// the child thread's one run is named by the namespace, which a run
 	// resuming this step (under another run id) finds again
 	req := Request{Thread: ChildThread(r.req.Thread, ns), ID: ns, Durability: r.req.Durability, Config: cfg,
-		Values: values, Replies: r.req.Replies, Answers: childAnswers(answers, ns), child: true}
+		Values: values, Input: input, Replies: r.req.Replies, Answers: childAnswers(answers, ns), child: true}
 	if r.req.Observe != nil {
 		req.Observe = func(ev Event) {
 			switch ev.Type {

@@ -151,6 +151,24 @@ func (r *run) paused(ctx context.Context, outs []outcome) (*Interrupt, error) {
 		if outs[i].err == nil {
 			continue
 		}
+		n := outs[i].node
+		if payload, ok := kind.InterruptPayload(outs[i].err); ok {
+			// the node's own pause midway (a tool call waiting for
+			// approval): its question is kept (NODE#ask) for the
+			// thread's questions to list
+			if payload, ok = normalized(payload); !ok {
+				return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: the question is not a JSON value")}
+			}
+			if err := r.keep(ctx, r.seq, onceName(n.Name, askKey), []store.Write{{Value: payload}}); err != nil {
+				return nil, fmt.Errorf("step %d: keep the question of node %q: %w", r.step, n.Name, err)
+			}
+			if in == nil {
+				in = &Interrupt{}
+			}
+			in.Before = append(in.Before, n.Name)
+			in.Asks = append(in.Asks, Ask{ID: n.Name, Path: n.Name, Payload: payload})
+			continue
+		}
 		p, ok := kind.PausedBy(outs[i].err)
 		if !ok {
 			continue
@@ -158,7 +176,6 @@ func (r *run) paused(ctx context.Context, outs []outcome) (*Interrupt, error) {
 		if in == nil {
 			in = &Interrupt{}
 		}
-		n := outs[i].node
 		for _, q := range p.Questions {
 			if q.ID == "" {
 				q.ID = n.Name
@@ -196,10 +213,13 @@ func (r *run) paused(ctx context.Context, outs []outcome) (*Interrupt, error) {
 	}
 	if r.req.Observe != nil {
 		for i := range outs {
+			n := outs[i].node
 			if p, ok := kind.PausedBy(outs[i].err); ok {
-				n := outs[i].node
 				r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: outs[i].attempts, Duration: outs[i].took,
 					Usage: outs[i].view.usage, Interrupt: interruptOf(p)})
+			} else if isInterrupt(outs[i].err) {
+				r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: outs[i].attempts, Duration: outs[i].took,
+					Usage: outs[i].view.usage, Interrupt: &Interrupt{Before: []string{n.Name}}})
 			}
 		}
 	}
@@ -534,6 +554,15 @@ func (e *Engine) resolveAnswers(ctx context.Context, g *flow.Graph, head *store.
 			out[id] = answers[id]
 			continue
 		}
+		if n, ok := g.Node(id); ok && isInterrupter(n) {
+			// by its name, as an asking node's
+			if err := n.Impl.(kind.Interrupter).CheckAnswer(answers[id]); err != nil {
+				probs.add(&InputError{Field: "answers." + id, Reason: err.Error()})
+				continue
+			}
+			out[id] = answers[id]
+			continue
+		}
 		if !listed && len(head.Next) > 0 {
 			listed = true
 			var err error
@@ -563,6 +592,14 @@ func (e *Engine) resolveAnswers(ctx context.Context, g *flow.Graph, head *store.
 			probs.add(&InputError{Field: "answers." + id, Reason: "answers a question answered already by " + pending[i].ID + " or " + pending[i].Path})
 			continue
 		}
+		if n := askingNode(g, pending[i].ID); n != nil {
+			if it, ok := n.Impl.(kind.Interrupter); ok {
+				if err := it.CheckAnswer(answers[id]); err != nil {
+					probs.add(&InputError{Field: "answers." + id, Reason: err.Error()})
+					continue
+				}
+			}
+		}
 		out[pending[i].ID] = answers[id]
 	}
 	if err := probs.err(); err != nil {
@@ -589,4 +626,29 @@ func (r *run) consumed(triggered []*flow.Node, answered map[string]any) map[stri
 		}
 	}
 	return answered
+}
+
+// isInterrupt reports whether err is a node's own pause midway (a tool
+// call waiting for approval, see kind.Interrupt).
+func isInterrupt(err error) bool {
+	_, ok := kind.InterruptPayload(err)
+	return ok
+}
+
+// askingNode is the node of g, or of the child flow at any depth, that
+// asks the question whose id is id (nil for a map's item, whose node
+// is the map's).
+func askingNode(g *flow.Graph, id string) *flow.Node {
+	if i := strings.LastIndex(id, NSSep); i >= 0 {
+		child, ok := ChildFlow(g, id[:i])
+		if !ok {
+			return nil
+		}
+		g, id = child, id[i+len(NSSep):]
+	}
+	n, ok := g.Node(id)
+	if !ok {
+		return nil
+	}
+	return n
 }

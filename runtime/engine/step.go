@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -220,7 +221,38 @@ func (r *run) recordStart(ctx context.Context, triggered []*flow.Node) error {
 	if err := r.commit(ctx, cp); err != nil {
 		return fmt.Errorf("commit the pause: %w", err)
 	}
+	from := r.seq
 	r.seq = cp.Seq
+	if r.req.Durability != "" && r.req.Durability != Sync {
+		return nil // held, and written with the run's checkpoints
+	}
+	// what the paused step kept (questions, children's namespaces, the
+	// updates of its nodes that completed) goes on with the checkpoint
+	// that names the step
+	r.nestedMu.Lock()
+	var names []string
+	for name, nr := range r.nestedDone {
+		if nr.seq == from {
+			names = append(names, name)
+		}
+	}
+	r.nestedMu.Unlock()
+	slices.Sort(names)
+	for _, name := range names {
+		r.nestedMu.Lock()
+		nr := r.nestedDone[name]
+		r.nestedMu.Unlock()
+		ws := make([]store.Write, len(nr.update))
+		for i, fv := range nr.update {
+			ws[i] = store.Write{Field: fv.Field, Value: fv.Value}
+		}
+		if err := r.e.Store.PutPending(ctx, r.req.Thread, r.seq, name, ws); err != nil {
+			return fmt.Errorf("keep %s for the paused run: %w", name, err)
+		}
+		r.nestedMu.Lock()
+		r.nestedDone[name] = nestedRun{seq: r.seq, update: nr.update}
+		r.nestedMu.Unlock()
+	}
 	return nil
 }
 

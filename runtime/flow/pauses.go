@@ -16,6 +16,7 @@ type PausePoint struct {
 	// /, a map's items as NODE[*] (review/approve, claims[*]/approve).
 	Path string
 	// Why says how it pauses: "asks" (the node asks a question),
+	// "approval" (a tool call it makes may wait for a person's approval),
 	// "interrupt_before" or "interrupt_after".
 	Why string
 	// Node is the flow's own node it is under (or at).
@@ -48,6 +49,9 @@ func nodePausePoints(n *Node, path string, depth int) []PausePoint {
 	}
 	if _, asks := n.Impl.(kind.Asker); asks {
 		out = append(out, PausePoint{Path: path, Why: "asks"})
+	}
+	if _, approves := n.Impl.(kind.Interrupter); approves {
+		out = append(out, PausePoint{Path: path, Why: "approval"})
 	}
 	if n.InterruptAfter {
 		out = append(out, PausePoint{Path: path, Why: "interrupt_after"})
@@ -84,7 +88,7 @@ func (c *compiler) interactive(top config.Settings) {
 		return
 	}
 	for _, p := range c.g.PausePoints() {
-		how := map[string]string{"asks": "a node that asks a question", "interrupt_before": "interrupt_before", "interrupt_after": "interrupt_after"}[p.Why]
+		how := map[string]string{"asks": "a node that asks a question", "approval": "a tool call that waits for approval", "interrupt_before": "interrupt_before", "interrupt_after": "interrupt_after"}[p.Why]
 		d := c.dl.Errorf(diag.CodeNotInteractive, p.Node.Pos, "nodes."+p.Node.Name,
 			"flow %s is marked interactive: false, but its runs may pause at %s (%s), where nobody would answer", c.g.Name, p.Path, how)
 		d.Severity = diag.Warning

@@ -381,8 +381,8 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 		return store.RunRecord{}, nil, err
 	}
 	if len(answers) > 0 {
-		// answers that name no question of the paused run are refused
-		// now, not by the run once queued
+		// answers that name no question of the paused run, or that its
+		// node cannot take, are refused now, not by the run once queued
 		if _, err := m.s.eng().ResolveAnswers(ctx, l.flow.Graph(), thread.ID, answers); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return store.RunRecord{}, nil, err
 		}
