@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/api"
 )
@@ -108,6 +109,14 @@ var authCases = map[string]authCase{
 	"POST /v1/schedules/{schedule}/resume":     {ok: 200, owned: true},
 	"GET /v1/schedules/{schedule}/ticks":       {ok: 200, owned: true},
 
+	// acme's eval of greet's dataset, which another tenant does not find
+	// (the owner deletes it, once it has ended)
+	"GET /v1/evals/datasets":  {ok: 200},
+	"POST /v1/evals":          {ok: 202, body: `{"dataset": "examples/greet.eval.yaml"}`},
+	"GET /v1/evals":           {ok: 200},
+	"GET /v1/evals/{eval}":    {ok: 200, owned: true},
+	"DELETE /v1/evals/{eval}": {ok: 204, owned: true},
+
 	"POST /v1/keys":         {ok: 201, body: `{"tenant": "newco"}`},
 	"GET /v1/keys":          {ok: 200},
 	"DELETE /v1/keys/{key}": {ok: 204},
@@ -176,7 +185,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{node}", "greet", "{key}", victim.ID, "{schedule}", sched,
+			ev, err := h.acme.StartEval(ctx, api.StartEval{Dataset: "examples/greet.eval.yaml"})
+			if err == nil {
+				_, err = h.acme.WaitEval(ctx, ev.ID, 10*time.Millisecond)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{node}", "greet", "{key}", victim.ID, "{schedule}", sched, "{eval}", ev.ID,
 				"{version}", greetLoaded.version).Replace(rt.path)
 			body := strings.ReplaceAll(tc.body, "{version}", greetLoaded.version)
 			if body == "FLOW" {

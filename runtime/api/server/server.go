@@ -158,6 +158,9 @@ type Config struct {
 	MCP func(api http.Handler) http.Handler
 	// Schedules bounds what a tenant's schedules may ask of the server.
 	Schedules ScheduleLimits
+	// Evals is how the server runs evals of its flows (nil: offline, the
+	// judges by their recorded replies or rules; see evals.go).
+	Evals *EvalConfig
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.
@@ -198,6 +201,8 @@ type Server struct {
 	// schedules (see schedules.go).
 	hooks *webhooks
 	sched *scheduler
+	// evals runs the evals of the flows (see evals.go).
+	evals *evals
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
@@ -292,6 +297,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.startSchedules(lctx)
+	s.startEvals()
 	s.retention = s.startRetention()
 	s.mux = http.NewServeMux()
 	routes := http.NewServeMux() // the routes alone, to tell 404 from 405
@@ -372,6 +378,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// the runs end at a step boundary; their waiters are answered and
 	// their streams end as they do
 	s.runs.shutdown(sctx)
+	s.stopEvals(sctx)
 	hctx, hcancel := context.WithTimeout(context.Background(), httpGrace)
 	defer hcancel()
 	if err := hs.Shutdown(hctx); err != nil {
@@ -396,6 +403,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 	s.beginStop()
 	s.retention.stop()
 	s.runs.shutdown(ctx)
+	s.stopEvals(ctx)
 	s.stopListening()
 }
 
@@ -495,7 +503,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: "/v1/keys", access: admin, idempotence: refusesKey, handle: s.createKey},
 		{method: "GET", path: "/v1/keys", access: admin, handle: s.listKeys},
 		{method: "DELETE", path: "/v1/keys/{key}", access: admin, handle: s.revokeKey},
-	}, append(s.webhookRoutes(), s.scheduleRoutes()...)...)
+	}, append(append(s.webhookRoutes(), s.scheduleRoutes()...), s.evalRoutes()...)...)
 }
 
 // caller is who makes a request.

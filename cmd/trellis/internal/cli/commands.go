@@ -22,6 +22,7 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/value"
 )
@@ -48,7 +49,8 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
 		return exitUsage
 	}
-	if len(files) == 0 {
+	files, skipped, datasets := splitDatasets(files, skipped)
+	if len(files) == 0 && len(datasets) == 0 {
 		fmt.Fprintf(env.Stderr, "trellis validate: nothing to check: no flow in %s (a flow is a .yaml or .yml file with a top-level version, nodes or edges)\n", strings.Join(paths, ", "))
 		if len(skipped) > 0 {
 			fmt.Fprintf(env.Stderr, "  not flows: %s\n", strings.Join(skipped, ", "))
@@ -56,6 +58,14 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 	all, sources := ValidateFiles(files, env)
+	if len(datasets) > 0 {
+		dl, dsrc := CheckDatasets(datasets, env.Registry)
+		all = append(all, dl...)
+		if sources == nil {
+			sources = diag.Sources{}
+		}
+		maps.Copy(sources, dsrc)
+	}
 	promoted := 0
 	if *strict {
 		for i := range all {
@@ -92,7 +102,11 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 	}
 	tooMany := *maxWarnings >= 0 && warns > *maxWarnings
 	if *format == "text" {
-		summary := fmt.Sprintf("%s checked: %s", plural(len(files), "flow"), plural(errs, "error"))
+		checked := plural(len(files), "flow")
+		if len(datasets) > 0 {
+			checked += " and " + plural(len(datasets), "eval dataset")
+		}
+		summary := fmt.Sprintf("%s checked: %s", checked, plural(errs, "error"))
 		if promoted > 0 {
 			summary += fmt.Sprintf(" (%s made errors by --strict)", plural(promoted, "warning"))
 		}
@@ -211,12 +225,15 @@ func FlowFiles(paths []string) ([]string, error) { return trellis.FindFlows(path
 // no flow it returns the exit code: a path that names no file is a wrong
 // command line, as it is to validate, and a flow that does not load is
 // invalid.
-func load(env *Env, path string) (*trellis.Flow, int) {
+func load(env *Env, path string) (*trellis.Flow, int) { return loadWith(env, path, env.Registry) }
+
+// loadWith is load with the given node kinds.
+func loadWith(env *Env, path string, kinds kind.Registry) (*trellis.Flow, int) {
 	if _, err := os.Stat(path); err != nil {
 		fmt.Fprintf(env.Stderr, "trellis: flow %s: %v\n", path, errors.Unwrap(err))
 		return nil, exitUsage
 	}
-	f, err := trellis.Load(path, trellis.WithKinds(env.Registry))
+	f, err := trellis.Load(path, trellis.WithKinds(kinds))
 	var le *trellis.LoadError
 	switch {
 	case errors.As(err, &le):

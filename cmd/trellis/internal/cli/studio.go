@@ -66,7 +66,7 @@ func cmdStudio(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flows, Kinds: env.Registry, Logger: log,
-		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), MCP: mcpserver.New})
+		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Evals: serverEvals(), MCP: mcpserver.New})
 	if err != nil {
 		return fail(env, "studio", err)
 	}

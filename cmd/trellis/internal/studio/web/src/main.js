@@ -6,6 +6,7 @@
 import { API, APIError } from './api.js';
 import { GraphView } from './graph.js';
 import { createEditor } from './editor.js';
+import { EvalsPanel } from './evals.js';
 import { h, fill, json, diffValues, nodeBlock, readsOf, promptName, reducersOf, nodeAt, nsPath, transcript } from './util.js';
 import { toolEvent, toolEntry, isApproval, approvalForm, approvalAnswer } from './tools.js';
 
@@ -45,6 +46,7 @@ window.trellisStudio = S;
 let api = new API('');
 let graphView = null;
 let editor = null;
+let evalsPanel = null;
 
 // --- status and tabs ---
 
@@ -62,7 +64,7 @@ function fail(e, doing) {
   return msg;
 }
 
-const tabs = ['run', 'history', 'editor', 'node', 'state'];
+const tabs = ['run', 'history', 'editor', 'node', 'state', 'evals'];
 
 function showTab(name, focus) {
   for (const t of tabs) {
@@ -75,6 +77,8 @@ function showTab(name, focus) {
   }
   S.tab = name;
   if (name === 'editor' && editor) editor.view.requestMeasure();
+  if (name === 'evals') evalsPanel.show();
+  else evalsPanel.hide();
 }
 
 function setupTabs() {
@@ -240,6 +244,7 @@ async function loadFlow(name, thread) {
     setupFiles();
     renderState();
     renderNode();
+    if (S.tab === 'evals') evalsPanel.show();
     check();
     setStatus('flow ' + name);
     await loadThreads(thread);
@@ -1393,6 +1398,13 @@ function boot() {
   });
   S.editor = editor;
   S.graphView = graphView;
+  evalsPanel = new EvalsPanel($('panel-evals'), {
+    api: () => api,
+    flow: () => S.flow,
+    status: (text) => setStatus(text),
+    fail,
+  });
+  S.evals = evalsPanel.state;
   const schemaAt = document.querySelector('meta[name=trellis-schema]');
   fetch(schemaAt ? schemaAt.content : '/studio/flow.schema.json').then((r) => r.json()).then((s) => { S.schema = s; }).catch(() => {});
   $('flow').addEventListener('change', (ev) => loadFlow(ev.target.value, ''));
