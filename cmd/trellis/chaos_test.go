@@ -82,7 +82,8 @@ type chaosServer struct {
 	c      *api.Client
 	down   atomic.Bool // signalled: no more requests to it
 	exited chan error
-	idle   float64 // its goroutines once ready
+	waited chan struct{} // closed once cmd.Wait returned
+	idle   float64       // its goroutines once ready
 }
 
 // Many runs over the API on servers sharing one store, while one server
@@ -135,9 +136,16 @@ func chaos(t *testing.T, backend string) {
 		addr := freeAddr(t)
 		cmd, stderr := kindsProcess(t, "serve", "--flows", flows, "--store", db, "--addr", addr,
 			"--stop-timeout", "10s", "--dead-after", "3s", "--lease-ttl", "3s")
-		s := &chaosServer{name: name, cmd: cmd, stderr: stderr, c: api.NewClient("http://"+addr, key), exited: make(chan error, 1)}
+		s := &chaosServer{name: name, cmd: cmd, stderr: stderr, c: api.NewClient("http://"+addr, key), exited: make(chan error, 1), waited: make(chan struct{})}
 		s.c.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-		go func() { s.exited <- cmd.Wait() }()
+		go func() {
+			err := cmd.Wait()
+			close(s.waited)
+			s.exited <- err
+		}()
+		// the process is waited for here alone: run before kindsProcess's
+		// cleanup, this one kills it and lets the Wait above return first
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-s.waited })
 		waitReady(t, s.c)
 		s.idle = metric(t, s, "go_goroutines")
 		mu.Lock()
@@ -315,7 +323,7 @@ func chaos(t *testing.T, backend string) {
 			t.Errorf("the server stopped with SIGTERM exited with %v", err)
 		}
 		t.Logf("SIGTERM: the server exited after %s", time.Since(termAt).Round(time.Millisecond))
-	case <-time.After(20 * time.Second):
+	case <-time.After(2 * time.Minute): // a bound against a hang
 		t.Fatalf("the server stopped with SIGTERM did not exit:\n%s", term.stderr.String())
 	}
 	time.Sleep(time.Second)
@@ -462,7 +470,9 @@ func chaos(t *testing.T, backend string) {
 			t.Errorf("%s: %v runs active after every run ended", s.name, n)
 		}
 		var n float64
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		// (the bounds here are against a hang: a loaded machine takes its
+		// time to let go)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 			if n = metric(t, s, "trellis_run_secrets"); n == 0 || time.Now().After(deadline) {
 				break
 			}
@@ -470,7 +480,7 @@ func chaos(t *testing.T, backend string) {
 		if n != 0 {
 			t.Errorf("%s: keeps the secrets of %v runs after every run ended", s.name, n)
 		}
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 			s.c.HTTP.CloseIdleConnections()
 			if n = metric(t, s, "go_goroutines"); n <= s.idle+4 || time.Now().After(deadline) {
 				break

@@ -57,6 +57,7 @@ var authCases = map[string]authCase{
 	"GET /studio/app.js":                       {ok: 200},
 	"GET /studio/flow.schema.json":             {ok: 200},
 	"POST /v1/studio/session":                  {ok: 401, body: `{"token": "trs_nothing"}`},
+	"POST /studio/signin":                      {ok: 401, ctype: "application/x-www-form-urlencoded", body: "token=trs_nothing"},
 
 	"POST /v1/threads":                        {ok: 201, body: `{"flow": "greet"}`},
 	"GET /v1/threads":                         {ok: 200},

@@ -54,10 +54,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -163,7 +165,7 @@ type Config struct {
 	Evals *EvalConfig
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
-	// whose clocks disagree.
+	// whose clocks disagree and of the schedules' ticks.
 	clock func() time.Time
 }
 
@@ -333,11 +335,33 @@ func New(cfg Config) (*Server, error) {
 		}
 		writeError(w, r, &api.Error{Code: api.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})
-	s.handler = s.requests(s.mux)
+	s.handler = s.requests(cleanPaths(s.mux))
 	if cfg.MCP != nil {
 		s.mcp = cfg.MCP(s.handler)
 	}
 	return s, nil
+}
+
+// cleanPaths answers a request whose path is not in its clean form (a
+// "." or ".." element, a doubled slash) with the JSON error a client
+// reads (404 not_found, naming the clean path), where the ServeMux would
+// redirect to the clean path: an API client is never sent a redirect
+// the API does not document, and a path is never read as another.
+func cleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; r.Method != http.MethodConnect && p != "" {
+			clean := path.Clean("/" + p)
+			if strings.HasSuffix(p, "/") && clean != "/" {
+				clean += "/"
+			}
+			if clean != p {
+				writeError(w, r, &api.Error{Code: api.CodeNotFound,
+					Message: fmt.Sprintf("no route %s %s: a path has no empty, \".\" or \"..\" element (%s is its clean form)", r.Method, p, clean)})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // eng is the engine the flows run on.
@@ -464,8 +488,8 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/threads/{id}/history", access: tenant, handle: s.threadHistory},
 		{method: "POST", path: "/v1/threads/{id}/fork", access: tenant, idempotence: keyedAnswer, handle: s.forkThread},
 		{method: "POST", path: "/v1/threads/{id}/update", access: tenant, idempotence: keyedAnswer, handle: s.updateThread},
-		{method: "POST", path: "/v1/threads/{id}/replay", access: tenant, handle: s.replayThread},
-		{method: "POST", path: "/v1/threads/{id}/flow-test", access: tenant, handle: s.flowTest},
+		{method: "POST", path: "/v1/threads/{id}/replay", access: tenant, idempotence: keyedAnswer, handle: s.replayThread},
+		{method: "POST", path: "/v1/threads/{id}/flow-test", access: tenant, idempotence: keyedAnswer, handle: s.flowTest},
 		{method: "POST", path: "/v1/threads/{id}/voice", access: tenant, handle: s.voice},
 		{method: "DELETE", path: "/v1/threads/{id}/voice", access: tenant, handle: s.endVoice},
 		{method: "POST", path: "/v1/threads/{id}/voice/grant", access: agent, handle: s.renewGrant},
@@ -496,6 +520,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/studio", access: public, handle: s.studioPage},
 		{method: "GET", path: "/studio/app.js", access: public, handle: s.studioPage},
 		{method: "GET", path: "/studio/flow.schema.json", access: public, handle: s.studioPage},
+		{method: "POST", path: "/studio/signin", access: public, handle: s.studioFormSignIn},
 		{method: "POST", path: "/v1/studio/session", access: public, handle: s.studioSignIn},
 		{method: "GET", path: "/v1/studio/session", access: tenant, handle: s.studioWhoAmI},
 		{method: "POST", path: "/v1/studio/session/renew", access: tenant, handle: s.studioRenew},

@@ -57,7 +57,7 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		}
 		return exitUsage
 	}
-	all, sources := ValidateFiles(files, env)
+	all, sources, graphs := validateFiles(files, env)
 	if len(datasets) > 0 {
 		dl, dsrc := CheckDatasets(datasets, env.Registry)
 		all = append(all, dl...)
@@ -77,7 +77,7 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 	}
 	switch *format {
 	case "json":
-		err = diag.WriteJSON(env.Stdout, all)
+		err = writeValidation(env.Stdout, files, all, graphs)
 	case "github":
 		err = diag.WriteGitHub(env.Stdout, all)
 	case "sarif":
@@ -102,6 +102,11 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 	}
 	tooMany := *maxWarnings >= 0 && warns > *maxWarnings
 	if *format == "text" {
+		for i, g := range graphs {
+			for _, n := range neededInputs(g) {
+				fmt.Fprintf(env.Stderr, "%s: %s\n", files[i], n)
+			}
+		}
 		checked := plural(len(files), "flow")
 		if len(datasets) > 0 {
 			checked += " and " + plural(len(datasets), "eval dataset")
@@ -180,12 +185,20 @@ func plural(n int, what string) string {
 // ValidateFiles loads every flow and returns all diagnostics of all files,
 // and the sources they point into.
 func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
+	dl, sources, _ := validateFiles(files, env)
+	return dl, sources
+}
+
+// validateFiles is ValidateFiles, with the graph each file compiled to
+// (nil for one that did not).
+func validateFiles(files []string, env *Env) (diag.List, diag.Sources, []*flow.Graph) {
 	// the files load at once, one per core; the garbage they leave is
 	// little and short-lived, so the collector waits until the heap nears
 	// a bound (a few flows never reach it)
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(256 << 20))
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	type loaded struct {
+		g       *flow.Graph
 		dl      diag.List
 		sources diag.Sources
 	}
@@ -199,8 +212,8 @@ func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				_, dl, sources := batch.Compile(nil, files[i], env.Registry)
-				results[i] = loaded{dl, sources}
+				g, dl, sources := batch.Compile(nil, files[i], env.Registry)
+				results[i] = loaded{g, dl, sources}
 			}
 		}()
 	}
@@ -211,11 +224,71 @@ func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 	wg.Wait()
 	var all diag.List
 	sources := diag.Sources{}
-	for _, r := range results {
+	graphs := make([]*flow.Graph, len(results))
+	for i, r := range results {
 		all = append(all, r.dl...)
 		maps.Copy(sources, r.sources)
+		if !r.dl.HasErrors() {
+			graphs[i] = r.g
+		}
 	}
-	return all.Sort(), sources
+	return all.Sort(), sources, graphs
+}
+
+// validation is what `trellis validate --format json` prints: whether the
+// flows are valid, every diagnostic, and each flow that compiled with the
+// inputs a run of it must give (the rules the runtime refuses runs by).
+type validation struct {
+	Valid       bool            `json:"valid"`
+	Diagnostics diag.List       `json:"diagnostics"`
+	Flows       []validatedFlow `json:"flows"`
+}
+
+type validatedFlow struct {
+	File string `json:"file"`
+	Name string `json:"name"`
+	// Inputs are the inputs a run must give (none: an empty list).
+	Inputs []flow.NeededInput `json:"inputs"`
+}
+
+func writeValidation(w io.Writer, files []string, all diag.List, graphs []*flow.Graph) error {
+	out := validation{Valid: !all.HasErrors(), Diagnostics: all, Flows: []validatedFlow{}}
+	if out.Diagnostics == nil {
+		out.Diagnostics = diag.List{}
+	}
+	for i, g := range graphs {
+		if g == nil {
+			continue
+		}
+		vf := validatedFlow{File: files[i], Name: g.Name, Inputs: g.NeededInputs()}
+		if vf.Inputs == nil {
+			vf.Inputs = []flow.NeededInput{}
+		}
+		out.Flows = append(out.Flows, vf)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// neededInputs says in words what each input a run of g must give is
+// needed for (none for a flow that did not compile).
+func neededInputs(g *flow.Graph) []string {
+	if g == nil {
+		return nil
+	}
+	var out []string
+	for _, n := range g.NeededInputs() {
+		var why []string
+		if n.EveryRun {
+			why = append(why, fmt.Sprintf("every run gives it: the flow reads input.%s at %s with nothing to fall back on", n.Name, n.ReadAt))
+		}
+		if n.FirstRun {
+			why = append(why, "a new thread's first run gives it, unless the thread is created with a value for it: the state schema requires it and has no default")
+		}
+		out = append(out, fmt.Sprintf("flow %s needs input %s: %s", g.Name, n.Name, strings.Join(why, "; ")))
+	}
+	return out
 }
 
 // FlowFiles expands directories into the flow files they hold.
