@@ -214,7 +214,7 @@ func TestInterviewThroughTheAPI(t *testing.T) {
 					t.Fatalf("turn %d: %+v", i, last)
 				}
 			}
-			if last.State["phase"] != "done" || last.State["next_message"] != "Thank you Ada! Overall you scored 7.2 out of 10. Good luck!" {
+			if last.State["phase"] != "done" || last.State["next_message"] != "Thank you Ada! Overall you scored 4.5 out of 10. Good luck!" {
 				t.Fatalf("the interview did not close: %v / %v", last.State["phase"], last.State["next_message"])
 			}
 			runs, err := h.acme.Runs(ctx, "ada")
