@@ -61,7 +61,11 @@
 // flow's config block, which expressions read as config.NAME; those the
 // flow marks secret are never checkpointed, so a Resume is given them
 // again. A run that reaches an interrupt node pauses with its questions
-// (Result.Interrupt.Asks); a Resume WithAnswers goes on.
+// (Result.Interrupt.Asks); a Resume WithAnswers goes on. An interrupt
+// inside a subflow or a map's item, at any depth, pauses the run too: its
+// question's path names the nodes down to it (review/approve), its id the
+// child threads' namespaces (review:7|approve), and the Resume goes on
+// inside the child exactly where it stopped.
 //
 // A subflow node runs another flow as one step, on a thread of its own
 // named by ChildThread(thread, ns) (ns is NODE:SEQ, as the child's events

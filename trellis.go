@@ -51,7 +51,8 @@ type (
 	// Diagnostic is one problem found in a flow's files.
 	Diagnostic = diag.Diagnostic
 	// Ask is a question a paused run asked (an interrupt node's, or an
-	// llm node's whose tool call waits for approval).
+	// llm node's whose tool call waits for approval, at any depth inside
+	// subflows and map items): its ID, its Path and what it asks.
 	Ask = engine.Ask
 	// InputError refuses a run's input or a thread's values: which field
 	// and why.
@@ -140,6 +141,18 @@ type Flow struct {
 
 // Name is the flow's name.
 func (f *Flow) Name() string { return f.graph.Name }
+
+// Child is the flow a child thread of a thread of f runs: the one under
+// namespace ns (NODE:SEQ, NODE[INDEX]:SEQ, levels joined by |, as
+// a child's events and questions name it). ok is false when no node of f
+// runs a flow there.
+func (f *Flow) Child(ns string) (child *Flow, ok bool) {
+	g, ok := engine.ChildFlow(f.graph, ns)
+	if !ok {
+		return nil, false
+	}
+	return &Flow{graph: g, sources: f.sources, inFS: f.inFS}, true
+}
 
 // Path is the file the flow was loaded from.
 func (f *Flow) Path() string { return f.graph.Path }
@@ -401,7 +414,8 @@ func WithValues(values map[string]any) RunOption {
 }
 
 // WithAnswers answers the questions a paused run asked (Result.Interrupt
-// .Asks), by their ids, for the Resume that goes on.
+// .Asks), each by its id or its path, for the Resume that goes on; the
+// questions left unanswered are asked again.
 func WithAnswers(answers map[string]any) RunOption {
 	return func(r *engine.Request) { r.Answers = answers }
 }
@@ -556,7 +570,8 @@ func (rt *Runtime) Delete(ctx context.Context, thread string) error {
 }
 
 // Asks lists the questions the thread's unfinished run waits on (its
-// interrupt nodes'), to be answered with WithAnswers on Resume.
+// interrupt nodes', inside its subflows and map items too), to be
+// answered with WithAnswers on Resume.
 func (rt *Runtime) Asks(ctx context.Context, f *Flow, thread string) ([]Ask, error) {
 	return rt.eng.Asks(ctx, f.graph, thread)
 }

@@ -117,6 +117,7 @@ var corpus = []defect{
 	{name: "a subflow input naming a field the child lacks", flow: interview, old: "      review_sections: \"true\"", new: "      review_section: \"true\"", at: "review_section", code: diag.CodeSubflowMapping},
 	{name: "a map over a value that is not a list", flow: review, old: "    items: \"take(state.resume?.experience ?? [], state.max_sections)\"", new: "    items: \"state.target_role\"", at: "\"state.target_role", code: diag.CodeMapNode},
 	{name: "a map's node writing a replace field", flow: review, old: "      writes: {section_feedback: output}", new: "      writes: {section_feedback: output, final_score: output.score}", at: "final_score", code: diag.CodeMapNode},
+	{name: "a flow nobody answers whose subflow asks", flow: "runtime/diag/examples/C006.ok.yaml", old: "one rule of it.\n", new: "one rule of it.\ninteractive: false\n", at: "second:\n    kind: subflow", code: diag.CodeNotInteractive},
 	{name: "a run configuration entry with an invalid schema", flow: "runtime/diag/examples/C005.ok.yaml", old: "{type: string, default: done}", new: "{type: strng, default: done}", at: "strng", code: diag.CodeConfig},
 	// tools
 	{name: "an llm node naming a tool the flow does not declare", flow: tools, old: "tools: [lookup]", new: "tools: [lokup]", at: "lokup", code: diag.CodeToolName},

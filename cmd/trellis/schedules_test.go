@@ -29,6 +29,11 @@ func TestSchedulesCommand(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(flows, "quick.yaml"), []byte(quickFlow), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	asking := "version: 1\nname: asking\nstate: {schema: {type: object, properties: {ok: {type: boolean, default: false}}}}\n" +
+		"nodes:\n  approve: {kind: interrupt, ask: \"'ok?'\", writes: {ok: \"answer == true\"}}\nedges:\n  - {from: START, to: approve}\n  - {from: approve, to: END}\n"
+	if err := os.WriteFile(filepath.Join(flows, "asking.yaml"), []byte(asking), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	rt, err := facade.Open(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +82,11 @@ func TestSchedulesCommand(t *testing.T) {
 	}
 	if _, errOut, code := trellis(t, "schedules", "--api", "http://"+addr, "create", "--flow", "quick", "--cron", "61 * * * *"); code != 2 || !strings.Contains(errOut, "cron") {
 		t.Fatalf("a bad cron: %d %s", code, errOut)
+	}
+	// a schedule of a flow that may pause is made, with a warning
+	if _, errOut, code := trellis(t, "schedules", "--api", "http://"+addr, "create", "--id", "asks", "--flow", "asking", "--cron", "0 3 * * *", "--paused"); code != 0 ||
+		!strings.Contains(errOut, "warning: flow asking may pause at approve (a node that asks a question)") {
+		t.Fatalf("a schedule of a flow that pauses: %d %s", code, errOut)
 	}
 	ticks := func() int {
 		ts, err := c.Threads(ctx, api.ThreadQuery{Metadata: map[string]string{"schedule": "every"}})

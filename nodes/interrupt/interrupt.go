@@ -13,7 +13,10 @@
 // is the question; writes are expressions over answer, state and input.
 // Several interrupts of one step are asked together, each by its node's
 // name; an answer given for some of them is kept until the others are
-// answered.
+// answered. An interrupt run by a map for each item asks once per item
+// (NODE[INDEX]); one in a subflow, at any depth, pauses the run that runs
+// the subflow, its question named by its path (review/approve) and
+// answered by it or its id.
 package interrupt
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -156,5 +157,115 @@ func TestDrawnDistinctly(t *testing.T) {
 	}
 	if j, _ := g.JSON(); !strings.Contains(string(j), `"asks": true`) {
 		t.Errorf("json:\n%s", j)
+	}
+}
+
+const inputAcrossResumes = `version: 1
+name: expenses
+input: [amount]
+state:
+  schema:
+    type: object
+    properties:
+      amount: {type: integer, default: 0}
+      log: {type: array, items: {type: string}, default: []}
+  reducers:
+    log: append
+nodes:
+  first:
+    kind: interrupt
+    ask: "'first ' + string(input.amount)"
+    writes: {log: "'first ' + string(answer) + ' of ' + string(input.amount)"}
+  left:
+    kind: interrupt
+    ask: "'left ' + string(input.amount)"
+    writes: {log: "'left ' + string(answer) + ' of ' + string(input.amount)"}
+  right:
+    kind: interrupt
+    ask: "'right ' + string(input.amount)"
+    writes: {log: "'right ' + string(answer) + ' of ' + string(input.amount)"}
+  sum: {kind: assign, set: {log: "'sum of ' + string(input.amount)"}}
+  last:
+    kind: interrupt
+    ask: "'last ' + string(input.amount)"
+    writes: {log: "'last ' + string(answer) + ' of ' + string(input.amount)"}
+edges:
+  - {from: START, to: first}
+  - {from: first, to: [left, right]}
+  - {from: [left, right], to: sum}
+  - {from: sum, to: last}
+  - {from: last, to: END}
+`
+
+// A run that pauses again after a resume keeps the input it started
+// with: every resume, whichever run made the checkpoint it goes on from,
+// reads the input of the run that took it, and asks with it. Answers come
+// one at a time, in either order, each run on a store opened anew.
+func TestInputKeptAcrossResumes(t *testing.T) {
+	ctx := context.Background()
+	g, dl := flow.LoadSource("expenses.yaml", []byte(inputAcrossResumes), all.Offline())
+	if g == nil || dl.HasErrors() {
+		t.Fatal(dl)
+	}
+	for name, url := range storetest.URLs(t) {
+		t.Run(name, func(t *testing.T) {
+			mem, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mem.Close()
+			run := func(req engine.Request) *engine.Result {
+				t.Helper()
+				st := mem
+				if name != "memory" {
+					if st, err = store.Open(ctx, url); err != nil {
+						t.Fatal(err)
+					}
+					defer st.Close()
+				}
+				res, err := engine.New(st).Run(ctx, g, req)
+				if err != nil {
+					t.Fatalf("%+v: %v", req, err)
+				}
+				return res
+			}
+			asked := func(res *engine.Result) []string {
+				var out []string
+				if res.Interrupt != nil {
+					for _, a := range res.Interrupt.Asks {
+						out = append(out, a.ID+": "+a.Payload.(string))
+					}
+				}
+				slices.Sort(out)
+				return out
+			}
+			for thread, order := range map[string][2]string{"lr": {"left", "right"}, "rl": {"right", "left"}} {
+				res := run(engine.Request{Thread: thread, Input: map[string]any{"amount": 40}})
+				if got := asked(res); !slices.Equal(got, []string{"first: first 40"}) {
+					t.Fatalf("%s: %v", thread, got)
+				}
+				res = run(engine.Request{Thread: thread, Resume: true, Answers: map[string]any{"first": "ok"}})
+				if got := asked(res); !slices.Equal(got, []string{"left: left 40", "right: right 40"}) {
+					t.Fatalf("%s: after the first answer: %v", thread, got)
+				}
+				res = run(engine.Request{Thread: thread, Resume: true, Answers: map[string]any{order[0]: "yes"}})
+				if got := asked(res); !slices.Equal(got, []string{order[1] + ": " + order[1] + " 40"}) {
+					t.Fatalf("%s: after %s: %v", thread, order[0], got)
+				}
+				res = run(engine.Request{Thread: thread, Resume: true, Answers: map[string]any{order[1]: "no"}})
+				if got := asked(res); !slices.Equal(got, []string{"last: last 40"}) {
+					t.Fatalf("%s: after %s: %v", thread, order[1], got)
+				}
+				res = run(engine.Request{Thread: thread, Resume: true, Answers: map[string]any{"last": "done"}})
+				if res.Interrupt != nil {
+					t.Fatalf("%s: the end: %+v", thread, res.Interrupt)
+				}
+				answer := map[string]string{order[0]: "yes", order[1]: "no"}
+				want := []any{"first ok of 40", "left " + answer["left"] + " of 40", "right " + answer["right"] + " of 40", "sum of 40", "last done of 40"}
+				if !reflect.DeepEqual(res.State["log"], want) {
+					t.Fatalf("%s: log %v", thread, res.State["log"])
+				}
+			}
+		})
 	}
 }

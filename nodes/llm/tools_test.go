@@ -666,7 +666,7 @@ edges:
   - {from: START, to: ask}
   - {from: ask, to: END}
 `), 0o644)
-	for file, want := range map[string]string{"mapped.yaml": "C004 this llm node may pause the run for a person's approval", "parent.yaml": "C001 subflow"} {
+	for file, want := range map[string]string{"mapped.yaml": "C004 this llm node may pause the run for a person's approval", "parent.yaml": "T002 flow child may pause for a person (at ask)"} {
 		_, dl := flow.Load(filepath.Join(dir, file), all.Offline())
 		found := false
 		for _, d := range dl {

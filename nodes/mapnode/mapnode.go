@@ -20,7 +20,10 @@
 // are kept as a pending write, so a step resumed after a crash runs only
 // the unfinished items. An item that fails follows on_item_error: fail
 // the node (the default: its on_error applies), skip the item, or write
-// fallback values for it.
+// fallback values for it. Items that pause (they ask, or their child flow
+// does) pause the node once every item has run or paused, with all their
+// questions: the run resumed with some answers runs the node again, which
+// finds the completed items done and runs only the paused ones.
 package mapnode
 
 import (
@@ -52,7 +55,7 @@ var Spec = kind.Spec{
 	Summary: "Run a node (of any kind, a subflow too) once per item of a list, up to max_concurrency at once; the items' writes fold through their fields' reducers in item order.",
 	Fields: []config.Field{
 		config.Expression("items", "A list: an expression over state, input and config. The node runs once per item, reading item and index.").Require(),
-		config.Ref("node", "The node run per item: a kind and its settings (retry, timeout and cache too), whose expressions also read item and index. Its writes fold through their fields' reducers in item order, so those fields need a reducer that takes several writes (append, union, merge, add, ...).", "node").Require(),
+		config.Ref("node", "The node run per item: a kind and its settings (retry, timeout and cache too), whose expressions also read item and index. Its writes fold through their fields' reducers in item order, so those fields need a reducer that takes several writes (append, union, merge, add, ...). An item that asks (an interrupt, or a subflow that asks) pauses the run with a question of its own, NODE[INDEX]; the map completes once every item has.", "node").Require(),
 		config.Integer("max_concurrency", "How many items run at once (default 10).").Min(1),
 		config.OneOf("on_item_error", "What an item that still fails after its retries does: fail this node (the default; its on_error then applies), skip the item, or write fallback values in its place.",
 			config.Const("fail"), config.Const("skip"),
@@ -199,7 +202,7 @@ launch:
 			defer func() { <-sem; wg.Done() }()
 			upd, err := s.RunNested(ctx, n.nested, strconv.Itoa(i), map[string]any{"item": item, "index": i})
 			results[i] = result{update: upd, err: err}
-			if err != nil && n.policy == failNode {
+			if _, paused := kind.PausedBy(err); err != nil && !paused && n.policy == failNode {
 				failed.Store(true)
 			}
 		}()
@@ -210,10 +213,20 @@ launch:
 	}
 	if failed.Load() {
 		for i, r := range results {
-			if r.err != nil {
+			if _, paused := kind.PausedBy(r.err); r.err != nil && !paused {
 				return nil, fmt.Errorf("item %d of %d: %w", i, len(list), r.err)
 			}
 		}
+	}
+	// items that paused (they ask, or their child flow does) pause the
+	// node: it runs again when the run is resumed, and finds the items
+	// that completed done
+	errs := make([]error, len(results))
+	for i, r := range results {
+		errs[i] = r.err
+	}
+	if p := kind.Pause(errs...); p != nil {
+		return nil, p
 	}
 	upd := s.NewUpdate(len(list))
 	var failedItems []string

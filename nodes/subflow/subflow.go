@@ -17,7 +17,9 @@
 // The validator checks input against the child's state schema (every
 // field it requires without a default must be given), config against its
 // config block, and writes against this flow's fields; flows that include
-// each other are a load error.
+// each other are a load error. A child that pauses (it asks a person, at
+// any depth) pauses this run at the node: the resumed run runs the node
+// again, and the child goes on where it stopped.
 package subflow
 
 import (

@@ -297,7 +297,7 @@ func TestSubflowDiagnostics(t *testing.T) {
 		{`summary: "join(output.notes, '; ')"|summary: "output.score"`, "", "W004", `field "summary" cannot hold what this expression gives: output.score is integer`},
 		{`score: "output.score"|score: "output.scroe"`, "", "E003", ""},
 		{"", "  judge: {kind: gate, set: {notes: \"'judged'\", score: \"len(state.resume)\"}}|  judge: {kind: subflow, flow: hiring.yaml, input: {resume: state.resume}}", "C002", "flows include each other"},
-		{"", "  judge: {kind: gate, set: {notes: \"'judged'\", score: \"len(state.resume)\"}}|  judge: {kind: gate, interrupt_before: true, set: {score: \"1\"}}", "C001", "can pause"},
+		{"name: hiring|name: hiring\ninteractive: false", "  judge: {kind: gate, set: {notes: \"'judged'\", score: \"len(state.resume)\"}}|  judge: {kind: gate, interrupt_before: true, set: {score: \"1\"}}", "C006", "may pause at review/judge (interrupt_before)"},
 	} {
 		dir := t.TempDir()
 		c := child

@@ -199,10 +199,16 @@ type State struct {
 	Finished bool `json:"finished,omitempty"`
 }
 
-// Interrupt is a question a paused run asks: its id (the asking node's
-// name) and what it asks (any JSON value).
+// Interrupt is a question a paused run asks: its id (what the answer is
+// given by), its path (where it was asked: node names from the top,
+// review/approve, items[2]/approve; an answer may name it too) and what
+// it asks (any JSON value). At the top of a flow both are the asking
+// node's name; inside a subflow or a map's item, at any depth, the id
+// holds the child flows' namespaces (review:7|approve), unique however
+// many items ask the same.
 type Interrupt struct {
 	ID      string `json:"id"`
+	Path    string `json:"path"`
 	Payload any    `json:"payload"`
 }
 
@@ -349,8 +355,9 @@ type StartRun struct {
 	// Resume continues the thread's unfinished run instead (no input).
 	Resume bool `json:"resume,omitempty"`
 	// Answers answer the questions the unfinished run waits on
-	// (State.Interrupts), by id; they go with resume. Questions left
-	// unanswered are asked again; the answers given are kept.
+	// (State.Interrupts), each by its id or its path, at any depth; they
+	// go with resume. Questions left unanswered are asked again; what
+	// the answered ones complete is kept.
 	Answers map[string]any `json:"answers,omitempty"`
 	// Config sets the run's configuration (the flow's config block).
 	// Values the flow marks secret are never written anywhere: only this

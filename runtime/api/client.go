@@ -303,6 +303,14 @@ func (c *Client) Update(ctx context.Context, id string, u Update) (*State, error
 	return &out, err
 }
 
+// ChildUpdate is Update of the thread of a child flow thread id ran,
+// under namespace ns (as its events and questions name it).
+func (c *Client) ChildUpdate(ctx context.Context, id, ns string, u Update) (*State, error) {
+	var out State
+	err := c.do(ctx, http.MethodPost, "/v1/threads/"+url.PathEscape(id)+"/update?ns="+url.QueryEscape(ns), u, &out)
+	return &out, err
+}
+
 // Replay re-runs thread id from a checkpoint on a new thread.
 func (c *Client) Replay(ctx context.Context, id string, rp Replay) (*Replayed, error) {
 	var out Replayed

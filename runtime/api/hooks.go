@@ -78,6 +78,11 @@ type Schedule struct {
 	LastRun   string     `json:"last_run,omitempty"`
 	LastError string     `json:"last_error,omitempty"`
 	Created   time.Time  `json:"created"`
+	// Warnings, on the schedule just created, say what may keep its runs
+	// from ending: each place its flow may pause to wait for a person
+	// (nobody answers a schedule's run, so its thread waits there until
+	// someone resumes it), by path.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // CreateSchedule creates a schedule (ID empty: one is made).

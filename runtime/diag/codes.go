@@ -74,6 +74,7 @@ const (
 	CodeSubflowMapping Code = "C003"
 	CodeMapNode        Code = "C004"
 	CodeConfig         Code = "C005"
+	CodeNotInteractive Code = "C006"
 
 	// Tools.
 	CodeToolName    Code = "T001"
@@ -136,13 +137,14 @@ var Codes = []CodeDoc{
 	{CodeExprEnum, "an expression compares a field with a string its enum does not allow, which it can never equal"},
 	{CodeExprMayBeNil, "an expression reads a field of a value that may be null, where no node has set it on every path, without ?. or a nil test"},
 	{CodeExprUnset, "an expression or template reads a field with no default (an input too) that a way from START reaches unwritten (no writer on it, a writer in the same step, a map's items or on_error only), where reading nothing fails (an operation on it, a write of it where null is not allowed, a template printing it) and no ?? or nil test (with or if in a template) guards it; or a subflow's writes read a field the child may end without"},
-	{CodeSubflow, "a subflow's flow file cannot be read, has errors of its own (reported in its file), or can pause, which a subflow cannot"},
+	{CodeSubflow, "a subflow's flow file cannot be read, or has errors of its own (reported in its file)"},
 	{CodeSubflowCycle, "flows that include each other as subflows, directly or through others"},
 	{CodeSubflowMapping, "a subflow's input or config names what the child flow does not have, or leaves out a field the child requires"},
-	{CodeMapNode, "a map's items are not a list, or its node is one that cannot run per item: one that pauses, sets on_error, or writes a field whose reducer takes one write per step"},
+	{CodeMapNode, "a map's items are not a list, or its node is one that cannot run per item: one that sets on_error, interrupt_before or interrupt_after, may pause for a tool call's approval, or writes a field whose reducer takes one write per step"},
 	{CodeConfig, "a run configuration entry whose schema is invalid or whose default the schema refuses"},
+	{CodeNotInteractive, "a flow marked interactive: false (nobody answers its runs) may pause: at a node that asks or pauses before or after it, in a map's items or in a subflow at any depth (a warning, with the path of the pause)"},
 	{CodeToolName, "an llm node names a tool the flow's tools block does not declare, or two tools it may call share a name (as a warning, a declared tool no node calls)"},
-	{CodeToolSetting, "a tool's settings are wrong: its kind, parameters or response schema, templates, result expression, approval, or a missing description"},
+	{CodeToolSetting, "a tool's settings are wrong: its kind, parameters or response schema, templates, result expression, approval, or a missing description, or a flow tool whose flow may pause for a person"},
 	{CodeToolServer, "an MCP server's tools cannot be known: the server does not answer and there is no pinned copy, the pinned copy cannot be read, or it differs from what the server lists"},
 	{CodeToolReach, "an http tool's address is not one its allow-list permits, or an allow-list entry is malformed"},
 }

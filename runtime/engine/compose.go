@@ -141,6 +141,7 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 	r.nestedMu.Lock()
 	done, ok := r.nestedDone[n.Name]
 	r.nestedMu.Unlock()
+	answer, answered := r.answers[n.Name]
 	v.gate.exit()
 	if saved {
 		// completed before the run stopped
@@ -157,8 +158,24 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 	if observe {
 		v.emit(Event{Type: NodeStart, Node: n.Name, Kind: n.Kind})
 	}
+	if a, asks := n.Impl.(kind.Asker); asks && !answered {
+		// an item that asks, with no answer yet: it pauses
+		err := r.askNested(ctx, v, &n, a, vars)
+		if p, ok := kind.PausedBy(err); ok && observe {
+			v.emit(Event{Type: NodeEnd, Node: n.Name, Kind: n.Kind, Interrupt: interruptOf(p)})
+		}
+		return nil, err
+	}
 	o := outcome{host: v}
 	r.exec(ctx, &n, vars, &o)
+	if p, ok := kind.PausedBy(o.err); ok {
+		// what the item ran paused (a child flow): so does the item,
+		// and it runs again when the run is resumed
+		if observe {
+			v.emit(Event{Type: NodeEnd, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Usage: o.view.usage, Interrupt: interruptOf(p)})
+		}
+		return nil, p
+	}
 	if o.err != nil {
 		if observe {
 			v.emit(Event{Type: NodeFailed, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Usage: o.view.usage})
@@ -175,6 +192,9 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 		return nil, err
 	}
 	err := r.savePending(ctx, &o, seq, step)
+	if err == nil && answered {
+		err = r.keepAnswer(ctx, seq, n.Name, answer)
+	}
 	if err == nil {
 		r.nestedMu.Lock()
 		if r.nestedDone == nil {
@@ -211,8 +231,14 @@ func updateOf(ws []store.Write) kind.Update {
 }
 
 // RunFlow implements kind.State: the child runs as a named run on its own
-// thread, so that running it again (a step resumed after a crash, a retry)
-// continues it or takes its result.
+// thread, so that running it again (a step resumed after a crash or a
+// pause, a retry) continues it or takes its result. The child's namespace
+// is recorded with the step (NODE#flow, see store.ChildRecord) before it
+// starts, so that the node run again finds the same child even after the
+// thread moved on (an update of the paused thread), and a fork of the
+// step forks it. A child that pauses pauses the node (a *kind.Paused
+// naming its questions under the namespace); the answers of a resumed run
+// that name the namespace are the child's.
 func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values, input, cfg map[string]any) (map[string]any, error) {
 	r := v.run
 	if r == nil {
@@ -222,20 +248,32 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 	if !ok {
 		return nil, errors.New("not a flow compiled by this runtime")
 	}
-	_, seq, ok := v.position()
-	if !ok {
+	name := v.n.Name
+	if key != "" {
+		name += "[" + key + "]"
+	}
+	rec := name + store.ChildRecord
+	if !v.gate.enter() {
 		_, err := v.gate.given(ctx)
 		return nil, err
 	}
-	ns := v.n.Name
-	if key != "" {
-		ns += "[" + key + "]"
+	_, seq := v.at()
+	kept, found := r.recorded(seq, rec)
+	answers := r.answers
+	ns, _ := kept.(string)
+	var err error
+	if !found || ns == "" {
+		ns = name + ":" + strconv.FormatUint(seq, 10)
+		err = r.keep(ctx, seq, rec, []store.Write{{Value: ns}})
 	}
-	ns += ":" + strconv.FormatUint(seq, 10)
+	v.gate.exit()
+	if err != nil {
+		return nil, fmt.Errorf("subflow %s: record its namespace: %w", g.Name, err)
+	}
 	// the child thread's one run is named by the namespace, which a run
 	// resuming this step (under another run id) finds again
 	req := Request{Thread: ChildThread(r.req.Thread, ns), ID: ns, Durability: r.req.Durability, Config: cfg,
-		Values: values, Input: input, Replies: r.req.Replies, child: true}
+		Values: values, Input: input, Replies: r.req.Replies, Answers: childAnswers(answers, ns), child: true}
 	if r.req.Observe != nil {
 		req.Observe = func(ev Event) {
 			switch ev.Type {
@@ -261,8 +299,25 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 	if err != nil {
 		return nil, fmt.Errorf("subflow %s on thread %s: %w", g.Name, req.Thread, err)
 	}
+	if len(req.Answers) > 0 {
+		// the child took them (its checkpoints record them too)
+		if !v.gate.enter() {
+			r.drop()
+			_, err := v.gate.given(ctx)
+			return nil, err
+		}
+		for id, a := range req.Answers {
+			if err == nil {
+				err = r.keepAnswer(ctx, seq, ns+NSSep+id, a)
+			}
+		}
+		v.gate.exit()
+		if err != nil {
+			return nil, err
+		}
+	}
 	if res.Interrupt != nil {
-		return nil, kind.Permanent(fmt.Errorf("subflow %s on thread %s paused, which a subflow cannot do", g.Name, req.Thread))
+		return nil, childPause(res.Interrupt, ns, name)
 	}
 	return res.State, nil
 }

@@ -176,7 +176,10 @@ type Request struct {
 	// pending writes are not run again.
 	Resume bool
 	// Answers are the answers to the questions a paused run asked (see
-	// kind.Asker), by node name; they go with Resume.
+	// Interrupt.Asks), each by the question's id or its path (an asking
+	// node of the run by its name); they go with Resume. Answering some
+	// of the questions resumes those: the others are asked again, and
+	// what the answered ones completed is kept.
 	Answers map[string]any
 	// Replies, when set, are the replies a replayed thread's nodes were
 	// told (kind.State.Recorded): a node asking what it asked then is
@@ -243,16 +246,17 @@ func isAsker(n *flow.Node) bool {
 	return ok
 }
 
-// Ask is a question a run paused on: the asking node (the id its answer
-// is given by) and what it asks.
-type Ask struct {
-	ID      string `json:"id"`
-	Payload any    `json:"payload"`
-}
+// Ask is a question a run paused on, asked anywhere in its tree: its id
+// (what its answer is given by), its path (where it was asked) and what
+// it asks (see kind.Question).
+type Ask = kind.Question
 
-// Interrupt names the nodes a run paused at: before them (they run when
-// the thread is resumed), or after them; and the questions of the askers
-// among the nodes before which it paused, to be answered by the resume.
+// Interrupt names where a run paused: before nodes (they run when the
+// thread is resumed), or after them; and the questions it waits on, to be
+// answered by the resume. A pause inside a node (a map's item, a child
+// flow) is named by its path (review/approve, items[2]/approve): the step
+// of the node did not commit, and the resume runs the node again, which
+// goes on where it stopped.
 type Interrupt struct {
 	Before []string `json:"before,omitempty"`
 	After  []string `json:"after,omitempty"`
@@ -335,6 +339,13 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 	default:
 		return nil, fmt.Errorf("unknown durability %q (sync, async, exit)", req.Durability)
 	}
+	if req.child && creating == nil {
+		// a child's thread runs one run, the step's that started it
+		// (its namespace names the step): it is finished, or continued
+		// where it stopped, whichever run made its newest checkpoint (a
+		// fork of its parent's forks it too)
+		req.Resume, req.Input = true, nil
+	}
 	if req.ID != "" && !req.Resume && head.Run == req.ID {
 		// a named run runs once: the thread's newest checkpoint is already
 		// this run's, so it ran (or began) before, in this process or in
@@ -350,12 +361,16 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 		// nothing to resume: the thread's newest run finished
 		return &Result{Thread: req.Thread, State: head.Values, Checkpoint: head.Seq, g: g, visits: make([]int, len(g.Nodes))}, nil
 	}
-	if err := CheckAnswers(g, req.Answers); err != nil {
-		return nil, err
+	answers := req.Answers
+	if !req.child {
+		// a child's answers are the ones its parent was given for it
+		if answers, err = e.resolveAnswers(ctx, g, head, req.Answers); err != nil {
+			return nil, err
+		}
 	}
 	var input, recorded map[string]any
 	if req.Resume {
-		input, recorded = runInput(ctx, e.Store, req.Thread, head.Run)
+		input, recorded = runInput(ctx, e.Store, req.Thread, head.Seq)
 		if e.reload {
 			if input, err = reloadMap(input); err == nil {
 				recorded, err = reloadMap(recorded)
@@ -375,7 +390,7 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 	r := newRun(e, g, req, head)
 	r.lease = hold
 	r.creating = creating
-	r.answers = maps.Clone(req.Answers)
+	r.answers = maps.Clone(answers)
 	r.config, r.record = cfg, record
 	if r.limit, err = r.maxSteps(); err != nil {
 		r.release()

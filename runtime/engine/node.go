@@ -49,6 +49,7 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, outs []outco
 				defer wg.Done()
 				r.exec(ctx, n, nil, &outs[i])
 				outs[i].saveErr = r.savePending(ctx, &outs[i], r.seq, r.step)
+				outs[i].saved = outs[i].saveErr == nil && outs[i].err == nil && outs[i].attempts > 0 && (r.req.Durability == "" || r.req.Durability == Sync)
 			}()
 		}
 	}
@@ -83,6 +84,8 @@ type outcome struct {
 	// pending write: the run's failure, not the node's, so on_error does
 	// not apply to it.
 	saveErr error
+	// saved is set once the update was saved as a pending write
+	saved bool
 	// host is the view of the attempt a nested node runs in (nil for the
 	// step's nodes): the node's events pass its gate.
 	host *view
@@ -129,7 +132,7 @@ func (r *run) fallback(n *flow.Node, vars map[string]any, cause error) (kind.Upd
 // exec runs one node with its retry and timeout policy, over vars for a
 // nested node, over the run's state for a node of the step (vars nil).
 func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *outcome) {
-	o.cached, o.repeats = false, false
+	o.cached, o.repeats, o.saved = false, false, false
 	if o.route != nil || o.saveErr != nil {
 		o.route, o.saveErr = nil, nil
 	}
@@ -207,8 +210,9 @@ attempts:
 			o.succeed(upd, st.degraded)
 			break
 		}
-		if _, paused := kind.InterruptPayload(err); paused {
-			// the node paused the run: no retry, no fallback
+		if _, paused := kind.PausedBy(err); paused || isInterrupt(err) {
+			// the node paused the run, or what it ran did: no retry, no
+			// fallback
 			o.update, o.err, o.degraded = nil, err, ""
 			break
 		}

@@ -72,28 +72,10 @@ func (v *view) Once(ctx context.Context, key string, fn func(context.Context) (a
 		return nil, err
 	}
 	defer v.gate.exit()
-	if err := r.keep(ctx, seq, name, val); err != nil {
+	if err := r.keep(ctx, seq, name, []store.Write{{Value: val}}); err != nil {
 		return nil, fmt.Errorf("step %d: keep %s of node %q: %w", step, key, v.n.Name, err)
 	}
 	return val, nil
-}
-
-// keep records a piece of a step's work: in the store as a pending write
-// (with sync durability, as node updates are), and for the attempts of
-// this step.
-func (r *run) keep(ctx context.Context, seq uint64, name string, val any) error {
-	if r.req.Durability == "" || r.req.Durability == Sync {
-		if err := r.e.Store.PutPending(ctx, r.req.Thread, seq, name, []store.Write{{Value: val}}); err != nil {
-			return err
-		}
-	}
-	r.nestedMu.Lock()
-	if r.nestedDone == nil {
-		r.nestedDone = map[string]nestedRun{}
-	}
-	r.nestedDone[name] = nestedRun{seq: seq, update: kind.Update{{Value: val}}}
-	r.nestedMu.Unlock()
-	return nil
 }
 
 // ToolEvent implements kind.State.
@@ -112,99 +94,4 @@ func (v *view) ToolEvent(te kind.ToolEvent) {
 func isInterrupter(n *flow.Node) bool {
 	_, ok := n.Impl.(kind.Interrupter)
 	return ok
-}
-
-// paused looks for the nodes of a step that paused the run midway. With
-// some, the step does not commit: the questions are kept (NODE#ask), and
-// the updates of the nodes that completed are kept as pending writes, so
-// that the resumed step runs only the nodes that paused (and those that
-// failed); the run ends paused before them.
-func (r *run) paused(ctx context.Context, outs []outcome) (*Interrupt, error) {
-	var in *Interrupt
-	for i := range outs {
-		payload, ok := kind.InterruptPayload(outs[i].err)
-		if !ok {
-			continue
-		}
-		if in == nil {
-			in = &Interrupt{}
-		}
-		n := outs[i].node
-		payload, err := value.Normalize(payload)
-		if err != nil {
-			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
-		}
-		if err := r.keep(ctx, r.seq, onceName(n.Name, askKey), payload); err != nil {
-			return nil, fmt.Errorf("step %d: keep the question of node %q: %w", r.step, n.Name, err)
-		}
-		in.Before = append(in.Before, n.Name)
-		in.Asks = append(in.Asks, Ask{ID: n.Name, Payload: payload})
-	}
-	if in == nil {
-		return nil, nil
-	}
-	for i := range outs {
-		o := &outs[i]
-		if o.err != nil || o.attempts == 0 || o.node.Inline {
-			// failed (it runs again), taken from a pending write already,
-			// or inline (it runs again at no cost)
-			continue
-		}
-		if _, saved := r.pending[o.node.Name]; saved {
-			continue
-		}
-		if err := r.savePending(ctx, o, r.seq, r.step); err != nil {
-			return nil, err
-		}
-	}
-	if r.req.Observe != nil {
-		for i := range outs {
-			if _, ok := kind.InterruptPayload(outs[i].err); ok {
-				n := outs[i].node
-				r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: outs[i].attempts, Duration: outs[i].took,
-					Usage: outs[i].view.usage, Interrupt: &Interrupt{Before: []string{n.Name}}})
-			}
-		}
-	}
-	return in, nil
-}
-
-// pendingAsks lists the questions that nodes of a thread's unfinished run
-// asked midway, from their pending writes.
-func pendingAsks(g *flow.Graph, head *store.Snapshot) []Ask {
-	var asks []Ask
-	for _, name := range head.Next {
-		n, ok := g.Node(name)
-		if !ok || !isInterrupter(n) {
-			continue
-		}
-		if _, done := head.Pending[name]; done {
-			continue
-		}
-		if ws, ok := head.Pending[onceName(name, askKey)]; ok && len(ws) == 1 {
-			asks = append(asks, Ask{ID: name, Payload: ws[0].Value})
-		}
-	}
-	return asks
-}
-
-// CheckAnswers refuses the answers a resumed run of g is given that no
-// node of g asks for, or that a node that pauses midway cannot take (an
-// *InputError naming each, as the run would refuse them): what a caller
-// that queues a resume checks before it does.
-func CheckAnswers(g *flow.Graph, answers map[string]any) error {
-	var probs inputProblems
-	for _, id := range sortedKeys(answers) {
-		n, ok := g.Node(id)
-		if !ok || !isAsker(n) && !isInterrupter(n) {
-			probs.add(&InputError{Field: "answers." + id, Reason: "not a node of this flow that asks a question"})
-			continue
-		}
-		if it, ok := n.Impl.(kind.Interrupter); ok {
-			if err := it.CheckAnswer(answers[id]); err != nil {
-				probs.add(&InputError{Field: "answers." + id, Reason: err.Error()})
-			}
-		}
-	}
-	return probs.err()
 }

@@ -49,10 +49,10 @@ func (r *run) restore(head *store.Snapshot, input map[string]any) error {
 	return nil
 }
 
-// runInput reads the input a thread's run took, and the configuration it
-// recorded (see store.RunInput).
-func runInput(ctx context.Context, st store.Store, thread, run string) (input, config map[string]any) {
-	return store.RunInput(ctx, st, thread, run)
+// runInput reads the input of the run a thread's checkpoint seq leaves
+// unfinished, and the configuration it recorded (see store.RunInput).
+func runInput(ctx context.Context, st store.Store, thread string, seq uint64) (input, config map[string]any) {
+	return store.RunInput(ctx, st, thread, seq)
 }
 
 // records are the parts of step checkpoints that the graph alone decides,
@@ -186,7 +186,7 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 	}
 	first, last := cps[0], cps[len(cps)-1]
 	merged := &store.Checkpoint{Thread: first.Thread, Seq: first.Seq, Parent: first.Parent, Run: r.id, Step: last.Step,
-		Source: store.SourceRun, Time: last.Time, Config: first.Config}
+		Source: store.SourceRun, Time: last.Time, Config: first.Config, Next: last.Next, Joins: last.Joins}
 	pos := map[string]int{}
 	for _, cp := range cps {
 		merged.Writers = append(merged.Writers, cp.Writers...)

@@ -133,7 +133,13 @@ func (g *gate) close() {
 // earlier attempt can pass it: the attempt returned.
 func (g *gate) open(parent *gate) {
 	g.mu.Lock()
-	g.closed, g.parent = false, parent
+	g.closed = false
+	if g.parent != parent {
+		// enter and exit read parent unlocked: a gate reopened under
+		// the same parent (see view.reopen) leaves it untouched, as
+		// passages of nested attempts still under way read it
+		g.parent = parent
+	}
 	g.mu.Unlock()
 }
 

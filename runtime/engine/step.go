@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +56,13 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		if ferr := r.flush(ctx, err == nil); err == nil && ferr != nil {
 			res, err = nil, ferr
 		}
+		if res != nil && res.Interrupt != nil && len(r.held) > 0 {
+			// a run that does not commit each step keeps what its paused
+			// step completed once its checkpoints are in
+			if herr := r.writeHeld(ctx); herr != nil {
+				res, err = nil, herr
+			}
+		}
 		if res != nil {
 			res.Checkpoint = r.seq
 		}
@@ -73,7 +81,8 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 	var triggered []*flow.Node
 	recorded := false // a checkpoint names the entry nodes
 	if r.resumed != nil {
-		triggered = r.resumed
+		// the checkpoint it resumes names its nodes
+		triggered, recorded = r.resumed, true
 		start()
 	} else {
 		cp, err := r.applyInput()
@@ -149,14 +158,9 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			// resuming runs them; a run that took no input pausing
 			// before its first step records them now
 			if r.step == 0 && !recorded {
-				cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now(), Config: r.record}
-				for _, n := range triggered {
-					cp.Next = append(cp.Next, n.Name)
+				if err := r.recordStart(ctx, triggered); err != nil {
+					return nil, err
 				}
-				if err := r.commit(ctx, cp); err != nil {
-					return nil, fmt.Errorf("commit the pause: %w", err)
-				}
-				r.seq = cp.Seq
 				recorded = true
 			}
 			if len(pause.Asks) > 0 {
@@ -174,6 +178,14 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		ran := triggered
 		triggered, err = r.superstep(ctx, triggered)
 		if pm, ok := err.(*pausedMidway); ok {
+			if r.step == 0 && !recorded {
+				// the run took no input: its paused step is named now,
+				// so that resuming runs it
+				if err := r.recordStart(ctx, ran); err != nil {
+					return nil, err
+				}
+				recorded = true
+			}
 			return r.result(pm.in), nil
 		}
 		if err != nil {
@@ -199,6 +211,51 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 	return r.result(nil), nil
 }
 
+// recordStart commits the checkpoint that names the nodes of a run's
+// first step, for a run that took no input and paused there.
+func (r *run) recordStart(ctx context.Context, triggered []*flow.Node) error {
+	cp := &store.Checkpoint{Thread: r.req.Thread, Seq: r.seq + 1, Parent: r.seq, Run: r.id, Source: store.SourceInput, Time: time.Now(), Config: r.record}
+	for _, n := range triggered {
+		cp.Next = append(cp.Next, n.Name)
+	}
+	if err := r.commit(ctx, cp); err != nil {
+		return fmt.Errorf("commit the pause: %w", err)
+	}
+	from := r.seq
+	r.seq = cp.Seq
+	if r.req.Durability != "" && r.req.Durability != Sync {
+		return nil // held, and written with the run's checkpoints
+	}
+	// what the paused step kept (questions, children's namespaces, the
+	// updates of its nodes that completed) goes on with the checkpoint
+	// that names the step
+	r.nestedMu.Lock()
+	var names []string
+	for name, nr := range r.nestedDone {
+		if nr.seq == from {
+			names = append(names, name)
+		}
+	}
+	r.nestedMu.Unlock()
+	slices.Sort(names)
+	for _, name := range names {
+		r.nestedMu.Lock()
+		nr := r.nestedDone[name]
+		r.nestedMu.Unlock()
+		ws := make([]store.Write, len(nr.update))
+		for i, fv := range nr.update {
+			ws[i] = store.Write{Field: fv.Field, Value: fv.Value}
+		}
+		if err := r.e.Store.PutPending(ctx, r.req.Thread, r.seq, name, ws); err != nil {
+			return fmt.Errorf("keep %s for the paused run: %w", name, err)
+		}
+		r.nestedMu.Lock()
+		r.nestedDone[name] = nestedRun{seq: r.seq, update: nr.update}
+		r.nestedMu.Unlock()
+	}
+	return nil
+}
+
 // questions asks the step's askers that have neither an answer in the
 // request nor a pending write (an answer kept from an earlier resume).
 func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
@@ -221,7 +278,7 @@ func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 		if payload, err = value.Normalize(payload); err != nil {
 			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
 		}
-		asks = append(asks, Ask{ID: n.Name, Payload: payload})
+		asks = append(asks, Ask{ID: n.Name, Path: n.Name, Payload: payload})
 	}
 	return asks, nil
 }
@@ -248,14 +305,12 @@ func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 		if err := r.savePending(ctx, &o, r.seq, r.step); err != nil {
 			return err
 		}
+		if err := r.keepAnswer(ctx, r.seq, n.Name, r.answers[n.Name]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
-
-// pausedMidway ends a run whose step's nodes paused it (see paused).
-type pausedMidway struct{ in *Interrupt }
-
-func (p *pausedMidway) Error() string { return "the run paused midway through a step" }
 
 // result is the run's outcome so far.
 func (r *run) result(in *Interrupt) *Result {
@@ -497,7 +552,9 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	// saved updates belong to the first superstep of a resumed run only,
 	// an answer to the first step that runs its asker
+	kept := r.pending
 	r.pending = nil
+	r.held = r.held[:0]
 	if r.nestedDone != nil {
 		r.nestedMu.Lock()
 		r.nestedDone = nil
@@ -514,6 +571,10 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 				delete(r.answers, n.Name)
 			}
 		}
+		answered = r.consumed(triggered, answered)
+	}
+	if kept != nil {
+		answered = keptAnswers(kept, answered)
 	}
 	if r.req.RecordPath {
 		names := make([]string, len(triggered))

@@ -10,12 +10,9 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/diag"
-	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
-	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // Create makes a new thread with the schema defaults overlaid by values.
@@ -281,52 +278,6 @@ func (e *Engine) Abandon(ctx context.Context, thread string) (*store.Snapshot, e
 		return nil, err
 	}
 	return &store.Snapshot{Thread: thread, Seq: cp.Seq, Values: head.Values, Versions: head.Versions, Run: head.Run, Step: head.Step}, nil
-}
-
-// Asks lists the questions a thread's unfinished run waits on: those of
-// the askers among its next nodes that have no answer kept (a pending
-// write), as the run would ask them over the thread's state and the
-// run's input.
-func (e *Engine) Asks(ctx context.Context, g *flow.Graph, thread string) ([]Ask, error) {
-	head, err := e.Store.Head(ctx, thread)
-	if err != nil {
-		return nil, err
-	}
-	asks := pendingAsks(g, head)
-	var vars map[string]any
-	for _, name := range head.Next {
-		n, ok := g.Node(name)
-		if !ok || !isAsker(n) {
-			continue
-		}
-		if _, kept := head.Pending[name]; kept {
-			continue
-		}
-		if vars == nil {
-			input, cfg := runInput(ctx, e.Store, thread, head.Run)
-			if input == nil {
-				input = map[string]any{}
-			}
-			vars = map[string]any{}
-			expression.Bind(vars, "state", head.Values)
-			expression.Bind(vars, "input", input)
-			if g.ConfigShape != nil {
-				if cfg, _, err = resolveConfig(g, cfg, nil); err != nil {
-					return nil, err
-				}
-				vars["config"] = cfg
-			}
-		}
-		payload, err := safeAsk(n.Impl.(kind.Asker), kind.View(name, vars))
-		if err != nil {
-			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
-		}
-		if payload, err = value.Normalize(payload); err != nil {
-			return nil, &NodeError{Node: n.Name, Kind: n.Kind, Pos: n.Pos, Err: fmt.Errorf("ask: %w", err)}
-		}
-		asks = append(asks, Ask{ID: name, Payload: payload})
-	}
-	return asks, nil
 }
 
 // CheckNew checks the initial values and the input of a run that makes a

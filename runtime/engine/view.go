@@ -159,10 +159,10 @@ func (v *view) Vars() map[string]any {
 func (v *view) Observed() bool        { return v.run.req.Observe != nil }
 func (v *view) Degrade(reason string) { v.degraded = reason }
 
-// Answer is the run's answer to the step's node (a nested node asks no
-// question).
+// Answer is the run's answer to the node: a node of the step by its
+// name, a nested one (a map's item) by its own, NODE[KEY].
 func (v *view) Answer() (any, bool) {
-	if v.host != nil || !v.gate.enter() {
+	if !v.gate.enter() {
 		return nil, false
 	}
 	defer v.gate.exit()

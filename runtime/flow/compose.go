@@ -171,12 +171,8 @@ func (b *builder) Nested(v config.Value, vars kind.Vars) *kind.Nested {
 	if n.Impl == nil {
 		return nil
 	}
-	if _, asks := n.Impl.(kind.Asker); asks {
-		c.dl.Errorf(diag.CodeMapNode, v.Get("kind").Pos(), v.Path(), "a %s node pauses the run to ask, which a node run inside %q cannot do", spec.Name, b.name)
-		return nil
-	}
 	if _, pauses := n.Impl.(kind.Interrupter); pauses {
-		c.dl.Errorf(diag.CodeMapNode, v.Get("kind").Pos(), v.Path(), "this %s node may pause the run for a person's approval of a tool call, which a node run inside %q cannot do: run it as a node of the flow", spec.Name, b.name)
+		c.dl.Errorf(diag.CodeMapNode, v.Get("kind").Pos(), v.Path(), "this %s node may pause the run for a person's approval of a tool call, which a node run inside %q cannot do: run it as a node of the flow, or of a subflow that %q runs", spec.Name, b.name, b.name)
 		return nil
 	}
 	return &kind.Nested{Kind: spec.Name, Impl: n}
@@ -260,18 +256,8 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 	if g.Output != nil {
 		sf.Output = g.Output.Render
 	}
-	var pauses []string
-	for _, n := range g.Nodes {
-		_, asks := n.Impl.(kind.Asker)
-		_, approves := n.Impl.(kind.Interrupter)
-		if asks || approves || n.InterruptBefore || n.InterruptAfter {
-			pauses = append(pauses, n.Name)
-		}
-	}
-	if len(pauses) > 0 {
-		c.dl.Errorf(diag.CodeSubflow, v.Pos(), v.Path(), "subflow %s can pause (at %s), which a flow run as a node cannot do: its questions would have no one to answer them", path, strings.Join(pauses, ", "))
-		c.children[id] = nil
-		return nil
+	for _, p := range g.PausePoints() {
+		sf.Pauses = append(sf.Pauses, p.Path)
 	}
 	c.children[id] = sf
 	return sf

@@ -85,6 +85,7 @@ func flowFields(kinds []config.Field) []config.Field {
 		config.Any("version", "Flow format version.").Is(Version).Require(),
 		config.String("name", "The flow's name (snake_case).").Match(`^[a-z][a-z0-9_]*$`).Require(),
 		config.String("description", ""),
+		config.Bool("interactive", "Whether a person answers this flow's runs (default true). false declares that nobody does (a flow run by a schedule, or as a batch): a place where a run may pause (an interrupt, interrupt_before or interrupt_after, in the flow, in a map's items or in a subflow at any depth) is then a warning, C006, naming its path."),
 		config.Object("state", "",
 			config.Any("schema", "The state's JSON Schema (draft 2020-12): inline, or a path relative to this file.").
 				AlsoTypes("object", "string").Require(),

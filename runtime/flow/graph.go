@@ -51,6 +51,10 @@ type Graph struct {
 	// interrupt_after), Asks when a node asks a question (kind.Asker): a
 	// run of a flow with neither checks no node for them.
 	Pauses, Asks bool
+	// Interactive is false for a flow whose runs no person answers
+	// (interactive: false): each place a run of it may pause is a
+	// warning (see PausePoints).
+	Interactive bool
 	// FullValidation is set when the state schema has root-level
 	// constraints beyond its properties; the whole state is then validated
 	// at every commit instead of only the changed fields.

@@ -289,6 +289,7 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 			n.WriteFields[i], _ = c.g.Field(name)
 		}
 	}
+	c.interactive(top)
 	c.edges(top.Value("edges"))
 	c.analyse()
 	c.nullWarnings()

@@ -43,6 +43,10 @@ type Subflow struct {
 	// Output renders the child's declared output over a final state;
 	// nil when the child declares none.
 	Output func(state map[string]any) (string, error)
+	// Pauses lists the places a run of the child may pause for a person,
+	// by path (approve, review/approve, items[*]/approve): a caller that
+	// cannot wait for an answer refuses such a child.
+	Pauses []string
 	// Graph is the runtime's compiled flow; kinds pass it back untouched.
 	Graph any
 }

@@ -75,7 +75,10 @@ type Node interface {
 // returns (the question, any JSON value); a later run resumes the thread
 // with the answer (by node name), and Run reads it with State.Answer.
 // Answers given for some of a step's askers are kept (as the nodes'
-// pending writes) until the others are answered.
+// pending writes) until the others are answered. An asker run by
+// another node (a map's item, see State.RunNested) asks when it is run,
+// and its host pauses (see Paused); one in a child flow pauses the child,
+// and so the node that runs it.
 type Asker interface {
 	Ask(s State) (any, error)
 }

@@ -43,7 +43,8 @@ type State interface {
 	// carries the counts of all its attempts (nothing is kept when the run
 	// is not observed).
 	Measure(name string, n int64)
-	// Answer is the answer the run holds for this node (see Asker).
+	// Answer is the answer the run holds for this node (see Asker); a
+	// nested node's is its own (NODE[key]).
 	Answer() (any, bool)
 	// Record keeps what the node was told from outside the run for a
 	// request (a model's reply), key naming the request (a hash of what it
@@ -60,7 +61,12 @@ type State interface {
 	// apart within a step (an item's index): the runs are named NODE[key]
 	// in events, and the update of a run that completed is kept (as a
 	// pending write) so that a step resumed after a crash returns it
-	// without running it again. It is safe to call concurrently.
+	// without running it again. A nested node that asks (an Asker) and
+	// holds no answer, or whose run paused (a child flow), returns a
+	// *Paused naming its question (ID and path NODE[key]): the host
+	// returns it, joined with the others' by Pause, and runs again when
+	// the run is resumed, finding the runs that completed done. It is
+	// safe to call concurrently.
 	RunNested(ctx context.Context, n *Nested, key string, vars map[string]any) (Update, error)
 	// RunFlow runs a child flow to its end on a thread of its own, under
 	// the namespace NODE:SEQ (NODE[key]:SEQ with a key) of this run's
@@ -70,7 +76,11 @@ type State interface {
 	// named by the namespace, so a step resumed after a crash resumes the
 	// child where it stopped, or takes its result. The child's events
 	// reach this run's observer tagged with the namespace. It returns the
-	// child's final state.
+	// child's final state; or, when the child paused (it waits for a
+	// person, at any depth), a *Paused with its questions, whose ids are
+	// under the namespace and whose paths under the node (NODE/...,
+	// NODE[key]/...), which the node returns: the run resumed with their
+	// answers runs it again, and the child goes on where it stopped.
 	RunFlow(ctx context.Context, f *Subflow, key string, values, input, config map[string]any) (map[string]any, error)
 	// Once returns what fn returned the first time this node reached key
 	// in its step (keys tell apart the pieces of work a node does: a

@@ -360,6 +360,14 @@ type ThreadOptions struct {
 // id starts with its own and ChildSep, and a root thread's id holds none.
 const ChildSep = "|"
 
+// ChildRecord ends the name of the pending write in which an unfinished
+// step records the namespace of a child flow one of its nodes started
+// (NODE#flow, or NODE[KEY]#flow for one of a node's several children):
+// its value is the namespace, a text, and the child's thread is the
+// thread's id, ChildSep and the namespace. The node run again goes on
+// with that child, and a fork of the step forks it.
+const ChildRecord = "#flow"
+
 // Listed reports whether t passes opts's filters and cursor (not its
 // limit).
 func (opts ThreadOptions) Listed(t ThreadInfo) bool {
@@ -401,7 +409,7 @@ func ForkReplaying(ctx context.Context, st Store, from string, seq uint64, to st
 }
 
 func fork(ctx context.Context, st Store, from string, seq uint64, to string, replay bool) (*Snapshot, error) {
-	if err := CheckThreadID(to); err != nil {
+	if err := CheckThreadID(to); err != nil && !isChildOf(to, from) {
 		return nil, err
 	}
 	snap, err := st.StateAt(ctx, from, seq)
@@ -415,7 +423,7 @@ func fork(ctx context.Context, st Store, from string, seq uint64, to string, rep
 	var pending map[string][]Write
 	if len(snap.Next) > 0 {
 		cp.Next, cp.Joins, cp.Step = snap.Next, snap.Joins, snap.Step
-		cp.Input, cp.Config = RunInput(ctx, st, from, snap.Run)
+		cp.Input, cp.Config = RunInput(ctx, st, from, seq)
 		head, err := st.Head(ctx, from)
 		if err != nil {
 			return nil, err
@@ -440,9 +448,45 @@ func fork(ctx context.Context, st Store, from string, seq uint64, to string, rep
 		if err := st.PutPending(ctx, to, 1, node, pending[node]); err != nil {
 			return nil, fmt.Errorf("fork: the update of node %q: %w", node, err)
 		}
+		if err := forkChild(ctx, st, from, to, node, pending[node], replay); err != nil {
+			return nil, err
+		}
 	}
 	return &Snapshot{Thread: to, Seq: 1, Values: snap.Values, Versions: snap.Versions, Next: cp.Next, Joins: cp.Joins,
 		Run: cp.Run, Step: cp.Step, Pending: pending}, nil
+}
+
+// isChildOf reports whether to is the thread of a child flow whose fork
+// forkChild makes from from: both a child flow's under the same namespace.
+func isChildOf(to, from string) bool {
+	i, j := strings.Index(to, ChildSep), strings.Index(from, ChildSep)
+	return i > 0 && j > 0 && to[i:] == from[j:]
+}
+
+// forkChild forks, with the step that started it, the child flow whose
+// namespace the pending write of name records (see ChildRecord), at its
+// newest checkpoint: the fork's step goes on with the fork's child, which
+// carries the child's unfinished run (its questions, its own children).
+func forkChild(ctx context.Context, st Store, from, to, name string, ws []Write, replay bool) error {
+	if !strings.HasSuffix(name, ChildRecord) || len(ws) != 1 {
+		return nil
+	}
+	ns, ok := ws[0].Value.(string)
+	if !ok || ns == "" || strings.Contains(ns, ChildSep) {
+		return nil
+	}
+	child := from + ChildSep + ns
+	head, err := st.Head(ctx, child)
+	if errors.Is(err, ErrNotFound) {
+		return nil // recorded, and not started: the fork starts it
+	}
+	if err != nil {
+		return fmt.Errorf("fork: the child flow %s: %w", child, err)
+	}
+	if _, err := fork(ctx, st, child, head.Seq, to+ChildSep+ns, replay); err != nil {
+		return fmt.Errorf("fork: the child flow %s: %w", child, err)
+	}
+	return nil
 }
 
 // Lineage lists the checkpoints the thread's newest state was made by,
@@ -512,25 +556,56 @@ func ForkedFrom(cp *Checkpoint) (thread string, seq uint64, ok bool) {
 	return cp.Run[:at], seq, err == nil
 }
 
-// RunInput reads the input a thread's run took, and the configuration it
-// recorded: from the run's input checkpoint, or from the fork that
-// carried the run into the thread (nil when it took none).
-func RunInput(ctx context.Context, st Store, thread, run string) (input, config map[string]any) {
-	cps, err := st.History(ctx, thread, HistoryOptions{Run: run, Source: SourceInput, Limit: 1})
-	if err == nil && len(cps) == 0 {
-		cps, err = st.History(ctx, thread, HistoryOptions{Run: run, Source: SourceFork, Limit: 1})
-		if err == nil && len(cps) == 1 {
-			return cps[0].Input, cps[0].Config
+// RunInput reads the input of the run a thread's checkpoint seq leaves
+// unfinished (or ended), and the configuration it recorded: from the
+// run's input checkpoint, or from the fork that carried the run into the
+// thread (nil when it took none). The run is the one that made the
+// checkpoints from seq back to where it began, whichever runs resumed it
+// on the way: a run that pauses again after a resume is still the run
+// that took the input. Its checkpoints all name nodes still to run (an
+// update or a move in between keeps them), so the walk back stops at the
+// first that names none: the end of an earlier run, or the thread's
+// creation, after which the run took no input.
+func RunInput(ctx context.Context, st Store, thread string, seq uint64) (input, config map[string]any) {
+	const page = 64
+	for before := seq + 1; before > 1; {
+		cps, err := st.History(ctx, thread, HistoryOptions{Before: before, Limit: page})
+		if err != nil || len(cps) == 0 {
+			return nil, nil
+		}
+	walk:
+		for _, cp := range cps {
+			switch cp.Source {
+			case SourceInput:
+				return inputOf(cp), cp.Config
+			case SourceFork:
+				return cp.Input, cp.Config
+			}
+			if cp.Seq != seq && len(cp.Next) == 0 || cp.Source == SourceCreate || cp.Source == SourceBase || cp.Source == SourceAbandon {
+				return nil, nil
+			}
+			before = cp.Seq
+			if cp.Base != 0 {
+				// a branch goes on from its base, not from the newer
+				// checkpoints it was committed after
+				before = cp.Base + 1
+				break walk
+			}
+		}
+		if len(cps) < page && before == cps[len(cps)-1].Seq {
+			return nil, nil
 		}
 	}
-	if err != nil || len(cps) != 1 {
-		return nil, nil
-	}
-	if len(cps[0].Writes) == 0 {
-		return nil, cps[0].Config
+	return nil, nil
+}
+
+// inputOf is the input an input checkpoint recorded.
+func inputOf(cp *Checkpoint) map[string]any {
+	if len(cp.Writes) == 0 {
+		return nil
 	}
 	in := map[string]any{}
-	for _, w := range cps[0].Writes {
+	for _, w := range cp.Writes {
 		if w.Append {
 			in[w.Field] = w.Items
 		} else {
@@ -539,8 +614,8 @@ func RunInput(ctx context.Context, st Store, thread, run string) (input, config 
 	}
 	// a field whose reducer made another value of its input (add, merge)
 	// has the input itself recorded
-	maps.Copy(in, cps[0].Input)
-	return in, cps[0].Config
+	maps.Copy(in, cp.Input)
+	return in
 }
 
 func sortedFields(m map[string]any) []string {

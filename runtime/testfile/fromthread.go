@@ -199,16 +199,22 @@ func segment(g *flow.Graph, line []*store.Checkpoint) (genTest, []store.Reply, e
 		case store.SourceStep, store.SourceRun:
 			switch {
 			case cur != nil && cp.Run == prev.Run && prev.Source != store.SourceUpdate:
-			case open && cur != nil && len(pausedAt(prev)) == 0:
+			case open && cur != nil && len(pausedAt(prev)) == 0 && len(cp.Answers) == 0:
 				// a run that stopped part way (a crash, a cancel) and
 				// was resumed: in the test it runs through
 			case open:
-				// a pause: the run resumes it
+				// a pause: the run resumes it (one inside a node, a
+				// subflow's or a map item's, is known by the answers
+				// the step took, named by their paths)
+				paused := pausedAt(prev)
+				if len(paused) == 0 {
+					paused = answeredPaths(cp.Answers)
+				}
 				if cur != nil {
-					cur.expect().Paused = pausedAt(prev)
+					cur.expect().Paused = paused
 				}
 				closeRun()
-				cur = &genRun{Resume: len(cp.Answers) == 0, Answers: cp.Answers}
+				cur = &genRun{Resume: len(cp.Answers) == 0, Answers: byPath(cp.Answers)}
 			default:
 				closeRun()
 				cur = &genRun{}
@@ -293,6 +299,33 @@ func pauses(g *flow.Graph, cp *store.Checkpoint) []string {
 		return before
 	}
 	return asks
+}
+
+// answeredPaths are the paths of the questions asked inside nodes that
+// answers (a step's, by question id) answered, sorted.
+func answeredPaths(answers map[string]any) []string {
+	var out []string
+	for id := range answers {
+		if p := engine.PathOf(id); p != id {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// byPath names the answers of questions asked inside nodes by their
+// paths, which a test's runs reproduce whatever the checkpoints they
+// make are numbered.
+func byPath(answers map[string]any) map[string]any {
+	if answers == nil {
+		return nil
+	}
+	out := make(map[string]any, len(answers))
+	for id, a := range answers {
+		out[engine.PathOf(id)] = a
+	}
+	return out
 }
 
 // writesOf turns a checkpoint's writes into field values (an append

@@ -45,7 +45,10 @@
 // runs the tool (offline, an llm node's calls are its fallback's). A
 // scripted output the node refuses (a reply its prompt's schema
 // does not allow) fails the test. A run that pauses must expect it
-// (paused), and a later run resumes it (answers, or resume: true). With
+// (paused), and a later run resumes it (answers, or resume: true); a
+// question asked inside a subflow or a map's item, at any depth, is
+// expected and answered by its path (review/approve, items[2]/approve)
+// or its id. With
 // no model configured, llm nodes use their prompts' fallbacks, so tests
 // are offline and deterministic. The file is checked like a flow: every
 // problem at its line and column, in the file's terms.
@@ -209,7 +212,7 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		config.List("state", "Conditions over the state that must hold.", config.Elem(config.Condition("", ""))),
 		config.List("output", "Conditions over output, the flow's declared output rendered over the final state (and over the state).", config.Elem(config.Condition("", ""))),
 		names("degraded", "The nodes that used a fallback, and no other."),
-		names("paused", "The nodes the run paused at: before or after them, or for their question."),
+		names("paused", "Where the run paused: the nodes it paused before or after, or that ask; inside a node (a subflow, a map's item), by path (review/approve, items[2]/approve)."),
 		names("tools", "The tools the run called (by the names the model calls them), once per call, in any order: the run's trajectory (a call a person rejected was not made)."),
 		str("error", "A part of the error the run must fail with.").NonEmpty(1),
 	)
@@ -227,7 +230,7 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 	run := config.Object("", "One run of the thread.",
 		config.Map("input", "The run's input.", nil),
 		config.Map("config", "The run's configuration.", nil),
-		config.Map("answers", "Resume the paused run with these answers, by asking node.", nil),
+		config.Map("answers", "Resume the paused run with these answers, each by the question's path (the asking node's name; inside a subflow or a map's item review/approve, items[2]/approve) or id.", nil),
 		str("thread", "The thread the run goes to (default: the test's first); the first run naming a thread creates it.").NonEmpty(1),
 		config.Map("with", "A new thread's initial values, over the test's.", nil),
 		config.Bool("resume", "Resume the paused run (with answers, if any)."),
@@ -839,7 +842,8 @@ func endedHow(err error) string {
 	return "ran to its end"
 }
 
-// pausedAt lists the nodes a run paused at, sorted (nil when it did not).
+// pausedAt lists where a run paused, sorted (nil when it did not): the
+// nodes, or inside a node the paths (review/approve, items[2]/approve).
 func pausedAt(in *engine.Interrupt) []string {
 	if in == nil {
 		return nil
@@ -849,7 +853,7 @@ func pausedAt(in *engine.Interrupt) []string {
 		set[n] = true
 	}
 	for _, a := range in.Asks {
-		set[a.ID] = true
+		set[a.Path] = true
 	}
 	return slices.Sorted(maps.Keys(set))
 }
@@ -859,7 +863,7 @@ func asked(in *engine.Interrupt) string {
 	var qs []string
 	for _, a := range in.Asks {
 		q, _ := jsonShort(a.Payload)
-		qs = append(qs, a.ID+" asks "+q)
+		qs = append(qs, a.Path+" asks "+q)
 	}
 	if len(qs) == 0 {
 		return ""
@@ -873,7 +877,7 @@ func answerHint(in *engine.Interrupt, last bool) string {
 		return ""
 	}
 	if len(in.Asks) > 0 {
-		return ", and answer it in a next run with answers: {" + in.Asks[0].ID + ": ...}"
+		return ", and answer it in a next run with answers: {" + in.Asks[0].Path + ": ...}"
 	}
 	return ", and go on in a next run with resume: true"
 }

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
@@ -49,6 +50,10 @@ func build(b kind.Builder) []*kind.Tool {
 	fv := s.Value("flow")
 	sf := b.Subflow(fv)
 	if sf == nil {
+		return nil
+	}
+	if len(sf.Pauses) > 0 {
+		b.Report(diag.CodeToolSetting, fv.Pos(), fv.Path(), "flow %s may pause for a person (at %s), which a tool's call cannot: nobody would answer it (run it as a subflow node)", sf.Name, strings.Join(sf.Pauses, ", "))
 		return nil
 	}
 	props := map[string]any{}

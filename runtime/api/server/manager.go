@@ -380,9 +380,12 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
-	// answers the flow cannot take are refused now, not by the run
-	if err := engine.CheckAnswers(l.flow.Graph(), answers); err != nil {
-		return store.RunRecord{}, nil, err
+	if len(answers) > 0 {
+		// answers that name no question of the paused run, or that its
+		// node cannot take, are refused now, not by the run once queued
+		if _, err := m.s.eng().ResolveAnswers(ctx, l.flow.Graph(), thread.ID, answers); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return store.RunRecord{}, nil, err
+		}
 	}
 	cfg, err := plain("config", in.Config)
 	if err != nil {

@@ -441,8 +441,21 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	}
 	made(r, sc.Thread)
 	s.sched.nudge()
-	writeJSON(w, http.StatusCreated, scheduleInfo(sc))
+	out := scheduleInfo(sc)
+	out.Warnings = pauseWarnings(l.flow.Graph())
+	writeJSON(w, http.StatusCreated, out)
 	return nil
+}
+
+// pauseWarnings tells of each place a run of g may pause for a person,
+// which nobody answers when a schedule starts the run.
+func pauseWarnings(g *flow.Graph) []string {
+	var out []string
+	for _, p := range g.PausePoints() {
+		how := map[string]string{"asks": "a node that asks a question", "interrupt_before": "interrupt_before", "interrupt_after": "interrupt_after"}[p.Why]
+		out = append(out, fmt.Sprintf("flow %s may pause at %s (%s): nobody answers a schedule's run, so its thread waits there until someone resumes it", g.Name, p.Path, how))
+	}
+	return out
 }
 
 // checkTick checks a schedule's values and input against its flow, g, as

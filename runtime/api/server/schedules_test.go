@@ -655,6 +655,46 @@ func TestScheduleLoopSleepsUntilTheNextTick(t *testing.T) {
 	}
 }
 
+// A schedule of a flow that may pause (here inside a subflow) is made,
+// and told of each place: nobody answers a schedule's run. One of a flow
+// that never pauses is told nothing.
+func TestScheduleOfAFlowThatPausesWarns(t *testing.T) {
+	dir := flowsWith(t, map[string]string{"steps": strings.ReplaceAll(stepsFlow, `"MS"`, `"1"`), "check": `version: 1
+name: check
+state:
+  schema:
+    type: object
+    properties:
+      ok: {type: boolean, default: false}
+nodes:
+  approve: {kind: interrupt, ask: "'ok?'", writes: {ok: "answer == true"}}
+edges:
+  - {from: START, to: approve}
+  - {from: approve, to: END}
+`, "nightly": `version: 1
+name: nightly
+state:
+  schema:
+    type: object
+    properties:
+      ok: {type: boolean, default: false}
+nodes:
+  review: {kind: subflow, flow: check.yaml, writes: {ok: "output.ok"}}
+edges:
+  - {from: START, to: review}
+  - {from: review, to: END}
+`})
+	s := serve(t, openRuntime(t, "memory"), dir, "")
+	sc, err := s.acme.CreateSchedule(ctx, api.CreateSchedule{Flow: "nightly", Cron: "0 3 * * *"})
+	if err != nil || len(sc.Warnings) != 1 || !strings.Contains(sc.Warnings[0], "flow nightly may pause at review/approve (a node that asks a question)") {
+		t.Fatalf("the schedule of a flow that pauses: %+v %v", sc, err)
+	}
+	sc, err = s.acme.CreateSchedule(ctx, api.CreateSchedule{Flow: "steps", Cron: "0 3 * * *"})
+	if err != nil || sc.Warnings != nil {
+		t.Fatalf("the schedule of a flow that does not pause: %+v %v", sc, err)
+	}
+}
+
 // The record of missed ticks outlives the next tick: the schedule's tick
 // history keeps the missed span (with what the missed policy did) under
 // the tick started after it, listed with its run and where the run

@@ -298,7 +298,7 @@ func (s *Server) threadState(w http.ResponseWriter, r *http.Request, c *caller) 
 			return err
 		}
 		for _, a := range asks {
-			out.Interrupts = append(out.Interrupts, api.Interrupt{ID: a.ID, Payload: a.Payload})
+			out.Interrupts = append(out.Interrupts, api.Interrupt{ID: a.ID, Path: a.Path, Payload: a.Payload})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -452,7 +452,21 @@ func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller)
 		return &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("at names the checkpoint to update at, an integer from 1 to %d", int64(maxCheckpoint)),
 			Details: map[string]string{"field": "at"}}
 	}
-	snap, err := s.eng().UpdateAt(r.Context(), l.flow.Graph(), rec.ID, in.At, in.As, values)
+	// with ?ns=, the thread of a child flow it ran (a paused one goes on
+	// from the update when the thread is resumed)
+	key, err := inNamespace(r, rec)
+	if err != nil {
+		return err
+	}
+	g := l.flow.Graph()
+	if key != rec.ID {
+		child, ok := engine.ChildFlow(g, r.URL.Query().Get("ns"))
+		if _, err := s.eng().Store.Head(r.Context(), key); !ok || errors.Is(err, store.ErrNotFound) {
+			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q ran no child flow %q", publicID(rec.ID), r.URL.Query().Get("ns"))}
+		}
+		g = child
+	}
+	snap, err := s.eng().UpdateAt(r.Context(), g, key, in.At, in.As, values)
 	if errors.Is(err, store.ErrNotFound) && in.At > 0 {
 		return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), in.At)}
 	}

@@ -398,7 +398,14 @@ func testForkCarries(t *testing.T, st store.Store) {
 	if err := st.Commit(ctx, step); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutPending(ctx, "t", 3, "c", []store.Write{{Field: "n", Value: 8}}); err != nil {
+	// another run resumed the first, and paused again: the run it goes on
+	// with is still the first's, with its input
+	resumed := &store.Checkpoint{Thread: "t", Seq: 4, Parent: 3, Run: "r2", Step: 2, Source: store.SourceStep, Time: at(4),
+		Writers: []store.NodeWrites{{Node: "c"}, {Node: "d"}}, Next: []string{"e"}}
+	if err := st.Commit(ctx, resumed); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutPending(ctx, "t", 4, "e", []store.Write{{Field: "n", Value: 8}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -407,7 +414,7 @@ func testForkCarries(t *testing.T, st store.Store) {
 		joins   []uint64
 		step    int
 		pending bool
-	}{{2, []string{"a", "b"}, nil, 0, false}, {3, []string{"c", "d"}, []uint64{1}, 1, true}} {
+	}{{2, []string{"a", "b"}, nil, 0, false}, {3, []string{"c", "d"}, []uint64{1}, 1, false}, {4, []string{"e"}, nil, 2, true}} {
 		to := fmt.Sprintf("f%d", tc.seq)
 		if _, err := store.Fork(ctx, st, "t", tc.seq, to); err != nil {
 			t.Fatal(err)
@@ -416,10 +423,10 @@ func testForkCarries(t *testing.T, st store.Store) {
 		if err != nil || h.Seq != 1 || !slices.Equal(h.Next, tc.next) || !slices.Equal(h.Joins, tc.joins) || h.Step != tc.step {
 			t.Fatalf("the fork at %d: %v %+v", tc.seq, err, h)
 		}
-		if got := len(h.Pending["c"]) == 1; got != tc.pending {
+		if got := len(h.Pending[tc.next[0]]) == 1; got != tc.pending {
 			t.Errorf("the fork at %d has pending writes %v", tc.seq, h.Pending)
 		}
-		input, cfg := store.RunInput(ctx, st, to, h.Run)
+		input, cfg := store.RunInput(ctx, st, to, h.Seq)
 		if !reflect.DeepEqual(input, map[string]any{"n": 7}) || !reflect.DeepEqual(cfg, map[string]any{"model": "m"}) {
 			t.Errorf("the fork at %d carries input %v and configuration %v", tc.seq, input, cfg)
 		}

@@ -387,7 +387,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	durability := fs.String("durability", "sync", "when steps are committed: sync, async or exit")
 	jsonOut := fs.Bool("json", false, "print the final state as JSON, not the flow's output")
 	var answers multi
-	fs.Var(&answers, "answer", "with --resume, answer a paused run's question: NODE=value (repeatable; value parsed as YAML); unanswered questions are asked on standard input")
+	fs.Var(&answers, "answer", "with --resume, answer a paused run's question: ID=value, by the question's id or path (an interrupt node by its name; inside a subflow or a map's item, such as review/approve or items[2]/approve; repeatable; value parsed as YAML); unanswered questions are asked on standard input")
 	var configs multi
 	fs.Var(&configs, "config", "set a run configuration value of the flow's config block: name=value (repeatable; value parsed as YAML); secret values are never checkpointed, so give them again with --resume")
 	paths, code, ok := parse(fs, args)
@@ -511,7 +511,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	for res.Interrupt != nil && len(res.Interrupt.Asks) > 0 {
 		given := map[string]any{}
 		for _, a := range res.Interrupt.Asks {
-			fmt.Fprintf(env.Stderr, "%s\n%s> ", question(a), a.ID)
+			fmt.Fprintf(env.Stderr, "%s\n%s> ", question(a), a.Path)
 			if !lines.Scan() {
 				fmt.Fprintln(env.Stderr)
 				break
@@ -647,6 +647,10 @@ func printState(env *Env, state map[string]any) {
 	_ = enc.Encode(state)
 }
 
+// hintedAnswers is how many questions the command that goes on from a
+// pause spells out; the others are counted.
+const hintedAnswers = 4
+
 // paused tells that a run paused at a node's interrupt_before or
 // interrupt_after, and how to go on.
 func paused(env *Env, res *trellis.Result, at where) {
@@ -656,11 +660,18 @@ func paused(env *Env, res *trellis.Result, at where) {
 	if len(res.Interrupt.Asks) > 0 {
 		var ids []string
 		for _, a := range res.Interrupt.Asks {
-			q, _ := json.Marshal(a.Payload)
-			fmt.Fprintf(env.Stderr, "%s asks: %s\n", a.ID, q)
-			ids = append(ids, "--answer "+a.ID+"=VALUE")
+			fmt.Fprintln(env.Stderr, question(a))
+			if len(ids) < hintedAnswers {
+				ids = append(ids, "--answer "+shellWord(a.Path+"=VALUE"))
+			}
 		}
-		fmt.Fprintf(env.Stderr, "paused for answers; `trellis run %s --resume %s` goes on\n", at.run(), strings.Join(ids, " "))
+		more := ""
+		if n := len(res.Interrupt.Asks) - len(ids); n > 0 {
+			// many questions (a long map's items): the command shows how,
+			// and says that some answers at a time will do
+			more = fmt.Sprintf("; any of the %d other questions is answered the same way (those not answered keep waiting)", n)
+		}
+		fmt.Fprintf(env.Stderr, "paused for answers; `trellis run %s --resume %s` goes on%s\n", at.run(), strings.Join(ids, " "), more)
 		return
 	}
 	where := "after " + strings.Join(res.Interrupt.After, ", ")
@@ -670,13 +681,23 @@ func paused(env *Env, res *trellis.Result, at where) {
 	fmt.Fprintf(env.Stderr, "paused %s; the thread's run is unfinished: `trellis run %s --resume` goes on, `trellis update` changes the state first\n", where, at.run())
 }
 
-// parseAnswers reads --answer NODE=value pairs, values as YAML.
+// idNote shows a question's id where it differs from its path (a
+// question asked inside a node): either answers it.
+func idNote(a trellis.Ask) string {
+	if a.ID == a.Path || a.ID == "" {
+		return ""
+	}
+	return " (id " + a.ID + ")"
+}
+
+// parseAnswers reads --answer ID=value pairs (a question's id or path),
+// values as YAML.
 func parseAnswers(pairs []string) (map[string]any, error) {
 	out := map[string]any{}
 	for _, p := range pairs {
 		k, raw, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("--answer %q: want NODE=value", p)
+			return nil, fmt.Errorf("--answer %q: want ID=value (a question's id or path)", p)
 		}
 		out[k] = yamlValue(raw)
 	}
@@ -746,7 +767,7 @@ func ParseInputs(f *trellis.Flow, flag string, pairs []string, file string) (map
 func question(a trellis.Ask) string {
 	if p, ok := a.Payload.(map[string]any); ok && p["type"] == "tool_approval" {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s would call:", a.ID)
+		fmt.Fprintf(&b, "%s would call:%s", a.Path, idNote(a))
 		calls, _ := p["calls"].([]any)
 		for _, c := range calls {
 			cm, _ := c.(map[string]any)
@@ -760,7 +781,7 @@ func question(a trellis.Ask) string {
 		return b.String()
 	}
 	q, _ := json.Marshal(a.Payload)
-	return fmt.Sprintf("%s asks: %s", a.ID, q)
+	return fmt.Sprintf("%s asks: %s%s", a.Path, q, idNote(a))
 }
 
 // TraceTo prints events as one line each.

@@ -358,6 +358,14 @@ func cmdUpdate(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "update", err)
 	}
 	defer rt.Close()
+	root, ns, child := strings.Cut(pos[1], store.ChildSep)
+	if _, own := g.Graph().Node(*as); child && !own {
+		// the thread of a child flow, named with the root's flow: the
+		// child's flow is the one its namespace leads to
+		if c, ok := g.Child(ns); ok {
+			g = c
+		}
+	}
 	snap, err := rt.UpdateAt(ctx, g, pos[1], *at, *as, values)
 	if err != nil {
 		return fail(env, "update", missing(err, pos[1], *at))
@@ -368,7 +376,10 @@ func cmdUpdate(ctx context.Context, env *Env, args []string) int {
 	default:
 		fmt.Fprintf(env.Stderr, "%s: checkpoint %d written as %s\n", pos[1], snap.Seq, *as)
 	}
-	if len(snap.Next) > 0 {
+	switch {
+	case len(snap.Next) > 0 && child:
+		fmt.Fprintf(env.Stderr, "%s: its run goes on with [%s] when thread %s is resumed: trellis run --thread %s --resume\n", pos[1], strings.Join(snap.Next, ", "), root, shellWord(root))
+	case len(snap.Next) > 0:
 		fmt.Fprintf(env.Stderr, "%s: its run goes on with [%s]: trellis run --resume\n", pos[1], strings.Join(snap.Next, ", "))
 	}
 	printJSON(env, snap.Values)

@@ -81,6 +81,9 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) int {
 		var sc *api.Schedule
 		if sc, err = c.CreateSchedule(ctx, in); err == nil {
 			printSchedule(env, sc)
+			for _, w := range sc.Warnings {
+				fmt.Fprintf(env.Stderr, "warning: %s\n", w)
+			}
 		}
 	case "list":
 		after := ""

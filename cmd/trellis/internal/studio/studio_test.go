@@ -653,6 +653,63 @@ func TestStudioAnswersAnInterrupt(t *testing.T) {
 	p.shot("answered")
 }
 
+// A run of the expenses flow pauses inside its map's items (their
+// subflow asks): the page lists every question with its path, and its
+// id; answering one resumes that item while the other keeps waiting; the
+// other's subflow thread opens from its question, paused at the asking
+// node; answering it completes the run.
+func TestStudioAnswersNestedInterrupts(t *testing.T) {
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
+	p := open(t, s, "expenses")
+	p.click("#tab-run")
+	p.typeInto("#new-id", "claims")
+	p.click("#create")
+	p.wait(`trellisStudio.thread && trellisStudio.thread.id === 'claims' && document.getElementById('run-form') !== null`)
+	p.typeInto("#in-claims", `[{"who": "Ada", "amount": 250}, {"who": "Bo", "amount": 40}, {"who": "Cy", "amount": 900}]`)
+	p.click("#run")
+	ada, cy := `#interrupts [data-interrupt="claims[0]/manager"]`, `#interrupts [data-interrupt="claims[2]/manager"]`
+	p.wait(`document.querySelector('` + ada + `') !== null && document.querySelector('` + cy + `') !== null && document.querySelector('#graph .node.waiting[data-node="claims"]') !== null`)
+	if q := p.text(cy + " pre"); !strings.Contains(q, "Approve Cy's claim of 900?") {
+		t.Errorf("Cy's question: %q", q)
+	}
+	var cyID string
+	p.eval(`document.querySelector('`+cy+`').dataset.id`, &cyID)
+	if !strings.HasPrefix(cyID, "claims[2]:") || !strings.HasSuffix(cyID, "|manager") || !strings.Contains(p.text(cy), cyID) {
+		t.Errorf("Cy's question's id: %q in %q", cyID, p.text(cy))
+	}
+	p.shot("two-questions")
+	p.typeInto("#answer-claims-2-manager", `{"approve": false, "note": "over budget"}`)
+	p.click("#answer")
+	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('` + cy + `') === null && document.querySelector('` + ada + `') !== null`)
+	st, err := p.client.State(p.ctx, "claims", 0)
+	if err != nil || len(st.Interrupts) != 1 || st.Interrupts[0].Path != "claims[0]/manager" {
+		t.Fatalf("after Cy's answer: %+v %v", st, err)
+	}
+	// Ada's subflow, paused at its manager
+	p.click(ada + " button.child-thread")
+	p.wait(`document.querySelector('#timeline') !== null && document.querySelector('#timeline').dataset.ns.startsWith('claims[0]:')`)
+	if h := p.text("#panel-history"); !strings.Contains(h, "Subflow claims[0]:") {
+		t.Errorf("the child's history: %q", h)
+	}
+	p.click("#back-to-thread")
+	p.click("#tab-run")
+	p.typeInto("#answer-claims-0-manager", `true`)
+	p.click("#answer")
+	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('#interrupts .interrupt') === null`)
+	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
+		t.Fatalf("the last run: %s", run)
+	}
+	st, err = p.client.State(p.ctx, "claims", 0)
+	if err != nil || len(st.Interrupts) != 0 || st.Values["approved_total"] != 290 {
+		t.Fatalf("the end: %+v %v", st, err)
+	}
+	decisions := st.Values["decisions"].([]any)
+	if len(decisions) != 3 || decisions[2].(map[string]any)["note"] != "over budget" {
+		t.Fatalf("decisions %v", decisions)
+	}
+	p.shot("nested-answered")
+}
+
 // A key of another tenant, signed in on the same studio, sees none of
 // the studio's threads: not in the list, and not by name.
 func TestStudioOtherTenantSeesNothing(t *testing.T) {

@@ -850,15 +850,38 @@ function renderInterrupts() {
     fill(box);
     return;
   }
+  // every question the run waits on, at any depth: a question asked
+  // inside a subflow or a map's item is named by its path (review/approve,
+  // items[2]/approve), answered by its id, and its child's thread can be
+  // opened; answering some resumes those, the others wait on
   const forms = asks.map((a) => {
     if (isApproval(a)) return approvalForm(a);
-    const ta = h('textarea', { rows: 3, id: 'answer-' + a.id, 'data-ask': a.id, 'aria-label': 'answer to ' + a.id, placeholder: 'the answer, as JSON (true, "text", {"approve": true})' });
-    return h('div', { class: 'interrupt', 'data-interrupt': a.id },
-      h('strong', {}, a.id + ' asks'), h('pre', {}, json(a.payload)),
+    const path = a.path || a.id;
+    const ta = h('textarea', { rows: 3, id: 'answer-' + domName(path), 'data-ask': a.id, 'aria-label': 'answer to ' + path, placeholder: 'the answer, as JSON (true, "text", {"approve": true})' });
+    const ns = childOf(a.id);
+    return h('div', { class: 'interrupt', 'data-interrupt': path, 'data-id': a.id },
+      h('div', { class: 'row' }, h('strong', {}, path + ' asks'),
+        a.id !== path ? h('span', { class: 'muted', title: 'the question\'s id, by which the API answers it' }, a.id) : null,
+        h('span', { class: 'spacer' }),
+        ns ? h('button', { class: 'child-thread', 'data-ns': ns, 'aria-label': 'Its subflow\'s thread, where ' + path + ' asks', onclick: () => { showTab('history'); openChild(ns); } }, 'Its subflow\'s thread') : null),
+      h('pre', {}, json(a.payload)),
       h('label', {}, 'Answer (JSON)', ta));
   });
-  fill(box, h('h2', {}, 'Waiting for an answer'), ...forms,
+  fill(box, h('h2', {}, asks.length > 1 ? asks.length + ' questions waiting for an answer' : 'Waiting for an answer'), ...forms,
+    asks.length > 1 ? h('p', { class: 'muted' }, 'Answer any of them: those answered go on, the others keep waiting.') : null,
     h('button', { class: 'primary', id: 'answer', onclick: answerInterrupts }, 'Answer and resume'));
+}
+
+// domName makes a question's path an element id's part.
+function domName(path) {
+  return path.replace(/[^A-Za-z0-9_-]+/g, '-');
+}
+
+// childOf is the namespace of the child flow's thread a question's id
+// was asked in (review:7 of review:7|approve), or '' at the top.
+function childOf(id) {
+  const i = id.lastIndexOf('|');
+  return i < 0 ? '' : id.slice(0, i);
 }
 
 function answerInterrupts() {

@@ -64,7 +64,7 @@ export function approvalForm(a) {
       h('label', {}, 'Arguments (JSON)', h('textarea', { rows: 3, class: 'tool-arguments', 'aria-label': 'arguments of ' + c.tool }, json(c.arguments || {}))),
       h('label', {}, 'Reason (when rejected)', h('input', { class: 'tool-reason', 'aria-label': 'reason to reject ' + c.tool })));
   });
-  const parts = [h('strong', {}, a.id + ' would call these tools'), ...calls];
+  const parts = [h('strong', {}, (a.path || a.id) + ' would call these tools'), ...calls];
   if (a.payload.problem) parts.push(h('p', { class: 'problem', role: 'alert' }, 'The last answer could not be taken: ' + a.payload.problem));
   return h('div', { class: 'interrupt', 'data-interrupt': a.id, 'data-approval': '' }, ...parts);
 }
