@@ -143,7 +143,7 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 		}
 		return nil, &InputError{Field: node, Reason: "not a node of this flow", Suggestion: diag.Suggest(node, names)}
 	}
-	owner, err := e.claim(ctx, thread, false)
+	owner, err := e.claim(ctx, thread, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +201,7 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 // step saved as pending writes are dropped. A thread with no unfinished
 // run is returned as it is.
 func (e *Engine) Abandon(ctx context.Context, thread string) (*store.Snapshot, error) {
-	owner, err := e.claim(ctx, thread, false)
+	owner, err := e.claim(ctx, thread, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func (e *Engine) Asks(ctx context.Context, g *flow.Graph, thread string) ([]Ask,
 			continue
 		}
 		if vars == nil {
-			input, cfg := runInput(ctx, e.Store, thread, head.Run)
+			input, cfg := runInput(ctx, e.Store, nil, thread, head.Run)
 			if input == nil {
 				input = map[string]any{}
 			}

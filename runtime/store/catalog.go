@@ -226,6 +226,11 @@ type RunRecord struct {
 	// Lease asks EnqueueRun to take the thread's lease with the claim
 	// (never recorded).
 	Lease *LeaseClaim
+	// WriteID, when set, is recorded by CreateRun, EnqueueRun and
+	// UpdateRun with the record, so that a change tried again after a
+	// failure that may have come after it committed recognises its own
+	// (see Reupdated).
+	WriteID string
 }
 
 // LeaseClaim is the lease of a thread that a run claimed as it is queued

@@ -97,6 +97,10 @@ type Checkpoint struct {
 	// commit releases (as Release does) in its transaction: the last
 	// checkpoint of a run. A failed commit releases nothing.
 	Release string
+	// WriteID, when set, is recorded with the checkpoint, so that a
+	// commit tried again after a failure that may have come after it
+	// committed recognises its own checkpoint (see Recommitted).
+	WriteID string
 }
 
 // Source says what wrote a checkpoint.

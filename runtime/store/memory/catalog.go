@@ -204,7 +204,7 @@ func (s *Store) UpdateRun(_ context.Context, r *store.RunRecord, expect store.Ru
 		return err
 	}
 	old.Status, old.Error, old.Checkpoint, old.Started, old.Finished = r.Status, r.Error, r.Checkpoint, r.Started, r.Finished
-	old.Resume, old.Server, old.Stop, old.FlowVersion = r.Resume, r.Server, r.Stop, r.FlowVersion
+	old.Resume, old.Server, old.Stop, old.FlowVersion, old.WriteID = r.Resume, r.Server, r.Stop, r.FlowVersion, r.WriteID
 	return nil
 }
 

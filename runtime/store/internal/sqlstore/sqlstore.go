@@ -242,12 +242,14 @@ type Meta struct {
 	Next    []string           `json:"next,omitempty"`
 	Joins   []uint64           `json:"joins,omitempty"`
 	Config  json.RawMessage    `json:"config,omitempty"`
+	// ID is the checkpoint's write id (store.Checkpoint.WriteID).
+	ID string `json:"id,omitempty"`
 }
 
-// EncodeMeta serialises a checkpoint's writers, next nodes and recorded
-// configuration.
+// EncodeMeta serialises a checkpoint's writers, next nodes, recorded
+// configuration and write id.
 func EncodeMeta(cp *store.Checkpoint) ([]byte, error) {
-	m := Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins}
+	m := Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins, ID: cp.WriteID}
 	if len(cp.Config) > 0 {
 		b, err := json.Marshal(cp.Config)
 		if err != nil {
@@ -258,7 +260,7 @@ func EncodeMeta(cp *store.Checkpoint) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// DecodeMeta fills cp's writers and next nodes.
+// DecodeMeta fills cp's writers, next nodes, configuration and write id.
 func DecodeMeta(b []byte, cp *store.Checkpoint) error {
 	var m Meta
 	if len(b) == 0 {
@@ -267,7 +269,7 @@ func DecodeMeta(b []byte, cp *store.Checkpoint) error {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	cp.Writers, cp.Next, cp.Joins = m.Writers, m.Next, m.Joins
+	cp.Writers, cp.Next, cp.Joins, cp.WriteID = m.Writers, m.Next, m.Joins, m.ID
 	if len(m.Config) > 0 {
 		v, err := value.Decode(m.Config)
 		if err != nil {
