@@ -95,7 +95,8 @@ type chaosServer struct {
 // sequence ending in an event that agrees with its status; no turn ran
 // twice; each stream's events came once each, in order, across servers;
 // the servers left have no run, no secret and no goroutine more than
-// when they were idle.
+// when they were idle. Then the store itself fails under load (see
+// blink).
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four server processes per store")
@@ -103,6 +104,9 @@ func TestChaos(t *testing.T) {
 	for _, backend := range []string{"sqlite", "postgres"} {
 		t.Run(backend, func(t *testing.T) { chaos(t, backend) })
 	}
+	// the store itself fails under load (blink_test.go)
+	t.Run("sqlite disk full", func(t *testing.T) { blink(t, "sqlite") })
+	t.Run("postgres restart", func(t *testing.T) { blink(t, "postgres") })
 }
 
 func chaos(t *testing.T, backend string) {

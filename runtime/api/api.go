@@ -45,6 +45,7 @@ const (
 	CodeLiveKitFailed      Code = "livekit_failed"         // 502: the LiveKit server refused or did not answer
 	CodeReadOnly           Code = "flows_read_only"        // 409: the server cannot write its flows' files
 	CodeFileChanged        Code = "file_changed"           // 409: a file changed on the disk since the edit began
+	CodeStoreFull          Code = "store_full"             // 507: the store's disk is full; nothing of the request was recorded
 	CodeInternal           Code = "internal"               // 500
 )
 
@@ -73,6 +74,8 @@ func (c Code) Status() int {
 		return http.StatusServiceUnavailable
 	case CodeLiveKitFailed:
 		return http.StatusBadGateway
+	case CodeStoreFull:
+		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError
 }

@@ -21,6 +21,15 @@ func Postgres(t testing.TB) string {
 	return pgtest.Database(t)
 }
 
+// PostgresCluster starts a PostgreSQL server for the calling test alone
+// and returns a database on it, with the server to stop and start (as
+// pg_ctl does: stopped, every connection is cut and new ones refused).
+func PostgresCluster(t testing.TB) (url string, stop, start func() error) {
+	t.Helper()
+	c, url := pgtest.NewCluster(t)
+	return url, c.Stop, c.Start
+}
+
 // URLs addresses a fresh store of each kind semantics tests run on, by
 // name: memory, SQLite (a file in the test's directory) and PostgreSQL.
 func URLs(t testing.TB) map[string]string {

@@ -37,6 +37,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	deadAfter := fs.Duration("dead-after", 10*time.Second, "how long a server sharing the store may be silent before its runs are adopted")
 	notifyURL := fs.String("notify-url", "", "PostgreSQL: a direct connection to LISTEN on, when --store goes through PgBouncer in transaction mode (default: the store's address; off: poll only)")
 	debugAddr := fs.String("debug-addr", "", "serve Go's profiles (/debug/pprof/) on this address too; keep it private")
+	storeWait := fs.Duration("store-wait", server.DefaultStoreWait, "how long, in all, a run waits for the store through outages (its connections lost, its server restarting, its disk full) before it is queued again to go on once the store is back")
 	retain := server.Retention{Events: 2 * time.Minute}
 	fs.Var(daysFlag(&retain.Idle), "retain-idle", "delete the threads not written for this long, a `duration` such as 30d or 720h, each with all of its data: checkpoints, child flows' threads, runs, events, voice sessions (0: keep threads until deleted)")
 	fs.Var(daysFlag(&retain.Events), "retain-events", "keep a run's whole event stream, tokens included, this long after the run ends (a `duration` such as 2m, or days such as 1d), for clients to resume streams; then keep its node-level events, packed, and its tokens as --retain-tokens says (0: keep every event as it is)")
@@ -77,7 +78,10 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		return code
 	}
 	defer flush()
-	rt, err := openRuntime(ctx, *storeAddr, trellis.WithLeaseTTL(*leaseTTL), tracer)
+	if *storeWait <= 0 {
+		return fail(env, "serve", usagef("--store-wait %s: want a positive duration", *storeWait))
+	}
+	rt, err := openRuntime(ctx, *storeAddr, trellis.WithLeaseTTL(*leaseTTL), trellis.WithStoreWait(*storeWait), tracer)
 	if err != nil {
 		return fail(env, "serve", err)
 	}
@@ -94,7 +98,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
-		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks})
+		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks, StoreWait: *storeWait})
 	if err != nil {
 		return fail(env, "serve", err)
 	}
