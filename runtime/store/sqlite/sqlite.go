@@ -33,6 +33,7 @@ var migrations embed.FS
 // Store is a store.Store in a SQLite file.
 type Store struct {
 	db    *sql.DB
+	path  string // the database's file
 	cache *sqlstore.Cache
 	st    statements
 	// prepared are the shared catalog's statements, prepared once
@@ -51,6 +52,7 @@ type Store struct {
 	// since the last whole one (guarded by the writer), the state of the
 	// one beside the writes, and that one running
 	sinceCheckpoint int
+	truncateAt      int
 	bulk            atomic.Int32
 	checkpoints     sync.WaitGroup
 	// Hooks is the store's store.Webhooks and store.Schedules, and
@@ -170,7 +172,8 @@ func open(ctx context.Context, path string) (*Store, error) {
 	// a new file is made in incremental vacuum mode (the pragma comes
 	// before any table), so that ReturnSpace can give room back; it
 	// changes nothing in a file made before
-	for _, p := range []string{"auto_vacuum(INCREMENTAL)", "journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)", "foreign_keys(ON)", "wal_autocheckpoint(0)"} {
+	for _, p := range []string{"auto_vacuum(INCREMENTAL)", "journal_mode(WAL)", "busy_timeout(" + strconv.Itoa(busyTimeout) + ")", "synchronous(NORMAL)",
+		"foreign_keys(ON)", "wal_autocheckpoint(0)", "journal_size_limit(" + strconv.Itoa(journalLimit) + ")"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
@@ -183,7 +186,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	// prepares the statements again
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	s := &Store{db: db, cache: sqlstore.NewCache(256), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
+	s := &Store{db: db, path: filepath.Clean(path), cache: sqlstore.NewCache(256), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{db: db, s: s}}
 	s.Hooks, s.Versions = sqlstore.Hooks{DB: s.Catalog.DB}, sqlstore.Versions{DB: s.Catalog.DB}
 	// Two processes opening a new file at once contend for the switch to
@@ -278,6 +281,10 @@ func (s *Store) Migrations(ctx context.Context) ([]int, error) {
 
 // maxConns bounds the connections: one writes at a time, the others read.
 const maxConns = 8
+
+// busyTimeout is how long, in milliseconds, a connection waits for a
+// database another process (or the log's truncation) holds.
+const busyTimeout = 10000
 
 // write runs a write that is no transaction of its own (a vacuum) alone,
 // once this process's writes before it are done, and adds the time it
