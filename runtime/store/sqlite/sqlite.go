@@ -587,28 +587,13 @@ func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.
 	return out, rows.Err()
 }
 
-// Delete implements store.Store. The threads of its child flows are
-// those whose ids sort between its own with ChildSep and with the next
-// character (SQLite compares text byte by byte).
+// Delete implements store.Store, with the threads of its child flows
+// (childThreads).
 func (s *Store) Delete(ctx context.Context, thread string) error {
 	var gone []string
 	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM threads WHERE id >= ? AND id < ?`,
-			thread+store.ChildSep, thread+string(rune(store.ChildSep[0]+1)))
+		children, err := childThreads(ctx, tx, thread)
 		if err != nil {
-			return err
-		}
-		var children []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			children = append(children, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		gone = append(children, thread)
@@ -618,6 +603,27 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 		s.cache.Forget(id)
 	}
 	return err
+}
+
+// childThreads lists the threads of the child flows thread ran: those
+// whose ids sort between its own with ChildSep and with the next
+// character (SQLite compares text byte by byte).
+func childThreads(ctx context.Context, tx *sql.Tx, thread string) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM threads WHERE id >= ? AND id < ?`,
+		thread+store.ChildSep, thread+string(rune(store.ChildSep[0]+1)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var children []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		children = append(children, id)
+	}
+	return children, rows.Err()
 }
 
 // Close implements store.Store.
