@@ -515,16 +515,39 @@ func (rt *Runtime) Threads(ctx context.Context, opts ThreadOptions) ([]ThreadInf
 	return rt.eng.Store.Threads(ctx, opts)
 }
 
-// Fork starts thread to from the state of thread from at checkpoint seq.
+// Fork starts thread to from the state of thread from at checkpoint seq,
+// with the run that checkpoint left unfinished, if any: Resume on the
+// fork runs the nodes that were next there.
 func (rt *Runtime) Fork(ctx context.Context, from string, seq uint64, to string) (*Snapshot, error) {
 	return store.Fork(ctx, rt.eng.Store, from, seq, to)
 }
 
-// Update writes values to a thread between runs as if node had written
-// them: through the fields' reducers, checked against the node's writes
-// and the schema.
+// Replay re-runs thread from checkpoint seq on a new thread to: a fork
+// that holds the model replies the thread was told, whose unfinished run
+// it resumes with opts. A node that sends what it sent then is told the
+// same again, with no model (one that sends anything else asks the model,
+// if any, or uses its fallback). It returns the fork's state, and a nil
+// Result when the checkpoint left nothing to run.
+func (rt *Runtime) Replay(ctx context.Context, f *Flow, from string, seq uint64, to string, opts ...RunOption) (*Snapshot, *Result, error) {
+	snap, err := store.ForkReplaying(ctx, rt.eng.Store, from, seq, to)
+	if err != nil || len(snap.Next) == 0 {
+		return snap, nil, err
+	}
+	res, err := rt.Resume(ctx, f, to, opts...)
+	return snap, res, err
+}
+
+// Update writes values to a thread as if node had written them: through
+// the fields' reducers, checked against the node's writes and the schema.
 func (rt *Runtime) Update(ctx context.Context, f *Flow, thread, node string, values map[string]any) (*Snapshot, error) {
 	return rt.eng.Update(ctx, f.graph, thread, node, values)
+}
+
+// UpdateAt is Update over the state of checkpoint at (0: the newest): at
+// an older checkpoint, a branch that goes on from there. The checkpoint's
+// unfinished run, if any, is kept, and Resume continues it over the edit.
+func (rt *Runtime) UpdateAt(ctx context.Context, f *Flow, thread string, at uint64, node string, values map[string]any) (*Snapshot, error) {
+	return rt.eng.UpdateAt(ctx, f.graph, thread, at, node, values)
 }
 
 // Delete removes a thread and everything the store keeps of it, in one

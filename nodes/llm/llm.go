@@ -165,14 +165,14 @@ type handled struct{ n *node }
 
 // Run implements kind.Node.
 func (h handled) Run(ctx context.Context, s kind.State) (kind.Update, error) {
-	if h.n.client == nil {
-		upd, err := h.n.Fallback(ctx, s, ErrNoModel)
+	upd, err := h.n.Run(ctx, s)
+	if h.n.client == nil && errors.Is(err, ErrNoModel) {
+		upd, err = h.n.Fallback(ctx, s, ErrNoModel)
 		if err == nil {
 			s.Degrade(ErrNoModel.Error())
 		}
-		return upd, err
 	}
-	return h.n.Run(ctx, s)
+	return upd, err
 }
 
 // WithOutput implements kind.Outputter.
@@ -226,22 +226,29 @@ func firstOf(names ...string) string {
 // configured.
 var ErrNoModel = errors.New("no model is configured (set OPENAI_BASE_URL or OPENAI_API_KEY)")
 
-// Run implements kind.Node.
+// Run implements kind.Node. With no model configured, only a replay of a
+// thread's recorded replies answers; otherwise the node fails with
+// ErrNoModel, which is not retried (the engine calls Fallback).
 func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
-	if n.client == nil {
-		return nil, kind.Permanent(ErrNoModel) // no retry: the engine calls Fallback
+	// with no model, what keeps the request from being made is no
+	// model: the fallback stands in, as it always did
+	failed := func(err error) error {
+		if n.client == nil {
+			return kind.Permanent(ErrNoModel)
+		}
+		return err
 	}
 	data, vars, err := n.data(s)
 	if err != nil {
-		return nil, err
+		return nil, failed(err)
 	}
 	msgs, err := n.prompt.Render(data)
 	if err != nil {
-		return nil, err
+		return nil, failed(err)
 	}
 	model, err := n.modelFor(data)
 	if err != nil {
-		return nil, err
+		return nil, failed(err)
 	}
 	out, err := n.ask(ctx, s, model, msgs)
 	if err != nil {
@@ -443,11 +450,24 @@ func parseStructured(reply string, out *prompt.Output) (any, error) {
 // when the run is observed.
 func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatCompletionRequest) (string, error) {
 	c := n.client
+	key := hashRequest(req)
+	if reply, ok := s.Recorded(key); ok {
+		// a replay of a thread: what the model said then
+		s.Record(key, reply)
+		if s.Observed() {
+			s.Stream(reply)
+		}
+		return reply, nil
+	}
+	if c == nil {
+		return "", kind.Permanent(ErrNoModel)
+	}
 	if cas := c.p.Cassette; cas != nil && !cas.Recording {
 		reply, err := cas.replay(s.Node(), req)
 		if err != nil {
 			return "", kind.Permanent(err)
 		}
+		s.Record(key, reply)
 		if s.Observed() {
 			s.Stream(reply)
 		}
@@ -503,6 +523,7 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 	if cas := c.p.Cassette; cas != nil {
 		cas.record(s.Node(), req, reply)
 	}
+	s.Record(key, reply)
 	return reply, nil
 }
 

@@ -211,6 +211,22 @@ type Checkpoint struct {
 	Writes  []Write   `json:"writes"`
 	Writers []Writer  `json:"writers,omitempty"`
 	Next    []string  `json:"next,omitempty"`
+	// Base, for a branch (an update at an older checkpoint), is the
+	// checkpoint whose state it goes on from: Parent is the head it was
+	// committed after.
+	Base uint64 `json:"base,omitempty"`
+	// Answers are the answers the step's asking nodes ran with; Replies
+	// what its nodes were told by a model (a replay tells them again).
+	Answers map[string]any `json:"answers,omitempty"`
+	Replies []Reply        `json:"replies,omitempty"`
+}
+
+// Reply is a model's reply a node was told: Key names the request (a
+// hash of what the node sent).
+type Reply struct {
+	Node string `json:"node"`
+	Key  string `json:"key"`
+	Text string `json:"text"`
 }
 
 // Write is one field a checkpoint changed: its new value, or for an
@@ -243,10 +259,56 @@ type Fork struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-// Update writes values to a thread between runs as if node As had.
+// Update writes values to a thread as if node As had, over the state of
+// checkpoint At (default: the newest): at an older checkpoint, a branch
+// that goes on from there, keeping its unfinished run (resume continues
+// it over the edit).
 type Update struct {
 	As     string         `json:"as"`
 	Values map[string]any `json:"values"`
+	At     uint64         `json:"at,omitempty"`
+}
+
+// Replay re-runs a thread from checkpoint At: a new thread (ID, default a
+// new id) forked there, whose unfinished run, if any, starts at once.
+// Replies "recorded" (the default) tells its nodes what the model told the
+// thread (no model is needed to reproduce it); "model" asks the model.
+type Replay struct {
+	At       uint64            `json:"at"`
+	ID       string            `json:"id,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Replies  string            `json:"replies,omitempty"`
+}
+
+// Replayed is a replay's new thread and the run that replays it (none
+// when the checkpoint had nothing left to run).
+type Replayed struct {
+	Thread Thread `json:"thread"`
+	Run    *Run   `json:"run,omitempty"`
+}
+
+// MakeFlowTest asks for a flow test made of a thread (see FlowTest); Save
+// writes it beside the flow (it takes a key that may change the flows),
+// Replace over a file of that name.
+type MakeFlowTest struct {
+	Save    bool `json:"save,omitempty"`
+	Replace bool `json:"replace,omitempty"`
+}
+
+// FlowTest is a flow test made of a thread: a test file that creates a
+// thread with its initial values, runs what it ran (corrections
+// included) and expects each run's path and the final state, and the
+// cassette of the model's replies it was told, so that it runs offline.
+// It was run as made: Passed says so; Unasserted names the fields it
+// leaves out, which came out otherwise (the time, a random id).
+type FlowTest struct {
+	Path         string   `json:"path"`
+	Text         string   `json:"text"`
+	CassettePath string   `json:"cassette_path,omitempty"`
+	Cassette     string   `json:"cassette,omitempty"`
+	Unasserted   []string `json:"unasserted,omitempty"`
+	Passed       bool     `json:"passed"`
+	Saved        bool     `json:"saved"`
 }
 
 // What a run does when its thread is busy with another.
@@ -358,12 +420,17 @@ type CreateKey struct {
 // Key is an API key. Secret, the key itself, is given once, when it is
 // created; the server keeps only its hash.
 type Key struct {
-	ID      string     `json:"id"`
-	Tenant  string     `json:"tenant"`
-	Name    string     `json:"name,omitempty"`
-	Admin   bool       `json:"admin"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Name   string `json:"name,omitempty"`
+	Admin  bool   `json:"admin"`
+	// Scope narrows what the key may do: "studio" for the key a studio
+	// signs its page in with (its tenant and the flows, no keys).
+	Scope   string     `json:"scope,omitempty"`
 	Created time.Time  `json:"created"`
 	Revoked *time.Time `json:"revoked,omitempty"`
+	// Expires is when a key that lapses stops working unless renewed.
+	Expires *time.Time `json:"expires,omitempty"`
 	Secret  string     `json:"secret,omitempty"`
 }
 

@@ -291,6 +291,20 @@ func (c *Client) Update(ctx context.Context, id string, u Update) (*State, error
 	return &out, err
 }
 
+// Replay re-runs thread id from a checkpoint on a new thread.
+func (c *Client) Replay(ctx context.Context, id string, rp Replay) (*Replayed, error) {
+	var out Replayed
+	err := c.do(ctx, http.MethodPost, "/v1/threads/"+url.PathEscape(id)+"/replay", rp, &out)
+	return &out, err
+}
+
+// FlowTest makes a flow test of thread id (and saves it, if asked).
+func (c *Client) FlowTest(ctx context.Context, id string, m MakeFlowTest) (*FlowTest, error) {
+	var out FlowTest
+	err := c.do(ctx, http.MethodPost, "/v1/threads/"+url.PathEscape(id)+"/flow-test", m, &out)
+	return &out, err
+}
+
 // DeleteThread deletes a thread with its checkpoints and runs.
 func (c *Client) DeleteThread(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/threads/"+url.PathEscape(id), nil, nil)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/diag"
 )
@@ -25,10 +26,18 @@ type StudioSignIn struct {
 // StudioSession is the key a one-time token was exchanged for: the
 // page's credential from then on.
 type StudioSession struct {
-	Key    string `json:"key"`
+	// Key is the API key itself, given once, when a token is exchanged.
+	Key    string `json:"key,omitempty"`
 	KeyID  string `json:"key_id"`
 	Tenant string `json:"tenant"`
 	Admin  bool   `json:"admin"`
+	// Scope is the key's ("studio" for one a token was exchanged for).
+	Scope string `json:"scope,omitempty"`
+	// Edits says whether the key may change the flows (save, reload).
+	Edits bool `json:"edits"`
+	// Expires is when the key stops working unless the page renews it
+	// (POST /v1/studio/session/renew); none for a key that does not lapse.
+	Expires *time.Time `json:"expires,omitempty"`
 }
 
 // FlowFile is one file a flow is compiled from: the flow file, a prompt,
@@ -118,6 +127,22 @@ type PromptSection struct {
 func (c *Client) StudioSignIn(ctx context.Context, token string) (*StudioSession, error) {
 	var out StudioSession
 	err := c.do(ctx, http.MethodPost, "/v1/studio/session", StudioSignIn{Token: token}, &out)
+	return &out, err
+}
+
+// StudioSession describes the key the client calls with: its tenant and
+// what it may do.
+func (c *Client) StudioSession(ctx context.Context) (*StudioSession, error) {
+	var out StudioSession
+	err := c.do(ctx, http.MethodGet, "/v1/studio/session", nil, &out)
+	return &out, err
+}
+
+// RenewStudioSession keeps a lapsing key working for another while, as a
+// studio's page does while it is open.
+func (c *Client) RenewStudioSession(ctx context.Context) (*StudioSession, error) {
+	var out StudioSession
+	err := c.do(ctx, http.MethodPost, "/v1/studio/session/renew", struct{}{}, &out)
 	return &out, err
 }
 

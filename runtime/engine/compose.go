@@ -235,7 +235,7 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 	// the child waits for the store within this run's budget, and this
 	// run's events tell its waits
 	req := Request{Thread: ChildThread(r.req.Thread, ns), ID: ns, Durability: r.req.Durability, Config: cfg,
-		Values: values, child: true, Retry: r.retry}
+		Values: values, Replies: r.req.Replies, child: true, Retry: r.retry}
 	if r.req.Observe != nil {
 		req.Observe = func(ev Event) {
 			switch ev.Type {

@@ -195,6 +195,10 @@ type Request struct {
 	// caller's to report. When nil, the run waits as WithStoreWait says
 	// and its events report the outage (store_unavailable, store_back).
 	Retry *store.Retrier
+	// Replies, when set, are the replies a replayed thread's nodes were
+	// told (kind.State.Recorded): a node asking what it asked then is
+	// told the same again, instead of asking a model.
+	Replies *Replies
 	// Config sets the run's configuration (the flow's config block):
 	// expressions read config.NAME. Values not marked secret are recorded
 	// with the run, so a resumed run has them again; secret ones are
@@ -378,6 +382,9 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 	var input, recorded map[string]any
 	if req.Resume {
 		input, recorded = runInput(ctx, e.Store, req.Retry, req.Thread, head.Run)
+		if req.Replies == nil {
+			req.Replies = forkReplies(ctx, e.Store, req.Thread)
+		}
 	}
 	cfg, record, err := resolveConfig(g, recorded, req.Config)
 	if err != nil {

@@ -50,29 +50,10 @@ func (r *run) restore(head *store.Snapshot, input map[string]any) error {
 }
 
 // runInput reads the input a thread's run took, and the configuration it
-// recorded, from its input checkpoint (nil when it took none), waiting
-// through the store's outages as rt allows.
+// recorded (see store.RunInput), waiting through the store's outages as
+// rt allows.
 func runInput(ctx context.Context, st store.Store, rt *store.Retrier, thread, run string) (input, config map[string]any) {
-	var cps []*store.Checkpoint
-	err := rt.Do(ctx, func(bool) (err error) {
-		cps, err = st.History(ctx, thread, store.HistoryOptions{Run: run, Source: store.SourceInput, Limit: 1})
-		return err
-	})
-	if err != nil || len(cps) != 1 {
-		return nil, nil
-	}
-	if len(cps[0].Writes) == 0 {
-		return nil, cps[0].Config
-	}
-	in := map[string]any{}
-	for _, w := range cps[0].Writes {
-		if w.Append {
-			in[w.Field] = w.Items
-		} else {
-			in[w.Field] = w.Value
-		}
-	}
-	return in, cps[0].Config
+	return store.RunInputWith(ctx, st, rt, thread, run)
 }
 
 // records are the parts of step checkpoints that the graph alone decides,
@@ -233,6 +214,13 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 	pos := map[string]int{}
 	for _, cp := range cps {
 		merged.Writers = append(merged.Writers, cp.Writers...)
+		merged.Replies = append(merged.Replies, cp.Replies...)
+		for node, a := range cp.Answers {
+			if merged.Answers == nil {
+				merged.Answers = map[string]any{}
+			}
+			merged.Answers[node] = a
+		}
 		for _, w := range cp.Writes {
 			i, seen := pos[w.Field]
 			switch {

@@ -39,6 +39,10 @@ type run struct {
 	nestedDone map[string]nestedRun
 	// late counts what the run gave up on (see scope.go)
 	late lateCounts
+	// replies are what the step's nodes recorded (kind.State.Record),
+	// for its checkpoint
+	repliesMu sync.Mutex
+	replies   []store.Reply
 
 	working
 	schedule
@@ -189,6 +193,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	r.dirty = r.dirty[:nf]
 	r.vars, r.staleValues, r.staleVars = nil, false, true
 	r.resumed, r.pending, r.lease, r.async, r.deferred = nil, nil, nil, nil, nil
+	r.replies = nil
 	r.late.reset()
 	for i, f := range g.Fields {
 		v, ok := head.Values[f.Name]
@@ -239,7 +244,7 @@ func (r *run) release() {
 	clear(r.next[1][:cap(r.next[1])])
 	r.e, r.g, r.values, r.vars, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, nil, Request{}, nil, nil
 	r.retry, r.watch = nil, nil
-	r.config, r.record, r.nestedDone, r.records = nil, nil, nil, nil
+	r.config, r.record, r.nestedDone, r.records, r.replies = nil, nil, nil, nil, nil
 	r.frame.State, r.frame.Input = nil, nil
 	// the buffers' spare entries too: a pooled run holds no value
 	clear(r.staged[:cap(r.staged)])

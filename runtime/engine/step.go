@@ -459,9 +459,16 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		r.nestedDone = nil
 		r.nestedMu.Unlock()
 	}
+	var answered map[string]any
 	if len(r.answers) > 0 {
 		for _, n := range triggered {
-			delete(r.answers, n.Name)
+			if a, ok := r.answers[n.Name]; ok {
+				if answered == nil {
+					answered = map[string]any{}
+				}
+				answered[n.Name] = a
+				delete(r.answers, n.Name)
+			}
 		}
 	}
 	if r.req.RecordPath {
@@ -477,6 +484,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	cp := &take(&r.slabs.cps, 1)[0]
 	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, store.SourceStep
+	cp.Answers, cp.Replies = answered, r.takeReplies()
 	if len(changed) > 0 {
 		// one write per changed field; an append field records only the
 		// items this step appended (several writers fold in order)

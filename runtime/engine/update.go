@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/diag"
@@ -133,8 +135,22 @@ func fieldNames(g *flow.Graph) []string {
 // Update writes values to a thread as if node had written them: through
 // the fields' reducers, checked against the node's declared writes and the
 // schema, and committed as a checkpoint with source "update". It is how a
-// person corrects a thread (time travel) between runs.
+// person corrects a thread (time travel). It is UpdateAt the thread's
+// newest checkpoint.
 func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string, values map[string]any) (*store.Snapshot, error) {
+	return e.UpdateAt(ctx, g, thread, 0, node, values)
+}
+
+// UpdateAt writes values as if node had written them over the state of
+// checkpoint at (0: the thread's newest), as Update does. The update's
+// checkpoint goes on from that one: at an older checkpoint it is a branch
+// (its Base says from where), whose writes first put back every field that
+// changed since; and it keeps that checkpoint's unfinished run, if any
+// (its next nodes, join arrivals and step; at the newest checkpoint, the
+// updates of the nodes that completed after it), so that resuming the
+// thread runs the nodes that were to run there, over the edited state.
+// An unfinished run of the newer checkpoints a branch leaves is given up.
+func (e *Engine) UpdateAt(ctx context.Context, g *flow.Graph, thread string, at uint64, node string, values map[string]any) (*store.Snapshot, error) {
 	n, ok := g.Node(node)
 	if !ok {
 		var names []string
@@ -153,12 +169,52 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 	if err != nil {
 		return nil, err
 	}
-	if len(head.Next) > 0 {
-		return nil, ErrUnfinished
+	base := head
+	if at != 0 && at != head.Seq {
+		if at > head.Seq {
+			return nil, fmt.Errorf("checkpoint %d of thread %q: %w", at, thread, store.ErrNotFound)
+		}
+		if base, err = e.Store.StateAt(ctx, thread, at); err != nil {
+			return nil, fmt.Errorf("checkpoint %d of thread %q: %w", at, thread, err)
+		}
 	}
-	next := maps.Clone(head.Values)
+	for _, name := range base.Next {
+		if _, ok := g.Node(name); !ok {
+			return nil, &InputError{Field: "at", Reason: fmt.Sprintf("checkpoint %d waits to run node %q, which the flow does not have", base.Seq, name)}
+		}
+	}
+	next := maps.Clone(base.Values)
+	if next == nil {
+		next = map[string]any{}
+	}
 	versions := maps.Clone(head.Versions)
+	if versions == nil {
+		versions = map[string]uint64{}
+	}
 	cp := &store.Checkpoint{Thread: thread, Seq: head.Seq + 1, Parent: head.Seq, Run: runID(), Source: store.SourceUpdate, Time: time.Now()}
+	if len(base.Next) > 0 {
+		// the update goes on with the run base left unfinished
+		cp.Run, cp.Step, cp.Next, cp.Joins = base.Run, base.Step, base.Next, base.Joins
+	}
+	if base != head {
+		// a branch: what changed since base is put back first
+		cp.Base = base.Seq
+		for _, k := range slices.Sorted(maps.Keys(head.Values)) {
+			v, had := base.Values[k]
+			if had && reflect.DeepEqual(v, head.Values[k]) {
+				continue
+			}
+			versions[k]++
+			cp.Writes = append(cp.Writes, store.Write{Field: k, Version: versions[k], Value: v})
+		}
+		for _, k := range slices.Sorted(maps.Keys(base.Values)) {
+			if _, had := head.Values[k]; !had {
+				versions[k]++
+				cp.Writes = append(cp.Writes, store.Write{Field: k, Version: versions[k], Value: base.Values[k]})
+			}
+		}
+	}
+	restored := len(cp.Writes)
 	for _, k := range sortedKeys(values) {
 		f, ok := g.Field(k)
 		if !ok {
@@ -180,7 +236,17 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 		}
 		next[k] = merged
 		versions[k]++
-		cp.Writes = append(cp.Writes, writeOf(f, versions[k], merged, v))
+		if cp.Input == nil {
+			cp.Input = map[string]any{}
+		}
+		cp.Input[k] = v
+		w := writeOf(f, versions[k], merged, v)
+		if i := slices.IndexFunc(cp.Writes[:restored], func(w store.Write) bool { return w.Field == k }); i >= 0 {
+			// put back and written: one write, of the whole value
+			cp.Writes[i] = store.Write{Field: k, Version: versions[k], Value: merged}
+			continue
+		}
+		cp.Writes = append(cp.Writes, w)
 	}
 	if g.FullValidation {
 		if err := g.Root().Validate(next); err != nil {
@@ -191,7 +257,17 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 	if err := e.Store.Commit(ctx, cp); err != nil {
 		return nil, err
 	}
-	return &store.Snapshot{Thread: thread, Seq: cp.Seq, Values: next, Versions: versions}, nil
+	snap := &store.Snapshot{Thread: thread, Seq: cp.Seq, Values: next, Versions: versions, Next: cp.Next, Joins: cp.Joins, Run: cp.Run, Step: cp.Step}
+	if base == head && len(head.Pending) > 0 {
+		// the nodes that completed after the head stay completed
+		for _, name := range slices.Sorted(maps.Keys(head.Pending)) {
+			if err := e.Store.PutPending(ctx, thread, cp.Seq, name, head.Pending[name]); err != nil {
+				return nil, fmt.Errorf("update: keep the update of node %q: %w", name, err)
+			}
+		}
+		snap.Pending = head.Pending
+	}
+	return snap, nil
 }
 
 // Abandon gives up the thread's unfinished run (one a crash or a Stop left

@@ -45,6 +45,15 @@ type State interface {
 	Measure(name string, n int64)
 	// Answer is the answer the run holds for this node (see Asker).
 	Answer() (any, bool)
+	// Record keeps what the node was told from outside the run for a
+	// request (a model's reply), key naming the request (a hash of what it
+	// sent): it is recorded with the step's checkpoint, so that a replay
+	// of the thread, or a flow test made from it, can tell it again.
+	Record(key, text string)
+	// Recorded is what a run that replays a thread's history was told for
+	// the node's request key when the thread ran: a node that has one uses
+	// it instead of asking again (and records it as its own).
+	Recorded(key string) (string, bool)
 	// RunNested runs a nested node (Builder.Nested) over this node's
 	// variables and vars, with the nested node's retry, timeout, cache and
 	// fallback, and returns its update. key tells this node's runs of it
@@ -93,6 +102,8 @@ func (v *view) Stream(string)                           {}
 func (v *view) Degrade(string)                          {}
 func (v *view) Measure(string, int64)                   {}
 func (v *view) Answer() (any, bool)                     { return nil, false }
+func (v *view) Record(string, string)                   {}
+func (v *view) Recorded(string) (string, bool)          { return "", false }
 
 // ErrOutsideRun is what RunNested and RunFlow return outside a run.
 var ErrOutsideRun = errors.New("not inside a run")

@@ -130,6 +130,14 @@ type Catalog interface {
 	Keys(ctx context.Context, tenant string) ([]*KeyRecord, error)
 	// RevokeKey marks a key revoked.
 	RevokeKey(ctx context.Context, id string, at time.Time) error
+	// RenewKey moves the expiry of a key that expires (Expires set) and
+	// is not revoked to until; ErrNotFound for any other.
+	RenewKey(ctx context.Context, id string, until time.Time) error
+	// SweepKeys revokes, at the store's time, the keys that lapse with the
+	// server that made them (Owner set) once it has not beaten for
+	// deadAfter by the store's clock (it stopped, or died), or once they
+	// expired; it returns how many it revoked.
+	SweepKeys(ctx context.Context, deadAfter time.Duration) (int, error)
 }
 
 // MaxPage is the most records one read of a catalog returns: a limit of
@@ -342,7 +350,19 @@ type KeyRecord struct {
 	Name    string
 	Created time.Time
 	Revoked time.Time
+	// Scope narrows what the key may do: "" any route of its tenant (and
+	// the admin routes when Admin), ScopeStudio a studio's page.
+	Scope string
+	// Expires, when set, is when the key stops working unless renewed.
+	Expires time.Time
+	// Owner, when set, is the server the key lapses with (SweepKeys).
+	Owner string
 }
+
+// ScopeStudio is the scope of a key a studio signs its page in with: its
+// tenant's threads, runs and memory, and editing the flows; no key
+// management.
+const ScopeStudio = "studio"
 
 // ErrNoCatalog says a store does not keep a Catalog.
 var ErrNoCatalog = errors.New("this store keeps no catalog of served threads, runs and keys")

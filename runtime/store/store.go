@@ -89,6 +89,21 @@ type Checkpoint struct {
 	// (the values given, none marked secret), so that a resumed run has it
 	// again.
 	Config map[string]any
+	// Input is the input of the unfinished run a fork carries (its own
+	// input checkpoint is another thread's), so that the fork's run goes
+	// on with it; of an update, the values it was given (its writes hold
+	// what the reducers made of them).
+	Input map[string]any
+	// Base is the checkpoint whose state this one goes on from when that
+	// is not Parent, the thread's head it was committed after: a branch,
+	// written by an update at an older checkpoint. 0 when it is Parent.
+	Base uint64
+	// Replies are what the step's nodes were told from outside the run,
+	// as they were told it: a model's replies. A replay of the thread, or
+	// a flow test made from it, gives them again.
+	Replies []Reply
+	// Answers are the answers the step's asking nodes ran with, by node.
+	Answers map[string]any
 	// Events, when set, are the events of the run that wrote the
 	// checkpoint, recorded in the checkpoint's transaction by a store
 	// that is a Catalog (others ignore them).
@@ -142,6 +157,15 @@ type Write struct {
 	Value  any
 	Items  []any
 	Append bool
+}
+
+// Reply is one reply a node was given from outside the run: Node (a
+// map's item as NODE[INDEX]) asked for Key (what it sent, hashed: a
+// model's request) and was told Text.
+type Reply struct {
+	Node string `json:"node"`
+	Key  string `json:"key"`
+	Text string `json:"text"`
 }
 
 // NodeWrites names the fields one node wrote in a step.
@@ -358,8 +382,25 @@ type ThreadInfo struct {
 }
 
 // Fork copies the state of thread from at checkpoint seq into a new
-// thread to, whose history starts there.
+// thread to, whose history starts there. The fork carries the
+// checkpoint's unfinished run: its next nodes, join arrivals, step, the
+// run's input and configuration, and (at the thread's head) the updates
+// of nodes that completed after it (pending writes), so that resuming the
+// fork runs the nodes that were to run there.
 func Fork(ctx context.Context, st Store, from string, seq uint64, to string) (*Snapshot, error) {
+	return fork(ctx, st, from, seq, to, false)
+}
+
+// ForkReplaying forks as Fork does, for a replay: the fork's first
+// checkpoint also holds (as its Replies) every model reply the thread it
+// is forked from was told, through its own forks and branches, so that
+// a run resuming the fork is told them again (engine.Request.Replies)
+// and replays the thread with no model.
+func ForkReplaying(ctx context.Context, st Store, from string, seq uint64, to string) (*Snapshot, error) {
+	return fork(ctx, st, from, seq, to, true)
+}
+
+func fork(ctx context.Context, st Store, from string, seq uint64, to string, replay bool) (*Snapshot, error) {
 	if err := CheckThreadID(to); err != nil {
 		return nil, err
 	}
@@ -371,10 +412,145 @@ func Fork(ctx context.Context, st Store, from string, seq uint64, to string) (*S
 	for _, k := range sortedFields(snap.Values) {
 		cp.Writes = append(cp.Writes, Write{Field: k, Version: snap.Versions[k], Value: snap.Values[k]})
 	}
+	var pending map[string][]Write
+	if len(snap.Next) > 0 {
+		cp.Next, cp.Joins, cp.Step = snap.Next, snap.Joins, snap.Step
+		cp.Input, cp.Config = RunInput(ctx, st, from, snap.Run)
+		head, err := st.Head(ctx, from)
+		if err != nil {
+			return nil, err
+		}
+		if head.Seq == seq {
+			pending = head.Pending
+		}
+	}
+	if replay {
+		line, err := Lineage(ctx, st, from)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range line {
+			cp.Replies = append(cp.Replies, c.Replies...)
+		}
+	}
 	if err := st.Commit(ctx, cp); err != nil {
 		return nil, err
 	}
-	return &Snapshot{Thread: to, Seq: 1, Values: snap.Values, Versions: snap.Versions}, nil
+	for _, node := range slices.Sorted(maps.Keys(pending)) {
+		if err := st.PutPending(ctx, to, 1, node, pending[node]); err != nil {
+			return nil, fmt.Errorf("fork: the update of node %q: %w", node, err)
+		}
+	}
+	return &Snapshot{Thread: to, Seq: 1, Values: snap.Values, Versions: snap.Versions, Next: cp.Next, Joins: cp.Joins,
+		Run: cp.Run, Step: cp.Step, Pending: pending}, nil
+}
+
+// Lineage lists the checkpoints the thread's newest state was made by,
+// oldest first: for a fork, those of the thread it was forked from up to
+// the checkpoint it was forked at, then its own; for a branch (an update
+// at an older checkpoint, see Checkpoint.Base), those up to the
+// checkpoint it branched from, then the branch. The checkpoints of a
+// thread pruned before are gone: a lineage through them is an error.
+func Lineage(ctx context.Context, st Store, thread string) ([]*Checkpoint, error) {
+	return lineage(ctx, st, thread, 0)
+}
+
+// MaxForkDepth is how many forks back Lineage follows a thread.
+const MaxForkDepth = 32
+
+func lineage(ctx context.Context, st Store, thread string, depth int) ([]*Checkpoint, error) {
+	if depth > MaxForkDepth {
+		return nil, fmt.Errorf("thread %s was forked from forks more than %d deep", thread, MaxForkDepth)
+	}
+	hist, err := st.History(ctx, thread, HistoryOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("thread %s: %w", thread, err)
+	}
+	slices.Reverse(hist)
+	var line []*Checkpoint
+	for i, cp := range hist {
+		switch {
+		case i == 0 && cp.Source == SourceFork:
+			from, seq, ok := ForkedFrom(cp)
+			if !ok {
+				return nil, fmt.Errorf("thread %s: its fork names no checkpoint (%q)", thread, cp.Run)
+			}
+			before, err := lineage(ctx, st, from, depth+1)
+			if err != nil {
+				return nil, fmt.Errorf("thread %s was forked from %s: %w", thread, from, err)
+			}
+			cut := slices.IndexFunc(before, func(c *Checkpoint) bool { return c.Thread == from && c.Seq == seq })
+			if cut < 0 {
+				return nil, fmt.Errorf("thread %s was forked from checkpoint %d of %s, which its lineage does not hold", thread, seq, from)
+			}
+			line = append(append(line, before[:cut+1]...), cp)
+		case cp.Source == SourceBase:
+			return nil, fmt.Errorf("thread %s was pruned: its checkpoints before %d are gone", thread, cp.Seq)
+		case cp.Base != 0:
+			for len(line) > 0 && line[len(line)-1].Thread == thread && line[len(line)-1].Seq > cp.Base {
+				line = line[:len(line)-1]
+			}
+			line = append(line, cp)
+		default:
+			line = append(line, cp)
+		}
+	}
+	return line, nil
+}
+
+// ForkedFrom reads the thread and checkpoint a fork's first checkpoint
+// was copied from (its Run is THREAD@SEQ).
+func ForkedFrom(cp *Checkpoint) (thread string, seq uint64, ok bool) {
+	if cp.Source != SourceFork {
+		return "", 0, false
+	}
+	at := strings.LastIndexByte(cp.Run, '@')
+	if at < 0 {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseUint(cp.Run[at+1:], 10, 64)
+	return cp.Run[:at], seq, err == nil
+}
+
+// RunInput reads the input a thread's run took, and the configuration it
+// recorded: from the run's input checkpoint, or from the fork that
+// carried the run into the thread (nil when it took none).
+func RunInput(ctx context.Context, st Store, thread, run string) (input, config map[string]any) {
+	return RunInputWith(ctx, st, nil, thread, run)
+}
+
+// RunInputWith is RunInput, its reads waiting through the store's
+// outages as r allows.
+func RunInputWith(ctx context.Context, st Store, r *Retrier, thread, run string) (input, config map[string]any) {
+	history := func(opts HistoryOptions) (cps []*Checkpoint, err error) {
+		err = r.Do(ctx, func(bool) error {
+			cps, err = st.History(ctx, thread, opts)
+			return err
+		})
+		return cps, err
+	}
+	cps, err := history(HistoryOptions{Run: run, Source: SourceInput, Limit: 1})
+	if err == nil && len(cps) == 0 {
+		cps, err = history(HistoryOptions{Run: run, Source: SourceFork, Limit: 1})
+		if err == nil && len(cps) == 1 {
+			return cps[0].Input, cps[0].Config
+		}
+	}
+	if err != nil || len(cps) != 1 {
+		return nil, nil
+	}
+	if len(cps[0].Writes) == 0 {
+		return nil, cps[0].Config
+	}
+	in := map[string]any{}
+	for _, w := range cps[0].Writes {
+		if w.Append {
+			in[w.Field] = w.Items
+		} else {
+			in[w.Field] = w.Value
+		}
+	}
+	return in, cps[0].Config
 }
 
 func sortedFields(m map[string]any) []string {

@@ -51,6 +51,7 @@ package testfile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -122,8 +123,23 @@ type Run struct {
 	Config  map[string]any
 	Answers map[string]any
 	Resume  bool
-	Expect  *Expect
-	Pos     diag.Pos
+	// StopAfter, when not negative, stops the run at the boundary after
+	// its step StopAfter (0: once its input is applied, before its first
+	// step), as a cancel or a crash leaves it, for an update to edit it
+	// there and a resume to go on.
+	StopAfter int
+	// Update, instead of a run, writes values to the thread as if a node
+	// had (see engine.Update): a correction between runs, or of a run
+	// stopped or paused.
+	Update *Update
+	Expect *Expect
+	Pos    diag.Pos
+}
+
+// Update writes Values to the thread as node As would.
+type Update struct {
+	As     string
+	Values map[string]any
 }
 
 // Expect holds assertions. Path lists each superstep's nodes (a name, or a
@@ -187,6 +203,11 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		str("thread", "The thread the run goes to (default: the test's first); the first run naming a thread creates it.").NonEmpty(1),
 		config.Map("with", "A new thread's initial values, over the test's.", nil),
 		config.Bool("resume", "Resume the paused run (with answers, if any)."),
+		config.Integer("stop_after", "Stop the run at the boundary after this step of it (0: before its first step), as a cancel leaves it: an update may then edit it, and a run with resume: true go on.").Min(0),
+		config.Object("update", "Instead of a run, write values to the thread as a node would (through its reducers and declared writes), as trellis update does.",
+			str("as", "The node the values are written as.").NonEmpty(1).Require(),
+			config.Map("values", "Field to value.", nil).Require(),
+		),
 		config.Ref("expect", "What the run must do.", "expect"),
 	)
 	test := config.Object("", "One test: a thread, its runs and what they must do.",
@@ -214,6 +235,11 @@ func Load(path string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	return LoadSource(path, src)
+}
+
+// LoadSource reads a test file's text as Load reads the file at path.
+func LoadSource(path string, src []byte) (*File, error) {
 	var dl diag.List
 	doc := config.Parse(path, src, &dl)
 	if doc != nil {
@@ -288,8 +314,20 @@ func decode(path string, doc *config.File, dl *diag.List) *File {
 			r := Run{Thread: rn.Get("thread").Text(), With: values(rn.Get("with")), Input: values(rn.Get("input")), Config: values(rn.Get("config")), Answers: values(rn.Get("answers")), Pos: rn.Pos(), Expect: expectOf(rn.Get("expect"))}
 			resume, _ := rn.Get("resume").JSON()
 			r.Resume, _ = resume.(bool)
+			r.StopAfter = -1
+			if stop, _ := rn.Get("stop_after").JSON(); stop != nil {
+				r.StopAfter, _ = stop.(int)
+			}
 			if (r.Resume || r.Answers != nil) && rn.Get("input").Exists() {
 				dl.Errorf(diag.CodeConstraint, rn.KeyOf("input").Pos(), rn.Path(), "a run either resumes a paused one (answers, resume) or starts with input, not both")
+			}
+			if u := rn.Get("update"); u.Exists() {
+				r.Update = &Update{As: u.Get("as").Text(), Values: values(u.Get("values"))}
+				for _, k := range []string{"input", "answers", "resume", "config", "expect"} {
+					if rn.Get(k).Exists() {
+						dl.Errorf(diag.CodeConstraint, rn.KeyOf(k).Pos(), rn.Path(), "an update is not a run: it takes no %s", k)
+					}
+				}
 			}
 			t.Runs = append(t.Runs, r)
 		}
@@ -370,14 +408,16 @@ func RunFile(ctx context.Context, f *File, reg kind.Registry, match string) ([]R
 		}
 		start := time.Now()
 		r := Result{Name: t.Name}
-		r.Failures = runTest(ctx, f, g, impls, t)
+		r.Failures = runTest(ctx, f, g, impls, t, nil)
 		r.Took = time.Since(start)
 		results = append(results, r)
 	}
 	return results, nil
 }
 
-func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test) (fails []string) {
+// runTest runs one test; replies, when set, answer its llm nodes as the
+// runs of a thread were answered.
+func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test, replies *engine.Replies) (fails []string) {
 	at := func(pos diag.Pos, format string, args ...any) {
 		fails = append(fails, fmt.Sprintf("%s: %s", pos, fmt.Sprintf(format, args...)))
 	}
@@ -500,9 +540,50 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			}
 			created[thread] = true
 		}
-		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Observe: func(ev engine.Event) {
-			if ev.Type == engine.NodeEnd && ev.Degraded != "" && ev.NS == "" { // a child flow's nodes are not this flow's
+		if r.Update != nil {
+			snap, err := eng.Update(ctx, g, thread, r.Update.As, r.Update.Values)
+			if err != nil {
+				at(r.Pos, "update %d: %v", i+1, err)
+				return fails
+			}
+			state, last = snap.Values, &engine.Result{Thread: thread, State: snap.Values, Checkpoint: snap.Seq}
+			continue
+		}
+		if r.StopAfter == 0 {
+			// stopped before its first step: it pauses before whichever
+			// nodes it would run first
+			res, err := pauseFirst(ctx, eng, g, engine.Request{Thread: thread, Input: in, Config: r.Config, Replies: replies})
+			if err != nil || res.Interrupt == nil {
+				at(r.Pos, "run %d: want it stopped before its first step, it %s", i+1, endedHow(err))
+				return fails
+			}
+			continue
+		}
+		var stop chan struct{}
+		var stopped [][]string // the path of a run stopped part way
+		if r.StopAfter > 0 {
+			stop = make(chan struct{})
+		}
+		var once sync.Once
+		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Replies: replies, Stop: stop, Observe: func(ev engine.Event) {
+			if ev.NS != "" { // a child flow's nodes are not this flow's
+				return
+			}
+			switch {
+			case ev.Type == engine.NodeEnd && ev.Degraded != "":
 				degraded[ev.Node] = true
+			case stop != nil && ev.Type == engine.NodeStart:
+				if _, top := g.Node(ev.Node); top { // not a map's item
+					if len(stopped) == 0 {
+						stopped = append(stopped, nil)
+					}
+					stopped[len(stopped)-1] = append(stopped[len(stopped)-1], ev.Node)
+				}
+			case stop != nil && ev.Type == engine.StateUpdate && len(stopped) > 0 && stopped[len(stopped)-1] != nil:
+				stopped = append(stopped, nil)
+				if ev.Step >= r.StopAfter {
+					once.Do(func() { close(stop) })
+				}
 			}
 		}}
 		if r.Resume || r.Answers != nil {
@@ -510,6 +591,19 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		}
 		res, err := eng.Run(ctx, g, req)
 		ex := r.Expect
+		if r.StopAfter > 0 {
+			if !errors.Is(err, engine.ErrStopped) {
+				at(r.Pos, "run %d: want it stopped after step %d, it %s", i+1, r.StopAfter, endedHow(err))
+				return fails
+			}
+			if len(stopped) > 0 && stopped[len(stopped)-1] == nil {
+				stopped = stopped[:len(stopped)-1]
+			}
+			if ex != nil && ex.Path != nil {
+				fails = append(fails, check(&Expect{Path: ex.Path, pathPos: ex.pathPos}, g, nil, nil, stopped, nil, fmt.Sprintf("run %d", i+1))...)
+			}
+			continue
+		}
 		if err != nil {
 			if slices.ContainsFunc(scripts, (*scripted).refused) {
 				return fails // the refused script says why
@@ -549,6 +643,32 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		fails = append(fails, checkOutput(t.Expect, g, last, "after the last run")...)
 	}
 	return fails
+}
+
+// pauseFirst runs req pausing before its first step, as a run of nodes
+// that all pause before they run would.
+func pauseFirst(ctx context.Context, eng *engine.Engine, g *flow.Graph, req engine.Request) (*engine.Result, error) {
+	before := make([]bool, len(g.Nodes))
+	for i, n := range g.Nodes {
+		before[i], n.InterruptBefore = n.InterruptBefore, true
+	}
+	pauses := g.Pauses
+	g.Pauses = true
+	defer func() {
+		for i, n := range g.Nodes {
+			n.InterruptBefore = before[i]
+		}
+		g.Pauses = pauses
+	}()
+	return eng.Run(ctx, g, req)
+}
+
+// endedHow says how a run that was to stop ended.
+func endedHow(err error) string {
+	if err != nil {
+		return "failed: " + err.Error()
+	}
+	return "ran to its end"
 }
 
 // pausedAt lists the nodes a run paused at, sorted (nil when it did not).

@@ -89,14 +89,29 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	if !k.Revoked.IsZero() {
 		return nil, &api.Error{Code: api.CodeUnauthorized, Message: "this key was revoked"}
 	}
+	if !k.Expires.IsZero() && !time.Now().Before(k.Expires) {
+		return nil, &api.Error{Code: api.CodeUnauthorized, Message: "this key has expired"}
+	}
 	return &caller{key: k, tenant: k.Tenant}, nil
 }
 
+// admin reports whether the caller may use the admin routes: an admin
+// key of no narrower scope.
+func (c *caller) admin() bool { return c.key != nil && c.key.Admin && c.key.Scope == "" }
+
+// edits reports whether the caller may change the flows (save them,
+// reload them): an admin, or a studio's page.
+func (c *caller) edits() bool { return c.admin() || c.key != nil && c.key.Scope == store.ScopeStudio }
+
 func keyInfo(k *store.KeyRecord) api.Key {
-	out := api.Key{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Admin: k.Admin, Created: k.Created}
+	out := api.Key{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Admin: k.Admin, Scope: k.Scope, Created: k.Created}
 	if !k.Revoked.IsZero() {
 		t := k.Revoked
 		out.Revoked = &t
+	}
+	if !k.Expires.IsZero() {
+		t := k.Expires
+		out.Expires = &t
 	}
 	return out
 }

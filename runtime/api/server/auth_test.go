@@ -64,6 +64,10 @@ var authCases = map[string]authCase{
 	"GET /v1/threads/{id}/history":            {ok: 200},
 	"POST /v1/threads/{id}/fork":              {ok: 201, body: `{"at": 1}`},
 	"POST /v1/threads/{id}/update":            {ok: 200, body: `{"as": "greet", "values": {"greeting": "hi"}}`},
+	"POST /v1/threads/{id}/replay":            {ok: 201, body: `{"at": 1}`},
+	"POST /v1/threads/{id}/flow-test":         {ok: 200, body: `{}`},
+	"GET /v1/studio/session":                  {ok: 200},
+	"POST /v1/studio/session/renew":           {ok: 200},
 	"POST /v1/threads/{id}/runs":              {ok: 202, body: `{"input": {"name": "Ada"}}`},
 	"POST /v1/threads/{id}/runs/wait":         {ok: 200, body: `{"input": {"name": "Ada"}}`},
 	"POST /v1/threads/{id}/runs/stream":       {ok: 200, body: `{"input": {"name": "Ada"}}`},
@@ -216,7 +220,7 @@ func expected(rt route, tc authCase, caller string) int {
 		return tc.ok
 	case rt.access == agent:
 		return http.StatusForbidden
-	case rt.access == admin && caller != "admin":
+	case (rt.access == admin || rt.access == edit) && caller != "admin":
 		return http.StatusForbidden
 	case rt.access == admin:
 		return tc.ok

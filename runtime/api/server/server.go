@@ -383,6 +383,7 @@ const (
 	tenant               // any valid key, acting for its tenant
 	admin                // an admin key
 	agent                // a voice agent's grant only
+	edit                 // an admin key, or a studio's page's: changing the flows
 )
 
 // route is one route of the API; routes() is the table every route is
@@ -406,9 +407,9 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/flows/{name}", access: tenant, handle: s.getFlow},
 		{method: "GET", path: "/v1/flows/{name}/graph", access: tenant, handle: s.flowGraph},
 		{method: "POST", path: "/v1/flows/validate", access: tenant, handle: s.validateFlow},
-		{method: "POST", path: "/v1/flows/reload", access: admin, handle: s.reloadFlows},
+		{method: "POST", path: "/v1/flows/reload", access: edit, handle: s.reloadFlows},
 		{method: "GET", path: "/v1/flows/{name}/files", access: tenant, handle: s.flowFiles},
-		{method: "PUT", path: "/v1/flows/{name}/files", access: admin, handle: s.saveFlow},
+		{method: "PUT", path: "/v1/flows/{name}/files", access: edit, handle: s.saveFlow},
 		{method: "POST", path: "/v1/flows/{name}/check", access: tenant, handle: s.checkFlow},
 		{method: "GET", path: "/v1/flows/{name}/nodes/{node}/prompt", access: tenant, handle: s.previewPrompt},
 
@@ -424,6 +425,8 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/threads/{id}/history", access: tenant, handle: s.threadHistory},
 		{method: "POST", path: "/v1/threads/{id}/fork", access: tenant, handle: s.forkThread},
 		{method: "POST", path: "/v1/threads/{id}/update", access: tenant, handle: s.updateThread},
+		{method: "POST", path: "/v1/threads/{id}/replay", access: tenant, handle: s.replayThread},
+		{method: "POST", path: "/v1/threads/{id}/flow-test", access: tenant, handle: s.flowTest},
 		{method: "POST", path: "/v1/threads/{id}/voice", access: tenant, handle: s.voice},
 		{method: "DELETE", path: "/v1/threads/{id}/voice", access: tenant, handle: s.endVoice},
 		{method: "POST", path: "/v1/threads/{id}/voice/grant", access: agent, handle: s.renewGrant},
@@ -455,6 +458,8 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/studio/app.js", access: public, handle: s.studioPage},
 		{method: "GET", path: "/studio/flow.schema.json", access: public, handle: s.studioPage},
 		{method: "POST", path: "/v1/studio/session", access: public, handle: s.studioSignIn},
+		{method: "GET", path: "/v1/studio/session", access: tenant, handle: s.studioWhoAmI},
+		{method: "POST", path: "/v1/studio/session/renew", access: tenant, handle: s.studioRenew},
 
 		{method: "POST", path: "/v1/keys", access: admin, handle: s.createKey},
 		{method: "GET", path: "/v1/keys", access: admin, handle: s.listKeys},
@@ -573,8 +578,12 @@ func (s *Server) wrap(rt route) http.Handler {
 				fail(err)
 				return
 			}
-			if rt.access == admin && !c.key.Admin {
+			if rt.access == admin && !c.admin() {
 				fail(&api.Error{Code: api.CodeForbidden, Message: "this route takes an admin key"})
+				return
+			}
+			if rt.access == edit && !c.edits() {
+				fail(&api.Error{Code: api.CodeForbidden, Message: "changing the flows takes an admin key (or the key trellis studio signs its page in with)"})
 				return
 			}
 			if err := reach(c, rt, r); err != nil {

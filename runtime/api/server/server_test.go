@@ -75,6 +75,10 @@ func storeAddr(t *testing.T, kind string) string {
 	case "postgres":
 		return storetest.Postgres(t)
 	}
+	if strings.HasPrefix(kind, "sqlite:") || strings.HasPrefix(kind, "postgres:") {
+		// a store another harness shares
+		return kind
+	}
 	return "memory"
 }
 

@@ -44,15 +44,23 @@ type studioState struct {
 
 type studioToken struct {
 	tenant  string
-	admin   bool
 	expires time.Time
 }
 
+// StudioKeyTTL is how long the key a studio's page signs in with works
+// unless the page renews it, which it does while it is open: a page
+// closed (or a studio killed) leaves a key that lapses this long after.
+const StudioKeyTTL = 5 * time.Minute
+
 // StudioToken issues a one-time token that the studio page exchanges
-// (POST /v1/studio/session) for a new API key of tenant: the token is
-// good for one exchange within ttl. It is what `trellis studio` puts in
-// the address it prints.
-func (s *Server) StudioToken(tenant string, admin bool, ttl time.Duration) (string, error) {
+// (POST /v1/studio/session) for a new key of tenant: the token is good for
+// one exchange within ttl. It is what `trellis studio` puts in the address
+// it prints. The key is the page's alone: of the studio scope (its
+// tenant's threads, runs and memory, and editing the flows; no key
+// management), lapsing StudioKeyTTL after the page last renewed it, and
+// with this server: revoked by RevokeStudioKeys when it stops, and by the
+// sweep of any server sharing the store once it stops beating (killed).
+func (s *Server) StudioToken(tenant string, ttl time.Duration) (string, error) {
 	if !validTenant(tenant) {
 		return "", &api.Error{Code: api.CodeInvalidInput, Message: "a tenant is 1 to 64 letters, digits, '-', '_' or '.'"}
 	}
@@ -63,7 +71,7 @@ func (s *Server) StudioToken(tenant string, admin bool, ttl time.Duration) (stri
 	if st.tokens == nil {
 		st.tokens = map[string]studioToken{}
 	}
-	st.tokens[HashKey(token)] = studioToken{tenant: tenant, admin: admin, expires: time.Now().Add(ttl)}
+	st.tokens[HashKey(token)] = studioToken{tenant: tenant, expires: time.Now().Add(ttl)}
 	return token, nil
 }
 
@@ -85,6 +93,15 @@ func (s *Server) RevokeStudioKeys(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// SweepKeys revokes the keys that lapse with a server (a studio's) whose
+// server has stopped beating for the server's DeadAfter, or that expired:
+// a studio killed before it could revoke its keys leaves none working
+// once another server sharing the store (its next start) has swept. The
+// servers sweep by themselves, with their heartbeat.
+func (s *Server) SweepKeys(ctx context.Context) (int, error) {
+	return s.cat.SweepKeys(ctx, s.cfg.DeadAfter)
+}
+
 var errStudioToken = &api.Error{Code: api.CodeUnauthorized,
 	Message: "this sign-in token is not valid: it was used already or has expired (start trellis studio again for another, or sign in with an API key)"}
 
@@ -102,14 +119,53 @@ func (s *Server) studioSignIn(w http.ResponseWriter, r *http.Request, _ *caller)
 	if !ok || time.Now().After(tok.expires) {
 		return errStudioToken
 	}
-	k, secret, err := CreateKey(r.Context(), s.cat, tok.tenant, "studio session", tok.admin)
-	if err != nil {
+	id := randomText(12)
+	secret := "trk_" + id + "_" + randomText(32)
+	now := time.Now().UTC()
+	k := &store.KeyRecord{ID: id, Hash: HashKey(secret), Tenant: tok.tenant, Name: "studio session", Created: now,
+		Scope: store.ScopeStudio, Expires: now.Add(StudioKeyTTL), Owner: s.runs.id}
+	if err := s.cat.CreateKey(r.Context(), k); err != nil {
 		return err
 	}
 	st.mu.Lock()
 	st.minted = append(st.minted, k.ID)
 	st.mu.Unlock()
-	writeJSON(w, http.StatusOK, api.StudioSession{Key: secret, KeyID: k.ID, Tenant: k.Tenant, Admin: k.Admin})
+	out := studioSession(&caller{key: k, tenant: k.Tenant})
+	out.Key = secret
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func studioSession(c *caller) api.StudioSession {
+	out := api.StudioSession{KeyID: c.key.ID, Tenant: c.tenant, Admin: c.admin(), Scope: c.key.Scope, Edits: c.edits()}
+	if !c.key.Expires.IsZero() {
+		t := c.key.Expires
+		out.Expires = &t
+	}
+	return out
+}
+
+// studioWhoAmI says who the caller's key is and what it may do, so that a
+// page shows what it cannot do (save the flows) before it is tried.
+func (s *Server) studioWhoAmI(w http.ResponseWriter, _ *http.Request, c *caller) error {
+	writeJSON(w, http.StatusOK, studioSession(c))
+	return nil
+}
+
+// studioRenew keeps the caller's lapsing key working for StudioKeyTTL
+// more; a key that does not lapse is as it was.
+func (s *Server) studioRenew(w http.ResponseWriter, r *http.Request, c *caller) error {
+	if c.session == "" && !c.key.Expires.IsZero() {
+		until := time.Now().UTC().Add(StudioKeyTTL)
+		if err := s.cat.RenewKey(r.Context(), c.key.ID, until); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return &api.Error{Code: api.CodeUnauthorized, Message: "this key was revoked"}
+			}
+			return err
+		}
+		c.key.Expires = until
+	}
+	writeJSON(w, http.StatusOK, studioSession(c))
 	return nil
 }
 

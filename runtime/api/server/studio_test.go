@@ -11,12 +11,14 @@ import (
 	"github.com/trellisflow/trellis/runtime/api"
 )
 
-// A one-time studio token is exchanged once for a key of its tenant,
-// which then reaches that tenant's threads; the keys handed out are
-// revoked when the studio ends.
+// A one-time studio token is exchanged once for a key of its tenant and
+// of the studio's scope: it reaches that tenant's threads and edits the
+// flows, but manages no keys, and sees no other tenant's; it lapses
+// unless renewed, and the keys handed out are revoked when the studio
+// ends.
 func TestStudioSignIn(t *testing.T) {
 	h := newHarness(t, "memory", nil)
-	token, err := h.srv.StudioToken("acme", true, time.Minute)
+	token, err := h.srv.StudioToken("acme", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,25 +28,73 @@ func TestStudioSignIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sess.Tenant != "acme" || !sess.Admin || !strings.HasPrefix(sess.Key, "trk_") {
+	if sess.Tenant != "acme" || sess.Admin || !sess.Edits || sess.Scope != "studio" || sess.Expires == nil || !strings.HasPrefix(sess.Key, "trk_") {
 		t.Fatalf("session %+v", sess)
 	}
 	if _, err := anon.StudioSignIn(ctx, token); !api.IsCode(err, api.CodeUnauthorized) {
 		t.Fatalf("a token exchanged twice: %v", err)
 	}
-	// the key is acme's: it sees acme's thread
+	// the key is acme's: it sees acme's thread, not globex's
 	interviewless(t, h, "mine")
 	studio := api.NewClient(h.base, sess.Key)
 	studio.HTTP = h.http
 	if _, err := studio.Thread(ctx, "mine"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := h.globex.CreateThread(ctx, api.CreateThread{ID: "theirs", Flow: "greet"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := studio.Thread(ctx, "theirs"); !api.IsCode(err, api.CodeNotFound) {
+		t.Errorf("the studio's key reads another tenant's thread: %v", err)
+	}
+	// it manages no keys: it can neither make one (for any tenant) nor
+	// list them, nor rotate the voice signing key
+	if _, err := studio.CreateKey(ctx, api.CreateKey{Tenant: "other"}); !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("the studio's key made a key: %v", err)
+	}
+	if _, err := studio.CreateKey(ctx, api.CreateKey{Tenant: "acme", Admin: true}); !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("the studio's key made an admin key: %v", err)
+	}
+	if _, err := studio.Keys(ctx); !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("the studio's key listed the keys: %v", err)
+	}
+	// but it reloads the flows, as saving does
+	if _, err := studio.ReloadFlows(ctx); err != nil {
+		t.Errorf("the studio's key cannot reload the flows: %v", err)
+	}
+	// a tenant's ordinary key is told it cannot edit before it tries
+	who, err := h.acme.StudioSession(ctx)
+	if err != nil || who.Edits || who.Tenant != "acme" || who.Expires != nil {
+		t.Errorf("an ordinary key's session: %v %+v", err, who)
+	}
+	if _, err := h.acme.ReloadFlows(ctx); !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("an ordinary key reloaded the flows: %v", err)
+	}
+	// renewed, it lapses later
+	renewed, err := studio.RenewStudioSession(ctx)
+	if err != nil || renewed.Expires == nil || !renewed.Expires.After(*sess.Expires) {
+		t.Fatalf("renewed: %v %+v (it expired at %v)", err, renewed, sess.Expires)
+	}
+	// a key past its expiry is refused
+	k, err := h.srv.cat.KeyByHash(ctx, HashKey(sess.Key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.cat.RenewKey(ctx, k.ID, time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := studio.Thread(ctx, "mine"); !api.IsCode(err, api.CodeUnauthorized) {
+		t.Fatalf("an expired studio key: %v", err)
+	}
+	if err := h.srv.cat.RenewKey(ctx, k.ID, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
 	// an expired token is refused
-	old, _ := h.srv.StudioToken("acme", false, -time.Second)
+	old, _ := h.srv.StudioToken("acme", -time.Second)
 	if _, err := anon.StudioSignIn(ctx, old); !api.IsCode(err, api.CodeUnauthorized) {
 		t.Fatalf("an expired token: %v", err)
 	}
-	if _, err := h.srv.StudioToken("no tenant!", false, time.Minute); err == nil {
+	if _, err := h.srv.StudioToken("no tenant!", time.Minute); err == nil {
 		t.Fatal("a token for a tenant that cannot be")
 	}
 	if err := h.srv.RevokeStudioKeys(ctx); err != nil {
@@ -52,6 +102,53 @@ func TestStudioSignIn(t *testing.T) {
 	}
 	if _, err := studio.Thread(ctx, "mine"); !api.IsCode(err, api.CodeUnauthorized) {
 		t.Fatalf("a studio key after the studio ended: %v", err)
+	}
+}
+
+// The keys a studio's server handed out lapse with it: once it stops
+// beating (stopped without revoking them, as a killed studio leaves
+// them), a server sharing the store revokes them.
+func TestStudioKeysLapseWithTheirServer(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			addr := storeAddr(t, backend)
+			first := newHarness(t, addr, nil)
+			token, err := first.srv.StudioToken("acme", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			anon := api.NewClient(first.base, "")
+			anon.HTTP = first.http
+			sess, err := anon.StudioSignIn(ctx, token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first.stop()
+			second := newHarness(t, addr, nil, func(c *Config) { c.DeadAfter = time.Second })
+			c := api.NewClient(second.base, sess.Key)
+			c.HTTP = second.http
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				k, err := second.srv.cat.KeyByHash(ctx, HashKey(sess.Key))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !k.Revoked.IsZero() {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the key of a server that stopped beating is still active: %+v", k)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if _, err := c.Flows(ctx); !api.IsCode(err, api.CodeUnauthorized) {
+				t.Errorf("the swept key: %v", err)
+			}
+			// the second server's own keys stand
+			if _, err := second.acme.Flows(ctx); err != nil {
+				t.Errorf("a key that does not lapse after the sweep: %v", err)
+			}
+		})
 	}
 }
 

@@ -337,7 +337,17 @@ func (s *Server) threadHistory(w http.ResponseWriter, r *http.Request, c *caller
 	out := api.History{Checkpoints: []api.Checkpoint{}}
 	for _, cp := range cps {
 		x := api.Checkpoint{Seq: cp.Seq, Parent: cp.Parent, Run: cp.Run, Step: cp.Step, Source: string(cp.Source), Time: cp.Time,
-			Writes: []api.Write{}, Next: cp.Next}
+			Writes: []api.Write{}, Next: cp.Next, Base: cp.Base, Answers: cp.Answers}
+		if cp.Source == store.SourceFork {
+			// the thread it was forked from, by its public id
+			if from, seq, ok := store.ForkedFrom(cp); ok {
+				x.Run = publicID(from) + "@" + strconv.FormatUint(seq, 10)
+			}
+		} else {
+			for _, rp := range cp.Replies {
+				x.Replies = append(x.Replies, api.Reply{Node: rp.Node, Key: rp.Key, Text: rp.Text})
+			}
+		}
 		for _, wr := range cp.Writes {
 			x.Writes = append(x.Writes, api.Write{Field: wr.Field, Version: wr.Version, Value: wr.Value, Items: wr.Items, Append: wr.Append})
 		}
@@ -359,38 +369,8 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 	if err := readJSON(r, &in); err != nil {
 		return err
 	}
-	if in.ID == "" {
-		in.ID = newID("thread")
-	}
-	if err := checkThreadID(in.ID); err != nil {
-		return err
-	}
-	if in.At == 0 || in.At > maxCheckpoint {
-		return &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("at names the checkpoint to fork from, an integer from 1 to %d", int64(maxCheckpoint)),
-			Details: map[string]string{"field": "at"}}
-	}
-	key := threadKey(c, in.ID)
-	if _, err := store.Fork(r.Context(), s.eng().Store, rec.ID, in.At, key); err != nil {
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), in.At)}
-		case errors.Is(err, store.ErrExists):
-			return &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", in.ID)}
-		}
-		return err
-	}
-	md := in.Metadata
-	if md == nil {
-		md = rec.Metadata
-	}
-	fork := &store.ThreadRecord{ID: key, Tenant: c.tenant, Flow: rec.Flow, Metadata: md, Created: time.Now().UTC()}
-	err = s.cat.CreateThread(r.Context(), fork)
-	if err == nil {
-		// the fork runs the version its checkpoint was made by
-		err = s.pinFork(r.Context(), c.tenant, rec.ID, in.At, key)
-	}
+	fork, _, err := s.fork(r, c, rec, in.At, in.ID, in.Metadata, false)
 	if err != nil {
-		_ = s.eng().Delete(r.Context(), key)
 		return err
 	}
 	out, err := s.threadInfo(r, fork)
@@ -399,6 +379,51 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 	}
 	writeJSON(w, http.StatusCreated, out)
 	return nil
+}
+
+// fork starts thread id (a new id when empty) of c's tenant from
+// checkpoint at of rec, with metadata (rec's when nil); replay makes it
+// a replay's fork (store.ForkReplaying).
+func (s *Server) fork(r *http.Request, c *caller, rec *store.ThreadRecord, at uint64, id string, md map[string]string, replay bool) (*store.ThreadRecord, *store.Snapshot, error) {
+	if id == "" {
+		id = newID("thread")
+	}
+	if err := checkThreadID(id); err != nil {
+		return nil, nil, err
+	}
+	if at == 0 || at > maxCheckpoint {
+		return nil, nil, &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("at names the checkpoint to fork from, an integer from 1 to %d", int64(maxCheckpoint)),
+			Details: map[string]string{"field": "at"}}
+	}
+	key := threadKey(c, id)
+	forkAt := store.Fork
+	if replay {
+		forkAt = store.ForkReplaying
+	}
+	snap, err := forkAt(r.Context(), s.eng().Store, rec.ID, at, key)
+	if err != nil {
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil, nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), at)}
+		case errors.Is(err, store.ErrExists):
+			return nil, nil, &api.Error{Code: api.CodeThreadExists, Message: fmt.Sprintf("thread %q exists", id)}
+		}
+		return nil, nil, err
+	}
+	if md == nil {
+		md = rec.Metadata
+	}
+	fork := &store.ThreadRecord{ID: key, Tenant: c.tenant, Flow: rec.Flow, Metadata: md, Created: time.Now().UTC()}
+	err = s.cat.CreateThread(r.Context(), fork)
+	if err == nil {
+		// the fork runs the version its checkpoint was made by
+		err = s.pinFork(r.Context(), c.tenant, rec.ID, at, key)
+	}
+	if err != nil {
+		_ = s.eng().Delete(r.Context(), key)
+		return nil, nil, err
+	}
+	return fork, snap, nil
 }
 
 func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller) error {
@@ -418,7 +443,14 @@ func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
-	snap, err := s.eng().Update(r.Context(), l.flow.Graph(), rec.ID, in.As, values)
+	if in.At > maxCheckpoint {
+		return &api.Error{Code: api.CodeInvalidInput, Message: fmt.Sprintf("at names the checkpoint to update at, an integer from 1 to %d", int64(maxCheckpoint)),
+			Details: map[string]string{"field": "at"}}
+	}
+	snap, err := s.eng().UpdateAt(r.Context(), l.flow.Graph(), rec.ID, in.At, in.As, values)
+	if errors.Is(err, store.ErrNotFound) && in.At > 0 {
+		return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("thread %q has no checkpoint %d", publicID(rec.ID), in.At)}
+	}
 	if err != nil {
 		return valuesError(err)
 	}

@@ -658,6 +658,39 @@ func (s *Store) RevokeKey(_ context.Context, id string, at time.Time) error {
 	return nil
 }
 
+// RenewKey implements store.Catalog.
+func (s *Store) RenewKey(_ context.Context, id string, until time.Time) error {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k, ok := c.keys[id]
+	if !ok || !k.Revoked.IsZero() || k.Expires.IsZero() {
+		return store.ErrNotFound
+	}
+	k.Expires = until
+	return nil
+}
+
+// SweepKeys implements store.Catalog.
+func (s *Store) SweepKeys(_ context.Context, deadAfter time.Duration) (int, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	n := 0
+	for _, k := range c.keys {
+		if !k.Revoked.IsZero() || k.Owner == "" {
+			continue
+		}
+		seen, ok := c.servers[k.Owner]
+		if !k.Expires.IsZero() && k.Expires.Before(now) || !ok || seen.Before(now.Add(-deadAfter)) {
+			k.Revoked = now
+			n++
+		}
+	}
+	return n, nil
+}
+
 var _ store.Catalog = (*Store)(nil)
 
 // CacheGet implements store.Cache.

@@ -23,6 +23,7 @@ func RunCatalog(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RunsAndEvents", testCatalogRuns},
 		{"ConcurrentEventAppends", testCatalogConcurrentEvents},
 		{"Keys", testCatalogKeys},
+		{"KeysThatLapse", testCatalogKeysLapse},
 		{"QueuePolicies", testQueuePolicies},
 		{"QueueOrderAndStops", testQueueOrder},
 		{"QueueConcurrentClaims", testQueueConcurrentClaims},
@@ -266,6 +267,58 @@ func testCatalogKeys(t *testing.T, c store.Catalog) {
 	keys, _ = c.Keys(ctx, "root")
 	if len(keys) != 1 || keys[0].ID != "k0" {
 		t.Fatalf("root's keys %v", keys)
+	}
+}
+
+// A key with an expiry is renewed while it is not revoked; a sweep
+// revokes the keys whose server stopped beating or whose expiry passed,
+// and leaves the others.
+func testCatalogKeysLapse(t *testing.T, c store.Catalog) {
+	now := time.Now()
+	keys := []*store.KeyRecord{
+		{ID: "alive", Hash: "h1", Tenant: "studio", Scope: store.ScopeStudio, Owner: "s1", Expires: now.Add(time.Hour), Created: now},
+		{ID: "dead", Hash: "h2", Tenant: "studio", Scope: store.ScopeStudio, Owner: "s2", Expires: now.Add(time.Hour), Created: now},
+		{ID: "expired", Hash: "h3", Tenant: "studio", Scope: store.ScopeStudio, Owner: "s1", Expires: now.Add(-time.Minute), Created: now},
+		{ID: "plain", Hash: "h4", Tenant: "acme", Created: now},
+	}
+	for _, k := range keys {
+		if err := c.CreateKey(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := c.KeyByHash(ctx, "h1")
+	if err != nil || got.Scope != store.ScopeStudio || got.Owner != "s1" || !sameTime(got.Expires, keys[0].Expires) {
+		t.Fatalf("a studio key read back: %v %+v", err, got)
+	}
+	until := now.Add(2 * time.Hour)
+	if err := c.RenewKey(ctx, "alive", until); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.KeyByHash(ctx, "h1"); !sameTime(got.Expires, until) {
+		t.Errorf("renewed to %v, want %v", got.Expires, until)
+	}
+	if err := c.RenewKey(ctx, "plain", until); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a key that never expires was renewed: %v", err)
+	}
+	// s1 beats, s2 never did
+	if err := c.Beat(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.SweepKeys(ctx, time.Hour)
+	if err != nil || n != 2 {
+		t.Fatalf("the sweep revoked %d keys: %v", n, err)
+	}
+	for hash, revoked := range map[string]bool{"h1": false, "h2": true, "h3": true, "h4": false} {
+		k, err := c.KeyByHash(ctx, hash)
+		if err != nil || k.Revoked.IsZero() == revoked {
+			t.Errorf("key %s after the sweep: %v %+v", hash, err, k)
+		}
+	}
+	if err := c.RenewKey(ctx, "dead", until); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a revoked key was renewed: %v", err)
+	}
+	if n, err := c.SweepKeys(ctx, time.Hour); err != nil || n != 0 {
+		t.Errorf("a second sweep revoked %d: %v", n, err)
 	}
 }
 

@@ -30,6 +30,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ValuesRoundTrip", testValuesRoundTrip},
 		{"HistoryPagesAndFilters", testHistory},
 		{"StateAtAndFork", testStateAtAndFork},
+		{"ForkCarriesTheRun", testForkCarries},
+		{"BranchAndRepliesRoundTrip", testBranchMeta},
 		{"ThreadsAndDelete", testThreadsAndDelete},
 		{"ConcurrentWritersOneWins", testConcurrentWriters},
 		{"PendingWrites", testPending},
@@ -311,6 +313,74 @@ func testStateAtAndFork(t *testing.T, st store.Store) {
 	h1, _ := st.Head(ctx, "t")
 	if !reflect.DeepEqual(h2.Values["log"], []any{2, 3, "fork"}) || !reflect.DeepEqual(h1.Values["log"], []any{2, 3, 4, 5}) {
 		t.Fatalf("fork %v original %v", h2.Values["log"], h1.Values["log"])
+	}
+}
+
+// A fork at a checkpoint with nodes to run carries the run: its next
+// nodes, join arrivals, step, its input and configuration (read from its
+// input checkpoint) and, at the thread's head, the pending writes.
+func testForkCarries(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0})
+	in := &store.Checkpoint{Thread: "t", Seq: 2, Parent: 1, Run: "r1", Source: store.SourceInput, Time: at(2),
+		Writes: []store.Write{{Field: "n", Version: 2, Value: 7}}, Next: []string{"a", "b"}, Config: map[string]any{"model": "m"}}
+	if err := st.Commit(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	step := &store.Checkpoint{Thread: "t", Seq: 3, Parent: 2, Run: "r1", Step: 1, Source: store.SourceStep, Time: at(3),
+		Writers: []store.NodeWrites{{Node: "a"}}, Next: []string{"c", "d"}, Joins: []uint64{1}}
+	if err := st.Commit(ctx, step); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutPending(ctx, "t", 3, "c", []store.Write{{Field: "n", Value: 8}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		seq     uint64
+		next    []string
+		joins   []uint64
+		step    int
+		pending bool
+	}{{2, []string{"a", "b"}, nil, 0, false}, {3, []string{"c", "d"}, []uint64{1}, 1, true}} {
+		to := fmt.Sprintf("f%d", tc.seq)
+		if _, err := store.Fork(ctx, st, "t", tc.seq, to); err != nil {
+			t.Fatal(err)
+		}
+		h, err := st.Head(ctx, to)
+		if err != nil || h.Seq != 1 || !slices.Equal(h.Next, tc.next) || !slices.Equal(h.Joins, tc.joins) || h.Step != tc.step {
+			t.Fatalf("the fork at %d: %v %+v", tc.seq, err, h)
+		}
+		if got := len(h.Pending["c"]) == 1; got != tc.pending {
+			t.Errorf("the fork at %d has pending writes %v", tc.seq, h.Pending)
+		}
+		input, cfg := store.RunInput(ctx, st, to, h.Run)
+		if !reflect.DeepEqual(input, map[string]any{"n": 7}) || !reflect.DeepEqual(cfg, map[string]any{"model": "m"}) {
+			t.Errorf("the fork at %d carries input %v and configuration %v", tc.seq, input, cfg)
+		}
+	}
+}
+
+// A checkpoint's branch, replies and answers are kept as committed.
+func testBranchMeta(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0})
+	commit(t, st, "t", 2, store.Write{Field: "n", Version: 2, Value: 2})
+	cp := &store.Checkpoint{Thread: "t", Seq: 3, Parent: 2, Base: 1, Run: "r2", Step: 1, Source: store.SourceUpdate, Time: at(3),
+		Writes:  []store.Write{{Field: "n", Version: 3, Value: 0}},
+		Replies: []store.Reply{{Node: "ask", Key: "k1", Text: "a reply\nin two lines"}, {Node: "m[2]", Key: "k2", Text: `{"x": 1}`}},
+		Answers: map[string]any{"approve": map[string]any{"ok": true, "note": "fine"}}}
+	if err := st.Commit(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	h, err := st.History(ctx, "t", store.HistoryOptions{Limit: 1})
+	if err != nil || len(h) != 1 {
+		t.Fatal(err)
+	}
+	got := h[0]
+	if got.Base != 1 || !reflect.DeepEqual(got.Replies, cp.Replies) || !reflect.DeepEqual(got.Answers, cp.Answers) {
+		t.Errorf("read back: base %d replies %+v answers %v", got.Base, got.Replies, got.Answers)
+	}
+	s, err := st.StateAt(ctx, "t", 3)
+	if err != nil || s.Values["n"] != 0 {
+		t.Errorf("the branch's state: %v %+v", err, s)
 	}
 }
 

@@ -131,6 +131,15 @@ func cmdHistory(ctx context.Context, env *Env, args []string) int {
 		if len(cp.Next) > 0 {
 			fmt.Fprintf(env.Stdout, " next [%s]", strings.Join(cp.Next, ", "))
 		}
+		if from, seq, ok := store.ForkedFrom(cp); ok {
+			fmt.Fprintf(env.Stdout, " forked from %s at %d", from, seq)
+		}
+		if cp.Base != 0 {
+			fmt.Fprintf(env.Stdout, " branch of %d", cp.Base)
+		}
+		if n := len(cp.Replies); n > 0 && cp.Source != trellis.SourceFork {
+			fmt.Fprintf(env.Stdout, " replies %d", n)
+		}
 		fmt.Fprintln(env.Stdout)
 	}
 	return 0
@@ -178,6 +187,63 @@ func cmdFork(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "fork", missing(err, pos[0], *at))
 	}
 	fmt.Fprintf(env.Stdout, "%s forked from %s at checkpoint %d\n", *to, pos[0], *at)
+	return 0
+}
+
+// cmdReplay re-runs a thread from one of its checkpoints on a new thread,
+// told the model's replies the thread was told.
+func cmdReplay(ctx context.Context, env *Env, args []string) int {
+	fs := flags(env, "replay")
+	at := fs.Uint64("at", 0, "the checkpoint to replay from")
+	to := fs.String("to", "", "id of the new thread")
+	useModel := fs.Bool("model", false, "ask the model again instead of telling the nodes what it told the thread")
+	trace := fs.Bool("trace", false, "print the run's events")
+	addr := storeFlag(fs)
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 2 || *at == 0 || *to == "" {
+		return fail(env, "replay", usagef("want FLOW THREAD --at SEQ --to NEW"))
+	}
+	f, code := load(env, pos[0])
+	if f == nil {
+		return code
+	}
+	rt, err := openRuntime(ctx, *addr)
+	if err != nil {
+		return fail(env, "replay", err)
+	}
+	defer rt.Close()
+	var opts []trellis.RunOption
+	if *trace {
+		opts = append(opts, trellis.WithObserver(TraceTo(env.Stderr)))
+	}
+	var snap *trellis.Snapshot
+	var res *trellis.Result
+	if *useModel {
+		if snap, err = rt.Fork(ctx, pos[1], *at, *to); err == nil && len(snap.Next) > 0 {
+			res, err = rt.Resume(ctx, f, *to, opts...)
+		}
+	} else {
+		snap, res, err = rt.Replay(ctx, f, pos[1], *at, *to, opts...)
+	}
+	if snap == nil {
+		return fail(env, "replay", missing(err, pos[1], *at))
+	}
+	if err != nil {
+		return fail(env, "replay", err)
+	}
+	if res == nil {
+		fmt.Fprintf(env.Stderr, "%s: forked from %s at checkpoint %d, which left nothing to run: a run with input goes on from it\n", *to, pos[1], *at)
+		printJSON(env, snap.Values)
+		return 0
+	}
+	fmt.Fprintf(env.Stderr, "%s: replayed from %s at checkpoint %d in %d steps, now at checkpoint %d\n", *to, pos[1], *at, res.Steps-snap.Step, res.Checkpoint)
+	if res.Interrupt != nil {
+		fmt.Fprintf(env.Stderr, "%s: paused at [%s]: trellis run --resume goes on\n", *to, strings.Join(append(res.Interrupt.Before, res.Interrupt.After...), ", "))
+	}
+	printJSON(env, res.State)
 	return 0
 }
 
@@ -257,6 +323,7 @@ func cmdUpdate(ctx context.Context, env *Env, args []string) int {
 	fs.Var(&sets, "set", "a field to write: name=value (repeatable; value parsed as YAML)")
 	setFile := fs.String("set-file", "", "read the fields to write from a YAML or JSON file")
 	as := fs.String("as", "", "the node the update is written as (its declared writes and reducers apply)")
+	at := fs.Uint64("at", 0, "the checkpoint to update at (default: the newest); an older one branches from there, and its unfinished run, if any, resumes over the edit")
 	addr := storeFlag(fs)
 	pos, code, ok := parse(fs, args)
 	if !ok {
@@ -278,11 +345,19 @@ func cmdUpdate(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "update", err)
 	}
 	defer rt.Close()
-	snap, err := rt.Update(ctx, g, pos[1], *as, values)
+	snap, err := rt.UpdateAt(ctx, g, pos[1], *at, *as, values)
 	if err != nil {
-		return fail(env, "update", missing(err, pos[1], 0))
+		return fail(env, "update", missing(err, pos[1], *at))
 	}
-	fmt.Fprintf(env.Stderr, "%s: checkpoint %d written as %s\n", pos[1], snap.Seq, *as)
+	switch {
+	case *at != 0 && *at != snap.Seq-1:
+		fmt.Fprintf(env.Stderr, "%s: checkpoint %d written as %s, a branch of checkpoint %d\n", pos[1], snap.Seq, *as, *at)
+	default:
+		fmt.Fprintf(env.Stderr, "%s: checkpoint %d written as %s\n", pos[1], snap.Seq, *as)
+	}
+	if len(snap.Next) > 0 {
+		fmt.Fprintf(env.Stderr, "%s: its run goes on with [%s]: trellis run --resume\n", pos[1], strings.Join(snap.Next, ", "))
+	}
 	printJSON(env, snap.Values)
 	return 0
 }

@@ -208,11 +208,19 @@ func cmdKeys(ctx context.Context, env *Env, args []string) int {
 		}
 		for _, k := range keys {
 			state := "active"
-			if !k.Revoked.IsZero() {
+			switch {
+			case !k.Revoked.IsZero():
 				state = "revoked " + k.Revoked.Local().Format(time.DateTime)
+			case !k.Expires.IsZero() && !time.Now().Before(k.Expires):
+				state = "expired " + k.Expires.Local().Format(time.DateTime)
+			case !k.Expires.IsZero():
+				state = "active until " + k.Expires.Local().Format(time.DateTime)
 			}
 			role := "tenant"
-			if k.Admin {
+			switch {
+			case k.Scope != "":
+				role = k.Scope
+			case k.Admin:
 				role = "admin"
 			}
 			fmt.Fprintf(env.Stdout, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, role, k.Name, state)

@@ -73,7 +73,7 @@ func cmdStudio(ctx context.Context, env *Env, args []string) int {
 	if err != nil {
 		return fail(env, "studio", err)
 	}
-	token, err := srv.StudioToken(*tenant, true, studioTokenTTL)
+	token, err := srv.StudioToken(*tenant, studioTokenTTL)
 	if err != nil {
 		ln.Close()
 		return fail(env, "studio", err)

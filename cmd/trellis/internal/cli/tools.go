@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -57,9 +58,20 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 	verbose := fs.Bool("v", false, "list every test, not only failures")
 	useModel := fs.Bool("model", false, "call the configured model instead of using fallbacks (tests are then not deterministic)")
 	record := fs.Bool("record", false, "call the configured model and keep its replies in each test file's cassette (x.cassette.yaml), which later runs replay offline")
+	fromThread := fs.String("from-thread", "", "make a flow test of this thread (of the store --store names) and of FLOW, then run it")
+	out := fs.String("out", "", "with --from-thread, the test file to write (default: FLOW.THREAD.test.yaml beside FLOW)")
+	replace := fs.Bool("replace", false, "with --from-thread, write over the test file and its cassette if they exist")
+	storeAddr := storeFlag(fs)
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
+	}
+	if *fromThread != "" {
+		path, code := testFromThread(ctx, env, *storeAddr, *fromThread, paths, *out, *replace)
+		if path == "" {
+			return code
+		}
+		paths = []string{path}
 	}
 	files, err := TestFiles(paths)
 	if err != nil {
@@ -281,4 +293,94 @@ func cmdDev(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "dev", err)
 	}
 	return 0
+}
+
+// testFromThread writes the flow test made of a thread (and its
+// cassette), and returns its path.
+func testFromThread(ctx context.Context, env *Env, storeAddr, thread string, pos []string, out string, replace bool) (string, int) {
+	if len(pos) != 1 {
+		return "", fail(env, "test", usagef("--from-thread THREAD takes the thread's FLOW file"))
+	}
+	f, code := load(env, pos[0])
+	if f == nil {
+		return "", code
+	}
+	if out == "" {
+		base := strings.TrimSuffix(filepath.Base(f.Path()), filepath.Ext(f.Path()))
+		out = filepath.Join(filepath.Dir(f.Path()), base+"."+fileSafe(thread)+testfile.Suffix)
+	}
+	if !strings.HasSuffix(out, testfile.Suffix) {
+		return "", fail(env, "test", usagef("--out %s: a flow test's file name ends in %s", out, testfile.Suffix))
+	}
+	absOut, err := filepath.Abs(out)
+	if err != nil {
+		return "", fail(env, "test", err)
+	}
+	absFlow, err := filepath.Abs(f.Path())
+	if err != nil {
+		return "", fail(env, "test", err)
+	}
+	rel, err := filepath.Rel(filepath.Dir(absOut), absFlow)
+	if err != nil {
+		return "", fail(env, "test", err)
+	}
+	rt, err := openRuntime(ctx, storeAddr)
+	if err != nil {
+		return "", fail(env, "test", err)
+	}
+	defer rt.Close()
+	offline := env.Offline
+	if offline == nil {
+		offline = env.Registry
+	}
+	made, err := testfile.FromThread(ctx, rt.Store(), f.Graph(), offline, thread, out, filepath.ToSlash(rel))
+	if err != nil {
+		return "", fail(env, "test", missing(err, thread, 0))
+	}
+	files := []struct {
+		path string
+		text []byte
+	}{{out, made.Text}}
+	cassettePath := llm.CassettePath(out)
+	if len(made.Replies) > 0 {
+		text, err := testfile.WriteCassette(made.Replies)
+		if err != nil {
+			return "", fail(env, "test", err)
+		}
+		files = append(files, struct {
+			path string
+			text []byte
+		}{cassettePath, text})
+	} else if _, err := os.Stat(cassettePath); err == nil && replace {
+		// a cassette of an earlier test of this name would answer for
+		// the thread's fallbacks
+		if err := os.Remove(cassettePath); err != nil {
+			return "", fail(env, "test", err)
+		}
+	}
+	for _, file := range files {
+		if _, err := os.Stat(file.path); err == nil && !replace {
+			return "", fail(env, "test", usagef("%s exists: --replace writes over it", file.path))
+		}
+	}
+	for _, file := range files {
+		if err := os.WriteFile(file.path, file.text, 0o644); err != nil {
+			return "", fail(env, "test", err)
+		}
+		fmt.Fprintf(env.Stderr, "wrote %s\n", file.path)
+	}
+	for _, field := range made.Unasserted {
+		fmt.Fprintf(env.Stderr, "not asserted: %s, which comes out otherwise each run\n", field)
+	}
+	return out, exitOK
+}
+
+// fileSafe is a thread id as part of a file name.
+func fileSafe(id string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, id)
 }

@@ -12,17 +12,21 @@
 package studio
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/trellisflow/trellis/schemas"
 )
 
 var (
 	//go:embed index.html
-	index []byte
+	page []byte
 	//go:embed dist/app.js
 	script []byte
 )
@@ -30,17 +34,41 @@ var (
 // etag names a file's version, for caches.
 func etag(b []byte) string {
 	sum := sha256.Sum256(b)
-	return `"` + hex.EncodeToString(sum[:8]) + `"`
+	return hex.EncodeToString(sum[:8])
+}
+
+// asset is a file the page loads: its text, gzipped once, and its
+// version. The page names it with its version (?v=), so that a browser
+// keeps it for good and asks again only for another version.
+type asset struct {
+	ctype    string
+	body, gz []byte
+	tag      string
+}
+
+func newAsset(ctype string, body []byte) *asset {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	_, _ = zw.Write(body)
+	_ = zw.Close()
+	return &asset{ctype: ctype, body: body, gz: buf.Bytes(), tag: etag(body)}
 }
 
 var (
-	scriptTag = etag(script)
-	schemaTag = etag(schemas.Flow)
+	scriptAsset = newAsset("text/javascript; charset=utf-8", script)
+	schemaAsset = newAsset("application/schema+json", schemas.Flow)
+	// index is the page, naming its script and the schema by version
+	index = bytes.Replace(bytes.Replace(page,
+		[]byte(`<script src="/studio/app.js"></script>`), []byte(`<script src="/studio/app.js?v=`+scriptAsset.tag+`"></script>`), 1),
+		[]byte(`<meta name="trellis-schema" content="/studio/flow.schema.json">`),
+		[]byte(`<meta name="trellis-schema" content="/studio/flow.schema.json?v=`+schemaAsset.tag+`">`), 1)
 )
 
 // Handler serves GET /studio (the page), /studio/app.js (its script) and
 // /studio/flow.schema.json (the flow format's JSON Schema, which the
-// editor completes keys from).
+// editor completes keys from): the script and the schema gzipped to a
+// client that takes it, and kept by browsers for good under the versioned
+// address the page names them by.
 func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -56,23 +84,45 @@ func Handler() http.Handler {
 			h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'")
 			_, _ = w.Write(index)
 		case "/studio/app.js":
-			serve(w, r, "text/javascript; charset=utf-8", script, scriptTag)
+			scriptAsset.serve(w, r)
 		case "/studio/flow.schema.json":
-			serve(w, r, "application/schema+json", schemas.Flow, schemaTag)
+			schemaAsset.serve(w, r)
 		default:
 			http.NotFound(w, r)
 		}
 	})
 }
 
-func serve(w http.ResponseWriter, r *http.Request, ctype string, body []byte, tag string) {
+func (a *asset) serve(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Content-Type", ctype)
+	h.Set("Content-Type", a.ctype)
+	h.Add("Vary", "Accept-Encoding")
+	if r.URL.Query().Get("v") == a.tag {
+		h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		h.Set("Cache-Control", "no-cache")
+	}
+	body, tag := a.body, `"`+a.tag+`"`
+	if acceptsGzip(r) {
+		body, tag = a.gz, `"`+a.tag+`-gz"`
+		h.Set("Content-Encoding", "gzip")
+	}
 	h.Set("ETag", tag)
-	h.Set("Cache-Control", "no-cache")
 	if r.Header.Get("If-None-Match") == tag {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = w.Write(body)
+}
+
+// acceptsGzip reports whether the request's Accept-Encoding takes gzip.
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		name, q, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(name), "gzip") && strings.ReplaceAll(strings.TrimSpace(q), " ", "") != "q=0" {
+			return true
+		}
+	}
+	return false
 }

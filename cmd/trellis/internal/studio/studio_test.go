@@ -2,12 +2,15 @@ package studio_test
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -24,6 +27,7 @@ import (
 
 	"github.com/trellisflow/trellis/cmd/trellis/app"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/browser"
+	studiopage "github.com/trellisflow/trellis/cmd/trellis/internal/studio"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/store/storetest"
@@ -420,7 +424,8 @@ func candidate(t *testing.T) string {
 // A turn of the interview streams into the page: the running node is
 // marked on the graph, the model's tokens appear as they come, and the
 // timeline grows by the turn's checkpoints; forking from the second
-// checkpoint makes a thread whose state is that checkpoint's.
+// checkpoint makes a thread whose state is that checkpoint's, with the
+// greeting's run it was in the middle of, resumed from the page.
 func TestStudioStreamsATurnAndForks(t *testing.T) {
 	s := start(t, model(t), nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
 	p := open(t, s, "interview")
@@ -513,6 +518,16 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 		t.Errorf("the fork's state differs from checkpoint 2's:\n%v\n%v", at2.Values, now.Values)
 	}
 	p.shot("fork")
+
+	// the fork carries the greeting's run, which it was in the middle of:
+	// it takes no message until the run is resumed
+	p.click("#tab-run")
+	p.wait(`document.getElementById('resume') !== null && document.querySelector('#send[disabled]') !== null`)
+	p.click("#resume")
+	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('#send:not([disabled])') !== null`)
+	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
+		t.Fatalf("the fork's greeting, resumed: %s", run)
+	}
 
 	// a turn on the fork, cancelled while the model thinks: the thread is
 	// left part way, and resumed from the page
@@ -842,8 +857,15 @@ func TestStudioCommand(t *testing.T) {
 		t.Fatalf("the token signed in twice: %v", err)
 	}
 	c := api.NewClient(s.base, sess.Key)
-	if _, err := c.Flows(ctx); err != nil || sess.Tenant != "studio" || !sess.Admin {
+	if _, err := c.Flows(ctx); err != nil || sess.Tenant != "studio" || sess.Admin || sess.Scope != "studio" || !sess.Edits || sess.Expires == nil {
 		t.Fatalf("the studio's key: %v %+v", err, sess)
+	}
+	// least privilege: the studio's tenant, no key management
+	if _, err := c.CreateKey(ctx, api.CreateKey{Tenant: "other"}); !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("the studio's key made a key for another tenant: %v", err)
+	}
+	if _, err := c.Keys(ctx); !api.IsCode(err, api.CodeForbidden) {
+		t.Errorf("the studio's key listed every tenant's keys: %v", err)
 	}
 	if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -852,7 +874,7 @@ func TestStudioCommand(t *testing.T) {
 		t.Fatalf("trellis studio on SIGINT: %v\n%s", err, s.stderr)
 	}
 	keys := trellisCLI(t, "keys", "list", "--store", db)
-	if !regexp.MustCompile(`(?m)^` + sess.KeyID + `\tstudio\tadmin\tstudio session\trevoked `).MatchString(keys) {
+	if !regexp.MustCompile(`(?m)^` + sess.KeyID + `\tstudio\tstudio\tstudio session\trevoked `).MatchString(keys) {
 		t.Errorf("the studio's key after it stopped:\n%s", keys)
 	}
 
@@ -861,5 +883,341 @@ func TestStudioCommand(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "no such file or directory") {
 		t.Errorf("a missing flows directory: %v\n%s", err, out)
+	}
+}
+
+// A studio killed with SIGKILL cannot revoke its page's key: the next
+// studio on the same store sweeps it once the dead one's heartbeat is
+// gone, and the key is refused from then on.
+func TestStudioKeyGoneAfterAKill(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "trellis.db")
+	flows := filepath.Join(project(t), "flows")
+	s := start(t, nil, nil, flows, "--store", db)
+	token := s.url[strings.Index(s.url, "#token=")+len("#token="):]
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	sess, err := api.NewClient(s.base, "").StudioSignIn(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.cmd.Wait()
+	if keys := trellisCLI(t, "keys", "list", "--store", db); !strings.Contains(keys, sess.KeyID+"\tstudio\tstudio\tstudio session\tactive until") {
+		t.Fatalf("the killed studio's key, before the next start:\n%s", keys)
+	}
+	again := start(t, nil, nil, flows, "--store", db)
+	c := api.NewClient(again.base, sess.Key)
+	for {
+		_, err := c.Flows(ctx)
+		if api.IsCode(err, api.CodeUnauthorized) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the killed studio's key still works on the next one: %v\n%s", err, again.stderr)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if keys := trellisCLI(t, "keys", "list", "--store", db); !regexp.MustCompile(`(?m)^` + sess.KeyID + `\tstudio\tstudio\tstudio session\trevoked `).MatchString(keys) {
+		t.Errorf("the swept key:\n%s", keys)
+	}
+}
+
+// Time travel from the page: a turn of the interview, a fork from its
+// second checkpoint, an edit there continued from the page, whose steps
+// show in the run and on the timeline; the fork made into a flow test,
+// saved beside the flow, that passes offline; a replay from a checkpoint
+// told the recorded replies (the model is not called).
+func TestStudioForksEditsAndContinues(t *testing.T) {
+	dir := project(t)
+	env, calls := countedModel(t)
+	s := start(t, env, nil, filepath.Join(dir, "flows"), "--store", storetest.Postgres(t))
+	p := open(t, s, "interview")
+	var values map[string]any
+	if err := json.Unmarshal([]byte(candidate(t)), &values); err != nil {
+		t.Fatal(err)
+	}
+	values["interview_id"], values["user_id"] = "studio-3", "grace"
+	if _, err := p.client.CreateThread(p.ctx, api.CreateThread{ID: "ada", Flow: "interview", Values: values}); err != nil {
+		t.Fatal(err)
+	}
+	if run, err := p.client.RunWait(p.ctx, "ada", api.StartRun{}); err != nil || run.Status != api.RunSucceeded {
+		t.Fatalf("the greeting: %v %+v", err, run)
+	}
+	p.eval(`location.hash = 'flow=interview&thread=ada'; location.reload(); true`, nil)
+	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.thread && trellisStudio.thread.id === 'ada' && trellisStudio.checkpoints.length > 2`)
+	p.click("#tab-history")
+	p.click(`#timeline li[data-seq="2"]`)
+	p.wait(`document.querySelector('#checkpoint h2') && document.querySelector('#checkpoint h2').textContent === 'Checkpoint #2'`)
+	// the checkpoint is marked on the graph: the step's node, and what was next
+	p.wait(`document.querySelectorAll('#graph .node.at').length === 1 && document.querySelectorAll('#graph .node.next').length === 1`)
+	var at, next string
+	p.eval(`document.querySelector('#graph .node.at').dataset.node`, &at)
+	p.eval(`document.querySelector('#graph .node.next').dataset.node`, &next)
+	if at != "ingest_input" || next != "recall_questions" {
+		t.Errorf("checkpoint 2 marks %s as its step and %s as next", at, next)
+	}
+	p.shot("checkpoint-marked")
+	p.click("#fork")
+	p.wait(`trellisStudio.forked && trellisStudio.thread && trellisStudio.thread.id === trellisStudio.forked.thread && trellisStudio.checkpoints.length === 1`)
+	var forked string
+	p.eval(`trellisStudio.forked.thread`, &forked)
+	if th, err := p.client.Thread(p.ctx, forked); err != nil || th.Status != api.ThreadUnfinished {
+		t.Fatalf("the fork: %v %+v", err, th)
+	}
+	// edit the fork's checkpoint and continue from there
+	p.click("#tab-history")
+	p.click(`#timeline li[data-seq="1"]`)
+	p.wait(`document.querySelector('#checkpoint #update') !== null && document.getElementById('update-continue') !== null`)
+	if o := p.text("#checkpoint-origin"); !strings.Contains(o, "forked from ada #2") {
+		t.Errorf("the fork's checkpoint says it came from %q", o)
+	}
+	p.eval(`document.getElementById('update').open = true; document.getElementById('update-as').value = 'ingest_input'; true`, nil)
+	p.typeInto("#update-values", `{"turn_count": 5}`)
+	p.click("#update-continue")
+	p.wait(`trellisStudio.run && trellisStudio.run.settled && trellisStudio.run.steps.length > 0`)
+	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
+		t.Fatalf("the continued run: %s", run)
+	}
+	hist, err := p.client.History(p.ctx, forked, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for i := len(hist) - 1; i >= 0; i-- {
+		if hist[i].Source == "step" {
+			steps = append(steps, hist[i].Writers[0].Node)
+		}
+	}
+	if strings.Join(steps, " ") != "recall_questions initialize greeting finalize_turn" {
+		t.Errorf("the fork's steps: %v", steps)
+	}
+	p.wait(`document.querySelectorAll('#steps li').length === ` + strconv.Itoa(len(steps)))
+	p.click("#tab-history")
+	p.wait(`document.querySelectorAll('#timeline li').length === ` + strconv.Itoa(len(hist)))
+	if st, err := p.client.State(p.ctx, forked, 0); err != nil || st.Values["turn_count"] != 5 {
+		t.Errorf("the fork's state after the edit and the run: %v %v", err, st)
+	}
+	p.shot("edited-and-continued")
+
+	// the fork as a flow test, beside the flow
+	p.click("#tab-run")
+	p.click("#flow-test")
+	p.wait(`trellisStudio.flowTest && trellisStudio.flowTest.saved`)
+	var ft api.FlowTest
+	p.eval(`trellisStudio.flowTest`, &ft)
+	if !ft.Passed || !strings.Contains(ft.Text, "stop_after: 1") || !strings.Contains(ft.Text, "turn_count: 5") || ft.CassettePath == "" {
+		t.Errorf("the flow test of the fork: %+v", ft)
+	}
+	p.shot("flow-test")
+	out := trellisCLI(t, "test", "-v", filepath.Join(dir, ft.Path))
+	if !strings.Contains(out, "ok   ") {
+		t.Errorf("the saved flow test, offline:\n%s", out)
+	}
+
+	// a replay from the thread's second checkpoint, on recorded replies
+	p.eval(`trellisStudio.thread = null; true`, nil)
+	p.eval(`location.hash = 'flow=interview&thread=ada'; location.reload(); true`, nil)
+	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.thread && trellisStudio.thread.id === 'ada'`)
+	before := calls()
+	p.click("#tab-history")
+	p.click(`#timeline li[data-seq="2"]`)
+	p.wait(`document.getElementById('replay') !== null`)
+	p.click("#replay")
+	p.wait(`trellisStudio.replayed && trellisStudio.run && trellisStudio.run.id === trellisStudio.replayed.run && trellisStudio.run.settled`)
+	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
+		t.Fatalf("the replay: %s", run)
+	}
+	if n := calls() - before; n != 0 {
+		t.Errorf("the replay called the model %d times", n)
+	}
+	p.shot("replayed")
+}
+
+// countedModel is the scripted model of the interview, and a count of
+// the calls it answered.
+func countedModel(t *testing.T) ([]string, func() int) {
+	b, err := os.ReadFile(filepath.Join(root, "flows/examples/interview.model.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []llmtest.Rule
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		t.Fatal(err)
+	}
+	srv := llmtest.New(rules...)
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return []string{"OPENAI_BASE_URL=" + ts.URL + "/v1", "OPENAI_API_KEY=sk-test", "TRELLIS_MODEL=scripted"}, func() int { return len(srv.Calls()) }
+}
+
+// axe runs axe-core (the version web/package-lock.json pins) on the page
+// as it is, and fails on every serious or critical violation.
+func (p *page) axe(view string) {
+	p.t.Helper()
+	src, err := os.ReadFile("web/node_modules/axe-core/axe.min.js")
+	if err != nil {
+		p.t.Fatalf("axe-core is not installed (make page installs the studio's npm packages): %v", err)
+	}
+	var loaded bool
+	p.eval(`(() => { if (!window.axe) { `+string(src)+`
+ } return !!window.axe; })()`, &loaded)
+	if !loaded {
+		p.t.Fatal("axe-core did not load in the page")
+	}
+	var violations []struct {
+		ID     string `json:"id"`
+		Impact string `json:"impact"`
+		Help   string `json:"help"`
+		Nodes  []struct {
+			Target []any  `json:"target"`
+			HTML   string `json:"html"`
+		} `json:"nodes"`
+	}
+	p.eval(`axe.run(document, {resultTypes: ['violations']}).then(r => r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+		nodes: v.nodes.slice(0, 5).map(n => ({target: n.target, html: n.html.slice(0, 160)}))})))`, &violations)
+	for _, v := range violations {
+		if v.Impact != "serious" && v.Impact != "critical" {
+			p.t.Logf("%s: axe %s (%s): %s", view, v.ID, v.Impact, v.Help)
+			continue
+		}
+		p.t.Errorf("%s: axe %s (%s): %s", view, v.ID, v.Impact, v.Help)
+		for _, n := range v.Nodes {
+			p.t.Errorf("    %v %s", n.Target, n.HTML)
+		}
+	}
+}
+
+// Every view of the studio has no serious accessibility violation by
+// axe-core: the graph, a run paused for an answer, the history with a
+// checkpoint, the editor with a diagnostic, a node, the state, and the
+// sign-in dialog.
+func TestStudioAccessibility(t *testing.T) {
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", "memory")
+	p := open(t, s, "approval")
+	p.axe("graph")
+	p.click("#tab-run")
+	p.typeInto("#new-id", "a-thread-with-a-long-generated-id-0123456789abcdef")
+	p.click("#create")
+	p.wait(`trellisStudio.thread && document.getElementById('run-form') !== null`)
+	p.typeInto("#in-candidate", "Ada")
+	p.typeInto("#in-score", "82")
+	p.click("#run")
+	p.wait(`document.querySelector('#interrupts [data-interrupt="recruiter"]') !== null && trellisStudio.run.settled`)
+	// the run waits for an answer: no new input meanwhile, and what was
+	// typed stays
+	if n := p.count(`#run[disabled]`); n != 1 {
+		t.Errorf("the Run button while the run waits for an answer: %d disabled", n)
+	}
+	if v := p.text("#thread-summary"); !strings.Contains(v, "waiting for an answer") {
+		t.Errorf("the thread's summary while it waits: %q", v)
+	}
+	// the header does not wrap at 1280 px
+	var headerHeight float64
+	p.eval(`document.querySelector('header').getBoundingClientRect().height`, &headerHeight)
+	if headerHeight > 48 {
+		t.Errorf("the header is %.0f px high: it wrapped", headerHeight)
+	}
+	p.axe("run")
+	p.click("#tab-history")
+	p.click(`#timeline li[data-seq="2"]`)
+	p.wait(`document.getElementById('checkpoint-state') !== null`)
+	p.axe("history")
+	p.click("#tab-editor")
+	p.wait(`document.querySelector('#editor .cm-content') !== null && document.querySelector('#diagnostics li') !== null`)
+	p.axe("editor")
+	p.click(`#graph .node[data-node="recruiter"]`)
+	p.wait(`document.querySelector('#panel-node h2') !== null`)
+	p.axe("node")
+	p.click("#tab-state")
+	p.wait(`document.getElementById('state-schema') !== null`)
+	var overflow bool
+	p.eval(`(() => { const t = document.getElementById('state-schema'); return t.getBoundingClientRect().right > document.getElementById('panel-state').getBoundingClientRect().right + 1; })()`, &overflow)
+	if overflow {
+		t.Error("the state table overflows its panel")
+	}
+	p.axe("state")
+	// switching flow leaves Expand subflows off
+	p.click("#expand")
+	p.wait(`document.getElementById('expand').getAttribute('aria-pressed') === 'true'`)
+	p.eval(`(() => { const s = document.getElementById('flow'); s.value = 'greet'; s.dispatchEvent(new Event('change')); return true; })()`, nil)
+	p.wait(`trellisStudio.flow && trellisStudio.flow.name === 'greet'`)
+	if v := p.text("#expand"); p.count(`#expand[aria-pressed="false"]`) != 1 {
+		t.Errorf("Expand subflows (%s) stays pressed after switching flow", v)
+	}
+	p.click("#sign-out")
+	p.wait(`document.getElementById('sign-in').open`)
+	p.axe("sign-in")
+	p.shot("accessible")
+}
+
+// The script and the schema are served gzipped to a client that takes
+// it, and kept for good under the versioned address the page names them
+// by; anything else revalidates.
+func TestServedCompressedAndCached(t *testing.T) {
+	srv := httptest.NewServer(studiopage.Handler())
+	defer srv.Close()
+	get := func(path string, gz bool) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		if gz {
+			req.Header.Set("Accept-Encoding", "gzip, deflate, br")
+		} else {
+			req.Header.Set("Accept-Encoding", "identity")
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	page := get("/studio", false)
+	body, _ := io.ReadAll(page.Body)
+	script := regexp.MustCompile(`<script src="(/studio/app\.js\?v=[0-9a-f]{16})"></script>`).FindStringSubmatch(string(body))
+	schema := regexp.MustCompile(`<meta name="trellis-schema" content="(/studio/flow\.schema\.json\?v=[0-9a-f]{16})">`).FindStringSubmatch(string(body))
+	if script == nil || schema == nil || page.Header.Get("Cache-Control") != "no-cache" {
+		t.Fatalf("the page names its files %v %v (cache %q)", script, schema, page.Header.Get("Cache-Control"))
+	}
+	for _, path := range []string{script[1], schema[1]} {
+		plain := get(path, false)
+		raw, _ := io.ReadAll(plain.Body)
+		zipped := get(path, true)
+		if zipped.Header.Get("Content-Encoding") != "gzip" || !strings.Contains(zipped.Header.Get("Vary"), "Accept-Encoding") {
+			t.Fatalf("%s: encoding %q vary %q", path, zipped.Header.Get("Content-Encoding"), zipped.Header.Get("Vary"))
+		}
+		zr, err := gzip.NewReader(zipped.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unzipped, _ := io.ReadAll(zr)
+		n, _ := strconv.Atoi(zipped.Header.Get("Content-Length"))
+		if !bytes.Equal(unzipped, raw) || len(raw) == 0 {
+			t.Errorf("%s: the gzipped body is not the file", path)
+		}
+		if n == 0 || n*100/len(raw) > 40 {
+			t.Errorf("%s: %d bytes gzipped of %d", path, n, len(raw))
+		}
+		if cc := zipped.Header.Get("Cache-Control"); !strings.Contains(cc, "immutable") || !strings.Contains(cc, "max-age=31536000") {
+			t.Errorf("%s: Cache-Control %q", path, cc)
+		}
+		t.Logf("%s: %d bytes, %d gzipped", path, len(raw), n)
+		// without its version, the browser revalidates, and hears 304
+		bare := strings.Split(path, "?")[0]
+		if cc := get(bare, true).Header.Get("Cache-Control"); cc != "no-cache" {
+			t.Errorf("%s: Cache-Control %q", bare, cc)
+		}
+		req, _ := http.NewRequest("GET", srv.URL+bare, nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		req.Header.Set("If-None-Match", zipped.Header.Get("ETag"))
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotModified {
+			t.Errorf("%s revalidated: %d", bare, resp.StatusCode)
+		}
 	}
 }

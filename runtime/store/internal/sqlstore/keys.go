@@ -11,19 +11,19 @@ import (
 
 // CreateKey implements store.Catalog.
 func (c Catalog) CreateKey(ctx context.Context, k *store.KeyRecord) error {
-	return c.insert(ctx, `INSERT INTO api_keys (id, hash, tenant, admin, name, created_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		k.ID, k.Hash, k.Tenant, k.Admin, k.Name, nanos(k.Created), nanos(k.Revoked))
+	return c.insert(ctx, `INSERT INTO api_keys (id, hash, tenant, admin, name, created_at, revoked_at, scope, expires_at, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.Hash, k.Tenant, k.Admin, k.Name, nanos(k.Created), nanos(k.Revoked), k.Scope, nanos(k.Expires), k.Owner)
 }
 
-const keyColumns = `id, hash, tenant, admin, name, created_at, revoked_at`
+const keyColumns = `id, hash, tenant, admin, name, created_at, revoked_at, scope, expires_at, owner`
 
 func scanKey(rows Rows) (*store.KeyRecord, error) {
 	var k store.KeyRecord
-	var created, revoked int64
-	if err := rows.Scan(&k.ID, &k.Hash, &k.Tenant, &k.Admin, &k.Name, &created, &revoked); err != nil {
+	var created, revoked, expires int64
+	if err := rows.Scan(&k.ID, &k.Hash, &k.Tenant, &k.Admin, &k.Name, &created, &revoked, &k.Scope, &expires, &k.Owner); err != nil {
 		return nil, err
 	}
-	k.Created, k.Revoked = fromNanos(created), fromNanos(revoked)
+	k.Created, k.Revoked, k.Expires = fromNanos(created), fromNanos(revoked), fromNanos(expires)
 	return &k, nil
 }
 
@@ -60,4 +60,22 @@ func (c Catalog) RevokeKey(ctx context.Context, id string, at time.Time) error {
 		err = store.ErrNotFound
 	}
 	return err
+}
+
+// RenewKey implements store.Catalog.
+func (c Catalog) RenewKey(ctx context.Context, id string, until time.Time) error {
+	n, err := c.DB.Exec(ctx, `UPDATE api_keys SET expires_at = ? WHERE id = ? AND revoked_at = 0 AND expires_at <> 0`, nanos(until), id)
+	if err == nil && n == 0 {
+		err = store.ErrNotFound
+	}
+	return err
+}
+
+// SweepKeys implements store.Catalog.
+func (c Catalog) SweepKeys(ctx context.Context, deadAfter time.Duration) (int, error) {
+	now := c.DB.Now()
+	n, err := c.DB.Exec(ctx, `UPDATE api_keys SET revoked_at = `+now+` WHERE revoked_at = 0 AND owner <> '' AND
+		((expires_at <> 0 AND expires_at < `+now+`) OR NOT EXISTS
+		(SELECT 1 FROM api_servers s WHERE s.id = api_keys.owner AND s.seen_at >= `+now+` - ?))`, deadAfter.Nanoseconds())
+	return int(n), err
 }

@@ -242,25 +242,34 @@ type Meta struct {
 	Next    []string           `json:"next,omitempty"`
 	Joins   []uint64           `json:"joins,omitempty"`
 	Config  json.RawMessage    `json:"config,omitempty"`
+	Input   json.RawMessage    `json:"input,omitempty"`
+	Base    uint64             `json:"base,omitempty"`
+	Replies []store.Reply      `json:"replies,omitempty"`
+	Answers json.RawMessage    `json:"answers,omitempty"`
 	// ID is the checkpoint's write id (store.Checkpoint.WriteID).
 	ID string `json:"id,omitempty"`
 }
 
 // EncodeMeta serialises a checkpoint's writers, next nodes, recorded
-// configuration and write id.
+// configuration and input, branch, replies, answers and write id.
 func EncodeMeta(cp *store.Checkpoint) ([]byte, error) {
-	m := Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins, ID: cp.WriteID}
-	if len(cp.Config) > 0 {
-		b, err := json.Marshal(cp.Config)
-		if err != nil {
-			return nil, err
+	m := Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins, Base: cp.Base, Replies: cp.Replies, ID: cp.WriteID}
+	for _, f := range []struct {
+		v   map[string]any
+		out *json.RawMessage
+	}{{cp.Config, &m.Config}, {cp.Input, &m.Input}, {cp.Answers, &m.Answers}} {
+		if len(f.v) > 0 {
+			b, err := json.Marshal(f.v)
+			if err != nil {
+				return nil, err
+			}
+			*f.out = b
 		}
-		m.Config = b
 	}
 	return json.Marshal(m)
 }
 
-// DecodeMeta fills cp's writers, next nodes, configuration and write id.
+// DecodeMeta fills cp's metadata (see EncodeMeta).
 func DecodeMeta(b []byte, cp *store.Checkpoint) error {
 	var m Meta
 	if len(b) == 0 {
@@ -269,13 +278,18 @@ func DecodeMeta(b []byte, cp *store.Checkpoint) error {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	cp.Writers, cp.Next, cp.Joins, cp.WriteID = m.Writers, m.Next, m.Joins, m.ID
-	if len(m.Config) > 0 {
-		v, err := value.Decode(m.Config)
-		if err != nil {
-			return err
+	cp.Writers, cp.Next, cp.Joins, cp.Base, cp.Replies, cp.WriteID = m.Writers, m.Next, m.Joins, m.Base, m.Replies, m.ID
+	for _, f := range []struct {
+		raw json.RawMessage
+		out *map[string]any
+	}{{m.Config, &cp.Config}, {m.Input, &cp.Input}, {m.Answers, &cp.Answers}} {
+		if len(f.raw) > 0 {
+			v, err := value.Decode(f.raw)
+			if err != nil {
+				return err
+			}
+			*f.out, _ = v.(map[string]any)
 		}
-		cp.Config, _ = v.(map[string]any)
 	}
 	return nil
 }

@@ -53,9 +53,11 @@ export class API {
   // .../runs/{run}/stream) and calls onEvent(type, data, id) for each
   // event until the run ends or signal aborts. A connection that drops
   // before the run's end is opened again after the last event seen.
+  // A start of {follow: RUN} follows a run already started (a replay's).
   async stream(thread, start, onEvent, signal, onRun) {
     const base = '/v1/threads/' + encodeURIComponent(thread) + '/runs';
-    let run = null;
+    let run = start && start.follow ? start.follow : null;
+    if (run !== null && onRun) onRun(run);
     let last = '';
     let ended = false;
     for (let attempt = 0; !ended; attempt++) {

@@ -203,7 +203,8 @@ export function createEditor(parent, { onChange, onSave, getSchema, getNames }) 
     keymap.of([{ key: 'Mod-s', preventDefault: true, run: () => { onSave(); return true; } },
       ...defaultKeymap, ...historyKeymap, ...searchKeymap, ...completionKeymap, ...lintKeymap, indentWithTab]),
     EditorView.updateListener.of((u) => { if (u.docChanged) onChange(path, u.state.doc.toString()); }),
-    EditorView.contentAttributes.of({ 'aria-label': 'the text of ' + path }),
+    // the text is reached with Tab, which its scrolling needs too
+    EditorView.contentAttributes.of({ 'aria-label': 'the text of ' + path, tabindex: '0' }),
   ];
   const view = new EditorView({ parent, state: EditorState.create({ doc: '' }) });
   return {

@@ -148,7 +148,8 @@ export class GraphView {
     layout(g);
 
     const box = g.graph();
-    const svg = el('svg', { width: box.width, height: box.height, viewBox: '0 0 ' + box.width + ' ' + box.height, role: 'img', 'aria-label': 'the graph of flow ' + doc.name });
+    // a group, not an image: its nodes are buttons to reach and press
+    const svg = el('svg', { width: box.width, height: box.height, viewBox: '0 0 ' + box.width + ' ' + box.height, role: 'group', 'aria-label': 'the graph of flow ' + doc.name });
     this.size = { width: box.width, height: box.height };
     const defs = el('defs', {}, svg);
     const marker = el('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' }, defs);
@@ -191,14 +192,15 @@ export class GraphView {
         continue;
       }
       const n = it.node;
-      const ng = el('g', { class: 'node kind-' + (n.map ? 'map' : n.kind), 'data-node': it.id, tabindex: 0, role: 'button',
-        'aria-label': it.id + ' (' + it.sub + ')' + (it.badge ? ', ' + it.badge : '') }, svg);
+      // named by what it shows (its name, kind and marks); its
+      // description is said after, and shown over its box
+      const about = (n.description || it.id) + (n.subflow || n.map ? '\n(double-click to ' + (expanded.has(it.id) ? 'fold' : 'expand') + ')' : '');
+      const ng = el('g', { class: 'node kind-' + (n.map ? 'map' : n.kind), 'data-node': it.id, tabindex: 0, role: 'button', 'aria-description': about }, svg);
       if (n.asks) ng.classList.add('asks');
       if (n.subflow || n.map) ng.classList.add('composite');
       if (!it.id.includes('/')) ng.classList.add('top');
-      const title = el('title', {}, ng);
-      title.textContent = (n.description || it.id) + (n.subflow || n.map ? '\n(double-click to ' + (expanded.has(it.id) ? 'fold' : 'expand') + ')' : '');
-      el('rect', { x: b.x - b.width / 2, y: b.y - b.height / 2, width: b.width, height: b.height }, ng);
+      const rect = el('rect', { x: b.x - b.width / 2, y: b.y - b.height / 2, width: b.width, height: b.height }, ng);
+      el('title', {}, rect).textContent = about;
       const top = b.y - b.height / 2;
       const name = el('text', { x: b.x, y: top + 16, 'text-anchor': 'middle', 'font-weight': 600 }, ng);
       name.textContent = n.name;
@@ -272,7 +274,15 @@ export class GraphView {
   }
 
   clearMarks() {
-    for (const n of this.nodes.values()) n.classList.remove('running', 'ran', 'failed', 'waiting', 'reached');
+    for (const n of this.nodes.values()) n.classList.remove('running', 'ran', 'failed', 'waiting', 'reached', 'at', 'next');
     for (const e of this.edges) e.el.classList.remove('taken');
+  }
+
+  // showCheckpoint marks a checkpoint on the graph: the nodes of its step
+  // (at) and those it left to run (next); none clears the marks.
+  showCheckpoint(writers, next) {
+    for (const n of this.nodes.values()) n.classList.remove('at', 'next');
+    for (const w of writers || []) this.mark(w, 'at', true);
+    for (const n of next || []) this.mark(n, 'next', true);
   }
 }

@@ -111,18 +111,42 @@ async function signIn() {
     history.replaceState(null, '', location.pathname + (params.toString() ? '#' + params : ''));
     try {
       const s = await new API('').post('/v1/studio/session', { token });
-      const who = s.tenant + (s.admin ? ' (admin)' : '');
       sessionStorage.setItem(keyStore, s.key);
-      sessionStorage.setItem(keyStore + '.who', who);
-      return start(s.key, who);
+      return start(s.key);
     } catch (e) {
       askKey(fail(e, 'signing in with the address\'s token'));
       return;
     }
   }
   const key = sessionStorage.getItem(keyStore);
-  if (key) return start(key, sessionStorage.getItem(keyStore + '.who') || '');
+  if (key) return start(key);
   askKey('');
+}
+
+// whoOf says who a session is: its tenant, and what its key may do.
+function whoOf(s) {
+  return s.tenant + (s.admin ? ' (admin)' : s.scope ? ' (' + s.scope + ')' : '');
+}
+
+// renewal keeps a lapsing key working while the page is open.
+let renewal = null;
+
+function keepRenewing(expires) {
+  clearInterval(renewal);
+  renewal = null;
+  if (!expires) return;
+  renewal = setInterval(async () => {
+    try {
+      const s = await api.post('/v1/studio/session/renew');
+      S.session.expires = s.expires;
+    } catch (e) {
+      if (e instanceof APIError && e.status === 401) {
+        clearInterval(renewal);
+        sessionStorage.removeItem(keyStore);
+        askKey('The studio\'s session ended (' + e.message + '): sign in again, or open the address trellis studio prints.');
+      }
+    }
+  }, 60 * 1000);
 }
 
 function askKey(message) {
@@ -133,9 +157,11 @@ function askKey(message) {
   $('key').focus();
 }
 
-async function start(key, who) {
+async function start(key) {
   api = new API(key);
+  let session;
   try {
+    session = await api.get('/v1/studio/session');
     S.flows = (await api.get('/v1/flows')).flows;
   } catch (e) {
     if (e instanceof APIError && e.status === 401) {
@@ -146,8 +172,10 @@ async function start(key, who) {
     fail(e, 'listing the flows');
     return;
   }
-  S.session = { who: who || 'key ' + key.slice(0, 16) + '…' };
+  S.session = { who: whoOf(session), edits: session.edits, expires: session.expires, scope: session.scope || '' };
   $('who').textContent = S.session.who;
+  $('who').title = 'key ' + session.key_id + (session.expires ? ', renewed while this page is open' : '');
+  keepRenewing(session.expires);
   $('sign-out').classList.remove('hidden');
   const params = new URLSearchParams(location.hash.slice(1));
   const sel = $('flow');
@@ -166,7 +194,6 @@ async function start(key, who) {
 
 function signOut() {
   sessionStorage.removeItem(keyStore);
-  sessionStorage.removeItem(keyStore + '.who');
   location.hash = '';
   location.reload();
 }
@@ -189,6 +216,7 @@ async function loadFlow(name, thread) {
     S.edits = {};
     S.diagnostics = [];
     S.expanded = new Set();
+    $('expand').setAttribute('aria-pressed', 'false');
     S.thread = null;
     S.state = null;
     S.checkpoints = [];
@@ -380,6 +408,31 @@ function schemaProps(raw) {
   return (raw && raw.properties) || {};
 }
 
+// typed keeps what was typed in a panel's fields across its redrawing.
+function typed(p) {
+  const out = {};
+  for (const e of p.querySelectorAll('input[id], textarea[id], select[id]')) out[e.id] = e.type === 'checkbox' ? e.checked : e.value;
+  return out;
+}
+
+function retype(values) {
+  for (const [id, v] of Object.entries(values)) {
+    const e = $(id);
+    if (!e || e.type === 'password') continue;
+    if (e.type === 'checkbox') e.checked = v;
+    else if (v !== '' || e.value === '') e.value = v;
+  }
+}
+
+// threadStatus says what a thread is doing, as the page knows it now.
+function threadStatus() {
+  if (S.run && S.run.active) return 'running' + (S.run.node ? ' ' + S.run.node : '');
+  const st = S.state || {};
+  if (st.interrupts && st.interrupts.length) return 'waiting for an answer';
+  if (st.next && st.next.length) return 'stopped before ' + st.next.join(', ');
+  return S.thread.status + (st.finished ? ' · finished' : '');
+}
+
 function renderRun() {
   const p = $('panel-run');
   if (!S.flow) {
@@ -387,17 +440,25 @@ function renderRun() {
     return;
   }
   if (!S.thread) {
+    const kept = typed(p);
     fill(p, newThreadForm());
+    retype(kept);
     return;
   }
+  const kept = typed(p);
   const conv = S.flow.conversation;
   const parts = [];
   const st = S.state || {};
+  // a run that waits (for an answer, or to be resumed) takes no input
+  const waiting = !!(st.next && st.next.length);
+  const busy = !!(S.run && S.run.active);
   parts.push(h('div', { class: 'row' },
     h('strong', {}, 'Thread ' + S.thread.id),
-    h('span', { class: 'muted', id: 'thread-summary' }, '#' + S.thread.checkpoint + ' · ' + S.thread.status + (st.finished ? ' · finished' : '')),
+    h('span', { class: 'muted', id: 'thread-summary' }, '#' + S.thread.checkpoint + ' · ' + threadStatus()),
     h('span', { class: 'spacer' }),
+    h('button', { id: 'flow-test', title: 'Make a flow test of this thread: its inputs, the model\'s recorded replies as a cassette, the path of each run and the final state', onclick: saveFlowTest }, 'Save as a flow test'),
     h('button', { id: 'refresh', onclick: () => refreshThread().catch((e) => fail(e, 'refreshing')) }, 'Refresh')));
+  parts.push(h('div', { id: 'flow-test-result' }));
 
   if (conv) {
     const chat = h('div', { class: 'chat', id: 'chat', 'aria-live': 'polite' });
@@ -414,15 +475,17 @@ function renderRun() {
       h('label', {}, name + ' (' + field + ')', h('textarea', { rows: 3, 'data-field': field, 'data-type': 'string', 'aria-label': name })));
     parts.push(h('form', { class: 'stack', id: 'say-form', onsubmit: (ev) => { ev.preventDefault(); sendMessage(); } },
       say, ...attachments,
-      h('div', { class: 'row' }, h('button', { class: 'primary', id: 'send' }, 'Send'),
-        h('button', { type: 'button', id: 'cancel', disabled: '', onclick: cancelRun }, 'Cancel'))));
+      h('div', { class: 'row' }, h('button', { class: 'primary', id: 'send', disabled: waiting || busy }, 'Send'),
+        h('button', { type: 'button', id: 'cancel', disabled: !busy, onclick: cancelRun }, 'Cancel'),
+        waiting && !busy ? h('span', { class: 'muted', id: 'input-waits' }, 'The run goes on first: answer or resume it below.') : null)));
   } else {
     const props = schemaProps(S.flow.input_schema);
     const rows = S.flow.inputs.map((name) => h('label', {}, name, fieldInput(name, props[name])));
     parts.push(h('h2', {}, 'Run'), h('form', { class: 'stack', id: 'run-form', onsubmit: (ev) => { ev.preventDefault(); runWithInput(); } },
       ...rows,
-      h('div', { class: 'row' }, h('button', { class: 'primary', id: 'run' }, 'Run'),
-        h('button', { type: 'button', id: 'cancel', disabled: '', onclick: cancelRun }, 'Cancel'))));
+      h('div', { class: 'row' }, h('button', { class: 'primary', id: 'run', disabled: waiting || busy }, 'Run'),
+        h('button', { type: 'button', id: 'cancel', disabled: !busy, onclick: cancelRun }, 'Cancel'),
+        waiting && !busy ? h('span', { class: 'muted', id: 'input-waits' }, 'The run goes on first: answer or resume it below.') : null)));
   }
   if (st.next && st.next.length && !(st.interrupts && st.interrupts.length)) {
     parts.push(h('div', { class: 'banner' }, 'The last run stopped before ' + st.next.join(', ') + '. ',
@@ -432,10 +495,14 @@ function renderRun() {
   parts.push(optionsBlock());
   parts.push(h('section', { id: 'live' }));
   fill(p, ...parts);
+  retype(kept);
   renderInterrupts();
   renderLive();
   const chat = $('chat');
-  if (chat) chat.scrollTop = chat.scrollHeight;
+  if (chat) {
+    chat.tabIndex = 0;
+    chat.scrollTop = chat.scrollHeight;
+  }
 }
 
 function optionsBlock() {
@@ -690,6 +757,8 @@ async function cancelRun() {
 }
 
 function renderLive() {
+  const summary = $('thread-summary');
+  if (summary && S.thread) summary.textContent = '#' + S.thread.checkpoint + ' · ' + threadStatus();
   const live = $('live');
   if (!live) return;
   const run = S.run;
@@ -698,7 +767,7 @@ function renderLive() {
     return;
   }
   const parts = [h('h2', {}, 'Run ' + (run.id || '')),
-    h('p', { id: 'run-status', 'data-status': run.status }, run.status + (run.node ? ' · running ' + run.node : '') + (run.error ? ': ' + run.error : ''))];
+    h('p', { id: 'run-status', 'data-status': run.status }, run.status + (run.active && run.node ? ' · running ' + run.node : '') + (run.error ? ': ' + run.error : ''))];
   if (run.tokens) {
     parts.push(h('h3', {}, 'Tokens as they came'), h('div', { id: 'tokens' },
       ...Object.entries(run.byNode).map(([n, t]) => h('div', { class: 'tokens', 'data-node': n }, h('strong', {}, n), h('pre', {}, t)))));
@@ -796,9 +865,10 @@ function renderHistory() {
     S.ns ? h('button', { id: 'back-to-thread', onclick: () => { S.ns = ''; S.selected = null; refreshThread().catch((e) => fail(e)); } }, 'Back to ' + S.thread.id) : null)];
   const items = S.checkpoints.map((cp) => {
     const who = (cp.writers || []).map((w) => w.node).join(', ');
-    const li = h('li', { tabindex: 0, 'data-seq': cp.seq, class: S.selected === cp.seq ? 'selected' : '' },
+    const cls = [S.selected === cp.seq ? 'selected' : '', cp.base ? 'branch' : ''].filter(Boolean).join(' ');
+    const li = h('li', { tabindex: 0, 'data-seq': cp.seq, class: cls || null, title: cp.base ? 'a branch: goes on from #' + cp.base : null },
       h('span', { class: 'seq' }, '#' + cp.seq),
-      h('span', {}, cp.source + (cp.step ? ' · step ' + cp.step : '')),
+      h('span', {}, cp.source + (cp.step ? ' · step ' + cp.step : '') + (cp.base ? ' · from #' + cp.base : '')),
       h('span', { class: 'muted' }, who || few(cp.writes.map((w) => w.field))));
     li.addEventListener('click', () => selectCheckpoint(cp.seq));
     li.addEventListener('keydown', (ev) => {
@@ -814,15 +884,18 @@ function renderHistory() {
     return li;
   });
   const list = h('ol', { class: 'timeline', id: 'timeline', 'data-ns': S.ns, 'aria-label': S.ns ? 'checkpoints of ' + S.ns : 'checkpoints' }, ...items);
-  fill(p, ...head.filter(Boolean), list, h('section', { id: 'checkpoint' }), S.ns ? null : updateForm());
+  fill(p, ...head.filter(Boolean), list, h('section', { id: 'checkpoint' }), S.ns || S.selected ? null : updateForm(null));
   list.scrollTop = list.scrollHeight;
   if (S.selected) renderCheckpoint();
+  else if (graphView && graphView.svg && !(S.run && S.run.active)) graphView.showCheckpoint([], []);
 }
 
 async function selectCheckpoint(seq) {
   S.selected = seq;
   S.at = S.ns ? 0 : seq;
   for (const li of document.querySelectorAll('#timeline li')) li.classList.toggle('selected', Number(li.dataset.seq) === seq);
+  const old = $('update');
+  if (old && !old.closest('#checkpoint')) old.remove();
   await renderCheckpoint();
   if (S.node && S.tab === 'node') renderNode();
 }
@@ -845,6 +918,8 @@ async function renderCheckpoint() {
   }
   if (S.selected !== cp.seq) return;
   S.checkpointState = now;
+  // the graph shows the step: the nodes that ran in it, those it left
+  if (!S.ns && !(S.run && S.run.active)) graphView.showCheckpoint((cp.writers || []).map((w) => w.node), cp.next || []);
   const diff = diffValues(before.values || {}, now.values || {});
   const rows = diff.map((d) => h('tr', { 'data-field': d.field },
     h('td', { class: 'mono' }, d.field), h('td', { class: 'before' }, h('pre', {}, d.before === undefined ? '—' : json(d.before))),
@@ -858,7 +933,10 @@ async function renderCheckpoint() {
     }
   }
   const actions = S.ns ? [] : [h('button', { class: 'primary', id: 'fork', onclick: () => fork(cp.seq) }, 'Fork from #' + cp.seq),
+    h('button', { id: 'replay', title: 'A new thread from #' + cp.seq + ' that runs what was next there, told the model\'s recorded replies', onclick: () => replay(cp.seq) }, 'Replay from here'),
+    h('label', { class: 'row', title: 'Ask the model again instead of telling the nodes its recorded replies' }, h('input', { type: 'checkbox', id: 'replay-model' }), 'ask the model'),
     h('button', { id: 'prompt-here', onclick: () => { S.at = cp.seq; showTab('node'); renderNode(); } }, 'Render prompts here')];
+  const origin = cp.source === 'fork' && cp.run ? 'forked from ' + cp.run.replace(/@(\d+)$/, ' #$1') : cp.base ? 'a branch: goes on from #' + cp.base : '';
   fill(box,
     h('h2', {}, 'Checkpoint #' + cp.seq),
     h('dl', { class: 'kv' },
@@ -866,11 +944,17 @@ async function renderCheckpoint() {
       h('dt', {}, 'source'), h('dd', {}, cp.source + (cp.run ? ' (run ' + cp.run + ')' : '')),
       h('dt', {}, 'time'), h('dd', {}, new Date(cp.time).toLocaleString()),
       h('dt', {}, 'nodes'), h('dd', {}, (cp.writers || []).map((w) => w.node + ((w.fields || []).length ? ' → ' + w.fields.join(', ') : ' (wrote nothing)')).join('; ') || '—'),
-      h('dt', {}, 'next'), h('dd', {}, (cp.next || []).join(', ') || '—')),
+      h('dt', {}, 'next'), h('dd', { id: 'checkpoint-next' }, (cp.next || []).join(', ') || '—'),
+      origin ? h('dt', {}, 'from') : null, origin ? h('dd', { id: 'checkpoint-origin' }, origin) : null,
+      (cp.replies || []).length ? h('dt', {}, 'model replies') : null,
+      (cp.replies || []).length ? h('dd', {}, cp.replies.map((r) => r.node).join(', ') + ' (recorded: a replay tells them again)') : null),
     h('div', { class: 'row' }, ...actions, ...children),
+    S.ns ? null : updateForm(cp),
     h('h3', {}, diff.length ? 'Changed since #' + (cp.parent || 0) : 'Nothing changed since #' + (cp.parent || 0)),
     diff.length ? h('table', { class: 'diff', id: 'diff' }, h('tr', {}, h('th', {}, 'field'), h('th', {}, 'before'), h('th', {}, 'after')), ...rows) : null,
     h('details', {}, h('summary', {}, 'The whole state at #' + cp.seq), h('pre', { id: 'checkpoint-state' }, json(now.values))));
+  const diffTable = $('diff');
+  if (diffTable) diffTable.replaceWith(h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'what changed' }, diffTable));
 }
 
 async function openChild(ns) {
@@ -898,17 +982,26 @@ async function fork(seq) {
   }
 }
 
-function updateForm() {
+// updateForm edits the state as a node would write it: at checkpoint cp
+// (a branch from there, which keeps its unfinished run), or at the
+// newest when cp is null. "Edit and continue" resumes the run it keeps.
+function updateForm(cp) {
   const nodes = (S.graph.nodes || []).map((n) => n.name);
-  return h('details', { id: 'update' }, h('summary', {}, 'Edit the state (as if a node had written it)'),
-    h('form', { class: 'stack', onsubmit: (ev) => { ev.preventDefault(); updateState(); } },
+  const at = cp ? cp.seq : 0;
+  const next = cp ? cp.next || [] : (S.state && S.state.next) || [];
+  const title = cp ? 'Edit the state at #' + cp.seq + ' (as if a node had written it)' : 'Edit the state (as if a node had written it)';
+  return h('details', { id: 'update', 'data-at': at }, h('summary', {}, title),
+    h('form', { class: 'stack', onsubmit: (ev) => { ev.preventDefault(); updateState(at, false); } },
       h('label', {}, 'As node', h('select', { id: 'update-as' }, ...nodes.map((n) => h('option', { value: n }, n)))),
       h('label', {}, 'Values (JSON object of fields the node writes)', h('textarea', { id: 'update-values', rows: 4, placeholder: '{"field": "value"}' })),
+      cp && S.checkpoints.length && cp.seq !== S.checkpoints[S.checkpoints.length - 1].seq
+        ? h('p', { class: 'muted' }, 'The edit is a branch: a checkpoint after the newest that goes on from #' + cp.seq + '; the checkpoints between stay in the history.') : null,
       h('div', { class: 'row' }, h('button', { class: 'primary', id: 'update-button' }, 'Update'),
-        S.state && S.state.next && S.state.next.length ? h('button', { type: 'button', onclick: () => { showTab('run'); startRun({ resume: true }); } }, 'Resume') : null)));
+        next.length ? h('button', { type: 'button', id: 'update-continue', title: 'Edit, then run ' + next.join(', ') + ' and on from there', onclick: () => updateState(at, true) }, 'Edit and continue from here') : null,
+        !cp && next.length ? h('button', { type: 'button', onclick: () => { showTab('run'); startRun({ resume: true }); } }, 'Resume') : null)));
 }
 
-async function updateState() {
+async function updateState(at, resume) {
   let values;
   try {
     values = JSON.parse($('update-values').value || '{}');
@@ -916,12 +1009,58 @@ async function updateState() {
     fail(e, 'the values');
     return;
   }
+  const body = { as: $('update-as').value, values };
+  if (at) body.at = at;
   try {
-    const st = await api.post('/v1/threads/' + encodeURIComponent(S.thread.id) + '/update', { as: $('update-as').value, values });
-    setStatus('updated the state: checkpoint #' + st.checkpoint);
+    const st = await api.post('/v1/threads/' + encodeURIComponent(S.thread.id) + '/update', body);
+    setStatus('updated the state: checkpoint #' + st.checkpoint + (at && at !== st.checkpoint - 1 ? ', a branch of #' + at : ''));
+    S.updated = { checkpoint: st.checkpoint, at };
+    S.selected = null;
     await refreshThread();
+    if (resume) {
+      showTab('run');
+      await startRun({ resume: true });
+    }
   } catch (e) {
     fail(e, 'updating the state');
+  }
+}
+
+// replay forks the thread at seq and follows the run that replays it.
+async function replay(seq) {
+  const model = $('replay-model') && $('replay-model').checked;
+  try {
+    const from = S.thread.id;
+    const out = await api.post('/v1/threads/' + encodeURIComponent(from) + '/replay', { at: seq, replies: model ? 'model' : 'recorded' });
+    S.threads.unshift(out.thread);
+    await selectThread(out.thread.id);
+    S.replayed = { from, at: seq, thread: out.thread.id, run: out.run ? out.run.id : null };
+    setStatus('replaying ' + from + ' from #' + seq + ' on ' + out.thread.id);
+    if (out.run) {
+      showTab('run');
+      await startRun({ follow: out.run.id });
+    }
+  } catch (e) {
+    fail(e, 'replaying');
+  }
+}
+
+// saveFlowTest makes a flow test of the thread, saved beside its flow
+// when the key may change the flows, shown otherwise.
+async function saveFlowTest() {
+  const box = $('flow-test-result');
+  const save = !!(S.session && S.session.edits);
+  try {
+    fill(box, h('p', { class: 'muted' }, 'making a flow test of ' + S.thread.id + '…'));
+    const res = await api.post('/v1/threads/' + encodeURIComponent(S.thread.id) + '/flow-test', { save, replace: true });
+    S.flowTest = res;
+    const said = (res.saved ? 'Saved ' + res.path + (res.cassette_path ? ' and its cassette ' + res.cassette_path : '') : 'Made ' + res.path + ' (this key may not save beside the flows: copy it)') +
+      (res.passed ? '; it passes offline.' : '; it does not pass as made.') + (res.unasserted && res.unasserted.length ? ' Not asserted (they come out otherwise each run): ' + res.unasserted.join(', ') + '.' : '');
+    fill(box, h('div', { class: 'banner ' + (res.passed ? 'ok' : 'error'), role: 'status' }, said),
+      h('details', {}, h('summary', {}, res.path), h('pre', { id: 'flow-test-text' }, res.text)));
+    setStatus('flow test ' + res.path);
+  } catch (e) {
+    fill(box, h('div', { class: 'banner error', role: 'alert' }, fail(e, 'making a flow test')));
   }
 }
 
@@ -1014,7 +1153,8 @@ function renderState() {
     h('h2', {}, 'State of ' + f.name),
     h('p', { class: 'muted' }, (f.description || '') + ' '),
     conv ? h('p', {}, 'A conversation: a message goes to ', h('code', {}, conv.input), ', the reply is ', h('code', {}, conv.output), '.') : null,
-    h('table', { id: 'state-schema' }, h('tr', {}, ...['field', 'type', 'default', 'reducer', 'input', 'written by'].map((t) => h('th', {}, t))), ...rows));
+    h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'the state\'s fields' },
+      h('table', { id: 'state-schema' }, h('tr', {}, ...['field', 'type', 'default', 'reducer', 'input', 'written by'].map((t) => h('th', {}, t))), ...rows)));
 }
 
 // --- the editor ---
@@ -1026,7 +1166,13 @@ function setupFiles() {
   openFile(S.files.files[0].path, true);
   const banner = $('editor-banner');
   fill(banner);
+  const save = $('save');
+  save.removeAttribute('disabled');
   if (!S.files.writable) banner.append(h('div', { class: 'banner', id: 'read-only' }, 'Saving is off: ' + S.files.read_only));
+  else if (S.session && !S.session.edits) {
+    banner.append(h('div', { class: 'banner', id: 'read-only' }, 'Saving is off: this key may not change the flows (an admin key may, or the studio trellis studio opens). Edits are checked as you type.'));
+    save.setAttribute('disabled', '');
+  }
 }
 
 function openFile(path, quiet) {
@@ -1196,7 +1342,8 @@ function boot() {
   });
   S.editor = editor;
   S.graphView = graphView;
-  fetch('/studio/flow.schema.json').then((r) => r.json()).then((s) => { S.schema = s; }).catch(() => {});
+  const schemaAt = document.querySelector('meta[name=trellis-schema]');
+  fetch(schemaAt ? schemaAt.content : '/studio/flow.schema.json').then((r) => r.json()).then((s) => { S.schema = s; }).catch(() => {});
   $('flow').addEventListener('change', (ev) => loadFlow(ev.target.value, ''));
   $('thread').addEventListener('change', (ev) => selectThread(ev.target.value));
   $('new-thread').addEventListener('click', () => { selectThread(''); showTab('run'); const f = $('new-id'); if (f) f.focus(); });
@@ -1212,10 +1359,9 @@ function boot() {
     const key = $('key').value.trim();
     if (!key) return;
     sessionStorage.setItem(keyStore, key);
-    sessionStorage.removeItem(keyStore + '.who');
     $('sign-in').close();
     $('key').value = '';
-    start(key, '');
+    start(key);
   });
   $('sign-in').addEventListener('cancel', (ev) => ev.preventDefault());
   window.addEventListener('resize', () => graphView.applyFit());

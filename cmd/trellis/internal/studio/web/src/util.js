@@ -16,6 +16,8 @@ export function h(tag, attrs, ...children) {
     e.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
   if (tag === 'textarea' && children.length) e.value = children.flat().filter((c) => typeof c === 'string').join('');
+  // a block of text may scroll: the keyboard reaches it
+  if (tag === 'pre' && !e.hasAttribute('tabindex')) e.tabIndex = 0;
   return e;
 }
 
