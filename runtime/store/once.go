@@ -73,14 +73,34 @@ func Reappended(ctx context.Context, cat Catalog, run string, evs []EventRecord,
 	if len(evs) == 0 || !errors.Is(err, ErrExists) {
 		return err
 	}
-	got, rerr := cat.Events(ctx, run, evs[0].Seq-1, len(evs))
+	n, rerr := Recorded(ctx, cat, run, evs)
 	if rerr != nil {
 		return rerr
 	}
-	if SameEvents(got, evs) {
+	if n == len(evs) {
 		return nil
 	}
 	return err
+}
+
+// Recorded reports how many of evs, from the first, the run's events
+// hold already, number and bytes: those an earlier write of this writer
+// recorded (a write whose reply was lost, or a step's commit that carried
+// some of them). Another writer's events at those numbers are other
+// bytes (an event holds its time): 0.
+func Recorded(ctx context.Context, cat Catalog, run string, evs []EventRecord) (int, error) {
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	got, err := cat.Events(ctx, run, evs[0].Seq-1, len(evs))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for n < len(got) && n < len(evs) && got[n].Seq == evs[n].Seq && bytes.Equal(got[n].Data, evs[n].Data) {
+		n++
+	}
+	return n, nil
 }
 
 // SameEvents reports whether two lists of events are the same, number

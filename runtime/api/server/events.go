@@ -194,18 +194,34 @@ func (l *eventLog) save() {
 }
 
 // write records a batch, waiting through the store's outages as the
-// run's budget allows. A batch tried again after a failure that may have
-// come after it was recorded finds its numbers taken: read back, its own
-// events are not taken for another server's (store.Reappended). It
-// reports whether the log goes on.
+// run's budget allows. A batch whose first events may have been recorded
+// already finds their numbers taken: tried again after a failure that
+// may have come after it was recorded, or handed back by a step's commit
+// that failed so (attach). Read back, its own events are not taken for
+// another server's (store.Recorded): another's would not be these
+// bytes; the rest of the batch is recorded after them. It reports
+// whether the log goes on.
 func (l *eventLog) write(batch []logged) bool {
 	recs := records(batch)
-	err := l.retry.Do(l.ctx, func(again bool) error {
-		err := l.append(recs)
-		if again {
-			err = store.Reappended(l.ctx, l.cat, l.run, recs, err)
+	err := l.retry.Do(l.ctx, func(bool) error {
+		for {
+			err := l.append(recs)
+			if !errors.Is(err, store.ErrExists) {
+				return err
+			}
+			// the first of them may be recorded (by a commit that carried
+			// them, or an attempt whose reply was lost): the rest go on
+			n, rerr := store.Recorded(l.ctx, l.cat, l.run, recs)
+			switch {
+			case rerr != nil:
+				return rerr
+			case n == 0:
+				return err
+			case n == len(recs):
+				return nil
+			}
+			recs = recs[n:]
 		}
-		return err
 	})
 	switch {
 	case errors.Is(err, store.ErrRunChanged) || errors.Is(err, store.ErrExists):

@@ -373,7 +373,7 @@ func PackEvents(ctx context.Context, cat store.Catalog, before time.Time, tokens
 	for {
 		b, more, err := p.step(ctx)
 		total.Runs, total.Events, total.Kept, total.Took = total.Runs+b.Runs, total.Events+b.Events, total.Kept+b.Kept, total.Took+b.Took
-		if err != nil || !more {
+		if err != nil || b.Runs == 0 && !more {
 			return total, err
 		}
 		if done != nil {
@@ -382,6 +382,9 @@ func PackEvents(ctx context.Context, cat store.Catalog, before time.Time, tokens
 			}
 		} else if err := ctx.Err(); err != nil {
 			return total, err
+		}
+		if !more {
+			return total, nil
 		}
 	}
 }

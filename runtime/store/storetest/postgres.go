@@ -69,3 +69,24 @@ func PooledPostgres(t testing.TB) (pooled, direct string) {
 	t.Helper()
 	return pgtest.Pooled(t)
 }
+
+// ReplyLoser is a proxy in front of a PostgreSQL server that loses the
+// replies it is armed for (see PostgresLosingReplies).
+type ReplyLoser interface {
+	// LoseIf arms it: the next n requests trigger picks have their reply
+	// lost (with then set: the reply of the next request after it on the
+	// same connection that holds then).
+	LoseIf(trigger func(request []byte) bool, then string, n int)
+	// Lost is how many replies it lost.
+	Lost() int
+}
+
+// PostgresLosingReplies is Postgres reached through a loopback proxy that
+// loses replies: armed, it forwards a request and cuts the connection as
+// the server's reply comes back, so the server has done the work (a
+// write, committed) and the client hears only that its connection was
+// lost.
+func PostgresLosingReplies(t testing.TB) (string, ReplyLoser) {
+	t.Helper()
+	return pgtest.NewProxy(t, pgtest.Database(t))
+}
