@@ -6,7 +6,8 @@ PKGS    := ./...
 FUZZTIME ?= 40000x
 
 .PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
-	livekit-server page page-check bench-voice bench-sandbox bench-validate bench-storage image deploy-check openapi-lint loadtest-retention schedule-soak bench-retention
+	livekit-server page page-check bench-voice bench-sandbox bench-validate bench-storage image image-push deploy-check deploy-tools deploy-schemas openapi-lint loadtest-retention schedule-soak \
+	bench-retention
 
 # The version the binary reports (in validate's SARIF log): git describe.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
@@ -67,6 +68,11 @@ deps:
 	  [ .ci/openapi/package-lock.json -nt .ci/openapi/node_modules/.package-lock.json ]; }; then \
 	  echo "installing Redocly, openapi-typescript, TypeScript and openapi-fetch with npm into .ci/openapi"; \
 	  (cd .ci/openapi && npm ci --no-audit --no-fund --loglevel=error >/dev/null); fi
+	@# the studio's accessibility test injects axe-core, which its web
+	@# package pins
+	@if command -v npm >/dev/null && [ ! -f cmd/trellis/internal/studio/web/node_modules/axe-core/axe.min.js ]; then \
+	  echo "installing the studio's npm packages (axe-core, for its accessibility test) into cmd/trellis/internal/studio/web"; \
+	  (cd cmd/trellis/internal/studio/web && npm ci --no-audit --no-fund --loglevel=error >/dev/null); fi
 
 # Redocly's recommended rules on the API's OpenAPI document: no error and
 # no warning but those schemas/.redocly.lint-ignore.yaml justifies.
@@ -140,27 +146,57 @@ bench-sandbox:
 	$(GO) test ./nodes/sandbox -run '^$$' -bench Concurrent -benchtime 5x -timeout 20m
 
 # The image of `trellis serve` (cmd/trellis/deploy/Dockerfile), built
-# offline: image.sh assembles its context in IMAGE_DIR (the binary and
-# the C loader it needs, CA certificates, the flows) on an empty base, and
-# the Docker engine DOCKER_HOST names builds it as IMAGE. The deployment
-# files beside it (compose.yaml, kubernetes/) run it.
-IMAGE     ?= trellis:latest
+# offline: image.sh assembles its context in IMAGE_DIR (the binary,
+# static, CA certificates, the flows, the SBOM) on an empty base, and the
+# Docker engine DOCKER_HOST names builds it as IMAGE, tagged with the
+# revision (never latest); its SBOM is IMAGE_DIR/sbom.spdx.json. The
+# deployment files beside it (compose.yaml, kubernetes/) run it by that
+# tag or, pushed, by its digest: make image-push pushes IMAGE (a
+# registry's name) and prints the digest to pin.
+IMAGE     ?= trellis:$(VERSION)
 IMAGE_DIR ?= $(or $(TMPDIR),/tmp)/trellis-image
 image:
 	GO=$(GO) sh cmd/trellis/deploy/image.sh $(IMAGE_DIR)
 	docker build -t $(IMAGE) $(IMAGE_DIR)
+	@echo "built $(IMAGE) ($$(docker image inspect --format '{{.Id}}' $(IMAGE))); its SBOM: $(IMAGE_DIR)/sbom.spdx.json"
+image-push:
+	docker push $(IMAGE)
+	@digest=$$(docker image inspect --format '{{index .RepoDigests 0}}' $(IMAGE)); \
+	  echo "pushed $$digest; pin it: (cd cmd/trellis/deploy/kubernetes && kustomize edit set image trellis=$$digest)"
 
-# The deployment files against their schemas, offline: the Kubernetes
-# manifests with kubectl-validate (the API server's own validation, with
-# the API's schemas built in: kubeconform would download its schemas),
-# the compose file with the Compose Specification's loader. Both come
-# from the Go module proxy at the pinned versions.
-KUBECTL_VALIDATE   ?= sigs.k8s.io/kubectl-validate@v0.0.4
-KUBERNETES_VERSION ?= 1.30
-COMPOSE_SPEC       ?= github.com/compose-spec/compose-go/v2/cmd@v2.16.2
-deploy-check:
-	$(GO) run $(KUBECTL_VALIDATE) --version $(KUBERNETES_VERSION) cmd/trellis/deploy/kubernetes
-	cd cmd/trellis/deploy && $(GO) run $(COMPOSE_SPEC) compose.yaml >/dev/null
+# The deployment files against their schemas, offline, in seconds once
+# the tools are built: every Kubernetes manifest with kubeconform against
+# the schemas cmd/trellis/deploy/kubeconform carries (Kubernetes 1.30,
+# made by make deploy-schemas; kubeconform alone would download them),
+# strict (a field no schema declares is an error); the compose file with
+# the Compose Specification's loader. Both tools come from the Go module
+# proxy at the pinned versions and are built once into the user's cache
+# (about a minute cold), as the LiveKit server is.
+TOOLS_DIR          ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/trellis
+KUBECONFORM_VERSION ?= v0.8.0
+KUBECONFORM        ?= $(TOOLS_DIR)/kubeconform-$(KUBECONFORM_VERSION)/kubeconform
+COMPOSE_SPEC_VERSION ?= v2.16.2
+COMPOSE_CHECK      ?= $(TOOLS_DIR)/compose-spec-$(COMPOSE_SPEC_VERSION)/cmd
+KUBE_SCHEMAS       := cmd/trellis/deploy/kubeconform/kubernetes-1.30
+deploy-tools:
+	@if [ ! -x $(KUBECONFORM) ]; then echo "building kubeconform $(KUBECONFORM_VERSION) into $(dir $(KUBECONFORM)) (once)"; \
+	  mkdir -p $(dir $(KUBECONFORM)) && GOBIN=$(dir $(KUBECONFORM)) $(GO) install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION); fi
+	@if [ ! -x $(COMPOSE_CHECK) ]; then echo "building the Compose Specification's loader $(COMPOSE_SPEC_VERSION) into $(dir $(COMPOSE_CHECK)) (once)"; \
+	  mkdir -p $(dir $(COMPOSE_CHECK)) && GOBIN=$(dir $(COMPOSE_CHECK)) $(GO) install github.com/compose-spec/compose-go/v2/cmd@$(COMPOSE_SPEC_VERSION); fi
+deploy-check: deploy-tools
+	$(KUBECONFORM) -strict -summary -schema-location '$(KUBE_SCHEMAS)/{{ .ResourceKind }}{{ .KindSuffix }}.json' \
+	  -ignore-filename-pattern 'kustomization\.yaml$$' cmd/trellis/deploy/kubernetes
+	@# the loader does not read the environment: the variables compose.yaml
+	@# requires stay as they are written
+	cd cmd/trellis/deploy && $(COMPOSE_CHECK) -no-interpolation compose.yaml >/dev/null && echo "compose.yaml: valid"
+
+# Rewrite the schemas deploy-check validates the manifests against from
+# the OpenAPI documents of Kubernetes 1.30 that kubectl-validate carries
+# (a kind the manifests start using is added to generate.go's list).
+KUBECTL_VALIDATE ?= sigs.k8s.io/kubectl-validate@v0.0.4
+deploy-schemas:
+	@dir=$$($(GO) mod download -json $(KUBECTL_VALIDATE) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	cd $(KUBE_SCHEMAS) && $(GO) run generate.go $$dir/pkg/openapiclient/builtins/1.30 .
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -92,6 +92,8 @@ edges: [{from: START, to: inc}, {from: inc, to: END}]
 		{"graph a missing flow", []string{"graph", filepath.Join(dir, "none.yaml")}, 2, "none.yaml"},
 		{"validate a missing flow", []string{"validate", filepath.Join(dir, "none.yaml")}, 2, "none.yaml"},
 		{"serve missing flows", []string{"serve", "--flows", filepath.Join(dir, "none"), "--store", "memory"}, 2, "none"},
+		{"serve with localhost allowed for webhooks", []string{"serve", "--webhook-allow", "localhost", "--store", "memory"}, 2, "list the address (127.0.0.1 or ::1)"},
+		{"serve with schedules finer than a second", []string{"serve", "--schedule-min-interval", "10ms", "--store", "memory"}, 2, "--schedule-min-interval"},
 		{"sandbox run a missing file", []string{"sandbox", "run", filepath.Join(dir, "none.py")}, 2, "none.py"},
 		// a thread another process runs is not deleted from under it
 		{"delete a busy thread", []string{"delete", "held", "--store", db}, 4, "process 1 on elsewhere holds it until"},

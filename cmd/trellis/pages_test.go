@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -155,7 +156,12 @@ func TestSpeechRoutes(t *testing.T) {
 		{"not multipart", "/v1/audio/transcriptions", "application/json", []byte(`{}`), api.CodeUnsupportedMedia},
 		{"no file", "/v1/audio/transcriptions", "", nil, api.CodeInvalidInput},
 		{"not audio", "/v1/audio/transcriptions", "file", []byte("this is not a recording"), api.CodeInvalidInput},
+		{"not an mp3", "/v1/audio/transcriptions", "mp3", []byte("ID3 this is not a recording either"), api.CodeInvalidInput},
+		{"a form cut short", "/v1/audio/transcriptions", "cut", nil, api.CodeBadRequest},
 		{"French", "/v1/audio/transcriptions", "fr", wav, api.CodeInvalidInput},
+		{"a voice past 2^63", "/v1/audio/speech", "application/json", []byte(`{"input": "hi", "voice": 9223372036854775808}`), api.CodeBadRequest},
+		{"a speed past a float's range", "/v1/audio/speech", "application/json", []byte(`{"input": "hi", "speed": 1e400}`), api.CodeBadRequest},
+		{"an unknown field", "/v1/audio/speech", "application/json", []byte(`{"input": "hi", "pitch": 2}`), api.CodeBadRequest},
 	} {
 		ct, body := tc.ct, tc.body
 		switch tc.ct {
@@ -165,11 +171,29 @@ func TestSpeechRoutes(t *testing.T) {
 			ct, body = form(nil, tc.body)
 		case "fr":
 			ct, body = form(map[string]string{"language": "fr"}, tc.body)
+		case "mp3":
+			var b bytes.Buffer
+			mw := multipart.NewWriter(&b)
+			fw, _ := mw.CreateFormFile("file", "speech.mp3")
+			_, _ = fw.Write(tc.body)
+			mw.Close()
+			ct, body = mw.FormDataContentType(), b.Bytes()
+		case "cut":
+			ct, body = form(map[string]string{"model": "whisper-1"}, wav)
+			body = body[:len(body)/2]
 		}
 		resp, out := post(tc.path, ct, body)
 		var eb api.ErrorBody
 		if json.Unmarshal(out, &eb) != nil || eb.Error == nil || eb.Error.Code != tc.code || resp.StatusCode != tc.code.Status() {
 			t.Errorf("%s: %d %s, want %s", tc.name, resp.StatusCode, out, tc.code)
+			continue
+		}
+		// the tenant reads plain words: not the converter's name, its
+		// files, nor a parser's or Go's
+		for _, leak := range []string{os.TempDir(), "/tmp", "sox", "flite", "pocketsphinx", "python", "json:", "multipart:", "Go struct", "Go value", "int64", "float64", "strconv", "EOF"} {
+			if strings.Contains(eb.Error.Message, leak) {
+				t.Errorf("%s: the message shows %q: %s", tc.name, leak, eb.Error.Message)
+			}
 		}
 	}
 	// a server with no speech engine says so

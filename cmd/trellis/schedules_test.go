@@ -20,7 +20,8 @@ import (
 )
 
 // trellis schedules creates, lists, pauses, resumes and deletes a served
-// schedule through the API, whose ticks start runs on new threads.
+// schedule through the API, whose ticks start runs on new threads, and
+// lists its tick history.
 func TestSchedulesCommand(t *testing.T) {
 	ctx := context.Background()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "t.db")
@@ -108,6 +109,10 @@ func TestSchedulesCommand(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no tick after resuming")
 		}
+	}
+	// its tick history: each tick started a run
+	if out := run("ticks", "every"); !strings.Contains(out, "\tstarted run_every_") || strings.Count(out, "\n") < n+1 {
+		t.Fatalf("ticks: %q (more than %d ticks fired)", out, n)
 	}
 	if out := run("delete", "every"); out != "deleted every\n" {
 		t.Fatalf("delete: %q", out)

@@ -211,3 +211,32 @@ func TestDiffSaysWhyThereIsNoDrawing(t *testing.T) {
 		}
 	}
 }
+
+// When the old version does not load, every format of diff says so,
+// and that what the change means for its threads cannot be said.
+func TestDiffSaysWhenTheOldVersionDoesNotLoad(t *testing.T) {
+	src, err := os.ReadFile("../../flows/examples/greet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(t.TempDir(), "greet.yaml")
+	if err := os.WriteFile(broken, []byte(strings.Replace(string(src), "to: END", "to: ENDD", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fixed := "../../flows/examples/greet.yaml"
+	note := "the old version " + broken + " does not load (1 error; trellis validate " + broken + " lists them), so what the change means for the threads of the old version is not said"
+	out, errs, code := trellis(t, "diff", "--format", "github", broken, fixed)
+	if code != 1 || !strings.Contains(out, "> "+note+".") {
+		t.Errorf("github: %d\n%s%s", code, out, errs)
+	}
+	for _, f := range []string{"text", "json"} {
+		_, errs, code = trellis(t, "diff", "--format", f, broken, fixed)
+		if code != 1 || !strings.Contains(errs, "note: "+note) {
+			t.Errorf("%s: %d\n%s", f, code, errs)
+		}
+	}
+	// both load: no such note
+	if _, errs, _ := trellis(t, "diff", fixed, fixed); strings.Contains(errs, "does not load") {
+		t.Errorf("a note with both versions loading: %s", errs)
+	}
+}

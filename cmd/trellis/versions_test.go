@@ -120,7 +120,7 @@ func TestThreadsMigrate(t *testing.T) {
 		t.Fatalf("a move with a migration: %d %s%s", code, out, errs)
 	}
 	out, _, _ = trellis(t, "history", "--store", addr, "--source", "migrate", "acme/t")
-	if !strings.Contains(out, "migrate") || !strings.Contains(out, "wrote [level, mood]") {
+	if !strings.Contains(out, "migrate") || !strings.Contains(out, "wrote [level, mood]") || !strings.Contains(out, "moved from version "+v1.Version().Version+" to "+to) {
 		t.Fatalf("history: %s", out)
 	}
 	out, _, _ = trellis(t, "state", "--store", addr, "acme/t")
@@ -224,5 +224,18 @@ func TestThreadsMigrateRefusedWhileARunIsQueued(t *testing.T) {
 	out, errs, code := trellis(t, "threads", "migrate", "--store", addr, "--to", to, "acme/t")
 	if code != 0 || !strings.Contains(out, "acme/t moved from version "+v1.Version().Version+" to "+to) {
 		t.Fatalf("a move once the run is cancelled: %d %s%s", code, out, errs)
+	}
+}
+
+// The help of threads migrate names a served thread as it must be given:
+// TENANT/ID.
+func TestThreadsMigrateHelpNamesTenantAndID(t *testing.T) {
+	out, errs, _ := trellis(t, "threads", "migrate", "--help")
+	if help := out + errs; !strings.Contains(help, "TENANT/ID") {
+		t.Fatalf("threads migrate --help:\n%s", help)
+	}
+	_, errs, code := trellis(t, "threads", "migrate", "--to", "0123456789abcdef")
+	if code != 2 || !strings.Contains(errs, "TENANT/ID") {
+		t.Fatalf("threads migrate with no thread: %d %s", code, errs)
 	}
 }

@@ -45,12 +45,16 @@ const (
 	CodeLiveKitFailed      Code = "livekit_failed"         // 502: the LiveKit server refused or did not answer
 	CodeReadOnly           Code = "flows_read_only"        // 409: the server cannot write its flows' files
 	CodeFileChanged        Code = "file_changed"           // 409: a file changed on the disk since the edit began
+	CodeLimitReached       Code = "limit_reached"          // 409: a tenant has as many of something as the server keeps (details: what, limit)
 	CodeStoreFull          Code = "store_full"             // 507: the store's disk is full; nothing of the request was recorded
 	CodeInternal           Code = "internal"               // 500
 )
 
 // Status is the HTTP status a code is sent with.
 func (c Code) Status() int {
+	if status, ok := requestStatus[c]; ok {
+		return status
+	}
 	switch c {
 	case CodeBadRequest:
 		return http.StatusBadRequest
@@ -62,7 +66,7 @@ func (c Code) Status() int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused:
+	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused, CodeLimitReached:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -99,8 +103,12 @@ type ErrorBody struct {
 // Flow is a loaded flow.
 type Flow struct {
 	Name string `json:"name"`
-	// Version changes whenever the flow file or a file it reads changes.
+	// Version changes whenever the flow file or a file it reads changes:
+	// the version this server loaded from its flow directory. Promoted is
+	// the one new threads start on, on every server sharing the store
+	// (empty: the store keeps no versions).
 	Version      string        `json:"version"`
+	Promoted     string        `json:"promoted,omitempty"`
 	Description  string        `json:"description,omitempty"`
 	Path         string        `json:"path"`
 	Inputs       []string      `json:"inputs"`
@@ -211,6 +219,9 @@ type Checkpoint struct {
 	Writes  []Write   `json:"writes"`
 	Writers []Writer  `json:"writers,omitempty"`
 	Next    []string  `json:"next,omitempty"`
+	// Move is set on a thread's move onto another version of its flow
+	// (source migrate): the versions it left and moved to.
+	Move *CheckpointMove `json:"move,omitempty"`
 	// Base, for a branch (an update at an older checkpoint), is the
 	// checkpoint whose state it goes on from: Parent is the head it was
 	// committed after.
@@ -219,6 +230,13 @@ type Checkpoint struct {
 	// what its nodes were told by a model (a replay tells them again).
 	Answers map[string]any `json:"answers,omitempty"`
 	Replies []Reply        `json:"replies,omitempty"`
+}
+
+// CheckpointMove is the versions a move's checkpoint records.
+type CheckpointMove struct {
+	Flow string `json:"flow"`
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
 // Reply is a model's reply a node was told: Key names the request (a
@@ -237,6 +255,9 @@ type Write struct {
 	Value   any    `json:"value,omitempty"`
 	Items   []any  `json:"items,omitempty"`
 	Append  bool   `json:"append,omitempty"`
+	// Removed: the write took the field out of the state (a move onto a
+	// version that has no such field).
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Writer is a node that ran in a step and the fields it wrote.
@@ -463,7 +484,10 @@ const (
 // VoiceRequest asks for a thread's voice session.
 type VoiceRequest struct {
 	// Identity names the caller in the room (default "caller-" and the
-	// id of the API key that asks); Name is shown to the others. A
+	// id of the API key that asks); Name is shown to the others. An
+	// identity belongs to the key that received it: asking with another
+	// key for one that key holds (in the room, or in the session's caller
+	// place), or for another key's default, is refused (CodeForbidden). A
 	// session takes one caller at a time: another identity is refused
 	// (CodeVoiceBusy) while a caller is in the room, or was given a token
 	// moments ago and may be joining.

@@ -59,6 +59,9 @@ func (c *Client) request(ctx context.Context, method, path string, body any) (*h
 	if c.Key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Key)
 	}
+	if k := IdempotencyKey(ctx); k != "" && method != http.MethodGet {
+		req.Header.Set(IdempotencyKeyHeader, k)
+	}
 	return req, nil
 }
 
@@ -165,6 +168,15 @@ func (c *Client) Validate(ctx context.Context, name string, src []byte) (*Valida
 func (c *Client) ReloadFlows(ctx context.Context) (*Reload, error) {
 	var out Reload
 	err := c.do(ctx, http.MethodPost, "/v1/flows/reload", nil, &out)
+	return &out, err
+}
+
+// ReloadAndPromote reloads the flow directory and promotes the versions
+// it loads: new threads of every flow start on them, on every server
+// sharing the store.
+func (c *Client) ReloadAndPromote(ctx context.Context) (*Reload, error) {
+	var out Reload
+	err := c.do(ctx, http.MethodPost, "/v1/flows/reload?promote=true", nil, &out)
 	return &out, err
 }
 

@@ -159,3 +159,35 @@ func (c *Client) PauseSchedule(ctx context.Context, id string, paused bool) (*Sc
 func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
 	return c.do(ctx, "DELETE", "/v1/schedules/"+url.PathEscape(id), nil, nil)
 }
+
+// ScheduleTick is what one tick of a schedule did.
+type ScheduleTick struct {
+	// Tick is the tick's time (for missed ticks, the last of them); At is
+	// when a server handled it.
+	Tick time.Time `json:"tick"`
+	At   time.Time `json:"at"`
+	// Status is started (Run was started, on Thread; RunStatus is where
+	// it stands now, while its record is kept), missed (MissedFrom to
+	// MissedTo passed while no server ran; Error says what the schedule's
+	// missed policy did) or failed (Error says why no run started).
+	Status     string     `json:"status"`
+	Run        string     `json:"run,omitempty"`
+	Thread     string     `json:"thread,omitempty"`
+	RunStatus  string     `json:"run_status,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	MissedFrom *time.Time `json:"missed_from,omitempty"`
+	MissedTo   *time.Time `json:"missed_to,omitempty"`
+}
+
+// ScheduleTicks is what a schedule's last ticks did, the newest first.
+type ScheduleTicks struct {
+	Schedule string         `json:"schedule"`
+	Ticks    []ScheduleTick `json:"ticks"`
+}
+
+// ScheduleTicks lists what a schedule's last ticks did, the newest first.
+func (c *Client) ScheduleTicks(ctx context.Context, id string) (*ScheduleTicks, error) {
+	var out ScheduleTicks
+	err := c.do(ctx, "GET", "/v1/schedules/"+url.PathEscape(id)+"/ticks", nil, &out)
+	return &out, err
+}

@@ -56,7 +56,8 @@ type FlowFile struct {
 // FlowFiles lists a flow's files, the flow file first.
 type FlowFiles struct {
 	Flow string `json:"flow"`
-	// Root is the directory the paths are relative to (shown, not used).
+	// Root names the directory the paths are relative to (its name
+	// alone: where it is on the server's disk is not told).
 	Root string `json:"root"`
 	// Writable says whether the server can save edits to the files; when
 	// it cannot, ReadOnly says why.

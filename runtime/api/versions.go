@@ -17,8 +17,10 @@ type FlowVersion struct {
 	Version string    `json:"version"`
 	Created time.Time `json:"created"`
 	// Loaded is set for the version this server loaded from its flow
-	// directory: the one new threads start on.
-	Loaded bool `json:"loaded"`
+	// directory; Promoted for the one new threads start on, on every
+	// server sharing the store.
+	Loaded   bool `json:"loaded"`
+	Promoted bool `json:"promoted"`
 	// Threads counts the caller's threads on it.
 	Threads int `json:"threads"`
 }
@@ -116,5 +118,26 @@ func (c *Client) VersionThreads(ctx context.Context, flow, version, after string
 func (c *Client) MoveThread(ctx context.Context, id string, m MoveThread) (*Moved, error) {
 	var out Moved
 	err := c.do(ctx, http.MethodPost, "/v1/threads/"+url.PathEscape(id)+"/migrate", m, &out)
+	return &out, err
+}
+
+// Promoted is a flow's version promoted: the one its new threads start
+// on, on every server sharing the store.
+type Promoted struct {
+	Flow    string `json:"flow"`
+	Version string `json:"version"`
+	// Previous is the version promoted before ("" for none).
+	Previous string    `json:"previous,omitempty"`
+	Since    time.Time `json:"since"`
+	// By is who promoted it: an admin key's id, or the first load of the
+	// flow by a server.
+	By string `json:"by"`
+}
+
+// PromoteVersion makes a version of a flow the one its new threads start
+// on, on every server sharing the store (an admin key).
+func (c *Client) PromoteVersion(ctx context.Context, flow, version string) (*Promoted, error) {
+	var out Promoted
+	err := c.do(ctx, http.MethodPost, "/v1/flows/"+url.PathEscape(flow)+"/versions/"+url.PathEscape(version)+"/promote", nil, &out)
 	return &out, err
 }

@@ -33,6 +33,11 @@ type Move struct {
 	// thread's new version. When it fails the move fails, though its
 	// checkpoint stays.
 	Moved func(ctx context.Context, head *store.Snapshot) error
+	// DryRun makes every check of the move (the thread held, its next
+	// nodes, each value computed, normalised and validated against its
+	// field, the whole state against the schema) and writes nothing:
+	// Migrate returns the state the move would make.
+	DryRun bool
 }
 
 // Migrate moves a thread onto the version of its flow g: under the
@@ -110,7 +115,7 @@ func (e *Engine) Migrate(ctx context.Context, g *flow.Graph, thread string, m Mo
 		}
 		delete(next, k)
 		versions[k]++
-		cp.Writes = append(cp.Writes, store.Write{Field: k, Version: versions[k]})
+		cp.Writes = append(cp.Writes, store.Write{Field: k, Version: versions[k], Removed: true})
 		keys = append(keys, k)
 	}
 	if g.FullValidation {
@@ -120,6 +125,9 @@ func (e *Engine) Migrate(ctx context.Context, g *flow.Graph, thread string, m Mo
 	}
 	if len(keys) > 0 {
 		cp.Writers = []store.NodeWrites{{Node: "migrate", Fields: keys}}
+	}
+	if m.DryRun {
+		return &store.Snapshot{Thread: thread, Seq: head.Seq, Values: next, Versions: versions, Next: head.Next}, nil
 	}
 	if err := e.Store.Commit(ctx, cp); err != nil {
 		return nil, err

@@ -44,6 +44,13 @@ func Parse(expr, zone string) (*Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("time zone %q: %w", zone, err)
 	}
+	if d, ok := strings.CutPrefix(strings.TrimSpace(expr), "@every "); ok {
+		// robfig/cron would round a part of a second down, and a delay
+		// under a second up to one: say so instead
+		if every, err := time.ParseDuration(strings.TrimSpace(d)); err == nil && (every < time.Second || every%time.Second != 0) {
+			return nil, fmt.Errorf("cron %q: @every takes whole seconds, at least 1s (ticks are seconds apart)", expr)
+		}
+	}
 	sched, err := parser.Parse(expr)
 	if err != nil {
 		return nil, fmt.Errorf("cron %q: %w (five fields: minute hour day-of-month month day-of-week, six with seconds first, or @hourly, @daily, @every 1h...)", expr, err)
@@ -59,6 +66,28 @@ func (s *Spec) Next(t time.Time) time.Time {
 		return n
 	}
 	return n.UTC()
+}
+
+// Shortest is the shortest time between two of the n ticks after from
+// (zero when there are fewer than two): how often the schedule fires at
+// its most frequent.
+func (s *Spec) Shortest(from time.Time, n int) time.Duration {
+	var out time.Duration
+	prev := s.Next(from)
+	for range n - 1 {
+		if prev.IsZero() {
+			break
+		}
+		next := s.Next(prev)
+		if next.IsZero() {
+			break
+		}
+		if gap := next.Sub(prev); out == 0 || gap < out {
+			out = gap
+		}
+		prev = next
+	}
+	return out
 }
 
 // Decision is what a due schedule does now.

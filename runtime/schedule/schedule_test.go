@@ -1,6 +1,7 @@
 package schedule_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -37,9 +38,39 @@ func TestNextInZones(t *testing.T) {
 			t.Errorf("%s in %q after %s: %s, want %s", c.cron, c.zone, c.after, got, c.want)
 		}
 	}
-	for _, bad := range [][2]string{{"* * *", "UTC"}, {"61 * * * *", "UTC"}, {"* * * * *", "Mars/Olympus"}, {"CRON_TZ=UTC * * * * *", "UTC"}} {
+	for _, bad := range [][2]string{{"* * *", "UTC"}, {"61 * * * *", "UTC"}, {"* * * * *", "Mars/Olympus"}, {"CRON_TZ=UTC * * * * *", "UTC"},
+		{"@every 1ns", "UTC"}, {"@every 999ms", "UTC"}, {"@every 1500ms", "UTC"}, {"@every 0s", "UTC"}, {"@every -1s", "UTC"}} {
 		if _, err := schedule.Parse(bad[0], bad[1]); err == nil {
 			t.Errorf("%q in %q was taken", bad[0], bad[1])
+		}
+	}
+	if _, err := schedule.Parse("@every 1ns", "UTC"); err == nil || !strings.Contains(err.Error(), "whole seconds, at least 1s") {
+		t.Errorf("@every 1ns: %v", err)
+	}
+}
+
+// The shortest time between ticks is found however the ticks fall.
+func TestShortest(t *testing.T) {
+	for cron, want := range map[string]time.Duration{
+		"* * * * * *":    time.Second,
+		"@every 1s":      time.Second,
+		"@every 90s":     90 * time.Second,
+		"0,1 * * * * *":  time.Second,
+		"*/15 * * * *":   15 * time.Minute,
+		"0 0 9,10 * * *": time.Hour,
+		"@hourly":        time.Hour,
+		"0 0 29 2 *":     4 * 365 * 24 * time.Hour,
+	} {
+		spec, err := schedule.Parse(cron, "UTC")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := spec.Shortest(at("2026-11-25T21:07:00Z"), 100)
+		if cron == "0 0 29 2 *" {
+			want = at("2032-02-29T00:00:00Z").Sub(at("2028-02-29T00:00:00Z"))
+		}
+		if got != want {
+			t.Errorf("%s: %v, want %v", cron, got, want)
 		}
 	}
 }

@@ -32,6 +32,8 @@ type Schedules interface {
 	// AdvanceSchedule records a schedule's fired (or skipped) tick and
 	// its next one, if its next tick is still from: ErrClaimLost when
 	// another moved it first, ErrNotFound when the schedule is gone.
+	// t.History goes on the schedule's tick history (its newest first),
+	// which keeps the last TickHistory.
 	AdvanceSchedule(ctx context.Context, id string, from time.Time, t ScheduleTick) error
 	// PauseSchedule pauses a tenant's schedule, or resumes it with its
 	// next tick at next, and returns it.
@@ -68,6 +70,56 @@ type Schedule struct {
 	LastRun   string
 	LastError string
 	Created   time.Time
+	// Ticks is what the last ticks did, the newest first, at most
+	// TickHistory of them.
+	Ticks []TickRecord
+}
+
+// TickHistory is how many ticks a schedule's history keeps.
+const TickHistory = 50
+
+// TickRecord is what one tick of a schedule did (or a span of ticks
+// missed while no server ran).
+type TickRecord struct {
+	// Tick is the tick's time (for missed ticks, the last of them); At is
+	// when a server handled it.
+	Tick time.Time `json:"tick"`
+	At   time.Time `json:"at"`
+	// Status says what it did: TickStarted (its run, Run, was started),
+	// TickMissed (MissedFrom to MissedTo passed while no server ran, and
+	// the schedule's Missed policy was applied: Error says how) or
+	// TickFailed (Error says why no run started).
+	Status     TickStatus `json:"status"`
+	Run        string     `json:"run,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	MissedFrom time.Time  `json:"missed_from,omitzero"`
+	MissedTo   time.Time  `json:"missed_to,omitzero"`
+}
+
+// TickStatus is what a tick did.
+type TickStatus string
+
+// The statuses of a tick.
+const (
+	TickStarted TickStatus = "started"
+	TickMissed  TickStatus = "missed"
+	TickFailed  TickStatus = "failed"
+)
+
+// AddTicks puts records (the newest last) on a tick history (the newest
+// first), keeping TickHistory.
+func AddTicks(history, records []TickRecord) []TickRecord {
+	out := make([]TickRecord, 0, min(len(history)+len(records), TickHistory))
+	for i := len(records) - 1; i >= 0 && len(out) < TickHistory; i-- {
+		out = append(out, records[i])
+	}
+	for _, r := range history {
+		if len(out) == TickHistory {
+			break
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // MissedPolicy is what a schedule does with the ticks it missed.
@@ -85,6 +137,9 @@ type ScheduleTick struct {
 	LastTick  time.Time
 	LastRun   string
 	LastError string
+	// History is what this advance did, for the tick history, in the
+	// order it happened.
+	History []TickRecord
 }
 
 // ScheduleQuery pages ListSchedules.

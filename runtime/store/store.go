@@ -157,6 +157,10 @@ type Write struct {
 	Value  any
 	Items  []any
 	Append bool
+	// Removed takes the field out of the state (a thread moved onto a
+	// version of its flow that has no such field): it has no value, not
+	// a null one.
+	Removed bool
 }
 
 // Reply is one reply a node was given from outside the run: Node (a
@@ -596,14 +600,18 @@ func NewFolder() *Folder {
 // Apply folds one checkpoint.
 func (f *Folder) Apply(cp *Checkpoint) {
 	for _, w := range cp.Writes {
-		if w.Append {
+		switch {
+		case w.Removed:
+			delete(f.Values, w.Field)
+			delete(f.owned, w.Field)
+		case w.Append:
 			cur, _ := f.Values[w.Field].([]any)
 			if !f.owned[w.Field] {
 				cur = append(make([]any, 0, 2*(len(cur)+len(w.Items))), cur...)
 				f.owned[w.Field] = true
 			}
 			f.Values[w.Field] = append(cur, w.Items...)
-		} else {
+		default:
 			f.Values[w.Field] = w.Value
 			delete(f.owned, w.Field)
 		}

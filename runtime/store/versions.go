@@ -134,3 +134,37 @@ func VersionsOf(st Store) (Versions, bool) {
 	v, ok := st.(Versions)
 	return v, ok
 }
+
+// Promotions keeps the version of each flow that new threads start on,
+// for every process sharing the store: promoting a version moves every
+// server's new threads onto it at once, whatever its own flow directory
+// holds (a server compiles a promoted version it never loaded from the
+// files the store keeps). Threads under way stay on their versions. The
+// built-in stores implement it, and storetest.RunVersions checks it.
+type Promotions interface {
+	// PromoteVersion makes p's version, one the store keeps (ErrNotFound
+	// otherwise), the one its flow's new threads start on. With
+	// onlyIfNone it does so only when the flow has no version promoted
+	// yet (a flow's first load), and reports whether it did.
+	PromoteVersion(ctx context.Context, p *Promotion, onlyIfNone bool) (bool, error)
+	// PromotedVersion returns a flow's promoted version; ErrNotFound
+	// when it has none.
+	PromotedVersion(ctx context.Context, flow string) (*Promotion, error)
+	// PromotedVersions lists every flow's promoted version, by flow.
+	PromotedVersions(ctx context.Context) ([]*Promotion, error)
+}
+
+// Promotion is the version of a flow its new threads start on.
+type Promotion struct {
+	Flow, Version string
+	// Since is when it was promoted; By says by whom or what (a server's
+	// first load of the flow, a key's id).
+	Since time.Time
+	By    string
+}
+
+// PromotionsOf returns st's Promotions.
+func PromotionsOf(st Store) (Promotions, bool) {
+	p, ok := st.(Promotions)
+	return p, ok
+}

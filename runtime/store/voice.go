@@ -42,11 +42,11 @@ type VoiceCatalog interface {
 	// returns the session as it is then, or ErrNotFound when the session
 	// has ended or expired by now.
 	RenewVoiceSession(ctx context.Context, id string, now, expires time.Time) (*VoiceSessionRecord, error)
-	// AdmitVoiceCaller gives a live session's caller place to identity at
-	// at, if the place is still held by from; ErrVoiceCallerChanged when
-	// it is held by another by now, ErrNotFound when the session has
-	// ended or expired.
-	AdmitVoiceCaller(ctx context.Context, id, from, identity string, at time.Time) error
+	// AdmitVoiceCaller gives a live session's caller place to identity,
+	// admitted for the API key whose id is key, at at, if the place is
+	// still held by from; ErrVoiceCallerChanged when it is held by another
+	// by now, ErrNotFound when the session has ended or expired.
+	AdmitVoiceCaller(ctx context.Context, id, from, identity, key string, at time.Time) error
 	// EndVoiceSession ends a session at at (one already ended keeps its
 	// end); ErrNotFound when there is none.
 	EndVoiceSession(ctx context.Context, id string, at time.Time) error
@@ -87,9 +87,12 @@ type VoiceSessionRecord struct {
 	// Renewed is the agent's latest renewal (zero: none yet).
 	Renewed time.Time
 	// Caller is the identity that holds the session's caller place, since
-	// CallerAt.
-	Caller   string
-	CallerAt time.Time
+	// CallerAt, admitted for the API key whose id is CallerKey: the
+	// identity is that key's while it holds the place ("": a session
+	// recorded before keys were, whose caller is nobody's).
+	Caller    string
+	CallerAt  time.Time
+	CallerKey string
 	// Ended is when the session ended (zero: it has not).
 	Ended time.Time
 }

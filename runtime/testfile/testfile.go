@@ -123,11 +123,11 @@ type Run struct {
 	Config  map[string]any
 	Answers map[string]any
 	Resume  bool
-	// StopAfter, when not negative, stops the run at the boundary after
-	// its step StopAfter (0: once its input is applied, before its first
+	// StopAfter, when set, stops the run at the boundary after its step
+	// *StopAfter (0: once its input is applied, before its first
 	// step), as a cancel or a crash leaves it, for an update to edit it
 	// there and a resume to go on.
-	StopAfter int
+	StopAfter *int
 	// Update, instead of a run, writes values to the thread as if a node
 	// had (see engine.Update): a correction between runs, or of a run
 	// stopped or paused.
@@ -314,9 +314,10 @@ func decode(path string, doc *config.File, dl *diag.List) *File {
 			r := Run{Thread: rn.Get("thread").Text(), With: values(rn.Get("with")), Input: values(rn.Get("input")), Config: values(rn.Get("config")), Answers: values(rn.Get("answers")), Pos: rn.Pos(), Expect: expectOf(rn.Get("expect"))}
 			resume, _ := rn.Get("resume").JSON()
 			r.Resume, _ = resume.(bool)
-			r.StopAfter = -1
-			if stop, _ := rn.Get("stop_after").JSON(); stop != nil {
-				r.StopAfter, _ = stop.(int)
+			if stop, err := rn.Get("stop_after").JSON(); err == nil {
+				if n, isInt := stop.(int); isInt {
+					r.StopAfter = &n
+				}
 			}
 			if (r.Resume || r.Answers != nil) && rn.Get("input").Exists() {
 				dl.Errorf(diag.CodeConstraint, rn.KeyOf("input").Pos(), rn.Path(), "a run either resumes a paused one (answers, resume) or starts with input, not both")
@@ -549,7 +550,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			state, last = snap.Values, &engine.Result{Thread: thread, State: snap.Values, Checkpoint: snap.Seq}
 			continue
 		}
-		if r.StopAfter == 0 {
+		if r.StopAfter != nil && *r.StopAfter == 0 {
 			// stopped before its first step: it pauses before whichever
 			// nodes it would run first
 			res, err := pauseFirst(ctx, eng, g, engine.Request{Thread: thread, Input: in, Config: r.Config, Replies: replies})
@@ -561,7 +562,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		}
 		var stop chan struct{}
 		var stopped [][]string // the path of a run stopped part way
-		if r.StopAfter > 0 {
+		if r.StopAfter != nil && *r.StopAfter > 0 {
 			stop = make(chan struct{})
 		}
 		var once sync.Once
@@ -581,7 +582,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 				}
 			case stop != nil && ev.Type == engine.StateUpdate && len(stopped) > 0 && stopped[len(stopped)-1] != nil:
 				stopped = append(stopped, nil)
-				if ev.Step >= r.StopAfter {
+				if ev.Step >= *r.StopAfter {
 					once.Do(func() { close(stop) })
 				}
 			}
@@ -591,9 +592,9 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		}
 		res, err := eng.Run(ctx, g, req)
 		ex := r.Expect
-		if r.StopAfter > 0 {
+		if stop != nil {
 			if !errors.Is(err, engine.ErrStopped) {
-				at(r.Pos, "run %d: want it stopped after step %d, it %s", i+1, r.StopAfter, endedHow(err))
+				at(r.Pos, "run %d: want it stopped after step %d, it %s", i+1, *r.StopAfter, endedHow(err))
 				return fails
 			}
 			if len(stopped) > 0 && stopped[len(stopped)-1] == nil {

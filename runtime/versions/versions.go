@@ -408,12 +408,13 @@ func CheckMove(from, to *Flow, m Migration) ([]flowdiff.Effect, error) {
 // history. moved, when not nil, records the thread's new version while
 // the thread is still held (see engine.Move).
 func Move(ctx context.Context, eng *engine.Engine, from, to *Flow, thread string, m Migration, moved func(ctx context.Context) error) (*store.Snapshot, []flowdiff.Effect, error) {
-	return move(ctx, eng, from, to, thread, m, nil, moved)
+	return move(ctx, eng, from, to, thread, m, nil, moved, false)
 }
 
 // move is Move, with held, when not nil, refusing the move once the
-// thread is held and before anything is written (see engine.Move).
-func move(ctx context.Context, eng *engine.Engine, from, to *Flow, thread string, m Migration, held, moved func(ctx context.Context) error) (*store.Snapshot, []flowdiff.Effect, error) {
+// thread is held and before anything is written (see engine.Move); a
+// dry run makes every check and writes nothing.
+func move(ctx context.Context, eng *engine.Engine, from, to *Flow, thread string, m Migration, held, moved func(ctx context.Context) error, dryRun bool) (*store.Snapshot, []flowdiff.Effect, error) {
 	if from.Name() != to.Name() {
 		return nil, nil, fmt.Errorf("thread %q: cannot move from flow %q to flow %q", thread, from.Name(), to.Name())
 	}
@@ -434,8 +435,8 @@ func move(ctx context.Context, eng *engine.Engine, from, to *Flow, thread string
 		return values, nil
 	}
 	note := map[string]any{"flow": from.Name(), "from_version": from.Version().Version, "to_version": to.Version().Version}
-	mv := engine.Move{Values: compute, Note: note, Drop: cm.drop, Held: held}
-	if moved != nil {
+	mv := engine.Move{Values: compute, Note: note, Drop: cm.drop, Held: held, DryRun: dryRun}
+	if moved != nil && !dryRun {
 		mv.Moved = func(ctx context.Context, _ *store.Snapshot) error { return moved(ctx) }
 	}
 	snap, err := eng.Migrate(ctx, to.graph, thread, mv)
@@ -477,7 +478,9 @@ func (vs *Versions) ThreadFlow(ctx context.Context, tenant, thread string) (*Flo
 
 // MoveThread moves a thread of tenant, on eng, from the version it runs
 // onto version to of its flow, as Move does, and records its new
-// version; with dryRun it only classifies the change and checks m.
+// version; with dryRun it makes every check the move makes (the change
+// classified, m type-checked, its values computed over the thread's
+// state and validated) and moves nothing.
 func (vs *Versions) MoveThread(ctx context.Context, eng *engine.Engine, tenant, thread, to string, m Migration, dryRun bool) (*MoveResult, error) {
 	from, pin, err := vs.ThreadFlow(ctx, tenant, thread)
 	if err != nil {
@@ -499,16 +502,14 @@ func (vs *Versions) MoveThread(ctx context.Context, eng *engine.Engine, tenant, 
 	if err := idle(ctx); err != nil {
 		return out, err
 	}
-	if dryRun {
-		out.Effects, err = CheckMove(from, target, m)
-		return out, err
-	}
 	moved := func(ctx context.Context) error {
 		return vs.st.PinThread(ctx, &store.ThreadPin{Tenant: tenant, Thread: thread, Flow: pin.Flow, Version: to, Since: time.Now()}, pin.Version)
 	}
-	snap, effects, err := move(ctx, eng, from, target, thread, m, idle, moved)
+	// a dry run makes the move's every check, over the thread's state:
+	// the values computed and validated as the move would write them
+	snap, effects, err := move(ctx, eng, from, target, thread, m, idle, moved, dryRun)
 	out.Effects = effects
-	if err != nil {
+	if err != nil || dryRun {
 		return out, err
 	}
 	out.Moved, out.Checkpoint = true, snap.Seq

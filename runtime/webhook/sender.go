@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellisflow/trellis/runtime/egress"
 	"github.com/trellisflow/trellis/runtime/store"
 )
 
@@ -25,7 +26,7 @@ type Sender struct {
 	// Secret signs the messages.
 	Secret []byte
 	// Allow is where messages may go.
-	Allow *AllowList
+	Allow *egress.Policy
 	// Payload is the body of a delivery's message (the run's record);
 	// store.ErrNotFound gives the delivery up (its run is gone).
 	Payload func(ctx context.Context, d *store.Delivery) ([]byte, error)
@@ -226,8 +227,10 @@ func (s *Sender) attempt(ctx context.Context, d *store.Delivery) (a attempt) {
 	resp, err := s.client.Do(req)
 	if err != nil {
 		a.Error = err.Error()
-		if errors.Is(err, ErrNotAllowed) {
-			a.final = true
+		if de := (*egress.DeniedError)(nil); errors.As(err, &de) {
+			// refused where it was dialled: the policy's reason alone,
+			// and no later attempt would do better
+			a.Error, a.final = de.Error(), true
 		}
 		return a
 	}

@@ -14,8 +14,8 @@
 // posting and before recording): the webhook-id header is the same each
 // time, for the receiver to drop repeats by.
 //
-// Nothing is sent to an address the AllowList does not permit, checked
-// on the address actually connected to.
+// Nothing is sent to an address the Sender's egress.Policy does not
+// permit, checked on the address actually connected to.
 package webhook
 
 import (

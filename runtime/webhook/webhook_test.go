@@ -7,12 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/trellisflow/trellis/runtime/egress"
+	"github.com/trellisflow/trellis/runtime/egress/egresstest"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 	"github.com/trellisflow/trellis/runtime/webhook"
@@ -57,77 +60,6 @@ func TestSignatureOfTheStandard(t *testing.T) {
 	}
 }
 
-func TestAllowList(t *testing.T) {
-	if _, err := webhook.ParseAllowList([]string{"http://x"}); err == nil {
-		t.Fatal("a URL taken as an entry")
-	}
-	cases := []struct {
-		allow []string
-		url   string
-		ok    bool
-	}{
-		{nil, "http://127.0.0.1:9/h", false},
-		{[]string{"127.0.0.1"}, "http://127.0.0.1:9/h", true},
-		{[]string{"127.0.0.0/8"}, "http://127.0.0.2:9/h", true},
-		{[]string{"10.0.0.0/8"}, "http://127.0.0.1:9/h", false},
-		{[]string{"hooks.example.com"}, "https://hooks.example.com/h", true},
-		{[]string{"hooks.example.com"}, "https://evil.example.com/h", false},
-		{[]string{"*.example.com"}, "https://a.b.example.com/h", true},
-		{[]string{"*.example.com"}, "https://example.com.evil.net/h", false},
-		{[]string{"hooks.example.com"}, "http://127.0.0.1/h", false},
-		{[]string{"127.0.0.1"}, "ftp://127.0.0.1/h", false},
-		{[]string{"127.0.0.1"}, "http://user:pw@127.0.0.1/h", false},
-		{[]string{"127.0.0.1"}, "/relative", false},
-	}
-	for _, c := range cases {
-		a, err := webhook.ParseAllowList(c.allow)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.CheckURL(c.url); (err == nil) != c.ok {
-			t.Errorf("allow %v, %s: %v", c.allow, c.url, err)
-		}
-	}
-}
-
-// The client connects only where the list allows, checked on the address
-// dialled (a name resolving outside the networks reaches nothing), and
-// follows no redirect.
-func TestClientConnectsOnlyWhereAllowed(t *testing.T) {
-	var hits atomic.Int64
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	defer recv.Close()
-	port := recv.URL[strings.LastIndex(recv.URL, ":"):]
-	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, recv.URL, http.StatusTemporaryRedirect)
-	}))
-	defer redirect.Close()
-	post := func(allow []string, url string) (*http.Response, error) {
-		a, err := webhook.ParseAllowList(allow)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a.Client(5*time.Second).Post(url, "application/json", strings.NewReader("{}"))
-	}
-	if _, err := post([]string{"10.0.0.0/8"}, "http://localhost"+port); !errors.Is(err, webhook.ErrNotAllowed) {
-		t.Fatalf("a name resolving outside the networks: %v", err)
-	}
-	if _, err := post(nil, recv.URL); !errors.Is(err, webhook.ErrNotAllowed) {
-		t.Fatalf("the empty list: %v", err)
-	}
-	if hits.Load() != 0 {
-		t.Fatal("a refused address was connected to")
-	}
-	resp, err := post([]string{"127.0.0.1"}, "http://localhost"+port)
-	if err != nil || resp.StatusCode != 200 || hits.Load() != 1 {
-		t.Fatalf("localhost, allowed by its address: %v %v", resp, err)
-	}
-	resp, err = post([]string{"127.0.0.1"}, redirect.URL)
-	if err != nil || resp.StatusCode != http.StatusTemporaryRedirect || hits.Load() != 1 {
-		t.Fatalf("a redirect: %v %v, %d hits", resp, err, hits.Load())
-	}
-}
-
 // A delivery answered 500 is tried again after its backoff, then
 // delivered; each attempt is recorded, and every message carries a
 // valid signature.
@@ -159,7 +91,7 @@ func TestSenderRetriesAndRecords(t *testing.T) {
 	if err := st.AddDelivery(ctx, &store.Delivery{ID: "hook-1", Tenant: "acme", Thread: "acme/t", Run: "run-1", URL: recv.URL + "/h", Created: now}); err != nil {
 		t.Fatal(err)
 	}
-	allow, _ := webhook.ParseAllowList([]string{"127.0.0.1"})
+	allow, _ := egress.Parse([]string{"127.0.0.1"})
 	s := &webhook.Sender{Store: st, Server: "s1", Secret: secret, Allow: allow, Backoff: 100 * time.Millisecond, Every: 20 * time.Millisecond,
 		Payload: func(_ context.Context, d *store.Delivery) ([]byte, error) {
 			return []byte(`{"run":"` + d.Run + `"}`), nil
@@ -204,7 +136,7 @@ func TestSenderRefusesAddressesNotAllowed(t *testing.T) {
 	now := time.Now().UTC()
 	_ = st.CreateRun(ctx, &store.RunRecord{ID: "run-1", Tenant: "acme", Thread: "acme/t", Status: store.RunFailed, Created: now, Finished: now})
 	_ = st.AddDelivery(ctx, &store.Delivery{ID: "hook-1", Tenant: "acme", Thread: "acme/t", Run: "run-1", URL: recv.URL, Created: now})
-	allow, _ := webhook.ParseAllowList([]string{"10.0.0.0/8"})
+	allow, _ := egress.Parse([]string{"10.0.0.0/8"})
 	s := &webhook.Sender{Store: st, Server: "s1", Secret: []byte("0123456789abcdef01234567"), Allow: allow,
 		Payload: func(context.Context, *store.Delivery) ([]byte, error) { return []byte(`{}`), nil }}
 	if sent, err := s.DeliverOne(ctx); !sent || err != nil {
@@ -216,6 +148,38 @@ func TestSenderRefusesAddressesNotAllowed(t *testing.T) {
 	}
 	if hits.Load() != 0 {
 		t.Fatal("sent to an address not allowed")
+	}
+}
+
+// A delivery to a name on the list that resolves, when it is posted, to
+// a loopback address (its DNS aimed at the server) fails for good with
+// the reason, and nothing is sent.
+func TestSenderRefusesANameResolvingToLoopback(t *testing.T) {
+	ctx := context.Background()
+	var hits atomic.Int64
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer recv.Close()
+	port := recv.URL[strings.LastIndex(recv.URL, ":"):]
+	st := memory.New()
+	now := time.Now().UTC()
+	_ = st.CreateRun(ctx, &store.RunRecord{ID: "run-1", Tenant: "acme", Thread: "acme/t", Status: store.RunSucceeded, Created: now, Finished: now})
+	_ = st.AddDelivery(ctx, &store.Delivery{ID: "hook-1", Tenant: "acme", Thread: "acme/t", Run: "run-1", URL: "http://a.hooks.customer.test" + port + "/h", Created: now})
+	allow, err := egress.Parse([]string{"*.hooks.customer.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow.Resolver = egresstest.NewDNS(t, netip.MustParseAddr("127.0.0.1")).Resolver()
+	s := &webhook.Sender{Store: st, Server: "s1", Secret: []byte("0123456789abcdef01234567"), Allow: allow,
+		Payload: func(context.Context, *store.Delivery) ([]byte, error) { return []byte(`{}`), nil }}
+	if sent, err := s.DeliverOne(ctx); !sent || err != nil {
+		t.Fatalf("deliver: %v %v", sent, err)
+	}
+	ds, _ := st.Deliveries(ctx, "acme", "run-1")
+	if d := ds[0]; d.Status != store.DeliveryFailed || d.Attempts != 1 || d.Log[0].Error != "a.hooks.customer.test resolves to 127.0.0.1, a loopback address, which no host name opens (only an address or a network inside 127.0.0.0/8 on the allow-list does)" {
+		t.Fatalf("delivery: %+v", d)
+	}
+	if hits.Load() != 0 {
+		t.Fatal("posted to loopback through a listed name")
 	}
 }
 
@@ -241,7 +205,7 @@ func TestSlowReceiverHoldsUpNoOther(t *testing.T) {
 		_ = st.CreateRun(ctx, &store.RunRecord{ID: run, Tenant: "acme", Thread: "acme/t", Status: store.RunSucceeded, Created: now, Finished: now})
 		_ = st.AddDelivery(ctx, &store.Delivery{ID: "hook-" + run, Tenant: "acme", Thread: "acme/t", Run: run, URL: recv.URL + path, Created: now.Add(time.Duration(i))})
 	}
-	allow, _ := webhook.ParseAllowList([]string{"127.0.0.1"})
+	allow, _ := egress.Parse([]string{"127.0.0.1"})
 	s := &webhook.Sender{Store: st, Server: "s1", Secret: []byte("0123456789abcdef01234567"), Allow: allow, Timeout: 20 * time.Second, Every: 20 * time.Millisecond,
 		Payload: func(context.Context, *store.Delivery) ([]byte, error) { return []byte(`{}`), nil }}
 	go s.Run(ctx)
@@ -279,7 +243,7 @@ func TestAnswerRecordedAsTheServerStops(t *testing.T) {
 	if err := st.AddDelivery(ctx, &store.Delivery{ID: "hook-1", Tenant: "acme", Thread: "acme/t", Run: "run-1", URL: recv.URL + "/h", Created: now}); err != nil {
 		t.Fatal(err)
 	}
-	allow, _ := webhook.ParseAllowList([]string{"127.0.0.1"})
+	allow, _ := egress.Parse([]string{"127.0.0.1"})
 	s := &webhook.Sender{Store: st, Server: "s1", Secret: []byte("0123456789abcdef01234567"), Allow: allow,
 		Payload: func(context.Context, *store.Delivery) ([]byte, error) { return []byte(`{}`), nil }}
 	go func() {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"debug/buildinfo"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -72,11 +74,13 @@ func freePort(t *testing.T) int {
 }
 
 // The image make image builds starts in the test's Docker engine as a
-// user that is not root, with no shell; it makes an API key on a
-// PostgreSQL database, serves /readyz there (the store through PgBouncer
-// in transaction mode, notifications straight from PostgreSQL), runs an
-// interview turn with the flows it carries, and stops gracefully on
-// SIGTERM.
+// user that is not root, with no shell and no C library (its binary is
+// static), its SBOM beside it and in it listing the binary's modules; it
+// makes an API key on a PostgreSQL database, serves /readyz there (the
+// store through PgBouncer in transaction mode, notifications straight
+// from PostgreSQL) with its Go memory limit nine tenths of the
+// container's, runs an interview turn with the flows it carries, and
+// stops gracefully on SIGTERM.
 func TestImageServesAnInterview(t *testing.T) {
 	if engineErr != nil {
 		t.Fatalf("no Docker engine: %v (make deps installs docker.io)", engineErr)
@@ -84,7 +88,8 @@ func TestImageServesAnInterview(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	image := randomName("trellis-deploy-test:")
-	build := exec.CommandContext(ctx, "make", "-C", repo, "image", "IMAGE="+image, "IMAGE_DIR="+filepath.Join(t.TempDir(), "image"))
+	imageDir := filepath.Join(t.TempDir(), "image")
+	build := exec.CommandContext(ctx, "make", "-C", repo, "image", "IMAGE="+image, "IMAGE_DIR="+imageDir)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("make image: %v\n%s", err, out)
 	}
@@ -113,6 +118,7 @@ func TestImageServesAnInterview(t *testing.T) {
 	if out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "--entrypoint", "/bin/sh", image, "-c", "true").CombinedOutput(); err == nil {
 		t.Errorf("the image has a shell: %s", out)
 	}
+	checkImageFiles(ctx, t, image, imageDir)
 
 	pooled, direct := storetest.PooledPostgres(t)
 	// an admin key, made by the image's own command
@@ -124,7 +130,7 @@ func TestImageServesAnInterview(t *testing.T) {
 
 	port := freePort(t)
 	name := randomName("trellis-serve-")
-	docker(ctx, t, "run", "-d", "--name", name, "--network", "host", "--read-only", "--tmpfs", "/tmp", image,
+	docker(ctx, t, "run", "-d", "--name", name, "--network", "host", "--read-only", "--tmpfs", "/tmp", "--memory", "512m", image,
 		"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--store", pooled, "--notify-url", direct, "--stop-timeout", "20s")
 	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
 	logs := func() string {
@@ -149,6 +155,10 @@ func TestImageServesAnInterview(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
+	// the Go memory limit, from the container's cgroup: 512 MiB less a tenth
+	if want := fmt.Sprintf(`"bytes":%d`, int64(512<<20)/10*9); !strings.Contains(logs(), want) {
+		t.Errorf("the server did not set its Go memory limit (%s) from the container's:\n%s", want, logs())
+	}
 	if resp, err := http.Get(base + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/healthz: %v %v", resp, err)
 	} else {
@@ -187,5 +197,88 @@ func TestImageServesAnInterview(t *testing.T) {
 	}
 	if state.ExitCode != 0 || time.Since(start) > 20*time.Second || !strings.Contains(logs(), "shutting down") {
 		t.Fatalf("stopped with exit code %d after %v; the server's log:\n%s", state.ExitCode, time.Since(start), logs())
+	}
+}
+
+// checkImageFiles: the image holds the static binary, CA certificates,
+// the user's files, the flows and the SBOM, and no C library or loader
+// (nothing under /lib, /lib64 or /usr/lib); the SBOM beside the image is
+// the one in it, and lists every module of the binary.
+func checkImageFiles(ctx context.Context, t *testing.T, image, imageDir string) {
+	t.Helper()
+	id := strings.TrimSpace(docker(ctx, t, "create", image))
+	defer func() { _ = exec.Command("docker", "rm", "-f", id).Run() }()
+	dir := t.TempDir()
+	tarball := filepath.Join(dir, "fs.tar")
+	docker(ctx, t, "export", "--output", tarball, id)
+	out, err := exec.CommandContext(ctx, "tar", "-tf", tarball).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := strings.Fields(string(out))
+	has := map[string]bool{}
+	for _, f := range files {
+		has[strings.TrimSuffix(f, "/")] = true
+		for _, lib := range []string{"lib/", "lib64/", "usr/lib/"} {
+			if strings.HasPrefix(f, lib) {
+				t.Errorf("the image carries %s: no C library belongs in it", f)
+			}
+		}
+	}
+	for _, f := range []string{"trellis", "etc/ssl/certs/ca-certificates.crt", "etc/passwd", "srv/trellis/flows/interview.yaml", "usr/share/doc/trellis/sbom.spdx.json"} {
+		if !has[f] {
+			t.Errorf("the image has no %s", f)
+		}
+	}
+	if err := exec.CommandContext(ctx, "tar", "-xf", tarball, "-C", dir, "trellis", "usr/share/doc/trellis/sbom.spdx.json").Run(); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := elf.Open(filepath.Join(dir, "trellis"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bin.Close()
+	for _, p := range bin.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("the image's binary asks for a dynamic loader")
+		}
+	}
+	inside, err := os.ReadFile(filepath.Join(dir, "usr/share/doc/trellis/sbom.spdx.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	beside, err := os.ReadFile(filepath.Join(imageDir, "sbom.spdx.json"))
+	if err != nil || !bytes.Equal(inside, beside) {
+		t.Fatalf("the SBOM beside the image (%v) is not the one in it", err)
+	}
+	var sbom struct {
+		SPDXVersion string `json:"spdxVersion"`
+		Packages    []struct {
+			ExternalRefs []struct {
+				Locator string `json:"referenceLocator"`
+			} `json:"externalRefs"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(inside, &sbom); err != nil || sbom.SPDXVersion != "SPDX-2.3" {
+		t.Fatalf("the SBOM: %v %s", err, sbom.SPDXVersion)
+	}
+	purls := map[string]bool{}
+	for _, p := range sbom.Packages {
+		for _, r := range p.ExternalRefs {
+			purls[r.Locator] = true
+		}
+	}
+	info, err := buildinfo.ReadFile(filepath.Join(dir, "trellis"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range info.Deps {
+		m := d
+		if d.Replace != nil {
+			m = d.Replace
+		}
+		if !purls["pkg:golang/"+m.Path+"@"+m.Version] {
+			t.Errorf("the SBOM does not list the binary's module %s %s", m.Path, m.Version)
+		}
 	}
 }

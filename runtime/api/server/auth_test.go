@@ -40,9 +40,10 @@ var authCases = map[string]authCase{
 
 	// greet's versions, and the threads on the one loaded; a thread
 	// moved onto the version it is on
-	"GET /v1/flows/{name}/versions":                   {ok: 200},
-	"GET /v1/flows/{name}/versions/{version}/threads": {ok: 200},
-	"POST /v1/threads/{id}/migrate":                   {ok: 200, body: `{"to": "{version}"}`},
+	"GET /v1/flows/{name}/versions":                    {ok: 200},
+	"GET /v1/flows/{name}/versions/{version}/threads":  {ok: 200},
+	"POST /v1/flows/{name}/versions/{version}/promote": {ok: 200},
+	"POST /v1/threads/{id}/migrate":                    {ok: 200, body: `{"to": "{version}"}`},
 
 	// the studio's: greet's files, checked as they are; a save with no
 	// edit (refused, and the repository's flows are never written); greet
@@ -105,6 +106,7 @@ var authCases = map[string]authCase{
 	"DELETE /v1/schedules/{schedule}":          {ok: 204, owned: true},
 	"POST /v1/schedules/{schedule}/pause":      {ok: 200, owned: true},
 	"POST /v1/schedules/{schedule}/resume":     {ok: 200, owned: true},
+	"GET /v1/schedules/{schedule}/ticks":       {ok: 200, owned: true},
 
 	"POST /v1/keys":         {ok: 201, body: `{"tenant": "newco"}`},
 	"GET /v1/keys":          {ok: 200},
@@ -117,7 +119,8 @@ var authCases = map[string]authCase{
 // with a voice agent's grant for the thread it names and for another
 // thread of its owner.
 func TestAuthorizationMatrix(t *testing.T) {
-	h := newHarness(t, "memory", nil, func(c *Config) { c.Speech, c.Page = smallSpeech{}, smallPage("voice") })
+	// every caller creates schedules of acme's: more than a tenant may keep by default
+	h := newHarness(t, "memory", nil, func(c *Config) { c.Speech, c.Page, c.Schedules.PerTenant = smallSpeech{}, smallPage("voice"), -1 })
 	greet := readFile(t, flowsDir+"/examples/greet.yaml")
 	callers := []struct {
 		name string

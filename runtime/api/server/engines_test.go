@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"errors"
 	"mime"
 	"net/http"
@@ -24,9 +23,6 @@ import (
 type smallSpeech struct{}
 
 func (smallSpeech) Speak(w http.ResponseWriter, r *http.Request) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return &api.Error{Code: api.CodeUnsupportedMedia, Message: "send application/json"}
-	}
 	var in struct {
 		Model          string  `json:"model"`
 		Input          string  `json:"input"`
@@ -35,14 +31,8 @@ func (smallSpeech) Speak(w http.ResponseWriter, r *http.Request) error {
 		Speed          float64 `json:"speed"`
 		Instructions   string  `json:"instructions"`
 	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return &api.Error{Code: api.CodeBadRequest, Message: "the body is not a speech request: " + err.Error()}
+	if err := ReadJSON(r, &in); err != nil {
+		return err
 	}
 	if strings.TrimSpace(in.Input) == "" {
 		return &api.Error{Code: api.CodeInvalidInput, Message: "input is empty: there is nothing to say"}

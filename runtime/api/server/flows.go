@@ -19,6 +19,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/versions"
 )
 
@@ -28,10 +29,12 @@ type flowSet struct {
 	dir   string
 	kinds kind.Registry
 	// vs keeps every version loaded (nil: the store keeps none; see
-	// versions.go)
-	vs  *versions.Versions
-	mu  sync.RWMutex
-	set map[string]*loaded
+	// versions.go), promos the version of each flow new threads start on
+	// (nil: none; see promote.go)
+	vs     *versions.Versions
+	promos store.Promotions
+	mu     sync.RWMutex
+	set    map[string]*loaded
 }
 
 // loaded is one flow with its version: a hash of every file it was
@@ -71,8 +74,10 @@ func (e *reloadError) Error() string {
 }
 
 // reload loads every flow of the directory; only when all of them load is
-// the set replaced.
-func (fs *flowSet) reload() ([]*loaded, error) {
+// the set replaced. The versions loaded are kept in the store and, with
+// promote, promoted (by by); otherwise only the flows the store has no
+// promoted version for get theirs promoted.
+func (fs *flowSet) reload(promote bool, by string) ([]*loaded, error) {
 	files, _, err := flow.Find(fs.dir)
 	if err != nil {
 		return nil, fmt.Errorf("flows: %w", err)
@@ -100,6 +105,12 @@ func (fs *flowSet) reload() ([]*loaded, error) {
 		return nil, &reloadError{diags: problems}
 	}
 	if err := fs.keepVersions(next); err != nil {
+		return nil, err
+	}
+	if !promote {
+		by = promoteBy
+	}
+	if err := fs.promote(next, !promote, by); err != nil {
 		return nil, err
 	}
 	fs.mu.Lock()
@@ -185,10 +196,16 @@ func shapeSchema(s *schema.Shape) map[string]any {
 	return out
 }
 
-func (s *Server) listFlows(w http.ResponseWriter, _ *http.Request, _ *caller) error {
+func (s *Server) listFlows(w http.ResponseWriter, r *http.Request, _ *caller) error {
+	promoted, err := s.promotedVersions(r.Context())
+	if err != nil {
+		return err
+	}
 	out := api.FlowList{Flows: []api.Flow{}}
 	for _, l := range s.flows.list() {
-		out.Flows = append(out.Flows, flowInfo(l, false))
+		info := flowInfo(l, false)
+		info.Promoted = promoted[info.Name]
+		out.Flows = append(out.Flows, info)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -203,7 +220,17 @@ func (s *Server) getFlow(w http.ResponseWriter, r *http.Request, _ *caller) erro
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, flowInfo(l, true))
+	info := flowInfo(l, true)
+	if s.flows.promos != nil {
+		p, err := s.flows.promos.PromotedVersion(r.Context(), name)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if err == nil {
+			info.Promoted = p.Version
+		}
+	}
+	writeJSON(w, http.StatusOK, info)
 	return nil
 }
 
@@ -307,8 +334,12 @@ func (s *Server) validateRoot() (root, flows string, err error) {
 	return root, filepath.ToSlash(flows), err
 }
 
-func (s *Server) reloadFlows(w http.ResponseWriter, _ *http.Request, _ *caller) error {
-	loaded, err := s.flows.reload()
+func (s *Server) reloadFlows(w http.ResponseWriter, r *http.Request, c *caller) error {
+	promote, err := queryBool(r, "promote")
+	if err != nil {
+		return err
+	}
+	loaded, err := s.flows.reload(promote || s.cfg.Promote, c.key.ID)
 	var re *reloadError
 	if errors.As(err, &re) {
 		s.log.Warn("reload refused", "problems", len(re.diags))
@@ -317,11 +348,17 @@ func (s *Server) reloadFlows(w http.ResponseWriter, _ *http.Request, _ *caller) 
 	if err != nil {
 		return err
 	}
+	promoted, err := s.promotedVersions(r.Context())
+	if err != nil {
+		return err
+	}
 	out := api.Reload{Flows: []api.Flow{}}
 	for _, l := range loaded {
-		out.Flows = append(out.Flows, flowInfo(l, false))
+		info := flowInfo(l, false)
+		info.Promoted = promoted[info.Name]
+		out.Flows = append(out.Flows, info)
 	}
-	s.log.Info("flows reloaded", "flows", len(out.Flows))
+	s.log.Info("flows reloaded", "flows", len(out.Flows), "promoted", promote || s.cfg.Promote)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -329,7 +366,7 @@ func (s *Server) reloadFlows(w http.ResponseWriter, _ *http.Request, _ *caller) 
 // Reload reloads the flow directory (on SIGHUP); a directory that does not
 // load keeps the old set.
 func (s *Server) Reload() error {
-	_, err := s.flows.reload()
+	_, err := s.flows.reload(s.cfg.Promote, "reload")
 	if err != nil {
 		s.log.Warn("reload refused", "error", err.Error())
 	} else {

@@ -67,8 +67,8 @@ var fuzzRoutes = []string{
 }
 
 // FuzzRequests sends arbitrary bodies to the routes that take one: the
-// server never panics or answers 500, every error has the error shape,
-// and the canary thread is unharmed.
+// server never panics or answers 500, every error has the error shape
+// and speaks plainly (see leaks), and the canary thread is unharmed.
 func FuzzRequests(f *testing.F) {
 	for _, seed := range []string{
 		`{"flow": "greet", "id": "fz"}`, `{"input": {"name": "x"}}`, `{"at": 1, "id": "f2"}`,
@@ -97,6 +97,10 @@ func FuzzRequests(f *testing.F) {
 			var eb api.ErrorBody
 			if err := json.Unmarshal(w.Body.Bytes(), &eb); err != nil || eb.Error == nil || eb.Error.Code == "" || eb.Error.Message == "" {
 				t.Fatalf("%s %s %q: %d without the error shape: %s", method, path, body, w.Code, w.Body.String())
+			}
+			details, _ := json.Marshal(eb.Error.Details)
+			if leak := leakIn(eb.Error.Message+" "+string(details), body, nil); leak != "" {
+				t.Fatalf("%s %s %q: %d shows %q: %s", method, path, body, w.Code, leak, w.Body.String())
 			}
 		}
 		st := do(s, key, "GET", "/v1/threads/canary/state", "")

@@ -167,7 +167,7 @@ func (s *Server) openSession(ctx context.Context, c *caller, rec *store.ThreadRe
 	now = now.UTC()
 	v := &store.VoiceSessionRecord{ID: newID("vs"), Tenant: c.tenant, Thread: rec.ID, ThreadCreated: rec.Created, KeyHash: c.key.Hash,
 		SigningKey: key.ID, Created: now, Expires: now.Add(s.grantTTL()), Deadline: now.Add(s.grantMax()).Truncate(time.Second),
-		Caller: identity, CallerAt: now}
+		Caller: identity, CallerAt: now, CallerKey: c.key.ID}
 	return s.voiceCat.OpenVoiceSession(ctx, v, replace)
 }
 

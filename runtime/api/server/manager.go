@@ -403,15 +403,15 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 	if !in.Resume && len(in.Answers) > 0 {
 		return store.RunRecord{}, nil, &api.Error{Code: api.CodeInvalidInput, Message: "answers go with resume: true"}
 	}
-	input, err := plain(in.Input)
+	input, err := plain("input", in.Input)
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
-	answers, err := plain(in.Answers)
+	answers, err := plain("answers", in.Answers)
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
-	cfg, err := plain(in.Config)
+	cfg, err := plain("config", in.Config)
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}

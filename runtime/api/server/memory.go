@@ -11,6 +11,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // The memory routes read and write what the tenant's flows remember
@@ -92,6 +93,15 @@ func (s *Server) putMemory(w http.ResponseWriter, r *http.Request, c *caller) er
 	case in.TTLSeconds != nil && (*in.TTLSeconds < 1 || *in.TTLSeconds > int64(maxTTL/time.Second)):
 		return &api.Error{Code: api.CodeInvalidInput, Message: "ttl_seconds is from 1 to " + strconv.FormatInt(int64(maxTTL/time.Second), 10) + " (none: kept until replaced or deleted)"}
 	}
+	// a document holds what a run's value may: no number past a float's
+	// range (which no JSON reader would take back)
+	if _, err := value.Decode(in.Value); err != nil {
+		var ne *strconv.NumError
+		if errors.As(err, &ne) {
+			return &api.Error{Code: api.CodeInvalidInput, Message: "value: " + numberOutOfRange(ne.Num), Details: map[string]string{"field": "value"}}
+		}
+		return &api.Error{Code: api.CodeInvalidInput, Message: "value: " + err.Error(), Details: map[string]string{"field": "value"}}
+	}
 	it := &store.MemoryItem{Namespace: in.Namespace, Key: in.Key, Value: in.Value, Updated: time.Now().UTC()}
 	if in.TTLSeconds != nil {
 		it.Expires = it.Updated.Add(time.Duration(*in.TTLSeconds) * time.Second)
@@ -99,6 +109,7 @@ func (s *Server) putMemory(w http.ResponseWriter, r *http.Request, c *caller) er
 	if err := m.PutMemory(r.Context(), c.tenant, it); err != nil {
 		return memoryError(err)
 	}
+	made(r, "")
 	writeJSON(w, http.StatusOK, memoryItem(it, false))
 	return nil
 }

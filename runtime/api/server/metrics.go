@@ -13,7 +13,6 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
-	"github.com/trellisflow/trellis/schemas"
 )
 
 // metrics are the server's Prometheus metrics, in a registry of its own.
@@ -132,8 +131,12 @@ func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request, _ *calle
 	return nil
 }
 
-func (s *Server) openapi(w http.ResponseWriter, _ *http.Request, _ *caller) error {
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request, _ *caller) error {
+	doc, err := servedDocument(r)
+	if err != nil {
+		return err
+	}
 	w.Header().Set("Content-Type", "application/yaml")
-	_, err := w.Write(schemas.OpenAPI)
+	_, err = w.Write(doc)
 	return err
 }

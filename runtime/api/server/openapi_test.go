@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,5 +202,57 @@ func TestOpenAPILint(t *testing.T) {
 	}
 	if report.Totals.Errors+report.Totals.Warnings != 0 {
 		t.Errorf("redocly lint: %d errors, %d warnings", report.Totals.Errors, report.Totals.Warnings)
+	}
+}
+
+// The served document names the server it is served from: the address
+// the client reached, the prefix the handler is mounted under, and what
+// a proxy in front forwards (scheme, host, prefix); a forwarded value
+// that is no host or path is not taken.
+func TestServedDocumentNamesItsServer(t *testing.T) {
+	s := serve(t, openRuntime(t, "memory"), stepFlows(t, 1), "")
+	mux := http.NewServeMux()
+	mux.Handle("/trellis/", http.StripPrefix("/trellis", s.srv.Handler()))
+	mounted := httptest.NewServer(mux)
+	defer mounted.Close()
+	served := func(base, path string, header map[string]string) string {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+path, nil)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var doc struct {
+			Servers []struct {
+				URL string `yaml:"url"`
+			} `yaml:"servers"`
+			Paths map[string]any `yaml:"paths"`
+		}
+		if err := yaml.Unmarshal(b, &doc); err != nil || resp.StatusCode != 200 || len(doc.Servers) != 1 || len(doc.Paths) == 0 {
+			t.Fatalf("%s: %d %v %+v", path, resp.StatusCode, err, doc.Servers)
+		}
+		return doc.Servers[0].URL
+	}
+	host := strings.TrimPrefix(mounted.URL, "http://")
+	for _, c := range []struct {
+		base, path string
+		header     map[string]string
+		want       string
+	}{
+		{s.base, "/openapi.yaml", nil, s.base},
+		{mounted.URL, "/trellis/openapi.yaml", nil, mounted.URL + "/trellis"},
+		{mounted.URL, "/trellis/openapi.yaml", map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-Host": "api.example.com", "X-Forwarded-Prefix": "/edge"},
+			"https://api.example.com/edge/trellis"},
+		{mounted.URL, "/trellis/openapi.yaml", map[string]string{"X-Forwarded-Proto": "gopher", "X-Forwarded-Host": "evil.example.com\" - url: x",
+			"X-Forwarded-Prefix": "/a b"}, "http://" + host + "/trellis"},
+	} {
+		if got := served(c.base, c.path, c.header); got != c.want {
+			t.Errorf("%s%s with %v: servers[0].url %q, want %q", c.base, c.path, c.header, got, c.want)
+		}
 	}
 }

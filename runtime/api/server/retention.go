@@ -17,7 +17,9 @@ import (
 
 // Retention is what a server deletes and compacts by itself, on a
 // schedule, so that the store keeps what is in use and little more. Its
-// zero value keeps everything.
+// zero value keeps every thread and event; the records of idempotency
+// keys are deleted once they expire (store.RequestExpiry) whatever it
+// says.
 type Retention struct {
 	// Idle deletes the threads not written for this long, each with
 	// everything of it (its checkpoints, child flows' threads, record,
@@ -93,6 +95,7 @@ type retention struct {
 	done   chan struct{}
 	// metrics
 	threads, runs, events, kept, pages prometheus.Counter
+	requests                           prometheus.Counter
 	work                               prometheus.Counter
 	sweeps                             *prometheus.CounterVec
 	sweeping                           prometheus.Gauge
@@ -105,23 +108,21 @@ type retention struct {
 	backlogCount [2]int // threads, runs
 }
 
-// startRetention starts the server's sweeps when its configuration asks
-// for any (nil otherwise).
+// startRetention starts the server's sweeps: the idle threads and the
+// events its configuration asks to delete and pack, and always the
+// idempotency keys that have expired.
 func (s *Server) startRetention() *retention {
 	cfg := s.cfg.Retention
-	if cfg.Idle == 0 && cfg.Events == 0 {
-		return nil
-	}
-	r := s.newRetention(cfg)
+	r := s.newRetention(cfg, s.metrics.reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go r.loop(ctx)
 	return r
 }
 
-// newRetention makes the retention of cfg, with its metrics, not yet
+// newRetention makes the retention of cfg, its metrics in reg, not yet
 // sweeping.
-func (s *Server) newRetention(cfg Retention) *retention {
+func (s *Server) newRetention(cfg Retention, reg *prometheus.Registry) *retention {
 	if cfg.Every == 0 {
 		cfg.Every = time.Minute
 	}
@@ -134,7 +135,7 @@ func (s *Server) newRetention(cfg Retention) *retention {
 	r := &retention{s: s, cfg: cfg, pace: store.Pacer{Share: cfg.Share, MaxRest: 10 * time.Second}, done: make(chan struct{})}
 	counter := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_retention_" + name, Help: help})
-		s.metrics.reg.MustRegister(c)
+		reg.MustRegister(c)
 		return c
 	}
 	r.threads = counter("threads_deleted_total", "Idle threads the retention deleted, each with everything of it.")
@@ -142,14 +143,15 @@ func (s *Server) newRetention(cfg Retention) *retention {
 	r.events = counter("events_packed_total", "Events the retention packed (each a row before).")
 	r.kept = counter("events_kept_total", "Events kept in the packs (node-level events, and tokens merged).")
 	r.pages = counter("pages_returned_total", "Pages of the SQLite file the retention returned to the file system (incremental vacuum).")
+	r.requests = counter("requests_expired_total", "Idempotency keys' records the retention deleted once they expired (24 hours after their first request).")
 	r.work = counter("work_seconds_total", "Time the retention's batches took (the rests between them left out); on SQLite, the time they held the store's writer, not the time they queued for it.")
 	r.sweeps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_retention_sweeps_total",
 		Help: "Retention sweeps by outcome: done, failed, or skipped while another server sharing the store sweeps."}, []string{"outcome"})
 	r.sweeping = prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellis_retention_sweeping", Help: "1 while a retention sweep runs on this server."})
-	s.metrics.reg.MustRegister(r.sweeps, r.sweeping)
+	reg.MustRegister(r.sweeps, r.sweeping)
 	if _, ok := s.eng().Store.(store.Backlog); ok {
 		for i, kind := range []string{"threads", "runs"} {
-			s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trellis_retention_backlog",
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trellis_retention_backlog",
 				Help:        "The retention's work left: idle threads to delete (kind threads), ended runs whose events are to be packed (kind runs); -1 when the store did not answer.",
 				ConstLabels: prometheus.Labels{"kind": kind}}, func() float64 { return float64(r.backlog(context.Background())[i]) }))
 		}
@@ -281,8 +283,17 @@ func (r *retention) sweep(ctx context.Context) {
 			}
 		}
 	}
+	// what the configured retention's batches rest after, working share
+	// of the time
+	paced := func(ctx context.Context, took time.Duration) error { return pace(ctx, took, cfg.Share) }
+	if rq, ok := store.RequestsOf(st); ok {
+		if err := r.expireRequests(ctx, rq, paced); err != nil {
+			r.failed(ctx, "delete expired idempotency keys", err)
+			return
+		}
+	}
 	if v, ok := st.(store.SpaceReturner); ok {
-		if err := r.returnSpace(ctx, v, func(ctx context.Context, took time.Duration) error { return pace(ctx, took, cfg.Share) }); err != nil {
+		if err := r.returnSpace(ctx, v, paced); err != nil {
 			r.failed(ctx, "return free space", err)
 			return
 		}
@@ -459,6 +470,35 @@ func allEvents(ctx context.Context, cat store.Catalog, run string) ([]store.Even
 		out = append(out, page...)
 		if len(page) < store.MaxPage {
 			return out, nil
+		}
+	}
+}
+
+// expireBatch is how many idempotency keys' records one transaction
+// deletes.
+const expireBatch = 500
+
+// expireRequests deletes the records of the idempotency keys that have
+// expired, a batch at a time.
+func (r *retention) expireRequests(ctx context.Context, rq store.Requests, pace func(context.Context, time.Duration) error) error {
+	before := time.Now().Add(-store.RequestExpiry)
+	for {
+		start := time.Now()
+		var hold store.Hold
+		n, err := rq.PruneRequests(store.WithHold(ctx, &hold), before, expireBatch)
+		if err != nil {
+			return err
+		}
+		r.requests.Add(float64(n))
+		if n < expireBatch {
+			return nil
+		}
+		took, ok := hold.Held()
+		if !ok {
+			took = time.Since(start)
+		}
+		if err := pace(ctx, took); err != nil {
+			return err
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/store"
@@ -268,7 +270,7 @@ func TestRetentionInterleavesIdleThreadsAndPacking(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r := h.srv.newRetention(Retention{Idle: 24 * time.Hour, Events: time.Hour, Every: time.Hour, Share: 1, Tokens: TokensMerge})
+			r := h.srv.newRetention(Retention{Idle: 24 * time.Hour, Events: time.Hour, Every: time.Hour, Share: 1, Tokens: TokensMerge}, prometheus.NewRegistry())
 			if got := r.backlog(ctx); got != [2]int{threads, runs} {
 				t.Fatalf("the backlog before the sweep: %v, want [%d %d]", got, threads, runs)
 			}

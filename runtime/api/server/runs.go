@@ -18,14 +18,20 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 )
 
-// plain brings decoded JSON (numbers as json.Number) to state values.
-func plain(m map[string]any) (map[string]any, error) {
+// plain brings decoded JSON (numbers as json.Number) to state values;
+// field names the body's field they came in, for the error.
+func plain(field string, m map[string]any) (map[string]any, error) {
 	if m == nil {
 		return nil, nil
 	}
 	v, err := value.Normalize(m)
 	if err != nil {
-		return nil, &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
+		msg := err.Error()
+		var ne *strconv.NumError
+		if errors.As(err, &ne) {
+			msg = numberOutOfRange(ne.Num)
+		}
+		return nil, &api.Error{Code: api.CodeInvalidInput, Message: field + ": " + msg, Details: map[string]string{"field": field}}
 	}
 	return v.(map[string]any), nil
 }
@@ -114,7 +120,50 @@ func (s *Server) begin(r *http.Request, c *caller) (store.RunRecord, *liveRun, e
 	// a caller's trace context (W3C traceparent, when tracing is set up)
 	// becomes the parent of the run's span when the run starts here
 	ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	return s.runs.start(ctx, c, rec, l, in)
+	k := keyedOf(r)
+	if k == nil {
+		return s.runs.start(ctx, c, rec, l, in)
+	}
+	// with an idempotency key, the run is made under the key's ref: a
+	// request sent again follows it, wherever and whenever it runs
+	id := "run_" + k.ref
+	if k.retry {
+		if run, lr, ok := s.keyedRun(ctx, r, c, rec, id); ok {
+			return run, lr, nil
+		}
+	}
+	run, lr, err := s.runs.startAs(ctx, c, rec, l, in, id)
+	if err != nil {
+		// another request with the key started it first (here or on
+		// another server): this one follows it
+		if run, lr, ok := s.keyedRun(ctx, r, c, rec, id); ok {
+			return run, lr, nil
+		}
+		if lr != nil {
+			made(r, rec.ID) // the run started; its caller left
+		}
+		return run, lr, err
+	}
+	made(r, rec.ID)
+	return run, lr, nil
+}
+
+// keyedRun finds the run an idempotency key's first request started on
+// the thread: it is followed, not started again, and the answer says
+// so.
+func (s *Server) keyedRun(ctx context.Context, r *http.Request, c *caller, th *store.ThreadRecord, id string) (store.RunRecord, *liveRun, bool) {
+	if lr := s.runs.get(id); lr != nil {
+		if rec := lr.record(); rec.Thread == th.ID && rec.Tenant == c.tenant {
+			followed(r, th.ID)
+			return rec, lr, true
+		}
+	}
+	rec, err := s.cat.Run(ctx, c.tenant, id)
+	if err != nil || rec.Thread != th.ID {
+		return store.RunRecord{}, nil, false
+	}
+	followed(r, th.ID)
+	return *rec, s.runs.get(id), true
 }
 
 func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *caller) error {
@@ -323,8 +372,22 @@ func (s *Server) joinStream(w http.ResponseWriter, r *http.Request, c *caller) e
 		return err
 	}
 	w.Header().Set("Trellis-Run", rec.ID)
-	if lr := s.runs.get(rec.ID); lr != nil {
+	lr := s.runs.get(rec.ID)
+	if lr != nil {
 		return s.streamLive(w, r, lr, after)
+	}
+	if rec.Status.Done() {
+		evs, err := s.cat.Events(r.Context(), rec.ID, after, 1)
+		if err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			// the run has ended and the client has had every event: 204
+			// tells an EventSource to stop reconnecting (an empty 200
+			// has it reconnect every few seconds for ever)
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}
 	}
 	return s.streamStored(w, r, c, rec, after)
 }

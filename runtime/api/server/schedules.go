@@ -114,16 +114,21 @@ func (s *Server) fireDue(ctx context.Context, horizon time.Duration) time.Durati
 // it fires one, and moves it to its next tick.
 func (s *Server) fire(ctx context.Context, sc *store.Schedule, now time.Time) error {
 	tick := store.ScheduleTick{LastTick: sc.LastTick, LastRun: sc.LastRun, LastError: sc.LastError}
+	at := now.UTC()
 	spec, err := schedule.Parse(sc.Cron, sc.Zone)
 	if err != nil {
 		// recorded by an older server, or a zone this one lacks: stop it
 		tick.LastError = err.Error()
+		tick.History = []store.TickRecord{{Tick: sc.Next, At: at, Status: store.TickFailed, Error: tick.LastError}}
 		return s.advance(ctx, sc, tick)
 	}
 	d := schedule.Decide(spec, sc.Next, now, sc.Grace, sc.Missed)
 	tick.Next = d.Next
 	if !d.MissedFrom.IsZero() {
 		tick.LastError = fmt.Sprintf("ticks missed from %s to %s: %s", d.MissedFrom.Format(time.RFC3339), d.MissedTo.Format(time.RFC3339), policyDone(sc.Missed))
+		// kept in the tick history: the ticks after it do not wipe it
+		tick.History = append(tick.History, store.TickRecord{Tick: d.MissedTo, At: at, Status: store.TickMissed, Error: tick.LastError,
+			MissedFrom: d.MissedFrom, MissedTo: d.MissedTo})
 		s.log.Info("schedule: ticks missed", "schedule", sc.ID, "from", d.MissedFrom, "to", d.MissedTo, "missed", string(sc.Missed))
 	}
 	if d.Fire {
@@ -136,11 +141,13 @@ func (s *Server) fire(ctx context.Context, sc *store.Schedule, now time.Time) er
 			if d.MissedFrom.IsZero() {
 				tick.LastError = ""
 			}
+			tick.History = append(tick.History, store.TickRecord{Tick: d.Tick, At: at, Status: store.TickStarted, Run: id})
 		default:
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			tick.LastTick, tick.LastRun, tick.LastError = d.Tick, "", "the run did not start: "+apiMessage(err)
+			tick.History = append(tick.History, store.TickRecord{Tick: d.Tick, At: at, Status: store.TickFailed, Error: tick.LastError})
 		}
 	}
 	return s.advance(ctx, sc, tick)
@@ -206,7 +213,7 @@ func (s *Server) createTickThread(ctx context.Context, sc *store.Schedule, key s
 	if _, err := s.cat.Thread(ctx, sc.Tenant, key); err == nil {
 		return nil
 	}
-	l, err := s.flows.get(sc.Flow)
+	l, err := s.newThreadFlow(ctx, sc.Flow)
 	if err != nil {
 		return err
 	}
@@ -233,12 +240,13 @@ func (s *Server) createTickThread(ctx context.Context, sc *store.Schedule, key s
 
 func (s *Server) scheduleRoutes() []route {
 	return []route{
-		{method: "POST", path: "/v1/schedules", access: tenant, handle: s.createSchedule},
+		{method: "POST", path: "/v1/schedules", access: tenant, idempotence: keyedAnswer, handle: s.createSchedule},
 		{method: "GET", path: "/v1/schedules", access: tenant, handle: s.listSchedules},
 		{method: "GET", path: "/v1/schedules/{schedule}", access: tenant, handle: s.getSchedule},
 		{method: "DELETE", path: "/v1/schedules/{schedule}", access: tenant, handle: s.deleteSchedule},
 		{method: "POST", path: "/v1/schedules/{schedule}/pause", access: tenant, handle: s.pauseSchedule},
 		{method: "POST", path: "/v1/schedules/{schedule}/resume", access: tenant, handle: s.resumeSchedule},
+		{method: "GET", path: "/v1/schedules/{schedule}/ticks", access: tenant, handle: s.scheduleTicks},
 	}
 }
 
@@ -268,6 +276,58 @@ func scheduleInfo(sc *store.Schedule) api.Schedule {
 	return out
 }
 
+// ScheduleLimits bound what a tenant's schedules may ask of the server.
+type ScheduleLimits struct {
+	// PerTenant is how many schedules a tenant may have (default 100;
+	// negative: no limit).
+	PerTenant int
+	// MinInterval is the shortest time a schedule's ticks may be apart
+	// (default 1s, the finest a cron expression gives).
+	MinInterval time.Duration
+}
+
+func (l ScheduleLimits) withDefaults() ScheduleLimits {
+	if l.PerTenant == 0 {
+		l.PerTenant = 100
+	}
+	if l.MinInterval == 0 {
+		l.MinInterval = time.Second
+	}
+	return l
+}
+
+// scheduleLimits refuses a new schedule that fires more often than the
+// server allows, or one more than its tenant may have.
+func (s *Server) scheduleLimits(ctx context.Context, st store.Schedules, sc *store.Schedule) error {
+	lim := s.cfg.Schedules.withDefaults()
+	if spec, err := schedule.Parse(sc.Cron, sc.Zone); err == nil {
+		if gap := spec.Shortest(sc.Next.Add(-time.Nanosecond), 500); gap > 0 && gap < lim.MinInterval {
+			return &api.Error{Code: api.CodeInvalidInput, Details: map[string]string{"field": "cron"},
+				Message: fmt.Sprintf("cron %q fires %v apart at its most frequent: this server takes schedules at least %v apart", sc.Cron, gap, lim.MinInterval)}
+		}
+	}
+	if lim.PerTenant < 0 {
+		return nil
+	}
+	n, after := 0, ""
+	for {
+		page, err := st.ListSchedules(ctx, store.ScheduleQuery{Tenant: sc.Tenant, After: after, Limit: store.MaxPage})
+		if err != nil {
+			return err
+		}
+		n += len(page)
+		if n >= lim.PerTenant || len(page) < store.MaxPage {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	if n >= lim.PerTenant {
+		return &api.Error{Code: api.CodeLimitReached, Details: map[string]any{"limit": lim.PerTenant, "what": "schedules"},
+			Message: fmt.Sprintf("the tenant has %d schedules, as many as this server keeps for a tenant: delete one first", lim.PerTenant)}
+	}
+	return nil
+}
+
 func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *caller) error {
 	st, err := s.schedules()
 	if err != nil {
@@ -278,13 +338,13 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 		return err
 	}
 	if in.ID == "" {
-		in.ID = newID("sched")
+		in.ID = newRef(r, "sched")
 	}
-	input, err := plain(in.Input)
+	input, err := plain("input", in.Input)
 	if err != nil {
 		return err
 	}
-	values, err := plain(in.Values)
+	values, err := plain("values", in.Values)
 	if err != nil {
 		return err
 	}
@@ -307,6 +367,9 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	}
 	if field, err := schedule.Check(sc, time.Now()); err != nil {
 		return invalid(field, err.Error())
+	}
+	if err := s.scheduleLimits(r.Context(), st, sc); err != nil {
+		return err
 	}
 	if in.Thread != "" {
 		if len(values) > 0 {
@@ -333,7 +396,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	if sc.Thread != "" {
 		l, err = s.threadFlow(r.Context(), c.tenant, sc.Thread, sc.Flow)
 	} else {
-		l, err = s.flows.get(sc.Flow)
+		l, err = s.newThreadFlow(r.Context(), sc.Flow)
 	}
 	if err != nil {
 		if ae, ok := err.(*api.Error); ok && ae.Code == api.CodeNotFound {
@@ -349,7 +412,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 			return invalid("webhook", "this server sends no webhooks (its allow-list is empty)")
 		}
 		if err := s.hooks.cfg.Allow.CheckURL(sc.Webhook); err != nil {
-			return invalid("webhook", err.Error())
+			return invalid("webhook", "the webhook "+sc.Webhook+": "+err.Error())
 		}
 	}
 	if err := st.CreateSchedule(r.Context(), sc); err != nil {
@@ -358,6 +421,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 		}
 		return err
 	}
+	made(r, sc.Thread)
 	s.sched.nudge()
 	writeJSON(w, http.StatusCreated, scheduleInfo(sc))
 	return nil
@@ -491,5 +555,40 @@ func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request, c *calle
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// scheduleTicks lists what a schedule's last ticks did, the newest first,
+// each started run with where it stands now.
+func (s *Server) scheduleTicks(w http.ResponseWriter, r *http.Request, c *caller) error {
+	st, err := s.schedules()
+	if err != nil {
+		return err
+	}
+	sc, err := st.Schedule(r.Context(), c.tenant, r.PathValue("schedule"))
+	if errors.Is(err, store.ErrNotFound) {
+		return noSchedule(r)
+	}
+	if err != nil {
+		return err
+	}
+	out := api.ScheduleTicks{Schedule: sc.ID, Ticks: make([]api.ScheduleTick, 0, len(sc.Ticks))}
+	for _, t := range sc.Ticks {
+		x := api.ScheduleTick{Tick: t.Tick, At: t.At, Status: string(t.Status), Run: t.Run, Error: t.Error}
+		if !t.MissedFrom.IsZero() {
+			from, to := t.MissedFrom, t.MissedTo
+			x.MissedFrom, x.MissedTo = &from, &to
+		}
+		if t.Run != "" {
+			// the run's record, while it is kept (a thread deleted takes it)
+			if run, err := s.cat.Run(r.Context(), c.tenant, t.Run); err == nil {
+				x.RunStatus, x.Thread = string(run.Status), publicID(run.Thread)
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+		out.Ticks = append(out.Ticks, x)
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

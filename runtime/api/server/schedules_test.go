@@ -103,6 +103,57 @@ func TestScheduleRoutes(t *testing.T) {
 	}
 }
 
+// A server bounds what a tenant's schedules ask of it: @every takes
+// whole seconds (1ns or 1500ms would be rounded by the cron library into
+// something else than asked), a schedule firing closer together than
+// the server's minimum interval is refused naming cron, and a tenant has
+// as many schedules as the server keeps and no more (409 limit_reached),
+// another tenant's count apart.
+func TestScheduleLimits(t *testing.T) {
+	s := serve(t, openRuntime(t, "memory"), stepFlows(t, 1), "", func(c *Config) {
+		c.Schedules = ScheduleLimits{PerTenant: 3, MinInterval: time.Minute}
+	})
+	for _, cron := range []string{"@every 1ns", "@every 1500ms", "* * * * * *", "@every 30s", "0,30 * * * * *", "*/20 * * * * *"} {
+		_, err := s.acme.CreateSchedule(ctx, api.CreateSchedule{Flow: "steps", Cron: cron})
+		if ae := asAPIError(err); ae == nil || ae.Code != api.CodeInvalidInput || !strings.Contains(fmt.Sprint(ae.Details), "field:cron") {
+			t.Errorf("%q: %v", cron, err)
+		}
+	}
+	for i, cron := range []string{"@every 1m", "*/5 * * * *", "0 3 * * *"} {
+		if _, err := s.acme.CreateSchedule(ctx, api.CreateSchedule{ID: fmt.Sprint("s", i), Flow: "steps", Cron: cron}); err != nil {
+			t.Fatalf("%q: %v", cron, err)
+		}
+	}
+	_, err := s.acme.CreateSchedule(ctx, api.CreateSchedule{ID: "s4", Flow: "steps", Cron: "0 4 * * *"})
+	if ae := asAPIError(err); ae == nil || ae.Code != api.CodeLimitReached || ae.Status != 409 || !strings.Contains(ae.Message, "3 schedules") {
+		t.Fatalf("a fourth schedule: %v", err)
+	}
+	if _, err := s.acme.Schedule(ctx, "s4"); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("the refused schedule was kept: %v", err)
+	}
+	_, other, err := CreateKey(ctx, s.srv.cat, "other", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.NewClient(s.base, other).CreateSchedule(ctx, api.CreateSchedule{Flow: "steps", Cron: "0 4 * * *"}); err != nil {
+		t.Fatalf("another tenant's first schedule: %v", err)
+	}
+	if err := s.acme.DeleteSchedule(ctx, "s0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.acme.CreateSchedule(ctx, api.CreateSchedule{ID: "s4", Flow: "steps", Cron: "0 4 * * *"}); err != nil {
+		t.Fatalf("a schedule in the place of one deleted: %v", err)
+	}
+	// by default a tenant's schedule may fire every second, and no finer
+	d := serve(t, openRuntime(t, "memory"), stepFlows(t, 1), "")
+	if _, err := d.acme.CreateSchedule(ctx, api.CreateSchedule{Flow: "steps", Cron: "* * * * * *"}); err != nil {
+		t.Fatalf("every second by default: %v", err)
+	}
+	if _, err := d.acme.CreateSchedule(ctx, api.CreateSchedule{Flow: "steps", Cron: "@every 1ns"}); !api.IsCode(err, api.CodeInvalidInput) {
+		t.Fatalf("@every 1ns by default: %v", err)
+	}
+}
+
 // tickOf reads the tick of a schedule's thread or run id (…-UNIX or
 // …_UNIX).
 func tickOf(id string) (int64, bool) {
@@ -416,5 +467,54 @@ func TestScheduleLoopSleepsUntilTheNextTick(t *testing.T) {
 	got, err := sched.Schedule(ctx, "acme", "soon")
 	if err != nil || got.LastRun == "" || !got.Next.After(now.Add(time.Hour)) {
 		t.Fatalf("after its tick: %+v %v", got, err)
+	}
+}
+
+// The record of missed ticks outlives the next tick: the schedule's tick
+// history keeps the missed span (with what the missed policy did) under
+// the tick started after it, listed with its run and where the run
+// stands; last_error says only what the last tick did.
+func TestScheduleTickHistoryKeepsMissedTicks(t *testing.T) {
+	s := serve(t, openRuntime(t, "sqlite:"+t.TempDir()+"/s.db"), stepFlows(t, 1), "")
+	sched, _ := store.SchedulesOf(s.rt.Store())
+	now := time.Now().UTC().Truncate(time.Minute).Add(30 * time.Second)
+	sc := &store.Schedule{ID: "down", Tenant: "acme", Flow: "steps", Cron: "* * * * *", Zone: "UTC", Missed: store.MissedSkip, Grace: 10 * time.Second,
+		Input: []byte(`{"said":"late"}`), Paused: true, Created: now.Add(-2 * time.Hour)}
+	if _, err := schedule.Check(sc, now.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sched.CreateSchedule(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.srv.fire(ctx, sc, now); err != nil {
+		t.Fatal(err)
+	}
+	// the next tick, on time
+	sc, err := sched.Schedule(ctx, "acme", "down")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.srv.fire(ctx, sc, sc.Next.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.acme.Schedule(ctx, "down")
+	if err != nil || got.LastError != "" || got.LastRun == "" {
+		t.Fatalf("after the tick on time: %+v %v", got, err)
+	}
+	var ticks *api.ScheduleTicks
+	eventually(t, 10*time.Second, "the tick's run, listed as succeeded", func() bool {
+		ticks, err = s.acme.ScheduleTicks(ctx, "down")
+		return err == nil && len(ticks.Ticks) == 2 && ticks.Ticks[0].RunStatus == "succeeded"
+	})
+	started, missed := ticks.Ticks[0], ticks.Ticks[1]
+	if started.Status != "started" || started.Run != got.LastRun || started.Thread == "" || !started.Tick.Equal(*got.LastTick) {
+		t.Fatalf("the tick started: %+v", started)
+	}
+	if missed.Status != "missed" || !strings.Contains(missed.Error, "skipped") || missed.MissedFrom == nil || missed.MissedTo == nil ||
+		!missed.MissedTo.Before(started.Tick) || missed.Run != "" {
+		t.Fatalf("the missed ticks: %+v", missed)
+	}
+	if _, err := s.acme.ScheduleTicks(ctx, "nope"); !api.IsCode(err, api.CodeNotFound) {
+		t.Fatalf("the ticks of no schedule: %v", err)
 	}
 }

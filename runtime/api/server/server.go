@@ -54,8 +54,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -80,6 +78,12 @@ type Config struct {
 	Runtime Runtime
 	// FlowsDir holds the flows the server runs.
 	FlowsDir string
+	// Promote promotes the versions the server loads from FlowsDir (as
+	// it starts, and at each reload) for every server sharing the
+	// store: new threads start on them. Without it, a load promotes only
+	// the flows the store has no promoted version of yet, and a version
+	// is promoted with POST /v1/flows/{name}/versions/{version}/promote.
+	Promote bool
 	// Root bounds what the validate route reads: the files a posted flow
 	// names (its state schema, prompts, subflows) are read as `trellis
 	// validate` reads them for the flow as a file of FlowsDir, relative to
@@ -95,6 +99,16 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxBody bounds a request body (default 4 MiB).
 	MaxBody int64
+	// BodyTimeout bounds how long a request's body may take to arrive
+	// once its headers have (default 30s; negative: no bound): a body
+	// that stalls is answered 408 request_timeout, and nothing is done.
+	// An upload streamed as it is made (a transcription's audio) is not
+	// bound by it.
+	BodyTimeout time.Duration
+	// HeaderTimeout bounds how long Serve waits for a request's headers
+	// (default 10s); a program serving Handler itself sets its own
+	// http.Server's ReadHeaderTimeout.
+	HeaderTimeout time.Duration
 	// StopTimeout bounds how long Shutdown waits for runs to reach a
 	// step boundary before cancelling them (default 30s); a shutdown
 	// takes as long as the runs need, up to it, and gives up on runs
@@ -143,6 +157,8 @@ type Config struct {
 	// Webhooks is where and how runs' ends are posted (nil: nowhere; a
 	// run that names a webhook is refused).
 	Webhooks *WebhookConfig
+	// Schedules bounds what a tenant's schedules may ask of the server.
+	Schedules ScheduleLimits
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.
@@ -201,6 +217,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = 4 << 20
 	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = 30 * time.Second
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = 10 * time.Second
+	}
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = 30 * time.Second
 	}
@@ -250,8 +272,9 @@ func New(cfg Config) (*Server, error) {
 	s.flows = &flowSet{dir: cfg.FlowsDir, kinds: cfg.Kinds}
 	if vs, err := versions.New(st, cfg.Kinds); err == nil {
 		s.flows.vs = vs
+		s.flows.promos, _ = store.PromotionsOf(st)
 	}
-	if _, err := s.flows.reload(); err != nil {
+	if _, err := s.flows.reload(cfg.Promote, "server start"); err != nil {
 		return nil, err
 	}
 	if cfg.Root != "" {
@@ -316,9 +339,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // the clients waiting on runs and ends their streams, and returns.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
+		Handler: s.handler,
+		// the body has its own deadline (BodyTimeout), lifted once it is
+		// read, so that a route may wait or stream as long as it needs
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		WriteTimeout:      2 * time.Minute, // streams and waits lift it
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -393,7 +417,13 @@ type route struct {
 	access       access
 	// stream marks a route that answers with Server-Sent Events.
 	stream bool
-	handle func(w http.ResponseWriter, r *http.Request, c *caller) error
+	// idempotence is what the route does with an idempotency key (see
+	// requests.go).
+	idempotence idempotence
+	// streamsBody marks a route that reads an upload as it is made, so
+	// its body has no deadline.
+	streamsBody bool
+	handle      func(w http.ResponseWriter, r *http.Request, c *caller) error
 }
 
 func (s *Server) routes() []route {
@@ -415,16 +445,17 @@ func (s *Server) routes() []route {
 
 		{method: "GET", path: "/v1/flows/{name}/versions", access: tenant, handle: s.listVersions},
 		{method: "GET", path: "/v1/flows/{name}/versions/{version}/threads", access: tenant, handle: s.versionThreads},
+		{method: "POST", path: "/v1/flows/{name}/versions/{version}/promote", access: admin, handle: s.promoteVersion},
 		{method: "POST", path: "/v1/threads/{id}/migrate", access: tenant, handle: s.moveThread},
 
-		{method: "POST", path: "/v1/threads", access: tenant, handle: s.createThread},
+		{method: "POST", path: "/v1/threads", access: tenant, idempotence: keyedAnswer, handle: s.createThread},
 		{method: "GET", path: "/v1/threads", access: tenant, handle: s.listThreads},
 		{method: "GET", path: "/v1/threads/{id}", access: tenant, handle: s.getThread},
 		{method: "DELETE", path: "/v1/threads/{id}", access: tenant, handle: s.deleteThread},
 		{method: "GET", path: "/v1/threads/{id}/state", access: tenant, handle: s.threadState},
 		{method: "GET", path: "/v1/threads/{id}/history", access: tenant, handle: s.threadHistory},
-		{method: "POST", path: "/v1/threads/{id}/fork", access: tenant, handle: s.forkThread},
-		{method: "POST", path: "/v1/threads/{id}/update", access: tenant, handle: s.updateThread},
+		{method: "POST", path: "/v1/threads/{id}/fork", access: tenant, idempotence: keyedAnswer, handle: s.forkThread},
+		{method: "POST", path: "/v1/threads/{id}/update", access: tenant, idempotence: keyedAnswer, handle: s.updateThread},
 		{method: "POST", path: "/v1/threads/{id}/replay", access: tenant, handle: s.replayThread},
 		{method: "POST", path: "/v1/threads/{id}/flow-test", access: tenant, handle: s.flowTest},
 		{method: "POST", path: "/v1/threads/{id}/voice", access: tenant, handle: s.voice},
@@ -433,23 +464,23 @@ func (s *Server) routes() []route {
 		{method: "DELETE", path: "/v1/threads/{id}/voice/grant", access: agent, handle: s.endGrant},
 		{method: "POST", path: "/v1/voice/signing-key", access: admin, handle: s.rotateSigningKey},
 
-		{method: "POST", path: "/v1/threads/{id}/runs", access: tenant, handle: s.startRun},
-		{method: "POST", path: "/v1/threads/{id}/runs/wait", access: tenant, handle: s.startRunWait},
-		{method: "POST", path: "/v1/threads/{id}/runs/stream", access: tenant, stream: true, handle: s.startRunStream},
+		{method: "POST", path: "/v1/threads/{id}/runs", access: tenant, idempotence: keyedRun, handle: s.startRun},
+		{method: "POST", path: "/v1/threads/{id}/runs/wait", access: tenant, idempotence: keyedRun, handle: s.startRunWait},
+		{method: "POST", path: "/v1/threads/{id}/runs/stream", access: tenant, stream: true, idempotence: keyedRun, handle: s.startRunStream},
 		{method: "GET", path: "/v1/threads/{id}/runs", access: tenant, handle: s.listRuns},
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}", access: tenant, handle: s.getRun},
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}/wait", access: tenant, handle: s.joinRun},
 		{method: "GET", path: "/v1/threads/{id}/runs/{run}/stream", access: tenant, stream: true, handle: s.joinStream},
 		{method: "POST", path: "/v1/threads/{id}/runs/{run}/cancel", access: tenant, handle: s.cancelRun},
 
-		{method: "PUT", path: "/v1/memory/items", access: tenant, handle: s.putMemory},
+		{method: "PUT", path: "/v1/memory/items", access: tenant, idempotence: keyedAnswer, handle: s.putMemory},
 		{method: "GET", path: "/v1/memory/items", access: tenant, handle: s.getMemory},
 		{method: "DELETE", path: "/v1/memory/items", access: tenant, handle: s.deleteMemory},
 		{method: "POST", path: "/v1/memory/items/search", access: tenant, handle: s.searchMemory},
 		{method: "POST", path: "/v1/memory/namespaces", access: tenant, handle: s.memoryNamespaces},
 
 		{method: "POST", path: "/v1/audio/speech", access: tenant, handle: s.speak},
-		{method: "POST", path: "/v1/audio/transcriptions", access: tenant, handle: s.transcribe},
+		{method: "POST", path: "/v1/audio/transcriptions", access: tenant, streamsBody: true, handle: s.transcribe},
 
 		{method: "GET", path: "/voice", access: public, handle: s.page},
 		{method: "GET", path: "/voice/app.js", access: public, handle: s.page},
@@ -461,7 +492,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/studio/session", access: tenant, handle: s.studioWhoAmI},
 		{method: "POST", path: "/v1/studio/session/renew", access: tenant, handle: s.studioRenew},
 
-		{method: "POST", path: "/v1/keys", access: admin, handle: s.createKey},
+		{method: "POST", path: "/v1/keys", access: admin, idempotence: refusesKey, handle: s.createKey},
 		{method: "GET", path: "/v1/keys", access: admin, handle: s.listKeys},
 		{method: "DELETE", path: "/v1/keys/{key}", access: admin, handle: s.revokeKey},
 	}, append(s.webhookRoutes(), s.scheduleRoutes()...)...)
@@ -561,7 +592,11 @@ func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// an error is answered, unless the client left: its context
 		// ended, and what failed then failed for it
+		body := s.bodyDeadline(w, r, rt)
 		fail := func(err error) {
+			if bodyTimedOut(w, r, body, err) {
+				return
+			}
 			if r.Context().Err() != nil {
 				clientGone(w)
 				return
@@ -597,87 +632,14 @@ func (s *Server) wrap(rt route) http.Handler {
 				return
 			}
 		}
+		if key := r.Header.Get(api.IdempotencyKeyHeader); key != "" && rt.idempotence != notKeyed {
+			s.keyedRequest(w, r, c, rt, key, fail)
+			return
+		}
 		if err := rt.handle(w, r, c); err != nil {
 			fail(err)
 		}
 	})
-}
-
-// errorCode is the code err is answered with.
-func (s *Server) errorCode(err error) api.Code { return toAPIError(err).Code }
-
-// toAPIError maps the errors handlers return onto the error shape; an
-// error it does not know is internal, and its message is not sent.
-func toAPIError(err error) *api.Error {
-	var ae *api.Error
-	var ie *engine.InputError
-	var mbe *http.MaxBytesError
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	var be *engine.BusyError
-	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.As(err, &mbe):
-		return &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("the body is larger than %d bytes", mbe.Limit)}
-	case errors.As(err, &se), errors.As(err, &te), errors.Is(err, errBadJSON):
-		return &api.Error{Code: api.CodeBadRequest, Message: "the body is not valid JSON for this route: " + err.Error()}
-	case errors.As(err, &ie):
-		return &api.Error{Code: api.CodeInvalidInput, Message: ie.Error(), Details: map[string]string{"field": ie.Field, "reason": ie.Reason, "suggestion": ie.Suggestion}}
-	case errors.Is(err, store.ErrThreadID):
-		return &api.Error{Code: api.CodeInvalidInput, Message: err.Error()}
-	case errors.As(err, &be):
-		return &api.Error{Code: api.CodeThreadBusy,
-			Message: fmt.Sprintf("%s holds the thread until %s; retry then, or start the run with on_busy enqueue", be.Owner, be.Until.UTC().Format(time.RFC3339)),
-			Details: map[string]string{"holder": be.Owner, "until": be.Until.UTC().Format(time.RFC3339)}}
-	case errors.Is(err, engine.ErrBusy):
-		return &api.Error{Code: api.CodeThreadBusy, Message: "another run holds the thread; retry, or start the run with on_busy enqueue or interrupt"}
-	case errors.Is(err, engine.ErrUnfinished):
-		return &api.Error{Code: api.CodeUnfinished, Message: "the thread's last run stopped part way: resume it (resume: true) or start the run with on_busy interrupt"}
-	case errors.Is(err, store.ErrNotFound):
-		return &api.Error{Code: api.CodeNotFound, Message: "not found"}
-	case errors.Is(err, store.ErrExists):
-		return &api.Error{Code: api.CodeThreadExists, Message: "a thread with that id exists"}
-	case errors.Is(err, errStopping):
-		return &api.Error{Code: api.CodeUnavailable, Message: "the server is stopping"}
-	case errors.Is(err, store.ErrBusy):
-		return &api.Error{Code: api.CodeThreadBusy, Message: "a run is queued or running on the thread: cancel it first"}
-	}
-	switch store.Classify(err) {
-	case store.Full:
-		return &api.Error{Code: api.CodeStoreFull, Message: "the store's disk is full: nothing of the request was recorded; try again once space is freed"}
-	case store.Unavailable:
-		return &api.Error{Code: api.CodeUnavailable, Message: "the store is unavailable: try again shortly"}
-	}
-	return &api.Error{Code: api.CodeInternal, Message: "internal error"}
-}
-
-var (
-	errBadJSON  = errors.New("bad JSON")
-	errStopping = errors.New("the server is stopping")
-)
-
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
-	ae := toAPIError(err)
-	if ae.Code == api.CodeInternal {
-		ae = &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("internal error (request %v)", r.Context().Value(requestIDKey))}
-	}
-	switch ae.Code {
-	case api.CodeUnavailable, api.CodeRunRequeued:
-		w.Header().Set("Retry-After", "1")
-	case api.CodeStoreFull:
-		w.Header().Set("Retry-After", "10")
-	}
-	if ae.Code == api.CodeUnauthorized {
-		// RFC 6750: how to authenticate, and whether the token sent was
-		// the trouble
-		challenge := `Bearer realm="trellis"`
-		if _, ok := bearer(r); ok {
-			challenge += `, error="invalid_token"`
-		}
-		w.Header().Set("WWW-Authenticate", challenge)
-	}
-	writeJSON(w, ae.Code.Status(), api.ErrorBody{Error: ae})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -686,31 +648,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
-}
-
-// readJSON decodes a request body into v, refusing unknown fields and
-// anything after the value.
-func readJSON(r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return &api.Error{Code: api.CodeUnsupportedMedia, Message: "send application/json"}
-	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("%w: the body is empty", errBadJSON)
-		}
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errBadJSON, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: more than one value", errBadJSON)
-	}
-	return nil
 }
 
 // newID makes an id: a prefix and 16 random hex digits.

@@ -327,7 +327,8 @@ func (s *Server) flowFiles(w http.ResponseWriter, r *http.Request, _ *caller) er
 	if err != nil {
 		return err
 	}
-	out := api.FlowFiles{Flow: l.flow.Name(), Root: p.root, Files: files, ReadOnly: p.readOnly(files)}
+	// the root's name, not where it is on the server's disk
+	out := api.FlowFiles{Flow: l.flow.Name(), Root: filepath.Base(p.root), Files: files, ReadOnly: p.readOnly(files)}
 	out.Writable = out.ReadOnly == ""
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -432,7 +433,7 @@ func (s *Server) checkFlow(w http.ResponseWriter, r *http.Request, _ *caller) er
 // reloads before the next begins.
 var saveMu sync.Mutex
 
-func (s *Server) saveFlow(w http.ResponseWriter, r *http.Request, _ *caller) error {
+func (s *Server) saveFlow(w http.ResponseWriter, r *http.Request, c *caller) error {
 	l, err := s.flows.get(r.PathValue("name"))
 	if err != nil {
 		return err
@@ -510,7 +511,9 @@ func (s *Server) saveFlow(w http.ResponseWriter, r *http.Request, _ *caller) err
 		}
 		written = append(written, name)
 	}
-	loaded, err := s.flows.reload()
+	// a designer's save is what new threads start on: the saved flow's
+	// version is promoted
+	set, err := s.flows.reload(s.cfg.Promote, c.key.ID)
 	var re *reloadError
 	if errors.As(err, &re) {
 		restore()
@@ -521,10 +524,23 @@ func (s *Server) saveFlow(w http.ResponseWriter, r *http.Request, _ *caller) err
 		restore()
 		return err
 	}
+	for _, nl := range set {
+		if nl.flow.Name() == l.flow.Name() {
+			if err := s.flows.promote(map[string]*loaded{nl.flow.Name(): nl}, false, c.key.ID); err != nil {
+				return err
+			}
+		}
+	}
 	s.log.Info("flow saved and flows reloaded", "flow", l.flow.Name(), "files", written)
+	promoted, err := s.promotedVersions(r.Context())
+	if err != nil {
+		return err
+	}
 	out := api.FlowSaved{Reload: true, Flows: []api.Flow{}}
-	for _, nl := range loaded {
-		out.Flows = append(out.Flows, flowInfo(nl, false))
+	for _, nl := range set {
+		info := flowInfo(nl, false)
+		info.Promoted = promoted[info.Name]
+		out.Flows = append(out.Flows, info)
 		if nl.flow.Name() == l.flow.Name() {
 			if out.Files, err = p.files(nl); err != nil {
 				return err

@@ -174,6 +174,11 @@ func TestStudioFilesAndCheck(t *testing.T) {
 	if !ok || greeting.Role != "prompt" || byPath["schemas/interview.state.json"].Role != "schema" || byPath["flows/resume_review.yaml"].Role != "flow" {
 		t.Fatalf("files: %v", keys(byPath))
 	}
+	// the root is named, not where it is on the server's disk
+	abs, _ := filepath.Abs(flowsDir)
+	if files.Root != filepath.Base(filepath.Dir(abs)) || strings.Contains(files.Root, "/") {
+		t.Fatalf("the root %q, of %s", files.Root, filepath.Dir(abs))
+	}
 
 	// as it is: valid, with its graph
 	chk, err := h.acme.CheckFlow(ctx, "interview", nil)

@@ -89,16 +89,18 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 		return err
 	}
 	if in.ID == "" {
-		in.ID = newID("thread")
+		in.ID = newRef(r, "thread")
 	}
 	if err := checkThreadID(in.ID); err != nil {
 		return err
 	}
-	l, err := s.flows.get(in.Flow)
+	// the version promoted for every server: the same wherever the
+	// thread is made
+	l, err := s.newThreadFlow(r.Context(), in.Flow)
 	if err != nil {
 		return err
 	}
-	values, err := plain(in.Values)
+	values, err := plain("values", in.Values)
 	if err != nil {
 		return err
 	}
@@ -130,6 +132,7 @@ func (s *Server) createThread(w http.ResponseWriter, r *http.Request, c *caller)
 		}
 		return err
 	}
+	made(r, key)
 	out, err := s.threadInfo(r, rec)
 	if err != nil {
 		return err
@@ -349,8 +352,9 @@ func (s *Server) threadHistory(w http.ResponseWriter, r *http.Request, c *caller
 			}
 		}
 		for _, wr := range cp.Writes {
-			x.Writes = append(x.Writes, api.Write{Field: wr.Field, Version: wr.Version, Value: wr.Value, Items: wr.Items, Append: wr.Append})
+			x.Writes = append(x.Writes, api.Write{Field: wr.Field, Version: wr.Version, Value: wr.Value, Items: wr.Items, Append: wr.Append, Removed: wr.Removed})
 		}
+		x.Move = checkpointMove(cp)
 		for _, nw := range cp.Writers {
 			x.Writers = append(x.Writers, api.Writer{Node: nw.Node, Fields: nw.Fields})
 		}
@@ -373,6 +377,7 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 	if err != nil {
 		return err
 	}
+	made(r, fork.ID)
 	out, err := s.threadInfo(r, fork)
 	if err != nil {
 		return err
@@ -386,7 +391,7 @@ func (s *Server) forkThread(w http.ResponseWriter, r *http.Request, c *caller) e
 // a replay's fork (store.ForkReplaying).
 func (s *Server) fork(r *http.Request, c *caller, rec *store.ThreadRecord, at uint64, id string, md map[string]string, replay bool) (*store.ThreadRecord, *store.Snapshot, error) {
 	if id == "" {
-		id = newID("thread")
+		id = newRef(r, "thread")
 	}
 	if err := checkThreadID(id); err != nil {
 		return nil, nil, err
@@ -439,7 +444,7 @@ func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
-	values, err := plain(in.Values)
+	values, err := plain("values", in.Values)
 	if err != nil {
 		return err
 	}
@@ -454,6 +459,7 @@ func (s *Server) updateThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return valuesError(err)
 	}
+	made(r, "")
 	writeJSON(w, http.StatusOK, stateInfo(snap))
 	return nil
 }

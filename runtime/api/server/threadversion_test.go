@@ -10,7 +10,8 @@ import (
 )
 
 // The thread routes say which version of its flow each thread is pinned
-// to: the one it was created on, across a reload, until it is moved.
+// to: the one it was created on, across a reload that promotes another,
+// until it is moved.
 func TestThreadSaysItsVersion(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -24,7 +25,7 @@ func TestThreadSaysItsVersion(t *testing.T) {
 			}
 			src, prompt := chatV2()
 			writeChatFlow(t, dir, src, prompt)
-			if _, err := h.admin.ReloadFlows(ctx); err != nil {
+			if _, err := h.admin.ReloadAndPromote(ctx); err != nil {
 				t.Fatal(err)
 			}
 			v2 := versionOf(t, h.acme)

@@ -28,8 +28,9 @@ var casts = regexp.MustCompile(`\bas\s+[A-Za-z{\[(]|\bany\b|\w[!](?:[.;,)\]\s]|$
 // openapi-typescript with its default flags, type-checked by tsc --strict
 // and run with openapi-fetch against a real server: a whole interview,
 // a streamed turn, a fork, the metadata filter in the document's
-// deepObject style and an interrupt answered, all with no cast, so the
-// document alone types what a client sends and reads.
+// deepObject style, an interrupt answered and a run sent twice with an
+// idempotency key, all with no cast, so the document alone types what a
+// client sends and reads.
 func TestTypeScriptClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("generating and compiling a TypeScript client takes a while")

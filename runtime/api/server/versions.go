@@ -47,7 +47,8 @@ func (s *Server) threadFlow(ctx context.Context, tenant, thread, name string) (*
 	for {
 		f, pin, err := vs.ThreadFlow(ctx, tenant, thread)
 		if errors.Is(err, versions.ErrNoVersion) {
-			if curErr != nil {
+			// the version new threads start on
+			if cur, curErr = s.newThreadFlow(ctx, name); curErr != nil {
 				return nil, curErr
 			}
 			err := vs.Pin(ctx, tenant, thread, cur.flow)
@@ -159,10 +160,14 @@ func (s *Server) listVersions(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
+	promoted, err := s.promotedVersions(r.Context())
+	if err != nil {
+		return err
+	}
 	out := api.FlowVersions{Flow: name, Versions: []api.FlowVersion{}}
 	for _, v := range list {
 		out.Versions = append(out.Versions, api.FlowVersion{Version: v.Version, Created: v.Created.UTC(),
-			Loaded: curErr == nil && cur.version == v.Version, Threads: counts[v.Version]})
+			Loaded: curErr == nil && cur.version == v.Version, Promoted: promoted[name] == v.Version, Threads: counts[v.Version]})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -269,4 +274,17 @@ func effects(in []flowdiff.Effect) []api.Effect {
 		out = append(out, api.Effect{Area: e.Area, Name: e.Name, Kind: e.Kind, Breaking: e.Breaking, Reason: e.Reason})
 	}
 	return out
+}
+
+// checkpointMove is the versions a move's checkpoint records (nil for
+// any other checkpoint).
+func checkpointMove(cp *store.Checkpoint) *api.CheckpointMove {
+	if cp.Source != store.SourceMigrate {
+		return nil
+	}
+	m := &api.CheckpointMove{}
+	m.Flow, _ = cp.Config["flow"].(string)
+	m.From, _ = cp.Config["from_version"].(string)
+	m.To, _ = cp.Config["to_version"].(string)
+	return m
 }

@@ -106,7 +106,8 @@ func versionOf(t *testing.T, c *api.Client) string {
 // A served thread keeps the version it started on across a reload of its
 // flow, until it is moved through the API: a compatible move at once, a
 // breaking one only with a migration; the API lists the versions with
-// the threads on each.
+// the threads on each. A reload keeps the new version without promoting
+// it (new threads still start on the first) unless asked to.
 func TestThreadsKeepTheirFlowVersionAcrossAReload(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -121,12 +122,26 @@ func TestThreadsKeepTheirFlowVersionAcrossAReload(t *testing.T) {
 
 			src, prompt := chatV2()
 			writeChatFlow(t, dir, src, prompt)
-			if _, err := h.admin.ReloadFlows(ctx); err != nil {
+			reload, err := h.admin.ReloadFlows(ctx)
+			if err != nil {
 				t.Fatal(err)
 			}
 			v2 := versionOf(t, h.acme)
 			if v2 == v1 {
 				t.Fatal("the reload did not change the version")
+			}
+			if len(reload.Flows) != 1 || reload.Flows[0].Version != v2 || reload.Flows[0].Promoted != v1 {
+				t.Fatalf("the reload: %+v, want version %s loaded and %s promoted", reload.Flows, v2, v1)
+			}
+			// not promoted: a new thread still starts on version 1
+			if _, err := h.acme.CreateThread(ctx, api.CreateThread{ID: "kept", Flow: "chat"}); err != nil {
+				t.Fatal(err)
+			}
+			if run := say(t, h.acme, "kept", "hi"); run.FlowVersion != v1 || run.State["answer"] != "answered by version one" {
+				t.Fatalf("a new thread after a reload that promotes nothing ran %s: %v", run.FlowVersion, run.State)
+			}
+			if reload, err = h.admin.ReloadAndPromote(ctx); err != nil || reload.Flows[0].Promoted != v2 {
+				t.Fatalf("a reload that promotes: %+v %v", reload, err)
 			}
 			// the next turn runs version 1's nodes and prompt
 			run := say(t, h.acme, "old", "again")
@@ -144,12 +159,12 @@ func TestThreadsKeepTheirFlowVersionAcrossAReload(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(list.Versions) != 2 || list.Versions[0].Version != v2 || !list.Versions[0].Loaded || list.Versions[0].Threads != 1 ||
-				list.Versions[1].Version != v1 || list.Versions[1].Loaded || list.Versions[1].Threads != 1 {
+			if len(list.Versions) != 2 || list.Versions[0].Version != v2 || !list.Versions[0].Loaded || !list.Versions[0].Promoted || list.Versions[0].Threads != 1 ||
+				list.Versions[1].Version != v1 || list.Versions[1].Loaded || list.Versions[1].Promoted || list.Versions[1].Threads != 2 {
 				t.Fatalf("versions %+v", list.Versions)
 			}
 			on1, err := h.acme.VersionThreads(ctx, "chat", v1, "")
-			if err != nil || len(on1.Threads) != 1 || on1.Threads[0].Thread != "old" {
+			if err != nil || len(on1.Threads) != 2 || on1.Threads[1].Thread != "old" {
 				t.Fatalf("threads on version 1: %+v %v", on1, err)
 			}
 			if other, err := h.globex.FlowVersions(ctx, "chat"); err != nil || other.Versions[0].Threads+other.Versions[1].Threads != 0 {
@@ -247,6 +262,155 @@ func TestAReplicaRunsAVersionItNeverLoaded(t *testing.T) {
 			}
 			if versionOf(t, two.acme) == v1 {
 				t.Fatal("both servers loaded one version")
+			}
+		})
+	}
+}
+
+// A version promoted through one server is what new threads start on
+// through every server sharing the store, whatever each loaded from its
+// flow directory: a server that never loaded it compiles it from the
+// store; threads under way keep theirs. Before it, the first server's
+// first load is what both start new threads on.
+func TestPromotedVersionStartsNewThreadsEverywhere(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			addr := storeAddr(t, b.addr)
+			dirA, dirB := t.TempDir(), t.TempDir()
+			writeChatFlow(t, dirA, chatFlow, chatPrompt("one"))
+			src, prompt := chatV2()
+			writeChatFlow(t, dirB, src, prompt)
+			a := chatServer(t, addr, dirA) // the flow's first load: version 1 promoted
+			bsrv := chatServer(t, addr, dirB)
+			v1, v2 := versionOf(t, a.acme), versionOf(t, bsrv.acme)
+			if v1 == v2 {
+				t.Fatal("the two flow directories make one version")
+			}
+			f, err := bsrv.acme.Flow(ctx, "chat")
+			if err != nil || f.Version != v2 || f.Promoted != v1 {
+				t.Fatalf("the flow on B before the promotion: %+v %v, want %s loaded and %s promoted", f, err, v2, v1)
+			}
+			newThread := func(h *harness, id, wantVersion, wantAnswer string) {
+				t.Helper()
+				th, err := h.acme.CreateThread(ctx, api.CreateThread{ID: id, Flow: "chat"})
+				if err != nil || th.Version != wantVersion {
+					t.Fatalf("thread %s: %+v %v, want version %s", id, th, err, wantVersion)
+				}
+				if run := say(t, h.acme, id, "hi"); run.FlowVersion != wantVersion || run.State["answer"] != wantAnswer {
+					t.Fatalf("thread %s ran %s: %v, want %s", id, run.FlowVersion, run.State, wantVersion)
+				}
+			}
+			newThread(bsrv, "b-before", v1, "answered by version one")
+
+			// promoted through A, which never loaded version 2
+			if _, err := a.acme.PromoteVersion(ctx, "chat", v2); !api.IsCode(err, api.CodeForbidden) {
+				t.Fatalf("a tenant's key promoting: %v, want forbidden", err)
+			}
+			if _, err := a.admin.PromoteVersion(ctx, "chat", "0123456789abcdef"); !api.IsCode(err, api.CodeNotFound) {
+				t.Fatalf("promoting no version: %v, want not_found", err)
+			}
+			p, err := a.admin.PromoteVersion(ctx, "chat", v2)
+			if err != nil || p.Version != v2 || p.Previous != v1 || p.By == "" {
+				t.Fatalf("promote: %+v %v", p, err)
+			}
+			newThread(bsrv, "b-after", v2, "answered by version two")
+			newThread(a, "a-after", v2, "answered by version two")
+			// the thread under way stays on its version
+			if run := say(t, bsrv.acme, "b-before", "again"); run.FlowVersion != v1 {
+				t.Fatalf("a thread made before the promotion ran %s", run.FlowVersion)
+			}
+			list, err := a.acme.FlowVersions(ctx, "chat")
+			if err != nil || len(list.Versions) != 2 {
+				t.Fatalf("versions: %+v %v", list, err)
+			}
+			for _, v := range list.Versions {
+				if v.Promoted != (v.Version == v2) || v.Loaded != (v.Version == v1) {
+					t.Errorf("version %s on A: promoted %v, loaded %v", v.Version, v.Promoted, v.Loaded)
+				}
+			}
+			// A reloading its own directory (version 1) leaves version 2
+			// promoted: nothing asked otherwise
+			if r, err := a.admin.ReloadFlows(ctx); err != nil || r.Flows[0].Promoted != v2 {
+				t.Fatalf("a reload after the promotion: %+v %v", r, err)
+			}
+			newThread(a, "a-reloaded", v2, "answered by version two")
+		})
+	}
+}
+
+// A move's dry run makes the move's own checks over the thread's state:
+// a migration whose value the new field refuses (too short) is refused by
+// the dry run as by the move. A dropped field is taken out of the state,
+// not left null, and the move's checkpoint in the history names the
+// versions it left and moved to, and the field it removed.
+func TestMoveDryRunChecksAndDropRemoves(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeChatFlow(t, dir, chatFlow, chatPrompt("one"))
+			h := chatServer(t, storeAddr(t, b.addr), dir)
+			v1 := versionOf(t, h.acme)
+			if _, err := h.acme.CreateThread(ctx, api.CreateThread{ID: "t", Flow: "chat"}); err != nil {
+				t.Fatal(err)
+			}
+			say(t, h.acme, "t", "hello")
+			// version 2: mood is gone, label is new and at least 5 long
+			src := strings.Replace(chatFlow, `      mood: {type: string, default: "calm"}`, `      label: {type: string, minLength: 5, default: "plain"}`, 1)
+			writeChatFlow(t, dir, src, chatPrompt("two"))
+			if _, err := h.admin.ReloadFlows(ctx); err != nil {
+				t.Fatal(err)
+			}
+			v2 := versionOf(t, h.acme)
+			short := &api.Migration{Set: map[string]string{"label": "state.mood"}, Drop: []string{"mood"}}
+			for _, dry := range []bool{true, false} {
+				_, err := h.acme.MoveThread(ctx, "t", api.MoveThread{To: v2, Migration: short, DryRun: dry})
+				if !api.IsCode(err, api.CodeInvalidInput) || !strings.Contains(err.Error(), "label") {
+					t.Fatalf("a migration to a value too short (dry run %v): %v, want invalid_input on label", dry, err)
+				}
+			}
+			if th, err := h.acme.Thread(ctx, "t"); err != nil || th.Version != v1 {
+				t.Fatalf("after the refused moves: %+v %v", th, err)
+			}
+			ok := &api.Migration{Set: map[string]string{"label": "state.mood + '-mood'"}, Drop: []string{"mood"}}
+			dry, err := h.acme.MoveThread(ctx, "t", api.MoveThread{To: v2, Migration: ok, DryRun: true})
+			if err != nil || dry.Moved {
+				t.Fatalf("a dry run that passes: %+v %v", dry, err)
+			}
+			moved, err := h.acme.MoveThread(ctx, "t", api.MoveThread{To: v2, Migration: ok})
+			if err != nil || !moved.Moved {
+				t.Fatalf("the move: %+v %v", moved, err)
+			}
+			st, err := h.acme.State(ctx, "t", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, has := st.Values["mood"]; has {
+				t.Fatalf("the dropped field is in the state: mood = %v (%v)", v, st.Values)
+			}
+			if st.Values["label"] != "calm-mood" {
+				t.Fatalf("the migrated state: %v", st.Values)
+			}
+			hist, err := h.acme.History(ctx, "t", url.Values{"source": {"migrate"}})
+			if err != nil || len(hist) != 1 {
+				t.Fatalf("the move's checkpoint: %+v %v", hist, err)
+			}
+			cp := hist[0]
+			if cp.Move == nil || cp.Move.From != v1 || cp.Move.To != v2 || cp.Move.Flow != "chat" {
+				t.Fatalf("the move's checkpoint names no versions: %+v", cp.Move)
+			}
+			removed := false
+			for _, w := range cp.Writes {
+				if w.Field == "mood" {
+					removed = w.Removed && w.Value == nil
+				}
+			}
+			if !removed {
+				t.Fatalf("the move's checkpoint does not say mood was removed: %+v", cp.Writes)
+			}
+			// and a turn on the new version runs with no mood
+			run := say(t, h.acme, "t", "again")
+			if _, has := run.State["mood"]; run.FlowVersion != v2 || has {
+				t.Fatalf("a turn after the move: %s %v", run.FlowVersion, run.State)
 			}
 		})
 	}

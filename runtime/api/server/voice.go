@@ -58,9 +58,10 @@ type Rooms interface {
 	Remove(ctx context.Context, room, identity string) error
 	Close(ctx context.Context, room string) error
 	// CallerToken mints a caller's token: it may join room (making it,
-	// with meta, if the server lost it) and publish a microphone (none in
-	// text mode) and data.
-	CallerToken(room, meta string, in api.VoiceRequest) (token string, expires time.Time, err error)
+	// with meta, if the server lost it) as in.Identity with attrs as its
+	// attributes, which it may not change, and publish a microphone (none
+	// in text mode) and data.
+	CallerToken(room, meta string, in api.VoiceRequest, attrs map[string]string) (token string, expires time.Time, err error)
 	// Check asks the server something that needs valid credentials; nil
 	// when it answers.
 	Check(ctx context.Context) error
@@ -149,8 +150,11 @@ func roomName(threadKey string) string {
 
 var identityFormat = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
+// callerPrefix starts a key's own identity, "caller-" and the key's id.
+const callerPrefix = "caller-"
+
 // voiceRequest reads the route's optional body; the caller's identity is
-// by default its key's.
+// by default its key's, and another key's own identity is not to be had.
 func voiceRequest(r *http.Request, c *caller) (api.VoiceRequest, error) {
 	var in api.VoiceRequest
 	if r.ContentLength != 0 {
@@ -159,10 +163,13 @@ func voiceRequest(r *http.Request, c *caller) (api.VoiceRequest, error) {
 		}
 	}
 	if in.Identity == "" {
-		in.Identity = "caller-" + c.key.ID
+		in.Identity = callerPrefix + c.key.ID
 	}
 	if !identityFormat.MatchString(in.Identity) || strings.HasPrefix(in.Identity, "agent") {
 		return in, &api.Error{Code: api.CodeInvalidInput, Message: "identity is 1 to 64 letters, digits, '.', '_' or '-', not starting with \"agent\""}
+	}
+	if strings.HasPrefix(in.Identity, callerPrefix) && in.Identity != callerPrefix+c.key.ID {
+		return in, errIdentityTaken(in.Identity)
 	}
 	if len(in.Name) > 128 {
 		return in, &api.Error{Code: api.CodeInvalidInput, Message: "name is at most 128 characters"}
@@ -175,6 +182,29 @@ func voiceRequest(r *http.Request, c *caller) (api.VoiceRequest, error) {
 		return in, &api.Error{Code: api.CodeInvalidInput, Message: "mode is audio or text"}
 	}
 	return in, nil
+}
+
+// CallerKeyAttribute is the participant attribute naming the id of the
+// API key a caller's token was minted for: the identity it joined as is
+// that key's while it is in the room.
+const CallerKeyAttribute = "trellis.key"
+
+// errIdentityTaken refuses an identity that is another key's.
+func errIdentityTaken(identity string) error {
+	return &api.Error{Code: api.CodeForbidden, Details: map[string]string{"field": "identity"},
+		Message: fmt.Sprintf("the identity %q belongs to another key's caller: ask with an identity of your own, or none (your key's)", identity)}
+}
+
+// identityTaken reports whether identity is another key's than key: a
+// caller in the room joined as it with another key's token, or it holds
+// the session's caller place for another key.
+func identityTaken(identity, key string, ps []Participant, sess *store.VoiceSessionRecord) bool {
+	for _, p := range ps {
+		if !p.Agent && p.Identity == identity && p.Attributes[CallerKeyAttribute] != key {
+			return true
+		}
+	}
+	return sess != nil && sess.Caller == identity && sess.CallerKey != "" && sess.CallerKey != key
 }
 
 var errVoiceBusy = &api.Error{Code: api.CodeVoiceBusy, Message: "another caller is in this thread's voice session (or was let in moments ago): a session takes one caller at a time"}
@@ -227,6 +257,9 @@ func (s *Server) voice(w http.ResponseWriter, r *http.Request, c *caller) error 
 	} else if err != nil {
 		return err
 	}
+	if identityTaken(in.Identity, c.key.ID, ps, live) {
+		return errIdentityTaken(in.Identity)
+	}
 	if callerBusy(in.Identity, ps, live, now) {
 		return errVoiceBusy
 	}
@@ -234,16 +267,21 @@ func (s *Server) voice(w http.ResponseWriter, r *http.Request, c *caller) error 
 	if err != nil {
 		return err
 	}
+	if sess != live && identityTaken(in.Identity, c.key.ID, nil, sess) {
+		return errIdentityTaken(in.Identity) // another server let it in for another key just now
+	}
 	if sess != live && callerBusy(in.Identity, ps, sess, now) {
 		return errVoiceBusy // another server let another caller in just now
 	}
-	if err := s.voiceCat.AdmitVoiceCaller(ctx, sess.ID, sess.Caller, in.Identity, now); err != nil {
+	// the place moves only from the holder read, so of two keys asking
+	// for one identity at once one is let in
+	if err := s.voiceCat.AdmitVoiceCaller(ctx, sess.ID, sess.Caller, in.Identity, c.key.ID, now); err != nil {
 		if errors.Is(err, store.ErrVoiceCallerChanged) {
 			return errVoiceBusy
 		}
 		return err
 	}
-	tok, exp, err := lk.rooms.CallerToken(room, meta, in)
+	tok, exp, err := lk.rooms.CallerToken(room, meta, in, map[string]string{CallerKeyAttribute: c.key.ID})
 	if err != nil {
 		return err
 	}

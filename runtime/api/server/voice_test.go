@@ -58,7 +58,7 @@ func (d deadRooms) Remove(context.Context, string, string) error {
 	return d.call("removing an agent of no live session")
 }
 func (d deadRooms) Close(context.Context, string) error { return d.call("closing the room") }
-func (d deadRooms) CallerToken(string, string, api.VoiceRequest) (string, time.Time, error) {
+func (d deadRooms) CallerToken(string, string, api.VoiceRequest, map[string]string) (string, time.Time, error) {
 	return "", time.Time{}, errors.New("no token: the rooms' server is not there")
 }
 func (d deadRooms) Check(context.Context) error { return d.call("checking") }

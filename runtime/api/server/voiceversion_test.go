@@ -41,7 +41,7 @@ func TestConversationJudgedByTheThreadsVersion(t *testing.T) {
 	say(t, h.acme, "talk", "hello")
 
 	writeChatFlow(t, dir, chatFlow, chatPrompt("two"))
-	if _, err := h.admin.ReloadFlows(ctx); err != nil {
+	if _, err := h.admin.ReloadAndPromote(ctx); err != nil {
 		t.Fatal(err)
 	}
 	v2 := versionOf(t, h.acme)

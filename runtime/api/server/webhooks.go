@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/egress"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/webhook"
 )
@@ -23,7 +24,7 @@ type WebhookConfig struct {
 	// server can reach (its loopback, its network's services, a cloud's
 	// metadata address), so the addresses are a list its operator
 	// decides.
-	Allow *webhook.AllowList
+	Allow *egress.Policy
 	// Secret signs the messages (see package webhook); required with
 	// Allow. Every server sharing a store must have the same.
 	Secret []byte
@@ -103,7 +104,7 @@ func (s *Server) addDelivery(ctx context.Context, rec *store.RunRecord, url stri
 			Details: map[string]string{"field": "webhook"}}
 	}
 	if err := s.hooks.cfg.Allow.CheckURL(url); err != nil {
-		return &api.Error{Code: api.CodeInvalidInput, Message: err.Error(), Details: map[string]string{"field": "webhook"}}
+		return &api.Error{Code: api.CodeInvalidInput, Message: "the webhook " + url + ": " + err.Error(), Details: map[string]string{"field": "webhook"}}
 	}
 	// named after the run: servers starting the same run (a schedule's
 	// tick) record one delivery

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/trellisflow/trellis/nodes/all/alltest"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/egress"
+	"github.com/trellisflow/trellis/runtime/egress/egresstest"
 	"github.com/trellisflow/trellis/runtime/webhook"
 )
 
@@ -66,7 +69,7 @@ func hookConfig(t *testing.T, allow ...string) (*WebhookConfig, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := webhook.ParseAllowList(allow)
+	list, err := egress.Parse(allow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +141,41 @@ func TestWebhookDeliveredSignedAndRetried(t *testing.T) {
 	}
 }
 
+// A host name on the allow-list never reaches a forbidden address: a
+// literal loopback URL is refused at the run's start, and a listed name
+// whose DNS answers 127.0.0.1 (or rebinds to it) is refused where it is
+// dialled, the delivery failed with the reason and nothing posted.
+func TestWebhookHostNameNeverReachesLoopback(t *testing.T) {
+	cfg, secret := hookConfig(t, "*.hooks.customer.test")
+	dns := egresstest.NewDNS(t, netip.MustParseAddr("127.0.0.1"))
+	cfg.Allow.Resolver = dns.Resolver()
+	recv := newReceiver(t, secret)
+	port := recv.srv.URL[strings.LastIndex(recv.srv.URL, ":"):]
+	s := serve(t, openRuntime(t, "memory"), stepFlows(t, 1), "", func(c *Config) { c.Webhooks = cfg })
+	if _, err := s.acme.CreateThread(ctx, api.CreateThread{ID: "t1", Flow: "steps"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.acme.StartRun(ctx, "t1", api.StartRun{Input: map[string]any{"said": "hi"}, Webhook: recv.srv.URL})
+	if ae := asAPIError(err); ae == nil || ae.Code != api.CodeInvalidInput || !strings.Contains(ae.Message, "127.0.0.1 is a loopback address") {
+		t.Fatalf("a loopback address with a host name listed: %v", err)
+	}
+	run, err := s.acme.RunWait(ctx, "t1", api.StartRun{Input: map[string]any{"said": "hi"}, Webhook: "http://a.hooks.customer.test" + port + "/h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds *api.Deliveries
+	eventually(t, 20*time.Second, "the delivery's end", func() bool {
+		ds, err = s.acme.Deliveries(ctx, "t1", run.ID)
+		return err == nil && len(ds.Deliveries) == 1 && ds.Deliveries[0].Status == "failed"
+	})
+	if a := ds.Deliveries[0].Attempts; len(a) != 1 || !strings.Contains(a[0].Error, "resolves to 127.0.0.1, a loopback address, which no host name opens") {
+		t.Fatalf("attempts: %+v", a)
+	}
+	if len(dns.Asked()) == 0 || len(recv.received()) != 0 {
+		t.Fatalf("asked %v, received %d", dns.Asked(), len(recv.received()))
+	}
+}
+
 // A run naming a webhook the allow-list does not permit is refused
 // before anything is recorded; a server with no allow-list sends none
 // (the default), and one with a list but no secret does not start.
@@ -166,7 +204,7 @@ func TestWebhookAllowList(t *testing.T) {
 	if n := len(recv.received()); n != 0 {
 		t.Fatalf("%d messages sent where none may go", n)
 	}
-	list, _ := webhook.ParseAllowList([]string{"127.0.0.1"})
+	list, _ := egress.Parse([]string{"127.0.0.1"})
 	if _, err := New(Config{Runtime: rt, FlowsDir: flows, Kinds: alltest.WithTestKinds(), Logger: discard(), Webhooks: &WebhookConfig{Allow: list}}); err == nil ||
 		!strings.Contains(err.Error(), WebhookSecretEnv) {
 		t.Fatalf("a server with an allow-list and no secret: %v", err)

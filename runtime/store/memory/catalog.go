@@ -29,6 +29,9 @@ type catalog struct {
 	// attempts) and the schedules (see hooks.go).
 	deliveries map[string]*delivery
 	schedules  map[string]*store.Schedule
+	// requests are the idempotency keys' requests, by tenant and key
+	// (see requests.go).
+	requests map[[2]string]*store.RequestRecord
 }
 
 type cacheEntry struct {
@@ -40,7 +43,8 @@ func (s *Store) cat() *catalog {
 	s.catOnce.Do(func() {
 		s.catalog = &catalog{threads: map[string]*store.ThreadRecord{}, runs: map[string]*store.RunRecord{},
 			events: map[string][]store.EventRecord{}, packs: map[string][]store.EventRecord{}, keys: map[string]*store.KeyRecord{}, servers: map[string]time.Time{},
-			cache: map[string]cacheEntry{}, deliveries: map[string]*delivery{}, schedules: map[string]*store.Schedule{}}
+			cache: map[string]cacheEntry{}, deliveries: map[string]*delivery{}, schedules: map[string]*store.Schedule{},
+			requests: map[[2]string]*store.RequestRecord{}}
 	})
 	return s.catalog
 }
@@ -171,6 +175,11 @@ func (c *catalog) deleteRecords(thread string) bool {
 	for id, sc := range c.schedules {
 		if sc.Thread == thread {
 			delete(c.schedules, id)
+		}
+	}
+	for k, r := range c.requests {
+		if r.Thread == thread {
+			delete(c.requests, k)
 		}
 	}
 	return had

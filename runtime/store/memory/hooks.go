@@ -110,6 +110,7 @@ func copySchedule(sc *store.Schedule) *store.Schedule {
 	cp := *sc
 	cp.Input, cp.Values = slices.Clone(sc.Input), slices.Clone(sc.Values)
 	cp.Metadata = maps.Clone(sc.Metadata)
+	cp.Ticks = slices.Clone(sc.Ticks)
 	return &cp
 }
 
@@ -183,6 +184,7 @@ func (s *Store) AdvanceSchedule(_ context.Context, id string, from time.Time, t 
 		return store.ErrClaimLost
 	}
 	sc.Next, sc.LastTick, sc.LastRun, sc.LastError = t.Next, t.LastTick, t.LastRun, t.LastError
+	sc.Ticks = store.AddTicks(sc.Ticks, t.History)
 	return nil
 }
 

@@ -26,7 +26,7 @@ func BenchmarkMemory(b *testing.B) { storetest.BenchMemory(b, memory.New(), 5000
 func TestLifecycle(t *testing.T) {
 	storetest.RunLifecycle(t, func(*testing.T) store.Store { return memory.New() },
 		func(_ *testing.T, st store.Store, needles []string) []string { return storetest.WalkRefs(st, needles) },
-		[]string{"threads", "leases", "catalog.threads", "catalog.runs", "catalog.events", "catalog.packs", "catalog.deliveries", "catalog.schedules", "voice.sessions"})
+		[]string{"threads", "leases", "catalog.threads", "catalog.runs", "catalog.events", "catalog.packs", "catalog.deliveries", "catalog.schedules", "catalog.requests", "voice.sessions"})
 }
 
 func TestWebhooksConformance(t *testing.T) {
@@ -39,4 +39,8 @@ func TestSchedulesConformance(t *testing.T) {
 
 func TestVersionsConformance(t *testing.T) {
 	storetest.RunVersions(t, func(*testing.T) store.Store { return memory.New() })
+}
+
+func TestRequestsConformance(t *testing.T) {
+	storetest.RunRequests(t, func(*testing.T) store.Store { return memory.New() })
 }

@@ -17,6 +17,7 @@ type flowVersions struct {
 	files    map[string][]byte
 	versions map[[2]string]*versionEntry
 	pins     map[string]store.ThreadPin
+	promoted map[string]store.Promotion
 }
 
 type versionEntry struct {
@@ -27,6 +28,7 @@ type versionEntry struct {
 func (fv *flowVersions) init() {
 	if fv.files == nil {
 		fv.files, fv.versions, fv.pins = map[string][]byte{}, map[[2]string]*versionEntry{}, map[string]store.ThreadPin{}
+		fv.promoted = map[string]store.Promotion{}
 	}
 }
 
@@ -160,4 +162,48 @@ func (fv *flowVersions) forget(thread string) {
 	delete(fv.pins, thread)
 }
 
-var _ store.Versions = (*Store)(nil)
+// PromoteVersion implements store.Promotions.
+func (s *Store) PromoteVersion(_ context.Context, p *store.Promotion, onlyIfNone bool) (bool, error) {
+	fv := &s.flowVersions
+	fv.mu.Lock()
+	defer fv.mu.Unlock()
+	fv.init()
+	if fv.versions[[2]string{p.Flow, p.Version}] == nil {
+		return false, store.ErrNotFound
+	}
+	if _, had := fv.promoted[p.Flow]; had && onlyIfNone {
+		return false, nil
+	}
+	fv.promoted[p.Flow] = *p
+	return true, nil
+}
+
+// PromotedVersion implements store.Promotions.
+func (s *Store) PromotedVersion(_ context.Context, flow string) (*store.Promotion, error) {
+	fv := &s.flowVersions
+	fv.mu.Lock()
+	defer fv.mu.Unlock()
+	p, ok := fv.promoted[flow]
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	return &p, nil
+}
+
+// PromotedVersions implements store.Promotions.
+func (s *Store) PromotedVersions(_ context.Context) ([]*store.Promotion, error) {
+	fv := &s.flowVersions
+	fv.mu.Lock()
+	defer fv.mu.Unlock()
+	out := make([]*store.Promotion, 0, len(fv.promoted))
+	for _, flow := range slices.Sorted(maps.Keys(fv.promoted)) {
+		p := fv.promoted[flow]
+		out = append(out, &p)
+	}
+	return out, nil
+}
+
+var (
+	_ store.Versions   = (*Store)(nil)
+	_ store.Promotions = (*Store)(nil)
+)

@@ -125,7 +125,7 @@ func (s *Store) RenewVoiceSession(_ context.Context, id string, now, expires tim
 }
 
 // AdmitVoiceCaller implements store.VoiceCatalog.
-func (s *Store) AdmitVoiceCaller(_ context.Context, id, from, identity string, at time.Time) error {
+func (s *Store) AdmitVoiceCaller(_ context.Context, id, from, identity, key string, at time.Time) error {
 	v := &s.voice
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -136,7 +136,7 @@ func (s *Store) AdmitVoiceCaller(_ context.Context, id, from, identity string, a
 	if o.Caller != from {
 		return store.ErrVoiceCallerChanged
 	}
-	o.Caller, o.CallerAt = identity, at
+	o.Caller, o.CallerAt, o.CallerKey = identity, at, key
 	return nil
 }
 

@@ -14,3 +14,7 @@ func TestWebhooksConformance(t *testing.T) {
 func TestSchedulesConformance(t *testing.T) {
 	storetest.RunSchedules(t, func(t *testing.T) store.Store { return open(t) })
 }
+
+func TestRequestsConformance(t *testing.T) {
+	storetest.RunRequests(t, func(t *testing.T) store.Store { return open(t) })
+}

@@ -48,6 +48,9 @@ type Store struct {
 	// Versions its store.Versions: the shared SQL ones.
 	sqlstore.Hooks
 	sqlstore.Versions
+	// Requests is its store.Requests: the idempotency keys of the API's
+	// creating requests.
+	sqlstore.Requests
 	// Catalog is the store's store.Catalog: the shared SQL catalog on
 	// this database.
 	sqlstore.Catalog
@@ -85,6 +88,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	s := &Store{pool: pool, cache: sqlstore.NewCache(256), commits: newCommitter()}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{q: pool, s: s}}
 	s.Hooks, s.Versions = sqlstore.Hooks{DB: s.Catalog.DB}, sqlstore.Versions{DB: s.Catalog.DB}
+	s.Requests = sqlstore.Requests{DB: s.Catalog.DB}
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -21,3 +21,5 @@ func openHooks(t *testing.T) store.Store {
 func TestWebhooksConformance(t *testing.T) { storetest.RunWebhooks(t, openHooks) }
 
 func TestSchedulesConformance(t *testing.T) { storetest.RunSchedules(t, openHooks) }
+
+func TestRequestsConformance(t *testing.T) { storetest.RunRequests(t, openHooks) }

@@ -20,9 +20,10 @@ import (
 // node results cached across threads (by their flow, node and key), and
 // the tenants' memory (documents kept across threads, by namespace and
 // key: the tables named memory_*), and the versions of flows with their
-// files, which threads share. Every other table is one a thread's data
-// can be in.
-var notPerThread = []string{"trellis_migrations", "api_keys", "api_servers", "voice_signing_key", "node_cache", "flow_files", "flow_versions"}
+// files and the version of each flow promoted, which threads share.
+// Every other table is one a thread's data can be in.
+var notPerThread = []string{"trellis_migrations", "api_keys", "api_servers", "voice_signing_key", "node_cache", "flow_files", "flow_versions",
+	"flow_promotions"}
 
 // After a thread is deleted or pruned, no table of the database (every
 // table of every migration) holds anything that refers to it.

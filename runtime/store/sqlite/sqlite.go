@@ -59,6 +59,9 @@ type Store struct {
 	// Versions its store.Versions: the shared SQL ones.
 	sqlstore.Hooks
 	sqlstore.Versions
+	// Requests is its store.Requests: the idempotency keys of the API's
+	// creating requests.
+	sqlstore.Requests
 	// Catalog is the store's store.Catalog: the shared SQL catalog on
 	// this database.
 	sqlstore.Catalog
@@ -189,6 +192,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	s := &Store{db: db, path: filepath.Clean(path), cache: sqlstore.NewCache(256), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{db: db, s: s}}
 	s.Hooks, s.Versions = sqlstore.Hooks{DB: s.Catalog.DB}, sqlstore.Versions{DB: s.Catalog.DB}
+	s.Requests = sqlstore.Requests{DB: s.Catalog.DB}
 	// Two processes opening a new file at once contend for the switch to
 	// WAL mode, which can fail with "database is locked" without waiting
 	// for the busy timeout: retry, as the loser will find the work done.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -271,6 +272,7 @@ func RunSchedules(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DueAndAdvance", testScheduleDue},
 		{"ConcurrentAdvanceOnce", testScheduleConcurrent},
 		{"PauseResume", testSchedulePause},
+		{"TickHistory", testScheduleTicks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -380,7 +382,8 @@ func testScheduleConcurrent(t *testing.T, s store.Schedules) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
-			err := s.AdvanceSchedule(ctx, "every", next, store.ScheduleTick{Next: next.Add(time.Second), LastTick: next, LastRun: fmt.Sprint("run-", i)})
+			err := s.AdvanceSchedule(ctx, "every", next, store.ScheduleTick{Next: next.Add(time.Second), LastTick: next, LastRun: fmt.Sprint("run-", i),
+				History: []store.TickRecord{{Tick: next, At: next, Status: store.TickStarted, Run: fmt.Sprint("run-", i)}}})
 			if err == nil {
 				won.Store(i, true)
 			} else if !errors.Is(err, store.ErrClaimLost) {
@@ -393,6 +396,59 @@ func testScheduleConcurrent(t *testing.T, s store.Schedules) {
 	won.Range(func(any, any) bool { n++; return true })
 	if n != 1 {
 		t.Fatalf("%d servers moved one tick", n)
+	}
+	got, err := s.Schedule(ctx, "acme", "every")
+	if err != nil || len(got.Ticks) != 1 || got.Ticks[0].Run != got.LastRun {
+		t.Fatalf("the tick history after servers raced one tick: %+v %v", got.Ticks, err)
+	}
+}
+
+// A schedule's tick history keeps what each tick did, the newest first,
+// the last TickHistory of them: a span of ticks missed stays there as the
+// ticks after it are recorded.
+func testScheduleTicks(t *testing.T, s store.Schedules) {
+	now := time.Date(2026, 11, 25, 21, 0, 0, 0, time.UTC)
+	if err := s.CreateSchedule(ctx, schedule("h", "acme", now)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Schedule(ctx, "acme", "h"); err != nil || len(got.Ticks) != 0 {
+		t.Fatalf("a new schedule's ticks: %+v %v", got, err)
+	}
+	missed := store.TickRecord{Tick: now, At: now.Add(time.Hour), Status: store.TickMissed, Error: "ticks missed: run once for all of them",
+		MissedFrom: now.Add(-time.Hour), MissedTo: now}
+	first := store.ScheduleTick{Next: now.Add(time.Minute), LastTick: now, LastRun: "run-0", LastError: missed.Error,
+		History: []store.TickRecord{missed, {Tick: now, At: now.Add(time.Hour), Status: store.TickStarted, Run: "run-0"}}}
+	if err := s.AdvanceSchedule(ctx, "h", now, first); err != nil {
+		t.Fatal(err)
+	}
+	next := now.Add(time.Minute)
+	for i := 1; i <= 60; i++ {
+		tick := store.ScheduleTick{Next: next.Add(time.Minute), LastTick: next, LastRun: fmt.Sprint("run-", i),
+			History: []store.TickRecord{{Tick: next, At: next, Status: store.TickStarted, Run: fmt.Sprint("run-", i)}}}
+		if i == 3 {
+			tick.LastRun, tick.LastError = "", "the run did not start: no thread"
+			tick.History = []store.TickRecord{{Tick: next, At: next, Status: store.TickFailed, Error: tick.LastError}}
+		}
+		if err := s.AdvanceSchedule(ctx, "h", next, tick); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			got, _ := s.Schedule(ctx, "acme", "h")
+			want := []store.TickStatus{store.TickStarted, store.TickStarted, store.TickStarted, store.TickMissed}
+			if len(got.Ticks) != 4 || !reflect.DeepEqual([]store.TickStatus{got.Ticks[0].Status, got.Ticks[1].Status, got.Ticks[2].Status, got.Ticks[3].Status}, want) ||
+				got.Ticks[0].Run != "run-2" || !got.Ticks[3].MissedFrom.Equal(missed.MissedFrom) || got.Ticks[3].Error != missed.Error || got.LastError != "" {
+				t.Fatalf("the tick history two ticks after a missed span: %+v (last error %q)", got.Ticks, got.LastError)
+			}
+		}
+		next = next.Add(time.Minute)
+	}
+	got, err := s.Schedule(ctx, "acme", "h")
+	if err != nil || len(got.Ticks) != store.TickHistory || got.Ticks[0].Run != "run-60" || got.Ticks[store.TickHistory-1].Run != "run-11" {
+		t.Fatalf("the tick history after 62 records: %d, the newest %+v %v", len(got.Ticks), got.Ticks[0], err)
+	}
+	list, err := s.ListSchedules(ctx, store.ScheduleQuery{Tenant: "acme"})
+	if err != nil || len(list) != 1 || len(list[0].Ticks) != store.TickHistory {
+		t.Fatalf("listed: %+v %v", list, err)
 	}
 }
 

@@ -167,6 +167,18 @@ func seedThread(t *testing.T, st store.Store, id string, when time.Time) {
 			t.Fatal(err)
 		}
 	}
+	if rq, ok := store.RequestsOf(st); ok {
+		// a run's start sent with an idempotency key, answered with the
+		// thread's state
+		r := &store.RequestRecord{Tenant: "acme", Key: id + "-key", Fingerprint: "fp", Ref: id + "-run-1", Thread: id, Owner: "req-1",
+			Locked: at(1), Created: at(0)}
+		if _, _, err := rq.ReserveRequest(ctx, r, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := rq.AnswerRequest(ctx, "acme", r.Key, "", 200, []byte(`{"thread":"`+id+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if v, ok := st.(store.VoiceCatalog); ok {
 		if _, _, err := v.OpenVoiceSession(ctx, &store.VoiceSessionRecord{ID: id + "-voice", Tenant: "acme", Thread: id, ThreadCreated: at(0),
 			KeyHash: "hash", SigningKey: "k1", Created: at(40), Expires: at(40).Add(time.Hour), Deadline: at(40).Add(2 * time.Hour)}, ""); err != nil {

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneIdleThreads", testPruneIdle},
 		{"PruneIdleLeavesHeldThreads", testPruneIdleHeld},
 		{"LongThreadEveryState", testLongThread},
+		{"RemovedFieldIsGone", testRemovedField},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,6 +109,72 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 	}
 	if _, err := b.Head(ctx, "none"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("b reads a thread that does not exist: %v", err)
+	}
+	// a takes a field out of a thread's state (a move to a version without
+	// it), then the thread grows past a fold: b, reading it from the
+	// database, has no such field, not a null one
+	create(t, a, "r", map[string]any{"gone": "x", "n": 0})
+	commit(t, a, "r", 2, store.Write{Field: "gone", Version: 2, Removed: true})
+	for i := uint64(3); i <= 80; i++ {
+		commit(t, a, "r", i, store.Write{Field: "n", Version: i, Value: int(i)})
+	}
+	hr, err := b.Head(ctx, "r")
+	if _, has := hr.Values["gone"]; err != nil || has || hr.Values["n"] != 80 {
+		t.Fatalf("b reads a thread whose field was removed as %+v %v", hr.Values, err)
+	}
+}
+
+// A write that removes a field takes it out of the state (no value, not
+// a null one): at the head, at every later checkpoint, in a fork and
+// after a fold, while the state before it still has it; a later write
+// brings it back.
+func testRemovedField(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"gone": map[string]any{"a": 1}, "n": 0})
+	commit(t, st, "t", 2, store.Write{Field: "gone", Version: 2, Removed: true}, store.Write{Field: "n", Version: 2, Value: 1})
+	absent := func(what string, values map[string]any) {
+		t.Helper()
+		if v, has := values["gone"]; has {
+			t.Fatalf("%s: the removed field is there (%v): %v", what, v, values)
+		}
+	}
+	h, err := st.Head(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent("the head", h.Values)
+	for i := uint64(3); i <= 70; i++ {
+		commit(t, st, "t", i, store.Write{Field: "n", Version: i, Value: int(i)})
+	}
+	for _, seq := range []uint64{2, 40, 70} {
+		s, err := st.StateAt(ctx, "t", seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		absent(fmt.Sprintf("the state at %d", seq), s.Values)
+	}
+	if s, err := st.StateAt(ctx, "t", 1); err != nil || !reflect.DeepEqual(s.Values["gone"], map[string]any{"a": 1}) {
+		t.Fatalf("the state before the removal: %+v %v", s, err)
+	}
+	f, err := store.Fork(ctx, st, "t", 70, "t-fork")
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent("a fork", f.Values)
+	if h, err = st.Head(ctx, "t-fork"); err != nil {
+		t.Fatal(err)
+	}
+	absent("the fork's head", h.Values)
+	hist, err := st.History(ctx, "t", store.HistoryOptions{Source: store.SourceStep, Limit: 100})
+	if err != nil || len(hist) == 0 {
+		t.Fatal(hist, err)
+	}
+	first := hist[len(hist)-1]
+	if first.Seq != 2 || len(first.Writes) != 2 || first.Writes[0].Field != "gone" || !first.Writes[0].Removed {
+		t.Fatalf("the removal in the history: %+v", first)
+	}
+	commit(t, st, "t", 71, store.Write{Field: "gone", Version: 3, Value: "back"})
+	if h, err = st.Head(ctx, "t"); err != nil || h.Values["gone"] != "back" {
+		t.Fatalf("the field written again: %+v %v", h, err)
 	}
 }
 

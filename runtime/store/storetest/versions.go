@@ -23,6 +23,7 @@ func RunVersions(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PinMovesOnlyFromTheVersionExpected", testVersionsPin},
 		{"PinsListedAndCounted", testVersionsPins},
 		{"ConcurrentFirstPins", testVersionsRace},
+		{"PromotedVersion", testVersionsPromote},
 	}
 	t.Run("DeletedThreadLosesItsVersion", func(t *testing.T) {
 		st := open(t)
@@ -213,5 +214,49 @@ func testVersionsRace(t *testing.T, v store.Versions) {
 	}
 	if won != 1 {
 		t.Fatalf("%d first pins won, want 1", won)
+	}
+}
+
+// A flow's promoted version: only a version the store keeps; a first
+// load's promotion never replaces one; a promotion does; every flow's is
+// listed.
+func testVersionsPromote(t *testing.T, v store.Versions) {
+	p, ok := v.(store.Promotions)
+	if !ok {
+		t.Fatalf("%T keeps no promoted versions", v)
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	v1 := flowVersion("f", "f.yaml", map[string]string{"f.yaml": "one"}, now)
+	v2 := flowVersion("f", "f.yaml", map[string]string{"f.yaml": "two"}, now.Add(time.Second))
+	g1 := flowVersion("g", "g.yaml", map[string]string{"g.yaml": "one"}, now)
+	for _, fv := range []*store.FlowVersion{v1, v2, g1} {
+		if err := v.PutFlowVersion(ctx, fv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.PromotedVersion(ctx, "f"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a flow never promoted: %v, want ErrNotFound", err)
+	}
+	if _, err := p.PromoteVersion(ctx, &store.Promotion{Flow: "f", Version: "nope", Since: now}, false); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("promoting a version not kept: %v, want ErrNotFound", err)
+	}
+	if done, err := p.PromoteVersion(ctx, &store.Promotion{Flow: "f", Version: v1.Version, Since: now, By: "load"}, true); err != nil || !done {
+		t.Fatalf("a first load's promotion: %v %v", done, err)
+	}
+	if done, err := p.PromoteVersion(ctx, &store.Promotion{Flow: "f", Version: v2.Version, Since: now, By: "load"}, true); err != nil || done {
+		t.Fatalf("a second load's promotion replaced the first: %v %v", done, err)
+	}
+	if got, err := p.PromotedVersion(ctx, "f"); err != nil || got.Version != v1.Version || got.By != "load" || !got.Since.Equal(now) {
+		t.Fatalf("promoted after two loads: %+v %v, want %s", got, err, v1.Version)
+	}
+	if done, err := p.PromoteVersion(ctx, &store.Promotion{Flow: "f", Version: v2.Version, Since: now.Add(time.Minute), By: "key_1"}, false); err != nil || !done {
+		t.Fatalf("a promotion: %v %v", done, err)
+	}
+	if _, err := p.PromoteVersion(ctx, &store.Promotion{Flow: "g", Version: g1.Version, Since: now, By: "load"}, true); err != nil {
+		t.Fatal(err)
+	}
+	all, err := p.PromotedVersions(ctx)
+	if err != nil || len(all) != 2 || all[0].Flow != "f" || all[0].Version != v2.Version || all[0].By != "key_1" || all[1].Flow != "g" {
+		t.Fatalf("every flow's promoted version: %+v %v", all, err)
 	}
 }

@@ -45,7 +45,7 @@ func instant(s int) time.Time { return time.Date(2026, 3, 1, 12, 0, s, 123456789
 
 func voiceSession(id, thread string, created, expires time.Time) *store.VoiceSessionRecord {
 	return &store.VoiceSessionRecord{ID: id, Tenant: "acme", Thread: "acme/" + thread, ThreadCreated: instant(0), KeyHash: "hash-" + id,
-		SigningKey: "k1", Created: created, Expires: expires, Deadline: created.Add(time.Hour), Caller: "caller-" + id, CallerAt: created}
+		SigningKey: "k1", Created: created, Expires: expires, Deadline: created.Add(time.Hour), Caller: "caller-" + id, CallerAt: created, CallerKey: "key-" + id}
 }
 
 func testVoiceSigningKey(t *testing.T, v store.VoiceCatalog) {
@@ -228,20 +228,23 @@ func testVoiceCaller(t *testing.T, v store.VoiceCatalog) {
 	if _, _, err := v.OpenVoiceSession(ctx, s, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.AdmitVoiceCaller(ctx, "s1", "someone", "bob", instant(5)); !errors.Is(err, store.ErrVoiceCallerChanged) {
+	if err := v.AdmitVoiceCaller(ctx, "s1", "someone", "bob", "key-b", instant(5)); !errors.Is(err, store.ErrVoiceCallerChanged) {
 		t.Fatalf("admitting from a caller who does not hold the place: %v", err)
 	}
-	if err := v.AdmitVoiceCaller(ctx, "s1", s.Caller, "bob", instant(5)); err != nil {
+	if got, err := v.VoiceSession(ctx, "s1"); err != nil || got.CallerKey != "key-s1" {
+		t.Fatalf("the opener's key: %+v %v", got, err)
+	}
+	if err := v.AdmitVoiceCaller(ctx, "s1", s.Caller, "bob", "key-b", instant(5)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := v.VoiceSession(ctx, "s1")
-	if err != nil || got.Caller != "bob" || !got.CallerAt.Equal(instant(5)) {
+	if err != nil || got.Caller != "bob" || !got.CallerAt.Equal(instant(5)) || got.CallerKey != "key-b" {
 		t.Fatalf("after admitting bob: %+v %v", got, err)
 	}
-	if err := v.AdmitVoiceCaller(ctx, "s1", s.Caller, "carol", instant(6)); !errors.Is(err, store.ErrVoiceCallerChanged) {
+	if err := v.AdmitVoiceCaller(ctx, "s1", s.Caller, "carol", "key-c", instant(6)); !errors.Is(err, store.ErrVoiceCallerChanged) {
 		t.Fatalf("a second admission from the first caller: %v", err)
 	}
-	if err := v.AdmitVoiceCaller(ctx, "s1", "bob", "carol", instant(61)); !errors.Is(err, store.ErrNotFound) {
+	if err := v.AdmitVoiceCaller(ctx, "s1", "bob", "carol", "key-c", instant(61)); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("admitting to an expired session: %v", err)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
-
-	"github.com/ebitengine/purego"
 )
 
 // The Opus codec is the system's libopus, loaded when first used. Loading
@@ -38,7 +36,7 @@ func loadOpus() error {
 		var h uintptr
 		var err error
 		for _, name := range []string{"libopus.so.0", "libopus.so", "libopus.0.dylib", "libopus.dylib"} {
-			if h, err = purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
+			if h, err = dlopen(name); err == nil {
 				break
 			}
 		}
@@ -58,7 +56,7 @@ func loadOpus() error {
 			{"opus_decode", &libopus.decode},
 			{"opus_decoder_destroy", &libopus.decoderDestroy},
 		} {
-			if *s.fn, err = purego.Dlsym(h, s.name); err != nil {
+			if *s.fn, err = dlsym(h, s.name); err != nil {
 				libopus.err = fmt.Errorf("%w (%v)", ErrNoOpus, err)
 				return
 			}
@@ -97,7 +95,7 @@ func NewEncoder(rate, bitrate int) (*Encoder, error) {
 		return nil, err
 	}
 	var code int32
-	st, _, _ := purego.SyscallN(libopus.encoderCreate, uintptr(rate), 1, opusApplicationVoIP, uintptr(unsafe.Pointer(&code)))
+	st, _, _ := syscallN(libopus.encoderCreate, uintptr(rate), 1, opusApplicationVoIP, uintptr(unsafe.Pointer(&code)))
 	if code != opusOK || st == 0 {
 		return nil, opusError(code)
 	}
@@ -105,7 +103,7 @@ func NewEncoder(rate, bitrate int) (*Encoder, error) {
 	if bitrate > 0 {
 		// opus_encoder_ctl is variadic; its one integer argument is passed
 		// as any other on the platforms purego supports
-		if r, _, _ := purego.SyscallN(libopus.encoderCtl, st, opusSetBitrate, uintptr(bitrate)); int32(r) != opusOK {
+		if r, _, _ := syscallN(libopus.encoderCtl, st, opusSetBitrate, uintptr(bitrate)); int32(r) != opusOK {
 			e.Close()
 			return nil, opusError(int32(r))
 		}
@@ -125,7 +123,7 @@ func (e *Encoder) Encode(pcm []int16) ([]byte, error) {
 	if len(pcm) == 0 {
 		return nil, errors.New("opus: empty frame")
 	}
-	n, _, _ := purego.SyscallN(libopus.encode, e.st, uintptr(unsafe.Pointer(&pcm[0])), uintptr(len(pcm)),
+	n, _, _ := syscallN(libopus.encode, e.st, uintptr(unsafe.Pointer(&pcm[0])), uintptr(len(pcm)),
 		uintptr(unsafe.Pointer(&e.buf[0])), uintptr(len(e.buf)))
 	if int32(n) < 0 {
 		return nil, opusError(int32(n))
@@ -136,7 +134,7 @@ func (e *Encoder) Encode(pcm []int16) ([]byte, error) {
 // Close frees the encoder.
 func (e *Encoder) Close() {
 	if e.st != 0 {
-		purego.SyscallN(libopus.encoderDestroy, e.st)
+		syscallN(libopus.encoderDestroy, e.st)
 		e.st = 0
 	}
 }
@@ -155,7 +153,7 @@ func NewDecoder(rate int) (*Decoder, error) {
 		return nil, err
 	}
 	var code int32
-	st, _, _ := purego.SyscallN(libopus.decoderCreate, uintptr(rate), 1, uintptr(unsafe.Pointer(&code)))
+	st, _, _ := syscallN(libopus.decoderCreate, uintptr(rate), 1, uintptr(unsafe.Pointer(&code)))
 	if code != opusOK || st == 0 {
 		return nil, opusError(code)
 	}
@@ -179,7 +177,7 @@ func (d *Decoder) Decode(packet []byte) ([]int16, error) {
 	} else {
 		frame = d.rate / 50
 	}
-	n, _, _ := purego.SyscallN(libopus.decode, d.st, data, size, uintptr(unsafe.Pointer(&d.pcm[0])), uintptr(frame), 0)
+	n, _, _ := syscallN(libopus.decode, d.st, data, size, uintptr(unsafe.Pointer(&d.pcm[0])), uintptr(frame), 0)
 	if int32(n) < 0 {
 		return nil, opusError(int32(n))
 	}
@@ -189,7 +187,7 @@ func (d *Decoder) Decode(packet []byte) ([]int16, error) {
 // Close frees the decoder.
 func (d *Decoder) Close() {
 	if d.st != 0 {
-		purego.SyscallN(libopus.decoderDestroy, d.st)
+		syscallN(libopus.decoderDestroy, d.st)
 		d.st = 0
 	}
 }

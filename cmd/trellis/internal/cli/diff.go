@@ -65,6 +65,9 @@ func cmdDiff(ctx context.Context, env *Env, args []string) int {
 		}
 		return flowdiff.Highlight(g.Mermaid(), changes, flow.MermaidID)
 	}
+	// what the change means for the threads of the old version is said
+	// only when both load: when one does not, each format says which
+	loadNote := unloaded(env, pos, old, new)
 	switch *format {
 	case "text":
 		flowdiff.Text(env.Stdout, old.Name, new.Name, changes)
@@ -72,9 +75,15 @@ func cmdDiff(ctx context.Context, env *Env, args []string) int {
 		if chart(); whyDiags.HasErrors() {
 			fmt.Fprintf(env.Stderr, "note: %s\n", why)
 		}
+		if loadNote != "" {
+			fmt.Fprintf(env.Stderr, "note: %s\n", loadNote)
+		}
 	case "github":
 		c := chart()
 		flowdiff.GitHub(env.Stdout, old.Name, new.Name, changes, c)
+		if loadNote != "" {
+			fmt.Fprintf(env.Stdout, "\n> %s.\n", loadNote)
+		}
 		if c == "" {
 			fmt.Fprintf(env.Stdout, "\n> The graph is not drawn: %s.\n", why)
 			shown := 0
@@ -105,6 +114,9 @@ func cmdDiff(ctx context.Context, env *Env, args []string) int {
 		if chart(); whyDiags.HasErrors() {
 			fmt.Fprintf(env.Stderr, "note: %s\n", why)
 		}
+		if loadNote != "" {
+			fmt.Fprintf(env.Stderr, "note: %s\n", loadNote)
+		}
 	default:
 		fmt.Fprintf(env.Stderr, "trellis diff: unknown format %q (text, github, mermaid, json)\n", *format)
 		return 2
@@ -113,6 +125,34 @@ func cmdDiff(ctx context.Context, env *Env, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// unloaded says which of the two versions (its argument in args) does
+// not load, with its count of errors, so that what the change means for
+// the threads of the old version cannot be said ("" when both load).
+func unloaded(env *Env, args []string, old, new flowdiff.Source) string {
+	var notes []string
+	for i, s := range []flowdiff.Source{old, new} {
+		g, dl, _ := s.Compile(env.Registry)
+		if g != nil {
+			continue
+		}
+		n := 0
+		for _, d := range dl {
+			if d.Severity == diag.Error {
+				n++
+			}
+		}
+		which := "the old version"
+		if i == 1 {
+			which = "the new version"
+		}
+		notes = append(notes, fmt.Sprintf("%s %s does not load (%s; trellis validate %s lists them)", which, args[i], plural(n, "error"), args[i]))
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return strings.Join(notes, ", and ") + ", so what the change means for the threads of the old version is not said"
 }
 
 // threadEffects prints what the change means for the threads of the old

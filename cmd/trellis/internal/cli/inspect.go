@@ -123,11 +123,24 @@ func cmdHistory(ctx context.Context, env *Env, args []string) int {
 		for _, w := range cp.Writers {
 			nodes = append(nodes, w.Node)
 		}
+		var removed []string
 		for _, w := range cp.Writes {
+			if w.Removed {
+				removed = append(removed, w.Field)
+				continue
+			}
 			fields = append(fields, w.Field)
 		}
 		fmt.Fprintf(env.Stdout, "%d\t%s\t%-6s step %-3d nodes [%s] wrote [%s]", cp.Seq, cp.Time.Local().Format(time.DateTime),
 			cp.Source, cp.Step, strings.Join(nodes, ", "), strings.Join(fields, ", "))
+		if len(removed) > 0 {
+			fmt.Fprintf(env.Stdout, " removed [%s]", strings.Join(removed, ", "))
+		}
+		if cp.Source == trellis.SourceMigrate {
+			from, _ := cp.Config["from_version"].(string)
+			to, _ := cp.Config["to_version"].(string)
+			fmt.Fprintf(env.Stdout, " moved from version %s to %s", from, to)
+		}
 		if len(cp.Next) > 0 {
 			fmt.Fprintf(env.Stdout, " next [%s]", strings.Join(cp.Next, ", "))
 		}

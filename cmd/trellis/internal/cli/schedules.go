@@ -113,6 +113,30 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) int {
 		if err == nil {
 			printSchedule(env, sc)
 		}
+	case "ticks":
+		var sid string
+		if sid, err = one(); err != nil {
+			break
+		}
+		var ticks *api.ScheduleTicks
+		if ticks, err = c.ScheduleTicks(ctx, sid); err == nil {
+			for _, t := range ticks.Ticks {
+				what := t.Status
+				switch {
+				case t.Run != "":
+					what += " " + t.Run
+					if t.RunStatus != "" {
+						what += " (" + t.RunStatus + ")"
+					}
+				case t.MissedFrom != nil && t.MissedTo != nil:
+					what += " " + t.MissedFrom.Local().Format(time.DateTime) + " to " + t.MissedTo.Local().Format(time.DateTime)
+				}
+				if t.Error != "" {
+					what += ": " + t.Error
+				}
+				fmt.Fprintf(env.Stdout, "%s\t%s\n", t.Tick.Local().Format(time.DateTime), what)
+			}
+		}
 	case "delete":
 		var sid string
 		if sid, err = one(); err == nil {
@@ -121,7 +145,7 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) int {
 			}
 		}
 	default:
-		err = usagef("unknown schedules command %q: create, list, get, pause, resume or delete", sub)
+		err = usagef("unknown schedules command %q: create, list, get, ticks, pause, resume or delete", sub)
 	}
 	if err != nil {
 		return fail(env, "schedules", err)

@@ -253,6 +253,9 @@ func cmdDev(ctx context.Context, env *Env, args []string) int {
 	if len(args) > 0 && args[0] == "loadtest" {
 		return cmdLoadtest(ctx, env, args[1:])
 	}
+	if len(args) > 0 && args[0] == "sbom" {
+		return cmdSBOM(ctx, env, args[1:])
+	}
 	fs := flags(env, "dev")
 	addr := fs.String("addr", "127.0.0.1:8089", "address to listen on")
 	script := fs.String("script", "", "YAML file of rules: [{match: TEXT, replies: [{content, status, retry_after, delay}]}]")

@@ -29,7 +29,7 @@ func cmdThreadsMigrate(ctx context.Context, env *Env, args []string) int {
 	}
 	defer rt.Close()
 	if *to == "" || len(pos) == 0 {
-		return fail(env, name, usagef("want --to VERSION and THREAD ..."))
+		return fail(env, name, usagef("want --to VERSION and the threads to move: TENANT/ID for a served thread, as trellis threads lists it (ID alone for a thread of trellis run)"))
 	}
 	m := trellis.Migration{Drop: drops}
 	for _, s := range sets {

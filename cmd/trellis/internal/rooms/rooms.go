@@ -126,16 +126,17 @@ func (lk *LiveKit) roomConfig(room, meta string) *livekit.RoomConfiguration {
 }
 
 // CallerToken mints a caller's token: it may join the room (making it,
-// as roomConfig says, if LiveKit lost it) and publish a microphone (none
-// in text mode) and data.
-func (lk *LiveKit) CallerToken(room, meta string, in api.VoiceRequest) (string, time.Time, error) {
+// as roomConfig says, if LiveKit lost it) with attrs as its attributes
+// (which it may not change: no metadata updates) and publish a
+// microphone (none in text mode) and data.
+func (lk *LiveKit) CallerToken(room, meta string, in api.VoiceRequest, attrs map[string]string) (string, time.Time, error) {
 	exp := time.Now().Add(lk.cfg.TokenTTL).UTC().Truncate(time.Second)
 	yes, no, audio := true, false, in.Mode == api.VoiceAudio
 	grant := &auth.VideoGrant{RoomJoin: true, Room: room, CanSubscribe: &yes, CanPublish: &audio, CanPublishData: &yes, CanUpdateOwnMetadata: &no}
 	if audio {
 		grant.SetCanPublishSources([]livekit.TrackSource{livekit.TrackSource_MICROPHONE})
 	}
-	tok, err := auth.NewAccessToken(lk.cfg.APIKey, lk.cfg.APISecret).SetIdentity(in.Identity).SetName(in.Name).
+	tok, err := auth.NewAccessToken(lk.cfg.APIKey, lk.cfg.APISecret).SetIdentity(in.Identity).SetName(in.Name).SetAttributes(attrs).
 		SetKind(livekit.ParticipantInfo_STANDARD).SetValidFor(lk.cfg.TokenTTL).SetVideoGrant(grant).
 		SetRoomConfig(lk.roomConfig(room, meta)).ToJWT()
 	return tok, exp, err

@@ -29,6 +29,7 @@ import (
 
 	"github.com/trellisflow/trellis/cmd/trellis/internal/audio"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/api/server"
 )
 
 // Offline is the offline engines, found on PATH. Its recognisers stay
@@ -103,18 +104,9 @@ func invalid(format string, args ...any) error {
 // speech (response_format wav, or none), or raw 24 kHz 16-bit samples
 // (pcm, as OpenAI sends them).
 func (o *Offline) Speak(w http.ResponseWriter, r *http.Request) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return &api.Error{Code: api.CodeUnsupportedMedia, Message: "send application/json"}
-	}
 	var in SpeechRequest
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return &api.Error{Code: api.CodeBadRequest, Message: "the body is not a speech request: " + err.Error()}
+	if err := server.ReadJSON(r, &in); err != nil {
+		return err
 	}
 	text := strings.TrimSpace(in.Input)
 	switch {
@@ -127,7 +119,7 @@ func (o *Offline) Speak(w http.ResponseWriter, r *http.Request) error {
 	if in.Voice != "" {
 		var ok bool
 		if voice, ok = Voices[strings.ToLower(in.Voice)]; !ok {
-			return invalid("voice %q is not one of the offline engine's (alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, shimmer, verse, or flite's awb, rms, slt, kal16, kal)", in.Voice)
+			return invalid("voice %q is not one of the offline engine's (alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, shimmer, verse, awb, rms, slt, kal16 or kal)", in.Voice)
 		}
 	}
 	format := in.ResponseFormat
@@ -235,7 +227,7 @@ func (o *Offline) Transcribe(w http.ResponseWriter, r *http.Request) error {
 	r.Body = http.MaxBytesReader(w, r.Body, maxUpload)
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return &api.Error{Code: api.CodeBadRequest, Message: "the body is not a multipart form: " + err.Error()}
+		return formError(err)
 	}
 	fields := map[string]string{}
 	field := func(name string) string {
@@ -313,7 +305,7 @@ func formError(err error) error {
 	if errors.As(err, &mbe) {
 		return &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("the recording is larger than %d bytes", mbe.Limit)}
 	}
-	return &api.Error{Code: api.CodeBadRequest, Message: "the body is not a multipart form: " + err.Error()}
+	return &api.Error{Code: api.CodeBadRequest, Message: "the body is not a multipart form with the recording in its file field (a form cut short, or without its boundary)"}
 }
 
 // recorder keeps what is read through it until it is stopped.
@@ -409,7 +401,7 @@ func (o *Offline) decode(ctx context.Context, data []byte, ext string) (audio.PC
 		return audio.PCM{Rate: 16000, Samples: audio.Resample(pcm.Samples, pcm.Rate, 16000)}, nil
 	}
 	if o.sox == "" {
-		return pcm, invalid("the recording is not 16-bit PCM WAV (%v); other formats need sox (apt-get install sox)", err)
+		return pcm, invalid("the recording is not 16-bit PCM WAV, the one format this server reads")
 	}
 	dir, err := os.MkdirTemp("", "trellis-speech-")
 	if err != nil {
@@ -423,11 +415,10 @@ func (o *Offline) decode(ctx context.Context, data []byte, ext string) (audio.PC
 	if err := os.WriteFile(in, data, 0o600); err != nil {
 		return pcm, err
 	}
-	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, o.sox, in, "-r", "16000", "-c", "1", "-b", "16", out)
-	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return pcm, invalid("the recording cannot be read: %s", strings.TrimSpace(stderr.String()))
+		// what the converter said names its files: it is not the caller's
+		return pcm, invalid("the recording cannot be read: it is not audio in a format this server reads (WAV, FLAC, Ogg, MP3...)")
 	}
 	f, err := os.Open(out)
 	if err != nil {

@@ -116,7 +116,7 @@ func start(t *testing.T, env []string, wrap []string, args ...string) *studio {
 	select {
 	case m := <-found:
 		s.url, s.base = m[0], m[1]
-	case <-time.After(30 * time.Second):
+	case <-time.After(3 * time.Minute):
 		t.Fatalf("trellis studio printed no address:\n%s", s.stderr)
 	}
 	return s
@@ -293,6 +293,13 @@ func TestStudioDrawsTheGraph(t *testing.T) {
 	}
 	if !strings.Contains(p.text(`#graph .edge[data-from="decide_next_action"][data-to="closing"]`), "→ closing") {
 		t.Errorf("the route to closing is not labelled")
+	}
+	// the version new threads start on: the one loaded, promoted by the
+	// flow's first load
+	var flow struct{ Version, Promoted string }
+	p.eval(`fetch('/v1/flows/interview', {headers: {Authorization: 'Bearer ' + sessionStorage.getItem('trellis.studio.key')}}).then(r => r.json())`, &flow)
+	if v := p.text("#flow-version"); flow.Promoted == "" || v != "version "+flow.Version[:8]+" (promoted)" {
+		t.Errorf("the flow's version shown: %q (the flow: %+v)", v, flow)
 	}
 	p.shot("graph")
 

@@ -2,6 +2,7 @@ package voice_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +59,64 @@ func TestSecondCaller(t *testing.T) {
 		if id == "caller" || id == "" {
 			t.Errorf("a caller's identity %q is not its own", id)
 		}
+	}
+}
+
+// TestIdentityBelongsToItsKey: a caller's identity is the key's that
+// received it. Another key of the tenant asking for it (as its token's
+// identity would push the caller out of the room: LiveKit's
+// DUPLICATE_IDENTITY) is refused with 403, while the caller joins and
+// while it is in the room, whether the identity is the first key's
+// default or one it named; another key's default identity is never to
+// be had; the caller stays in the room, joined with its key's id in its
+// attributes, and its own key may ask again.
+func TestIdentityBelongsToItsKey(t *testing.T) {
+	r := newRig(t)
+	ctx := voicetest.Context(t, 2*time.Minute)
+	rooms, _ := r.livekit()
+	other, otherKey := r.newClient("acme", false)
+	for _, named := range []string{"", "ada"} {
+		thread := "own" + named
+		r.interview(ctx, thread, 3)
+		first := r.voice(ctx, thread, api.VoiceRequest{Mode: api.VoiceText, Identity: named})
+		if named == "" && first.Identity != "caller-"+r.keyID || named != "" && first.Identity != named {
+			t.Fatalf("the first caller's identity %q", first.Identity)
+		}
+		taken := func(when string) {
+			t.Helper()
+			got, err := other.Voice(ctx, thread, api.VoiceRequest{Mode: api.VoiceText, Identity: first.Identity})
+			var ae *api.Error
+			if !errors.As(err, &ae) || ae.Code != api.CodeForbidden || ae.Status != 403 || !strings.Contains(ae.Message, first.Identity) {
+				t.Fatalf("another key asking for %q %s: %+v %v", first.Identity, when, got, err)
+			}
+		}
+		taken("while its caller joins")
+		caller := voicetest.Join(t, first.URL, first.Token)
+		taken("while its caller is in the room")
+		if _, err := other.Voice(ctx, thread, api.VoiceRequest{Mode: api.VoiceText, Identity: "caller-" + r.keyID}); !api.IsCode(err, api.CodeForbidden) {
+			t.Fatalf("another key asking for the first key's default identity: %v", err)
+		}
+		again := r.voice(ctx, thread, api.VoiceRequest{Mode: api.VoiceText, Identity: named})
+		if again.Identity != first.Identity {
+			t.Fatalf("the first key asking again: %q", again.Identity)
+		}
+		ps, err := rooms.ListParticipants(ctx, &livekit.ListParticipantsRequest{Room: first.Room})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := false
+		for _, p := range ps.Participants {
+			if p.Identity == first.Identity {
+				in = p.Attributes[server.CallerKeyAttribute] == r.keyID && p.State != livekit.ParticipantInfo_DISCONNECTED
+			}
+		}
+		if !in || caller.Room.ConnectionState() != lksdk.ConnectionStateConnected {
+			t.Fatalf("the first caller is not in the room as its key's: %v", ps.Participants)
+		}
+		caller.Leave()
+	}
+	if _, err := other.Voice(ctx, "own", api.VoiceRequest{Mode: api.VoiceText, Identity: "caller-" + otherKey + "x"}); !api.IsCode(err, api.CodeForbidden) {
+		t.Fatalf("a caller- identity of no key's: %v", err)
 	}
 }
 

@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -152,15 +154,18 @@ func (h Hooks) DropOrphanDeliveries(ctx context.Context, before time.Time) (int,
 }
 
 const scheduleColumns = `id, tenant, flow, thread, cron, zone, input, metadata, missed, grace, webhook, paused, next_at, last_tick,
-	last_run, last_error, created_at, thread_values`
+	last_run, last_error, created_at, thread_values, ticks`
 
 func scanSchedule(r Rows) (*store.Schedule, error) {
 	var s store.Schedule
-	var input, metadata, missed, values string
+	var input, metadata, missed, values, ticks string
 	var grace, next, lastTick, created int64
 	if err := r.Scan(&s.ID, &s.Tenant, &s.Flow, &s.Thread, &s.Cron, &s.Zone, &input, &metadata, &missed, &grace, &s.Webhook, &s.Paused,
-		&next, &lastTick, &s.LastRun, &s.LastError, &created, &values); err != nil {
+		&next, &lastTick, &s.LastRun, &s.LastError, &created, &values, &ticks); err != nil {
 		return nil, err
+	}
+	if err := json.Unmarshal([]byte(ticks), &s.Ticks); err != nil {
+		return nil, fmt.Errorf("schedule %s: its tick history: %w", s.ID, err)
 	}
 	if input != "null" {
 		s.Input = json.RawMessage(input)
@@ -210,9 +215,9 @@ func (h Hooks) CreateSchedule(ctx context.Context, s *store.Schedule) error {
 	if err != nil {
 		return err
 	}
-	_, err = h.DB.Exec(ctx, `INSERT INTO schedules (`+scheduleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = h.DB.Exec(ctx, `INSERT INTO schedules (`+scheduleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.Tenant, s.Flow, s.Thread, s.Cron, s.Zone, input, string(metadata), string(s.Missed), s.Grace.Nanoseconds(), s.Webhook, s.Paused,
-		nanos(s.Next), nanos(s.LastTick), s.LastRun, s.LastError, nanos(s.Created), values)
+		nanos(s.Next), nanos(s.LastTick), s.LastRun, s.LastError, nanos(s.Created), values, "[]")
 	if err != nil && h.DB.Unique(err) {
 		return store.ErrExists
 	}
@@ -247,18 +252,37 @@ func (h Hooks) DueSchedules(ctx context.Context, now time.Time, limit int) ([]*s
 }
 
 // AdvanceSchedule implements store.Schedules: a compare-and-set on the
-// next tick, so that of the servers that fire one tick, one moves it.
+// next tick, so that of the servers that fire one tick, one moves it
+// (and adds to its tick history, read and written in one transaction
+// whose update holds only if the next tick is still from).
 func (h Hooks) AdvanceSchedule(ctx context.Context, id string, from time.Time, t store.ScheduleTick) error {
-	n, err := h.DB.Exec(ctx, `UPDATE schedules SET next_at = ?, last_tick = ?, last_run = ?, last_error = ? WHERE id = ? AND next_at = ?`,
-		nanos(t.Next), nanos(t.LastTick), t.LastRun, t.LastError, id, nanos(from))
-	if err != nil || n > 0 {
+	return h.DB.Tx(ctx, func(db DB) error {
+		var ticks string
+		err := one(ctx, db, func(r Rows) error { return r.Scan(&ticks) }, `SELECT ticks FROM schedules WHERE id = ? AND next_at = ?`, id, nanos(from))
+		if errors.Is(err, store.ErrNotFound) {
+			if err := one(ctx, db, func(Rows) error { return nil }, `SELECT 1 FROM schedules WHERE id = ?`, id); err != nil {
+				return err
+			}
+			return store.ErrClaimLost
+		}
+		if err != nil {
+			return err
+		}
+		var history []store.TickRecord
+		if err := json.Unmarshal([]byte(ticks), &history); err != nil {
+			return fmt.Errorf("schedule %s: its tick history: %w", id, err)
+		}
+		next, err := json.Marshal(store.AddTicks(history, t.History))
+		if err != nil {
+			return err
+		}
+		n, err := db.Exec(ctx, `UPDATE schedules SET next_at = ?, last_tick = ?, last_run = ?, last_error = ?, ticks = ? WHERE id = ? AND next_at = ?`,
+			nanos(t.Next), nanos(t.LastTick), t.LastRun, t.LastError, string(next), id, nanos(from))
+		if err == nil && n == 0 {
+			err = store.ErrClaimLost // moved by another since it was read
+		}
 		return err
-	}
-	err = one(ctx, h.DB, func(Rows) error { return nil }, `SELECT 1 FROM schedules WHERE id = ?`, id)
-	if err == nil {
-		return store.ErrClaimLost
-	}
-	return err
+	})
 }
 
 // PauseSchedule implements store.Schedules.

@@ -36,6 +36,8 @@ type FieldRow struct {
 	// Packed holds a segment's items, packed (see Segment), in place of
 	// Value.
 	Packed string
+	// Removed: the write takes the field out of the state (Value null).
+	Removed bool
 	// early is the row decoded as it was read (see Loader).
 	early *decoded
 }
@@ -65,7 +67,7 @@ func Decode(r FieldRow) (store.Write, error) {
 	if err != nil {
 		return store.Write{}, fmt.Errorf("field %q at %d: %w", r.Field, r.Seq, err)
 	}
-	w := store.Write{Field: r.Field, Version: r.Version, Append: r.Append}
+	w := store.Write{Field: r.Field, Version: r.Version, Append: r.Append, Removed: r.Removed}
 	if r.Append {
 		w.Items, _ = v.([]any)
 	} else {

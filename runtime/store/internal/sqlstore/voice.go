@@ -53,13 +53,13 @@ func (c Catalog) RotateVoiceSigningKey(ctx context.Context, k *store.SigningKeyR
 }
 
 const voiceColumns = `id, tenant, thread, thread_created, key_hash, signing_key, created_at, expires_at, deadline,
-	renewed_at, caller, caller_at, ended_at`
+	renewed_at, caller, caller_at, ended_at, caller_key`
 
 func scanVoiceSession(r Rows) (*store.VoiceSessionRecord, error) {
 	var v store.VoiceSessionRecord
 	var threadCreated, created, expires, deadline, renewed, callerAt, ended int64
 	if err := r.Scan(&v.ID, &v.Tenant, &v.Thread, &threadCreated, &v.KeyHash, &v.SigningKey, &created, &expires, &deadline,
-		&renewed, &v.Caller, &callerAt, &ended); err != nil {
+		&renewed, &v.Caller, &callerAt, &ended, &v.CallerKey); err != nil {
 		return nil, err
 	}
 	v.ThreadCreated, v.Created, v.Expires, v.Deadline = fromNanos(threadCreated), fromNanos(created), fromNanos(expires), fromNanos(deadline)
@@ -100,9 +100,9 @@ func (c Catalog) OpenVoiceSession(ctx context.Context, v *store.VoiceSessionReco
 		if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		_, err = db.Exec(ctx, `INSERT INTO voice_sessions (`+voiceColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		_, err = db.Exec(ctx, `INSERT INTO voice_sessions (`+voiceColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			v.ID, v.Tenant, v.Thread, nanos(v.ThreadCreated), v.KeyHash, v.SigningKey, nanos(v.Created), nanos(v.Expires), nanos(v.Deadline),
-			nanos(v.Renewed), v.Caller, nanos(v.CallerAt), nanos(v.Ended))
+			nanos(v.Renewed), v.Caller, nanos(v.CallerAt), nanos(v.Ended), v.CallerKey)
 		if err != nil {
 			if db.Unique(err) {
 				return store.ErrExists
@@ -148,9 +148,9 @@ func (c Catalog) RenewVoiceSession(ctx context.Context, id string, now, expires 
 }
 
 // AdmitVoiceCaller implements store.VoiceCatalog.
-func (c Catalog) AdmitVoiceCaller(ctx context.Context, id, from, identity string, at time.Time) error {
-	n, err := c.DB.Exec(ctx, `UPDATE voice_sessions SET caller = ?, caller_at = ? WHERE id = ? AND caller = ? AND ended_at = 0 AND expires_at > ?`,
-		identity, nanos(at), id, from, nanos(at))
+func (c Catalog) AdmitVoiceCaller(ctx context.Context, id, from, identity, key string, at time.Time) error {
+	n, err := c.DB.Exec(ctx, `UPDATE voice_sessions SET caller = ?, caller_at = ?, caller_key = ? WHERE id = ? AND caller = ? AND ended_at = 0 AND expires_at > ?`,
+		identity, nanos(at), key, id, from, nanos(at))
 	if err != nil || n > 0 {
 		return err
 	}

@@ -10,7 +10,8 @@ import (
 )
 
 // A checkpoint's writes are stored in its own row, as one JSON list of
-// [field, version, append, value] lists, by field: a row and two index
+// [field, version, append, value] lists (and a fifth member, true, for a
+// write that takes its field out of the state), by field: a row and two index
 // entries a write cost more than most values, and the writes of one
 // checkpoint are read together but for a fold's reads, which name the
 // checkpoints they need (Spans.Checkpoints). No writes is the empty
@@ -39,6 +40,10 @@ func EncodeWrites(ws []store.Write) ([]byte, error) {
 		out = append(out, f...)
 		out = fmt.Appendf(out, ",%d,%t,", w.Version, w.Append)
 		out = append(out, v...)
+		if w.Removed {
+			// a fifth member: the field is taken out of the state
+			out = append(out, ",true"...)
+		}
 		out = append(out, ']')
 	}
 	return append(out, ']'), nil
@@ -56,7 +61,7 @@ func DecodeWrites(seq uint64, b []byte, keep func(field string) bool, rows []Fie
 	}
 	for _, w := range ws {
 		var r FieldRow
-		if len(w) != 4 {
+		if len(w) != 4 && len(w) != 5 {
 			return nil, fmt.Errorf("writes of checkpoint %d: a write of %d parts", seq, len(w))
 		}
 		if err := json.Unmarshal(w[0], &r.Field); err != nil {
@@ -72,6 +77,11 @@ func DecodeWrites(seq uint64, b []byte, keep func(field string) bool, rows []Fie
 			return nil, fmt.Errorf("writes of checkpoint %d, field %q: %w", seq, r.Field, err)
 		}
 		r.Seq, r.Value = seq, w[3]
+		if len(w) == 5 {
+			if err := json.Unmarshal(w[4], &r.Removed); err != nil {
+				return nil, fmt.Errorf("writes of checkpoint %d, field %q: %w", seq, r.Field, err)
+			}
+		}
 		rows = append(rows, r)
 	}
 	return rows, nil

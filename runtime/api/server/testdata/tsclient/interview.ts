@@ -6,7 +6,8 @@
 // The test writes env.ts: the server's address, a key, and what the
 // candidate says. The script runs a whole interview, streams one turn,
 // forks the thread, filters threads by metadata in the document's
-// deepObject style and answers an interrupt; any failure throws.
+// deepObject style, answers an interrupt and sends a run with an
+// idempotency key twice; any failure throws.
 import createClient from "openapi-fetch";
 import type { components, paths } from "./schema.js";
 import { base, key, script } from "./env.js";
@@ -82,6 +83,20 @@ const answered = await client.POST("/v1/threads/{id}/runs/wait", {
   body: { resume: true, answers: { [question.id]: { approve: true, note: "strong" } } },
 });
 if (!answered.data || answered.data.state?.approved !== true || answered.data.state.note !== "strong") fail("approval: the answer", answered.error ?? answered.data);
+
+// a run started with an idempotency key, sent again after a lost answer:
+// the same run, answered as the first time, and not run twice
+const keyed = { params: { path: { id: "cand-2" }, header: { "Idempotency-Key": "cand-2-turn-1" } } };
+if (!(await client.POST("/v1/threads", { body: { id: "cand-2", flow: "approval" } })).data) fail("create cand-2");
+const first = await client.POST("/v1/threads/{id}/runs/wait", { ...keyed, body: { input: { candidate: "Grace", score: 90 } } });
+const again = await client.POST("/v1/threads/{id}/runs/wait", { ...keyed, body: { input: { candidate: "Grace", score: 90 } } });
+if (!first.data || !again.data || first.data.id !== again.data.id || again.response.headers.get("Idempotent-Replayed") !== "true") {
+  fail("a keyed run sent again", again.error ?? again.data);
+}
+const runs = await client.GET("/v1/threads/{id}/runs", { params: { path: { id: "cand-2" } } });
+if (!runs.data || runs.data.runs.length !== 1) fail("the runs of a keyed run sent twice", runs.error ?? runs.data);
+const reused = await client.POST("/v1/threads/{id}/runs/wait", { ...keyed, body: { input: { candidate: "Grace", score: 10 } } });
+if (reused.error?.error.code !== "idempotency_key_reused") fail("a key sent with another body", reused.error ?? reused.data);
 
 // an error is typed too
 const missing = await client.GET("/v1/threads/{id}/state", { params: { path: { id: "nobody" } } });

@@ -200,6 +200,17 @@ function signOut() {
 
 // --- a flow ---
 
+// showVersion says which version of the flow new threads start on (the
+// promoted one, on every server) and, when it is another, the one this
+// server loaded from its flow directory (the one edited here).
+function showVersion(flow) {
+  const short = (v) => (v || '').slice(0, 8);
+  let text = 'version ' + short(flow.version);
+  if (flow.promoted && flow.promoted === flow.version) text += ' (promoted)';
+  else if (flow.promoted) text = 'promoted ' + short(flow.promoted) + ', loaded ' + short(flow.version);
+  $('flow-version').textContent = text;
+}
+
 async function loadFlow(name, thread) {
   setStatus('loading flow ' + name);
   try {
@@ -213,6 +224,7 @@ async function loadFlow(name, thread) {
     S.flow = flow;
     S.graph = graph;
     S.files = files;
+    showVersion(flow);
     S.edits = {};
     S.diagnostics = [];
     S.expanded = new Set();
@@ -1290,6 +1302,7 @@ async function save() {
     const name = S.flow.name;
     S.flows = (await api.get('/v1/flows')).flows;
     const [flow, graph] = await Promise.all([api.get('/v1/flows/' + encodeURIComponent(name)), api.get('/v1/flows/' + encodeURIComponent(name) + '/graph')]);
+    showVersion(flow);
     S.flow = flow;
     S.graph = graph;
     const current = editor.current();
