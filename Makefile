@@ -219,15 +219,19 @@ tidy-check:
 	  cp /tmp/trellis.go.mod.bak go.mod; cp /tmp/trellis.go.sum.bak go.sum; \
 	  echo "go mod tidy changes go.mod/go.sum"; exit 1; fi
 
-# Every flow in flows/ validates with no diagnostics.
+# Every flow in flows/ validates with no diagnostics, and its flow tests
+# pass, each also with the state read back between steps (--reload).
 flows: build
 	./bin/trellis validate flows
+	./bin/trellis test --reload flows
 
 # Short fuzzing of the loader, the expression glue, the template checker,
-# the JSON decoder, the HTTP API's request bodies, the command's input
-# values and store addresses, whole command lines over generated flows,
-# and the differential check of the validator against the engine (random
-# flows that validate clean must run; what it finds is kept in
+# the JSON decoder, the state values (normalised, each reads back as it
+# is held), the HTTP API's request bodies, the command's input values and
+# store addresses, whole command lines over generated flows, and the
+# differential check of the validator against the engine (random flows
+# that validate clean must run, and run alike with their state read back
+# between steps; what it finds is kept in
 # nodes/all/testdata/fuzz/FuzzDifferential).
 fuzz:
 	$(GO) test ./runtime/flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
@@ -235,6 +239,7 @@ fuzz:
 	$(GO) test ./runtime/expression -run '^$$' -fuzz '^FuzzFastPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/tmpl -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/value -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runtime/value -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/api/server -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime 10000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzInputsAndStores$$' -fuzztime 3000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzCommandLine$$' -fuzztime 3000x

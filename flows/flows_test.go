@@ -182,10 +182,13 @@ func TestInterviewBlocksRepeats(t *testing.T) {
 	}
 }
 
-// TestFlowTests runs every flow test file (*.test.yaml) offline.
+// TestFlowTests runs every flow test file (*.test.yaml) offline, each test
+// also with its state read back between steps (trellis test --reload).
 func TestFlowTests(t *testing.T) {
 	files, err := filepath.Glob("*" + testfile.Suffix)
-	if err != nil || len(files) < 2 {
+	examples, _ := filepath.Glob("examples/*" + testfile.Suffix)
+	files = append(files, examples...)
+	if err != nil || len(files) < 4 {
 		t.Fatalf("flow test files: %v %v", files, err)
 	}
 	for _, path := range files {
@@ -193,7 +196,7 @@ func TestFlowTests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		results, err := testfile.RunFile(context.Background(), f, all.Offline(), "")
+		results, err := testfile.RunFileWith(context.Background(), f, all.Offline(), testfile.Options{Reload: true})
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}

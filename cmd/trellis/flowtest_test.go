@@ -161,3 +161,51 @@ tests:
 		t.Fatalf("exit %d, want %q in\n%s", exit, want, out)
 	}
 }
+
+// trellis test --reload runs each test again with its state read back
+// between steps, and is on when the CI environment variable says so: a
+// flow whose state differs from run to run (an id it makes) is caught
+// there, and passes without it.
+func TestFlowTestReload(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"ids.yaml": `version: 1
+name: ids
+state:
+  schema:
+    type: object
+    properties:
+      id: {type: string, default: ""}
+nodes:
+  mint: {kind: assign, set: {id: "uuid()"}}
+edges:
+  - {from: START, to: mint}
+  - {from: mint, to: END}
+`,
+		"ids.test.yaml": "flow: ids.yaml\ntests:\n  - name: mints an id\n    runs:\n      - expect: {state: [\"len(state.id) == 36\"]}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("CI", "")
+	if out, stderr, code := trellis(t, "test", dir); code != 0 {
+		t.Fatalf("without --reload: exit %d\n%s%s", code, out, stderr)
+	}
+	for _, c := range []struct {
+		ci   string
+		args []string
+		code int
+	}{
+		{"", []string{"test", "--reload", dir}, 1},
+		{"true", []string{"test", dir}, 1},
+		{"true", []string{"test", "--reload=false", dir}, 0},
+		{"false", []string{"test", dir}, 0},
+	} {
+		t.Setenv("CI", c.ci)
+		out, stderr, code := trellis(t, c.args...)
+		if code != c.code || code == 1 && !strings.Contains(out, "state.id differs when the state is read back between steps") {
+			t.Errorf("CI=%s trellis %v: exit %d\n%s%s", c.ci, c.args, code, out, stderr)
+		}
+	}
+}

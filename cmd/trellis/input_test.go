@@ -81,3 +81,21 @@ edges:
 		})
 	}
 }
+
+// The README's smallest flow, run without the name its greeting reads:
+// refused before anything runs (exit 2), naming the field and the read;
+// with it, greeted.
+func TestGreetWithoutAName(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "g.db")
+	out, stderr, code := trellis(t, "run", "../../flows/examples/greet.yaml", "--store", db, "--thread", "g")
+	if code != 2 || out != "" || !strings.Contains(stderr, `input "name": required: the flow reads input.name at ../../flows/examples/greet.yaml:21:`) {
+		t.Fatalf("without a name: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, stderr, code := trellis(t, "state", "g", "--store", db); code != 3 {
+		t.Fatalf("a refused run left a thread: exit %d %s", code, stderr)
+	}
+	out, stderr, code = trellis(t, "run", "../../flows/examples/greet.yaml", "--store", db, "--thread", "g", "--input", "name=Ada")
+	if code != 0 || !strings.Contains(out, `"greeting": "Hello, Ada!"`) {
+		t.Fatalf("with a name: exit %d\n%s%s", code, out, stderr)
+	}
+}

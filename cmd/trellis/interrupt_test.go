@@ -67,3 +67,53 @@ func TestRunAsksQuestions(t *testing.T) {
 		t.Fatalf("--answer without --resume: %d %s", code, errs)
 	}
 }
+
+// A resumed run that fails is reported as a failed run, with its exit
+// code, answered or not: it does not take the command down.
+func TestResumedRunThatFails(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ask.yaml")
+	if err := os.WriteFile(path, []byte(`version: 1
+name: ask
+input: [amount]
+state:
+  schema:
+    type: object
+    properties:
+      amount: {type: integer, default: 0}
+      approved: {type: boolean, default: false}
+      share: {type: integer, default: 0}
+nodes:
+  approve: {kind: interrupt, ask: "'Approve ' + string(state.amount) + '?'", writes: {approved: "answer == true"}}
+  split: {kind: assign, set: {share: "state.approved ? 100 % (state.amount - 5) : 0"}}
+edges:
+  - {from: START, to: approve}
+  - {from: approve, to: split}
+  - {from: split, to: END}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := "sqlite:" + filepath.Join(dir, "a.db")
+	run := func(args ...string) (out, errs string, code int) {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("trellis %s panicked: %v", strings.Join(args, " "), p)
+			}
+		}()
+		var o, e bytes.Buffer
+		code = cli.Main(args, &cli.Env{Stdin: strings.NewReader(""), Stdout: &o, Stderr: &e, Registry: all.Registry()})
+		return o.String(), e.String(), code
+	}
+	if _, errs, code := run("run", path, "--store", db, "--thread", "a", "--input", "amount=5"); code != 0 || !strings.Contains(errs, "approve asks") {
+		t.Fatalf("the run did not pause: %d %s", code, errs)
+	}
+	// an answer to no question is refused as input
+	if out, errs, code := run("run", path, "--store", db, "--thread", "a", "--resume", "--answer", "split=1"); code != 2 || !strings.Contains(errs, "answers.split") {
+		t.Fatalf("an answer to a node that asks nothing: exit %d\n%s%s", code, out, errs)
+	}
+	// the answered run fails in the step after
+	if out, errs, code := run("run", path, "--store", db, "--thread", "a", "--resume", "--answer", "approve=true"); code != 3 ||
+		!strings.Contains(errs, `node "split"`) || !strings.Contains(errs, "divide by zero") {
+		t.Fatalf("a resumed run that fails: exit %d\n%s%s", code, out, errs)
+	}
+}

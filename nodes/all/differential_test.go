@@ -22,6 +22,9 @@ import (
 // type it was checked against, a read of a field nothing wrote (a
 // template rendering "<no value>"). What only the data decides (an
 // integer overflow, a bound or step limit reached) is not such a failure.
+// And the flow runs alike with its state read back between steps: after
+// every step the state held in the process is the one a store hands back
+// (see readsBackAlike).
 // `make fuzz` runs it for a bounded count; the fuzzer shrinks what it
 // finds, and testdata/fuzz/FuzzDifferential keeps it.
 func FuzzDifferential(f *testing.F) {
@@ -42,8 +45,10 @@ func FuzzDifferential(f *testing.F) {
 		}
 		eng := engine.New(memory.New())
 		defer eng.Store.Close()
+		var inputs []map[string]any
 		for run := range 2 {
-			res, err := eng.Run(context.Background(), graph, engine.Request{Thread: "t", Input: g.input(), RecordPath: true})
+			inputs = append(inputs, g.input())
+			res, err := eng.Run(context.Background(), graph, engine.Request{Thread: "t", Input: inputs[run], RecordPath: true})
 			if err != nil {
 				if excused(err) {
 					return
@@ -56,6 +61,8 @@ func FuzzDifferential(f *testing.F) {
 				}
 			}
 		}
+		// and the state a process holds is the one another reads back
+		readsBackAlike(t, graph, nil, inputs, src)
 	})
 }
 

@@ -193,7 +193,7 @@ func TestRepairFailsThenFallback(t *testing.T) {
 	rec := &recorder{}
 	state := runFlow(t, g, memory.New(), rec.observe)
 	fb := state["feedback"].(map[string]any)
-	if fb["score"] != 5.0 || !strings.Contains(fb["notes"].(string), "review failed: model reply does not match the output schema after a repair turn") {
+	if fb["score"] != 5 || !strings.Contains(fb["notes"].(string), "review failed: model reply does not match the output schema after a repair turn") {
 		t.Fatalf("feedback = %v", fb)
 	}
 	if ev := rec.nodeEnd("review"); ev.Degraded == "" {
@@ -232,7 +232,7 @@ func TestPersistentFailureFallsBack(t *testing.T) {
 	rec := &recorder{}
 	state := runFlow(t, g, memory.New(), rec.observe)
 	fb := state["feedback"].(map[string]any)
-	if fb["score"] != 5.0 || !strings.Contains(fb["notes"].(string), "500") {
+	if fb["score"] != 5 || !strings.Contains(fb["notes"].(string), "500") {
 		t.Fatalf("feedback = %v", fb)
 	}
 	if !strings.HasPrefix(state["summary"].(string), "NO SUMMARY (MODEL:") {
@@ -254,7 +254,7 @@ func TestNoModelUsesFallbacks(t *testing.T) {
 	rec := &recorder{}
 	state := runFlow(t, g, memory.New(), rec.observe)
 	fb := state["feedback"].(map[string]any)
-	if fb["score"] != 5.0 || fb["notes"] != "review failed: "+llm.ErrNoModel.Error() {
+	if fb["score"] != 5 || fb["notes"] != "review failed: "+llm.ErrNoModel.Error() {
 		t.Fatalf("feedback = %v", fb)
 	}
 	if ev := rec.nodeEnd("review"); ev.Degraded != llm.ErrNoModel.Error() || ev.Attempt > 1 {

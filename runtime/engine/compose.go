@@ -70,6 +70,8 @@ func resolveConfig(g *flow.Graph, recorded, given map[string]any) (cfg, record m
 		if err == nil {
 			v = schema.Coerce(f.Shape, v)
 			err = f.Validator.Validate(v)
+			// recorded, it reads back as the store hands it back
+			v, _ = value.Settle(v)
 		}
 		if err != nil {
 			probs.add(&InputError{Field: "config." + k, Reason: err.Error()})

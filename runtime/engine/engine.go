@@ -25,6 +25,7 @@
 //	view.go     the kind.State a node runs on
 //	scope.go    a run's lifetime: attempts given up, their gates, the grace
 //	event.go    the event stream
+//	reload.go   reading a run's state back between steps (WithReload)
 package engine
 
 import (
@@ -77,6 +78,8 @@ type Engine struct {
 	owner string
 	// late counts what the engine's runs gave up on (see Late).
 	late lateCounts
+	// reload: runs read their state back between steps (WithReload)
+	reload bool
 }
 
 // New returns an engine over st with the settings opts give.
@@ -351,6 +354,9 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 			head = &store.Snapshot{Thread: req.Thread, Seq: 1, Values: state}
 		}
 	}
+	if err == nil && e.reload && creating == nil {
+		head, err = reloadHead(head)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -382,6 +388,14 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 	var input, recorded map[string]any
 	if req.Resume {
 		input, recorded = runInput(ctx, e.Store, req.Retry, req.Thread, head.Run)
+		if e.reload {
+			if input, err = reloadMap(input); err == nil {
+				recorded, err = reloadMap(recorded)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
 		if req.Replies == nil {
 			req.Replies = forkReplies(ctx, e.Store, req.Thread)
 		}

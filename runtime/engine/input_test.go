@@ -152,3 +152,68 @@ edges:
 		t.Errorf("threads %v", threads)
 	}
 }
+
+// An input the flow reads as input.NAME with nothing to fall back on is
+// one a run must give: a run without it is refused before anything runs,
+// naming the field and the read, and leaves no thread; a read that
+// guards against its absence (??, a nil test, ?.) asks nothing of a run;
+// a resumed run is not asked again.
+func TestInputsTheFlowReads(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: greet
+input: [name, title, note, extra]
+state:
+	schema:
+		type: object
+		properties:
+			name: {type: string, default: ""}
+			title: {type: string, default: ""}
+			note: {type: string, default: ""}
+			extra: {type: object, default: {}}
+			greeting: {type: string, default: ""}
+nodes:
+	greet:
+		kind: set
+		set:
+			greeting: "'Hello, ' + (input.title ?? '') + input.name + (input.note != nil ? input.note : '') + string(input.extra?.x ?? '')"
+edges:
+	- {from: START, to: greet}
+	- {from: greet, to: END}
+`)
+	f, _ := g.Field("name")
+	if f.ReadAt == nil || f.ReadAt.Line != 18 || f.ReadAt.Col != 58 {
+		t.Fatalf("name read at %v", f.ReadAt)
+	}
+	for _, name := range []string{"title", "note", "extra"} {
+		if f, _ := g.Field(name); f.ReadAt != nil {
+			t.Errorf("%s, read with a fallback, is required by its read at %v", name, f.ReadAt)
+		}
+	}
+	eng := engine.New(memory.New())
+	for _, in := range []map[string]any{nil, {"title": "Dr "}} {
+		_, err := run(t, g, eng, "t", in)
+		var ie *engine.InputError
+		if !errors.As(err, &ie) || ie.Field != "name" || !strings.Contains(err.Error(), "reads input.name at ") ||
+			!strings.Contains(err.Error(), "flow.yaml:18:58") {
+			t.Fatalf("input %v: %v", in, err)
+		}
+		if _, err := eng.Store.Head(context.Background(), "t"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a refused run left a thread: %v", err)
+		}
+	}
+	if err := engine.CheckInput(g, map[string]any{"title": "Dr "}); err == nil || !strings.Contains(err.Error(), `input "name": required`) {
+		t.Fatalf("CheckInput: %v", err)
+	}
+	if err := engine.CheckNew(g, nil, nil); err == nil || !strings.Contains(err.Error(), `input "name": required`) {
+		t.Fatalf("CheckNew: %v", err)
+	}
+	res := mustRun(t, g, eng, "t", map[string]any{"name": "Ann"})
+	if res.State["greeting"] != "Hello, Ann" {
+		t.Fatalf("state %v", res.State)
+	}
+	// the thread exists now: a later run without the name is refused too
+	if _, err := run(t, g, eng, "t", map[string]any{"note": "!"}); err == nil || !strings.Contains(err.Error(), `input "name": required`) {
+		t.Fatalf("a second run without the name: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
@@ -13,7 +14,7 @@ import (
 
 func writeOf(f *flow.Field, version uint64, value, update any) store.Write {
 	if f.Reducer.Appends {
-		return store.Write{Field: f.Name, Version: version, Items: flow.AsItems(update), Append: true}
+		return store.Write{Field: f.Name, Version: version, Items: flow.AsItems(asItem(f, update)), Append: true}
 	}
 	return store.Write{Field: f.Name, Version: version, Value: value}
 }
@@ -22,7 +23,7 @@ func writeOf(f *flow.Field, version uint64, value, update any) store.Write {
 // the field's schema allows that, else the whole value.
 func validateField(f *flow.Field, value, update any) error {
 	if f.Items != nil && f.Reducer.Appends {
-		for i, it := range flow.AsItems(update) {
+		for i, it := range flow.AsItems(asItem(f, update)) {
 			if err := f.Items.Validate(it); err != nil {
 				return fmt.Errorf("appended item %d: %w", i, err)
 			}
@@ -217,6 +218,7 @@ func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
 			rejected = fmt.Errorf("field %q: %w", f.Name, verr)
 			break
 		}
+		v = asItem(f, v)
 		cur := r.cur[f.Index]
 		if at >= 0 {
 			cur = r.staged[at].merged
@@ -229,7 +231,9 @@ func (r *run) stage(n *flow.Node, upd kind.Update) (rejected, err error) {
 		case mergeAppend:
 			merged, rerr = r.appendOwned(f, cur, v)
 		default:
-			merged, rerr = f.Reducer.Reduce(cur, v)
+			if merged, rerr = f.Reducer.Reduce(cur, v); rerr == nil {
+				merged, rerr = settle(merged)
+			}
 		}
 		if rerr == nil {
 			rerr = validateField(f, merged, v)
@@ -303,11 +307,20 @@ func someFields(n *flow.Node, upd kind.Update) []string {
 	return fs
 }
 
+// normalizeFor brings a value written to field f to the form the state
+// holds it in: the form a store hands back (see value.Normalize), so a run
+// that goes on in this process and one that reads the thread back in
+// another see the same value. A whole float of 2^53 or more where f's
+// schema wants an integer is refused (it may be a rounding of the integer
+// meant); elsewhere it is the integer the store hands back for it.
 func normalizeFor(f *flow.Field, v any) (any, error) {
-	switch v.(type) {
-	case nil, bool, int, string:
-		// normal, and what the shape would coerce is a float
+	switch x := v.(type) {
+	case nil, bool, int:
 		return v, nil
+	case string:
+		if utf8.ValidString(x) {
+			return v, nil
+		}
 	}
 	return normalizeAny(f, v)
 }
@@ -317,5 +330,44 @@ func normalizeAny(f *flow.Field, v any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return schema.Coerce(f.Shape, n), nil
+	n = schema.Coerce(f.Shape, n)
+	if settled, wide := value.Settle(n); wide {
+		if err := f.Shape.WideIntegers(n); err != nil {
+			return nil, err
+		}
+		n = settled
+	}
+	return n, nil
+}
+
+// asItem is a null written to a field whose reducer adds items (append,
+// union): one item, null, as any value that is not a list is, which the
+// field's items must take (the validator reads such a write so too).
+func asItem(f *flow.Field, v any) any {
+	if v == nil && (f.Reducer.Appends || f.Reducer.Spec.Name == "union") {
+		return []any{nil}
+	}
+	return v
+}
+
+// reduce merges v, normalised, into cur through f's reducer, in the form
+// the state holds values.
+func reduce(f *flow.Field, cur, v any) (any, error) {
+	merged, err := f.Reducer.Reduce(cur, asItem(f, v))
+	if err != nil || f.Reducer.Appends || f.Reducer.Spec.Name == "replace" {
+		return merged, err
+	}
+	return settle(merged)
+}
+
+// settle brings a reducer's result to the form the state holds it in: a
+// reducer over numbers (add, max, min, an expression) may make a whole
+// float of its operands, which the store hands back as an int.
+func settle(v any) (any, error) {
+	n, err := value.Normalize(v)
+	if err != nil {
+		return nil, err
+	}
+	n, _ = value.Settle(n)
+	return n, nil
 }

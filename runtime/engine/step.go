@@ -114,6 +114,13 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			r.seq = cp.Seq
 			recorded = true
 		}
+		if r.e.reload {
+			// the first step runs on the state and input as another
+			// process reads them back
+			if err := r.reloadState(ctx); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// a resumed run runs the step it paused before
 	pauseBefore := r.resumed == nil
@@ -274,17 +281,17 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 		owed = owedInputs(r.g, r.values)
 	}
 	if len(r.req.Input) == 0 {
+		var probs inputProblems
 		if r.creating == nil {
-			var probs inputProblems
 			probs.addOwed(owed, nil)
+			probs.addRead(r.g, nil)
 			return nil, probs.err()
 		}
 		// a new thread with no input: its initial values alone must hold
-		if len(r.req.Values) == 0 && r.records.defaultsHold || r.g.Root().Validate(r.values) == nil {
-			return nil, nil
+		if len(r.req.Values) > 0 || !r.records.defaultsHold {
+			probs.addState(r.g, r.values, nil)
 		}
-		var probs inputProblems
-		probs.addState(r.g, r.values, nil)
+		probs.addRead(r.g, nil)
 		return nil, probs.err()
 	}
 	next := maps.Clone(r.values)
@@ -303,11 +310,20 @@ func (r *run) applyInput() (*store.Checkpoint, error) {
 		next[k] = nv
 		r.versions[f.Index]++
 		cp.Writes = append(cp.Writes, writeOf(f, r.versions[f.Index], nv, v))
+		if !f.Reducer.Appends && f.Reducer.Spec.Name != "replace" {
+			// the write holds what the reducer made of the input; a
+			// resumed run reads the input itself from here
+			if cp.Input == nil {
+				cp.Input = map[string]any{}
+			}
+			cp.Input[k] = v
+		}
 	}
 	if r.creating != nil || r.g.FullValidation {
 		probs.addState(r.g, next, r.req.Input)
 	}
 	probs.addOwed(owed, r.req.Input)
+	probs.addRead(r.g, r.req.Input)
 	if err := probs.err(); err != nil {
 		return nil, err
 	}
@@ -340,12 +356,11 @@ func inputValue(g *flow.Graph, k string, raw, current any) (f *flow.Field, v, nv
 		}
 		return nil, nil, nil, false, &InputError{Field: k, Reason: reason, Suggestion: diag.Suggest(k, names)}
 	}
-	v, err := value.Normalize(raw)
+	v, err := normalizeFor(f, raw)
 	if err != nil {
 		return f, nil, nil, false, &InputError{Field: k, Reason: err.Error()}
 	}
-	v = schema.Coerce(f.Shape, v)
-	if nv, err = f.Reducer.Reduce(current, v); err != nil {
+	if nv, err = reduce(f, current, v); err != nil {
 		return f, v, nil, true, &InputError{Field: k, Reason: err.Error()}
 	}
 	if err := validateField(f, nv, v); err != nil {
@@ -366,6 +381,19 @@ func (p *inputProblems) addOwed(owed []string, input map[string]any) {
 		if _, given := input[name]; !given {
 			p.add(&InputError{Field: name, Reason: "required: the thread has no value for it yet, so its run gives it as input"})
 		}
+	}
+}
+
+// addRead reports the inputs the flow reads as input.NAME with nothing to
+// fall back on (flow.Field.ReadAt) that input does not give: the read
+// would meet nothing, so the run is refused before anything runs.
+func (p *inputProblems) addRead(g *flow.Graph, input map[string]any) {
+	for _, f := range g.Inputs {
+		if _, given := input[f.Name]; f.ReadAt == nil || given {
+			continue
+		}
+		p.add(&InputError{Field: f.Name, Reason: fmt.Sprintf("required: the flow reads input.%s at %s with nothing to fall back on; give it, or read it there as input.%s ?? a value",
+			f.Name, f.ReadAt, f.Name)})
 	}
 }
 
@@ -554,6 +582,12 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		committed = time.Since(cp.Time)
 	}
 	r.seq = cp.Seq
+	if r.e.reload {
+		// the next step runs on the state as another process reads it
+		if err := r.reloadState(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if r.lease != nil && r.sinceClock == 0 {
 		r.lease.renewIfDue(ctx, cp.Time)
 	}

@@ -66,11 +66,11 @@ func initial(g *flow.Graph, thread string, values map[string]any, check, child b
 		if !ok {
 			return nil, nil, &InputError{Field: k, Reason: "not a state field", Suggestion: diag.Suggest(k, fieldNames(g))}
 		}
-		v, err := value.Normalize(values[k])
+		v, err := normalizeFor(f, values[k])
 		if err != nil {
 			return nil, nil, &InputError{Field: k, Reason: err.Error()}
 		}
-		state[k] = schema.Coerce(f.Shape, v)
+		state[k] = v
 	}
 	if check {
 		if err := g.Root().Validate(state); err != nil && !owesOnlyInputs(g, state, err) {
@@ -227,7 +227,7 @@ func (e *Engine) UpdateAt(ctx context.Context, g *flow.Graph, thread string, at 
 		if err != nil {
 			return nil, &InputError{Field: k, Reason: err.Error()}
 		}
-		merged, err := f.Reducer.Reduce(next[k], v)
+		merged, err := reduce(f, next[k], v)
 		if err == nil {
 			err = validateField(f, merged, v)
 		}
@@ -359,9 +359,10 @@ func CheckNew(g *flow.Graph, values, input map[string]any) error {
 }
 
 // CheckInput checks a run's input against g's input fields, each value on
-// its own over the field's default, as a run checks it (every problem at
-// once, an *InputError): what can be known of an input before the state
-// of the thread it goes to.
+// its own over the field's default, as a run checks it, and that it gives
+// the inputs the flow reads with nothing to fall back on (every problem
+// at once, an *InputError): what can be known of an input before the
+// state of the thread it goes to.
 func CheckInput(g *flow.Graph, input map[string]any) error {
 	var probs inputProblems
 	for _, k := range sortedKeys(input) {
@@ -373,5 +374,6 @@ func CheckInput(g *flow.Graph, input map[string]any) error {
 			probs.add(ie)
 		}
 	}
+	probs.addRead(g, input)
 	return probs.err()
 }

@@ -10,6 +10,8 @@ import (
 	"unicode"
 
 	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/builtin"
+	"github.com/expr-lang/expr/conf"
 )
 
 // The function library flows may call besides expr's built-ins (len, filter,
@@ -40,6 +42,24 @@ var functions = []expr.Option{
 		b, err := json.Marshal(p[0])
 		return string(b), err
 	}, new(func(any) string)),
+	emptyConcat(),
+}
+
+// emptyConcat replaces expr's concat with one that gives an empty list,
+// not a nil one, when its lists hold nothing: a nil list is null to JSON,
+// so a state field written with it would read back as null in any other
+// process. It type-checks its arguments as expr's does.
+func emptyConcat() expr.Option {
+	i := slices.IndexFunc(builtin.Builtins, func(f *builtin.Function) bool { return f.Name == "concat" })
+	base := builtin.Builtins[i]
+	fn := &builtin.Function{Name: base.Name, Validate: base.Validate, Func: func(args ...any) (any, error) {
+		v, _, err := base.Safe(args...)
+		if l, ok := v.([]any); ok && l == nil && err == nil {
+			v = []any{}
+		}
+		return v, err
+	}}
+	return func(c *conf.Config) { c.Functions[fn.Name] = fn }
 }
 
 var registered = []string{"normalize", "word_overlap", "split_words", "mentions", "uuid", "slug", "json"}

@@ -3,6 +3,7 @@ package expression_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -169,4 +170,42 @@ func TestWordOverlapAsTheSetsSay(t *testing.T) {
 			t.Fatalf("%d texts kept, bound %d", n, expression.TextsBound)
 		}
 	}
+}
+
+// The built-in functions that build lists give an empty list, never a nil
+// one, for no items: a nil list is null to JSON, so a field written with
+// it would read back as null elsewhere. concat still refuses what is not
+// a list when it compiles.
+func TestListFunctionsGiveEmptyLists(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"l": {Types: []string{"array"}}, "m": {Types: []string{"object"}}}, Order: []string{"l", "m"}})
+	vars := map[string]any{"state.l": []any{}, "state.m": map[string]any{}, "state": map[string]any{"l": []any{}, "m": map[string]any{}}}
+	for _, src := range []string{"concat([], [])", "concat(state.l)", "concat(state.l, [], state.l)", "flatten([])", "flatten([state.l])",
+		"map(state.l, #)", "filter(state.l, true)", "filter([1], false)", "uniq(state.l)", "keys(state.m)", "values(state.m)",
+		"sort(state.l)", "sortBy(state.l, #)", "reverse(state.l)", "take(state.l, 2)", "state.l[0:0]", "split_words('')", "toPairs(state.m)"} {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatalf("%s: %v", src, probs)
+		}
+		got, err := p.Eval(vars)
+		r := reflect.ValueOf(got)
+		if err != nil || r.Kind() != reflect.Slice || r.IsNil() || r.Len() != 0 {
+			t.Errorf("%s = %#v, %v: want an empty list", src, got, err)
+		}
+	}
+	if got, err := mustEval(t, env, "concat([1], state.l, [2])", vars); err != nil || !reflect.DeepEqual(got, []any{1, 2}) {
+		t.Errorf("concat: %#v %v", got, err)
+	}
+	if _, probs := expression.Compile("concat(state.l, 3)", env, false); len(probs) == 0 {
+		t.Error("concat of a number compiled")
+	}
+}
+
+func mustEval(t *testing.T, env *expression.Env, src string, vars map[string]any) (any, error) {
+	t.Helper()
+	p, probs := expression.Compile(src, env, false)
+	if p == nil {
+		t.Fatalf("%s: %v", src, probs)
+	}
+	return p.Eval(vars)
 }

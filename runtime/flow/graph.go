@@ -107,6 +107,12 @@ type Field struct {
 	HasDefault bool
 	// Required is set when the state schema requires the field.
 	Required bool
+	// ReadAt, for an input, is where the flow reads input.NAME without
+	// guarding against its absence (?? or a nil test, with or if in a
+	// template), the first such read; nil when it never does. A run
+	// without the input is then refused before anything runs: the read
+	// would meet nothing.
+	ReadAt *diag.Pos
 }
 
 // Node is one compiled node.

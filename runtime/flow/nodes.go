@@ -144,7 +144,22 @@ func (c *compiler) compileExpr(v config.Value, env *expression.Env, condition bo
 				at: v, line: r.Line, col: r.Col, end: r.EndCol, path: path})
 		}
 	}
+	if p != nil && slices.Contains(env.Names(), "input") {
+		for _, r := range p.ReadsOf("input") {
+			c.inputRead(r.Field, func() diag.Pos { return v.PosIn(r.Line, r.Col, r.EndCol) })
+		}
+	}
 	return p
+}
+
+// inputRead notes a read of input.name that does not guard against its
+// absence (?? or a nil test): a run of the flow must give the input (see
+// Field.ReadAt). The first such read is kept, at where it is.
+func (c *compiler) inputRead(name string, pos func() diag.Pos) {
+	if f, ok := c.g.fields[name]; ok && f.Input && f.ReadAt == nil {
+		p := pos()
+		f.ReadAt = &p
+	}
 }
 
 // builder implements kind.Builder for one node.

@@ -67,6 +67,8 @@ func (c *compiler) state(st config.Settings) {
 						c.dl.Errorf(diag.CodeBadDefault, ls.propertyPos(name), "state.schema", "default of field %q is invalid: %v", name, err)
 					}
 				}
+				// held as a store hands it back
+				f.Default, _ = value.Settle(f.Default)
 			}
 		}
 		f.Required = slices.Contains(shape.Required, name)

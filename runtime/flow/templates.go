@@ -64,6 +64,9 @@ func (b *builder) Template(v config.Value, name string, vars kind.Vars) *templat
 				at: v, off: r.Offset, end: r.Len, path: path, template: true})
 		}
 	}
+	for _, r := range an.InputReads {
+		c.inputRead(r.Field, func() diag.Pos { return v.Span(r.Offset, r.Len) })
+	}
 	return t
 }
 

@@ -93,6 +93,16 @@ func (v *Validator) Validate(x any) error {
 	return nil
 }
 
+// WideIntegers refuses the whole floats in x, a normalised value, that
+// sit where the shape wants an integer but that the state does not take
+// as its 64-bit integers (see wideIntegers); nil when there are none.
+func (s *Shape) WideIntegers(x any) error {
+	if causes := s.wideIntegers(x, "", nil); len(causes) > 0 {
+		return &Error{Causes: causes}
+	}
+	return nil
+}
+
 // wideIntegers finds the numbers in integer positions that JSON Schema
 // calls integers (a zero fraction) but that the state does not take as
 // its 64-bit integers: those outside their range, such as 1e23, and

@@ -554,6 +554,9 @@ func RunInputWith(ctx context.Context, st Store, r *Retrier, thread, run string)
 			in[w.Field] = w.Value
 		}
 	}
+	// a field whose reducer made another value of its input (add, merge)
+	// has the input itself recorded
+	maps.Copy(in, cps[0].Input)
 	return in, cps[0].Config
 }
 

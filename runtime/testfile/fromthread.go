@@ -154,7 +154,8 @@ func runWith(ctx context.Context, f *File, reg kind.Registry, replies *engine.Re
 	}
 	var out []Result
 	for _, t := range f.Tests {
-		out = append(out, Result{Name: t.Name, Failures: runTest(ctx, f, g, impls, t, replies)})
+		fails, _ := runTest(ctx, f, g, impls, t, replies, false)
+		out = append(out, Result{Name: t.Name, Failures: fails})
 	}
 	return out, nil
 }

@@ -31,6 +31,7 @@
 //	    expect:                                     # after the last run
 //	      visits: {revisor: 0}
 //	      state: ["state.threshold_met"]
+//	    reload: true                                # also with the state read back between steps
 //
 // A call beyond a node's script runs the real node. A map's items are
 // scripted by their names, NODE[INDEX] (sections[1]), one script per
@@ -40,6 +41,11 @@
 // no model configured, llm nodes use their prompts' fallbacks, so tests
 // are offline and deterministic. The file is checked like a flow: every
 // problem at its line and column, in the file's terms.
+//
+// With reload (or Options.Reload), a test runs twice: in one process, and
+// with its state encoded, stored and decoded between every step, as a
+// process that picks the thread up reads it. Both runs must pass, and take
+// the same paths to the same outputs and final states.
 //
 // Each test has a store of its own. Its runs go to one thread unless a run
 // names another: the first run naming a thread creates it from the test's
@@ -56,6 +62,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -91,7 +98,10 @@ type Test struct {
 	Script   map[string][]Call
 	Runs     []Run
 	Expect   *Expect
-	Pos      diag.Pos
+	// Reload runs the test with its state read back between steps too,
+	// whatever Options.Reload says.
+	Reload bool
+	Pos    diag.Pos
 	// scriptPos locates each node's script.
 	scriptPos map[string]diag.Pos
 }
@@ -218,6 +228,7 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 			config.Elem(config.List("", "", config.Elem(config.Ref("", "", "call"))))),
 		config.List("runs", "The runs, in order (default: one run with no input).", config.Elem(config.Ref("", "", "run"))),
 		config.Ref("expect", "What must hold after the last run.", "expect"),
+		config.Bool("reload", "Also run the test with the state encoded, stored and decoded between every step, as another process reads it back, whatever trellis test's --reload says: both runs must pass, the same way."),
 	)
 	root := config.Object("", "A flow test file.",
 		str("flow", "The flow under test, relative to this file.").NonEmpty(1).Require(),
@@ -285,6 +296,8 @@ func decode(path string, doc *config.File, dl *diag.List) *File {
 	}
 	for _, tn := range root.Get("tests").Items() {
 		t := Test{Name: tn.Get("name").Text(), With: values(tn.Get("with")), WithFile: tn.Get("with_file").Text(), Pos: tn.Pos(), scriptPos: map[string]diag.Pos{}}
+		reload, _ := tn.Get("reload").JSON()
+		t.Reload, _ = reload.(bool)
 		if sc := tn.Get("script"); sc.Exists() {
 			t.Script = map[string][]Call{}
 			for _, e := range sc.Entries() {
@@ -389,6 +402,27 @@ func (f *File) FlowPath() string {
 // contains match, when it is not empty). A flow that does not load is an
 // error with its diagnostics.
 func RunFile(ctx context.Context, f *File, reg kind.Registry, match string) ([]Result, error) {
+	return RunFileWith(ctx, f, reg, Options{Match: match})
+}
+
+// Options says which tests RunFileWith runs, and how.
+type Options struct {
+	// Match runs only the tests whose name contains it ("": all).
+	Match string
+	// Reload runs each test twice: in one process, and with its state
+	// encoded, stored and decoded between every step, as a process that
+	// picks the thread up reads it (engine.WithReload). Each must pass,
+	// and the two must take the same paths to the same outputs and final
+	// states: where they differ, a value held in memory is not the value
+	// the store hands back, and a thread would behave otherwise after a
+	// restart or on another replica.
+	Reload bool
+}
+
+// RunFileWith loads the flow and runs the tests of f as opts says. A flow
+// that does not load is an error with its diagnostics.
+func RunFileWith(ctx context.Context, f *File, reg kind.Registry, opts Options) ([]Result, error) {
+	match := opts.Match
 	g, dl, src := flow.Compile(nil, f.FlowPath(), nil, reg)
 	if dl.HasErrors() {
 		return nil, &diag.ListError{List: dl, Sources: src}
@@ -409,16 +443,38 @@ func RunFile(ctx context.Context, f *File, reg kind.Registry, match string) ([]R
 		}
 		start := time.Now()
 		r := Result{Name: t.Name}
-		r.Failures = runTest(ctx, f, g, impls, t, nil)
+		var ran []ranRun
+		r.Failures, ran = runTest(ctx, f, g, impls, t, nil, false)
+		if opts.Reload || t.Reload {
+			fails, reran := runTest(ctx, f, g, impls, t, nil, true)
+			for _, m := range fails {
+				if !slices.Contains(r.Failures, m) {
+					r.Failures = append(r.Failures, "with the state read back between steps: "+m)
+				}
+			}
+			r.Failures = append(r.Failures, differences(ran, reran)...)
+		}
 		r.Took = time.Since(start)
 		results = append(results, r)
 	}
 	return results, nil
 }
 
+// ranRun is what a run of a test did, for comparing the runs of a test
+// made in one process with those that read their state back.
+type ranRun struct {
+	pos    diag.Pos
+	err    string
+	path   [][]string
+	paused []string
+	state  map[string]any
+	output string
+}
+
 // runTest runs one test; replies, when set, answer its llm nodes as the
-// runs of a thread were answered.
-func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test, replies *engine.Replies) (fails []string) {
+// runs of a thread were answered; with reload, the runs read their state
+// back between steps (engine.WithReload). It returns what each run did.
+func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test, replies *engine.Replies, reload bool) (fails []string, ran []ranRun) {
 	at := func(pos diag.Pos, format string, args ...any) {
 		fails = append(fails, fmt.Sprintf("%s: %s", pos, fmt.Sprintf(format, args...)))
 	}
@@ -483,7 +539,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		n.Retry.Backoff = 0 // scripted failures need no waiting
 	}
 	if len(fails) > 0 {
-		return fails
+		return fails, ran
 	}
 	// a scripted output the node refused fails the test, whatever the run
 	// made of it
@@ -492,7 +548,11 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			fails = append(fails, sc.bad...)
 		}
 	}()
-	eng := engine.New(memory.New())
+	var opts []engine.Option
+	if reload {
+		opts = append(opts, engine.WithReload())
+	}
+	eng := engine.New(memory.New(), opts...)
 	defer eng.Store.Close()
 	const first = "test"
 	with := map[string]any{}
@@ -501,14 +561,14 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		m, ok := vals.(map[string]any)
 		if err != nil || !ok {
 			at(t.Pos, "with_file: %s: want a file holding a mapping of field to value: %v", t.WithFile, err)
-			return fails
+			return fails, ran
 		}
 		maps.Copy(with, m)
 	}
 	maps.Copy(with, t.With)
 	if _, err := eng.Create(ctx, g, first, with); err != nil {
 		at(t.Pos, "with: %v", err)
-		return fails
+		return fails, ran
 	}
 	created := map[string]bool{first: true}
 	runs := t.Runs
@@ -531,13 +591,13 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		switch {
 		case created[thread] && r.With != nil:
 			at(r.Pos, "with: thread %q exists: with gives a new thread its initial values", thread)
-			return fails
+			return fails, ran
 		case !created[thread]:
 			values := maps.Clone(with)
 			maps.Copy(values, r.With)
 			if _, err := eng.Create(ctx, g, thread, values); err != nil {
 				at(r.Pos, "thread %s: with: %v", thread, err)
-				return fails
+				return fails, ran
 			}
 			created[thread] = true
 		}
@@ -545,7 +605,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			snap, err := eng.Update(ctx, g, thread, r.Update.As, r.Update.Values)
 			if err != nil {
 				at(r.Pos, "update %d: %v", i+1, err)
-				return fails
+				return fails, ran
 			}
 			state, last = snap.Values, &engine.Result{Thread: thread, State: snap.Values, Checkpoint: snap.Seq}
 			continue
@@ -556,7 +616,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			res, err := pauseFirst(ctx, eng, g, engine.Request{Thread: thread, Input: in, Config: r.Config, Replies: replies})
 			if err != nil || res.Interrupt == nil {
 				at(r.Pos, "run %d: want it stopped before its first step, it %s", i+1, endedHow(err))
-				return fails
+				return fails, ran
 			}
 			continue
 		}
@@ -595,23 +655,25 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		if stop != nil {
 			if !errors.Is(err, engine.ErrStopped) {
 				at(r.Pos, "run %d: want it stopped after step %d, it %s", i+1, *r.StopAfter, endedHow(err))
-				return fails
+				return fails, ran
 			}
 			if len(stopped) > 0 && stopped[len(stopped)-1] == nil {
 				stopped = stopped[:len(stopped)-1]
 			}
+			ran = append(ran, ranRun{pos: r.Pos, err: "stopped", path: stopped})
 			if ex != nil && ex.Path != nil {
 				fails = append(fails, check(&Expect{Path: ex.Path, pathPos: ex.pathPos}, g, nil, nil, stopped, nil, fmt.Sprintf("run %d", i+1))...)
 			}
 			continue
 		}
 		if err != nil {
+			ran = append(ran, ranRun{pos: r.Pos, err: err.Error()})
 			if slices.ContainsFunc(scripts, (*scripted).refused) {
-				return fails // the refused script says why
+				return fails, ran // the refused script says why
 			}
 			if ex == nil || ex.Error == "" || !strings.Contains(err.Error(), ex.Error) {
 				at(r.Pos, "run %d failed: %v", i+1, err)
-				return fails
+				return fails, ran
 			}
 			continue
 		}
@@ -623,6 +685,15 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		}
 		state, last = res.State, res
 		paused := pausedAt(res.Interrupt)
+		did := ranRun{pos: r.Pos, path: res.Path, paused: paused, state: res.State}
+		if g.Output != nil && res.Interrupt == nil {
+			if text, err := g.Output.Render(res.State); err == nil {
+				did.output = text
+			} else {
+				did.output = "error: " + err.Error()
+			}
+		}
+		ran = append(ran, did)
 		switch {
 		case paused != nil && (ex == nil || ex.Paused == nil):
 			at(r.Pos, "run %d paused at %s%s; expect it with paused: [%s]%s", i+1, strings.Join(paused, ", "), asked(res.Interrupt),
@@ -643,7 +714,58 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		fails = append(fails, check(t.Expect, g, state, total, nil, nil, "after the last run")...)
 		fails = append(fails, checkOutput(t.Expect, g, last, "after the last run")...)
 	}
-	return fails
+	return fails, ran
+}
+
+// differences compares the runs of a test made in one process (one) with
+// those that read their state back between steps (other): the same
+// outcome, path, pause, output and final state, run by run.
+func differences(one, other []ranRun) []string {
+	var out []string
+	for i := range min(len(one), len(other)) {
+		a, b := one[i], other[i]
+		differ := func(what string, x, y any) {
+			out = append(out, fmt.Sprintf("%s: run %d: %s differs when the state is read back between steps: in one process %s, read back %s",
+				a.pos, i+1, what, x, y))
+		}
+		switch {
+		case a.err != b.err:
+			differ("the outcome", orDone(a.err), orDone(b.err))
+			continue
+		case a.err != "":
+			continue
+		}
+		if !slices.EqualFunc(a.path, b.path, slices.Equal) {
+			differ("the path", showPath(a.path), showPath(b.path))
+		}
+		if !slices.Equal(a.paused, b.paused) {
+			differ("the pause", a.paused, b.paused)
+		}
+		if a.output != b.output {
+			differ("the output", fmt.Sprintf("%q", a.output), fmt.Sprintf("%q", b.output))
+		}
+		for _, k := range slices.Sorted(maps.Keys(a.state)) {
+			if x, y := a.state[k], b.state[k]; !reflect.DeepEqual(x, y) {
+				differ("state."+k, value.Show(x, 300), value.Show(y, 300))
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(b.state)) {
+			if _, ok := a.state[k]; !ok {
+				differ("state."+k, "nothing", value.Show(b.state[k], 300))
+			}
+		}
+	}
+	if len(one) != len(other) {
+		out = append(out, fmt.Sprintf("%d runs in one process, %d with the state read back between steps", len(one), len(other)))
+	}
+	return out
+}
+
+func orDone(err string) string {
+	if err == "" {
+		return "it succeeded"
+	}
+	return "it failed: " + err
 }
 
 // pauseFirst runs req pausing before its first step, as a run of nodes

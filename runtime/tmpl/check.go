@@ -70,8 +70,10 @@ func Check(t *template.Template, root *schema.Shape) []Problem {
 type Analysis struct {
 	Problems []Problem
 	// Reads are the unguarded reads of state fields, for definite
-	// assignment.
-	Reads []Read
+	// assignment; InputReads those of input fields, which a run must
+	// then give.
+	Reads      []Read
+	InputReads []Read
 	// Refs lists every value the template reads of its data's top-level
 	// values, guarded or not: "state.x" for a field, "state" for the
 	// whole value, "" for the whole data; sorted, once each.
@@ -91,7 +93,7 @@ func Analyze(t *template.Template, root *schema.Shape) Analysis {
 		}
 		c.list(tt.Tree.Root, dot)
 	}
-	return Analysis{Problems: c.probs, Reads: c.reads, Refs: slices.Sorted(maps.Keys(c.refs))}
+	return Analysis{Problems: c.probs, Reads: c.reads, InputReads: c.inputReads, Refs: slices.Sorted(maps.Keys(c.refs))}
 }
 
 type checker struct {
@@ -102,6 +104,8 @@ type checker struct {
 	// through it inside them cannot meet a null
 	guards map[guard]int
 	reads  []Read
+	// inputReads are the unguarded reads of input fields
+	inputReads []Read
 	// refs collects what the template reads (see Analysis.Refs).
 	refs map[string]bool
 	// tested is set while the arguments being checked are only tested
@@ -273,10 +277,10 @@ func (c *checker) ref(idents []string) {
 }
 
 // read records a read of the root's chain idents (from its first
-// identifier, at offset off) when it is an unguarded read of a state
-// field.
+// identifier, at offset off) when it is an unguarded read of a state or
+// an input field.
 func (c *checker) read(idents []string, off int) {
-	if c.tested || len(idents) < 2 || idents[0] != "state" {
+	if c.tested || len(idents) < 2 || idents[0] != "state" && idents[0] != "input" {
 		return
 	}
 	for i := 2; i <= len(idents); i++ {
@@ -284,8 +288,12 @@ func (c *checker) read(idents []string, off int) {
 			return
 		}
 	}
-	off += len(idents[0]) + 1
-	c.reads = append(c.reads, Read{Field: idents[1], Offset: off, Len: len([]rune(idents[1]))})
+	r := Read{Field: idents[1], Offset: off + len(idents[0]) + 1, Len: len([]rune(idents[1]))}
+	if idents[0] == "input" {
+		c.inputReads = append(c.inputReads, r)
+		return
+	}
+	c.reads = append(c.reads, r)
 }
 
 // guardsOf returns the chains an if or a with tests: its pipeline when it

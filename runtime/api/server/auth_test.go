@@ -100,7 +100,7 @@ var authCases = map[string]authCase{
 	// a run's webhook deliveries (none); acme's schedule, which another
 	// tenant does not find
 	"GET /v1/threads/{id}/runs/{run}/webhooks": {ok: 200},
-	"POST /v1/schedules":                       {ok: 201, body: `{"flow": "greet", "cron": "0 3 * * *"}`},
+	"POST /v1/schedules":                       {ok: 201, body: `{"flow": "greet", "cron": "0 3 * * *", "input": {"name": "Ada"}}`},
 	"GET /v1/schedules":                        {ok: 200},
 	"GET /v1/schedules/{schedule}":             {ok: 200, owned: true},
 	"DELETE /v1/schedules/{schedule}":          {ok: 204, owned: true},
@@ -161,7 +161,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 				t.Fatal(err)
 			}
 			sched := "s" + strconv.Itoa(n)
-			if _, err := h.acme.CreateSchedule(ctx, api.CreateSchedule{ID: sched, Flow: "greet", Cron: "0 3 * * *"}); err != nil {
+			if _, err := h.acme.CreateSchedule(ctx, api.CreateSchedule{ID: sched, Flow: "greet", Cron: "0 3 * * *", Input: map[string]any{"name": "Grace"}}); err != nil {
 				t.Fatal(err)
 			}
 			key := c.key

@@ -37,7 +37,7 @@ input: [said]
 nodes:
   one:   {kind: set, sleep_ms: "MS", set: {n: "1"}}
   two:   {kind: set, sleep_ms: "MS", set: {n: "1"}}
-  three: {kind: set, sleep_ms: "MS", set: {n: "1", log: "[input.said]"}}
+  three: {kind: set, sleep_ms: "MS", set: {n: "1", log: "[input.said ?? '']"}}
 edges:
   - {from: START, to: one}
   - {from: one, to: two}

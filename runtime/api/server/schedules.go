@@ -445,7 +445,10 @@ func checkTick(g *flow.Graph, newThread bool, values, input map[string]any) (str
 	field := "values"
 	var ie *engine.InputError
 	if errors.As(err, &ie) {
-		if _, ok := input[ie.Field]; ok || !newThread {
+		f, isField := g.Field(ie.Field)
+		if _, ok := input[ie.Field]; ok || !newThread || isField && f.ReadAt != nil {
+			// given as input, or an input the flow reads, which the
+			// schedule's input lacks
 			field = "input"
 		}
 	}

@@ -95,7 +95,7 @@ func (d catalogDB) Unique(err error) bool {
 
 var _ store.Catalog = (*Store)(nil)
 
-// PackEvents implements store.Catalog in one call (see migration 027):
+// PackEvents implements store.Catalog in one call (see migration 035):
 // the packs are compressed before it, which only swaps the rows.
 func (s *Store) PackEvents(ctx context.Context, packs []store.EventPack) (int, error) {
 	runs, lasts, throughs := make([]string, len(packs)), make([]int64, len(packs)), make([]int64, len(packs))

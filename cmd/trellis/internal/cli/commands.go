@@ -401,11 +401,12 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 			fmt.Fprintf(env.Stderr, "trellis run: a resumed run takes no input\n")
 			return exitUsage
 		}
-		given, err := parseAnswers(answers)
-		if err != nil {
-			fmt.Fprintf(env.Stderr, "trellis run: %v\n", err)
+		given, perr := parseAnswers(answers)
+		if perr != nil {
+			fmt.Fprintf(env.Stderr, "trellis run: %v\n", perr)
 			return exitUsage
 		}
+		// err is the run's, checked below
 		res, err = rt.Resume(ctx, f, *thread, append(opts, trellis.WithAnswers(given))...)
 	} else {
 		res, err = rt.Run(ctx, f, *thread, in, opts...)

@@ -7,10 +7,13 @@ import (
 )
 
 // terminal writes to w what a terminal shows but does not act on: ASCII
-// control bytes other than newline and tab, DEL and the C1 controls
-// (U+0080 to U+009F, such as CSI) are written as \xNN escapes, wherever
-// they come from (a flow file, a thread id, a model's reply, a program's
-// output). The two bytes of a C1 control may arrive in two writes.
+// control bytes other than newline and tab are written as \xNN escapes,
+// DEL and the C1 controls (U+0080 to U+009F, such as CSI) as \u escapes,
+// wherever they come from (a flow file, a thread id, a model's reply, a
+// program's output). The two bytes of a C1 control may arrive in two
+// writes. JSON stays JSON through it, with the same values: its encoder
+// escapes every control byte below 0x20 itself, and writes DEL and the
+// C1 controls as they are, which \u escapes are in JSON too.
 type terminal struct {
 	mu      sync.Mutex
 	w       io.Writer
@@ -40,8 +43,10 @@ func (t *terminal) Write(p []byte) (int, error) {
 		switch {
 		case c == '\n' || c == '\t':
 			out = append(out, c)
-		case c < 0x20 || c == 0x7f:
+		case c < 0x20:
 			out = fmt.Appendf(out, `\x%02x`, c)
+		case c == 0x7f:
+			out = append(out, `\u007f`...)
 		case c == 0xc2 && i+1 == len(p):
 			t.pending = true
 		case c == 0xc2 && p[i+1] >= 0x80 && p[i+1] < 0xa0:

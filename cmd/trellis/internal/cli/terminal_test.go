@@ -14,12 +14,12 @@ import (
 func TestTerminalWrites(t *testing.T) {
 	var out bytes.Buffer
 	term := &terminal{w: &out}
-	for _, p := range []string{"a\x1b[2J\xc2", "\x9bb\xc2", "\xa9\n"} {
+	for _, p := range []string{"a\x1b[2J\xc2", "\x9bb\xc2", "\xa9\x7f\n"} {
 		if n, err := term.Write([]byte(p)); n != len(p) || err != nil {
 			t.Errorf("Write(%q) = %d, %v", p, n, err)
 		}
 	}
-	if want := `a\x1b[2J\u009bb©` + "\n"; out.String() != want {
+	if want := `a\x1b[2J\u009bb©\u007f` + "\n"; out.String() != want {
 		t.Errorf("wrote %q, want %q", out.String(), want)
 	}
 	out.Reset()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,12 +53,20 @@ func cassette(env *Env, path string, model *llm.Provider, offline kind.Registry,
 	return env.WithModel(&llm.Provider{Cassette: cas}), cas, nil
 }
 
+// inCI reports whether the command runs in continuous integration, as
+// the CI environment variable that CI services set says.
+func inCI() bool {
+	v, err := strconv.ParseBool(os.Getenv("CI"))
+	return err == nil && v
+}
+
 func cmdTest(ctx context.Context, env *Env, args []string) int {
 	fs := flags(env, "test")
 	match := fs.String("run", "", "run only the tests whose name contains this text")
 	verbose := fs.Bool("v", false, "list every test, not only failures")
 	useModel := fs.Bool("model", false, "call the configured model instead of using fallbacks (tests are then not deterministic)")
 	record := fs.Bool("record", false, "call the configured model and keep its replies in each test file's cassette (x.cassette.yaml), which later runs replay offline")
+	reload := fs.Bool("reload", inCI(), "run each test twice, the second time with the state encoded, stored and decoded between every step, as another process reads it back; the two must take the same paths to the same outputs and states (default: on when the CI environment variable is set)")
 	fromThread := fs.String("from-thread", "", "make a flow test of this thread (of the store --store names) and of FLOW, then run it")
 	out := fs.String("out", "", "with --from-thread, the test file to write (default: FLOW.THREAD.test.yaml beside FLOW)")
 	replace := fs.Bool("replace", false, "with --from-thread, write over the test file and its cassette if they exist")
@@ -65,6 +74,11 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 	paths, code, ok := parse(fs, args)
 	if !ok {
 		return code
+	}
+	if *reload && (*useModel || *record) {
+		// a live model answers the two runs differently
+		fmt.Fprintln(env.Stderr, "trellis test: --reload is off with --model and --record: a live model's replies differ from run to run")
+		*reload = false
 	}
 	if *fromThread != "" {
 		path, code := testFromThread(ctx, env, *storeAddr, *fromThread, paths, *out, *replace)
@@ -118,7 +132,7 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 			failed++
 			continue
 		}
-		results, err := testfile.RunFile(ctx, f, reg, *match)
+		results, err := testfile.RunFileWith(ctx, f, reg, testfile.Options{Match: *match, Reload: *reload})
 		if cas != nil {
 			if drifts := cas.Drifts(); len(drifts) > 0 {
 				failed++

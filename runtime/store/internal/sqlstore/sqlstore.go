@@ -346,6 +346,8 @@ type Migration struct {
 }
 
 // Migrations reads the migrations/*.sql files of fsys in version order.
+// Two files of one version are refused: a store records a version as
+// applied once, so the second would never run.
 func Migrations(fsys fs.FS) ([]Migration, error) {
 	files, err := fs.Glob(fsys, "migrations/*.sql")
 	if err != nil {
@@ -358,6 +360,9 @@ func Migrations(fsys fs.FS) ([]Migration, error) {
 		version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
 		if err != nil {
 			return nil, fmt.Errorf("migration %s: the name must start with its version", name)
+		}
+		if n := len(out); n > 0 && out[n-1].Version == version {
+			return nil, fmt.Errorf("migrations %s and %s: both have version %d", out[n-1].Name, name, version)
 		}
 		body, err := fs.ReadFile(fsys, f)
 		if err != nil {
