@@ -118,7 +118,7 @@ func blink(t *testing.T, backend string) {
 	go func() { exited <- cmd.Wait() }()
 	c := api.NewClient("http://"+addr, key)
 	c.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	waitReady(t, c)
+	serving(t, c, exited, stderr)
 	const threads = 20
 	for i := range threads {
 		if _, err := c.CreateThread(ctx, api.CreateThread{ID: fmt.Sprint("b", i), Flow: "blink"}); err != nil {
@@ -387,6 +387,24 @@ func blink(t *testing.T, backend string) {
 	for code := range codes {
 		if code != string(api.CodeUnavailable) && code != string(api.CodeStoreFull) {
 			t.Errorf("a request was refused with %s", code)
+		}
+	}
+}
+
+// serving waits until the server process answers /readyz, and fails
+// with what it logged should it exit first. A busy machine may take a
+// while to start it: the deadline is only against a hang.
+func serving(t *testing.T, c *api.Client, exited chan error, stderr *syncBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for c.Ready(context.Background()) != nil {
+		select {
+		case err := <-exited:
+			t.Fatalf("the server exited (%v) before it was ready:\n%s", err, stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server was not ready after a minute:\n%s", stderr.String())
 		}
 	}
 }
