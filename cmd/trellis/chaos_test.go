@@ -105,8 +105,12 @@ func TestChaos(t *testing.T) {
 		t.Run(backend, func(t *testing.T) { chaos(t, backend) })
 	}
 	// the store itself fails under load (blink_test.go)
-	t.Run("sqlite disk full", func(t *testing.T) { blink(t, "sqlite") })
-	t.Run("postgres restart", func(t *testing.T) { blink(t, "postgres") })
+	t.Run("sqlite disk full", func(t *testing.T) { blink(t, "sqlite", time.Minute) })
+	t.Run("postgres restart", func(t *testing.T) { blink(t, "postgres", time.Minute) })
+	// away longer than a run may wait: runs are queued again, and those
+	// whose end could not be recorded are run again by the same server
+	t.Run("sqlite disk full beyond the wait", func(t *testing.T) { blink(t, "sqlite", time.Second) })
+	t.Run("postgres restart beyond the wait", func(t *testing.T) { blink(t, "postgres", time.Second) })
 }
 
 func chaos(t *testing.T, backend string) {

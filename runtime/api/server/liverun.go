@@ -27,6 +27,10 @@ type liveRun struct {
 	// retry is how the run waits for the store through outages: its
 	// steps, its events and what it reads, within one budget
 	retry *store.Retrier
+	// unended says its end (or its refusal) could not be recorded: once
+	// it is no longer live, the sweep of orphans runs it again. Only its
+	// own goroutine (execute) reads and writes it.
+	unended bool
 
 	mu       sync.Mutex
 	rec      store.RunRecord
@@ -120,7 +124,7 @@ func (lr *liveRun) refuse(err error) {
 			if store.Classify(derr) != store.Permanent {
 				// still recorded as running here: the sweep of orphans
 				// ends it once the store is back
-				m.unended.Add(1)
+				lr.unended = true
 			}
 		}
 		break
@@ -223,7 +227,7 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 		// its record still says it runs here: once it is no longer live
 		// here, the sweep of orphans runs it again, which finds it ended
 		// (or goes on with it) and records that
-		m.unended.Add(1)
+		lr.unended = true
 		m.s.log.Warn("recording a run's end: the store is unavailable; the run is ended again once it is back", "run", rec.ID, "error", werr.Error())
 	case werr != nil:
 		m.s.log.Error("recording a run's end", "run", rec.ID, "error", werr.Error())

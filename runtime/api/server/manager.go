@@ -582,6 +582,10 @@ func (m *manager) execute(lr *liveRun) {
 		delete(m.live, lr.rec.ID)
 		delete(m.secrets, lr.rec.ID)
 		m.mu.Unlock()
+		if lr.unended {
+			// no longer live: the sweep of orphans takes it from here
+			m.unended.Add(1)
+		}
 		m.nudge() // the thread's next run may be waiting
 		m.s.kickWebhooks()
 	}()

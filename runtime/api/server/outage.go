@@ -86,9 +86,23 @@ func (m *manager) reclaim(ctx context.Context) {
 		m.mu.Lock()
 		orphan := m.live[rec.ID] == nil && !m.claiming[rec.ID]
 		m.mu.Unlock()
-		if !orphan || !m.room() {
+		if !orphan {
 			continue
 		}
+		if !m.room() {
+			m.unended.Add(1) // once a run here ends
+			continue
+		}
+		// read again now that it is not live: a run that ended here
+		// since the list was read recorded its end before it left
+		cur, err := m.s.cat.Run(ctx, rec.Tenant, rec.ID)
+		if err != nil || cur.Status != store.RunRunning || cur.Server != m.id {
+			if err != nil && store.Classify(err) != store.Permanent {
+				m.unended.Add(1) // look again once the store answers
+			}
+			continue
+		}
+		rec = cur
 		m.s.metrics.reclaimed.Inc()
 		m.s.log.Warn("running again a run whose end this server could not record", "run", rec.ID, "thread", rec.Thread)
 		m.launch(rec, launch{adopted: true})
