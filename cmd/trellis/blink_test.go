@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -121,13 +122,8 @@ func blink(t *testing.T, backend string, wait time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	cmd, stderr := kindsProcess(t, "serve", "--flows", flows, "--store", db, "--addr", addr, "--lease-ttl", "3s", "--store-wait", wait.String())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	c := api.NewClient("http://"+addr, key)
+	cmd, stderr, c, exited := serveProcess(t, key, "--flows", flows, "--store", db, "--lease-ttl", "3s", "--store-wait", wait.String())
 	c.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	serving(t, c, exited, stderr)
 	const threads = 20
 	for i := range threads {
 		if _, err := c.CreateThread(ctx, api.CreateThread{ID: fmt.Sprint("b", i), Flow: "blink"}); err != nil {
@@ -408,13 +404,29 @@ func blink(t *testing.T, backend string, wait time.Duration) {
 	}
 }
 
-// serving waits until the server process answers /readyz, and fails
-// with what it logged should it exit first. A busy machine may take a
+// serveProcess starts `trellis serve` with args on a port the kernel
+// picks, read back from its log (a port found free and then handed to
+// the server may be taken by another process meanwhile on a busy
+// machine), and returns once it answers /readyz: the process, its log,
+// a client with key, and the channel its exit comes on. Should it exit
+// first, the test fails with what it logged. A busy machine may take a
 // while to start it: the deadline is only against a hang.
-func serving(t *testing.T, c *api.Client, exited chan error, stderr *syncBuffer) {
+func serveProcess(t *testing.T, key string, args ...string) (*exec.Cmd, *syncBuffer, *api.Client, chan error) {
 	t.Helper()
+	cmd, stderr := kindsProcess(t, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(time.Minute)
-	for c.Ready(context.Background()) != nil {
+	var c *api.Client
+	for {
+		if c == nil {
+			if addr := servingAddr(stderr.String()); addr != "" {
+				c = api.NewClient("http://"+addr, key)
+			}
+		}
+		if c != nil && c.Ready(context.Background()) == nil {
+			return cmd, stderr, c, exited
+		}
 		select {
 		case err := <-exited:
 			t.Fatalf("the server exited (%v) before it was ready:\n%s", err, stderr.String())
@@ -424,6 +436,18 @@ func serving(t *testing.T, c *api.Client, exited chan error, stderr *syncBuffer)
 			t.Fatalf("the server was not ready after a minute:\n%s", stderr.String())
 		}
 	}
+}
+
+// servingAddr is the address a server's log says it listens on ("" until
+// it says so).
+func servingAddr(logs string) string {
+	for line := range strings.Lines(logs) {
+		var l struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "serving" {
+			return l.Addr
+		}
+	}
+	return ""
 }
 
 // fillDisk writes a file at path until its file system is full.

@@ -140,13 +140,10 @@ func chaos(t *testing.T, backend string) {
 	var mu sync.Mutex
 	var servers []*chaosServer
 	start := func(name string) *chaosServer {
-		addr := freeAddr(t)
-		cmd, stderr := kindsProcess(t, "serve", "--flows", flows, "--store", db, "--addr", addr,
+		cmd, stderr, c, exited := serveProcess(t, key, "--flows", flows, "--store", db,
 			"--stop-timeout", "10s", "--dead-after", "3s", "--lease-ttl", "3s")
-		s := &chaosServer{name: name, cmd: cmd, stderr: stderr, c: api.NewClient("http://"+addr, key), exited: make(chan error, 1)}
+		s := &chaosServer{name: name, cmd: cmd, stderr: stderr, c: c, exited: exited}
 		s.c.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-		go func() { s.exited <- cmd.Wait() }()
-		waitReady(t, s.c)
 		s.idle = metric(t, s, "go_goroutines")
 		mu.Lock()
 		servers = append(servers, s)
