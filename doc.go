@@ -26,7 +26,12 @@
 // calls the OpenAI-compatible endpoint the environment names
 // (OPENAI_BASE_URL, OPENAI_API_KEY, TRELLIS_MODEL); with no model
 // configured, or with the Offline option, it writes its prompt's fallback,
-// so every flow runs end to end, deterministically.
+// so every flow runs end to end, deterministically. A flow's tools block
+// declares what its llm nodes may call (http, flow, mcp and sandbox tool
+// kinds); the model's calls are checked, approved where the tool says so
+// (the run pauses with the call, and a Resume WithAnswers goes on), run
+// and fed back, each kept as it completes so that a resumed run never
+// makes a finished call again.
 //
 // # Running
 //

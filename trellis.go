@@ -50,7 +50,8 @@ type (
 	Store = store.Store
 	// Diagnostic is one problem found in a flow's files.
 	Diagnostic = diag.Diagnostic
-	// Ask is a question a paused run asked (an interrupt node's).
+	// Ask is a question a paused run asked (an interrupt node's, or an
+	// llm node's whose tool call waits for approval).
 	Ask = engine.Ask
 	// InputError refuses a run's input or a thread's values: which field
 	// and why.
@@ -70,6 +71,8 @@ const (
 	NodeStart   = engine.NodeStart
 	NodeRetry   = engine.NodeRetry
 	NodeOutput  = engine.NodeOutput
+	ToolStart   = engine.ToolStart
+	ToolEnd     = engine.ToolEnd
 	NodeEnd     = engine.NodeEnd
 	NodeFailed  = engine.NodeFailed
 	StateUpdate = engine.StateUpdate

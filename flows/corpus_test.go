@@ -25,6 +25,7 @@ const (
 	interview = "flows/interview.yaml"
 	review    = "flows/resume_review.yaml"
 	fixture   = "runtime/diag/examples/G001.ok.yaml"
+	tools     = "runtime/diag/examples/T001.ok.yaml"
 )
 
 // corpus breaks the reference flows (and the validator's base fixture)
@@ -116,6 +117,11 @@ var corpus = []defect{
 	{name: "a map over a value that is not a list", flow: review, old: "    items: \"state.resume?.experience ?? []\"", new: "    items: \"state.target_role\"", at: "\"state.target_role", code: diag.CodeMapNode},
 	{name: "a map's node writing a replace field", flow: review, old: "      writes: {section_feedback: output}", new: "      writes: {section_feedback: output, final_score: output.score}", at: "final_score", code: diag.CodeMapNode},
 	{name: "a run configuration entry with an invalid schema", flow: "runtime/diag/examples/C005.ok.yaml", old: "{type: string, default: done}", new: "{type: strng, default: done}", at: "strng", code: diag.CodeConfig},
+	// tools
+	{name: "an llm node naming a tool the flow does not declare", flow: tools, old: "tools: [lookup]", new: "tools: [lokup]", at: "lokup", code: diag.CodeToolName},
+	{name: "a tool whose parameters are not an object", flow: tools, old: "parameters: {type: object, properties: {word: {type: string}}, required: [word]}", new: "parameters: {type: array}", at: "{type: array}", code: diag.CodeToolSetting},
+	{name: "an MCP server with no pinned copy where it is not asked", flow: "runtime/diag/examples/T003.ok.yaml", old: "pin: T003.samples.mcp.json", new: "pin: missing.mcp.json", at: "missing.mcp.json", code: diag.CodeToolServer},
+	{name: "an http tool calling a host its allow-list does not hold", flow: tools, old: "allow: [dictionary.example.com]", new: "allow: [dictionary.example.net]", at: "\"https://dictionary", code: diag.CodeToolReach},
 }
 
 // copyTree copies the repository's flows, prompts, schemas and the

@@ -102,3 +102,94 @@ func TestCassetteRecordAndReplay(t *testing.T) {
 		t.Fatalf("after a prompt edit: %d\n%s", code, out)
 	}
 }
+
+const toolCassetteFlow = `version: 1
+name: shouter
+input: [text]
+state:
+  schema:
+    type: object
+    properties:
+      text: {type: string, default: ""}
+      answer: {type: string, default: ""}
+      calls: {type: array, default: []}
+tools:
+  shout:
+    kind: flow
+    flow: shout.yaml
+nodes:
+  ask:
+    kind: llm
+    prompt: ask.prompt
+    tools: [shout]
+    writes: {answer: output, calls: tool_calls}
+edges:
+  - {from: START, to: ask}
+  - {from: ask, to: END}
+`
+
+const shoutChild = `version: 1
+name: shout
+description: Shout a text.
+input: [text]
+state:
+  schema:
+    type: object
+    properties:
+      text: {type: string, default: ""}
+      loud: {type: string, default: ""}
+nodes:
+  up: {kind: assign, set: {loud: "upper(state.text)"}}
+edges:
+  - {from: START, to: up}
+  - {from: up, to: END}
+output: "{{.state.loud}}!"
+`
+
+// A model's tool calls are recorded in the cassette with its replies, and
+// replayed offline: the tools run, the model is not asked.
+func TestCassetteRecordsToolCalls(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"shouter.yaml": toolCassetteFlow, "shout.yaml": shoutChild,
+		"ask.prompt": "---\nfallback_expr: \"'no model'\"\n---\nShout this: {{.state.text}}\n",
+		"shouter.test.yaml": `flow: shouter.yaml
+tests:
+  - name: the model shouts through the tool
+    runs:
+      - input: {text: hello}
+        expect:
+          tools: [shout]
+          state: ["state.answer == 'I shouted HELLO!'", "state.calls[0].result == 'HELLO!'"]
+`} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	model := llmtest.New(llmtest.Rule{Match: "Shout this", Replies: []llmtest.Reply{
+		{ToolCalls: []llmtest.ToolCall{{ID: "s1", Name: "shout", Arguments: map[string]any{"text": "hello"}}}},
+		{Content: "I shouted HELLO!"},
+	}})
+	srv := httptest.NewServer(model)
+	tests := filepath.Join(dir, "shouter.test.yaml")
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", srv.URL+"/v1")
+	if out, errs, code := trellis(t, "test", "--record", tests); code != 0 {
+		t.Fatalf("record: %d\n%s%s", code, out, errs)
+	}
+	if n := len(model.Calls()); n != 2 {
+		t.Fatalf("%d model calls while recording, want 2", n)
+	}
+	cas, err := os.ReadFile(filepath.Join(dir, "shouter.cassette.yaml"))
+	if err != nil || !strings.Contains(string(cas), "tool_calls:") || !strings.Contains(string(cas), "name: shout") {
+		t.Fatalf("cassette %s %v", cas, err)
+	}
+	srv.Close()
+	t.Setenv("OPENAI_BASE_URL", "")
+	if out, errs, code := trellis(t, "test", "-v", tests); code != 0 {
+		t.Fatalf("replay: %d\n%s%s", code, out, errs)
+	}
+	if n := len(model.Calls()); n != 2 {
+		t.Fatal("the replay called the model")
+	}
+}

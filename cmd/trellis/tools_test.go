@@ -82,7 +82,8 @@ func TestPromptRender(t *testing.T) {
 // to it with go-openai (plain and streamed) and stops it with SIGINT.
 func TestDevModelServer(t *testing.T) {
 	script := filepath.Join(t.TempDir(), "script.yaml")
-	os.WriteFile(script, []byte("- match: hello\n  replies:\n    - {content: hi there from the script}\n"), 0o644)
+	os.WriteFile(script, []byte("- match: hello\n  replies:\n    - {content: hi there from the script}\n"+
+		"- match: weather\n  replies:\n    - tool_calls: [{id: c1, name: get_weather, arguments: {city: Oslo}}, {name: get_time, arguments: {zone: CET}}]\n"), 0o644)
 	cmd := exec.Command(os.Args[0], "dev", "model-server", "--addr", "127.0.0.1:0", "--script", script, "--key", "k1")
 	cmd.Env = append(os.Environ(), "TRELLIS_AS_MAIN=1")
 	stderr, _ := cmd.StderrPipe()
@@ -128,6 +129,37 @@ func TestDevModelServer(t *testing.T) {
 	stream.Close()
 	if got.String() != "hi there from the script" {
 		t.Fatalf("streamed %q", got.String())
+	}
+	// a scripted reply calls tools: two at once, plainly and streamed
+	treq := openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "the weather?"}},
+		Tools: []openai.Tool{{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{Name: "get_weather", Parameters: map[string]any{"type": "object"}}}}}
+	tresp, err := c.CreateChatCompletion(ctx, treq)
+	if err != nil || tresp.Choices[0].FinishReason != openai.FinishReasonToolCalls || len(tresp.Choices[0].Message.ToolCalls) != 2 {
+		t.Fatalf("tool calls %+v, %v", tresp, err)
+	}
+	if tc := tresp.Choices[0].Message.ToolCalls[0]; tc.ID != "c1" || tc.Function.Name != "get_weather" || tc.Function.Arguments != `{"city":"Oslo"}` {
+		t.Fatalf("tool call %+v", tc)
+	}
+	tstream, err := c.CreateChatCompletionStream(ctx, treq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := map[int]string{}
+	for {
+		chunk, err := tstream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range chunk.Choices[0].Delta.ToolCalls {
+			args[*tc.Index] += tc.Function.Arguments
+		}
+	}
+	tstream.Close()
+	if args[0] != `{"city":"Oslo"}` || args[1] != `{"zone":"CET"}` {
+		t.Fatalf("streamed tool calls %v", args)
 	}
 	bad := openai.DefaultConfig("wrong")
 	bad.BaseURL = cfg.BaseURL

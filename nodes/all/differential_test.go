@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/trellisflow/trellis/nodes/all"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 )
 
@@ -36,19 +39,28 @@ func FuzzDifferential(f *testing.F) {
 		f.Add(seed)
 	}
 	reg := all.Offline()
+	// a tool's calls answer at once: what is checked is that the calls a
+	// clean flow makes are the calls its tools take
+	ctx := kind.WithToolMock(context.Background(), func(context.Context, *kind.Call) (any, bool, error) { return "ok", true, nil })
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g := newGen(data)
 		src := g.flow()
-		graph, dl := flow.LoadSource("gen.yaml", []byte(src), reg)
+		graph, dl := flow.LoadFS(g.files(src), "gen.yaml", reg)
 		if graph == nil || len(dl) > 0 {
 			return // not clean: the validator spoke
+		}
+		if g.tool != nil {
+			src += "# gen.prompt:\n" + g.prompt()
+			if g.flowTool {
+				src += "# child.yaml:\n" + g.child()
+			}
 		}
 		eng := engine.New(memory.New())
 		defer eng.Store.Close()
 		var inputs []map[string]any
 		for run := range 2 {
 			inputs = append(inputs, g.input())
-			res, err := eng.Run(context.Background(), graph, engine.Request{Thread: "t", Input: inputs[run], RecordPath: true})
+			res, err := eng.Run(ctx, graph, engine.Request{Thread: "t", Input: inputs[run], RecordPath: true})
 			if err != nil {
 				if excused(err) {
 					return
@@ -62,7 +74,7 @@ func FuzzDifferential(f *testing.F) {
 			}
 		}
 		// and the state a process holds is the one another reads back
-		readsBackAlike(t, graph, nil, inputs, src)
+		readsBackAlikeIn(ctx, t, graph, nil, inputs, src)
 	})
 }
 
@@ -94,6 +106,13 @@ type gen struct {
 	b      strings.Builder
 	// counter is the integer field loops count rounds with.
 	counter *field
+	// tool, when set, is an http tool the flow declares (with flowTool
+	// a flow tool: a child flow whose input p0 is, read as input.p0), its
+	// parameters typed as fields are, which its llm nodes call through
+	// their prompt's fallback, with args its arguments' expressions
+	tool     *field
+	flowTool bool
+	args     []string
 }
 
 // field is one generated state field.
@@ -156,6 +175,20 @@ func (g *gen) flow() string {
 	}
 	g.counter = &field{name: "rounds", typ: "integer", def: true}
 	g.fields = append(g.fields, g.counter)
+	if g.chance(3) {
+		g.tool = &field{name: "p0", typ: types[g.pick(4)]}
+		switch g.tool.typ {
+		case "integer":
+			g.tool.bounded = g.chance(4)
+		case "string":
+			if g.chance(3) {
+				g.tool.enum = []string{"red", "green"}
+			} else if g.chance(3) {
+				g.tool.maxLen = 4 + g.pick(4)
+			}
+		}
+		g.flowTool = g.chance(2)
+	}
 
 	g.line("version: 1")
 	g.line("name: gen")
@@ -185,11 +218,30 @@ func (g *gen) flow() string {
 	if len(inputs) > 0 {
 		g.line("input: [%s]", strings.Join(inputs, ", "))
 	}
+	if g.tool != nil {
+		g.line("tools:")
+		g.line("  t0:")
+		if g.flowTool {
+			g.line("    kind: flow")
+			g.line("    flow: child.yaml")
+		} else {
+			g.line("    kind: http")
+			g.line("    description: A generated tool.")
+			g.line("    parameters: {type: object, properties: {p0: %s}, required: [p0]}", g.tool.schema())
+			g.line("    url: \"https://tools.example.com/t0?p={{urlquery (print .args.p0)}}\"")
+			g.line("    allow: [tools.example.com]")
+		}
+		g.args = []string{g.write(g.tool)}
+	}
 	// nodes: a chain, maybe with a fan-out and join, a branch and a
 	// bounded loop back to the start
 	nodes := 2 + g.pick(4)
 	g.line("nodes:")
 	for i := range nodes {
+		if i == 0 && g.tool != nil {
+			g.llmNode("n0")
+			continue
+		}
 		g.node(fmt.Sprintf("n%d", i))
 	}
 	fan := nodes >= 3 && g.chance(3)
@@ -307,6 +359,55 @@ func (g *gen) node(name string) {
 			g.line("      %s: %q", other.name, g.write(other))
 		}
 	}
+}
+
+// llmNode writes an llm node calling the tool through its prompt's
+// fallback, writing how many calls it made.
+func (g *gen) llmNode(name string) {
+	target := g.fields[g.pick(len(g.fields)-1)]
+	g.line("  %s:", name)
+	g.line("    kind: llm")
+	g.line("    prompt: gen.prompt")
+	g.line("    tools: [t0]")
+	g.line("    writes: {%s: %q}", target.name, []string{"output", "len(tool_calls)", "tool_calls[0].tool", "string(tool_calls[0].result)"}[g.pick(4)])
+}
+
+// child is the flow a flow tool runs: its input p0, read with nothing to
+// fall back on (so a required parameter), its output the result.
+func (g *gen) child() string {
+	if g.tool == nil || !g.flowTool {
+		return "version: 1\nname: child\n"
+	}
+	return fmt.Sprintf(`version: 1
+name: child
+description: A generated flow tool.
+state:
+  schema:
+    type: object
+    properties:
+      p0: %s
+      out: {type: string, default: ""}
+input: [p0]
+nodes:
+  n: {kind: assign, set: {out: "string(input.p0)"}}
+edges:
+  - {from: START, to: n}
+  - {from: n, to: END}
+output: "{{.state.out}}"
+`, g.tool.schema())
+}
+
+// files are the generated flow's files.
+func (g *gen) files(src string) fstest.MapFS {
+	return fstest.MapFS{"gen.yaml": {Data: []byte(src)}, "gen.prompt": {Data: []byte(g.prompt())}, "child.yaml": {Data: []byte(g.child())}}
+}
+
+// prompt is the llm nodes' prompt: its fallback calls the tool.
+func (g *gen) prompt() string {
+	if g.tool == nil {
+		return "---\nfallback: none\n---\nNothing.\n"
+	}
+	return fmt.Sprintf("---\nfallback_calls:\n  - tool: t0\n    arguments: {p0: %q}\nfallback: done\n---\nCall t0.\n", g.args[0])
 }
 
 // fieldOf picks a field of one of the types, nil when there is none.
@@ -530,4 +631,49 @@ func (g *gen) input() map[string]any {
 		}
 	}
 	return in
+}
+
+// The generator's flows reach the tools: among flows made from a fixed
+// stream of bytes, some declare a tool, validate clean and make its calls
+// when they run (the fuzzer's budget is not spent on flows the validator
+// refuses, or that never call one).
+func TestDifferentialCoversTools(t *testing.T) {
+	reg := all.Offline()
+	calls := 0
+	ctx := kind.WithToolMock(context.Background(), func(context.Context, *kind.Call) (any, bool, error) {
+		calls++
+		return "ok", true, nil
+	})
+	rng := rand.New(rand.NewPCG(1, 2))
+	withTool, clean, ran, flows := 0, 0, 0, 0
+	for range 1500 {
+		data := make([]byte, 96)
+		for i := range data {
+			data[i] = byte(rng.IntN(256))
+		}
+		g := newGen(data)
+		src := g.flow()
+		if g.tool == nil {
+			continue
+		}
+		withTool++
+		graph, dl := flow.LoadFS(g.files(src), "gen.yaml", reg)
+		if graph == nil || len(dl) > 0 {
+			continue
+		}
+		clean++
+		before := calls
+		eng := engine.New(memory.New())
+		if _, err := eng.Run(ctx, graph, engine.Request{Thread: "t", Input: g.input()}); err == nil && calls > before {
+			ran++
+			if g.flowTool {
+				flows++
+			}
+		}
+		eng.Store.Close()
+	}
+	t.Logf("%d flows with a tool, %d clean, %d ran calling it (%d a flow tool)", withTool, clean, ran, flows)
+	if ran < 10 || flows < 4 {
+		t.Fatalf("only %d of %d generated flows with a tool ran calling it (%d clean, %d a flow tool)", ran, withTool, clean, flows)
+	}
 }

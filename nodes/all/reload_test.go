@@ -30,7 +30,13 @@ import (
 // checkpoint, with the same outputs and the same outcome.
 func readsBackAlike(t *testing.T, g *flow.Graph, values map[string]any, inputs []map[string]any, about string) {
 	t.Helper()
-	ctx := context.Background()
+	readsBackAlikeIn(context.Background(), t, g, values, inputs, about)
+}
+
+// readsBackAlikeIn is readsBackAlike with the runs made in ctx (a tool
+// mock, say).
+func readsBackAlikeIn(ctx context.Context, t *testing.T, g *flow.Graph, values map[string]any, inputs []map[string]any, about string) {
+	t.Helper()
 	one, other := engine.New(memory.New()), engine.New(memory.New(), engine.WithReload())
 	defer one.Store.Close()
 	defer other.Store.Close()

@@ -44,6 +44,15 @@ type CassetteEntry struct {
 	// file.
 	Prompt string `yaml:"prompt"`
 	Reply  string `yaml:"reply"`
+	// ToolCalls are the functions the reply called.
+	ToolCalls []CassetteCall `yaml:"tool_calls,omitempty"`
+}
+
+// CassetteCall is a function call of a recorded reply.
+type CassetteCall struct {
+	ID        string `yaml:"id"`
+	Name      string `yaml:"name"`
+	Arguments string `yaml:"arguments"`
 }
 
 // OpenCassette reads a cassette file (a missing file is an empty
@@ -69,12 +78,15 @@ func CassettePath(testFile string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(testFile, ".yaml"), ".test") + ".cassette.yaml"
 }
 
-// hashRequest hashes what a node sends: its messages and reply format.
+// hashRequest hashes what a node sends: its messages, reply format and
+// the tools it offers (a request without tools hashes as it always did).
 func hashRequest(req openai.ChatCompletionRequest) string {
 	b, _ := json.Marshal(struct {
 		Messages []openai.ChatCompletionMessage
 		Format   *openai.ChatCompletionResponseFormat
-	}{req.Messages, req.ResponseFormat})
+		Tools    []openai.Tool `json:",omitempty"`
+		Choice   any           `json:",omitempty"`
+	}{req.Messages, req.ResponseFormat, req.Tools, req.ToolChoice})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
 }
@@ -83,7 +95,7 @@ func hashRequest(req openai.ChatCompletionRequest) string {
 var ErrDrifted = errors.New("drifted from the cassette")
 
 // replay returns the recorded reply for node's request.
-func (c *Cassette) replay(node string, req openai.ChatCompletionRequest) (string, error) {
+func (c *Cassette) replay(node string, req openai.ChatCompletionRequest) (reply, error) {
 	h := hashRequest(req)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -95,7 +107,13 @@ func (c *Cassette) replay(node string, req openai.ChatCompletionRequest) (string
 		recorded = true
 		if e.Hash == h {
 			c.used[i] = true
-			return e.Reply, nil
+			// (a cassette made from a thread's history holds a reply
+			// that calls tools as the run recorded it)
+			r := decodeReply(e.Reply)
+			for _, tc := range e.ToolCalls {
+				r.ToolCalls = append(r.ToolCalls, toolCall(tc))
+			}
+			return r, nil
 		}
 	}
 	why := fmt.Sprintf("node %s has no recorded reply in %s (record with trellis test --record)", node, c.Path)
@@ -105,11 +123,11 @@ func (c *Cassette) replay(node string, req openai.ChatCompletionRequest) (string
 	if !slices.Contains(c.drifts, why) {
 		c.drifts = append(c.drifts, why)
 	}
-	return "", fmt.Errorf("%w: %s", ErrDrifted, why)
+	return reply{}, fmt.Errorf("%w: %s", ErrDrifted, why)
 }
 
 // record keeps a reply.
-func (c *Cassette) record(node string, req openai.ChatCompletionRequest, reply string) {
+func (c *Cassette) record(node string, req openai.ChatCompletionRequest, r reply) {
 	h := hashRequest(req)
 	prompt := ""
 	if n := len(req.Messages); n > 0 {
@@ -118,17 +136,21 @@ func (c *Cassette) record(node string, req openai.ChatCompletionRequest, reply s
 			prompt = prompt[:160] + "…"
 		}
 	}
+	var calls []CassetteCall
+	for _, tc := range r.ToolCalls {
+		calls = append(calls, CassetteCall(tc))
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, e := range c.entries {
 		if e.Node == node && e.Hash == h {
-			c.entries[i].Reply = reply
+			c.entries[i].Reply, c.entries[i].ToolCalls = r.Content, calls
 			c.used[i] = true
 			return
 		}
 	}
 	c.used[len(c.entries)] = true
-	c.entries = append(c.entries, CassetteEntry{Node: node, Hash: h, Prompt: prompt, Reply: reply})
+	c.entries = append(c.entries, CassetteEntry{Node: node, Hash: h, Prompt: prompt, Reply: r.Content, ToolCalls: calls})
 }
 
 // Drifts lists the nodes whose requests the cassette could not answer,

@@ -38,6 +38,7 @@ import (
 
 	"github.com/trellisflow/trellis/nodes/llm/prompt"
 	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -57,6 +58,9 @@ func NewSpec(provider func() *Provider) kind.Spec {
 				config.Elem(config.Expression("", ""))),
 			config.Map("writes", "Field to expression over output (the reply), vars, state and input.",
 				config.Elem(config.Expression("", ""))).NonEmpty(1).Require(),
+			config.List("tools", "Tools of the flow's tools block the model may call (an MCP entry stands for all its tools): each call is checked against its tool's parameters, approved as the tool says, run, and its result fed back, until the model answers. Writes may read tool_calls: the calls made, with their results.",
+				config.Elem(config.String("", "").NonEmpty(1))).NonEmpty(1).Distinct(),
+			config.Integer("max_tool_calls", "How many tool calls the node makes in its step (default 10); then the model answers without tools.").Min(1).Max(1000),
 			config.String("model", "The model, overriding the prompt's and the flow's: a name, or a template over state, input, vars and config ({{.config.model}}; one that renders nothing leaves the choice to the prompt, the flow, then $TRELLIS_MODEL).").NonEmpty(1),
 			config.Number("temperature", "Overrides the prompt's temperature.").Min(0).Max(2),
 			config.Integer("max_tokens", "Overrides the prompt's max_tokens.").Min(1),
@@ -85,6 +89,8 @@ type node struct {
 	temperature *float32
 	maxTokens   int
 	client      *client // nil: no model configured
+	// tools are what the model may call (nil: none)
+	tools *toolset
 }
 
 var stringShape = &schema.Shape{Types: []string{"string"}}
@@ -106,14 +112,33 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 			outShape = n.prompt.Output.Validator.Shape
 		}
 	}
-	writes, writesOK := kind.CompileWrites(b, "writes", kind.Vars{"output": outShape, "vars": schema.Object(varShapes)})
+	toolsOK := true
+	if s.Has("tools") {
+		tools := b.Tools(s.Value("tools"))
+		max := DefaultMaxToolCalls
+		if m, ok := s.Int("max_tool_calls"); ok {
+			max = m
+		}
+		if tools == nil {
+			toolsOK = false
+		} else {
+			n.tools = newToolset(tools, max)
+		}
+	} else if s.Has("max_tool_calls") {
+		b.Errorf(s.Value("max_tool_calls"), "max_tool_calls bounds the calls of a node with tools: name them under tools")
+		toolsOK = false
+	}
+	if n.prompt != nil && toolsOK && !checkFallbackCalls(b, n.prompt, n.tools) {
+		toolsOK = false
+	}
+	writes, writesOK := kind.CompileWrites(b, "writes", kind.Vars{"output": outShape, "vars": schema.Object(varShapes), "tool_calls": prompt.ToolCallsShape})
 	n.writes = writes
 	n.maxTokens, _ = s.Int("max_tokens")
 	if t, ok := s.Float("temperature"); ok {
 		f := float32(t)
 		n.temperature = &f
 	}
-	if n.prompt == nil || !writesOK || slices.ContainsFunc(n.vars, func(x binding) bool { return x.program == nil }) {
+	if n.prompt == nil || !writesOK || !toolsOK || slices.ContainsFunc(n.vars, func(x binding) bool { return x.program == nil }) {
 		return nil
 	}
 	if n.maxTokens == 0 {
@@ -151,10 +176,66 @@ func build(b kind.Builder, provider func() *Provider) kind.Node {
 			n.model = n.client.p.Model
 		}
 	}
-	if s.Block().Get("on_error").Exists() {
+	approves := n.tools != nil && n.tools.approves
+	switch {
+	case s.Block().Get("on_error").Exists() && approves:
+		return handledApproving{handled{n}}
+	case s.Block().Get("on_error").Exists():
 		return handled{n}
+	case approves:
+		return approving{n}
 	}
 	return n
+}
+
+// checkFallbackCalls checks the calls a prompt's fallback names against
+// the node's tools: each one of them, its arguments fitting.
+func checkFallbackCalls(b kind.Builder, p *prompt.Prompt, ts *toolset) bool {
+	ok := true
+	for _, fc := range p.FallbackCalls {
+		var t *kind.Tool
+		if ts != nil {
+			t = ts.by[fc.Tool]
+		}
+		if t == nil {
+			var names []string
+			if ts != nil {
+				for _, x := range ts.list {
+					names = append(names, x.Name)
+				}
+			}
+			msg := fmt.Sprintf("the fallback of prompt %s calls %q, which node %q may not call", p.Name, fc.Tool, b.Node())
+			if ts == nil {
+				msg += ": the node names no tools"
+			}
+			b.Report(diag.CodeToolName, fc.At.Pos(), fc.At.Path(), "%s", msg).Suggestion = diag.Suggest(fc.Tool, names)
+			ok = false
+			continue
+		}
+		shape := t.Params.Shape
+		if fc.ArgsExpr != nil {
+			checkArgument(b, fc.ArgsExpr, shape, fc.At, fmt.Sprintf("the arguments of tool %s", t.Name))
+			continue
+		}
+		given := map[string]bool{}
+		for i, name := range fc.ArgNames {
+			given[name] = true
+			ps, has := shape.Prop(name)
+			if !has && shape.Closed {
+				b.Report(diag.CodeToolSetting, fc.ArgsAt[i].Pos(), fc.ArgsAt[i].Path(), "tool %s takes no argument %q", t.Name, name).Suggestion = diag.Suggest(name, shape.Order)
+				ok = false
+				continue
+			}
+			checkArgument(b, fc.Args[i], ps, fc.ArgsAt[i], fmt.Sprintf("argument %q of tool %s", name, t.Name))
+		}
+		for _, r := range shape.Required {
+			if !given[r] {
+				b.Report(diag.CodeToolSetting, fc.At.Pos(), fc.At.Path(), "the fallback's call of %s leaves out its required argument %q", t.Name, r)
+				ok = false
+			}
+		}
+	}
+	return ok
 }
 
 // handled is a node that sets on_error: a model that fails after its
@@ -250,6 +331,18 @@ func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 	if err != nil {
 		return nil, failed(err)
 	}
+	if n.tools != nil {
+		req, err := n.request(model, msgs)
+		if err != nil {
+			return nil, err
+		}
+		out, calls, err := n.agent(ctx, s, req)
+		if err != nil {
+			return nil, err
+		}
+		vars["tool_calls"] = calls
+		return n.write(vars, out)
+	}
 	out, err := n.ask(ctx, s, model, msgs)
 	if err != nil {
 		return nil, err
@@ -312,7 +405,24 @@ func (n *node) Preview(s kind.State) (*kind.Preview, error) {
 		b, _ := json.MarshalIndent(r.Output, "", "  ")
 		p.Sections = append(p.Sections, kind.Section{Name: "reply schema", Text: string(b)})
 	}
+	if n.tools != nil {
+		var text strings.Builder
+		for _, t := range n.tools.list {
+			r.Tools = append(r.Tools, previewTool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+			b, _ := json.Marshal(t.Parameters)
+			fmt.Fprintf(&text, "%s (%s): %s\n  %s\n", t.Name, t.Kind, t.Description, b)
+		}
+		p.Request = r
+		p.Sections = append(p.Sections, kind.Section{Name: "tools", Text: strings.TrimRight(text.String(), "\n")})
+	}
 	return p, nil
+}
+
+// previewTool is a tool a node offers, as a preview shows it.
+type previewTool struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Parameters  map[string]any `json:"parameters"`
 }
 
 // request is what a node would send to a model, as a preview shows it.
@@ -324,23 +434,35 @@ type request struct {
 	System      string         `json:"system,omitempty"`
 	User        string         `json:"user"`
 	Output      map[string]any `json:"output_schema,omitempty"`
+	Tools       []previewTool  `json:"tools,omitempty"`
 }
 
 // Fallback implements kind.Fallback: the prompt's fallback, with the
 // failure as .error and, when the cause is that no model is configured,
 // .no_model set.
-func (n *node) Fallback(_ context.Context, s kind.State, cause error) (kind.Update, error) {
+func (n *node) Fallback(ctx context.Context, s kind.State, cause error) (kind.Update, error) {
 	data, vars, err := n.data(s)
 	if err != nil {
 		return nil, err
 	}
-	return n.fallback(data, vars, cause)
+	return n.fallback(ctx, s, data, vars, cause)
 }
 
-func (n *node) fallback(data prompt.Data, vars map[string]any, cause error) (kind.Update, error) {
+func (n *node) fallback(ctx context.Context, s kind.State, data prompt.Data, vars map[string]any, cause error) (kind.Update, error) {
 	data.Error = n.client.redact(cause.Error())
 	data.NoModel = errors.Is(cause, ErrNoModel)
 	vars["error"], vars["no_model"] = data.Error, data.NoModel
+	calls := []any{}
+	if n.tools != nil && len(n.prompt.FallbackCalls) > 0 {
+		var err error
+		if calls, err = n.fallbackCalls(ctx, s, vars); err != nil {
+			if _, paused := kind.InterruptPayload(err); paused {
+				return nil, err
+			}
+			return nil, fmt.Errorf("fallback of prompt %s: %w", n.prompt.Name, err)
+		}
+	}
+	data.ToolCalls, vars["tool_calls"] = calls, calls
 	out, err := n.prompt.Fallback(data, func(p *expression.Program) (any, error) { return p.Eval(vars) })
 	if err != nil {
 		return nil, fmt.Errorf("fallback of prompt %s: %w", n.prompt.Name, err)
@@ -379,13 +501,15 @@ func (n *node) data(s kind.State) (prompt.Data, map[string]any, error) {
 
 func (n *node) write(vars map[string]any, out any) (kind.Update, error) {
 	vars["output"] = out
+	if _, ok := vars["tool_calls"]; !ok {
+		vars["tool_calls"] = []any{}
+	}
 	return n.writes.Eval(vars)
 }
 
-// ask sends the prompt and returns the reply: a string, or for a
-// structured prompt the decoded JSON value, checked against its schema
-// (with one repair turn).
-func (n *node) ask(ctx context.Context, s kind.State, model string, msgs prompt.Messages) (any, error) {
+// request is the chat request a node starts with: the rendered messages,
+// the model's settings and, for a structured prompt, the reply's schema.
+func (n *node) request(model string, msgs prompt.Messages) (openai.ChatCompletionRequest, error) {
 	req := openai.ChatCompletionRequest{
 		Model:       model,
 		Temperature: temperature(n.temperature),
@@ -395,17 +519,28 @@ func (n *node) ask(ctx context.Context, s kind.State, model string, msgs prompt.
 		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: msgs.System})
 	}
 	req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: msgs.User})
-	out := n.prompt.Output
-	if out != nil {
+	if out := n.prompt.Output; out != nil {
 		raw, err := json.Marshal(out.Schema)
 		if err != nil {
-			return nil, err
+			return req, err
 		}
 		req.ResponseFormat = &openai.ChatCompletionResponseFormat{
 			Type:       openai.ChatCompletionResponseFormatTypeJSONSchema,
 			JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{Name: out.Name, Schema: json.RawMessage(raw)},
 		}
 	}
+	return req, nil
+}
+
+// ask sends the prompt and returns the reply: a string, or for a
+// structured prompt the decoded JSON value, checked against its schema
+// (with one repair turn).
+func (n *node) ask(ctx context.Context, s kind.State, model string, msgs prompt.Messages) (any, error) {
+	req, err := n.request(model, msgs)
+	if err != nil {
+		return nil, err
+	}
+	out := n.prompt.Output
 	reply, err := n.complete(ctx, s, req)
 	if err != nil || out == nil {
 		return reply, err
@@ -446,34 +581,87 @@ func parseStructured(reply string, out *prompt.Output) (any, error) {
 	return schema.Coerce(out.Validator.Shape, v), nil
 }
 
+// reply is a model's answer: its text, and the functions it calls.
+type reply struct {
+	Content   string     `json:"content"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
+}
+
+// toolCall is a function the model calls: the call's id, the function's
+// name and its arguments as the model wrote them (JSON, not yet checked).
+type toolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// recordedReply marks a reply that calls tools as a run records it (a
+// reply is recorded as text, see kind.State.Record): a JSON object with
+// this one key, {"trellis_reply": {content, tool_calls}}; a reply with no
+// call is recorded as its text.
+const recordedReply = `{"trellis_reply":`
+
+// encodeReply is a reply as text, for the run's record.
+func encodeReply(r reply) string {
+	if len(r.ToolCalls) == 0 {
+		return r.Content
+	}
+	b, err := json.Marshal(map[string]reply{"trellis_reply": r})
+	if err != nil {
+		return r.Content
+	}
+	return string(b)
+}
+
+// decodeReply reads what encodeReply wrote.
+func decodeReply(text string) reply {
+	if strings.HasPrefix(text, recordedReply) {
+		var m map[string]reply
+		if json.Unmarshal([]byte(text), &m) == nil && len(m) == 1 {
+			if r, ok := m["trellis_reply"]; ok {
+				return r
+			}
+		}
+	}
+	return reply{Content: text}
+}
+
 // complete makes one chat completion with retries, streaming the reply
-// when the run is observed.
+// when the run is observed, and returns the reply's text.
 func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatCompletionRequest) (string, error) {
+	r, err := n.completeReply(ctx, s, req)
+	return r.Content, err
+}
+
+// completeReply makes one chat completion with retries, streaming the
+// reply's text when the run is observed: its text and tool calls.
+func (n *node) completeReply(ctx context.Context, s kind.State, req openai.ChatCompletionRequest) (reply, error) {
 	c := n.client
 	key := hashRequest(req)
-	if reply, ok := s.Recorded(key); ok {
+	if text, ok := s.Recorded(key); ok {
 		// a replay of a thread: what the model said then
-		s.Record(key, reply)
-		if s.Observed() {
-			s.Stream(reply)
+		s.Record(key, text)
+		r := decodeReply(text)
+		if s.Observed() && r.Content != "" {
+			s.Stream(r.Content)
 		}
-		return reply, nil
+		return r, nil
 	}
 	if c == nil {
-		return "", kind.Permanent(ErrNoModel)
+		return reply{}, kind.Permanent(ErrNoModel)
 	}
 	if cas := c.p.Cassette; cas != nil && !cas.Recording {
-		reply, err := cas.replay(s.Node(), req)
+		r, err := cas.replay(s.Node(), req)
 		if err != nil {
-			return "", kind.Permanent(err)
+			return reply{}, kind.Permanent(err)
 		}
-		s.Record(key, reply)
-		if s.Observed() {
-			s.Stream(reply)
+		s.Record(key, encodeReply(r))
+		if s.Observed() && r.Content != "" {
+			s.Stream(r.Content)
 		}
-		return reply, nil
+		return r, nil
 	}
-	var reply string
+	var r reply
 	err := c.call(ctx, func(ctx context.Context, oa *openai.Client) error {
 		s.Measure("calls", 1)
 		if !s.Observed() {
@@ -485,7 +673,11 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 			if len(resp.Choices) == 0 {
 				return fmt.Errorf("the reply has no choices")
 			}
-			reply = resp.Choices[0].Message.Content
+			m := resp.Choices[0].Message
+			r = reply{Content: m.Content}
+			for _, tc := range m.ToolCalls {
+				r.ToolCalls = append(r.ToolCalls, toolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+			}
 			return nil
 		}
 		req.Stream = true
@@ -496,6 +688,8 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 		}
 		defer stream.Close()
 		var b strings.Builder
+		var calls []toolCall
+		var args []strings.Builder
 		for {
 			chunk, err := stream.Recv()
 			if errors.Is(err, io.EOF) {
@@ -507,24 +701,51 @@ func (n *node) complete(ctx context.Context, s kind.State, req openai.ChatComple
 			if chunk.Usage != nil {
 				measure(s, *chunk.Usage)
 			}
-			if len(chunk.Choices) > 0 {
-				if d := chunk.Choices[0].Delta.Content; d != "" {
-					b.WriteString(d)
-					s.Stream(d)
+			if len(chunk.Choices) == 0 {
+				continue
+			}
+			d := chunk.Choices[0].Delta
+			if d.Content != "" {
+				b.WriteString(d.Content)
+				s.Stream(d.Content)
+			}
+			// a call's id and name come first, its arguments in pieces,
+			// each piece naming the call by its index
+			for _, tc := range d.ToolCalls {
+				i := len(calls) - 1
+				if tc.Index != nil {
+					i = *tc.Index
 				}
+				if i < 0 || i > len(calls) || i > 127 {
+					return fmt.Errorf("the reply streams tool call %d after %d calls", i, len(calls))
+				}
+				if i == len(calls) {
+					calls, args = append(calls, toolCall{}), append(args, strings.Builder{})
+				}
+				if tc.ID != "" {
+					calls[i].ID = tc.ID
+				}
+				if tc.Function.Name != "" {
+					calls[i].Name += tc.Function.Name
+				}
+				args[i].WriteString(tc.Function.Arguments)
 			}
 		}
-		reply = b.String()
+		r = reply{Content: b.String()}
+		for i := range calls {
+			calls[i].Arguments = args[i].String()
+		}
+		r.ToolCalls = calls
 		return nil
 	})
 	if err != nil {
-		return "", c.errorf(err)
+		return reply{}, c.errorf(err)
 	}
 	if cas := c.p.Cassette; cas != nil {
-		cas.record(s.Node(), req, reply)
+		cas.record(s.Node(), req, r)
 	}
-	s.Record(key, reply)
-	return reply, nil
+	s.Record(key, encodeReply(r))
+	return r, nil
 }
 
 // measure reports a reply's token counts.

@@ -179,7 +179,7 @@ func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config.%w", err)
 	}
-	out, err := s.RunFlow(ctx, n.flow, "", values, cfg)
+	out, err := s.RunFlow(ctx, n.flow, "", values, nil, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,12 @@ const (
 	CodeSubflowMapping Code = "C003"
 	CodeMapNode        Code = "C004"
 	CodeConfig         Code = "C005"
+
+	// Tools.
+	CodeToolName    Code = "T001"
+	CodeToolSetting Code = "T002"
+	CodeToolServer  Code = "T003"
+	CodeToolReach   Code = "T004"
 )
 
 // CodeDoc is one code and what it means.
@@ -133,6 +139,10 @@ var Codes = []CodeDoc{
 	{CodeSubflowMapping, "a subflow's input or config names what the child flow does not have, or leaves out a field the child requires"},
 	{CodeMapNode, "a map's items are not a list, or its node is one that cannot run per item: one that pauses, sets on_error, or writes a field whose reducer takes one write per step"},
 	{CodeConfig, "a run configuration entry whose schema is invalid or whose default the schema refuses"},
+	{CodeToolName, "an llm node names a tool the flow's tools block does not declare, or two tools it may call share a name (as a warning, a declared tool no node calls)"},
+	{CodeToolSetting, "a tool's settings are wrong: its kind, parameters or response schema, templates, result expression, approval, or a missing description"},
+	{CodeToolServer, "an MCP server's tools cannot be known: the server does not answer and there is no pinned copy, the pinned copy cannot be read, or it differs from what the server lists"},
+	{CodeToolReach, "an http tool's address is not one its allow-list permits, or an allow-list entry is malformed"},
 }
 
 // Doc returns what code means, or "" for a code that does not exist.

@@ -213,7 +213,7 @@ func updateOf(ws []store.Write) kind.Update {
 // RunFlow implements kind.State: the child runs as a named run on its own
 // thread, so that running it again (a step resumed after a crash, a retry)
 // continues it or takes its result.
-func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values, cfg map[string]any) (map[string]any, error) {
+func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values, input, cfg map[string]any) (map[string]any, error) {
 	r := v.run
 	if r == nil {
 		return nil, kind.ErrOutsideRun
@@ -237,7 +237,7 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 	// the child waits for the store within this run's budget, and this
 	// run's events tell its waits
 	req := Request{Thread: ChildThread(r.req.Thread, ns), ID: ns, Durability: r.req.Durability, Config: cfg,
-		Values: values, Replies: r.req.Replies, child: true, Retry: r.retry}
+		Values: values, Input: input, Replies: r.req.Replies, child: true, Retry: r.retry}
 	if r.req.Observe != nil {
 		req.Observe = func(ev Event) {
 			switch ev.Type {

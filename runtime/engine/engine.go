@@ -380,10 +380,8 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 		// nothing to resume: the thread's newest run finished
 		return &Result{Thread: req.Thread, State: head.Values, Checkpoint: head.Seq, g: g, visits: make([]int, len(g.Nodes))}, nil
 	}
-	for id := range req.Answers {
-		if n, ok := g.Node(id); !ok || !isAsker(n) {
-			return nil, &InputError{Field: "answers." + id, Reason: "not a node of this flow that asks a question"}
-		}
+	if err := CheckAnswers(g, req.Answers); err != nil {
+		return nil, err
 	}
 	var input, recorded map[string]any
 	if req.Resume {

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"time"
+
+	"github.com/trellisflow/trellis/runtime/kind"
 )
 
 // EventType names what happened.
@@ -15,6 +17,8 @@ const (
 	NodeStart   EventType = "node_start"
 	NodeRetry   EventType = "node_retry"
 	NodeOutput  EventType = "node_output"
+	ToolStart   EventType = "tool_start"
+	ToolEnd     EventType = "tool_end"
 	NodeEnd     EventType = "node_end"
 	NodeFailed  EventType = "node_error"
 	StateUpdate EventType = "state_update"
@@ -65,11 +69,15 @@ type Event struct {
 	// run (node_end).
 	Cached bool `json:"cached,omitempty"`
 	// Interrupt says a run paused at a node's interrupt_before or
-	// interrupt_after (run_end).
+	// interrupt_after, or for questions (run_end); on a node_end, that
+	// the node paused the run midway (it runs again when resumed).
 	Interrupt *Interrupt `json:"interrupt,omitempty"`
 	// Usage counts the node's work, as its kind measured it (node_end,
 	// node_error): a model's calls and tokens.
 	Usage map[string]int64 `json:"usage,omitempty"`
+	// Tool is the tool call a tool_start or tool_end event reports: its
+	// id, tool, arguments and, at its end, its result or error.
+	Tool *kind.ToolEvent `json:"tool,omitempty"`
 	// Text is a piece of a node's streamed output (node_output), from
 	// the attempt Attempt says.
 	Text  string `json:"text,omitempty"`

@@ -207,11 +207,22 @@ attempts:
 			o.succeed(upd, st.degraded)
 			break
 		}
+		if _, paused := kind.InterruptPayload(err); paused {
+			// the node paused the run: no retry, no fallback
+			o.update, o.err, o.degraded = nil, err, ""
+			break
+		}
 		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
-			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil {
+			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil && !kind.IsFails(err) {
 				upd, ferr := safeFallback(ctx, fb, st, err)
 				if ferr == nil {
 					o.succeed(upd, err.Error())
+					break
+				}
+				if _, paused := kind.InterruptPayload(ferr); paused {
+					// the fallback paused the run (a tool call it makes
+					// waits for approval)
+					o.update, o.err, o.degraded = nil, ferr, ""
 					break
 				}
 				err = fmt.Errorf("%w; fallback: %v", err, ferr)

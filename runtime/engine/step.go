@@ -175,6 +175,9 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		}
 		ran := triggered
 		triggered, err = r.superstep(ctx, triggered)
+		if pm, ok := err.(*pausedMidway); ok {
+			return r.result(pm.in), nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -250,6 +253,11 @@ func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 	}
 	return nil
 }
+
+// pausedMidway ends a run whose step's nodes paused it (see paused).
+type pausedMidway struct{ in *Interrupt }
+
+func (p *pausedMidway) Error() string { return "the run paused midway through a step" }
 
 // result is the run's outcome so far.
 func (r *run) result(in *Interrupt) *Result {
@@ -477,6 +485,14 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		}
 	}
 	if err := r.runNodes(ctx, triggered, outs); err != nil {
+		return nil, err
+	}
+	if in, err := r.paused(ctx, outs); err != nil || in != nil {
+		if err == nil {
+			// the step does not commit: a resumed run runs it again
+			r.step--
+			err = &pausedMidway{in}
+		}
 		return nil, err
 	}
 	// saved updates belong to the first superstep of a resumed run only,

@@ -304,7 +304,7 @@ func (e *Engine) Asks(ctx context.Context, g *flow.Graph, thread string) ([]Ask,
 	if err != nil {
 		return nil, err
 	}
-	var asks []Ask
+	asks := pendingAsks(g, head)
 	var vars map[string]any
 	for _, name := range head.Next {
 		n, ok := g.Node(name)

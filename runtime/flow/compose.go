@@ -215,6 +215,10 @@ func (b *builder) Nested(v config.Value, vars kind.Vars) *kind.Nested {
 		c.dl.Errorf(diag.CodeMapNode, v.Get("kind").Pos(), v.Path(), "a %s node pauses the run to ask, which a node run inside %q cannot do", spec.Name, b.name)
 		return nil
 	}
+	if _, pauses := n.Impl.(kind.Interrupter); pauses {
+		c.dl.Errorf(diag.CodeMapNode, v.Get("kind").Pos(), v.Path(), "this %s node may pause the run for a person's approval of a tool call, which a node run inside %q cannot do: run it as a node of the flow", spec.Name, b.name)
+		return nil
+	}
 	return &kind.Nested{Kind: spec.Name, Impl: n}
 }
 
@@ -275,7 +279,7 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 		c.dl.Errorf(diag.CodeSubflow, v.Pos(), v.Path(), "subflow %s has errors (reported in its file)", path)
 		return nil
 	}
-	sf := &kind.Subflow{Name: g.Name, Path: path, State: res.state, Config: g.ConfigShape, Graph: g}
+	sf := &kind.Subflow{Name: g.Name, Path: path, Description: g.Description, State: res.state, Config: g.ConfigShape, Graph: g}
 	if sf.Config == nil {
 		sf.Config = schema.Object(nil)
 		sf.Config.Closed = true
@@ -286,10 +290,21 @@ func (b *builder) Subflow(v config.Value) *kind.Subflow {
 		}
 	}
 	sf.Unset = res.unset
+	sf.Schema = g.stateRaw
+	for _, f := range g.Inputs {
+		sf.Inputs = append(sf.Inputs, f.Name)
+		if f.ReadAt != nil {
+			sf.Needed = append(sf.Needed, f.Name)
+		}
+	}
+	if g.Output != nil {
+		sf.Output = g.Output.Render
+	}
 	var pauses []string
 	for _, n := range g.Nodes {
 		_, asks := n.Impl.(kind.Asker)
-		if asks || n.InterruptBefore || n.InterruptAfter {
+		_, approves := n.Impl.(kind.Interrupter)
+		if asks || approves || n.InterruptBefore || n.InterruptAfter {
 			pauses = append(pauses, n.Name)
 		}
 	}

@@ -112,6 +112,7 @@ func flowFields(kinds []config.Field) []config.Field {
 			config.List("ignore", "Warning codes this flow accepts deliberately, not reported (errors cannot be ignored); see trellis explain CODE.",
 				config.Elem(config.String("", "").Match(`^[A-Z][0-9]{3}$`))).Distinct(),
 		),
+		toolsField,
 		config.Map("nodes", "", config.Elem(ref("node"))).NonEmpty(1).KeysAre(ref("name")).Require(),
 		config.List("edges", "", config.Elem(ref("edge"))).NonEmpty(1).Require(),
 	}
@@ -203,6 +204,7 @@ func formatDoc(reg kind.Registry) (map[string]any, error) {
 		node["allOf"] = branches
 	}
 	defs["node"] = node
+	toolKindDefs(reg, defs)
 	doc := config.Object("", "A Trellis flow: state, nodes, edges and limits.", flowFields(kindKeys)...).Schema()
 	// max_steps may be an expression only over a config block
 	doc["if"] = map[string]any{"not": map[string]any{"type": "object", "properties": map[string]any{"config": true}, "required": []any{"config"}}}
@@ -237,6 +239,7 @@ func Reference(reg kind.Registry) []byte {
 			b.WriteString("\nIt also reads these top-level keys of the flow file:\n\n" + config.Table(sp.FlowFields))
 		}
 	}
+	b.WriteString(ToolReference(reg))
 	b.WriteString("\n## Reducers\n\nEach state field has a reducer (`state.reducers`) that says how a node's write merges with the field's value:\n\n")
 	b.WriteString("| reducer | field type | writes in one superstep | what it does |\n| --- | --- | --- | --- |\n")
 	for _, r := range Reducers {
@@ -422,6 +425,11 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 				dl.Errorf(diag.CodeUnknownKind, n.Pos(), path, "unknown node kind %q", got).Suggestion = diag.Suggest(got, fv.kindNames())
 				continue
 			}
+			if strings.HasSuffix(ptr, "/kind") && strings.HasPrefix(ptr, "/tools/") && strings.Count(ptr, "/") == 3 {
+				got := d.At(ptr).Text()
+				dl.Errorf(diag.CodeToolSetting, n.Pos(), path, "unknown tool kind %q", got).Suggestion = diag.Suggest(got, fv.defNames("tool."))
+				continue
+			}
 			got := d.At(ptr).Text()
 			dd := dl.Errorf(diag.CodeNotAllowed, n.Pos(), path, "%s: %s", fv.describeAt(path), e.Message)
 			if got != "" && keyword == "enum" {
@@ -560,10 +568,14 @@ func (fv *formatValidator) describeAt(path string) string {
 	return path
 }
 
-func (fv *formatValidator) kindNames() []string {
+func (fv *formatValidator) kindNames() []string { return fv.defNames("kind.") }
+
+// defNames lists the definitions' names that start with prefix, without
+// it (the node kinds, kind., or the tool kinds, tool.).
+func (fv *formatValidator) defNames(prefix string) []string {
 	var names []string
 	for k := range fv.raw["$defs"].(map[string]any) {
-		if name, ok := strings.CutPrefix(k, "kind."); ok {
+		if name, ok := strings.CutPrefix(k, prefix); ok {
 			names = append(names, name)
 		}
 	}

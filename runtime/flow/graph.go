@@ -44,6 +44,9 @@ type Graph struct {
 	// order; ConfigShape is its shape (nil when the flow declares none).
 	Config      []*ConfigField
 	ConfigShape *schema.Shape
+	// ToolEntries are the entries of the flow's tools block, in
+	// declaration order.
+	ToolEntries []*ToolEntry
 	// Pauses is set when a node pauses runs (interrupt_before or
 	// interrupt_after), Asks when a node asks a question (kind.Asker): a
 	// run of a flow with neither checks no node for them.
@@ -57,7 +60,9 @@ type Graph struct {
 	nodes  map[string]*Node
 	env    *expression.Env
 	root   *schema.Validator
-	loops  [][]*Node // strongly connected components with a cycle
+	// stateRaw is the state schema standing alone ($refs inlined)
+	stateRaw map[string]any
+	loops    [][]*Node // strongly connected components with a cycle
 	// memo holds what executors derive from the graph (see Memo)
 	memo sync.Map
 }

@@ -106,7 +106,12 @@ type compiler struct {
 	chain, chainNames []string
 	children          map[string]*kind.Subflow
 	// badNodes have format errors in their block; their kind is not built.
-	badNodes map[string]bool
+	// badTools are the same for tools entries, and toolEntries the
+	// entries compiled, by name.
+	badNodes    map[string]bool
+	badTools    map[string]bool
+	toolEntries map[string]*ToolEntry
+	toolMisses  int
 	// writes records where each node declares a write: node -> field -> pos;
 	// definite the fields each node writes whenever it succeeds, and
 	// errorWrites those its on_error.set writes when it fails.
@@ -207,10 +212,13 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 	c.kindKeys = fv.top
 	before := len(c.dl)
 	fv.check(d, &c.dl)
-	c.badNodes = map[string]bool{}
+	c.badNodes, c.badTools = map[string]bool{}, map[string]bool{}
 	for _, x := range c.dl[before:] {
 		if rest, ok := strings.CutPrefix(x.Path, "nodes."); ok {
 			c.badNodes[strings.SplitN(rest, ".", 2)[0]] = true
+		}
+		if rest, ok := strings.CutPrefix(x.Path, "tools."); ok {
+			c.badTools[strings.SplitN(rest, ".", 2)[0]] = true
 		}
 	}
 	top := config.NewSettings(c.root, flowFields(c.kindKeys))
@@ -241,7 +249,9 @@ func (c *compiler) compile(path string, src []byte) *Graph {
 		}
 	}
 	c.conversation(top.Object("conversation"))
+	c.toolsBlock(top.Value("tools"))
 	c.nodes(top.Value("nodes"))
+	c.unusedTools()
 	for _, n := range c.g.Nodes {
 		_, asks := n.Impl.(kind.Asker)
 		c.g.Asks = c.g.Asks || asks

@@ -179,6 +179,8 @@ type builder struct {
 	// envs are the expression environments made for the node, by their
 	// variables.
 	envs map[string]*expression.Env
+	// tool is set for the builder of a tools entry (name is the entry's)
+	tool bool
 }
 
 func addWrite(m map[string]map[string]bool, node, field string) {
@@ -246,6 +248,10 @@ func (b *builder) Condition(v config.Value, vars kind.Vars) *expression.Program 
 }
 
 func (b *builder) Writes(field string, at config.Value) {
+	if b.tool {
+		b.toolWrite(field, at)
+		return
+	}
 	if b.track != nil {
 		if _, dup := b.track[field]; !dup {
 			b.track[field] = at

@@ -37,6 +37,7 @@ func (c *compiler) state(st config.Settings) {
 	// The state is closed: its fields are the declared properties.
 	shape.Closed = true
 	compiled := ls.compiled
+	c.g.stateRaw, _ = schema.Bundle(ls.raw, ls.resolve).(map[string]any)
 	if compiled != nil {
 		c.g.root = schema.NewValidator(compiled, shape)
 		c.g.FullValidation = rootHasConstraints(ls.raw)

@@ -139,7 +139,7 @@ func Diff(old, new Source) ([]Change, error) {
 			out = append(out, Change{Kind: Changed, Area: y.area, Name: y.name, Node: y.node, Old: x.text, New: y.text})
 		}
 	}
-	rank := map[string]int{"flow": 0, "input": 1, "conversation": 2, "limits": 3, "setting": 4, "field": 5, "reducer": 6, "definition": 7, "node": 8, "prompt": 9, "subflow": 10, "edge": 11}
+	rank := map[string]int{"flow": 0, "input": 1, "conversation": 2, "limits": 3, "setting": 4, "field": 5, "reducer": 6, "definition": 7, "tool": 8, "node": 8, "prompt": 9, "subflow": 10, "edge": 11}
 	slices.SortStableFunc(out, func(x, y Change) int { return rank[x.Area] - rank[y.Area] })
 	return out, nil
 }
@@ -195,6 +195,12 @@ func facetsIn(s Source, within map[string]bool) ([]facet, error) {
 				if nested, ok := block["node"].(map[string]any); ok {
 					out = append(out, s.parts(name+"[each]", name, nested, within)...)
 				}
+			}
+		case "tools":
+			// each tool on its own: a change names the tool
+			tools, _ := v.(map[string]any)
+			for _, name := range sortedKeys(tools) {
+				add("tool", name, "", tools[name])
 			}
 		case "edges":
 			list, _ := v.([]any)

@@ -216,3 +216,22 @@ edges:
 		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A change to one tool of a flow's tools block is named by the tool.
+func TestToolChanges(t *testing.T) {
+	dir := t.TempDir()
+	tools := func(maxBytes string) string {
+		return strings.Replace(before, "nodes:\n", "tools:\n  lookup:\n    kind: http\n    url: https://x.example/\n    max_bytes: "+maxBytes+"\n  other:\n    kind: flow\n    flow: other.yaml\nnodes:\n", 1)
+	}
+	write(t, dir, "a/triage.yaml", tools("1024"))
+	write(t, dir, "b/triage.yaml", tools("2048"))
+	changes, err := flowdiff.Diff(flowdiff.Disk(filepath.Join(dir, "a/triage.yaml")), flowdiff.Disk(filepath.Join(dir, "b/triage.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	flowdiff.Text(&b, "a", "b", changes)
+	if !strings.Contains(b.String(), "~ tool lookup\n    max_bytes: 1024 → 2048") || strings.Contains(b.String(), "tool other") {
+		t.Fatalf("diff:\n%s", b.String())
+	}
+}

@@ -83,6 +83,13 @@ type Builder interface {
 	// It returns nil after reporting a problem.
 	Subflow(v config.Value) *Subflow
 
+	// Tools resolves the names the string list v holds to the tools of
+	// the flow's tools block that they name (an entry that declares
+	// several, such as an MCP server's, stands for all of them), for this
+	// node to call. A name that is no entry, and two tools that share a
+	// name, are reported; it returns nil after reporting a problem.
+	Tools(v config.Value) []*Tool
+
 	// Errorf reports a problem with the node's settings at a position
 	// (the node's block when at is the zero Value).
 	Errorf(at config.Value, format string, args ...any)

@@ -17,8 +17,9 @@ type Nested struct {
 // Subflow is another flow file compiled for a node to run as a child
 // (see Builder.Subflow and State.RunFlow).
 type Subflow struct {
-	// Name is the child flow's name, Path its file.
-	Name, Path string
+	// Name is the child flow's name, Path its file, Description its
+	// description.
+	Name, Path, Description string
 	// State is the shape of the child's state (closed: its fields);
 	// Required lists the fields a new child thread must be given, having
 	// no default.
@@ -31,6 +32,17 @@ type Subflow struct {
 	// nothing to them) to such a way, START → ... → END, unless the
 	// thread is given them.
 	Unset map[string]string
+	// Schema is the child's state schema standing alone (every $ref
+	// inlined; nil when it could not be read).
+	Schema map[string]any
+	// Inputs lists the child's input fields (those a caller may set when
+	// it starts a run), in declaration order; Needed those of them a run
+	// must be given (the child reads them as input.NAME with nothing to
+	// fall back on).
+	Inputs, Needed []string
+	// Output renders the child's declared output over a final state;
+	// nil when the child declares none.
+	Output func(state map[string]any) (string, error)
 	// Graph is the runtime's compiled flow; kinds pass it back untouched.
 	Graph any
 }

@@ -10,6 +10,10 @@
 // their file positions. A Builder does no I/O beyond reading the flow's
 // files, so validation works offline with no credentials.
 //
+// A tool kind registers a ToolSpec the same way (see tool.go): the tools
+// block of a flow is read through it, and an llm node calls the tools it
+// builds.
+//
 // A built Node runs with a context and a read-only State and returns an
 // Update. The runtime sees only the Registry interface and imports no
 // kind; a kind imports nothing of the runtime but this package and the
@@ -186,7 +190,9 @@ type Registry interface {
 
 // Set is the standard Registry.
 type Set struct {
-	specs map[string]*Spec
+	specs   map[string]*Spec
+	tools   map[string]*ToolSpec
+	offline Registry
 }
 
 // NewSet returns a registry holding specs.

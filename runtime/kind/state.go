@@ -65,12 +65,25 @@ type State interface {
 	// RunFlow runs a child flow to its end on a thread of its own, under
 	// the namespace NODE:SEQ (NODE[key]:SEQ with a key) of this run's
 	// thread, where SEQ is the checkpoint this step follows; a new child
-	// thread starts from values (over the child's defaults). The run is
+	// thread starts from values (over the child's defaults), and its run
+	// is given input (what the child reads as input.NAME). The run is
 	// named by the namespace, so a step resumed after a crash resumes the
 	// child where it stopped, or takes its result. The child's events
 	// reach this run's observer tagged with the namespace. It returns the
 	// child's final state.
-	RunFlow(ctx context.Context, f *Subflow, key string, values, config map[string]any) (map[string]any, error)
+	RunFlow(ctx context.Context, f *Subflow, key string, values, input, config map[string]any) (map[string]any, error)
+	// Once returns what fn returned the first time this node reached key
+	// in its step (keys tell apart the pieces of work a node does: a
+	// model's turn, a tool call). The value, normalised to JSON, is kept
+	// (as a pending write of the step) the moment fn returns, so a step
+	// that runs the node again (resumed after a crash or a pause, or a
+	// retried attempt) gets it back without calling fn: a finished piece
+	// of work is never done twice. An error is not kept. Outside a run it
+	// calls fn. It is safe to call concurrently, with different keys.
+	Once(ctx context.Context, key string, fn func(context.Context) (any, error)) (any, error)
+	// ToolEvent reports a tool call's start or end (Done) as the run's
+	// tool_start or tool_end event.
+	ToolEvent(e ToolEvent)
 }
 
 // View returns a State over fixed expression variables (which must hold
@@ -112,6 +125,12 @@ func (v *view) RunNested(context.Context, *Nested, string, map[string]any) (Upda
 	return nil, ErrOutsideRun
 }
 
-func (v *view) RunFlow(context.Context, *Subflow, string, map[string]any, map[string]any) (map[string]any, error) {
+func (v *view) RunFlow(context.Context, *Subflow, string, map[string]any, map[string]any, map[string]any) (map[string]any, error) {
 	return nil, ErrOutsideRun
 }
+
+func (v *view) Once(ctx context.Context, _ string, fn func(context.Context) (any, error)) (any, error) {
+	return fn(ctx)
+}
+
+func (v *view) ToolEvent(ToolEvent) {}

@@ -13,8 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // scripted replaces a node's Run with its script. A scripted output the
@@ -127,4 +130,85 @@ func (s itemScriptsFallback) Fallback(ctx context.Context, st kind.State, err er
 		return nil, errors.New("no fallback for a refused scripted output")
 	}
 	return s.inner.(kind.Fallback).Fallback(ctx, st, err)
+}
+
+// badScript is a mistake in a test's scripts, where it is.
+type badScript struct {
+	pos diag.Pos
+	msg string
+}
+
+// toolScripts makes the mock that answers a test's scripted tool calls,
+// each tool's calls in order; a call beyond a tool's script runs it.
+func toolScripts(g *flow.Graph, t Test) (kind.ToolMock, []badScript) {
+	var bad []badScript
+	var names []string
+	for _, te := range g.ToolEntries {
+		for _, tool := range te.Tools {
+			names = append(names, tool.Name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Tools)) {
+		if _, ok := g.Tool(name); !ok {
+			d := diag.Diagnostic{Summary: fmt.Sprintf("tools: flow %s has no tool %q", g.Name, name), Suggestion: diag.Suggest(name, names)}
+			bad = append(bad, badScript{t.toolPos[name], d.Message()})
+		}
+	}
+	var mu sync.Mutex
+	next := map[string]int{}
+	return func(_ context.Context, c *kind.Call) (any, bool, error) {
+		mu.Lock()
+		i := next[c.Tool]
+		next[c.Tool]++
+		mu.Unlock()
+		calls := t.Tools[c.Tool]
+		if i >= len(calls) || calls[i].Run {
+			return nil, false, nil
+		}
+		if calls[i].Error != "" {
+			return nil, true, kind.ToolFailed(errors.New(calls[i].Error))
+		}
+		return calls[i].Result, true, nil
+	}, bad
+}
+
+// ToolCall is one scripted tool call: its Result, its Error (the call
+// fails, and the model is told), or Run (the tool runs for real).
+type ToolCall struct {
+	Result    any
+	HasResult bool
+	Error     string
+	Run       bool
+}
+
+// decodeTools reads a test's scripted tool calls.
+func decodeTools(t *Test, tools config.Value, dl *diag.List) {
+	for _, e := range tools.Entries() {
+		if t.Tools == nil {
+			t.Tools = map[string][]ToolCall{}
+		}
+		t.toolPos[e.Name] = e.Key.Pos()
+		for _, cn := range e.Value.Items() {
+			c := ToolCall{Error: cn.Get("error").Text()}
+			run, _ := cn.Get("run").JSON()
+			c.Run, _ = run.(bool)
+			if o := cn.Get("result"); o.Exists() {
+				var raw any
+				if err := o.Decode(&raw); err == nil {
+					if c.Result, err = value.Normalize(raw); err != nil {
+						dl.Errorf(diag.CodeType, o.Pos(), o.Path(), "%v", err)
+					}
+				}
+				c.HasResult = true
+			}
+			t.Tools[e.Name] = append(t.Tools[e.Name], c)
+		}
+	}
+}
+
+func listOrNone(l []string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return "[" + strings.Join(l, ", ") + "]"
 }

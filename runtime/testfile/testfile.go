@@ -16,6 +16,11 @@
 //	        - run: true                             # the node runs for real
 //	      copywriter:
 //	        - output: {score: 7, ...}               # the reply, checked against its schema
+//	    tools:                                      # per tool, one entry per call
+//	      get_weather:
+//	        - result: {celsius: 21}                 # the call's result, instead of the tool's
+//	        - error: no such city                   # the call fails; the model is told
+//	        - run: true                             # the tool runs for real
 //	    runs:                                       # one entry per run (default: one, no input)
 //	      - input: {last_response: hi}
 //	        config: {model: large}                  # the run's configuration
@@ -23,6 +28,7 @@
 //	          path: [router, [recruiter, tech_writer, copywriter], aggregator, portfolio]
 //	          degraded: [recruiter]
 //	          paused: [approve]                     # the run paused at approve (it asks)
+//	          tools: [get_weather]                  # the tools it called, in any order
 //	          state: ["state.recruiter_feedback.score == 5.0"]
 //	          output: ["output contains 'Evaluation failed'"]  # over the flow's output
 //	      - answers: {approve: true}                # resumes the paused run with the answer
@@ -35,7 +41,9 @@
 //
 // A call beyond a node's script runs the real node. A map's items are
 // scripted by their names, NODE[INDEX] (sections[1]), one script per
-// item. A scripted output the node refuses (a reply its prompt's schema
+// item. Tools are scripted by name, one entry per call; a call beyond them
+// runs the tool (offline, an llm node's calls are its fallback's). A
+// scripted output the node refuses (a reply its prompt's schema
 // does not allow) fails the test. A run that pauses must expect it
 // (paused), and a later run resumes it (answers, or resume: true). With
 // no model configured, llm nodes use their prompts' fallbacks, so tests
@@ -96,14 +104,16 @@ type Test struct {
 	WithFile string
 	With     map[string]any
 	Script   map[string][]Call
-	Runs     []Run
-	Expect   *Expect
+	// Tools scripts tool calls by tool name, one entry per call.
+	Tools  map[string][]ToolCall
+	Runs   []Run
+	Expect *Expect
 	// Reload runs the test with its state read back between steps too,
 	// whatever Options.Reload says.
 	Reload bool
 	Pos    diag.Pos
-	// scriptPos locates each node's script.
-	scriptPos map[string]diag.Pos
+	// scriptPos locates each node's script, toolPos each tool's.
+	scriptPos, toolPos map[string]diag.Pos
 }
 
 // Call is one scripted node call: exactly one of Set (the node's update),
@@ -168,8 +178,10 @@ type Expect struct {
 	Output   []string
 	Degraded *[]string
 	Paused   *[]string
-	Error    string
-	Pos      diag.Pos
+	// Tools lists the tools the run called, once per call, in any order.
+	Tools *[]string
+	Error string
+	Pos   diag.Pos
 	// statePos and outputPos locate each condition, pathPos the path.
 	statePos, outputPos []diag.Pos
 	pathPos             diag.Pos
@@ -198,6 +210,7 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		config.List("output", "Conditions over output, the flow's declared output rendered over the final state (and over the state).", config.Elem(config.Condition("", ""))),
 		names("degraded", "The nodes that used a fallback, and no other."),
 		names("paused", "The nodes the run paused at: before or after them, or for their question."),
+		names("tools", "The tools the run called (by the names the model calls them), once per call, in any order: the run's trajectory (a call a person rejected was not made)."),
 		str("error", "A part of the error the run must fail with.").NonEmpty(1),
 	)
 	call := config.Object("", "One scripted call: exactly one of set, output, error or run.",
@@ -206,6 +219,11 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		str("error", "The node fails with this message.").NonEmpty(1),
 		config.Bool("run", "The node runs for real."),
 	).OnlyOneOf("set", "output", "error", "run").NonEmpty(1)
+	toolCall := config.Object("", "One scripted tool call: exactly one of result, error or run.",
+		config.Any("result", "The call's result instead of the tool's: any value."),
+		str("error", "The call fails with this message, which the model is told.").NonEmpty(1),
+		config.Bool("run", "The tool runs for real."),
+	).OnlyOneOf("result", "error", "run").NonEmpty(1)
 	run := config.Object("", "One run of the thread.",
 		config.Map("input", "The run's input.", nil),
 		config.Map("config", "The run's configuration.", nil),
@@ -226,6 +244,8 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		config.Map("with", "The thread's initial values.", nil),
 		config.Map("script", "Scripted calls by node (NODE[INDEX] for a map's item): one entry per call; a call beyond them runs the node.",
 			config.Elem(config.List("", "", config.Elem(config.Ref("", "", "call"))))),
+		config.Map("tools", "Scripted tool calls by tool name: one entry per call; a call beyond them runs the tool.",
+			config.Elem(config.List("", "", config.Elem(config.Ref("", "", "tool_call"))))),
 		config.List("runs", "The runs, in order (default: one run with no input).", config.Elem(config.Ref("", "", "run"))),
 		config.Ref("expect", "What must hold after the last run.", "expect"),
 		config.Bool("reload", "Also run the test with the state encoded, stored and decoded between every step, as another process reads it back, whatever trellis test's --reload says: both runs must pass, the same way."),
@@ -235,7 +255,7 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		config.Any("fixtures", "A free place for YAML anchors the tests share."),
 		config.List("tests", "The tests.", config.Elem(config.Ref("", "", "test"))).Require(),
 	)
-	return flow.NewFormat("test file", root, map[string]config.Field{"expect": expect, "call": call, "run": run, "test": test})
+	return flow.NewFormat("test file", root, map[string]config.Field{"expect": expect, "call": call, "tool_call": toolCall, "run": run, "test": test})
 })
 
 // Load reads a test file. A file that does not parse or does not fit the
@@ -295,7 +315,9 @@ func decode(path string, doc *config.File, dl *diag.List) *File {
 		return m
 	}
 	for _, tn := range root.Get("tests").Items() {
-		t := Test{Name: tn.Get("name").Text(), With: values(tn.Get("with")), WithFile: tn.Get("with_file").Text(), Pos: tn.Pos(), scriptPos: map[string]diag.Pos{}}
+		t := Test{Name: tn.Get("name").Text(), With: values(tn.Get("with")), WithFile: tn.Get("with_file").Text(), Pos: tn.Pos(),
+			scriptPos: map[string]diag.Pos{}, toolPos: map[string]diag.Pos{}}
+		decodeTools(&t, tn.Get("tools"), dl)
 		reload, _ := tn.Get("reload").JSON()
 		t.Reload, _ = reload.(bool)
 		if sc := tn.Get("script"); sc.Exists() {
@@ -386,7 +408,7 @@ func expectOf(v config.Value) *Expect {
 		}
 		return &out
 	}
-	ex.Degraded, ex.Paused = list("degraded"), list("paused")
+	ex.Degraded, ex.Paused, ex.Tools = list("degraded"), list("paused"), list("tools")
 	return ex
 }
 
@@ -548,6 +570,16 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			fails = append(fails, sc.bad...)
 		}
 	}()
+	if len(t.Tools) > 0 {
+		mock, bad := toolScripts(g, t)
+		for _, b := range bad {
+			at(b.pos, "%s", b.msg)
+		}
+		if len(bad) > 0 {
+			return fails, ran
+		}
+		ctx = kind.WithToolMock(ctx, mock)
+	}
 	var opts []engine.Option
 	if reload {
 		opts = append(opts, engine.WithReload())
@@ -626,6 +658,8 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			stop = make(chan struct{})
 		}
 		var once sync.Once
+		var called []string
+		var calledMu sync.Mutex
 		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Replies: replies, Stop: stop, Observe: func(ev engine.Event) {
 			if ev.NS != "" { // a child flow's nodes are not this flow's
 				return
@@ -645,6 +679,11 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 				if ev.Step >= *r.StopAfter {
 					once.Do(func() { close(stop) })
 				}
+			}
+			if ev.Type == engine.ToolEnd && ev.NS == "" && ev.Tool != nil && ev.Tool.Approval != "rejected" { // a rejected call was not made
+				calledMu.Lock()
+				called = append(called, ev.Tool.Name)
+				calledMu.Unlock()
 			}
 		}}
 		if r.Resume || r.Answers != nil {
@@ -703,6 +742,12 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 				at(ex.Pos, "run %d: want it paused at %s, it did not pause", i+1, strings.Join(*ex.Paused, ", "))
 			} else {
 				at(ex.Pos, "run %d: paused at %s, want %s", i+1, strings.Join(paused, ", "), strings.Join(*ex.Paused, ", "))
+			}
+		}
+		if ex != nil && ex.Tools != nil {
+			want := slices.Sorted(slices.Values(*ex.Tools))
+			if got := slices.Sorted(slices.Values(called)); !slices.Equal(got, want) {
+				at(ex.Pos, "run %d called the tools %s, want %s", i+1, listOrNone(got), listOrNone(want))
 			}
 		}
 		if ex != nil {

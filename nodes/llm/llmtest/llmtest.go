@@ -3,8 +3,11 @@
 // SSE-streamed replies, response_format json_schema), answers from a script
 // of rules matched against the request's messages, and can inject the
 // failures a real endpoint produces: 429 with Retry-After, 5xx, malformed
-// JSON and slow replies. A request no rule answers gets a generated reply:
-// for a structured request, the smallest value that satisfies its schema.
+// JSON and slow replies. A reply may call tools (tool_calls: each a name
+// and its arguments; several are parallel calls), plainly or streamed in
+// pieces as OpenAI streams them. A request no rule answers gets a
+// generated reply: for a structured request, the smallest value that
+// satisfies its schema.
 //
 //	srv := llmtest.New(llmtest.Rule{Match: "recruiter", Replies: []llmtest.Reply{
 //		{Status: 429, RetryAfter: "1"},
@@ -20,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	openai "github.com/sashabaranov/go-openai"
 )
@@ -35,6 +39,21 @@ type Reply struct {
 	RetryAfter string `yaml:"retry_after" json:"retry_after,omitempty"`
 	// Delay waits before answering.
 	Delay time.Duration `yaml:"delay" json:"delay,omitempty"`
+	// ToolCalls, when set, are the functions the reply calls (beside
+	// Content, which may be empty).
+	ToolCalls []ToolCall `yaml:"tool_calls" json:"tool_calls,omitempty"`
+}
+
+// ToolCall is a function call in a scripted reply.
+type ToolCall struct {
+	// ID is the call's id (default call_N, N its place in the server's
+	// calls so far).
+	ID   string `yaml:"id" json:"id,omitempty"`
+	Name string `yaml:"name" json:"name"`
+	// Arguments are sent as the call's JSON arguments: a value (a
+	// mapping), or a string sent as it is (so malformed JSON is just a
+	// bad string).
+	Arguments any `yaml:"arguments" json:"arguments,omitempty"`
 }
 
 // Rule answers the requests whose messages contain Match (any request when
@@ -50,6 +69,11 @@ type Call struct {
 	Messages   []openai.ChatCompletionMessage
 	Stream     bool
 	Structured bool
+	// Tools are the names of the functions the request offered, and
+	// ToolChoice its tool_choice when it is a string (auto, none,
+	// required).
+	Tools      []string
+	ToolChoice string
 	// Authorized reports whether the request carried the server's key
 	// (always true when the server has none).
 	Authorized bool
@@ -70,6 +94,7 @@ type Server struct {
 	rules []Rule
 	used  []int
 	calls []Call
+	ids   int
 }
 
 // New returns a server answering with rules, tried in order.
@@ -107,7 +132,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	call := Call{Model: req.Model, Messages: req.Messages, Stream: req.Stream, Rule: -1,
 		Structured: req.ResponseFormat != nil && req.ResponseFormat.Type == openai.ChatCompletionResponseFormatTypeJSONSchema,
 		Authorized: s.Key == "" || r.Header.Get("Authorization") == "Bearer "+s.Key}
+	call.ToolChoice, _ = req.ToolChoice.(string)
+	for _, t := range req.Tools {
+		if t.Function != nil {
+			call.Tools = append(call.Tools, t.Function.Name)
+		}
+	}
 	reply := s.pick(&call, &req)
+	calls, err := s.toolCalls(reply)
+	if err != nil {
+		apiError(w, http.StatusInternalServerError, "server_error", err.Error())
+		return
+	}
 	call.Status = reply.Status
 	s.mu.Lock()
 	s.calls = append(s.calls, call)
@@ -141,15 +177,72 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 			u = &usage
 		}
-		stream(w, req.Model, reply.Content, u)
+		stream(w, req.Model, reply.Content, calls, u)
 		return
+	}
+	finish := openai.FinishReasonStop
+	if len(calls) > 0 {
+		finish = openai.FinishReasonToolCalls
 	}
 	writeJSON(w, http.StatusOK, openai.ChatCompletionResponse{
 		ID: "chatcmpl-test", Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
-		Choices: []openai.ChatCompletionChoice{{Index: 0, FinishReason: openai.FinishReasonStop,
-			Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content}}},
+		Choices: []openai.ChatCompletionChoice{{Index: 0, FinishReason: finish,
+			Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content, ToolCalls: calls}}},
 		Usage: usage,
 	})
+}
+
+// toolCalls makes a reply's tool calls, numbering the ids not given.
+func (s *Server) toolCalls(reply Reply) ([]openai.ToolCall, error) {
+	var out []openai.ToolCall
+	for _, tc := range reply.ToolCalls {
+		args, ok := tc.Arguments.(string)
+		if !ok {
+			if tc.Arguments == nil {
+				tc.Arguments = map[string]any{}
+			}
+			b, err := json.Marshal(jsonable(tc.Arguments))
+			if err != nil {
+				return nil, fmt.Errorf("tool call %s: arguments: %w", tc.Name, err)
+			}
+			args = string(b)
+		}
+		id := tc.ID
+		if id == "" {
+			s.mu.Lock()
+			s.ids++
+			id = fmt.Sprintf("call_%d", s.ids)
+			s.mu.Unlock()
+		}
+		out = append(out, openai.ToolCall{ID: id, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: tc.Name, Arguments: args}})
+	}
+	return out, nil
+}
+
+// jsonable turns what YAML decodes (maps with any keys) into what JSON
+// encodes.
+func jsonable(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = jsonable(e)
+		}
+		return out
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(k)] = jsonable(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonable(e)
+		}
+		return out
+	}
+	return v
 }
 
 // pick finds the reply for a request.
@@ -188,10 +281,11 @@ func tokens(msgs []openai.ChatCompletionMessage) int {
 	return n
 }
 
-// stream sends content as server-sent events, a word per chunk, and, when
-// the request asked for it (stream_options.include_usage), a last chunk
-// with no choices and the usage, as OpenAI's API does.
-func stream(w http.ResponseWriter, model, content string, usage *openai.Usage) {
+// stream sends content as server-sent events, a word per chunk, then each
+// tool call (its id and name, then its arguments in pieces), and, when the
+// request asked for it (stream_options.include_usage), a last chunk with
+// no choices and the usage, as OpenAI's API does.
+func stream(w http.ResponseWriter, model, content string, calls []openai.ToolCall, usage *openai.Usage) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -210,7 +304,25 @@ func stream(w http.ResponseWriter, model, content string, usage *openai.Usage) {
 	for _, piece := range splitTokens(content) {
 		send(openai.ChatCompletionStreamChoiceDelta{Content: piece}, "")
 	}
-	send(openai.ChatCompletionStreamChoiceDelta{}, openai.FinishReasonStop)
+	for i, c := range calls {
+		idx := i
+		send(openai.ChatCompletionStreamChoiceDelta{ToolCalls: []openai.ToolCall{{Index: &idx, ID: c.ID, Type: c.Type,
+			Function: openai.FunctionCall{Name: c.Function.Name}}}}, "")
+		args := c.Function.Arguments
+		for len(args) > 0 {
+			n := min(len(args), 7)
+			for n < len(args) && !utf8.RuneStart(args[n]) {
+				n++ // pieces of whole characters
+			}
+			send(openai.ChatCompletionStreamChoiceDelta{ToolCalls: []openai.ToolCall{{Index: &idx, Function: openai.FunctionCall{Arguments: args[:n]}}}}, "")
+			args = args[n:]
+		}
+	}
+	finish := openai.FinishReasonStop
+	if len(calls) > 0 {
+		finish = openai.FinishReasonToolCalls
+	}
+	send(openai.ChatCompletionStreamChoiceDelta{}, finish)
 	if usage != nil {
 		b, _ := json.Marshal(openai.ChatCompletionStreamResponse{ID: "chatcmpl-test", Object: "chat.completion.chunk",
 			Created: time.Now().Unix(), Model: model, Choices: []openai.ChatCompletionStreamChoice{}, Usage: usage})

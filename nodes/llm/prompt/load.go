@@ -20,7 +20,7 @@ const Ext = ".prompt"
 // prompts/NAME.prompt beside the flow and in each directory above it.
 const Folder = "prompts"
 
-var frontKeys = []string{"description", "model", "temperature", "max_tokens", "system", "output", "fallback", "fallback_expr"}
+var frontKeys = []string{"description", "model", "temperature", "max_tokens", "system", "output", "fallback", "fallback_expr", "fallback_calls"}
 
 // file is a prompt file as read once per flow load, shared by the nodes
 // that use it; each node then compiles its templates against its own vars.
@@ -39,7 +39,9 @@ type file struct {
 	fallback    any
 	hasFallback bool
 	fbExpr      config.Value
-	ok          bool
+	// calls is the fallback_calls list as written
+	calls config.Value
+	ok    bool
 }
 
 var identRE = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
@@ -74,7 +76,8 @@ func Load(b kind.Builder, at config.Value, vars kind.Vars) *Prompt {
 	}
 	vs := schema.Object(vars)
 	withVars := kind.Vars{"vars": vs}
-	withError := kind.Vars{"vars": vs, "error": &schema.Shape{Types: []string{"string"}}, "no_model": &schema.Shape{Types: []string{"boolean"}}}
+	withError := kind.Vars{"vars": vs, "error": &schema.Shape{Types: []string{"string"}}, "no_model": &schema.Shape{Types: []string{"boolean"}},
+		"tool_calls": ToolCallsShape}
 	p := &Prompt{Name: f.name, Path: f.path, Model: f.model, Temperature: f.temp, MaxTokens: f.maxTokens,
 		Output: f.output, HasFallback: f.hasFallback}
 	ok := f.ok
@@ -95,10 +98,47 @@ func Load(b kind.Builder, at config.Value, vars kind.Vars) *Prompt {
 		p.FallbackValue, fok = fallbackValue(b, f, f.fallback, "/fallback", "fallback", withError)
 		ok = ok && fok
 	}
+	if f.calls.Exists() {
+		var cok bool
+		p.FallbackCalls, cok = fallbackCalls(b, f.calls, withVars)
+		ok = ok && cok
+	}
 	if !ok {
 		return nil
 	}
 	return p
+}
+
+// fallbackCalls compiles the fallback_calls list for one node: each
+// call's arguments and condition over state, input and vars.
+func fallbackCalls(b kind.Builder, v config.Value, vars kind.Vars) ([]FallbackCall, bool) {
+	ok := true
+	var out []FallbackCall
+	for _, it := range v.Items() {
+		c := FallbackCall{Tool: it.Get("tool").Text(), At: it.Get("tool")}
+		if w := it.Get("when"); w.Exists() {
+			if c.When = b.Condition(w, vars); c.When == nil {
+				ok = false
+			}
+		}
+		switch a := it.Get("arguments"); {
+		case a.IsMapping():
+			for _, e := range a.Entries() {
+				p := b.Expr(e.Value, vars)
+				if p == nil {
+					ok = false
+					continue
+				}
+				c.ArgNames, c.Args, c.ArgsAt = append(c.ArgNames, e.Name), append(c.Args, p), append(c.ArgsAt, e.Value)
+			}
+		case a.Exists():
+			if c.ArgsExpr = b.Expr(a, vars); c.ArgsExpr == nil {
+				ok = false
+			}
+		}
+		out = append(out, c)
+	}
+	return out, ok
 }
 
 // read parses a prompt file: its front matter's settings, output schema
@@ -230,6 +270,10 @@ func (f *file) readFront(b kind.Builder, report reporter) {
 			}
 			f.hasFallback = true
 			f.fbExpr = v
+		case "fallback_calls":
+			if f.checkCalls(v, report) {
+				f.calls = v
+			}
 		default:
 			report(e.Key.Pos(), e.Name, "unknown front matter key %q", e.Name).Suggestion = diag.Suggest(e.Name, frontKeys)
 		}
@@ -264,6 +308,47 @@ func (f *file) readOutput(b kind.Builder, v config.Value, report reporter) {
 		name = n.Text()
 	}
 	f.output = &Output{Name: name, Schema: s.Raw, Validator: s.Validator}
+}
+
+// checkCalls checks the form of fallback_calls: a list of calls, each a
+// tool's name, its arguments (a mapping of expressions, or one
+// expression) and an optional when.
+func (f *file) checkCalls(v config.Value, report reporter) bool {
+	if !v.IsSequence() {
+		report(v.Pos(), "fallback_calls", "fallback_calls must be a list of calls: {tool: NAME, arguments: {ARG: EXPRESSION}, when: CONDITION}")
+		return false
+	}
+	ok := true
+	for i, it := range v.Items() {
+		path := "fallback_calls[" + strconv.Itoa(i) + "]"
+		if !it.IsMapping() {
+			report(it.Pos(), path, "a fallback call must be a mapping: {tool: NAME, arguments: {ARG: EXPRESSION}, when: CONDITION}")
+			ok = false
+			continue
+		}
+		for _, e := range it.Entries() {
+			switch e.Name {
+			case "tool", "when":
+				if !e.Value.IsScalar() || e.Value.Text() == "" {
+					report(e.Value.Pos(), path+"."+e.Name, "%s must be a string", e.Name)
+					ok = false
+				}
+			case "arguments":
+				if !e.Value.IsMapping() && !e.Value.IsScalar() {
+					report(e.Value.Pos(), path+".arguments", "arguments must be a mapping of argument to expression, or one expression giving them")
+					ok = false
+				}
+			default:
+				report(e.Key.Pos(), path+"."+e.Name, "unknown key %q of a fallback call", e.Name).Suggestion = diag.Suggest(e.Name, []string{"tool", "arguments", "when"})
+				ok = false
+			}
+		}
+		if !it.Get("tool").Exists() {
+			report(it.Pos(), path, "a fallback call needs the tool it calls (tool: NAME)")
+			ok = false
+		}
+	}
+	return ok
 }
 
 // checkFallback validates a fallback value, as written, against the

@@ -14,12 +14,20 @@
 //	.no_model  true when that is because no model is configured, not a
 //	           failure (fallbacks only): a fallback may then stand in for
 //	           the model with rules, and report a failure as one
+//	.tool_calls the calls a node with tools made, with their results
+//	           (fallbacks only: those its fallback_calls made)
+//
+// A prompt for a node that calls tools may name, in fallback_calls, the
+// calls its fallback makes (each a tool, its arguments as expressions over
+// state, input and vars, and an optional when), so that a flow runs its
+// tools with no model too; the fallback reply then reads their results.
 package prompt
 
 import (
 	"fmt"
 	"text/template"
 
+	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/tmpl"
@@ -45,7 +53,38 @@ type Prompt struct {
 	FallbackValue any
 	FallbackExpr  *expression.Program
 	HasFallback   bool
+	// FallbackCalls are the tool calls the fallback makes before its
+	// reply, in order.
+	FallbackCalls []FallbackCall
 }
+
+// FallbackCall is one tool call a fallback makes.
+type FallbackCall struct {
+	// Tool names the tool; At holds the name, for messages.
+	Tool string
+	At   config.Value
+	// Args are the arguments, one expression per argument (ArgNames in
+	// order), or ArgsExpr: one expression giving them all.
+	ArgNames []string
+	Args     []*expression.Program
+	ArgsAt   []config.Value
+	ArgsExpr *expression.Program
+	// When, when set, makes the call only when it holds.
+	When *expression.Program
+}
+
+// ToolCallsShape is the shape of the calls a node with tools made, as
+// expressions read tool_calls and templates .tool_calls: the call's id,
+// the tool, its arguments, its result (or error) and how a person
+// answered a call that waited for approval.
+var ToolCallsShape = &schema.Shape{Types: []string{"array"}, Items: schema.Object(map[string]*schema.Shape{
+	"id":        {Types: []string{"string"}},
+	"tool":      {Types: []string{"string"}},
+	"arguments": {Types: []string{"object"}},
+	"result":    nil,
+	"error":     {Types: []string{"string", "null"}},
+	"approval":  {Types: []string{"string", "null"}},
+}, "id", "tool", "arguments", "result", "error", "approval")}
 
 // Output is the JSON Schema a structured reply must satisfy.
 type Output struct {
@@ -65,10 +104,16 @@ type Data struct {
 	// NoModel is set when the fallback stands in for a model that is not
 	// configured rather than one that failed.
 	NoModel bool
+	// ToolCalls are the calls the fallback made (see ToolCallsShape).
+	ToolCalls []any
 }
 
 func (d Data) value() map[string]any {
-	m := map[string]any{"state": d.State, "input": d.Input, "vars": d.Vars, "error": d.Error, "no_model": d.NoModel}
+	calls := d.ToolCalls
+	if calls == nil {
+		calls = []any{}
+	}
+	m := map[string]any{"state": d.State, "input": d.Input, "vars": d.Vars, "error": d.Error, "no_model": d.NoModel, "tool_calls": calls}
 	if d.Config != nil {
 		m["config"] = d.Config
 	}

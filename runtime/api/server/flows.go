@@ -59,7 +59,19 @@ func (e *loadError) Error() string { return (&diag.ListError{List: e.diags}).Err
 // src (nil: read from path), and the files it names are read from files
 // (nil: the disk). A flow that does not compile is a *loadError.
 func (fs *flowSet) compile(files *config.Files, path string, src []byte) (*compiled, error) {
-	f, dl := versions.Compile(files, path, src, fs.kinds)
+	return fs.compileWith(fs.kinds, files, path, src)
+}
+
+// check compiles a flow a caller gave (posted, or edited): with the
+// kinds reaching nothing while it loads (kind.OfflineOf), so that a
+// caller's flow does not have the server start a command or dial an
+// address (an MCP server's tools come from its pinned copy).
+func (fs *flowSet) check(files *config.Files, path string, src []byte) (*compiled, error) {
+	return fs.compileWith(kind.OfflineOf(fs.kinds), files, path, src)
+}
+
+func (fs *flowSet) compileWith(kinds kind.Registry, files *config.Files, path string, src []byte) (*compiled, error) {
+	f, dl := versions.Compile(files, path, src, kinds)
 	if f == nil {
 		return nil, &loadError{diags: dl}
 	}
@@ -292,7 +304,7 @@ func (s *Server) validateFlow(w http.ResponseWriter, r *http.Request, _ *caller)
 	if name == "" {
 		name = "posted.yaml"
 	}
-	f, err := s.flows.compile(config.FS(dir.FS()), path.Join(flows, name), src)
+	f, err := s.flows.check(config.FS(dir.FS()), path.Join(flows, name), src)
 	var le *loadError
 	switch {
 	case errors.As(err, &le):

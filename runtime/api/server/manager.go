@@ -411,6 +411,10 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 	if err != nil {
 		return store.RunRecord{}, nil, err
 	}
+	// answers the flow cannot take are refused now, not by the run
+	if err := engine.CheckAnswers(l.flow.Graph(), answers); err != nil {
+		return store.RunRecord{}, nil, err
+	}
 	cfg, err := plain("config", in.Config)
 	if err != nil {
 		return store.RunRecord{}, nil, err

@@ -157,6 +157,11 @@ type Config struct {
 	// Webhooks is where and how runs' ends are posted (nil: nowhere; a
 	// run that names a webhook is refused).
 	Webhooks *WebhookConfig
+	// MCP makes the Model Context Protocol endpoint, POST /mcp, from the
+	// API's own handler: the flows as tools (runtime/api/mcpserver.New).
+	// The server checks the caller's key first, as for every route, and
+	// the endpoint acts through the API with it. Nil: /mcp is not served.
+	MCP func(api http.Handler) http.Handler
 	// Schedules bounds what a tenant's schedules may ask of the server.
 	Schedules ScheduleLimits
 
@@ -205,6 +210,8 @@ type Server struct {
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
 	handler       http.Handler
+	// mcp serves /mcp (nil: not served)
+	mcp http.Handler
 	// stopping is closed when Shutdown begins.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
@@ -304,6 +311,18 @@ func New(cfg Config) (*Server, error) {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 		routes.Handle(rt.method+" "+rt.path, http.NotFoundHandler())
 	}
+	if cfg.MCP != nil {
+		// not a route of the API's document: its body is MCP's JSON-RPC
+		// (the document's description names it)
+		rt := route{method: "POST", path: "/mcp", access: tenant, stream: true, handle: func(w http.ResponseWriter, r *http.Request, _ *caller) error {
+			// a call runs a flow: as long as the run takes, as a wait does
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+			s.mcp.ServeHTTP(w, r)
+			return nil
+		}}
+		s.mux.Handle("POST /mcp", s.wrap(rt))
+		routes.Handle("POST /mcp", http.NotFoundHandler())
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var allowed []string
 		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
@@ -321,6 +340,9 @@ func New(cfg Config) (*Server, error) {
 		writeError(w, r, &api.Error{Code: api.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})
 	s.handler = s.requests(s.mux)
+	if cfg.MCP != nil {
+		s.mcp = cfg.MCP(s.handler)
+	}
 	return s, nil
 }
 

@@ -368,7 +368,7 @@ func (s *Server) check(l *loaded, p *project, ed map[string]api.FileEdit) (*comp
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := s.flows.compile(config.FS(fsys), main, src)
+	f, err := s.flows.check(config.FS(fsys), main, src)
 	var le *loadError
 	switch {
 	case errors.As(err, &le):

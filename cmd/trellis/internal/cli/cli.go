@@ -19,6 +19,7 @@ import (
 
 	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/sandbox"
+	"github.com/trellisflow/trellis/nodes/tools/mcptool"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 )
@@ -56,8 +57,9 @@ func init() {
 			"Run flow tests (*.test.yaml): scripted node outputs, assertions on path, visits and state; model replies recorded once (--record) replay offline from x.cassette.yaml", cmdTest},
 		{"prompt", "prompt render FLOW NODE [--with FILE | --thread ID [--store ADDR]] [--input k=v ...] [--json]",
 			"Show exactly what a node would send to the model for a given state", cmdPrompt},
-		{"dev", "dev model-server [--addr HOST:PORT] [--script FILE] [--key KEY] | dev loadtest [--threads N] [--turns T] [--store ADDR] [--prune-beside N [--window D] [--rounds N]] | dev sbom [--name N] [--deb PKG ...] BINARY",
-			"Serve an OpenAI-compatible test model for demos and tests; load-test trellis serve with it; write the SPDX SBOM of a built trellis (its Go modules) and the Debian packages beside it in an image", cmdDev},
+		{"dev", "dev model-server [--addr HOST:PORT] [--script FILE] [--key KEY] | dev mcp-server [--addr HOST:PORT] [--log FILE] | dev loadtest [--threads N] [--turns T] [--store ADDR] [--prune-beside N [--window D] [--rounds N]] | dev sbom [--name N] [--deb PKG ...] BINARY",
+			"Serve an OpenAI-compatible test model (its replies may call tools) or an MCP server of sample tools for demos and tests; load-test trellis serve with the model; write the SPDX SBOM of a built trellis (its Go modules) and the Debian packages beside it in an image", cmdDev},
+		{"mcp", "mcp pin FLOW ...", "List the tools of each MCP server a flow's tools block names and write them to its pinned copy (FLOW.ENTRY.mcp.json), which validate reads when the server does not answer", cmdMCP},
 		{"threads", "threads [--store ADDR] [--limit N] | threads migrate --to VERSION [--set FIELD=EXPR ...] [--drop FIELD ...] [--dry-run] TENANT/ID ... [--store ADDR]",
 			"List threads, most recently updated first; move threads onto another version of their flow (recorded in their history): a served thread is TENANT/ID, as trellis threads lists it (a thread of trellis run has no tenant: its ID alone)", cmdThreads},
 		{"history", "history THREAD [--store ADDR] [--limit N] [--before SEQ] [--source S] [--run ID] [--node NAME]", "List a thread's checkpoints, newest first", cmdHistory},
@@ -129,6 +131,7 @@ func Main(args []string, env *Env) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
 	defer stop()
+	defer mcptool.CloseSessions()
 	defer func() {
 		if err := sandbox.CloseEnv(); err != nil {
 			fmt.Fprintf(env.Stderr, "trellis %s: closing the sandbox: %v\n", args[0], err)

@@ -420,8 +420,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) int {
 	for res.Interrupt != nil && len(res.Interrupt.Asks) > 0 {
 		given := map[string]any{}
 		for _, a := range res.Interrupt.Asks {
-			q, _ := json.Marshal(a.Payload)
-			fmt.Fprintf(env.Stderr, "%s asks: %s\n%s> ", a.ID, q, a.ID)
+			fmt.Fprintf(env.Stderr, "%s\n%s> ", question(a), a.ID)
 			if !lines.Scan() {
 				fmt.Fprintln(env.Stderr)
 				break
@@ -598,6 +597,28 @@ func ParseInputs(f *trellis.Flow, flag string, pairs []string, file string) (map
 	return in, nil
 }
 
+// question is what a paused run asks, as a person reads it: a tool call
+// waiting for approval says what it would do and how to answer.
+func question(a trellis.Ask) string {
+	if p, ok := a.Payload.(map[string]any); ok && p["type"] == "tool_approval" {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s would call:", a.ID)
+		calls, _ := p["calls"].([]any)
+		for _, c := range calls {
+			cm, _ := c.(map[string]any)
+			args, _ := json.Marshal(cm["arguments"])
+			fmt.Fprintf(&b, "\n  %v %s (call %v)", cm["tool"], args, cm["id"])
+		}
+		if problem, _ := p["problem"].(string); problem != "" {
+			fmt.Fprintf(&b, "\nthe last answer could not be taken: %s", problem)
+		}
+		b.WriteString("\nanswer approve, reject, {decision: reject, reason: TEXT}, {decision: edit, arguments: {...}} or {calls: {ID: DECISION}}")
+		return b.String()
+	}
+	q, _ := json.Marshal(a.Payload)
+	return fmt.Sprintf("%s asks: %s", a.ID, q)
+}
+
 // TraceTo prints events as one line each.
 func TraceTo(w io.Writer) func(trellis.Event) {
 	return func(ev trellis.Event) {
@@ -620,6 +641,23 @@ func TraceTo(w io.Writer) func(trellis.Event) {
 		}
 		if ev.Text != "" {
 			fmt.Fprintf(&b, " %q", ev.Text)
+		}
+		if t := ev.Tool; t != nil {
+			args, _ := json.Marshal(t.Arguments)
+			fmt.Fprintf(&b, " → %s %s [%s]", t.Name, args, t.ID)
+			if t.Approval != "" {
+				fmt.Fprintf(&b, " %s", t.Approval)
+			}
+			switch {
+			case t.Error != "":
+				fmt.Fprintf(&b, " error: %s", t.Error)
+			case ev.Type == trellis.ToolEnd:
+				r, _ := json.Marshal(t.Result)
+				fmt.Fprintf(&b, " = %s", r)
+			}
+		}
+		if ev.Interrupt != nil && ev.Type == trellis.NodeEnd {
+			b.WriteString(" PAUSED (asks)")
 		}
 		if len(ev.Update) > 0 {
 			u, _ := json.Marshal(ev.Update)

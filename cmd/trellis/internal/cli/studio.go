@@ -17,6 +17,7 @@ import (
 	"github.com/trellisflow/trellis/cmd/trellis/internal/page"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
+	"github.com/trellisflow/trellis/runtime/api/mcpserver"
 	"github.com/trellisflow/trellis/runtime/api/server"
 )
 
@@ -65,7 +66,7 @@ func cmdStudio(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flows, Kinds: env.Registry, Logger: log,
-		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics()})
+		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), MCP: mcpserver.New})
 	if err != nil {
 		return fail(env, "studio", err)
 	}

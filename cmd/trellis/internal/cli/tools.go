@@ -267,12 +267,15 @@ func cmdDev(ctx context.Context, env *Env, args []string) int {
 	if len(args) > 0 && args[0] == "loadtest" {
 		return cmdLoadtest(ctx, env, args[1:])
 	}
+	if len(args) > 0 && args[0] == "mcp-server" {
+		return cmdMCPServer(ctx, env, args[1:])
+	}
 	if len(args) > 0 && args[0] == "sbom" {
 		return cmdSBOM(ctx, env, args[1:])
 	}
 	fs := flags(env, "dev")
 	addr := fs.String("addr", "127.0.0.1:8089", "address to listen on")
-	script := fs.String("script", "", "YAML file of rules: [{match: TEXT, replies: [{content, status, retry_after, delay}]}]")
+	script := fs.String("script", "", "YAML file of rules: [{match: TEXT, replies: [{content, tool_calls: [{name, arguments}], status, retry_after, delay}]}]")
 	key := fs.String("key", "", "require this API key")
 	pos, code, ok := parse(fs, args)
 	if !ok {

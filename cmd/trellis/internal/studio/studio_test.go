@@ -29,6 +29,7 @@ import (
 	"github.com/trellisflow/trellis/cmd/trellis/internal/browser"
 	studiopage "github.com/trellisflow/trellis/cmd/trellis/internal/studio"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
+	"github.com/trellisflow/trellis/nodes/tools/mcptool/mcptest"
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
@@ -158,6 +159,13 @@ func open(t *testing.T, s *studio, flow string) *page {
 	b := browser.Chromium(t, 1280, 800)
 	p := &page{t: t, b: b, ctx: ctx, s: s, name: strings.NewReplacer("/", "-", "Test", "").Replace(t.Name())}
 	t.Cleanup(func() {
+		// a script error the page did not handle is a defect whatever
+		// the test looked at
+		for _, line := range strings.Split(b.Log(), "\n") {
+			if strings.HasPrefix(line, "exception: ") {
+				t.Errorf("the page threw: %s", strings.TrimPrefix(line, "exception: "))
+			}
+		}
 		if t.Failed() {
 			t.Logf("the page and chromium said:\n%s", b.Log())
 			t.Logf("trellis studio said:\n%s", s.stderr)
@@ -890,6 +898,64 @@ func TestStudioCommand(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "no such file or directory") {
 		t.Errorf("a missing flows directory: %v\n%s", err, out)
+	}
+}
+
+// The agent example's run shows its tool calls in the run's timeline, and
+// its deletion waits on a form of the call: edited there, the resumed run
+// calls the tool with the arguments the person gave.
+func TestStudioApprovesAToolCall(t *testing.T) {
+	var mu sync.Mutex
+	var deleted []string
+	samples := httptest.NewServer(mcptest.Handler(mcptest.Config{OnCall: func(tool string, args map[string]any) {
+		if tool == "delete_note" {
+			mu.Lock()
+			deleted = append(deleted, fmt.Sprint(args["title"]))
+			mu.Unlock()
+		}
+	}}))
+	defer samples.Close()
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", "sqlite:"+filepath.Join(t.TempDir(), "s.db"))
+	p := open(t, s, "agent")
+	p.click("#tab-run")
+	p.typeInto("#new-id", "trip")
+	p.click("#create")
+	p.wait(`trellisStudio.thread && trellisStudio.thread.id === 'trip' && document.getElementById('run-form') !== null`)
+	p.typeInto("#in-question", "What should I pack?")
+	p.typeInto("#in-city", "Oslo")
+	p.typeInto("#in-note", "old plans")
+	cfg, _ := json.Marshal(`{"samples_url": "` + samples.URL + `"}`)
+	p.eval(`document.getElementById('config').value = `+string(cfg)+`, true`, nil)
+	p.click("#run")
+	p.wait(`document.querySelector('#interrupts .interrupt[data-approval] fieldset[data-tool="delete_note"]') !== null`)
+	p.shot("approval")
+	p.click(`#interrupts fieldset[data-tool="delete_note"] input[data-decision="edit"]`)
+	p.eval(`document.querySelector('#interrupts fieldset[data-tool="delete_note"] textarea').value = '{"title": "older plans"}', true`, nil)
+	// (the page sends the run options again with the resume)
+	p.eval(`document.getElementById('config').value = `+string(cfg)+`, true`, nil)
+	p.click("#answer")
+	p.wait(`trellisStudio.run && trellisStudio.run.settled`)
+	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
+		t.Fatalf("the resumed run: %s", run)
+	}
+	p.wait(`document.querySelector('#interrupts .interrupt') === null`)
+	for _, tool := range []string{"get_weather", "trip_note", "word_count", "delete_note"} {
+		if n := p.count(`#steps li.tool-call[data-tool="` + tool + `"][data-status="done"]`); n != 1 {
+			t.Errorf("the timeline shows %d ended calls of %s", n, tool)
+		}
+	}
+	if a := p.text(`#steps li.tool-call[data-tool="delete_note"] .tool-approval`); a != "edited" {
+		t.Errorf("delete_note's approval in the timeline: %q", a)
+	}
+	p.shot("answered")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(deleted) != 1 || deleted[0] != "older plans" {
+		t.Fatalf("the notes server deleted %v", deleted)
+	}
+	st, err := p.client.State(p.ctx, "trip", 0)
+	if err != nil || len(st.Values["calls"].([]any)) != 4 {
+		t.Fatalf("the thread's calls: %+v %v", st, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import { API, APIError } from './api.js';
 import { GraphView } from './graph.js';
 import { createEditor } from './editor.js';
 import { h, fill, json, diffValues, nodeBlock, readsOf, promptName, reducersOf, nodeAt, nsPath, transcript } from './util.js';
+import { toolEvent, toolEntry, isApproval, approvalForm, approvalAnswer } from './tools.js';
 
 const $ = (id) => document.getElementById(id);
 const keyStore = 'trellis.studio.key';
@@ -671,6 +672,10 @@ async function startRun(body) {
             run.stepNodes.push(ev.node);
           }
           break;
+        case 'tool_start':
+        case 'tool_end':
+          toolEvent(run, type, ev);
+          break;
         case 'node_output':
           run.tokens += ev.text;
           run.byNode[nodeOf(ev)] = (run.byNode[nodeOf(ev)] || '') + ev.text;
@@ -692,6 +697,7 @@ async function startRun(body) {
             if (run.stepNodes.length) run.prev = run.stepNodes;
             run.stepNodes = [];
             run.steps.push({ step: ev.step, checkpoint: ev.checkpoint, fields: Object.keys(ev.update || {}), next: ev.next || [] });
+            (run.timeline = run.timeline || []).push({ step: run.steps[run.steps.length - 1] });
             refreshSoon();
           }
           break;
@@ -784,9 +790,10 @@ function renderLive() {
     parts.push(h('h3', {}, 'Tokens as they came'), h('div', { id: 'tokens' },
       ...Object.entries(run.byNode).map(([n, t]) => h('div', { class: 'tokens', 'data-node': n }, h('strong', {}, n), h('pre', {}, t)))));
   }
-  if (run.steps.length) {
-    parts.push(h('h3', {}, 'Steps'), h('ol', { class: 'steps', id: 'steps' }, ...run.steps.map((s) =>
-      h('li', {}, 'step ' + s.step + ' → #' + s.checkpoint + ': wrote ' + (s.fields.join(', ') || 'nothing') + (s.next.length ? '; next ' + s.next.join(', ') : '')))));
+  if (run.timeline && run.timeline.length) {
+    // the steps as they committed, and the tool calls where they came
+    parts.push(h('h3', {}, 'Steps'), h('ol', { class: 'steps', id: 'steps' }, ...run.timeline.map((e) => e.tool ? toolEntry(e.tool) :
+      h('li', {}, 'step ' + e.step.step + ' → #' + e.step.checkpoint + ': wrote ' + (e.step.fields.join(', ') || 'nothing') + (e.step.next.length ? '; next ' + e.step.next.join(', ') : '')))));
   }
   fill(live, ...parts);
   // the streaming reply shows in the conversation too
@@ -819,6 +826,7 @@ function renderInterrupts() {
     return;
   }
   const forms = asks.map((a) => {
+    if (isApproval(a)) return approvalForm(a);
     const ta = h('textarea', { rows: 3, id: 'answer-' + a.id, 'data-ask': a.id, 'aria-label': 'answer to ' + a.id, placeholder: 'the answer, as JSON (true, "text", {"approve": true})' });
     return h('div', { class: 'interrupt', 'data-interrupt': a.id },
       h('strong', {}, a.id + ' asks'), h('pre', {}, json(a.payload)),
@@ -830,6 +838,14 @@ function renderInterrupts() {
 
 function answerInterrupts() {
   const answers = {};
+  for (const box of document.querySelectorAll('#interrupts .interrupt[data-approval]')) {
+    try {
+      answers[box.dataset.interrupt] = approvalAnswer(box);
+    } catch (e) {
+      fail(e);
+      return;
+    }
+  }
   for (const ta of document.querySelectorAll('#interrupts textarea[data-ask]')) {
     const v = ta.value.trim();
     if (!v) continue;
@@ -963,10 +979,9 @@ async function renderCheckpoint() {
     h('div', { class: 'row' }, ...actions, ...children),
     S.ns ? null : updateForm(cp),
     h('h3', {}, diff.length ? 'Changed since #' + (cp.parent || 0) : 'Nothing changed since #' + (cp.parent || 0)),
-    diff.length ? h('table', { class: 'diff', id: 'diff' }, h('tr', {}, h('th', {}, 'field'), h('th', {}, 'before'), h('th', {}, 'after')), ...rows) : null,
+    diff.length ? h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'what changed' },
+      h('table', { class: 'diff', id: 'diff' }, h('tr', {}, h('th', {}, 'field'), h('th', {}, 'before'), h('th', {}, 'after')), ...rows)) : null,
     h('details', {}, h('summary', {}, 'The whole state at #' + cp.seq), h('pre', { id: 'checkpoint-state' }, json(now.values))));
-  const diffTable = $('diff');
-  if (diffTable) diffTable.replaceWith(h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'what changed' }, diffTable));
 }
 
 async function openChild(ns) {
