@@ -109,7 +109,7 @@ func TestValidateFormats(t *testing.T) {
 	f := examples + "/G001.bad.yaml"
 	out, _, exit := trellis(t, "validate", "--format", "json", f)
 	var ds []map[string]any
-	if err := json.Unmarshal([]byte(out), &ds); err != nil || exit != 1 || len(ds) != 1 {
+	if err := unmarshalDiags(out, &ds); err != nil || exit != 1 || len(ds) != 1 {
 		t.Fatalf("json: exit %d err %v\n%s", exit, err, out)
 	}
 	if ds[0]["code"] != "G001" || ds[0]["suggestion"] != "second" || ds[0]["line"].(float64) != 19 || ds[0]["path"] != "edges[1].to" {
@@ -120,9 +120,33 @@ func TestValidateFormats(t *testing.T) {
 		t.Fatalf("github: %s", out)
 	}
 	out, _, exit = trellis(t, "validate", "--format", "json", examples+"/G001.ok.yaml")
-	if exit != 0 || strings.TrimSpace(out) != "[]" {
-		t.Fatalf("clean json: %d %s", exit, out)
+	var clean struct {
+		Valid       bool              `json:"valid"`
+		Diagnostics []json.RawMessage `json:"diagnostics"`
+		Flows       []struct {
+			File   string            `json:"file"`
+			Inputs []json.RawMessage `json:"inputs"`
+		} `json:"flows"`
 	}
+	if err := json.Unmarshal([]byte(out), &clean); exit != 0 || err != nil || !clean.Valid || clean.Diagnostics == nil || len(clean.Diagnostics) != 0 ||
+		len(clean.Flows) != 1 || clean.Flows[0].File != examples+"/G001.ok.yaml" || clean.Flows[0].Inputs == nil {
+		t.Fatalf("clean json: %d %v %s", exit, err, out)
+	}
+}
+
+// unmarshalDiags decodes the diagnostics of what validate --format json
+// printed.
+func unmarshalDiags(out string, ds any) error {
+	var v struct {
+		Diagnostics json.RawMessage `json:"diagnostics"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		return err
+	}
+	if v.Diagnostics == nil {
+		return fmt.Errorf("no diagnostics in %s", out)
+	}
+	return json.Unmarshal(v.Diagnostics, ds)
 }
 
 // Subflows, maps and nodes that ask are drawn distinctly: collapsed,
@@ -402,7 +426,7 @@ func TestValidateSARIF(t *testing.T) {
 		Line     int    `json:"line"`
 		Col      int    `json:"col"`
 	}
-	if err := json.Unmarshal([]byte(jsonOut), &ds); err != nil {
+	if err := unmarshalDiags(jsonOut, &ds); err != nil {
 		t.Fatal(err)
 	}
 	if len(run.Results) != len(ds) || len(ds) == 0 {
@@ -438,7 +462,7 @@ func TestBrokenFrontMatterIsOneError(t *testing.T) {
 	}
 	out, _, exit := trellis(t, "validate", "--format", "json", flowFile)
 	var ds []map[string]any
-	if err := json.Unmarshal([]byte(out), &ds); err != nil || exit != 1 {
+	if err := unmarshalDiags(out, &ds); err != nil || exit != 1 {
 		t.Fatalf("exit %d, %v\n%s", exit, err, out)
 	}
 	if len(ds) != 1 || ds[0]["code"] != "Y001" || ds[0]["line"].(float64) != 2 || !strings.HasSuffix(ds[0]["file"].(string), "broken.prompt") {
@@ -496,7 +520,7 @@ edges:
 	}
 	out, _, exit := trellis(t, "validate", "--format", "json", f)
 	var ds []map[string]any
-	if err := json.Unmarshal([]byte(out), &ds); err != nil || exit != 1 || len(ds) != 1 {
+	if err := unmarshalDiags(out, &ds); err != nil || exit != 1 || len(ds) != 1 {
 		t.Fatalf("exit %d %v\n%s", exit, err, out)
 	}
 	if ds[0]["code"] != "W004" || ds[0]["suggestion"] != "closing" || ds[0]["col"].(float64) != 43 {
@@ -563,7 +587,7 @@ edges:
 	}
 	out, _, exit := trellis(t, "validate", "--format", "json", f)
 	var ds []map[string]any
-	if err := json.Unmarshal([]byte(out), &ds); err != nil || exit != 1 {
+	if err := unmarshalDiags(out, &ds); err != nil || exit != 1 {
 		t.Fatalf("exit %d %v\n%s", exit, err, out)
 	}
 	var got []string

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -156,5 +158,87 @@ func TestValidateTogetherAsAlone(t *testing.T) {
 	a, b := lines(together), lines(alone.String())
 	if len(a) == 0 || !slices.Equal(a, b) {
 		t.Fatalf("together %d diagnostics, alone %d:\n%s\n---\n%s", len(a), len(b), strings.Join(a, "\n"), strings.Join(b, "\n"))
+	}
+}
+
+// validate lists the inputs a run of a flow must give, in text and in
+// JSON, by the rules the runtime refuses runs by: an input read with
+// nothing to fall back on (every run), one the state schema requires with
+// no default (a new thread's first run); one read behind ?? is not
+// listed. A run given none is refused for exactly those listed.
+func TestValidateListsNeededInputs(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "needs.yaml")
+	if err := os.WriteFile(f, []byte(`version: 1
+name: needs
+state:
+  schema:
+    type: object
+    required: [topic]
+    properties:
+      who: {type: string, default: ""}
+      topic: {type: string}
+      mood: {type: string, default: ""}
+      said: {type: string, default: ""}
+input: [who, topic, mood]
+nodes:
+  say:
+    kind: assign
+    set:
+      said: "input.who + ' on ' + (input.mood ?? 'anything')"
+edges:
+  - {from: START, to: say}
+  - {from: say, to: END}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, exit := trellis(t, "validate", f)
+	if exit != 0 || out != "" {
+		t.Fatalf("exit %d\n%s%s", exit, out, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if len(lines) != 3 ||
+		lines[0] != f+": flow needs needs input who: every run gives it: the flow reads input.who at "+f+":17:20 with nothing to fall back on" ||
+		lines[1] != f+": flow needs needs input topic: a new thread's first run gives it, unless the thread is created with a value for it: the state schema requires it and has no default" ||
+		lines[2] != "1 flow checked: 0 errors" {
+		t.Fatalf("text:\n%s", stderr)
+	}
+	out, _, exit = trellis(t, "validate", "--format", "json", f)
+	var v struct {
+		Valid bool `json:"valid"`
+		Flows []struct {
+			File, Name string
+			Inputs     []flow.NeededInput `json:"inputs"`
+		} `json:"flows"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || exit != 0 || !v.Valid || len(v.Flows) != 1 || v.Flows[0].Name != "needs" {
+		t.Fatalf("json: %d %v\n%s", exit, err, out)
+	}
+	got := v.Flows[0].Inputs
+	if len(got) != 2 || got[0].Name != "who" || !got[0].EveryRun || got[0].FirstRun || got[0].ReadAt == nil || got[0].ReadAt.Line != 17 ||
+		got[1].Name != "topic" || got[1].EveryRun || !got[1].FirstRun || got[1].ReadAt != nil {
+		t.Fatalf("json inputs: %s", out)
+	}
+	// the runtime refuses a run given nothing for exactly those
+	g, dl := flow.Load(f, all.Offline())
+	if g == nil {
+		t.Fatal(dl)
+	}
+	eng := engine.New(memory.New())
+	defer eng.Store.Close()
+	_, err := eng.Run(context.Background(), g, engine.Request{Thread: "t"})
+	var refused []string
+	var ie *engine.InputError
+	if errors.As(err, &ie) {
+		refused = append(refused, ie.Field)
+		for _, m := range ie.More {
+			refused = append(refused, m.Field)
+		}
+	}
+	slices.Sort(refused)
+	if !slices.Equal(refused, []string{"topic", "who"}) {
+		t.Fatalf("a run given nothing: refused for %v (%v)", refused, err)
+	}
+	if _, err := eng.Run(context.Background(), g, engine.Request{Thread: "t2", Input: map[string]any{"who": "ada", "topic": "graphs"}}); err != nil {
+		t.Fatalf("a run given what validate lists: %v", err)
 	}
 }

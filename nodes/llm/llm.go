@@ -272,6 +272,9 @@ type modelChoice struct {
 
 // modelFor is the model a call uses for data.
 func (n *node) modelFor(data prompt.Data) (string, error) {
+	if n.client != nil && n.client.p.Override != "" {
+		return n.client.p.Override, nil
+	}
 	if len(n.models) == 0 {
 		return n.model, nil
 	}

@@ -29,6 +29,10 @@ type Provider struct {
 	APIKey string
 	// Model is the default model.
 	Model string
+	// Override, when set, is the model every node asks, whatever its own,
+	// its prompt's or its flow's setting names (trellis eval --model
+	// compares a flow on another model).
+	Override string
 	// Retries is how many times a failed call (429, 5xx, timeout, broken
 	// connection) is repeated; Backoff is the first wait, doubled up to
 	// MaxBackoff. A Retry-After header overrides the wait.

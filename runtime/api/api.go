@@ -46,6 +46,7 @@ const (
 	CodeReadOnly           Code = "flows_read_only"        // 409: the server cannot write its flows' files
 	CodeFileChanged        Code = "file_changed"           // 409: a file changed on the disk since the edit began
 	CodeLimitReached       Code = "limit_reached"          // 409: a tenant has as many of something as the server keeps (details: what, limit)
+	CodeEvalRunning        Code = "eval_running"           // 409: the eval has not ended
 	CodeStoreFull          Code = "store_full"             // 507: the store's disk is full; nothing of the request was recorded
 	CodeInternal           Code = "internal"               // 500
 )
@@ -66,7 +67,7 @@ func (c Code) Status() int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused, CodeLimitReached:
+	case CodeThreadExists, CodeScheduleExists, CodeThreadBusy, CodeUnfinished, CodeVoiceBusy, CodeReadOnly, CodeFileChanged, CodeMoveRefused, CodeLimitReached, CodeEvalRunning:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge

@@ -190,3 +190,26 @@ func (c *Client) PreviewPrompt(ctx context.Context, flow, node, thread string, a
 	err := c.do(ctx, http.MethodGet, path, nil, &out)
 	return &out, err
 }
+
+// StudioSignInResult is the outcome of a sign-in from the studio's form
+// (POST /studio/signin): the session the token was exchanged for, or why
+// it was not. The server hands it to the studio's page handler in the
+// request's context, for the page it answers to carry.
+type StudioSignInResult struct {
+	Session *StudioSession
+	Error   *Error
+}
+
+type studioSignInKey struct{}
+
+// WithStudioSignIn is ctx carrying the outcome of a form sign-in.
+func WithStudioSignIn(ctx context.Context, res StudioSignInResult) context.Context {
+	return context.WithValue(ctx, studioSignInKey{}, res)
+}
+
+// StudioSignInFrom is the outcome of the form sign-in a request answers,
+// if it answers one.
+func StudioSignInFrom(ctx context.Context) (StudioSignInResult, bool) {
+	res, ok := ctx.Value(studioSignInKey{}).(StudioSignInResult)
+	return res, ok
+}

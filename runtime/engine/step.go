@@ -395,13 +395,15 @@ func (p *inputProblems) addOwed(owed []string, input map[string]any) {
 // addRead reports the inputs the flow reads as input.NAME with nothing to
 // fall back on (flow.Field.ReadAt) that input does not give: the read
 // would meet nothing, so the run is refused before anything runs.
+// These are the needed inputs of every run that validate lists
+// (flow.Graph.NeededInputs).
 func (p *inputProblems) addRead(g *flow.Graph, input map[string]any) {
-	for _, f := range g.Inputs {
-		if _, given := input[f.Name]; f.ReadAt == nil || given {
+	for _, n := range g.NeededInputs() {
+		if _, given := input[n.Name]; !n.EveryRun || given {
 			continue
 		}
-		p.add(&InputError{Field: f.Name, Reason: fmt.Sprintf("required: the flow reads input.%s at %s with nothing to fall back on; give it, or read it there as input.%s ?? a value",
-			f.Name, f.ReadAt, f.Name)})
+		p.add(&InputError{Field: n.Name, Reason: fmt.Sprintf("required: the flow reads input.%s at %s with nothing to fall back on; give it, or read it there as input.%s ?? a value",
+			n.Name, n.ReadAt, n.Name)})
 	}
 }
 

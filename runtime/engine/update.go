@@ -87,20 +87,8 @@ func initial(g *flow.Graph, thread string, values map[string]any, check, child b
 }
 
 // owedInputs are the input fields the state schema requires that state
-// has no value for: a thread may be created without them, and the run
-// that brings input brings them (a run without them is refused).
-func owedInputs(g *flow.Graph, state map[string]any) []string {
-	var out []string
-	for _, name := range g.Root().Shape.Required {
-		if _, ok := state[name]; ok {
-			continue
-		}
-		if f, ok := g.Field(name); ok && f.Input {
-			out = append(out, name)
-		}
-	}
-	return out
-}
+// has no value for (flow.Graph.OwedInputs, which validate lists too).
+func owedInputs(g *flow.Graph, state map[string]any) []string { return g.OwedInputs(state) }
 
 // owesOnlyInputs reports whether the state schema refuses a new thread's
 // state (err) only for want of input fields it requires.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 )
 
@@ -17,8 +18,11 @@ import (
 // A schedule bound to a thread is deleted with the thread.
 type Schedules interface {
 	// CreateSchedule records a schedule; ErrExists when one with its id
-	// exists.
-	CreateSchedule(ctx context.Context, s *Schedule) error
+	// exists, ErrScheduleLimit when limit > 0 and its tenant has limit
+	// schedules already. The count and the insert are one transaction,
+	// serialised per tenant: creates at once never take a tenant past
+	// limit.
+	CreateSchedule(ctx context.Context, s *Schedule, limit int) error
 	// Schedule returns a tenant's schedule; ErrNotFound when there is
 	// none.
 	Schedule(ctx context.Context, tenant, id string) (*Schedule, error)
@@ -42,6 +46,10 @@ type Schedules interface {
 	// is none.
 	DeleteSchedule(ctx context.Context, tenant, id string) error
 }
+
+// ErrScheduleLimit is CreateSchedule's error when the tenant has as many
+// schedules as it may.
+var ErrScheduleLimit = errors.New("the tenant has as many schedules as it may")
 
 // Schedule starts runs at the times of a cron expression.
 type Schedule struct {

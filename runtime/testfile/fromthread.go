@@ -180,6 +180,7 @@ func segment(g *flow.Graph, line []*store.Checkpoint) (genTest, []store.Reply, e
 		}
 		if exact && len(path) > 0 {
 			cur.expect().Path = pathNode(path)
+			cur.path = path
 		}
 		t.Runs = append(t.Runs, *cur)
 		cur, path, exact = nil, nil, true
@@ -358,6 +359,8 @@ type genRun struct {
 	StopAfter *int           `yaml:"stop_after,omitempty"`
 	Update    *genUpdate     `yaml:"update,omitempty"`
 	Expect    *genExpect     `yaml:"expect,omitempty"`
+	// path is the run's path, step by step, when it is known
+	path [][]string
 }
 
 func (r *genRun) expect() *genExpect {

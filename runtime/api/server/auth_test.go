@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/api"
 )
@@ -56,6 +57,7 @@ var authCases = map[string]authCase{
 	"GET /studio/app.js":                       {ok: 200},
 	"GET /studio/flow.schema.json":             {ok: 200},
 	"POST /v1/studio/session":                  {ok: 401, body: `{"token": "trs_nothing"}`},
+	"POST /studio/signin":                      {ok: 401, ctype: "application/x-www-form-urlencoded", body: "token=trs_nothing"},
 
 	"POST /v1/threads":                        {ok: 201, body: `{"flow": "greet"}`},
 	"GET /v1/threads":                         {ok: 200},
@@ -107,6 +109,14 @@ var authCases = map[string]authCase{
 	"POST /v1/schedules/{schedule}/pause":      {ok: 200, owned: true},
 	"POST /v1/schedules/{schedule}/resume":     {ok: 200, owned: true},
 	"GET /v1/schedules/{schedule}/ticks":       {ok: 200, owned: true},
+
+	// acme's eval of greet's dataset, which another tenant does not find
+	// (the owner deletes it, once it has ended)
+	"GET /v1/evals/datasets":  {ok: 200},
+	"POST /v1/evals":          {ok: 202, body: `{"dataset": "examples/greet.eval.yaml"}`},
+	"GET /v1/evals":           {ok: 200},
+	"GET /v1/evals/{eval}":    {ok: 200, owned: true},
+	"DELETE /v1/evals/{eval}": {ok: 204, owned: true},
 
 	"POST /v1/keys":         {ok: 201, body: `{"tenant": "newco"}`},
 	"GET /v1/keys":          {ok: 200},
@@ -176,7 +186,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{node}", "greet", "{key}", victim.ID, "{schedule}", sched,
+			ev, err := h.acme.StartEval(ctx, api.StartEval{Dataset: "examples/greet.eval.yaml"})
+			if err == nil {
+				_, err = h.acme.WaitEval(ctx, ev.ID, 10*time.Millisecond)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := strings.NewReplacer("{id}", thread, "{run}", run.ID, "{name}", "greet", "{node}", "greet", "{key}", victim.ID, "{schedule}", sched, "{eval}", ev.ID,
 				"{version}", greetLoaded.version).Replace(rt.path)
 			body := strings.ReplaceAll(tc.body, "{version}", greetLoaded.version)
 			if body == "FLOW" {

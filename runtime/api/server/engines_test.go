@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"html"
 	"mime"
 	"net/http"
 	"strings"
@@ -74,6 +75,17 @@ func smallPage(kind string) http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		// a form sign-in's outcome, as the studio's page carries it
+		if res, ok := api.StudioSignInFrom(r.Context()); ok {
+			w.Header().Set("Cache-Control", "no-store")
+			if res.Error != nil {
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte("<!doctype html><title>" + kind + "</title><meta name=error content=\"" + html.EscapeString(res.Error.Message) + "\">\n"))
+				return
+			}
+			_, _ = w.Write([]byte("<!doctype html><title>" + kind + "</title><meta name=key content=\"" + res.Session.Key + "\">\n"))
+			return
+		}
 		_, _ = w.Write([]byte("<!doctype html><title>" + kind + "</title>\n"))
 	})
 }

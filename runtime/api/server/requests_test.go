@@ -346,3 +346,70 @@ func TestStalledHeadersAreDropped(t *testing.T) {
 		t.Fatalf("stalled headers: %q %v, want the connection closed", b, err)
 	}
 }
+
+// A replay and a flow test sent again with their idempotency key are
+// answered as the first were: one fork and one run for the replay, and a
+// saved flow test is not refused for the files its first request wrote
+// (as the same save sent without a key is).
+func TestIdempotentReplayAndFlowTest(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			s := serve(t, openRuntime(t, storeAddr(t, backend)), stepFlows(t, 1), "")
+			if st, _, b := raw(t, s, "POST", "/v1/threads", "", `{"flow": "steps", "id": "orig"}`); st != 201 {
+				t.Fatalf("thread: %d %s", st, b)
+			}
+			if st, _, b := raw(t, s, "POST", "/v1/threads/orig/runs/wait", "", `{"input": {"said": "hi"}}`); st != 200 {
+				t.Fatalf("run: %d %s", st, b)
+			}
+			before, err := s.acme.Threads(ctx, api.ThreadQuery{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := `{"at": 2, "replies": "recorded"}`
+			st1, h1, b1 := raw(t, s, "POST", "/v1/threads/orig/replay", "replay-key", body)
+			if st1 != 201 || h1.Get(api.IdempotentReplayedHeader) != "" {
+				t.Fatalf("first replay: %d %s", st1, b1)
+			}
+			st2, h2, b2 := raw(t, s, "POST", "/v1/threads/orig/replay", "replay-key", `{"replies":"recorded","at":2}`)
+			if st2 != 201 || !bytes.Equal(b1, b2) || h2.Get(api.IdempotentReplayedHeader) != "true" {
+				t.Fatalf("the replay sent again: %d %s (replayed %q), want the first answer %s", st2, b2, h2.Get(api.IdempotentReplayedHeader), b1)
+			}
+			var rp api.Replayed
+			if err := json.Unmarshal(b1, &rp); err != nil || rp.Run == nil {
+				t.Fatalf("the replay's answer: %v %s", err, b1)
+			}
+			after, err := s.acme.Threads(ctx, api.ThreadQuery{})
+			if err != nil || len(after.Threads) != len(before.Threads)+1 {
+				t.Fatalf("threads after the replay sent twice: %d, before %d (%v)", len(after.Threads), len(before.Threads), err)
+			}
+			if runs, err := s.acme.Runs(ctx, rp.Thread.ID); err != nil || len(runs) != 1 {
+				t.Fatalf("the replay's runs: %d %v", len(runs), err)
+			}
+			if st, _, b := raw(t, s, "POST", "/v1/threads/orig/replay", "replay-key", `{"at": 1}`); st != 422 || bodyCode(t, b) != api.CodeIdempotencyKeyReused {
+				t.Fatalf("the replay's key with another body: %d %s", st, b)
+			}
+
+			// a flow test saved beside the flow (an admin's key saves)
+			_, admin, err := CreateKey(ctx, s.srv.cat, "acme", "", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			own := s.acme.Key
+			s.acme.Key = admin
+			defer func() { s.acme.Key = own }()
+			save := `{"save": true}`
+			st1, _, f1 := raw(t, s, "POST", "/v1/threads/orig/flow-test", "test-key", save)
+			st2, h2, f2 := raw(t, s, "POST", "/v1/threads/orig/flow-test", "test-key", save)
+			if st1 != 200 || st2 != 200 || !bytes.Equal(f1, f2) || h2.Get(api.IdempotentReplayedHeader) != "true" {
+				t.Fatalf("the flow test saved twice with its key: %d %s / %d %s", st1, f1, st2, f2)
+			}
+			var ft api.FlowTest
+			if err := json.Unmarshal(f1, &ft); err != nil || !ft.Saved {
+				t.Fatalf("the flow test: %v %s", err, f1)
+			}
+			if st, _, b := raw(t, s, "POST", "/v1/threads/orig/flow-test", "", save); st == 200 {
+				t.Fatalf("the same save without a key was not refused for the file it would write over: %s", b)
+			}
+		})
+	}
+}

@@ -374,7 +374,14 @@ func (s *Server) joinStream(w http.ResponseWriter, r *http.Request, c *caller) e
 	w.Header().Set("Trellis-Run", rec.ID)
 	lr := s.runs.get(rec.ID)
 	if lr != nil {
-		return s.streamLive(w, r, lr, after)
+		// a run whose end is recorded (its log closed) stays this
+		// server's a moment longer: a client that has had its every
+		// event is told to stop as for one no longer here
+		if items, closed, _ := lr.events.since(after); !closed || len(items) > 0 || after < lr.events.first {
+			return s.streamLive(w, r, lr, after)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
 	if rec.Status.Done() {
 		evs, err := s.cat.Events(r.Context(), rec.ID, after, 1)

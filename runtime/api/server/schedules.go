@@ -297,33 +297,15 @@ func (l ScheduleLimits) withDefaults() ScheduleLimits {
 }
 
 // scheduleLimits refuses a new schedule that fires more often than the
-// server allows, or one more than its tenant may have.
-func (s *Server) scheduleLimits(ctx context.Context, st store.Schedules, sc *store.Schedule) error {
+// server allows; the store refuses one more than its tenant may have (see
+// createSchedule).
+func (s *Server) scheduleLimits(sc *store.Schedule) error {
 	lim := s.cfg.Schedules.withDefaults()
 	if spec, err := schedule.Parse(sc.Cron, sc.Zone); err == nil {
 		if gap := spec.Shortest(sc.Next.Add(-time.Nanosecond), 500); gap > 0 && gap < lim.MinInterval {
 			return &api.Error{Code: api.CodeInvalidInput, Details: map[string]string{"field": "cron"},
 				Message: fmt.Sprintf("cron %q fires %v apart at its most frequent: this server takes schedules at least %v apart", sc.Cron, gap, lim.MinInterval)}
 		}
-	}
-	if lim.PerTenant < 0 {
-		return nil
-	}
-	n, after := 0, ""
-	for {
-		page, err := st.ListSchedules(ctx, store.ScheduleQuery{Tenant: sc.Tenant, After: after, Limit: store.MaxPage})
-		if err != nil {
-			return err
-		}
-		n += len(page)
-		if n >= lim.PerTenant || len(page) < store.MaxPage {
-			break
-		}
-		after = page[len(page)-1].ID
-	}
-	if n >= lim.PerTenant {
-		return &api.Error{Code: api.CodeLimitReached, Details: map[string]any{"limit": lim.PerTenant, "what": "schedules"},
-			Message: fmt.Sprintf("the tenant has %d schedules, as many as this server keeps for a tenant: delete one first", lim.PerTenant)}
 	}
 	return nil
 }
@@ -368,7 +350,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 	if field, err := schedule.Check(sc, time.Now()); err != nil {
 		return invalid(field, err.Error())
 	}
-	if err := s.scheduleLimits(r.Context(), st, sc); err != nil {
+	if err := s.scheduleLimits(sc); err != nil {
 		return err
 	}
 	if in.Thread != "" {
@@ -415,9 +397,16 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *calle
 			return invalid("webhook", "the webhook "+sc.Webhook+": "+err.Error())
 		}
 	}
-	if err := st.CreateSchedule(r.Context(), sc); err != nil {
+	// the tenant's count and the insert are one transaction of the
+	// store's: creates at once do not go past the cap
+	lim := s.cfg.Schedules.withDefaults()
+	if err := st.CreateSchedule(r.Context(), sc, max(lim.PerTenant, 0)); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return &api.Error{Code: api.CodeScheduleExists, Message: fmt.Sprintf("schedule %q exists", sc.ID)}
+		}
+		if errors.Is(err, store.ErrScheduleLimit) {
+			return &api.Error{Code: api.CodeLimitReached, Details: map[string]any{"limit": lim.PerTenant, "what": "schedules"},
+				Message: fmt.Sprintf("the tenant has %d schedules, as many as this server keeps for a tenant: delete one first", lim.PerTenant)}
 		}
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,6 +155,57 @@ func TestScheduleLimits(t *testing.T) {
 	}
 }
 
+// Creates fired at once, by two servers sharing the store, do not take a
+// tenant past its cap: the count and the insert are one transaction of
+// the store's, so exactly as many are made as the cap leaves room for
+// and the others are refused 409 limit_reached.
+func TestScheduleCapHoldsUnderConcurrentCreates(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			addr := storeAddr(t, backend)
+			limits := func(c *Config) { c.Schedules = ScheduleLimits{PerTenant: 4, MinInterval: time.Minute} }
+			a := serve(t, openRuntime(t, addr), stepFlows(t, 1), "", limits)
+			b := serve(t, openRuntime(t, addr), stepFlows(t, 1), a.acme.Key, limits)
+			if _, err := a.acme.CreateSchedule(ctx, api.CreateSchedule{ID: "first", Flow: "steps", Cron: "0 3 * * *"}); err != nil {
+				t.Fatal(err)
+			}
+			const n = 12
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			errs := make([]error, n)
+			for i := range n {
+				c := a.acme
+				if i%2 == 1 {
+					c = b.acme
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					_, errs[i] = c.CreateSchedule(ctx, api.CreateSchedule{ID: fmt.Sprintf("at-once-%02d", i), Flow: "steps", Cron: "0 4 * * *"})
+				}()
+			}
+			close(start)
+			wg.Wait()
+			made := 0
+			for i, err := range errs {
+				if err == nil {
+					made++
+				} else if ae := asAPIError(err); ae == nil || ae.Code != api.CodeLimitReached || ae.Status != 409 {
+					t.Errorf("create %d: %v", i, err)
+				}
+			}
+			list, err := a.acme.Schedules(ctx, "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if made != 3 || len(list.Schedules) != 4 {
+				t.Errorf("%d creates at once under a cap of 4 with one made: %d made, the tenant has %d", n, made, len(list.Schedules))
+			}
+		})
+	}
+}
+
 // tickOf reads the tick of a schedule's thread or run id (…-UNIX or
 // …_UNIX).
 func tickOf(id string) (int64, bool) {
@@ -250,7 +302,7 @@ func TestScheduleMissedTicks(t *testing.T) {
 			if _, err := schedule.Check(sc, now.Add(-time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			if err := sched.CreateSchedule(ctx, sc); err != nil {
+			if err := sched.CreateSchedule(ctx, sc, 0); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.srv.fire(ctx, sc, now); err != nil {
@@ -355,7 +407,7 @@ func TestScheduleConcurrentFiresStartOneRun(t *testing.T) {
 					if _, err := schedule.Check(sc, now.Add(-2*time.Second)); err != nil {
 						t.Fatal(err)
 					}
-					if err := sched.CreateSchedule(ctx, sc); err != nil {
+					if err := sched.CreateSchedule(ctx, sc, 0); err != nil {
 						t.Fatal(err)
 					}
 					errs := make(chan error, len(servers))
@@ -435,7 +487,7 @@ func TestScheduleLoopSleepsUntilTheNextTick(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc.Next = now.Add(horizon / 2) // a tick within the horizon
-	if err := sched.CreateSchedule(ctx, sc); err != nil {
+	if err := sched.CreateSchedule(ctx, sc, 0); err != nil {
 		t.Fatal(err)
 	}
 	if wait := s.srv.fireDue(ctx, horizon); wait > horizon/2 || wait < horizon/4 {
@@ -483,7 +535,7 @@ func TestScheduleTickHistoryKeepsMissedTicks(t *testing.T) {
 	if _, err := schedule.Check(sc, now.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if err := sched.CreateSchedule(ctx, sc); err != nil {
+	if err := sched.CreateSchedule(ctx, sc, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.srv.fire(ctx, sc, now); err != nil {

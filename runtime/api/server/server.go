@@ -54,10 +54,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -164,6 +166,9 @@ type Config struct {
 	MCP func(api http.Handler) http.Handler
 	// Schedules bounds what a tenant's schedules may ask of the server.
 	Schedules ScheduleLimits
+	// Evals is how the server runs evals of its flows (nil: offline, the
+	// judges by their recorded replies or rules; see evals.go).
+	Evals *EvalConfig
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
 	// whose clocks disagree.
@@ -206,6 +211,8 @@ type Server struct {
 	// schedules (see schedules.go).
 	hooks *webhooks
 	sched *scheduler
+	// evals runs the evals of the flows (see evals.go).
+	evals *evals
 	// stopListening ends the notifications' connection.
 	stopListening context.CancelFunc
 	mux           *http.ServeMux
@@ -304,6 +311,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.startSchedules(lctx)
+	s.startEvals()
 	s.retention = s.startRetention()
 	s.mux = http.NewServeMux()
 	routes := http.NewServeMux() // the routes alone, to tell 404 from 405
@@ -339,11 +347,33 @@ func New(cfg Config) (*Server, error) {
 		}
 		writeError(w, r, &api.Error{Code: api.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})
-	s.handler = s.requests(s.mux)
+	s.handler = s.requests(cleanPaths(s.mux))
 	if cfg.MCP != nil {
 		s.mcp = cfg.MCP(s.handler)
 	}
 	return s, nil
+}
+
+// cleanPaths answers a request whose path is not in its clean form (a
+// "." or ".." element, a doubled slash) with the JSON error a client
+// reads (404 not_found, naming the clean path), where the ServeMux would
+// redirect to the clean path: an API client is never sent a redirect
+// the API does not document, and a path is never read as another.
+func cleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; r.Method != http.MethodConnect && p != "" {
+			clean := path.Clean("/" + p)
+			if strings.HasSuffix(p, "/") && clean != "/" {
+				clean += "/"
+			}
+			if clean != p {
+				writeError(w, r, &api.Error{Code: api.CodeNotFound,
+					Message: fmt.Sprintf("no route %s %s: a path has no empty, \".\" or \"..\" element (%s is its clean form)", r.Method, p, clean)})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // eng is the engine the flows run on.
@@ -384,6 +414,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// the runs end at a step boundary; their waiters are answered and
 	// their streams end as they do
 	s.runs.shutdown(sctx)
+	s.stopEvals(sctx)
 	hctx, hcancel := context.WithTimeout(context.Background(), httpGrace)
 	defer hcancel()
 	if err := hs.Shutdown(hctx); err != nil {
@@ -418,6 +449,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 	s.beginStop()
 	s.retention.stop()
 	s.runs.shutdown(ctx)
+	s.stopEvals(ctx)
 	s.stopListening()
 }
 
@@ -478,8 +510,8 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/threads/{id}/history", access: tenant, handle: s.threadHistory},
 		{method: "POST", path: "/v1/threads/{id}/fork", access: tenant, idempotence: keyedAnswer, handle: s.forkThread},
 		{method: "POST", path: "/v1/threads/{id}/update", access: tenant, idempotence: keyedAnswer, handle: s.updateThread},
-		{method: "POST", path: "/v1/threads/{id}/replay", access: tenant, handle: s.replayThread},
-		{method: "POST", path: "/v1/threads/{id}/flow-test", access: tenant, handle: s.flowTest},
+		{method: "POST", path: "/v1/threads/{id}/replay", access: tenant, idempotence: keyedAnswer, handle: s.replayThread},
+		{method: "POST", path: "/v1/threads/{id}/flow-test", access: tenant, idempotence: keyedAnswer, handle: s.flowTest},
 		{method: "POST", path: "/v1/threads/{id}/voice", access: tenant, handle: s.voice},
 		{method: "DELETE", path: "/v1/threads/{id}/voice", access: tenant, handle: s.endVoice},
 		{method: "POST", path: "/v1/threads/{id}/voice/grant", access: agent, handle: s.renewGrant},
@@ -510,6 +542,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/studio", access: public, handle: s.studioPage},
 		{method: "GET", path: "/studio/app.js", access: public, handle: s.studioPage},
 		{method: "GET", path: "/studio/flow.schema.json", access: public, handle: s.studioPage},
+		{method: "POST", path: "/studio/signin", access: public, handle: s.studioFormSignIn},
 		{method: "POST", path: "/v1/studio/session", access: public, handle: s.studioSignIn},
 		{method: "GET", path: "/v1/studio/session", access: tenant, handle: s.studioWhoAmI},
 		{method: "POST", path: "/v1/studio/session/renew", access: tenant, handle: s.studioRenew},
@@ -517,7 +550,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: "/v1/keys", access: admin, idempotence: refusesKey, handle: s.createKey},
 		{method: "GET", path: "/v1/keys", access: admin, handle: s.listKeys},
 		{method: "DELETE", path: "/v1/keys/{key}", access: admin, handle: s.revokeKey},
-	}, append(s.webhookRoutes(), s.scheduleRoutes()...)...)
+	}, append(append(s.webhookRoutes(), s.scheduleRoutes()...), s.evalRoutes()...)...)
 }
 
 // caller is who makes a request.

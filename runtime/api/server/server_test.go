@@ -722,3 +722,44 @@ func decodeBody(resp *http.Response, v any) error {
 	defer resp.Body.Close()
 	return json.NewDecoder(resp.Body).Decode(v)
 }
+
+// A path not in its clean form (a "." or ".." element, a doubled slash)
+// is answered with the JSON error, 404 not_found naming its clean form,
+// whatever its method: never the redirect to the clean path the
+// ServeMux would make, which the API's document does not give.
+func TestUncleanPathsAreNotFound(t *testing.T) {
+	h := newHarness(t, "memory", nil)
+	// not the client checking answers against the document: these paths
+	// are none of its
+	noRedirect := http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, c := range []struct{ method, path, clean string }{
+		{"DELETE", "/v1/threads/./voice", "/v1/threads/voice"},
+		{"GET", "/v1//flows", "/v1/flows"},
+		{"GET", "/v1/threads/x/../y", "/v1/threads/y"},
+		{"POST", "/v1/threads/%2E%2E/runs", "/v1/runs"},
+		{"GET", "/studio/./app.js", "/studio/app.js"},
+		{"GET", "/v1/flows/./", "/v1/flows/"},
+	} {
+		req, err := http.NewRequestWithContext(ctx, c.method, h.base+c.path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+h.acme.Key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var eb api.ErrorBody
+		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Location") != "" || json.Unmarshal(b, &eb) != nil || eb.Error == nil ||
+			eb.Error.Code != api.CodeNotFound || !strings.Contains(eb.Error.Message, "("+c.clean+" is its clean form)") {
+			t.Errorf("%s %s: %d %v %s", c.method, c.path, resp.StatusCode, resp.Header, b)
+		}
+	}
+	// the clean form is served as ever
+	if _, err := h.acme.Flows(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

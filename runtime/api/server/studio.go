@@ -45,6 +45,7 @@ type studioState struct {
 type studioToken struct {
 	tenant  string
 	expires time.Time
+	spent   chan struct{} // closed when the token is tried
 }
 
 // StudioKeyTTL is how long the key a studio's page signs in with works
@@ -53,9 +54,10 @@ type studioToken struct {
 const StudioKeyTTL = 5 * time.Minute
 
 // StudioToken issues a one-time token that the studio page exchanges
-// (POST /v1/studio/session) for a new key of tenant: the token is good for
-// one exchange within ttl. It is what `trellis studio` puts in the address
-// it prints. The key is the page's alone: of the studio scope (its
+// (POST /studio/signin from a form, or POST /v1/studio/session) for a new
+// key of tenant: the token is good for one exchange within ttl. It is
+// what `trellis studio` puts in the sign-in file it writes, a form that
+// posts it, so that no address the browser opens carries it. The key is the page's alone: of the studio scope (its
 // tenant's threads, runs and memory, and editing the flows; no key
 // management), lapsing StudioKeyTTL after the page last renewed it, and
 // with this server: revoked by RevokeStudioKeys when it stops, and by the
@@ -71,8 +73,24 @@ func (s *Server) StudioToken(tenant string, ttl time.Duration) (string, error) {
 	if st.tokens == nil {
 		st.tokens = map[string]studioToken{}
 	}
-	st.tokens[HashKey(token)] = studioToken{tenant: tenant, expires: time.Now().Add(ttl)}
+	st.tokens[HashKey(token)] = studioToken{tenant: tenant, expires: time.Now().Add(ttl), spent: make(chan struct{})}
 	return token, nil
+}
+
+// StudioTokenSpent is closed once token has been tried (a token is good
+// for one exchange, whatever its outcome) or the studio's tokens are
+// dropped, so that what carried it (the sign-in file `trellis studio`
+// writes) can go at once. A token the server does not hold is spent.
+func (s *Server) StudioTokenSpent(token string) <-chan struct{} {
+	st := &s.studio
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if tok, ok := st.tokens[HashKey(token)]; ok {
+		return tok.spent
+	}
+	done := make(chan struct{})
+	close(done)
+	return done
 }
 
 // RevokeStudioKeys revokes the keys the studio's tokens were exchanged
@@ -82,6 +100,9 @@ func (s *Server) RevokeStudioKeys(ctx context.Context) error {
 	st := &s.studio
 	st.mu.Lock()
 	ids := st.minted
+	for _, tok := range st.tokens {
+		close(tok.spent)
+	}
 	st.minted, st.tokens = nil, nil
 	st.mu.Unlock()
 	var errs []error
@@ -110,30 +131,43 @@ func (s *Server) studioSignIn(w http.ResponseWriter, r *http.Request, _ *caller)
 	if err := readJSON(r, &in); err != nil {
 		return err
 	}
+	out, err := s.exchangeStudioToken(r.Context(), in.Token)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// exchangeStudioToken spends a one-time token on a new key of the studio
+// scope.
+func (s *Server) exchangeStudioToken(ctx context.Context, token string) (*api.StudioSession, error) {
 	st := &s.studio
 	st.mu.Lock()
-	h := HashKey(in.Token)
+	h := HashKey(token)
 	tok, ok := st.tokens[h]
 	delete(st.tokens, h) // one exchange, whatever its outcome
 	st.mu.Unlock()
+	if ok && tok.spent != nil {
+		close(tok.spent)
+	}
 	if !ok || time.Now().After(tok.expires) {
-		return errStudioToken
+		return nil, errStudioToken
 	}
 	id := randomText(12)
 	secret := "trk_" + id + "_" + randomText(32)
 	now := time.Now().UTC()
 	k := &store.KeyRecord{ID: id, Hash: HashKey(secret), Tenant: tok.tenant, Name: "studio session", Created: now,
 		Scope: store.ScopeStudio, Expires: now.Add(StudioKeyTTL), Owner: s.runs.id}
-	if err := s.cat.CreateKey(r.Context(), k); err != nil {
-		return err
+	if err := s.cat.CreateKey(ctx, k); err != nil {
+		return nil, err
 	}
 	st.mu.Lock()
 	st.minted = append(st.minted, k.ID)
 	st.mu.Unlock()
 	out := studioSession(&caller{key: k, tenant: k.Tenant})
 	out.Key = secret
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return &out, nil
 }
 
 func studioSession(c *caller) api.StudioSession {

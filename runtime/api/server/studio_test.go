@@ -2,8 +2,12 @@ package server
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -376,5 +380,77 @@ func TestStudioPromptPreview(t *testing.T) {
 	}
 	if _, err := h.acme.PreviewPrompt(ctx, "interview", "nope", "", 0); !api.IsCode(err, api.CodeNotFound) {
 		t.Fatalf("no such node: %v", err)
+	}
+}
+
+// The sign-in a browser makes from the file `trellis studio` writes: the
+// token posted as a form, answered by the studio's page carrying the key
+// (stored by no cache); the token is spent, and a spent one answers the
+// page saying why, with 401 (or, to a client that takes no HTML, the
+// JSON error). Anything but a form is refused with a JSON error, and the channel that says the token was tried is closed.
+func TestStudioFormSignIn(t *testing.T) {
+	h := newHarness(t, "memory", nil)
+	token, err := h.srv.StudioToken("acme", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent := h.srv.StudioTokenSpent(token)
+	post := func(ctype, body string, accept ...string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.base+"/studio/signin", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", ctype)
+		req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+		if len(accept) > 0 {
+			req.Header.Set("Accept", accept[0])
+		}
+		resp, err := h.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := post("application/json", `{"token": "`+token+`"}`)
+	if resp.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(body, `"unsupported_media_type"`) {
+		t.Errorf("a JSON body: %d %s", resp.StatusCode, body)
+	}
+	select {
+	case <-spent:
+		t.Fatal("a refused request spent the token")
+	default:
+	}
+	resp, body = post("application/x-www-form-urlencoded", url.Values{"token": {token}}.Encode())
+	m := regexp.MustCompile(`<meta name=key content="(trk_[^"]+)">`).FindStringSubmatch(body)
+	if resp.StatusCode != http.StatusOK || m == nil || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("the form sign-in: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	select {
+	case <-spent:
+	default:
+		t.Error("the token is not told spent once exchanged")
+	}
+	studio := api.NewClient(h.base, m[1])
+	studio.HTTP = h.http
+	sess, err := studio.StudioSession(ctx)
+	if err != nil || sess.Tenant != "acme" || sess.Scope != "studio" || !sess.Edits || sess.Expires == nil {
+		t.Fatalf("the form's key: %v %+v", err, sess)
+	}
+	resp, body = post("application/x-www-form-urlencoded", url.Values{"token": {token}}.Encode())
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "used already or has expired") {
+		t.Errorf("the token posted again: %d %s", resp.StatusCode, body)
+	}
+	// a client that takes no HTML is answered the error as JSON
+	resp, body = post("application/x-www-form-urlencoded", url.Values{"token": {token}}.Encode(), "application/json")
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, `"unauthorized"`) {
+		t.Errorf("the token posted again, taking JSON: %d %s", resp.StatusCode, body)
+	}
+	select {
+	case <-h.srv.StudioTokenSpent("trs_never"):
+	default:
+		t.Error("a token never issued is not told spent")
 	}
 }

@@ -41,6 +41,7 @@ func (s *Server) replayThread(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
+	made(r, fork.ID)
 	thread, err := s.threadInfo(r, fork)
 	if err != nil {
 		return err
@@ -83,7 +84,7 @@ func (s *Server) flowTest(w http.ResponseWriter, r *http.Request, c *caller) err
 	flowFile := l.flow.Path()
 	base := strings.TrimSuffix(filepath.Base(flowFile), filepath.Ext(flowFile))
 	testPath := filepath.Join(filepath.Dir(flowFile), base+"."+fileSafe(publicID(rec.ID))+testfile.Suffix)
-	made, err := testfile.FromThread(r.Context(), s.eng().Store, l.flow.Graph(), s.cfg.Kinds, rec.ID, testPath, filepath.Base(flowFile))
+	mt, err := testfile.FromThread(r.Context(), s.eng().Store, l.flow.Graph(), s.cfg.Kinds, rec.ID, testPath, filepath.Base(flowFile))
 	if errors.Is(err, testfile.ErrNotReplayable) {
 		return &api.Error{Code: api.CodeInvalidInput, Message: strings.ReplaceAll(err.Error(), rec.ID, publicID(rec.ID)),
 			Details: map[string]string{"reason": "not_replayable"}}
@@ -91,14 +92,14 @@ func (s *Server) flowTest(w http.ResponseWriter, r *http.Request, c *caller) err
 	if err != nil {
 		return err
 	}
-	out := api.FlowTest{Text: string(made.Text), Unasserted: made.Unasserted, Passed: true}
-	for _, res := range made.Results {
+	out := api.FlowTest{Text: string(mt.Text), Unasserted: mt.Unasserted, Passed: true}
+	for _, res := range mt.Results {
 		out.Passed = out.Passed && res.Passed()
 	}
 	var cassette []byte
 	cassettePath := strings.TrimSuffix(testPath, testfile.Suffix) + ".cassette.yaml"
-	if len(made.Replies) > 0 {
-		if cassette, err = testfile.WriteCassette(made.Replies); err != nil {
+	if len(mt.Replies) > 0 {
+		if cassette, err = testfile.WriteCassette(mt.Replies); err != nil {
 			return err
 		}
 		out.Cassette = string(cassette)
@@ -114,7 +115,7 @@ func (s *Server) flowTest(w http.ResponseWriter, r *http.Request, c *caller) err
 		out.CassettePath, _ = p.rel(cassettePath)
 	}
 	if in.Save {
-		files := map[string][]byte{testPath: made.Text}
+		files := map[string][]byte{testPath: mt.Text}
 		if cassette != nil {
 			files[cassettePath] = cassette
 		}
@@ -123,6 +124,9 @@ func (s *Server) flowTest(w http.ResponseWriter, r *http.Request, c *caller) err
 		}
 		out.Saved = true
 	}
+	// with an idempotency key, the answer is kept: the request sent
+	// again is answered so, not refused for the files it saved
+	made(r, rec.ID)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -115,12 +115,23 @@ func copySchedule(sc *store.Schedule) *store.Schedule {
 }
 
 // CreateSchedule implements store.Schedules.
-func (s *Store) CreateSchedule(_ context.Context, sc *store.Schedule) error {
+func (s *Store) CreateSchedule(_ context.Context, sc *store.Schedule, limit int) error {
 	c := s.cat()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.schedules[sc.ID]; ok {
 		return store.ErrExists
+	}
+	if limit > 0 {
+		n := 0
+		for _, other := range c.schedules {
+			if other.Tenant == sc.Tenant {
+				n++
+			}
+		}
+		if n >= limit {
+			return store.ErrScheduleLimit
+		}
 	}
 	c.schedules[sc.ID] = copySchedule(sc)
 	if c.schedules[sc.ID].Metadata == nil {

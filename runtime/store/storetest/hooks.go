@@ -273,6 +273,7 @@ func RunSchedules(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentAdvanceOnce", testScheduleConcurrent},
 		{"PauseResume", testSchedulePause},
 		{"TickHistory", testScheduleTicks},
+		{"LimitHoldsUnderConcurrentCreates", testScheduleLimit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -298,11 +299,11 @@ func testScheduleCRUD(t *testing.T, s store.Schedules) {
 	a := schedule("sch-a", "acme", next)
 	a.Thread = "acme/t1"
 	for _, sc := range []*store.Schedule{a, schedule("sch-b", "acme", next), schedule("sch-c", "other", next)} {
-		if err := s.CreateSchedule(ctx, sc); err != nil {
+		if err := s.CreateSchedule(ctx, sc, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.CreateSchedule(ctx, schedule("sch-a", "acme", next)); !errors.Is(err, store.ErrExists) {
+	if err := s.CreateSchedule(ctx, schedule("sch-a", "acme", next), 0); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("a second schedule sch-a: %v", err)
 	}
 	got, err := s.Schedule(ctx, "acme", "sch-a")
@@ -343,7 +344,7 @@ func testScheduleCRUD(t *testing.T, s store.Schedules) {
 func testScheduleDue(t *testing.T, s store.Schedules) {
 	now := time.Date(2026, 11, 25, 21, 0, 0, 0, time.UTC)
 	for i, id := range []string{"late", "due", "later"} {
-		if err := s.CreateSchedule(ctx, schedule(id, "acme", now.Add(time.Duration(i-1)*time.Minute))); err != nil {
+		if err := s.CreateSchedule(ctx, schedule(id, "acme", now.Add(time.Duration(i-1)*time.Minute)), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -375,7 +376,7 @@ func testScheduleDue(t *testing.T, s store.Schedules) {
 
 func testScheduleConcurrent(t *testing.T, s store.Schedules) {
 	next := time.Now().UTC().Truncate(time.Second)
-	if err := s.CreateSchedule(ctx, schedule("every", "acme", next)); err != nil {
+	if err := s.CreateSchedule(ctx, schedule("every", "acme", next), 0); err != nil {
 		t.Fatal(err)
 	}
 	var won sync.Map
@@ -408,7 +409,7 @@ func testScheduleConcurrent(t *testing.T, s store.Schedules) {
 // ticks after it are recorded.
 func testScheduleTicks(t *testing.T, s store.Schedules) {
 	now := time.Date(2026, 11, 25, 21, 0, 0, 0, time.UTC)
-	if err := s.CreateSchedule(ctx, schedule("h", "acme", now)); err != nil {
+	if err := s.CreateSchedule(ctx, schedule("h", "acme", now), 0); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Schedule(ctx, "acme", "h"); err != nil || len(got.Ticks) != 0 {
@@ -454,7 +455,7 @@ func testScheduleTicks(t *testing.T, s store.Schedules) {
 
 func testSchedulePause(t *testing.T, s store.Schedules) {
 	now := time.Date(2026, 11, 25, 21, 0, 0, 0, time.UTC)
-	if err := s.CreateSchedule(ctx, schedule("p", "acme", now)); err != nil {
+	if err := s.CreateSchedule(ctx, schedule("p", "acme", now), 0); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.PauseSchedule(ctx, "acme", "p", true, time.Time{})
@@ -474,5 +475,69 @@ func testSchedulePause(t *testing.T, s store.Schedules) {
 	}
 	if due, _ := s.DueSchedules(ctx, later, 10); len(due) != 1 {
 		t.Fatalf("the resumed schedule is not due at its next tick: %v", due)
+	}
+}
+
+// A tenant's cap holds when creates come at once: of many creates fired
+// together, exactly as many as the cap leaves room for are recorded, the
+// others are refused with ErrScheduleLimit, and other tenants' schedules
+// do not count.
+func testScheduleLimit(t *testing.T, s store.Schedules) {
+	next := time.Date(2026, 11, 25, 21, 5, 0, 0, time.UTC)
+	const limit = 5
+	for i := range 3 {
+		if err := s.CreateSchedule(ctx, schedule(fmt.Sprintf("other-%d", i), "other", next), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if err := s.CreateSchedule(ctx, schedule(fmt.Sprintf("first-%d", i), "acme", next), limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 16
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		errs    = make([]error, n)
+		made    int
+		refused int
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = s.CreateSchedule(ctx, schedule(fmt.Sprintf("at-once-%02d", i), "acme", next), limit)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			made++
+		case errors.Is(err, store.ErrScheduleLimit):
+			refused++
+		default:
+			t.Errorf("create %d: %v", i, err)
+		}
+	}
+	if made != limit-2 || refused != n-(limit-2) {
+		t.Errorf("%d creates at once under a cap of %d with 2 made: %d made, %d refused", n, limit, made, refused)
+	}
+	list, err := s.ListSchedules(ctx, store.ScheduleQuery{Tenant: "acme", Limit: store.MaxPage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != limit {
+		t.Errorf("the tenant has %d schedules under a cap of %d", len(list), limit)
+	}
+	// the other tenant is under no cap of acme's
+	if err := s.CreateSchedule(ctx, schedule("other-3", "other", next), 4); err != nil {
+		t.Errorf("another tenant's create: %v", err)
+	}
+	if err := s.CreateSchedule(ctx, schedule("other-4", "other", next), 4); !errors.Is(err, store.ErrScheduleLimit) {
+		t.Errorf("another tenant's create past its cap: %v", err)
 	}
 }

@@ -163,7 +163,7 @@ func seedThread(t *testing.T, st store.Store, id string, when time.Time) {
 	}
 	if sc, ok := store.SchedulesOf(st); ok {
 		if err := sc.CreateSchedule(ctx, &store.Schedule{ID: id + "-schedule", Tenant: "acme", Flow: "f", Thread: id, Cron: "* * * * *", Zone: "UTC",
-			Input: []byte(`{"said":"` + id + `"}`), Missed: store.MissedSkip, Next: at(60), Created: at(0)}); err != nil {
+			Input: []byte(`{"said":"` + id + `"}`), Missed: store.MissedSkip, Next: at(60), Created: at(0)}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -27,9 +27,11 @@ import (
 
 // Browser is one headless Chromium with one page.
 type Browser struct {
-	t   testing.TB
-	cmd *exec.Cmd
-	ws  *websocket.Conn
+	t       testing.TB
+	cmd     *exec.Cmd
+	ws      *websocket.Conn
+	browser string // the browser's own DevTools address
+	profile string
 
 	mu      sync.Mutex
 	next    int
@@ -57,12 +59,12 @@ func Chromium(t testing.TB, width, height int, flags ...string) *Browser {
 	if err != nil {
 		t.Fatal("chromium is not installed: apt-get install chromium (make deps installs it)")
 	}
-	b := &Browser{t: t, pending: map[int]chan reply{}, done: make(chan struct{})}
+	b := &Browser{t: t, pending: map[int]chan reply{}, done: make(chan struct{}), profile: t.TempDir()}
 	args := append([]string{"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--no-first-run", "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
 		"--disable-features=Translate,MediaRouter", "--hide-scrollbars", "--force-device-scale-factor=1",
 		fmt.Sprintf("--window-size=%d,%d", width, height),
-		"--remote-debugging-port=0", "--user-data-dir=" + t.TempDir()}, flags...)
+		"--remote-debugging-port=0", "--user-data-dir=" + b.profile}, flags...)
 	b.cmd = exec.Command(bin, append(args, "about:blank")...)
 	ownGroup(b.cmd)
 	stderr, err := b.cmd.StderrPipe()
@@ -93,6 +95,7 @@ func Chromium(t testing.TB, width, height int, flags ...string) *Browser {
 	var browserURL string
 	select {
 	case browserURL = <-found:
+		b.browser = browserURL
 	case <-time.After(30 * time.Second):
 		t.Fatalf("chromium did not open its DevTools port:\n%s", b.Log())
 	}
@@ -375,6 +378,45 @@ func (b *Browser) Log() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.log.String()
+}
+
+// Profile is the directory of chromium's profile (its history, its
+// storage), for a test to read once Quit has written it out.
+func (b *Browser) Profile() string { return b.profile }
+
+// Quit closes chromium as a person closing its window would, so that it
+// writes out what it keeps in its profile (its history database among
+// them), and waits until it has exited.
+func (b *Browser) Quit(ctx context.Context) error {
+	if b.cmd == nil {
+		return nil
+	}
+	ws, _, err := websocket.DefaultDialer.DialContext(ctx, b.browser, nil)
+	if err != nil {
+		return fmt.Errorf("quit: %w", err)
+	}
+	defer ws.Close()
+	if err := ws.WriteJSON(map[string]any{"id": 1, "method": "Browser.close"}); err != nil {
+		return fmt.Errorf("quit: %w", err)
+	}
+	exited := make(chan error, 1)
+	cmd := b.cmd
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if b.ws != nil {
+			b.ws.Close()
+		}
+		b.cmd = nil
+	}()
+	select {
+	case <-exited:
+		kill(cmd) // whatever of its group is left
+		return nil
+	case <-ctx.Done():
+		kill(cmd)
+		<-exited
+		return fmt.Errorf("quit: chromium did not exit: %w", ctx.Err())
+	}
 }
 
 // Close stops chromium.

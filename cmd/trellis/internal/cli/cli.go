@@ -55,6 +55,8 @@ func init() {
 			"Run a flow: talk with a conversational flow in the terminal, or run once and print the flow's output (its final state without one, or with --json)", cmdRun},
 		{"test", "test [--run TEXT] [-v] [--model | --record] [FILE|DIR ...] | test --from-thread THREAD [--out FILE] [--replace] [--store ADDR] FLOW",
 			"Run flow tests (*.test.yaml): scripted node outputs, assertions on path, visits and state; model replies recorded once (--record) replay offline from x.cassette.yaml", cmdTest},
+		{"eval", "eval [--repeat N] [--against REV] [--model NAME] [--concurrency N] [--run TEXT] [--format text|json|junit|github|markdown] [--report FORMAT=FILE ...] [--record] DATASET|DIR ... | eval add --from-thread THREAD [--name NAME] [--flow FLOW] [--store ADDR] DATASET",
+			"Judge a flow on datasets of cases (*.eval.yaml): assertions, paths, scores with thresholds and rubric judges; pass rates over repeats, a comparison with another version (--against), reports for CI; a thread made into a case (eval add)", cmdEval},
 		{"prompt", "prompt render FLOW NODE [--with FILE | --thread ID [--store ADDR]] [--input k=v ...] [--json]",
 			"Show exactly what a node would send to the model for a given state", cmdPrompt},
 		{"dev", "dev model-server [--addr HOST:PORT] [--script FILE] [--key KEY] | dev mcp-server [--addr HOST:PORT] [--log FILE] | dev loadtest [--threads N] [--turns T] [--store ADDR] [--prune-beside N [--window D] [--rounds N]] | dev sbom [--name N] [--deb PKG ...] BINARY",

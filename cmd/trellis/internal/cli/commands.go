@@ -22,6 +22,7 @@ import (
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/schema"
 	"github.com/trellisflow/trellis/runtime/value"
 )
@@ -48,14 +49,23 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
 		return exitUsage
 	}
-	if len(files) == 0 {
+	files, skipped, datasets := splitDatasets(files, skipped)
+	if len(files) == 0 && len(datasets) == 0 {
 		fmt.Fprintf(env.Stderr, "trellis validate: nothing to check: no flow in %s (a flow is a .yaml or .yml file with a top-level version, nodes or edges)\n", strings.Join(paths, ", "))
 		if len(skipped) > 0 {
 			fmt.Fprintf(env.Stderr, "  not flows: %s\n", strings.Join(skipped, ", "))
 		}
 		return exitUsage
 	}
-	all, sources := ValidateFiles(files, env)
+	all, sources, graphs := validateFiles(files, env)
+	if len(datasets) > 0 {
+		dl, dsrc := CheckDatasets(datasets, env.Registry)
+		all = append(all, dl...)
+		if sources == nil {
+			sources = diag.Sources{}
+		}
+		maps.Copy(sources, dsrc)
+	}
 	promoted := 0
 	if *strict {
 		for i := range all {
@@ -67,7 +77,7 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 	}
 	switch *format {
 	case "json":
-		err = diag.WriteJSON(env.Stdout, all)
+		err = writeValidation(env.Stdout, files, all, graphs)
 	case "github":
 		err = diag.WriteGitHub(env.Stdout, all)
 	case "sarif":
@@ -92,7 +102,16 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 	}
 	tooMany := *maxWarnings >= 0 && warns > *maxWarnings
 	if *format == "text" {
-		summary := fmt.Sprintf("%s checked: %s", plural(len(files), "flow"), plural(errs, "error"))
+		for i, g := range graphs {
+			for _, n := range neededInputs(g) {
+				fmt.Fprintf(env.Stderr, "%s: %s\n", files[i], n)
+			}
+		}
+		checked := plural(len(files), "flow")
+		if len(datasets) > 0 {
+			checked += " and " + plural(len(datasets), "eval dataset")
+		}
+		summary := fmt.Sprintf("%s checked: %s", checked, plural(errs, "error"))
 		if promoted > 0 {
 			summary += fmt.Sprintf(" (%s made errors by --strict)", plural(promoted, "warning"))
 		}
@@ -166,12 +185,20 @@ func plural(n int, what string) string {
 // ValidateFiles loads every flow and returns all diagnostics of all files,
 // and the sources they point into.
 func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
+	dl, sources, _ := validateFiles(files, env)
+	return dl, sources
+}
+
+// validateFiles is ValidateFiles, with the graph each file compiled to
+// (nil for one that did not).
+func validateFiles(files []string, env *Env) (diag.List, diag.Sources, []*flow.Graph) {
 	// the files load at once, one per core; the garbage they leave is
 	// little and short-lived, so the collector waits until the heap nears
 	// a bound (a few flows never reach it)
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(256 << 20))
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	type loaded struct {
+		g       *flow.Graph
 		dl      diag.List
 		sources diag.Sources
 	}
@@ -185,8 +212,8 @@ func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				_, dl, sources := batch.Compile(nil, files[i], env.Registry)
-				results[i] = loaded{dl, sources}
+				g, dl, sources := batch.Compile(nil, files[i], env.Registry)
+				results[i] = loaded{g, dl, sources}
 			}
 		}()
 	}
@@ -197,11 +224,71 @@ func ValidateFiles(files []string, env *Env) (diag.List, diag.Sources) {
 	wg.Wait()
 	var all diag.List
 	sources := diag.Sources{}
-	for _, r := range results {
+	graphs := make([]*flow.Graph, len(results))
+	for i, r := range results {
 		all = append(all, r.dl...)
 		maps.Copy(sources, r.sources)
+		if !r.dl.HasErrors() {
+			graphs[i] = r.g
+		}
 	}
-	return all.Sort(), sources
+	return all.Sort(), sources, graphs
+}
+
+// validation is what `trellis validate --format json` prints: whether the
+// flows are valid, every diagnostic, and each flow that compiled with the
+// inputs a run of it must give (the rules the runtime refuses runs by).
+type validation struct {
+	Valid       bool            `json:"valid"`
+	Diagnostics diag.List       `json:"diagnostics"`
+	Flows       []validatedFlow `json:"flows"`
+}
+
+type validatedFlow struct {
+	File string `json:"file"`
+	Name string `json:"name"`
+	// Inputs are the inputs a run must give (none: an empty list).
+	Inputs []flow.NeededInput `json:"inputs"`
+}
+
+func writeValidation(w io.Writer, files []string, all diag.List, graphs []*flow.Graph) error {
+	out := validation{Valid: !all.HasErrors(), Diagnostics: all, Flows: []validatedFlow{}}
+	if out.Diagnostics == nil {
+		out.Diagnostics = diag.List{}
+	}
+	for i, g := range graphs {
+		if g == nil {
+			continue
+		}
+		vf := validatedFlow{File: files[i], Name: g.Name, Inputs: g.NeededInputs()}
+		if vf.Inputs == nil {
+			vf.Inputs = []flow.NeededInput{}
+		}
+		out.Flows = append(out.Flows, vf)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// neededInputs says in words what each input a run of g must give is
+// needed for (none for a flow that did not compile).
+func neededInputs(g *flow.Graph) []string {
+	if g == nil {
+		return nil
+	}
+	var out []string
+	for _, n := range g.NeededInputs() {
+		var why []string
+		if n.EveryRun {
+			why = append(why, fmt.Sprintf("every run gives it: the flow reads input.%s at %s with nothing to fall back on", n.Name, n.ReadAt))
+		}
+		if n.FirstRun {
+			why = append(why, "a new thread's first run gives it, unless the thread is created with a value for it: the state schema requires it and has no default")
+		}
+		out = append(out, fmt.Sprintf("flow %s needs input %s: %s", g.Name, n.Name, strings.Join(why, "; ")))
+	}
+	return out
 }
 
 // FlowFiles expands directories into the flow files they hold.
@@ -211,12 +298,15 @@ func FlowFiles(paths []string) ([]string, error) { return trellis.FindFlows(path
 // no flow it returns the exit code: a path that names no file is a wrong
 // command line, as it is to validate, and a flow that does not load is
 // invalid.
-func load(env *Env, path string) (*trellis.Flow, int) {
+func load(env *Env, path string) (*trellis.Flow, int) { return loadWith(env, path, env.Registry) }
+
+// loadWith is load with the given node kinds.
+func loadWith(env *Env, path string, kinds kind.Registry) (*trellis.Flow, int) {
 	if _, err := os.Stat(path); err != nil {
 		fmt.Fprintf(env.Stderr, "trellis: flow %s: %v\n", path, errors.Unwrap(err))
 		return nil, exitUsage
 	}
-	f, err := trellis.Load(path, trellis.WithKinds(env.Registry))
+	f, err := trellis.Load(path, trellis.WithKinds(kinds))
 	var le *trellis.LoadError
 	switch {
 	case errors.As(err, &le):

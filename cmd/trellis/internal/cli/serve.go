@@ -116,7 +116,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
 		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks, Schedules: sched,
-		BodyTimeout: *bodyTimeout, HeaderTimeout: *headerTimeout, Promote: *promote, MCP: mcpserver.New, StoreWait: *storeWait})
+		BodyTimeout: *bodyTimeout, HeaderTimeout: *headerTimeout, Promote: *promote, Evals: serverEvals(), MCP: mcpserver.New, StoreWait: *storeWait})
 	if err != nil {
 		return fail(env, "serve", err)
 	}

@@ -1,16 +1,22 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"html/template"
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,8 +31,8 @@ import (
 const studioTokenTTL = 12 * time.Hour
 
 // cmdStudio serves the flows of a directory with the studio on loopback,
-// and prints (and opens) an address whose one-time token signs the page
-// in with a key of its own, revoked when the studio stops.
+// and prints (and opens) a sign-in file whose one-time token signs the
+// page in with a key of its own, revoked when the studio stops.
 func cmdStudio(ctx context.Context, env *Env, args []string) int {
 	fs := flags(env, "studio")
 	storeAddr := storeFlag(fs)
@@ -66,7 +72,7 @@ func cmdStudio(ctx context.Context, env *Env, args []string) int {
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flows, Kinds: env.Registry, Logger: log,
-		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), MCP: mcpserver.New})
+		StopTimeout: 10 * time.Second, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Evals: serverEvals(), MCP: mcpserver.New})
 	if err != nil {
 		return fail(env, "studio", err)
 	}
@@ -93,11 +99,27 @@ func cmdStudio(ctx context.Context, env *Env, args []string) int {
 			host = "127.0.0.1"
 		}
 	}
-	url := "http://" + net.JoinHostPort(host, port) + "/studio#token=" + token
-	fmt.Fprintf(env.Stdout, "Trellis Studio: the flows of %s, threads in %s (tenant %s).\nOpen this address (it signs in once; Ctrl-C stops the studio):\n\n    %s\n\n",
-		flows, shownStore(*storeAddr), *tenant, url)
+	base := "http://" + net.JoinHostPort(host, port)
+	file, remove, err := writeSignInFile(base, token)
+	if err != nil {
+		ln.Close()
+		return fail(env, "studio", err)
+	}
+	defer remove()
+	// the file goes once its token is spent: the browser has read it
+	go func() {
+		select {
+		case <-srv.StudioTokenSpent(token):
+			remove()
+		case <-ctx.Done():
+		}
+	}()
+	fmt.Fprintf(env.Stdout, "Trellis Studio: the flows of %s, threads in %s (tenant %s), at %s/studio.\n"+
+		"Open this file in a browser; it signs the studio in once (Ctrl-C stops the studio):\n\n    %s\n\n"+
+		"From another browser, sign in at the address above with this one-time token instead: %s\n\n",
+		flows, shownStore(*storeAddr), *tenant, base, file, token)
 	if !*noOpen {
-		openBrowser(url, env.Stderr)
+		openBrowser(file, env.Stderr)
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -141,4 +163,51 @@ func openBrowser(url string, stderr io.Writer) {
 		return
 	}
 	go func() { _ = cmd.Wait() }()
+}
+
+// signInPage is the file `trellis studio` opens: a form that posts the
+// one-time token to the studio as soon as it loads (or when its button is
+// pressed), so that the token is in no address the browser opens and so
+// in none its history keeps.
+var signInPage = template.Must(template.New("signin").Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="referrer" content="no-referrer">
+<title>Trellis Studio: signing in</title>
+</head>
+<body onload="document.forms[0].submit()">
+<form method="post" action="{{.Action}}">
+<input type="hidden" name="token" value="{{.Token}}">
+<p>Signing in to Trellis Studio at {{.Base}}… <button type="submit">Sign in</button></p>
+</form>
+</body>
+</html>
+`))
+
+// writeSignInFile writes the sign-in page to a file only its user can
+// read, in a directory of its own, and returns the file's address and
+// what removes it (safe to call more than once).
+func writeSignInFile(base, token string) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "trellis-studio-")
+	if err != nil {
+		return "", nil, fmt.Errorf("sign-in file: %w", err)
+	}
+	var once sync.Once
+	remove := func() { once.Do(func() { _ = os.RemoveAll(dir) }) }
+	var b bytes.Buffer
+	if err := signInPage.Execute(&b, map[string]string{"Action": base + "/studio/signin", "Base": base, "Token": token}); err != nil {
+		remove()
+		return "", nil, fmt.Errorf("sign-in file: %w", err)
+	}
+	name := filepath.Join(dir, "sign-in.html")
+	if err := os.WriteFile(name, b.Bytes(), 0o600); err != nil {
+		remove()
+		return "", nil, fmt.Errorf("sign-in file: %w", err)
+	}
+	p := filepath.ToSlash(name)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // a drive's name
+	}
+	return (&url.URL{Scheme: "file", Path: p}).String(), remove, nil
 }

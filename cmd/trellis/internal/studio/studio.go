@@ -17,10 +17,12 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"html"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/schemas"
 )
 
@@ -66,7 +68,8 @@ var (
 
 // Handler serves GET /studio (the page), /studio/app.js (its script) and
 // /studio/flow.schema.json (the flow format's JSON Schema, which the
-// editor completes keys from): the script and the schema gzipped to a
+// editor completes keys from), and the page answering a form sign-in
+// (POST /studio/signin, once the server has exchanged the token): the script and the schema gzipped to a
 // client that takes it, and kept by browsers for good under the versioned
 // address the page names them by.
 func Handler() http.Handler {
@@ -76,13 +79,16 @@ func Handler() http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		switch r.URL.Path {
 		case "/studio", "/studio/":
-			h.Set("Content-Type", "text/html; charset=utf-8")
+			pageHeaders(h)
 			h.Set("Cache-Control", "no-cache")
-			h.Set("X-Frame-Options", "DENY")
-			// the editor sets styles inline; the page talks to its own
-			// server only
-			h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'")
 			_, _ = w.Write(index)
+		case "/studio/signin":
+			res, ok := api.StudioSignInFrom(r.Context())
+			if !ok || r.Method != http.MethodPost {
+				http.NotFound(w, r)
+				return
+			}
+			signedIn(w, res)
 		case "/studio/app.js":
 			scriptAsset.serve(w, r)
 		case "/studio/flow.schema.json":
@@ -91,6 +97,40 @@ func Handler() http.Handler {
 			http.NotFound(w, r)
 		}
 	})
+}
+
+func pageHeaders(h http.Header) {
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("X-Frame-Options", "DENY")
+	// the editor sets styles inline; the page talks to its own server
+	// only
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'")
+}
+
+// signedIn answers a form sign-in with the page carrying the key the
+// token was exchanged for (or why it was not), in a meta element its
+// script reads, keeps in its tab and removes. The answer is stored by no
+// cache: the key is in its body.
+func signedIn(w http.ResponseWriter, res api.StudioSignInResult) {
+	h := w.Header()
+	pageHeaders(h)
+	h.Set("Cache-Control", "no-store")
+	var meta string
+	status := http.StatusOK
+	if res.Session != nil {
+		meta = `<meta name="trellis-studio-key" content="` + html.EscapeString(res.Session.Key) + `">`
+	} else {
+		msg := "this sign-in did not work"
+		if res.Error != nil {
+			msg = res.Error.Message
+		}
+		meta = `<meta name="trellis-studio-sign-in-error" content="` + html.EscapeString(msg) + `">`
+		status = http.StatusUnauthorized
+	}
+	body := bytes.Replace(index, []byte("<head>\n"), []byte("<head>\n"+meta+"\n"), 1)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 func (a *asset) serve(w http.ResponseWriter, r *http.Request) {

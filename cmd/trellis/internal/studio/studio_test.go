@@ -5,13 +5,17 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +28,7 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+	_ "modernc.org/sqlite"
 
 	"github.com/trellisflow/trellis/cmd/trellis/app"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/browser"
@@ -60,11 +65,12 @@ func project(t *testing.T) string {
 	return dir
 }
 
-// studio is a `trellis studio` process and the address it printed.
+// studio is a `trellis studio` process and what it printed: its
+// address, the sign-in file it wrote and the one-time token in it.
 type studio struct {
-	url, base string
-	cmd       *exec.Cmd
-	stderr    *syncBuffer
+	base, file, token string
+	cmd               *exec.Cmd
+	stderr            *syncBuffer
 }
 
 type syncBuffer struct {
@@ -84,7 +90,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var urlRE = regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/studio#token=trs_[a-z2-7]+`)
+var (
+	baseRE  = regexp.MustCompile(`at (http://127\.0\.0\.1:\d+)/studio\.$`)
+	fileRE  = regexp.MustCompile(`^    (file:///\S+/sign-in\.html)$`)
+	tokenRE = regexp.MustCompile(`one-time token instead: (trs_[a-z2-7]+)$`)
+)
 
 // start runs the command (wrap, when set, runs it inside another
 // command) and waits for the address it prints.
@@ -104,21 +114,36 @@ func start(t *testing.T, env []string, wrap []string, args ...string) *studio {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	found := make(chan []string, 1)
+	found := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if m := urlRE.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m
+			line := sc.Text()
+			if m := baseRE.FindStringSubmatch(line); m != nil {
+				s.base = m[1]
+			}
+			if m := fileRE.FindStringSubmatch(line); m != nil {
+				s.file = m[1]
+			}
+			if m := tokenRE.FindStringSubmatch(line); m != nil {
+				s.token = m[1]
+				close(found)
+				break
 			}
 		}
 		_, _ = io.Copy(io.Discard, out)
 	}()
 	select {
-	case m := <-found:
-		s.url, s.base = m[0], m[1]
+	case <-found:
+		if s.base == "" || s.file == "" {
+			t.Fatalf("trellis studio printed no address or sign-in file (%q, %q)", s.base, s.file)
+		}
+		// a studio killed leaves its file (its token died with it)
+		if u, err := url.Parse(s.file); err == nil {
+			t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(u.Path)) })
+		}
 	case <-time.After(3 * time.Minute):
-		t.Fatalf("trellis studio printed no address:\n%s", s.stderr)
+		t.Fatalf("trellis studio printed no sign-in:\n%s", s.stderr)
 	}
 	return s
 }
@@ -151,8 +176,8 @@ type page struct {
 	name   string
 }
 
-// open signs the page in with the studio's address and waits until the
-// flow is drawn.
+// open signs the page in with the studio's sign-in file, then opens the
+// flow in the signed-in tab and waits until it is drawn.
 func open(t *testing.T, s *studio, flow string) *page {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	t.Cleanup(cancel)
@@ -172,7 +197,12 @@ func open(t *testing.T, s *studio, flow string) *page {
 			p.shot("failed")
 		}
 	})
-	if err := b.Navigate(ctx, s.url+"&flow="+flow); err != nil {
+	p.signIn()
+	// the key is the tab's: an address naming the flow opens it
+	if err := b.Navigate(ctx, "about:blank"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Navigate(ctx, s.base+"/studio#flow="+flow); err != nil {
 		t.Fatal(err)
 	}
 	p.wait(`window.trellisStudio && trellisStudio.ready && trellisStudio.flow && trellisStudio.flow.name === '` + flow + `' && document.querySelectorAll('#graph .node').length > 0`)
@@ -180,6 +210,16 @@ func open(t *testing.T, s *studio, flow string) *page {
 	p.eval(`sessionStorage.getItem('trellis.studio.key')`, &key)
 	p.client = api.NewClient(s.base, key)
 	return p
+}
+
+// signIn opens the sign-in file `trellis studio` wrote and waits until
+// the page it posts to has taken its key.
+func (p *page) signIn() {
+	p.t.Helper()
+	if err := p.b.Navigate(p.ctx, p.s.file); err != nil {
+		p.t.Fatal(err)
+	}
+	p.wait(`location.origin + location.pathname === '` + p.s.base + `/studio' && window.trellisStudio && trellisStudio.ready && sessionStorage.getItem('trellis.studio.key') !== null`)
 }
 
 func (p *page) eval(expr string, out any) {
@@ -860,7 +900,7 @@ func freeAddr(t *testing.T) string {
 func TestStudioCommand(t *testing.T) {
 	db := "sqlite:" + filepath.Join(t.TempDir(), "trellis.db")
 	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", db)
-	token := s.url[strings.Index(s.url, "#token=")+len("#token="):]
+	token := s.token
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	anon := api.NewClient(s.base, "")
@@ -966,7 +1006,7 @@ func TestStudioKeyGoneAfterAKill(t *testing.T) {
 	db := "sqlite:" + filepath.Join(t.TempDir(), "trellis.db")
 	flows := filepath.Join(project(t), "flows")
 	s := start(t, nil, nil, flows, "--store", db)
-	token := s.url[strings.Index(s.url, "#token=")+len("#token="):]
+	token := s.token
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	sess, err := api.NewClient(s.base, "").StudioSignIn(ctx, token)
@@ -1292,5 +1332,131 @@ func TestServedCompressedAndCached(t *testing.T) {
 		if resp.StatusCode != http.StatusNotModified {
 			t.Errorf("%s revalidated: %d", bare, resp.StatusCode)
 		}
+	}
+}
+
+// Signing in from the file `trellis studio` writes leaves the one-time
+// token in no address chromium records: its history database, written
+// out when it closes, holds the studio's addresses but never the token
+// (nor the key), while an address carrying a fragment the way a token
+// was once delivered is recorded there, fragment and all; its caches
+// and storage do not keep the token either. The file is gone once its
+// token is spent, and reloading the page does not post it again.
+func TestSignInLeavesNoTokenInHistory(t *testing.T) {
+	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", "memory")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	b := browser.Chromium(t, 1280, 800)
+	p := &page{t: t, b: b, ctx: ctx, s: s, name: "SignInLeavesNoTokenInHistory"}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the page and chromium said:\n%s\ntrellis studio said:\n%s", b.Log(), s.stderr)
+		}
+	})
+	u, err := url.Parse(s.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(u.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Errorf("the sign-in file's mode: %v", info.Mode().Perm())
+	}
+	if dir, err := os.Stat(filepath.Dir(u.Path)); err != nil || dir.Mode().Perm() != 0o700 {
+		t.Errorf("the sign-in file's directory: %v %v", dir.Mode(), err)
+	}
+	p.signIn()
+	var key string
+	p.eval(`sessionStorage.getItem('trellis.studio.key')`, &key)
+	if !strings.HasPrefix(key, "trk_") {
+		t.Fatalf("the page's key: %q", key)
+	}
+	if _, err := api.NewClient(s.base, key).Flows(ctx); err != nil {
+		t.Fatalf("the page's key: %v", err)
+	}
+	// the token is spent, and the page's address is the studio's own
+	if _, err := api.NewClient(s.base, "").StudioSignIn(ctx, s.token); !api.IsCode(err, api.CodeUnauthorized) {
+		t.Errorf("the file's token signed in again: %v", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Dir(u.Path)); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the sign-in file is still there once its token is spent")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// reloading asks for the studio's page, not the form again
+	if _, err := b.Call(ctx, "Page.reload", nil); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`location.origin + location.pathname === '` + s.base + `/studio' && window.trellisStudio && trellisStudio.ready && trellisStudio.flow !== null`)
+	// what the history check would see of a token in a fragment
+	probe := "probe_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err := b.Navigate(ctx, s.base+"/studio#token="+probe); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`document.readyState === 'complete'`)
+	if err := b.Quit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(b.Profile(), "Default", "History")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT url FROM urls`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	for rows.Next() {
+		var u string
+		if err := rows.Scan(&u); err != nil {
+			t.Fatal(err)
+		}
+		urls = append(urls, u)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	t.Logf("chromium's history: %q", urls)
+	var studio, probed bool
+	for _, u := range urls {
+		if strings.Contains(u, s.token) || strings.Contains(u, key) {
+			t.Errorf("chromium's history holds the studio's token or key: %s", u)
+		}
+		studio = studio || strings.HasPrefix(u, s.base+"/studio")
+		probed = probed || strings.Contains(u, probe)
+	}
+	// nor does any file of the profile (its caches, its storage) keep
+	// the token, but for the log of the tabs it keeps to restore them,
+	// which records a form's body with its entry as it is made (the page
+	// replaces that entry at once; the token is spent by then)
+	sessions := filepath.Join(b.Profile(), "Default", "Sessions")
+	err = filepath.WalkDir(b.Profile(), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && path == sessions {
+			return filepath.SkipDir
+		}
+		if err != nil || d.IsDir() || !d.Type().IsRegular() {
+			return err
+		}
+		if bb, err := os.ReadFile(path); err != nil {
+			return err
+		} else if bytes.Contains(bb, []byte(s.token)) {
+			t.Errorf("chromium's %s holds the token", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !studio || !probed {
+		t.Errorf("chromium's history does not hold the studio's address (%v) or the probing fragment (%v): it proves nothing", studio, probed)
 	}
 }

@@ -198,8 +198,10 @@ func (h Hooks) schedulesWhere(ctx context.Context, where string, args ...any) ([
 	return out, rows.Err()
 }
 
-// CreateSchedule implements store.Schedules.
-func (h Hooks) CreateSchedule(ctx context.Context, s *store.Schedule) error {
+// CreateSchedule implements store.Schedules: the tenant's schedules are
+// counted and the new one inserted in one transaction that holds the
+// tenant's lock, so that creates at once are counted one after another.
+func (h Hooks) CreateSchedule(ctx context.Context, s *store.Schedule, limit int) error {
 	input, values := string(s.Input), string(s.Values)
 	if input == "" {
 		input = "null"
@@ -215,9 +217,30 @@ func (h Hooks) CreateSchedule(ctx context.Context, s *store.Schedule) error {
 	if err != nil {
 		return err
 	}
-	_, err = h.DB.Exec(ctx, `INSERT INTO schedules (`+scheduleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		s.ID, s.Tenant, s.Flow, s.Thread, s.Cron, s.Zone, input, string(metadata), string(s.Missed), s.Grace.Nanoseconds(), s.Webhook, s.Paused,
-		nanos(s.Next), nanos(s.LastTick), s.LastRun, s.LastError, nanos(s.Created), values, "[]")
+	insert := func(db DB) error {
+		_, err := db.Exec(ctx, `INSERT INTO schedules (`+scheduleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			s.ID, s.Tenant, s.Flow, s.Thread, s.Cron, s.Zone, input, string(metadata), string(s.Missed), s.Grace.Nanoseconds(), s.Webhook, s.Paused,
+			nanos(s.Next), nanos(s.LastTick), s.LastRun, s.LastError, nanos(s.Created), values, "[]")
+		return err
+	}
+	if limit <= 0 {
+		err = insert(h.DB)
+	} else {
+		err = h.DB.Tx(ctx, func(db DB) error {
+			// a name no thread has: the tenant's schedules
+			if err := db.LockThread(ctx, "schedules of "+s.Tenant); err != nil {
+				return err
+			}
+			var n int64
+			if err := one(ctx, db, func(r Rows) error { return r.Scan(&n) }, `SELECT COUNT(*) FROM schedules WHERE tenant = ?`, s.Tenant); err != nil {
+				return err
+			}
+			if n >= int64(limit) {
+				return store.ErrScheduleLimit
+			}
+			return insert(db)
+		})
+	}
 	if err != nil && h.DB.Unique(err) {
 		return store.ErrExists
 	}

@@ -1,16 +1,18 @@
-// Trellis Studio: signs in (a one-time token from `trellis studio`, or an
-// API key), then shows a flow's graph, its files in an editor checked as
+// Trellis Studio: signs in (the one-time token `trellis studio` posts
+// from its sign-in file or that is typed in, or an API key), then shows a flow's graph, its files in an editor checked as
 // they are typed, runs streamed live, and a thread's history. Every call
 // goes through the public API with the session's key. Its state is kept
 // on window.trellisStudio for those who script the page.
 import { API, APIError } from './api.js';
 import { GraphView } from './graph.js';
 import { createEditor } from './editor.js';
+import { EvalsPanel } from './evals.js';
 import { h, fill, json, diffValues, nodeBlock, readsOf, promptName, reducersOf, nodeAt, nsPath, transcript } from './util.js';
 import { toolEvent, toolEntry, isApproval, approvalForm, approvalAnswer } from './tools.js';
 
 const $ = (id) => document.getElementById(id);
 const keyStore = 'trellis.studio.key';
+const refusedStore = 'trellis.studio.sign-in-refused';
 
 const S = {
   ready: false,
@@ -45,6 +47,7 @@ window.trellisStudio = S;
 let api = new API('');
 let graphView = null;
 let editor = null;
+let evalsPanel = null;
 
 // --- status and tabs ---
 
@@ -62,7 +65,7 @@ function fail(e, doing) {
   return msg;
 }
 
-const tabs = ['run', 'history', 'editor', 'node', 'state'];
+const tabs = ['run', 'history', 'editor', 'node', 'state', 'evals'];
 
 function showTab(name, focus) {
   for (const t of tabs) {
@@ -75,6 +78,8 @@ function showTab(name, focus) {
   }
   S.tab = name;
   if (name === 'editor' && editor) editor.view.requestMeasure();
+  if (name === 'evals') evalsPanel.show();
+  else evalsPanel.hide();
 }
 
 function setupTabs() {
@@ -104,24 +109,43 @@ function saveHash() {
 
 // --- signing in ---
 
+// signIn takes the key the page was answered with when the sign-in file
+// `trellis studio` writes posted its one-time token (POST /studio/signin:
+// neither the token nor the key is ever in the page's address), else the
+// key this tab signed in with before, else asks for one.
 async function signIn() {
-  const params = new URLSearchParams(location.hash.slice(1));
-  const token = params.get('token');
-  if (token) {
-    params.delete('token');
-    history.replaceState(null, '', location.pathname + (params.toString() ? '#' + params : ''));
-    try {
-      const s = await new API('').post('/v1/studio/session', { token });
-      sessionStorage.setItem(keyStore, s.key);
-      return start(s.key);
-    } catch (e) {
-      askKey(fail(e, 'signing in with the address\'s token'));
-      return;
-    }
+  const given = document.querySelector('meta[name="trellis-studio-key"]');
+  const refused = document.querySelector('meta[name="trellis-studio-sign-in-error"]');
+  if (given || refused) {
+    if (given) sessionStorage.setItem(keyStore, given.content);
+    else sessionStorage.setItem(refusedStore, refused.content);
+    // the form's answer leaves the tab's history for the page itself:
+    // the browser keeps the body a form posted (the token) with its
+    // entry, for as long as the entry is there
+    location.replace('/studio' + location.hash);
+    return;
+  }
+  const why = sessionStorage.getItem(refusedStore);
+  if (why !== null) {
+    sessionStorage.removeItem(refusedStore);
+    askKey('Signing in with the one-time token: ' + why);
+    return;
   }
   const key = sessionStorage.getItem(keyStore);
   if (key) return start(key);
   askKey('');
+}
+
+// exchange spends a one-time token (trs_...) typed into the sign-in
+// dialog on a key.
+async function exchange(token) {
+  try {
+    const s = await new API('').post('/v1/studio/session', { token });
+    sessionStorage.setItem(keyStore, s.key);
+    return start(s.key);
+  } catch (e) {
+    askKey(fail(e, 'signing in with the one-time token'));
+  }
 }
 
 // whoOf says who a session is: its tenant, and what its key may do.
@@ -144,7 +168,7 @@ function keepRenewing(expires) {
       if (e instanceof APIError && e.status === 401) {
         clearInterval(renewal);
         sessionStorage.removeItem(keyStore);
-        askKey('The studio\'s session ended (' + e.message + '): sign in again, or open the address trellis studio prints.');
+        askKey('The studio\'s session ended (' + e.message + '): sign in again with an API key, or start trellis studio again for another sign-in.');
       }
     }
   }, 60 * 1000);
@@ -240,6 +264,7 @@ async function loadFlow(name, thread) {
     setupFiles();
     renderState();
     renderNode();
+    if (S.tab === 'evals') evalsPanel.show();
     check();
     setStatus('flow ' + name);
     await loadThreads(thread);
@@ -1370,6 +1395,13 @@ function boot() {
   });
   S.editor = editor;
   S.graphView = graphView;
+  evalsPanel = new EvalsPanel($('panel-evals'), {
+    api: () => api,
+    flow: () => S.flow,
+    status: (text) => setStatus(text),
+    fail,
+  });
+  S.evals = evalsPanel.state;
   const schemaAt = document.querySelector('meta[name=trellis-schema]');
   fetch(schemaAt ? schemaAt.content : '/studio/flow.schema.json').then((r) => r.json()).then((s) => { S.schema = s; }).catch(() => {});
   $('flow').addEventListener('change', (ev) => loadFlow(ev.target.value, ''));
@@ -1386,9 +1418,13 @@ function boot() {
     ev.preventDefault();
     const key = $('key').value.trim();
     if (!key) return;
-    sessionStorage.setItem(keyStore, key);
     $('sign-in').close();
     $('key').value = '';
+    if (key.startsWith('trs_')) {
+      exchange(key);
+      return;
+    }
+    sessionStorage.setItem(keyStore, key);
     start(key);
   });
   $('sign-in').addEventListener('cancel', (ev) => ev.preventDefault());
