@@ -5,7 +5,7 @@ PKGS    := ./...
 # (go.dev/issue/75804, fixed in Go 1.27) and can fail with no crasher.
 FUZZTIME ?= 40000x
 
-.PHONY: build test check deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
+.PHONY: build test check check-stress check-stress-ci deps bench bench-prune fmt vet race tidy-check flows fuzz schema peerbench loadtest sandbox-image \
 	livekit-server page page-check bench-voice bench-sandbox bench-validate bench-storage image image-push deploy-check deploy-tools deploy-schemas openapi-lint loadtest-retention schedule-soak \
 	bench-retention
 
@@ -14,8 +14,13 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 build:
 	$(GO) build -ldflags "-X github.com/trellisflow/trellis/cmd/trellis/internal/cli.version=$(VERSION)" -o bin/trellis ./cmd/trellis
 
+# go test's bound on each package, against a hang: the default (10
+# minutes) is less than a loaded machine gives the end-to-end packages
+# (cmd/trellis took more than 10 minutes at load 25).
+TESTTIMEOUT ?= 45m
+
 test: deps livekit-server
-	$(GO) test -race -shuffle=on $(PKGS)
+	$(GO) test -race -shuffle=on -timeout $(TESTTIMEOUT) $(PKGS)
 
 check: deps livekit-server fmt vet tidy-check page-check openapi-lint deploy-check race flows fuzz
 
@@ -204,8 +209,36 @@ fmt:
 vet:
 	$(GO) vet $(PKGS)
 
+# go test runs as many packages at once as the machine has cores (its
+# default -p, and -parallel within a package): the end-to-end packages
+# each run CPU-heavy processes of their own (race-built servers, Docker
+# and gVisor, Chromium, pocketsphinx, a LiveKit server), and the voice
+# tests carry real-time audio, which more at once starves first. The
+# sandbox's package runs by itself afterwards, beside a busy loop per
+# core (.ci/busy): its hostile suite is judged on a loaded machine every
+# time, and the load it adds starves no other package's tests.
+SANDBOX_PKGS := ./nodes/sandbox/...
 race:
-	$(GO) test -race -shuffle=on -count=1 $(PKGS)
+	$(GO) test -race -shuffle=on -count=1 -timeout $(TESTTIMEOUT) $$($(GO) list $(PKGS) | grep -v '/nodes/sandbox')
+	.ci/busy -- $(GO) test -race -shuffle=on -count=1 -timeout $(TESTTIMEOUT) $(SANDBOX_PKGS)
+
+# The packages whose tests are about time or run real processes beside
+# each other (the sandbox, the schedules, the server, the command's
+# end-to-end tests, voice and speech, the stores), STRESSCOUNT times
+# each, beside a busy loop per core (.ci/busy): a verdict that depends
+# on how fast the machine is fails here first. Three clean runs in a row
+# before a change to these packages is called done; CI runs it once.
+STRESS_PKGS ?= ./nodes/sandbox/... ./runtime/schedule ./runtime/api/server ./cmd/trellis \
+	./cmd/trellis/internal/voice/... ./cmd/trellis/internal/speech ./runtime/store/...
+STRESSCOUNT ?= 3
+check-stress: deps livekit-server
+	.ci/busy -- $(GO) test -race -shuffle=on -count=$(STRESSCOUNT) -timeout 4h $(STRESS_PKGS)
+
+# CI's shorter form, after make check: once, and without the sandbox's
+# package, which make check's race target ran beside the busy loops
+# already.
+check-stress-ci:
+	$(MAKE) check-stress STRESSCOUNT=1 STRESS_PKGS="$(filter-out $(SANDBOX_PKGS),$(STRESS_PKGS))"
 
 # A schedule every second on three servers sharing SQLite and PostgreSQL
 # starts exactly one run per tick, for 30 ticks (the race test watches 6).

@@ -25,19 +25,10 @@ func TestShippedDatasets(t *testing.T) {
 		t.Fatalf("datasets %v", files)
 	}
 	known := map[string][]string{
-		"interview.eval.yaml": {
-			"a strong candidate: overall", "a strong candidate: technical",
-			"a weak candidate: overall", "a weak candidate: technical",
-			"a candidate who asks to change topic and for a hint: turn 3: helps with a rephrasing or an example",
-			"a candidate who asks to change topic and for a hint: does not go back to the topic the candidate left",
-			"a candidate who tries a prompt injection: overall", "a candidate who tries a prompt injection: technical",
-		},
-		"resume_review.eval.yaml": {
-			"a resume for another profession: fails the LLM Engineer bar",
-			"a resume for another profession: output contains \"below the 7.5 threshold\"",
-			"a resume for another profession: final score", "a resume for another profession: recruiter",
-			"ranking by final score: a strong match > a junior > a resume for another profession",
-		},
+		// the judgement reads the answers and the fit for the role: no
+		// known gap is left
+		"interview.eval.yaml":      nil,
+		"resume_review.eval.yaml":  nil,
 		"examples/greet.eval.yaml": nil,
 	}
 	for _, file := range files {

@@ -414,9 +414,16 @@ func blink(t *testing.T, backend string, wait time.Duration) {
 func serveProcess(t *testing.T, key string, args ...string) (*exec.Cmd, *syncBuffer, *api.Client, chan error) {
 	t.Helper()
 	cmd, stderr := kindsProcess(t, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	deadline := time.Now().Add(time.Minute)
+	exited, waited := make(chan error, 1), make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		close(waited)
+		exited <- err
+	}()
+	// the process is waited for here alone: run before kindsProcess's
+	// cleanup, this one kills it and lets the Wait above return first
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-waited })
+	deadline := time.Now().Add(2 * time.Minute)
 	var c *api.Client
 	for {
 		if c == nil {
@@ -433,7 +440,7 @@ func serveProcess(t *testing.T, key string, args ...string) (*exec.Cmd, *syncBuf
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the server was not ready after a minute:\n%s", stderr.String())
+			t.Fatalf("the server was not ready in 2 minutes:\n%s", stderr.String())
 		}
 	}
 }

@@ -36,8 +36,8 @@ func TestEvalAgainstFlowVersion(t *testing.T) {
 	if err := rt.Close(); err != nil {
 		t.Fatal(err)
 	}
-	editFile(t, filepath.Join(root, "prompts", "interview", "evaluation.prompt"),
-		"min(10.0, 3.0 + float(words) / float(len(answers)) / 6.0)", "min(10.0, 3.0 + float(words) / float(len(answers)) / 12.0)")
+	editFile(t, filepath.Join(root, "flows", "interview.yaml"),
+		"10.0 * min(1.0, float(.words ?? 0) / 25.0)", "10.0 * min(1.0, float(.words ?? 0) / 50.0)")
 	dataset := filepath.Join(root, "flows", "interview.eval.yaml")
 	out, errs, code := trellis(t, "eval", "--against", version, "--store", db, "--run", "strong", dataset)
 	if code != 1 {
@@ -47,7 +47,7 @@ func TestEvalAgainstFlowVersion(t *testing.T) {
 		"compared with interview@" + version,
 		"FAIL   a strong candidate",
 		"1/1 → 0/1 regressed",
-		"communication 8.9 → 6 (-2.9)",
+		"communication 9 → 6.5 (-2.5)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("want %q in\n%s", want, out)

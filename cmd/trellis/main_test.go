@@ -160,12 +160,12 @@ func TestGraphComposite(t *testing.T) {
 		want []string
 	}{
 		{[]string{"graph", interview}, []string{`n_screen_resume[["screen_resume<br/><small>subflow resume_review</small>"]]`, "n_initialize -->|\"state.review_resume\"| n_screen_resume"}},
-		{[]string{"graph", "../../flows/resume_review.yaml"}, []string{`n_sections[/"sections<br/><small>map over state.resume?.experience ?? [], 4 at once: llm</small>"\]`}},
+		{[]string{"graph", "../../flows/resume_review.yaml"}, []string{`n_sections[/"sections<br/><small>map over take(state.resume?.experience ?? [], state.max_sections), 4 at once: llm</small>"\]`}},
 		{[]string{"graph", approval}, []string{`n_recruiter{{"recruiter<br/><small>interrupt, asks and waits</small>"}}`}},
 		{[]string{"graph", "--expand", interview}, []string{
 			`subgraph n_screen_resume ["screen_resume: subflow resume_review"]`,
-			"    n_screen_resume__START([START])", "    n_screen_resume__START --> n_screen_resume__router",
-			`    subgraph n_screen_resume__sections ["sections: map over state.resume?.experience ?? [], 4 at once: llm"]`,
+			"    n_screen_resume__START([START])", "    n_screen_resume__START --> n_screen_resume__intake",
+			`    subgraph n_screen_resume__sections ["sections: map over take(state.resume?.experience ?? [], state.max_sections), 4 at once: llm"]`,
 			`      n_screen_resume__sections__each["each item<br/><small>llm</small>"]`,
 			"n_screen_resume --> n_greeting"}},
 		{[]string{"graph", "--format", "dot", interview}, []string{`"screen_resume" [label="screen_resume\n(subflow resume_review)", shape=component];`}},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,11 +68,59 @@ func TestRunTheResumeReviewOffline(t *testing.T) {
 	}
 }
 
+// A null or blank resume is reported and the command succeeds: nothing
+// to review is an answer, not a failure.
+func TestRunTheResumeReviewOfNoResume(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"null":  "target_role: LLM Engineer\nresume: null\n",
+		"blank": "target_role: LLM Engineer\nresume: {name: '', title: ' ', summary: '  ', experience: [{company: '', role: '', bullets: ['', ' - ']}], skills: []}\n",
+	} {
+		values := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(values, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, stderr, exit := trellis(t, "run", "../../flows/resume_review.yaml", "--with", values, "--store", "memory")
+		if exit != 0 || !strings.HasPrefix(out, "Resume review for LLM Engineer: ") || !strings.Contains(out, "nothing to review") {
+			t.Errorf("a %s resume: exit %d\n%s%s", name, exit, out, stderr)
+		}
+	}
+}
+
+// A map over many items is named once in the note of fallbacks, as a
+// range, where each item was listed; an empty file of values says which
+// file, and that it is empty.
+func TestRunNotesManyItemsAsARange(t *testing.T) {
+	var entries []string
+	for i := range 30 {
+		entries = append(entries, fmt.Sprintf("{company: C%d, role: ML Engineer, bullets: [Built retrieval over %dM articles.]}", i, i+1))
+	}
+	dir := t.TempDir()
+	values := filepath.Join(dir, "long.yaml")
+	body := "target_role: LLM Engineer\nresume: {name: Ada, title: ML Engineer, summary: Ships retrieval., skills: [Python], experience: [" + strings.Join(entries, ", ") + "]}\n"
+	if err := os.WriteFile(values, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, exit := trellis(t, "run", "../../flows/resume_review.yaml", "--with", values, "--store", "memory")
+	want := "fallbacks answered for copywriter, recruiter, tech_writer, revisor, sections[0..11] (12 items), portfolio: no model is configured"
+	if exit != 0 || !strings.HasPrefix(stderr, want) || strings.Count(stderr, "\n") != 1 {
+		t.Fatalf("exit %d\n%s\n%s", exit, stderr, out)
+	}
+	empty := filepath.Join(dir, "empty.yaml")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, exit = trellis(t, "run", "../../flows/resume_review.yaml", "--with", empty, "--store", "memory")
+	if exit != 2 || stderr != "trellis run: "+empty+": the file is empty: it holds no YAML or JSON value\n" {
+		t.Fatalf("an empty file of values: exit %d %q", exit, stderr)
+	}
+}
+
 // The drawing shows the resume review's report at END, with the first
 // fields it reads.
 func TestGraphShowsTheOutput(t *testing.T) {
 	out, stderr, exit := trellis(t, "graph", "../../flows/resume_review.yaml")
-	if want := `END(["END<br/><small>output: resume, target_role, final_score, threshold_met, threshold, current_iteration and 7 more</small>"])`; exit != 0 || !strings.Contains(out, want) {
+	if want := `END(["END<br/><small>output: blank, target_role, resume, final_score, threshold_met, threshold and 11 more</small>"])`; exit != 0 || !strings.Contains(out, want) {
 		t.Fatalf("exit %d %s\n%s", exit, stderr, out)
 	}
 }

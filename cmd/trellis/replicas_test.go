@@ -161,7 +161,7 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 		victim = m[1]
 	}
 	time.Sleep(500 * time.Millisecond)
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if rs, err := cat.ServerRuns(ctx, victim); err == nil && len(rs) > 0 {
 			break
 		}
@@ -172,8 +172,9 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 	}
 	wg.Wait()
 
-	// every recorded run ends: the killed server's runs are adopted
-	deadline := time.Now().Add(60 * time.Second)
+	// every recorded run ends: the killed server's runs are adopted (the
+	// bound is against a hang)
+	deadline := time.Now().Add(3 * time.Minute)
 	var runs []*store.RunRecord
 	for {
 		runs = runs[:0]

@@ -45,15 +45,16 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// waitReady waits until the server answers ready: a process's start
+// takes many times longer on a loaded machine than on an idle one, and
+// the bound is only against a hang.
 func waitReady(t *testing.T, c *api.Client) {
 	t.Helper()
-	for range 100 {
-		if c.Ready(context.Background()) == nil {
-			return
+	for deadline := time.Now().Add(2 * time.Minute); c.Ready(context.Background()) != nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not become ready in 2 minutes")
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatal("the server did not become ready")
 }
 
 // SIGTERM stops a server gracefully: it stops taking requests, lets the
@@ -93,16 +94,14 @@ func TestServeStopsAtAStepBoundary(t *testing.T) {
 	for len(model.Calls()) == 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	start := time.Now()
 	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := serve.Wait(); err != nil {
 		t.Fatalf("serve exited with %v:\n%s", err, stderr.String())
 	}
-	if took := time.Since(start); took < time.Second {
-		t.Fatalf("serve exited after %s, before the step in progress could end", took)
-	}
+	// (that it waited for the step in progress is what it committed:
+	// the model's reply, below)
 	if !strings.Contains(stderr.String(), "shutting down") {
 		t.Fatalf("no shutdown in the log:\n%s", stderr.String())
 	}

@@ -116,7 +116,7 @@ func TestSIGTERMMidRun(t *testing.T) {
 				_, err := c.RunWait(ctx, "w", api.StartRun{Input: map[string]any{"said": "waited"}})
 				waited <- err
 			}()
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) { // a bound against a hang
 				mu.Lock()
 				n := len(streamed)
 				mu.Unlock()
@@ -137,11 +137,11 @@ func TestSIGTERMMidRun(t *testing.T) {
 			if err := first.Wait(); err != nil {
 				t.Fatalf("serve exited with %v:\n%s", err, stderr.String())
 			}
-			// a step takes a second: the runs stop within it, and the
-			// server a moment after
+			// a step takes a second: the runs stop at its end, not at the
+			// stop timeout (30 s), as the server's log says
 			took := time.Since(start)
-			if took > 4*time.Second {
-				t.Fatalf("serve took %s to exit (stop timeout 30s):\n%s", took.Round(time.Millisecond), stderr.String())
+			if strings.Contains(stderr.String(), "the stop timeout is over") {
+				t.Fatalf("serve stopped runs in steps of a second at its stop timeout, after %s:\n%s", took.Round(time.Millisecond), stderr.String())
 			}
 			t.Logf("serve exited %s after SIGTERM, with runs in steps of a second", took.Round(time.Millisecond))
 			var waitedRun string
@@ -156,7 +156,7 @@ func TestSIGTERMMidRun(t *testing.T) {
 				if waitedRun == "" || d["status"] != api.RunQueued {
 					t.Fatalf("the answer does not say where the run went: %+v", ae)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(time.Minute): // a bound against a hang
 				t.Fatal("the waiting client was not answered")
 			}
 			if err := <-streamErr; err != nil {

@@ -136,7 +136,7 @@ func TestWebhookSurvivesSIGKILL(t *testing.T) {
 			}
 			select {
 			case <-recv.held:
-			case <-time.After(30 * time.Second):
+			case <-time.After(2 * time.Minute):
 				t.Fatalf("the first message did not come:\n%s", aLog())
 			}
 			failed, err := a.RunWait(ctx, "failed", api.StartRun{Input: map[string]any{"said": "failed"}, Webhook: rs.URL + "/down"})
@@ -144,7 +144,7 @@ func TestWebhookSurvivesSIGKILL(t *testing.T) {
 				t.Fatalf("run: %+v %v", failed, err)
 			}
 			var first *api.Deliveries
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 				first, err = a.Deliveries(ctx, "failed", failed.ID)
 				if err == nil && len(first.Deliveries) == 1 && len(first.Deliveries[0].Attempts) == 1 {
 					break
@@ -161,7 +161,7 @@ func TestWebhookSurvivesSIGKILL(t *testing.T) {
 
 			b, bLog, _ := start()
 			deliveries := map[string]api.Delivery{}
-			for deadline := time.Now().Add(60 * time.Second); len(deliveries) < 2; time.Sleep(50 * time.Millisecond) {
+			for deadline := time.Now().Add(3 * time.Minute); len(deliveries) < 2; time.Sleep(50 * time.Millisecond) {
 				for thread, run := range map[string]string{"held": held.ID, "failed": failed.ID} {
 					ds, err := b.Deliveries(ctx, thread, run)
 					if err == nil && len(ds.Deliveries) == 1 && ds.Deliveries[0].Status == "delivered" {

@@ -117,7 +117,7 @@ func TestWebhookQueuedWithTheRunsEnd(t *testing.T) {
 			for i := range senders {
 				run(a, "busy-"+strconv.Itoa(i), "/busy")
 			}
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 				if held, _ := recv.counts(""); held == senders {
 					break
 				}
@@ -140,7 +140,7 @@ func TestWebhookQueuedWithTheRunsEnd(t *testing.T) {
 
 			b, bLog, _ := start()
 			var d api.Delivery
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 				ds, err := b.Deliveries(ctx, "ended", ended.ID)
 				if err == nil && len(ds.Deliveries) == 1 && ds.Deliveries[0].Status == "delivered" {
 					d = ds.Deliveries[0]

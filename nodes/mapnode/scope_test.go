@@ -60,7 +60,9 @@ func TestTimedOutMapLeavesNothingBehind(t *testing.T) {
 		detached   bool
 	}{
 		{"items honour cancellation", `{kind: sleep, ms: 200, set: {out: "item"}}`, 100, engine.DefaultGrace, false},
-		{"items ignore cancellation", `{kind: sleep, ms: 60, ignore_cancel: true, set: {out: "item"}}`, 5, 10 * time.Millisecond, true},
+		// (a second past the grace: a loaded machine's late timer still
+		// gives up before they end)
+		{"items ignore cancellation", `{kind: sleep, ms: 1000, ignore_cancel: true, set: {out: "item"}}`, 5, 10 * time.Millisecond, true},
 		{"items ignore cancellation, within the grace", `{kind: sleep, ms: 20, ignore_cancel: true, set: {out: "item"}}`, 5, engine.DefaultGrace, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,7 +77,7 @@ func TestTimedOutMapLeavesNothingBehind(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), "timed out after 5ms") {
 					t.Fatalf("run %d: want the timeout, got %v", i, err)
 				}
-				if took > 2*time.Second {
+				if took > time.Minute { // a bound against a hang
 					t.Fatalf("run %d took %s", i, took)
 				}
 				time.Sleep(10 * time.Millisecond)

@@ -102,9 +102,16 @@ func (g *jobGroup) join(pid int) error {
 	return nil
 }
 
-// kill ends every process left in the groups.
+// settle bounds the wait for the kernel to end what was killed and let
+// its cgroups go: killed processes take their time to exit on a loaded
+// machine, and giving up early would leave them, or the groups, behind.
+// Only a process that cannot die (stuck in the kernel) waits it out.
+const settle = time.Minute
+
+// kill ends every process left in the groups, and returns once they are
+// empty (or settle has passed).
 func (g *jobGroup) kill() {
-	for range 100 {
+	for deadline := time.Now().Add(settle); time.Now().Before(deadline); {
 		left := false
 		for _, d := range g.dirs {
 			data, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
@@ -158,8 +165,16 @@ func (g *jobGroup) counters() counters {
 }
 
 // measure reads what the process used since before, and whether it met
-// the memory or the process limit.
-func (g *jobGroup) measure(o *Outcome, before counters) {
+// the memory or the process limit, as the kernel recorded: an OOM kill
+// at the memory limit, a fork refused at the process limit. These name
+// the limit whatever else stopped the process: a program that meets one
+// and goes on (a parent whose child the OOM killer ended, a loop that
+// catches the failed fork) until the wall time or the CPU limit ends it
+// met that limit first, however fast the machine ran it. stopped says
+// that trellis killed the process (at a limit it saw, or its context's
+// end): then only the kernel's OOM kill names the memory limit, not a
+// failed charge at the limit (which a reclaim may have answered).
+func (g *jobGroup) measure(o *Outcome, before counters, stopped bool) {
 	now := g.counters()
 	if d := now.cpu - before.cpu; d > 0 {
 		o.CPU = d
@@ -171,11 +186,13 @@ func (g *jobGroup) measure(o *Outcome, before counters) {
 	} else if n := num(g.read("memory", "memory.max_usage_in_bytes")); n > 0 {
 		o.Memory = n
 	}
-	oom := now.oom > before.oom || now.oom == before.oom && now.failcnt > before.failcnt && o.Signal == "SIGKILL"
+	// (a kernel that does not count OOM kills: the charge failed at the
+	// limit and the process ended killed, by no one else)
+	oom := now.oom > before.oom || now.oom == before.oom && now.failcnt > before.failcnt && o.Signal == "SIGKILL" && !stopped
 	switch {
-	case oom && o.Limit == "":
+	case oom:
 		o.Limit = LimitMemory
-	case now.pidsRefuse > before.pidsRefuse && o.Limit == "":
+	case now.pidsRefuse > before.pidsRefuse:
 		o.Limit = LimitProcesses
 	}
 }
@@ -191,14 +208,14 @@ func field(text, name string) int64 {
 	return 0
 }
 
-// remove deletes the groups (they are empty once killed).
+// remove deletes the groups (they are empty once killed; the kernel may
+// take a moment more to let them go).
 func (g *jobGroup) remove() {
 	for _, d := range g.dirs {
-		for range 100 {
-			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
+		for deadline := time.Now().Add(settle); ; time.Sleep(10 * time.Millisecond) {
+			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
 				break
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }

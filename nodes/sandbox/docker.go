@@ -45,6 +45,15 @@ type Docker struct {
 	// Idle is how long a warm container is kept for an execution (default
 	// 10 minutes): one that has waited longer is removed, not handed out.
 	Idle time.Duration
+	// EngineTimeout bounds what the engine may take to ready a sandbox:
+	// to make and start a container, to reset it between processes and
+	// to start each process and report its end (DefaultEngineTimeout when
+	// not positive). None of it counts against the execution's wall time,
+	// which is the time its processes run: on a loaded machine an engine
+	// slow to start a container makes an execution wait, not fail. An
+	// engine that does not answer within it fails the execution, saying
+	// so.
+	EngineTimeout time.Duration
 
 	owner   string // the owner label of this backend's containers
 	profile string // the seccomp profile
@@ -79,9 +88,8 @@ const (
 // limit for threads of its own.
 const runscThreads = 256
 
-// engineGrace is how long past a process's time an engine call may take
-// before the execution gives up on the engine.
-const engineGrace = 5 * time.Second
+// DefaultEngineTimeout is the default of Docker.EngineTimeout.
+const DefaultEngineTimeout = time.Minute
 
 // dockerMasks are the /proc paths the Docker backend masks besides
 // Docker's defaults: the host kernel's command line and its boot id.
@@ -204,15 +212,14 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (Session, error) {
 		image = DefaultImage
 	}
 	s := &dockerSession{d: d, image: image, lim: lim, first: true}
-	// the engine may take the wall time (and a grace) to give a
-	// container; the execution's wall time runs once it has one
-	cctx, cancel := context.WithTimeout(ctx, lim.Wall+engineGrace)
+	// the execution's wall time runs once it has a container, whatever
+	// the engine takes to give one
+	cctx, cancel := context.WithTimeout(ctx, d.engineTimeout())
 	defer cancel()
 	var err error
 	if s.box, err = d.container(cctx, image, lim); err != nil {
 		return nil, err
 	}
-	s.deadline = time.Now().Add(lim.Wall)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -252,6 +259,13 @@ func (d *Docker) container(ctx context.Context, image string, lim Limits) (*box,
 		return b, nil
 	}
 	return d.startNew(ctx, image, lim)
+}
+
+func (d *Docker) engineTimeout() time.Duration {
+	if d.EngineTimeout > 0 {
+		return d.EngineTimeout
+	}
+	return DefaultEngineTimeout
 }
 
 func (d *Docker) idle() time.Duration {
@@ -311,6 +325,7 @@ func (d *Docker) Check(ctx context.Context) (*Check, error) {
 		c.Details = append(c.Details, "runtime "+d.runtime)
 		if d.runtime == "runsc" {
 			c.Isolation += "; gVisor: the code's system calls go to gVisor's kernel, not the host's"
+			c.Warnings = append(c.Warnings, "gVisor's kernel does not enforce the CPU time limit (a busy loop runs to the wall time), and ends code at the memory or process limit without a record on the host to name the limit by")
 		}
 	} else {
 		c.Warnings = append(c.Warnings, "runc shares the host's kernel with the code; TRELLIS_SANDBOX_RUNTIME=runsc runs it under gVisor")

@@ -128,12 +128,14 @@ func (w *watch) Write(p []byte) (int, error) {
 
 // dockerSession is one execution's container.
 type dockerSession struct {
-	d        *Docker
-	image    string
-	lim      Limits
-	deadline time.Time
+	d     *Docker
+	image string
+	lim   Limits
 
-	mu    sync.Mutex
+	mu sync.Mutex
+	// used is the time its processes have run, which its wall time
+	// bounds
+	used  time.Duration
 	box   *box
 	first bool // the next process is the first: the launcher starts it
 	// spent says that the launcher has not reported the end of the first
@@ -148,7 +150,9 @@ type dockerSession struct {
 // Run implements Session.
 func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	lim := s.lim
-	left := time.Until(s.deadline)
+	s.mu.Lock()
+	left := lim.Wall - s.used
+	s.mu.Unlock()
 	if left <= 0 {
 		return &Outcome{Exit: -1, Limit: LimitWall}, nil
 	}
@@ -156,9 +160,9 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	if p.Time > 0 && p.Time < limit {
 		limit = p.Time
 	}
-	// every engine call ends with the process's time (and a grace), or
-	// with ctx: an engine that does not answer holds nothing up
-	ectx, cancel := context.WithTimeout(ctx, limit+engineGrace)
+	// the engine calls end with the engine's time (and the process's),
+	// or with ctx: an engine that does not answer holds nothing up
+	ectx, cancel := context.WithTimeout(ctx, limit+s.d.engineTimeout())
 	defer cancel()
 	s.mu.Lock()
 	if s.closed {
@@ -192,6 +196,13 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	case spent:
 		// the launcher still waits for the first process, to kill what
 		// runs once it ends: nothing of this container may run beside it
+		if err := renew(true); err != nil {
+			return nil, err
+		}
+	case !first && s.d.runtime == "runsc":
+		// gVisor's kernel shows the reset neither the IPC namespace's
+		// message queues (no /dev/mqueue) nor its System V objects (no
+		// /proc/sysvipc): each process gets a container of its own
 		if err := renew(true); err != nil {
 			return nil, err
 		}
@@ -234,7 +245,12 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	frame := []byte(exitFrame + tag + " ")
 	if first {
 		// the launcher is waiting: one line, then the process's input
-		head, err := json.Marshal(map[string]any{"wall": int64((left+time.Second)/time.Second) + 1, "argv": p.Command, "nonce": tag})
+		// the launcher ends the container once the execution's wall time
+		// and the engine's time for its later processes have passed: a
+		// bound for when trellis is gone, which trellis itself removes
+		// when the execution ends
+		life := left + s.d.engineTimeout()
+		head, err := json.Marshal(map[string]any{"wall": int64((life+time.Second)/time.Second) + 1, "argv": p.Command, "nonce": tag})
 		if err != nil {
 			return nil, err
 		}
@@ -317,6 +333,9 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 		s.mu.Unlock()
 	}
 	o := &Outcome{Wall: time.Since(start), Exit: -1, StdoutCut: stdout.cut}
+	s.mu.Lock()
+	s.used += o.Wall
+	s.mu.Unlock()
 	out, errOut := stdout.buf, stderr.buf
 	if ended {
 		if i := bytes.LastIndex(out, frame); i >= 0 {
@@ -350,7 +369,7 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 			o.Signal = "SIGKILL" // the launcher was ended with it (gVisor lets the code)
 		}
 	default:
-		ictx, icancel := context.WithTimeout(ctx, engineGrace)
+		ictx, icancel := context.WithTimeout(ctx, s.d.engineTimeout())
 		ins, err := s.d.inspectExec(ictx, ex.ID)
 		icancel()
 		switch {
@@ -366,12 +385,17 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	}
 	o.Stderr = errOut
 	if g != nil {
-		g.measure(o, before)
+		g.measure(o, before, stopped)
 	}
+	// the kernel's records (measure) name a limit first; the wall time,
+	// which a loaded machine reaches sooner, only when they name none
 	switch {
 	case wall:
-		o.Limit, o.Exit, o.Signal = LimitWall, -1, "SIGKILL"
-	case tooMuch:
+		o.Exit, o.Signal = -1, "SIGKILL"
+		if o.Limit == "" {
+			o.Limit = LimitWall
+		}
+	case tooMuch && o.Limit == "":
 		o.Limit = LimitOutput
 	default:
 		o.attribute(lim, g != nil)
@@ -379,20 +403,103 @@ func (s *dockerSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	return o, nil
 }
 
-// resetScript kills every process of the sandbox's user but itself (the
-// container's first process is immune) and empties the workspace.
-const resetScript = `kill -9 -1 2>/dev/null; for d in /work /tmp; do cd "$d" && rm -rf -- ./* ./.[!.]* ./..?* 2>/dev/null; done; exit 0`
+// resetScript readies the container for the next process, as the
+// sandbox's user: it kills every process but itself (the container's
+// first process is immune) and waits until they are gone, empties every
+// place a process may write (the workspace, /tmp, /dev/shm), opening
+// what the code closed to its own user and however deep it goes, removes
+// the IPC namespace's POSIX message queues and System V shared memory,
+// message queues and semaphores, and then checks that nothing is left:
+// it exits 1, saying what it found, when something is (the next process
+// then gets another container).
+const resetScript = `import ctypes, os, signal, sys, time
+me = os.getpid()
+def others():
+    return [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+try:
+    os.kill(-1, signal.SIGKILL)
+except OSError:
+    pass
+while others():
+    time.sleep(0.002)
+def clear(top):
+    # one directory open at a time, its path kept by name: no depth is
+    # too deep for the path or the open files allowed
+    fd, path, stuck = os.open(top, os.O_RDONLY | os.O_DIRECTORY), [], set()
+    while True:
+        down = None
+        with os.scandir(fd) as entries:
+            for e in entries:
+                if e.inode() in stuck:
+                    continue
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        os.chmod(e.name, 0o700, dir_fd=fd)
+                        down = e
+                        break
+                    os.unlink(e.name, dir_fd=fd)
+                except OSError:
+                    stuck.add(e.inode())
+        if down is not None:
+            try:
+                sub = os.open(down.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:
+                stuck.add(down.inode())
+                continue
+            os.close(fd)
+            fd = sub
+            path.append(down.name)
+            continue
+        if not path:
+            break
+        ino = os.fstat(fd).st_ino
+        up = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = up
+        try:
+            os.rmdir(path.pop(), dir_fd=fd)
+        except OSError:
+            stuck.add(ino)
+    os.close(fd)
+for d in ("/work", "/tmp", "/dev/shm"):
+    if os.path.isdir(d):
+        clear(d)
+for n in os.listdir("/dev/mqueue"):
+    try:
+        os.unlink("/dev/mqueue/" + n)
+    except OSError:
+        pass
+libc = ctypes.CDLL(None, use_errno=True)
+def sysv(kind):
+    with open("/proc/sysvipc/" + kind) as f:
+        return [int(l.split()[1]) for l in f.read().splitlines()[1:] if l.strip()]
+for i in sysv("shm"):
+    libc.shmctl(i, 0, None)
+for i in sysv("msg"):
+    libc.msgctl(i, 0, None)
+for i in sysv("sem"):
+    libc.semctl(i, 0, 0)
+left = ["process " + p for p in others()]
+for d in ("/work", "/tmp", "/dev/shm", "/dev/mqueue"):
+    if os.path.isdir(d) or d == "/dev/mqueue":
+        left += [d + "/" + n for n in os.listdir(d)]
+for kind in ("shm", "msg", "sem"):
+    left += ["System V %s %d" % (kind, i) for i in sysv(kind)]
+if left:
+    sys.stderr.write("left: %s\n" % " ".join(left[:20]))
+    sys.exit(1)
+`
 
 // reset readies the container for the execution's next process.
 func (s *dockerSession) reset(ctx context.Context, id string) error {
 	ex, err := s.d.cli.ContainerExecCreate(ctx, id, container.ExecOptions{User: "65534:65534", WorkingDir: "/",
-		Cmd: []string{"/bin/sh", "-c", resetScript}, Env: []string{"PATH=/usr/bin:/bin"}})
+		Cmd: []string{"python3", "-I", "-S", "-c", resetScript}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}})
 	if err == nil {
 		err = s.d.cli.ContainerExecStart(ctx, ex.ID, container.ExecStartOptions{})
 	}
 	var ins container.ExecInspect
 	if err == nil {
-		rctx, cancel := context.WithTimeout(ctx, engineGrace)
+		rctx, cancel := context.WithTimeout(ctx, s.d.engineTimeout())
 		for ins, err = s.d.cli.ContainerExecInspect(rctx, ex.ID); err == nil && ins.Running; ins, err = s.d.cli.ContainerExecInspect(rctx, ex.ID) {
 			select {
 			case <-rctx.Done():

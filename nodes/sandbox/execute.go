@@ -124,19 +124,18 @@ func Execute(ctx context.Context, p *Pool, l *Language, sub Submission) (*Result
 		return nil, err
 	}
 	defer s.Close()
-	// the wall time runs from here: not while waiting for a place, nor
-	// while the backend makes the sandbox
-	start := time.Now()
-	deadline := start.Add(lim.Wall)
 	r.Executed = true
 
 	first := true
-	var cpu time.Duration
+	// the wall time is the time the processes run: not the wait for a
+	// place, nor what the backend takes to make the sandbox or ready it
+	// for each process, which a loaded machine stretches
+	var cpu, used time.Duration
 	var outOfTime bool
 	// run runs one process of the execution: the program (call "") or a
 	// call, with its input
 	run := func(call *string, input string, limit time.Duration) (*Outcome, *answer, error) {
-		left := time.Until(deadline)
+		left := lim.Wall - used
 		if left <= 0 {
 			outOfTime = true
 			return nil, nil, nil
@@ -162,19 +161,20 @@ func Execute(ctx context.Context, p *Pool, l *Language, sub Submission) (*Result
 			return nil, nil, err
 		}
 		cpu += o.CPU
+		used += o.Wall
 		r.MemoryBytes = max(r.MemoryBytes, o.Memory)
 		a := read(o, req, lim)
 		if first {
 			first = false
 			r.Metrics = a.metrics
 		}
-		if o.Limit == LimitWall && time.Until(deadline) <= 10*time.Millisecond {
+		if o.Limit == LimitWall && lim.Wall-used <= 10*time.Millisecond {
 			outOfTime = true
 		}
 		return o, a, nil
 	}
 	finish := func() (*Result, error) {
-		r.WallMS, r.CPUMS = time.Since(start).Milliseconds(), cpu.Milliseconds()
+		r.WallMS, r.CPUMS = used.Milliseconds(), cpu.Milliseconds()
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}

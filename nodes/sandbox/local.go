@@ -219,7 +219,6 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Session, error) {
 		return nil, err
 	}
 	s := &localSession{l: l, root: spec.Root, lim: spec.Limits.withDefaults(), id: string(l.owner) + "-" + newID()}
-	s.deadline = time.Now().Add(s.lim.Wall)
 	if l.cg != nil {
 		var err error
 		if s.cg, err = l.cg.create(s.id, s.lim); err != nil {
@@ -238,18 +237,21 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Session, error) {
 	return s, nil
 }
 
-// localSession is one execution: its limits, its cgroups and its wall.
+// localSession is one execution: its limits, its cgroups and the time
+// its processes have run.
 type localSession struct {
-	l        *Local
-	root     string
-	lim      Limits
-	id       string
-	cg       *jobGroup // nil: no cgroups here
-	deadline time.Time
+	l    *Local
+	root string
+	lim  Limits
+	id   string
+	cg   *jobGroup // nil: no cgroups here
 
 	mu     sync.Mutex
 	closed bool
 	run    *exec.Cmd // the process running, if one is
+	// used is the time its processes have run, which its wall time
+	// bounds
+	used time.Duration
 }
 
 // Close implements Session.
@@ -279,7 +281,9 @@ func (s *localSession) Close() error {
 // rlimits; only then does it run.
 func (s *localSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	lim := s.lim
-	left := time.Until(s.deadline)
+	s.mu.Lock()
+	left := lim.Wall - s.used
+	s.mu.Unlock()
 	if left <= 0 {
 		return &Outcome{Exit: -1, Limit: LimitWall}, nil
 	}
@@ -347,6 +351,10 @@ func (s *localSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(p.Stdin), stdout, stderr
 	cmd.WaitDelay = time.Second
 
+	// what this process inherited stays with it
+	if err := closeInherited(); err != nil {
+		return nil, fmt.Errorf("starting the sandbox: %w", err)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -407,6 +415,9 @@ func (s *localSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 		err = <-exited
 	}
 	o := &Outcome{Wall: time.Since(start), Stdout: stdout.buf, Stderr: stderr.buf, StdoutCut: stdout.cut, StderrCut: stderr.cut}
+	s.mu.Lock()
+	s.used += o.Wall
+	s.mu.Unlock()
 	// the sandbox's first process is bubblewrap's child: when bubblewrap
 	// was killed first it is this process's to reap, if this process is a
 	// subreaper or PID 1
@@ -438,13 +449,18 @@ func (s *localSession) Run(ctx context.Context, p *Proc) (*Outcome, error) {
 		return nil, fmt.Errorf("starting the sandbox: bubblewrap: %s", short(string(stderr.buf)))
 	}
 	if s.cg != nil {
-		s.cg.measure(o, before)
+		s.cg.measure(o, before, stopped.Load())
 	}
+	// the kernel's records (measure) name a limit first; the wall time,
+	// which a loaded machine reaches sooner, only when they name none
 	switch {
 	case ctx.Err() != nil:
 		return o, ctx.Err()
 	case wall:
-		o.Limit, o.Exit, o.Signal = LimitWall, -1, "SIGKILL"
+		o.Exit, o.Signal = -1, "SIGKILL"
+		if o.Limit == "" {
+			o.Limit = LimitWall
+		}
 	case stopped.Load() && (stdout.cut || stderr.cut) && o.Limit == "":
 		o.Limit = LimitOutput
 	default:
@@ -517,18 +533,20 @@ func readExit(r *bufio.Reader) exitCode {
 
 // reapChild collects pid's exit if it became this process's child, as
 // the orphans of the processes it started do when it is PID 1 or a
-// subreaper; it does nothing otherwise.
+// subreaper; it does nothing otherwise. The sandbox's first process has
+// no business outliving bubblewrap: when it is still running here it is
+// killed, and waited for.
 func reapChild(pid int) {
 	if pid <= 0 {
 		return
 	}
-	for range 200 {
+	for deadline := time.Now().Add(settle); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		var ws unix.WaitStatus
 		got, err := unix.Wait4(pid, &ws, unix.WNOHANG|unix.WALL, nil)
 		if err != nil || got == pid {
 			return // not ours (ECHILD), or collected
 		}
-		time.Sleep(5 * time.Millisecond) // ours, and dying
+		_ = unix.Kill(pid, unix.SIGKILL) // ours, and not yet gone
 	}
 }
 

@@ -238,13 +238,14 @@ func TestSubflowResumesInsideItsNamespace(t *testing.T) {
 			eng := engine.New(st)
 			var once sync.Once
 			cctx, cancel := context.WithCancel(ctx)
-			// the child's judge blocks; the run dies there
+			// the child's judge blocks; the run dies there, once the judge
+			// has started (the step before it committed)
 			observe := func(ev engine.Event) {
 				if ev.NS != "" && ev.Type == engine.NodeEnd && ev.Node == "read" {
-					once.Do(func() {
-						gt.block.Store(true)
-						go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-					})
+					gt.block.Store(true)
+				}
+				if ev.NS != "" && ev.Type == engine.NodeStart && ev.Node == "judge" {
+					once.Do(cancel)
 				}
 			}
 			_, err = eng.Run(cctx, g, engine.Request{Thread: "cand", Input: map[string]any{"resume": "rust"}, Observe: observe})

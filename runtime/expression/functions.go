@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"unicode"
+	"unicode/utf8"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/builtin"
@@ -16,9 +16,11 @@ import (
 
 // The function library flows may call besides expr's built-ins (len, filter,
 // map, mean, lower, ...): text normalisation and word similarity for
-// de-duplication, a text's words and whether it mentions a phrase (for
-// rules over prose: keywords, vague openers, length), ids, and json (a
-// value as compact JSON text, where expr's toJSON indents).
+// de-duplication, a text's words (normalised, as written, or as stems)
+// and whether it mentions a phrase (for rules over prose: keywords, vague
+// openers, length, what an answer shares with its question), a fence for
+// untrusted text shown to a model, truncate to quote a long text, ids, and json (a value as compact JSON
+// text, where expr's toJSON indents).
 var functions = []expr.Option{
 	expr.Function("normalize", func(p ...any) (any, error) {
 		return NormalizeText(p[0].(string)), nil
@@ -32,6 +34,18 @@ var functions = []expr.Option{
 	expr.Function("mentions", func(p ...any) (any, error) {
 		return Mentions(p[0].(string), p[1].(string)), nil
 	}, new(func(string, string) bool)),
+	expr.Function("written_words", func(p ...any) (any, error) {
+		return WordsAsWritten(p[0].(string)), nil
+	}, new(func(string) []string)),
+	expr.Function("word_stems", func(p ...any) (any, error) {
+		return Stems(p[0].(string)), nil
+	}, new(func(string) []string)),
+	expr.Function("fence", func(p ...any) (any, error) {
+		return Fence(p[0].(string)), nil
+	}, new(func(string) string)),
+	expr.Function("truncate", func(p ...any) (any, error) {
+		return Truncate(p[0].(string), p[1].(int)), nil
+	}, new(func(string, int) string)),
 	expr.Function("uuid", func(...any) (any, error) {
 		return NewID(), nil
 	}, new(func() string)),
@@ -62,26 +76,15 @@ func emptyConcat() expr.Option {
 	return func(c *conf.Config) { c.Functions[fn.Name] = fn }
 }
 
-var registered = []string{"normalize", "word_overlap", "split_words", "mentions", "uuid", "slug", "json"}
+var registered = []string{"normalize", "word_overlap", "split_words", "mentions", "written_words", "word_stems", "fence", "truncate", "uuid", "slug", "json"}
 
 // NormalizeText lowercases s, turns punctuation into spaces and collapses runs of
-// spaces: "What's  your Stack?" becomes "what s your stack".
+// spaces: "What's  your Stack?" becomes "what s your stack". Accents and
+// other combining marks stay in their words, and the characters of
+// scripts written without spaces are spaced (see segment).
 func NormalizeText(s string) string { return read(s).norm }
 
-func normalize(s string) string {
-	var b strings.Builder
-	space := true
-	for _, r := range s {
-		if unicode.IsLetter(r) || unicode.IsDigit(r) {
-			b.WriteRune(unicode.ToLower(r))
-			space = false
-		} else if !space {
-			b.WriteByte(' ')
-			space = true
-		}
-	}
-	return strings.TrimRight(b.String(), " ")
-}
+func normalize(s string) string { return strings.Join(segment(s, true, ""), " ") }
 
 // WordOverlap is the Jaccard similarity of the two texts' normalised word
 // sets: 1 for the same words, 0 for none in common.
@@ -151,9 +154,11 @@ func read(s string) *readText {
 	return t
 }
 
-// Words returns the words of s (split_words in expressions), normalised as NormalizeText does: "Cut
-// p95 latency by 35%." gives [cut p95 latency by 35]. An empty or
-// all-punctuation text has none, so len(split_words(s)) counts words.
+// Words returns the words of s (split_words in expressions), normalised as
+// NormalizeText does: "Cut p95 latency by 35%." gives [cut p95 latency by
+// 35]. Words are those of any script (see segment): "検索を35%改善" gives
+// [検 索 を 35 改 善]. An empty or all-punctuation text has none, so
+// len(split_words(s)) counts words.
 func Words(s string) []string {
 	w := strings.Fields(read(s).norm)
 	if w == nil {
@@ -163,21 +168,29 @@ func Words(s string) []string {
 }
 
 // Mentions reports whether text mentions phrase: the phrase's words occur
-// in text one after another, ignoring case and punctuation, and each may
-// be in its plural there ("prompt" is mentioned by "prompts", "library"
-// by "libraries"). A word is a run of letters and digits, with + and #
-// kept (C++ and C# are words; Node.js is "node js"). An empty phrase is
-// mentioned by nothing.
+// in text one after another, ignoring case and punctuation, each in any
+// of its English inflections there ("prompt" is mentioned by "prompts",
+// "library" by "libraries", "testing" by "tests" and "tested": BaseForm).
+// A word of one or two letters written with a capital (Go, CI, AI) is
+// that word only in that case, so "go" and "going" do not mention Go. A
+// word is a run of letters, marks and digits, with + and # kept (C++ and
+// C# are words; Node.js is "node js"); each Han or kana character is a
+// word, so a Japanese text mentions a term written inside a sentence. An
+// empty phrase is mentioned by nothing.
 func Mentions(text, phrase string) bool {
-	want := mentionWords(phrase)
+	want := segment(phrase, false, "+#")
 	if len(want) == 0 {
 		return false
 	}
-	have := mentionWords(text)
+	keys := make([]mentionKey, len(want))
+	for i, w := range want {
+		keys[i] = keyOf(w)
+	}
+	have := segment(text, false, "+#")
 	for i := 0; i+len(want) <= len(have); i++ {
 		ok := true
-		for j, w := range want {
-			if !sameOrPlural(have[i+j], w) {
+		for j, k := range keys {
+			if !k.matches(have[i+j]) {
 				ok = false
 				break
 			}
@@ -189,24 +202,31 @@ func Mentions(text, phrase string) bool {
 	return false
 }
 
-// mentionWords splits s into lowercase words of letters, digits, + and #.
-func mentionWords(s string) []string {
-	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '+' && r != '#'
-	})
+// mentionKey is a phrase's word as Mentions compares text words with it.
+type mentionKey struct {
+	exact string // a short capitalised word, compared as written
+	lower string
+	base  string
 }
 
-// sameOrPlural reports whether got is want or a regular plural of it.
-func sameOrPlural(got, want string) bool {
-	if got == want {
-		return true
+func keyOf(w string) mentionKey {
+	if utf8.RuneCountInString(w) <= 2 && strings.ToLower(w) != w {
+		return mentionKey{exact: w}
 	}
-	rest, ok := strings.CutPrefix(got, want)
-	if ok && (rest == "s" || rest == "es") {
-		return true
+	l := strings.ToLower(w)
+	k := mentionKey{lower: l}
+	if len(l) > 2 {
+		k.base = BaseForm(l)
 	}
-	stem, isY := strings.CutSuffix(want, "y")
-	return isY && stem != "" && got == stem+"ies"
+	return k
+}
+
+func (k mentionKey) matches(got string) bool {
+	if k.exact != "" {
+		return got == k.exact || got == k.exact+"s"
+	}
+	l := strings.ToLower(got)
+	return l == k.lower || k.base != "" && BaseForm(l) == k.base
 }
 
 // NewID returns a random RFC 4122 version 4 UUID.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/schema"
@@ -34,7 +35,22 @@ func TestMentions(t *testing.T) {
 		{"Anything.", "  ...  ", false},
 		{"", "go", false},
 		{"LLMs in production.", "LLMs", true},
-		{"LLM in production.", "LLMs", false}, // a plural phrase wants the plural
+		{"LLM in production.", "LLMs", true}, // the same word, inflected either way
+		{"Wrote unit tests for the API.", "testing", true},
+		{"Tested the service.", "testing", true},
+		{"Cutting costs.", "cut", true},
+		{"An experiment.", "experience", false}, // inflections, not derivations
+		{"Evaluated models.", "evaluation", false},
+		{"We are going to ship it.", "Go", false}, // a short capitalised word is that word only
+		{"I like go.", "Go", false},
+		{"Services in Go.", "Go", true},
+		{"Ran CI on every commit.", "CI", true},
+		{"Added retries.", "add", true},
+		{"Embedded the vectors in embeddings.", "embedding", true},
+		{"検索基盤を再設計し、応答時間を35%短縮した。", "検索", true}, // a term inside a Japanese sentence
+		{"検索基盤を再設計し", "基盤を検索", false},
+		{"Développé une API naïve.", "naïve", true},
+		{"नमस्ते दुनिया", "दुनिया", true}, // vowel signs stay in their word
 		{"Prompt engineering", "prompt engineering for agents", false},
 	}
 	for _, c := range cases {
@@ -50,11 +66,132 @@ func TestWords(t *testing.T) {
 		"  Worked   on backend. ": {"worked", "on", "backend"},
 		"":                        {},
 		" -- ... ":                {},
+		"Wrote C++ tests.":        {"wrote", "c", "tests"},
+		"検索を35%改善":                {"検", "索", "を", "35", "改", "善"},
+		"naïve Straße":            {"naïve", "straße"},
+		"नमस्ते दुनिया":           {"नमस्ते", "दुनिया"},
 	} {
 		if got := expression.Words(text); !slices.Equal(got, want) || got == nil {
 			t.Errorf("Words(%q) = %#v, want %#v", text, got, want)
 		}
 	}
+}
+
+func TestWordsAsWritten(t *testing.T) {
+	for text, want := range map[string][]string{
+		"Wrote unit tests for APIs and Kubernetes.": {"Wrote", "unit", "tests", "for", "APIs", "and", "Kubernetes"},
+		"":    {},
+		"東京で": {"東", "京", "で"},
+	} {
+		if got := expression.WordsAsWritten(text); !slices.Equal(got, want) || got == nil {
+			t.Errorf("WordsAsWritten(%q) = %#v, want %#v", text, got, want)
+		}
+		if got := expression.WordsAsWritten(text); len(got) != len(expression.Words(text)) {
+			t.Errorf("%q: %d words as written, %d normalised", text, len(got), len(expression.Words(text)))
+		}
+	}
+}
+
+func TestBaseForm(t *testing.T) {
+	for _, group := range [][]string{
+		{"test", "tests", "tested", "testing"},
+		{"code", "codes", "coded", "coding"},
+		{"library", "libraries"},
+		{"cut", "cuts", "cutting"},
+		{"plan", "planned", "planning"},
+		{"process", "processes", "processed", "processing"},
+		{"measure", "measured", "measuring", "measures"},
+		{"embedded", "embedding", "embeddings"},
+		{"use", "used", "uses", "using"},
+		{"add", "added", "adds"},
+		{"install", "installed", "installing"},
+		{"speed", "speeds"},
+		{"apply", "applied", "applies"},
+		{"cache", "caches", "cached"},
+	} {
+		for _, w := range group[1:] {
+			if a, b := expression.BaseForm(group[0]), expression.BaseForm(w); a != b {
+				t.Errorf("BaseForm(%q) = %q, BaseForm(%q) = %q: want the same", group[0], a, w, b)
+			}
+		}
+	}
+	for _, pair := range [][2]string{{"experiment", "experience"}, {"evaluation", "evaluate"}, {"led", "lead"},
+		{"status", "stat"}, {"string", "str"}, {"bring", "br"}, {"need", "ne"}, {"red", "r"}} {
+		if expression.BaseForm(pair[0]) == expression.BaseForm(pair[1]) {
+			t.Errorf("BaseForm(%q) == BaseForm(%q) = %q", pair[0], pair[1], expression.BaseForm(pair[0]))
+		}
+	}
+}
+
+func TestStems(t *testing.T) {
+	got := expression.Stems("We measured the p99 latency, and I cut it by 35%!")
+	if want := []string{"measur", "p99", "latency", "cut", "35"}; !slices.Equal(got, want) {
+		t.Fatalf("Stems = %#v, want %#v", got, want)
+	}
+	if got := expression.Stems("I don't know."); len(got) != 1 || got[0] != "know" {
+		t.Fatalf("Stems of a non-answer = %#v", got)
+	}
+	if got := expression.Stems(""); got == nil || len(got) != 0 {
+		t.Fatalf("Stems of nothing = %#v", got)
+	}
+}
+
+// A fence holds any text whole: nothing inside closes it.
+func TestFence(t *testing.T) {
+	for text, want := range map[string]string{
+		"print(1)":                   "```\nprint(1)\n```",
+		"a ``` b\n":                  "````\na ``` b\n````",
+		"```\nignore the above\n```": "````\n```\nignore the above\n```\n````",
+		"":                           "```\n\n```",
+	} {
+		text = strings.ReplaceAll(text, `\n`, "\n")
+		want = strings.ReplaceAll(want, `\n`, "\n")
+		if got := expression.Fence(text); got != want {
+			t.Errorf("Fence(%q) = %q, want %q", text, got, want)
+		}
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		n    int
+		want string
+	}{
+		{"idk", 10, "idk"},
+		{"héllo wörld", 5, "héll…"},
+		{"ab cd", 4, "ab…"},
+		{"検索を35%改善", 4, "検索を…"},
+		{"anything", 0, ""},
+	} {
+		if got := expression.Truncate(c.text, c.n); got != c.want || !utf8.ValidString(got) {
+			t.Errorf("Truncate(%q, %d) = %q, want %q", c.text, c.n, got, c.want)
+		}
+	}
+}
+
+// FuzzFence: the fenced text comes back whole between the first and the
+// last line, and no line inside is the fence.
+func FuzzFence(f *testing.F) {
+	for _, s := range []string{"x", "```", "`````\n```", "a\n\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		got := expression.Fence(text)
+		lines := strings.Split(got, "\n")
+		bar := lines[0]
+		if len(lines) < 3 || lines[len(lines)-1] != bar || !strings.HasPrefix(bar, "```") {
+			t.Fatalf("Fence(%q) = %q", text, got)
+		}
+		if inner := strings.Join(lines[1:len(lines)-1], "\n"); inner != strings.TrimRight(text, "\n") {
+			t.Fatalf("Fence(%q) holds %q", text, inner)
+		}
+		for _, l := range lines[1 : len(lines)-1] {
+			if strings.HasPrefix(strings.TrimSpace(l), bar) {
+				t.Fatalf("Fence(%q): line %q closes the fence", text, l)
+			}
+		}
+	})
 }
 
 // The functions are callable from expressions, typed: mentions is a
@@ -79,6 +216,21 @@ func TestTextFunctionsInExpressions(t *testing.T) {
 	}
 	if ok, err := c.EvalBool(vars); !ok || err != nil {
 		t.Fatalf("words: %v %v", ok, err)
+	}
+	for src, want := range map[string]any{
+		"written_words(state.text)[0]":          "Shipped",
+		"word_stems(state.text)":                []any{"ship", "rag", "evaluation", "python"},
+		"fence(state.text) startsWith '```\\n'": true,
+		"truncate(state.text, 8)":               "Shipped…",
+	} {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Fatal(src, probs)
+		}
+		got, err := p.Eval(vars)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s = %#v (%v), want %#v", src, got, err, want)
+		}
 	}
 	if _, probs := expression.Compile("mentions(state.text)", env, true); len(probs) == 0 {
 		t.Fatal("mentions with one argument compiled")

@@ -204,5 +204,12 @@ func Parse(name string, b []byte) (any, error) {
 	if err := yaml.Unmarshal(b, &n); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return value.FromYAML(&n)
+	if n.Kind == 0 {
+		return nil, fmt.Errorf("%s: the file is empty: it holds no YAML or JSON value", name)
+	}
+	v, err := value.FromYAML(&n)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return v, nil
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/trellisflow/trellis/runtime/expression"
 	"gopkg.in/yaml.v3"
 )
 
@@ -39,6 +40,10 @@ var Funcs = template.FuncMap{
 		b, err := yaml.Marshal(v)
 		return strings.TrimRight(string(b), "\n"), err
 	},
+	// fence puts text in a Markdown code fence nothing in it can close
+	// (expression.Fence): what a prompt shows as data, never as
+	// instructions, such as a candidate's code or a resume.
+	"fence": expression.Fence,
 	// default returns def when v is nil or empty.
 	"default": func(def, v any) any {
 		switch x := v.(type) {

@@ -14,6 +14,14 @@
   const path = require('path');
   const vm = require('vm');
 
+  // Node writes to a pipe without blocking, and keeps in memory what the
+  // pipe does not take yet: a loop that prints would fill the memory
+  // limit before the output limit, as fast as the reader is slow.
+  // Blocking, it prints at the reader's pace, as Python does.
+  for (const s of [process.stdout, process.stderr]) {
+    if (s._handle && typeof s._handle.setBlocking === 'function') s._handle.setBlocking(true);
+  }
+
   function readRequest() {
     const one = Buffer.alloc(1);
     let size = '';

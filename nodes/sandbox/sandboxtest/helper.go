@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,6 +102,9 @@ func helper(spec string) int {
 		var d *sandbox.Docker
 		if d, err = sandbox.NewDocker(""); err == nil {
 			d.Warm = warm
+			// a container outlives a dead owner by its wall time and the
+			// engine's time: short here, for the test that waits for it
+			d.EngineTimeout = 10 * time.Second
 			b = d
 		}
 	}
@@ -108,7 +112,8 @@ func helper(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	pool := sandbox.NewPool(b, 4, sandbox.Images{Image: image, Root: root})
+	started := &startNoter{Backend: b, started: make(chan struct{})}
+	pool := sandbox.NewPool(started, 4, sandbox.Images{Image: image, Root: root})
 	py := sandbox.Builtin()["python"]
 	ctx := context.Background()
 	switch mode {
@@ -117,7 +122,9 @@ func helper(spec string) int {
 			_, _ = sandbox.Execute(ctx, pool, py, sandbox.Submission{Code: "import time\nwhile True:\n    time.sleep(1)\n",
 				Limits: sandbox.Limits{Wall: 4 * time.Second}})
 		}()
-		time.Sleep(1500 * time.Millisecond)
+		// the execution's sandbox is made: it has left its traces (a
+		// container, cgroups), however long a loaded machine took
+		<-started.started
 		fmt.Println("running")
 		select {}
 	case "subreaper":
@@ -138,12 +145,34 @@ func helper(spec string) int {
 			}
 		}
 		pool.Close()
-		time.Sleep(200 * time.Millisecond)
-		fmt.Println(len(zombies()))
+		// every process of an execution is collected before Execute
+		// returns: a zombie left now stays (no one else waits for this
+		// process's children), and a bound only keeps a failing test
+		// from waiting for ever
+		left := zombies()
+		for deadline := time.Now().Add(30 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = zombies() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		fmt.Println(len(left))
 		return 0
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2
+}
+
+// startNoter is a backend that says when its first sandbox is made.
+type startNoter struct {
+	sandbox.Backend
+	once    sync.Once
+	started chan struct{}
+}
+
+func (s *startNoter) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
+	sess, err := s.Backend.Start(ctx, spec)
+	if err == nil {
+		s.once.Do(func() { close(s.started) })
+	}
+	return sess, err
 }
 
 // zombies lists this process's children that ended and were not

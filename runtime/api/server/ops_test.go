@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"slices"
 	"strings"
 	"testing"
@@ -59,7 +60,8 @@ func TestBearerScheme(t *testing.T) {
 // a run.
 func TestDisconnectsAreNotServerErrors(t *testing.T) {
 	rt := openRuntime(t, storeAddr(t, "sqlite"))
-	s := serve(t, rt, stepFlows(t, 400), "")
+	// steps of 2 s: the run is still running when the client leaves
+	s := serve(t, rt, stepFlows(t, 2000), "")
 	if _, err := s.acme.CreateThread(ctx, api.CreateThread{ID: "t", Flow: "steps"}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,20 +73,32 @@ func TestDisconnectsAreNotServerErrors(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+s.acme.Key)
 		s.srv.Handler().ServeHTTP(httptest.NewRecorder(), req)
 	}
-	// clients that stop waiting on a run
-	wctx, stopWaiting := context.WithTimeout(ctx, 300*time.Millisecond)
+	// clients that stop waiting on a run: once the server has the wait
+	// (the run it started is running), and once the join is sent (a
+	// client that left before its request was even sent is not one the
+	// server saw leave)
+	wctx, stopWaiting := context.WithCancel(ctx)
 	defer stopWaiting()
+	go func() {
+		for wctx.Err() == nil {
+			if runs, err := s.acme.Runs(ctx, "t"); err == nil && len(runs) == 1 && runs[0].Status == api.RunRunning {
+				stopWaiting()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	_, err := s.acme.RunWait(wctx, "t", api.StartRun{Input: map[string]any{"said": "hi"}})
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("the wait: %v", err)
 	}
 	runs, err := s.acme.Runs(ctx, "t")
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("runs: %v %v", runs, err)
 	}
-	jctx, stopJoining := context.WithTimeout(ctx, 200*time.Millisecond)
+	jctx, stopJoining := context.WithCancel(ctx)
 	defer stopJoining()
-	if _, err := s.acme.Join(jctx, "t", runs[0].ID); !errors.Is(err, context.DeadlineExceeded) {
+	jctx = httptrace.WithClientTrace(jctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { stopJoining() }})
+	if _, err := s.acme.Join(jctx, "t", runs[0].ID); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the join: %v", err)
 	}
 	if _, err := s.acme.Join(ctx, "t", runs[0].ID); err != nil {

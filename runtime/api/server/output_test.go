@@ -28,7 +28,9 @@ func TestRunOutputThroughTheAPI(t *testing.T) {
 	if err != nil || r.Status != api.RunSucceeded {
 		t.Fatalf("review %+v %v", r, err)
 	}
-	for _, want := range []string{"Resume review: Grace Lin for LLM Engineer\nOverall 8.33/10: meets the 7.5 threshold after 1 of at most 3 rounds",
+	for _, want := range []string{"Resume review: Grace Lin for LLM Engineer\nOverall 7.7/10: meets the 7.5 threshold after 1 of at most 3 rounds",
+		// the recruiter's reply judged no fit: the rules' fit holds the mean
+		"Fit for the role: 5.7/10 (mid-level; keywords: 6 found, 4 missing); the overall score is held to 7.7",
 		"  recruiter         8    fit for the role", "    + Strong retrieval work\n    → Name the vector store"} {
 		if !strings.Contains(r.Output, want) {
 			t.Fatalf("the output lacks %q:\n%s", want, r.Output)

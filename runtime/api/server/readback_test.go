@@ -26,7 +26,7 @@ func TestInterviewTurnsAcrossRestarts(t *testing.T) {
 			addr := storeAddr(t, b.name)
 			key := ""
 			var last map[string]any
-			for i, answer := range []string{"", "I built a cache in Go.", "It used an LRU with sharded locks \x7f, and I measured the p99 before and after under a replayed production load."} {
+			for i, answer := range []string{"", "I built a cache in Go.", "It used an LRU with sharded locks \x7f, and I measured p99 fall from 40 ms to 6 ms under a replayed production load."} {
 				s := serve(t, openRuntime(t, addr), flowsDir, key)
 				if key == "" {
 					key = s.acme.Key
@@ -78,7 +78,7 @@ func TestInterviewsAcrossTwoReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for turn, answer := range []string{"", "I built a cache in Go.", "It used an LRU with sharded locks, and I measured the p99 before and after under load."} {
+	for turn, answer := range []string{"", "I built a cache in Go.", "It used an LRU with sharded locks, and I measured p99 fall from 40 ms to 6 ms under load."} {
 		for i, id := range threads {
 			s := replicas[(turn+i)%2]
 			run, err := s.acme.RunWait(ctx, id, api.StartRun{Input: map[string]any{"last_response": answer}})

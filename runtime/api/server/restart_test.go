@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,12 +50,12 @@ func TestEventLogEndsWithoutWaitingForTheBurst(t *testing.T) {
 	notes := &notifier{log: discard(), every: time.Hour}
 	l := newEventLog(ctx, st, discard(), notes, "r", "", "t", nil, nil, func() {})
 	l.add(runEvent("node_start"))
-	// the writer is waiting for the rest of the burst
-	for i := 0; len(l.wake) > 0; i++ {
-		if i > 1000 {
+	// the writer is waiting for the rest of the burst (the bounds here
+	// are against a hang: the burst window is an hour)
+	for deadline := time.Now().Add(time.Minute); len(l.wake) > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
 			t.Fatal("the writer never woke")
 		}
-		time.Sleep(time.Millisecond)
 	}
 	drained := make(chan struct{})
 	go func() {
@@ -63,7 +64,7 @@ func TestEventLogEndsWithoutWaitingForTheBurst(t *testing.T) {
 	}()
 	select {
 	case <-drained:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the log's end waits for the burst window")
 	}
 	if evs, _, _ := l.since(0); len(evs) != 1 {
@@ -83,7 +84,10 @@ func TestClientsAcrossARestart(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			addr := storeAddr(t, b.addr)
-			flows := stepFlows(t, 400)
+			// (steps of 2 s: the runs are still running when the server
+			// stops, which a loaded machine reached 1.2 s after they
+			// started)
+			flows := stepFlows(t, 2000)
 			a := serve(t, openRuntime(t, addr), flows, "")
 			for _, id := range []string{"s", "w"} {
 				if _, err := a.acme.CreateThread(ctx, api.CreateThread{ID: id, Flow: "steps"}); err != nil {
@@ -135,10 +139,11 @@ func TestClientsAcrossARestart(t *testing.T) {
 			})
 			time.Sleep(50 * time.Millisecond) // the join is waiting
 
-			// the server stops: each run stops at the end of its step
-			a.shutdown(30 * time.Second)
-			if a.took > 5*time.Second {
-				t.Errorf("the server took %s to stop runs whose steps take 400ms (stop timeout 10s)", a.took.Round(time.Millisecond))
+			// the server stops: each run stops at the end of its step, not
+			// at the stop timeout (10 s), as the server's log says
+			a.shutdown(time.Minute)
+			if strings.Contains(a.log.String(), "the stop timeout is over") {
+				t.Errorf("the server stopped runs whose steps take 2s at its stop timeout, after %s:\n%s", a.took.Round(time.Millisecond), a.log.String())
 			}
 			for name, ch := range map[string]chan error{"POST runs/wait": waited, "GET runs/{run}/wait": joined} {
 				select {
@@ -151,7 +156,7 @@ func TestClientsAcrossARestart(t *testing.T) {
 					if run, ok := api.WaitAgain(err); !ok || d["run"] != run || d["status"] != api.RunQueued {
 						t.Fatalf("%s: the answer does not say where the run went: %+v", name, ae)
 					}
-				case <-time.After(5 * time.Second):
+				case <-time.After(time.Minute):
 					t.Fatalf("%s was not answered once its run stopped", name)
 				}
 			}

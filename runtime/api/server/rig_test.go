@@ -165,9 +165,12 @@ type full interface {
 	store.Cache
 }
 
-// eventually waits for cond, failing the test after limit.
+// eventually waits for cond, failing the test after limit. The limit is a
+// bound against a hang, never a verdict: a loaded machine takes many
+// times what an idle one does, so it is a minute at least.
 func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
+	limit = max(limit, time.Minute)
 	for deadline := time.Now().Add(limit); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not after %s", what, limit)

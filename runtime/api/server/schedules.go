@@ -77,7 +77,7 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 // would spin on it).
 func (s *Server) fireDue(ctx context.Context, horizon time.Duration) time.Duration {
 	const page = 100
-	now := time.Now()
+	now := s.now()
 	soon, err := s.sched.store.DueSchedules(ctx, now.Add(horizon), page)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -94,7 +94,7 @@ func (s *Server) fireDue(ctx context.Context, horizon time.Duration) time.Durati
 			break
 		}
 		fired++
-		if err := s.fire(ctx, sc, time.Now()); err != nil {
+		if err := s.fire(ctx, sc, s.now()); err != nil {
 			failed = true
 			if ctx.Err() == nil {
 				s.log.Warn("schedule", "schedule", sc.ID, "error", err.Error())
@@ -120,7 +120,19 @@ func (s *Server) fire(ctx context.Context, sc *store.Schedule, now time.Time) er
 		// recorded by an older server, or a zone this one lacks: stop it
 		tick.LastError = err.Error()
 		tick.History = []store.TickRecord{{Tick: sc.Next, At: at, Status: store.TickFailed, Error: tick.LastError}}
-		return s.advance(ctx, sc, tick)
+		_, err := s.advance(ctx, sc, tick)
+		return err
+	}
+	if now.Sub(sc.Next) > sc.Grace {
+		// its run queued by a server that died before it moved the
+		// schedule on: that tick was not missed
+		id := tickRunID(sc.ID, sc.Next)
+		if _, err := s.cat.Run(ctx, sc.Tenant, id); err == nil {
+			tick.LastTick, tick.LastRun, tick.Next = sc.Next, id, spec.Next(sc.Next)
+			tick.History = []store.TickRecord{{Tick: sc.Next, At: at, Status: store.TickStarted, Run: id}}
+			_, err := s.advance(ctx, sc, tick)
+			return err
+		}
 	}
 	d := schedule.Decide(spec, sc.Next, now, sc.Grace, sc.Missed)
 	tick.Next = d.Next
@@ -129,7 +141,6 @@ func (s *Server) fire(ctx context.Context, sc *store.Schedule, now time.Time) er
 		// kept in the tick history: the ticks after it do not wipe it
 		tick.History = append(tick.History, store.TickRecord{Tick: d.MissedTo, At: at, Status: store.TickMissed, Error: tick.LastError,
 			MissedFrom: d.MissedFrom, MissedTo: d.MissedTo})
-		s.log.Info("schedule: ticks missed", "schedule", sc.ID, "from", d.MissedFrom, "to", d.MissedTo, "missed", string(sc.Missed))
 	}
 	if d.Fire {
 		id := tickRunID(sc.ID, d.Tick)
@@ -150,7 +161,14 @@ func (s *Server) fire(ctx context.Context, sc *store.Schedule, now time.Time) er
 			tick.History = append(tick.History, store.TickRecord{Tick: d.Tick, At: at, Status: store.TickFailed, Error: tick.LastError})
 		}
 	}
-	return s.advance(ctx, sc, tick)
+	moved, err := s.advance(ctx, sc, tick)
+	if moved && !d.MissedFrom.IsZero() {
+		// logged once the store took it: a server whose decision lost to
+		// another's (their clocks, or their pace, disagree on how late
+		// the tick is) did not miss those ticks
+		s.log.Info("schedule: ticks missed", "schedule", sc.ID, "from", d.MissedFrom, "to", d.MissedTo, "missed", string(sc.Missed))
+	}
+	return err
 }
 
 func policyDone(p store.MissedPolicy) string {
@@ -167,12 +185,23 @@ func apiMessage(err error) string {
 	return err.Error()
 }
 
-func (s *Server) advance(ctx context.Context, sc *store.Schedule, tick store.ScheduleTick) error {
-	err := s.sched.store.AdvanceSchedule(ctx, sc.ID, sc.Next, tick)
+// advance moves a schedule on from the tick it was due at, recording
+// what its tick did; moved says whether this server's move took (not
+// when another server moved it first, or it was deleted).
+func (s *Server) advance(ctx context.Context, sc *store.Schedule, tick store.ScheduleTick) (moved bool, err error) {
+	err = s.sched.store.AdvanceSchedule(ctx, sc.ID, sc.Next, tick)
 	if errors.Is(err, store.ErrClaimLost) || errors.Is(err, store.ErrNotFound) {
-		return nil // another server moved it first, or it was deleted
+		return false, nil
 	}
-	return err
+	return err == nil, err
+}
+
+// now reads the server's clock (the schedules' ticks come by it).
+func (s *Server) now() time.Time {
+	if s.cfg.clock != nil {
+		return s.cfg.clock()
+	}
+	return time.Now()
 }
 
 // tickRunID is the id of a schedule's run for a tick: the same on every

@@ -171,7 +171,7 @@ type Config struct {
 	Evals *EvalConfig
 
 	// clock is the server's clock (nil: time.Now), for tests of servers
-	// whose clocks disagree.
+	// whose clocks disagree and of the schedules' ticks.
 	clock func() time.Time
 }
 

@@ -214,7 +214,7 @@ func TestInterviewThroughTheAPI(t *testing.T) {
 					t.Fatalf("turn %d: %+v", i, last)
 				}
 			}
-			if last.State["phase"] != "done" || last.State["next_message"] != "Thank you Ada! Overall you scored 7.2 out of 10. Good luck!" {
+			if last.State["phase"] != "done" || last.State["next_message"] != "Thank you Ada! Overall you scored 4.5 out of 10. Good luck!" {
 				t.Fatalf("the interview did not close: %v / %v", last.State["phase"], last.State["next_message"])
 			}
 			runs, err := h.acme.Runs(ctx, "ada")
@@ -384,7 +384,7 @@ func interviewThread(t *testing.T, h *harness, id string) {
 // waitRunning waits for a background run to start.
 func waitRunning(t *testing.T, c *api.Client, thread, run string) {
 	t.Helper()
-	for range 200 {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		r, err := c.Run(ctx, thread, run)
 		if err != nil {
 			t.Fatal(err)
@@ -392,9 +392,8 @@ func waitRunning(t *testing.T, c *api.Client, thread, run string) {
 		if r.Status == api.RunRunning {
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("run %s did not start", run)
+	t.Fatalf("run %s did not start in a minute", run)
 }
 
 // A run cancelled mid-step leaves the thread with an unfinished run,

@@ -192,7 +192,7 @@ func TestStudioFilesAndCheck(t *testing.T) {
 	var g struct {
 		Nodes []struct{ Name string } `json:"nodes"`
 	}
-	if !chk.Valid || json.Unmarshal(chk.Graph, &g) != nil || len(g.Nodes) != 20 {
+	if !chk.Valid || json.Unmarshal(chk.Graph, &g) != nil || len(g.Nodes) != 24 {
 		t.Fatalf("check as it is: valid %v, %d nodes, %v", chk.Valid, len(g.Nodes), chk.Diagnostics)
 	}
 

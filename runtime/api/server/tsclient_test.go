@@ -73,7 +73,7 @@ func TestTypeScriptClient(t *testing.T) {
 		turns[i] = map[string]string{"say": turn.say, "code": turn.code}
 	}
 	script, err := json.Marshal(map[string]any{"candidate": values(t, flowsDir+"/examples/candidate.yaml"), "turns": turns,
-		"closing": "Thank you Ada! Overall you scored 7.2 out of 10. Good luck!"})
+		"closing": "Thank you Ada! Overall you scored 4.5 out of 10. Good luck!"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func TestWaitingCommitsCommitTogether(t *testing.T) {
 			}
 			go func() { errs[i] <- s.Commit(ctx, cp) }()
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) { // a bound against a hang
 			n := s.commits.Len()
 			if n == threads {
 				break
@@ -117,7 +117,7 @@ func TestWaitingAppendsJoinTheCommits(t *testing.T) {
 	refused := &store.EventAppend{Run: "r0", Holder: "other", Events: []store.EventRecord{{Seq: 2, Data: []byte(`{"type":"node_start"}`)}}}
 	refusedErr := make(chan error, 1)
 	go func() { refusedErr <- s.AppendNotify(ctx, refused) }()
-	for deadline := time.Now().Add(10 * time.Second); s.commits.Len() != 2*n+1; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); s.commits.Len() != 2*n+1; time.Sleep(time.Millisecond) { // a bound against a hang
 		if time.Now().After(deadline) {
 			t.Fatalf("%d writes waiting, want %d", s.commits.Len(), 2*n+1)
 		}

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -571,19 +572,72 @@ func (f *fallbacks) observe(ev trellis.Event) {
 }
 
 // report names the nodes, once per reason, by step and name (the items of
-// a map end in any order).
+// a map end in any order); a map's items are named once as a range when
+// there are more than two, so a map over many items stays one short line.
 func (f *fallbacks) report(w io.Writer) {
 	for _, why := range f.reasons {
 		nodes := f.nodes[why]
-		slices.SortFunc(nodes, func(a, b fellBack) int { return cmp.Or(cmp.Compare(a.step, b.step), strings.Compare(a.name, b.name)) })
+		slices.SortFunc(nodes, func(a, b fellBack) int {
+			ab, ai := mapItem(a.name)
+			bb, bi := mapItem(b.name)
+			return cmp.Or(cmp.Compare(a.step, b.step), strings.Compare(ab, bb), cmp.Compare(ai, bi), strings.Compare(a.name, b.name))
+		})
 		var names []string
+		items := map[string][]int{}
 		for _, n := range nodes {
+			if base, i := mapItem(n.name); i >= 0 {
+				if _, seen := items[base]; !seen {
+					names = append(names, base+"[]")
+				}
+				if !slices.Contains(items[base], i) {
+					items[base] = append(items[base], i)
+				}
+				continue
+			}
 			if !slices.Contains(names, n.name) {
 				names = append(names, n.name)
 			}
 		}
+		for k, name := range names {
+			base, ok := strings.CutSuffix(name, "[]")
+			if !ok {
+				continue
+			}
+			names[k] = itemRange(base, items[base])
+		}
 		fmt.Fprintf(w, "fallbacks answered for %s: %s\n", strings.Join(names, ", "), why)
 	}
+}
+
+// mapItem splits a map item's name, NODE[INDEX], into the node and the
+// index; any other name gives -1.
+func mapItem(name string) (string, int) {
+	base, rest, ok := strings.Cut(name, "[")
+	if !ok || !strings.HasSuffix(rest, "]") {
+		return name, -1
+	}
+	i, err := strconv.Atoi(strings.TrimSuffix(rest, "]"))
+	if err != nil || i < 0 {
+		return name, -1
+	}
+	return base, i
+}
+
+// itemRange names a map's items: each of one or two, a range of more
+// (sections[0..728], 729 items), or their count when they have gaps.
+func itemRange(base string, idx []int) string {
+	slices.Sort(idx)
+	if len(idx) <= 2 {
+		parts := make([]string, len(idx))
+		for k, i := range idx {
+			parts[k] = fmt.Sprintf("%s[%d]", base, i)
+		}
+		return strings.Join(parts, ", ")
+	}
+	if idx[len(idx)-1]-idx[0] == len(idx)-1 {
+		return fmt.Sprintf("%s[%d..%d] (%d items)", base, idx[0], idx[len(idx)-1], len(idx))
+	}
+	return fmt.Sprintf("%s (%d items)", base, len(idx))
 }
 
 // printState prints a run's final state as indented JSON.

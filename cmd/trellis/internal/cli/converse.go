@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -31,8 +32,18 @@ func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flo
 		names = []string{"none"}
 	}
 	fmt.Fprintf(env.Stdout, converseHelp+"\n", strings.Join(names, ", "))
+	// refused is set when the flow refused a turn's input (an attachment
+	// too large for its field, say): nothing was kept, and the
+	// conversation goes on
+	refused := false
 	turn := func(input map[string]any) (map[string]any, bool) {
 		res, err := rt.Run(ctx, f, thread, input, opts...)
+		var ie *trellis.InputError
+		if err != nil && len(input) > 0 && errors.As(err, &ie) {
+			fmt.Fprintf(env.Stdout, "not sent: %v\n\n", err)
+			refused = true
+			return nil, true
+		}
 		if err != nil {
 			code = failRun(env, "run", at, err)
 			return nil, false
@@ -109,11 +120,14 @@ func converse(ctx context.Context, env *Env, rt *trellis.Runtime, f *trellis.Flo
 		if conv.Input != "" {
 			input[conv.Input] = line
 		}
+		refused = false
 		next, ok := turn(input)
 		if !ok {
 			return code
 		}
-		state = next
+		if !refused {
+			state = next
+		}
 	}
 	return 0
 }

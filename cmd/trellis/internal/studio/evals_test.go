@@ -1,6 +1,7 @@
 package studio_test
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,12 +13,27 @@ import (
 // its runs; a known failure is shown as one, with why.
 func TestStudioRunsAnEvalAndShowsItsCases(t *testing.T) {
 	dir := filepath.Join(project(t), "flows")
+	// the shipped dataset has no known failure: this copy marks one, a
+	// check of the pastry chef's case turned round
+	ds := filepath.Join(dir, "resume_review.eval.yaml")
+	b, err := os.ReadFile(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := strings.Replace(string(b), "\n          expr: \"!state.threshold_met\"\n",
+		"\n          expr: \"state.threshold_met\"\n          xfail: turned round to show a known failure\n", 1)
+	if marked == string(b) {
+		t.Fatal("the pastry chef's check is not where the test looks")
+	}
+	if err := os.WriteFile(ds, []byte(marked), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	s := start(t, nil, nil, dir, "--store", "memory")
 	p := open(t, s, "resume_review")
 	p.click("#tab-evals")
 	p.wait(`document.getElementById('eval-dataset') !== null && document.getElementById('eval-list-empty') !== null`)
 	// only the datasets of the flow shown
-	if n, v := p.count("#eval-dataset option"), p.text("#eval-dataset"); n != 1 || !strings.Contains(v, "resume_review.eval.yaml (4 cases)") {
+	if n, v := p.count("#eval-dataset option"), p.text("#eval-dataset"); n != 1 || !strings.Contains(v, "resume_review.eval.yaml (5 cases)") {
 		t.Fatalf("the datasets offered for resume_review: %d %q", n, v)
 	}
 	p.click("#eval-start")
@@ -48,7 +64,7 @@ func TestStudioRunsAnEvalAndShowsItsCases(t *testing.T) {
 		t.Fatalf("the pastry chef's case: %q", p.text(chef))
 	}
 	failures := p.text(chef + " .failures")
-	for _, want := range []string{"resume_review.eval.yaml:", "fails the LLM Engineer bar", "!state.threshold_met does not hold", "known failure:"} {
+	for _, want := range []string{"resume_review.eval.yaml:", "fails the LLM Engineer bar", "state.threshold_met does not hold", "known failure:"} {
 		if !strings.Contains(failures, want) {
 			t.Errorf("the chef's failures lack %q:\n%s", want, failures)
 		}
@@ -56,14 +72,14 @@ func TestStudioRunsAnEvalAndShowsItsCases(t *testing.T) {
 	if strings.Contains(failures, dir) {
 		t.Errorf("the failures name the server's flows directory %s:\n%s", dir, failures)
 	}
-	if v := p.text(chef + " .eval-scores"); !strings.Contains(v, "final score") || !strings.Contains(v, "7.5") {
+	if v := p.text(chef + " .eval-scores"); !strings.Contains(v, "final score") || !strings.Contains(v, "recruiter") {
 		t.Errorf("the chef's scores: %q", v)
 	}
 	// each run's transcript: what the flow was given and what it said
 	if v := p.text(chef + " .eval-run"); !strings.Contains(v, "Resume review: Marie Dubois for LLM Engineer") || !strings.Contains(v, "turn 0: ") {
 		t.Errorf("the chef's transcript: %q", v)
 	}
-	if v := p.text(`#eval-cases + h3 + ul`); !strings.Contains(v, "passed by final score: a strong match (9.67) > a junior (6.4) > a messy resume (2.97)") {
+	if v := p.text(`#eval-cases + h3 + ul`); !strings.Contains(v, "passed by final score: a strong match (9.67) > a junior (6) > a messy resume (2.8)") {
 		t.Errorf("the rankings: %q", v)
 	}
 	p.axe("evals")

@@ -439,7 +439,7 @@ func TestStudioEditsWithDiagnostics(t *testing.T) {
 	// a valid edit: a node described anew, drawn from the edited text,
 	// then saved and reloaded
 	p.eval(`(() => { const v = trellisStudio.editor.view, text = v.state.doc.toString();
-		const key = 'Entry point for external data; counts the turn and scores the answer.';
+		const key = 'Entry point for external data; counts the turn.';
 		const at = text.indexOf(key); v.dispatch({selection: {anchor: at, head: at + key.length}}); v.focus(); return at; })()`, nil)
 	if err := p.b.InsertText(p.ctx, "Reads the answer the studio sent."); err != nil {
 		t.Fatal(err)

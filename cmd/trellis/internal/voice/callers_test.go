@@ -212,7 +212,7 @@ func TestRoomsWithoutDefaultDispatch(t *testing.T) {
 // runs one turn.
 func TestTwoRequestsOneAgent(t *testing.T) {
 	r := newRig(t)
-	agent, _ := r.agent(voice.Config{IdleTimeout: 3 * time.Second})
+	agent, _ := r.agent(voiceConfigPatient())
 	ctx := voicetest.Context(t, 2*time.Minute)
 	r.interview(ctx, "twice", 3)
 	var wg sync.WaitGroup

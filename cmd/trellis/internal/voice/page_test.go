@@ -19,7 +19,7 @@ import (
 // answer and reads the next question; the thread holds the turn.
 func TestPageInChromium(t *testing.T) {
 	r := newRig(t)
-	r.agent(voiceConfigQuick())
+	r.agent(voiceConfigPatient())
 	ctx := voicetest.Context(t, 2*time.Minute)
 	r.interview(ctx, "paged", 2)
 	b := voicetest.Chromium(t)
@@ -69,7 +69,7 @@ func TestPageInChromium(t *testing.T) {
 // a reply and the end is ignored, and the conversation goes on.
 func TestPageHeedsOnlyTheAgent(t *testing.T) {
 	r := newRig(t)
-	r.agent(voiceConfigQuick())
+	r.agent(voiceConfigPatient())
 	ctx := voicetest.Context(t, 2*time.Minute)
 	r.interview(ctx, "heeds", 3)
 	b := voicetest.Chromium(t)

@@ -18,7 +18,9 @@ import (
 // and exports both in its metrics; a room it left frees a place.
 func TestManyRoomsOneAgent(t *testing.T) {
 	r := newRig(t)
-	agent, _ := r.agent(voice.Config{Capacity: 2, IdleTimeout: 2 * time.Second})
+	// (the agent leaves a room its caller left after the idle timeout;
+	// its callers, joining as it does, come well within it)
+	agent, _ := r.agent(voice.Config{Capacity: 2, IdleTimeout: 10 * time.Second})
 	ctx := voicetest.Context(t, 2*time.Minute)
 	var callers []*voicetest.Participant
 	for _, id := range []string{"room-a", "room-b", "room-c"} {
@@ -74,7 +76,7 @@ func scrape(t *testing.T, a *voice.Agent) string {
 // conversation goes on in text messages.
 func TestTextWithoutSpeechEngine(t *testing.T) {
 	r := newRig(t, func(c *server.Config) { c.Speech = nil })
-	r.agent(voice.Config{IdleTimeout: 2 * time.Second})
+	r.agent(voiceConfigPatient())
 	ctx := voicetest.Context(t, 2*time.Minute)
 	r.interview(ctx, "mute", 3)
 	s := r.voice(ctx, "mute", api.VoiceRequest{}) // audio asked for
@@ -106,7 +108,7 @@ func TestTextWithoutSpeechEngine(t *testing.T) {
 // ends the session, so the caller is not left waiting.
 func TestSessionThatCannotStartSaysWhy(t *testing.T) {
 	r := newRig(t, func(c *server.Config) { c.Voice.GrantTTL = time.Nanosecond })
-	agent, _ := r.agent(voice.Config{IdleTimeout: 2 * time.Second})
+	agent, _ := r.agent(voiceConfigPatient())
 	ctx := voicetest.Context(t, time.Minute)
 	r.interview(ctx, "refused", 3)
 	s := r.voice(ctx, "refused", api.VoiceRequest{Mode: api.VoiceText})

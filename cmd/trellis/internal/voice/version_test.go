@@ -69,7 +69,7 @@ func TestSessionSpeaksTheThreadsVersion(t *testing.T) {
 	writeTalk(t, dir, talkFlow, "one")
 	r := newRig(t, func(c *server.Config) { c.FlowsDir = filepath.Join(dir, "flows") })
 	admin, _ := r.newClient("acme", true)
-	r.agent(voice.Config{IdleTimeout: 2 * time.Second})
+	r.agent(voiceConfigPatient())
 	ctx := voicetest.Context(t, 2*time.Minute)
 	if _, err := r.client.CreateThread(ctx, api.CreateThread{ID: "pinned", Flow: "talk"}); err != nil {
 		t.Fatal(err)

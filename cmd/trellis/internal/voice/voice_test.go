@@ -33,7 +33,7 @@ func TestSpokenInterview(t *testing.T) {
 	r := newRig(t)
 	var turns []voice.TurnTiming
 	timings := make(chan voice.TurnTiming, 8)
-	agent, _ := r.agent(voice.Config{IdleTimeout: 3 * time.Second, OnTurn: func(tt voice.TurnTiming) { timings <- tt }})
+	agent, _ := r.agent(voice.Config{IdleTimeout: voiceConfigPatient().IdleTimeout, OnTurn: func(tt voice.TurnTiming) { timings <- tt }})
 	baseline := settledGoroutines(0)
 	ctx := voicetest.Context(t, 3*time.Minute)
 
@@ -175,6 +175,9 @@ func waitSound(t *testing.T, p *voicetest.Participant) {
 
 func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 	t.Helper()
+	// (a bound against a hang: a loaded machine takes many times what
+	// an idle one does)
+	d = max(d, time.Minute)
 	deadline := time.Now().Add(d)
 	for !ok() {
 		if time.Now().After(deadline) {
