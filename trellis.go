@@ -317,6 +317,13 @@ func WithTracer(t Tracer) RuntimeOption { return engine.WithTracer(t) }
 // dropped: no event of a run follows its end.
 func WithGrace(d time.Duration) RuntimeOption { return engine.WithGrace(d) }
 
+// WithStoreWait says how long, in all, a run waits for its store through
+// outages (its connections lost, its server restarting, its disk full)
+// before it fails with the store's error (default one minute; negative:
+// a run does not wait); its events say when the store went
+// (store_unavailable) and came back (store_back).
+func WithStoreWait(d time.Duration) RuntimeOption { return engine.WithStoreWait(d) }
+
 // Open opens the store at addr (see OpenStore) and returns a runtime over
 // it with the settings opts give; Close closes the store.
 func Open(ctx context.Context, addr string, opts ...RuntimeOption) (*Runtime, error) {

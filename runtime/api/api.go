@@ -47,6 +47,7 @@ const (
 	CodeFileChanged        Code = "file_changed"           // 409: a file changed on the disk since the edit began
 	CodeLimitReached       Code = "limit_reached"          // 409: a tenant has as many of something as the server keeps (details: what, limit)
 	CodeEvalRunning        Code = "eval_running"           // 409: the eval has not ended
+	CodeStoreFull          Code = "store_full"             // 507: the store's disk is full; nothing of the request was recorded
 	CodeInternal           Code = "internal"               // 500
 )
 
@@ -78,6 +79,8 @@ func (c Code) Status() int {
 		return http.StatusServiceUnavailable
 	case CodeLiveKitFailed:
 		return http.StatusBadGateway
+	case CodeStoreFull:
+		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError
 }

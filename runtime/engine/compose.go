@@ -272,8 +272,10 @@ func (v *view) RunFlow(ctx context.Context, sf *kind.Subflow, key string, values
 	}
 	// the child thread's one run is named by the namespace, which a run
 	// resuming this step (under another run id) finds again
+	// the child waits for the store within this run's budget, and this
+	// run's events tell its waits
 	req := Request{Thread: ChildThread(r.req.Thread, ns), ID: ns, Durability: r.req.Durability, Config: cfg,
-		Values: values, Input: input, Replies: r.req.Replies, Answers: childAnswers(answers, ns), child: true}
+		Values: values, Input: input, Replies: r.req.Replies, Answers: childAnswers(answers, ns), child: true, Retry: r.retry}
 	if r.req.Observe != nil {
 		req.Observe = func(ev Event) {
 			switch ev.Type {

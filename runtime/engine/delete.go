@@ -11,7 +11,7 @@ import (
 // (ErrBusy, naming the holder), so the run is not left to commit to a
 // thread that is gone.
 func (e *Engine) Delete(ctx context.Context, thread string) error {
-	owner, err := e.claim(ctx, thread, false)
+	owner, err := e.claim(ctx, thread, false, nil)
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,10 @@ type Engine struct {
 	// grace is how long an attempt given up on is waited for (see
 	// WithGrace).
 	grace time.Duration
-	mu    sync.Mutex
+	// storeWait is how long a run waits for its store through outages
+	// (see WithStoreWait).
+	storeWait time.Duration
+	mu        sync.Mutex
 	// one and busy are the threads with a run in progress: one of them
 	// in one (when holdsOne), any others in busy, so that an engine
 	// running one thread at a time makes no map
@@ -109,6 +112,16 @@ func WithGrace(d time.Duration) Option {
 		}
 	}
 }
+
+// WithStoreWait says how long, in all, a run waits for its store
+// through outages (its connections lost, its server restarting, its disk
+// full) before it fails with the store's error (default
+// store.DefaultWait; negative: a run does not wait): a step's commit, a
+// pending write, the thread's lease and reads that find the store
+// unavailable are tried again with backoff, and the run's events say so
+// (store_unavailable, store_back). A Request may bring its own
+// store.Retrier instead.
+func WithStoreWait(d time.Duration) Option { return func(e *Engine) { e.storeWait = d } }
 
 // DefaultGrace is the default of WithGrace: long enough for a node that
 // honours its context (a request to a model, a container being stopped)
@@ -181,6 +194,13 @@ type Request struct {
 	// of the questions resumes those: the others are asked again, and
 	// what the answered ones completed is kept.
 	Answers map[string]any
+	// Retry, when set, is how the run waits for its store through
+	// outages: its store calls that find the store unavailable or full
+	// are tried again within the Retrier's budget, which the caller may
+	// share with its own writes of the run; its Down and Back are the
+	// caller's to report. When nil, the run waits as WithStoreWait says
+	// and its events report the outage (store_unavailable, store_back).
+	Retry *store.Retrier
 	// Replies, when set, are the replies a replayed thread's nodes were
 	// told (kind.State.Recorded): a node asking what it asked then is
 	// told the same again, instead of asking a model.
@@ -297,7 +317,13 @@ func (e *Engine) traced(ctx context.Context, g *flow.Graph, req Request) (_ *Res
 // run holds the thread for the run start makes and executes.
 func (e *Engine) run(ctx context.Context, g *flow.Graph, req Request) (*Result, error) {
 	renewed := time.Now()
-	owner, err := e.claim(ctx, req.Thread, req.Leased)
+	rt, watch := req.Retry, (*storeWatch)(nil)
+	if rt == nil {
+		watch = &storeWatch{}
+		rt = watch.retrier(e.storeWait)
+		req.Retry = rt
+	}
+	owner, err := e.claim(ctx, req.Thread, req.Leased, rt)
 	if err != nil {
 		return nil, err
 	}
@@ -312,13 +338,17 @@ func (e *Engine) run(ctx context.Context, g *flow.Graph, req Request) (*Result, 
 			return nil, err
 		}
 	}
-	return e.start(ctx, g, req, hold)
+	return e.start(ctx, g, req, hold, watch)
 }
 
 // start reads the thread (or makes a new one's first state), checks the
 // request against it and executes the run.
-func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *lease) (*Result, error) {
-	head, err := e.Store.Head(ctx, req.Thread)
+func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *lease, watch *storeWatch) (*Result, error) {
+	var head *store.Snapshot
+	err := req.Retry.Do(ctx, func(bool) (err error) {
+		head, err = e.Store.Head(ctx, req.Thread)
+		return err
+	})
 	var creating *store.Checkpoint // a new thread, committed once the input is accepted
 	if errors.Is(err, store.ErrNotFound) {
 		var state map[string]any
@@ -370,7 +400,7 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 	}
 	var input, recorded map[string]any
 	if req.Resume {
-		input, recorded = runInput(ctx, e.Store, req.Thread, head.Seq)
+		input, recorded = runInput(ctx, e.Store, req.Retry, req.Thread, head.Seq)
 		if e.reload {
 			if input, err = reloadMap(input); err == nil {
 				recorded, err = reloadMap(recorded)
@@ -388,6 +418,7 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 		return nil, err
 	}
 	r := newRun(e, g, req, head)
+	r.watch = watch
 	r.lease = hold
 	r.creating = creating
 	r.answers = maps.Clone(answers)

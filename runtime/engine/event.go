@@ -24,6 +24,13 @@ const (
 	StateUpdate EventType = "state_update"
 	RunEnd      EventType = "run_end"
 	RunError    EventType = "run_error"
+	// StoreUnavailable: the run found its store unavailable (its
+	// connections lost, its server restarting, its disk full) and waits
+	// for it, trying again (Error says why); StoreBack: the store
+	// answers again (Duration: how long the run waited). A run that
+	// waits longer than it may fails with the store's error.
+	StoreUnavailable EventType = "store_unavailable"
+	StoreBack        EventType = "store_back"
 )
 
 // Event is one entry of a run's event stream. Fields not relevant to the
@@ -42,7 +49,7 @@ type Event struct {
 	Kind    string `json:"kind,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
 	// Duration of a node's attempts (node_end, node_error), of a retry's
-	// backoff (node_retry), of the step's commit to the store
+	// backoff (node_retry), of a wait for the store (store_back), of the step's commit to the store
 	// (state_update, for steps that read the clock: those that ran a node
 	// not inline, and one in 64; with Async durability, the
 	// hand-off) or of the whole run (run_end).

@@ -34,7 +34,7 @@ func (e *Engine) leaseTTL() time.Duration {
 // store, for one writer per thread across processes, returning the
 // lease's owner; free ends the busy mark (the caller releases the lease).
 // A thread another run holds is ErrBusy.
-func (e *Engine) claim(ctx context.Context, thread string, leased bool) (owner string, err error) {
+func (e *Engine) claim(ctx context.Context, thread string, leased bool, rt *store.Retrier) (owner string, err error) {
 	e.mu.Lock()
 	if e.holdsOne && e.one == thread || e.busy[thread] {
 		e.mu.Unlock()
@@ -56,7 +56,7 @@ func (e *Engine) claim(ctx context.Context, thread string, leased bool) (owner s
 	if leased {
 		return owner, nil // taken with the run's claim
 	}
-	if err := e.Store.Acquire(ctx, thread, owner, e.leaseTTL()); err != nil {
+	if err := rt.Do(ctx, func(bool) error { return e.Store.Acquire(ctx, thread, owner, e.leaseTTL()) }); err != nil {
 		e.free(thread)
 		var le *store.LeasedError
 		if errors.As(err, &le) {

@@ -46,7 +46,7 @@ type Move struct {
 // of its own (store.SourceMigrate) even when there are none, so that the
 // thread's history records the move, and calls m.Moved.
 func (e *Engine) Migrate(ctx context.Context, g *flow.Graph, thread string, m Move) (*store.Snapshot, error) {
-	owner, err := e.claim(ctx, thread, false)
+	owner, err := e.claim(ctx, thread, false, nil)
 	if err != nil {
 		return nil, err
 	}

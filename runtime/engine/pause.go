@@ -360,7 +360,7 @@ func (e *Engine) asksAt(ctx context.Context, g *flow.Graph, thread string, head 
 		}
 		if isAsker(n) {
 			if vars == nil {
-				input, cfg := runInput(ctx, e.Store, thread, head.Seq)
+				input, cfg := runInput(ctx, e.Store, nil, thread, head.Seq)
 				if input == nil {
 					input = map[string]any{}
 				}

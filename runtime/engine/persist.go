@@ -50,9 +50,10 @@ func (r *run) restore(head *store.Snapshot, input map[string]any) error {
 }
 
 // runInput reads the input of the run a thread's checkpoint seq leaves
-// unfinished, and the configuration it recorded (see store.RunInput).
-func runInput(ctx context.Context, st store.Store, thread string, seq uint64) (input, config map[string]any) {
-	return store.RunInput(ctx, st, thread, seq)
+// unfinished, and the configuration it recorded (see store.RunInput),
+// waiting through the store's outages as rt allows.
+func runInput(ctx context.Context, st store.Store, rt *store.Retrier, thread string, seq uint64) (input, config map[string]any) {
+	return store.RunInputWith(ctx, st, rt, thread, seq)
 }
 
 // records are the parts of step checkpoints that the graph alone decides,
@@ -138,7 +139,7 @@ func (r *run) commit(ctx context.Context, cp *store.Checkpoint) error {
 	case Async:
 		if r.async == nil {
 			r.async = &committer{ch: make(chan *store.Checkpoint, 64), done: make(chan struct{})}
-			go r.async.loop(context.WithoutCancel(ctx), r.e.Store)
+			go r.async.loop(context.WithoutCancel(ctx), r)
 		}
 		if err := r.async.failed(); err != nil {
 			return err
@@ -149,17 +150,40 @@ func (r *run) commit(ctx context.Context, cp *store.Checkpoint) error {
 		r.deferred = append(r.deferred, cp)
 		return nil
 	}
-	if r.req.Attach == nil {
-		return r.e.Store.Commit(ctx, cp)
+	return r.commitNow(ctx, cp, r.req.Attach)
+}
+
+// commitNow commits cp at once, with the run's events when attach gives
+// it them, waiting through the store's outages (r.retry). A commit tried
+// again after a failure that may have come after it committed recognises
+// its own checkpoint by its write id (store.Recommitted) instead of
+// taking the thread's move for another writer's.
+func (r *run) commitNow(ctx context.Context, cp *store.Checkpoint, attach func(*store.Checkpoint) func(error)) error {
+	if cp.WriteID == "" {
+		cp.WriteID = writeID()
 	}
-	committed := r.req.Attach(cp)
-	if committed == nil {
-		return r.e.Store.Commit(ctx, cp)
+	return r.retry.Do(ctx, func(again bool) error { return r.commitOnce(ctx, cp, attach, again) })
+}
+
+// commitOnce is one attempt of commitNow.
+func (r *run) commitOnce(ctx context.Context, cp *store.Checkpoint, attach func(*store.Checkpoint) func(error), again bool) (err error) {
+	var committed func(error)
+	cp.Events = nil
+	if attach != nil && !again {
+		// tried again, the commit carries no events: those of the first
+		// attempt went back to the run's writer, which records them
+		// once, committed by that attempt or not
+		committed = attach(cp)
 	}
-	// heard also when the commit panics
-	err := errNotCommitted
-	defer func() { committed(err) }()
+	if committed != nil {
+		// heard also when the commit panics
+		err = errNotCommitted
+		defer func() { committed(err) }()
+	}
 	err = r.e.Store.Commit(ctx, cp)
+	if again {
+		err = store.Recommitted(ctx, r.e.Store, cp, err)
+	}
 	return err
 }
 
@@ -211,7 +235,7 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 			}
 		}
 	}
-	if err := r.e.Store.Commit(ctx, merged); err != nil {
+	if err := r.commitNow(ctx, merged, nil); err != nil {
 		return fmt.Errorf("commit run: %w", err)
 	}
 	r.seq = merged.Seq
@@ -226,13 +250,13 @@ type committer struct {
 	err  error
 }
 
-func (c *committer) loop(ctx context.Context, st store.Store) {
+func (c *committer) loop(ctx context.Context, r *run) {
 	defer close(c.done)
 	for cp := range c.ch {
 		if c.failed() != nil {
 			continue
 		}
-		if err := st.Commit(ctx, cp); err != nil {
+		if err := r.commitNow(ctx, cp, nil); err != nil {
 			c.mu.Lock()
 			c.err = fmt.Errorf("commit step %d: %w", cp.Step, err)
 			c.mu.Unlock()
@@ -261,7 +285,7 @@ func (r *run) savePending(ctx context.Context, o *outcome, seq uint64, step int)
 		}
 		ws[i] = store.Write{Field: fv.Field, Value: v}
 	}
-	if err := r.e.Store.PutPending(ctx, r.req.Thread, seq, o.node.Name, ws); err != nil {
+	if err := r.retry.Do(ctx, func(bool) error { return r.e.Store.PutPending(ctx, r.req.Thread, seq, o.node.Name, ws) }); err != nil {
 		return fmt.Errorf("step %d: save the update of node %q: %w", step, o.node.Name, err)
 	}
 	return nil

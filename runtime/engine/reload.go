@@ -100,7 +100,7 @@ func (r *run) reloadState(ctx context.Context) error {
 func (r *run) reloadInput(ctx context.Context) error {
 	input := r.input
 	if r.req.Durability == "" || r.req.Durability == Sync {
-		if recorded, _ := runInput(ctx, r.e.Store, r.req.Thread, r.seq); recorded != nil {
+		if recorded, _ := runInput(ctx, r.e.Store, r.req.Retry, r.req.Thread, r.seq); recorded != nil {
 			input = recorded
 		}
 	}

@@ -137,6 +137,10 @@ type durability struct {
 	seq      uint64            // the thread's head: the run's last checkpoint
 	creating *store.Checkpoint // a new thread's first, not yet committed
 	lease    *lease
+	// retry waits through the store's outages (Request.Retry), watch
+	// reports them when the engine made retry
+	retry    *store.Retrier
+	watch    *storeWatch
 	async    *committer          // Async durability
 	deferred []*store.Checkpoint // Exit durability
 	slabs    slabs               // parts of step checkpoints
@@ -164,7 +168,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	}
 	mark = mark[:nn]
 	clear(mark)
-	r.e, r.g, r.req, r.id, r.records = e, g, req, req.ID, recordsOf(g)
+	r.e, r.g, r.req, r.id, r.records, r.retry = e, g, req, req.ID, recordsOf(g), req.Retry
 	if r.id == "" {
 		r.id = runID()
 	}
@@ -242,6 +246,7 @@ func (r *run) release() {
 	clear(r.dirty)
 	clear(r.next[1][:cap(r.next[1])])
 	r.e, r.g, r.values, r.vars, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, nil, Request{}, nil, nil
+	r.retry, r.watch = nil, nil
 	r.config, r.record, r.nestedDone, r.records, r.replies, r.held = nil, nil, nil, nil, nil, nil
 	r.frame.State, r.frame.Input = nil, nil
 	// the buffers' spare entries too: a pooled run holds no value

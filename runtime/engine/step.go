@@ -39,10 +39,12 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		started = true
 		if observe {
 			r.emit(Event{Type: RunStart})
+			r.watch.begin(r)
 		}
 	}
 	if observe {
 		defer func() {
+			r.watch.end()
 			switch {
 			case !started:
 			case err != nil:
@@ -100,7 +102,7 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		if r.creating != nil {
 			// the thread is new: it is recorded now that its first run
 			// is accepted (a refused input leaves nothing behind)
-			if err := r.e.Store.Commit(ctx, r.creating); err != nil {
+			if err := r.commitNow(ctx, r.creating, nil); err != nil {
 				return nil, fmt.Errorf("create thread %q: %w", r.req.Thread, err)
 			}
 			r.creating = nil

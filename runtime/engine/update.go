@@ -144,7 +144,7 @@ func (e *Engine) UpdateAt(ctx context.Context, g *flow.Graph, thread string, at 
 		}
 		return nil, &InputError{Field: node, Reason: "not a node of this flow", Suggestion: diag.Suggest(node, names)}
 	}
-	owner, err := e.claim(ctx, thread, false)
+	owner, err := e.claim(ctx, thread, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +262,7 @@ func (e *Engine) UpdateAt(ctx context.Context, g *flow.Graph, thread string, at 
 // step saved as pending writes are dropped. A thread with no unfinished
 // run is returned as it is.
 func (e *Engine) Abandon(ctx context.Context, thread string) (*store.Snapshot, error) {
-	owner, err := e.claim(ctx, thread, false)
+	owner, err := e.claim(ctx, thread, false, nil)
 	if err != nil {
 		return nil, err
 	}

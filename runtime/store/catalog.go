@@ -102,6 +102,10 @@ type Catalog interface {
 	// Events returns a run's events after seq, in order, at most limit
 	// of them (see MaxPage), packed or not.
 	Events(ctx context.Context, run string, after int64, limit int) ([]EventRecord, error)
+	// RunsEvents returns every event of each of runs, packed or not, in
+	// order, read at once (a run with none is left out): what a
+	// retention packs, a batch of runs at a time.
+	RunsEvents(ctx context.Context, runs []string) (map[string][]EventRecord, error)
 	// LastEvent returns a run's last recorded event; ErrNotFound when it
 	// has none.
 	LastEvent(ctx context.Context, run string) (*EventRecord, error)
@@ -234,6 +238,11 @@ type RunRecord struct {
 	// Lease asks EnqueueRun to take the thread's lease with the claim
 	// (never recorded).
 	Lease *LeaseClaim
+	// WriteID, when set, is recorded by CreateRun, EnqueueRun and
+	// UpdateRun with the record, so that a change tried again after a
+	// failure that may have come after it committed recognises its own
+	// (see Reupdated).
+	WriteID string
 }
 
 // LeaseClaim is the lease of a thread that a run claimed as it is queued

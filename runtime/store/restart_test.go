@@ -16,11 +16,18 @@ import (
 )
 
 // A PostgreSQL server restarted in the middle of a run cuts every
-// connection the store holds, and refuses new ones until it is back. The
-// run fails; once the server is back, the thread resumes to the state a
-// run without the restart reaches, each execution committed once, on one
+// connection the store holds, and refuses new ones until it is back. A
+// run waits for it (its events say when the store went and came back)
+// and goes on; one that may not wait fails, and the thread resumes once
+// the server is back. Either way the thread reaches the state a run
+// without the restart reaches, each execution committed once, on one
 // unbroken chain of checkpoints.
 func TestPostgresServerRestart(t *testing.T) {
+	t.Run("the run waits", func(t *testing.T) { restartMidRun(t, true) })
+	t.Run("the run may not wait", func(t *testing.T) { restartMidRun(t, false) })
+}
+
+func restartMidRun(t *testing.T, wait bool) {
 	const turns = 6
 	// the crash flow runs 31 nodes a turn: restart during turn 3's rounds
 	const restartAt = 2*31 + 15
@@ -33,16 +40,25 @@ func TestPostgresServerRestart(t *testing.T) {
 	}
 	defer st.Close()
 	g := crashGraph(t, "")
-	eng := engine.New(st, engine.WithLeaseTTL(150*time.Millisecond))
+	opts := []engine.Option{engine.WithLeaseTTL(150 * time.Millisecond)}
+	if !wait {
+		opts = append(opts, engine.WithStoreWait(-1))
+	}
+	eng := engine.New(st, opts...)
 	starts := 0
 	restarted := make(chan error, 1)
+	var downs, backs []string
 	observe := func(ev engine.Event) {
-		if ev.Type != engine.NodeStart {
-			return
-		}
-		if starts++; starts == restartAt {
-			// the run goes on while the server goes down
-			go func() { restarted <- restart() }()
+		switch ev.Type {
+		case engine.StoreUnavailable:
+			downs = append(downs, ev.Error)
+		case engine.StoreBack:
+			backs = append(backs, ev.Duration.String())
+		case engine.NodeStart:
+			if starts++; starts == restartAt {
+				// the run goes on while the server goes down
+				go func() { restarted <- restart() }()
+			}
 		}
 	}
 	var failures []string
@@ -88,8 +104,16 @@ func TestPostgresServerRestart(t *testing.T) {
 	if after := serverStart(t, url); !after.After(before) {
 		t.Fatalf("the server was not restarted: started at %v, then %v", before, after)
 	}
-	t.Logf("%d failures across the restart: %s", len(failures), strings.Join(failures, "; "))
-	if len(failures) == 0 {
+	t.Logf("%d failures across the restart: %s; the store went %d times (%s), came back %d times (after %s)",
+		len(failures), strings.Join(failures, "; "), len(downs), strings.Join(downs, "; "), len(backs), strings.Join(backs, ", "))
+	if wait {
+		if len(failures) > 0 {
+			t.Errorf("runs that may wait for the store failed: %s", strings.Join(failures, "; "))
+		}
+		if len(downs) == 0 || len(backs) != len(downs) {
+			t.Errorf("the runs' events: the store went %d times and came back %d times, want it gone and back at least once", len(downs), len(backs))
+		}
+	} else if len(failures) == 0 {
 		t.Fatal("no run or read failed while the server was down: the restart came too late to test anything")
 	}
 

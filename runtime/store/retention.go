@@ -51,76 +51,146 @@ func PruneIdle(ctx context.Context, st Store, ttl time.Duration) (int, error) {
 // listing and the lease is not idle any more, and one with a queued or
 // running run in the catalog is left too (Store.Delete refuses it).
 func PruneIdleThreads(ctx context.Context, st Store, opts IdleOptions) (int, error) {
-	cutoff := time.Now().Add(-opts.TTL)
-	page := opts.Page
-	if page <= 0 {
-		page = 100
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	owner := "prune of idle threads " + hex.EncodeToString(b[:])
-	batch := opts.Batch
-	if batch <= 0 {
-		batch = 8
-	}
-	bp, ok := st.(IdlePruner)
-	if !ok {
-		batch = 1
-	}
+	sw := NewIdleSweep(st, opts)
 	n := 0
-	var after *ThreadInfo
 	for {
-		idle, err := st.Threads(ctx, ThreadOptions{IdleSince: cutoff, Roots: true, Limit: page, After: after})
+		b, err := sw.Step(ctx)
+		n += b.Deleted
 		if err != nil {
-			return n, fmt.Errorf("list idle threads: %w", err)
+			return n, err
 		}
-		for part := range slices.Chunk(idle, batch) {
-			start := time.Now()
-			var hold Hold
-			var deleted []string
-			if bp != nil {
-				ids := make([]string, len(part))
-				for i, t := range part {
-					ids[i] = t.ID
-				}
-				// in one order, so that two prunes never wait for each
-				// other's threads in turn
-				slices.Sort(ids)
-				if deleted, err = bp.PruneIdle(ctx, ids, owner, cutoff); err != nil {
-					return n, fmt.Errorf("prune idle threads %q: %w", ids, err)
-				}
-			} else {
-				gone, err := pruneIdle(WithHold(ctx, &hold), st, part[0].ID, owner, cutoff)
-				if err != nil {
-					return n, err
-				}
-				if gone {
-					deleted = []string{part[0].ID}
-				}
-			}
-			n += len(deleted)
-			if opts.Deleted != nil {
-				for _, id := range deleted {
-					opts.Deleted(id)
-				}
-			}
+		if b.Batch {
 			if opts.Pace != nil {
-				took, ok := hold.Held()
-				if !ok {
-					took = time.Since(start)
-				}
-				if err := opts.Pace(ctx, took); err != nil {
+				if err := opts.Pace(ctx, b.Took); err != nil {
 					return n, err
 				}
 			} else if err := ctx.Err(); err != nil {
 				return n, err
 			}
 		}
-		if len(idle) < page {
+		if !b.More {
 			return n, nil
 		}
-		after = &idle[len(idle)-1]
 	}
+}
+
+// IdleSweep deletes the threads not written for a time a batch at a
+// time, as PruneIdleThreads does, for a caller that interleaves the
+// batches with other work (a server's retention packs events between
+// them). opts.Pace is not called: the caller paces Step.
+type IdleSweep struct {
+	st     Store
+	opts   IdleOptions
+	cutoff time.Time
+	owner  string
+	bp     IdlePruner
+	batch  int
+	page   int
+	// idle is the listed page not yet deleted; after the last listed
+	idle  []ThreadInfo
+	after *ThreadInfo
+	last  bool // the page listed was the last
+}
+
+// NewIdleSweep starts a sweep of the threads idle for opts.TTL as of
+// now.
+func NewIdleSweep(st Store, opts IdleOptions) *IdleSweep {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	sw := &IdleSweep{st: st, opts: opts, cutoff: time.Now().Add(-opts.TTL), owner: "prune of idle threads " + hex.EncodeToString(b[:]),
+		batch: opts.Batch, page: opts.Page}
+	if sw.page <= 0 {
+		sw.page = 100
+	}
+	if sw.batch <= 0 {
+		sw.batch = 8
+	}
+	if bp, ok := st.(IdlePruner); ok {
+		sw.bp = bp
+	} else {
+		sw.batch = 1
+	}
+	return sw
+}
+
+// IdleBatch is what one Step of an IdleSweep did.
+type IdleBatch struct {
+	// Batch says whether it went through a batch of threads (none when
+	// there were no more); Deleted is how many of them it deleted.
+	Batch   bool
+	Deleted int
+	// Took is the time the batch took: on a store that runs one write at
+	// a time, the time it held the store's writer (see WithHold).
+	Took time.Duration
+	// More says whether more may be left.
+	More bool
+}
+
+// Step deletes the next batch of idle threads, listing the next page
+// when it needs one.
+func (sw *IdleSweep) Step(ctx context.Context) (IdleBatch, error) {
+	start := time.Now()
+	if len(sw.idle) == 0 {
+		if sw.last {
+			return IdleBatch{}, nil
+		}
+		idle, err := sw.st.Threads(ctx, ThreadOptions{IdleSince: sw.cutoff, Roots: true, Limit: sw.page, After: sw.after})
+		if err != nil {
+			return IdleBatch{More: true}, fmt.Errorf("list idle threads: %w", err)
+		}
+		sw.idle, sw.last = idle, len(idle) < sw.page
+		if len(idle) == 0 {
+			return IdleBatch{}, nil
+		}
+		sw.after = &idle[len(idle)-1]
+	}
+	part := sw.idle[:min(sw.batch, len(sw.idle))]
+	var hold Hold
+	var gone []string
+	var err error
+	if sw.bp != nil {
+		ids := make([]string, len(part))
+		for i, t := range part {
+			ids[i] = t.ID
+		}
+		// in one order, so that two prunes never wait for each other's
+		// threads in turn
+		slices.Sort(ids)
+		if gone, err = sw.bp.PruneIdle(WithHold(ctx, &hold), ids, sw.owner, sw.cutoff); err != nil {
+			return IdleBatch{More: true}, fmt.Errorf("prune idle threads %q: %w", ids, err)
+		}
+	} else {
+		ok, err := pruneIdle(WithHold(ctx, &hold), sw.st, part[0].ID, sw.owner, sw.cutoff)
+		if err != nil {
+			return IdleBatch{More: true}, err
+		}
+		if ok {
+			gone = []string{part[0].ID}
+		}
+	}
+	sw.idle = sw.idle[len(part):]
+	if sw.opts.Deleted != nil {
+		for _, id := range gone {
+			sw.opts.Deleted(id)
+		}
+	}
+	took, ok := hold.Held()
+	if !ok {
+		took = time.Since(start)
+	}
+	return IdleBatch{Batch: true, Deleted: len(gone), Took: took, More: len(sw.idle) > 0 || !sw.last}, nil
+}
+
+// Backlog is a store that counts the work a retention has left: the
+// root threads not written since a time, and the ended runs whose events
+// are not packed. The built-in stores implement it.
+type Backlog interface {
+	// IdleBacklog counts the root threads (no child flow's) not written
+	// since cutoff.
+	IdleBacklog(ctx context.Context, cutoff time.Time) (int, error)
+	// PackBacklog counts the runs that ended before before and whose
+	// events are not packed (those RunsToPack lists).
+	PackBacklog(ctx context.Context, before time.Time) (int, error)
 }
 
 // IdlePruner is a store that deletes several idle threads in one

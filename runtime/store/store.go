@@ -112,6 +112,10 @@ type Checkpoint struct {
 	// commit releases (as Release does) in its transaction: the last
 	// checkpoint of a run. A failed commit releases nothing.
 	Release string
+	// WriteID, when set, is recorded with the checkpoint, so that a
+	// commit tried again after a failure that may have come after it
+	// committed recognises its own checkpoint (see Recommitted).
+	WriteID string
 }
 
 // Source says what wrote a checkpoint.
@@ -567,9 +571,20 @@ func ForkedFrom(cp *Checkpoint) (thread string, seq uint64, ok bool) {
 // first that names none: the end of an earlier run, or the thread's
 // creation, after which the run took no input.
 func RunInput(ctx context.Context, st Store, thread string, seq uint64) (input, config map[string]any) {
+	return RunInputWith(ctx, st, nil, thread, seq)
+}
+
+// RunInputWith is RunInput, its reads waiting through the store's
+// outages as r allows.
+func RunInputWith(ctx context.Context, st Store, r *Retrier, thread string, seq uint64) (input, config map[string]any) {
 	const page = 64
 	for before := seq + 1; before > 1; {
-		cps, err := st.History(ctx, thread, HistoryOptions{Before: before, Limit: page})
+		var cps []*Checkpoint
+		err := r.Do(ctx, func(bool) error {
+			var err error
+			cps, err = st.History(ctx, thread, HistoryOptions{Before: before, Limit: page})
+			return err
+		})
 		if err != nil || len(cps) == 0 {
 			return nil, nil
 		}

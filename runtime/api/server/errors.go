@@ -67,6 +67,12 @@ func toAPIError(err error) *api.Error {
 	case errors.Is(err, store.ErrBusy):
 		return &api.Error{Code: api.CodeThreadBusy, Message: "a run is queued or running on the thread: cancel it first"}
 	}
+	switch store.Classify(err) {
+	case store.Full:
+		return &api.Error{Code: api.CodeStoreFull, Message: "the store's disk is full: nothing of the request was recorded; try again once space is freed"}
+	case store.Unavailable:
+		return &api.Error{Code: api.CodeUnavailable, Message: "the store is unavailable: try again shortly"}
+	}
 	return &api.Error{Code: api.CodeInternal, Message: "internal error"}
 }
 
@@ -77,8 +83,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae.Code == api.CodeInternal {
 		ae = &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("internal error (request %v)", r.Context().Value(requestIDKey))}
 	}
-	if ae.Code == api.CodeUnavailable || ae.Code == api.CodeRunRequeued {
+	switch ae.Code {
+	case api.CodeUnavailable, api.CodeRunRequeued:
 		w.Header().Set("Retry-After", "1")
+	case api.CodeStoreFull:
+		w.Header().Set("Retry-After", "10")
 	}
 	if ae.Code == api.CodeUnauthorized {
 		// RFC 6750: how to authenticate, and whether the token sent was

@@ -46,6 +46,8 @@ type eventLog struct {
 	// lost is called once when the store refuses the events: another
 	// server took the run over
 	lost func()
+	// retry waits through the store's outages, within the run's budget
+	retry *store.Retrier
 
 	// wmu is held by whoever records events (the writer, or a commit
 	// carrying them: attach), so that they are recorded in order
@@ -82,8 +84,9 @@ var saveWait = 5 * time.Millisecond
 
 // newEventLog starts the log of a run holder runs, whose last recorded
 // event is last (nil: it has none).
-func newEventLog(ctx context.Context, cat store.Catalog, log *slog.Logger, notes *notifier, run, holder, thread string, last *store.EventRecord, lost func()) *eventLog {
-	l := &eventLog{cat: cat, log: log, notes: notes, ctx: ctx, run: run, holder: holder, thread: thread, lost: lost,
+func newEventLog(ctx context.Context, cat store.Catalog, log *slog.Logger, notes *notifier, run, holder, thread string, last *store.EventRecord,
+	retry *store.Retrier, lost func()) *eventLog {
+	l := &eventLog{cat: cat, log: log, notes: notes, ctx: ctx, run: run, holder: holder, thread: thread, lost: lost, retry: retry,
 		changed: make(chan struct{}), wake: make(chan struct{}, 1), ending: make(chan struct{}), done: make(chan struct{})}
 	if last != nil {
 		l.first, l.stored = last.Seq, eventType(last.Data)
@@ -111,6 +114,18 @@ func (l *eventLog) add(ev engine.Event) {
 	}
 	l.items = append(l.items, it)
 	l.signal()
+}
+
+// note adds an event the server tells of the run (its waits for the
+// store) while the run's own go on: none once its last is held back, or
+// the log has ended.
+func (l *eventLog) note(ev engine.Event) {
+	l.mu.Lock()
+	done := l.ended || l.broken || l.held != nil
+	l.mu.Unlock()
+	if !done {
+		l.add(ev)
+	}
 }
 
 // signal wakes the writer. The caller holds l.mu.
@@ -178,29 +193,45 @@ func (l *eventLog) save() {
 	}
 }
 
-// write records a batch, trying again while the store fails and the
-// context lets it. It reports whether the log goes on.
+// write records a batch, waiting through the store's outages as the
+// run's budget allows. A batch whose first events may have been recorded
+// already finds their numbers taken: tried again after a failure that
+// may have come after it was recorded, or handed back by a step's commit
+// that failed so (attach). Read back, its own events are not taken for
+// another server's (store.Recorded): another's would not be these
+// bytes; the rest of the batch is recorded after them. It reports
+// whether the log goes on.
 func (l *eventLog) write(batch []logged) bool {
 	recs := records(batch)
-	for attempt, backoff := 0, 50*time.Millisecond; ; attempt, backoff = attempt+1, 2*backoff {
-		err := l.append(recs)
-		if err == nil {
-			break
+	err := l.retry.Do(l.ctx, func(bool) error {
+		for {
+			err := l.append(recs)
+			if !errors.Is(err, store.ErrExists) {
+				return err
+			}
+			// the first of them may be recorded (by a commit that carried
+			// them, or an attempt whose reply was lost): the rest go on
+			n, rerr := store.Recorded(l.ctx, l.cat, l.run, recs)
+			switch {
+			case rerr != nil:
+				return rerr
+			case n == 0:
+				return err
+			case n == len(recs):
+				return nil
+			}
+			recs = recs[n:]
 		}
-		if errors.Is(err, store.ErrRunChanged) || errors.Is(err, store.ErrExists) {
-			// another server took the run over: its events are its own
-			l.fail("a run taken over by another server: this one records no more of its events", nil)
-			l.lost()
-			return false
-		}
-		if attempt == 4 || l.ctx.Err() != nil {
-			l.fail("recording a run's events", err)
-			return false
-		}
-		select {
-		case <-time.After(backoff):
-		case <-l.ctx.Done():
-		}
+	})
+	switch {
+	case errors.Is(err, store.ErrRunChanged) || errors.Is(err, store.ErrExists):
+		// another server took the run over: its events are its own
+		l.fail("a run taken over by another server: this one records no more of its events", nil)
+		l.lost()
+		return false
+	case err != nil:
+		l.fail("recording a run's events", err)
+		return false
 	}
 	l.mu.Lock()
 	l.saved += len(batch)
@@ -292,10 +323,16 @@ func (l *eventLog) fail(msg string, err error) {
 	l.broken = true
 	if n := len(l.items) - l.saved; n > 0 || err != nil {
 		attrs := []any{"run", l.run, "events", n}
+		level := slog.LevelError
 		if err != nil {
 			attrs = append(attrs, "error", err.Error())
+			if store.Classify(err) != store.Permanent {
+				// the store's outage, told as such: not a fault of the
+				// server's
+				level = slog.LevelWarn
+			}
 		}
-		l.log.Error(msg, attrs...)
+		l.log.Log(context.Background(), level, msg, attrs...)
 	}
 	l.items = l.items[:l.saved]
 	l.moved()
@@ -374,7 +411,9 @@ func lastEvent(run, thread string, status store.RunStatus, msg string, state map
 		ev.Type, ev.State = engine.RunEnd, state
 	case store.RunQueued:
 		ev.Type = api.RunRequeued
-		ev.Error = "the server stopped before the run ended: it is queued again, and resumes on another server or on this one once it restarts"
+		if ev.Error == "" {
+			ev.Error = "the server stopped before the run ended: it is queued again, and resumes on another server or on this one once it restarts"
+		}
 	default:
 		ev.Type = engine.RunError
 	}

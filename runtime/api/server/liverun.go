@@ -24,6 +24,13 @@ type liveRun struct {
 	begun   chan struct{} // closed at run_start
 	done    chan struct{}
 	stop    chan struct{}
+	// retry is how the run waits for the store through outages: its
+	// steps, its events and what it reads, within one budget
+	retry *store.Retrier
+	// unended says its end (or its refusal) could not be recorded: once
+	// it is no longer live, the sweep of orphans runs it again. Only its
+	// own goroutine (execute) reads and writes it.
+	unended bool
 
 	mu       sync.Mutex
 	rec      store.RunRecord
@@ -95,8 +102,17 @@ func (lr *liveRun) refuse(err error) {
 	m := lr.m
 	lr.events.close(nil)
 	expect := lr.record().State()
+	// waiting through the store's outages: a deletion tried again that
+	// finds nothing was done by the attempt before
+	retry := &store.Retrier{Budget: m.s.cfg.StoreWait}
 	for attempt := 0; ; attempt++ {
-		derr := m.s.cat.DeleteRun(m.records, lr.rec.ID, expect)
+		derr := retry.Do(m.records, func(again bool) error {
+			err := m.s.cat.DeleteRun(m.records, lr.rec.ID, expect)
+			if again && errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			return err
+		})
 		if errors.Is(derr, store.ErrRunChanged) && attempt < 8 {
 			if fresh, rerr := m.s.cat.Run(m.records, lr.rec.Tenant, lr.rec.ID); rerr == nil && fresh.Status == store.RunRunning && fresh.Server == m.id {
 				expect = fresh.State()
@@ -105,6 +121,11 @@ func (lr *liveRun) refuse(err error) {
 		}
 		if derr != nil {
 			m.s.log.Warn("forgetting a refused run", "run", lr.rec.ID, "error", derr.Error())
+			if store.Classify(derr) != store.Permanent {
+				// still recorded as running here: the sweep of orphans
+				// ends it once the store is back
+				lr.unended = true
+			}
 		}
 		break
 	}
@@ -130,9 +151,16 @@ func outcome(err error, started, shutdown bool, stop store.StopReason) (store.Ru
 		return store.RunCancelled, stop.Message()
 	case shutdown && (stopped || !started):
 		return store.RunQueued, ""
+	case store.Classify(err) != store.Permanent:
+		// the store was away longer than the run may wait: the run is
+		// not failed for it, but queued again to go on once it is back
+		return store.RunQueued, storeAway
 	}
 	return store.RunFailed, err.Error()
 }
+
+// storeAway is what a run queued again for the store's outage says.
+const storeAway = "the store was unavailable longer than the run may wait: it is queued again, and goes on once the store is back"
 
 // finish records how the run ended. A run this server's shutdown stopped
 // between steps is queued again to resume, here after a restart or on
@@ -179,7 +207,11 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 		cur.Status, cur.Error, cur.Stop, cur.Checkpoint, cur.FlowVersion = status, msg, "", checkpoint, rec.FlowVersion
 		if status == store.RunQueued {
 			cur.Server = ""
-			if started {
+			if started && msg != storeAway {
+				// stopped between steps: its input is committed. (A
+				// run the store stopped may have committed nothing; as a
+				// named run it continues from its own checkpoint, if the
+				// thread has one, or starts again.)
 				cur.Resume, cur.Interrupt = true, false
 			}
 		} else {
@@ -191,6 +223,12 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 	switch {
 	case errors.Is(werr, errNotOurs):
 		m.s.log.Warn("a run's record was taken over by another server before it ended here", "run", rec.ID, "server", out.Server, "status", string(out.Status))
+	case werr != nil && store.Classify(werr) != store.Permanent:
+		// its record still says it runs here: once it is no longer live
+		// here, the sweep of orphans runs it again, which finds it ended
+		// (or goes on with it) and records that
+		lr.unended = true
+		m.s.log.Warn("recording a run's end: the store is unavailable; the run is ended again once it is back", "run", rec.ID, "error", werr.Error())
 	case werr != nil:
 		m.s.log.Error("recording a run's end", "run", rec.ID, "error", werr.Error())
 	}

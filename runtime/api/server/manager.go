@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,11 +46,20 @@ type manager struct {
 	// this server executes has them (another server's gets the
 	// defaults). They are forgotten once the run ends, or runs
 	// elsewhere.
-	secrets  map[string]secretConfig
-	stopping bool
-	wg       sync.WaitGroup // the runs running here
-	starting sync.WaitGroup // the requests starting runs
-	kick     chan struct{}
+	secrets map[string]secretConfig
+	// claiming are the runs a request is queueing to run here: recorded
+	// running on this server before they are live
+	claiming map[string]bool
+	// unended counts the runs whose end this server could not record
+	// (the store was unavailable): the sweep of orphans finishes them
+	unended atomic.Int64
+	// reclaimedAt is when the sweep of orphans last looked (the
+	// dispatcher's)
+	reclaimedAt time.Time
+	stopping    bool
+	wg          sync.WaitGroup // the runs running here
+	starting    sync.WaitGroup // the requests starting runs
+	kick        chan struct{}
 	// stopsDue says the stop requests recorded for this server's runs
 	// may have changed: the dispatcher reads them at its next turn
 	stopsDue atomic.Bool
@@ -111,7 +119,7 @@ type launch struct {
 func newManager(s *Server) *manager {
 	runCtx, cancelRuns := context.WithCancel(context.Background())
 	records, giveUp := context.WithCancel(context.Background())
-	m := &manager{s: s, id: newID("server"), live: map[string]*liveRun{}, secrets: map[string]secretConfig{}, kick: make(chan struct{}, 1),
+	m := &manager{s: s, id: newID("server"), live: map[string]*liveRun{}, secrets: map[string]secretConfig{}, claiming: map[string]bool{}, kick: make(chan struct{}, 1),
 		quit: make(chan struct{}), loopDone: make(chan struct{}), beatDone: make(chan struct{}), shutDone: make(chan struct{}),
 		runCtx: runCtx, cancelRuns: cancelRuns, records: records, giveUp: giveUp, abandoned: make(chan struct{})}
 	go m.loop()
@@ -167,6 +175,7 @@ func (m *manager) loop() {
 		if time.Since(lastAdopt) >= beatEvery {
 			lastAdopt = time.Now()
 			m.adopt(ctx)
+			m.reclaim(ctx)
 			m.forgetSecrets(ctx)
 		}
 		if m.stopsDue.Swap(false) || polled {
@@ -175,7 +184,8 @@ func (m *manager) loop() {
 		for m.room() {
 			rec, err := m.s.cat.ClaimRun(ctx, m.id, "", m.now())
 			if err != nil {
-				if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+				// an outage of the store's is told by the beat
+				if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil && store.Classify(err) == store.Permanent {
 					m.s.log.Warn("claiming runs", "error", err.Error())
 				}
 				break
@@ -194,7 +204,7 @@ func (m *manager) beat() {
 	defer t.Stop()
 	var swept time.Time
 	for {
-		_ = m.s.cat.Beat(m.records, m.id)
+		m.s.health.beat(m.s.cat.Beat(m.records, m.id), m.s.log)
 		if time.Since(swept) >= m.s.cfg.DeadAfter/2 {
 			// the keys of a server that died (a studio killed) lapse
 			// with it
@@ -256,11 +266,24 @@ func (m *manager) passStops(ctx context.Context) {
 func (m *manager) launch(rec *store.RunRecord, how launch) *liveRun {
 	lr := &liveRun{m: m, rec: *rec, how: how,
 		started: make(chan error, 1), begun: make(chan struct{}), done: make(chan struct{}), stop: make(chan struct{})}
+	lr.retry = &store.Retrier{Budget: m.s.cfg.StoreWait, Down: lr.storeDown, Back: lr.storeBack}
 	// the log exists before the run is found by streams; it goes on from
 	// the run's last recorded event (one queued again, or adopted)
-	last, err := m.s.cat.LastEvent(m.records, rec.ID)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		m.s.log.Warn("reading a run's last event", "run", rec.ID, "error", err.Error())
+	var last *store.EventRecord
+	err := lr.retry.Do(m.records, func(bool) (err error) {
+		last, err = m.s.cat.LastEvent(m.records, rec.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			last, err = nil, nil
+		}
+		return err
+	})
+	if err != nil {
+		// numbered from nothing, its events would take others' numbers:
+		// the run stays recorded here, for the sweep of orphans
+		m.s.log.Warn("reading a run's last event: the run starts once the store answers", "run", rec.ID, "error", err.Error())
+		m.unended.Add(1)
+		m.releaseLease(rec)
+		return nil
 	}
 	m.mu.Lock()
 	if m.stopping {
@@ -269,7 +292,7 @@ func (m *manager) launch(rec *store.RunRecord, how launch) *liveRun {
 		m.releaseLease(rec)
 		return nil
 	}
-	lr.events = newEventLog(m.records, m.s.cat, m.s.log, m.s.notes, rec.ID, m.id, publicID(rec.Thread), last,
+	lr.events = newEventLog(m.records, m.s.cat, m.s.log, m.s.notes, rec.ID, m.id, publicID(rec.Thread), last, lr.retry,
 		func() { lr.request(stopTakenOver) })
 	m.live[rec.ID] = lr
 	m.wg.Add(1)
@@ -325,16 +348,24 @@ func (m *manager) unclaim(rec *store.RunRecord, last *store.EventRecord) {
 func (m *manager) settle(rec store.RunRecord, decide func(cur store.RunRecord) (store.RunRecord, []store.EventRecord)) (store.RunRecord, []store.EventRecord, error) {
 	ctx := m.records
 	cur := rec
+	// the change waits through the store's outages, and one tried again
+	// recognises its own by its write id
+	retry := &store.Retrier{Budget: m.s.cfg.StoreWait}
 	for attempt := 0; ; attempt++ {
 		next, evs := decide(cur)
-		err := m.s.cat.UpdateRun(ctx, &next, cur.State(), evs)
+		next.WriteID = store.NewWriteID()
+		err := store.UpdateRunOnce(ctx, m.s.cat, retry, &next, cur.State(), evs)
 		if err == nil {
 			return next, evs, nil
 		}
 		if !errors.Is(err, store.ErrRunChanged) || attempt == 8 {
 			return cur, nil, err
 		}
-		fresh, err := m.s.cat.Run(ctx, rec.Tenant, rec.ID)
+		var fresh *store.RunRecord
+		err = retry.Do(ctx, func(bool) (err error) {
+			fresh, err = m.s.cat.Run(ctx, rec.Tenant, rec.ID)
+			return err
+		})
 		if err != nil {
 			return cur, nil, err
 		}
@@ -440,8 +471,18 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 	}
 	// on a free thread the run is claimed here as it is queued, so that no
 	// dispatcher (this server's or another's) takes it from under its
-	// caller, who then would not hear why it was refused
-	busy, err := m.s.cat.EnqueueRun(ctx, rec, store.BusyPolicy(policy))
+	// caller, who then would not hear why it was refused; queued again
+	// after a failure that may have come after it was queued, it is found
+	// by its id. Until it is live here, the sweep of orphans leaves it.
+	m.mu.Lock()
+	m.claiming[rec.ID] = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.claiming, rec.ID)
+		m.mu.Unlock()
+	}()
+	busy, err := store.EnqueueRunOnce(ctx, m.s.cat, eng.Store, requestRetrier(), rec, store.BusyPolicy(policy))
 	if err != nil {
 		m.dropSecret(rec.ID)
 		if errors.Is(err, store.ErrBusy) {
@@ -548,6 +589,10 @@ func (m *manager) execute(lr *liveRun) {
 		delete(m.live, lr.rec.ID)
 		delete(m.secrets, lr.rec.ID)
 		m.mu.Unlock()
+		if lr.unended {
+			// no longer live: the sweep of orphans takes it from here
+			m.unended.Add(1)
+		}
 		m.nudge() // the thread's next run may be waiting
 		m.s.kickWebhooks()
 	}()
@@ -614,7 +659,7 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 	// numbers as they were sent: an integer beyond 2^53 is not rounded
 	// through float64
 	input, answers := storedValues(rec.Input), storedValues(rec.Answers)
-	req := engine.Request{Thread: rec.Thread, ID: rec.ID, Stop: lr.stop, Observe: lr.observe}
+	req := engine.Request{Thread: rec.Thread, ID: rec.ID, Stop: lr.stop, Observe: lr.observe, Retry: lr.retry}
 	if c, ok := eng.Store.(store.Catalog); ok && c == m.s.cat {
 		// a step's events are recorded with it
 		req.Attach = lr.events.attach
@@ -698,105 +743,4 @@ func (m *manager) get(id string) *liveRun {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.live[id]
-}
-
-// cancel cancels a run wherever it runs: a queued one now, a running one
-// through its server (now, when it runs here). It returns the run's
-// record once the run has ended, or as it is when ctx ends first.
-func (m *manager) cancel(ctx context.Context, tenant, id string) (*store.RunRecord, error) {
-	woken, release := m.s.notes.wait(id)
-	defer func() { release() }()
-	rec, err := m.s.cat.RequestStop(ctx, tenant, id, store.StopCancel)
-	if err != nil {
-		return nil, err
-	}
-	if rec.Status == store.RunCancelled {
-		// cancelled while queued: a run queued again has events to end
-		if err := closeLog(ctx, m.s.cat, m.s.notes, rec); err != nil {
-			m.s.log.Warn("ending the events of a cancelled run", "run", id, "error", err.Error())
-		}
-	}
-	if lr := m.get(id); lr != nil {
-		lr.request(store.StopCancel)
-		select {
-		case <-lr.done:
-		case <-ctx.Done():
-		}
-		out := lr.record()
-		return &out, nil
-	}
-	if !rec.Status.Done() && rec.Status != store.RunQueued {
-		m.s.notes.send(ctx, noteStop)
-	}
-	for !rec.Status.Done() {
-		select {
-		case <-woken:
-		case <-ctx.Done():
-			return rec, nil
-		}
-		release()
-		woken, release = m.s.notes.wait(id)
-		if rec, err = m.s.cat.Run(ctx, tenant, id); err != nil {
-			return nil, err
-		}
-	}
-	return rec, nil
-}
-
-// shutdown stops claiming runs and stops the running ones at their next
-// step boundary, queueing them again to resume; when ctx ends first, it
-// cancels them, and after stopGrace gives up on those that still go on:
-// it returns whatever they do.
-func (m *manager) shutdown(ctx context.Context) {
-	m.mu.Lock()
-	if m.stopping {
-		m.mu.Unlock()
-		<-m.shutDone
-		return
-	}
-	m.stopping = true
-	live := slices.Collect(maps.Values(m.live))
-	m.mu.Unlock()
-	defer close(m.shutDone)
-	for _, lr := range live {
-		lr.request(stopShutdown)
-	}
-	done := make(chan struct{})
-	go func() {
-		m.starting.Wait()
-		m.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		m.s.log.Warn("the stop timeout is over: cancelling the runs still going")
-		m.cancelRuns()
-		select {
-		case <-done:
-		case <-time.After(stopGrace):
-			m.mu.Lock()
-			left := slices.Collect(maps.Keys(m.live))
-			m.mu.Unlock()
-			m.s.log.Error("giving up on runs that do not stop: another server adopts them once this one is gone", "runs", left)
-			m.giveUp()
-			close(m.abandoned)
-			select {
-			case <-done:
-			case <-time.After(time.Second):
-			}
-		}
-	}
-	close(m.quit)
-	<-m.loopDone
-	<-m.beatDone
-	m.cancelRuns()
-	m.giveUp()
-	m.mu.Lock()
-	for id := range m.secrets {
-		if _, ok := m.live[id]; !ok {
-			delete(m.secrets, id)
-		}
-	}
-	m.mu.Unlock()
 }

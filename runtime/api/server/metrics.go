@@ -28,7 +28,11 @@ type metrics struct {
 	active   prometheus.Gauge
 	panics   prometheus.Counter
 	voice    *prometheus.CounterVec
-	handler  http.Handler
+	// storeWaits counts the runs' waits for the store by why (unavailable,
+	// full); reclaimed the runs run again whose end went unrecorded
+	storeWaits *prometheus.CounterVec
+	reclaimed  prometheus.Counter
+	handler    http.Handler
 }
 
 func newMetrics(st store.Store, cat store.Catalog) *metrics {
@@ -60,6 +64,10 @@ func newMetrics(st store.Store, cat store.Catalog) *metrics {
 		}
 		return float64(n)
 	})
+	m.storeWaits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_store_waits_total",
+		Help: "Times a run found the store unavailable (or its disk full) and waited for it, by why."}, []string{"why"})
+	m.reclaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_runs_reclaimed_total",
+		Help: "Runs run again on this server because their end (or start) could not be recorded while the store was unavailable."})
 	m.voice = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_voice_sessions_total",
 		Help: "Voice sessions opened, by whether the agent was dispatched or already present."}, []string{"agent"})
 	if wc, ok := st.(store.WriteCounter); ok {
@@ -69,6 +77,7 @@ func newMetrics(st store.Store, cat store.Catalog) *metrics {
 		}))
 	}
 	m.reg.MustRegister(m.requests, m.latency, m.runs, m.nodes, m.degraded, m.usage, m.commits, m.active, m.panics, m.voice, queued,
+		m.storeWaits, m.reclaimed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m

@@ -22,7 +22,7 @@ func TestEventLogTakesNoEventAfterItsEnd(t *testing.T) {
 	st := memory.New()
 	notes := &notifier{log: discard(), every: time.Hour}
 	for i := range 300 {
-		l := newEventLog(ctx, st, discard(), notes, fmt.Sprint("r", i), "", "t", nil, func() {})
+		l := newEventLog(ctx, st, discard(), notes, fmt.Sprint("r", i), "", "t", nil, nil, func() {})
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() {
@@ -48,7 +48,7 @@ func TestEventLogEndsWithoutWaitingForTheBurst(t *testing.T) {
 	saveWait = time.Hour
 	st := memory.New()
 	notes := &notifier{log: discard(), every: time.Hour}
-	l := newEventLog(ctx, st, discard(), notes, "r", "", "t", nil, func() {})
+	l := newEventLog(ctx, st, discard(), notes, "r", "", "t", nil, nil, func() {})
 	l.add(runEvent("node_start"))
 	// the writer is waiting for the rest of the burst (the bounds here
 	// are against a hang: the burst window is an hour)

@@ -66,7 +66,19 @@ func (r Retention) Check() error {
 }
 
 // packBatch is how many runs' events one transaction packs.
-const packBatch = 8
+const packBatch = 32
+
+// A sweep behind works more: its share of the time grows with the work
+// it has left, from Retention.Share (a batch or less of runs to pack, or
+// of threads to delete) to catchUpShare once catchUpBatches batches wait,
+// so that a backlog is worked through while the runs still have the
+// store most of the time; the time a batch takes is what it cost the
+// store (on SQLite, the time its write held the store's writer, and the
+// time it read), not the time it waited behind the runs' writes.
+const (
+	catchUpShare   = 0.5
+	catchUpBatches = 50
+)
 
 // sweepLease names the lease the servers sharing a store take to sweep:
 // one sweeps at a time. No thread can have this id (store.CheckThreadID).
@@ -87,6 +99,13 @@ type retention struct {
 	work                               prometheus.Counter
 	sweeps                             *prometheus.CounterVec
 	sweeping                           prometheus.Gauge
+	// batched, when set, hears of each batch a sweep works through (the
+	// tests')
+	batched func(kind string, n int)
+	// backlog is the work left, as last counted (see backlog)
+	backlogMu    sync.Mutex
+	backlogAt    time.Time
+	backlogCount [2]int // threads, runs
 }
 
 // startRetention starts the server's sweeps: the idle threads and the
@@ -94,6 +113,16 @@ type retention struct {
 // idempotency keys that have expired.
 func (s *Server) startRetention() *retention {
 	cfg := s.cfg.Retention
+	r := s.newRetention(cfg, s.metrics.reg)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.loop(ctx)
+	return r
+}
+
+// newRetention makes the retention of cfg, its metrics in reg, not yet
+// sweeping.
+func (s *Server) newRetention(cfg Retention, reg *prometheus.Registry) *retention {
 	if cfg.Every == 0 {
 		cfg.Every = time.Minute
 	}
@@ -106,7 +135,7 @@ func (s *Server) startRetention() *retention {
 	r := &retention{s: s, cfg: cfg, pace: store.Pacer{Share: cfg.Share, MaxRest: 10 * time.Second}, done: make(chan struct{})}
 	counter := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_retention_" + name, Help: help})
-		s.metrics.reg.MustRegister(c)
+		reg.MustRegister(c)
 		return c
 	}
 	r.threads = counter("threads_deleted_total", "Idle threads the retention deleted, each with everything of it.")
@@ -119,10 +148,14 @@ func (s *Server) startRetention() *retention {
 	r.sweeps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_retention_sweeps_total",
 		Help: "Retention sweeps by outcome: done, failed, or skipped while another server sharing the store sweeps."}, []string{"outcome"})
 	r.sweeping = prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellis_retention_sweeping", Help: "1 while a retention sweep runs on this server."})
-	s.metrics.reg.MustRegister(r.sweeps, r.sweeping)
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go r.loop(ctx)
+	reg.MustRegister(r.sweeps, r.sweeping)
+	if _, ok := s.eng().Store.(store.Backlog); ok {
+		for i, kind := range []string{"threads", "runs"} {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trellis_retention_backlog",
+				Help:        "The retention's work left: idle threads to delete (kind threads), ended runs whose events are to be packed (kind runs); -1 when the store did not answer.",
+				ConstLabels: prometheus.Labels{"kind": kind}}, func() float64 { return float64(r.backlog(context.Background())[i]) }))
+		}
+	}
 	return r
 }
 
@@ -177,11 +210,14 @@ func (r *retention) sweep(ctx context.Context) {
 	r.sweeping.Set(1)
 	defer r.sweeping.Set(0)
 	held := time.Now()
-	// pace rests after a batch, and keeps the lease while the sweep goes
-	// on (or stops it, when another server took the lease over)
-	pace := func(ctx context.Context, took time.Duration) error {
+	// pace rests after a batch that took took, working share of the
+	// time, and keeps the lease while the sweep goes on (or stops it,
+	// when another server took the lease over)
+	pace := func(ctx context.Context, took time.Duration, share float64) error {
 		r.work.Add(took.Seconds())
-		if err := r.pace.Rest(ctx, took); err != nil {
+		p := r.pace
+		p.Share = share
+		if err := p.Rest(ctx, took); err != nil {
 			return err
 		}
 		if time.Since(held) > ttl/3 {
@@ -193,33 +229,132 @@ func (r *retention) sweep(ctx context.Context) {
 		return nil
 	}
 	start := time.Now()
+	// the idle threads and the runs to pack, a batch of each in turn:
+	// neither waits for the other's whole backlog
+	var idle *store.IdleSweep
 	if cfg.Idle > 0 {
-		_, err := store.PruneIdleThreads(ctx, st, store.IdleOptions{TTL: cfg.Idle, Pace: pace, Deleted: func(string) { r.threads.Inc() }})
-		if err != nil {
-			r.failed(ctx, "delete idle threads", err)
-			return
-		}
+		idle = store.NewIdleSweep(st, store.IdleOptions{TTL: cfg.Idle, Deleted: func(string) { r.threads.Inc() }})
 	}
+	var pack *packer
 	if cfg.Events > 0 {
-		if err := r.packEvents(ctx, cfg, pace); err != nil {
-			r.failed(ctx, "pack events", err)
-			return
+		pack = &packer{cat: r.s.cat, before: time.Now().Add(-cfg.Events), tokens: cfg.Tokens}
+	}
+	left := r.countBacklog(ctx)
+	for idle != nil || pack != nil {
+		if idle != nil {
+			b, err := idle.Step(ctx)
+			if err != nil {
+				r.failed(ctx, "delete idle threads", err)
+				return
+			}
+			left[0] -= b.Deleted
+			if r.batched != nil && b.Batch {
+				r.batched("threads", b.Deleted)
+			}
+			if !b.More {
+				idle = nil
+			}
+			if b.Batch {
+				if err := pace(ctx, b.Took, r.share(cfg, left[0])); err != nil {
+					r.failed(ctx, "delete idle threads", err)
+					return
+				}
+			}
+		}
+		if pack != nil {
+			b, more, err := pack.step(ctx)
+			if err != nil {
+				r.failed(ctx, "pack events", err)
+				return
+			}
+			r.runs.Add(float64(b.Runs))
+			r.events.Add(float64(b.Events))
+			r.kept.Add(float64(b.Kept))
+			left[1] -= b.Runs
+			if r.batched != nil && b.Runs > 0 {
+				r.batched("runs", b.Runs)
+			}
+			if !more {
+				pack = nil
+			}
+			if err := pace(ctx, b.Took, r.share(cfg, left[1])); err != nil {
+				r.failed(ctx, "pack events", err)
+				return
+			}
 		}
 	}
+	// what the configured retention's batches rest after, working share
+	// of the time
+	paced := func(ctx context.Context, took time.Duration) error { return pace(ctx, took, cfg.Share) }
 	if rq, ok := store.RequestsOf(st); ok {
-		if err := r.expireRequests(ctx, rq, pace); err != nil {
+		if err := r.expireRequests(ctx, rq, paced); err != nil {
 			r.failed(ctx, "delete expired idempotency keys", err)
 			return
 		}
 	}
 	if v, ok := st.(store.SpaceReturner); ok {
-		if err := r.returnSpace(ctx, v, pace); err != nil {
+		if err := r.returnSpace(ctx, v, paced); err != nil {
 			r.failed(ctx, "return free space", err)
 			return
 		}
 	}
 	r.sweeps.WithLabelValues("done").Inc()
 	r.s.log.Debug("retention sweep done", "took", time.Since(start).String())
+}
+
+// share is the part of the time a sweep may work with left batches'
+// worth of work left (see catchUpShare).
+func (r *retention) share(cfg Retention, left int) float64 {
+	behind := min(1, float64(max(left, 0))/float64(catchUpBatches*packBatch))
+	return max(cfg.Share, cfg.Share+(catchUpShare-cfg.Share)*behind)
+}
+
+// countBacklog counts the work a sweep begins with (threads to delete,
+// runs to pack), for its pace; unknown counts are 0.
+func (r *retention) countBacklog(ctx context.Context) [2]int {
+	r.backlogMu.Lock()
+	r.backlogAt = time.Time{} // counted again now
+	r.backlogMu.Unlock()
+	out := r.backlog(ctx)
+	for i := range out {
+		out[i] = max(out[i], 0)
+	}
+	return out
+}
+
+// backlogEvery is how long a count of the backlog serves the metrics.
+const backlogEvery = 10 * time.Second
+
+// backlog counts the idle threads and the runs to pack as the
+// configuration says (-1: the store did not answer), at most every
+// backlogEvery.
+func (r *retention) backlog(ctx context.Context) [2]int {
+	r.backlogMu.Lock()
+	defer r.backlogMu.Unlock()
+	if time.Since(r.backlogAt) < backlogEvery {
+		return r.backlogCount
+	}
+	cfg := r.config()
+	bl, ok := r.s.eng().Store.(store.Backlog)
+	if !ok {
+		return [2]int{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var out [2]int
+	var err error
+	if cfg.Idle > 0 {
+		if out[0], err = bl.IdleBacklog(ctx, time.Now().Add(-cfg.Idle)); err != nil {
+			out[0] = -1
+		}
+	}
+	if cfg.Events > 0 {
+		if out[1], err = bl.PackBacklog(ctx, time.Now().Add(-cfg.Events)); err != nil {
+			out[1] = -1
+		}
+	}
+	r.backlogAt, r.backlogCount = time.Now(), out
+	return out
 }
 
 func (r *retention) failed(ctx context.Context, what string, err error) {
@@ -230,19 +365,9 @@ func (r *retention) failed(ctx context.Context, what string, err error) {
 	r.s.log.Error("retention: "+what, "error", err.Error())
 }
 
-// packEvents packs the events of the runs that ended Events ago.
-func (r *retention) packEvents(ctx context.Context, cfg Retention, pace func(context.Context, time.Duration) error) error {
-	_, err := PackEvents(ctx, r.s.cat, time.Now().Add(-cfg.Events), cfg.Tokens, func(ctx context.Context, b PackBatch) error {
-		r.runs.Add(float64(b.Runs))
-		r.events.Add(float64(b.Events))
-		r.kept.Add(float64(b.Kept))
-		return pace(ctx, b.Took)
-	})
-	return err
-}
-
 // PackBatch is one transaction of PackEvents: how many runs it packed,
-// how many events they had and kept, and how long it took.
+// how many events they had and kept, and how long it took (what it cost
+// the store: see packer).
 type PackBatch struct {
 	Runs, Events, Kept int
 	Took               time.Duration
@@ -255,38 +380,13 @@ type PackBatch struct {
 // did in all.
 func PackEvents(ctx context.Context, cat store.Catalog, before time.Time, tokens string, done func(context.Context, PackBatch) error) (PackBatch, error) {
 	var total PackBatch
+	p := &packer{cat: cat, before: before, tokens: tokens}
 	for {
-		start := time.Now()
-		ids, err := cat.RunsToPack(ctx, before, packBatch)
-		if err != nil || len(ids) == 0 {
-			return total, err
-		}
-		packs := make([]store.EventPack, 0, len(ids))
-		var b PackBatch
-		for _, id := range ids {
-			evs, err := allEvents(ctx, cat, id)
-			if err != nil {
-				return total, err
-			}
-			p := store.EventPack{Run: id, Events: compactEvents(evs, tokens)}
-			if len(evs) > 0 {
-				p.Through = evs[len(evs)-1].Seq
-			}
-			b.Events += len(evs)
-			b.Kept += len(p.Events)
-			packs = append(packs, p)
-		}
-		n, err := cat.PackEvents(ctx, packs)
-		if err != nil {
-			return total, err
-		}
-		if n < len(packs) {
-			// another sweep packed some first: what they had is its to
-			// count
-			b.Events, b.Kept = b.Events*n/len(packs), b.Kept*n/len(packs)
-		}
-		b.Runs, b.Took = n, time.Since(start)
+		b, more, err := p.step(ctx)
 		total.Runs, total.Events, total.Kept, total.Took = total.Runs+b.Runs, total.Events+b.Events, total.Kept+b.Kept, total.Took+b.Took
+		if err != nil || b.Runs == 0 && !more {
+			return total, err
+		}
 		if done != nil {
 			if err := done(ctx, b); err != nil {
 				return total, err
@@ -294,7 +394,65 @@ func PackEvents(ctx context.Context, cat store.Catalog, before time.Time, tokens
 		} else if err := ctx.Err(); err != nil {
 			return total, err
 		}
+		if !more {
+			return total, nil
+		}
 	}
+}
+
+// packer packs the events of the runs that ended before before, a batch
+// at a time.
+type packer struct {
+	cat    store.Catalog
+	before time.Time
+	tokens string
+}
+
+// step packs the next batch and reports whether more may be left. The
+// batch's Took is what it cost the store: the time it read the runs'
+// events, and the time its write held the store's writer (on a store
+// that runs one write at a time; on another, the time the write took),
+// not the time it waited for the writer behind the runs' writes.
+func (p *packer) step(ctx context.Context) (PackBatch, bool, error) {
+	start := time.Now()
+	ids, err := p.cat.RunsToPack(ctx, p.before, packBatch)
+	if err != nil || len(ids) == 0 {
+		return PackBatch{}, false, err
+	}
+	packs := make([]store.EventPack, 0, len(ids))
+	var b PackBatch
+	all, err := p.cat.RunsEvents(ctx, ids)
+	if err != nil {
+		return b, false, err
+	}
+	for _, id := range ids {
+		evs := all[id]
+		pk := store.EventPack{Run: id, Events: compactEvents(evs, p.tokens)}
+		if len(evs) > 0 {
+			pk.Through = evs[len(evs)-1].Seq
+		}
+		b.Events += len(evs)
+		b.Kept += len(pk.Events)
+		packs = append(packs, pk)
+	}
+	read := time.Since(start)
+	var hold store.Hold
+	wrote := time.Now()
+	n, err := p.cat.PackEvents(store.WithHold(ctx, &hold), packs)
+	if err != nil {
+		return b, false, err
+	}
+	held, ok := hold.Held()
+	if !ok {
+		held = time.Since(wrote)
+	}
+	if n < len(packs) {
+		// another sweep packed some first: what they had is its to
+		// count
+		b.Events, b.Kept = b.Events*n/len(packs), b.Kept*n/len(packs)
+	}
+	b.Runs, b.Took = n, read+held
+	return b, len(ids) == packBatch, nil
 }
 
 // allEvents reads every event of a run, a page at a time.

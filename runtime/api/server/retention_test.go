@@ -6,13 +6,17 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/trellisflow/trellis"
 	"github.com/trellisflow/trellis/runtime/api"
+	"github.com/trellisflow/trellis/runtime/store"
 )
 
 // expectGone checks that every route of a thread answers 404 not_found
@@ -232,5 +236,72 @@ func TestRetentionCompactsEvents(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A sweep works through idle threads and runs to pack a batch of each in
+// turn, so that neither waits for the other's whole backlog (before, a
+// sweep deleted every idle thread before it packed a run: under load,
+// a backlog of either held the other up for the whole sweep); the
+// metric of the backlog counts what is left of each, and nothing once
+// the sweep is done.
+func TestRetentionInterleavesIdleThreadsAndPacking(t *testing.T) {
+	for _, b := range []string{"memory", "sqlite", "postgres"} {
+		t.Run(b, func(t *testing.T) {
+			h := newHarness(t, b, nil)
+			st := h.srv.eng().Store
+			old := time.Now().Add(-48 * time.Hour)
+			const threads, runs = 40, 200
+			for i := range threads {
+				if err := st.Commit(ctx, &store.Checkpoint{Thread: fmt.Sprint("acme/idle-", i), Seq: 1, Source: store.SourceCreate, Time: old,
+					Writes: []store.Write{{Field: "n", Version: 1, Value: i}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			evs := []store.EventRecord{{Seq: 1, Data: []byte(`{"type":"run_start"}`)}, {Seq: 2, Data: []byte(`{"type":"node_output","node":"a","text":"hi"}`)},
+				{Seq: 3, Data: []byte(`{"type":"run_end"}`)}}
+			for i := range runs {
+				id := fmt.Sprint("ended-", i)
+				if err := h.srv.cat.CreateRun(ctx, &store.RunRecord{ID: id, Tenant: "acme", Thread: "acme/kept", Flow: "interview",
+					Status: store.RunSucceeded, Input: []byte("{}"), Created: old, Finished: old.Add(time.Duration(i))}); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.srv.cat.AppendEvents(ctx, id, "", evs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := h.srv.newRetention(Retention{Idle: 24 * time.Hour, Events: time.Hour, Every: time.Hour, Share: 1, Tokens: TokensMerge}, prometheus.NewRegistry())
+			if got := r.backlog(ctx); got != [2]int{threads, runs} {
+				t.Fatalf("the backlog before the sweep: %v, want [%d %d]", got, threads, runs)
+			}
+			var order []string
+			deleted, packed := 0, 0
+			r.batched = func(kind string, n int) {
+				order = append(order, kind)
+				if kind == "threads" {
+					deleted += n
+				} else {
+					packed += n
+				}
+			}
+			r.sweep(ctx)
+			if deleted != threads || packed != runs {
+				t.Fatalf("the sweep deleted %d threads of %d, packed %d runs of %d", deleted, threads, packed, runs)
+			}
+			// the runs' first batch comes before the threads' last
+			first, last := slices.Index(order, "runs"), -1
+			for i, k := range order {
+				if k == "threads" {
+					last = i
+				}
+			}
+			if first < 0 || first > last {
+				t.Fatalf("the sweep's batches: %v: a backlog waited for the other's", order)
+			}
+			r.backlogAt = time.Time{}
+			if got := r.backlog(ctx); got != [2]int{} {
+				t.Fatalf("the backlog after the sweep: %v", got)
+			}
+		})
 	}
 }

@@ -212,10 +212,13 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, c *caller, id stri
 				writeJSON(w, http.StatusOK, info)
 				return nil
 			}
-			if rec.Status == store.RunQueued {
+			if rec.Status == store.RunQueued && s.isStopping() {
 				return notEnded(rec) // stopped by the shutdown, queued again
 			}
-			gone = lr // followed through its record from now on
+			// taken over by another server, or queued again for the
+			// store's outage (to run here or on another server once it is
+			// back): followed through its record from now on
+			gone = lr
 		}
 		rec, err := s.cat.Run(ctx, c.tenant, id)
 		if err != nil {

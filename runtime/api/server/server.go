@@ -147,6 +147,12 @@ type Config struct {
 	// Retention is what the server deletes and compacts by itself (the
 	// zero value: nothing).
 	Retention Retention
+	// StoreWait is how long, in all, a run waits for the store through
+	// outages (its connections lost, its server restarting, its disk
+	// full) before it is queued again to go on once the store is back,
+	// and how long the record of its end is tried again (default
+	// DefaultStoreWait).
+	StoreWait time.Duration
 	// Metrics are collectors of the program's own that /metrics reports
 	// with the server's (the trellis command gives its code sandbox's).
 	Metrics []prometheus.Collector
@@ -192,6 +198,8 @@ type Server struct {
 	runs    *manager
 	notes   *notifier
 	metrics *metrics
+	// health is whether the store takes writes, as the beat found it
+	health  *storeHealth
 	livekit *voiceRooms
 	// voiceCat keeps the voice sessions and their grants' signing key
 	// (nil: a store without them, where no grant is good).
@@ -238,6 +246,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PollEvery == 0 {
 		cfg.PollEvery = 200 * time.Millisecond
 	}
+	if cfg.StoreWait == 0 {
+		cfg.StoreWait = DefaultStoreWait
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -258,6 +269,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, cat: cat, stopping: make(chan struct{})}
 	s.metrics = newMetrics(st, cat)
+	s.health = newStoreHealth(s.metrics.reg)
 	// the handler is served once New returns, after s.runs is set
 	s.metrics.watchSecrets(func() int { return s.runs.secretCount() })
 	if err := s.metrics.add(cfg.Metrics); err != nil {
@@ -418,6 +430,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 const httpGrace = 2 * time.Second
 
 func (s *Server) beginStop() { s.stoppingOnce.Do(func() { close(s.stopping) }) }
+
+// isStopping reports whether the server's shutdown has begun.
+func (s *Server) isStopping() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
+}
 
 // Shutdown stops the runs as Serve does when its context ends, for a
 // server whose handler is served by someone else, which calls it once it
@@ -707,6 +729,15 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ *caller) error
 	if _, err := s.eng().Store.Threads(ctx, store.ThreadOptions{Limit: 1}); err != nil {
 		s.log.Warn("not ready", "error", err.Error())
 		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "unavailable", Error: "the store does not answer"})
+		return nil
+	}
+	// it answers reads; whether it takes writes, the beat says
+	switch class, _ := s.health.state(); class {
+	case store.Unavailable:
+		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "unavailable", Error: "the store does not take writes: runs wait for it"})
+		return nil
+	case store.Full:
+		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "unavailable", Error: "the store's disk is full: writes fail until space is freed, and runs wait for it"})
 		return nil
 	}
 	h := api.Health{Status: "ok"}

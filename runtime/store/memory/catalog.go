@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -213,7 +214,7 @@ func (s *Store) UpdateRun(_ context.Context, r *store.RunRecord, expect store.Ru
 		return err
 	}
 	old.Status, old.Error, old.Checkpoint, old.Started, old.Finished = r.Status, r.Error, r.Checkpoint, r.Started, r.Finished
-	old.Resume, old.Server, old.Stop, old.FlowVersion = r.Resume, r.Server, r.Stop, r.FlowVersion
+	old.Resume, old.Server, old.Stop, old.FlowVersion, old.WriteID = r.Resume, r.Server, r.Stop, r.FlowVersion, r.WriteID
 	return nil
 }
 
@@ -506,6 +507,20 @@ func (s *Store) Events(_ context.Context, run string, after int64, limit int) ([
 	return out, nil
 }
 
+// RunsEvents implements store.Catalog.
+func (s *Store) RunsEvents(_ context.Context, runs []string) (map[string][]store.EventRecord, error) {
+	c := s.cat()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string][]store.EventRecord{}
+	for _, run := range runs {
+		for _, e := range c.all(run) {
+			out[run] = append(out[run], store.EventRecord{Seq: e.Seq, Data: slices.Clone(e.Data)})
+		}
+	}
+	return out, nil
+}
+
 // LastEvent implements store.Catalog.
 func (s *Store) LastEvent(_ context.Context, run string) (*store.EventRecord, error) {
 	c := s.cat()
@@ -548,6 +563,20 @@ func (s *Store) RunsToPack(_ context.Context, before time.Time, limit int) ([]st
 	}
 	return out, nil
 }
+
+// PackBacklog implements store.Backlog.
+func (s *Store) PackBacklog(ctx context.Context, before time.Time) (int, error) {
+	ids, err := s.RunsToPack(ctx, before, math.MaxInt)
+	return len(ids), err
+}
+
+// IdleBacklog implements store.Backlog.
+func (s *Store) IdleBacklog(ctx context.Context, cutoff time.Time) (int, error) {
+	ts, err := s.Threads(ctx, store.ThreadOptions{IdleSince: cutoff, Roots: true})
+	return len(ts), err
+}
+
+var _ store.Backlog = (*Store)(nil)
 
 // PackEvents implements store.Catalog: the memory store keeps the events
 // kept as they are.

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,3 +94,24 @@ func (d catalogDB) Unique(err error) bool {
 }
 
 var _ store.Catalog = (*Store)(nil)
+
+// PackEvents implements store.Catalog in one call (see migration 035):
+// the packs are compressed before it, which only swaps the rows.
+func (s *Store) PackEvents(ctx context.Context, packs []store.EventPack) (int, error) {
+	runs, lasts, throughs := make([]string, len(packs)), make([]int64, len(packs)), make([]int64, len(packs))
+	counts, data := make([]int32, len(packs)), make([][]byte, len(packs))
+	for i, p := range packs {
+		runs[i], throughs[i] = p.Run, p.Through
+		if len(p.Events) == 0 {
+			continue
+		}
+		b, err := sqlstore.EncodePack(p.Events)
+		if err != nil {
+			return 0, fmt.Errorf("pack the events of run %s: %w", p.Run, err)
+		}
+		data[i], lasts[i], counts[i] = b, p.Events[len(p.Events)-1].Seq, int32(len(p.Events))
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT trellis_pack_events($1, $2, $3, $4, $5)`, runs, lasts, counts, data, throughs).Scan(&n)
+	return n, err
+}

@@ -2,8 +2,10 @@ package postgres
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
@@ -14,9 +16,11 @@ import (
 // transaction, sent as one batch (one round trip, one transaction, one
 // flush of the log) where each would have had its own. Each is one
 // statement that reports a conflict as a result, not an error, so a
-// group fails only on an error of the database's (a lost connection, a
-// deadlock): its statements are then run one by one, each with its own
-// result. Commits of one thread follow each other (a run waits for
+// group fails only on an error of the database's: when the server
+// reports it (a deadlock, a statement it refused), the transaction was
+// rolled back and its statements are run one by one, each with its own
+// result; when the connection fails, it may have committed, and every
+// write hears the failure. Commits of one thread follow each other (a run waits for
 // each), so a group never holds two of the same thread. The first
 // waiting write to find no group under way sends the group for all (it
 // leads); each returns once its own result is known.
@@ -99,8 +103,23 @@ func (s *Store) commitGroup(jobs []*groupJob) {
 			close(j.done)
 		}
 	}()
-	if len(jobs) > 1 && s.sendGroup(jobs) == nil {
-		return
+	if len(jobs) > 1 {
+		err := s.sendGroup(jobs)
+		if err == nil {
+			return
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || classify(err) == store.Unavailable && !rolledBack(pe) {
+			// the connection failed, not a statement: the transaction may
+			// have committed before its reply was lost, so running its
+			// statements again would judge each against its own work.
+			// Each writer hears the failure and tries again as it knows
+			// how (store.Recommitted, store.Reappended).
+			for _, j := range jobs {
+				j.err = err
+			}
+			return
+		}
 	}
 	for _, j := range jobs {
 		j.err = j.scan(s.pool.QueryRow(context.WithoutCancel(j.ctx), j.query, j.args...))
@@ -136,4 +155,12 @@ func (s *Store) sendGroup(jobs []*groupJob) error {
 		err = cerr
 	}
 	return err
+}
+
+// rolledBack reports whether the server's error pe, ending a group's
+// transaction, says the transaction was rolled back: an error of a
+// statement, or a conflict the server resolved by aborting it; not one
+// of the server's going away, which may come after the commit.
+func rolledBack(pe *pgconn.PgError) bool {
+	return pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "55P03"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
@@ -76,3 +77,58 @@ func (s *Store) writeBase(ctx context.Context, thread string, keep int) (uint64,
 		return nil
 	})
 }
+
+// PruneIdle implements store.IdlePruner: the threads in one write
+// transaction, each as Delete deletes it, under its lease taken as
+// Acquire takes it (a thread another holder's lease holds is left), and
+// only if it was not written since cutoff.
+func (s *Store) PruneIdle(ctx context.Context, threads []string, owner string, cutoff time.Time) ([]string, error) {
+	var gone, forget []string
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		gone, forget = gone[:0], forget[:0]
+		db := catalogDB{db: tx, s: s}
+		for _, thread := range threads {
+			now := time.Now()
+			res, err := tx.StmtContext(ctx, s.st.acquire).ExecContext(ctx, thread, owner, now.Add(time.Minute).UnixNano(), now.UnixNano())
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				continue // another holder's
+			}
+			var updated int64
+			err = tx.QueryRowContext(ctx, `SELECT updated_at FROM threads WHERE id = ?`, thread).Scan(&updated)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if err == nil && updated < sqlstore.Nanos(cutoff) {
+				children, err := childThreads(ctx, tx, thread)
+				if err != nil {
+					return err
+				}
+				err = sqlstore.DeleteThread(ctx, db, thread, children)
+				switch {
+				case err == nil:
+					gone = append(gone, thread)
+					forget = append(forget, children...)
+					continue
+				case !errors.Is(err, store.ErrBusy) && !errors.Is(err, store.ErrNotFound):
+					return err
+				}
+			}
+			if _, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, thread, owner); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range append(forget, gone...) {
+		s.cache.Forget(id)
+	}
+	return gone, nil
+}
+
+var _ store.IdlePruner = (*Store)(nil)

@@ -33,6 +33,7 @@ var migrations embed.FS
 // Store is a store.Store in a SQLite file.
 type Store struct {
 	db    *sql.DB
+	path  string // the database's file
 	cache *sqlstore.Cache
 	st    statements
 	// prepared are the shared catalog's statements, prepared once
@@ -51,6 +52,7 @@ type Store struct {
 	// since the last whole one (guarded by the writer), the state of the
 	// one beside the writes, and that one running
 	sinceCheckpoint int
+	truncateAt      int
 	bulk            atomic.Int32
 	checkpoints     sync.WaitGroup
 	// Hooks is the store's store.Webhooks and store.Schedules, and
@@ -173,7 +175,8 @@ func open(ctx context.Context, path string) (*Store, error) {
 	// a new file is made in incremental vacuum mode (the pragma comes
 	// before any table), so that ReturnSpace can give room back; it
 	// changes nothing in a file made before
-	for _, p := range []string{"auto_vacuum(INCREMENTAL)", "journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)", "foreign_keys(ON)", "wal_autocheckpoint(0)"} {
+	for _, p := range []string{"auto_vacuum(INCREMENTAL)", "journal_mode(WAL)", "busy_timeout(" + strconv.Itoa(busyTimeout) + ")", "synchronous(NORMAL)",
+		"foreign_keys(ON)", "wal_autocheckpoint(0)", "journal_size_limit(" + strconv.Itoa(journalLimit) + ")"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
@@ -186,7 +189,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	// prepares the statements again
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	s := &Store{db: db, cache: sqlstore.NewCache(256), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
+	s := &Store{db: db, path: filepath.Clean(path), cache: sqlstore.NewCache(256), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{db: db, s: s}}
 	s.Hooks, s.Versions = sqlstore.Hooks{DB: s.Catalog.DB}, sqlstore.Versions{DB: s.Catalog.DB}
 	s.Requests = sqlstore.Requests{DB: s.Catalog.DB}
@@ -282,6 +285,10 @@ func (s *Store) Migrations(ctx context.Context) ([]int, error) {
 
 // maxConns bounds the connections: one writes at a time, the others read.
 const maxConns = 8
+
+// busyTimeout is how long, in milliseconds, a connection waits for a
+// database another process (or the log's truncation) holds.
+const busyTimeout = 10000
 
 // write runs a write that is no transaction of its own (a vacuum) alone,
 // once this process's writes before it are done, and adds the time it
@@ -584,28 +591,13 @@ func (s *Store) Threads(ctx context.Context, opts store.ThreadOptions) ([]store.
 	return out, rows.Err()
 }
 
-// Delete implements store.Store. The threads of its child flows are
-// those whose ids sort between its own with ChildSep and with the next
-// character (SQLite compares text byte by byte).
+// Delete implements store.Store, with the threads of its child flows
+// (childThreads).
 func (s *Store) Delete(ctx context.Context, thread string) error {
 	var gone []string
 	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM threads WHERE id >= ? AND id < ?`,
-			thread+store.ChildSep, thread+string(rune(store.ChildSep[0]+1)))
+		children, err := childThreads(ctx, tx, thread)
 		if err != nil {
-			return err
-		}
-		var children []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			children = append(children, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		gone = append(children, thread)
@@ -615,6 +607,27 @@ func (s *Store) Delete(ctx context.Context, thread string) error {
 		s.cache.Forget(id)
 	}
 	return err
+}
+
+// childThreads lists the threads of the child flows thread ran: those
+// whose ids sort between its own with ChildSep and with the next
+// character (SQLite compares text byte by byte).
+func childThreads(ctx context.Context, tx *sql.Tx, thread string) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM threads WHERE id >= ? AND id < ?`,
+		thread+store.ChildSep, thread+string(rune(store.ChildSep[0]+1)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var children []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		children = append(children, id)
+	}
+	return children, rows.Err()
 }
 
 // Close implements store.Store.

@@ -293,6 +293,16 @@ func testPackedEvents(t *testing.T, c store.Catalog) {
 	if got, err := c.Events(ctx, "quiet", 0, 0); err != nil || len(got) != 0 {
 		t.Fatalf("events of a run without any: %v %v", got, err)
 	}
+	// several runs' events at once, packed or not, as Events reads them
+	// one by one
+	byRun, err := c.RunsEvents(ctx, []string{"ended-1", "running", "quiet", "gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(byRun) != 2 || !reflect.DeepEqual(byRun["ended-1"], kept) || !reflect.DeepEqual(byRun["running"], all) {
+		t.Fatalf("the events of several runs: %d runs, ended-1 %d events (want %d), running %d (want %d)",
+			len(byRun), len(byRun["ended-1"]), len(kept), len(byRun["running"]), len(all))
+	}
 	// pages of packed events, from any number
 	var paged []store.EventRecord
 	for after := int64(0); ; {

@@ -21,6 +21,15 @@ func Postgres(t testing.TB) string {
 	return pgtest.Database(t)
 }
 
+// PostgresCluster starts a PostgreSQL server for the calling test alone
+// and returns a database on it, with the server to stop and start (as
+// pg_ctl does: stopped, every connection is cut and new ones refused).
+func PostgresCluster(t testing.TB) (url string, stop, start func() error) {
+	t.Helper()
+	c, url := pgtest.NewCluster(t)
+	return url, c.Stop, c.Start
+}
+
 // URLs addresses a fresh store of each kind semantics tests run on, by
 // name: memory, SQLite (a file in the test's directory) and PostgreSQL.
 func URLs(t testing.TB) map[string]string {
@@ -59,4 +68,25 @@ func MainNoLeaks(m interface{ Run() int }, ignore ...goleak.Option) int {
 func PooledPostgres(t testing.TB) (pooled, direct string) {
 	t.Helper()
 	return pgtest.Pooled(t)
+}
+
+// ReplyLoser is a proxy in front of a PostgreSQL server that loses the
+// replies it is armed for (see PostgresLosingReplies).
+type ReplyLoser interface {
+	// LoseIf arms it: the next n requests trigger picks have their reply
+	// lost (with then set: the reply of the next request after it on the
+	// same connection that holds then).
+	LoseIf(trigger func(request []byte) bool, then string, n int)
+	// Lost is how many replies it lost.
+	Lost() int
+}
+
+// PostgresLosingReplies is Postgres reached through a loopback proxy that
+// loses replies: armed, it forwards a request and cuts the connection as
+// the server's reply comes back, so the server has done the work (a
+// write, committed) and the client hears only that its connection was
+// lost.
+func PostgresLosingReplies(t testing.TB) (string, ReplyLoser) {
+	t.Helper()
+	return pgtest.NewProxy(t, pgtest.Database(t))
 }

@@ -85,7 +85,7 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.Is(err, trellis.ErrBusy), errors.Is(err, trellis.ErrUnfinished), errors.Is(err, store.ErrLeased), errors.Is(err, store.ErrBusy):
 		return exitBusy
-	case errors.As(err, &se):
+	case errors.As(err, &se), store.Classify(err) != store.Permanent:
 		return exitStore
 	case errors.Is(err, context.Canceled):
 		return exitRuntime

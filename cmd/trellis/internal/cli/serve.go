@@ -41,6 +41,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	promote := fs.Bool("promote", false, "promote the versions loaded from --flows (at start and at each reload): new threads start on them on every server sharing the store (without it, only a flow with no promoted version yet gets one)")
 	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "how long a request's body may take to arrive once its headers have: a body that stalls is answered 408 request_timeout and nothing is done (an upload streamed as it is spoken is not bound)")
 	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a request's headers may take to arrive before the connection is dropped")
+	storeWait := fs.Duration("store-wait", server.DefaultStoreWait, "how long, in all, a run waits for the store through outages (its connections lost, its server restarting, its disk full) before it is queued again to go on once the store is back")
 	retain := server.Retention{Events: 2 * time.Minute}
 	fs.Var(daysFlag(&retain.Idle), "retain-idle", "delete the threads not written for this long, a `duration` such as 30d or 720h, each with all of its data: checkpoints, child flows' threads, runs, events, voice sessions (0: keep threads until deleted)")
 	fs.Var(daysFlag(&retain.Events), "retain-events", "keep a run's whole event stream, tokens included, this long after the run ends (a `duration` such as 2m, or days such as 1d), for clients to resume streams; then keep its node-level events, packed, and its tokens as --retain-tokens says (0: keep every event as it is)")
@@ -94,7 +95,10 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 		return code
 	}
 	defer flush()
-	rt, err := openRuntime(ctx, *storeAddr, trellis.WithLeaseTTL(*leaseTTL), tracer)
+	if *storeWait <= 0 {
+		return fail(env, "serve", usagef("--store-wait %s: want a positive duration", *storeWait))
+	}
+	rt, err := openRuntime(ctx, *storeAddr, trellis.WithLeaseTTL(*leaseTTL), trellis.WithStoreWait(*storeWait), tracer)
 	if err != nil {
 		return fail(env, "serve", err)
 	}
@@ -112,7 +116,7 @@ func cmdServe(ctx context.Context, env *Env, args []string) int {
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: *flows, Root: *root, Kinds: env.Registry, Logger: log, StopTimeout: *stopTimeout, DeadAfter: *deadAfter, NotifyURL: *notifyURL,
 		Voice: voiceCfg, Speech: sp, Page: page.Handler(), Studio: studio.Handler(), Metrics: SandboxMetrics(), Retention: retain, Webhooks: hooks, Schedules: sched,
-		BodyTimeout: *bodyTimeout, HeaderTimeout: *headerTimeout, Promote: *promote, Evals: serverEvals(), MCP: mcpserver.New})
+		BodyTimeout: *bodyTimeout, HeaderTimeout: *headerTimeout, Promote: *promote, Evals: serverEvals(), MCP: mcpserver.New, StoreWait: *storeWait})
 	if err != nil {
 		return fail(env, "serve", err)
 	}

@@ -111,6 +111,37 @@ func Restartable(t testing.TB) (url string, restart func() error) {
 	return createDatabase(t, s.url), s.restart
 }
 
+// Cluster is a server of a test's own (see NewCluster), which the test
+// stops and starts as an operator would.
+type Cluster struct{ s *server }
+
+// NewCluster starts a server for the calling test alone, from the local
+// binaries even when TRELLIS_TEST_DATABASE_URL is set, and returns it
+// with a database on it; it is removed when the test ends.
+func NewCluster(t testing.TB) (*Cluster, string) {
+	t.Helper()
+	s := &server{fast: true}
+	if err := s.start(); err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	t.Cleanup(s.stop)
+	return &Cluster{s: s}, createDatabase(t, s.url)
+}
+
+// Stop stops the server as pg_ctl stop -m fast does: every open
+// connection is cut, and new ones are refused until Start.
+func (c *Cluster) Stop() error {
+	return c.s.run("pg_ctl", "-D", filepath.Join(c.s.dir, "data"), "-m", "fast", "-w", "-t", "60", "stop")
+}
+
+// Start starts the stopped server again, on the same address.
+func (c *Cluster) Start() error {
+	return c.s.run("pg_ctl", "-D", filepath.Join(c.s.dir, "data"), "-l", filepath.Join(c.s.dir, "server.log"), "-w", "-t", "60", "-o", c.s.opts, "start")
+}
+
+// Restart restarts the server (pg_ctl restart -m fast).
+func (c *Cluster) Restart() error { return c.s.restart() }
+
 // createDatabase creates an empty database on the server of the admin URL.
 func createDatabase(t testing.TB, admin string) string {
 	t.Helper()

@@ -100,9 +100,9 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 		cfg = "null"
 	}
 	_, err := db.Exec(ctx, `INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint,
-		created_at, started_at, finished_at, resume, interrupt, server, stop, answers, config, trace) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		created_at, started_at, finished_at, resume, interrupt, server, stop, answers, config, trace, write_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, string(r.Status), input, r.Error, int64(r.Checkpoint),
-		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, string(r.Stop), answers, cfg, r.Trace)
+		nanos(r.Created), nanos(r.Started), nanos(r.Finished), r.Resume, r.Interrupt, r.Server, string(r.Stop), answers, cfg, r.Trace, r.WriteID)
 	if err != nil && db.Unique(err) {
 		return store.ErrExists
 	}
@@ -113,9 +113,9 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord, expect store.RunState, evs []store.EventRecord) error {
 	err := c.DB.Tx(ctx, func(db DB) error {
 		n, err := db.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
-			resume = ?, server = ?, stop = ?, flow_version = ? WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
+			resume = ?, server = ?, stop = ?, flow_version = ?, write_id = ? WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
 			string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, string(r.Stop), r.FlowVersion,
-			r.ID, string(expect.Status), expect.Server, string(expect.Stop))
+			r.WriteID, r.ID, string(expect.Status), expect.Server, string(expect.Stop))
 		if err != nil {
 			return err
 		}
@@ -144,14 +144,14 @@ func (c Catalog) changed(ctx context.Context, id string) error {
 }
 
 const runColumns = `id, tenant, thread, flow, flow_version, status, input, error, checkpoint, created_at, started_at, finished_at,
-	resume, interrupt, server, stop, answers, config, trace`
+	resume, interrupt, server, stop, answers, config, trace, write_id`
 
 func scanRun(rows Rows) (*store.RunRecord, error) {
 	var r store.RunRecord
 	var status, input, answers, cfg, stop string
 	var checkpoint, created, started, finished int64
 	if err := rows.Scan(&r.ID, &r.Tenant, &r.Thread, &r.Flow, &r.FlowVersion, &status, &input, &r.Error, &checkpoint,
-		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &stop, &answers, &cfg, &r.Trace); err != nil {
+		&created, &started, &finished, &r.Resume, &r.Interrupt, &r.Server, &stop, &answers, &cfg, &r.Trace, &r.WriteID); err != nil {
 		return nil, err
 	}
 	r.Stop = store.StopReason(stop)

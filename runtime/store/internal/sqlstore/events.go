@@ -5,10 +5,12 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,6 +138,58 @@ func (c Catalog) readEvents(ctx context.Context, run string, after int64, limit 
 	return out, nil
 }
 
+// RunsEvents implements store.Catalog: one query for the rows and the
+// packs of every run.
+func (c Catalog) RunsEvents(ctx context.Context, runs []string) (map[string][]store.EventRecord, error) {
+	out := map[string][]store.EventRecord{}
+	if len(runs) == 0 {
+		return out, nil
+	}
+	in := "(?" + strings.Repeat(", ?", len(runs)-1) + ")"
+	args := make([]any, 0, 2*len(runs))
+	for range 2 {
+		for _, r := range runs {
+			args = append(args, r)
+		}
+	}
+	rows, err := c.DB.Query(ctx, `SELECT run, seq, data, NULL FROM api_events WHERE run IN `+in+`
+		UNION ALL SELECT run, last, NULL, data FROM api_event_packs WHERE run IN `+in, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	packed := map[string][]byte{}
+	for rows.Next() {
+		var run string
+		var e store.EventRecord
+		var data *string
+		var pack []byte
+		if err := rows.Scan(&run, &e.Seq, &data, &pack); err != nil {
+			return nil, err
+		}
+		if data == nil {
+			packed[run] = append([]byte(nil), pack...)
+			continue
+		}
+		e.Data = []byte(*data)
+		out[run] = append(out[run], e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for run := range out {
+		slices.SortFunc(out[run], func(a, b store.EventRecord) int { return cmp.Compare(a.Seq, b.Seq) })
+	}
+	for run, p := range packed {
+		evs, err := mergeEvents(p, 0, out[run], math.MaxInt)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: %w", run, err)
+		}
+		out[run] = evs
+	}
+	return out, nil
+}
+
 // LastEvent implements store.Catalog.
 func (c Catalog) LastEvent(ctx context.Context, run string) (*store.EventRecord, error) {
 	evs, err := c.readEvents(ctx, run, 0, math.MaxInt, `SELECT seq, data, NULL FROM
@@ -175,6 +229,26 @@ func (c Catalog) RunsToPack(ctx context.Context, before time.Time, limit int) ([
 	}
 	return out, rows.Err()
 }
+
+// PackBacklog implements store.Backlog, through the index of the runs to
+// pack.
+func (c Catalog) PackBacklog(ctx context.Context, before time.Time) (int, error) {
+	var n int
+	err := one(ctx, c.DB, func(r Rows) error { return r.Scan(&n) }, `SELECT count(*) FROM api_runs WHERE NOT events_packed AND finished_at > 0
+		AND finished_at < ? AND status IN ('succeeded', 'failed', 'cancelled')`, nanos(before))
+	return n, err
+}
+
+// IdleBacklog implements store.Backlog, through the index of the
+// threads' last writes.
+func (c Catalog) IdleBacklog(ctx context.Context, cutoff time.Time) (int, error) {
+	var n int
+	err := one(ctx, c.DB, func(r Rows) error { return r.Scan(&n) }, `SELECT count(*) FROM threads WHERE updated_at < ? AND id NOT LIKE ?`,
+		nanos(cutoff), "%"+store.ChildSep+"%")
+	return n, err
+}
+
+var _ store.Backlog = Catalog{}
 
 // PackEvents implements store.Catalog. The packs are compressed before
 // the transaction, which only swaps the rows.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/trellisflow/trellis/runtime/store"
 )
@@ -22,14 +23,21 @@ import (
 // room.
 const packFormat = 1
 
+// packWriters keep DEFLATE's compressors for reuse: each holds some
+// hundreds of kilobytes of tables, which making one per pack allocated
+// and cleared again.
+var packWriters = sync.Pool{New: func() any {
+	w, _ := flate.NewWriter(io.Discard, flate.BestCompression)
+	return w
+}}
+
 // EncodePack packs events.
 func EncodePack(evs []store.EventRecord) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte(packFormat)
-	w, err := flate.NewWriter(&b, flate.BestCompression)
-	if err != nil {
-		return nil, err
-	}
+	w := packWriters.Get().(*flate.Writer)
+	defer packWriters.Put(w)
+	w.Reset(&b)
 	var n [2 * binary.MaxVarintLen64]byte
 	for _, ev := range evs {
 		k := binary.PutUvarint(n[:], uint64(ev.Seq))

@@ -248,12 +248,14 @@ type Meta struct {
 	Base    uint64             `json:"base,omitempty"`
 	Replies []store.Reply      `json:"replies,omitempty"`
 	Answers json.RawMessage    `json:"answers,omitempty"`
+	// ID is the checkpoint's write id (store.Checkpoint.WriteID).
+	ID string `json:"id,omitempty"`
 }
 
 // EncodeMeta serialises a checkpoint's writers, next nodes, recorded
-// configuration and input, branch, replies and answers.
+// configuration and input, branch, replies, answers and write id.
 func EncodeMeta(cp *store.Checkpoint) ([]byte, error) {
-	m := Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins, Base: cp.Base, Replies: cp.Replies}
+	m := Meta{Writers: cp.Writers, Next: cp.Next, Joins: cp.Joins, Base: cp.Base, Replies: cp.Replies, ID: cp.WriteID}
 	for _, f := range []struct {
 		v   map[string]any
 		out *json.RawMessage
@@ -278,7 +280,7 @@ func DecodeMeta(b []byte, cp *store.Checkpoint) error {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	cp.Writers, cp.Next, cp.Joins, cp.Base, cp.Replies = m.Writers, m.Next, m.Joins, m.Base, m.Replies
+	cp.Writers, cp.Next, cp.Joins, cp.Base, cp.Replies, cp.WriteID = m.Writers, m.Next, m.Joins, m.Base, m.Replies, m.ID
 	for _, f := range []struct {
 		raw json.RawMessage
 		out *map[string]any
@@ -344,6 +346,8 @@ type Migration struct {
 }
 
 // Migrations reads the migrations/*.sql files of fsys in version order.
+// Two files of one version are refused: a store records a version as
+// applied once, so the second would never run.
 func Migrations(fsys fs.FS) ([]Migration, error) {
 	files, err := fs.Glob(fsys, "migrations/*.sql")
 	if err != nil {
@@ -356,6 +360,9 @@ func Migrations(fsys fs.FS) ([]Migration, error) {
 		version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
 		if err != nil {
 			return nil, fmt.Errorf("migration %s: the name must start with its version", name)
+		}
+		if n := len(out); n > 0 && out[n-1].Version == version {
+			return nil, fmt.Errorf("migrations %s and %s: both have version %d", out[n-1].Name, name, version)
 		}
 		body, err := fs.ReadFile(fsys, f)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/trellisflow/trellis/runtime/store"
 )
@@ -117,5 +118,24 @@ func TestSpansCheckpoints(t *testing.T) {
 	}
 	if _, ok := (Spans{"log": {Base: 1, Tail: 2}}).Checkpoints(); ok {
 		t.Fatal("spans kept without their tails' checkpoints name them")
+	}
+}
+
+// Two migrations of one version would leave the second unapplied (a
+// store records a version once): they are refused, naming both.
+func TestMigrationsRefuseASharedVersion(t *testing.T) {
+	fsys := fstest.MapFS{
+		"migrations/001_a.sql": {Data: []byte("SELECT 1;")},
+		"migrations/002_b.sql": {Data: []byte("SELECT 2;")},
+		"migrations/002_c.sql": {Data: []byte("SELECT 3;")},
+	}
+	_, err := Migrations(fsys)
+	if err == nil || !strings.Contains(err.Error(), "002_b.sql and 002_c.sql") {
+		t.Fatalf("err = %v, want the two files of version 2 named", err)
+	}
+	delete(fsys, "migrations/002_c.sql")
+	ms, err := Migrations(fsys)
+	if err != nil || len(ms) != 2 || ms[1].Version != 2 {
+		t.Fatalf("migrations = %v, %v", ms, err)
 	}
 }
