@@ -21,7 +21,7 @@ func TestShippedDatasets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(files, []string{"examples/greet.eval.yaml", "interview.eval.yaml", "resume_review.eval.yaml"}) {
+	if !slices.Equal(files, []string{"examples/agent.eval.yaml", "examples/greet.eval.yaml", "interview.eval.yaml", "resume_review.eval.yaml"}) {
 		t.Fatalf("datasets %v", files)
 	}
 	known := map[string][]string{
@@ -30,6 +30,7 @@ func TestShippedDatasets(t *testing.T) {
 		"interview.eval.yaml":      nil,
 		"resume_review.eval.yaml":  nil,
 		"examples/greet.eval.yaml": nil,
+		"examples/agent.eval.yaml": nil,
 	}
 	for _, file := range files {
 		t.Run(file, func(t *testing.T) {

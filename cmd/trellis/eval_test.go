@@ -83,6 +83,8 @@ func TestEvalShippedDatasets(t *testing.T) {
 		"4 cases: 4 passed; 0 of 3 rankings failed",
 		"5 cases: 5 passed; 0 of 2 rankings failed",
 		"2 cases: 2 passed in",
+		"pass   looks the weather up for the city asked",
+		"pass   with no note to delete, deletes nothing",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("want %q in\n%s", want, out)
@@ -106,7 +108,7 @@ func TestEvalShippedDatasets(t *testing.T) {
 	if err := xml.Unmarshal(b, &doc); err != nil {
 		t.Fatalf("JUnit: %v\n%s", err, b)
 	}
-	if len(doc.Suites) != 3 || doc.Tests != 16 {
+	if len(doc.Suites) != 4 || doc.Tests != 18 {
 		t.Fatalf("JUnit: %d suites, %d tests", len(doc.Suites), doc.Tests)
 	}
 }

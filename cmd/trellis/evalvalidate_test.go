@@ -15,7 +15,7 @@ func TestValidateChecksEvalDatasets(t *testing.T) {
 	root := repoCopy(t)
 	flows := filepath.Join(root, "flows")
 	_, errs, code := trellis(t, "validate", flows)
-	if code != 0 || !strings.Contains(errs, "flows and 3 eval datasets checked: 0 errors;") || strings.Contains(errs, ".eval.yaml,") {
+	if code != 0 || !strings.Contains(errs, "flows and 4 eval datasets checked: 0 errors;") || strings.Contains(errs, ".eval.yaml,") {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	dataset := filepath.Join(flows, "interview.eval.yaml")

@@ -270,7 +270,7 @@ func (n *node) runBatch(ctx context.Context, s kind.State, where string, batch [
 				why += ": " + c.reason
 			}
 			results[i] = outcome{Error: why}
-			s.ToolEvent(kind.ToolEvent{ID: c.call.ID, Name: c.call.Tool, Kind: c.tool.Kind, Arguments: c.call.Args, Approval: c.approval, Error: why, Done: true})
+			s.ToolEvent(kind.ToolEvent{ID: c.call.ID, Name: c.call.Tool, Kind: c.tool.Kind, Seq: c.call.Seq, Arguments: c.call.Args, Approval: c.approval, Error: why, Done: true})
 			continue
 		}
 		wg.Add(1)
@@ -292,7 +292,7 @@ func (n *node) call(ctx context.Context, s kind.State, c *pendingCall) (outcome,
 	ran := false
 	v, err := s.Once(ctx, c.key, func(ctx context.Context) (any, error) {
 		ran = true
-		s.ToolEvent(kind.ToolEvent{ID: c.call.ID, Name: c.call.Tool, Kind: c.tool.Kind, Arguments: c.call.Args, Approval: c.approval})
+		s.ToolEvent(kind.ToolEvent{ID: c.call.ID, Name: c.call.Tool, Kind: c.tool.Kind, Seq: c.call.Seq, Arguments: c.call.Args, Approval: c.approval})
 		var res any
 		var err error
 		handled := false
@@ -310,7 +310,7 @@ func (n *node) call(ctx context.Context, s kind.State, c *pendingCall) (outcome,
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		}
-		s.ToolEvent(kind.ToolEvent{ID: c.call.ID, Name: c.call.Tool, Kind: c.tool.Kind, Arguments: c.call.Args, Error: err.Error(), Done: true})
+		s.ToolEvent(kind.ToolEvent{ID: c.call.ID, Name: c.call.Tool, Kind: c.tool.Kind, Seq: c.call.Seq, Arguments: c.call.Args, Error: err.Error(), Done: true})
 		// the tool's failure, not the model's: the prompt's fallback does
 		// not stand in for it
 		return nil, kind.Fails(fmt.Errorf("tool %q (%s): %w", c.call.Tool, c.tool.Kind, err))
@@ -320,7 +320,7 @@ func (n *node) call(ctx context.Context, s kind.State, c *pendingCall) (outcome,
 	}
 	o := outcomeOf(v)
 	if ran {
-		s.ToolEvent(kind.ToolEvent{ID: c.call.ID, Name: c.call.Tool, Kind: c.tool.Kind, Arguments: c.call.Args, Approval: c.approval,
+		s.ToolEvent(kind.ToolEvent{ID: c.call.ID, Name: c.call.Tool, Kind: c.tool.Kind, Seq: c.call.Seq, Arguments: c.call.Args, Approval: c.approval,
 			Result: o.Result, Error: o.Error, Done: true})
 	}
 	return o, nil

@@ -64,6 +64,7 @@ func Bind(ds *Dataset, g *flow.Graph) (*bound, diag.List) {
 	b.values(ds.With, ds.Config, ds.withAt, ds.configAt, &dl)
 	for _, c := range ds.Cases {
 		b.values(c.With, c.Config, c.withAt, c.configAt, &dl)
+		b.bindToolScripts(c, &dl)
 		for i, t := range c.Turns {
 			b.turn(c, i+1, t, &dl)
 			b.expect(t.Expect, true, &dl)
@@ -133,7 +134,9 @@ func (b *bound) turn(c *Case, n int, t *Turn, dl *diag.List) {
 	}
 	var askers []string
 	for _, nd := range g.Nodes {
-		if _, ok := nd.Impl.(kind.Asker); ok {
+		_, asks := nd.Impl.(kind.Asker)
+		_, pauses := nd.Impl.(kind.Interrupter) // a tool call waiting for approval
+		if asks || pauses {
 			askers = append(askers, nd.Name)
 		}
 	}
@@ -172,6 +175,9 @@ func (b *bound) expect(ex *Expect, turn bool, dl *diag.List) {
 		case target.name == "replies" && turn:
 			dl.Errorf(diag.CodeConstraint, target.checks[0].Pos, "expect.replies", "replies checks every reply of the case: put it in the case's expect, or check this turn's reply")
 		}
+	}
+	if ex.Tools != nil {
+		b.bindToolCalls(ex.Tools, dl)
 	}
 	if p := ex.Path; p != nil {
 		var names []string

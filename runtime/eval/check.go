@@ -34,7 +34,7 @@ func (b *bound) vars(o *outcome, in *engine.Interrupt) map[string]any {
 
 // checkExpect checks an expectation (of a turn, or with turn 0 of the
 // case) against the outcome; path is the run's (or every run's).
-func (b *bound) checkExpect(ex *Expect, o *outcome, path [][]string, in *engine.Interrupt, turn int) []CheckResult {
+func (b *bound) checkExpect(ex *Expect, o *outcome, path [][]string, tools []ToolRecord, in *engine.Interrupt, turn int) []CheckResult {
 	var out []CheckResult
 	vars := b.vars(o, in)
 	for _, c := range ex.State {
@@ -67,6 +67,9 @@ func (b *bound) checkExpect(ex *Expect, o *outcome, path [][]string, in *engine.
 	}
 	if ex.Path != nil {
 		out = append(out, checkPath(ex.Path, path, turn))
+	}
+	if ex.Tools != nil {
+		out = append(out, checkToolCalls(ex.Tools, tools, turn))
 	}
 	return out
 }

@@ -4,7 +4,8 @@
 // messages a person sends, so that a whole interview is one case) and
 // what to judge: assertions over the final state, the output and each
 // turn's reply (expressions, contains, regular expressions, JSON Schema),
-// the path the runs took (exact, in order, in any order, never), numeric
+// the path the runs took and the tool calls they made with their
+// arguments (exact, in order, in any order, never), numeric
 // scores with thresholds, and rubric judges (a model's score, replayed
 // from the dataset's cassette, or rules when no model is set). Rankings
 // compare cases: the strong candidate outscores the weak one.
@@ -49,6 +50,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/schema"
+	"github.com/trellisflow/trellis/runtime/testfile"
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
@@ -88,7 +90,10 @@ type Case struct {
 	Config            map[string]any
 	// Turns are the runs of the case after the opening one a
 	// conversational flow speaks first in (none: one run with no input).
-	Turns  []*Turn
+	Turns []*Turn
+	// Tools scripts the tool calls of every run of the case, by tool
+	// name, as flow tests script them.
+	Tools  map[string][]testfile.ToolCall
 	Expect *Expect
 	Scores []*Score
 	Judges []*Judge
@@ -100,6 +105,7 @@ type Case struct {
 	Pos   diag.Pos
 
 	withAt, configAt config.Value
+	toolPos          map[string]diag.Pos
 }
 
 // Turn is one run of a case: a message for a conversational flow (its
@@ -122,6 +128,7 @@ type Turn struct {
 type Expect struct {
 	State, Output, Reply, Replies []*Check
 	Path                          *Path
+	Tools                         *ToolCalls
 	Pos                           diag.Pos
 }
 
@@ -276,6 +283,7 @@ func formatFields() (config.Field, map[string]config.Field) {
 		checks("reply", "Over the reply (the conversation's output field after the run; for a case, the last reply)."),
 		checks("replies", "Over every reply of the case, the opening one included; a failure names the turn."),
 		config.Ref("path", "The nodes visited.", "path"),
+		config.Ref("tools", "The tool calls made, with their arguments.", "tools"),
 	)
 	turn := config.OneOf("", "A turn: a message (a conversational flow's input), or an object.",
 		str("", ""),
@@ -314,6 +322,7 @@ func formatFields() (config.Field, map[string]config.Field) {
 		config.Map("with", "Initial values (over with_file's and the dataset's).", nil),
 		config.Map("config", "The run configuration (over the dataset's).", nil),
 		config.List("turns", "The runs after the opening one: messages, or objects.", config.Elem(config.Ref("", "", "turn"))),
+		toolScriptsField(),
 		config.Ref("expect", "What must hold after the last turn.", "expect"),
 		config.List("scores", "Numbers with thresholds.", config.Elem(config.Ref("", "", "score"))),
 		config.List("judges", "Rubric judges.", config.Elem(config.Ref("", "", "judge"))),
@@ -338,7 +347,7 @@ func formatFields() (config.Field, map[string]config.Field) {
 		config.List("cases", "The cases.", config.Elem(config.Ref("", "", "case"))).NonEmpty(1).Require(),
 		config.List("rankings", "How cases rank by a score.", config.Elem(config.Ref("", "", "ranking"))),
 	)
-	return root, map[string]config.Field{"check": check, "path": path, "expect": expect, "turn": turn, "score": score, "judge": judge, "case": cse, "ranking": ranking}
+	return root, map[string]config.Field{"check": check, "path": path, "expect": expect, "turn": turn, "score": score, "judge": judge, "case": cse, "ranking": ranking, "tools": toolsField()}
 }
 
 // Load reads a dataset file. One that does not parse or does not fit the
@@ -451,6 +460,7 @@ func decodeCase(cn config.Value, dl *diag.List) *Case {
 		}
 		c.Turns = append(c.Turns, t)
 	}
+	c.Tools, c.toolPos = testfile.DecodeToolScripts(cn.Get("tools"), dl)
 	c.Expect = decodeExpect(cn.Get("expect"), dl)
 	for _, sn := range cn.Get("scores").Items() {
 		c.Scores = append(c.Scores, decodeScore(sn, dl))
@@ -576,6 +586,9 @@ func decodeExpect(v config.Value, dl *diag.List) *Expect {
 			}
 		}
 		ex.Path = path
+	}
+	if t := v.Get("tools"); t.Exists() {
+		ex.Tools = decodeToolCalls(t, dl)
 	}
 	return ex
 }

@@ -167,6 +167,9 @@ type TurnRecord struct {
 	Path [][]string `json:"path"`
 	// Degraded names the nodes that used a fallback, with why.
 	Degraded map[string]string `json:"degraded,omitempty"`
+	// Tools are the tool calls the run made, in the order they ended (a
+	// call a person rejected with its approval, though not made).
+	Tools []ToolRecord `json:"tools,omitempty"`
 	// Paused names the nodes the run paused at.
 	Paused []string `json:"paused,omitempty"`
 	Error  string   `json:"error,omitempty"`

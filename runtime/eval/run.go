@@ -17,8 +17,10 @@ import (
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/memory"
+	"github.com/trellisflow/trellis/runtime/testfile"
 )
 
 // Options say how an eval runs.
@@ -218,6 +220,9 @@ func (b *bound) runCase(ctx context.Context, c *Case, opts Options, record bool)
 		rr.Error = "the case's thread cannot be created: " + err.Error()
 		return rr, nil
 	}
+	if len(c.Tools) > 0 {
+		ctx = kind.WithToolMock(ctx, testfile.ToolMock(c.Tools))
+	}
 	var replies *engine.Replies
 	if !opts.Live {
 		if rs := opts.Cassette.replies(c.Name); len(rs) > 0 {
@@ -268,6 +273,12 @@ func (b *bound) runCase(ctx context.Context, c *Case, opts Options, record bool)
 		req.Input = in
 		var mu sync.Mutex
 		req.Observe = func(ev engine.Event) {
+			if ev.Type == engine.ToolEnd {
+				mu.Lock()
+				toolRecorder(ev, &rec.Tools)
+				mu.Unlock()
+				return
+			}
 			if ev.Type != engine.NodeEnd && ev.Type != engine.NodeFailed {
 				return
 			}
@@ -302,6 +313,8 @@ func (b *bound) runCase(ctx context.Context, c *Case, opts Options, record bool)
 		rec.Paused = pausedAt(res.Interrupt)
 		o.state = res.State
 		o.path = append(o.path, res.Path...)
+		sortCalls(rec.Tools)
+		o.tools = append(o.tools, rec.Tools...)
 		if g.Conversation != nil {
 			if s, ok := res.State[g.Conversation.Output].(string); ok {
 				rec.Reply = s
@@ -322,12 +335,12 @@ func (b *bound) runCase(ctx context.Context, c *Case, opts Options, record bool)
 			}
 		}
 		if tn.t != nil && tn.t.Expect != nil {
-			rr.Checks = append(rr.Checks, b.checkExpect(tn.t.Expect, o, res.Path, res.Interrupt, tn.n)...)
+			rr.Checks = append(rr.Checks, b.checkExpect(tn.t.Expect, o, res.Path, rec.Tools, res.Interrupt, tn.n)...)
 		}
 	}
 	if rr.Error == "" && o.state != nil {
 		if c.Expect != nil {
-			rr.Checks = append(rr.Checks, b.checkExpect(c.Expect, o, o.path, last.Interrupt, 0)...)
+			rr.Checks = append(rr.Checks, b.checkExpect(c.Expect, o, o.path, o.tools, last.Interrupt, 0)...)
 		}
 		vars := b.vars(o, last.Interrupt)
 		for _, s := range c.Scores {
@@ -359,6 +372,7 @@ func (b *bound) runCase(ctx context.Context, c *Case, opts Options, record bool)
 type outcome struct {
 	state      map[string]any
 	path       [][]string
+	tools      []ToolRecord
 	reply      string
 	replies    []any
 	replyTurns []int

@@ -254,6 +254,9 @@ type ToolEvent struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
 	Kind string `json:"kind,omitempty"`
+	// Seq numbers the node's calls in the order the model made them (from
+	// 1): calls made at once run at once, and end in any order.
+	Seq int `json:"seq,omitempty"`
 	// Arguments are the arguments it runs with (after an edit).
 	Arguments any `json:"arguments,omitempty"`
 	// Approval is how a call that waited was answered: approved, edited

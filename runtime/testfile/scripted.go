@@ -142,18 +142,39 @@ type badScript struct {
 // each tool's calls in order; a call beyond a tool's script runs it.
 func toolScripts(g *flow.Graph, t Test) (kind.ToolMock, []badScript) {
 	var bad []badScript
+	for _, name := range UnknownTools(g, t.Tools) {
+		bad = append(bad, badScript{t.toolPos[name], UnknownTool(g, name).Message()})
+	}
+	return ToolMock(t.Tools), bad
+}
+
+// UnknownTools lists the scripted tools flow g does not have, sorted.
+func UnknownTools(g *flow.Graph, tools map[string][]ToolCall) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(tools)) {
+		if _, ok := g.Tool(name); !ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// UnknownTool is the diagnostic for a tool flow g does not have, with
+// the closest name it has.
+func UnknownTool(g *flow.Graph, name string) diag.Diagnostic {
 	var names []string
 	for _, te := range g.ToolEntries {
 		for _, tool := range te.Tools {
 			names = append(names, tool.Name)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(t.Tools)) {
-		if _, ok := g.Tool(name); !ok {
-			d := diag.Diagnostic{Summary: fmt.Sprintf("tools: flow %s has no tool %q", g.Name, name), Suggestion: diag.Suggest(name, names)}
-			bad = append(bad, badScript{t.toolPos[name], d.Message()})
-		}
-	}
+	return diag.Diagnostic{Summary: fmt.Sprintf("tools: flow %s has no tool %q", g.Name, name), Suggestion: diag.Suggest(name, names)}
+}
+
+// ToolMock makes the mock that answers scripted tool calls (by tool
+// name), each tool's calls in order; a call beyond a tool's script runs
+// it. Each mock counts its own calls: make one per thread.
+func ToolMock(tools map[string][]ToolCall) kind.ToolMock {
 	var mu sync.Mutex
 	next := map[string]int{}
 	return func(_ context.Context, c *kind.Call) (any, bool, error) {
@@ -161,7 +182,7 @@ func toolScripts(g *flow.Graph, t Test) (kind.ToolMock, []badScript) {
 		i := next[c.Tool]
 		next[c.Tool]++
 		mu.Unlock()
-		calls := t.Tools[c.Tool]
+		calls := tools[c.Tool]
 		if i >= len(calls) || calls[i].Run {
 			return nil, false, nil
 		}
@@ -169,7 +190,7 @@ func toolScripts(g *flow.Graph, t Test) (kind.ToolMock, []badScript) {
 			return nil, true, kind.ToolFailed(errors.New(calls[i].Error))
 		}
 		return calls[i].Result, true, nil
-	}, bad
+	}
 }
 
 // ToolCall is one scripted tool call: its Result, its Error (the call
@@ -183,11 +204,30 @@ type ToolCall struct {
 
 // decodeTools reads a test's scripted tool calls.
 func decodeTools(t *Test, tools config.Value, dl *diag.List) {
+	t.Tools, t.toolPos = DecodeToolScripts(tools, dl)
+}
+
+// ToolScriptsField is the format of scripted tool calls: by tool name,
+// one entry per call.
+func ToolScriptsField(name, doc string) config.Field {
+	call := config.Object("", "One scripted tool call: exactly one of result, error or run.",
+		config.Any("result", "The call's result instead of the tool's: any value."),
+		config.String("error", "The call fails with this message, which the model is told.").NonEmpty(1),
+		config.Bool("run", "The tool runs for real."),
+	).OnlyOneOf("result", "error", "run").NonEmpty(1)
+	return config.Map(name, doc, config.Elem(config.List("", "", config.Elem(call))))
+}
+
+// DecodeToolScripts reads scripted tool calls that fit ToolScriptsField,
+// with where each tool is named (nil maps when there are none).
+func DecodeToolScripts(tools config.Value, dl *diag.List) (map[string][]ToolCall, map[string]diag.Pos) {
+	var out map[string][]ToolCall
+	pos := map[string]diag.Pos{}
 	for _, e := range tools.Entries() {
-		if t.Tools == nil {
-			t.Tools = map[string][]ToolCall{}
+		if out == nil {
+			out = map[string][]ToolCall{}
 		}
-		t.toolPos[e.Name] = e.Key.Pos()
+		pos[e.Name] = e.Key.Pos()
 		for _, cn := range e.Value.Items() {
 			c := ToolCall{Error: cn.Get("error").Text()}
 			run, _ := cn.Get("run").JSON()
@@ -201,9 +241,10 @@ func decodeTools(t *Test, tools config.Value, dl *diag.List) {
 				}
 				c.HasResult = true
 			}
-			t.Tools[e.Name] = append(t.Tools[e.Name], c)
+			out[e.Name] = append(out[e.Name], c)
 		}
 	}
+	return out, pos
 }
 
 func listOrNone(l []string) string {

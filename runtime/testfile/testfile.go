@@ -222,11 +222,6 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		str("error", "The node fails with this message.").NonEmpty(1),
 		config.Bool("run", "The node runs for real."),
 	).OnlyOneOf("set", "output", "error", "run").NonEmpty(1)
-	toolCall := config.Object("", "One scripted tool call: exactly one of result, error or run.",
-		config.Any("result", "The call's result instead of the tool's: any value."),
-		str("error", "The call fails with this message, which the model is told.").NonEmpty(1),
-		config.Bool("run", "The tool runs for real."),
-	).OnlyOneOf("result", "error", "run").NonEmpty(1)
 	run := config.Object("", "One run of the thread.",
 		config.Map("input", "The run's input.", nil),
 		config.Map("config", "The run's configuration.", nil),
@@ -247,8 +242,7 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		config.Map("with", "The thread's initial values.", nil),
 		config.Map("script", "Scripted calls by node (NODE[INDEX] for a map's item): one entry per call; a call beyond them runs the node.",
 			config.Elem(config.List("", "", config.Elem(config.Ref("", "", "call"))))),
-		config.Map("tools", "Scripted tool calls by tool name: one entry per call; a call beyond them runs the tool.",
-			config.Elem(config.List("", "", config.Elem(config.Ref("", "", "tool_call"))))),
+		ToolScriptsField("tools", "Scripted tool calls by tool name: one entry per call; a call beyond them runs the tool."),
 		config.List("runs", "The runs, in order (default: one run with no input).", config.Elem(config.Ref("", "", "run"))),
 		config.Ref("expect", "What must hold after the last run.", "expect"),
 		config.Bool("reload", "Also run the test with the state encoded, stored and decoded between every step, as another process reads it back, whatever trellis test's --reload says: both runs must pass, the same way."),
@@ -258,7 +252,7 @@ var format = sync.OnceValues(func() (*flow.Format, error) {
 		config.Any("fixtures", "A free place for YAML anchors the tests share."),
 		config.List("tests", "The tests.", config.Elem(config.Ref("", "", "test"))).Require(),
 	)
-	return flow.NewFormat("test file", root, map[string]config.Field{"expect": expect, "call": call, "tool_call": toolCall, "run": run, "test": test})
+	return flow.NewFormat("test file", root, map[string]config.Field{"expect": expect, "call": call, "run": run, "test": test})
 })
 
 // Load reads a test file. A file that does not parse or does not fit the
