@@ -146,7 +146,7 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 		}
 		t.items = append(t.items, itemsOf(s))
 		kept := t.tests(x.Arguments[1], true, fs.withoutItems())
-		item := t.refine(t.pointerPath(), itemsOf(s), kept)
+		item := t.refineMembers(t.pointerPath(), itemsOf(s), kept)
 		t.items = t.items[:len(t.items)-1]
 		return listOf(item)
 	case "sortBy", "sort", "reverse", "uniq":
