@@ -161,7 +161,7 @@ func (t *typer) refineMembers(path string, s *schema.Shape, fs facts) *schema.Sh
 		return s
 	}
 	var c *schema.Shape
-	for _, name := range s.Order {
+	for _, name := range slices.Sorted(maps.Keys(s.Props)) {
 		sub := path + "." + name
 		if _, ok := fs[sub]; !ok {
 			continue
