@@ -144,11 +144,7 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 		if !s.Is("array") || len(x.Arguments) < 2 {
 			return listOf(nil)
 		}
-		t.items = append(t.items, itemsOf(s))
-		kept := t.tests(x.Arguments[1], true, fs.withoutItems())
-		item := t.refine(t.pointerPath(), itemsOf(s), kept)
-		t.items = t.items[:len(t.items)-1]
-		return listOf(item)
+		return listOf(t.kept(x, s, fs))
 	case "sortBy", "sort", "reverse", "uniq":
 		s := arg(0).WithoutNull()
 		if x.Name == "sort" && arg(0).MayBeNull() {
@@ -180,8 +176,12 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 		}
 		return itemsOf(arg(0)).OrNull()
 	case "find", "findLast":
-		// none found: null
-		return itemsOf(arg(0)).OrNull()
+		// the item the predicate held of, or null when none did
+		s := arg(0).WithoutNull()
+		if !s.Is("array") || len(x.Arguments) < 2 {
+			return itemsOf(arg(0)).OrNull()
+		}
+		return t.kept(x, s, fs).OrNull()
 	case "concat":
 		var items *schema.Shape
 		for i, a := range args {
@@ -212,6 +212,16 @@ func (t *typer) builtin(x *ast.BuiltinNode, fs facts) *schema.Shape {
 		return schema.Of("object")
 	}
 	return anyShape()
+}
+
+// kept is the shape of the items of the list x reads (of shape s) that the
+// predicate of x (filter, find) holds of: what it tests of # and of its
+// members holds of them.
+func (t *typer) kept(x *ast.BuiltinNode, s *schema.Shape, fs facts) *schema.Shape {
+	t.items = append(t.items, itemsOf(s))
+	defer func() { t.items = t.items[:len(t.items)-1] }()
+	held := t.tests(x.Arguments[1], true, fs.withoutItems())
+	return t.refineMembers(t.pointerPath(), itemsOf(s), held)
 }
 
 // calls are the registered functions: their parameters' types and what

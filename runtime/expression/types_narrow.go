@@ -6,6 +6,7 @@ package expression
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -147,6 +148,48 @@ func (t *typer) tests(cond ast.Node, holds bool, fs facts) facts {
 		}
 	}
 	return nil
+}
+
+// refineMembers applies what fs knows of the value at path, and of its
+// members at any depth (path.f, path.f.g), to its shape: a member known
+// not to be null is present and not null, so an object's shape then
+// requires it. The items filter keeps are so refined by what its
+// predicate establishes of # where it holds.
+func (t *typer) refineMembers(path string, s *schema.Shape, fs facts) *schema.Shape {
+	s = t.refine(path, s, fs)
+	if s == nil || len(s.Props) == 0 {
+		return s
+	}
+	var c *schema.Shape
+	for _, name := range slices.Sorted(maps.Keys(s.Props)) {
+		sub := path + "." + name
+		if _, ok := fs[sub]; !ok {
+			continue
+		}
+		p := s.Props[name]
+		if p == nil {
+			continue
+		}
+		np := t.refineMembers(sub, p, fs)
+		notNull := fs[sub].notNull && !slices.Contains(s.Required, name)
+		if np == p && !notNull {
+			continue
+		}
+		if c == nil {
+			cp := *s
+			cp.Props = maps.Clone(s.Props)
+			cp.Required = slices.Clone(s.Required)
+			c = &cp
+		}
+		c.Props[name] = np
+		if notNull {
+			c.Required = append(c.Required, name)
+		}
+	}
+	if c == nil {
+		return s
+	}
+	return c
 }
 
 // nonEmpty is what a comparison of len(x) with a number establishes

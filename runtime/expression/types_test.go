@@ -144,3 +144,61 @@ func TestKnownValues(t *testing.T) {
 		t.Errorf("max: %+v", p.Type())
 	}
 }
+
+// The items filter keeps (and the one find finds) are narrowed by what
+// its predicate proves of them where it holds (# not null, a member not
+// null, at any depth), so
+// a list filtered to items with a value sums without a warning; a
+// predicate that proves nothing of the member read keeps the warning,
+// and the list filtered from is not narrowed.
+func TestFilterNarrowsItems(t *testing.T) {
+	meta := &schema.Shape{Types: []string{"object", "null"}, Closed: true,
+		Props: map[string]*schema.Shape{"score": {Types: []string{"number", "null"}}}, Order: []string{"score"}}
+	sub := &schema.Shape{Types: []string{"object"}, Closed: true, Required: []string{"executed", "quality"},
+		Props: map[string]*schema.Shape{"executed": {Types: []string{"boolean"}}, "quality": {Types: []string{"number", "null"}},
+			"amount": {Types: []string{"number"}}, "note": {Types: []string{"string", "null"}}, "meta": meta},
+		Order: []string{"executed", "quality", "amount", "note", "meta"}}
+	env := expression.NewEnv().WithFields("state", schema.Object(map[string]*schema.Shape{
+		"subs": {Types: []string{"array"}, Items: sub},
+		"qs":   {Types: []string{"array"}, Items: &schema.Shape{Types: []string{"number", "null"}}},
+	}))
+	for src, warns := range map[string]bool{
+		"let ran = filter(state.subs, .executed && .quality != nil); sum(map(ran, .quality)) / float(len(ran))": false,
+		"sum(map(filter(state.subs, .quality != nil), .quality))":                                               false,
+		"sum(map(filter(state.subs, nil != .quality), .quality))":                                               false,
+		"sum(map(filter(state.subs, #.quality != nil), .quality))":                                              false,
+		"sum(map(filter(state.subs, .quality != nil && .executed), .quality))":                                  false,
+		"sum(map(filter(state.subs, !(.quality == nil)), .quality))":                                            false,
+		"sum(map(filter(state.subs, .quality != nil && .quality > 0.5), .quality))":                             false,
+		"sum(map(filter(state.subs, .amount != nil), .amount))":                                                 false,
+		"sum(map(filter(state.subs, .meta != nil && .meta.score != nil), .meta.score))":                         false,
+		"sum(map(filter(state.subs, .meta?.score != nil), .meta.score))":                                        false,
+		"sum(filter(map(state.subs, .quality), # != nil))":                                                      false,
+		"sum(filter(state.qs, nil != #))":                                                                       false,
+		"let ran = filter(state.subs, .executed && .quality != nil); mean(map(ran, .quality))":                  false,
+		"let s = find(state.subs, .quality != nil); s == nil ? 0.0 : s.quality + 1":                             false,
+		"let s = findLast(state.subs, .meta?.score != nil); s == nil ? 0.0 : s.meta.score + 1":                  false,
+		// the predicate proves nothing of what is summed
+		"sum(map(filter(state.subs, .executed), .quality))":                    true,
+		"sum(map(filter(state.subs, .executed || .quality != nil), .quality))": true,
+		"sum(map(filter(state.subs, .note != nil), .quality))":                 true,
+		"sum(map(filter(state.subs, .executed), .amount))":                     true,
+		"sum(map(filter(state.subs, .quality == nil), .quality))":              true,
+		"sum(map(filter(state.subs, .meta != nil), .meta.score))":              true,
+		"sum(filter(state.qs, # == nil))":                                      true,
+		"let s = find(state.subs, .executed); s == nil ? 0.0 : s.quality + 1":  true,
+		"find(state.subs, .quality != nil).quality + 1":                        true,
+		// the list filtered from keeps its nulls
+		"let ran = filter(state.subs, .quality != nil); sum(map(state.subs, .quality)) + len(ran)": true,
+	} {
+		p, probs := expression.Compile(src, env, false)
+		if p == nil {
+			t.Errorf("%s: %+v", src, probs)
+			continue
+		}
+		got := len(probs) > 0 && probs[0].Code == diag.CodeExprMayBeNil && probs[0].Warning
+		if got != warns || !warns && len(probs) > 0 {
+			t.Errorf("%s: %+v, want a null warning: %v", src, probs, warns)
+		}
+	}
+}
