@@ -362,25 +362,12 @@ func Load(path string) (*Dataset, error) {
 
 // LoadSource reads a dataset's text as Load reads the file at path.
 func LoadSource(path string, src []byte) (*Dataset, error) {
-	var dl diag.List
-	doc := config.Parse(path, src, &dl)
-	if doc != nil {
-		fm, err := format()
-		if err != nil {
-			return nil, fmt.Errorf("dataset format: %w", err)
-		}
-		fm.Check(doc, &dl)
-	}
-	var ds *Dataset
-	if !dl.HasErrors() {
-		ds = decode(path, doc, &dl)
+	return flow.Read(path, src, "dataset", format, func(doc *config.File, dl *diag.List) *Dataset {
+		ds := decode(path, doc, dl)
 		ds.Source = src
-		checkRankings(ds, &dl)
-	}
-	if dl.HasErrors() {
-		return nil, &diag.ListError{List: dl.Sort(), Sources: diag.Sources{path: src}}
-	}
-	return ds, nil
+		checkRankings(ds, dl)
+		return ds
+	})
 }
 
 // Find lists the dataset files among paths: a file is taken as it is, a

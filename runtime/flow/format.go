@@ -618,3 +618,28 @@ func (fv *formatValidator) allowedKeys(absLoc string) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// Read parses src (the text of the file at path) and checks it against
+// the format format makes; a document that fits is handed to decode. Any
+// problem, the format's or decode's, makes a *diag.ListError with every
+// problem at its line and column.
+func Read[T any](path string, src []byte, what string, format func() (*Format, error), decode func(*config.File, *diag.List) T) (T, error) {
+	var dl diag.List
+	var out T
+	doc := config.Parse(path, src, &dl)
+	if doc != nil {
+		fm, err := format()
+		if err != nil {
+			return out, fmt.Errorf("%s format: %w", what, err)
+		}
+		fm.Check(doc, &dl)
+	}
+	if !dl.HasErrors() {
+		out = decode(doc, &dl)
+	}
+	if dl.HasErrors() {
+		var zero T
+		return zero, &diag.ListError{List: dl.Sort(), Sources: diag.Sources{path: src}}
+	}
+	return out, nil
+}

@@ -67,7 +67,6 @@
 package testfile
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -258,23 +257,9 @@ func Load(path string) (*File, error) {
 
 // LoadSource reads a test file's text as Load reads the file at path.
 func LoadSource(path string, src []byte) (*File, error) {
-	var dl diag.List
-	doc := config.Parse(path, src, &dl)
-	if doc != nil {
-		fm, err := format()
-		if err != nil {
-			return nil, fmt.Errorf("test file format: %w", err)
-		}
-		fm.Check(doc, &dl)
-	}
-	var f *File
-	if !dl.HasErrors() {
-		f = decode(path, doc, &dl)
-	}
-	if dl.HasErrors() {
-		return nil, &diag.ListError{List: dl.Sort(), Sources: diag.Sources{path: src}}
-	}
-	return f, nil
+	return flow.Read(path, src, "test file", format, func(doc *config.File, dl *diag.List) *File {
+		return decode(path, doc, dl)
+	})
 }
 
 // decode reads a test file that fits the format.
