@@ -1,7 +1,9 @@
 package mapnode_test
 
 import (
+	"bytes"
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,6 +34,22 @@ edges:
   - {from: START, to: each}
   - {from: each, to: END}
 `
+
+// waitGoroutinesGone waits until no goroutine's stack names fn, as the
+// runtime reports them; a minute's bound against a hang.
+func waitGoroutinesGone(t *testing.T, fn string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		n := runtime.Stack(buf, true)
+		if !bytes.Contains(buf[:n], []byte(fn)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines in %s still running a minute later:\n%s", fn, buf[:n])
+		}
+	}
+}
 
 // afterEnd is an observer counting the events that come after the run
 // returned.
@@ -91,6 +109,10 @@ func TestTimedOutMapLeavesNothingBehind(t *testing.T) {
 			if late.Abandoned < int64(tc.runs) || (late.Detached > 0) != tc.detached {
 				t.Fatalf("late %+v after %d runs", late, tc.runs)
 			}
+			// detached items end on their own: wait for their goroutines
+			// to be gone, so none outlives the test (the package's leak
+			// check reads every goroutine still running)
+			waitGoroutinesGone(t, "kindtest.(*sleepNode).Run")
 		})
 	}
 }
