@@ -490,11 +490,17 @@ func (p *inputProblems) addState(g *flow.Graph, state, input map[string]any) {
 			}
 			continue
 		}
+		if c.Pointer == "" {
+			// a constraint of the whole state
+			p.add(&InputError{Reason: "the state: " + c.Message})
+			continue
+		}
 		field, _, _ := strings.Cut(strings.TrimPrefix(c.Pointer, "/"), "/")
 		if _, given := input[config.Unescape(field)]; given && len(*p) > 0 {
 			continue
 		}
-		p.add(&InputError{Field: config.Unescape(field), Reason: c.Pointer + ": " + c.Message})
+		in, _ := c.Under("/" + field)
+		p.add(&InputError{Field: config.Unescape(field), Reason: in.String()})
 	}
 }
 
