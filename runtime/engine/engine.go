@@ -205,6 +205,11 @@ type Request struct {
 	// told (kind.State.Recorded): a node asking what it asked then is
 	// told the same again, instead of asking a model.
 	Replies *Replies
+	// PauseFirst pauses the run before its first step, whichever nodes
+	// that step runs, as though each had interrupt_before (a flow test's
+	// run stopped before it starts). It is the run's own: the compiled
+	// graph, which other runs may share, is not changed.
+	PauseFirst bool
 	// Config sets the run's configuration (the flow's config block):
 	// expressions read config.NAME. Values not marked secret are recorded
 	// with the run, so a resumed run has them again; secret ones are

@@ -138,8 +138,8 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			return nil, err
 		}
 		var pause *Interrupt
-		if pauseBefore && r.g.Pauses {
-			if names := pausing(triggered, func(n *flow.Node) bool { return n.InterruptBefore }); len(names) > 0 {
+		if pauseBefore && (r.g.Pauses || r.req.PauseFirst) {
+			if names := pausing(triggered, func(n *flow.Node) bool { return n.InterruptBefore || r.req.PauseFirst }); len(names) > 0 {
 				pause = &Interrupt{Before: names}
 			}
 		}

@@ -415,20 +415,10 @@ func orDone(err string) string {
 }
 
 // pauseFirst runs req pausing before its first step, as a run of nodes
-// that all pause before they run would.
+// that all pause before they run would; the graph, which other runs may
+// share, is left as it is.
 func pauseFirst(ctx context.Context, eng *engine.Engine, g *flow.Graph, req engine.Request) (*engine.Result, error) {
-	before := make([]bool, len(g.Nodes))
-	for i, n := range g.Nodes {
-		before[i], n.InterruptBefore = n.InterruptBefore, true
-	}
-	pauses := g.Pauses
-	g.Pauses = true
-	defer func() {
-		for i, n := range g.Nodes {
-			n.InterruptBefore = before[i]
-		}
-		g.Pauses = pauses
-	}()
+	req.PauseFirst = true
 	return eng.Run(ctx, g, req)
 }
 
