@@ -263,7 +263,7 @@ func (r *run) recordStart(ctx context.Context, triggered []*flow.Node) error {
 func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 	var asks []Ask
 	for _, n := range triggered {
-		a, ok := n.Impl.(kind.Asker)
+		a, ok := r.impl(n).(kind.Asker)
 		if !ok {
 			continue
 		}
@@ -290,7 +290,7 @@ func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 // others' (with sync durability: the others do not save pending writes).
 func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 	for _, n := range triggered {
-		if _, ok := n.Impl.(kind.Asker); !ok {
+		if _, ok := r.impl(n).(kind.Asker); !ok {
 			continue
 		}
 		if _, given := r.answers[n.Name]; !given {
