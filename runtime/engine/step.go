@@ -138,8 +138,8 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			return nil, err
 		}
 		var pause *Interrupt
-		if pauseBefore && r.g.Pauses {
-			if names := pausing(triggered, func(n *flow.Node) bool { return n.InterruptBefore }); len(names) > 0 {
+		if pauseBefore && (r.g.Pauses || r.req.PauseFirst) {
+			if names := pausing(triggered, func(n *flow.Node) bool { return n.InterruptBefore || r.req.PauseFirst }); len(names) > 0 {
 				pause = &Interrupt{Before: names}
 			}
 		}
@@ -263,7 +263,7 @@ func (r *run) recordStart(ctx context.Context, triggered []*flow.Node) error {
 func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 	var asks []Ask
 	for _, n := range triggered {
-		a, ok := n.Impl.(kind.Asker)
+		a, ok := r.impl(n).(kind.Asker)
 		if !ok {
 			continue
 		}
@@ -290,7 +290,7 @@ func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 // others' (with sync durability: the others do not save pending writes).
 func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 	for _, n := range triggered {
-		if _, ok := n.Impl.(kind.Asker); !ok {
+		if _, ok := r.impl(n).(kind.Asker); !ok {
 			continue
 		}
 		if _, given := r.answers[n.Name]; !given {
@@ -490,11 +490,17 @@ func (p *inputProblems) addState(g *flow.Graph, state, input map[string]any) {
 			}
 			continue
 		}
+		if c.Pointer == "" {
+			// a constraint of the whole state
+			p.add(&InputError{Reason: "the state: " + c.Message})
+			continue
+		}
 		field, _, _ := strings.Cut(strings.TrimPrefix(c.Pointer, "/"), "/")
 		if _, given := input[config.Unescape(field)]; given && len(*p) > 0 {
 			continue
 		}
-		p.add(&InputError{Field: config.Unescape(field), Reason: c.Pointer + ": " + c.Message})
+		in, _ := c.Under("/" + field)
+		p.add(&InputError{Field: config.Unescape(field), Reason: in.String()})
 	}
 }
 

@@ -57,6 +57,7 @@ var functions = []expr.Option{
 		return string(b), err
 	}, new(func(any) string)),
 	emptyConcat(),
+	uniqByValue(),
 }
 
 // emptyConcat replaces expr's concat with one that gives an empty list,
