@@ -28,8 +28,8 @@ func TestWaitingCommitsCommitTogether(t *testing.T) {
 	// the transactions are read from what the store counted and what
 	// PostgreSQL recorded on the rows written (the transaction that wrote
 	// each thread's head), not from the cluster's next transaction id,
-	// which any other transaction moves (autovacuum's analyses of the
-	// tables just written among them)
+	// which every transaction on the cluster that writes moves (another
+	// database's, autovacuum's)
 	var last [threads]int64 // each thread's head's writer
 	for i := range threads {
 		last[i] = writer(t, s, "threads", "id", fmt.Sprint("t", i))
