@@ -300,7 +300,7 @@ func TestRecognizerCancelled(t *testing.T) {
 	if c := children(t); len(c) != 0 {
 		t.Errorf("the cancelled transcription's recogniser is left: %s", describe(c))
 	}
-	// its decoding (a child of the recogniser, now of init) was killed
+	// its decoding (a child of the recogniser, now init's) was killed
 	// with it: the kernel ends it (a bound only against a hang)
 	fork := <-forked
 	for deadline := time.Now().Add(30 * time.Second); alive(fork, loaded[0]); time.Sleep(2 * time.Millisecond) {
