@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,9 +46,13 @@ type groupJob struct {
 }
 
 // committer queues the writes and holds the token of the group under
-// way.
+// way. It counts the transactions it began: the groups sent as one, and
+// the writes run each in its own (a group of one, or each of a group
+// that failed).
 type committer struct {
-	token chan struct{}
+	token  chan struct{}
+	groups atomic.Int64
+	alone  atomic.Int64
 	sqlstore.Waiting[*groupJob]
 }
 
@@ -104,6 +109,7 @@ func (s *Store) commitGroup(jobs []*groupJob) {
 		}
 	}()
 	if len(jobs) > 1 {
+		s.commits.groups.Add(1)
 		err := s.sendGroup(jobs)
 		if err == nil {
 			return
@@ -122,6 +128,7 @@ func (s *Store) commitGroup(jobs []*groupJob) {
 		}
 	}
 	for _, j := range jobs {
+		s.commits.alone.Add(1)
 		j.err = j.scan(s.pool.QueryRow(context.WithoutCancel(j.ctx), j.query, j.args...))
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/internal/pgtest"
 )
@@ -23,12 +25,20 @@ func TestWaitingCommitsCommitTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	xmax := func() int64 { return nextXID(t, s) }
+	// the transactions are read from what the store counted and what
+	// PostgreSQL recorded on the rows written (the transaction that wrote
+	// each thread's head), not from the cluster's next transaction id,
+	// which every transaction on the cluster that writes moves (another
+	// database's, autovacuum's)
+	var last [threads]int64 // each thread's head's writer
+	for i := range threads {
+		last[i] = writer(t, s, "threads", "id", fmt.Sprint("t", i))
+	}
 	// round 1: every commit good; round 2: one fails in the database
 	for round, bad := range []int{-1, 3} {
 		seq := uint64(round + 2)
 		s.commits.token <- struct{}{} // a group under way
-		before := xmax()
+		groups, alone := s.commits.groups.Load(), s.commits.alone.Load()
 		errs := make([]chan error, threads)
 		for i := range threads {
 			errs[i] = make(chan error, 1)
@@ -40,15 +50,7 @@ func TestWaitingCommitsCommitTogether(t *testing.T) {
 			}
 			go func() { errs[i] <- s.Commit(ctx, cp) }()
 		}
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) { // a bound against a hang
-			n := s.commits.Len()
-			if n == threads {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: %d commits waiting, want %d", round, n, threads)
-			}
-		}
+		waitQueued(t, s, threads)
 		<-s.commits.token
 		for i := range threads {
 			err := <-errs[i]
@@ -64,14 +66,28 @@ func TestWaitingCommitsCommitTogether(t *testing.T) {
 				t.Fatalf("round %d: head of t%d: %+v %v, want seq %d", round, i, h, herr, want)
 			}
 		}
-		used := xmax() - before
+		g, a := s.commits.groups.Load()-groups, s.commits.alone.Load()-alone
+		writers := map[int64][]int{} // the threads each transaction moved
+		for i := range threads {
+			x := writer(t, s, "threads", "id", fmt.Sprint("t", i))
+			switch {
+			case i == bad && x != last[i]:
+				t.Fatalf("round %d: the failed commit's thread t%d was written (by transaction %d)", round, i, x)
+			case i != bad && x == last[i]:
+				t.Fatalf("round %d: t%d's head is still the one transaction %d wrote", round, i, x)
+			case i != bad:
+				writers[x] = append(writers[x], i)
+			}
+			last[i] = x
+		}
 		switch {
-		case bad < 0 && used != 1:
-			t.Fatalf("%d good commits took %d transactions, want 1", threads, used)
-		case bad >= 0 && used != threads-1 && used != threads:
-			// each good commit alone, and the failed group's own if it
-			// wrote before the bad commit
-			t.Fatalf("a failed group's %d commits took %d transactions, want %d (one each good one, alone) or one more", threads, used, threads-1)
+		case bad < 0 && (g != 1 || a != 0 || len(writers) != 1):
+			t.Fatalf("%d good commits: %d groups and %d alone, committed by %d transactions %v; want 1 group, none alone, one transaction",
+				threads, g, a, len(writers), writers)
+		case bad >= 0 && (g != 1 || a != threads || len(writers) != threads-1):
+			// the group once, then each of its commits once, alone
+			t.Fatalf("a failed group's %d commits: %d groups and %d alone, the good ones committed by %d transactions %v; want 1 group, then %d alone, one transaction each good one",
+				threads, g, a, len(writers), writers, threads)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -101,9 +117,8 @@ func TestWaitingAppendsJoinTheCommits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	xmax := func() int64 { return nextXID(t, s) }
 	s.commits.token <- struct{}{} // a group under way
-	before := xmax()
+	groups, alone := s.commits.groups.Load(), s.commits.alone.Load()
 	errs := make(chan error, 2*n+1)
 	for i := range n {
 		cp := &store.Checkpoint{Thread: fmt.Sprint("acme/t", i), Seq: 2, Parent: 1, Run: "r", Step: 1, Source: store.SourceStep,
@@ -117,11 +132,7 @@ func TestWaitingAppendsJoinTheCommits(t *testing.T) {
 	refused := &store.EventAppend{Run: "r0", Holder: "other", Events: []store.EventRecord{{Seq: 2, Data: []byte(`{"type":"node_start"}`)}}}
 	refusedErr := make(chan error, 1)
 	go func() { refusedErr <- s.AppendNotify(ctx, refused) }()
-	for deadline := time.Now().Add(time.Minute); s.commits.Len() != 2*n+1; time.Sleep(time.Millisecond) { // a bound against a hang
-		if time.Now().After(deadline) {
-			t.Fatalf("%d writes waiting, want %d", s.commits.Len(), 2*n+1)
-		}
-	}
+	waitQueued(t, s, 2*n+1)
 	<-s.commits.token
 	for range 2 * n {
 		if err := <-errs; err != nil {
@@ -131,8 +142,19 @@ func TestWaitingAppendsJoinTheCommits(t *testing.T) {
 	if err := <-refusedErr; !errors.Is(err, store.ErrRunChanged) {
 		t.Fatalf("an append for a run another server holds: %v", err)
 	}
-	if used := xmax() - before; used != 1 {
-		t.Fatalf("%d commits and %d appends took %d transactions, want 1", n, n+1, used)
+	if g, a := s.commits.groups.Load()-groups, s.commits.alone.Load()-alone; g != 1 || a != 0 {
+		t.Fatalf("%d commits and %d appends: %d groups and %d alone, want 1 group", n, n+1, g, a)
+	}
+	// one transaction wrote every head and every event
+	writers := map[int64][]string{}
+	for i := range n {
+		th, run := fmt.Sprint("acme/t", i), fmt.Sprint("r", i)
+		x, y := writer(t, s, "threads", "id", th), writer(t, s, "api_events", "run", run)
+		writers[x] = append(writers[x], th)
+		writers[y] = append(writers[y], run)
+	}
+	if len(writers) != 1 {
+		t.Fatalf("the heads and events were written by %d transactions, want 1: %v", len(writers), writers)
 	}
 	for i := range n {
 		evs, err := s.Events(ctx, fmt.Sprint("r", i), 0, 10)
@@ -145,15 +167,34 @@ func TestWaitingAppendsJoinTheCommits(t *testing.T) {
 	}
 }
 
-// nextXID is the next transaction id PostgreSQL hands out: the
-// transactions that wrote between two reads are their difference.
-func nextXID(t *testing.T, s *Store) int64 {
+// waitQueued waits until n writes wait for the group under way.
+func waitQueued(t *testing.T, s *Store, n int) {
 	t.Helper()
-	var n int64
-	if err := s.pool.QueryRow(context.Background(), `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&n); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) { // a bound against a hang
+		q := s.commits.Len()
+		if q == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes waiting, want %d", q, n)
+		}
 	}
-	return n
+}
+
+// writer is the transaction that wrote the row of table whose column is
+// key (one row, or rows one transaction wrote), as PostgreSQL recorded it
+// (the row's xmin).
+func writer(t *testing.T, s *Store, table, column, key string) int64 {
+	t.Helper()
+	var xs []int64
+	rows, err := s.pool.Query(context.Background(), `SELECT DISTINCT xmin::text::bigint FROM `+table+` WHERE `+column+` = $1`, key)
+	if err == nil {
+		xs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("the writer of %s %s %q: %v %v, want one", table, column, key, xs, err)
+	}
+	return xs[0]
 }
 
 // openStore opens the store at url, closed when the test ends.

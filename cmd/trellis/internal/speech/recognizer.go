@@ -41,6 +41,10 @@ type recognizer struct {
 	stderr *os.File // what Python says when it fails (an unlinked file)
 	stop   sync.Once
 	said   string // stderr's start, once stopped
+	// mu orders a kill after close: once the decoder is reaped its
+	// number, and its group's, may be another's
+	mu      sync.Mutex
+	closing bool
 }
 
 // python finds the interpreter Debian's python3-pocketsphinx installs
@@ -353,13 +357,24 @@ func (r *recognizer) failed(ctx context.Context, err error) error {
 	return fmt.Errorf("pocketsphinx: %w (%s)", err, r.cmd.ProcessState)
 }
 
-// kill stops the decoder and the decoding it forked.
-func (r *recognizer) kill() { _ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL) }
+// kill stops the decoder and the decoding it forked, unless close has
+// already (a context's end may come after).
+func (r *recognizer) kill() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closing {
+		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
 
-// close stops the decoder and waits for it, once.
+// close stops the decoder and the decoding it forked, and reaps the
+// decoder, once: when it returns, the decoder's process is gone.
 func (r *recognizer) close() {
 	r.stop.Do(func() {
 		r.kill()
+		r.mu.Lock()
+		r.closing = true // no kill after this one: Wait frees the number
+		r.mu.Unlock()
 		_ = r.cmd.Wait()
 		b := make([]byte, 2048)
 		n, _ := r.stderr.ReadAt(b, 0)

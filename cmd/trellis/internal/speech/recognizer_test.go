@@ -3,6 +3,7 @@ package speech
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -107,17 +108,31 @@ func children(t *testing.T) []int {
 	return pids
 }
 
-// decoding waits until the recogniser pid has forked the decoding of
-// an utterance.
-func decoding(t *testing.T, pid int) {
+// settled waits until the recogniser pid has reaped the fork that
+// decoded its last utterance: the fork says the words before it ends, so
+// a transcription returns while it may still be there, and a fork seen
+// after settled is the next utterance's.
+func settled(t *testing.T, pid int) {
 	t.Helper()
-	f := "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children"
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) != "" {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) { // a bound against a hang
+		if len(kids(pid)) == 0 {
 			return
 		}
 	}
+	t.Fatalf("the recogniser %d never reaped its last utterance's decoding: %v", pid, kids(pid))
+}
+
+// decoding waits until the recogniser pid has forked the decoding of
+// an utterance (settled before it started), and returns that fork.
+func decoding(t *testing.T, pid int) int {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if k := kids(pid); len(k) > 0 {
+			return k[0]
+		}
+	}
 	t.Fatal("the recogniser never started decoding")
+	return 0
 }
 
 var phrases = []struct{ voice, text string }{
@@ -210,6 +225,7 @@ func TestRecognizerRestarts(t *testing.T) {
 		err  error
 	}
 	done := make(chan heard, 1)
+	settled(t, now[0])
 	go func() { text, err := o.recognize(ctx, long); done <- heard{text, err} }()
 	decoding(t, now[0])
 	if err := syscall.Kill(-now[0], syscall.SIGKILL); err != nil {
@@ -249,8 +265,10 @@ func TestRecognizerConcurrent(t *testing.T) {
 	}
 }
 
-// TestRecognizerCancelled: a transcription whose context ends returns
-// at once, and its decoder is stopped; the next is heard.
+// TestRecognizerCancelled: a transcription whose context ends while it
+// decodes returns, and by then its decoder is killed and reaped (no
+// process of it is left, not even a zombie), and the decoding it forked
+// killed; the next is heard, by a new decoder.
 func TestRecognizerCancelled(t *testing.T) {
 	needEngines(t)
 	o := NewOffline()
@@ -264,19 +282,62 @@ func TestRecognizerCancelled(t *testing.T) {
 	if len(loaded) != 1 {
 		t.Fatalf("recognisers: %v", loaded)
 	}
+	// the context ends once the recogniser decodes this utterance: its
+	// fork for the last one is gone first, so the fork seen is this one's
+	settled(t, loaded[0])
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { decoding(t, loaded[0]); cancel() }()
+	forked := make(chan int, 1)
+	go func() {
+		forked <- decoding(t, loaded[0])
+		cancel()
+	}()
 	long := audio.PCM{Rate: 16000, Samples: slices.Concat(pcm.Samples, pcm.Samples, pcm.Samples, pcm.Samples)}
 	if _, err := o.recognize(ctx, long); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled transcription: %v", err)
 	}
+	// read at once: the recogniser is reaped before the call returns
 	if c := children(t); len(c) != 0 {
-		t.Errorf("the cancelled transcription's recogniser is left: %v", c)
+		t.Errorf("the cancelled transcription's recogniser is left: %s", describe(c))
+	}
+	// its decoding (a child of the recogniser, now init's) was killed
+	// with it: the kernel ends it (a bound only against a hang)
+	fork := <-forked
+	for deadline := time.Now().Add(30 * time.Second); alive(fork, loaded[0]); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cancelled transcription's decoding %d is left: %s", fork, describe([]int{fork}))
+		}
 	}
 	if got, err := o.recognize(context.Background(), pcm); err != nil || got != want {
 		t.Fatalf("after a cancelled transcription: heard %q, %v; want %q", got, err, want)
 	}
+	if c := children(t); len(c) != 1 || c[0] == loaded[0] {
+		t.Errorf("recognisers were %v, are %v: one, new", loaded, c)
+	}
+}
+
+// alive reports whether pid runs in process group pgid: its /proc entry
+// is there, not a zombie's, and of that group (not a later process given
+// the number).
+func alive(pid, pgid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ppid pgrp ...
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid)
+}
+
+// describe is each pid with its state and command line, for a failure.
+func describe(pids []int) string {
+	var out []string
+	for _, pid := range pids {
+		stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		out = append(out, fmt.Sprintf("%d (%s) %q", pid, strings.TrimSpace(string(stat)), strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	return strings.Join(out, "; ")
 }
 
 // kids are a process's children.

@@ -154,8 +154,12 @@ func (o *Offline) Speak(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// acquire takes a place of slots.
+// acquire takes a place of slots; a context already ended takes none
+// (a free place and the end both ready, select would pick either).
 func acquire(ctx context.Context, slots chan struct{}) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	select {
 	case slots <- struct{}{}:
 		return func() { <-slots }, nil
