@@ -177,9 +177,11 @@ type page struct {
 }
 
 // open signs the page in with the studio's sign-in file, then opens the
-// flow in the signed-in tab and waits until it is drawn.
+// flow in the signed-in tab and waits until it is drawn. The page's
+// deadline is only against a hang: on a busy machine a test's runs and
+// redrawing take their time.
 func open(t *testing.T, s *studio, flow string) *page {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	b := browser.Chromium(t, 1280, 800)
 	p := &page{t: t, b: b, ctx: ctx, s: s, name: strings.NewReplacer("/", "-", "Test", "").Replace(t.Name())}
@@ -252,6 +254,43 @@ func (p *page) typeInto(selector, text string) {
 	if err := p.b.InsertText(p.ctx, text); err != nil {
 		p.t.Fatal(err)
 	}
+}
+
+// runID is the id of the run the page shows ("" before its stream has
+// named it, or when it shows none).
+func (p *page) runID() string {
+	p.t.Helper()
+	var id string
+	p.eval(`(trellisStudio.run && trellisStudio.run.id) || ''`, &id)
+	return id
+}
+
+// waitRunAfter waits until the page shows a run other than the one
+// named prev, settled (its end, and the thread as it left it, shown),
+// and cond holds.
+func (p *page) waitRunAfter(prev, cond string) {
+	p.t.Helper()
+	q, _ := json.Marshal(prev)
+	p.wait(`trellisStudio.run && trellisStudio.run.settled && trellisStudio.run.id !== ` + string(q) + ` && (` + cond + `)`)
+}
+
+// refresh presses the run panel's Refresh and waits until the thread
+// read anew is drawn: what was typed must outlive it.
+func (p *page) refresh() {
+	p.t.Helper()
+	var n int
+	p.eval(`trellisStudio.threadLoads || 0`, &n)
+	p.click("#refresh")
+	p.wait(`(trellisStudio.threadLoads || 0) > ` + strconv.Itoa(n))
+}
+
+// value is what a form field holds.
+func (p *page) value(selector string) string {
+	p.t.Helper()
+	var s string
+	sel, _ := json.Marshal(selector)
+	p.eval(`(document.querySelector(`+string(sel)+`) || {}).value || ''`, &s)
+	return s
 }
 
 func (p *page) text(selector string) string {
@@ -369,7 +408,7 @@ func TestStudioDrawsTheGraph(t *testing.T) {
 
 	// a node's settings, writes, reads and prompt
 	p.click(`#graph .node[data-node="greeting"]`)
-	p.wait(`document.querySelector('#node-rendered pre') !== null`)
+	p.wait(`document.querySelector('#panel-node h2').textContent.startsWith('greeting ') && document.querySelector('#node-rendered pre') !== null`)
 	if set := p.text("#node-settings"); !strings.Contains(set, "prompt: interview/greeting") {
 		t.Errorf("greeting's settings: %q", set)
 	}
@@ -614,7 +653,9 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 }
 
 // A paused run of the approval flow asks its question in the page; the
-// answer typed there resumes it and it completes.
+// answer typed there outlives the page drawing the thread anew, resumes
+// the run and it completes. Pressing Answer with nothing typed starts no
+// run (it would only ask again).
 func TestStudioAnswersAnInterrupt(t *testing.T) {
 	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
 	p := open(t, s, "approval")
@@ -630,9 +671,23 @@ func TestStudioAnswersAnInterrupt(t *testing.T) {
 		t.Errorf("the question shown: %q", q)
 	}
 	p.shot("interrupt")
-	p.typeInto("#answer-recruiter", `{"approve": true, "note": "strong"}`)
+	paused := p.runID()
 	p.click("#answer")
-	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('#interrupts .interrupt') === null`)
+	p.wait(`document.getElementById('status').classList.contains('error')`)
+	if st := p.text("#status"); !strings.Contains(st, "type an answer") || p.runID() != paused {
+		t.Errorf("Answer with nothing typed: the status says %q, the run shown is %q (was %q)", st, p.runID(), paused)
+	}
+	if runs, err := p.client.Runs(p.ctx, "shortlist"); err != nil || len(runs) != 1 {
+		t.Fatalf("Answer with nothing typed started a run: %v %+v", err, runs)
+	}
+	const answer = `{"approve": true, "note": "strong"}`
+	p.typeInto("#answer-recruiter", answer)
+	p.refresh()
+	if v := p.value("#answer-recruiter"); v != answer {
+		t.Fatalf("the answer typed, after the thread is drawn anew: %q", v)
+	}
+	p.click("#answer")
+	p.waitRunAfter(paused, `document.querySelector('#interrupts .interrupt') === null`)
 	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
 		t.Fatalf("the resumed run: %s", run)
 	}
@@ -678,9 +733,10 @@ func TestStudioAnswersNestedInterrupts(t *testing.T) {
 		t.Errorf("Cy's question's id: %q in %q", cyID, p.text(cy))
 	}
 	p.shot("two-questions")
+	first := p.runID()
 	p.typeInto("#answer-claims-2-manager", `{"approve": false, "note": "over budget"}`)
 	p.click("#answer")
-	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('` + cy + `') === null && document.querySelector('` + ada + `') !== null`)
+	p.waitRunAfter(first, `document.querySelector('`+cy+`') === null && document.querySelector('`+ada+`') !== null`)
 	st, err := p.client.State(p.ctx, "claims", 0)
 	if err != nil || len(st.Interrupts) != 1 || st.Interrupts[0].Path != "claims[0]/manager" {
 		t.Fatalf("after Cy's answer: %+v %v", st, err)
@@ -691,13 +747,28 @@ func TestStudioAnswersNestedInterrupts(t *testing.T) {
 	if h := p.text("#panel-history"); !strings.Contains(h, "Subflow claims[0]:") {
 		t.Errorf("the child's history: %q", h)
 	}
+	// back at the thread (its history and its questions read anew and
+	// drawn), Ada's question is answered; the answer outlives another
+	// drawing of the thread, and is what the run is resumed with
 	p.click("#back-to-thread")
+	p.wait(`document.querySelector('#timeline').dataset.ns === '' && !document.getElementById('back-to-thread')`)
 	p.click("#tab-run")
+	p.wait(`document.querySelector('` + ada + ` #answer-claims-0-manager') !== null && document.querySelector('` + cy + `') === null`)
+	second := p.runID()
+	var adaID string
+	p.eval(`document.querySelector('`+ada+`').dataset.id`, &adaID)
 	p.typeInto("#answer-claims-0-manager", `true`)
+	p.refresh()
+	if v := p.value("#answer-claims-0-manager"); v != "true" {
+		t.Fatalf("Ada's answer, after the thread is drawn anew: %q", v)
+	}
 	p.click("#answer")
-	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('#interrupts .interrupt') === null`)
+	p.waitRunAfter(second, `document.querySelector('#interrupts .interrupt') === null`)
 	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
 		t.Fatalf("the last run: %s", run)
+	}
+	if runs, err := p.client.Runs(p.ctx, "claims"); err != nil || len(runs) != 3 || !reflect.DeepEqual(runs[0].Answers, map[string]any{adaID: true}) {
+		t.Errorf("the runs: %v %+v", err, runs)
 	}
 	st, err = p.client.State(p.ctx, "claims", 0)
 	if err != nil || len(st.Interrupts) != 0 || st.Values["approved_total"] != 290 {
@@ -836,9 +907,19 @@ func TestStudioOpensASubflowThreadAndUpdates(t *testing.T) {
 	p.click("#back-to-thread")
 	p.wait(`document.querySelector('#timeline').dataset.ns === '' && document.getElementById('update') !== null`)
 
-	// update: greeting's words, corrected by hand
-	p.eval(`document.getElementById('update').open = true; document.getElementById('update-as').value = 'greeting'; true`, nil)
-	p.typeInto("#update-values", `{"next_message": "Hello again, Ada."}`)
+	// update: greeting's words, corrected by hand; what is typed outlives
+	// the page drawing the thread anew
+	p.click("#update summary")
+	p.eval(`(() => { const s = document.getElementById('update-as'); s.value = 'greeting'; s.dispatchEvent(new Event('change')); return true; })()`, nil)
+	const edit = `{"next_message": "Hello again, Ada."}`
+	p.typeInto("#update-values", edit)
+	p.click("#tab-run")
+	p.refresh()
+	p.click("#tab-history")
+	p.wait(`document.getElementById('update') !== null`)
+	if open, as, v := p.count("#update[open]"), p.value("#update-as"), p.value("#update-values"); open != 1 || as != "greeting" || v != edit {
+		t.Fatalf("the edit after the thread is drawn anew: open %d, as %q, values %q", open, as, v)
+	}
 	p.click("#update-button")
 	p.wait(`trellisStudio.state && trellisStudio.state.values.next_message === 'Hello again, Ada.'`)
 	st, err := p.client.State(p.ctx, "reviewed", 0)
@@ -1026,12 +1107,24 @@ func TestStudioApprovesAToolCall(t *testing.T) {
 	p.click("#run")
 	p.wait(`document.querySelector('#interrupts .interrupt[data-approval] fieldset[data-tool="delete_note"]') !== null`)
 	p.shot("approval")
-	p.click(`#interrupts fieldset[data-tool="delete_note"] input[data-decision="edit"]`)
-	p.eval(`document.querySelector('#interrupts fieldset[data-tool="delete_note"] textarea').value = '{"title": "older plans"}', true`, nil)
+	// the decision and the arguments, as a person gives them: they
+	// outlive the page drawing the thread anew
+	call := `#interrupts fieldset[data-tool="delete_note"]`
+	p.click(call + ` input[data-decision="edit"]`)
+	p.click(call + ` textarea`)
+	p.eval(`document.activeElement.select(), true`, nil)
+	if err := p.b.InsertText(p.ctx, `{"title": "older plans"}`); err != nil {
+		t.Fatal(err)
+	}
+	p.refresh()
+	if n, v := p.count(call+` input[data-decision="edit"]:checked`), p.value(call+` textarea`); n != 1 || v != `{"title": "older plans"}` {
+		t.Fatalf("after the thread is drawn anew, the edit is chosen %d times, with the arguments %q", n, v)
+	}
 	// (the page sends the run options again with the resume)
 	p.eval(`document.getElementById('config').value = `+string(cfg)+`, true`, nil)
+	paused := p.runID()
 	p.click("#answer")
-	p.wait(`trellisStudio.run && trellisStudio.run.settled`)
+	p.waitRunAfter(paused, `true`)
 	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
 		t.Fatalf("the resumed run: %s", run)
 	}
