@@ -284,6 +284,13 @@ func (p *page) refresh() {
 	p.wait(`(trellisStudio.threadLoads || 0) > ` + strconv.Itoa(n))
 }
 
+// selectThread chooses a thread in the header's list, as a person does.
+func (p *page) selectThread(id string) {
+	p.t.Helper()
+	q, _ := json.Marshal(id)
+	p.eval(`(() => { const s = document.getElementById('thread'); s.value = `+string(q)+`; s.dispatchEvent(new Event('change')); return s.value === `+string(q)+`; })()`, nil)
+}
+
 // value is what a form field holds.
 func (p *page) value(selector string) string {
 	p.t.Helper()
@@ -655,11 +662,19 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 // A paused run of the approval flow asks its question in the page; the
 // answer typed there outlives the page drawing the thread anew, resumes
 // the run and it completes. Pressing Answer with nothing typed starts no
-// run (it would only ask again).
+// run (it would only ask again); nor does pressing it while the page
+// moves to another thread (the server slow to answer): a thread's
+// questions are answered on that thread only, and what was typed for
+// them is there when it is shown again.
 func TestStudioAnswersAnInterrupt(t *testing.T) {
 	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
 	p := open(t, s, "approval")
 	p.click("#tab-run")
+	p.typeInto("#new-id", "other")
+	p.click("#create")
+	p.wait(`trellisStudio.thread && trellisStudio.thread.id === 'other' && document.getElementById('run-form') !== null`)
+	p.click("#new-thread")
+	p.wait(`!trellisStudio.thread && document.getElementById('new-id') !== null`)
 	p.typeInto("#new-id", "shortlist")
 	p.click("#create")
 	p.wait(`trellisStudio.thread && trellisStudio.thread.id === 'shortlist' && document.getElementById('run-form') !== null`)
@@ -680,8 +695,44 @@ func TestStudioAnswersAnInterrupt(t *testing.T) {
 	if runs, err := p.client.Runs(p.ctx, "shortlist"); err != nil || len(runs) != 1 {
 		t.Fatalf("Answer with nothing typed started a run: %v %+v", err, runs)
 	}
+	// another thread chosen, its state held back by a slow server: the
+	// page shows shortlist's question still, and Answer must not send it
+	// to the other thread
+	release, err := p.b.Hold(p.ctx, "*/v1/threads/other/state*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.selectThread("other")
+	p.wait(`trellisStudio.thread.id === 'other'`)
+	for p.b.Held() == 0 {
+		select {
+		case <-p.ctx.Done():
+			t.Fatal("the page asked for the other thread's state, and it was not held")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	const answer = `{"approve": true, "note": "strong"}`
 	p.typeInto("#answer-recruiter", answer)
+	p.click("#answer")
+	p.wait(`document.getElementById('status').classList.contains('error')`)
+	// (the page shows no run: shortlist's is not the other thread's)
+	if st := p.text("#status"); !strings.Contains(st, "shortlist's") || p.runID() != "" {
+		t.Errorf("Answer while another thread is on its way: the status says %q, the run shown is %q", st, p.runID())
+	}
+	for _, th := range []string{"other", "shortlist"} {
+		if runs, err := p.client.Runs(p.ctx, th); err != nil || len(runs) != map[string]int{"other": 0, "shortlist": 1}[th] {
+			t.Fatalf("Answer while another thread is on its way: %s's runs: %v %+v", th, err, runs)
+		}
+	}
+	if err := release(p.ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`trellisStudio.state && trellisStudio.state.thread === 'other' && document.querySelector('#interrupts .interrupt') === null`)
+	p.selectThread("shortlist")
+	p.wait(`trellisStudio.state && trellisStudio.state.thread === 'shortlist' && document.getElementById('answer-recruiter') !== null`)
+	if v := p.value("#answer-recruiter"); v != answer {
+		t.Fatalf("the answer typed, after another thread was shown: %q", v)
+	}
 	p.refresh()
 	if v := p.value("#answer-recruiter"); v != answer {
 		t.Fatalf("the answer typed, after the thread is drawn anew: %q", v)
