@@ -148,9 +148,67 @@ func start(t *testing.T, env []string, wrap []string, args ...string) *studio {
 	return s
 }
 
+// gate holds the model's answers while it is shut, as a model thinking
+// long would: a run asking it is under way for sure until it opens.
+type gate struct {
+	mu      sync.Mutex
+	shut    chan struct{} // closed to open the gate; nil while open
+	waiting int
+}
+
+func (g *gate) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		shut := g.shut
+		if shut != nil {
+			g.waiting++
+		}
+		g.mu.Unlock()
+		if shut != nil {
+			select {
+			case <-shut:
+			case <-r.Context().Done():
+			}
+			g.mu.Lock()
+			g.waiting--
+			g.mu.Unlock()
+			if r.Context().Err() != nil {
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// close shuts the gate; open opens it, letting the held requests on.
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut == nil {
+		g.shut = make(chan struct{})
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut != nil {
+		close(g.shut)
+		g.shut = nil
+	}
+}
+
+// held is how many requests wait at the shut gate.
+func (g *gate) held() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiting
+}
+
 // model is the scripted model of the interview, answering after a delay
-// as a real one would, so that a running node can be seen.
-func model(t *testing.T) []string {
+// as a real one would, so that a running node can be seen; behind a gate
+// a test may shut.
+func model(t *testing.T) ([]string, *gate) {
 	b, err := os.ReadFile(filepath.Join(root, "flows/examples/interview.model.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -161,9 +219,11 @@ func model(t *testing.T) []string {
 	}
 	srv := llmtest.New(rules...)
 	srv.Latency = 300 * time.Millisecond
-	ts := httptest.NewServer(srv)
+	g := &gate{}
+	ts := httptest.NewServer(g.wrap(srv))
 	t.Cleanup(ts.Close)
-	return []string{"OPENAI_BASE_URL=" + ts.URL + "/v1", "OPENAI_API_KEY=sk-test", "TRELLIS_MODEL=scripted"}
+	t.Cleanup(g.open)
+	return []string{"OPENAI_BASE_URL=" + ts.URL + "/v1", "OPENAI_API_KEY=sk-test", "TRELLIS_MODEL=scripted"}, g
 }
 
 // page is a browser on a studio, with the key the page signed in with.
@@ -237,6 +297,29 @@ func (p *page) wait(expr string) {
 		var status string
 		_ = p.b.Eval(context.Background(), `document.getElementById('status').textContent`, &status)
 		p.t.Fatalf("%v\nthe page's status: %s", err, status)
+	}
+}
+
+// waitValue evaluates expr until it is not null, and decodes that value
+// into out: what is seen at the moment a condition holds.
+func (p *page) waitValue(expr string, out any) {
+	p.t.Helper()
+	for {
+		var v json.RawMessage
+		err := p.b.Eval(p.ctx, expr, &v)
+		if err == nil && len(v) > 0 && string(v) != "null" {
+			if err := json.Unmarshal(v, out); err != nil {
+				p.t.Fatal(err)
+			}
+			return
+		}
+		select {
+		case <-p.ctx.Done():
+			var status string
+			_ = p.b.Eval(context.Background(), `document.getElementById('status').textContent`, &status)
+			p.t.Fatalf("waiting for %s: %v (last error: %v)\nthe page's status: %s", expr, p.ctx.Err(), err, status)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
@@ -528,7 +611,8 @@ func candidate(t *testing.T) string {
 // checkpoint makes a thread whose state is that checkpoint's, with the
 // greeting's run it was in the middle of, resumed from the page.
 func TestStudioStreamsATurnAndForks(t *testing.T) {
-	s := start(t, model(t), nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
+	env, thinking := model(t)
+	s := start(t, env, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
 	p := open(t, s, "interview")
 
 	// a thread from the form: the fields with no default, the resume
@@ -559,9 +643,11 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 	const answer = "I build data pipelines in Go and PostgreSQL at Northwind."
 	p.typeInto("#say", answer)
 	p.click("#send")
-	p.wait(`trellisStudio.run.active && document.querySelector('#graph .node.running') !== null && trellisStudio.run.tokens.length > 0`)
+	// the node running as the tokens stream, read as it is seen (it may
+	// end the next moment)
 	var running string
-	p.eval(`document.querySelector('#graph .node.running').dataset.node`, &running)
+	p.waitValue(`(() => { const n = document.querySelector('#graph .node.running');
+		return trellisStudio.run.active && n && trellisStudio.run.tokens.length > 0 ? n.dataset.node : null; })()`, &running)
 	if tokens := p.text("#tokens"); tokens == "" {
 		t.Error("no tokens are shown while the run goes on")
 	}
@@ -630,14 +716,24 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 		t.Fatalf("the fork's greeting, resumed: %s", run)
 	}
 
-	// a turn on the fork, cancelled while the model thinks: the thread is
-	// left part way, and resumed from the page
+	// a turn on the fork, cancelled while the model thinks (it answers
+	// nothing until the cancel is pressed): the thread is left part way,
+	// and resumed from the page
 	p.click("#tab-run")
+	thinking.close()
 	p.typeInto("#say", "Hello from the fork.")
 	p.click("#send")
 	p.wait(`trellisStudio.run.active && trellisStudio.run.id && document.querySelector('#graph .node.running') !== null`)
+	for thinking.held() == 0 {
+		select {
+		case <-p.ctx.Done():
+			t.Fatal("the turn did not ask the model")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	p.click("#cancel")
 	p.wait(`trellisStudio.run.settled`)
+	thinking.open()
 	var runID string
 	p.eval(`trellisStudio.run.id`, &runID)
 	run, err := p.client.Run(p.ctx, forked, runID)
