@@ -49,6 +49,7 @@ edges:
 
 const pauseReview = `version: 1
 name: review
+input: [resume]
 state:
   schema:
     type: object
@@ -60,7 +61,7 @@ state:
   reducers:
     notes: append
 nodes:
-  read: {kind: gate, set: {notes: "'read ' + state.resume"}}
+  read: {kind: gate, set: {notes: "'read ' + input.resume"}}
   inner:
     kind: subflow
     flow: check.yaml
@@ -76,6 +77,7 @@ edges:
 
 const pauseCheck = `version: 1
 name: check
+input: [subject]
 state:
   schema:
     type: object
@@ -85,7 +87,7 @@ state:
       verdict: {type: string, default: ""}
       seen: {type: integer, default: 0}
 nodes:
-  scan: {kind: gate, set: {seen: "len(state.subject)"}}
+  scan: {kind: gate, set: {seen: "len(input.subject)"}}
   approve:
     kind: interrupt
     ask: "{'approve': state.subject, 'seen': state.seen}"
@@ -245,6 +247,7 @@ edges:
 
 const claimFlow = `version: 1
 name: claim
+input: [who, amount]
 state:
   schema:
     type: object
@@ -255,7 +258,7 @@ state:
       large: {type: boolean, default: false}
       outcome: {type: string, default: ""}
 nodes:
-  assess: {kind: gate, set: {large: "state.amount >= 100"}}
+  assess: {kind: gate, set: {large: "input.amount >= 100"}}
   approve:
     kind: interrupt
     ask: "state.who + ' claims ' + string(state.amount)"
@@ -467,9 +470,11 @@ func TestPausedChildHistoryUpdateAndFork(t *testing.T) {
 			id := res.Interrupt.Asks[0].ID
 			ns, _, _ := strings.Cut(id, "|")
 			child := engine.ChildThread("t", ns)
-			// the paused child's history: created, then read, waiting on inner
+			// the paused child's history: created, its run's input, then
+			// read, waiting on inner
 			cps, err := st.History(ctx, child, store.HistoryOptions{})
-			if err != nil || len(cps) != 2 || cps[0].Writers[0].Node != "read" || !slices.Equal(cps[0].Next, []string{"inner"}) {
+			if err != nil || len(cps) != 3 || cps[1].Source != store.SourceInput ||
+				cps[0].Writers[0].Node != "read" || !slices.Equal(cps[0].Next, []string{"inner"}) {
 				t.Fatalf("the child's history: %+v %v", cps, err)
 			}
 			// an update of the paused child, and one of the paused root

@@ -7,19 +7,27 @@
 //	review:
 //	  kind: subflow
 //	  flow: resume_review.yaml         # relative to this file
-//	  input:                           # the child's starting values
+//	  input:                           # the child run's input
 //	    resume: "state.resume"
 //	    target_role: "state.target_role"
+//	  state: {max_iterations: "1"}     # the child thread's starting values
 //	  config: {threshold: "8.0"}       # the child run's configuration
 //	  writes:                          # over output: the child's final state
 //	    review_score: "output.integrated_score"
 //
-// The validator checks input against the child's state schema (every
-// field it requires without a default must be given), config against its
-// config block, and writes against this flow's fields; flows that include
-// each other are a load error. A child that pauses (it asks a person, at
-// any depth) pauses this run at the node: the resumed run runs the node
-// again, and the child goes on where it stopped.
+// input is the child run's input, as a caller's run input would be (the
+// child reads it as input.NAME, and its input fields take it as state.NAME
+// too): the validator checks it against the child's declared inputs (one
+// it does not declare is an error, as is one it reads with nothing to fall
+// back on and is not given), and the engine checks it at run time as it
+// checks any run's input. state seeds any field of the child's state
+// before its run, as a thread created with values. Each field the child's
+// state requires without a default is given under one or the other. The
+// validator checks config against the child's config block and writes
+// against this flow's fields; flows that include each other are a load
+// error. A child that pauses (it asks a person, at any depth) pauses this
+// run at the node: the resumed run runs the node again, and the child
+// goes on where it stopped.
 package subflow
 
 import (
@@ -42,7 +50,9 @@ var Spec = kind.Spec{
 	Summary: "Run another flow file as one node: its state and checkpoints live in a thread under this one's namespace, it starts from values mapped from this flow, and its final state is written back through expressions.",
 	Fields: []config.Field{
 		config.String("flow", "The flow file to run, relative to this file.").NonEmpty(1).Require(),
-		config.Map("input", "Child field to expression over this flow's state, input and config: the child thread's starting values (any field of its state; each field it requires without a default must be given).",
+		config.Map("input", "Child input to expression over this flow's state, input and config: the child run's input, as a caller's run input (the child reads it as input.NAME; each of its declared inputs it reads with nothing to fall back on must be given, and no other name).",
+			config.Elem(config.Expression("", ""))),
+		config.Map("state", "Child field to expression over this flow's state, input and config: the child thread's starting values (any field of its state). Each field its state requires without a default is given here or under input.",
 			config.Elem(config.Expression("", ""))),
 		config.Map("config", "Child config key to expression over this flow's state, input and config: the child run's configuration.",
 			config.Elem(config.Expression("", ""))),
@@ -60,6 +70,7 @@ type binding struct {
 type node struct {
 	flow   *kind.Subflow
 	input  []binding
+	state  []binding
 	config []binding
 	writes kind.Writes
 }
@@ -80,32 +91,80 @@ func build(b kind.Builder) kind.Node {
 	}
 	writes, ok := kind.CompileWrites(b, "writes", out)
 	n.writes = writes
-	var inputShape, configShape *schema.Shape
+	var inputShape, stateShape, configShape *schema.Shape
 	if sf != nil {
-		inputShape, configShape = sf.State, sf.Config
+		inputShape, stateShape, configShape = inputsOf(sf), sf.State, sf.Config
 	}
-	var given map[string]bool
-	var iok, cok bool
-	n.input, given, iok = mapping(b, "input", inputShape, sf, "field")
+	var inputs, seeded map[string]bool
+	var iok, sok, cok bool
+	n.input, inputs, iok = mapping(b, "input", inputShape, sf, "input")
+	n.state, seeded, sok = mapping(b, "state", stateShape, sf, "field")
 	n.config, _, cok = mapping(b, "config", configShape, sf, "config")
-	ok = ok && iok && cok
+	ok = ok && iok && sok && cok
+	given := map[string]bool{}
+	for name := range inputs {
+		given[name] = true
+	}
+	for name := range seeded {
+		given[name] = true
+	}
 	if sf != nil {
-		for _, name := range sf.Required {
-			if !given[name] {
-				at := s.Key("input")
-				if !at.Exists() {
-					at = s.Key("flow")
-				}
-				b.Report(diag.CodeSubflowMapping, at.Pos(), at.Path(), "subflow %s requires field %q, which has no default: give it under input", sf.Name, name)
-				ok = false
-			}
-		}
+		ok = required(b, sf, inputs, given) && ok
 	}
 	if sf == nil || !ok {
 		return nil
 	}
 	unsetReads(b, sf, n.writes, given)
 	return n
+}
+
+// inputsOf is the shape of the child's run input: its input fields.
+func inputsOf(sf *kind.Subflow) *schema.Shape {
+	props := make(map[string]*schema.Shape, len(sf.Inputs))
+	for _, name := range sf.Inputs {
+		props[name], _ = sf.State.Prop(name)
+	}
+	in := schema.Object(props, sf.Inputs...)
+	in.Closed = true
+	return in
+}
+
+// required reports (false) what the child needs and is not given: an
+// input it reads as input.NAME with nothing to fall back on, under input;
+// a field its state requires without a default, under input when it is
+// an input, else under state.
+func required(b kind.Builder, sf *kind.Subflow, inputs, given map[string]bool) bool {
+	s := b.Settings()
+	at := func(keys ...string) config.Value {
+		for _, k := range keys {
+			if v := s.Key(k); v.Exists() {
+				return v
+			}
+		}
+		return s.Key("flow")
+	}
+	ok := true
+	for _, name := range sf.Needed {
+		if !inputs[name] {
+			v := at("input", "state")
+			b.Report(diag.CodeSubflowMapping, v.Pos(), v.Path(), "subflow %s reads input.%s with nothing to fall back on: give it under input", sf.Name, name)
+			ok = false
+		}
+	}
+	for _, name := range sf.Required {
+		if given[name] || slices.Contains(sf.Needed, name) {
+			continue
+		}
+		if slices.Contains(sf.Inputs, name) {
+			v := at("input", "state")
+			b.Report(diag.CodeSubflowMapping, v.Pos(), v.Path(), "subflow %s requires input %q, which has no default: give it under input", sf.Name, name)
+		} else {
+			v := at("state", "input")
+			b.Report(diag.CodeSubflowMapping, v.Pos(), v.Path(), "subflow %s requires field %q, which has no default and is not an input: give it under state", sf.Name, name)
+		}
+		ok = false
+	}
+	return ok
 }
 
 // unsetReads warns of the writes that read a field of the child's final
@@ -123,9 +182,13 @@ func unsetReads(b kind.Builder, sf *kind.Subflow, writes kind.Writes, given map[
 				continue
 			}
 			v := at[w.Field]
+			under := "state"
+			if slices.Contains(sf.Inputs, r.Field) {
+				under = "input"
+			}
 			d := b.Report(diag.CodeExprUnset, v.PosIn(r.Line, r.Col, r.EndCol), v.Path(),
-				"output.%s may be unset here: subflow %s ends without writing %s on the way %s, and it has no default; give it a default in the child, pass it under input, or read it as output.%s ?? a value",
-				r.Field, sf.Name, r.Field, way, r.Field)
+				"output.%s may be unset here: subflow %s ends without writing %s on the way %s, and it has no default; give it a default in the child, pass it under %s, or read it as output.%s ?? a value",
+				r.Field, sf.Name, r.Field, way, under, r.Field)
 			d.Severity = diag.Warning
 			d.Detail = "in expression: " + strings.TrimSpace(v.Text())
 		}
@@ -147,8 +210,13 @@ func mapping(b kind.Builder, setting string, dst *schema.Shape, sf *kind.Subflow
 		if dst != nil {
 			shape, has := dst.Prop(e.Name)
 			if !has {
-				b.Report(diag.CodeSubflowMapping, e.Key.Pos(), e.Key.Path(), "subflow %s has no %s %q", sf.Name, what, e.Name).
-					Suggestion = diag.Suggest(e.Name, dst.Order)
+				d := b.Report(diag.CodeSubflowMapping, e.Key.Pos(), e.Key.Path(), "subflow %s has no %s %q", sf.Name, what, e.Name)
+				d.Suggestion = diag.Suggest(e.Name, dst.Order)
+				if _, field := sf.State.Prop(e.Name); field && setting == "input" {
+					// a field of its state that a run may not set
+					d.Summary = fmt.Sprintf("subflow %s has no input %q: it is a field of its state, which its input does not set (inputs: %s); seed it under state", sf.Name, e.Name, listOrNone(sf.Inputs))
+					d.Suggestion = ""
+				}
 				ok = false
 				continue
 			}
@@ -178,15 +246,19 @@ func eval(bs []binding, vars map[string]any) (map[string]any, error) {
 // the writes make of its final state.
 func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 	vars := s.Vars()
-	values, err := eval(n.input, vars)
+	input, err := eval(n.input, vars)
 	if err != nil {
 		return nil, fmt.Errorf("input.%w", err)
+	}
+	values, err := eval(n.state, vars)
+	if err != nil {
+		return nil, fmt.Errorf("state.%w", err)
 	}
 	cfg, err := eval(n.config, vars)
 	if err != nil {
 		return nil, fmt.Errorf("config.%w", err)
 	}
-	out, err := s.RunFlow(ctx, n.flow, "", values, nil, cfg)
+	out, err := s.RunFlow(ctx, n.flow, "", values, input, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -194,6 +266,13 @@ func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 	maps.Copy(wv, vars)
 	wv["output"] = out
 	return n.writes.Eval(wv)
+}
+
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 // Parts implements kind.Composite.

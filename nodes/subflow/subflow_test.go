@@ -82,6 +82,7 @@ func write(t *testing.T, dir, name, src string) string {
 
 const child = `version: 1
 name: review
+input: [resume]
 state:
   schema:
     type: object
@@ -93,7 +94,7 @@ state:
   reducers:
     notes: append
 nodes:
-  read: {kind: gate, set: {notes: "'read ' + state.resume"}}
+  read: {kind: gate, set: {notes: "'read ' + input.resume"}}
   judge: {kind: gate, set: {notes: "'judged'", score: "len(state.resume)"}}
 edges:
   - {from: START, to: read}
@@ -188,11 +189,12 @@ func TestSubflowHistoryUnderItsNamespace(t *testing.T) {
 			}
 			thread := engine.ChildThread("cand", ns)
 			cps, err := st.History(ctx, thread, store.HistoryOptions{})
-			if err != nil || len(cps) != 3 {
+			// created, its run's input (the mapping), read, judge
+			if err != nil || len(cps) != 4 {
 				t.Fatalf("the child's history: %d checkpoints, %v", len(cps), err)
 			}
-			if cps[2].Source != store.SourceCreate || cps[1].Writers[0].Node != "read" || cps[0].Writers[0].Node != "judge" {
-				t.Fatalf("the child's checkpoints: %+v %+v %+v", cps[2], cps[1], cps[0])
+			if cps[3].Source != store.SourceCreate || cps[2].Source != store.SourceInput || cps[1].Writers[0].Node != "read" || cps[0].Writers[0].Node != "judge" {
+				t.Fatalf("the child's checkpoints: %+v %+v %+v %+v", cps[3], cps[2], cps[1], cps[0])
 			}
 			mid, err := st.StateAt(ctx, thread, cps[1].Seq)
 			if err != nil || mid.Values["score"] != 0 || len(mid.Values["notes"].([]any)) != 1 || mid.Values["resume"] != "GO, SQL" {
@@ -283,17 +285,25 @@ func TestSubflowResumesInsideItsNamespace(t *testing.T) {
 }
 
 // What the validator says of subflows: a child that is missing, that
-// includes its parent, that lacks a field the input names or requires one
-// it does not give, whose output does not fit what it is written to.
+// includes its parent, that declares no input the input names (a field of
+// its state the input may not set among them) or no field state names,
+// that reads an input or requires a field it is not given, whose input or
+// state does not fit its types, whose output does not fit what it is
+// written to.
 func TestSubflowDiagnostics(t *testing.T) {
 	gt := &gate{runs: map[string]int{}}
 	for _, tc := range []struct {
 		edit, childEdit, code, text string
 	}{
 		{"flow: review.yaml|flow: reveiw.yaml", "", "C001", `cannot read subflow "reveiw.yaml"`},
-		{"input: {resume: \"upper(state.resume)\"}|input: {resme: \"state.resume\"}", "", "C003", `has no field "resme"`},
-		{"input: {resume: \"upper(state.resume)\"}|input: {notes: \"[]\"}", "", "C003", `requires field "resume"`},
-		{"input: {resume: \"upper(state.resume)\"}|input: {resume: \"1 + 2\"}", "", "W004", `field "resume" of subflow review takes string, but this expression yields an integer`},
+		{"input: {resume: \"upper(state.resume)\"}|input: {resme: \"state.resume\"}", "", "C003", `has no input "resme"`},
+		{"input: {resume: \"upper(state.resume)\"}|input: {resume: state.resume, score: \"1\"}", "", "C003", `has no input "score": it is a field of its state, which its input does not set (inputs: resume); seed it under state`},
+		{"input: {resume: \"upper(state.resume)\"}|state: {notes: \"[]\"}", "", "C003", `reads input.resume with nothing to fall back on: give it under input`},
+		{"input: {resume: \"upper(state.resume)\"}|state: {resume: state.resume}", "", "C003", `reads input.resume with nothing to fall back on: give it under input`},
+		{"input: {resume: \"upper(state.resume)\"}|input: {resume: state.resume}\n    state: {scroe: \"1\"}", "", "C003", `has no field "scroe"`},
+		{"input: {resume: \"upper(state.resume)\"}|input: {resume: state.resume}\n    state: {score: \"'high'\"}", "", "W004", `field "score" of subflow review takes integer`},
+		{"input: {resume: \"upper(state.resume)\"}|input: {resume: \"1 + 2\"}", "", "W004", `input "resume" of subflow review takes string, but this expression yields an integer`},
+		{"input: {resume: \"upper(state.resume)\"}|state: {notes: \"[]\"}", "  read: {kind: gate, set: {notes: \"'read ' + input.resume\"}}|  read: {kind: gate, set: {notes: \"'read ' + state.resume\"}}", "C003", `requires input "resume", which has no default: give it under input`},
 		{`summary: "join(output.notes, '; ')"|summary: "output.score"`, "", "W004", `field "summary" cannot hold what this expression gives: output.score is integer`},
 		{`score: "output.score"|score: "output.scroe"`, "", "E003", ""},
 		{"", "  judge: {kind: gate, set: {notes: \"'judged'\", score: \"len(state.resume)\"}}|  judge: {kind: subflow, flow: hiring.yaml, input: {resume: state.resume}}", "C002", "flows include each other"},
@@ -360,7 +370,7 @@ nodes:
     node:
       kind: subflow
       flow: chat_child.yaml
-      input: {topic: item}
+      state: {topic: item}
       writes: {replies: "output.reply"}
 edges:
   - {from: START, to: each}
@@ -419,4 +429,105 @@ func TestMapOfSubflowsStreamsTheChildrensTokens(t *testing.T) {
 			t.Errorf("the thread of %s: %v", ns, err)
 		}
 	}
+}
+
+// A subflow's input is the child run's input, as a caller's would be: the
+// child reads it as input.NAME (and its input field as state.NAME), the
+// engine checks it as any run's input (a value its schema refuses fails
+// the node naming the input, and the child's thread is not created), and
+// state seeds a field that is not an input; both work in a map's items.
+func TestSubflowInputIsTheChildRunsInput(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write(t, dir, "tag.yaml", `version: 1
+name: tag
+input: [code]
+state:
+  schema:
+    type: object
+    required: [code]
+    properties:
+      code: {type: string, maxLength: 3}
+      prefix: {type: string, default: "#"}
+      label: {type: string, default: ""}
+nodes:
+  name: {kind: gate, set: {label: "state.prefix + input.code + '/' + state.code"}}
+edges:
+  - {from: START, to: name}
+  - {from: name, to: END}
+`)
+	p := write(t, dir, "tags.yaml", `version: 1
+name: tags
+input: [codes]
+state:
+  schema:
+    type: object
+    properties:
+      codes: {type: array, items: {type: string}, default: []}
+      labels: {type: array, items: {type: string}, default: []}
+      first: {type: string, default: ""}
+  reducers:
+    labels: append
+nodes:
+  one:
+    kind: subflow
+    flow: tag.yaml
+    input: {code: "state.codes[0]"}
+    writes: {first: output.label}
+  each:
+    kind: map
+    items: "state.codes"
+    node:
+      kind: subflow
+      flow: tag.yaml
+      input: {code: item}
+      state: {prefix: "'@'"}
+      writes: {labels: "[output.label]"}
+edges:
+  - {from: START, to: one}
+  - {from: one, to: each}
+  - {from: each, to: END}
+`)
+	gt := &gate{runs: map[string]int{}}
+	g, dl := flow.Load(p, gt.registry())
+	if g == nil || dl.HasErrors() {
+		t.Fatalf("the flows do not load:\n%v", dl)
+	}
+	for name, url := range storetest.URLs(t) {
+		t.Run(name, func(t *testing.T) {
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			eng := engine.New(st)
+			res, err := eng.Run(ctx, g, engine.Request{Thread: "ok", Input: map[string]any{"codes": []any{"go", "sql"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.State["first"] != "#go/go" || !slices.Equal(strs(res.State["labels"]), []string{"@go/go", "@sql/sql"}) {
+				t.Fatalf("state %v", res.State)
+			}
+			_, err = eng.Run(ctx, g, engine.Request{Thread: "long", Input: map[string]any{"codes": []any{"rust"}}})
+			var ie *engine.InputError
+			if !errors.As(err, &ie) || !strings.Contains(err.Error(), `input "code": length must be <= 3`) || !strings.Contains(err.Error(), `node "one"`) {
+				t.Fatalf("an input the child refuses: %v", err)
+			}
+			threads, _ := st.Threads(ctx, store.ThreadOptions{})
+			for _, th := range threads {
+				if strings.HasPrefix(th.ID, "long"+engine.NSSep) {
+					t.Errorf("the refused input left the child's thread %s", th.ID)
+				}
+			}
+		})
+	}
+}
+
+func strs(v any) []string {
+	l, _ := v.([]any)
+	out := make([]string, len(l))
+	for i, x := range l {
+		out[i], _ = x.(string)
+	}
+	return out
 }

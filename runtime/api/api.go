@@ -290,7 +290,8 @@ type Fork struct {
 // Update writes values to a thread as if node As had, over the state of
 // checkpoint At (default: the newest): at an older checkpoint, a branch
 // that goes on from there, keeping its unfinished run (resume continues
-// it over the edit).
+// it over the edit). At a finished checkpoint, what As's edges trigger
+// over the edited state is next, and resume runs it.
 type Update struct {
 	As     string         `json:"as"`
 	Values map[string]any `json:"values"`

@@ -139,7 +139,7 @@ var Codes = []CodeDoc{
 	{CodeExprUnset, "an expression or template reads a field with no default (an input too) that a way from START reaches unwritten (no writer on it, a writer in the same step, a map's items or on_error only), where reading nothing fails (an operation on it, a write of it where null is not allowed, a template printing it) and no ?? or nil test (with or if in a template) guards it; or a subflow's writes read a field the child may end without"},
 	{CodeSubflow, "a subflow's flow file cannot be read, or has errors of its own (reported in its file)"},
 	{CodeSubflowCycle, "flows that include each other as subflows, directly or through others"},
-	{CodeSubflowMapping, "a subflow's input or config names what the child flow does not have, or leaves out a field the child requires"},
+	{CodeSubflowMapping, "a subflow's input, state or config names what the child flow does not have (an input it does not declare, a field or config key it lacks), or leaves out an input the child reads or a field it requires"},
 	{CodeMapNode, "a map's items are not a list, or its node is one that cannot run per item: one that sets on_error, interrupt_before or interrupt_after, may pause for a tool call's approval, or writes a field whose reducer takes one write per step"},
 	{CodeConfig, "a run configuration entry whose schema is invalid or whose default the schema refuses"},
 	{CodeNotInteractive, "a flow marked interactive: false (nobody answers its runs) may pause: at a node that asks or pauses before or after it, in a map's items or in a subflow at any depth (a warning, with the path of the pause)"},

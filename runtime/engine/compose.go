@@ -131,6 +131,13 @@ func (v *view) RunNested(ctx context.Context, nd *kind.Nested, key string, extra
 	}
 	n := *base
 	n.Name = v.n.Name + "[" + key + "]"
+	if si, ok := r.req.StandIns[base]; ok {
+		// (a copy: the graph's node is not changed)
+		n.Impl = si.Node
+		if si.NoBackoff {
+			n.Retry.Backoff = 0
+		}
+	}
 	// what the run knows of the nested run, read while the host stands
 	if !v.gate.enter() {
 		_, err := v.gate.given(ctx)

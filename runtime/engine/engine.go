@@ -205,6 +205,17 @@ type Request struct {
 	// told (kind.State.Recorded): a node asking what it asked then is
 	// told the same again, instead of asking a model.
 	Replies *Replies
+	// StandIns run in place of nodes of the graph, for this run alone (a
+	// flow test's scripted nodes), by the node they stand for (a map's
+	// nested node too): the compiled graph, which other runs may share,
+	// is not changed. A stand-in that is a kind.Fallback is the node's
+	// fallback too.
+	StandIns map[*flow.Node]StandIn
+	// PauseFirst pauses the run before its first step, whichever nodes
+	// that step runs, as though each had interrupt_before (a flow test's
+	// run stopped before it starts). It is the run's own: the compiled
+	// graph, which other runs may share, is not changed.
+	PauseFirst bool
 	// Config sets the run's configuration (the flow's config block):
 	// expressions read config.NAME. Values not marked secret are recorded
 	// with the run, so a resumed run has them again; secret ones are
@@ -214,6 +225,14 @@ type Request struct {
 	// child marks a child flow's run, whose thread id is made by the
 	// runtime (see ChildThread).
 	child bool
+}
+
+// StandIn is what runs in place of a node (Request.StandIns).
+type StandIn struct {
+	Node kind.Node
+	// NoBackoff retries the node's failures at once, not after its
+	// retry's backoff (a scripted failure needs no waiting).
+	NoBackoff bool
 }
 
 // Durability is when a run's steps are committed.

@@ -721,8 +721,8 @@ func TestUpdateAsNode(t *testing.T) {
 	eng := engine.New(memory.New())
 	mustRun(t, g, eng, "t", map[string]any{"until": 2})
 	snap, err := eng.Update(context.Background(), g, "t", "head", map[string]any{"i": 10})
-	if err != nil || snap.Values["i"] != 10 {
-		t.Fatalf("update %v %v", snap, err)
+	if err != nil || snap.Values["i"] != 10 || !slices.Equal(snap.Next, []string{"body"}) {
+		t.Fatalf("update %+v %v", snap, err)
 	}
 	hist, _ := eng.Store.History(context.Background(), "t", store.HistoryOptions{Limit: 1})
 	if hist[0].Source != "update" || hist[0].Writers[0].Node != "head" {
@@ -738,8 +738,14 @@ func TestUpdateAsNode(t *testing.T) {
 	if _, err := eng.Update(context.Background(), g, "t", "haed", nil); !errors.As(err, &ie) || ie.Suggestion != "head" {
 		t.Fatalf("unknown node: %v", err)
 	}
+	// the update stands for a step that ran head: body is next, and
+	// resuming runs it (and its branch, over i = 10, ends the run)
+	res, err := eng.Run(context.Background(), g, engine.Request{Thread: "t", Resume: true, RecordPath: true})
+	if err != nil || res.State["i"] != 10 || !reflect.DeepEqual(res.Path, [][]string{{"body"}}) {
+		t.Fatalf("resumed after the update: %+v %v", res, err)
+	}
 	// the next run continues from the updated state
-	res := mustRun(t, g, eng, "t", map[string]any{"until": 12})
+	res = mustRun(t, g, eng, "t", map[string]any{"until": 12})
 	if res.State["i"] != 12 {
 		t.Fatalf("after update: %v", res.State)
 	}
@@ -867,9 +873,10 @@ edges:
 	eng := engine.New(st)
 	ctx := context.Background()
 	var seen, own [][]any
+	var was []string
 	observe := func(e engine.Event) {
-		if l, ok := e.Update["log"].([]any); ok {
-			seen = append(seen, l)
+		if l, ok := e.Appended["log"].([]any); ok {
+			seen, was = append(seen, l), append(was, jsonOf(l))
 			own = append(own, append(l, "mine")) // a consumer extending what it got
 		}
 	}
@@ -889,11 +896,10 @@ edges:
 	if len(seen) != 24 {
 		t.Fatalf("%d state updates with the log, want 24", len(seen))
 	}
-	// each view is the log as it was at its step
-	for i := 1; i < len(seen); i++ {
-		prev, cur := seen[i-1], seen[i]
-		if len(cur) > len(prev) && jsonOf(cur[:len(prev)]) != jsonOf(prev) {
-			t.Fatalf("view %d changed under view %d: %v vs %v", i-1, i, prev, cur)
+	// each view is the items as they were at its step
+	for i, cur := range seen {
+		if jsonOf(cur) != was[i] || len(cur) != 1 {
+			t.Fatalf("view %d changed: %v, was %s", i, cur, was[i])
 		}
 		for _, it := range cur {
 			if it == "mine" {

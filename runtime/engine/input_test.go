@@ -217,3 +217,46 @@ edges:
 		t.Fatalf("a second run without the name: %v", err)
 	}
 }
+
+// A refused input is named by its field and says what is wrong with it,
+// with a JSON pointer only to a value inside it: never the empty
+// pointer's "/:" (input "x": /: length must be ...), whether the input
+// was checked on its own or with the thread's initial values.
+func TestInputRefusalsNameTheField(t *testing.T) {
+	g := compile(t, `
+version: 1
+name: lengths
+input: [x, tags]
+state:
+	schema:
+		type: object
+		properties:
+			x: {type: string, maxLength: 3}
+			tags: {type: array, items: {type: string, maxLength: 2}}
+			kept: {type: string, maxLength: 2}
+			out: {type: string, default: ""}
+nodes:
+	a: {kind: set, set: {out: "'done'"}}
+edges:
+	- {from: START, to: a}
+	- {from: a, to: END}
+`)
+	eng := engine.New(memory.New())
+	for name, c := range map[string]struct {
+		req  engine.Request
+		want string
+	}{
+		"too long":         {engine.Request{Thread: "long", Input: map[string]any{"x": "abcdef"}}, `input "x": length must be <= 3, but got 6`},
+		"inside a list":    {engine.Request{Thread: "list", Input: map[string]any{"tags": []any{"ok", "long"}}}, `input "tags": /1: length must be <= 2, but got 4`},
+		"an initial value": {engine.Request{Thread: "kept", Values: map[string]any{"kept": "long"}}, `input "kept": length must be <= 2, but got 4`},
+	} {
+		_, err := eng.Run(context.Background(), g, c.req)
+		var ie *engine.InputError
+		if !errors.As(err, &ie) {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err.Error() != c.want {
+			t.Errorf("%s: %q, want %q", name, err, c.want)
+		}
+	}
+}

@@ -191,6 +191,10 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o 
 		o.node = n
 	}
 	backoff := n.Retry.Backoff
+	impl := r.impl(n)
+	if r.req.StandIns[n].NoBackoff {
+		backoff = 0
+	}
 attempts:
 	for attempt := 1; ; attempt++ {
 		o.attempts = attempt
@@ -199,9 +203,9 @@ attempts:
 		var err error
 		if n.Inline && n.Timeout <= 0 {
 			// never blocks: run here
-			upd, err = safeRun(ctx, n, o.view)
+			upd, err = safeRun(ctx, impl, o.view)
 		} else {
-			upd, err = r.call(ctx, n, o)
+			upd, err = r.call(ctx, n, impl, o)
 		}
 		// an attempt given up on and not joined keeps its view: o.view
 		// is another one now
@@ -217,7 +221,7 @@ attempts:
 			break
 		}
 		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
-			if fb, ok := n.Impl.(kind.Fallback); ok && ctx.Err() == nil && !kind.IsFails(err) {
+			if fb, ok := impl.(kind.Fallback); ok && ctx.Err() == nil && !kind.IsFails(err) {
 				upd, ferr := safeFallback(ctx, fb, st, err)
 				if ferr == nil {
 					o.succeed(upd, err.Error())
@@ -272,7 +276,7 @@ func (o *outcome) succeed(upd kind.Update, degraded string) {
 // given up (see abandon) when its timeout passes or the run's context ends
 // first. (An inline node without a timeout runs on the caller's
 // goroutine.)
-func (r *run) call(ctx context.Context, n *flow.Node, o *outcome) (kind.Update, error) {
+func (r *run) call(ctx context.Context, n *flow.Node, impl kind.Node, o *outcome) (kind.Update, error) {
 	v := o.view
 	actx := ctx
 	if n.Timeout > 0 {
@@ -282,7 +286,7 @@ func (r *run) call(ctx context.Context, n *flow.Node, o *outcome) (kind.Update, 
 	}
 	done := make(chan attemptResult, 1)
 	go func() {
-		u, e := safeRun(actx, n, v)
+		u, e := safeRun(actx, impl, v)
 		// an update returned after the attempt was given up is late
 		passed := true
 		if e == nil {
@@ -312,16 +316,25 @@ func (r *run) call(ctx context.Context, n *flow.Node, o *outcome) (kind.Update, 
 	return res.upd, res.err
 }
 
+// impl is what runs as n in this run: its stand-in (Request.StandIns),
+// else its own code.
+func (r *run) impl(n *flow.Node) kind.Node {
+	if si, ok := r.req.StandIns[n]; ok {
+		return si.Node
+	}
+	return n.Impl
+}
+
 // safeRun, safeFallback and safeAsk call a node's code, turning a panic
 // into the node's error: a node that panics fails as one that returns an
 // error does.
-func safeRun(ctx context.Context, n *flow.Node, st kind.State) (upd kind.Update, err error) {
+func safeRun(ctx context.Context, impl kind.Node, st kind.State) (upd kind.Update, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
-	return n.Impl.Run(ctx, st)
+	return impl.Run(ctx, st)
 }
 
 func safeFallback(ctx context.Context, fb kind.Fallback, st kind.State, cause error) (upd kind.Update, err error) {

@@ -138,8 +138,8 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			return nil, err
 		}
 		var pause *Interrupt
-		if pauseBefore && r.g.Pauses {
-			if names := pausing(triggered, func(n *flow.Node) bool { return n.InterruptBefore }); len(names) > 0 {
+		if pauseBefore && (r.g.Pauses || r.req.PauseFirst) {
+			if names := pausing(triggered, func(n *flow.Node) bool { return n.InterruptBefore || r.req.PauseFirst }); len(names) > 0 {
 				pause = &Interrupt{Before: names}
 			}
 		}
@@ -263,7 +263,7 @@ func (r *run) recordStart(ctx context.Context, triggered []*flow.Node) error {
 func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 	var asks []Ask
 	for _, n := range triggered {
-		a, ok := n.Impl.(kind.Asker)
+		a, ok := r.impl(n).(kind.Asker)
 		if !ok {
 			continue
 		}
@@ -290,7 +290,7 @@ func (r *run) questions(triggered []*flow.Node) ([]Ask, error) {
 // others' (with sync durability: the others do not save pending writes).
 func (r *run) keepAnswers(ctx context.Context, triggered []*flow.Node) error {
 	for _, n := range triggered {
-		if _, ok := n.Impl.(kind.Asker); !ok {
+		if _, ok := r.impl(n).(kind.Asker); !ok {
 			continue
 		}
 		if _, given := r.answers[n.Name]; !given {
@@ -490,11 +490,17 @@ func (p *inputProblems) addState(g *flow.Graph, state, input map[string]any) {
 			}
 			continue
 		}
+		if c.Pointer == "" {
+			// a constraint of the whole state
+			p.add(&InputError{Reason: "the state: " + c.Message})
+			continue
+		}
 		field, _, _ := strings.Cut(strings.TrimPrefix(c.Pointer, "/"), "/")
 		if _, given := input[config.Unescape(field)]; given && len(*p) > 0 {
 			continue
 		}
-		p.add(&InputError{Field: config.Unescape(field), Reason: c.Pointer + ": " + c.Message})
+		in, _ := c.Under("/" + field)
+		p.add(&InputError{Field: config.Unescape(field), Reason: in.String()})
 	}
 }
 
@@ -671,11 +677,37 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		r.lease.renewIfDue(ctx, cp.Time)
 	}
 	if observe {
-		upd := make(map[string]any, len(changed))
-		for _, f := range changed {
-			upd[f.Name] = r.cur[f.Index]
-		}
-		r.emit(Event{Type: StateUpdate, Step: r.step, Update: upd, Checkpoint: cp.Seq, Next: cp.Next, Duration: committed})
+		r.emit(r.stateUpdate(changed, cp, committed))
 	}
 	return following, nil
+}
+
+// stateUpdate is the state_update of a step that changed fields changed
+// and committed cp: every changed field's name, and the new values its
+// node events did not give (see Event.Update): a field whose reducer
+// appends gives only the items the step appended.
+func (r *run) stateUpdate(changed []*flow.Field, cp *store.Checkpoint, committed time.Duration) Event {
+	ev := Event{Type: StateUpdate, Step: r.step, Checkpoint: cp.Seq, Next: cp.Next, Duration: committed}
+	if len(changed) == 0 {
+		return ev
+	}
+	ev.Fields = make([]string, len(changed))
+	for i, f := range changed {
+		ev.Fields[i] = f.Name
+		switch {
+		case f.Reducer.Appends:
+			if ev.Appended == nil {
+				ev.Appended = map[string]any{}
+			}
+			list, _ := r.cur[f.Index].([]any)
+			ev.Appended[f.Name] = list[min(r.oldLen[f.Index], len(list)):len(list):len(list)]
+		case slices.Contains(r.told, f):
+		default:
+			if ev.Update == nil {
+				ev.Update = map[string]any{}
+			}
+			ev.Update[f.Name] = r.cur[f.Index]
+		}
+	}
+	return ev
 }

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"slices"
 	"testing"
@@ -216,8 +217,17 @@ func TestUpdateAtBranches(t *testing.T) {
 	if res.State["i"] != 7 || !reflect.DeepEqual(res.Path, orig.Path[:8]) {
 		t.Errorf("the branch resumed to %v along %v", res.State, res.Path)
 	}
-	// an update at a finished checkpoint branches with nothing to run
-	if _, err := eng.UpdateAt(ctx, g, "t", top.Seq, "join", map[string]any{"i": 1}); err != nil {
+	// an update at a finished checkpoint as join stands for a step that
+	// ran join: its branch over the edit (i = 1 < 6) makes split next; a
+	// new run waits until that run is resumed or given up
+	snap, err = eng.UpdateAt(ctx, g, "t", top.Seq, "join", map[string]any{"i": 1})
+	if err != nil || !slices.Equal(snap.Next, []string{"split"}) {
+		t.Fatalf("update as join at a finished checkpoint: %v %+v", err, snap)
+	}
+	if _, err := eng.Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"by": 5}}); !errors.Is(err, engine.ErrUnfinished) {
+		t.Fatalf("a new run over the update's unfinished one: %v", err)
+	}
+	if _, err := eng.Abandon(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
 	if res := mustRun(t, g, eng, "t", map[string]any{"by": 5}); res.State["i"] != 6 {
@@ -246,5 +256,40 @@ func TestUpdateOnAPausedRun(t *testing.T) {
 	res, err := eng.Run(ctx, g, engine.Request{Thread: "t", Resume: true})
 	if err != nil || res.State["i"] != 6 {
 		t.Fatalf("resumed after the update: %v %v", err, res)
+	}
+}
+
+// An update at a finished checkpoint routes as the step it stands for
+// would: a fan-out triggers every target, a branch takes the case the
+// edited state makes hold (END leaves the thread finished), and one
+// source of a join triggers nothing until the others arrive.
+func TestUpdateOfAFinishedThreadRoutes(t *testing.T) {
+	ctx := context.Background()
+	g := compile(t, travel)
+	for _, c := range []struct {
+		as     string
+		values map[string]any
+		next   []string
+	}{
+		{"split", nil, []string{"left", "right"}},
+		{"join", map[string]any{"i": 2}, []string{"split"}},
+		{"join", map[string]any{"i": 9}, nil},
+		{"slow", nil, nil},
+	} {
+		eng := engine.New(memory.New())
+		mustRun(t, g, eng, "t", map[string]any{"by": 3})
+		snap, err := eng.Update(ctx, g, "t", c.as, c.values)
+		if err != nil || !slices.Equal(snap.Next, c.next) {
+			t.Errorf("update as %s with %v: next %v, want %v (%v)", c.as, c.values, snap.Next, c.next, err)
+			continue
+		}
+		h, err := eng.Store.Head(ctx, "t")
+		if err != nil || !slices.Equal(h.Next, c.next) || len(c.next) == 0 && len(h.Joins) > 0 {
+			t.Errorf("update as %s: the stored head %+v %v", c.as, h, err)
+		}
+		_, err = eng.Run(ctx, g, engine.Request{Thread: "t", Input: map[string]any{"by": 1}})
+		if unfinished := errors.Is(err, engine.ErrUnfinished); unfinished != (len(c.next) > 0) || err != nil && !unfinished {
+			t.Errorf("update as %s: a new run: %v", c.as, err)
+		}
 	}
 }

@@ -134,7 +134,11 @@ func (e *Engine) Update(ctx context.Context, g *flow.Graph, thread, node string,
 // (its next nodes, join arrivals and step; at the newest checkpoint, the
 // updates of the nodes that completed after it), so that resuming the
 // thread runs the nodes that were to run there, over the edited state.
-// An unfinished run of the newer checkpoints a branch leaves is given up.
+// At a finished checkpoint the update stands for a step that ran node:
+// the nodes its edges trigger over the edited state are next (as
+// LangGraph's update_state with as_node), so resuming runs them; edges
+// that lead to END alone leave the thread finished. An unfinished run of
+// the newer checkpoints a branch leaves is given up.
 func (e *Engine) UpdateAt(ctx context.Context, g *flow.Graph, thread string, at uint64, node string, values map[string]any) (*store.Snapshot, error) {
 	n, ok := g.Node(node)
 	if !ok {
@@ -239,6 +243,13 @@ func (e *Engine) UpdateAt(ctx context.Context, g *flow.Graph, thread string, at 
 		}
 	}
 	cp.Writers = []store.NodeWrites{{Node: node, Fields: sortedKeys(values)}}
+	if len(base.Next) == 0 {
+		// a finished checkpoint: the update stands for a step that ran
+		// node, so what its edges trigger over the edited state is next
+		if cp.Next, cp.Joins, err = e.successors(g, n, &store.Snapshot{Thread: thread, Seq: cp.Seq, Values: next, Versions: versions}); err != nil {
+			return nil, &InputError{Field: node, Reason: "its edges over the updated state: " + err.Error()}
+		}
+	}
 	if err := e.Store.Commit(ctx, cp); err != nil {
 		return nil, err
 	}
@@ -253,6 +264,27 @@ func (e *Engine) UpdateAt(ctx context.Context, g *flow.Graph, thread string, at 
 		snap.Pending = head.Pending
 	}
 	return snap, nil
+}
+
+// successors are the nodes the edges out of n trigger over the state of
+// snap, as a run whose step ran n routes: a branch or a route decides
+// over that state, and a join n is one source of records its arrival
+// (joins), firing only once all its sources have arrived. None when n's
+// edges lead to END alone (the thread stays finished).
+func (e *Engine) successors(g *flow.Graph, n *flow.Node, snap *store.Snapshot) (next []string, joins []uint64, err error) {
+	r := newRun(e, g, Request{Thread: snap.Thread}, snap)
+	defer r.release()
+	triggered, err := r.route([]outcome{{node: n}})
+	if err != nil || len(triggered) == 0 {
+		return nil, nil, err
+	}
+	for _, m := range triggered {
+		next = append(next, m.Name)
+	}
+	if slices.ContainsFunc(r.joins, func(w uint64) bool { return w != 0 }) {
+		joins = slices.Clone(r.joins)
+	}
+	return next, joins, nil
 }
 
 // Abandon gives up the thread's unfinished run (one a crash or a Stop left

@@ -184,6 +184,9 @@ type opCall struct {
 func (e *exact) Visit(n *ast.Node) {
 	switch x := (*n).(type) {
 	case *ast.BinaryNode:
+		if e.byValue(n, x) {
+			return
+		}
 		op, ok := checked[x.Operator]
 		if !ok || !mayBeInt(x.Left.Type()) || !mayBeInt(x.Right.Type()) {
 			return

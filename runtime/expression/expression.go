@@ -43,6 +43,11 @@ type Env struct {
 	// expression compiled against the environment.
 	natureOnce sync.Once
 	nature     nature.Nature
+	// checking is held while expr checks an expression against nature,
+	// whose method sets it works out and keeps as it goes: expressions
+	// compiled against one environment at once (several flow tests on
+	// one compiled graph) take turns there.
+	checking sync.Mutex
 	// slots gives the frame slot of each field of state and input, see
 	// Slotted
 	slots map[string]int
@@ -371,6 +376,8 @@ func Compile(src string, env *Env, wantBool bool) (*Program, []Problem) {
 			return nil, []Problem{p}
 		}
 	}
+	env.checking.Lock()
+	defer env.checking.Unlock()
 	opts := append([]expr.Option{env.option()}, functions...)
 	// the expression as written is checked before any patch: the checker
 	// takes the type a patched operation was given and does not look into

@@ -470,6 +470,10 @@ func (c *fastCompiler) call(x *ast.CallNode) (fn, bool) {
 		return fn{}, false
 	}
 	op := call.op
+	if op == "in" {
+		// (the machine runs it)
+		return fn{}, false
+	}
 	args := make([]fn, len(x.Arguments))
 	for i, a := range x.Arguments {
 		id, isIdent := a.(*ast.IdentifierNode)
@@ -521,6 +525,10 @@ func (c *fastCompiler) call(x *ast.CallNode) (fn, bool) {
 	}
 	if len(args) != 2 {
 		return fn{}, false
+	}
+	if op == "==" || op == "!=" {
+		// scalars compared here, anything else by the call (valueEq)
+		return c.equal(args[0], args[1], op == "!="), true
 	}
 	exact := exactOps[op]
 	if exact == nil {

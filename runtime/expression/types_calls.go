@@ -224,19 +224,24 @@ func (t *typer) kept(x *ast.BuiltinNode, s *schema.Shape, fs facts) *schema.Shap
 	return t.refineMembers(t.pointerPath(), itemsOf(s), held)
 }
 
-// calls are the registered functions: their parameters' types and what
-// they give.
+// calls are the registered functions (see functions; a test holds the
+// two to each other): their parameters' types ("" for any value) and
+// what they give.
 var calls = map[string]struct {
 	params []string
 	result *schema.Shape
 }{
-	"normalize":    {[]string{"string"}, schema.Of("string")},
-	"word_overlap": {[]string{"string", "string"}, schema.Of("number")},
-	"split_words":  {[]string{"string"}, listOf(schema.Of("string"))},
-	"mentions":     {[]string{"string", "string"}, schema.Of("boolean")},
-	"uuid":         {nil, schema.Of("string")},
-	"slug":         {[]string{"string"}, schema.Of("string")},
-	"json":         {[]string{""}, schema.Of("string")},
+	"normalize":     {[]string{"string"}, schema.Of("string")},
+	"word_overlap":  {[]string{"string", "string"}, schema.Of("number")},
+	"split_words":   {[]string{"string"}, listOf(schema.Of("string"))},
+	"mentions":      {[]string{"string", "string"}, schema.Of("boolean")},
+	"written_words": {[]string{"string"}, listOf(schema.Of("string"))},
+	"word_stems":    {[]string{"string"}, listOf(schema.Of("string"))},
+	"fence":         {[]string{"string"}, schema.Of("string")},
+	"truncate":      {[]string{"string", "integer"}, schema.Of("string")},
+	"uuid":          {nil, schema.Of("string")},
+	"slug":          {[]string{"string"}, schema.Of("string")},
+	"json":          {[]string{""}, schema.Of("string")},
 }
 
 func (t *typer) call(x *ast.CallNode, fs facts) *schema.Shape {

@@ -202,3 +202,32 @@ func TestFilterNarrowsItems(t *testing.T) {
 		}
 	}
 }
+
+// Every registered function has its type known to the checker: what it
+// gives is checked where it is used (a list is no condition), and a
+// value that may be null given to it is E004.
+func TestRegisteredFunctionsAreTyped(t *testing.T) {
+	env := typesEnv()
+	for src, want := range map[string]string{
+		"written_words(state.s ?? '')":  "condition is not boolean: it yields an array",
+		"word_stems(state.s ?? '')":     "condition is not boolean: it yields an array",
+		"fence(state.s ?? '')":          "condition is not boolean: it yields a string",
+		"truncate(state.s ?? '', 3)":    "condition is not boolean: it yields a string",
+		"len(fence(state.s ?? '')) > 3": "",
+		"mentions(state.s ?? '', 'go')": "",
+	} {
+		p, probs := expression.Compile(src, env, true)
+		switch {
+		case want == "" && p == nil:
+			t.Errorf("%s: %+v", src, probs)
+		case want != "" && (p != nil || len(probs) != 1 || probs[0].Code != diag.CodeExprNotBool || probs[0].Message != want):
+			t.Errorf("%s: %+v, want %q", src, probs, want)
+		}
+	}
+	for _, src := range []string{"fence(state.s)", "truncate(state.s, 3)", "written_words(state.s)", "word_stems(state.s)"} {
+		_, probs := expression.Compile(src, env, false)
+		if len(probs) != 1 || probs[0].Code != diag.CodeExprMayBeNil {
+			t.Errorf("%s: %+v, want E004 for state.s", src, probs)
+		}
+	}
+}

@@ -2,11 +2,11 @@ package flow
 
 import (
 	"fmt"
-	"reflect"
 	"strings"
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/expression"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // ReducerSpec declares a reducer: how a node's write to a field merges
@@ -257,14 +257,14 @@ func (r *Reducer) contains(list []any, item any) bool {
 		}
 		k := im[r.Key]
 		for _, e := range list {
-			if em, ok := e.(map[string]any); ok && reflect.DeepEqual(em[r.Key], k) {
+			if em, ok := e.(map[string]any); ok && value.Equal(em[r.Key], k) {
 				return true
 			}
 		}
 		return false
 	}
 	for _, e := range list {
-		if reflect.DeepEqual(e, item) {
+		if value.Equal(e, item) {
 			return true
 		}
 	}

@@ -146,7 +146,8 @@ func fitsInt(f float64) bool {
 }
 
 // Error is a validation failure: one line per violated constraint, each
-// with the JSON pointer of the offending value.
+// with the JSON pointer of the offending value inside the validated one
+// (none when it is the validated value itself).
 type Error struct {
 	Causes []Cause
 }
@@ -162,13 +163,35 @@ type Cause struct {
 func (e *Error) Error() string {
 	parts := make([]string, len(e.Causes))
 	for i, c := range e.Causes {
-		at := c.Pointer
-		if at == "" {
-			at = "/"
-		}
-		parts[i] = at + ": " + c.Message
+		parts[i] = c.String()
 	}
 	return strings.Join(parts, "; ")
+}
+
+// String is the cause as a message says it: the pointer of the value
+// it is about, unless that is the validated value itself (whose name the
+// message around it gives), and what is wrong.
+func (c Cause) String() string {
+	if c.Pointer == "" {
+		return c.Message
+	}
+	return c.Pointer + ": " + c.Message
+}
+
+// Under is the cause as it reads about the value at pointer prefix (a
+// field of the validated object, /NAME): its pointer made relative to
+// it. ok is false when the cause is not about that value or inside it.
+func (c Cause) Under(prefix string) (Cause, bool) {
+	if c.Pointer == prefix {
+		c.Pointer = ""
+		return c, true
+	}
+	rest, ok := strings.CutPrefix(c.Pointer, prefix)
+	if !ok || !strings.HasPrefix(rest, "/") {
+		return c, false
+	}
+	c.Pointer = rest
+	return c, true
 }
 
 func describe(err error) error {

@@ -148,13 +148,9 @@ func runWith(ctx context.Context, f *File, reg kind.Registry, replies *engine.Re
 	if dl.HasErrors() {
 		return nil, &diag.ListError{List: dl, Sources: src}
 	}
-	impls := make([]kind.Node, len(g.Nodes))
-	for i, n := range g.Nodes {
-		impls[i] = n.Impl
-	}
 	var out []Result
 	for _, t := range f.Tests {
-		fails, _ := runTest(ctx, f, g, impls, t, replies, false)
+		fails, _ := runTest(ctx, f, g, t, replies, false)
 		out = append(out, Result{Name: t.Name, Failures: fails})
 	}
 	return out, nil

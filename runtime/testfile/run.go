@@ -45,20 +45,19 @@ type Options struct {
 // RunFileWith loads the flow and runs the tests of f as opts says. A flow
 // that does not load is an error with its diagnostics.
 func RunFileWith(ctx context.Context, f *File, reg kind.Registry, opts Options) ([]Result, error) {
-	match := opts.Match
 	g, dl, src := flow.Compile(nil, f.FlowPath(), nil, reg)
 	if dl.HasErrors() {
 		return nil, &diag.ListError{List: dl, Sources: src}
 	}
-	impls := make([]kind.Node, len(g.Nodes))
-	for i, n := range g.Nodes {
-		impls[i] = n.Impl
-	}
-	defer func() {
-		for i, n := range g.Nodes {
-			n.Impl = impls[i]
-		}
-	}()
+	return RunCompiled(ctx, f, g, opts), nil
+}
+
+// RunCompiled runs the tests of f as opts says on g, the graph compiled
+// from f's flow. g is not changed (a test's scripted nodes and stops
+// are its runs' own), so the tests of several files may run on one
+// compiled graph at once.
+func RunCompiled(ctx context.Context, f *File, g *flow.Graph, opts Options) []Result {
+	match := opts.Match
 	var results []Result
 	for _, t := range f.Tests {
 		if match != "" && !strings.Contains(t.Name, match) {
@@ -67,9 +66,9 @@ func RunFileWith(ctx context.Context, f *File, reg kind.Registry, opts Options) 
 		start := time.Now()
 		r := Result{Name: t.Name}
 		var ran []ranRun
-		r.Failures, ran = runTest(ctx, f, g, impls, t, nil, false)
+		r.Failures, ran = runTest(ctx, f, g, t, nil, false)
 		if opts.Reload || t.Reload {
-			fails, reran := runTest(ctx, f, g, impls, t, nil, true)
+			fails, reran := runTest(ctx, f, g, t, nil, true)
 			for _, m := range fails {
 				if !slices.Contains(r.Failures, m) {
 					r.Failures = append(r.Failures, "with the state read back between steps: "+m)
@@ -80,7 +79,7 @@ func RunFileWith(ctx context.Context, f *File, reg kind.Registry, opts Options) 
 		r.Took = time.Since(start)
 		results = append(results, r)
 	}
-	return results, nil
+	return results
 }
 
 // ranRun is what a run of a test did, for comparing the runs of a test
@@ -97,20 +96,15 @@ type ranRun struct {
 // runTest runs one test; replies, when set, answer its llm nodes as the
 // runs of a thread were answered; with reload, the runs read their state
 // back between steps (engine.WithReload). It returns what each run did.
-func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t Test, replies *engine.Replies, reload bool) (fails []string, ran []ranRun) {
+func runTest(ctx context.Context, f *File, g *flow.Graph, t Test, replies *engine.Replies, reload bool) (fails []string, ran []ranRun) {
 	at := func(pos diag.Pos, format string, args ...any) {
 		fails = append(fails, fmt.Sprintf("%s: %s", pos, fmt.Sprintf(format, args...)))
 	}
-	for i, n := range g.Nodes {
-		n.Impl = impls[i]
-	}
+	// scripted nodes stand in for the graph's in this test's runs alone
+	// (engine.Request.StandIns): the graph is not changed
+	stand := map[*flow.Node]engine.StandIn{}
 	items := map[*flow.Node]*itemScripts{}
 	var scripts []*scripted
-	defer func() {
-		for n, is := range items {
-			n.Impl, n.Retry.Backoff = is.inner, is.backoff
-		}
-	}()
 	for _, name := range slices.Sorted(maps.Keys(t.Script)) {
 		calls := t.Script[name]
 		n, ok := g.Node(name)
@@ -138,14 +132,13 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 			// one item of a map: its nested node dispatches by item
 			is := items[n]
 			if is == nil {
-				is = &itemScripts{inner: n.Impl, backoff: n.Retry.Backoff, byItem: map[string]*scripted{}}
+				is = &itemScripts{inner: n.Impl, byItem: map[string]*scripted{}}
 				items[n] = is
+				var impl kind.Node = is
 				if _, ok := n.Impl.(kind.Fallback); ok {
-					n.Impl = itemScriptsFallback{is}
-				} else {
-					n.Impl = is
+					impl = itemScriptsFallback{is}
 				}
-				n.Retry.Backoff = 0
+				stand[n] = engine.StandIn{Node: impl, NoBackoff: true}
 			}
 			sc := &scripted{inner: is.inner, calls: calls}
 			is.byItem[name] = sc
@@ -154,12 +147,12 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		}
 		sc := &scripted{inner: n.Impl, calls: calls}
 		scripts = append(scripts, sc)
+		var impl kind.Node = sc
 		if _, ok := n.Impl.(kind.Fallback); ok {
-			n.Impl = scriptedFallback{sc}
-		} else {
-			n.Impl = sc
+			impl = scriptedFallback{sc}
 		}
-		n.Retry.Backoff = 0 // scripted failures need no waiting
+		// scripted failures need no waiting
+		stand[n] = engine.StandIn{Node: impl, NoBackoff: true}
 	}
 	if len(fails) > 0 {
 		return fails, ran
@@ -246,7 +239,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		if r.StopAfter != nil && *r.StopAfter == 0 {
 			// stopped before its first step: it pauses before whichever
 			// nodes it would run first
-			res, err := pauseFirst(ctx, eng, g, engine.Request{Thread: thread, Input: in, Config: r.Config, Replies: replies})
+			res, err := pauseFirst(ctx, eng, g, engine.Request{Thread: thread, Input: in, Config: r.Config, Replies: replies, StandIns: stand})
 			if err != nil || res.Interrupt == nil {
 				at(r.Pos, "run %d: want it stopped before its first step, it %s", i+1, endedHow(err))
 				return fails, ran
@@ -261,7 +254,7 @@ func runTest(ctx context.Context, f *File, g *flow.Graph, impls []kind.Node, t T
 		var once sync.Once
 		var called []string
 		var calledMu sync.Mutex
-		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Replies: replies, Stop: stop, Observe: func(ev engine.Event) {
+		req := engine.Request{Thread: thread, Input: in, Config: r.Config, RecordPath: true, Replies: replies, Stop: stop, StandIns: stand, Observe: func(ev engine.Event) {
 			if ev.NS != "" { // a child flow's nodes are not this flow's
 				return
 			}
@@ -415,20 +408,10 @@ func orDone(err string) string {
 }
 
 // pauseFirst runs req pausing before its first step, as a run of nodes
-// that all pause before they run would.
+// that all pause before they run would; the graph, which other runs may
+// share, is left as it is.
 func pauseFirst(ctx context.Context, eng *engine.Engine, g *flow.Graph, req engine.Request) (*engine.Result, error) {
-	before := make([]bool, len(g.Nodes))
-	for i, n := range g.Nodes {
-		before[i], n.InterruptBefore = n.InterruptBefore, true
-	}
-	pauses := g.Pauses
-	g.Pauses = true
-	defer func() {
-		for i, n := range g.Nodes {
-			n.InterruptBefore = before[i]
-		}
-		g.Pauses = pauses
-	}()
+	req.PauseFirst = true
 	return eng.Run(ctx, g, req)
 }
 

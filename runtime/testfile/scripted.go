@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/diag"
@@ -104,10 +103,9 @@ func nestedOf(g *flow.Graph, name string) (*flow.Node, bool) {
 // itemScripts runs a map's nested node: the items with a script run it,
 // the others the real node.
 type itemScripts struct {
-	inner   kind.Node
-	backoff time.Duration
-	mu      sync.Mutex
-	byItem  map[string]*scripted
+	inner  kind.Node
+	mu     sync.Mutex
+	byItem map[string]*scripted
 }
 
 func (is *itemScripts) Run(ctx context.Context, st kind.State) (kind.Update, error) {

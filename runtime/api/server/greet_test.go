@@ -59,3 +59,36 @@ func TestRunWithoutAnInputTheFlowReads(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An input the API refuses for its value (a name longer than the schema
+// allows) is named by its field, in the message and the details, with no
+// empty JSON pointer ("/:") in the message.
+func TestRunInputTooLong(t *testing.T) {
+	src := `version: 1
+name: short
+input: [name]
+state:
+  schema:
+    type: object
+    properties:
+      name: {type: string, maxLength: 3}
+      greeting: {type: string, default: ""}
+nodes:
+  greet: {kind: assign, set: {greeting: "'Hello, ' + (state.name ?? '')"}}
+edges:
+  - {from: START, to: greet}
+  - {from: greet, to: END}
+`
+	s := serve(t, openRuntime(t, "memory"), flowsWith(t, map[string]string{"short": src}), "")
+	if _, err := s.acme.CreateThread(ctx, api.CreateThread{ID: "s", Flow: "short"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.acme.RunWait(ctx, "s", api.StartRun{Input: map[string]any{"name": "Adalbert"}})
+	e := asAPIError(err)
+	if e == nil || e.Code != api.CodeInvalidInput || !strings.Contains(fmt.Sprint(e.Details), "field:name") {
+		t.Fatalf("a name too long: %v", err)
+	}
+	if want := `input "name": length must be <= 3, but got 8`; !strings.Contains(e.Message, want) || strings.Contains(e.Message, "/:") {
+		t.Fatalf("message %q, want %q", e.Message, want)
+	}
+}

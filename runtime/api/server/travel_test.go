@@ -184,3 +184,58 @@ func TestForkReplayAndBranchThroughTheAPI(t *testing.T) {
 		})
 	}
 }
+
+// An update as a node on a finished thread stands for a step that ran the
+// node: the thread's state names what the node's edges trigger over the
+// edited state as next, a new run is refused until that run is resumed,
+// and resuming runs it. An update as a node whose edges lead to END
+// leaves the thread finished.
+func TestUpdateAsANodeOfAFinishedThread(t *testing.T) {
+	src := `version: 1
+name: checks
+state:
+  schema:
+    type: object
+    properties:
+      i: {type: integer, default: 0}
+      done: {type: string, default: ""}
+nodes:
+  check: {kind: assign, set: {i: "state.i + 1"}}
+  finish: {kind: assign, set: {done: "'at ' + string(state.i)"}}
+edges:
+  - {from: START, to: check}
+  - from: check
+    branch:
+      - {when: "state.i >= 5", to: finish}
+      - else: END
+  - {from: finish, to: END}
+`
+	s := serve(t, openRuntime(t, "memory"), flowsWith(t, map[string]string{"checks": src}), "")
+	if _, err := s.acme.CreateThread(ctx, api.CreateThread{ID: "c", Flow: "checks"}); err != nil {
+		t.Fatal(err)
+	}
+	if run, err := s.acme.RunWait(ctx, "c", api.StartRun{}); err != nil || run.State["i"] != 1.0 && run.State["i"] != 1 {
+		t.Fatalf("the first run: %+v %v", run, err)
+	}
+	st, err := s.acme.Update(ctx, "c", api.Update{As: "check", Values: map[string]any{"i": 7}})
+	if err != nil || !slices.Equal(st.Next, []string{"finish"}) {
+		t.Fatalf("update as check: %+v %v", st, err)
+	}
+	if st, err := s.acme.State(ctx, "c", 0); err != nil || !slices.Equal(st.Next, []string{"finish"}) {
+		t.Fatalf("the thread after the update: %+v %v", st, err)
+	}
+	if _, err := s.acme.RunWait(ctx, "c", api.StartRun{}); err == nil {
+		t.Fatal("a new run over the update's unfinished run was accepted")
+	}
+	run, err := s.acme.RunWait(ctx, "c", api.StartRun{Resume: true})
+	if err != nil || run.State["done"] != "at 7" {
+		t.Fatalf("resumed after the update: %+v %v", run, err)
+	}
+	st, err = s.acme.Update(ctx, "c", api.Update{As: "finish", Values: map[string]any{"done": "edited"}})
+	if err != nil || len(st.Next) != 0 {
+		t.Fatalf("update as finish, whose edge leads to END: %+v %v", st, err)
+	}
+	if run, err := s.acme.RunWait(ctx, "c", api.StartRun{}); err != nil || run.State["i"] != 8.0 && run.State["i"] != 8 {
+		t.Fatalf("a run after the update that left the thread finished: %+v %v", run, err)
+	}
+}

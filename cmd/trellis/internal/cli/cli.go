@@ -70,7 +70,7 @@ func init() {
 		{"replay", "replay FLOW THREAD --at SEQ --to NEW [--model] [--trace] [--store ADDR]",
 			"Re-run a thread from a checkpoint on a new thread: the nodes that were next there run, told the model's replies the thread was told (--model asks the model again)", cmdReplay},
 		{"update", "update FLOW THREAD --as NODE --set k=v ... [--set-file FILE] [--at SEQ] [--store ADDR]",
-			"Correct a thread as if NODE had written the values, at its newest checkpoint or an older one (a branch); an unfinished run there resumes over the edit", cmdUpdate},
+			"Correct a thread as if NODE had written the values, at its newest checkpoint or an older one (a branch); an unfinished run there resumes over the edit, and at a finished one what NODE's edges trigger is next (run --resume runs it)", cmdUpdate},
 		{"delete", "delete THREAD ... [--store ADDR]",
 			"Delete threads with all of their data: checkpoints, child flows' threads, and a served thread's record, runs, events and voice sessions", cmdDelete},
 		{"abandon", "abandon THREAD [--store ADDR]", "Give up a thread's unfinished run (recorded in its history) so it takes new input", cmdAbandon},
