@@ -37,6 +37,7 @@ type Browser struct {
 	next    int
 	pending map[int]chan reply
 	log     strings.Builder
+	held    []string // the requests Hold holds, by their DevTools id
 	done    chan struct{}
 	wmu     sync.Mutex
 }
@@ -207,6 +208,14 @@ func (b *Browser) event(method string, params json.RawMessage) {
 		}
 		_ = json.Unmarshal(params, &p)
 		b.logf("exception: %s %s", p.Details.Text, p.Details.Exception.Description)
+	case "Fetch.requestPaused":
+		var p struct {
+			RequestID string `json:"requestId"`
+		}
+		_ = json.Unmarshal(params, &p)
+		b.mu.Lock()
+		b.held = append(b.held, p.RequestID)
+		b.mu.Unlock()
 	case "Log.entryAdded":
 		var p struct {
 			Entry struct {
@@ -352,6 +361,47 @@ func (b *Browser) ClickOn(ctx context.Context, selector string) error {
 		return err
 	}
 	return b.Click(ctx, box.X, box.Y)
+}
+
+// Hold holds the page's requests to the addresses pattern matches (a
+// DevTools URL pattern: * any characters, ? one) until release is called,
+// as a slow server or network would: what the page shows meanwhile, and
+// does when they are answered at last, can be looked at in turn. Held
+// tells how many it holds.
+func (b *Browser) Hold(ctx context.Context, pattern string) (release func(context.Context) error, err error) {
+	if _, err := b.Call(ctx, "Fetch.enable", map[string]any{"patterns": []map[string]any{{"urlPattern": pattern, "requestStage": "Request"}}}); err != nil {
+		return nil, err
+	}
+	letGo := func(ctx context.Context) error {
+		b.mu.Lock()
+		held := b.held
+		b.held = nil
+		b.mu.Unlock()
+		for _, id := range held {
+			// a request the page gave up on meanwhile is not there
+			if _, err := b.Call(ctx, "Fetch.continueRequest", map[string]any{"requestId": id}); err != nil && !strings.Contains(err.Error(), "Invalid InterceptionId") {
+				return err
+			}
+		}
+		return nil
+	}
+	return func(ctx context.Context) error {
+		if err := letGo(ctx); err != nil {
+			return err
+		}
+		if _, err := b.Call(ctx, "Fetch.disable", nil); err != nil {
+			return err
+		}
+		// any held between the two
+		return letGo(ctx)
+	}, nil
+}
+
+// Held is how many requests Hold holds now.
+func (b *Browser) Held() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.held)
 }
 
 // Screenshot writes the page as it looks now to a PNG file.

@@ -36,6 +36,24 @@ func TestStudioRunsAnEvalAndShowsItsCases(t *testing.T) {
 	if n, v := p.count("#eval-dataset option"), p.text("#eval-dataset"); n != 1 || !strings.Contains(v, "resume_review.eval.yaml (5 cases)") {
 		t.Fatalf("the datasets offered for resume_review: %d %q", n, v)
 	}
+	// a choice made in the start form outlives the panel drawn anew (as
+	// it is twice a second while an eval runs)
+	p.click("#eval-repeat")
+	p.eval(`document.activeElement.select(), document.activeElement.dataset.drawn = 'before', true`, nil)
+	if err := p.b.InsertText(p.ctx, "3"); err != nil {
+		t.Fatal(err)
+	}
+	p.click("#tab-run")
+	p.click("#tab-evals")
+	p.wait(`document.querySelector('#eval-repeat:not([data-drawn])') !== null`)
+	if v := p.value("#eval-repeat"); v != "3" {
+		t.Fatalf("runs per case, after the panel is drawn anew: %q", v)
+	}
+	p.click("#eval-repeat")
+	p.eval(`document.activeElement.select(), true`, nil)
+	if err := p.b.InsertText(p.ctx, "1"); err != nil {
+		t.Fatal(err)
+	}
 	p.click("#eval-start")
 	p.wait(`(() => { const s = document.getElementById('eval-status'); return !!s && ['passed', 'failed', 'error'].includes(s.textContent); })()`)
 	if v := p.text("#eval-status"); v != "passed" {

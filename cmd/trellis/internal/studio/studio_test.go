@@ -148,9 +148,67 @@ func start(t *testing.T, env []string, wrap []string, args ...string) *studio {
 	return s
 }
 
+// gate holds the model's answers while it is shut, as a model thinking
+// long would: a run asking it is under way for sure until it opens.
+type gate struct {
+	mu      sync.Mutex
+	shut    chan struct{} // closed to open the gate; nil while open
+	waiting int
+}
+
+func (g *gate) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		shut := g.shut
+		if shut != nil {
+			g.waiting++
+		}
+		g.mu.Unlock()
+		if shut != nil {
+			select {
+			case <-shut:
+			case <-r.Context().Done():
+			}
+			g.mu.Lock()
+			g.waiting--
+			g.mu.Unlock()
+			if r.Context().Err() != nil {
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// close shuts the gate; open opens it, letting the held requests on.
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut == nil {
+		g.shut = make(chan struct{})
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut != nil {
+		close(g.shut)
+		g.shut = nil
+	}
+}
+
+// held is how many requests wait at the shut gate.
+func (g *gate) held() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiting
+}
+
 // model is the scripted model of the interview, answering after a delay
-// as a real one would, so that a running node can be seen.
-func model(t *testing.T) []string {
+// as a real one would, so that a running node can be seen; behind a gate
+// a test may shut.
+func model(t *testing.T) ([]string, *gate) {
 	b, err := os.ReadFile(filepath.Join(root, "flows/examples/interview.model.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -161,9 +219,11 @@ func model(t *testing.T) []string {
 	}
 	srv := llmtest.New(rules...)
 	srv.Latency = 300 * time.Millisecond
-	ts := httptest.NewServer(srv)
+	g := &gate{}
+	ts := httptest.NewServer(g.wrap(srv))
 	t.Cleanup(ts.Close)
-	return []string{"OPENAI_BASE_URL=" + ts.URL + "/v1", "OPENAI_API_KEY=sk-test", "TRELLIS_MODEL=scripted"}
+	t.Cleanup(g.open)
+	return []string{"OPENAI_BASE_URL=" + ts.URL + "/v1", "OPENAI_API_KEY=sk-test", "TRELLIS_MODEL=scripted"}, g
 }
 
 // page is a browser on a studio, with the key the page signed in with.
@@ -177,9 +237,11 @@ type page struct {
 }
 
 // open signs the page in with the studio's sign-in file, then opens the
-// flow in the signed-in tab and waits until it is drawn.
+// flow in the signed-in tab and waits until it is drawn. The page's
+// deadline is only against a hang: on a busy machine a test's runs and
+// redrawing take their time.
 func open(t *testing.T, s *studio, flow string) *page {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	b := browser.Chromium(t, 1280, 800)
 	p := &page{t: t, b: b, ctx: ctx, s: s, name: strings.NewReplacer("/", "-", "Test", "").Replace(t.Name())}
@@ -238,6 +300,29 @@ func (p *page) wait(expr string) {
 	}
 }
 
+// waitValue evaluates expr until it is not null, and decodes that value
+// into out: what is seen at the moment a condition holds.
+func (p *page) waitValue(expr string, out any) {
+	p.t.Helper()
+	for {
+		var v json.RawMessage
+		err := p.b.Eval(p.ctx, expr, &v)
+		if err == nil && len(v) > 0 && string(v) != "null" {
+			if err := json.Unmarshal(v, out); err != nil {
+				p.t.Fatal(err)
+			}
+			return
+		}
+		select {
+		case <-p.ctx.Done():
+			var status string
+			_ = p.b.Eval(context.Background(), `document.getElementById('status').textContent`, &status)
+			p.t.Fatalf("waiting for %s: %v (last error: %v)\nthe page's status: %s", expr, p.ctx.Err(), err, status)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func (p *page) click(selector string) {
 	p.t.Helper()
 	if err := p.b.ClickOn(p.ctx, selector); err != nil {
@@ -252,6 +337,50 @@ func (p *page) typeInto(selector, text string) {
 	if err := p.b.InsertText(p.ctx, text); err != nil {
 		p.t.Fatal(err)
 	}
+}
+
+// runID is the id of the run the page shows ("" before its stream has
+// named it, or when it shows none).
+func (p *page) runID() string {
+	p.t.Helper()
+	var id string
+	p.eval(`(trellisStudio.run && trellisStudio.run.id) || ''`, &id)
+	return id
+}
+
+// waitRunAfter waits until the page shows a run other than the one
+// named prev, settled (its end, and the thread as it left it, shown),
+// and cond holds.
+func (p *page) waitRunAfter(prev, cond string) {
+	p.t.Helper()
+	q, _ := json.Marshal(prev)
+	p.wait(`trellisStudio.run && trellisStudio.run.settled && trellisStudio.run.id !== ` + string(q) + ` && (` + cond + `)`)
+}
+
+// refresh presses the run panel's Refresh and waits until the thread
+// read anew is drawn: what was typed must outlive it.
+func (p *page) refresh() {
+	p.t.Helper()
+	var n int
+	p.eval(`trellisStudio.threadLoads || 0`, &n)
+	p.click("#refresh")
+	p.wait(`(trellisStudio.threadLoads || 0) > ` + strconv.Itoa(n))
+}
+
+// selectThread chooses a thread in the header's list, as a person does.
+func (p *page) selectThread(id string) {
+	p.t.Helper()
+	q, _ := json.Marshal(id)
+	p.eval(`(() => { const s = document.getElementById('thread'); s.value = `+string(q)+`; s.dispatchEvent(new Event('change')); return s.value === `+string(q)+`; })()`, nil)
+}
+
+// value is what a form field holds.
+func (p *page) value(selector string) string {
+	p.t.Helper()
+	var s string
+	sel, _ := json.Marshal(selector)
+	p.eval(`(document.querySelector(`+string(sel)+`) || {}).value || ''`, &s)
+	return s
 }
 
 func (p *page) text(selector string) string {
@@ -369,7 +498,7 @@ func TestStudioDrawsTheGraph(t *testing.T) {
 
 	// a node's settings, writes, reads and prompt
 	p.click(`#graph .node[data-node="greeting"]`)
-	p.wait(`document.querySelector('#node-rendered pre') !== null`)
+	p.wait(`document.querySelector('#panel-node h2').textContent.startsWith('greeting ') && document.querySelector('#node-rendered pre') !== null`)
 	if set := p.text("#node-settings"); !strings.Contains(set, "prompt: interview/greeting") {
 		t.Errorf("greeting's settings: %q", set)
 	}
@@ -482,7 +611,8 @@ func candidate(t *testing.T) string {
 // checkpoint makes a thread whose state is that checkpoint's, with the
 // greeting's run it was in the middle of, resumed from the page.
 func TestStudioStreamsATurnAndForks(t *testing.T) {
-	s := start(t, model(t), nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
+	env, thinking := model(t)
+	s := start(t, env, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
 	p := open(t, s, "interview")
 
 	// a thread from the form: the fields with no default, the resume
@@ -513,9 +643,11 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 	const answer = "I build data pipelines in Go and PostgreSQL at Northwind."
 	p.typeInto("#say", answer)
 	p.click("#send")
-	p.wait(`trellisStudio.run.active && document.querySelector('#graph .node.running') !== null && trellisStudio.run.tokens.length > 0`)
+	// the node running as the tokens stream, read as it is seen (it may
+	// end the next moment)
 	var running string
-	p.eval(`document.querySelector('#graph .node.running').dataset.node`, &running)
+	p.waitValue(`(() => { const n = document.querySelector('#graph .node.running');
+		return trellisStudio.run.active && n && trellisStudio.run.tokens.length > 0 ? n.dataset.node : null; })()`, &running)
 	if tokens := p.text("#tokens"); tokens == "" {
 		t.Error("no tokens are shown while the run goes on")
 	}
@@ -584,14 +716,24 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 		t.Fatalf("the fork's greeting, resumed: %s", run)
 	}
 
-	// a turn on the fork, cancelled while the model thinks: the thread is
-	// left part way, and resumed from the page
+	// a turn on the fork, cancelled while the model thinks (it answers
+	// nothing until the cancel is pressed): the thread is left part way,
+	// and resumed from the page
 	p.click("#tab-run")
+	thinking.close()
 	p.typeInto("#say", "Hello from the fork.")
 	p.click("#send")
 	p.wait(`trellisStudio.run.active && trellisStudio.run.id && document.querySelector('#graph .node.running') !== null`)
+	for thinking.held() == 0 {
+		select {
+		case <-p.ctx.Done():
+			t.Fatal("the turn did not ask the model")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	p.click("#cancel")
 	p.wait(`trellisStudio.run.settled`)
+	thinking.open()
 	var runID string
 	p.eval(`trellisStudio.run.id`, &runID)
 	run, err := p.client.Run(p.ctx, forked, runID)
@@ -614,11 +756,21 @@ func TestStudioStreamsATurnAndForks(t *testing.T) {
 }
 
 // A paused run of the approval flow asks its question in the page; the
-// answer typed there resumes it and it completes.
+// answer typed there outlives the page drawing the thread anew, resumes
+// the run and it completes. Pressing Answer with nothing typed starts no
+// run (it would only ask again); nor does pressing it while the page
+// moves to another thread (the server slow to answer): a thread's
+// questions are answered on that thread only, and what was typed for
+// them is there when it is shown again.
 func TestStudioAnswersAnInterrupt(t *testing.T) {
 	s := start(t, nil, nil, filepath.Join(project(t), "flows"), "--store", storetest.Postgres(t))
 	p := open(t, s, "approval")
 	p.click("#tab-run")
+	p.typeInto("#new-id", "other")
+	p.click("#create")
+	p.wait(`trellisStudio.thread && trellisStudio.thread.id === 'other' && document.getElementById('run-form') !== null`)
+	p.click("#new-thread")
+	p.wait(`!trellisStudio.thread && document.getElementById('new-id') !== null`)
 	p.typeInto("#new-id", "shortlist")
 	p.click("#create")
 	p.wait(`trellisStudio.thread && trellisStudio.thread.id === 'shortlist' && document.getElementById('run-form') !== null`)
@@ -630,9 +782,59 @@ func TestStudioAnswersAnInterrupt(t *testing.T) {
 		t.Errorf("the question shown: %q", q)
 	}
 	p.shot("interrupt")
-	p.typeInto("#answer-recruiter", `{"approve": true, "note": "strong"}`)
+	paused := p.runID()
 	p.click("#answer")
-	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('#interrupts .interrupt') === null`)
+	p.wait(`document.getElementById('status').classList.contains('error')`)
+	if st := p.text("#status"); !strings.Contains(st, "type an answer") || p.runID() != paused {
+		t.Errorf("Answer with nothing typed: the status says %q, the run shown is %q (was %q)", st, p.runID(), paused)
+	}
+	if runs, err := p.client.Runs(p.ctx, "shortlist"); err != nil || len(runs) != 1 {
+		t.Fatalf("Answer with nothing typed started a run: %v %+v", err, runs)
+	}
+	// another thread chosen, its state held back by a slow server: the
+	// page shows shortlist's question still, and Answer must not send it
+	// to the other thread
+	release, err := p.b.Hold(p.ctx, "*/v1/threads/other/state*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.selectThread("other")
+	p.wait(`trellisStudio.thread.id === 'other'`)
+	for p.b.Held() == 0 {
+		select {
+		case <-p.ctx.Done():
+			t.Fatal("the page asked for the other thread's state, and it was not held")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	const answer = `{"approve": true, "note": "strong"}`
+	p.typeInto("#answer-recruiter", answer)
+	p.click("#answer")
+	p.wait(`document.getElementById('status').classList.contains('error')`)
+	// (the page shows no run: shortlist's is not the other thread's)
+	if st := p.text("#status"); !strings.Contains(st, "shortlist's") || p.runID() != "" {
+		t.Errorf("Answer while another thread is on its way: the status says %q, the run shown is %q", st, p.runID())
+	}
+	for _, th := range []string{"other", "shortlist"} {
+		if runs, err := p.client.Runs(p.ctx, th); err != nil || len(runs) != map[string]int{"other": 0, "shortlist": 1}[th] {
+			t.Fatalf("Answer while another thread is on its way: %s's runs: %v %+v", th, err, runs)
+		}
+	}
+	if err := release(p.ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(`trellisStudio.state && trellisStudio.state.thread === 'other' && document.querySelector('#interrupts .interrupt') === null`)
+	p.selectThread("shortlist")
+	p.wait(`trellisStudio.state && trellisStudio.state.thread === 'shortlist' && document.getElementById('answer-recruiter') !== null`)
+	if v := p.value("#answer-recruiter"); v != answer {
+		t.Fatalf("the answer typed, after another thread was shown: %q", v)
+	}
+	p.refresh()
+	if v := p.value("#answer-recruiter"); v != answer {
+		t.Fatalf("the answer typed, after the thread is drawn anew: %q", v)
+	}
+	p.click("#answer")
+	p.waitRunAfter(paused, `document.querySelector('#interrupts .interrupt') === null`)
 	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
 		t.Fatalf("the resumed run: %s", run)
 	}
@@ -678,9 +880,10 @@ func TestStudioAnswersNestedInterrupts(t *testing.T) {
 		t.Errorf("Cy's question's id: %q in %q", cyID, p.text(cy))
 	}
 	p.shot("two-questions")
+	first := p.runID()
 	p.typeInto("#answer-claims-2-manager", `{"approve": false, "note": "over budget"}`)
 	p.click("#answer")
-	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('` + cy + `') === null && document.querySelector('` + ada + `') !== null`)
+	p.waitRunAfter(first, `document.querySelector('`+cy+`') === null && document.querySelector('`+ada+`') !== null`)
 	st, err := p.client.State(p.ctx, "claims", 0)
 	if err != nil || len(st.Interrupts) != 1 || st.Interrupts[0].Path != "claims[0]/manager" {
 		t.Fatalf("after Cy's answer: %+v %v", st, err)
@@ -691,13 +894,28 @@ func TestStudioAnswersNestedInterrupts(t *testing.T) {
 	if h := p.text("#panel-history"); !strings.Contains(h, "Subflow claims[0]:") {
 		t.Errorf("the child's history: %q", h)
 	}
+	// back at the thread (its history and its questions read anew and
+	// drawn), Ada's question is answered; the answer outlives another
+	// drawing of the thread, and is what the run is resumed with
 	p.click("#back-to-thread")
+	p.wait(`document.querySelector('#timeline').dataset.ns === '' && !document.getElementById('back-to-thread')`)
 	p.click("#tab-run")
+	p.wait(`document.querySelector('` + ada + ` #answer-claims-0-manager') !== null && document.querySelector('` + cy + `') === null`)
+	second := p.runID()
+	var adaID string
+	p.eval(`document.querySelector('`+ada+`').dataset.id`, &adaID)
 	p.typeInto("#answer-claims-0-manager", `true`)
+	p.refresh()
+	if v := p.value("#answer-claims-0-manager"); v != "true" {
+		t.Fatalf("Ada's answer, after the thread is drawn anew: %q", v)
+	}
 	p.click("#answer")
-	p.wait(`trellisStudio.run && trellisStudio.run.settled && document.querySelector('#interrupts .interrupt') === null`)
+	p.waitRunAfter(second, `document.querySelector('#interrupts .interrupt') === null`)
 	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
 		t.Fatalf("the last run: %s", run)
+	}
+	if runs, err := p.client.Runs(p.ctx, "claims"); err != nil || len(runs) != 3 || !reflect.DeepEqual(runs[0].Answers, map[string]any{adaID: true}) {
+		t.Errorf("the runs: %v %+v", err, runs)
 	}
 	st, err = p.client.State(p.ctx, "claims", 0)
 	if err != nil || len(st.Interrupts) != 0 || st.Values["approved_total"] != 290 {
@@ -836,9 +1054,19 @@ func TestStudioOpensASubflowThreadAndUpdates(t *testing.T) {
 	p.click("#back-to-thread")
 	p.wait(`document.querySelector('#timeline').dataset.ns === '' && document.getElementById('update') !== null`)
 
-	// update: greeting's words, corrected by hand
-	p.eval(`document.getElementById('update').open = true; document.getElementById('update-as').value = 'greeting'; true`, nil)
-	p.typeInto("#update-values", `{"next_message": "Hello again, Ada."}`)
+	// update: greeting's words, corrected by hand; what is typed outlives
+	// the page drawing the thread anew
+	p.click("#update summary")
+	p.eval(`(() => { const s = document.getElementById('update-as'); s.value = 'greeting'; s.dispatchEvent(new Event('change')); return true; })()`, nil)
+	const edit = `{"next_message": "Hello again, Ada."}`
+	p.typeInto("#update-values", edit)
+	p.click("#tab-run")
+	p.refresh()
+	p.click("#tab-history")
+	p.wait(`document.getElementById('update') !== null`)
+	if open, as, v := p.count("#update[open]"), p.value("#update-as"), p.value("#update-values"); open != 1 || as != "greeting" || v != edit {
+		t.Fatalf("the edit after the thread is drawn anew: open %d, as %q, values %q", open, as, v)
+	}
 	p.click("#update-button")
 	p.wait(`trellisStudio.state && trellisStudio.state.values.next_message === 'Hello again, Ada.'`)
 	st, err := p.client.State(p.ctx, "reviewed", 0)
@@ -1026,12 +1254,24 @@ func TestStudioApprovesAToolCall(t *testing.T) {
 	p.click("#run")
 	p.wait(`document.querySelector('#interrupts .interrupt[data-approval] fieldset[data-tool="delete_note"]') !== null`)
 	p.shot("approval")
-	p.click(`#interrupts fieldset[data-tool="delete_note"] input[data-decision="edit"]`)
-	p.eval(`document.querySelector('#interrupts fieldset[data-tool="delete_note"] textarea').value = '{"title": "older plans"}', true`, nil)
+	// the decision and the arguments, as a person gives them: they
+	// outlive the page drawing the thread anew
+	call := `#interrupts fieldset[data-tool="delete_note"]`
+	p.click(call + ` input[data-decision="edit"]`)
+	p.click(call + ` textarea`)
+	p.eval(`document.activeElement.select(), true`, nil)
+	if err := p.b.InsertText(p.ctx, `{"title": "older plans"}`); err != nil {
+		t.Fatal(err)
+	}
+	p.refresh()
+	if n, v := p.count(call+` input[data-decision="edit"]:checked`), p.value(call+` textarea`); n != 1 || v != `{"title": "older plans"}` {
+		t.Fatalf("after the thread is drawn anew, the edit is chosen %d times, with the arguments %q", n, v)
+	}
 	// (the page sends the run options again with the resume)
 	p.eval(`document.getElementById('config').value = `+string(cfg)+`, true`, nil)
+	paused := p.runID()
 	p.click("#answer")
-	p.wait(`trellisStudio.run && trellisStudio.run.settled`)
+	p.waitRunAfter(paused, `true`)
 	if run := p.text("#run-status"); !strings.HasPrefix(run, "succeeded") {
 		t.Fatalf("the resumed run: %s", run)
 	}

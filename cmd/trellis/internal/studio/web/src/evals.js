@@ -20,6 +20,9 @@ export class EvalsPanel {
     this.poll = null;
     this.visible = false;
     this.loads = 0;
+    // what the start form holds: the panel is drawn anew while an eval
+    // runs (twice a second), and a choice half made must outlive that
+    this.chosen = { dataset: '', repeat: '1' };
   }
 
   // show loads the flow's datasets and evals (again) and draws them.
@@ -74,7 +77,10 @@ export class EvalsPanel {
     const sel = h('select', { id: 'eval-dataset', 'aria-label': 'Dataset' },
       ...st.datasets.map((d) => h('option', { value: d.path, disabled: d.error ? true : null },
         d.path + ' (' + d.cases.length + ' cases)' + (d.error ? ': ' + d.error : ''))));
-    const repeat = h('input', { id: 'eval-repeat', type: 'number', min: 1, max: 20, value: 1, 'aria-label': 'Runs per case', style: 'width:4.5rem' });
+    if (st.datasets.some((d) => d.path === this.chosen.dataset && !d.error)) sel.value = this.chosen.dataset;
+    sel.addEventListener('change', () => { this.chosen.dataset = sel.value; });
+    const repeat = h('input', { id: 'eval-repeat', type: 'number', min: 1, max: 20, value: this.chosen.repeat, 'aria-label': 'Runs per case', style: 'width:4.5rem' });
+    repeat.addEventListener('input', () => { this.chosen.repeat = repeat.value; });
     const form = h('form', { id: 'eval-form', class: 'row' },
       h('label', {}, 'Dataset ', sel),
       h('label', {}, 'Runs per case ', repeat),

@@ -9,6 +9,7 @@ import { createEditor } from './editor.js';
 import { EvalsPanel } from './evals.js';
 import { h, fill, json, diffValues, nodeBlock, readsOf, promptName, reducersOf, nodeAt, nsPath, transcript } from './util.js';
 import { toolEvent, toolEntry, isApproval, approvalForm, approvalAnswer } from './tools.js';
+import { Drafts, draftKey } from './drafts.js';
 
 const $ = (id) => document.getElementById(id);
 const keyStore = 'trellis.studio.key';
@@ -48,6 +49,9 @@ let api = new API('');
 let graphView = null;
 let editor = null;
 let evalsPanel = null;
+// what was typed into the forms the page draws anew (answers, decisions
+// on tool calls, edits of the state), by thread
+const drafts = new Drafts();
 
 // --- status and tabs ---
 
@@ -393,6 +397,7 @@ async function refreshThread() {
   renderRun();
   if (S.ns) await loadChildHistory();
   else renderHistory();
+  S.threadLoads = (S.threadLoads || 0) + 1; // the thread as read now is drawn
 }
 
 // markThread marks the nodes a paused run waits at.
@@ -510,7 +515,7 @@ function renderRun() {
       }
     });
     const attachments = Object.entries(conv.attachments || {}).map(([name, field]) =>
-      h('label', {}, name + ' (' + field + ')', h('textarea', { rows: 3, 'data-field': field, 'data-type': 'string', 'aria-label': name })));
+      h('label', {}, name + ' (' + field + ')', h('textarea', { rows: 3, id: 'attach-' + domName(name), 'data-field': field, 'data-type': 'string', 'aria-label': name })));
     parts.push(h('form', { class: 'stack', id: 'say-form', onsubmit: (ev) => { ev.preventDefault(); sendMessage(); } },
       say, ...attachments,
       h('div', { class: 'row' }, h('button', { class: 'primary', id: 'send', disabled: waiting || busy }, 'Send'),
@@ -656,7 +661,10 @@ async function refreshHistoryOnly() {
   renderHistory();
 }
 
-async function startRun(body) {
+// startRun starts a run on the thread shown (or follows one) and shows it
+// as it goes. answered names the questions body answers: their drafts go
+// once a run has taken the answers (not when the answers were refused).
+async function startRun(body, { answered } = {}) {
   if (!S.thread || (S.run && S.run.active)) return;
   let opts;
   try {
@@ -764,6 +772,9 @@ async function startRun(body) {
       // the events said enough
     }
   }
+  if (answered && run.id && run.status !== 'failed' && run.status !== 'cancelled') {
+    for (const id of answered) drafts.drop(thread, draftKey('ask', id) + '\n');
+  }
   try {
     if (S.thread && S.thread.id === thread) await refreshThread();
   } catch (e) {
@@ -780,7 +791,7 @@ function setCancel(on) {
     if (on) c.removeAttribute('disabled');
     else c.setAttribute('disabled', '');
   }
-  for (const id of ['send', 'run', 'resume']) {
+  for (const id of ['send', 'run', 'resume', 'answer']) {
     const b = $(id);
     if (!b) continue;
     if (on) b.setAttribute('disabled', '');
@@ -845,7 +856,12 @@ function renderLive() {
 function renderInterrupts() {
   const box = $('interrupts');
   if (!box) return;
-  const asks = (S.state && S.state.interrupts) || [];
+  const st = S.state || {};
+  const asks = st.interrupts || [];
+  // the questions are the thread's whose state this is; a question no
+  // longer asked takes its draft with it
+  const thread = st.thread || (S.thread && S.thread.id);
+  if (thread) drafts.prune(thread, 'ask', (id) => asks.some((a) => a.id === id));
   if (!asks.length) {
     fill(box);
     return;
@@ -857,7 +873,7 @@ function renderInterrupts() {
   const forms = asks.map((a) => {
     if (isApproval(a)) return approvalForm(a);
     const path = a.path || a.id;
-    const ta = h('textarea', { rows: 3, id: 'answer-' + domName(path), 'data-ask': a.id, 'aria-label': 'answer to ' + path, placeholder: 'the answer, as JSON (true, "text", {"approve": true})' });
+    const ta = h('textarea', { rows: 3, id: 'answer-' + domName(path), 'data-ask': a.id, 'data-draft': draftKey('ask', a.id, 'answer'), 'aria-label': 'answer to ' + path, placeholder: 'the answer, as JSON (true, "text", {"approve": true})' });
     const ns = childOf(a.id);
     return h('div', { class: 'interrupt', 'data-interrupt': path, 'data-id': a.id },
       h('div', { class: 'row' }, h('strong', {}, path + ' asks'),
@@ -867,9 +883,12 @@ function renderInterrupts() {
       h('pre', {}, json(a.payload)),
       h('label', {}, 'Answer (JSON)', ta));
   });
+  const busy = !!(S.run && S.run.active);
   fill(box, h('h2', {}, asks.length > 1 ? asks.length + ' questions waiting for an answer' : 'Waiting for an answer'), ...forms,
     asks.length > 1 ? h('p', { class: 'muted' }, 'Answer any of them: those answered go on, the others keep waiting.') : null,
-    h('button', { class: 'primary', id: 'answer', onclick: answerInterrupts }, 'Answer and resume'));
+    h('button', { class: 'primary', id: 'answer', 'data-thread': thread, disabled: busy, onclick: () => answerInterrupts(thread) }, 'Answer and resume'));
+  // what was typed before the box was drawn anew is there again
+  drafts.watch(box, thread);
 }
 
 // domName makes a question's path an element id's part.
@@ -884,7 +903,14 @@ function childOf(id) {
   return i < 0 ? '' : id.slice(0, i);
 }
 
-function answerInterrupts() {
+// answerInterrupts answers the questions shown, of the thread they were
+// shown for, with what their forms hold as the button is pressed.
+function answerInterrupts(thread) {
+  if (!S.thread || S.thread.id !== thread) {
+    // the page moved to another thread while these were shown
+    fail(new Error('these questions are ' + thread + '\'s, not the thread shown now: open ' + thread + ' to answer them'));
+    return;
+  }
   const answers = {};
   for (const box of document.querySelectorAll('#interrupts .interrupt[data-approval]')) {
     try {
@@ -903,7 +929,15 @@ function answerInterrupts() {
       answers[ta.dataset.ask] = v; // plain text
     }
   }
-  startRun({ resume: true, answers });
+  const ids = Object.keys(answers);
+  if (!ids.length) {
+    // resumed without an answer, the run would ask the same again
+    fail(new Error('type an answer to a question first'));
+    const first = document.querySelector('#interrupts textarea[data-ask]');
+    if (first) first.focus();
+    return;
+  }
+  startRun({ resume: true, answers }, { answered: ids });
 }
 
 // --- history ---
@@ -1060,20 +1094,23 @@ async function fork(seq) {
 // updateForm edits the state as a node would write it: at checkpoint cp
 // (a branch from there, which keeps its unfinished run), or at the
 // newest when cp is null. "Edit and continue" resumes the run it keeps.
+// What is typed in it stays while the history is drawn anew (as a run's
+// steps come in), until the edit is made.
 function updateForm(cp) {
   const nodes = (S.graph.nodes || []).map((n) => n.name);
   const at = cp ? cp.seq : 0;
   const next = cp ? cp.next || [] : (S.state && S.state.next) || [];
   const title = cp ? 'Edit the state at #' + cp.seq + ' (as if a node had written it)' : 'Edit the state (as if a node had written it)';
-  return h('details', { id: 'update', 'data-at': at }, h('summary', {}, title),
+  const key = (field) => draftKey('update', String(at), field);
+  return drafts.watch(h('details', { id: 'update', 'data-at': at, 'data-draft': key('open') }, h('summary', {}, title),
     h('form', { class: 'stack', onsubmit: (ev) => { ev.preventDefault(); updateState(at, false); } },
-      h('label', {}, 'As node', h('select', { id: 'update-as' }, ...nodes.map((n) => h('option', { value: n }, n)))),
-      h('label', {}, 'Values (JSON object of fields the node writes)', h('textarea', { id: 'update-values', rows: 4, placeholder: '{"field": "value"}' })),
+      h('label', {}, 'As node', h('select', { id: 'update-as', 'data-draft': key('as') }, ...nodes.map((n) => h('option', { value: n }, n)))),
+      h('label', {}, 'Values (JSON object of fields the node writes)', h('textarea', { id: 'update-values', rows: 4, placeholder: '{"field": "value"}', 'data-draft': key('values') })),
       cp && S.checkpoints.length && cp.seq !== S.checkpoints[S.checkpoints.length - 1].seq
         ? h('p', { class: 'muted' }, 'The edit is a branch: a checkpoint after the newest that goes on from #' + cp.seq + '; the checkpoints between stay in the history.') : null,
       h('div', { class: 'row' }, h('button', { class: 'primary', id: 'update-button' }, 'Update'),
         next.length ? h('button', { type: 'button', id: 'update-continue', title: 'Edit, then run ' + next.join(', ') + ' and on from there', onclick: () => updateState(at, true) }, 'Edit and continue from here') : null,
-        !cp && next.length ? h('button', { type: 'button', onclick: () => { showTab('run'); startRun({ resume: true }); } }, 'Resume') : null)));
+        !cp && next.length ? h('button', { type: 'button', onclick: () => { showTab('run'); startRun({ resume: true }); } }, 'Resume') : null))), S.thread.id);
 }
 
 async function updateState(at, resume) {
@@ -1088,6 +1125,7 @@ async function updateState(at, resume) {
   if (at) body.at = at;
   try {
     const st = await api.post('/v1/threads/' + encodeURIComponent(S.thread.id) + '/update', body);
+    drafts.drop(S.thread.id, draftKey('update', String(at)) + '\n');
     setStatus('updated the state: checkpoint #' + st.checkpoint + (at && at !== st.checkpoint - 1 ? ', a branch of #' + at : ''));
     S.updated = { checkpoint: st.checkpoint, at };
     S.selected = null;

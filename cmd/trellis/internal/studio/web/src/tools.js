@@ -5,6 +5,7 @@
 // or reject with a reason).
 
 import { h, json } from './util.js';
+import { draftKey } from './drafts.js';
 
 // toolEvent records a tool_start or tool_end event in the run's timeline.
 export function toolEvent(run, type, ev) {
@@ -51,22 +52,24 @@ export function isApproval(a) {
 
 // approvalForm is the form of a node's tool calls waiting for approval:
 // per call, its tool and arguments, and a choice of approve, edit (the
-// arguments, as JSON) or reject (with a reason).
+// arguments, as JSON) or reject (with a reason). Its fields name their
+// drafts (by the question's id and the call's), which the page keeps
+// across its redrawing.
 export function approvalForm(a) {
   const calls = a.payload.calls.map((c) => {
     const name = 'decision-' + a.id + '-' + c.id;
     const choice = (value, label, checked) => h('label', { class: 'choice' },
-      h('input', Object.assign({ type: 'radio', name, value, 'data-decision': value }, checked ? { checked: '' } : {})), label);
+      h('input', Object.assign({ type: 'radio', name, value, 'data-decision': value, 'data-draft': draftKey('ask', a.id, c.id, 'decision') }, checked ? { checked: '' } : {})), label);
     return h('fieldset', { class: 'tool-approval-call', 'data-call': c.id, 'data-tool': c.tool },
       h('legend', {}, c.tool + ' (call ' + c.id + ')'),
       h('div', { class: 'row', role: 'radiogroup', 'aria-label': 'decision on ' + c.tool },
         choice('approve', 'Approve', true), choice('edit', 'Edit the arguments', false), choice('reject', 'Reject', false)),
-      h('label', {}, 'Arguments (JSON)', h('textarea', { rows: 3, class: 'tool-arguments', 'aria-label': 'arguments of ' + c.tool }, json(c.arguments || {}))),
-      h('label', {}, 'Reason (when rejected)', h('input', { class: 'tool-reason', 'aria-label': 'reason to reject ' + c.tool })));
+      h('label', {}, 'Arguments (JSON)', h('textarea', { rows: 3, class: 'tool-arguments', 'aria-label': 'arguments of ' + c.tool, 'data-draft': draftKey('ask', a.id, c.id, 'arguments') }, json(c.arguments || {}))),
+      h('label', {}, 'Reason (when rejected)', h('input', { class: 'tool-reason', 'aria-label': 'reason to reject ' + c.tool, 'data-draft': draftKey('ask', a.id, c.id, 'reason') })));
   });
   const parts = [h('strong', {}, (a.path || a.id) + ' would call these tools'), ...calls];
   if (a.payload.problem) parts.push(h('p', { class: 'problem', role: 'alert' }, 'The last answer could not be taken: ' + a.payload.problem));
-  return h('div', { class: 'interrupt', 'data-interrupt': a.id, 'data-approval': '' }, ...parts);
+  return h('div', { class: 'interrupt', 'data-interrupt': a.id, 'data-id': a.id, 'data-approval': '' }, ...parts);
 }
 
 // approvalAnswer reads a node's approval form into its answer:
