@@ -215,6 +215,7 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 	for _, cp := range cps {
 		merged.Writers = append(merged.Writers, cp.Writers...)
 		merged.Replies = append(merged.Replies, cp.Replies...)
+		merged.Memory = append(merged.Memory, cp.Memory...)
 		for node, a := range cp.Answers {
 			if merged.Answers == nil {
 				merged.Answers = map[string]any{}
@@ -284,6 +285,11 @@ func (r *run) savePending(ctx context.Context, o *outcome, seq uint64, step int)
 			return nil // the barrier reports it
 		}
 		ws[i] = store.Write{Field: fv.Field, Value: v}
+	}
+	if puts := r.putsOf(o.node.Name); len(puts) > 0 {
+		// the documents it put go with its update: the step that
+		// takes the update puts them
+		ws = append(ws, putsWrite(puts))
 	}
 	if err := r.retry.Do(ctx, func(bool) error { return r.e.Store.PutPending(ctx, r.req.Thread, seq, o.node.Name, ws) }); err != nil {
 		return fmt.Errorf("step %d: save the update of node %q: %w", step, o.node.Name, err)

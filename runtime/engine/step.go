@@ -545,6 +545,8 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		return nil, err
 	}
 	if in, err := r.paused(ctx, outs); err != nil || in != nil {
+		// the step does not commit: what its nodes put is not written
+		r.dropPuts()
 		if err == nil {
 			// the step does not commit: a resumed run runs it again
 			r.step--
@@ -591,7 +593,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	cp := &take(&r.slabs.cps, 1)[0]
 	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, store.SourceStep
-	cp.Answers, cp.Replies = answered, r.takeReplies()
+	cp.Answers, cp.Replies, cp.Memory = answered, r.takeReplies(), r.takePuts()
 	if len(changed) > 0 {
 		// one write per changed field; an append field records only the
 		// items this step appended (several writers fold in order)

@@ -116,6 +116,19 @@ type Checkpoint struct {
 	// commit tried again after a failure that may have come after it
 	// committed recognises its own checkpoint (see Recommitted).
 	WriteID string
+	// Memory, when set, are the documents the step's nodes put (the
+	// memory kind), written in the checkpoint's transaction by a store
+	// that keeps a Memory (others ignore them): a committed step has put
+	// them, a step that was not committed has put none. They are not
+	// part of the checkpoint's record (History does not return them).
+	Memory []MemoryPut
+}
+
+// MemoryPut is one document a step puts in its tenant's memory, as
+// Memory.PutMemory writes it.
+type MemoryPut struct {
+	Tenant string
+	Item   *MemoryItem
 }
 
 // Source says what wrote a checkpoint.

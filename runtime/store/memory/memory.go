@@ -159,11 +159,25 @@ func (s *Store) StateAt(_ context.Context, id string, seq uint64) (*store.Snapsh
 
 // Commit implements store.Store.
 func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
-	// the chain keeps the checkpoint, not its events
-	ea := cp.Events
-	cp.Events = nil
+	// the chain keeps the checkpoint, not its events or documents
+	ea, puts := cp.Events, cp.Memory
+	for _, p := range puts {
+		if err := store.CheckMemoryKey(p.Item.Namespace, p.Item.Key); err != nil {
+			return err
+		}
+		if err := store.CheckMemoryValue(p.Item.Value); err != nil {
+			return err
+		}
+	}
+	cp.Events, cp.Memory = nil, nil
 	if err := s.commit(cp); err != nil {
+		cp.Memory = puts
 		return err
+	}
+	for _, p := range puts {
+		if err := s.PutMemory(ctx, p.Tenant, p.Item); err != nil {
+			return err
+		}
 	}
 	if ea != nil && len(ea.Events) > 0 {
 		err := s.AppendEvents(ctx, ea.Run, ea.Holder, ea.Events)

@@ -150,6 +150,9 @@ const commitSQL = `SELECT trellis_commit($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
 // Commit implements store.Store.
 func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	if err := sqlstore.CheckMemories(cp.Memory); err != nil {
+		return err
+	}
 	meta, err := sqlstore.EncodeMeta(cp)
 	if err != nil {
 		return err
@@ -196,17 +199,45 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 const commitEventsSQL = `SELECT trellis_commit_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
 
 // commitStatement is the statement that commits cp with args (commitSQL's
-// nine), with its events and its lease's release if it has them.
+// nine), with its events and its lease's release if it has them, and
+// the documents its step puts (withMemory).
 func commitStatement(cp *store.Checkpoint, args []any) (string, []any) {
 	ea := cp.Events
 	if ea == nil {
 		ea = &store.EventAppend{}
 	}
-	if len(ea.Events) == 0 && cp.Release == "" {
-		return commitSQL, args
+	q := commitSQL
+	if len(ea.Events) > 0 || cp.Release != "" {
+		seqs, data := eventColumns(ea.Events)
+		q, args = commitEventsSQL, append(args, ea.Run, seqs, data, ea.Holder, ea.Channel, ea.Payload, cp.Release)
 	}
-	seqs, data := eventColumns(ea.Events)
-	return commitEventsSQL, append(args, ea.Run, seqs, data, ea.Holder, ea.Channel, ea.Payload, cp.Release)
+	if len(cp.Memory) > 0 {
+		return withMemory(q, args, cp.Memory)
+	}
+	return q, args
+}
+
+// withMemory is the commit statement q (args) that also puts a step's
+// documents, as PutMemory does, when it moves the thread's head (its
+// result is odd), in the same statement: the documents are written in
+// the step's transaction, or not at all, and the commit stays one
+// statement of a group. Expired documents are deleted first, but for
+// those the step puts again (one statement changes a row once).
+func withMemory(q string, args []any, puts []store.MemoryPut) (string, []any) {
+	cols, now := sqlstore.MemoryColumns(puts)
+	n := len(args)
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	args = append(append(args, cols[:]...), now)
+	return `WITH c AS (` + q + `),
+	u AS (SELECT * FROM unnest(` + p(1) + `::text[], ` + p(2) + `::text[], ` + p(3) + `::text[], ` + p(4) + `::text[], ` + p(5) + `::text[], ` +
+		p(6) + `::bigint[], ` + p(7) + `::bigint[]) AS u(tenant, namespace, key, value, body, updated_at, expires_at)
+		WHERE (SELECT * FROM c) % 2 = 1),
+	gone AS (DELETE FROM memory_items m WHERE (SELECT * FROM c) % 2 = 1 AND m.expires_at <> 0 AND m.expires_at <= ` + p(8) + `
+		AND NOT EXISTS (SELECT 1 FROM u WHERE u.tenant = m.tenant AND u.namespace = m.namespace AND u.key = m.key)),
+	put AS (INSERT INTO memory_items (tenant, namespace, key, value, body, updated_at, expires_at) SELECT * FROM u
+		ON CONFLICT (tenant, namespace, key) DO UPDATE SET value = excluded.value, body = excluded.body,
+			updated_at = excluded.updated_at, expires_at = excluded.expires_at)
+	SELECT * FROM c`, args
 }
 
 // eventColumns are events' numbers and data, as arrays.

@@ -381,6 +381,11 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 				return err
 			}
 		}
+		if len(cp.Memory) > 0 {
+			if err := sqlstore.PutMemories(ctx, catalogDB{db: tx, s: s}, sqlstore.SQLite, cp.Memory); err != nil {
+				return err
+			}
+		}
 		if cp.Seq%sqlstore.FoldEvery == 0 {
 			return sqlstore.RecordFold(ctx, foldTx{tx, s}, cp.Thread, cp.Seq)
 		}
