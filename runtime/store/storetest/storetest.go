@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneIdleLeavesHeldThreads", testPruneIdleHeld},
 		{"LongThreadEveryState", testLongThread},
 		{"RemovedFieldIsGone", testRemovedField},
+		{"ChainInOneCommit", testChainCommit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
