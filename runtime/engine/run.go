@@ -146,6 +146,7 @@ type durability struct {
 	watch    *storeWatch
 	async    *committer          // Async durability
 	deferred []*store.Checkpoint // Exit durability
+	chain    []*store.Checkpoint // Sync durability: steps held (see hold)
 	slabs    slabs               // parts of step checkpoints
 }
 
@@ -198,7 +199,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	}
 	r.dirty = r.dirty[:nf]
 	r.vars, r.staleValues, r.staleVars = nil, false, true
-	r.resumed, r.pending, r.lease, r.async, r.deferred = nil, nil, nil, nil, nil
+	r.resumed, r.pending, r.lease, r.async, r.deferred, r.chain = nil, nil, nil, nil, nil, nil
 	r.replies, r.held, r.puts = nil, nil, nil
 	r.late.reset()
 	for i, f := range g.Fields {
