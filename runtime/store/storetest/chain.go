@@ -88,3 +88,39 @@ func testChainCommit(t *testing.T, st store.Store) {
 		}
 	}
 }
+
+// BenchStepCommits commits a run's steps four at a time: each in a
+// commit of its own ("alone"), and the four in one commit
+// (Checkpoint.Before, "together"), as a run commits inline steps held
+// before a slow one; an op is four steps.
+func BenchStepCommits(b *testing.B, st store.Store) {
+	for _, together := range []bool{false, true} {
+		name := "alone"
+		if together {
+			name = "together"
+		}
+		b.Run(name, func(b *testing.B) {
+			thread := "bench-" + name
+			create(b, st, thread, map[string]any{"log": []any{}, "n": 0.0})
+			seq := uint64(1)
+			b.ReportAllocs()
+			for b.Loop() {
+				var cps []*store.Checkpoint
+				for range 4 {
+					seq++
+					cps = append(cps, stepCP(thread, seq))
+				}
+				if together {
+					last := cps[3]
+					last.Before = cps[:3]
+					cps = cps[3:]
+				}
+				for _, cp := range cps {
+					if err := st.Commit(ctx, cp); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}

@@ -181,7 +181,7 @@ func testRemovedField(t *testing.T, st store.Store) {
 
 func at(sec int) time.Time { return time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC) }
 
-func create(t *testing.T, st store.Store, thread string, values map[string]any) {
+func create(t testing.TB, st store.Store, thread string, values map[string]any) {
 	t.Helper()
 	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: store.SourceCreate, Time: at(0)}
 	for _, k := range slices.Sorted(maps.Keys(values)) {
