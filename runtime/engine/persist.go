@@ -166,12 +166,15 @@ func (r *run) commit(ctx context.Context, cp *store.Checkpoint) error {
 // its own or leads the commits held after it.
 //
 // What this means after a crash: a held step that was not committed is
-// run again by the resumed run, as any step that was not committed is.
-// Nothing committed is lost or run again: a step's nodes that call out
-// of the process (or wait) never start before every step before them is
-// committed, so what they did is never held, and a held step's nodes
-// are inline, computing the same update from the same state when run
-// again. A held step's documents (Checkpoint.Memory) and events go with
+// run again by the resumed run, as any step that was not committed is,
+// and nothing committed is lost or run again. A node that may block
+// never starts before every step before it is committed; what is held
+// while anything else runs is only inline nodes' work, which the
+// resumed run computes again the same way from the same state. A step
+// that ran nodes that may block (a model's call) is held only while the
+// inline steps after it compute (no wait, no call out), so a crash
+// runs it again only in that window, as one just before its commit
+// would. A held step's documents (Checkpoint.Memory) and events go with
 // its commit, so none of them is written without its step. Its
 // state_update event is emitted when it is held; where the run's events
 // are recorded with its commits (Request.Attach), they are recorded, so
