@@ -81,6 +81,15 @@ const (
 	RunError    = engine.RunError
 )
 
+// StepChanges is the new values of the fields a step changed, from its
+// state_update and the node events of its step before it (a field one
+// node wrote with the replace reducer is told by that node's node_end
+// alone), given the state before the step; it reads the older shape of
+// state_update (every changed field in Update) too.
+func StepChanges(before map[string]any, nodes []Event, update Event) map[string]any {
+	return engine.StepChanges(before, nodes, update)
+}
+
 // When a run's steps are committed.
 const (
 	// Sync commits each step before the next starts (the default).

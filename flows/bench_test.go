@@ -2,6 +2,7 @@ package flows_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"strconv"
 	"testing"
@@ -59,7 +60,14 @@ func BenchmarkW3Loop1000(b *testing.B) {
 // turn: a new thread, its greeting and three answers, against the test
 // model server on loopback answering at once, in the in-memory store. It
 // reports the time per turn (the model's HTTP round trips included).
-func BenchmarkInterviewTurn(b *testing.B) {
+func BenchmarkInterviewTurn(b *testing.B) { benchInterview(b, false) }
+
+// BenchmarkInterviewTurnEncoded is BenchmarkInterviewTurn with each event
+// encoded as a server encodes it once for its store and its streams,
+// reporting the bytes of the events per turn.
+func BenchmarkInterviewTurnEncoded(b *testing.B) { benchInterview(b, true) }
+
+func benchInterview(b *testing.B, encode bool) {
 	ts := httptest.NewServer(llmtest.New())
 	defer ts.Close()
 	reg := all.WithProvider(func() *llm.Provider { return &llm.Provider{BaseURL: ts.URL + "/v1", APIKey: "sk-bench"} })
@@ -74,6 +82,17 @@ func BenchmarkInterviewTurn(b *testing.B) {
 	answers := []string{"I build data pipelines in Go and PostgreSQL at Northwind.", "Backpressure was the hard part; we added bounded queues.", "We cut search latency tenfold."}
 	eng := engine.New(memory.New())
 	ctx := context.Background()
+	var eventBytes int
+	observe := func(engine.Event) {}
+	if encode {
+		observe = func(ev engine.Event) {
+			data, err := json.Marshal(ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			eventBytes += len(data)
+		}
+	}
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
@@ -87,10 +106,13 @@ func BenchmarkInterviewTurn(b *testing.B) {
 			if i > 0 {
 				in["last_response"] = answers[i-1]
 			}
-			if _, err := eng.Run(ctx, g, engine.Request{Thread: thread, Input: in, Observe: func(engine.Event) {}}); err != nil {
+			if _, err := eng.Run(ctx, g, engine.Request{Thread: thread, Input: in, Observe: observe}); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(answers)+1)), "ns/turn")
+	if encode {
+		b.ReportMetric(float64(eventBytes)/float64(b.N*(len(answers)+1)), "event-B/turn")
+	}
 }

@@ -34,7 +34,7 @@ func (p *Provider) Complete(ctx context.Context, model, system, user, schemaName
 		}
 	}
 	var reply string
-	err := c.call(ctx, func(ctx context.Context, oa *openai.Client) error {
+	err := c.call(ctx, func(ctx context.Context, oa *openai.Client, _ *try) error {
 		resp, err := oa.CreateChatCompletion(ctx, req)
 		if err != nil {
 			return err

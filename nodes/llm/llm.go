@@ -665,7 +665,7 @@ func (n *node) completeReply(ctx context.Context, s kind.State, req openai.ChatC
 		return r, nil
 	}
 	var r reply
-	err := c.call(ctx, func(ctx context.Context, oa *openai.Client) error {
+	err := c.call(ctx, func(ctx context.Context, oa *openai.Client, t *try) error {
 		s.Measure("calls", 1)
 		if !s.Observed() {
 			resp, err := oa.CreateChatCompletion(ctx, req)
@@ -690,53 +690,60 @@ func (n *node) completeReply(ctx context.Context, s kind.State, req openai.ChatC
 			return err
 		}
 		defer stream.Close()
+		if t.resp == nil {
+			return errors.New("the reply stream has no response")
+		}
+		cs := newChunkStream(t.resp.Body)
+		defer cs.release()
 		var b strings.Builder
 		var calls []toolCall
-		var args []strings.Builder
+		var args [][]byte
 		for {
-			chunk, err := stream.Recv()
+			chunk, err := cs.next()
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
 				return err
 			}
-			if chunk.Usage != nil {
-				measure(s, *chunk.Usage)
+			if chunk.HasUsage {
+				measure(s, chunk.Usage)
 			}
-			if len(chunk.Choices) == 0 {
+			if !chunk.choice {
 				continue
 			}
-			d := chunk.Choices[0].Delta
-			if d.Content != "" {
-				b.WriteString(d.Content)
-				s.Stream(d.Content)
+			if len(chunk.Content) > 0 {
+				// the piece is streamed as the part of the reply's text
+				// it is: the builder never changes what it has written
+				at := b.Len()
+				b.Write(chunk.Content)
+				s.Stream(b.String()[at:])
 			}
 			// a call's id and name come first, its arguments in pieces,
 			// each piece naming the call by its index
-			for _, tc := range d.ToolCalls {
+			for _, tc := range chunk.Calls {
 				i := len(calls) - 1
-				if tc.Index != nil {
-					i = *tc.Index
+				if tc.HasIndex {
+					i = tc.Index
 				}
 				if i < 0 || i > len(calls) || i > 127 {
 					return fmt.Errorf("the reply streams tool call %d after %d calls", i, len(calls))
 				}
 				if i == len(calls) {
-					calls, args = append(calls, toolCall{}), append(args, strings.Builder{})
+					calls, args = append(calls, toolCall{}), append(args, nil)
 				}
-				if tc.ID != "" {
-					calls[i].ID = tc.ID
+				if len(tc.ID) > 0 {
+					calls[i].ID = string(tc.ID)
 				}
-				if tc.Function.Name != "" {
-					calls[i].Name += tc.Function.Name
+				if len(tc.Name) > 0 {
+					calls[i].Name += string(tc.Name)
 				}
-				args[i].WriteString(tc.Function.Arguments)
+				args[i] = append(args[i], tc.Arguments...)
 			}
 		}
 		r = reply{Content: b.String()}
 		for i := range calls {
-			calls[i].Arguments = args[i].String()
+			calls[i].Arguments = string(args[i])
 		}
 		r.ToolCalls = calls
 		return nil

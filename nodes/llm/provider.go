@@ -112,6 +112,9 @@ func newClient(p *Provider) *client {
 type try struct {
 	c     *http.Client
 	after time.Duration // the failed response's Retry-After, 0 when none
+	// resp is the last response that succeeded: a streamed reply's body
+	// is read from it (see chunkStream)
+	resp *http.Response
 }
 
 // client returns a go-openai client sending its requests through t.
@@ -123,8 +126,12 @@ func (t *try) client(cfg openai.ClientConfig) *openai.Client {
 // Do implements openai.HTTPDoer.
 func (t *try) Do(req *http.Request) (*http.Response, error) {
 	resp, err := t.c.Do(req)
-	if err == nil && resp.StatusCode >= 400 {
+	switch {
+	case err != nil:
+	case resp.StatusCode >= 400:
 		t.after = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	default:
+		t.resp = resp
 	}
 	return resp, err
 }
@@ -144,14 +151,14 @@ func parseRetryAfter(h string, now time.Time) time.Duration {
 }
 
 // call runs one request with retries. attempt is called once per try with
-// a context bounded by the provider's timeout and a go-openai client for
-// that try.
-func (c *client) call(ctx context.Context, attempt func(ctx context.Context, oa *openai.Client) error) error {
+// a context bounded by the provider's timeout, a go-openai client for
+// that try, and the try (whose resp is the response the client had).
+func (c *client) call(ctx context.Context, attempt func(ctx context.Context, oa *openai.Client, t *try) error) error {
 	backoff := c.p.Backoff
 	for n := 0; ; n++ {
 		t := &try{c: c.p.HTTP}
 		actx, cancel := context.WithTimeout(ctx, c.p.Timeout)
-		err := attempt(actx, t.client(c.cfg))
+		err := attempt(actx, t.client(c.cfg), t)
 		cancel()
 		if err == nil {
 			return nil

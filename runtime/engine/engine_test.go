@@ -867,9 +867,10 @@ edges:
 	eng := engine.New(st)
 	ctx := context.Background()
 	var seen, own [][]any
+	var was []string
 	observe := func(e engine.Event) {
-		if l, ok := e.Update["log"].([]any); ok {
-			seen = append(seen, l)
+		if l, ok := e.Appended["log"].([]any); ok {
+			seen, was = append(seen, l), append(was, jsonOf(l))
 			own = append(own, append(l, "mine")) // a consumer extending what it got
 		}
 	}
@@ -889,11 +890,10 @@ edges:
 	if len(seen) != 24 {
 		t.Fatalf("%d state updates with the log, want 24", len(seen))
 	}
-	// each view is the log as it was at its step
-	for i := 1; i < len(seen); i++ {
-		prev, cur := seen[i-1], seen[i]
-		if len(cur) > len(prev) && jsonOf(cur[:len(prev)]) != jsonOf(prev) {
-			t.Fatalf("view %d changed under view %d: %v vs %v", i-1, i, prev, cur)
+	// each view is the items as they were at its step
+	for i, cur := range seen {
+		if jsonOf(cur) != was[i] || len(cur) != 1 {
+			t.Fatalf("view %d changed: %v, was %s", i, cur, was[i])
 		}
 		for _, it := range cur {
 			if it == "mine" {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/kind"
@@ -55,9 +57,21 @@ type Event struct {
 	// after them; with Async durability, the hand-off) or of the whole
 	// run (run_end).
 	Duration time.Duration `json:"duration,omitempty"`
-	// Update is a node's update (node_end) or the committed changes of a
-	// step (state_update): field to new value.
+	// Update is a node's update (node_end, and node_error that on_error
+	// handled): field to the value it wrote. On a state_update, the new
+	// values of the changed fields that no node event of the step gave:
+	// a field one node wrote whose reducer replaces has the value that
+	// node's event gave, and is not repeated here; a field whose reducer
+	// appends is in Appended. (Events recorded before Fields existed
+	// carry every changed field here.)
 	Update map[string]any `json:"update,omitempty"`
+	// Fields lists the fields a step changed, in the order it wrote them
+	// (state_update).
+	Fields []string `json:"fields,omitempty"`
+	// Appended holds, per changed field whose reducer appends, the items
+	// the step appended (state_update): the field's new value is its old
+	// one followed by them.
+	Appended map[string]any `json:"appended,omitempty"`
 	// Checkpoint is the sequence number a state_update committed.
 	Checkpoint uint64 `json:"checkpoint,omitempty"`
 	// Next lists the nodes triggered for the next step (state_update).
@@ -93,3 +107,47 @@ type Event struct {
 // returned: what a node's attempt the run gave up on sends afterwards is
 // dropped (see Late). A nil Observer costs nothing.
 type Observer func(Event)
+
+// Changed lists the fields a state_update says its step changed: Fields,
+// or, in an event recorded before it existed, the fields of Update (which
+// then held every changed field), in name order.
+func (e *Event) Changed() []string {
+	if e.Fields != nil || e.Update == nil {
+		return e.Fields
+	}
+	return slices.Sorted(maps.Keys(e.Update))
+}
+
+// StepChanges is the new values of the fields a step changed, from its
+// state_update and the node events of the same step before it (those of
+// the run's own flow: NS empty), given the state before the step (for
+// the fields whose reducer appends). It reads events of either shape:
+// an older state_update carried every changed field in Update.
+func StepChanges(before map[string]any, nodes []Event, update Event) map[string]any {
+	out := make(map[string]any, len(update.Fields)+len(update.Update))
+	if update.Fields == nil {
+		maps.Copy(out, update.Update)
+		return out
+	}
+	for _, f := range update.Fields {
+		if v, ok := update.Update[f]; ok {
+			out[f] = v
+			continue
+		}
+		if items, ok := update.Appended[f]; ok {
+			old, _ := before[f].([]any)
+			add, _ := items.([]any)
+			out[f] = append(slices.Clip(old), add...)
+			continue
+		}
+		for _, ev := range nodes {
+			if ev.NS != "" || ev.Step != update.Step || (ev.Type != NodeEnd && ev.Type != NodeFailed) {
+				continue
+			}
+			if v, ok := ev.Update[f]; ok {
+				out[f] = v
+			}
+		}
+	}
+	return out
+}

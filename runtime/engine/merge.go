@@ -68,7 +68,7 @@ func (r *run) appendOwned(f *flow.Field, cur, upd any) (any, error) {
 // changed fields in write order, and leaves the per-step writer marks
 // cleared for the next step, even when the merge fails.
 func (r *run) barrier(ctx context.Context, outs []outcome) ([]*flow.Field, error) {
-	r.changed = r.changed[:0]
+	r.changed, r.told = r.changed[:0], r.told[:0]
 	err := r.merge(ctx, outs)
 	changed := r.changed
 	for _, f := range changed {
@@ -138,10 +138,16 @@ func (r *run) merge(ctx context.Context, outs []outcome) error {
 			}
 			if observe {
 				r.emit(Event{Type: NodeFailed, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Error: o.err.Error(), Handled: true, Update: upd.Map(), Usage: o.view.usage})
+				if len(upd) > 0 {
+					r.tell()
+				}
 			}
 			o.update, o.route = upd, n.OnError.Route
 		} else if observe {
 			r.emit(Event{Type: NodeEnd, Step: r.step, Node: n.Name, Kind: n.Kind, Attempt: o.attempts, Duration: o.took, Update: o.update.Map(), Degraded: o.degraded, Usage: o.view.usage, Cached: o.cached})
+			if len(o.update) > 0 {
+				r.tell()
+			}
 		}
 		if len(o.update) == 0 {
 			continue
@@ -167,6 +173,16 @@ func (r *run) merge(ctx context.Context, outs []outcome) error {
 		}
 	}
 	return nil
+}
+
+// tell notes the staged fields whose reducer replaces as told by the
+// node event just emitted: the value it gave is the one they commit with.
+func (r *run) tell() {
+	for _, sv := range r.staged {
+		if r.records.merge[sv.f.Index] == mergeReplace {
+			r.told = append(r.told, sv.f)
+		}
+	}
 }
 
 // staged is a field's value after a node's update, before it is applied.

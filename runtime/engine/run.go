@@ -110,6 +110,10 @@ type working struct {
 	changed []*flow.Field // the fields this step changed, in write order
 	oldLen  []int         // per append field: its length before this step
 	writer  []int         // per field: the node that wrote it this step, -1 none
+	// told lists the fields this step's node events gave the value they
+	// commit with (a replace field's writer's update): its state_update
+	// does not repeat them
+	told []*flow.Field
 	// stagedAt is per field its place in staged while a node's update
 	// is staged, -1 none
 	stagedAt []int

@@ -693,11 +693,37 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		r.lease.renewIfDue(ctx, cp.Time)
 	}
 	if observe {
-		upd := make(map[string]any, len(changed))
-		for _, f := range changed {
-			upd[f.Name] = r.cur[f.Index]
-		}
-		r.emit(Event{Type: StateUpdate, Step: r.step, Update: upd, Checkpoint: cp.Seq, Next: cp.Next, Duration: committed})
+		r.emit(r.stateUpdate(changed, cp, committed))
 	}
 	return following, nil
+}
+
+// stateUpdate is the state_update of a step that changed fields changed
+// and committed cp: every changed field's name, and the new values its
+// node events did not give (see Event.Update): a field whose reducer
+// appends gives only the items the step appended.
+func (r *run) stateUpdate(changed []*flow.Field, cp *store.Checkpoint, committed time.Duration) Event {
+	ev := Event{Type: StateUpdate, Step: r.step, Checkpoint: cp.Seq, Next: cp.Next, Duration: committed}
+	if len(changed) == 0 {
+		return ev
+	}
+	ev.Fields = make([]string, len(changed))
+	for i, f := range changed {
+		ev.Fields[i] = f.Name
+		switch {
+		case f.Reducer.Appends:
+			if ev.Appended == nil {
+				ev.Appended = map[string]any{}
+			}
+			list, _ := r.cur[f.Index].([]any)
+			ev.Appended[f.Name] = list[min(r.oldLen[f.Index], len(list)):len(list):len(list)]
+		case slices.Contains(r.told, f):
+		default:
+			if ev.Update == nil {
+				ev.Update = map[string]any{}
+			}
+			ev.Update[f.Name] = r.cur[f.Index]
+		}
+	}
+	return ev
 }

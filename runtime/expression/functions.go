@@ -178,19 +178,15 @@ func Words(s string) []string {
 // word, so a Japanese text mentions a term written inside a sentence. An
 // empty phrase is mentioned by nothing.
 func Mentions(text, phrase string) bool {
-	want := segment(phrase, false, "+#")
-	if len(want) == 0 {
+	keys := mentionKeys(phrase)
+	if len(keys) == 0 {
 		return false
 	}
-	keys := make([]mentionKey, len(want))
-	for i, w := range want {
-		keys[i] = keyOf(w)
-	}
-	have := segment(text, false, "+#")
-	for i := 0; i+len(want) <= len(have); i++ {
+	have := mentionWords(text)
+	for i := 0; i+len(keys) <= len(have.words); i++ {
 		ok := true
 		for j, k := range keys {
-			if !k.matches(have[i+j]) {
+			if !k.matches(have, i+j) {
 				ok = false
 				break
 			}
@@ -221,12 +217,82 @@ func keyOf(w string) mentionKey {
 	return k
 }
 
-func (k mentionKey) matches(got string) bool {
+// matches reports whether the text's word i is the key's word.
+func (k mentionKey) matches(t *mentionText, i int) bool {
 	if k.exact != "" {
-		return got == k.exact || got == k.exact+"s"
+		got := t.words[i]
+		return got == k.exact || len(got) == len(k.exact)+1 && got[len(got)-1] == 's' && got[:len(k.exact)] == k.exact
 	}
-	l := strings.ToLower(got)
-	return l == k.lower || k.base != "" && BaseForm(l) == k.base
+	return t.lower[i] == k.lower || k.base != "" && t.base[i] == k.base
+}
+
+// mentionText is a text's words as Mentions reads them: as written, in
+// lower case, and in their base form.
+type mentionText struct {
+	words, lower, base []string
+}
+
+// mentions keeps the texts and phrases Mentions read lately, as texts
+// keeps those of the other text functions: a flow looks for many terms
+// in one answer (each term against the same text), and for the same
+// terms turn after turn, so each is read once. Bounded as texts is.
+var mentions = struct {
+	sync.RWMutex
+	texts   map[string]*mentionText
+	phrases map[string][]mentionKey
+}{texts: map[string]*mentionText{}, phrases: map[string][]mentionKey{}}
+
+func mentionWords(text string) *mentionText {
+	kept := len(text) <= textsLongest
+	if kept {
+		mentions.RLock()
+		t := mentions.texts[text]
+		mentions.RUnlock()
+		if t != nil {
+			return t
+		}
+	}
+	words := segment(text, false, "+#")
+	t := &mentionText{words: words, lower: make([]string, len(words)), base: make([]string, len(words))}
+	for i, w := range words {
+		t.lower[i] = strings.ToLower(w)
+		t.base[i] = BaseForm(t.lower[i])
+	}
+	if kept {
+		mentions.Lock()
+		if len(mentions.texts) >= textsKept {
+			clear(mentions.texts)
+		}
+		mentions.texts[text] = t
+		mentions.Unlock()
+	}
+	return t
+}
+
+func mentionKeys(phrase string) []mentionKey {
+	kept := len(phrase) <= textsLongest
+	if kept {
+		mentions.RLock()
+		keys, ok := mentions.phrases[phrase]
+		mentions.RUnlock()
+		if ok {
+			return keys
+		}
+	}
+	want := segment(phrase, false, "+#")
+	keys := make([]mentionKey, len(want))
+	for i, w := range want {
+		keys[i] = keyOf(w)
+	}
+	if kept {
+		mentions.Lock()
+		if len(mentions.phrases) >= textsKept {
+			clear(mentions.phrases)
+		}
+		mentions.phrases[phrase] = keys
+		mentions.Unlock()
+	}
+	return keys
 }
 
 // NewID returns a random RFC 4122 version 4 UUID.

@@ -8,7 +8,6 @@ package tmpl
 import (
 	"bytes"
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -16,7 +15,6 @@ import (
 	"text/template"
 
 	"github.com/trellisflow/trellis/runtime/expression"
-	"gopkg.in/yaml.v3"
 )
 
 // Execute renders t over data.
@@ -31,15 +29,9 @@ func Execute(t *template.Template, data any) (string, error) {
 // Funcs are the functions templates may call, besides text/template's own.
 var Funcs = template.FuncMap{
 	// json renders a value as indented JSON.
-	"json": func(v any) (string, error) {
-		b, err := json.MarshalIndent(v, "", "  ")
-		return string(b), err
-	},
+	"json": renderJSON,
 	// yaml renders a value as YAML, which models read easily.
-	"yaml": func(v any) (string, error) {
-		b, err := yaml.Marshal(v)
-		return strings.TrimRight(string(b), "\n"), err
-	},
+	"yaml": renderYAML,
 	// fence puts text in a Markdown code fence nothing in it can close
 	// (expression.Fence): what a prompt shows as data, never as
 	// instructions, such as a candidate's code or a resume.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -159,15 +160,22 @@ edges:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Event.Type == "state_update" && ev.Event.Update["m"] != nil {
+		// m is told by the node that wrote it (its state_update names
+		// it), the list's item by the state_update's appended items
+		if ev.Event.Type == "node_end" && ev.Event.Update["m"] != nil {
 			updated = true
 			if ev.Event.Update["m"] != big+1 {
 				t.Fatalf("event: %#v", ev.Event.Update)
 			}
 		}
+		if ev.Event.Type == "state_update" {
+			if l, _ := ev.Event.Appended["list"].([]any); len(l) != 1 || l[0] != big+2 || !slices.Contains(ev.Event.Fields, "m") {
+				t.Fatalf("state_update: %#v", ev.Event)
+			}
+		}
 	}
 	if !updated {
-		t.Fatal("no state_update wrote m")
+		t.Fatal("no node_end wrote m")
 	}
 	cps, err := s.acme.History(ctx, "t", nil)
 	if err != nil {

@@ -535,9 +535,9 @@ func (r *retention) returnSpace(ctx context.Context, v store.SpaceReturner, pace
 // events) and its tokens (node_output) merged into one event per node's
 // attempt (the first token's, with the whole text, numbered as the last
 // token) or dropped, as tokens says. What the thread's checkpoints hold
-// is not kept twice: a state_update keeps its checkpoint's number and
-// next nodes but not its values (the checkpoint's writes, which each
-// node's node_end holds too), and run_end not the final state (the
+// is not kept twice: a state_update keeps its checkpoint's number, the
+// fields it changed and its next nodes but not their values (update and
+// appended: the checkpoint's writes), and run_end not the final state (the
 // state at the run's checkpoint). The other events are the bytes
 // recorded, unchanged.
 func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
@@ -552,7 +552,7 @@ func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
 		switch eventType(e.Data) {
 		case string(engine.NodeOutput):
 		case string(engine.StateUpdate):
-			out = append(out, store.EventRecord{Seq: e.Seq, Data: without(e.Data, "update")})
+			out = append(out, store.EventRecord{Seq: e.Seq, Data: without(e.Data, "update", "appended")})
 			continue
 		case string(engine.RunEnd):
 			out = append(out, store.EventRecord{Seq: e.Seq, Data: without(e.Data, "state")})
@@ -596,18 +596,24 @@ func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
 	return slices.DeleteFunc(out, func(e store.EventRecord) bool { return e.Data == nil })
 }
 
-// without is an event's JSON without one of its members (the event as it
-// is when it has none, or is not an object); the others keep their
-// bytes.
-func without(data []byte, member string) []byte {
+// without is an event's JSON without the members named (the event as it
+// is when it has none of them, or is not an object); the others keep
+// their bytes.
+func without(data []byte, members ...string) []byte {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
 		return data
 	}
-	if _, ok := m[member]; !ok {
+	had := false
+	for _, member := range members {
+		if _, ok := m[member]; ok {
+			had = true
+			delete(m, member)
+		}
+	}
+	if !had {
 		return data
 	}
-	delete(m, member)
 	b, err := json.Marshal(m)
 	if err != nil {
 		return data

@@ -192,7 +192,7 @@ func TestRetentionCompactsEvents(t *testing.T) {
 						// what the checkpoints hold is not kept twice
 						ev.Event.State = nil
 						if ev.Event.Type == trellis.StateUpdate {
-							ev.Event.Update = nil
+							ev.Event.Update, ev.Event.Appended = nil, nil
 						}
 						want = append(want, ev)
 						continue

@@ -401,8 +401,9 @@ func (s *Server) joinStream(w http.ResponseWriter, r *http.Request, c *caller) e
 
 // sse writes Server-Sent Events.
 type sse struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	buf []byte // an event's frame, reused
 }
 
 func startSSE(w http.ResponseWriter) *sse {
@@ -418,10 +419,12 @@ func startSSE(w http.ResponseWriter) *sse {
 // event writes an event, to be sent at the next flush: a burst of
 // events goes in one write to the client.
 func (e *sse) event(seq int64, typ string, data []byte) error {
-	b := make([]byte, 0, len(data)+len(typ)+48)
-	b = strconv.AppendInt(append(b, "id: "...), seq, 10)
+	b := strconv.AppendInt(append(e.buf[:0], "id: "...), seq, 10)
 	b = append(append(append(b, "\nevent: "...), typ...), "\ndata: "...)
 	b = append(append(b, data...), "\n\n"...)
+	if cap(b) <= 64<<10 {
+		e.buf = b
+	}
 	_, err := e.w.Write(b)
 	return err
 }

@@ -609,6 +609,10 @@ func TraceTo(w io.Writer) func(trellis.Event) {
 			u, _ := json.Marshal(ev.Update)
 			fmt.Fprintf(&b, " %s", u)
 		}
+		if len(ev.Appended) > 0 {
+			a, _ := json.Marshal(ev.Appended)
+			fmt.Fprintf(&b, " +%s", a)
+		}
 		if len(ev.Next) > 0 {
 			fmt.Fprintf(&b, " → %s", strings.Join(ev.Next, ", "))
 		}

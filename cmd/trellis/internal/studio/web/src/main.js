@@ -721,7 +721,7 @@ async function startRun(body) {
           if (!ev.ns) {
             if (run.stepNodes.length) run.prev = run.stepNodes;
             run.stepNodes = [];
-            run.steps.push({ step: ev.step, checkpoint: ev.checkpoint, fields: Object.keys(ev.update || {}), next: ev.next || [] });
+            run.steps.push({ step: ev.step, checkpoint: ev.checkpoint, fields: ev.fields || Object.keys(ev.update || {}), next: ev.next || [] });
             (run.timeline = run.timeline || []).push({ step: run.steps[run.steps.length - 1] });
             refreshSoon();
           }
