@@ -301,7 +301,13 @@ func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 				return nil, kind.Permanent(fmt.Errorf("value does not match the documents' schema: %w", err))
 			}
 		}
-		it, err := mem.Put(ctx, ns, key, v, n.ttl)
+		var it *kind.MemoryItem
+		if sm, ok := mem.(kind.StepMemory); ok {
+			// written with the node's step, atomic with its update
+			it, err = sm.PutWithStep(ctx, s, ns, key, v, n.ttl)
+		} else {
+			it, err = mem.Put(ctx, ns, key, v, n.ttl)
+		}
 		if err != nil {
 			return nil, err
 		}

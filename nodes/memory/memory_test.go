@@ -428,3 +428,151 @@ edges:
 		}
 	}
 }
+
+// failingCommits is a store whose commits of a step that puts documents
+// fail, as when the process dies between the node's put and its step's
+// commit.
+type failingCommits struct{ store.Store }
+
+var errDied = errors.New("the process died before the step's commit")
+
+func (f failingCommits) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	if len(cp.Memory) > 0 {
+		return errDied
+	}
+	return f.Store.Commit(ctx, cp)
+}
+
+// A put is written with its step's checkpoint, in one transaction: when
+// the step is not committed, the document is not written either (a put
+// written at once would be there, its step not); when it is, both are.
+func TestPutWithItsStep(t *testing.T) {
+	g := load(t, notes)
+	for name, url := range storetest.URLs(t) {
+		t.Run(name, func(t *testing.T) {
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			m, ok := store.MemoryOf(st)
+			if !ok {
+				t.Fatalf("%s keeps no memory", name)
+			}
+			c := kind.WithMemory(ctx, engine.Memory(m, ""))
+			ns := []string{"users", "u-1", "notes"}
+			_, err = engine.New(failingCommits{st}).Run(c, g, engine.Request{Thread: "dies", Values: map[string]any{"thread": "dies"},
+				Input: map[string]any{"note": "lost with its step"}})
+			if !errors.Is(err, errDied) {
+				t.Fatalf("the run whose step's commit failed: %v, want %v", err, errDied)
+			}
+			if it, err := m.GetMemory(ctx, "", ns, "dies", time.Now()); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("the document of a step that was not committed: %+v (%v), want none", it, err)
+			}
+			hist, err := st.History(ctx, "dies", store.HistoryOptions{Node: "remember"})
+			if err != nil || len(hist) != 0 {
+				t.Fatalf("the thread holds %d checkpoints of remember (%v), want none", len(hist), err)
+			}
+			// resumed, the step runs again and is committed with its put
+			res, err := engine.New(st).Run(c, g, engine.Request{Thread: "dies", Resume: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.State["mine"] != "lost with its step" {
+				t.Fatalf("resumed, the run read back %v", res.State["mine"])
+			}
+			it, err := m.GetMemory(ctx, "", ns, "dies", time.Now())
+			if err != nil || !strings.Contains(string(it.Value), "lost with its step") {
+				t.Fatalf("the document once its step is committed: %+v (%v)", it, err)
+			}
+			if hist, err := st.History(ctx, "dies", store.HistoryOptions{Node: "remember"}); err != nil || len(hist) != 1 {
+				t.Fatalf("the thread holds %d checkpoints of remember (%v), want 1", len(hist), err)
+			}
+		})
+	}
+}
+
+// twoAtOnce puts a document beside a node that fails until the document
+// it reads is mended.
+const twoAtOnce = `version: 1
+name: two_at_once
+input: [go]
+state:
+  schema:
+    type: object
+    properties:
+      go: {type: boolean, default: false}
+      written_at: {type: string, default: ""}
+      mine: {type: ["string", "null"], default: null}
+nodes:
+  remember:
+    kind: memory
+    action: put
+    namespace: "['notes']"
+    key: "'kept'"
+    value: "{text: 'kept with its step'}"
+    writes:
+      written_at: output.updated
+  check:
+    kind: memory
+    action: get
+    namespace: "['other']"
+    key: "'read'"
+    schema: {type: object, required: [text], properties: {text: {type: string}}}
+    writes:
+      mine: "output?.value.text"
+edges:
+  - {from: START, to: [remember, check]}
+  - {from: remember, to: END}
+  - {from: check, to: END}
+`
+
+// A node that completed in a step that failed keeps its update and the
+// documents it put as a pending write: none is written until the step
+// commits, and the step resumed writes the same document with the
+// update it takes, without running the node again.
+func TestPutKeptWithSavedUpdate(t *testing.T) {
+	g := load(t, twoAtOnce)
+	for name, url := range storetest.URLs(t) {
+		t.Run(name, func(t *testing.T) {
+			st, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			m, _ := store.MemoryOf(st)
+			now := time.Now()
+			if err := m.PutMemory(ctx, "", &store.MemoryItem{Namespace: []string{"other"}, Key: "read", Value: []byte(`{"nope": 1}`), Updated: now}); err != nil {
+				t.Fatal(err)
+			}
+			_, err = engine.New(st).Run(ctx, g, engine.Request{Thread: "both", Input: map[string]any{"go": true}})
+			if err == nil || !strings.Contains(err.Error(), "check") {
+				t.Fatalf("the step whose check fails: %v", err)
+			}
+			if it, err := m.GetMemory(ctx, "", []string{"notes"}, "kept", time.Now()); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("the document put in a step that failed: %+v (%v), want none yet", it, err)
+			}
+			head, err := st.Head(ctx, "both")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := head.Pending["remember"]; !ok {
+				t.Fatalf("the update of remember was not kept: pending %v", head.Pending)
+			}
+			if err := m.PutMemory(ctx, "", &store.MemoryItem{Namespace: []string{"other"}, Key: "read", Value: []byte(`{"text": "mended"}`), Updated: now}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := engine.New(st).Run(ctx, g, engine.Request{Thread: "both", Resume: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			it, err := m.GetMemory(ctx, "", []string{"notes"}, "kept", time.Now())
+			if err != nil {
+				t.Fatalf("the document once its step is committed: %v", err)
+			}
+			if at := it.Updated.UTC().Format(time.RFC3339Nano); at != res.State["written_at"] || res.State["mine"] != "mended" {
+				t.Fatalf("the document was written at %s, the kept update says %v (mine %v): the node ran again", at, res.State["written_at"], res.State["mine"])
+			}
+		})
+	}
+}

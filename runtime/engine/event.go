@@ -53,8 +53,9 @@ type Event struct {
 	// Duration of a node's attempts (node_end, node_error), of a retry's
 	// backoff (node_retry), of a wait for the store (store_back), of the step's commit to the store
 	// (state_update, for steps that read the clock: those that ran a node
-	// not inline, and one in 64; with Async durability, the
-	// hand-off) or of the whole run (run_end).
+	// not inline, and one in 64, unless held to commit with the steps
+	// after them; with Async durability, the hand-off) or of the whole
+	// run (run_end).
 	Duration time.Duration `json:"duration,omitempty"`
 	// Update is a node's update (node_end, and node_error that on_error
 	// handled): field to the value it wrote. On a state_update, the new

@@ -144,7 +144,10 @@ func (r *run) exec(ctx context.Context, n *flow.Node, vars map[string]any, o *ou
 	}
 	if o.host == nil && r.pending != nil {
 		if ws, ok := r.pending[n.Name]; ok {
-			// completed before the run stopped: take its saved update
+			// completed before the run stopped: take its saved update,
+			// and the documents it put
+			ws, puts := splitPuts(ws)
+			r.keepSavedPuts(n.Name, puts)
 			o.node, o.update, o.err, o.attempts, o.took, o.degraded = n, updateOf(ws), nil, 0, 0, ""
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/store"
@@ -153,6 +154,95 @@ func (r *run) commit(ctx context.Context, cp *store.Checkpoint) error {
 	return r.commitNow(ctx, cp, r.req.Attach)
 }
 
+// Held steps. A run with Sync durability commits each step, but not
+// always on its own: a step followed by nodes that only compute (inline
+// nodes: no call out of the process, no wait) is held, and committed
+// with the steps after it in one transaction (store.Checkpoint.Before),
+// once a step runs a node that may block (after its node_start events,
+// which go with the commit), the run ends, pauses or fails, or maxHeld
+// steps are held. A step that read the clock (one that ran a node that
+// may block) is held only when inline nodes follow it, so that a step
+// whose commit is timed (its state_update's Duration) is committed on
+// its own or leads the commits held after it.
+//
+// What this means after a crash: a held step that was not committed is
+// run again by the resumed run, as any step that was not committed is,
+// and nothing committed is lost or run again. A node that may block
+// never starts before every step before it is committed; what is held
+// while anything else runs is only inline nodes' work, which the
+// resumed run computes again the same way from the same state. A step
+// that ran nodes that may block (a model's call) is held only while the
+// inline steps after it compute (no wait, no call out), so a crash
+// runs it again only in that window, as one just before its commit
+// would. A held step's documents (Checkpoint.Memory) and events go with
+// its commit, so none of them is written without its step. Its
+// state_update event is emitted when it is held; where the run's events
+// are recorded with its commits (Request.Attach), they are recorded, so
+// shown, with that commit or after it, never with a step's that fails.
+// Flows that pause (interrupt_before/after, askers) and reloading
+// engines hold nothing.
+
+// maxHeld bounds the steps held for one commit.
+const maxHeld = 32
+
+// holds reports whether the step whose checkpoint names following as its
+// next nodes is held (see Held steps).
+func (r *run) holds(following []*flow.Node) bool {
+	return len(following) > 0 && (r.req.Durability == "" || r.req.Durability == Sync) && !r.g.Pauses && !r.g.Asks &&
+		!r.e.reload && len(r.chain) < maxHeld
+}
+
+// hold keeps cp to commit with the next step's.
+func (r *run) hold(cp *store.Checkpoint) {
+	if cp.WriteID == "" {
+		// a commit tried again recognises it as its own, and the
+		// checkpoint after it is chained to it
+		cp.WriteID = writeID()
+	}
+	r.chain = append(r.chain, cp)
+}
+
+// takeChain hands the held steps over to the commit of the next.
+func (r *run) takeChain() []*store.Checkpoint {
+	if len(r.chain) == 0 {
+		return nil
+	}
+	out := slices.Clone(r.chain)
+	r.chain = r.chain[:0]
+	return out
+}
+
+// flushChain commits the held steps, with the run's events.
+func (r *run) flushChain(ctx context.Context) error {
+	held := r.takeChain()
+	if len(held) == 0 {
+		return nil
+	}
+	last := held[len(held)-1]
+	last.Before = held[:len(held)-1]
+	if err := r.commitNow(ctx, last, r.req.Attach); err != nil {
+		// still held: the run's end tries them again (a cancelled
+		// run's context ended this try)
+		last.Before = nil
+		r.chain = append(r.chain[:0], held...)
+		return fmt.Errorf("commit step %d: %w", last.Step, err)
+	}
+	if r.lease != nil {
+		r.lease.renewIfDue(ctx, time.Now())
+	}
+	return nil
+}
+
+// mayBlock reports whether one of nodes is not inline.
+func mayBlock(nodes []*flow.Node) bool {
+	for _, n := range nodes {
+		if !n.Inline {
+			return true
+		}
+	}
+	return false
+}
+
 // commitNow commits cp at once, with the run's events when attach gives
 // it them, waiting through the store's outages (r.retry). A commit tried
 // again after a failure that may have come after it committed recognises
@@ -215,6 +305,7 @@ func (r *run) flush(ctx context.Context, ok bool) error {
 	for _, cp := range cps {
 		merged.Writers = append(merged.Writers, cp.Writers...)
 		merged.Replies = append(merged.Replies, cp.Replies...)
+		merged.Memory = append(merged.Memory, cp.Memory...)
 		for node, a := range cp.Answers {
 			if merged.Answers == nil {
 				merged.Answers = map[string]any{}
@@ -284,6 +375,11 @@ func (r *run) savePending(ctx context.Context, o *outcome, seq uint64, step int)
 			return nil // the barrier reports it
 		}
 		ws[i] = store.Write{Field: fv.Field, Value: v}
+	}
+	if puts := r.putsOf(o.node.Name); len(puts) > 0 {
+		// the documents it put go with its update: the step that
+		// takes the update puts them
+		ws = append(ws, putsWrite(puts))
 	}
 	if err := r.retry.Do(ctx, func(bool) error { return r.e.Store.PutPending(ctx, r.req.Thread, seq, o.node.Name, ws) }); err != nil {
 		return fmt.Errorf("step %d: save the update of node %q: %w", step, o.node.Name, err)

@@ -43,6 +43,9 @@ type run struct {
 	// for its checkpoint
 	repliesMu sync.Mutex
 	replies   []store.Reply
+	// puts are the documents the step's nodes put in memory (see
+	// stepPut), for its checkpoint, guarded by repliesMu
+	puts []stepPut
 	// held are the pending writes of a step kept while the run does not
 	// commit each step (see keep), guarded by nestedMu
 	held []heldWrite
@@ -147,6 +150,7 @@ type durability struct {
 	watch    *storeWatch
 	async    *committer          // Async durability
 	deferred []*store.Checkpoint // Exit durability
+	chain    []*store.Checkpoint // Sync durability: steps held (see hold)
 	slabs    slabs               // parts of step checkpoints
 }
 
@@ -199,8 +203,8 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	}
 	r.dirty = r.dirty[:nf]
 	r.vars, r.staleValues, r.staleVars = nil, false, true
-	r.resumed, r.pending, r.lease, r.async, r.deferred = nil, nil, nil, nil, nil
-	r.replies, r.held = nil, nil
+	r.resumed, r.pending, r.lease, r.async, r.deferred, r.chain = nil, nil, nil, nil, nil, nil
+	r.replies, r.held, r.puts = nil, nil, nil
 	r.late.reset()
 	for i, f := range g.Fields {
 		v, ok := head.Values[f.Name]
@@ -251,7 +255,7 @@ func (r *run) release() {
 	clear(r.next[1][:cap(r.next[1])])
 	r.e, r.g, r.values, r.vars, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, nil, Request{}, nil, nil
 	r.retry, r.watch = nil, nil
-	r.config, r.record, r.nestedDone, r.records, r.replies, r.held = nil, nil, nil, nil, nil, nil
+	r.config, r.record, r.nestedDone, r.records, r.replies, r.held, r.puts = nil, nil, nil, nil, nil, nil, nil
 	r.frame.State, r.frame.Input = nil, nil
 	// the buffers' spare entries too: a pooled run holds no value
 	clear(r.staged[:cap(r.staged)])

@@ -55,6 +55,11 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		}()
 	}
 	defer func() {
+		// the steps held are committed whatever ended the run: they
+		// were done (a cancelled run's too, as they would have been)
+		if ferr := r.flushChain(context.WithoutCancel(ctx)); err == nil && ferr != nil {
+			res, err = nil, ferr
+		}
 		if ferr := r.flush(ctx, err == nil); err == nil && ferr != nil {
 			res, err = nil, ferr
 		}
@@ -117,7 +122,9 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			for _, n := range triggered {
 				cp.Next = append(cp.Next, n.Name)
 			}
-			if err := r.commit(ctx, cp); err != nil {
+			if r.holds(triggered) {
+				r.hold(cp)
+			} else if err := r.commit(ctx, cp); err != nil {
 				return nil, fmt.Errorf("commit input: %w", err)
 			}
 			r.seq = cp.Seq
@@ -547,10 +554,19 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
 		}
 	}
+	if len(r.chain) > 0 && mayBlock(triggered) {
+		// the steps held commit before a node that may block starts
+		// (with its node_start events)
+		if err := r.flushChain(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := r.runNodes(ctx, triggered, outs); err != nil {
 		return nil, err
 	}
 	if in, err := r.paused(ctx, outs); err != nil || in != nil {
+		// the step does not commit: what its nodes put is not written
+		r.dropPuts()
 		if err == nil {
 			// the step does not commit: a resumed run runs it again
 			r.step--
@@ -597,7 +613,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	cp := &take(&r.slabs.cps, 1)[0]
 	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, store.SourceStep
-	cp.Answers, cp.Replies = answered, r.takeReplies()
+	cp.Answers, cp.Replies, cp.Memory = answered, r.takeReplies(), r.takePuts()
 	if len(changed) > 0 {
 		// one write per changed field; an append field records only the
 		// items this step appended (several writers fold in order)
@@ -656,14 +672,20 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		// the run's last checkpoint ends its hold on the thread
 		r.lease.releaseWith(cp)
 	}
-	if err := r.commit(ctx, cp); err != nil {
-		return nil, fmt.Errorf("commit step %d: %w", r.step, err)
+	held := r.holds(following) && (r.sinceClock != 0 || !mayBlock(following))
+	if held {
+		r.hold(cp)
+	} else {
+		cp.Before = r.takeChain()
+		if err := r.commit(ctx, cp); err != nil {
+			return nil, fmt.Errorf("commit step %d: %w", r.step, err)
+		}
 	}
 	if last {
 		r.lease.committed(cp)
 	}
 	var committed time.Duration
-	if timed {
+	if timed && !held {
 		committed = time.Since(cp.Time)
 	}
 	r.seq = cp.Seq
@@ -673,7 +695,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			return nil, err
 		}
 	}
-	if r.lease != nil && r.sinceClock == 0 {
+	if r.lease != nil && r.sinceClock == 0 && !held {
 		r.lease.renewIfDue(ctx, cp.Time)
 	}
 	if observe {

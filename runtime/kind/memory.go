@@ -27,6 +27,15 @@ type Memory interface {
 	Search(ctx context.Context, ns []string, query string, limit int) ([]*MemoryItem, error)
 }
 
+// StepMemory is a Memory that writes a node's puts with the step the node
+// runs in (s is the node's state): in the step's transaction, so that a
+// step committed has put them and one that was not (the process died
+// first, the commit failed) has put none. The item returned is the one
+// the step will write. A Memory that is not one puts at once.
+type StepMemory interface {
+	PutWithStep(ctx context.Context, s State, ns []string, key string, value any, ttl time.Duration) (*MemoryItem, error)
+}
+
 // MemoryItem is one remembered document.
 type MemoryItem struct {
 	Namespace []string

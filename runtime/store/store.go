@@ -116,6 +116,34 @@ type Checkpoint struct {
 	// commit tried again after a failure that may have come after it
 	// committed recognises its own checkpoint (see Recommitted).
 	WriteID string
+	// Memory, when set, are the documents the step's nodes put (the
+	// memory kind), written in the checkpoint's transaction by a store
+	// that keeps a Memory (others ignore them): a committed step has put
+	// them, a step that was not committed has put none. They are not
+	// part of the checkpoint's record (History does not return them).
+	Memory []MemoryPut
+	// Before, when set, are checkpoints of the same thread committed
+	// before this one, in order, in the same transaction: the steps a
+	// run held back to commit with this one (the first's Parent is the
+	// thread's head, each next one's the one before). All are committed
+	// or none; a conflict is the first's. Only this one carries Events
+	// and Release.
+	Before []*Checkpoint
+}
+
+// Chain is cp.Before and cp, in the order they are committed.
+func (cp *Checkpoint) Chain() []*Checkpoint {
+	if len(cp.Before) == 0 {
+		return []*Checkpoint{cp}
+	}
+	return append(slices.Clip(cp.Before), cp)
+}
+
+// MemoryPut is one document a step puts in its tenant's memory, as
+// Memory.PutMemory writes it.
+type MemoryPut struct {
+	Tenant string
+	Item   *MemoryItem
 }
 
 // Source says what wrote a checkpoint.

@@ -159,11 +159,28 @@ func (s *Store) StateAt(_ context.Context, id string, seq uint64) (*store.Snapsh
 
 // Commit implements store.Store.
 func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
-	// the chain keeps the checkpoint, not its events
-	ea := cp.Events
-	cp.Events = nil
+	if len(cp.Before) > 0 {
+		return s.commitChain(ctx, cp)
+	}
+	// the chain keeps the checkpoint, not its events or documents
+	ea, puts := cp.Events, cp.Memory
+	for _, p := range puts {
+		if err := store.CheckMemoryKey(p.Item.Namespace, p.Item.Key); err != nil {
+			return err
+		}
+		if err := store.CheckMemoryValue(p.Item.Value); err != nil {
+			return err
+		}
+	}
+	cp.Events, cp.Memory = nil, nil
 	if err := s.commit(cp); err != nil {
+		cp.Memory = puts
 		return err
+	}
+	for _, p := range puts {
+		if err := s.PutMemory(ctx, p.Tenant, p.Item); err != nil {
+			return err
+		}
 	}
 	if ea != nil && len(ea.Events) > 0 {
 		err := s.AppendEvents(ctx, ea.Run, ea.Holder, ea.Events)
@@ -173,6 +190,47 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		}
 	}
 	return nil
+}
+
+// commitChain commits cp.Before and cp, all or none: checked first,
+// then under the lock at once.
+func (s *Store) commitChain(ctx context.Context, cp *store.Checkpoint) error {
+	chain := cp.Chain()
+	for _, c := range chain {
+		for _, p := range c.Memory {
+			if err := store.CheckMemoryKey(p.Item.Namespace, p.Item.Key); err != nil {
+				return err
+			}
+			if err := store.CheckMemoryValue(p.Item.Value); err != nil {
+				return err
+			}
+		}
+	}
+	s.mu.Lock()
+	t, ok := s.threads[chain[0].Thread]
+	switch {
+	case !ok && chain[0].Parent != 0:
+		s.mu.Unlock()
+		return store.ErrNotFound
+	case ok && chain[0].Parent == 0:
+		s.mu.Unlock()
+		return store.ErrExists
+	case ok && t.chain[len(t.chain)-1].Seq != chain[0].Parent:
+		s.mu.Unlock()
+		return store.ErrConflict
+	}
+	s.mu.Unlock()
+	// the run holding the thread's lease is its only writer: the checks
+	// above hold for the whole chain
+	before := cp.Before
+	cp.Before = nil
+	for _, c := range before {
+		if err := s.Commit(ctx, c); err != nil {
+			cp.Before = before
+			return err
+		}
+	}
+	return s.Commit(ctx, cp)
 }
 
 func (s *Store) commit(cp *store.Checkpoint) error {

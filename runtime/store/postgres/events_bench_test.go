@@ -11,3 +11,8 @@ import (
 func BenchmarkAppendEvents(b *testing.B) {
 	storetest.BenchAppendEvents(b, openURL(b, pgtest.Database(b)))
 }
+
+// go test ./runtime/store/postgres -run '^$' -bench StepCommits
+func BenchmarkStepCommits(b *testing.B) {
+	storetest.BenchStepCommits(b, openURL(b, pgtest.Database(b)))
+}

@@ -37,12 +37,19 @@ const groupMax = 64
 // one row, which scan reads (again, when the group failed and the
 // statement runs alone).
 type groupJob struct {
-	ctx   context.Context
+	ctx context.Context
+	// stmts are the job's statements: one, or a chain's commits, which
+	// are in one transaction wherever they run
+	stmts []groupStmt
+	err   error
+	done  chan struct{}
+}
+
+// groupStmt is a statement returning one row, and what reads it.
+type groupStmt struct {
 	query string
 	args  []any
 	scan  func(pgx.Row) error
-	err   error
-	done  chan struct{}
 }
 
 // committer queues the writes and holds the token of the group under
@@ -75,10 +82,16 @@ func (s *Store) commitGrouped(ctx context.Context, cp *store.Checkpoint, query s
 // grouped runs query, a statement returning one row, in a group, and
 // returns scan's error or the group's.
 func (s *Store) grouped(ctx context.Context, query string, args []any, scan func(pgx.Row) error) error {
+	return s.groupedAll(ctx, []groupStmt{{query, args, scan}})
+}
+
+// groupedAll runs stmts, in order, in one transaction of a group, and
+// returns the first error of their scans or the group's.
+func (s *Store) groupedAll(ctx context.Context, stmts []groupStmt) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	j := &groupJob{ctx: ctx, query: query, args: args, scan: scan, done: make(chan struct{})}
+	j := &groupJob{ctx: ctx, stmts: stmts, done: make(chan struct{})}
 	c := s.commits
 	c.Add(j)
 	for {
@@ -108,7 +121,7 @@ func (s *Store) commitGroup(jobs []*groupJob) {
 			close(j.done)
 		}
 	}()
-	if len(jobs) > 1 {
+	if len(jobs) > 1 || len(jobs[0].stmts) > 1 {
 		s.commits.groups.Add(1)
 		err := s.sendGroup(jobs)
 		if err == nil {
@@ -129,8 +142,26 @@ func (s *Store) commitGroup(jobs []*groupJob) {
 	}
 	for _, j := range jobs {
 		s.commits.alone.Add(1)
-		j.err = j.scan(s.pool.QueryRow(context.WithoutCancel(j.ctx), j.query, j.args...))
+		j.err = s.runAlone(j)
 	}
+}
+
+// runAlone runs j's statements in a transaction of their own (a single
+// one as itself).
+func (s *Store) runAlone(j *groupJob) error {
+	ctx := context.WithoutCancel(j.ctx)
+	if len(j.stmts) == 1 {
+		st := j.stmts[0]
+		return st.scan(s.pool.QueryRow(ctx, st.query, st.args...))
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, st := range j.stmts {
+			if err := st.scan(tx.QueryRow(ctx, st.query, st.args...)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // sendGroup writes jobs in one transaction, one batch. Their rows are
@@ -141,7 +172,9 @@ func (s *Store) sendGroup(jobs []*groupJob) error {
 	var b pgx.Batch
 	b.Queue(`BEGIN`)
 	for _, j := range jobs {
-		b.Queue(j.query, j.args...)
+		for _, st := range j.stmts {
+			b.Queue(st.query, st.args...)
+		}
 	}
 	b.Queue(`COMMIT`)
 	// after an error the batch's statements are skipped to its end, and
@@ -150,10 +183,12 @@ func (s *Store) sendGroup(jobs []*groupJob) error {
 	br := s.pool.SendBatch(ctx, &b)
 	_, err := br.Exec()
 	for _, j := range jobs {
-		if err != nil {
-			break
+		for _, st := range j.stmts {
+			if err != nil {
+				break
+			}
+			err = st.scan(br.QueryRow())
 		}
-		err = j.scan(br.QueryRow())
 	}
 	if err == nil {
 		_, err = br.Exec()

@@ -148,8 +148,82 @@ func (s *Store) Migrations(ctx context.Context) ([]int, error) {
 // head moved to it, else 0.
 const commitSQL = `SELECT trellis_commit($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
-// Commit implements store.Store.
+// Commit implements store.Store: a checkpoint with others before it
+// (cp.Before) is committed with them in one transaction of a group, each
+// its statement; one of them that records a fold commits them one by one
+// (commitEach).
 func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	if len(cp.Before) == 0 {
+		return s.commitOne(ctx, cp)
+	}
+	chain := cp.Chain()
+	for _, c := range chain[:len(chain)-1] {
+		if c.WriteID == "" {
+			// the next one is chained to it by its write id
+			c.WriteID = sqlstore.NewWriteID()
+		}
+	}
+	stmts := make([]groupStmt, len(chain))
+	moved := make([]int, len(chain))
+	for i, c := range chain {
+		if c.Seq%sqlstore.FoldEvery == 0 {
+			return s.commitEach(ctx, chain)
+		}
+		if err := sqlstore.CheckMemories(c.Memory); err != nil {
+			return err
+		}
+		meta, err := sqlstore.EncodeMeta(c)
+		if err != nil {
+			return err
+		}
+		writes, err := sqlstore.EncodeWrites(c.Writes)
+		if err != nil {
+			return err
+		}
+		after := ""
+		if i > 0 {
+			after = chain[i-1].WriteID
+		}
+		q, args := chainedStatement(c, []any{c.Thread, int64(c.Seq), int64(c.Parent), sqlstore.Nanos(c.Time),
+			c.Run, c.Step, string(c.Source), meta, writes}, after)
+		stmts[i] = groupStmt{query: q, args: args, scan: func(row pgx.Row) (err error) {
+			moved[i], err = scanCommit(row, c)
+			return err
+		}}
+	}
+	if err := s.groupedAll(ctx, stmts); err != nil {
+		if cp.Events != nil {
+			cp.Events.Refused = false
+		}
+		return err
+	}
+	for i, c := range chain {
+		if moved[i] != 1 {
+			// the first's conflict: the others followed it
+			return s.notMoved(ctx, chain[0])
+		}
+		s.cache.Committed(c)
+	}
+	return nil
+}
+
+// commitEach commits a chain one checkpoint at a time, taking one found
+// committed by an earlier attempt (its write id) for done.
+func (s *Store) commitEach(ctx context.Context, chain []*store.Checkpoint) error {
+	for _, c := range chain {
+		err := s.commitOne(ctx, c)
+		if err = store.Recommitted(ctx, s, c, err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commitOne commits one checkpoint.
+func (s *Store) commitOne(ctx context.Context, cp *store.Checkpoint) error {
+	if err := sqlstore.CheckMemories(cp.Memory); err != nil {
+		return err
+	}
 	meta, err := sqlstore.EncodeMeta(cp)
 	if err != nil {
 		return err
@@ -174,6 +248,11 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		s.cache.Committed(cp)
 		return nil
 	}
+	return s.notMoved(ctx, cp)
+}
+
+// notMoved says why cp's commit did not move its thread's head.
+func (s *Store) notMoved(ctx context.Context, cp *store.Checkpoint) error {
 	if cp.Parent == 0 {
 		return store.ErrExists
 	}
@@ -196,17 +275,60 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 const commitEventsSQL = `SELECT trellis_commit_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
 
 // commitStatement is the statement that commits cp with args (commitSQL's
-// nine), with its events and its lease's release if it has them.
+// nine), with its events and its lease's release if it has them, and
+// the documents its step puts (withMemory).
 func commitStatement(cp *store.Checkpoint, args []any) (string, []any) {
+	return chainedStatement(cp, args, "")
+}
+
+// chainedStatement is commitStatement for a checkpoint committed after
+// the one whose write id is after (none: ""), in the same transaction:
+// it moves the head only onto that very checkpoint, not onto another
+// writer's of the same number (a chain whose first did not move leaves
+// the rest unmoved too).
+func chainedStatement(cp *store.Checkpoint, args []any, after string) (string, []any) {
 	ea := cp.Events
 	if ea == nil {
 		ea = &store.EventAppend{}
 	}
-	if len(ea.Events) == 0 && cp.Release == "" {
-		return commitSQL, args
+	q := commitSQL
+	if len(ea.Events) > 0 || cp.Release != "" {
+		seqs, data := eventColumns(ea.Events)
+		q, args = commitEventsSQL, append(args, ea.Run, seqs, data, ea.Holder, ea.Channel, ea.Payload, cp.Release)
 	}
-	seqs, data := eventColumns(ea.Events)
-	return commitEventsSQL, append(args, ea.Run, seqs, data, ea.Holder, ea.Channel, ea.Payload, cp.Release)
+	if after != "" {
+		args = append(args, after)
+		call := strings.TrimPrefix(q, "SELECT ")
+		q = `SELECT CASE WHEN EXISTS (SELECT 1 FROM checkpoints WHERE thread = $1 AND seq = $3
+			AND convert_from(meta, 'UTF8')::jsonb->>'id' = $` + strconv.Itoa(len(args)) + `) THEN ` + call + ` ELSE 0 END`
+	}
+	if len(cp.Memory) > 0 {
+		return withMemory(q, args, cp.Memory)
+	}
+	return q, args
+}
+
+// withMemory is the commit statement q (args) that also puts a step's
+// documents, as PutMemory does, when it moves the thread's head (its
+// result is odd), in the same statement: the documents are written in
+// the step's transaction, or not at all, and the commit stays one
+// statement of a group. Expired documents are deleted first, but for
+// those the step puts again (one statement changes a row once).
+func withMemory(q string, args []any, puts []store.MemoryPut) (string, []any) {
+	cols, now := sqlstore.MemoryColumns(puts)
+	n := len(args)
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	args = append(append(args, cols[:]...), now)
+	return `WITH c AS (` + q + `),
+	u AS (SELECT * FROM unnest(` + p(1) + `::text[], ` + p(2) + `::text[], ` + p(3) + `::text[], ` + p(4) + `::text[], ` + p(5) + `::text[], ` +
+		p(6) + `::bigint[], ` + p(7) + `::bigint[]) AS u(tenant, namespace, key, value, body, updated_at, expires_at)
+		WHERE (SELECT * FROM c) % 2 = 1),
+	gone AS (DELETE FROM memory_items m WHERE (SELECT * FROM c) % 2 = 1 AND m.expires_at <> 0 AND m.expires_at <= ` + p(8) + `
+		AND NOT EXISTS (SELECT 1 FROM u WHERE u.tenant = m.tenant AND u.namespace = m.namespace AND u.key = m.key)),
+	put AS (INSERT INTO memory_items (tenant, namespace, key, value, body, updated_at, expires_at) SELECT * FROM u
+		ON CONFLICT (tenant, namespace, key) DO UPDATE SET value = excluded.value, body = excluded.body,
+			updated_at = excluded.updated_at, expires_at = excluded.expires_at)
+	SELECT * FROM c`, args
 }
 
 // eventColumns are events' numbers and data, as arrays.

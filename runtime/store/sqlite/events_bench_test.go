@@ -18,3 +18,13 @@ func BenchmarkAppendEvents(b *testing.B) {
 	defer st.Close()
 	storetest.BenchAppendEvents(b, st)
 }
+
+// go test ./runtime/store/sqlite -run '^$' -bench StepCommits
+func BenchmarkStepCommits(b *testing.B) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "steps.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	storetest.BenchStepCommits(b, st)
+}

@@ -331,65 +331,89 @@ func (s *Store) begin(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// Commit implements store.Store.
+// Commit implements store.Store: cp and the checkpoints before it
+// (cp.Before) in one transaction.
 func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
-	meta, err := sqlstore.EncodeMeta(cp)
-	if err != nil {
-		return err
-	}
-	writes, err := sqlstore.EncodeWrites(cp.Writes)
-	if err != nil {
-		return err
-	}
-	at := sqlstore.Nanos(cp.Time)
-	err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if cp.Parent == 0 {
-			res, err := tx.StmtContext(ctx, s.st.createThread).ExecContext(ctx, cp.Thread, cp.Seq, at, at)
-			if err != nil {
-				return err
-			}
-			if n, _ := res.RowsAffected(); n == 0 {
-				return store.ErrExists
-			}
-		} else {
-			res, err := tx.StmtContext(ctx, s.st.advanceThread).ExecContext(ctx, cp.Seq, at, cp.Thread, cp.Parent)
-			if err != nil {
-				return err
-			}
-			if n, _ := res.RowsAffected(); n == 0 {
-				var one int
-				if err := tx.StmtContext(ctx, s.st.threadExists).QueryRowContext(ctx, cp.Thread).Scan(&one); errors.Is(err, sql.ErrNoRows) {
-					return store.ErrNotFound
-				}
-				return store.ErrConflict
-			}
-		}
-		if _, err := tx.StmtContext(ctx, s.st.dropPending).ExecContext(ctx, cp.Thread, cp.Seq); err != nil {
+	chain := cp.Chain()
+	rows := make([]encoded, len(chain))
+	for i, c := range chain {
+		var err error
+		if rows[i].meta, err = sqlstore.EncodeMeta(c); err != nil {
 			return err
 		}
-		if _, err := tx.StmtContext(ctx, s.st.insertCheckpoint).ExecContext(ctx,
-			cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, string(cp.Source), at, string(meta), string(writes)); err != nil {
+		if rows[i].writes, err = sqlstore.EncodeWrites(c.Writes); err != nil {
 			return err
 		}
-		if cp.Events != nil {
-			if err := sqlstore.AppendWithCheckpoint(ctx, catalogDB{db: tx, s: s}, cp.Events); err != nil {
+	}
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for i, c := range chain {
+			if err := s.commitIn(ctx, tx, c, rows[i]); err != nil {
 				return err
 			}
-		}
-		if cp.Release != "" {
-			if _, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, cp.Thread, cp.Release); err != nil {
-				return err
-			}
-		}
-		if cp.Seq%sqlstore.FoldEvery == 0 {
-			return sqlstore.RecordFold(ctx, foldTx{tx, s}, cp.Thread, cp.Seq)
 		}
 		return nil
 	})
 	if err == nil {
-		s.cache.Committed(cp)
+		for _, c := range chain {
+			s.cache.Committed(c)
+		}
 	}
 	return err
+}
+
+// encoded is a checkpoint's row, encoded before its transaction.
+type encoded struct{ meta, writes []byte }
+
+// commitIn commits one checkpoint in tx.
+func (s *Store) commitIn(ctx context.Context, tx *sql.Tx, cp *store.Checkpoint, row encoded) error {
+	at := sqlstore.Nanos(cp.Time)
+	if cp.Parent == 0 {
+		res, err := tx.StmtContext(ctx, s.st.createThread).ExecContext(ctx, cp.Thread, cp.Seq, at, at)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return store.ErrExists
+		}
+	} else {
+		res, err := tx.StmtContext(ctx, s.st.advanceThread).ExecContext(ctx, cp.Seq, at, cp.Thread, cp.Parent)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			var one int
+			if err := tx.StmtContext(ctx, s.st.threadExists).QueryRowContext(ctx, cp.Thread).Scan(&one); errors.Is(err, sql.ErrNoRows) {
+				return store.ErrNotFound
+			}
+			return store.ErrConflict
+		}
+	}
+	if _, err := tx.StmtContext(ctx, s.st.dropPending).ExecContext(ctx, cp.Thread, cp.Seq); err != nil {
+		return err
+	}
+	if _, err := tx.StmtContext(ctx, s.st.insertCheckpoint).ExecContext(ctx,
+		cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, string(cp.Source), at, string(row.meta), string(row.writes)); err != nil {
+		return err
+	}
+	if cp.Events != nil {
+		if err := sqlstore.AppendWithCheckpoint(ctx, catalogDB{db: tx, s: s}, cp.Events); err != nil {
+			return err
+		}
+	}
+	if cp.Release != "" {
+		if _, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx, cp.Thread, cp.Release); err != nil {
+			return err
+		}
+	}
+	if len(cp.Memory) > 0 {
+		if err := sqlstore.PutMemories(ctx, catalogDB{db: tx, s: s}, sqlstore.SQLite, cp.Memory); err != nil {
+			return err
+		}
+	}
+	if cp.Seq%sqlstore.FoldEvery == 0 {
+		return sqlstore.RecordFold(ctx, foldTx{tx, s}, cp.Thread, cp.Seq)
+	}
+	return nil
 }
 
 // Head implements store.Store.

@@ -31,6 +31,7 @@ func RunMemory(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Expiry", testMemoryExpiry},
 		{"BadKeysAndValues", testMemoryBad},
 		{"ConcurrentPuts", testMemoryConcurrent},
+		{"PutWithStep", testMemoryWithStep},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -496,4 +497,91 @@ func BenchMemory(b *testing.B, m store.Memory, n int) {
 			}
 		}
 	})
+}
+
+// testMemoryWithStep: a step's documents (Checkpoint.Memory) are written
+// with its checkpoint, in its transaction: a commit that fails (a
+// conflict, a document refused) writes none of them, and leaves the
+// thread as it was.
+func testMemoryWithStep(t *testing.T, m store.Memory) {
+	st, ok := m.(store.Store)
+	if !ok {
+		t.Skipf("%T is a Memory apart from a Store", m)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	ns := []string{"steps"}
+	getDoc := func(key string) *store.MemoryItem {
+		t.Helper()
+		it, err := m.GetMemory(ctx, "acme", ns, key, now)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			t.Fatalf("get %q: %v", key, err)
+		}
+		return it
+	}
+	// an expired document, put again by a step: it is written, not
+	// deleted as expired by the same put
+	expired := doc(ns, "again", `{"v": "old"}`, now.Add(-time.Hour))
+	expired.Expires = now.Add(-time.Minute)
+	put(t, m, "acme", expired)
+	first := &store.Checkpoint{Thread: "mem-step", Seq: 1, Source: store.SourceCreate, Time: now,
+		Writes: []store.Write{{Field: "n", Version: 1, Value: 1.0}},
+		Memory: []store.MemoryPut{{Tenant: "acme", Item: doc(ns, "a", `{"v": 1}`, now)}}}
+	if err := st.Commit(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if it := getDoc("a"); it == nil || !sameJSON(it.Value, json.RawMessage(`{"v": 1}`)) {
+		t.Fatalf("after the first commit, document a = %+v, want {\"v\": 1}", it)
+	}
+	conflict := &store.Checkpoint{Thread: "mem-step", Seq: 2, Parent: 7, Source: store.SourceStep, Time: now,
+		Memory: []store.MemoryPut{{Tenant: "acme", Item: doc(ns, "b", `{"v": 2}`, now)}}}
+	if err := st.Commit(ctx, conflict); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("commit on a parent that is not the head: %v, want ErrConflict", err)
+	}
+	if it := getDoc("b"); it != nil {
+		t.Fatalf("a commit that failed put document b: %+v", it)
+	}
+	refused := &store.Checkpoint{Thread: "mem-step", Seq: 2, Parent: 1, Source: store.SourceStep, Time: now,
+		Writes: []store.Write{{Field: "n", Version: 2, Value: 2.0}},
+		Memory: []store.MemoryPut{{Tenant: "acme", Item: doc(ns, "b", `{"v": 2}`, now)}, {Tenant: "acme", Item: doc(ns, "", `{}`, now)}}}
+	if err := st.Commit(ctx, refused); !errors.Is(err, store.ErrMemoryKey) {
+		t.Fatalf("commit with a document under an empty key: %v, want ErrMemoryKey", err)
+	}
+	if it := getDoc("b"); it != nil {
+		t.Fatalf("a commit whose other document was refused put document b: %+v", it)
+	}
+	if head, err := st.Head(ctx, "mem-step"); err != nil || head.Seq != 1 {
+		t.Fatalf("after the refused commit the head is %+v (%v), want checkpoint 1", head, err)
+	}
+	second := &store.Checkpoint{Thread: "mem-step", Seq: 2, Parent: 1, Source: store.SourceStep, Time: now,
+		Writes: []store.Write{{Field: "n", Version: 2, Value: 2.0}},
+		Memory: []store.MemoryPut{
+			{Tenant: "acme", Item: doc(ns, "b", `{"v": 2}`, now)},
+			{Tenant: "acme", Item: doc(ns, "b", `{"v": 3}`, now)},
+			{Tenant: "acme", Item: doc(ns, "again", `{"v": "new"}`, now)},
+			{Tenant: "other", Item: doc(ns, "b", `{"v": "theirs"}`, now)},
+		}}
+	if err := st.Commit(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if it := getDoc("b"); it == nil || !sameJSON(it.Value, json.RawMessage(`{"v": 3}`)) {
+		t.Fatalf("document b = %+v, want the step's last put of it", it)
+	}
+	if it := getDoc("again"); it == nil || !sameJSON(it.Value, json.RawMessage(`{"v": "new"}`)) {
+		t.Fatalf("document again = %+v, want the step's put of it", it)
+	}
+	if it, err := m.GetMemory(ctx, "other", ns, "b", now); err != nil || !sameJSON(it.Value, json.RawMessage(`{"v": "theirs"}`)) {
+		t.Fatalf("the other tenant's document b = %+v (%v)", it, err)
+	}
+	hist, err := st.History(ctx, "mem-step", store.HistoryOptions{})
+	if err != nil || len(hist) != 2 {
+		t.Fatalf("history: %d checkpoints (%v), want 2", len(hist), err)
+	}
+	for _, cp := range hist {
+		if len(cp.Memory) > 0 {
+			t.Fatalf("checkpoint %d as History lists it holds the step's documents", cp.Seq)
+		}
+	}
 }

@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneIdleLeavesHeldThreads", testPruneIdleHeld},
 		{"LongThreadEveryState", testLongThread},
 		{"RemovedFieldIsGone", testRemovedField},
+		{"ChainInOneCommit", testChainCommit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,7 +181,7 @@ func testRemovedField(t *testing.T, st store.Store) {
 
 func at(sec int) time.Time { return time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC) }
 
-func create(t *testing.T, st store.Store, thread string, values map[string]any) {
+func create(t testing.TB, st store.Store, thread string, values map[string]any) {
 	t.Helper()
 	cp := &store.Checkpoint{Thread: thread, Seq: 1, Source: store.SourceCreate, Time: at(0)}
 	for _, k := range slices.Sorted(maps.Keys(values)) {

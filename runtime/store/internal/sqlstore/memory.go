@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -66,6 +67,63 @@ func (m Memory) PutMemory(ctx context.Context, tenant string, it *store.MemoryIt
 		tenant, store.EncodeNamespace(it.Namespace), it.Key, string(it.Value), store.MemoryText(it.Value), nanos(it.Updated), nanos(it.Expires))
 	return err
 }
+
+// PutMemories writes a step's documents (store.Checkpoint.Memory) on db,
+// in the step's transaction: checked first, so that a document the store
+// refuses fails the commit before anything is written.
+func PutMemories(ctx context.Context, db DB, d Dialect, puts []store.MemoryPut) error {
+	if err := CheckMemories(puts); err != nil {
+		return err
+	}
+	m := Memory{DB: db, Dialect: d}
+	for _, p := range puts {
+		if err := m.PutMemory(ctx, p.Tenant, p.Item); err != nil {
+			return fmt.Errorf("memory %v %q: %w", p.Item.Namespace, p.Item.Key, err)
+		}
+	}
+	return nil
+}
+
+// CheckMemories checks a step's documents as PutMemory does.
+func CheckMemories(puts []store.MemoryPut) error {
+	for _, p := range puts {
+		if err := store.CheckMemoryKey(p.Item.Namespace, p.Item.Key); err != nil {
+			return err
+		}
+		if err := store.CheckMemoryValue(p.Item.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MemoryColumns are a step's documents as the columns of memory_items,
+// one array each (tenant, namespace, key, value, body, updated_at,
+// expires_at), the last put of a document only; and the time the
+// expired documents are deleted by (the newest put's).
+func MemoryColumns(puts []store.MemoryPut) (cols [7]any, now int64) {
+	type docKey struct{ tenant, ns, key string }
+	last := map[docKey]int{}
+	for i, p := range puts {
+		last[docKey{p.Tenant, EncodeNS(p.Item.Namespace), p.Item.Key}] = i
+	}
+	var tenants, nss, keys, values, bodies []string
+	var updated, expires []int64
+	for i, p := range puts {
+		ns := EncodeNS(p.Item.Namespace)
+		if last[docKey{p.Tenant, ns, p.Item.Key}] != i {
+			continue
+		}
+		tenants, nss, keys = append(tenants, p.Tenant), append(nss, ns), append(keys, p.Item.Key)
+		values, bodies = append(values, string(p.Item.Value)), append(bodies, store.MemoryText(p.Item.Value))
+		updated, expires = append(updated, nanos(p.Item.Updated)), append(expires, nanos(p.Item.Expires))
+		now = max(now, nanos(p.Item.Updated))
+	}
+	return [7]any{tenants, nss, keys, values, bodies, updated, expires}, now
+}
+
+// EncodeNS is store.EncodeNamespace.
+func EncodeNS(ns []string) string { return store.EncodeNamespace(ns) }
 
 // GetMemory implements store.Memory.
 func (m Memory) GetMemory(ctx context.Context, tenant string, ns []string, key string, now time.Time) (*store.MemoryItem, error) {

@@ -1,10 +1,14 @@
 package sqlstore
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/trellisflow/trellis/runtime/store"
 )
@@ -97,4 +101,21 @@ func FromBase(rows []FieldRow) []FieldRow {
 		}
 	}
 	return slices.DeleteFunc(rows, func(r FieldRow) bool { return r.Seq < base[r.Field] })
+}
+
+// writeIDs number the write ids NewWriteID gives.
+var (
+	writeIDPrefix = func() string {
+		var b [6]byte
+		rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}()
+	writeIDs atomic.Uint64
+)
+
+// NewWriteID is a write id (store.Checkpoint.WriteID) for a checkpoint
+// given none that a store must recognise: a random prefix of the
+// process's and a counter.
+func NewWriteID() string {
+	return "s" + writeIDPrefix + "." + strconv.FormatUint(writeIDs.Add(1), 36)
 }

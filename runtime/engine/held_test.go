@@ -1,0 +1,151 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/kind/kindtest"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+)
+
+// countCommits counts a store's commits and the checkpoints they hold.
+type countCommits struct {
+	*memory.Store
+	mu      sync.Mutex
+	commits int
+	cps     int
+}
+
+func (c *countCommits) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	c.mu.Lock()
+	c.commits++
+	c.cps += len(cp.Chain())
+	c.mu.Unlock()
+	return c.Store.Commit(ctx, cp)
+}
+
+// heldKinds: calc computes inline; probe, a node that may block, writes
+// the thread's head as the store has it when it runs.
+func heldKinds(st store.Store) kind.Registry {
+	return kind.NewSet(
+		kind.Spec{Name: "calc", Summary: "Expressions to fields.", Inline: true, Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
+			New: func(b kind.Builder) kind.Node {
+				sets := kindtest.CompileSet(b)
+				return kind.Func(func(_ context.Context, s kind.State) (kind.Update, error) { return sets.Eval(s.Vars()) })
+			}},
+		kind.Spec{Name: "probe", Summary: "Write the thread's head.",
+			New: func(b kind.Builder) kind.Node {
+				b.Writes("seen", config.Value{})
+				return kind.Func(func(ctx context.Context, s kind.State) (kind.Update, error) {
+					h, err := st.Head(ctx, "t")
+					if err != nil {
+						return nil, err
+					}
+					return kind.Update{{Field: "seen", Value: int(h.Seq)}}, nil
+				})
+			}},
+	)
+}
+
+const heldFlow = `version: 1
+name: held
+input: [n]
+state:
+  schema:
+    type: object
+    properties:
+      n: {type: integer, default: 0}
+      a: {type: integer, default: 0}
+      b: {type: integer, default: 0}
+      seen: {type: integer, default: 0}
+      c: {type: integer, default: 0}
+nodes:
+  a: {kind: calc, set: {a: "state.n + 1"}}
+  b: {kind: calc, set: {b: "state.a + 1"}}
+  probe: {kind: probe}
+  c: {kind: calc, set: {c: "C"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: b}
+  - {from: b, to: probe}
+  - {from: probe, to: c}
+  - {from: c, to: END}
+`
+
+func compileHeld(t *testing.T, st store.Store, c string) *flow.Graph {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "flow.yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(heldFlow, `"C"`, `"`+c+`"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, dl := flow.Load(path, heldKinds(st))
+	if g == nil {
+		t.Fatalf("flow does not compile:\n%v", dl)
+	}
+	return g
+}
+
+// Steps followed by inline nodes are held and committed with the next
+// step that commits, in one transaction, each still a checkpoint of its
+// own; a node that may block starts only once every step before it is
+// committed.
+func TestHeldStepsCommitTogether(t *testing.T) {
+	st := &countCommits{Store: memory.New()}
+	g := compileHeld(t, st, "state.b + 1")
+	res, err := engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"n": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// created (1), input, a and b (2, 3, 4) before probe; probe and c
+	// (5, 6) at the end
+	if res.State["seen"] != 4 || res.State["c"] != 4 || res.Checkpoint != 6 {
+		t.Fatalf("probe saw the head at %v, c = %v, the run ended at %d; want 4, 4, 6", res.State["seen"], res.State["c"], res.Checkpoint)
+	}
+	if st.commits != 3 || st.cps != 6 {
+		t.Fatalf("%d commits of %d checkpoints, want 3 of 6", st.commits, st.cps)
+	}
+	hist, err := st.History(context.Background(), "t", store.HistoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writers []string
+	for i := len(hist) - 1; i >= 0; i-- {
+		for _, w := range hist[i].Writers {
+			writers = append(writers, w.Node)
+		}
+	}
+	if !reflect.DeepEqual(writers, []string{"a", "b", "probe", "c"}) {
+		t.Fatalf("the steps' checkpoints name %v", writers)
+	}
+}
+
+// A run that fails in a step after held ones commits the held ones: the
+// thread is where it would be had each step been committed alone, and
+// its run resumes from there.
+func TestHeldStepsCommittedWhenARunFails(t *testing.T) {
+	st := &countCommits{Store: memory.New()}
+	g := compileHeld(t, st, "int('x')")
+	_, err := engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"n": 1}})
+	var ne *engine.NodeError
+	if !errors.As(err, &ne) || ne.Node != "c" {
+		t.Fatalf("the run: %v, want node c's error", err)
+	}
+	h, err := st.Head(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Seq != 5 || h.Values["seen"] != 4 || !reflect.DeepEqual(h.Next, []string{"c"}) {
+		t.Fatalf("the head is %d (seen %v), next %v; want 5, 4, [c]", h.Seq, h.Values["seen"], h.Next)
+	}
+}
