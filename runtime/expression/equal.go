@@ -59,7 +59,12 @@ func (e *exact) byValue(n *ast.Node, x *ast.BinaryNode) bool {
 	var fn any
 	switch x.Operator {
 	case "==", "!=":
-		if isNilNode(x.Left) || isNilNode(x.Right) || !structural(x.Left.Type()) && !structural(x.Right.Type()) {
+		// (a scalar of a known type may still be null at run time: a
+		// field with no default not yet written, a member an object
+		// lacks, what first or find gives of nothing; the machine's typed
+		// comparisons of two texts or two integers fail on it, so only
+		// literals are left to them)
+		if isNilNode(x.Left) || isNilNode(x.Right) || literal(x.Left) && literal(x.Right) {
 			return false
 		}
 		fn = valueEq

@@ -351,3 +351,40 @@ func TestReadsInsideWhatTakesNull(t *testing.T) {
 		}
 	}
 }
+
+// A text or an integer compared with == or != may be null at run time
+// though the checker knows its type: a field with no default not yet
+// written, what find or first gives of nothing. The comparison answers
+// (null equals no text), it does not fail.
+func TestComparingWhatMayBeNull(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{
+			"colour": {Types: []string{"string"}, Enum: []any{"red", "green"}},
+			"n":      {Types: []string{"integer"}},
+			"names":  {Types: []string{"array"}, Items: &schema.Shape{Types: []string{"string"}}, HasDefault: true},
+		}, Order: []string{"colour", "n", "names"}})
+	for src, want := range map[string]bool{
+		"state.colour == 'red'":                   false,
+		"state.colour != 'red'":                   true,
+		"'red' == state.colour":                   false,
+		"state.colour == (state.colour ?? 'red')": false,
+		"state.n == 3":                            false,
+		"state.n != 3":                            true,
+		"find(state.names, # == 'zz') == 'a'":     false,
+		"first(state.names) != 'a'":               true,
+		"(state.colour ?? 'red') == 'red'":        true,
+		"state.colour == nil && state.n == nil":   true,
+		"state.colour == state.colour":            true,
+	} {
+		p, probs := expression.Compile(src, env, true)
+		if p == nil {
+			t.Fatalf("%s: %v", src, probs)
+		}
+		vars := map[string]any{}
+		expression.Bind(vars, "state", map[string]any{"names": []any{}})
+		got, err := p.EvalBool(vars)
+		if err != nil || got != want {
+			t.Errorf("%s: %v %v, want %v", src, got, err, want)
+		}
+	}
+}
