@@ -22,7 +22,7 @@ TESTTIMEOUT ?= 45m
 test: deps livekit-server
 	$(GO) test -race -shuffle=on -timeout $(TESTTIMEOUT) $(PKGS)
 
-check: deps livekit-server fmt vet tidy-check page-check openapi-lint deploy-check race flows fuzz
+check: deps livekit-server fmt vet tidy-check page-check openapi-lint deploy-check race flows
 
 # What the tests need beyond Go and the PostgreSQL server binaries:
 # PgBouncer, which the PostgreSQL store's tests put in front of a server;
