@@ -147,6 +147,17 @@ func (c *compiler) valueFits(p *expression.Program, dst *schema.Shape, validator
 	c.undecided(p, dst, at, before, report)
 }
 
+// allKnown reports whether every value p may yield is known before the
+// run (literals, and values the schema judged).
+func allKnown(p *expression.Program) bool {
+	for _, l := range p.Leaves() {
+		if !l.Known {
+			return false
+		}
+	}
+	return true
+}
+
 // undecided warns, once per write, of the rules of dst the checker
 // cannot decide for what p yields (nothing was reported of it before,
 // and it is not a value known before the run, which the schema judged):
@@ -408,6 +419,20 @@ func (b *builder) reducedFits(field string, f *Field, p *expression.Program, at 
 		}
 	}
 	switch {
+	case (spec.Name == "max" || spec.Name == "min") && numericOnly(src.WithoutNull()) && !allKnown(p):
+		// the update is kept when it wins (when the field has no value
+		// yet, as it is): max keeps a number above the maximum, min one
+		// below the minimum; what the checker cannot bound is said
+		bound := *f.Shape
+		if spec.Name == "max" && f.HasDefault {
+			bound.Minimum, bound.ExclusiveMinimum = nil, false
+		}
+		if spec.Name == "min" && f.HasDefault {
+			bound.Maximum, bound.ExclusiveMaximum = nil, false
+		}
+		if (bound.Minimum != nil || bound.Maximum != nil) && (!src.Known() || !expression.Within(src.WithoutNull(), &bound)) {
+			defer undecided("is " + boundsWords(&bound) + ", and what this expression gives may pass that")
+		}
 	case spec.Name == "add" && numericOnly(src.WithoutNull()):
 		// what the sum reaches is the data's: said, not passed silently
 		u := src.WithoutNull()
