@@ -85,10 +85,23 @@ func (p *Provider) withDefaults() *Provider {
 		q.Timeout = 2 * time.Minute
 	}
 	if q.HTTP == nil {
-		q.HTTP = &http.Client{}
+		q.HTTP = &http.Client{Transport: modelTransport}
 	}
 	return &q
 }
+
+// modelTransport carries the calls of providers given no client of their
+// own. Unlike http.DefaultTransport, which keeps two idle connections per
+// host, it keeps as many as a server's concurrent calls to one model
+// server use, so that calls over HTTP/1.1 (a model served on the
+// machine or the network, not over HTTP/2) go on over the connections of
+// the calls before them instead of dialling, and closing, one each.
+var modelTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 0 // no bound but the one per host
+	t.MaxIdleConnsPerHost = 512
+	return t
+}()
 
 // client is a provider's go-openai configuration with our retry policy.
 type client struct {
