@@ -56,6 +56,7 @@ type eventLog struct {
 	mu      sync.Mutex
 	items   []logged
 	saved   int     // items[:saved] are recorded
+	taken   int     // items[:taken] are recorded or being recorded
 	held    *logged // the run's last event
 	ended   bool    // no more events come
 	broken  bool    // the store refuses the events: no more are recorded
@@ -72,7 +73,10 @@ type eventLog struct {
 type logged struct {
 	seq  int64
 	typ  string
-	data []byte
+	data []byte // nil for a node_output that pieces joined since it was encoded
+	// out is a node_output event: pieces of the same attempt's output
+	// after it join its text until it is taken to be recorded (join)
+	out *engine.Event
 }
 
 // Events are recorded in batches: at most saveBatch in one write, and a
@@ -97,6 +101,9 @@ func newEventLog(ctx context.Context, cat store.Catalog, log *slog.Logger, notes
 
 func (l *eventLog) add(ev engine.Event) {
 	ev.Thread = l.thread
+	if ev.Type == engine.NodeOutput && l.join(ev) {
+		return
+	}
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return
@@ -112,8 +119,50 @@ func (l *eventLog) add(ev engine.Event) {
 		l.held = &it
 		return
 	}
+	if ev.Type == engine.NodeOutput {
+		it.out = &ev
+	}
 	l.items = append(l.items, it)
 	l.signal()
+}
+
+// join adds a piece of a node's streamed output to the log's last event
+// when that is the same attempt's output and not yet taken to be
+// recorded: its text goes on, and it is encoded again when taken. The
+// pieces a burst brings (a reply's tokens arriving together) are one
+// event in the store and to its clients, who would have heard them at
+// once anyway: streams show an event once it is recorded.
+func (l *eventLog) join(ev engine.Event) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.items)
+	if n == 0 || n-1 < max(l.saved, l.taken) || l.ended || l.broken || l.held != nil {
+		return false
+	}
+	last := &l.items[n-1]
+	o := last.out
+	if o == nil || o.Node != ev.Node || o.NS != ev.NS || o.Step != ev.Step || o.Attempt != ev.Attempt || o.Kind != ev.Kind {
+		return false
+	}
+	o.Text += ev.Text
+	last.data = nil
+	return true
+}
+
+// take returns the next batch of events to record, encoding those that
+// joined pieces since they were added, and marks them taken: no piece
+// joins them any more. The caller holds l.mu.
+func (l *eventLog) take() []logged {
+	batch := l.items[l.saved:min(len(l.items), l.saved+saveBatch)]
+	for i := range batch {
+		it := &batch[i]
+		if it.data == nil {
+			it.data, _ = json.Marshal(it.out)
+		}
+		it.out = nil
+	}
+	l.taken = l.saved + len(batch)
+	return batch
 }
 
 // note adds an event the server tells of the run (its waits for the
@@ -172,7 +221,7 @@ func (l *eventLog) save() {
 		for {
 			l.wmu.Lock()
 			l.mu.Lock()
-			batch := l.items[l.saved:min(len(l.items), l.saved+saveBatch)]
+			batch := l.take()
 			l.mu.Unlock()
 			if len(batch) == 0 {
 				l.wmu.Unlock()
@@ -274,7 +323,7 @@ func (l *eventLog) attach(cp *store.Checkpoint) func(error) {
 		return nil
 	}
 	l.mu.Lock()
-	batch := l.items[l.saved:min(len(l.items), l.saved+saveBatch)]
+	batch := l.take()
 	if l.broken || len(batch) == 0 {
 		l.mu.Unlock()
 		l.wmu.Unlock()

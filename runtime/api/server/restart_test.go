@@ -1,8 +1,10 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -252,3 +254,100 @@ func storedEvents(t *testing.T, cat store.Catalog, run string) []store.EventReco
 }
 
 func runEvent(typ string) trellis.Event { return trellis.Event{Type: trellis.EventType(typ)} }
+
+// A node's streamed pieces that come before the writer takes them are
+// one event: the same attempt's pieces in a row join, in order; another
+// node's piece between them, or the writer (or a commit) having taken
+// the first for recording, starts another event. The store holds what
+// the streams show, numbered without a gap.
+func TestEventLogJoinsAnAttemptsPieces(t *testing.T) {
+	defer func(w time.Duration) { saveWait = w }(saveWait)
+	saveWait = time.Hour // the writer waits for the log's end
+	st := memory.New()
+	notes := &notifier{log: discard(), every: time.Hour}
+	l := newEventLog(ctx, st, discard(), notes, "r", "", "t", nil, nil, func() {})
+	piece := func(node string, attempt int, text string) trellis.Event {
+		return trellis.Event{Type: trellis.NodeOutput, Node: node, Attempt: attempt, Text: text}
+	}
+	l.add(runEvent("node_start"))
+	l.add(piece("a", 1, "Hel"))
+	l.add(piece("a", 1, "lo"))
+	l.add(piece("b", 1, "x"))
+	l.add(piece("a", 1, "!"))
+	l.add(piece("a", 2, "again"))
+	// a step's commit takes them
+	var cp store.Checkpoint
+	done := l.attach(&cp)
+	if done == nil || cp.Events == nil || len(cp.Events.Events) != 5 {
+		n := 0
+		if cp.Events != nil {
+			n = len(cp.Events.Events)
+		}
+		t.Fatalf("the commit took %d events, want 5", n)
+	}
+	l.add(piece("a", 2, " and"))
+	l.add(piece("a", 2, " again"))
+	if err := st.AppendEvents(ctx, "r", "", cp.Events.Events); err != nil {
+		t.Fatal(err)
+	}
+	done(nil)
+	l.drain()
+	shown, _, _ := l.since(0)
+	want := []string{"node_start", "a1:Hello", "b1:x", "a1:!", "a2:again", "a2: and again"}
+	var got []string
+	for i, it := range shown {
+		var ev trellis.Event
+		if err := json.Unmarshal(it.data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if it.seq != int64(i+1) {
+			t.Errorf("event %d numbered %d", i+1, it.seq)
+		}
+		if ev.Type == trellis.NodeOutput {
+			got = append(got, fmt.Sprintf("%s%d:%s", ev.Node, ev.Attempt, ev.Text))
+		} else {
+			got = append(got, string(ev.Type))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the streams show %q, want %q", got, want)
+	}
+	stored, err := st.Events(ctx, "r", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != len(shown) {
+		t.Fatalf("the store holds %d events, the streams show %d", len(stored), len(shown))
+	}
+	for i := range stored {
+		if stored[i].Seq != shown[i].seq || string(stored[i].Data) != string(shown[i].data) {
+			t.Fatalf("event %d: stored %d %s, shown %d %s", i, stored[i].Seq, stored[i].Data, shown[i].seq, shown[i].data)
+		}
+	}
+	l.close(l.lastEvents(store.RunSucceeded, "", nil))
+}
+
+// A recorded event's type, read from the head of what this server
+// encodes and otherwise from the whole document, is what decoding it says.
+func TestEventTypeAgreesWithDecoding(t *testing.T) {
+	var cases [][]byte
+	for _, typ := range []string{"run_start", "node_output", "run_end", "run_requeued", ""} {
+		data, err := json.Marshal(trellis.Event{Type: trellis.EventType(typ), Text: `"type":"x"`,
+			State: map[string]any{"type": "not this", "big": strings.Repeat("x", 1000)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, data)
+	}
+	cases = append(cases, []byte(`{"type":"a\"b"}`), []byte(`{"type":"a\u0062"}`), []byte(`{"run":"r","type":"node_end"}`),
+		[]byte(`{"type": "spaced"}`), []byte(`{"type":"cut`), []byte(`not json`), []byte(``))
+	for _, data := range cases {
+		var head struct {
+			Type string `json:"type"`
+		}
+		_ = json.Unmarshal(data, &head)
+		if got := eventType(data); got != head.Type {
+			t.Errorf("eventType(%.60s) = %q, decoding says %q", data, got, head.Type)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -499,6 +500,14 @@ func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64)
 
 // eventType reads a recorded event's type.
 func eventType(data []byte) string {
+	// an event this server encodes begins with its type (engine.Event's
+	// first field): read without scanning the rest, a run_end's whole
+	// state among it
+	if rest, ok := bytes.CutPrefix(data, []byte(`{"type":"`)); ok {
+		if i := bytes.IndexByte(rest, '"'); i >= 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
+			return string(rest[:i])
+		}
+	}
 	var head struct {
 		Type string `json:"type"`
 	}
