@@ -31,6 +31,12 @@ func TestTheLogIsCheckpointedBesideTheWrites(t *testing.T) {
 		if pages != 0 {
 			t.Fatalf("a connection checkpoints the log itself every %d pages", pages)
 		}
+		// (and keeps its temporary files, a group commit's savepoint
+		// journal among them, in memory)
+		var temp int
+		if err := s.db.QueryRowContext(ctx, `PRAGMA temp_store`).Scan(&temp); err != nil || temp != 2 {
+			t.Fatalf("temp_store %d, want 2 (memory): %v", temp, err)
+		}
 	}
 	wal := path + "-wal"
 	const commits = 4 * checkpointFar

@@ -174,9 +174,11 @@ func open(ctx context.Context, path string) (*Store, error) {
 	q := url.Values{}
 	// a new file is made in incremental vacuum mode (the pragma comes
 	// before any table), so that ReturnSpace can give room back; it
-	// changes nothing in a file made before
+	// changes nothing in a file made before. Temporary files stay in
+	// memory: the journal of a group commit's savepoints (each job's
+	// pages as they were) spilled to a file written page by page.
 	for _, p := range []string{"auto_vacuum(INCREMENTAL)", "journal_mode(WAL)", "busy_timeout(" + strconv.Itoa(busyTimeout) + ")", "synchronous(NORMAL)",
-		"foreign_keys(ON)", "wal_autocheckpoint(0)", "journal_size_limit(" + strconv.Itoa(journalLimit) + ")"} {
+		"foreign_keys(ON)", "wal_autocheckpoint(0)", "journal_size_limit(" + strconv.Itoa(journalLimit) + ")", "temp_store(MEMORY)"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
