@@ -73,9 +73,13 @@ func cmdLoadtest(ctx context.Context, env *Env, args []string) int {
 		}
 		defer os.RemoveAll(dir)
 		old := cfg
-		if old.exe, err = buildRevision(ctx, *before, dir); err != nil {
+		var src string
+		if old.exe, src, err = buildRevision(ctx, *before, dir); err != nil {
 			return fail(env, "dev loadtest", err)
 		}
+		// the revision serves its own flows and values, as they were
+		// then (today's may use what it did not have)
+		old.flows, old.values = revisionPath(src, cfg.flows), revisionPath(src, cfg.values)
 		old.profile = ""
 		if base, err = loadtest(ctx, old); err != nil {
 			return fail(env, "dev loadtest", fmt.Errorf("%s: %w", *before, err))
@@ -103,47 +107,71 @@ type loadConfig struct {
 	exe string
 }
 
+// revisionPath is path (a file or directory of the checkout the working
+// directory is in) as it is in a revision's source tree src, or path
+// itself when it is outside the checkout or the revision has no such
+// path.
+func revisionPath(src, path string) string {
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return path
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return path
+	}
+	rel, err := filepath.Rel(strings.TrimSpace(string(top)), abs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return path
+	}
+	if _, err := os.Stat(filepath.Join(src, rel)); err != nil {
+		return path
+	}
+	return filepath.Join(src, rel)
+}
+
 // buildRevision builds rev's trellis command in dir, from the git
-// repository the working directory is in, and returns the binary's path.
-func buildRevision(ctx context.Context, rev, dir string) (string, error) {
+// repository the working directory is in, and returns the binary's path
+// and the revision's source tree.
+func buildRevision(ctx context.Context, rev, dir string) (exe, src string, err error) {
 	top, err := exec.CommandContext(ctx, "git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
-		return "", fmt.Errorf("--before needs a git checkout: %w", err)
+		return "", "", fmt.Errorf("--before needs a git checkout: %w", err)
 	}
 	// the revision as a commit's hash: what git archive is given is never
 	// read as one of its options
 	commit, err := exec.CommandContext(ctx, "git", "-C", strings.TrimSpace(string(top)), "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}").Output()
 	if err != nil {
-		return "", fmt.Errorf("--before %q: not a commit of this repository", rev)
+		return "", "", fmt.Errorf("--before %q: not a commit of this repository", rev)
 	}
-	src := filepath.Join(dir, "src")
+	src = filepath.Join(dir, "src")
 	if err := os.Mkdir(src, 0o755); err != nil {
-		return "", err
+		return "", "", err
 	}
 	archive := exec.CommandContext(ctx, "git", "-C", strings.TrimSpace(string(top)), "archive", "--format=tar", strings.TrimSpace(string(commit)))
 	untar := exec.CommandContext(ctx, "tar", "-x", "-C", src)
 	if untar.Stdin, err = archive.StdoutPipe(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	var why strings.Builder
 	archive.Stderr, untar.Stderr = &why, &why
 	if err := untar.Start(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	if err := archive.Run(); err != nil {
 		_ = untar.Wait()
-		return "", fmt.Errorf("revision %s: %w: %s", rev, err, strings.TrimSpace(why.String()))
+		return "", "", fmt.Errorf("revision %s: %w: %s", rev, err, strings.TrimSpace(why.String()))
 	}
 	if err := untar.Wait(); err != nil {
-		return "", fmt.Errorf("revision %s: %w: %s", rev, err, strings.TrimSpace(why.String()))
+		return "", "", fmt.Errorf("revision %s: %w: %s", rev, err, strings.TrimSpace(why.String()))
 	}
-	exe := filepath.Join(dir, "trellis")
+	exe = filepath.Join(dir, "trellis")
 	build := exec.CommandContext(ctx, "go", "build", "-o", exe, "./cmd/trellis")
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building %s: %w\n%s", rev, err, out)
+		return "", "", fmt.Errorf("building %s: %w\n%s", rev, err, out)
 	}
-	return exe, nil
+	return exe, src, nil
 }
 
 // turnSample is one turn as the client saw it: its latency and the part

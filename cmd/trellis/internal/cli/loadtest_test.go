@@ -15,7 +15,7 @@ func TestBuildRevisionTakesOnlyCommits(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.tar")
 	for _, rev := range []string{"--output=" + out, "no-such-revision"} {
-		_, err := buildRevision(context.Background(), rev, dir)
+		_, _, err := buildRevision(context.Background(), rev, dir)
 		if err == nil || !strings.Contains(err.Error(), "not a commit") {
 			t.Errorf("%s: %v", rev, err)
 		}
@@ -36,5 +36,36 @@ func TestEachThreadIsAnotherPerson(t *testing.T) {
 	}
 	if got := person(map[string]any{"name": "x"}, "load-1"); !reflect.DeepEqual(got, map[string]any{"name": "x"}) {
 		t.Fatalf("values without the ids: %v", got)
+	}
+}
+
+// A revision compared with serves its own copy of the flows and values
+// named: the same path inside its source tree, when it has one; a path
+// outside the checkout, or one the revision lacks, is taken as given.
+func TestTheRevisionServesItsOwnFlows(t *testing.T) {
+	src := t.TempDir()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(wd)))) // the checkout, above cmd/trellis/internal/cli
+	rel, err := filepath.Rel(top, wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(src, rel, "then"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	for path, want := range map[string]string{
+		"then":                           filepath.Join(src, rel, "then"),
+		filepath.Join(wd, "then"):        filepath.Join(src, rel, "then"),
+		"not-then":                       "not-then",
+		outside:                          outside,
+		filepath.Join(wd, "../../../.."): src,
+	} {
+		if got := revisionPath(src, path); got != want {
+			t.Errorf("revisionPath(%s) = %s, want %s", path, got, want)
+		}
 	}
 }
