@@ -12,6 +12,7 @@ package expression
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -343,9 +344,41 @@ func asBool(p *Program, v any) (bool, error) {
 
 func trimSnippet(s string) string {
 	if i := strings.Index(s, "\n"); i >= 0 {
-		return s[:i]
+		s = s[:i]
+	}
+	// a typed operation given another value (null, mostly: a field not
+	// written yet, find or first of nothing) says so in the flow's words
+	// rather than Go's
+	if m := conversion.FindStringSubmatch(s); m != nil {
+		got := valueName(m[1])
+		if m[1] == "nil" {
+			got = "null"
+		}
+		s = fmt.Sprintf("%s where %s is needed%s", got, valueName(m[2]), m[3])
+		if m[1] == "nil" {
+			s += ": a value not written yet, or a function's empty result? Give it a default, or read it as (x ?? a value)"
+		}
 	}
 	return s
+}
+
+var conversion = regexp.MustCompile(`^interface conversion: interface \{\} is (nil|.+?), not (.+?)( \(\d+:\d+\))?$`)
+
+// valueName is a Go type of the values expressions see, as a flow names it.
+func valueName(goType string) string {
+	switch goType {
+	case "string":
+		return "a text"
+	case "int", "int64", "float64", "json.Number":
+		return "a number"
+	case "bool":
+		return "a boolean"
+	case "[]interface {}":
+		return "a list"
+	case "map[string]interface {}":
+		return "an object"
+	}
+	return "a " + goType
 }
 
 // Compile compiles src against env. With wantBool the result must be a

@@ -388,3 +388,21 @@ func TestComparingWhatMayBeNull(t *testing.T) {
 		}
 	}
 }
+
+// A typed function given null at run time (the checker warned of it:
+// E004/E006) fails with what it was given and needed, in the flow's
+// words, not Go's interface conversion.
+func TestNullWhereATypeIsNeededSaysSo(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"colour": {Types: []string{"string"}}}, Order: []string{"colour"}})
+	p, probs := expression.Compile("upper(state.colour)", env, false)
+	if p == nil {
+		t.Fatal(probs)
+	}
+	vars := map[string]any{}
+	expression.Bind(vars, "state", map[string]any{})
+	_, err := p.Eval(vars)
+	if err == nil || !strings.HasPrefix(err.Error(), "null where a text is needed (1:") || strings.Contains(err.Error(), "interface") {
+		t.Fatalf("upper of null: %v", err)
+	}
+}
