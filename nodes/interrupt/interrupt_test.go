@@ -132,6 +132,27 @@ func TestTwoInterruptsAnsweredInEitherOrder(t *testing.T) {
 				if !reflect.DeepEqual(res.State["log"], want) {
 					t.Fatalf("%s: log %v", thread, res.State["log"])
 				}
+				// the run has ended: answers to it are refused, by a node's
+				// name too, and change nothing; a resume without answers
+				// has nothing to do
+				head, err := st.Head(ctx, thread)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, late := range []map[string]any{{"again": true}, {"manager": false}, {"no-such": 1}} {
+					_, err = engine.New(st).Run(ctx, g, engine.Request{Thread: thread, Resume: true, Answers: late})
+					var ie *engine.InputError
+					if !errors.As(err, &ie) || !strings.HasPrefix(ie.Field, "answers.") {
+						t.Fatalf("%s: answers %v to a finished run: %v", thread, late, err)
+					}
+				}
+				res, err = engine.New(st).Run(ctx, g, engine.Request{Thread: thread, Resume: true})
+				if err != nil || res.Steps != 0 || res.Checkpoint != head.Seq {
+					t.Fatalf("%s: a resume with nothing to resume: %+v %v", thread, res, err)
+				}
+				if after, err := st.Head(ctx, thread); err != nil || after.Seq != head.Seq {
+					t.Fatalf("%s: the refused answers wrote: %d, was %d (%v)", thread, after.Seq, head.Seq, err)
+				}
 			}
 			// an answer to nothing that asks is refused
 			_, err = engine.New(st).Run(ctx, g, engine.Request{Thread: "x", Input: map[string]any{"amount": 1}, Answers: map[string]any{"pay": 1}})

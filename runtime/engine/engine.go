@@ -388,6 +388,7 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 	default:
 		return nil, fmt.Errorf("unknown durability %q (sync, async, exit)", req.Durability)
 	}
+	resuming := req.Resume && !req.child // as the caller asked
 	if req.child && creating == nil {
 		// a child's thread runs one run, the step's that started it
 		// (its namespace names the step): it is finished, or continued
@@ -406,6 +407,11 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 		return nil, &InputError{Field: sortedKeys(req.Input)[0], Reason: "a resumed run takes no input"}
 	case !req.Resume && len(head.Next) > 0:
 		return nil, ErrUnfinished
+	case resuming && len(head.Next) == 0 && len(req.Answers) > 0 && (req.ID == "" || head.Run != req.ID):
+		// answers to nothing: no run waits on them (a run answered by
+		// its asking nodes' names is a new run, not a resume)
+		return nil, &InputError{Field: "answers." + sortedKeys(req.Answers)[0],
+			Reason: "the thread's run has finished and waits on no answer: answers go with a resume of a run that asks, or with a new run"}
 	case req.Resume && len(head.Next) == 0:
 		// nothing to resume: the thread's newest run finished
 		return &Result{Thread: req.Thread, State: head.Values, Checkpoint: head.Seq, g: g, visits: make([]int, len(g.Nodes))}, nil
