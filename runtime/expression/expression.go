@@ -350,11 +350,14 @@ func trimSnippet(s string) string {
 	// written yet, find or first of nothing) says so in the flow's words
 	// rather than Go's
 	if m := conversion.FindStringSubmatch(s); m != nil {
-		got := valueName(m[1])
+		got, want := valueName(m[1]), valueName(m[2])
 		if m[1] == "nil" {
 			got = "null"
+		} else if got == want {
+			// two of Go's kinds of one value (int64, int)
+			got, want = fmt.Sprintf("%s (%s)", got, m[1]), fmt.Sprintf("%s (%s)", want, m[2])
 		}
-		s = fmt.Sprintf("%s where %s is needed%s", got, valueName(m[2]), m[3])
+		s = fmt.Sprintf("%s where %s is needed%s", got, want, m[3])
 		if m[1] == "nil" {
 			s += ": a value not written yet, or a function's empty result? Give it a default, or read it as (x ?? a value)"
 		}

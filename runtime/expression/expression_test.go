@@ -1,6 +1,7 @@
 package expression_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -404,5 +405,30 @@ func TestNullWhereATypeIsNeededSaysSo(t *testing.T) {
 	_, err := p.Eval(vars)
 	if err == nil || !strings.HasPrefix(err.Error(), "null where a text is needed (1:") || strings.Contains(err.Error(), "interface") {
 		t.Fatalf("upper of null: %v", err)
+	}
+}
+
+// truncate counts with a whole number of any kind a value comes as (a
+// caller's int64, JSON's 3.0), and refuses one that is not whole; a Go
+// kind that is not the one a function takes is named as such.
+func TestTruncateTakesAnyWholeNumber(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"n": {Types: []string{"integer"}, HasDefault: true}, "s": {Types: []string{"string"}, HasDefault: true}},
+		Order: []string{"n", "s"}})
+	p, probs := expression.Compile("truncate(state.s, state.n)", env, false)
+	if p == nil {
+		t.Fatal(probs)
+	}
+	for _, n := range []any{3, int64(3), int32(3), 3.0, json.Number("3")} {
+		vars := map[string]any{}
+		expression.Bind(vars, "state", map[string]any{"n": n, "s": "hello world"})
+		if v, err := p.Eval(vars); err != nil || v != "he…" {
+			t.Errorf("truncate by %T 3: %q %v", n, v, err)
+		}
+	}
+	vars := map[string]any{}
+	expression.Bind(vars, "state", map[string]any{"n": 2.5, "s": "hello world"})
+	if _, err := p.Eval(vars); err == nil || !strings.Contains(err.Error(), "not a whole number") {
+		t.Errorf("truncate by 2.5: %v", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -44,7 +46,11 @@ var functions = []expr.Option{
 		return Fence(p[0].(string)), nil
 	}, new(func(string) string)),
 	expr.Function("truncate", func(p ...any) (any, error) {
-		return Truncate(p[0].(string), p[1].(int)), nil
+		n, ok := wholeNumber(p[1])
+		if !ok {
+			return nil, fmt.Errorf("truncate: the count %v is not a whole number", p[1])
+		}
+		return Truncate(p[0].(string), n), nil
 	}, new(func(string, int) string)),
 	expr.Function("uuid", func(...any) (any, error) {
 		return NewID(), nil
@@ -313,4 +319,26 @@ func NewID() string {
 	out[23] = '-'
 	hex.Encode(out[24:], b[10:16])
 	return string(out[:])
+}
+
+// wholeNumber is v as an int when it is a whole number of any of the
+// kinds a value may come as (a float64 such as 3.0 from JSON too).
+func wholeNumber(v any) (int, bool) {
+	switch x := v.(type) {
+	case int:
+		return x, true
+	case int64:
+		return int(x), true
+	case int32:
+		return int(x), true
+	case float64:
+		if x == math.Trunc(x) && x >= -(1<<53) && x <= 1<<53 {
+			return int(x), true
+		}
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return int(i), true
+		}
+	}
+	return 0, false
 }
