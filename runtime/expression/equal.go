@@ -1,6 +1,7 @@
 package expression
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -49,6 +50,24 @@ func valueIn(needle, haystack any) bool {
 		return false
 	}
 	return runtime.In(needle, haystack)
+}
+
+// groupKey is a groupBy key as a value: numbers equal by value are one
+// key (0 and 0.0, a caller's int64 and the int a store hands back), as
+// they are equal to ==.
+func groupKey(v any) any {
+	if n, ok := wholeNumber(v); ok {
+		return n
+	}
+	switch x := v.(type) {
+	case float32:
+		return float64(x)
+	case json.Number:
+		if f, err := x.Float64(); err == nil {
+			return f
+		}
+	}
+	return v
 }
 
 // byValue patches ==, != and in over values whose Go types the checker

@@ -576,6 +576,8 @@ type patcher struct {
 	num  *numeric
 	flat *flattener
 	ex   *exact
+	// keyed holds the groupBy closures whose key goes through groupKey
+	keyed map[*ast.PredicateNode]bool
 }
 
 func (p *patcher) Visit(n *ast.Node) {
@@ -594,6 +596,15 @@ func (p *patcher) Visit(n *ast.Node) {
 	p.ex.Visit(n)
 	if *n != old {
 		p.num.of[*n], p.num.leaves[*n], p.num.root = p.num.of[old], p.num.leaves[old], *n
+	}
+	if b, ok := (*n).(*ast.BuiltinNode); ok && b.Name == "groupBy" && len(b.Arguments) == 2 {
+		if c, ok := b.Arguments[1].(*ast.PredicateNode); ok && !p.keyed[c] {
+			if p.keyed == nil {
+				p.keyed = map[*ast.PredicateNode]bool{}
+			}
+			p.keyed[c] = true
+			c.Node = &ast.CallNode{Callee: &ast.ConstantNode{Value: groupKey}, Arguments: []ast.Node{c.Node}}
+		}
 	}
 }
 

@@ -432,3 +432,34 @@ func TestTruncateTakesAnyWholeNumber(t *testing.T) {
 		t.Errorf("truncate by 2.5: %v", err)
 	}
 }
+
+// groupBy groups by value: numbers equal to == are one key, whatever Go
+// kind each came as.
+func TestGroupByValue(t *testing.T) {
+	env := expression.NewEnv().WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+		Props: map[string]*schema.Shape{"items": {Types: []string{"array"}, HasDefault: true}}, Order: []string{"items"}})
+	p, probs := expression.Compile("groupBy(state.items, .score)", env, false)
+	if p == nil {
+		t.Fatal(probs)
+	}
+	items := []any{map[string]any{"score": 0}, map[string]any{"score": 0.0}, map[string]any{"score": int64(0)},
+		map[string]any{"score": json.Number("0")}, map[string]any{"score": 2.5}, map[string]any{"score": json.Number("2.5")}, map[string]any{"score": "0"}}
+	vars := map[string]any{}
+	expression.Bind(vars, "state", map[string]any{"items": items})
+	v, err := p.Eval(vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, ok := v.(map[any][]any)
+	if !ok || len(groups) != 3 || len(groups[0]) != 4 || len(groups[2.5]) != 2 || len(groups["0"]) != 1 {
+		t.Fatalf("groups %v", v)
+	}
+	// a literal key groups the same way
+	q, probs := expression.Compile("len(groupBy([0, 0.0, 1], #))", env, false)
+	if q == nil {
+		t.Fatal(probs)
+	}
+	if n, err := q.Eval(vars); err != nil || n != 2 {
+		t.Fatalf("groupBy([0, 0.0, 1]): %v keys, %v", n, err)
+	}
+}
