@@ -31,6 +31,9 @@ type IdleOptions struct {
 	Pace func(ctx context.Context, took time.Duration) error
 	// Deleted, when set, is told of each thread deleted.
 	Deleted func(thread string)
+	// Now is the sweep's present, from which TTL counts back (zero: the
+	// time the sweep starts).
+	Now time.Time
 }
 
 // PruneIdle deletes the threads not updated for ttl and returns how many
@@ -93,11 +96,15 @@ type IdleSweep struct {
 }
 
 // NewIdleSweep starts a sweep of the threads idle for opts.TTL as of
-// now.
+// opts.Now.
 func NewIdleSweep(st Store, opts IdleOptions) *IdleSweep {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	sw := &IdleSweep{st: st, opts: opts, cutoff: time.Now().Add(-opts.TTL), owner: "prune of idle threads " + hex.EncodeToString(b[:]),
+	now := opts.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	sw := &IdleSweep{st: st, opts: opts, cutoff: now.Add(-opts.TTL), owner: "prune of idle threads " + hex.EncodeToString(b[:]),
 		batch: opts.Batch, page: opts.Page}
 	if sw.page <= 0 {
 		sw.page = 100

@@ -102,6 +102,8 @@ type retention struct {
 	// batched, when set, hears of each batch a sweep works through (the
 	// tests')
 	batched func(kind string, n int)
+	// now, when set, is the sweeps' present (the tests'; guarded by mu)
+	now func() time.Time
 	// backlog is the work left, as last counted (see backlog)
 	backlogMu    sync.Mutex
 	backlogAt    time.Time
@@ -164,6 +166,17 @@ func (r *retention) config() Retention {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cfg
+}
+
+// clock is the sweeps' present: now, or the tests' time.
+func (r *retention) clock() time.Time {
+	r.mu.Lock()
+	now := r.now
+	r.mu.Unlock()
+	if now != nil {
+		return now()
+	}
+	return time.Now()
 }
 
 // stop ends the sweeps and waits for the one under way to stop.
@@ -233,11 +246,11 @@ func (r *retention) sweep(ctx context.Context) {
 	// neither waits for the other's whole backlog
 	var idle *store.IdleSweep
 	if cfg.Idle > 0 {
-		idle = store.NewIdleSweep(st, store.IdleOptions{TTL: cfg.Idle, Deleted: func(string) { r.threads.Inc() }})
+		idle = store.NewIdleSweep(st, store.IdleOptions{TTL: cfg.Idle, Now: r.clock(), Deleted: func(string) { r.threads.Inc() }})
 	}
 	var pack *packer
 	if cfg.Events > 0 {
-		pack = &packer{cat: r.s.cat, before: time.Now().Add(-cfg.Events), tokens: cfg.Tokens}
+		pack = &packer{cat: r.s.cat, before: r.clock().Add(-cfg.Events), tokens: cfg.Tokens}
 	}
 	left := r.countBacklog(ctx)
 	for idle != nil || pack != nil {
@@ -344,12 +357,12 @@ func (r *retention) backlog(ctx context.Context) [2]int {
 	var out [2]int
 	var err error
 	if cfg.Idle > 0 {
-		if out[0], err = bl.IdleBacklog(ctx, time.Now().Add(-cfg.Idle)); err != nil {
+		if out[0], err = bl.IdleBacklog(ctx, r.clock().Add(-cfg.Idle)); err != nil {
 			out[0] = -1
 		}
 	}
 	if cfg.Events > 0 {
-		if out[1], err = bl.PackBacklog(ctx, time.Now().Add(-cfg.Events)); err != nil {
+		if out[1], err = bl.PackBacklog(ctx, r.clock().Add(-cfg.Events)); err != nil {
 			out[1] = -1
 		}
 	}

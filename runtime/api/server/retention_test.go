@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,59 +61,57 @@ func expectGone(t *testing.T, h *harness, thread, run string) {
 // A thread deleted through the API, and one the server's retention
 // prunes as idle, are gone whole: every route of theirs answers 404, and
 // the store keeps no record, run or event of them; an active thread is
-// left as it was.
+// left as it was. The sweeps' present is the test's: an hour after a
+// moment between the idle thread's last write and the active one's
+// first, whatever the time the turns take.
 func TestRetentionPrunesIdleThreadsWhole(t *testing.T) {
 	for _, b := range []string{"memory", "sqlite", "postgres"} {
 		t.Run(b, func(t *testing.T) {
 			h := newHarness(t, b, nil, func(c *Config) {
-				c.Retention = Retention{Idle: 1500 * time.Millisecond, Every: 50 * time.Millisecond}
+				c.Retention = Retention{Idle: time.Hour, Every: 50 * time.Millisecond}
 			})
 			cand := values(t, flowsDir+"/examples/candidate.yaml")
-			turn := func(id string) *api.Run {
-				t.Helper()
-				r, err := h.acme.RunWait(ctx, id, api.StartRun{Input: map[string]any{"last_response": "I build data pipelines in Go."}})
-				if err != nil || r.Status != api.RunSucceeded {
-					t.Fatalf("turn on %s: %+v %v", id, r, err)
-				}
-				return r
-			}
 			runs := map[string]string{}
-			for _, id := range []string{"idle", "deleted", "active"} {
+			start := func(id string) {
+				t.Helper()
 				if _, err := h.acme.CreateThread(ctx, api.CreateThread{ID: id, Flow: "interview", Values: cand}); err != nil {
 					t.Fatal(err)
 				}
-				r, err := h.acme.RunWait(ctx, id, api.StartRun{})
-				if err != nil || r.Status != api.RunSucceeded {
-					t.Fatalf("greeting on %s: %+v %v", id, r, err)
-				}
-				runs[id] = turn(id).ID
-			}
-			// the active thread takes a turn every 300ms
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(300 * time.Millisecond):
-						turn("active")
+				for _, in := range []map[string]any{nil, {"last_response": "I build data pipelines in Go."}} {
+					r, err := h.acme.RunWait(ctx, id, api.StartRun{Input: in})
+					if err != nil || r.Status != api.RunSucceeded {
+						t.Fatalf("a turn on %s: %+v %v", id, r, err)
 					}
+					runs[id] = r.ID
 				}
-			})
+			}
+			start("idle")
+			start("deleted")
+			// (a moment the idle thread's writes are before, and the
+			// active one's after, on the clock the store's times come from)
+			mark := time.Now()
+			for !time.Now().After(mark) {
+			}
+			start("active")
+			active, err := h.acme.Thread(ctx, "active")
+			if err != nil {
+				t.Fatal(err)
+			}
+			activeRuns, err := h.acme.Runs(ctx, "active")
+			if err != nil || len(activeRuns) != 2 {
+				t.Fatalf("the active thread's runs: %d %v", len(activeRuns), err)
+			}
 			if err := h.acme.DeleteThread(ctx, "deleted"); err != nil {
 				t.Fatal(err)
 			}
+			// an hour passes for the sweeps
+			h.srv.retention.mu.Lock()
+			h.srv.retention.now = func() time.Time { return mark.Add(time.Hour) }
+			h.srv.retention.mu.Unlock()
 			eventually(t, 30*time.Second, "the idle thread pruned", func() bool {
 				_, err := h.acme.Thread(ctx, "idle")
 				return err != nil && strings.Contains(err.Error(), string(api.CodeNotFound))
 			})
-			// the active thread takes its turns through the checks too:
-			// stopped, it would be idle in 1.5 s and pruned in its turn
-			defer func() {
-				close(stop)
-				wg.Wait()
-			}()
 			for _, id := range []string{"idle", "deleted"} {
 				expectGone(t, h, id, runs[id])
 				key := "acme/" + id
@@ -128,11 +125,14 @@ func TestRetentionPrunesIdleThreadsWhole(t *testing.T) {
 					t.Errorf("the checkpoints of %s are kept", id)
 				}
 			}
-			if th, err := h.acme.Thread(ctx, "active"); err != nil || th.Checkpoint < 10 {
-				t.Fatalf("the active thread: %+v %v", th, err)
+			if th, err := h.acme.Thread(ctx, "active"); err != nil || th.Checkpoint != active.Checkpoint {
+				t.Fatalf("the active thread: %+v %v (was at %d)", th, err, active.Checkpoint)
 			}
-			if rs, err := h.acme.Runs(ctx, "active"); err != nil || len(rs) < 3 {
+			if rs, err := h.acme.Runs(ctx, "active"); err != nil || len(rs) != 2 {
 				t.Fatalf("the active thread's runs: %d %v", len(rs), err)
+			}
+			if evs, err := h.srv.cat.Events(ctx, runs["active"], 0, 0); err != nil || len(evs) == 0 {
+				t.Fatalf("the active thread's last run's events: %d %v", len(evs), err)
 			}
 			if m := scrape(t, h); m["trellis_retention_threads_deleted_total"] != 1 {
 				t.Fatalf("threads deleted: %v", m["trellis_retention_threads_deleted_total"])
