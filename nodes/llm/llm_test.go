@@ -106,6 +106,7 @@ func setupFlow(t *testing.T, p *llm.Provider, flowSrc string) *flow.Graph {
 
 func serve(t *testing.T, srv *llmtest.Server) *llm.Provider {
 	ts := httptest.NewServer(srv)
+	t.Cleanup(llm.CloseIdleConnections) // after the server, as it does http.DefaultTransport's
 	t.Cleanup(ts.Close)
 	return &llm.Provider{BaseURL: ts.URL + "/v1", APIKey: srv.Key, Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, Retries: 2}
 }

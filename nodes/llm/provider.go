@@ -103,6 +103,11 @@ var modelTransport = func() *http.Transport {
 	return t
 }()
 
+// CloseIdleConnections closes the connections the calls of providers
+// given no client keep for the calls after them (as a test does when its
+// model server is gone).
+func CloseIdleConnections() { modelTransport.CloseIdleConnections() }
+
 // client is a provider's go-openai configuration with our retry policy.
 type client struct {
 	p   *Provider

@@ -87,6 +87,7 @@ func TestConcurrentCallsKeepTheirConnections(t *testing.T) {
 		}
 	}
 	ts.Start()
+	t.Cleanup(llm.CloseIdleConnections)
 	t.Cleanup(ts.Close)
 	p := &llm.Provider{BaseURL: ts.URL + "/v1", APIKey: srv.Key, Retries: -1}
 	g := setupFlow(t, p, summaryFlow)

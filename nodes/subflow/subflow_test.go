@@ -388,6 +388,7 @@ func TestMapOfSubflowsStreamsTheChildrensTokens(t *testing.T) {
 		llmtest.Rule{Match: "beta", Replies: []llmtest.Reply{{Content: "second reply about beta"}}},
 	)
 	ts := httptest.NewServer(srv)
+	defer llm.CloseIdleConnections()
 	defer ts.Close()
 	p := &llm.Provider{BaseURL: ts.URL + "/v1", APIKey: srv.Key, Backoff: time.Millisecond, Retries: 1}
 	dir := t.TempDir()

@@ -129,6 +129,7 @@ func load(t *testing.T, path string, p *llm.Provider) *flow.Graph {
 func model(t *testing.T, replies ...llmtest.Reply) (*llmtest.Server, *llm.Provider) {
 	srv := llmtest.New(llmtest.Rule{Replies: replies})
 	ts := httptest.NewServer(srv)
+	t.Cleanup(llm.CloseIdleConnections)
 	t.Cleanup(ts.Close)
 	return srv, &llm.Provider{BaseURL: ts.URL + "/v1", Backoff: time.Millisecond, MaxBackoff: time.Millisecond, Retries: 1}
 }

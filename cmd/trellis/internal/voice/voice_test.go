@@ -12,6 +12,7 @@ import (
 	"github.com/trellisflow/trellis/cmd/trellis/internal/speech"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice"
 	"github.com/trellisflow/trellis/cmd/trellis/internal/voice/voicetest"
+	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/runtime/api"
 )
 
@@ -192,7 +193,10 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 // Idle keep-alive connections to the API are closed first: they are the
 // HTTP client's, not the session's.
 func settledGoroutines(want int) int {
-	idle := func() { http.DefaultTransport.(*http.Transport).CloseIdleConnections() }
+	idle := func() {
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+		llm.CloseIdleConnections()
+	}
 	idle()
 	n := runtime.NumGoroutine()
 	for i := 0; i < 100; i++ {

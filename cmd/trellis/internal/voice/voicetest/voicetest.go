@@ -28,6 +28,7 @@ import (
 	lksdk "github.com/livekit/server-sdk-go/v2"
 	"go.uber.org/goleak"
 
+	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
@@ -45,6 +46,7 @@ func Main(m *testing.M) int {
 	stopLiveKit()
 	if code == 0 {
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+		llm.CloseIdleConnections()
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "voice tests: goroutines outlived the tests: %v\n", err)
 			code = 1
@@ -263,13 +265,14 @@ func Context(t testing.TB, d time.Duration) context.Context {
 
 // NoLeaks fails t when a goroutine started during it (after the call)
 // outlives it: checked after every cleanup registered later has run.
-// Idle keep-alive connections of the default HTTP transport are closed
-// first: they are the client's, not the test's.
+// Idle keep-alive connections of the default HTTP transport and of the
+// model calls are closed first: they are the clients', not the test's.
 func NoLeaks(t testing.TB) {
 	t.Helper()
 	current := goleak.IgnoreCurrent()
 	t.Cleanup(func() {
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+		llm.CloseIdleConnections()
 		if err := goleak.Find(current); err != nil {
 			t.Errorf("goroutines outlived the test: %v", err)
 		}
