@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	mcptool.CloseSessions()
 	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+		if err := goleak.Find(); err != nil {
 			os.Stderr.WriteString(err.Error())
 			code = 1
 		}
