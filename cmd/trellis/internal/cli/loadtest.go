@@ -174,8 +174,39 @@ func buildRevision(ctx context.Context, rev, dir string) (exe, src string, err e
 	return exe, src, nil
 }
 
+// span is a stretch of time: a model call's, from its node's start to
+// its end.
+type span struct{ from, to time.Time }
+
+// covered is the time the spans cover together: the model's part of a
+// turn whose llm nodes may run at once (summed, two calls side by side
+// would count twice, and the turn's overhead show as none).
+func covered(spans []span) time.Duration {
+	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
+	var total time.Duration
+	var cur span
+	for i, s := range spans {
+		switch {
+		case i == 0:
+			cur = s
+		case !s.from.After(cur.to):
+			if s.to.After(cur.to) {
+				cur.to = s.to
+			}
+		default:
+			total += cur.to.Sub(cur.from)
+			cur = s
+		}
+	}
+	if len(spans) > 0 {
+		total += cur.to.Sub(cur.from)
+	}
+	return total
+}
+
 // turnSample is one turn as the client saw it: its latency and the part
-// of it the model took (its llm nodes' time).
+// of it the model took (its llm nodes' time, those side by side counted
+// once).
 type turnSample struct {
 	took, model time.Duration
 }
@@ -305,7 +336,7 @@ func loadtest(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 	var firstErr atomic.Value
 	turn := func(thread string, in map[string]any) {
 		start := time.Now()
-		var model time.Duration
+		var calls []span
 		var failed error
 		for ev, err := range c.StreamRun(ctx, thread, api.StartRun{Input: in}) {
 			if err != nil {
@@ -313,7 +344,7 @@ func loadtest(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 				break
 			}
 			if ev.Event.Type == trellis.NodeEnd && ev.Event.Kind == "llm" {
-				model += ev.Event.Duration
+				calls = append(calls, span{ev.Event.Time.Add(-ev.Event.Duration), ev.Event.Time})
 			}
 			if ev.Event.Type == trellis.RunError {
 				failed = errors.New(ev.Event.Error)
@@ -326,7 +357,7 @@ func loadtest(ctx context.Context, cfg loadConfig) (*loadResult, error) {
 			return
 		}
 		mu.Lock()
-		samples = append(samples, turnSample{took: took, model: model})
+		samples = append(samples, turnSample{took: took, model: covered(calls)})
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup

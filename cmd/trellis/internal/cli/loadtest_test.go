@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A revision to compare with is a commit of the repository, never an
@@ -66,6 +67,26 @@ func TestTheRevisionServesItsOwnFlows(t *testing.T) {
 	} {
 		if got := revisionPath(src, path); got != want {
 			t.Errorf("revisionPath(%s) = %s, want %s", path, got, want)
+		}
+	}
+}
+
+// A turn's model time counts calls side by side once: the time their
+// spans cover together.
+func TestModelTimeCountsOverlapsOnce(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	for _, c := range []struct {
+		spans []span
+		want  time.Duration
+	}{
+		{nil, 0},
+		{[]span{{at(0), at(200)}}, 200 * time.Millisecond},
+		{[]span{{at(0), at(200)}, {at(250), at(450)}}, 400 * time.Millisecond},
+		{[]span{{at(300), at(500)}, {at(0), at(200)}, {at(100), at(250)}}, 450 * time.Millisecond},
+		{[]span{{at(0), at(500)}, {at(100), at(200)}, {at(500), at(600)}}, 600 * time.Millisecond},
+	} {
+		if got := covered(c.spans); got != c.want {
+			t.Errorf("%v: %s, want %s", c.spans, got, c.want)
 		}
 	}
 }
