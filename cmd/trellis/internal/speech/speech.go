@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/trellisflow/trellis/cmd/trellis/internal/audio"
 	"github.com/trellisflow/trellis/runtime/api"
@@ -344,7 +345,12 @@ func (o *Offline) hearPart(ctx context.Context, part *multipart.Part) (Transcrip
 		if err != nil {
 			return Transcription{}, formError(err)
 		}
-		first, total := first[:n], n
+		first = first[:n]
+		// (counted by the goroutine hear reads with, read once hear has
+		// returned: atomic, as hear may return before that goroutine's
+		// last read is handed over)
+		var total atomic.Int64
+		total.Add(int64(n))
 		text, err := o.hear(ctx, func(buf []int16) (int, error) {
 			if len(first) > 0 {
 				n := copy(buf, first)
@@ -352,13 +358,13 @@ func (o *Offline) hearPart(ctx context.Context, part *multipart.Part) (Transcrip
 				return n, nil
 			}
 			n, err := wr.Read(buf)
-			total += n
+			total.Add(int64(n))
 			if err != nil && err != io.EOF {
 				err = formError(err)
 			}
 			return n, err
 		})
-		return Transcription{Text: text, Duration: float64(total) / 16000}, err
+		return Transcription{Text: text, Duration: float64(total.Load()) / 16000}, err
 	case err == nil:
 		pcm.Rate = wr.Rate
 		buf := make([]int16, 4096)
