@@ -324,11 +324,10 @@ func NewID() string {
 // wholeNumber is v as an int when it is a whole number of any of the
 // kinds a value may come as (a float64 such as 3.0 from JSON too).
 func wholeNumber(v any) (int, bool) {
+	if n, ok := asInt(v); ok {
+		return n, true
+	}
 	switch x := v.(type) {
-	case int:
-		return x, true
-	case int64:
-		return int(x), true
 	case int32:
 		return int(x), true
 	case float64:
