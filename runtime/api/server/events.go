@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -104,7 +103,7 @@ func (l *eventLog) add(ev engine.Event) {
 	if ev.Type == engine.NodeOutput && l.join(ev) {
 		return
 	}
-	data, err := json.Marshal(ev)
+	data, err := ev.JSON()
 	if err != nil {
 		return
 	}
@@ -157,7 +156,7 @@ func (l *eventLog) take() []logged {
 	for i := range batch {
 		it := &batch[i]
 		if it.data == nil {
-			it.data, _ = json.Marshal(it.out)
+			it.data, _ = it.out.JSON()
 		}
 		it.out = nil
 	}
@@ -466,7 +465,7 @@ func lastEvent(run, thread string, status store.RunStatus, msg string, state map
 	default:
 		ev.Type = engine.RunError
 	}
-	data, _ := json.Marshal(ev)
+	data, _ := ev.JSON()
 	return data
 }
 

@@ -600,7 +600,7 @@ func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
 	for _, g := range groups {
 		ev := g.first
 		ev.Text = string(g.text)
-		data, err := json.Marshal(ev)
+		data, err := ev.JSON()
 		if err != nil {
 			continue
 		}
