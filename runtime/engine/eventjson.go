@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -313,25 +314,30 @@ func appendObject(b []byte, m map[string]any, depth int) ([]byte, error) {
 	if depth >= jsonDepth {
 		return b, errSlow
 	}
-	var buf [32]string
-	keys := buf[:0]
-	for k := range m {
-		keys = append(keys, k)
+	var buf [32]member
+	ms := buf[:0]
+	for k, v := range m {
+		ms = append(ms, member{k, v})
 	}
-	slices.Sort(keys)
+	slices.SortFunc(ms, func(x, y member) int { return strings.Compare(x.key, y.key) })
 	b = append(b, '{')
-	for i, k := range keys {
+	for i := range ms {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, k)
+		b = appendString(b, ms[i].key)
 		b = append(b, ':')
 		var err error
-		if b, err = appendValue(b, m[k], depth+1); err != nil {
+		if b, err = appendValue(b, ms[i].value, depth+1); err != nil {
 			return b, err
 		}
 	}
 	return append(b, '}'), nil
+}
+
+type member struct {
+	key   string
+	value any
 }
 
 func appendUsage(b []byte, m map[string]int64) []byte {
