@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,5 +148,79 @@ func TestHeldStepsCommittedWhenARunFails(t *testing.T) {
 	}
 	if h.Seq != 5 || h.Values["seen"] != 4 || !reflect.DeepEqual(h.Next, []string{"c"}) {
 		t.Fatalf("the head is %d (seen %v), next %v; want 5, 4, [c]", h.Seq, h.Values["seen"], h.Next)
+	}
+}
+
+// A step followed by a node that may block is committed with the next
+// step's node_start events, in one write, before that node starts: the
+// commit that holds the first probe's step carries the second's
+// node_start, and the second sees that step committed.
+func TestAStepCommitsWithTheNextStepsStart(t *testing.T) {
+	st := &countCommits{Store: memory.New()}
+	path := filepath.Join(t.TempDir(), "flow.yaml")
+	src := `version: 1
+name: starts
+state:
+  schema:
+    type: object
+    properties:
+      seen: {type: integer, default: 0}
+nodes:
+  first: {kind: probe}
+  second: {kind: probe}
+edges:
+  - {from: START, to: first}
+  - {from: first, to: second}
+  - {from: second, to: END}
+`
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, dl := flow.Load(path, heldKinds(st))
+	if g == nil {
+		t.Fatalf("flow does not compile:\n%v", dl)
+	}
+	var mu sync.Mutex
+	var seen []engine.Event // observed so far
+	var commits [][]string  // per commit: its checkpoints' writers, then the events observed when it began
+	req := engine.Request{Thread: "t",
+		Observe: func(ev engine.Event) {
+			mu.Lock()
+			seen = append(seen, ev)
+			mu.Unlock()
+		},
+		Attach: func(cp *store.Checkpoint) func(error) {
+			mu.Lock()
+			defer mu.Unlock()
+			var c []string
+			for _, x := range cp.Chain() {
+				for _, w := range x.Writers {
+					c = append(c, "cp:"+w.Node)
+				}
+			}
+			for _, ev := range seen {
+				if ev.Type == engine.NodeStart {
+					c = append(c, "start:"+ev.Node)
+				}
+			}
+			commits = append(commits, c)
+			return nil
+		}}
+	res, err := engine.New(st).Run(context.Background(), g, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holding []string
+	for _, c := range commits {
+		if slices.Contains(c, "cp:first") {
+			holding = c
+		}
+	}
+	if !slices.Contains(holding, "start:second") {
+		t.Fatalf("commits %v: want first's step committed with second's node_start", commits)
+	}
+	// second saw first's step committed (created 1, first 2)
+	if res.State["seen"] != 2 {
+		t.Fatalf("second saw the head at %v, want 2", res.State["seen"])
 	}
 }

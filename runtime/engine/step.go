@@ -672,7 +672,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		// the run's last checkpoint ends its hold on the thread
 		r.lease.releaseWith(cp)
 	}
-	held := r.holds(following) && (r.sinceClock != 0 || !mayBlock(following))
+	held := r.holds(following)
 	if held {
 		r.hold(cp)
 	} else {
