@@ -198,7 +198,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	// prepares the statements again
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	s := &Store{db: db, path: filepath.Clean(path), cache: sqlstore.NewCache(256), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
+	s := &Store{db: db, path: filepath.Clean(path), cache: sqlstore.NewCache(sqlstore.CacheThreads), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{db: db, s: s}}
 	s.Hooks, s.Versions = sqlstore.Hooks{DB: s.Catalog.DB}, sqlstore.Versions{DB: s.Catalog.DB}
 	s.Requests = sqlstore.Requests{DB: s.Catalog.DB}
