@@ -224,3 +224,48 @@ edges:
 		t.Fatalf("second saw the head at %v, want 2", res.State["seen"])
 	}
 }
+
+// The run's last step tells its changes (state_update) before its
+// commit, so that they go with it where the run's events are recorded
+// with its commits, and no write of its own follows for them.
+func TestTheLastStepsChangesGoWithItsCommit(t *testing.T) {
+	st := &countCommits{Store: memory.New()}
+	g := compileHeld(t, st, "state.b + 1")
+	var mu sync.Mutex
+	var seen []engine.Event
+	var last []engine.Event // observed when the last commit began
+	req := engine.Request{Thread: "t", Input: map[string]any{"n": 1},
+		Observe: func(ev engine.Event) {
+			mu.Lock()
+			seen = append(seen, ev)
+			mu.Unlock()
+		},
+		Attach: func(cp *store.Checkpoint) func(error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if cp.Release != "" || len(cp.Next) == 0 {
+				last = slices.Clone(seen)
+			}
+			return nil
+		}}
+	res, err := engine.New(st).Run(context.Background(), g, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var told bool
+	for _, ev := range last {
+		told = told || ev.Type == engine.StateUpdate && ev.Checkpoint == res.Checkpoint
+	}
+	if !told {
+		t.Fatalf("the last commit (checkpoint %d) began before its step's state_update; events then: %v", res.Checkpoint, last)
+	}
+	var updates int
+	for _, ev := range seen {
+		if ev.Type == engine.StateUpdate && ev.Checkpoint == res.Checkpoint {
+			updates++
+		}
+	}
+	if updates != 1 {
+		t.Fatalf("%d state_updates of the last checkpoint, want 1", updates)
+	}
+}
