@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/flow"
@@ -42,14 +43,20 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, outs []outco
 	}
 	r.Vars()
 	var wg sync.WaitGroup
+	left := int32(blocking)
+	last := -1 // the node that completed last, its update not saved yet
 	for i, n := range triggered {
 		if !n.Inline {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				r.exec(ctx, n, nil, &outs[i])
-				outs[i].saveErr = r.savePending(ctx, &outs[i], r.seq, r.step)
-				outs[i].saved = outs[i].saveErr == nil && outs[i].err == nil && outs[i].attempts > 0 && (r.req.Durability == "" || r.req.Durability == Sync)
+				if atomic.AddInt32(&left, -1) == 0 {
+					// the step's commit follows: see lastSaves
+					last = i
+					return
+				}
+				r.saveOutcome(ctx, &outs[i])
 			}()
 		}
 	}
@@ -59,12 +66,44 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, outs []outco
 		}
 	}
 	wg.Wait()
+	if last >= 0 && !stepCommits(outs) {
+		r.saveOutcome(ctx, &outs[last])
+	}
 	for i := range outs {
 		if err := outs[i].saveErr; err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Pending writes. A step's nodes that may block run side by side, and
+// each one's update is saved as a pending write once it completes
+// (savePending), so that a run resumed after a crash does not run again
+// a node that completed while the others still ran. The node that
+// completes last saves nothing: the step's commit follows at once, with
+// its update, as it does for a step that runs one node that may block,
+// and a crash in between runs that node again, as it would that one's.
+// Where the step may not commit (a node of it failed) or pauses, its
+// update is saved as the others' were (the pause keeps every update not
+// saved: pausing).
+
+// stepCommits reports whether every node of a step completed, so that
+// its commit follows.
+func stepCommits(outs []outcome) bool {
+	for i := range outs {
+		if outs[i].err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// saveOutcome saves the update of o's node, which ran on the step's
+// state, as a pending write, and notes it saved.
+func (r *run) saveOutcome(ctx context.Context, o *outcome) {
+	o.saveErr = r.savePending(ctx, o, r.seq, r.step)
+	o.saved = o.saveErr == nil && o.err == nil && o.attempts > 0 && (r.req.Durability == "" || r.req.Durability == Sync)
 }
 
 // outcome is one node's result in a superstep.

@@ -1,0 +1,195 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/trellisflow/trellis/runtime/config"
+	"github.com/trellisflow/trellis/runtime/engine"
+	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/memory"
+)
+
+// countPending counts the pending writes a store saves, by node, and
+// calls saved (when set) after each.
+type countPending struct {
+	*memory.Store
+	mu    sync.Mutex
+	nodes map[string]int
+	saved func(node string)
+}
+
+func (c *countPending) PutPending(ctx context.Context, thread string, seq uint64, node string, ws []store.Write) error {
+	if err := c.Store.PutPending(ctx, thread, seq, node, ws); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.nodes == nil {
+		c.nodes = map[string]int{}
+	}
+	c.nodes[node]++
+	c.mu.Unlock()
+	if c.saved != nil {
+		c.saved(node)
+	}
+	return nil
+}
+
+func (c *countPending) saves() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for n, k := range c.nodes {
+		out[n] = k
+	}
+	return out
+}
+
+// pendingKinds: work writes its field and counts its runs; hold waits
+// until its run is cancelled, unless let is closed.
+func pendingKinds(runs *sync.Map, let <-chan struct{}) kind.Registry {
+	count := func(name string) {
+		n, _ := runs.LoadOrStore(name, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+	}
+	return kind.NewSet(
+		kind.Spec{Name: "work", Summary: "Write the node's name.",
+			New: func(b kind.Builder) kind.Node {
+				name := b.Node()
+				b.Writes(name, config.Value{})
+				return kind.Func(func(context.Context, kind.State) (kind.Update, error) {
+					count(name)
+					return kind.Update{{Field: name, Value: "done"}}, nil
+				})
+			}},
+		kind.Spec{Name: "hold", Summary: "Wait to be let go.",
+			New: func(b kind.Builder) kind.Node {
+				name := b.Node()
+				b.Writes(name, config.Value{})
+				return kind.Func(func(ctx context.Context, _ kind.State) (kind.Update, error) {
+					count(name)
+					select {
+					case <-let:
+						return kind.Update{{Field: name, Value: "done"}}, nil
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				})
+			}},
+	)
+}
+
+func compilePending(t *testing.T, reg kind.Registry, nodes string) *flow.Graph {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "flow.yaml")
+	src := `version: 1
+name: pending
+state:
+  schema:
+    type: object
+    properties:
+      a: {type: string, default: ""}
+      b: {type: string, default: ""}
+      c: {type: string, default: ""}
+      s: {type: string, default: ""}
+nodes:
+  s: {kind: work}
+` + nodes + `
+edges:
+  - {from: START, to: s}
+  - {from: s, to: [a, b, c]}
+  - {from: [a, b, c], to: END}
+`
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, dl := flow.Load(path, reg)
+	if g == nil {
+		t.Fatalf("flow does not compile:\n%v", dl)
+	}
+	return g
+}
+
+func runsOf(runs *sync.Map, name string) int {
+	n, ok := runs.Load(name)
+	if !ok {
+		return 0
+	}
+	return int(n.(*atomic.Int32).Load())
+}
+
+// The nodes of a step that complete while another still runs save their
+// updates as pending writes; the one that completes last saves none, as
+// the step's commit holds it: a step of three nodes that may block saves
+// two, whichever order they complete in, and commits all three.
+func TestTheLastNodeOfAStepLeavesItsUpdateToTheCommit(t *testing.T) {
+	var runs sync.Map
+	st := &countPending{Store: memory.New()}
+	g := compilePending(t, pendingKinds(&runs, nil), `  a: {kind: work}
+  b: {kind: work}
+  c: {kind: work}`)
+	for i := range 20 {
+		thread := "t" + string(rune('a'+i))
+		if _, err := run(t, g, engine.New(st), thread, nil); err != nil {
+			t.Fatal(err)
+		}
+		head, err := st.Head(context.Background(), thread)
+		if err != nil || head.Values["a"] != "done" || head.Values["b"] != "done" || head.Values["c"] != "done" {
+			t.Fatalf("head %+v (%v): want every update committed", head, err)
+		}
+	}
+	total := 0
+	for _, n := range st.saves() {
+		total += n
+	}
+	if total != 2*20 {
+		t.Fatalf("pending writes %v: want two a step (its last node's update goes with the commit)", st.saves())
+	}
+}
+
+// A run stopped while a node of the step still runs keeps the updates of
+// those that completed, and its resumed run does not run them again;
+// the one stopped runs again. (The step before it, s, is committed
+// before the step starts: a node that may block follows it.)
+func TestAStoppedStepKeepsWhatCompleted(t *testing.T) {
+	var runs sync.Map
+	let := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var saved atomic.Int32
+	st := &countPending{Store: memory.New(), saved: func(string) {
+		if saved.Add(1) == 2 {
+			cancel() // a and b are saved: stop the run while c holds
+		}
+	}}
+	g := compilePending(t, pendingKinds(&runs, let), `  a: {kind: work}
+  b: {kind: work}
+  c: {kind: hold}`)
+	eng := engine.New(st)
+	_, err := eng.Run(ctx, g, engine.Request{Thread: "t"})
+	if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, engine.ErrStopped) {
+		t.Fatalf("want the run stopped, got %v", err)
+	}
+	if s := st.saves(); s["a"] != 1 || s["b"] != 1 || s["c"] != 0 {
+		t.Fatalf("pending writes %v: want a and b's, not the stopped c's", s)
+	}
+	st.saved = nil
+	close(let)
+	res, err := eng.Run(context.Background(), g, engine.Request{Thread: "t", Resume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State["a"] != "done" || res.State["b"] != "done" || res.State["c"] != "done" {
+		t.Fatalf("state %v: want every update", res.State)
+	}
+	if a, b, c := runsOf(&runs, "a"), runsOf(&runs, "b"), runsOf(&runs, "c"); a != 1 || b != 1 || c != 2 {
+		t.Fatalf("runs a %d, b %d, c %d: want a and b once, c again", a, b, c)
+	}
+}
