@@ -396,3 +396,16 @@ func BenchmarkEventJSON(b *testing.B) {
 		}
 	})
 }
+
+// TestEventJSONAllocates: a turn's events are written into a buffer
+// without allocating (encoding/json allocates for each map, key and
+// value), so the direct encoding is what encodes them.
+func TestEventJSONAllocates(t *testing.T) {
+	buf := make([]byte, 0, 64<<10)
+	for _, ev := range benchEvents() {
+		var err error
+		if n := testing.AllocsPerRun(50, func() { buf, err = ev.AppendJSON(buf[:0]) }); n != 0 || err != nil {
+			t.Errorf("%s: %v allocations per event, %v", ev.Type, n, err)
+		}
+	}
+}
