@@ -277,6 +277,7 @@ fuzz:
 	$(GO) test ./runtime/tmpl -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/value -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/value -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runtime/engine -run '^$$' -fuzz '^FuzzEventJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runtime/api/server -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime 10000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzInputsAndStores$$' -fuzztime 3000x
 	$(GO) test ./cmd/trellis -run '^$$' -fuzz '^FuzzCommandLine$$' -fuzztime 3000x
