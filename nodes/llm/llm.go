@@ -95,6 +95,10 @@ type node struct {
 
 var stringShape = &schema.Shape{Types: []string{"string"}}
 
+// Contained implements kind.Contained: a node with no tools only asks
+// the model.
+func (n *node) Contained() bool { return n.tools == nil }
+
 func build(b kind.Builder, provider func() *Provider) kind.Node {
 	s := b.Settings()
 	n := &node{}

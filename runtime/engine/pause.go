@@ -79,6 +79,9 @@ func keptAnswers(pending map[string][]store.Write, answered map[string]any) map[
 // this step.
 func (r *run) keep(ctx context.Context, seq uint64, name string, writes []store.Write) error {
 	if r.req.Durability == "" || r.req.Durability == Sync {
+		if err := r.landed(); err != nil {
+			return err
+		}
 		if err := r.e.Store.PutPending(ctx, r.req.Thread, seq, name, writes); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/value"
 )
@@ -234,6 +235,108 @@ func (r *run) flushChain(ctx context.Context) error {
 	return nil
 }
 
+// Pipelined commits. The held steps commit before a node that may block
+// starts; when every such node of the step is contained (kind.Contained:
+// it acts on nothing outside the run but through its State, and reads
+// nothing of the thread from the store: a model's call with no tools),
+// the step's nodes start while that commit is under way, and the step
+// waits for it before anything of its own is written. What this means:
+//
+//   - Nothing of the step reaches the store before the steps before it:
+//     its nodes' pending writes and kept work wait for the commit
+//     (landed), its events are recorded after those the commit carries
+//     (the run's event writer waits for the commit), and the step's own
+//     commit comes after it (joinPipe).
+//   - A commit that fails fails the run, once the step's nodes have
+//     returned: nothing of the step is committed, the held steps are put
+//     back for the run's end to try again, as when a commit before the
+//     step fails.
+//   - After a crash while the commit is under way, the resumed run finds
+//     the held steps committed or not, as after a crash just before
+//     their commit: the ones not committed run again, and so does the
+//     step, whose contained nodes had no effect outside the run.
+//   - A step whose held steps put documents (Checkpoint.Memory) waits for
+//     their commit before its nodes start, so that a node reading them
+//     finds them, as does a step with a node that is not contained.
+
+// pipe is a commit under way beside a step's nodes.
+type pipe struct {
+	done chan struct{}
+	err  error
+	held []*store.Checkpoint
+}
+
+// beside reports whether the held steps may commit while the nodes of
+// the step after them run (see Pipelined commits).
+func (r *run) beside(triggered []*flow.Node) bool {
+	for _, n := range triggered {
+		if n.Inline {
+			continue
+		}
+		if c, ok := n.Impl.(kind.Contained); !ok || !c.Contained() {
+			return false
+		}
+	}
+	for _, cp := range r.chain {
+		if len(cp.Memory) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// flushBeside starts the commit of the held steps, with the run's
+// events, beside the step's nodes; joinPipe ends it.
+func (r *run) flushBeside(ctx context.Context) {
+	held := r.takeChain()
+	if len(held) == 0 {
+		return
+	}
+	last := held[len(held)-1]
+	last.Before = held[:len(held)-1]
+	p := &pipe{done: make(chan struct{}), held: held}
+	r.pipe.Store(p)
+	go func() {
+		defer close(p.done)
+		if err := r.commitNow(ctx, last, r.req.Attach); err != nil {
+			p.err = fmt.Errorf("commit step %d: %w", last.Step, err)
+		}
+	}()
+}
+
+// landed waits for the commit under way beside the step's nodes, if one
+// is, and returns its error: what the step writes to the store waits for
+// it. The step's nodes may call it on goroutines of their own.
+func (r *run) landed() error {
+	p := r.pipe.Load()
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	return p.err
+}
+
+// joinPipe ends the commit under way beside the step's nodes, once they
+// have returned: a commit that failed puts the held steps back, for the
+// run's end to try again.
+func (r *run) joinPipe(ctx context.Context) error {
+	p := r.pipe.Load()
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	r.pipe.Store(nil)
+	if p.err != nil {
+		p.held[len(p.held)-1].Before = nil
+		r.chain = append(r.chain[:0], p.held...)
+		return p.err
+	}
+	if r.lease != nil {
+		r.lease.renewIfDue(ctx, time.Now())
+	}
+	return nil
+}
+
 // mayBlock reports whether one of nodes is not inline.
 func mayBlock(nodes []*flow.Node) bool {
 	for _, n := range nodes {
@@ -368,6 +471,9 @@ func (c *committer) failed() error {
 func (r *run) savePending(ctx context.Context, o *outcome, seq uint64, step int) error {
 	if o.err != nil || o.attempts == 0 || (r.req.Durability != "" && r.req.Durability != Sync) {
 		return nil
+	}
+	if err := r.landed(); err != nil {
+		return err
 	}
 	ws := make([]store.Write, len(o.update))
 	for i, fv := range o.update {

@@ -151,7 +151,10 @@ type durability struct {
 	async    *committer          // Async durability
 	deferred []*store.Checkpoint // Exit durability
 	chain    []*store.Checkpoint // Sync durability: steps held (see hold)
-	slabs    slabs               // parts of step checkpoints
+	// pipe is the commit of the held steps under way beside the nodes
+	// of the step after them (see Pipelined commits)
+	pipe  atomic.Pointer[pipe]
+	slabs slabs // parts of step checkpoints
 }
 
 // clockReading is the last reading of the clock, see run.clock.

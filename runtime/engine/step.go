@@ -56,7 +56,12 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 	}
 	defer func() {
 		// the steps held are committed whatever ended the run: they
-		// were done (a cancelled run's too, as they would have been)
+		// were done (a cancelled run's too, as they would have been);
+		// a commit still under way beside a step that panicked ends
+		// first
+		if perr := r.joinPipe(context.WithoutCancel(ctx)); err == nil && perr != nil {
+			res, err = nil, perr
+		}
 		if ferr := r.flushChain(context.WithoutCancel(ctx)); err == nil && ferr != nil {
 			res, err = nil, ferr
 		}
@@ -556,12 +561,19 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	if len(r.chain) > 0 && mayBlock(triggered) {
 		// the steps held commit before a node that may block starts
-		// (with its node_start events)
-		if err := r.flushChain(ctx); err != nil {
+		// (with its node_start events), or beside nodes that are
+		// contained (see Pipelined commits)
+		if r.beside(triggered) {
+			r.flushBeside(ctx)
+		} else if err := r.flushChain(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if err := r.runNodes(ctx, triggered, outs); err != nil {
+	err := r.runNodes(ctx, triggered, outs)
+	if jerr := r.joinPipe(ctx); jerr != nil {
+		return nil, jerr
+	}
+	if err != nil {
 		return nil, err
 	}
 	if in, err := r.paused(ctx, outs); err != nil || in != nil {

@@ -69,6 +69,16 @@ type Node interface {
 	Run(ctx context.Context, s State) (Update, error)
 }
 
+// Contained is a node of a kind that may block whose Run acts on nothing
+// outside the run but through its State, and reads nothing of the run's
+// thread from the store (a model's call with no tools): the engine may
+// start it while the steps before it are still being committed, since a
+// run resumed after a crash that lost them runs it again with no effect
+// left behind. Contained reports whether this node is.
+type Contained interface {
+	Contained() bool
+}
+
 // Asker is a node that needs an answer from outside the run before it
 // runs, such as a person's approval. When its step comes and the run
 // holds no answer for it, the run pauses before the step with what Ask
