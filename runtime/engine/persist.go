@@ -242,11 +242,12 @@ func (r *run) flushChain(ctx context.Context) error {
 // the step's nodes start while that commit is under way, and the step
 // waits for it before anything of its own is written. What this means:
 //
-//   - Nothing of the step reaches the store before the steps before it:
-//     its nodes' pending writes and kept work wait for the commit
-//     (landed), its events are recorded after those the commit carries
-//     (the run's event writer waits for the commit), and the step's own
-//     commit comes after it (joinPipe).
+//   - Nothing of the step's state reaches the store before the steps
+//     before it: its nodes' pending writes and kept work wait for the
+//     commit (landed), and the step's own commit comes after it
+//     (joinPipe). Its events follow the held steps' in the run's order,
+//     recorded as events of a node that runs always are (Request.Attach
+//     says how).
 //   - A commit that fails fails the run, once the step's nodes have
 //     returned: nothing of the step is committed, the held steps are put
 //     back for the run's end to try again, as when a commit before the
