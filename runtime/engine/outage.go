@@ -62,8 +62,35 @@ func (w *storeWatch) emit(ev Event) {
 // read of the system's randomness per step.
 var writeIDs atomic.Uint64
 
-func writeID() string {
-	var b [32]byte
-	id := append(append(b[:0], runPrefix...), '.')
-	return string(strconv.AppendUint(id, writeIDs.Add(1), 36))
+// writeIDBlock is how many write ids a run takes from the counter at a
+// time: they are written into one string, so that a step's checkpoint
+// costs no allocation of its own for its id.
+const writeIDBlock = 32
+
+// writeID returns the run's next write id, taking a block of them when
+// the last is used up. Each is a distinct substring of the block's one
+// string; ids are unique in the process whichever run takes them.
+func (r *run) writeID() string {
+	if len(r.ids) == 0 {
+		last := writeIDs.Add(writeIDBlock)
+		buf := make([]byte, 0, writeIDBlock*(len(runPrefix)+8))
+		var ends [writeIDBlock]int
+		for i := range writeIDBlock {
+			buf = append(append(buf, runPrefix...), '.')
+			buf = strconv.AppendUint(buf, last-writeIDBlock+1+uint64(i), 36)
+			ends[i] = len(buf)
+		}
+		block := string(buf)
+		ids := r.idBuf[:0]
+		start := 0
+		for _, end := range ends {
+			ids = append(ids, block[start:end])
+			start = end
+		}
+		r.idBuf, r.ids = ids, ids
+	}
+	id := r.ids[0]
+	r.ids[0] = ""
+	r.ids = r.ids[1:]
+	return id
 }

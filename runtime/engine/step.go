@@ -613,7 +613,8 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	cp := &take(&r.slabs.cps, 1)[0]
 	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, store.SourceStep
-	cp.Answers, cp.Replies, cp.Memory = answered, r.takeReplies(), r.takePuts()
+	cp.Replies, cp.Memory = r.takeRecords()
+	cp.Answers = answered
 	if len(changed) > 0 {
 		// one write per changed field; an append field records only the
 		// items this step appended (several writers fold in order)
