@@ -57,35 +57,37 @@ func (w *storeWatch) emit(ev Event) {
 	}
 }
 
-// writeIDs number the checkpoints this process commits (store.Checkpoint
-// WriteID): the process's random prefix and a counter, unique without a
-// read of the system's randomness per step.
+// writeIDs number the blocks of write ids this process gives its
+// checkpoints (store.Checkpoint.WriteID): an id is the process's random
+// prefix, its block's number and its place in the block, unique without
+// a read of the system's randomness per step.
 var writeIDs atomic.Uint64
 
-// writeIDBlock is how many write ids a run takes from the counter at a
-// time: they are written into one string, so that a step's checkpoint
-// costs no allocation of its own for its id.
+// writeIDBlock is how many write ids a run takes at a time: they are
+// written into one string, so that a step's checkpoint costs no
+// allocation of its own for its id. It is the length of idDigits.
 const writeIDBlock = 32
+
+// idDigits name the places in a block.
+const idDigits = "0123456789abcdefghijklmnopqrstuv"
 
 // writeID returns the run's next write id, taking a block of them when
 // the last is used up. Each is a distinct substring of the block's one
 // string; ids are unique in the process whichever run takes them.
 func (r *run) writeID() string {
 	if len(r.ids) == 0 {
-		last := writeIDs.Add(writeIDBlock)
-		buf := make([]byte, 0, writeIDBlock*(len(runPrefix)+8))
-		var ends [writeIDBlock]int
+		var b [32]byte
+		head := strconv.AppendUint(append(append(b[:0], runPrefix...), '.'), writeIDs.Add(1), 36)
+		head = append(head, '.')
+		size := len(head) + 1
+		buf := make([]byte, 0, writeIDBlock*size)
 		for i := range writeIDBlock {
-			buf = append(append(buf, runPrefix...), '.')
-			buf = strconv.AppendUint(buf, last-writeIDBlock+1+uint64(i), 36)
-			ends[i] = len(buf)
+			buf = append(append(buf, head...), idDigits[i])
 		}
 		block := string(buf)
 		ids := r.idBuf[:0]
-		start := 0
-		for _, end := range ends {
-			ids = append(ids, block[start:end])
-			start = end
+		for i := range writeIDBlock {
+			ids = append(ids, block[i*size:(i+1)*size])
 		}
 		r.idBuf, r.ids = ids, ids
 	}
