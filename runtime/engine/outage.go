@@ -75,7 +75,7 @@ const idDigits = "0123456789abcdefghijklmnopqrstuv"
 // the last is used up. Each is a distinct substring of the block's one
 // string; ids are unique in the process whichever run takes them.
 func (r *run) writeID() string {
-	if len(r.ids) == 0 {
+	if r.idAt == len(r.ids) {
 		var b [32]byte
 		head := strconv.AppendUint(append(append(b[:0], runPrefix...), '.'), writeIDs.Add(1), 36)
 		head = append(head, '.')
@@ -85,14 +85,15 @@ func (r *run) writeID() string {
 			buf = append(append(buf, head...), idDigits[i])
 		}
 		block := string(buf)
-		ids := r.idBuf[:0]
-		for i := range writeIDBlock {
-			ids = append(ids, block[i*size:(i+1)*size])
+		if r.ids == nil {
+			r.ids = make([]string, writeIDBlock)
 		}
-		r.idBuf, r.ids = ids, ids
+		for i := range r.ids {
+			r.ids[i] = block[i*size : (i+1)*size]
+		}
+		r.idAt = 0
 	}
-	id := r.ids[0]
-	r.ids[0] = ""
-	r.ids = r.ids[1:]
-	return id
+	// taken by index: a step writes no pointer of the run's for its id
+	r.idAt++
+	return r.ids[r.idAt-1]
 }
