@@ -2,6 +2,7 @@ package engine
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,25 +76,19 @@ const idDigits = "0123456789abcdefghijklmnopqrstuv"
 // the last is used up. Each is a distinct substring of the block's one
 // string; ids are unique in the process whichever run takes them.
 func (r *run) writeID() string {
-	if r.idAt == len(r.ids) {
+	if r.idAt == writeIDBlock || r.idBlock == "" {
 		var b [32]byte
 		head := strconv.AppendUint(append(append(b[:0], runPrefix...), '.'), writeIDs.Add(1), 36)
 		head = append(head, '.')
-		size := len(head) + 1
-		buf := make([]byte, 0, writeIDBlock*size)
+		var block strings.Builder
+		block.Grow(writeIDBlock * (len(head) + 1))
 		for i := range writeIDBlock {
-			buf = append(append(buf, head...), idDigits[i])
+			block.Write(head)
+			block.WriteByte(idDigits[i])
 		}
-		block := string(buf)
-		if r.ids == nil {
-			r.ids = make([]string, writeIDBlock)
-		}
-		for i := range r.ids {
-			r.ids[i] = block[i*size : (i+1)*size]
-		}
-		r.idAt = 0
+		r.idBlock, r.idSize, r.idAt = block.String(), len(head)+1, 0
 	}
-	// taken by index: a step writes no pointer of the run's for its id
+	at := r.idAt * r.idSize
 	r.idAt++
-	return r.ids[r.idAt-1]
+	return r.idBlock[at : at+r.idSize]
 }

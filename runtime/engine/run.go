@@ -67,10 +67,10 @@ type run struct {
 	words []uint64
 	// records are the graph's shared checkpoint parts
 	records *records
-	// ids are the write ids of the run's block, the first idAt of them
-	// used (see writeID)
-	ids  []string
-	idAt int
+	// idBlock holds the write ids of the run's block, idSize bytes
+	// each, the first idAt of them used (see writeID)
+	idBlock      string
+	idSize, idAt int
 }
 
 // working is the state a run builds: the values it reads and the changes

@@ -293,7 +293,10 @@ func (s *Store) commitLocked(cp *store.Checkpoint) error {
 	t.chain = append(t.chain, cp)
 	t.updated = cp.Time
 	t.pending = nil
-	if l, ok := s.leases[cp.Thread]; ok && cp.Release != "" && l.owner == cp.Release {
+	if cp.Release == "" {
+		return nil // most checkpoints release nothing: no lookup
+	}
+	if l, ok := s.leases[cp.Thread]; ok && l.owner == cp.Release {
 		delete(s.leases, cp.Thread)
 	}
 	return nil
