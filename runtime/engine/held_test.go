@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,5 +148,124 @@ func TestHeldStepsCommittedWhenARunFails(t *testing.T) {
 	}
 	if h.Seq != 5 || h.Values["seen"] != 4 || !reflect.DeepEqual(h.Next, []string{"c"}) {
 		t.Fatalf("the head is %d (seen %v), next %v; want 5, 4, [c]", h.Seq, h.Values["seen"], h.Next)
+	}
+}
+
+// A step followed by a node that may block is committed with the next
+// step's node_start events, in one write, before that node starts: the
+// commit that holds the first probe's step carries the second's
+// node_start, and the second sees that step committed.
+func TestAStepCommitsWithTheNextStepsStart(t *testing.T) {
+	st := &countCommits{Store: memory.New()}
+	path := filepath.Join(t.TempDir(), "flow.yaml")
+	src := `version: 1
+name: starts
+state:
+  schema:
+    type: object
+    properties:
+      seen: {type: integer, default: 0}
+nodes:
+  first: {kind: probe}
+  second: {kind: probe}
+edges:
+  - {from: START, to: first}
+  - {from: first, to: second}
+  - {from: second, to: END}
+`
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, dl := flow.Load(path, heldKinds(st))
+	if g == nil {
+		t.Fatalf("flow does not compile:\n%v", dl)
+	}
+	var mu sync.Mutex
+	var seen []engine.Event // observed so far
+	var commits [][]string  // per commit: its checkpoints' writers, then the events observed when it began
+	req := engine.Request{Thread: "t",
+		Observe: func(ev engine.Event) {
+			mu.Lock()
+			seen = append(seen, ev)
+			mu.Unlock()
+		},
+		Attach: func(cp *store.Checkpoint) func(error) {
+			mu.Lock()
+			defer mu.Unlock()
+			var c []string
+			for _, x := range cp.Chain() {
+				for _, w := range x.Writers {
+					c = append(c, "cp:"+w.Node)
+				}
+			}
+			for _, ev := range seen {
+				if ev.Type == engine.NodeStart {
+					c = append(c, "start:"+ev.Node)
+				}
+			}
+			commits = append(commits, c)
+			return nil
+		}}
+	res, err := engine.New(st).Run(context.Background(), g, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holding []string
+	for _, c := range commits {
+		if slices.Contains(c, "cp:first") {
+			holding = c
+		}
+	}
+	if !slices.Contains(holding, "start:second") {
+		t.Fatalf("commits %v: want first's step committed with second's node_start", commits)
+	}
+	// second saw first's step committed (created 1, first 2)
+	if res.State["seen"] != 2 {
+		t.Fatalf("second saw the head at %v, want 2", res.State["seen"])
+	}
+}
+
+// The run's last step tells its changes (state_update) before its
+// commit, so that they go with it where the run's events are recorded
+// with its commits, and no write of its own follows for them.
+func TestTheLastStepsChangesGoWithItsCommit(t *testing.T) {
+	st := &countCommits{Store: memory.New()}
+	g := compileHeld(t, st, "state.b + 1")
+	var mu sync.Mutex
+	var seen []engine.Event
+	var last []engine.Event // observed when the last commit began
+	req := engine.Request{Thread: "t", Input: map[string]any{"n": 1},
+		Observe: func(ev engine.Event) {
+			mu.Lock()
+			seen = append(seen, ev)
+			mu.Unlock()
+		},
+		Attach: func(cp *store.Checkpoint) func(error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if cp.Release != "" || len(cp.Next) == 0 {
+				last = slices.Clone(seen)
+			}
+			return nil
+		}}
+	res, err := engine.New(st).Run(context.Background(), g, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var told bool
+	for _, ev := range last {
+		told = told || ev.Type == engine.StateUpdate && ev.Checkpoint == res.Checkpoint
+	}
+	if !told {
+		t.Fatalf("the last commit (checkpoint %d) began before its step's state_update; events then: %v", res.Checkpoint, last)
+	}
+	var updates int
+	for _, ev := range seen {
+		if ev.Type == engine.StateUpdate && ev.Checkpoint == res.Checkpoint {
+			updates++
+		}
+	}
+	if updates != 1 {
+		t.Fatalf("%d state_updates of the last checkpoint, want 1", updates)
 	}
 }

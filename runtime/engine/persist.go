@@ -155,15 +155,16 @@ func (r *run) commit(ctx context.Context, cp *store.Checkpoint) error {
 }
 
 // Held steps. A run with Sync durability commits each step, but not
-// always on its own: a step followed by nodes that only compute (inline
-// nodes: no call out of the process, no wait) is held, and committed
-// with the steps after it in one transaction (store.Checkpoint.Before),
-// once a step runs a node that may block (after its node_start events,
-// which go with the commit), the run ends, pauses or fails, or maxHeld
-// steps are held. A step that read the clock (one that ran a node that
-// may block) is held only when inline nodes follow it, so that a step
-// whose commit is timed (its state_update's Duration) is committed on
-// its own or leads the commits held after it.
+// always on its own: a step with nodes still to run is held, and
+// committed with the steps after it in one transaction
+// (store.Checkpoint.Before), once a step runs a node that may block
+// (after its node_start events, which go with the commit), the run
+// ends, pauses or fails, or maxHeld steps are held. A step followed by a
+// node that may block is held only until the next step emits its
+// node_start events: its checkpoint, its events and theirs are one
+// write, where they were a commit and, once the node had started, an
+// append of the events. A held step's commit is not timed (its
+// state_update has no Duration).
 //
 // What this means after a crash: a held step that was not committed is
 // run again by the resumed run, as any step that was not committed is,
@@ -172,9 +173,9 @@ func (r *run) commit(ctx context.Context, cp *store.Checkpoint) error {
 // while anything else runs is only inline nodes' work, which the
 // resumed run computes again the same way from the same state. A step
 // that ran nodes that may block (a model's call) is held only while the
-// inline steps after it compute (no wait, no call out), so a crash
-// runs it again only in that window, as one just before its commit
-// would. A held step's documents (Checkpoint.Memory) and events go with
+// inline steps after it compute (no wait, no call out), or the next
+// step's node_start events are emitted, so a crash runs it again only in
+// that window, as one just before its commit would. A held step's documents (Checkpoint.Memory) and events go with
 // its commit, so none of them is written without its step. Its
 // state_update event is emitted when it is held; where the run's events
 // are recorded with its commits (Request.Attach), they are recorded, so

@@ -684,7 +684,14 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 		// the run's last checkpoint ends its hold on the thread
 		r.lease.releaseWith(cp)
 	}
-	held := r.holds(following) && (r.sinceClock != 0 || !mayBlock(following))
+	held := r.holds(following)
+	// the run's last step tells its changes before its commit, where its
+	// events go with the commit: none of them is left to a write of its
+	// own (its commit is not timed)
+	early := observe && len(following) == 0 && r.req.Attach != nil && (r.req.Durability == "" || r.req.Durability == Sync)
+	if early {
+		r.emit(r.stateUpdate(changed, cp, 0))
+	}
 	if held {
 		r.hold(cp)
 	} else {
@@ -710,7 +717,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	if r.lease != nil && r.sinceClock == 0 && !held {
 		r.lease.renewIfDue(ctx, cp.Time)
 	}
-	if observe {
+	if observe && !early {
 		r.emit(r.stateUpdate(changed, cp, committed))
 	}
 	return following, nil

@@ -660,10 +660,12 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 	// through float64
 	input, answers := storedValues(rec.Input), storedValues(rec.Answers)
 	req := engine.Request{Thread: rec.Thread, ID: rec.ID, Stop: lr.stop, Observe: lr.observe, Retry: lr.retry}
+	var attach func(*store.Checkpoint) func(error)
 	if c, ok := eng.Store.(store.Catalog); ok && c == m.s.cat {
 		// a step's events are recorded with it
-		req.Attach = lr.events.attach
+		attach = lr.events.attach
 	}
+	req.Attach = m.s.metrics.timeCommits(attach)
 	cfg := storedValues(rec.Config)
 	m.mu.Lock()
 	if secret := m.secrets[rec.ID]; len(secret.values) > 0 {

@@ -53,7 +53,7 @@ func newMetrics(st store.Store, cat store.Catalog) *metrics {
 	m.usage = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_node_usage_total",
 		Help: "Work nodes measured, by kind and measure: the llm kind's calls, input_tokens and output_tokens."}, []string{"kind", "measure"})
 	m.commits = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_store_commit_seconds",
-		Help: "How long the store took to commit a step.", Buckets: []float64{.0002, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}})
+		Help: "How long the store took to commit a run's step (with the steps held before it).", Buckets: []float64{.0002, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}})
 	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trellis_queued_runs",
 		Help: "Runs in the store's queue, waiting for a server or for their thread (-1: the store did not answer)."}, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -119,9 +119,25 @@ func (m *metrics) event(_ string, ev engine.Event) {
 		for name, n := range ev.Usage {
 			m.usage.WithLabelValues(ev.Kind, name).Add(float64(n))
 		}
-	case engine.StateUpdate:
-		if ev.Duration > 0 {
-			m.commits.Observe(ev.Duration.Seconds())
+	}
+}
+
+// timeCommits wraps a run's Attach (nil: none), so that each commit the
+// run makes is timed, from its start to its end, committed.
+func (m *metrics) timeCommits(attach func(*store.Checkpoint) func(error)) func(*store.Checkpoint) func(error) {
+	return func(cp *store.Checkpoint) func(error) {
+		start := time.Now()
+		var done func(error)
+		if attach != nil {
+			done = attach(cp)
+		}
+		return func(err error) {
+			if err == nil {
+				m.commits.Observe(time.Since(start).Seconds())
+			}
+			if done != nil {
+				done(err)
+			}
 		}
 	}
 }

@@ -85,7 +85,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, cache: sqlstore.NewCache(256), commits: newCommitter()}
+	s := &Store{pool: pool, cache: sqlstore.NewCache(sqlstore.CacheThreads), commits: newCommitter()}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{q: pool, s: s}}
 	s.Hooks, s.Versions = sqlstore.Hooks{DB: s.Catalog.DB}, sqlstore.Versions{DB: s.Catalog.DB}
 	s.Requests = sqlstore.Requests{DB: s.Catalog.DB}

@@ -28,3 +28,13 @@ func BenchmarkStepCommits(b *testing.B) {
 	defer st.Close()
 	storetest.BenchStepCommits(b, st)
 }
+
+// go test ./runtime/store/sqlite -run '^$' -bench StepsSideBySide
+func BenchmarkStepsSideBySide(b *testing.B) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "side.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	storetest.BenchStepsSideBySide(b, st)
+}

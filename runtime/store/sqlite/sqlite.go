@@ -8,6 +8,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -46,6 +47,12 @@ type Store struct {
 	// waiting for it are committed together (group.go).
 	writer  chan struct{}
 	waiting sqlstore.Waiting[*job]
+	// wconn is the connection the writer's transactions run on (guarded
+	// by the writer): SQLite drops a connection's page cache when another
+	// connection wrote since it last read, so writes that moved from
+	// connection to connection read again from the file the pages the
+	// one before them had just written.
+	wconn *sql.Conn
 	// writes counts the write transactions committed
 	writes atomic.Int64
 	// the log's checkpoints (checkpoint.go): the write transactions
@@ -191,7 +198,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	// prepares the statements again
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	s := &Store{db: db, path: filepath.Clean(path), cache: sqlstore.NewCache(256), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
+	s := &Store{db: db, path: filepath.Clean(path), cache: sqlstore.NewCache(sqlstore.CacheThreads), prepared: &preparedCache{db: db}, writer: make(chan struct{}, 1)}
 	s.Catalog = sqlstore.Catalog{DB: catalogDB{db: db, s: s}}
 	s.Hooks, s.Versions = sqlstore.Hooks{DB: s.Catalog.DB}, sqlstore.Versions{DB: s.Catalog.DB}
 	s.Requests = sqlstore.Requests{DB: s.Catalog.DB}
@@ -321,9 +328,23 @@ func (s *Store) write(ctx context.Context, fn func() error) error {
 // process's writer committed (a group of writes is one).
 func (s *Store) WriteTransactions() int64 { return s.writes.Load() }
 
+// begin runs fn in a transaction on the writer's connection. The caller
+// holds the writer.
 func (s *Store) begin(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	if s.wconn == nil {
+		c, err := s.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		s.wconn = c
+	}
+	tx, err := s.wconn.BeginTx(ctx, nil)
 	if err != nil {
+		if errors.Is(err, sql.ErrConnDone) || errors.Is(err, driver.ErrBadConn) {
+			// the next write takes another
+			s.wconn.Close()
+			s.wconn = nil
+		}
 		return err
 	}
 	if err := fn(tx); err != nil {
@@ -659,6 +680,12 @@ func childThreads(ctx context.Context, tx *sql.Tx, thread string) ([]string, err
 // Close implements store.Store.
 func (s *Store) Close() error {
 	s.checkpoints.Wait()
+	s.writer <- struct{}{}
+	if s.wconn != nil {
+		s.wconn.Close()
+		s.wconn = nil
+	}
+	<-s.writer
 	s.prepared.close()
 	return s.db.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"testing"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -123,4 +124,29 @@ func BenchStepCommits(b *testing.B, st store.Store) {
 			}
 		})
 	}
+}
+
+// BenchStepsSideBySide runs threads side by side, as a server does: each
+// goroutine reads its thread's head, then commits a step of it; an op is
+// one step. Reads and writes meet on the store's connections.
+func BenchStepsSideBySide(b *testing.B, st store.Store) {
+	var threads atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		thread := fmt.Sprint("side-", threads.Add(1))
+		create(b, st, thread, map[string]any{"log": []any{}, "n": 0.0})
+		seq := uint64(1)
+		for pb.Next() {
+			if _, err := st.Head(ctx, thread); err != nil {
+				b.Error(err)
+				return
+			}
+			seq++
+			if err := st.Commit(ctx, stepCP(thread, seq)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

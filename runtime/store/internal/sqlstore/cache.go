@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"container/list"
 	"context"
 	"slices"
 	"strings"
@@ -18,20 +19,27 @@ import (
 type Cache struct {
 	mu      sync.Mutex
 	max     int
-	clock   uint64
 	entries map[string]*cached
+	// lru orders the entries, the most recently used first
+	lru list.List
 }
 
 type cached struct {
-	f *store.Folder
+	thread string
+	f      *store.Folder
 	// born is the thread's creation time: a thread deleted and created
 	// again under the same id by another process is a different thread.
 	born int64
-	used uint64
+	el   *list.Element
 }
 
 // MaxCatchUp is how far behind an entry may be and still be caught up.
 const MaxCatchUp = 256
+
+// CacheThreads is how many threads a store's cache holds: a server's
+// threads in conversation at once (each turn of one the cache no longer
+// held loaded the thread's state from its checkpoints again).
+const CacheThreads = 4096
 
 // NewCache returns a cache holding up to max threads.
 func NewCache(max int) *Cache { return &Cache{max: max, entries: map[string]*cached{}} }
@@ -66,7 +74,7 @@ func (c *Cache) Snapshot(thread string, seq uint64, tail []*store.Checkpoint) (*
 	}
 	for _, cp := range tail {
 		if cp.Parent != e.f.Seq {
-			delete(c.entries, thread)
+			c.drop(e)
 			return nil, false
 		}
 		e.f.Apply(cp)
@@ -74,8 +82,7 @@ func (c *Cache) Snapshot(thread string, seq uint64, tail []*store.Checkpoint) (*
 	if e.f.Seq != seq {
 		return nil, false
 	}
-	c.clock++
-	e.used = c.clock
+	c.lru.MoveToFront(e.el)
 	return e.f.Snapshot(thread), true
 }
 
@@ -86,19 +93,26 @@ func (c *Cache) Put(thread string, born int64, f *store.Folder) {
 	c.put(thread, born, f)
 }
 
+// put enters the thread's state, in place of its entry if it has one,
+// and drops the least recently used entry when the cache is full.
 func (c *Cache) put(thread string, born int64, f *store.Folder) {
-	if len(c.entries) >= c.max {
-		var oldest string
-		var min uint64
-		for k, e := range c.entries {
-			if oldest == "" || e.used < min {
-				oldest, min = k, e.used
-			}
-		}
-		delete(c.entries, oldest)
+	if e, ok := c.entries[thread]; ok {
+		c.drop(e)
 	}
-	c.clock++
-	c.entries[thread] = &cached{f: f, born: born, used: c.clock}
+	if len(c.entries) >= c.max {
+		if last := c.lru.Back(); last != nil {
+			c.drop(last.Value.(*cached))
+		}
+	}
+	e := &cached{thread: thread, f: f, born: born}
+	e.el = c.lru.PushFront(e)
+	c.entries[thread] = e
+}
+
+// drop takes e out of the cache.
+func (c *Cache) drop(e *cached) {
+	c.lru.Remove(e.el)
+	delete(c.entries, e.thread)
 }
 
 // Committed folds a checkpoint this process committed into its thread's
@@ -115,7 +129,7 @@ func (c *Cache) Committed(cp *store.Checkpoint) {
 	case ok && e.f.Seq == cp.Parent:
 		e.f.Apply(cp)
 	case ok:
-		delete(c.entries, cp.Thread)
+		c.drop(e)
 	}
 }
 
@@ -123,7 +137,9 @@ func (c *Cache) Committed(cp *store.Checkpoint) {
 func (c *Cache) Forget(thread string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.entries, thread)
+	if e, ok := c.entries[thread]; ok {
+		c.drop(e)
+	}
 }
 
 // ForgetFamily drops the entries of a thread and of its child flows'
@@ -131,9 +147,9 @@ func (c *Cache) Forget(thread string) {
 func (c *Cache) ForgetFamily(thread string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for id := range c.entries {
+	for id, e := range c.entries {
 		if id == thread || strings.HasPrefix(id, thread+store.ChildSep) {
-			delete(c.entries, id)
+			c.drop(e)
 		}
 	}
 }
