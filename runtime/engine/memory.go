@@ -136,6 +136,7 @@ func (v *view) keepPut(p store.MemoryPut) bool {
 	r := v.run
 	r.repliesMu.Lock()
 	r.puts = append(r.puts, stepPut{node: top.n.Name, put: p})
+	r.hasRecords.Store(true)
 	r.repliesMu.Unlock()
 	return true
 }
@@ -252,6 +253,7 @@ func (r *run) keepSavedPuts(node string, puts []store.MemoryPut) {
 	for _, p := range puts {
 		r.puts = append(r.puts, stepPut{node: node, put: p})
 	}
+	r.hasRecords.Store(true)
 	r.repliesMu.Unlock()
 }
 

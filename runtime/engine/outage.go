@@ -2,6 +2,7 @@ package engine
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,13 +58,37 @@ func (w *storeWatch) emit(ev Event) {
 	}
 }
 
-// writeIDs number the checkpoints this process commits (store.Checkpoint
-// WriteID): the process's random prefix and a counter, unique without a
-// read of the system's randomness per step.
+// writeIDs number the blocks of write ids this process gives its
+// checkpoints (store.Checkpoint.WriteID): an id is the process's random
+// prefix, its block's number and its place in the block, unique without
+// a read of the system's randomness per step.
 var writeIDs atomic.Uint64
 
-func writeID() string {
-	var b [32]byte
-	id := append(append(b[:0], runPrefix...), '.')
-	return string(strconv.AppendUint(id, writeIDs.Add(1), 36))
+// writeIDBlock is how many write ids a run takes at a time: they are
+// written into one string, so that a step's checkpoint costs no
+// allocation of its own for its id. It is the length of idDigits.
+const writeIDBlock = 32
+
+// idDigits name the places in a block.
+const idDigits = "0123456789abcdefghijklmnopqrstuv"
+
+// writeID returns the run's next write id, taking a block of them when
+// the last is used up. Each is a distinct substring of the block's one
+// string; ids are unique in the process whichever run takes them.
+func (r *run) writeID() string {
+	if r.idAt == writeIDBlock || r.idBlock == "" {
+		var b [32]byte
+		head := strconv.AppendUint(append(append(b[:0], runPrefix...), '.'), writeIDs.Add(1), 36)
+		head = append(head, '.')
+		var block strings.Builder
+		block.Grow(writeIDBlock * (len(head) + 1))
+		for i := range writeIDBlock {
+			block.Write(head)
+			block.WriteByte(idDigits[i])
+		}
+		r.idBlock, r.idSize, r.idAt = block.String(), len(head)+1, 0
+	}
+	at := r.idAt * r.idSize
+	r.idAt++
+	return r.idBlock[at : at+r.idSize]
 }

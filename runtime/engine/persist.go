@@ -199,7 +199,7 @@ func (r *run) hold(cp *store.Checkpoint) {
 	if cp.WriteID == "" {
 		// a commit tried again recognises it as its own, and the
 		// checkpoint after it is chained to it
-		cp.WriteID = writeID()
+		cp.WriteID = r.writeID()
 	}
 	r.chain = append(r.chain, cp)
 }
@@ -210,6 +210,7 @@ func (r *run) takeChain() []*store.Checkpoint {
 		return nil
 	}
 	out := slices.Clone(r.chain)
+	clear(r.chain)
 	r.chain = r.chain[:0]
 	return out
 }
@@ -355,7 +356,7 @@ func mayBlock(nodes []*flow.Node) bool {
 // taking the thread's move for another writer's.
 func (r *run) commitNow(ctx context.Context, cp *store.Checkpoint, attach func(*store.Checkpoint) func(error)) error {
 	if cp.WriteID == "" {
-		cp.WriteID = writeID()
+		cp.WriteID = r.writeID()
 	}
 	return r.retry.Do(ctx, func(again bool) error { return r.commitOnce(ctx, cp, attach, again) })
 }

@@ -88,6 +88,7 @@ func (v *view) Record(key, text string) {
 	r := v.run
 	r.repliesMu.Lock()
 	r.replies = append(r.replies, store.Reply{Node: v.Node(), Key: key, Text: text})
+	r.hasRecords.Store(true)
 	r.repliesMu.Unlock()
 }
 
@@ -102,6 +103,18 @@ func (v *view) Recorded(key string) (string, bool) {
 // takeReplies hands the replies the step's nodes recorded to its
 // checkpoint, in a stable order: by node, each node's in the order it
 // recorded them.
+// takeRecords hands the replies and documents of the step to its
+// checkpoint (takeReplies, takePuts); none when no node of the step
+// recorded any. A reply or document kept while it takes them goes with
+// this step or the next, as it would under the lock.
+func (r *run) takeRecords() ([]store.Reply, []store.MemoryPut) {
+	if !r.hasRecords.Load() {
+		return nil, nil
+	}
+	r.hasRecords.Store(false)
+	return r.takeReplies(), r.takePuts()
+}
+
 func (r *run) takeReplies() []store.Reply {
 	r.repliesMu.Lock()
 	defer r.repliesMu.Unlock()

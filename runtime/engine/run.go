@@ -46,6 +46,10 @@ type run struct {
 	// puts are the documents the step's nodes put in memory (see
 	// stepPut), for its checkpoint, guarded by repliesMu
 	puts []stepPut
+	// hasRecords is set once a node of the step records a reply or puts a
+	// document, so that a step whose nodes did neither takes none
+	// without taking repliesMu (see takeRecords)
+	hasRecords atomic.Bool
 	// held are the pending writes of a step kept while the run does not
 	// commit each step (see keep), guarded by nestedMu
 	held []heldWrite
@@ -63,6 +67,10 @@ type run struct {
 	words []uint64
 	// records are the graph's shared checkpoint parts
 	records *records
+	// idBlock holds the write ids of the run's block, idSize bytes
+	// each, the first idAt of them used (see writeID)
+	idBlock      string
+	idSize, idAt int
 }
 
 // working is the state a run builds: the values it reads and the changes
@@ -206,8 +214,9 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	}
 	r.dirty = r.dirty[:nf]
 	r.vars, r.staleValues, r.staleVars = nil, false, true
-	r.resumed, r.pending, r.lease, r.async, r.deferred, r.chain = nil, nil, nil, nil, nil, nil
+	r.resumed, r.pending, r.lease, r.async, r.deferred, r.chain = nil, nil, nil, nil, nil, r.chain[:0]
 	r.replies, r.held, r.puts = nil, nil, nil
+	r.hasRecords.Store(false)
 	r.late.reset()
 	for i, f := range g.Fields {
 		v, ok := head.Values[f.Name]
@@ -256,6 +265,7 @@ func (r *run) release() {
 	clear(r.slots)
 	clear(r.dirty)
 	clear(r.next[1][:cap(r.next[1])])
+	clear(r.chain[:cap(r.chain)])
 	r.e, r.g, r.values, r.vars, r.input, r.path, r.req, r.creating, r.answers = nil, nil, nil, nil, nil, nil, Request{}, nil, nil
 	r.retry, r.watch = nil, nil
 	r.config, r.record, r.nestedDone, r.records, r.replies, r.held, r.puts = nil, nil, nil, nil, nil, nil, nil

@@ -623,9 +623,17 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	if err != nil {
 		return nil, err
 	}
+	// the slab's checkpoint is zeroed: a part the step does not have is
+	// left unwritten (a pointer written while the collector marks costs
+	// a write barrier, a nil one too)
 	cp := &take(&r.slabs.cps, 1)[0]
 	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, store.SourceStep
-	cp.Answers, cp.Replies, cp.Memory = answered, r.takeReplies(), r.takePuts()
+	if replies, puts := r.takeRecords(); replies != nil || puts != nil {
+		cp.Replies, cp.Memory = replies, puts
+	}
+	if answered != nil {
+		cp.Answers = answered
+	}
 	if len(changed) > 0 {
 		// one write per changed field; an append field records only the
 		// items this step appended (several writers fold in order)
@@ -667,14 +675,18 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	case 0:
 	case 1:
 		cp.Next = r.records.only[following[0].Index]
-		cp.Joins = r.runState()
+		if joins := r.runState(); joins != nil {
+			cp.Joins = joins
+		}
 	default:
 		names := take(&r.slabs.names, len(following))[:0]
 		for _, n := range following {
 			names = append(names, n.Name)
 		}
 		cp.Next = names
-		cp.Joins = r.runState()
+		if joins := r.runState(); joins != nil {
+			cp.Joins = joins
+		}
 	}
 	// a step whose clock was just read (one that called out of the
 	// process, or every clockEvery steps) times its commit from it

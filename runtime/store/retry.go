@@ -71,6 +71,12 @@ func Classify(err error) Class {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return Permanent
 	}
+	switch err {
+	case ErrNotFound, ErrConflict, ErrExists, ErrLeased:
+		// a store's own answer, as it stands (it wraps nothing): the
+		// store is up and said no
+		return Permanent
+	}
 	var full *FullError
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.As(err, &full) {
 		return Full

@@ -34,6 +34,19 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// A store's own answer (not found, a conflict) is permanent, and
+// classified without allocating: every run on a new thread meets one.
+func TestClassifyAnswerAllocates(t *testing.T) {
+	for _, err := range []error{store.ErrNotFound, store.ErrConflict, store.ErrExists, store.ErrLeased} {
+		if got := store.Classify(err); got != store.Permanent {
+			t.Errorf("Classify(%v) = %s, want permanent", err, got)
+		}
+		if n := testing.AllocsPerRun(10, func() { store.Classify(err) }); n > 0 {
+			t.Errorf("Classify(%v) allocated %.0f times", err, n)
+		}
+	}
+}
+
 // A retrier tries a call again while the store is unavailable, within
 // its budget, hears the outage begin and end once each, and gives up a
 // permanent error at once.

@@ -193,10 +193,23 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 }
 
 // commitChain commits cp.Before and cp, all or none: checked first,
-// then under the lock at once.
+// then appended under the lock at once; the documents and events follow
+// in the chain's order, as Commit writes them after a checkpoint.
 func (s *Store) commitChain(ctx context.Context, cp *store.Checkpoint) error {
-	chain := cp.Chain()
-	for _, c := range chain {
+	before := cp.Before
+	link := func(i int) *store.Checkpoint {
+		if i < len(before) {
+			return before[i]
+		}
+		return cp
+	}
+	n := len(before) + 1
+	carries := false // documents or events go with the chain
+	for i := range n {
+		c := link(i)
+		if i > 0 && (c.Thread != before[0].Thread || c.Parent != link(i-1).Seq) {
+			return store.ErrConflict
+		}
 		for _, p := range c.Memory {
 			if err := store.CheckMemoryKey(p.Item.Namespace, p.Item.Key); err != nil {
 				return err
@@ -205,37 +218,61 @@ func (s *Store) commitChain(ctx context.Context, cp *store.Checkpoint) error {
 				return err
 			}
 		}
+		carries = carries || len(c.Memory) > 0 || c.Events != nil
+	}
+	if carries {
+		// the run holding the thread's lease is its only writer: the
+		// first's checks hold for the whole chain
+		if err := s.checkHead(before[0]); err != nil {
+			return err
+		}
+		cp.Before = nil
+		for _, c := range before {
+			if err := s.Commit(ctx, c); err != nil {
+				cp.Before = before
+				return err
+			}
+		}
+		return s.Commit(ctx, cp)
 	}
 	s.mu.Lock()
-	t, ok := s.threads[chain[0].Thread]
-	switch {
-	case !ok && chain[0].Parent != 0:
-		s.mu.Unlock()
-		return store.ErrNotFound
-	case ok && chain[0].Parent == 0:
-		s.mu.Unlock()
-		return store.ErrExists
-	case ok && t.chain[len(t.chain)-1].Seq != chain[0].Parent:
-		s.mu.Unlock()
-		return store.ErrConflict
-	}
-	s.mu.Unlock()
-	// the run holding the thread's lease is its only writer: the checks
-	// above hold for the whole chain
-	before := cp.Before
+	defer s.mu.Unlock()
 	cp.Before = nil
-	for _, c := range before {
-		if err := s.Commit(ctx, c); err != nil {
+	for i := range n {
+		if err := s.commitLocked(link(i)); err != nil {
+			// only the first can fail: the links were checked above
 			cp.Before = before
 			return err
 		}
 	}
-	return s.Commit(ctx, cp)
+	return nil
+}
+
+// checkHead reports whether cp can be committed as the thread's head
+// stands now (see commitLocked).
+func (s *Store) checkHead(cp *store.Checkpoint) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.threads[cp.Thread]
+	switch {
+	case !ok && cp.Parent != 0:
+		return store.ErrNotFound
+	case ok && cp.Parent == 0:
+		return store.ErrExists
+	case ok && t.chain[len(t.chain)-1].Seq != cp.Parent:
+		return store.ErrConflict
+	}
+	return nil
 }
 
 func (s *Store) commit(cp *store.Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.commitLocked(cp)
+}
+
+// commitLocked is commit, with s.mu held.
+func (s *Store) commitLocked(cp *store.Checkpoint) error {
 	t, ok := s.last, s.last != nil && s.lastID == cp.Thread
 	if !ok {
 		t, ok = s.threads[cp.Thread]
@@ -256,7 +293,10 @@ func (s *Store) commit(cp *store.Checkpoint) error {
 	t.chain = append(t.chain, cp)
 	t.updated = cp.Time
 	t.pending = nil
-	if l, ok := s.leases[cp.Thread]; ok && cp.Release != "" && l.owner == cp.Release {
+	if cp.Release == "" {
+		return nil // most checkpoints release nothing: no lookup
+	}
+	if l, ok := s.leases[cp.Thread]; ok && l.owner == cp.Release {
 		delete(s.leases, cp.Thread)
 	}
 	return nil

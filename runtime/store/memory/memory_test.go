@@ -1,7 +1,10 @@
 package memory_test
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/memory"
@@ -43,4 +46,39 @@ func TestVersionsConformance(t *testing.T) {
 
 func TestRequestsConformance(t *testing.T) {
 	storetest.RunRequests(t, func(*testing.T) store.Store { return memory.New() })
+}
+
+// A held chain is committed whole or not at all: one whose links do not
+// follow each other (a checkpoint's Parent is not the one before it) is
+// refused as a conflict before any of it is committed.
+func TestChainLinksFollow(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	step := func(seq uint64) *store.Checkpoint {
+		return &store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Source: store.SourceStep, Time: time.Now(),
+			Writes: []store.Write{{Field: "n", Version: seq, Value: int(seq)}}}
+	}
+	first := &store.Checkpoint{Thread: "t", Seq: 1, Source: store.SourceCreate, Time: time.Now(), Writes: []store.Write{{Field: "n", Version: 1, Value: 1}}}
+	if err := st.Commit(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	broken := step(5)
+	broken.Before = []*store.Checkpoint{step(2), step(3)} // 4 is missing
+	if err := st.Commit(ctx, broken); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a chain with a gap: %v, want ErrConflict", err)
+	}
+	if h, err := st.Head(ctx, "t"); err != nil || h.Seq != 1 {
+		t.Fatalf("after the refused chain the head is %+v (%v), want 1", h, err)
+	}
+	whole := step(4)
+	whole.Before = []*store.Checkpoint{step(2), step(3)}
+	if err := st.Commit(ctx, whole); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := st.Head(ctx, "t"); err != nil || h.Seq != 4 || h.Values["n"] != 4 {
+		t.Fatalf("after the chain the head is %+v (%v), want 4 with n 4", h, err)
+	}
+	if whole.Before != nil {
+		t.Fatalf("the committed checkpoint still holds %d others", len(whole.Before))
+	}
 }
