@@ -43,6 +43,8 @@ type gate struct {
 	mu    sync.Mutex
 	runs  map[string]int
 	block atomic.Bool
+	// blocked, when set, hears that a node blocks
+	blocked func()
 }
 
 func (g *gate) registry() kind.Registry {
@@ -56,6 +58,9 @@ func (g *gate) registry() kind.Registry {
 				g.runs[name]++
 				g.mu.Unlock()
 				if g.block.Load() {
+					if g.blocked != nil {
+						g.blocked()
+					}
 					<-ctx.Done()
 					return nil, ctx.Err()
 				}
@@ -242,12 +247,10 @@ func TestSubflowResumesInsideItsNamespace(t *testing.T) {
 			cctx, cancel := context.WithCancel(ctx)
 			// the child's judge blocks; the run dies there, once the judge
 			// has started (the step before it committed)
+			gt.blocked = func() { once.Do(cancel) }
 			observe := func(ev engine.Event) {
 				if ev.NS != "" && ev.Type == engine.NodeEnd && ev.Node == "read" {
 					gt.block.Store(true)
-				}
-				if ev.NS != "" && ev.Type == engine.NodeStart && ev.Node == "judge" {
-					once.Do(cancel)
 				}
 			}
 			_, err = eng.Run(cctx, g, engine.Request{Thread: "cand", Input: map[string]any{"resume": "rust"}, Observe: observe})
