@@ -36,15 +36,31 @@ func (c *countCommits) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	return c.Store.Commit(ctx, cp)
 }
 
+// calcSpec is a kind that computes its set: block inline.
+var calcSpec = kind.Spec{Name: "calc", Summary: "Expressions to fields.", Inline: true, Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
+	New: func(b kind.Builder) kind.Node {
+		sets := kindtest.CompileSet(b)
+		return kind.Func(func(_ context.Context, s kind.State) (kind.Update, error) { return sets.Eval(s.Vars()) })
+	}}
+
+// compileWith compiles the flow src with the kinds of reg.
+func compileWith(t *testing.T, reg kind.Registry, src string) *flow.Graph {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "flow.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, dl := flow.Load(path, reg)
+	if g == nil {
+		t.Fatalf("flow does not compile:\n%v", dl)
+	}
+	return g
+}
+
 // heldKinds: calc computes inline; probe, a node that may block, writes
 // the thread's head as the store has it when it runs.
 func heldKinds(st store.Store) kind.Registry {
-	return kind.NewSet(
-		kind.Spec{Name: "calc", Summary: "Expressions to fields.", Inline: true, Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
-			New: func(b kind.Builder) kind.Node {
-				sets := kindtest.CompileSet(b)
-				return kind.Func(func(_ context.Context, s kind.State) (kind.Update, error) { return sets.Eval(s.Vars()) })
-			}},
+	return kind.NewSet(calcSpec,
 		kind.Spec{Name: "probe", Summary: "Write the thread's head.",
 			New: func(b kind.Builder) kind.Node {
 				b.Writes("seen", config.Value{})
@@ -86,15 +102,7 @@ edges:
 
 func compileHeld(t *testing.T, st store.Store, c string) *flow.Graph {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "flow.yaml")
-	if err := os.WriteFile(path, []byte(strings.Replace(heldFlow, `"C"`, `"`+c+`"`, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g, dl := flow.Load(path, heldKinds(st))
-	if g == nil {
-		t.Fatalf("flow does not compile:\n%v", dl)
-	}
-	return g
+	return compileWith(t, heldKinds(st), strings.Replace(heldFlow, `"C"`, `"`+c+`"`, 1))
 }
 
 // Steps followed by inline nodes are held and committed with the next
@@ -157,8 +165,7 @@ func TestHeldStepsCommittedWhenARunFails(t *testing.T) {
 // node_start, and the second sees that step committed.
 func TestAStepCommitsWithTheNextStepsStart(t *testing.T) {
 	st := &countCommits{Store: memory.New()}
-	path := filepath.Join(t.TempDir(), "flow.yaml")
-	src := `version: 1
+	g := compileWith(t, heldKinds(st), `version: 1
 name: starts
 state:
   schema:
@@ -172,52 +179,31 @@ edges:
   - {from: START, to: first}
   - {from: first, to: second}
   - {from: second, to: END}
-`
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g, dl := flow.Load(path, heldKinds(st))
-	if g == nil {
-		t.Fatalf("flow does not compile:\n%v", dl)
-	}
-	var mu sync.Mutex
-	var seen []engine.Event // observed so far
-	var commits [][]string  // per commit: its checkpoints' writers, then the events observed when it began
-	req := engine.Request{Thread: "t",
-		Observe: func(ev engine.Event) {
-			mu.Lock()
-			seen = append(seen, ev)
-			mu.Unlock()
-		},
-		Attach: func(cp *store.Checkpoint) func(error) {
-			mu.Lock()
-			defer mu.Unlock()
-			var c []string
-			for _, x := range cp.Chain() {
-				for _, w := range x.Writers {
-					c = append(c, "cp:"+w.Node)
-				}
-			}
-			for _, ev := range seen {
-				if ev.Type == engine.NodeStart {
-					c = append(c, "start:"+ev.Node)
-				}
-			}
-			commits = append(commits, c)
-			return nil
-		}}
-	res, err := engine.New(st).Run(context.Background(), g, req)
+`)
+	rec := &commitRecorder{}
+	res, err := engine.New(st).Run(context.Background(), g, rec.request(engine.Request{Thread: "t"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var holding []string
-	for _, c := range commits {
-		if slices.Contains(c, "cp:first") {
-			holding = c
+	for _, c := range rec.commits {
+		var names []string
+		for _, x := range c.cp.Chain() {
+			for _, w := range x.Writers {
+				names = append(names, "cp:"+w.Node)
+			}
+		}
+		for _, ev := range c.seen {
+			if ev.Type == engine.NodeStart {
+				names = append(names, "start:"+ev.Node)
+			}
+		}
+		if slices.Contains(names, "cp:first") {
+			holding = names
 		}
 	}
 	if !slices.Contains(holding, "start:second") {
-		t.Fatalf("commits %v: want first's step committed with second's node_start", commits)
+		t.Fatalf("the commit of first's step holds %v: want second's node_start with it", holding)
 	}
 	// second saw first's step committed (created 1, first 2)
 	if res.State["seen"] != 2 {
@@ -231,26 +217,16 @@ edges:
 func TestTheLastStepsChangesGoWithItsCommit(t *testing.T) {
 	st := &countCommits{Store: memory.New()}
 	g := compileHeld(t, st, "state.b + 1")
-	var mu sync.Mutex
-	var seen []engine.Event
-	var last []engine.Event // observed when the last commit began
-	req := engine.Request{Thread: "t", Input: map[string]any{"n": 1},
-		Observe: func(ev engine.Event) {
-			mu.Lock()
-			seen = append(seen, ev)
-			mu.Unlock()
-		},
-		Attach: func(cp *store.Checkpoint) func(error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if cp.Release != "" || len(cp.Next) == 0 {
-				last = slices.Clone(seen)
-			}
-			return nil
-		}}
-	res, err := engine.New(st).Run(context.Background(), g, req)
+	rec := &commitRecorder{}
+	res, err := engine.New(st).Run(context.Background(), g, rec.request(engine.Request{Thread: "t", Input: map[string]any{"n": 1}}))
 	if err != nil {
 		t.Fatal(err)
+	}
+	var last []engine.Event // observed when the last commit began
+	for _, c := range rec.commits {
+		if len(c.cp.Next) == 0 {
+			last = c.seen
+		}
 	}
 	var told bool
 	for _, ev := range last {
@@ -260,7 +236,7 @@ func TestTheLastStepsChangesGoWithItsCommit(t *testing.T) {
 		t.Fatalf("the last commit (checkpoint %d) began before its step's state_update; events then: %v", res.Checkpoint, last)
 	}
 	var updates int
-	for _, ev := range seen {
+	for _, ev := range rec.seen {
 		if ev.Type == engine.StateUpdate && ev.Checkpoint == res.Checkpoint {
 			updates++
 		}
@@ -268,4 +244,33 @@ func TestTheLastStepsChangesGoWithItsCommit(t *testing.T) {
 	if updates != 1 {
 		t.Fatalf("%d state_updates of the last checkpoint, want 1", updates)
 	}
+}
+
+// commitRecorder records a run's events and, for each commit it makes,
+// the checkpoint and the events observed when it began.
+type commitRecorder struct {
+	mu      sync.Mutex
+	seen    []engine.Event
+	commits []recordedCommit
+}
+
+type recordedCommit struct {
+	cp   *store.Checkpoint
+	seen []engine.Event
+}
+
+// request is req observed and attached by the recorder.
+func (c *commitRecorder) request(req engine.Request) engine.Request {
+	req.Observe = func(ev engine.Event) {
+		c.mu.Lock()
+		c.seen = append(c.seen, ev)
+		c.mu.Unlock()
+	}
+	req.Attach = func(cp *store.Checkpoint) func(error) {
+		c.mu.Lock()
+		c.commits = append(c.commits, recordedCommit{cp: cp, seen: slices.Clone(c.seen)})
+		c.mu.Unlock()
+		return nil
+	}
+	return req
 }

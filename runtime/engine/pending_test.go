@@ -3,8 +3,6 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,7 +86,6 @@ func pendingKinds(runs *sync.Map, let <-chan struct{}) kind.Registry {
 
 func compilePending(t *testing.T, reg kind.Registry, nodes string) *flow.Graph {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "flow.yaml")
 	src := `version: 1
 name: pending
 state:
@@ -107,14 +104,7 @@ edges:
   - {from: s, to: [a, b, c]}
   - {from: [a, b, c], to: END}
 `
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g, dl := flow.Load(path, reg)
-	if g == nil {
-		t.Fatalf("flow does not compile:\n%v", dl)
-	}
-	return g
+	return compileWith(t, reg, src)
 }
 
 func runsOf(runs *sync.Map, name string) int {

@@ -3,8 +3,6 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,9 +10,7 @@ import (
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/engine"
-	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
-	"github.com/trellisflow/trellis/runtime/kind/kindtest"
 	"github.com/trellisflow/trellis/runtime/store"
 	"github.com/trellisflow/trellis/runtime/store/memory"
 )
@@ -28,12 +24,7 @@ func (containedNode) Contained() bool { return true }
 // pipeKinds: calc computes inline; ask is contained and calls run (by
 // node name) when it runs.
 func pipeKinds(run func(ctx context.Context, node string) error) kind.Registry {
-	return kind.NewSet(
-		kind.Spec{Name: "calc", Summary: "Expressions to fields.", Inline: true, Fields: []config.Field{config.Map("set", "Field to expression.", nil)},
-			New: func(b kind.Builder) kind.Node {
-				sets := kindtest.CompileSet(b)
-				return kind.Func(func(_ context.Context, s kind.State) (kind.Update, error) { return sets.Eval(s.Vars()) })
-			}},
+	return kind.NewSet(calcSpec,
 		kind.Spec{Name: "ask", Summary: "A contained node.",
 			New: func(b kind.Builder) kind.Node {
 				name := b.Node()
@@ -46,19 +37,6 @@ func pipeKinds(run func(ctx context.Context, node string) error) kind.Registry {
 				})}
 			}},
 	)
-}
-
-func compilePipe(t *testing.T, reg kind.Registry, src string) *flow.Graph {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "flow.yaml")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g, dl := flow.Load(path, reg)
-	if g == nil {
-		t.Fatalf("flow does not compile:\n%v", dl)
-	}
-	return g
 }
 
 const pipeFlow = `version: 1
@@ -159,7 +137,7 @@ func TestContainedNodesStartBesideTheCommit(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		close(let)
 	}
-	g := compilePipe(t, reg, pipeFlow)
+	g := compileWith(t, reg, pipeFlow)
 	res, err := engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"n": 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +166,7 @@ func TestACommitBesideThatFailsFailsTheRun(t *testing.T) {
 	var ran atomic.Int32
 	reg := pipeKinds(func(context.Context, string) error { ran.Add(1); return nil })
 	st := &gatedCommits{Store: memory.New(), gate: func() {}, fail: errCommit}
-	g := compilePipe(t, reg, pipeFlow)
+	g := compileWith(t, reg, pipeFlow)
 	_, err := engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"n": 1}})
 	if !errors.Is(err, errCommit) {
 		t.Fatalf("the run: %v, want the commit's failure", err)

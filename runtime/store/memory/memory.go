@@ -254,6 +254,11 @@ func (s *Store) checkHead(cp *store.Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.threads[cp.Thread]
+	return follows(t, ok, cp)
+}
+
+// follows reports whether cp can follow the thread t (ok: it exists).
+func follows(t *thread, ok bool, cp *store.Checkpoint) error {
 	switch {
 	case !ok && cp.Parent != 0:
 		return store.ErrNotFound
@@ -277,13 +282,8 @@ func (s *Store) commitLocked(cp *store.Checkpoint) error {
 	if !ok {
 		t, ok = s.threads[cp.Thread]
 	}
-	switch {
-	case !ok && cp.Parent != 0:
-		return store.ErrNotFound
-	case ok && cp.Parent == 0:
-		return store.ErrExists
-	case ok && t.chain[len(t.chain)-1].Seq != cp.Parent:
-		return store.ErrConflict
+	if err := follows(t, ok, cp); err != nil {
+		return err
 	}
 	if !ok {
 		t = &thread{chain: make([]*store.Checkpoint, 0, 16), created: cp.Time}
