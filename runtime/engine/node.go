@@ -52,7 +52,7 @@ func (r *run) runNodes(ctx context.Context, triggered []*flow.Node, outs []outco
 				defer wg.Done()
 				r.exec(ctx, n, nil, &outs[i])
 				if atomic.AddInt32(&left, -1) == 0 {
-					// the step's commit follows: see lastSaves
+					// the step's commit follows: see Pending writes
 					last = i
 					return
 				}
