@@ -215,19 +215,31 @@ func (r *run) takeChain() []*store.Checkpoint {
 	return out
 }
 
+// lead makes the last of the held steps carry the others
+// (Checkpoint.Before), to commit them in one transaction.
+func lead(held []*store.Checkpoint) *store.Checkpoint {
+	last := held[len(held)-1]
+	last.Before = held[:len(held)-1]
+	return last
+}
+
+// putBack holds again the steps whose commit failed.
+func (r *run) putBack(held []*store.Checkpoint) {
+	held[len(held)-1].Before = nil
+	r.chain = append(r.chain[:0], held...)
+}
+
 // flushChain commits the held steps, with the run's events.
 func (r *run) flushChain(ctx context.Context) error {
 	held := r.takeChain()
 	if len(held) == 0 {
 		return nil
 	}
-	last := held[len(held)-1]
-	last.Before = held[:len(held)-1]
+	last := lead(held)
 	if err := r.commitNow(ctx, last, r.req.Attach); err != nil {
 		// still held: the run's end tries them again (a cancelled
 		// run's context ended this try)
-		last.Before = nil
-		r.chain = append(r.chain[:0], held...)
+		r.putBack(held)
 		return fmt.Errorf("commit step %d: %w", last.Step, err)
 	}
 	if r.lease != nil {
@@ -294,8 +306,7 @@ func (r *run) flushBeside(ctx context.Context) {
 	if len(held) == 0 {
 		return
 	}
-	last := held[len(held)-1]
-	last.Before = held[:len(held)-1]
+	last := lead(held)
 	p := &pipe{done: make(chan struct{}), held: held}
 	r.pipe.Store(p)
 	go func() {
@@ -329,8 +340,7 @@ func (r *run) joinPipe(ctx context.Context) error {
 	<-p.done
 	r.pipe.Store(nil)
 	if p.err != nil {
-		p.held[len(p.held)-1].Before = nil
-		r.chain = append(r.chain[:0], p.held...)
+		r.putBack(p.held)
 		return p.err
 	}
 	if r.lease != nil {
