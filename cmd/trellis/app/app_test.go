@@ -41,6 +41,8 @@ func init() {
 // outside this module.
 func TestMainWithAStoreOfItsOwn(t *testing.T) {
 	addr := "counting:" + filepath.Join(t.TempDir(), "t.db")
+	// the count goes on across runs of the test in one process
+	before := commits.Load()
 	out := captureStdout(t, func() {
 		if code := app.Main([]string{"run", "../../../flows/examples/greet.yaml", "--store", addr, "--thread", "t1", "--input", "name=Ada"}); code != 0 {
 			t.Fatalf("run exited %d", code)
@@ -49,7 +51,7 @@ func TestMainWithAStoreOfItsOwn(t *testing.T) {
 	if !strings.Contains(out, "Hello, Ada!") {
 		t.Fatalf("run printed %q", out)
 	}
-	if commits.Load() == 0 {
+	if commits.Load() == before {
 		t.Fatal("the run committed nothing to the registered store")
 	}
 	out = captureStdout(t, func() {
