@@ -52,6 +52,7 @@ type server struct {
 	opts     string // the server's command-line options
 	url      string // admin URL (database postgres)
 	cred     *syscall.Credential
+	watch    *watchdog // stops the server if the test binary ends first
 	err      error
 }
 
@@ -214,9 +215,16 @@ func (s *server) start() error {
 		return err
 	}
 	if s.cred, err = runAs(s.dir); err != nil {
+		os.RemoveAll(s.dir)
 		return err
 	}
 	data := filepath.Join(s.dir, "data")
+	// from here on the directory, and the server once it runs, go when
+	// the test binary goes, if it has not stopped them
+	if s.watch, err = watch(s.dir, s.cred, filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"); err != nil {
+		os.RemoveAll(s.dir)
+		return err
+	}
 	if err := s.run("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"); err != nil {
 		return err
 	}
@@ -274,6 +282,7 @@ func (s *server) restart() error {
 func (s *server) stop() {
 	_ = s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-m", "immediate", "-w", "stop")
 	os.RemoveAll(s.dir)
+	s.watch.release()
 }
 
 // PooledDatabase is Database reached through PgBouncer in transaction
@@ -318,6 +327,7 @@ type pooler struct {
 	dir     string
 	addr    string
 	cmd     *exec.Cmd
+	watch   *watchdog // stops PgBouncer if the test binary ends first
 	err     error
 }
 
@@ -387,6 +397,10 @@ pidfile = %s
 		return err
 	}
 	p.cmd = cmd
+	if p.watch, err = watch(p.dir, cred, "kill", "-KILL", strconv.Itoa(cmd.Process.Pid)); err != nil {
+		_ = cmd.Process.Kill()
+		return err
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -412,6 +426,7 @@ func (p *pooler) stop() {
 		_ = p.cmd.Process.Kill()
 	}
 	os.RemoveAll(p.dir)
+	p.watch.release()
 }
 
 // WithParam is addr, a postgres:// URL, with the connection parameter
