@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -57,7 +58,12 @@ type server struct {
 }
 
 // Main runs the tests and stops the cluster afterwards; call it from
-// TestMain: os.Exit(pgtest.Main(m)).
+// TestMain: os.Exit(pgtest.Main(m)). The tests fail when a connection
+// to the cluster is still open once they have all ended (PgBouncer's
+// gone): each test's database is checked as the test ends (see
+// Database), and this catches what the tests opened elsewhere. A test
+// binary that ends another way (a panic, a signal) leaves the cluster to
+// its watchdog.
 func Main(m interface{ Run() int }) int {
 	code := m.Run()
 	mu.Lock()
@@ -67,13 +73,39 @@ func Main(m interface{ Run() int }) int {
 	}
 	for _, s := range []*server{cluster, durable} {
 		if s.started && s.err == nil {
+			if left := leftOpen(s); len(left) > 0 {
+				fmt.Fprintf(os.Stderr, "postgres: %d connection(s) to the test cluster still open after the tests ended:\n\t%s\n",
+					len(left), strings.Join(left, "\n\t"))
+				code = cmp.Or(code, 1)
+			}
 			s.stop()
 		}
 	}
 	return code
 }
 
+// leftOpen describes the connections to s open but the caller's.
+func leftOpen(s *server) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*settleWait)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.url)
+	if err != nil {
+		return []string{fmt.Sprintf("(could not ask: %v)", err)}
+	}
+	defer conn.Close(ctx)
+	left, err := settled(ctx, conn, `$1`, true)
+	if err != nil {
+		return []string{fmt.Sprintf("(could not ask: %v)", err)}
+	}
+	return left
+}
+
 // Database creates an empty database and returns its connection URL.
+// When the test ends, after its own cleanups, the database is dropped,
+// and the test fails if it left a connection to it open (directly or
+// through PgBouncer): a pool a test never closes would hold the
+// server's connection slots until the test binary ends, and a package
+// run a few times in one process (go test -count) would run out of them.
 func Database(t testing.TB) string {
 	t.Helper()
 	return database(t, cluster)
@@ -94,7 +126,18 @@ func database(t testing.TB, s *server) string {
 	if err != nil {
 		t.Fatalf("postgres: %v", err)
 	}
-	return createDatabase(t, admin)
+	addr := createDatabase(t, admin)
+	// the test's cleanups, registered after this one, run before it
+	t.Cleanup(func() { release(t, admin, strings.TrimPrefix(mustParse(addr).Path, "/")) })
+	return addr
+}
+
+func mustParse(addr string) *url.URL {
+	u, err := url.Parse(addr)
+	if err != nil {
+		panic(err)
+	}
+	return u
 }
 
 // Restartable starts a server for the calling test alone, from the local
@@ -374,10 +417,11 @@ auth_file = %s
 pool_mode = transaction
 default_pool_size = %d
 max_client_conn = 1000
+admin_users = %s
 ignore_startup_parameters = extra_float_digits
 logfile = %s
 pidfile = %s
-`, server, port, filepath.Join(p.dir, "users.txt"), PoolSize, filepath.Join(p.dir, "pgbouncer.log"), filepath.Join(p.dir, "pgbouncer.pid"))
+`, server, port, filepath.Join(p.dir, "users.txt"), PoolSize, u.User.Username(), filepath.Join(p.dir, "pgbouncer.log"), filepath.Join(p.dir, "pgbouncer.pid"))
 	files := map[string]string{
 		"pgbouncer.ini": conf,
 		"users.txt":     fmt.Sprintf("%q \"\"\n", u.User.Username()),
