@@ -3,7 +3,10 @@
 // otherwise it starts a throwaway cluster from the local PostgreSQL
 // binaries (initdb and pg_ctl on PATH or under /usr/lib/postgresql/*/bin),
 // as the postgres user when the tests run as root, on a free loopback
-// port, and removes it when the test binary's tests are done. Missing
+// port, and removes it when the test binary's tests are done, or, if the
+// binary ends another way (a panic, a signal), when the binary is gone
+// (see watchdog). Each test's database is dropped when the test ends,
+// and a connection the test left open to it fails the test. Missing
 // binaries fail the tests: the PostgreSQL suite is never skipped.
 //
 // PooledDatabase puts PgBouncer, in transaction pooling mode, between the
