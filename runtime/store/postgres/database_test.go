@@ -41,7 +41,8 @@ func TestCreateAndDropDatabase(t *testing.T) {
 	if err := postgres.DropDatabase(ctx, server, "made by-test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := postgres.Open(ctx, addr); err == nil {
+	if st, err := postgres.Open(ctx, addr); err == nil {
+		st.Close()
 		t.Fatal("a store opened a dropped database")
 	}
 }

@@ -34,10 +34,7 @@ func TestLifecycle(t *testing.T) {
 	urls := map[store.Store]string{}
 	open := func(t *testing.T) store.Store {
 		url := pgtest.Database(t)
-		st, err := postgres.Open(context.Background(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := openURL(t, url)
 		mu.Lock()
 		urls[st] = url
 		mu.Unlock()

@@ -13,13 +13,7 @@ import (
 func TestMemoryConformance(t *testing.T) {
 	t.Run("direct", func(t *testing.T) { storetest.RunMemory(t, func(t *testing.T) store.Store { return open(t) }) })
 	t.Run("pgbouncer", func(t *testing.T) {
-		storetest.RunMemory(t, func(t *testing.T) store.Store {
-			st, err := postgres.Open(context.Background(), pgtest.PooledDatabase(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
-		})
+		storetest.RunMemory(t, func(t *testing.T) store.Store { return openURL(t, pgtest.PooledDatabase(t)) })
 	})
 }
 

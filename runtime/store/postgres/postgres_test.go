@@ -25,13 +25,9 @@ import (
 // them when a goroutine outlives them.
 func TestMain(m *testing.M) { os.Exit(storetest.MainNoLeaks(m)) }
 
-func open(t *testing.T) *postgres.Store {
-	st, err := postgres.Open(context.Background(), pgtest.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
+// open opens a store on a new database, closed when the test ends (the
+// suites close it too: closing twice is closing).
+func open(t *testing.T) *postgres.Store { return openURL(t, pgtest.Database(t)) }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t) })
@@ -66,11 +62,15 @@ func migrateTogether(t *testing.T, url string) {
 		}()
 	}
 	wg.Wait()
+	for _, st := range stores {
+		if st != nil {
+			t.Cleanup(func() { st.Close() })
+		}
+	}
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("open %d: %v", i, err)
 		}
-		defer stores[i].Close()
 	}
 	if err := stores[0].Migrate(ctx); err != nil {
 		t.Fatal(err)
@@ -84,15 +84,7 @@ func migrateTogether(t *testing.T, url string) {
 func TestTwoProcesses(t *testing.T) {
 	storetest.RunShared(t, func(t *testing.T) (store.Store, store.Store) {
 		url := pgtest.Database(t)
-		a, err := postgres.Open(context.Background(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := postgres.Open(context.Background(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a, b
+		return openURL(t, url), openURL(t, url)
 	})
 }
 
@@ -100,20 +92,13 @@ func TestTwoProcesses(t *testing.T) {
 // land on whichever server connection is free: the store must keep no
 // state on the server between them.
 func TestBehindPgBouncer(t *testing.T) {
-	openPooled := func(t *testing.T, url string) *postgres.Store {
-		st, err := postgres.Open(context.Background(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
 	t.Run("conformance", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) store.Store { return openPooled(t, pgtest.PooledDatabase(t)) })
+		storetest.Run(t, func(t *testing.T) store.Store { return openURL(t, pgtest.PooledDatabase(t)) })
 	})
 	t.Run("two processes", func(t *testing.T) {
 		storetest.RunShared(t, func(t *testing.T) (store.Store, store.Store) {
 			url := pgtest.PooledDatabase(t)
-			return openPooled(t, url), openPooled(t, url)
+			return openURL(t, url), openURL(t, url)
 		})
 	})
 }
@@ -168,13 +153,7 @@ func TestPgBouncerMultiplexes(t *testing.T) {
 func TestCatalogConformance(t *testing.T) {
 	t.Run("direct", func(t *testing.T) { storetest.RunCatalog(t, func(t *testing.T) store.Store { return open(t) }) })
 	t.Run("pgbouncer", func(t *testing.T) {
-		storetest.RunCatalog(t, func(t *testing.T) store.Store {
-			st, err := postgres.Open(context.Background(), pgtest.PooledDatabase(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
-		})
+		storetest.RunCatalog(t, func(t *testing.T) store.Store { return openURL(t, pgtest.PooledDatabase(t)) })
 	})
 }
 
