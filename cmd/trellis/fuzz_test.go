@@ -30,7 +30,7 @@ func checkOutput(t *testing.T, what string, out, errs string, code int) {
 // succeeds, or refuses the input (2), or cannot open the store (5);
 // nothing else, and nothing unsafe printed.
 func FuzzInputsAndStores(f *testing.F) {
-	os.Setenv("TRELLIS_SANDBOX", "none")
+	f.Setenv("TRELLIS_SANDBOX", "none")
 	for _, s := range [][3]string{
 		{"name", "Ann", "memory"},
 		{"name", "\x1b[2J", "memory"},
@@ -76,7 +76,7 @@ func FuzzInputsAndStores(f *testing.F) {
 // it reports an error, every command exits with a code of the table, and
 // nothing unsafe reaches the terminal.
 func FuzzCommandLine(f *testing.F) {
-	os.Setenv("TRELLIS_SANDBOX", "none")
+	f.Setenv("TRELLIS_SANDBOX", "none")
 	for _, p := range []string{"../../flows/examples/greet.yaml", "../../flows/bench/w2_fanout.yaml", "../../runtime/diag/examples/G007.bad.yaml", "../../runtime/diag/examples/E004.bad.yaml"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
