@@ -246,6 +246,56 @@ func TestTheLastStepsChangesGoWithItsCommit(t *testing.T) {
 	}
 }
 
+// With EndsWithCommit, a run's run_end goes before its last commit, after
+// that step's state_update, and is not emitted again; should that commit
+// fail, run_error follows it.
+func TestARunsEndGoesBeforeItsLastCommit(t *testing.T) {
+	for _, fails := range []bool{false, true} {
+		st := &failLast{Store: memory.New(), fail: fails}
+		g := compileHeld(t, st, "state.b + 1")
+		rec := &commitRecorder{}
+		req := rec.request(engine.Request{Thread: "t", Input: map[string]any{"n": 1}})
+		req.EndsWithCommit = true
+		_, err := engine.New(st).Run(context.Background(), g, req)
+		if (err != nil) != fails {
+			t.Fatalf("failing the last commit %v: %v", fails, err)
+		}
+		var last []engine.Event // observed when the last commit began
+		for _, c := range rec.commits {
+			if len(c.cp.Next) == 0 {
+				last = c.seen
+			}
+		}
+		if n := len(last); n < 2 || last[n-1].Type != engine.RunEnd || last[n-2].Type != engine.StateUpdate || last[n-1].State["b"] == nil {
+			t.Fatalf("failing %v: the events when the last commit began: %v", fails, last)
+		}
+		var types []engine.EventType
+		for _, ev := range rec.seen[len(last)-1:] {
+			types = append(types, ev.Type)
+		}
+		want := []engine.EventType{engine.RunEnd}
+		if fails {
+			want = append(want, engine.RunError)
+		}
+		if !slices.Equal(types, want) {
+			t.Fatalf("failing %v: events from the run_end on: %v", fails, types)
+		}
+	}
+}
+
+// failLast is a store that fails a run's last commit when fail is set.
+type failLast struct {
+	*memory.Store
+	fail bool
+}
+
+func (f *failLast) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	if f.fail && len(cp.Next) == 0 && cp.Release != "" {
+		return errors.New("the disk is full")
+	}
+	return f.Store.Commit(ctx, cp)
+}
+
 // commitRecorder records a run's events and, for each commit it makes,
 // the checkpoint and the events observed when it began.
 type commitRecorder struct {

@@ -38,6 +38,7 @@ type hooks struct {
 	runs         func(limit int)                 // before Runs
 	beat         func() error                    // before Beat
 	acquire      func(thread, owner string)      // before Acquire
+	updateRun    func(r *store.RunRecord)        // before UpdateRun
 }
 
 func (h *hooked) set(fn func(*hooks)) {
@@ -80,6 +81,13 @@ func (h *hooked) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		fn(cp)
 	}
 	return h.full.Commit(ctx, cp)
+}
+
+func (h *hooked) UpdateRun(ctx context.Context, r *store.RunRecord, expect store.RunState, evs []store.EventRecord) error {
+	if fn := h.get().updateRun; fn != nil {
+		fn(r)
+	}
+	return h.full.UpdateRun(ctx, r, expect, evs)
 }
 
 func (h *hooked) Delete(ctx context.Context, thread string) error {

@@ -112,10 +112,7 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 // UpdateRun implements store.Catalog.
 func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord, expect store.RunState, evs []store.EventRecord) error {
 	err := c.DB.Tx(ctx, func(db DB) error {
-		n, err := db.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
-			resume = ?, server = ?, stop = ?, flow_version = ?, write_id = ? WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
-			string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, string(r.Stop), r.FlowVersion,
-			r.WriteID, r.ID, string(expect.Status), expect.Server, string(expect.Stop))
+		n, err := updateRun(ctx, db, r, expect)
 		if err != nil {
 			return err
 		}
@@ -128,6 +125,15 @@ func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord, expect store
 		err = c.changed(ctx, r.ID)
 	}
 	return err
+}
+
+// updateRun changes a run's record to r when it holds what expect says,
+// and says how many rows it changed.
+func updateRun(ctx context.Context, db DB, r *store.RunRecord, expect store.RunState) (int64, error) {
+	return db.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
+			resume = ?, server = ?, stop = ?, flow_version = ?, write_id = ? WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
+		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, string(r.Stop), r.FlowVersion,
+		r.WriteID, r.ID, string(expect.Status), expect.Server, string(expect.Stop))
 }
 
 // errUnchanged is a conditional change that found no row to change.
