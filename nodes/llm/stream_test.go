@@ -289,7 +289,10 @@ func TestStreamsReadAsGoOpenAIReadsThem(t *testing.T) {
 }
 
 // FuzzStream: whatever bytes a server streams, split however, the node
-// reads them as go-openai does.
+// reads them as go-openai does. Each input makes two HTTP requests, so
+// minimizing a new input for the default minute looks like a stall:
+//
+//	go test -run XXX -fuzz FuzzStream -fuzzminimizetime 100x ./nodes/llm
 func FuzzStream(f *testing.F) {
 	for _, w := range wires {
 		if w.status == 0 && len(w.body) < 1<<16 {
