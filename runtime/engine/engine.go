@@ -451,6 +451,9 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 		return nil, err
 	}
 	r := newRun(e, g, req, head)
+	if m, ok := kind.MemoryOf(ctx); ok {
+		_, r.stepPuts = m.(tenantMemory)
+	}
 	r.watch = watch
 	r.lease = hold
 	r.creating = creating

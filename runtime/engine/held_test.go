@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	memnode "github.com/trellisflow/trellis/nodes/memory"
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/engine"
@@ -279,6 +282,63 @@ func TestARunsEndGoesBeforeItsLastCommit(t *testing.T) {
 		}
 		if !slices.Equal(types, want) {
 			t.Fatalf("failing %v: events from the run_end on: %v", fails, types)
+		}
+	}
+}
+
+// A node that only puts documents with its step is held as an inline
+// one is: the steps before it are not committed before it runs, and
+// the documents go with the commit of its step and the rest, or not at
+// all when that commit fails.
+func TestAPutIsHeldAsAnInlineStep(t *testing.T) {
+	const src = `version: 1
+name: puts
+input: [n]
+state:
+  schema:
+    type: object
+    properties:
+      n: {type: integer, default: 0}
+      a: {type: integer, default: 0}
+      c: {type: integer, default: 0}
+nodes:
+  a: {kind: calc, set: {a: "state.n + 1"}}
+  remember: {kind: memory, action: put, namespace: "['runs']", key: "'last'", value: "{a: state.a}"}
+  c: {kind: calc, set: {c: "state.a + 1"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: remember}
+  - {from: remember, to: c}
+  - {from: c, to: END}
+`
+	for _, fails := range []bool{false, true} {
+		mem := memory.New()
+		st := &countCommits{Store: mem}
+		g := compileWith(t, kind.NewSet(calcSpec, memnode.Spec), src)
+		var s store.Store = st
+		if fails {
+			s = &failLast{Store: mem, fail: true}
+		}
+		res, err := engine.New(s).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"n": 1}})
+		doc, gerr := mem.GetMemory(context.Background(), "", []string{"runs"}, "last", time.Now())
+		if gerr != nil && !errors.Is(gerr, store.ErrNotFound) {
+			t.Fatal(gerr)
+		}
+		if fails {
+			if err == nil || doc != nil {
+				t.Fatalf("the last commit failed: %v, the document %+v", err, doc)
+			}
+			if h, err := mem.Head(context.Background(), "t"); err != nil || h.Seq != 1 {
+				t.Fatalf("the head after a failed last commit: %+v %v, want the thread's creation alone", h, err)
+			}
+			continue
+		}
+		if err != nil || res.State["c"] != 3 || doc == nil || string(doc.Value) != `{"a":2}` {
+			t.Fatalf("the run: %+v %v, the document %+v", res, err, doc)
+		}
+		// the thread's creation, then its input and the three steps in one
+		if st.commits != 2 || st.cps != 5 {
+			t.Fatalf("%d commits of %d checkpoints, want 2 of 5", st.commits, st.cps)
 		}
 	}
 }

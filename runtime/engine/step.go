@@ -560,7 +560,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
 		}
 	}
-	if len(r.chain) > 0 && mayBlock(triggered) {
+	if len(r.chain) > 0 && r.mayBlock(triggered) {
 		// the steps held commit before a node that may block starts
 		// (with its node_start events), or beside nodes that are
 		// contained (see Pipelined commits)
