@@ -346,6 +346,9 @@ type RunEnd struct {
 	Record *RunRecord
 	Expect RunState
 	Events []EventRecord
+	// Notes are payloads a store that carries notifications sends on
+	// the EventAppend's Channel with the end, besides the events' own.
+	Notes []string
 	// Applied is set by Commit when the record was changed and the
 	// events recorded.
 	Applied bool

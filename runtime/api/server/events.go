@@ -343,6 +343,10 @@ func (l *eventLog) attach(cp *store.Checkpoint) func(error) {
 		rec, expect := l.ends(cp.Seq)
 		rec.WriteID = store.NewWriteID()
 		end = &store.RunEnd{Record: &rec, Expect: expect, Events: []store.EventRecord{{Seq: h.seq, Data: h.data}}}
+		if l.notes.n != nil {
+			// the thread's next run may wait in the queue
+			end.Notes = []string{noteQueue}
+		}
 	}
 	if l.broken || len(batch) == 0 && end == nil {
 		l.mu.Unlock()

@@ -249,10 +249,10 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 	lr.rec, lr.state = out, state
 	lr.mu.Unlock()
 	if end == nil {
-		// (the commit that recorded the end sent it)
+		// (the commit that recorded the end sent them)
 		m.s.notes.send(ctx, noteRun+rec.ID)
+		m.s.notes.send(ctx, noteQueue)
 	}
-	m.s.notes.send(ctx, noteQueue)
 	if werr == nil && out.Status != store.RunQueued {
 		m.s.metrics.runs.WithLabelValues(rec.Flow, string(out.Status)).Inc()
 	}

@@ -326,7 +326,7 @@ func chainedStatement(cp *store.Checkpoint, args []any, after string) (string, [
 // events were recorded (none: when the head moved), and the run's record
 // holds what the end expects. Its result is q's plus 4 when the end was
 // recorded; the notification of the events goes with an end that has
-// none of them.
+// none of them, and the end's own (RunEnd.Notes) with it.
 func withEnd(q string, args []any, ea *store.EventAppend) (string, []any) {
 	end, r := ea.End, ea.End.Record
 	n := len(args)
@@ -336,9 +336,13 @@ func withEnd(q string, args []any, ea *store.EventAppend) (string, []any) {
 		moved = `(SELECT * FROM c) % 2 = 1`
 	}
 	seqs, data := eventColumns(end.Events)
+	notes := end.Notes
+	if len(ea.Events) == 0 && ea.Payload != "" {
+		notes = append([]string{ea.Payload}, notes...)
+	}
 	args = append(args, string(r.Status), r.Error, int64(r.Checkpoint), sqlstore.Nanos(r.Started), sqlstore.Nanos(r.Finished), r.Resume,
 		r.Server, string(r.Stop), r.FlowVersion, r.WriteID, r.ID, string(end.Expect.Status), end.Expect.Server, string(end.Expect.Stop),
-		seqs, data, ea.Channel, ea.Payload, len(ea.Events) == 0)
+		seqs, data, ea.Channel, notes)
 	return `WITH c AS (` + q + `),
 	e AS (UPDATE api_runs SET status = ` + p(1) + `, error = ` + p(2) + `, checkpoint = ` + p(3) + `, started_at = ` + p(4) + `,
 			finished_at = ` + p(5) + `, resume = ` + p(6) + `, server = ` + p(7) + `, stop = ` + p(8) + `, flow_version = ` + p(9) + `,
@@ -346,7 +350,7 @@ func withEnd(q string, args []any, ea *store.EventAppend) (string, []any) {
 		WHERE ` + moved + ` AND id = ` + p(11) + ` AND status = ` + p(12) + ` AND server = ` + p(13) + ` AND stop = ` + p(14) + ` RETURNING id),
 	ev AS (INSERT INTO api_events (run, seq, data) SELECT e.id, u.* FROM e, unnest(` + p(15) + `::bigint[], ` + p(16) + `::text[]) AS u
 		RETURNING 1),
-	note AS (SELECT pg_notify(` + p(17) + `, ` + p(18) + `) FROM e WHERE ` + p(19) + `::boolean AND ` + p(17) + ` <> '')
+	note AS (SELECT pg_notify(` + p(17) + `, n) FROM e, unnest(` + p(18) + `::text[]) AS n WHERE ` + p(17) + ` <> '')
 	SELECT (SELECT * FROM c) + 4 * (SELECT count(*) FROM e)::integer + 0 * (SELECT count(*) FROM note)::integer`, args
 }
 
