@@ -2,9 +2,6 @@ package llm
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -76,19 +73,6 @@ func OpenCassette(path string, recording bool) (*Cassette, error) {
 // its replies in x.cassette.yaml.
 func CassettePath(testFile string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(testFile, ".yaml"), ".test") + ".cassette.yaml"
-}
-
-// hashRequest hashes what a node sends: its messages, reply format and
-// the tools it offers (a request without tools hashes as it always did).
-func hashRequest(req openai.ChatCompletionRequest) string {
-	b, _ := json.Marshal(struct {
-		Messages []openai.ChatCompletionMessage
-		Format   *openai.ChatCompletionResponseFormat
-		Tools    []openai.Tool `json:",omitempty"`
-		Choice   any           `json:",omitempty"`
-	}{req.Messages, req.ResponseFormat, req.Tools, req.ToolChoice})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
 }
 
 // ErrDrifted says a node's request is not the one recorded.

@@ -17,14 +17,22 @@ import (
 
 // A streamed reply is read here rather than by go-openai's stream, which
 // allocates a line, two regular-expression rewrites and a decoded
-// response for every chunk: a chunkStream reads the body go-openai opened
-// (go-openai still builds and sends the request and reads an error
-// response) line by line into one buffer, and decodes the few members of
-// a chat.completion.chunk the node uses into values it reuses, so a
-// streamed token costs no allocation of its own. What go-openai does with
-// the rest of the stream is kept: `data: [DONE]` ends it, a data line
-// that is an error object ends it with that error, other lines are
-// gathered and read as an error if the stream ends after them, more than
+// response for every chunk: a chunkStream reads the body line by line
+// into one buffer, and decodes the few members of a
+// chat.completion.chunk the node uses into values it reuses, so a
+// streamed token costs no allocation of its own. What go-openai's stream
+// reader makes of a stream is kept (stream_test.go compares the two on
+// the same bytes over HTTP): `data: [DONE]` ends it; the lines that are
+// not data (comments, event: lines) are gathered over the stream and
+// read as an error object when it ends after them; a data line that is
+// an error object joins them and ends the stream once the next line is
+// read, with that error, or, when they do not read as one, with an error
+// (a next line) or as the end (none); more than maxEmptyLines lines that
+// are not data in a row is an error; a last line with no newline is not
+// read; the body's end is the stream's end. Where go-openai fails a
+// chunk only because a member the node does not read has another type
+// (a "created" that is a string), the chunk is read.
+
 // maxEmptyLines of them in a row is an error, and the body's end is the
 // stream's end.
 
@@ -96,12 +104,19 @@ func (s *chunkStream) next() (*chunk, error) {
 	if s.done {
 		return nil, io.EOF
 	}
-	s.other = s.other[:0]
+	// an error object on a data line is gathered with the lines that
+	// were not data, and read as an error once the next line is read,
+	// as go-openai does
+	errorLine := false
 	for empty := 0; ; {
 		line, err := s.line()
-		if err != nil {
+		if err != nil || errorLine {
 			if e := s.gatheredError(); e != nil {
 				return nil, e
+			}
+			if err == nil {
+				// go-openai then decodes nothing as a chunk, and fails
+				return nil, fmt.Errorf("the reply stream sent an error that does not read as one: %.200s", s.other)
 			}
 			if errors.Is(err, io.EOF) {
 				s.done = true
@@ -110,7 +125,13 @@ func (s *chunkStream) next() (*chunk, error) {
 		}
 		line = bytes.TrimSpace(line)
 		data, ok := bytes.CutPrefix(line, []byte("data:"))
-		if !ok {
+		if ok {
+			data = bytes.TrimLeft(data, " \t\r\n\f")
+			if bytes.HasPrefix(data, []byte(`{"error":`)) {
+				errorLine, line = true, data
+			}
+		}
+		if !ok || errorLine {
 			if len(s.other)+len(line) > maxLine {
 				return nil, errors.New("the reply stream sent too much that is not data")
 			}
@@ -120,13 +141,9 @@ func (s *chunkStream) next() (*chunk, error) {
 			}
 			continue
 		}
-		data = bytes.TrimLeft(data, " \t\r\n\f")
 		if string(data) == "[DONE]" {
 			s.done = true
 			return nil, io.EOF
-		}
-		if bytes.HasPrefix(data, []byte(`{"error":`)) {
-			return nil, streamError(data)
 		}
 		if err := s.decode(data); err != nil {
 			return nil, err
@@ -156,7 +173,8 @@ func (s *chunkStream) line() ([]byte, error) {
 }
 
 // gatheredError is the error the lines that were not data tell, when
-// they are one (a server that answers a stream with a plain error body).
+// they are one (a server that answers a stream with a plain error body,
+// or an error object on a data line).
 func (s *chunkStream) gatheredError() error {
 	if len(s.other) == 0 {
 		return nil
@@ -168,15 +186,6 @@ func (s *chunkStream) gatheredError() error {
 	return fmt.Errorf("error, %w", resp.Error)
 }
 
-// streamError is the error a data line that is an error object tells.
-func streamError(data []byte) error {
-	var resp openai.ErrorResponse
-	if err := json.Unmarshal(data, &resp); err != nil || resp.Error == nil {
-		return fmt.Errorf("the reply stream sent an error that does not read as one: %.200s", data)
-	}
-	return fmt.Errorf("error, %w", resp.Error)
-}
-
 // decode reads one chunk's JSON into s.c.
 func (s *chunkStream) decode(data []byte) error {
 	c := &s.c
@@ -184,6 +193,14 @@ func (s *chunkStream) decode(data []byte) error {
 	sc := &s.sc
 	sc.reset(data)
 	first := true
+	if sc.null() {
+		// encoding/json reads null as an empty response
+		sc.end()
+		if sc.err != nil {
+			return fmt.Errorf("decode a reply chunk: %w", sc.err)
+		}
+		return nil
+	}
 	if !sc.open('{') {
 		return sc.fail("a chunk is not an object")
 	}

@@ -241,11 +241,11 @@ func streamBody(words int) string {
 	return b.String()
 }
 
-// BenchmarkStreamedReply reads a 200-chunk reply from a server on
-// loopback with go-openai's stream and with the node's decoder, each
-// after go-openai sent the request.
+// BenchmarkStreamedReply reads a 60-chunk reply from a server on
+// loopback with go-openai's stream and with the node's decoder (its
+// readReply), each after go-openai sent the request.
 func BenchmarkStreamedReply(b *testing.B) {
-	body := streamBody(200)
+	body := streamBody(60)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, body)
@@ -294,18 +294,8 @@ func BenchmarkStreamedReply(b *testing.B) {
 				defer stream.Close()
 				cs := newChunkStream(t.resp.Body)
 				defer cs.release()
-				var text strings.Builder
-				for {
-					chunk, err := cs.next()
-					if errors.Is(err, io.EOF) {
-						break
-					}
-					if err != nil {
-						return err
-					}
-					text.Write(chunk.Content)
-				}
-				return nil
+				_, err = readReply(cs, func(string) {}, func(openai.Usage) {})
+				return err
 			})
 			if err != nil {
 				b.Fatal(err)

@@ -28,10 +28,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"text/template"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -91,6 +91,10 @@ type node struct {
 	client      *client // nil: no model configured
 	// tools are what the model may call (nil: none)
 	tools *toolset
+	// replyFormat is a structured prompt's reply format (see format)
+	formatOnce  sync.Once
+	replyFormat *openai.ChatCompletionResponseFormat
+	formatErr   error
 }
 
 var stringShape = &schema.Shape{Types: []string{"string"}}
@@ -526,17 +530,33 @@ func (n *node) request(model string, msgs prompt.Messages) (openai.ChatCompletio
 		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: msgs.System})
 	}
 	req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: msgs.User})
-	if out := n.prompt.Output; out != nil {
-		raw, err := json.Marshal(out.Schema)
+	if n.prompt.Output != nil {
+		f, err := n.format()
 		if err != nil {
 			return req, err
 		}
-		req.ResponseFormat = &openai.ChatCompletionResponseFormat{
+		req.ResponseFormat = f
+	}
+	return req, nil
+}
+
+// format is the reply format of a structured prompt, its schema encoded
+// once for all the node's calls (the requests share it and only read
+// it).
+func (n *node) format() (*openai.ChatCompletionResponseFormat, error) {
+	n.formatOnce.Do(func() {
+		out := n.prompt.Output
+		raw, err := json.Marshal(out.Schema)
+		if err != nil {
+			n.formatErr = err
+			return
+		}
+		n.replyFormat = &openai.ChatCompletionResponseFormat{
 			Type:       openai.ChatCompletionResponseFormatTypeJSONSchema,
 			JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{Name: out.Name, Schema: json.RawMessage(raw)},
 		}
-	}
-	return req, nil
+	})
+	return n.replyFormat, n.formatErr
 }
 
 // ask sends the prompt and returns the reply: a string, or for a
@@ -699,58 +719,8 @@ func (n *node) completeReply(ctx context.Context, s kind.State, req openai.ChatC
 		}
 		cs := newChunkStream(t.resp.Body)
 		defer cs.release()
-		var b strings.Builder
-		var calls []toolCall
-		var args [][]byte
-		for {
-			chunk, err := cs.next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if chunk.HasUsage {
-				measure(s, chunk.Usage)
-			}
-			if !chunk.choice {
-				continue
-			}
-			if len(chunk.Content) > 0 {
-				// the piece is streamed as the part of the reply's text
-				// it is: the builder never changes what it has written
-				at := b.Len()
-				b.Write(chunk.Content)
-				s.Stream(b.String()[at:])
-			}
-			// a call's id and name come first, its arguments in pieces,
-			// each piece naming the call by its index
-			for _, tc := range chunk.Calls {
-				i := len(calls) - 1
-				if tc.HasIndex {
-					i = tc.Index
-				}
-				if i < 0 || i > len(calls) || i > 127 {
-					return fmt.Errorf("the reply streams tool call %d after %d calls", i, len(calls))
-				}
-				if i == len(calls) {
-					calls, args = append(calls, toolCall{}), append(args, nil)
-				}
-				if len(tc.ID) > 0 {
-					calls[i].ID = string(tc.ID)
-				}
-				if len(tc.Name) > 0 {
-					calls[i].Name += string(tc.Name)
-				}
-				args[i] = append(args[i], tc.Arguments...)
-			}
-		}
-		r = reply{Content: b.String()}
-		for i := range calls {
-			calls[i].Arguments = string(args[i])
-		}
-		r.ToolCalls = calls
-		return nil
+		r, err = readReply(cs, s.Stream, func(u openai.Usage) { measure(s, u) })
+		return err
 	})
 	if err != nil {
 		return reply{}, c.errorf(err)

@@ -261,6 +261,11 @@ func typeOf(p *expression.Program) string {
 	return ""
 }
 
+// PutsWithStep implements kind.PutsWithStep: a put only computes the
+// document its step writes (kind.StepMemory), where the run's memory
+// writes puts with their step.
+func (n *node) PutsWithStep() bool { return n.action == put }
+
 // Run implements kind.Node.
 func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 	mem, ok := kind.MemoryOf(ctx)

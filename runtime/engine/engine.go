@@ -155,6 +155,14 @@ type Request struct {
 	// in the commit's transaction, and the function it returns, if any,
 	// hears how the commit ended.
 	Attach func(cp *store.Checkpoint) (committed func(error))
+	// EndsWithCommit, with Attach, has a run's run_end emitted before the
+	// commit of its last step (after that step's state_update), so that
+	// Attach records the run's end in that commit's transaction: a commit
+	// that checkpoints no next node and releases the thread
+	// (Checkpoint.Release) follows the run_end of a run that ends there.
+	// Should that commit fail, run_error follows the run_end, and is the
+	// run's end.
+	EndsWithCommit bool
 	// RecordPath keeps the nodes of every step in Result.Path.
 	RecordPath bool
 	// Durability says when steps reach the store: Sync (the default),
@@ -443,6 +451,9 @@ func (e *Engine) start(ctx context.Context, g *flow.Graph, req Request, hold *le
 		return nil, err
 	}
 	r := newRun(e, g, req, head)
+	if m, ok := kind.MemoryOf(ctx); ok {
+		_, r.stepPuts = m.(tenantMemory)
+	}
 	r.watch = watch
 	r.lease = hold
 	r.creating = creating

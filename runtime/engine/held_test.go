@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	memnode "github.com/trellisflow/trellis/nodes/memory"
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/engine"
@@ -244,6 +247,113 @@ func TestTheLastStepsChangesGoWithItsCommit(t *testing.T) {
 	if updates != 1 {
 		t.Fatalf("%d state_updates of the last checkpoint, want 1", updates)
 	}
+}
+
+// With EndsWithCommit, a run's run_end goes before its last commit, after
+// that step's state_update, and is not emitted again; should that commit
+// fail, run_error follows it.
+func TestARunsEndGoesBeforeItsLastCommit(t *testing.T) {
+	for _, fails := range []bool{false, true} {
+		st := &failLast{Store: memory.New(), fail: fails}
+		g := compileHeld(t, st, "state.b + 1")
+		rec := &commitRecorder{}
+		req := rec.request(engine.Request{Thread: "t", Input: map[string]any{"n": 1}})
+		req.EndsWithCommit = true
+		_, err := engine.New(st).Run(context.Background(), g, req)
+		if (err != nil) != fails {
+			t.Fatalf("failing the last commit %v: %v", fails, err)
+		}
+		var last []engine.Event // observed when the last commit began
+		for _, c := range rec.commits {
+			if len(c.cp.Next) == 0 {
+				last = c.seen
+			}
+		}
+		if n := len(last); n < 2 || last[n-1].Type != engine.RunEnd || last[n-2].Type != engine.StateUpdate || last[n-1].State["b"] == nil {
+			t.Fatalf("failing %v: the events when the last commit began: %v", fails, last)
+		}
+		var types []engine.EventType
+		for _, ev := range rec.seen[len(last)-1:] {
+			types = append(types, ev.Type)
+		}
+		want := []engine.EventType{engine.RunEnd}
+		if fails {
+			want = append(want, engine.RunError)
+		}
+		if !slices.Equal(types, want) {
+			t.Fatalf("failing %v: events from the run_end on: %v", fails, types)
+		}
+	}
+}
+
+// A node that only puts documents with its step is held as an inline
+// one is: the steps before it are not committed before it runs, and
+// the documents go with the commit of its step and the rest, or not at
+// all when that commit fails.
+func TestAPutIsHeldAsAnInlineStep(t *testing.T) {
+	const src = `version: 1
+name: puts
+input: [n]
+state:
+  schema:
+    type: object
+    properties:
+      n: {type: integer, default: 0}
+      a: {type: integer, default: 0}
+      c: {type: integer, default: 0}
+nodes:
+  a: {kind: calc, set: {a: "state.n + 1"}}
+  remember: {kind: memory, action: put, namespace: "['runs']", key: "'last'", value: "{a: state.a}"}
+  c: {kind: calc, set: {c: "state.a + 1"}}
+edges:
+  - {from: START, to: a}
+  - {from: a, to: remember}
+  - {from: remember, to: c}
+  - {from: c, to: END}
+`
+	for _, fails := range []bool{false, true} {
+		mem := memory.New()
+		st := &countCommits{Store: mem}
+		g := compileWith(t, kind.NewSet(calcSpec, memnode.Spec), src)
+		var s store.Store = st
+		if fails {
+			s = &failLast{Store: mem, fail: true}
+		}
+		res, err := engine.New(s).Run(context.Background(), g, engine.Request{Thread: "t", Input: map[string]any{"n": 1}})
+		doc, gerr := mem.GetMemory(context.Background(), "", []string{"runs"}, "last", time.Now())
+		if gerr != nil && !errors.Is(gerr, store.ErrNotFound) {
+			t.Fatal(gerr)
+		}
+		if fails {
+			if err == nil || doc != nil {
+				t.Fatalf("the last commit failed: %v, the document %+v", err, doc)
+			}
+			if h, err := mem.Head(context.Background(), "t"); err != nil || h.Seq != 1 {
+				t.Fatalf("the head after a failed last commit: %+v %v, want the thread's creation alone", h, err)
+			}
+			continue
+		}
+		if err != nil || res.State["c"] != 3 || doc == nil || string(doc.Value) != `{"a":2}` {
+			t.Fatalf("the run: %+v %v, the document %+v", res, err, doc)
+		}
+		// the thread's creation, then its input and the three steps in one
+		if st.commits != 2 || st.cps != 5 {
+			t.Fatalf("%d commits of %d checkpoints, want 2 of 5", st.commits, st.cps)
+		}
+	}
+}
+
+// failLast is a store that fails a run's last commit when fail is set.
+type failLast struct {
+	*memory.Store
+	fail bool
+}
+
+func (f *failLast) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	if f.fail && len(cp.Next) == 0 && cp.Release != "" {
+		return errors.New("the disk is full")
+	}
+	return f.Store.Commit(ctx, cp)
 }
 
 // commitRecorder records a run's events and, for each commit it makes,

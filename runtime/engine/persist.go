@@ -170,7 +170,9 @@ func (r *run) commit(ctx context.Context, cp *store.Checkpoint) error {
 // What this means after a crash: a held step that was not committed is
 // run again by the resumed run, as any step that was not committed is,
 // and nothing committed is lost or run again. A node that may block
-// never starts before every step before it is committed; what is held
+// never starts before every step before it is committed (but for one
+// that only puts documents with its step, kind.PutsWithStep, which
+// computes as an inline node does and is held as one); what is held
 // while anything else runs is only inline nodes' work, which the
 // resumed run computes again the same way from the same state. A step
 // that ran nodes that may block (a model's call) is held only while the
@@ -350,13 +352,23 @@ func (r *run) joinPipe(ctx context.Context) error {
 }
 
 // mayBlock reports whether one of nodes is not inline.
-func mayBlock(nodes []*flow.Node) bool {
+func (r *run) mayBlock(nodes []*flow.Node) bool {
 	for _, n := range nodes {
-		if !n.Inline {
+		if !n.Inline && !r.putsOnly(n) {
 			return true
 		}
 	}
 	return false
+}
+
+// putsOnly reports whether n only puts documents its step writes, with
+// the run's memory the engine's own (see kind.PutsWithStep).
+func (r *run) putsOnly(n *flow.Node) bool {
+	if !r.stepPuts {
+		return false
+	}
+	p, ok := n.Impl.(kind.PutsWithStep)
+	return ok && p.PutsWithStep()
 }
 
 // commitNow commits cp at once, with the run's events when attach gives

@@ -23,8 +23,14 @@ type run struct {
 	id      string
 	step    int
 	started time.Time
-	path    [][]string // each step's nodes, with Request.RecordPath
-	emitMu  sync.Mutex // serialises events from node goroutines
+	// ended says the run's run_end went before its last commit
+	// (Request.EndsWithCommit)
+	ended bool
+	// stepPuts says the run's memory is the engine's own, which writes
+	// a node's puts with its step (kind.StepMemory)
+	stepPuts bool
+	path     [][]string // each step's nodes, with Request.RecordPath
+	emitMu   sync.Mutex // serialises events from node goroutines
 	// answers are Request.Answers not yet used: an asker's answer serves
 	// the first step that runs it
 	answers map[string]any
@@ -191,7 +197,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	if r.id == "" {
 		r.id = runID()
 	}
-	r.values, r.seq, r.input, r.step, r.path = head.Values, head.Seq, nil, 0, nil
+	r.values, r.seq, r.input, r.step, r.path, r.ended, r.stepPuts = head.Values, head.Seq, nil, 0, nil, false, false
 	r.words, r.versions, r.joins = words, words[:nf:nf], words[nf:]
 	r.visits, r.bounds = ints[:nn:nn], ints[nn:nn+ne:nn+ne]
 	r.writer, r.oldLen, r.stagedAt = ints[nn+ne:nn+ne+nf:nn+ne+nf], ints[nn+ne+nf:nn+ne+2*nf:nn+ne+2*nf], ints[nn+ne+2*nf:]

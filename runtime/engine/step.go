@@ -48,8 +48,9 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 			switch {
 			case !started:
 			case err != nil:
+				// (after a run_end that went before a failed last commit)
 				r.emit(Event{Type: RunError, Step: r.step, Error: err.Error(), Duration: time.Since(r.started)})
-			case res != nil:
+			case res != nil && !r.ended:
 				r.emit(Event{Type: RunEnd, Step: r.step, State: res.State, Duration: time.Since(r.started), Interrupt: res.Interrupt})
 			}
 		}()
@@ -559,7 +560,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			r.emit(Event{Type: NodeStart, Step: r.step, Node: n.Name, Kind: n.Kind})
 		}
 	}
-	if len(r.chain) > 0 && mayBlock(triggered) {
+	if len(r.chain) > 0 && r.mayBlock(triggered) {
 		// the steps held commit before a node that may block starts
 		// (with its node_start events), or beside nodes that are
 		// contained (see Pipelined commits)
@@ -703,6 +704,11 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	early := observe && len(following) == 0 && r.req.Attach != nil && (r.req.Durability == "" || r.req.Durability == Sync)
 	if early {
 		r.emit(r.stateUpdate(changed, cp, 0))
+		if r.req.EndsWithCommit && last {
+			// and its end, recorded with that commit too
+			r.ended = true
+			r.emit(Event{Type: RunEnd, Step: r.step, State: r.state(), Duration: time.Since(r.started)})
+		}
 	}
 	if held {
 		r.hold(cp)

@@ -79,6 +79,18 @@ type Contained interface {
 	Contained() bool
 }
 
+// PutsWithStep is a node of a kind that may block whose Run, where the
+// run's memory writes puts with their step (the engine's own
+// StepMemory), acts on nothing outside the run but through its State and
+// the documents it puts, reads nothing from the store, and waits on
+// nothing: it computes as an inline node does, and what it puts is
+// written with its step or not at all. The engine then keeps the steps
+// before it held (uncommitted) while it runs, as before an inline step.
+// PutsWithStep reports whether this node is.
+type PutsWithStep interface {
+	PutsWithStep() bool
+}
+
 // Asker is a node that needs an answer from outside the run before it
 // runs, such as a person's approval. When its step comes and the run
 // holds no answer for it, the run pauses before the step with what Ask

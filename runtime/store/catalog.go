@@ -330,6 +330,28 @@ type EventAppend struct {
 	// events were not: Holder no longer runs the run, or their numbers
 	// are taken (AppendEvents's ErrRunChanged and ErrExists).
 	Refused bool
+	// End, when set, is the run's end, recorded with the events (a
+	// refusal of theirs is its too) in the checkpoint's transaction: the
+	// run's last checkpoint.
+	End *RunEnd
+}
+
+// RunEnd is a run's end recorded with its last checkpoint (EventAppend's
+// End): its record changed as UpdateRun changes it, to Record when it
+// holds what Expect says, with Events, the events that tell the end
+// (numbered after the EventAppend's). A record not as expected fails
+// nothing else: the checkpoint and its events are committed, and the
+// end is left to its writer (Applied stays false).
+type RunEnd struct {
+	Record *RunRecord
+	Expect RunState
+	Events []EventRecord
+	// Notes are payloads a store that carries notifications sends on
+	// the EventAppend's Channel with the end, besides the events' own.
+	Notes []string
+	// Applied is set by Commit when the record was changed and the
+	// events recorded.
+	Applied bool
 }
 
 // EventPack is what PackEvents keeps of a run's events: Events (in

@@ -62,6 +62,18 @@ func Recommitted(ctx context.Context, st Store, cp *Checkpoint, err error) error
 			ea.Refused = !SameEvents(got, ea.Events)
 		}
 	}
+	if ea := cp.Events; ea != nil && ea.End != nil {
+		// the run's end went with it when its record carries the end's
+		// write id
+		ea.End.Applied = false
+		if cat, ok := st.(Catalog); ok && !ea.Refused && ea.End.Record.WriteID != "" {
+			got, rerr := cat.Run(ctx, ea.End.Record.Tenant, ea.End.Record.ID)
+			if rerr != nil {
+				return rerr
+			}
+			ea.End.Applied = got.WriteID == ea.End.Record.WriteID
+		}
+	}
 	return nil
 }
 

@@ -25,6 +25,8 @@ package prompt
 
 import (
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"text/template"
 
 	"github.com/trellisflow/trellis/runtime/config"
@@ -56,6 +58,10 @@ type Prompt struct {
 	// FallbackCalls are the tool calls the fallback makes before its
 	// reply, in order.
 	FallbackCalls []FallbackCall
+
+	// sizes are the lengths the system and user messages were rendered
+	// with last, and a little more: what the next rendering starts with
+	sizes [2]atomic.Int64
 }
 
 // FallbackCall is one tool call a fallback makes.
@@ -130,18 +136,30 @@ func (p *Prompt) Render(d Data) (Messages, error) {
 	var m Messages
 	v := d.value()
 	if p.System != nil {
-		s, err := tmpl.Execute(p.System, v)
+		s, err := execute(p.System, v, &p.sizes[0])
 		if err != nil {
 			return m, fmt.Errorf("prompt %s: system: %w", p.Name, err)
 		}
 		m.System = s
 	}
-	u, err := tmpl.Execute(p.User, v)
+	u, err := execute(p.User, v, &p.sizes[1])
 	if err != nil {
 		return m, fmt.Errorf("prompt %s: %w", p.Name, err)
 	}
 	m.User = u
 	return m, nil
+}
+
+// execute renders t into a builder the size of its last rendering, size,
+// so that a message is written in one allocation, not grown and copied.
+func execute(t *template.Template, data any, size *atomic.Int64) (string, error) {
+	var b strings.Builder
+	b.Grow(int(size.Load()))
+	if err := t.Execute(&b, data); err != nil {
+		return "", err
+	}
+	size.Store(int64(min(b.Len()+b.Len()/8, 1<<20)))
+	return b.String(), nil
 }
 
 // Fallback produces the prompt's fallback reply. eval evaluates the

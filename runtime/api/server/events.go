@@ -67,6 +67,13 @@ type eventLog struct {
 	ending  chan struct{}
 	done    chan struct{} // closed when the writer has returned
 	dropped int
+	// ends, when set, is the record of the run as it ends at a commit
+	// with no next node (its checkpoint), and what its record holds
+	// now: a run whose run_end is held when its last commit carries the
+	// rest of its events has its end recorded with them (attach), and
+	// endRecorded is that end once recorded
+	ends        func(checkpoint uint64) (store.RunRecord, store.RunState)
+	endRecorded *store.RunEnd
 }
 
 type logged struct {
@@ -109,6 +116,12 @@ func (l *eventLog) add(ev engine.Event) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if h := l.held; h != nil && h.typ == string(engine.RunEnd) && ev.Type == engine.RunError && !l.ended && !l.broken && l.endRecorded == nil {
+		// the run's end went before its last commit, which failed:
+		// the error is its end
+		h.typ, h.data = string(ev.Type), data
+		return
+	}
 	if l.ended || l.broken || l.held != nil {
 		l.dropped++
 		return
@@ -323,13 +336,26 @@ func (l *eventLog) attach(cp *store.Checkpoint) func(error) {
 	}
 	l.mu.Lock()
 	batch := l.take()
-	if l.broken || len(batch) == 0 {
+	var end *store.RunEnd
+	if h := l.held; h != nil && h.typ == string(engine.RunEnd) && l.ends != nil && !l.ended && !l.broken &&
+		l.taken == len(l.items) && len(cp.Next) == 0 && cp.Release != "" {
+		// the run ends with this commit: its end goes with it
+		rec, expect := l.ends(cp.Seq)
+		rec.WriteID = store.NewWriteID()
+		end = &store.RunEnd{Record: &rec, Expect: expect, Events: []store.EventRecord{{Seq: h.seq, Data: h.data}}}
+		if l.notes.n != nil {
+			// the thread's next run may wait in the queue
+			end.Notes = []string{noteQueue}
+		}
+	}
+	if l.broken || len(batch) == 0 && end == nil {
 		l.mu.Unlock()
 		l.wmu.Unlock()
 		return nil
 	}
 	l.mu.Unlock()
 	ea := l.appendOf(records(batch))
+	ea.End = end
 	cp.Events = ea
 	return func(err error) {
 		defer l.wmu.Unlock()
@@ -345,10 +371,21 @@ func (l *eventLog) attach(cp *store.Checkpoint) func(error) {
 			// the notification went with them
 			l.mu.Lock()
 			l.saved += len(batch)
+			if end != nil && end.Applied {
+				l.endRecorded = end
+			}
 			l.moved()
 			l.mu.Unlock()
 		}
 	}
+}
+
+// recordedEnd is the run's end recorded with its last commit, if it was
+// (see attach).
+func (l *eventLog) recordedEnd() *store.RunEnd {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.endRecorded
 }
 
 // records are the store's records of a batch of events.

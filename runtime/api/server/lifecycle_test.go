@@ -38,6 +38,7 @@ type hooks struct {
 	runs         func(limit int)                 // before Runs
 	beat         func() error                    // before Beat
 	acquire      func(thread, owner string)      // before Acquire
+	updateRun    func(r *store.RunRecord)        // before UpdateRun
 }
 
 func (h *hooked) set(fn func(*hooks)) {
@@ -80,6 +81,13 @@ func (h *hooked) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		fn(cp)
 	}
 	return h.full.Commit(ctx, cp)
+}
+
+func (h *hooked) UpdateRun(ctx context.Context, r *store.RunRecord, expect store.RunState, evs []store.EventRecord) error {
+	if fn := h.get().updateRun; fn != nil {
+		fn(r)
+	}
+	return h.full.UpdateRun(ctx, r, expect, evs)
 }
 
 func (h *hooked) Delete(ctx context.Context, thread string) error {
@@ -714,6 +722,20 @@ func TestALiveServerWhoseRunIsAdopted(t *testing.T) {
 			if _, err := a.acme.CreateThread(ctx, api.CreateThread{ID: "t", Flow: "steps"}); err != nil {
 				t.Fatal(err)
 			}
+			// a's run goes no further than its second step's commit
+			// until its record says another server took it: a goes on
+			// past the adoption, whatever the machine's pace
+			adopted := make(chan struct{})
+			h.set(func(k *hooks) {
+				k.commit = func(cp *store.Checkpoint) {
+					if cp.Thread == "acme/t" && cp.Step == 2 && len(cp.Next) > 0 {
+						select {
+						case <-adopted:
+						case <-time.After(time.Minute):
+						}
+					}
+				}
+			})
 			run, err := a.acme.StartRun(ctx, "t", api.StartRun{Input: map[string]any{"said": "hi"}})
 			if err != nil {
 				t.Fatal(err)
@@ -721,6 +743,14 @@ func TestALiveServerWhoseRunIsAdopted(t *testing.T) {
 			// a's beats go unheard; b takes its run
 			h.set(func(k *hooks) { k.beat = func() error { return errors.New("the network dropped the beat") } })
 			other := serve(t, openRuntime(t, addr), flows, a.acme.Key, func(c *Config) { c.DeadAfter = 500 * time.Millisecond })
+			go func() {
+				defer close(adopted)
+				for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+					if rec, err := st.(store.Catalog).Run(ctx, "acme", run.ID); err == nil && rec.Server == other.srv.runs.id {
+						return
+					}
+				}
+			}()
 			done, err := other.acme.Join(ctx, "t", run.ID)
 			if err != nil || done.Status != api.RunSucceeded || done.State["n"] != 3 {
 				t.Fatalf("the adopted run: %+v %v", done, err)

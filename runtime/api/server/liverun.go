@@ -197,28 +197,41 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 	// recorded as ended, so that a client may start the thread's next run
 	// as soon as it hears it
 	lr.events.drain()
-	out, written, werr := m.settle(rec, func(cur store.RunRecord) (store.RunRecord, []store.EventRecord) {
-		stop := cur.Stop
-		if stop == "" && (why == store.StopCancel || why == store.StopInterrupt) {
-			stop = why
+	var out store.RunRecord
+	var written []store.EventRecord
+	var werr error
+	end := lr.events.recordedEnd()
+	if end != nil {
+		// recorded with the run's last commit: the thread's head is
+		// the run's end, whatever came after it
+		out, written = *end.Record, end.Events
+		if err != nil {
+			m.s.log.Warn("a run ended with its last commit, then failed: its record says it succeeded", "run", rec.ID, "error", err.Error())
 		}
-		status, msg := outcome(err, started, shutdown, stop)
-		evs := lr.events.lastEvents(status, msg, state)
-		cur.Status, cur.Error, cur.Stop, cur.Checkpoint, cur.FlowVersion = status, msg, "", checkpoint, rec.FlowVersion
-		if status == store.RunQueued {
-			cur.Server = ""
-			if started && msg != storeAway {
-				// stopped between steps: its input is committed. (A
-				// run the store stopped may have committed nothing; as a
-				// named run it continues from its own checkpoint, if the
-				// thread has one, or starts again.)
-				cur.Resume, cur.Interrupt = true, false
+	} else {
+		out, written, werr = m.settle(rec, func(cur store.RunRecord) (store.RunRecord, []store.EventRecord) {
+			stop := cur.Stop
+			if stop == "" && (why == store.StopCancel || why == store.StopInterrupt) {
+				stop = why
 			}
-		} else {
-			cur.Finished = m.now()
-		}
-		return cur, evs
-	})
+			status, msg := outcome(err, started, shutdown, stop)
+			evs := lr.events.lastEvents(status, msg, state)
+			cur.Status, cur.Error, cur.Stop, cur.Checkpoint, cur.FlowVersion = status, msg, "", checkpoint, rec.FlowVersion
+			if status == store.RunQueued {
+				cur.Server = ""
+				if started && msg != storeAway {
+					// stopped between steps: its input is committed. (A
+					// run the store stopped may have committed nothing; as a
+					// named run it continues from its own checkpoint, if the
+					// thread has one, or starts again.)
+					cur.Resume, cur.Interrupt = true, false
+				}
+			} else {
+				cur.Finished = m.now()
+			}
+			return cur, evs
+		})
+	}
 	lr.events.close(written)
 	switch {
 	case errors.Is(werr, errNotOurs):
@@ -235,8 +248,11 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 	lr.mu.Lock()
 	lr.rec, lr.state = out, state
 	lr.mu.Unlock()
-	m.s.notes.send(ctx, noteRun+rec.ID)
-	m.s.notes.send(ctx, noteQueue)
+	if end == nil {
+		// (the commit that recorded the end sent them)
+		m.s.notes.send(ctx, noteRun+rec.ID)
+		m.s.notes.send(ctx, noteQueue)
+	}
 	if werr == nil && out.Status != store.RunQueued {
 		m.s.metrics.runs.WithLabelValues(rec.Flow, string(out.Status)).Inc()
 	}
@@ -245,6 +261,17 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 	case lr.started <- err:
 	default:
 	}
+}
+
+// succeeded is the run's record as it succeeds at its checkpoint, as
+// finish would record it, and what its record holds now.
+func (lr *liveRun) succeeded(checkpoint uint64) (store.RunRecord, store.RunState) {
+	lr.mu.Lock()
+	rec := lr.rec
+	lr.mu.Unlock()
+	expect := rec.State()
+	rec.Status, rec.Error, rec.Stop, rec.Checkpoint, rec.Finished = store.RunSucceeded, "", "", checkpoint, lr.m.now()
+	return rec, expect
 }
 
 // result is the run's record and final state, after it has ended.

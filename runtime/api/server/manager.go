@@ -294,6 +294,7 @@ func (m *manager) launch(rec *store.RunRecord, how launch) *liveRun {
 	}
 	lr.events = newEventLog(m.records, m.s.cat, m.s.log, m.s.notes, rec.ID, m.id, publicID(rec.Thread), last, lr.retry,
 		func() { lr.request(stopTakenOver) })
+	lr.events.ends = lr.succeeded
 	m.live[rec.ID] = lr
 	m.wg.Add(1)
 	m.mu.Unlock()
@@ -662,8 +663,10 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 	req := engine.Request{Thread: rec.Thread, ID: rec.ID, Stop: lr.stop, Observe: lr.observe, Retry: lr.retry}
 	var attach func(*store.Checkpoint) func(error)
 	if c, ok := eng.Store.(store.Catalog); ok && c == m.s.cat {
-		// a step's events are recorded with it
+		// a step's events are recorded with it, and the run's end with
+		// its last step
 		attach = lr.events.attach
+		req.EndsWithCommit = true
 	}
 	req.Attach = m.s.metrics.timeCommits(attach)
 	cfg := storedValues(rec.Config)

@@ -174,7 +174,7 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	}
 	cp.Events, cp.Memory = nil, nil
 	if err := s.commit(cp); err != nil {
-		cp.Memory = puts
+		cp.Events, cp.Memory = ea, puts
 		return err
 	}
 	for _, p := range puts {
@@ -182,12 +182,26 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 			return err
 		}
 	}
-	if ea != nil && len(ea.Events) > 0 {
+	if ea == nil {
+		return nil
+	}
+	if len(ea.Events) > 0 {
 		err := s.AppendEvents(ctx, ea.Run, ea.Holder, ea.Events)
 		ea.Refused = errors.Is(err, store.ErrRunChanged) || errors.Is(err, store.ErrExists)
 		if err != nil && !ea.Refused {
 			return err
 		}
+	}
+	if end := ea.End; end != nil {
+		end.Applied = false
+		if ea.Refused {
+			return nil
+		}
+		err := s.UpdateRun(ctx, end.Record, end.Expect, end.Events)
+		if err != nil && !errors.Is(err, store.ErrRunChanged) && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		end.Applied = err == nil
 	}
 	return nil
 }

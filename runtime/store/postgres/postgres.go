@@ -153,6 +153,15 @@ const commitSQL = `SELECT trellis_commit($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 // its statement; one of them that records a fold commits them one by one
 // (commitEach).
 func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
+	err := s.commit(ctx, cp)
+	if err != nil && cp.Events != nil && cp.Events.End != nil {
+		// rolled back with the rest
+		cp.Events.End.Applied = false
+	}
+	return err
+}
+
+func (s *Store) commit(ctx context.Context, cp *store.Checkpoint) error {
 	if len(cp.Before) == 0 {
 		return s.commitOne(ctx, cp)
 	}
@@ -302,10 +311,47 @@ func chainedStatement(cp *store.Checkpoint, args []any, after string) (string, [
 		q = `SELECT CASE WHEN EXISTS (SELECT 1 FROM checkpoints WHERE thread = $1 AND seq = $3
 			AND convert_from(meta, 'UTF8')::jsonb->>'id' = $` + strconv.Itoa(len(args)) + `) THEN ` + call + ` ELSE 0 END`
 	}
+	if ea.End != nil && cp.Release != "" {
+		q, args = withEnd(q, args, ea)
+	}
 	if len(cp.Memory) > 0 {
 		return withMemory(q, args, cp.Memory)
 	}
 	return q, args
+}
+
+// withEnd is the commit statement q (args) of a run's last checkpoint
+// that also records the run's end (store.RunEnd), as UpdateRun does, in
+// the same statement: only when the head moved and the checkpoint's
+// events were recorded (none: when the head moved), and the run's record
+// holds what the end expects. Its result is q's plus 4 when the end was
+// recorded; the notification of the events goes with an end that has
+// none of them, and the end's own (RunEnd.Notes) with it.
+func withEnd(q string, args []any, ea *store.EventAppend) (string, []any) {
+	end, r := ea.End, ea.End.Record
+	n := len(args)
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	moved := `(SELECT * FROM c) = 3`
+	if len(ea.Events) == 0 {
+		moved = `(SELECT * FROM c) % 2 = 1`
+	}
+	seqs, data := eventColumns(end.Events)
+	notes := end.Notes
+	if len(ea.Events) == 0 && ea.Payload != "" {
+		notes = append([]string{ea.Payload}, notes...)
+	}
+	args = append(args, string(r.Status), r.Error, int64(r.Checkpoint), sqlstore.Nanos(r.Started), sqlstore.Nanos(r.Finished), r.Resume,
+		r.Server, string(r.Stop), r.FlowVersion, r.WriteID, r.ID, string(end.Expect.Status), end.Expect.Server, string(end.Expect.Stop),
+		seqs, data, ea.Channel, notes)
+	return `WITH c AS (` + q + `),
+	e AS (UPDATE api_runs SET status = ` + p(1) + `, error = ` + p(2) + `, checkpoint = ` + p(3) + `, started_at = ` + p(4) + `,
+			finished_at = ` + p(5) + `, resume = ` + p(6) + `, server = ` + p(7) + `, stop = ` + p(8) + `, flow_version = ` + p(9) + `,
+			write_id = ` + p(10) + `
+		WHERE ` + moved + ` AND id = ` + p(11) + ` AND status = ` + p(12) + ` AND server = ` + p(13) + ` AND stop = ` + p(14) + ` RETURNING id),
+	ev AS (INSERT INTO api_events (run, seq, data) SELECT e.id, u.* FROM e, unnest(` + p(15) + `::bigint[], ` + p(16) + `::text[]) AS u
+		RETURNING 1),
+	note AS (SELECT pg_notify(` + p(17) + `, n) FROM e, unnest(` + p(18) + `::text[]) AS n WHERE ` + p(17) + ` <> '')
+	SELECT (SELECT * FROM c) + 4 * (SELECT count(*) FROM e)::integer + 0 * (SELECT count(*) FROM note)::integer`, args
 }
 
 // withMemory is the commit statement q (args) that also puts a step's
@@ -346,6 +392,10 @@ func eventColumns(evs []store.EventRecord) ([]int64, []string) {
 func scanCommit(row pgx.Row, cp *store.Checkpoint) (moved int, err error) {
 	if err = row.Scan(&moved); err != nil {
 		return 0, err
+	}
+	if ea := cp.Events; ea != nil && ea.End != nil && cp.Release != "" {
+		ea.End.Applied = moved&4 != 0
+		moved &^= 4
 	}
 	if ea := cp.Events; ea != nil && len(ea.Events) > 0 {
 		ea.Refused = moved == 1

@@ -323,3 +323,67 @@ func TestEventsNotifyInTheirTransaction(t *testing.T) {
 		t.Fatalf("events %v %v, want 2", evs, err)
 	}
 }
+
+// A run's end recorded with its last checkpoint sends its notes with the
+// events' notification, in the commit's transaction (the events' own
+// when the end has none of them to go with), and none when the end is
+// not recorded.
+func TestARunsEndNotifiesWithItsCommit(t *testing.T) {
+	ctx := context.Background()
+	st := openURL(t, pgtest.Database(t))
+	heard := listener(t, st, "")
+	hear(t, heard, "<up>")
+	for i, c := range []struct {
+		events, changed bool
+		want            []string
+	}{
+		{events: true, want: []string{"run r0", "queue"}},
+		{events: false, want: []string{"run r1", "queue"}},
+		{events: true, changed: true, want: []string{"run r2"}},
+	} {
+		id, thread := fmt.Sprint("r", i), fmt.Sprint("t", i)
+		if err := st.CreateThread(ctx, &store.ThreadRecord{ID: thread, Tenant: "acme", Flow: "f", Created: time.Unix(1, 0)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CreateRun(ctx, &store.RunRecord{ID: id, Tenant: "acme", Thread: thread, Status: store.RunQueued, Created: time.Unix(1, 0)}); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := st.ClaimRun(ctx, "s1", "", time.Unix(2, 0))
+		if err != nil || rec.ID != id {
+			t.Fatalf("claim: %+v %v", rec, err)
+		}
+		if err := st.Commit(ctx, &store.Checkpoint{Thread: thread, Seq: 1, Source: store.SourceCreate, Time: time.Unix(1, 0)}); err != nil {
+			t.Fatal(err)
+		}
+		expect := rec.State()
+		if c.changed {
+			asked := *rec
+			asked.Stop = store.StopCancel
+			if err := st.UpdateRun(ctx, &asked, expect, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ended := *rec
+		ended.Status, ended.Checkpoint, ended.WriteID = store.RunSucceeded, 2, store.NewWriteID()
+		ea := &store.EventAppend{Run: id, Holder: "s1", Channel: "trellis test", Payload: "run " + id,
+			End: &store.RunEnd{Record: &ended, Expect: expect, Events: []store.EventRecord{{Seq: 2, Data: []byte(`{}`)}}, Notes: []string{"queue"}}}
+		if c.events {
+			ea.Events = []store.EventRecord{{Seq: 1, Data: []byte(`{}`)}}
+		} else {
+			ea.End.Events[0].Seq = 1
+		}
+		cp := &store.Checkpoint{Thread: thread, Seq: 2, Parent: 1, Run: id, Step: 1, Source: store.SourceStep, Time: time.Unix(2, 0),
+			Events: ea, Release: "s1"}
+		if err := st.Commit(ctx, cp); err != nil || ea.End.Applied == c.changed {
+			t.Fatalf("%s: %v, applied %v", id, err, ea.End.Applied)
+		}
+		for _, w := range c.want {
+			hear(t, heard, w)
+		}
+	}
+	select {
+	case got := <-heard:
+		t.Fatalf("heard %q after the last end", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+}

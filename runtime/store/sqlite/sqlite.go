@@ -380,6 +380,9 @@ func (s *Store) Commit(ctx context.Context, cp *store.Checkpoint) error {
 		for _, c := range chain {
 			s.cache.Committed(c)
 		}
+	} else if cp.Events != nil && cp.Events.End != nil {
+		// rolled back with the rest
+		cp.Events.End.Applied = false
 	}
 	return err
 }

@@ -114,6 +114,129 @@ func testEventsWithCheckpoints(t *testing.T, st store.Store) {
 	}
 }
 
+// A run's end goes with its last checkpoint (EventAppend.End): its record
+// and the events that tell it are recorded in the checkpoint's
+// transaction, when the record holds what the end expects; a record not
+// as expected leaves the end unrecorded and commits the rest, and a
+// failed commit records nothing. Every kind of commit carries it: one
+// checkpoint, one with a fold, one after others in a chain, and a commit
+// tried again recognises an end its earlier attempt recorded.
+func testRunEndWithCheckpoint(t *testing.T, st store.Store) {
+	c := st.(store.Catalog)
+	evs := func(from, to int64) []store.EventRecord {
+		var out []store.EventRecord
+		for seq := from; seq <= to; seq++ {
+			out = append(out, store.EventRecord{Seq: seq, Data: []byte(fmt.Sprintf(`{"n":%d}`, seq))})
+		}
+		return out
+	}
+	running := func(id, thread string) *store.RunRecord {
+		t.Helper()
+		threads(t, c, thread)
+		if err := c.CreateRun(ctx, &store.RunRecord{ID: id, Tenant: "acme", Thread: thread, Status: store.RunQueued, Created: moment(1)}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.ClaimRun(ctx, "s1", "", moment(2))
+		if err != nil || r.ID != id {
+			t.Fatalf("claim: %v %v", r, err)
+		}
+		create(t, st, thread, map[string]any{"n": 0})
+		return r
+	}
+	ended := func(r *store.RunRecord, seq uint64) *store.RunRecord {
+		e := *r
+		e.Status, e.Checkpoint, e.Finished, e.Server, e.WriteID = store.RunSucceeded, seq, moment(9), "s1", store.NewWriteID()
+		return &e
+	}
+	step := func(r *store.RunRecord, seq uint64, ea *store.EventAppend) *store.Checkpoint {
+		return &store.Checkpoint{Thread: r.Thread, Seq: seq, Parent: seq - 1, Run: r.ID, Step: int(seq), Source: store.SourceStep,
+			Time: at(int(seq)), Writes: []store.Write{{Field: "n", Version: seq, Value: int(seq)}}, Events: ea, Release: "s1", WriteID: store.NewWriteID()}
+	}
+	check := func(r *store.RunRecord, want store.RunStatus, writeID string, events []store.EventRecord) {
+		t.Helper()
+		got, err := c.Run(ctx, "acme", r.ID)
+		if err != nil || got.Status != want || got.WriteID != writeID {
+			t.Fatalf("run %s: %+v %v, want %s with write id %q", r.ID, got, err, want, writeID)
+		}
+		if got, err := c.Events(ctx, r.ID, 0, 0); err != nil || len(got) != len(events) || len(got) > 0 && !reflect.DeepEqual(got, events) {
+			t.Fatalf("run %s's events: %v %v, want %v", r.ID, got, err, events)
+		}
+	}
+
+	// the end recorded with the checkpoint and its events
+	r := running("r1", "t1")
+	e := ended(r, 2)
+	ea := &store.EventAppend{Run: r.ID, Holder: "s1", Events: evs(1, 3), End: &store.RunEnd{Record: e, Expect: r.State(), Events: evs(4, 4)}}
+	cp := step(r, 2, ea)
+	if err := st.Commit(ctx, cp); err != nil || ea.Refused || !ea.End.Applied {
+		t.Fatalf("the last step with the run's end: %v, refused %v, applied %v", err, ea.Refused, ea.End.Applied)
+	}
+	check(r, store.RunSucceeded, e.WriteID, evs(1, 4))
+	// tried again after a failure that came after it committed: the
+	// earlier attempt's end is recognised
+	ea = &store.EventAppend{Run: r.ID, Holder: "s1", Events: evs(1, 3), End: &store.RunEnd{Record: e, Expect: r.State(), Events: evs(4, 4)}}
+	again := step(r, 2, ea)
+	again.WriteID = cp.WriteID
+	if err := store.Recommitted(ctx, st, again, st.Commit(ctx, again)); err != nil || !ea.End.Applied {
+		t.Fatalf("the last step tried again: %v, applied %v", err, ea.End.Applied)
+	}
+
+	// a record not as the end expects: the checkpoint and its events are
+	// committed, the end is left to its writer
+	r = running("r2", "t2")
+	cancelled := *r
+	cancelled.Stop = store.StopCancel
+	if err := c.UpdateRun(ctx, &cancelled, r.State(), nil); err != nil {
+		t.Fatal(err)
+	}
+	ea = &store.EventAppend{Run: r.ID, Holder: "s1", Events: evs(1, 2), End: &store.RunEnd{Record: ended(r, 2), Expect: r.State(), Events: evs(3, 3)}}
+	if err := st.Commit(ctx, step(r, 2, ea)); err != nil || ea.Refused || ea.End.Applied {
+		t.Fatalf("the last step of a run asked to stop: %v, refused %v, applied %v", err, ea.Refused, ea.End.Applied)
+	}
+	check(r, store.RunRunning, "", evs(1, 2))
+	if h, err := st.Head(ctx, r.Thread); err != nil || h.Seq != 2 {
+		t.Fatalf("head: %+v %v", h, err)
+	}
+
+	// a commit that fails records no end
+	r = running("r3", "t3")
+	ea = &store.EventAppend{Run: r.ID, Holder: "s1", Events: evs(1, 2), End: &store.RunEnd{Record: ended(r, 3), Expect: r.State(), Events: evs(3, 3)}}
+	if err := st.Commit(ctx, step(r, 3, ea)); !errors.Is(err, store.ErrConflict) || ea.End.Applied {
+		t.Fatalf("a last step on an old head: %v, applied %v", err, ea.End.Applied)
+	}
+	check(r, store.RunRunning, "", nil)
+	// after another in a chain
+	r4 := running("r4", "t4")
+	e = ended(r4, 3)
+	ea = &store.EventAppend{Run: r4.ID, Holder: "s1", Events: evs(1, 2), End: &store.RunEnd{Record: e, Expect: r4.State(), Events: evs(3, 3)}}
+	cp = step(r4, 3, ea)
+	cp.Before = []*store.Checkpoint{step(r4, 2, nil)}
+	cp.Before[0].Release = ""
+	if err := st.Commit(ctx, cp); err != nil || !ea.End.Applied {
+		t.Fatalf("a chain of two ending with the run's end: %v, applied %v", err, ea.End.Applied)
+	}
+	check(r4, store.RunSucceeded, e.WriteID, evs(1, 3))
+	// an end with no other event to go with it, on a checkpoint that
+	// records a fold, after others in a chain
+	seq := uint64(sqlstore.FoldEvery)
+	var before []*store.Checkpoint
+	for s := uint64(2); s < seq; s++ {
+		before = append(before, step(r, s, nil))
+		before[len(before)-1].Release = ""
+	}
+	e = ended(r, seq)
+	ea = &store.EventAppend{Run: r.ID, Holder: "s1", End: &store.RunEnd{Record: e, Expect: r.State(), Events: evs(1, 1)}}
+	cp = step(r, seq, ea)
+	cp.Before = before
+	if err := st.Commit(ctx, cp); err != nil || !ea.End.Applied {
+		t.Fatalf("a chain ending with the run's end: %v, applied %v", err, ea.End.Applied)
+	}
+	check(r, store.RunSucceeded, e.WriteID, evs(1, 1))
+	if h, err := st.Head(ctx, r.Thread); err != nil || h.Seq != seq {
+		t.Fatalf("head: %+v %v", h, err)
+	}
+}
+
 // Events and runs are read a page at a time, in order, from a cursor.
 func testPagedReads(t *testing.T, c store.Catalog) {
 	threads(t, c, "t")

@@ -112,10 +112,7 @@ func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
 // UpdateRun implements store.Catalog.
 func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord, expect store.RunState, evs []store.EventRecord) error {
 	err := c.DB.Tx(ctx, func(db DB) error {
-		n, err := db.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
-			resume = ?, server = ?, stop = ?, flow_version = ?, write_id = ? WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
-			string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, string(r.Stop), r.FlowVersion,
-			r.WriteID, r.ID, string(expect.Status), expect.Server, string(expect.Stop))
+		n, err := updateRun(ctx, db, r, expect)
 		if err != nil {
 			return err
 		}
@@ -128,6 +125,15 @@ func (c Catalog) UpdateRun(ctx context.Context, r *store.RunRecord, expect store
 		err = c.changed(ctx, r.ID)
 	}
 	return err
+}
+
+// updateRun changes a run's record to r when it holds what expect says,
+// and says how many rows it changed.
+func updateRun(ctx context.Context, db DB, r *store.RunRecord, expect store.RunState) (int64, error) {
+	return db.Exec(ctx, `UPDATE api_runs SET status = ?, error = ?, checkpoint = ?, started_at = ?, finished_at = ?,
+			resume = ?, server = ?, stop = ?, flow_version = ?, write_id = ? WHERE id = ? AND status = ? AND server = ? AND stop = ?`,
+		string(r.Status), r.Error, int64(r.Checkpoint), nanos(r.Started), nanos(r.Finished), r.Resume, r.Server, string(r.Stop), r.FlowVersion,
+		r.WriteID, r.ID, string(expect.Status), expect.Server, string(expect.Stop))
 }
 
 // errUnchanged is a conditional change that found no row to change.
@@ -213,15 +219,20 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 		if err := db.LockThread(ctx, r.Thread); err != nil {
 			return err
 		}
-		if err := one(ctx, db, func(Rows) error { return nil },
-			`SELECT 1 FROM api_threads WHERE id = ? AND tenant = ? AND NOT deleting`, r.Thread, r.Tenant); err != nil {
+		// whether the thread is there, whether it is busy, and its last
+		// run's time, in one statement: a run is queued in as few round
+		// trips as may be
+		var exists bool
+		var last *int64
+		if err := one(ctx, db, func(rows Rows) error { return rows.Scan(&exists, &busy, &last) },
+			`SELECT EXISTS (SELECT 1 FROM api_threads WHERE id = ? AND tenant = ? AND NOT deleting),
+				EXISTS (SELECT 1 FROM api_runs WHERE thread = ? AND status IN ('queued', 'running')),
+				(SELECT max(created_at) FROM api_runs WHERE thread = ?)`, r.Thread, r.Tenant, r.Thread, r.Thread); err != nil {
 			return err
 		}
-		active, err := runsWhere(ctx, db, `thread = ? AND status IN ('queued', 'running')`, r.Thread)
-		if err != nil {
-			return err
+		if !exists {
+			return store.ErrNotFound
 		}
-		busy = len(active) > 0
 		if busy {
 			switch policy {
 			case store.BusyReject:
@@ -240,19 +251,8 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 		// a thread's runs are claimed in the order they were queued: the
 		// run's time is taken under the thread's lock, after the last
 		// one's, whatever the clocks of the servers that queued them say
-		var last int64
-		if err := one(ctx, db, func(r Rows) error {
-			var n *int64
-			if err := r.Scan(&n); err != nil || n == nil {
-				return err
-			}
-			last = *n
-			return nil
-		}, `SELECT max(created_at) FROM api_runs WHERE thread = ?`, r.Thread); err != nil {
-			return err
-		}
-		if nanos(r.Created) <= last {
-			r.Created = fromNanos(last + 1)
+		if last != nil && nanos(r.Created) <= *last {
+			r.Created = fromNanos(*last + 1)
 		}
 		q := *r
 		q.Status, q.Started = store.RunQueued, time.Time{}

@@ -34,15 +34,31 @@ func (c Catalog) AppendEvents(ctx context.Context, run, holder string, evs []sto
 // on db, in the checkpoint's transaction: a refusal is set on ea, and
 // fails nothing else.
 func AppendWithCheckpoint(ctx context.Context, db DB, ea *store.EventAppend) error {
-	if len(ea.Events) == 0 {
+	if ea.End != nil {
+		ea.End.Applied = false
+	}
+	if len(ea.Events) > 0 {
+		err := appendHeld(ctx, db, ea.Run, ea.Holder, ea.Events)
+		if errors.Is(err, store.ErrRunChanged) || errors.Is(err, store.ErrExists) {
+			ea.Refused = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if ea.End == nil {
 		return nil
 	}
-	err := appendHeld(ctx, db, ea.Run, ea.Holder, ea.Events)
-	if errors.Is(err, store.ErrRunChanged) || errors.Is(err, store.ErrExists) {
-		ea.Refused = true
-		return nil
+	n, err := updateRun(ctx, db, ea.End.Record, ea.End.Expect)
+	if err != nil || n == 0 {
+		return err
 	}
-	return err
+	if err := appendEvents(ctx, db, ea.Run, ea.End.Events); err != nil {
+		return err
+	}
+	ea.End.Applied = true
+	return nil
 }
 
 // appendHeld inserts a run's events in one statement while holder runs
