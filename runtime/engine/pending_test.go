@@ -183,3 +183,34 @@ func TestAStoppedStepKeepsWhatCompleted(t *testing.T) {
 		t.Fatalf("runs a %d, b %d, c %d: want a and b once, c again", a, b, c)
 	}
 }
+
+// A store that saves pending writes quickly (store.QuickPending) gets
+// the updates of nodes that complete beside others that way: losing one
+// only runs its node again.
+func TestPendingWritesGoQuicklyWhereTheStoreCan(t *testing.T) {
+	var runs sync.Map
+	st := &quickPending{countPending: countPending{Store: memory.New()}}
+	g := compilePending(t, pendingKinds(&runs, nil), `  a: {kind: work}
+  b: {kind: work}
+  c: {kind: work}`)
+	if _, err := run(t, g, engine.New(st), "t", nil); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, n := range st.saves() {
+		total += n
+	}
+	if st.quick.Load() != 2 || total != 2 {
+		t.Fatalf("%d quick pending writes of %d (%v): want both", st.quick.Load(), total, st.saves())
+	}
+}
+
+type quickPending struct {
+	countPending
+	quick atomic.Int32
+}
+
+func (q *quickPending) PutPendingQuick(ctx context.Context, thread string, parent uint64, node string, writes []store.Write) error {
+	q.quick.Add(1)
+	return q.PutPending(ctx, thread, parent, node, writes)
+}

@@ -512,7 +512,13 @@ func (r *run) savePending(ctx context.Context, o *outcome, seq uint64, step int)
 		// takes the update puts them
 		ws = append(ws, putsWrite(puts))
 	}
-	if err := r.retry.Do(ctx, func(bool) error { return r.e.Store.PutPending(ctx, r.req.Thread, seq, o.node.Name, ws) }); err != nil {
+	put := r.e.Store.PutPending
+	if q, ok := r.e.Store.(store.QuickPending); ok {
+		// lost only with what the store recorded after it: the node
+		// would run again, as one whose update was never saved
+		put = q.PutPendingQuick
+	}
+	if err := r.retry.Do(ctx, func(bool) error { return put(ctx, r.req.Thread, seq, o.node.Name, ws) }); err != nil {
 		return fmt.Errorf("step %d: save the update of node %q: %w", step, o.node.Name, err)
 	}
 	return nil

@@ -47,7 +47,12 @@ func raceChild(addr string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	// start together: wait for the parent's go file
+	// start together: say it is ready, then wait for the parent's go
+	// file
+	if err := os.WriteFile(fmt.Sprintf("%s.ready.%d", os.Getenv("TRELLIS_RACE_GO"), os.Getpid()), nil, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if _, err := os.Stat(os.Getenv("TRELLIS_RACE_GO")); err == nil {
 			break
@@ -85,7 +90,19 @@ func raceTest(t *testing.T, addr string) {
 		}
 		cmds, errs = append(cmds, cmd), append(errs, &b)
 	}
-	time.Sleep(300 * time.Millisecond) // both processes start up
+	// both processes are ready (they say so in files of their own)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		ready, err := filepath.Glob(goFile + ".ready.*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ready) == len(cmds) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d processes ready after a minute", len(ready), len(cmds))
+		}
+	}
 	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -223,6 +223,17 @@ type Snapshot struct {
 	Pending map[string][]Write
 }
 
+// QuickPending is a Store that can save a pending write without waiting
+// for it to be durable (PutPendingQuick, as PutPending otherwise): a
+// crash of the store itself (not of its client) soon after may lose it,
+// with nothing the store recorded after it, so that the resumed run runs
+// the node whose update it held again, as it does one whose update was
+// never saved. A store whose every write is durable at once need not be
+// one.
+type QuickPending interface {
+	PutPendingQuick(ctx context.Context, thread string, parent uint64, node string, writes []Write) error
+}
+
 // Store persists threads. Every implementation passes the conformance
 // suite in package storetest.
 type Store interface {

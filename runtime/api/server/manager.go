@@ -109,6 +109,10 @@ type launch struct {
 	refuseBusy bool
 	// adopted: the run was taken over from a server that stopped beating.
 	adopted bool
+	// fresh: the run was queued by the caller, claimed as it was, and
+	// has no event yet (none of another server's: an adoption would take
+	// its record, and with it the events, from this one)
+	fresh bool
 	// parent is the trace context of the request that started the run.
 	parent trace.SpanContext
 	// leasedAt is when the run's thread lease was asked for with its
@@ -270,13 +274,16 @@ func (m *manager) launch(rec *store.RunRecord, how launch) *liveRun {
 	// the log exists before the run is found by streams; it goes on from
 	// the run's last recorded event (one queued again, or adopted)
 	var last *store.EventRecord
-	err := lr.retry.Do(m.records, func(bool) (err error) {
-		last, err = m.s.cat.LastEvent(m.records, rec.ID)
-		if errors.Is(err, store.ErrNotFound) {
-			last, err = nil, nil
-		}
-		return err
-	})
+	var err error
+	if !how.fresh {
+		err = lr.retry.Do(m.records, func(bool) (err error) {
+			last, err = m.s.cat.LastEvent(m.records, rec.ID)
+			if errors.Is(err, store.ErrNotFound) {
+				last, err = nil, nil
+			}
+			return err
+		})
+	}
 	if err != nil {
 		// numbered from nothing, its events would take others' numbers:
 		// the run stays recorded here, for the sweep of orphans
@@ -505,7 +512,7 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 		}
 		return *rec, nil, nil
 	}
-	lr := m.launch(rec, launch{waiting: true, refuseBusy: policy == api.OnBusyReject, parent: trace.SpanContextFromContext(ctx), leasedAt: leasedAt})
+	lr := m.launch(rec, launch{waiting: true, fresh: true, refuseBusy: policy == api.OnBusyReject, parent: trace.SpanContextFromContext(ctx), leasedAt: leasedAt})
 	if lr == nil { // the server began stopping: the run is queued again
 		return *rec, nil, nil
 	}

@@ -467,6 +467,23 @@ func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, no
 	return err
 }
 
+// PutPendingQuick implements store.QuickPending: the write's
+// transaction does not wait for its log to reach the disk
+// (synchronous_commit off for it alone), so a node completing beside
+// others costs the step no flush of its own; the next write that waits
+// for one (a step's commit) makes it durable too, the log being written
+// in order.
+func (s *Store) PutPendingQuick(ctx context.Context, thread string, parent uint64, node string, writes []store.Write) error {
+	b, err := sqlstore.EncodePending(writes)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO pending (thread, parent, node, writes)
+		SELECT $1, $2, $3, $4::jsonb FROM (SELECT set_config('synchronous_commit', 'off', true)) AS quick
+		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, int64(parent), node, string(b))
+	return err
+}
+
 // Acquire implements store.Store.
 //
 // Lease times are the server's clock, not the callers': processes on

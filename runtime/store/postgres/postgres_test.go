@@ -387,3 +387,83 @@ func TestARunsEndNotifiesWithItsCommit(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// A quick pending write is read back as any other, and its transaction
+// does not wait for the log to reach the disk: a hundred of them flush
+// it far fewer times than a hundred written as PutPending writes them,
+// as PostgreSQL counts its flushes (a connection's counts are its
+// server process's, reported when it exits).
+func TestQuickPendingWritesWaitForNoFlush(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.DurableDatabase(t) // a server that flushes its log at each commit
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	syncs := func() int64 {
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT wal_sync FROM pg_stat_wal`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// gone waits until the database's other connections have ended, and
+	// with them their processes, which report their counts on exit
+	gone := func() {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			var n int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d connections still open", n)
+			}
+		}
+	}
+	one := url + "&pool_max_conns=1"
+	if !strings.Contains(url, "?") {
+		one = url + "?pool_max_conns=1"
+	}
+	first, err := postgres.Open(ctx, one) // migrated, with the thread
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Source: store.SourceCreate, Time: time.Unix(1, 0), Next: []string{"a"}}); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	gone()
+	const n = 100
+	flushes := map[string]int64{}
+	for _, way := range []string{"quick", "plain"} {
+		before := syncs()
+		st, err := postgres.Open(ctx, one)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			put := st.PutPending
+			if way == "quick" {
+				put = st.PutPendingQuick
+			}
+			if err := put(ctx, "t", 1, fmt.Sprintf("%s%d", way, i), []store.Write{{Field: "n", Value: int64(i)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st.Close()
+		gone()
+		flushes[way] = syncs() - before
+	}
+	if flushes["plain"] < n || flushes["quick"] >= flushes["plain"]/2 {
+		t.Fatalf("the log was flushed %d times for %d quick pending writes, %d times for %d plain ones", flushes["quick"], n, flushes["plain"], n)
+	}
+	st := openURL(t, url)
+	h, err := st.Head(ctx, "t")
+	if err != nil || len(h.Pending) != 2*n || len(h.Pending["quick7"]) != 1 || fmt.Sprint(h.Pending["quick7"][0].Value) != "7" {
+		t.Fatalf("head: %d pending writes, quick7 %v, %v", len(h.Pending), h.Pending["quick7"], err)
+	}
+}
