@@ -69,6 +69,10 @@ type server struct {
 // its watchdog.
 func Main(m interface{ Run() int }) int {
 	code := m.Run()
+	if errs := dropsDone(); len(errs) > 0 {
+		fmt.Fprintf(os.Stderr, "postgres: %s\n", strings.Join(errs, "\n"))
+		code = cmp.Or(code, 1)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if bouncer.started && bouncer.err == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,9 +27,9 @@ const settleWait = 30 * time.Second
 // run the server out of connection slots); then the server's
 // pg_stat_activity must show no connection left to the database. A
 // leak fails the test that made it, naming each connection. The
-// database is dropped either way, so that what the test left neither
-// fills the disk nor holds slots when the tests run again in the same
-// process.
+// database is dropped either way (beside the tests that go on), so that
+// what the test left neither fills the disk nor holds slots when the
+// tests run again in the same process.
 func release(t testing.TB, admin, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*settleWait)
@@ -52,9 +53,63 @@ func release(t testing.TB, admin, name string) {
 		t.Errorf("postgres: the test left %d connection(s) to database %s open after it ended; close every store, pool and connection it opens (t.Cleanup):\n\t%s",
 			len(left), name, strings.Join(left, "\n\t"))
 	}
-	if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		t.Errorf("postgres: drop database %s: %v", name, err)
+	dropLater(admin, name)
+}
+
+// The databases of ended tests are dropped by one goroutine beside the
+// tests that go on, so that a test does not wait for its database's
+// files to go; Main waits for it before it stops the cluster.
+var (
+	dropMu   sync.Mutex
+	dropping chan [2]string // admin URL, database
+	dropped  chan struct{}
+	dropErrs []string
+)
+
+func dropLater(admin, name string) {
+	dropMu.Lock()
+	defer dropMu.Unlock()
+	if dropping == nil {
+		dropping, dropped = make(chan [2]string, 1024), make(chan struct{})
+		go dropAll(dropping, dropped)
 	}
+	dropping <- [2]string{admin, name}
+}
+
+func dropAll(in <-chan [2]string, done chan<- struct{}) {
+	defer close(done)
+	for d := range in {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*settleWait)
+		conn, err := pgx.Connect(ctx, d[0])
+		if err == nil {
+			_, err = conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{d[1]}.Sanitize()+" WITH (FORCE)")
+			conn.Close(ctx)
+		}
+		cancel()
+		if err != nil {
+			dropMu.Lock()
+			dropErrs = append(dropErrs, fmt.Sprintf("drop database %s: %v", d[1], err))
+			dropMu.Unlock()
+		}
+	}
+}
+
+// dropsDone waits until the databases of ended tests are dropped, and
+// returns the errors of those that could not be.
+func dropsDone() []string {
+	dropMu.Lock()
+	in, done := dropping, dropped
+	dropping, dropped = nil, nil
+	dropMu.Unlock()
+	if in != nil {
+		close(in)
+		<-done
+	}
+	dropMu.Lock()
+	defer dropMu.Unlock()
+	errs := dropErrs
+	dropErrs = nil
+	return errs
 }
 
 // settled waits until no connection the condition picks (with $1 its
@@ -75,7 +130,7 @@ func settled(ctx context.Context, conn *pgx.Conn, cond string, arg any) ([]strin
 			return left, err
 		}
 		select {
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		case <-ctx.Done():
 			return left, nil
 		}
