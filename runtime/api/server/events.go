@@ -330,18 +330,23 @@ func (l *eventLog) appendOf(recs []store.EventRecord) *store.EventAppend {
 // order.
 func (l *eventLog) attach(cp *store.Checkpoint) func(error) {
 	if !l.wmu.TryLock() {
-		// the writer is recording: the events are its, the commit
-		// does not wait for it
-		return nil
+		if !l.endsWith(cp) {
+			// the writer is recording: the events are its, the commit
+			// does not wait for it
+			return nil
+		}
+		// the run's last commit waits for the writer's append, so that
+		// the run's end goes with it rather than in a write of its own
+		l.wmu.Lock()
 	}
 	l.mu.Lock()
 	batch := l.take()
 	var end *store.RunEnd
-	if h := l.held; h != nil && h.typ == string(engine.RunEnd) && l.ends != nil && !l.ended && !l.broken &&
-		l.taken == len(l.items) && len(cp.Next) == 0 && cp.Release != "" {
+	if l.taken == len(l.items) && l.endsWithLocked(cp) {
 		// the run ends with this commit: its end goes with it
 		rec, expect := l.ends(cp.Seq)
 		rec.WriteID = store.NewWriteID()
+		h := l.held
 		end = &store.RunEnd{Record: &rec, Expect: expect, Events: []store.EventRecord{{Seq: h.seq, Data: h.data}}}
 		if l.notes.n != nil {
 			// the thread's next run may wait in the queue
@@ -378,6 +383,20 @@ func (l *eventLog) attach(cp *store.Checkpoint) func(error) {
 			l.mu.Unlock()
 		}
 	}
+}
+
+// endsWith reports whether the run ends with the commit of cp: its
+// run_end is held, and cp names no next node and releases the thread.
+func (l *eventLog) endsWith(cp *store.Checkpoint) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.endsWithLocked(cp)
+}
+
+// endsWithLocked is endsWith; the caller holds l.mu.
+func (l *eventLog) endsWithLocked(cp *store.Checkpoint) bool {
+	h := l.held
+	return h != nil && h.typ == string(engine.RunEnd) && l.ends != nil && !l.ended && !l.broken && len(cp.Next) == 0 && cp.Release != ""
 }
 
 // recordedEnd is the run's end recorded with its last commit, if it was
