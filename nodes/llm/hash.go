@@ -5,9 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"sync"
-	"unicode/utf8"
 
 	openai "github.com/sashabaranov/go-openai"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // hashRequest hashes what a node sends: its messages, reply format and
@@ -61,10 +61,10 @@ func appendPlainRequest(b []byte, req openai.ChatCompletionRequest) (_ []byte, o
 				b = append(b, ',')
 			}
 			b = append(b, `{"role":`...)
-			b = appendJSONString(b, m.Role)
+			b = value.AppendJSONString(b, m.Role)
 			if m.Content != "" {
 				b = append(b, `,"content":`...)
-				b = appendJSONString(b, m.Content)
+				b = value.AppendJSONString(b, m.Content)
 			}
 			b = append(b, '}')
 		}
@@ -81,59 +81,4 @@ func appendPlainRequest(b []byte, req openai.ChatCompletionRequest) (_ []byte, o
 		b = append(b, f...)
 	}
 	return append(b, '}'), true
-}
-
-// appendJSONString appends s as encoding/json writes a string: HTML
-// characters, control characters, U+2028 and U+2029 escaped, invalid
-// UTF-8 as U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/trellisflow/trellis/runtime/kind"
+	"github.com/trellisflow/trellis/runtime/value"
 )
 
 // JSON is the event's JSON: the bytes json.Marshal writes for it, written
@@ -68,11 +68,11 @@ var errSlow = errors.New("engine: event encoded by encoding/json")
 func (e *Event) appendJSON(b []byte) ([]byte, error) {
 	var err error
 	b = append(b, `{"type":`...)
-	b = appendString(b, string(e.Type))
+	b = value.AppendJSONString(b, string(e.Type))
 	b = append(b, `,"run":`...)
-	b = appendString(b, e.Run)
+	b = value.AppendJSONString(b, e.Run)
 	b = append(b, `,"thread":`...)
-	b = appendString(b, e.Thread)
+	b = value.AppendJSONString(b, e.Thread)
 	b = append(b, `,"step":`...)
 	b = strconv.AppendInt(b, int64(e.Step), 10)
 	b = append(b, `,"time":`...)
@@ -81,15 +81,15 @@ func (e *Event) appendJSON(b []byte) ([]byte, error) {
 	}
 	if e.NS != "" {
 		b = append(b, `,"ns":`...)
-		b = appendString(b, e.NS)
+		b = value.AppendJSONString(b, e.NS)
 	}
 	if e.Node != "" {
 		b = append(b, `,"node":`...)
-		b = appendString(b, e.Node)
+		b = value.AppendJSONString(b, e.Node)
 	}
 	if e.Kind != "" {
 		b = append(b, `,"kind":`...)
-		b = appendString(b, e.Kind)
+		b = value.AppendJSONString(b, e.Kind)
 	}
 	if e.Attempt != 0 {
 		b = append(b, `,"attempt":`...)
@@ -128,7 +128,7 @@ func (e *Event) appendJSON(b []byte) ([]byte, error) {
 	}
 	if e.Degraded != "" {
 		b = append(b, `,"degraded":`...)
-		b = appendString(b, e.Degraded)
+		b = value.AppendJSONString(b, e.Degraded)
 	}
 	if e.Cached {
 		b = append(b, `,"cached":true`...)
@@ -151,11 +151,11 @@ func (e *Event) appendJSON(b []byte) ([]byte, error) {
 	}
 	if e.Text != "" {
 		b = append(b, `,"text":`...)
-		b = appendString(b, e.Text)
+		b = value.AppendJSONString(b, e.Text)
 	}
 	if e.Error != "" {
 		b = append(b, `,"error":`...)
-		b = appendString(b, e.Error)
+		b = value.AppendJSONString(b, e.Error)
 	}
 	if len(e.State) > 0 {
 		b = append(b, `,"state":`...)
@@ -253,7 +253,7 @@ func appendValue(b []byte, v any, depth int) ([]byte, error) {
 	case nil:
 		return append(b, "null"...), nil
 	case string:
-		return appendString(b, x), nil
+		return value.AppendJSONString(b, x), nil
 	case bool:
 		return strconv.AppendBool(b, x), nil
 	case float64:
@@ -325,7 +325,7 @@ func appendObject(b []byte, m map[string]any, depth int) ([]byte, error) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, ms[i].key)
+		b = value.AppendJSONString(b, ms[i].key)
 		b = append(b, ':')
 		var err error
 		if b, err = appendValue(b, ms[i].value, depth+1); err != nil {
@@ -352,7 +352,7 @@ func appendUsage(b []byte, m map[string]int64) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, k)
+		b = value.AppendJSONString(b, k)
 		b = append(b, ':')
 		b = strconv.AppendInt(b, m[k], 10)
 	}
@@ -365,7 +365,7 @@ func appendStrings(b []byte, s []string) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, e)
+		b = value.AppendJSONString(b, e)
 	}
 	return append(b, ']')
 }
@@ -391,72 +391,6 @@ func appendFloat(b []byte, f float64) ([]byte, error) {
 		}
 	}
 	return b, nil
-}
-
-const hexDigits = "0123456789abcdef"
-
-// safeASCII marks the ASCII bytes a string holds as they are: not a
-// control character, quote, backslash, or one of <, > and & (which
-// encoding/json escapes for HTML).
-var safeASCII = func() (t [utf8.RuneSelf]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
-
-// appendString writes s quoted as encoding/json does with HTML escaping:
-// control characters, <, >, &, U+2028 and U+2029 escaped, each invalid
-// UTF-8 byte as \ufffd.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if safeASCII[c] {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // validNumber reports whether s is a JSON number, as encoding/json
