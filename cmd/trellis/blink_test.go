@@ -382,7 +382,15 @@ func blink(t *testing.T, backend string, wait time.Duration) {
 	logs := stderr.String()
 	for _, bad := range []string{"WARNING: DATA RACE", "panic:", `"level":"ERROR"`, "taken over"} {
 		if strings.Contains(logs, bad) {
-			t.Errorf("the server logged %q:\n%s", bad, logs)
+			// the lines that say it come last, where a log cut short
+			// keeps them
+			var said []string
+			for _, line := range strings.Split(logs, "\n") {
+				if strings.Contains(line, bad) {
+					said = append(said, line)
+				}
+			}
+			t.Errorf("the server logged %q:\n%s\nthe lines that say it:\n%s", bad, logs, strings.Join(said, "\n"))
 			break
 		}
 	}

@@ -71,9 +71,12 @@ type eventLog struct {
 	// with no next node (its checkpoint), and what its record holds
 	// now: a run whose run_end is held when its last commit carries the
 	// rest of its events has its end recorded with them (attach), and
-	// endRecorded is that end once recorded
+	// endRecorded is that end once recorded, endTried the end of a
+	// last commit that failed (its reply may have been lost after it
+	// committed)
 	ends        func(checkpoint uint64) (store.RunRecord, store.RunState)
 	endRecorded *store.RunEnd
+	endTried    *store.RunEnd
 }
 
 type logged struct {
@@ -258,7 +261,8 @@ func (l *eventLog) save() {
 // run's budget allows. A batch whose first events may have been recorded
 // already finds their numbers taken: tried again after a failure that
 // may have come after it was recorded, or handed back by a step's commit
-// that failed so (attach). Read back, its own events are not taken for
+// that failed so (attach), or refused as no longer this server's when
+// that commit recorded the run's end. Read back, its own events are not taken for
 // another server's (store.Recorded): another's would not be these
 // bytes; the rest of the batch is recorded after them. It reports
 // whether the log goes on.
@@ -267,11 +271,14 @@ func (l *eventLog) write(batch []logged) bool {
 	err := l.retry.Do(l.ctx, func(bool) error {
 		for {
 			err := l.append(recs)
-			if !errors.Is(err, store.ErrExists) {
+			if !errors.Is(err, store.ErrExists) && !errors.Is(err, store.ErrRunChanged) {
 				return err
 			}
 			// the first of them may be recorded (by a commit that carried
-			// them, or an attempt whose reply was lost): the rest go on
+			// them, or an attempt whose reply was lost): the rest go on.
+			// (A last commit that carried them with the run's end, its
+			// reply lost, left the record no longer this server's: the
+			// events are refused, though recorded.)
 			n, rerr := store.Recorded(l.ctx, l.cat, l.run, recs)
 			switch {
 			case rerr != nil:
@@ -367,6 +374,9 @@ func (l *eventLog) attach(cp *store.Checkpoint) func(error) {
 		switch {
 		case err != nil:
 			l.mu.Lock()
+			if end != nil {
+				l.endTried = end
+			}
 			l.signal()
 			l.mu.Unlock()
 		case ea.Refused:
@@ -400,11 +410,13 @@ func (l *eventLog) endsWithLocked(cp *store.Checkpoint) bool {
 }
 
 // recordedEnd is the run's end recorded with its last commit, if it was
-// (see attach).
-func (l *eventLog) recordedEnd() *store.RunEnd {
+// (see attach), and else the end of a last commit that failed, if one
+// did: that commit may have recorded it all the same, its reply lost,
+// and the run's record then carries its write id.
+func (l *eventLog) recordedEnd() (recorded, tried *store.RunEnd) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.endRecorded
+	return l.endRecorded, l.endTried
 }
 
 // records are the store's records of a batch of events.

@@ -29,16 +29,17 @@ type hooked struct {
 }
 
 type hooks struct {
-	enqueue      func()                          // before EnqueueRun
-	claim        func() bool                     // before ClaimRun: false claims nothing
-	appendEvents func(ctx context.Context) error // before AppendEvents
-	commit       func(cp *store.Checkpoint)      // before Commit
-	del          func(thread string) error       // before the store deletes a thread and all of it
-	events       func(after int64, n int)        // after Events, with how many it read
-	runs         func(limit int)                 // before Runs
-	beat         func() error                    // before Beat
-	acquire      func(thread, owner string)      // before Acquire
-	updateRun    func(r *store.RunRecord)        // before UpdateRun
+	enqueue      func()                           // before EnqueueRun
+	claim        func() bool                      // before ClaimRun: false claims nothing
+	appendEvents func(ctx context.Context) error  // before AppendEvents
+	commit       func(cp *store.Checkpoint)       // before Commit
+	committed    func(cp *store.Checkpoint) error // after Commit succeeded: the error it returns instead
+	del          func(thread string) error        // before the store deletes a thread and all of it
+	events       func(after int64, n int)         // after Events, with how many it read
+	runs         func(limit int)                  // before Runs
+	beat         func() error                     // before Beat
+	acquire      func(thread, owner string)       // before Acquire
+	updateRun    func(r *store.RunRecord)         // before UpdateRun
 }
 
 func (h *hooked) set(fn func(*hooks)) {
@@ -80,7 +81,11 @@ func (h *hooked) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	if fn := h.get().commit; fn != nil {
 		fn(cp)
 	}
-	return h.full.Commit(ctx, cp)
+	err := h.full.Commit(ctx, cp)
+	if fn := h.get().committed; fn != nil && err == nil {
+		err = fn(cp)
+	}
+	return err
 }
 
 func (h *hooked) UpdateRun(ctx context.Context, r *store.RunRecord, expect store.RunState, evs []store.EventRecord) error {

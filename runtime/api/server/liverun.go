@@ -200,15 +200,8 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 	var out store.RunRecord
 	var written []store.EventRecord
 	var werr error
-	end := lr.events.recordedEnd()
-	if end != nil {
-		// recorded with the run's last commit: the thread's head is
-		// the run's end, whatever came after it
-		out, written = *end.Record, end.Events
-		if err != nil {
-			m.s.log.Warn("a run ended with its last commit, then failed: its record says it succeeded", "run", rec.ID, "error", err.Error())
-		}
-	} else {
+	end, tried := lr.events.recordedEnd()
+	if end == nil {
 		out, written, werr = m.settle(rec, func(cur store.RunRecord) (store.RunRecord, []store.EventRecord) {
 			stop := cur.Stop
 			if stop == "" && (why == store.StopCancel || why == store.StopInterrupt) {
@@ -231,6 +224,19 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 			}
 			return cur, evs
 		})
+		if errors.Is(werr, errNotOurs) && tried != nil && out.WriteID == tried.Record.WriteID {
+			// the last commit recorded the run's end though it seemed
+			// to fail: its reply was lost
+			end, werr = tried, nil
+		}
+	}
+	if end != nil {
+		// recorded with the run's last commit: the thread's head is
+		// the run's end, whatever came after it
+		out, written = *end.Record, end.Events
+		if err != nil {
+			m.s.log.Warn("a run ended with its last commit, then failed: its record says it succeeded", "run", rec.ID, "error", err.Error())
+		}
 	}
 	lr.events.close(written)
 	switch {

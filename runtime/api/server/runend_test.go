@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/trellisflow/trellis/runtime/api"
@@ -13,7 +16,9 @@ import (
 // A run's end is recorded with its last step's commit: the record says
 // it succeeded at that checkpoint, its run_end is the last stored event,
 // and no write of its own follows. Should that commit fail, the run
-// fails, and its stored events end with run_error alone.
+// fails, and its stored events end with run_error alone. Should its
+// reply be lost after it committed, the run's end is recorded once, by
+// that commit.
 func TestARunsEndGoesWithItsLastCommit(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -87,8 +92,53 @@ func TestARunsEndGoesWithItsLastCommit(t *testing.T) {
 			if n := len(types); n == 0 || types[n-1] != "run_error" || count(types, "run_end") != 0 || count(types, "run_error") != 1 {
 				t.Fatalf("stored events of the failed run %v", types)
 			}
-			if strings.Contains(a.log.String(), "dropped") {
-				t.Fatalf("events dropped:\n%s", a.log.String())
+
+			// the last commit goes through, and its reply is lost: tried
+			// again, the commit finds its own checkpoint, and the run's
+			// record its end
+			var lost *store.RunEnd
+			h.set(func(k *hooks) {
+				k.committed = func(cp *store.Checkpoint) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if cp.Thread != "acme/lost" || cp.Events == nil || cp.Events.End == nil || lost != nil {
+						return nil
+					}
+					lost = cp.Events.End
+					return fmt.Errorf("the reply: %w", syscall.ECONNRESET)
+				}
+			})
+			if _, err := a.acme.CreateThread(ctx, api.CreateThread{ID: "lost", Flow: "steps"}); err != nil {
+				t.Fatal(err)
+			}
+			before := len(a.log.String())
+			r, err = a.acme.RunWait(ctx, "lost", api.StartRun{Input: map[string]any{"said": "hi"}})
+			if err != nil || r.Status != api.RunSucceeded || r.State["n"] != 3 {
+				t.Fatalf("the run whose last commit's reply was lost: %+v %v\n%s", r, err, a.log.String())
+			}
+			mu.Lock()
+			end = lost
+			mu.Unlock()
+			if end == nil || !end.Applied && end.Record == nil {
+				t.Fatalf("no last commit carried the run's end: %+v", end)
+			}
+			rec, err = a.srv.cat.Run(ctx, "acme", r.ID)
+			if err != nil || rec.Status != store.RunSucceeded || rec.WriteID != end.Record.WriteID {
+				t.Fatalf("the run's record: %+v %v, want the end its last commit carried", rec, err)
+			}
+			evs = storedEvents(t, a.srv.cat, r.ID)
+			types = nil
+			for _, ev := range evs {
+				types = append(types, eventType(ev.Data))
+			}
+			if n := len(types); n == 0 || types[n-1] != "run_end" || count(types, "run_end") != 1 || !bytes.Equal(evs[n-1].Data, end.Events[0].Data) {
+				t.Fatalf("stored events of the run whose last commit's reply was lost %v", types)
+			}
+			logs := a.log.String()[before:]
+			for _, bad := range []string{"dropped", "taken over", "level=ERROR", "then failed"} {
+				if strings.Contains(logs, bad) {
+					t.Fatalf("the server logged %q:\n%s", bad, logs)
+				}
 			}
 		})
 	}
