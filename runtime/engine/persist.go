@@ -211,6 +211,12 @@ func (r *run) takeChain() []*store.Checkpoint {
 	if len(r.chain) == 0 {
 		return nil
 	}
+	if r.reuses {
+		// the chain's buffer comes back with its checkpoints (recycle)
+		out := r.chain
+		r.chain, r.swap = r.swap[:0], nil
+		return out
+	}
 	out := slices.Clone(r.chain)
 	clear(r.chain)
 	r.chain = r.chain[:0]
@@ -244,10 +250,39 @@ func (r *run) flushChain(ctx context.Context) error {
 		r.putBack(held)
 		return fmt.Errorf("commit step %d: %w", last.Step, err)
 	}
+	r.recycle(held)
 	if r.lease != nil {
 		r.lease.renewIfDue(ctx, time.Now())
 	}
 	return nil
+}
+
+// checkpoint is a zeroed checkpoint for a step: one committed before
+// (see recycle), or one of the slab's.
+func (r *run) checkpoint() *store.Checkpoint {
+	if n := len(r.spare); n > 0 {
+		cp := r.spare[n-1]
+		r.spare = r.spare[:n-1]
+		return cp
+	}
+	return &take(&r.slabs.cps, 1)[0]
+}
+
+// recycle keeps the checkpoints of held, just committed, for the run's
+// steps to come, when the store copied them (r.reuses): zeroed, they hold
+// no value. held's buffer, a held chain's, holds the next chain.
+func (r *run) recycle(held []*store.Checkpoint) {
+	if !r.reuses || len(held) == 0 {
+		return
+	}
+	for _, cp := range held {
+		*cp = store.Checkpoint{}
+	}
+	r.spare = append(r.spare, held...)
+	if cap(held) > cap(r.swap) {
+		clear(held)
+		r.swap = held[:0]
+	}
 }
 
 // Pipelined commits. The held steps commit before a node that may block
@@ -345,6 +380,7 @@ func (r *run) joinPipe(ctx context.Context) error {
 		r.putBack(p.held)
 		return p.err
 	}
+	r.recycle(p.held)
 	if r.lease != nil {
 		r.lease.renewIfDue(ctx, time.Now())
 	}

@@ -169,6 +169,13 @@ type durability struct {
 	// of the step after them (see Pipelined commits)
 	pipe  atomic.Pointer[pipe]
 	slabs slabs // parts of step checkpoints
+	// reuses is set when the run's commits go to the store at once and
+	// the store copies them (store.Copier): spare then holds checkpoints
+	// committed, zeroed for steps to come, and swap a held chain's
+	// buffer once committed (see recycle)
+	reuses bool
+	spare  []*store.Checkpoint
+	swap   []*store.Checkpoint
 }
 
 // clockReading is the last reading of the clock, see run.clock.
@@ -221,6 +228,7 @@ func newRun(e *Engine, g *flow.Graph, req Request, head *store.Snapshot) *run {
 	r.dirty = r.dirty[:nf]
 	r.vars, r.staleValues, r.staleVars = nil, false, true
 	r.resumed, r.pending, r.lease, r.async, r.deferred, r.chain = nil, nil, nil, nil, nil, r.chain[:0]
+	r.reuses = e != nil && req.Durability != Async && req.Durability != Exit && store.Copies(e.Store)
 	r.replies, r.held, r.puts = nil, nil, nil
 	r.hasRecords.Store(false)
 	r.late.reset()

@@ -627,7 +627,7 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	// the slab's checkpoint is zeroed: a part the step does not have is
 	// left unwritten (a pointer written while the collector marks costs
 	// a write barrier, a nil one too)
-	cp := &take(&r.slabs.cps, 1)[0]
+	cp := r.checkpoint()
 	cp.Thread, cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Source = r.req.Thread, r.seq+1, r.seq, r.id, r.step, store.SourceStep
 	if replies, puts := r.takeRecords(); replies != nil || puts != nil {
 		cp.Replies, cp.Memory = replies, puts
@@ -710,10 +710,12 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 			r.emit(Event{Type: RunEnd, Step: r.step, State: r.state(), Duration: time.Since(r.started)})
 		}
 	}
+	var before []*store.Checkpoint
 	if held {
 		r.hold(cp)
 	} else {
-		cp.Before = r.takeChain()
+		before = r.takeChain()
+		cp.Before = before
 		if err := r.commit(ctx, cp); err != nil {
 			return nil, fmt.Errorf("commit step %d: %w", r.step, err)
 		}
@@ -737,6 +739,13 @@ func (r *run) superstep(ctx context.Context, triggered []*flow.Node) ([]*flow.No
 	}
 	if observe && !early {
 		r.emit(r.stateUpdate(changed, cp, committed))
+	}
+	if !held && r.reuses {
+		// committed, and copied by the store: the run's next steps
+		// fill these checkpoints again
+		r.recycle(before)
+		*cp = store.Checkpoint{}
+		r.spare = append(r.spare, cp)
 	}
 	return following, nil
 }

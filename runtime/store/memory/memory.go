@@ -25,6 +25,8 @@ type Store struct {
 	// to one thread, and this spares hashing its name each time.
 	lastID string
 	last   *thread
+	// records hands out the records of checkpoints (see keep).
+	records []record
 	// catalog holds the served records (see catalog.go), made on first use.
 	catOnce sync.Once
 	catalog *catalog
@@ -43,7 +45,7 @@ type lease struct {
 }
 
 type thread struct {
-	chain   []*store.Checkpoint
+	chain   []*record
 	pending map[string][]store.Write // of the superstep after the newest checkpoint
 	folder  *store.Folder
 	applied int // checkpoints folded so far
@@ -82,8 +84,10 @@ func (s *Store) Head(_ context.Context, id string) (*store.Snapshot, error) {
 	if t.folder == nil {
 		t.folder = store.NewFolder()
 	}
+	var cp store.Checkpoint
 	for ; t.applied < len(t.chain); t.applied++ {
-		t.folder.Apply(t.chain[t.applied])
+		t.chain[t.applied].fill(&cp, id)
+		t.folder.Apply(&cp)
 	}
 	snap := t.folder.Snapshot(id)
 	if len(snap.Next) > 0 && len(t.pending) > 0 {
@@ -148,13 +152,13 @@ func (s *Store) StateAt(_ context.Context, id string, seq uint64) (*store.Snapsh
 	if err != nil {
 		return nil, err
 	}
-	i, found := slices.BinarySearchFunc(t.chain, seq, func(cp *store.Checkpoint, seq uint64) int {
-		return int(cp.Seq) - int(seq)
+	i, found := slices.BinarySearchFunc(t.chain, seq, func(rec *record, seq uint64) int {
+		return int(rec.Seq) - int(seq)
 	})
 	if !found {
 		return nil, store.ErrNotFound
 	}
-	return store.Replay(id, t.chain[:i+1]), nil
+	return replay(id, t.chain[:i+1]), nil
 }
 
 // Commit implements store.Store.
@@ -300,11 +304,11 @@ func (s *Store) commitLocked(cp *store.Checkpoint) error {
 		return err
 	}
 	if !ok {
-		t = &thread{chain: make([]*store.Checkpoint, 0, 16), created: cp.Time}
+		t = &thread{chain: make([]*record, 0, 16), created: cp.Time}
 		s.threads[cp.Thread] = t
 	}
 	s.lastID, s.last = cp.Thread, t
-	t.chain = append(t.chain, cp)
+	s.keep(t, cp)
 	t.updated = cp.Time
 	t.pending = nil
 	if cp.Release == "" {
@@ -324,10 +328,13 @@ func (s *Store) History(_ context.Context, id string, opts store.HistoryOptions)
 	if err != nil {
 		return nil, err
 	}
+	// each call hands back checkpoints of its own, built from the records
 	var out []*store.Checkpoint
+	var cp store.Checkpoint
 	for i := len(t.chain) - 1; i >= 0; i-- {
-		if cp := t.chain[i]; opts.Keep(cp) {
-			out = append(out, cp)
+		if t.chain[i].fill(&cp, id); opts.Keep(&cp) {
+			c := cp
+			out = append(out, &c)
 			if opts.Limit > 0 && len(out) == opts.Limit {
 				break
 			}
@@ -407,10 +414,10 @@ func (s *Store) Prune(_ context.Context, id string, opts store.PruneOptions) (in
 		return 0, nil
 	}
 	cut := len(t.chain) - keep // chain[:cut] folds into the base
-	baseState := store.Replay(id, t.chain[:cut])
+	baseState := replay(id, t.chain[:cut])
 	last := t.chain[cut-1]
-	base := &store.Checkpoint{Thread: id, Seq: last.Seq, Source: store.SourceBase, Time: last.Time, Writes: store.BaseWrites(baseState)}
-	t.chain = append([]*store.Checkpoint{base}, t.chain[cut:]...)
+	base := &record{Seq: last.Seq, Time: last.Time, Writes: store.BaseWrites(baseState), more: &recordMore{source: store.SourceBase}}
+	t.chain = append([]*record{base}, t.chain[cut:]...)
 	t.folder, t.applied = nil, 0
 	if opts.Progress != nil {
 		opts.Progress(cut-1, cut-1)
