@@ -36,21 +36,41 @@ type recordMore struct {
 	release string
 }
 
-// recordChunk is how many records the store allocates at a time, at most.
-const recordChunk = 64
+// How many records the store allocates at a time: its first chunk holds
+// a short run's, the next ones recordChunk.
+const (
+	firstChunk  = 16
+	recordChunk = 64
+)
 
 // keep records cp (its Events, Memory and Before aside) on t's chain.
-// The records come from chunks, each as large as the thread's chain
-// (between 4 and recordChunk): a short thread takes little room, a long
-// one one allocation per recordChunk checkpoints.
+// The records of all threads come from the store's chunks.
 func (s *Store) keep(t *thread, cp *store.Checkpoint) {
 	if len(s.records) == 0 {
-		s.records = make([]record, min(max(len(t.chain), 4), recordChunk))
+		n := recordChunk
+		if s.records == nil {
+			n = firstChunk
+		}
+		s.records = make([]record, n)
 	}
+	// the chunk's record is zeroed: a part the checkpoint lacks is left
+	// unwritten (a pointer written while the collector marks costs a
+	// write barrier, a nil one too)
 	rec := &s.records[0]
 	s.records = s.records[1:]
-	*rec = record{Seq: cp.Seq, Parent: cp.Parent, Run: cp.Run, Step: cp.Step, Time: cp.Time,
-		Writes: cp.Writes, Writers: cp.Writers, Next: cp.Next, WriteID: cp.WriteID}
+	rec.Seq, rec.Parent, rec.Run, rec.Step, rec.Time = cp.Seq, cp.Parent, cp.Run, cp.Step, cp.Time
+	if cp.Writes != nil {
+		rec.Writes = cp.Writes
+	}
+	if cp.Writers != nil {
+		rec.Writers = cp.Writers
+	}
+	if cp.Next != nil {
+		rec.Next = cp.Next
+	}
+	if cp.WriteID != "" {
+		rec.WriteID = cp.WriteID
+	}
 	if cp.Source != store.SourceStep || cp.Joins != nil || cp.Config != nil || cp.Input != nil || cp.Base != 0 ||
 		cp.Replies != nil || cp.Answers != nil || cp.Release != "" {
 		rec.more = &recordMore{source: cp.Source, joins: cp.Joins, config: cp.Config, input: cp.Input, base: cp.Base,
