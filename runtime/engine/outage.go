@@ -20,14 +20,16 @@ import (
 type storeWatch struct {
 	mu sync.Mutex
 	r  *run // set while the run's events may be emitted
+	rt store.Retrier
 }
 
-// retrier is the run's Retrier, with a budget of wait (0: the store's
-// default), reporting to w.
+// retrier is the run's Retrier (w's own), with a budget of wait (0: the
+// store's default), reporting to w.
 func (w *storeWatch) retrier(wait time.Duration) *store.Retrier {
-	return &store.Retrier{Budget: wait,
-		Down: func(err error) { w.emit(Event{Type: StoreUnavailable, Error: err.Error()}) },
-		Back: func(lasted time.Duration) { w.emit(Event{Type: StoreBack, Duration: lasted}) }}
+	w.rt.Budget = wait
+	w.rt.Down = func(err error) { w.emit(Event{Type: StoreUnavailable, Error: err.Error()}) }
+	w.rt.Back = func(lasted time.Duration) { w.emit(Event{Type: StoreBack, Duration: lasted}) }
+	return &w.rt
 }
 
 // begin starts reporting for r, once it has emitted run_start.

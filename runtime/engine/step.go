@@ -60,11 +60,17 @@ func (r *run) execute(ctx context.Context) (res *Result, err error) {
 		// were done (a cancelled run's too, as they would have been);
 		// a commit still under way beside a step that panicked ends
 		// first
-		if perr := r.joinPipe(context.WithoutCancel(ctx)); err == nil && perr != nil {
-			res, err = nil, perr
+		// (a context that outlives a cancelled run's, only when a commit
+		// is left to end)
+		if r.pipe.Load() != nil {
+			if perr := r.joinPipe(context.WithoutCancel(ctx)); err == nil && perr != nil {
+				res, err = nil, perr
+			}
 		}
-		if ferr := r.flushChain(context.WithoutCancel(ctx)); err == nil && ferr != nil {
-			res, err = nil, ferr
+		if len(r.chain) > 0 {
+			if ferr := r.flushChain(context.WithoutCancel(ctx)); err == nil && ferr != nil {
+				res, err = nil, ferr
+			}
 		}
 		if ferr := r.flush(ctx, err == nil); err == nil && ferr != nil {
 			res, err = nil, ferr
