@@ -53,6 +53,9 @@ type chunk struct {
 	choice  bool
 	Content []byte
 	Calls   []callDelta
+	// Finished is set when the choice gives a finish_reason: the reply
+	// is complete
+	Finished bool
 	// Usage is set when HasUsage is
 	Usage    openai.Usage
 	HasUsage bool
@@ -73,8 +76,12 @@ type chunkStream struct {
 	long  []byte // a line longer than r's buffer, put together
 	other []byte // the lines that were not data since the last data line
 	done  bool
-	c     chunk
-	sc    scanner
+	// closed is set once [DONE] was read: the stream ended as it should,
+	// not with its body cut short
+	closed  bool
+	scratch []byte
+	c       chunk
+	sc      scanner
 }
 
 var chunkStreams = sync.Pool{New: func() any { return &chunkStream{r: bufio.NewReaderSize(nil, 8<<10)} }}
@@ -83,7 +90,7 @@ var chunkStreams = sync.Pool{New: func() any { return &chunkStream{r: bufio.NewR
 func newChunkStream(body io.Reader) *chunkStream {
 	s := chunkStreams.Get().(*chunkStream)
 	s.r.Reset(body)
-	s.done = false
+	s.done, s.closed = false, false
 	s.other = s.other[:0]
 	return s
 }
@@ -142,7 +149,7 @@ func (s *chunkStream) next() (*chunk, error) {
 			continue
 		}
 		if string(data) == "[DONE]" {
-			s.done = true
+			s.done, s.closed = true, true
 			return nil, io.EOF
 		}
 		if err := s.decode(data); err != nil {
@@ -189,7 +196,7 @@ func (s *chunkStream) gatheredError() error {
 // decode reads one chunk's JSON into s.c.
 func (s *chunkStream) decode(data []byte) error {
 	c := &s.c
-	c.choice, c.Content, c.Calls, c.HasUsage, c.Usage = false, c.Content[:0], c.Calls[:0], false, openai.Usage{}
+	c.choice, c.Content, c.Calls, c.HasUsage, c.Usage, c.Finished = false, c.Content[:0], c.Calls[:0], false, openai.Usage{}, false
 	sc := &s.sc
 	sc.reset(data)
 	first := true
@@ -224,7 +231,7 @@ func (s *chunkStream) decode(data []byte) error {
 // choices reads the chunk's choices: the first one's delta.
 func (s *chunkStream) choices() {
 	sc := &s.sc
-	s.c.choice, s.c.Content, s.c.Calls = false, s.c.Content[:0], s.c.Calls[:0]
+	s.c.choice, s.c.Content, s.c.Calls, s.c.Finished = false, s.c.Content[:0], s.c.Calls[:0], false
 	if sc.null() {
 		return
 	}
@@ -248,9 +255,15 @@ func (s *chunkStream) choices() {
 		}
 		inner := true
 		for sc.more('}', &inner) {
-			if named(sc.key(), "delta") {
+			switch k := sc.key(); {
+			case named(k, "delta"):
 				s.delta()
-			} else {
+			case named(k, "finish_reason"):
+				if !sc.null() {
+					s.scratch = sc.text(s.scratch[:0])
+					s.c.Finished = len(s.scratch) > 0
+				}
+			default:
 				sc.skip()
 			}
 		}

@@ -296,6 +296,31 @@ func TestStreamingReachesEvents(t *testing.T) {
 	}
 }
 
+// A reply whose stream ends before it says it is done (a connection
+// closed mid-reply) is not taken for the whole reply: the call is tried
+// again, and the node's update is the reply that came whole.
+func TestACutReplyIsTriedAgain(t *testing.T) {
+	const whole = "a fine resume with clear impact"
+	srv := llmtest.New(
+		llmtest.Rule{Match: "Summarise", Replies: []llmtest.Reply{{Content: whole, Cut: true}, {Content: whole}}},
+	)
+	g := setup(t, serve(t, srv))
+	rec := &recorder{}
+	state := runFlow(t, g, memory.New(), rec.observe)
+	if state["summary"] != strings.ToUpper(whole) {
+		t.Fatalf("summary = %q, want the whole reply", state["summary"])
+	}
+	summarise := 0
+	for _, c := range srv.Calls() {
+		if c.Rule == 0 {
+			summarise++
+		}
+	}
+	if ev := rec.nodeEnd("summarise"); summarise != 2 || ev.Usage["calls"] != 2 {
+		t.Fatalf("%d calls to summarise, its end event %+v: want the cut reply's call tried again", summarise, ev)
+	}
+}
+
 func TestCredentialNeverLeaks(t *testing.T) {
 	const key = "sk-test-0123456789-SECRET"
 	srv := llmtest.New(

@@ -14,14 +14,21 @@ const maxStreamedCalls = 128
 
 // readReply reads a streamed reply to its end: its text, handed to text
 // piece by piece as it comes, and the functions it calls; usage is
-// called with each usage the stream reports.
+// called with each usage the stream reports. A body that ends before the
+// stream said it was done ([DONE]) and before a choice gave its
+// finish_reason was cut short (a connection closed mid-reply): the reply
+// is not taken for a whole one (errTruncated, which is tried again).
 func readReply(cs *chunkStream, text func(string), usage func(openai.Usage)) (reply, error) {
 	var b strings.Builder
 	var calls []toolCall
 	var args [][]byte
+	finished := false
 	for {
 		chunk, err := cs.next()
 		if errors.Is(err, io.EOF) {
+			if !cs.closed && !finished {
+				return reply{}, errTruncated
+			}
 			break
 		}
 		if err != nil {
@@ -33,6 +40,7 @@ func readReply(cs *chunkStream, text func(string), usage func(openai.Usage)) (re
 		if !chunk.choice {
 			continue
 		}
+		finished = finished || chunk.Finished
 		if len(chunk.Content) > 0 {
 			// the piece is streamed as the part of the reply's text it
 			// is: the builder never changes what it has written

@@ -64,6 +64,8 @@ type readout struct {
 	pieces []string
 	usages []openai.Usage
 	err    error
+	// finished: a choice gave its finish_reason
+	finished bool
 }
 
 func (ws *wireServer) request() openai.ChatCompletionRequest {
@@ -100,6 +102,9 @@ func (ws *wireServer) viaGoOpenAI(ctx context.Context) (o readout) {
 		}
 		if len(chunk.Choices) == 0 {
 			continue
+		}
+		if chunk.Choices[0].FinishReason != "" {
+			o.finished = true
 		}
 		d := chunk.Choices[0].Delta
 		if d.Content != "" {
@@ -158,7 +163,9 @@ func (ws *wireServer) viaNode(ctx context.Context) (o readout) {
 // error with the same status, message, type and code; a request error
 // with the same status; too many lines that are not data; any other).
 // A chunk go-openai fails only for the type of a member the node does
-// not read is read by the node, as chunks.go says.
+// not read is read by the node, as chunks.go says. Where go-openai takes
+// a body that ended before [DONE] and before any finish_reason for a
+// whole reply, the node finds it cut short (errTruncated).
 func compare(t *testing.T, ws *wireServer, w wire) {
 	t.Helper()
 	ws.cur.Store(&w)
@@ -168,6 +175,9 @@ func compare(t *testing.T, ws *wireServer, w wire) {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(want.err, &typeErr) {
 		return
+	}
+	if want.err == nil && w.status == 0 && !want.finished && !closes(w.body) {
+		want.reply, want.err = reply{}, errTruncated
 	}
 	if !reflect.DeepEqual(got.pieces, want.pieces) {
 		t.Fatalf("%q: pieces %q, go-openai %q", w.body, got.pieces, want.pieces)
@@ -199,6 +209,10 @@ func compare(t *testing.T, ws *wireServer, w wire) {
 		if !errors.As(got.err, &gotReq) || gotReq.HTTPStatusCode != wantReq.HTTPStatusCode {
 			t.Fatalf("%q: %v, go-openai %v", w.body, got.err, want.err)
 		}
+	case errors.Is(want.err, errTruncated):
+		if !errors.Is(got.err, errTruncated) {
+			t.Fatalf("%q: %v, want the reply found cut short", w.body, got.err)
+		}
 	case errors.Is(want.err, openai.ErrTooManyEmptyStreamMessages):
 		if !errors.Is(got.err, openai.ErrTooManyEmptyStreamMessages) {
 			t.Fatalf("%q: %v, go-openai %v", w.body, got.err, want.err)
@@ -208,6 +222,19 @@ func compare(t *testing.T, ws *wireServer, w wire) {
 			t.Fatalf("%q: %v, go-openai %v", w.body, got.err, want.err)
 		}
 	}
+}
+
+// closes reports whether body says the stream is done: a whole line
+// (one a newline ends) whose data is [DONE].
+func closes(body string) bool {
+	lines := strings.Split(body, "\n")
+	for _, line := range lines[:len(lines)-1] {
+		d, ok := strings.CutPrefix(strings.TrimSpace(line), "data:")
+		if ok && strings.TrimLeft(d, " \t\r\n\f") == "[DONE]" {
+			return true
+		}
+	}
+	return false
 }
 
 // data is a data line of a chunk.
@@ -271,6 +298,10 @@ var wires = []wire{
 	{body: "data\n\n" + content("a") + done},
 	{body: ""},
 	{body: done},
+	{body: content("cut") + data(finish)},
+	{body: content("cut") + data(finish) + data(usage)},
+	{body: content("cut") + data(usage)},
+	{body: content("cut") + "data: [DONE]"},
 	{status: http.StatusTooManyRequests, body: `{"error":{"message":"slow down","type":"rate_limit","code":"rate_limit_exceeded"}}`},
 	{status: http.StatusInternalServerError, body: "upstream broke"},
 	{status: http.StatusBadRequest, body: `{"error":{"message":["a","b"],"type":"invalid_request_error","code":400}}`},

@@ -466,7 +466,7 @@ type pendingFails struct{ *memory.Store }
 
 var errStoreDown = errors.New("store down")
 
-func (pendingFails) PutPending(context.Context, string, uint64, string, []store.Write) error {
+func (pendingFails) PutPending(context.Context, string, uint64, string, []store.Write, string) error {
 	return errStoreDown
 }
 

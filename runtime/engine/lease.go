@@ -174,3 +174,14 @@ func (l *lease) release(ctx context.Context) {
 	}
 	_ = l.st.Release(ctx, l.thread, l.owner)
 }
+
+// fence is the owner a pending write of the run names (see
+// store.Store.PutPending): the lease the run holds on its thread, while
+// it holds it. A write after the lease was given up, or another took it,
+// saves nothing.
+func (r *run) fence() string {
+	if l := r.lease; l != nil && l.thread == r.req.Thread && !l.released {
+		return l.owner
+	}
+	return ""
+}

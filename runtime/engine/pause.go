@@ -82,7 +82,7 @@ func (r *run) keep(ctx context.Context, seq uint64, name string, writes []store.
 		if err := r.landed(); err != nil {
 			return err
 		}
-		if err := r.e.Store.PutPending(ctx, r.req.Thread, seq, name, writes); err != nil {
+		if err := r.e.Store.PutPending(ctx, r.req.Thread, seq, name, writes, r.fence()); err != nil {
 			return err
 		}
 	} else {
@@ -130,7 +130,7 @@ func (r *run) recorded(seq uint64, name string) (any, bool) {
 // its newest checkpoint, now committed.
 func (r *run) writeHeld(ctx context.Context) error {
 	for _, h := range r.held {
-		if err := r.e.Store.PutPending(ctx, r.req.Thread, r.seq, h.name, h.writes); err != nil {
+		if err := r.e.Store.PutPending(ctx, r.req.Thread, r.seq, h.name, h.writes, r.fence()); err != nil {
 			return fmt.Errorf("keep %s for the paused run: %w", h.name, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/config"
 	"github.com/trellisflow/trellis/runtime/engine"
@@ -24,8 +25,8 @@ type countPending struct {
 	saved func(node string)
 }
 
-func (c *countPending) PutPending(ctx context.Context, thread string, seq uint64, node string, ws []store.Write) error {
-	if err := c.Store.PutPending(ctx, thread, seq, node, ws); err != nil {
+func (c *countPending) PutPending(ctx context.Context, thread string, seq uint64, node string, ws []store.Write, owner string) error {
+	if err := c.Store.PutPending(ctx, thread, seq, node, ws, owner); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -210,7 +211,69 @@ type quickPending struct {
 	quick atomic.Int32
 }
 
-func (q *quickPending) PutPendingQuick(ctx context.Context, thread string, parent uint64, node string, writes []store.Write) error {
+func (q *quickPending) PutPendingQuick(ctx context.Context, thread string, parent uint64, node string, writes []store.Write, owner string) error {
 	q.quick.Add(1)
-	return q.PutPending(ctx, thread, parent, node, writes)
+	return q.PutPending(ctx, thread, parent, node, writes, owner)
+}
+
+// takesTheLease hands the thread's lease to another owner once the first
+// pending write of a run is saved.
+type takesTheLease struct {
+	*memory.Store
+	mu       sync.Mutex
+	acquired []string // owners that took the lease
+	owners   []string // owners pending writes named
+	refused  int
+}
+
+func (s *takesTheLease) Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error {
+	s.mu.Lock()
+	s.acquired = append(s.acquired, owner)
+	s.mu.Unlock()
+	return s.Store.Acquire(ctx, thread, owner, ttl)
+}
+
+func (s *takesTheLease) PutPending(ctx context.Context, thread string, seq uint64, node string, ws []store.Write, owner string) error {
+	err := s.Store.PutPending(ctx, thread, seq, node, ws, owner)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.owners = append(s.owners, owner)
+	if errors.Is(err, store.ErrLeased) {
+		s.refused++
+	}
+	if err == nil && len(s.owners) == 1 {
+		// another process takes the thread, as after this one's lease
+		// ran out
+		if rerr := s.Store.Release(ctx, thread, owner); rerr != nil {
+			return rerr
+		}
+		if aerr := s.Store.Acquire(ctx, thread, "another", time.Minute); aerr != nil {
+			return aerr
+		}
+	}
+	return err
+}
+
+// A run's pending writes name its lease's owner: once another took the
+// thread's lease, the run's nodes that complete save nothing, and the
+// run fails rather than add to what the new holder read.
+func TestPendingWritesAreFencedByTheRunsLease(t *testing.T) {
+	var runs sync.Map
+	st := &takesTheLease{Store: memory.New()}
+	g := compilePending(t, pendingKinds(&runs, nil), `  a: {kind: work}
+  b: {kind: work}
+  c: {kind: work}`)
+	_, err := engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t"})
+	if !errors.Is(err, store.ErrLeased) {
+		t.Fatalf("the run: %v, want it refused for the lease", err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.acquired) != 1 || len(st.owners) != 2 || st.owners[0] != st.acquired[0] || st.owners[1] != st.acquired[0] || st.refused != 1 {
+		t.Fatalf("leases taken by %q, pending writes naming %q, %d refused: want both writes to name the run's lease, the second refused", st.acquired, st.owners, st.refused)
+	}
+	head, err := st.Head(context.Background(), "t")
+	if err != nil || len(head.Pending) != 1 {
+		t.Fatalf("head %+v %v: want the first write alone", head, err)
+	}
 }

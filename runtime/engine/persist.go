@@ -554,7 +554,7 @@ func (r *run) savePending(ctx context.Context, o *outcome, seq uint64, step int)
 		// would run again, as one whose update was never saved
 		put = q.PutPendingQuick
 	}
-	if err := r.retry.Do(ctx, func(bool) error { return put(ctx, r.req.Thread, seq, o.node.Name, ws) }); err != nil {
+	if err := r.retry.Do(ctx, func(bool) error { return put(ctx, r.req.Thread, seq, o.node.Name, ws, r.fence()) }); err != nil {
 		return fmt.Errorf("step %d: save the update of node %q: %w", step, o.node.Name, err)
 	}
 	return nil

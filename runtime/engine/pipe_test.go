@@ -88,11 +88,11 @@ func (g *gatedCommits) Commit(ctx context.Context, cp *store.Checkpoint) error {
 	return g.Store.Commit(ctx, cp)
 }
 
-func (g *gatedCommits) PutPending(ctx context.Context, thread string, seq uint64, node string, ws []store.Write) error {
+func (g *gatedCommits) PutPending(ctx context.Context, thread string, seq uint64, node string, ws []store.Write, owner string) error {
 	if !g.committed.Load() {
 		g.early.Add(1)
 	}
-	return g.Store.PutPending(ctx, thread, seq, node, ws)
+	return g.Store.PutPending(ctx, thread, seq, node, ws, owner)
 }
 
 // Contained nodes start while the steps before them are being committed:

@@ -267,7 +267,7 @@ func (r *run) recordStart(ctx context.Context, triggered []*flow.Node) error {
 		for i, fv := range nr.update {
 			ws[i] = store.Write{Field: fv.Field, Value: fv.Value}
 		}
-		if err := r.e.Store.PutPending(ctx, r.req.Thread, r.seq, name, ws); err != nil {
+		if err := r.e.Store.PutPending(ctx, r.req.Thread, r.seq, name, ws, r.fence()); err != nil {
 			return fmt.Errorf("keep %s for the paused run: %w", name, err)
 		}
 		r.nestedMu.Lock()

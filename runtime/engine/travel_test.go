@@ -152,7 +152,7 @@ edges:
 	if err != nil || !slices.Equal(head.Next, []string{"a", "b"}) {
 		t.Fatalf("the stopped thread: %v %+v", err, head)
 	}
-	if err := eng.Store.PutPending(ctx, "t", head.Seq, "a", []store.Write{{Field: "a", Value: "kept"}}); err != nil {
+	if err := eng.Store.PutPending(ctx, "t", head.Seq, "a", []store.Write{{Field: "a", Value: "kept"}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.Fork(ctx, eng.Store, "t", head.Seq, "f"); err != nil {

@@ -257,7 +257,7 @@ func (e *Engine) UpdateAt(ctx context.Context, g *flow.Graph, thread string, at 
 	if base == head && len(head.Pending) > 0 {
 		// the nodes that completed after the head stay completed
 		for _, name := range slices.Sorted(maps.Keys(head.Pending)) {
-			if err := e.Store.PutPending(ctx, thread, cp.Seq, name, head.Pending[name]); err != nil {
+			if err := e.Store.PutPending(ctx, thread, cp.Seq, name, head.Pending[name], owner); err != nil {
 				return nil, fmt.Errorf("update: keep the update of node %q: %w", name, err)
 			}
 		}

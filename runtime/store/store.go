@@ -231,7 +231,7 @@ type Snapshot struct {
 // never saved. A store whose every write is durable at once need not be
 // one.
 type QuickPending interface {
-	PutPendingQuick(ctx context.Context, thread string, parent uint64, node string, writes []Write) error
+	PutPendingQuick(ctx context.Context, thread string, parent uint64, node string, writes []Write, owner string) error
 }
 
 // Store persists threads. Every implementation passes the conformance
@@ -263,7 +263,13 @@ type Store interface {
 	// PutPending saves the update of a node that completed in the
 	// superstep following checkpoint parent, before that superstep is
 	// committed. Head returns it in Snapshot.Pending until the next commit.
-	PutPending(ctx context.Context, thread string, parent uint64, node string, writes []Write) error
+	// With owner set, it is saved only while the thread's lease names
+	// owner (expired or not), and is otherwise refused with ErrLeased,
+	// saving nothing: a writer another took the thread from (a killed
+	// process whose write was still on its way, one stopped past its
+	// lease) cannot add to what the new holder has read. (A checkpoint's
+	// commit is fenced by its parent.)
+	PutPending(ctx context.Context, thread string, parent uint64, node string, writes []Write, owner string) error
 	// Acquire takes the thread's lease for owner for ttl; it fails with
 	// ErrLeased while another owner holds an unexpired lease. Acquiring a
 	// lease one holds renews it.
@@ -488,7 +494,7 @@ func fork(ctx context.Context, st Store, from string, seq uint64, to string, rep
 		return nil, err
 	}
 	for _, node := range slices.Sorted(maps.Keys(pending)) {
-		if err := st.PutPending(ctx, to, 1, node, pending[node]); err != nil {
+		if err := st.PutPending(ctx, to, 1, node, pending[node], ""); err != nil {
 			return nil, fmt.Errorf("fork: the update of node %q: %w", node, err)
 		}
 		if err := forkChild(ctx, st, from, to, node, pending[node], replay); err != nil {

@@ -42,6 +42,10 @@ type Reply struct {
 	// ToolCalls, when set, are the functions the reply calls (beside
 	// Content, which may be empty).
 	ToolCalls []ToolCall `yaml:"tool_calls" json:"tool_calls,omitempty"`
+	// Cut, when set, ends a streamed reply's body after the first half of
+	// its text, with no finish_reason and no [DONE], as a connection
+	// closed mid-reply does (a reply not streamed is sent whole).
+	Cut bool `yaml:"cut" json:"cut,omitempty"`
 }
 
 // ToolCall is a function call in a scripted reply.
@@ -177,7 +181,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 			u = &usage
 		}
-		stream(w, req.Model, reply.Content, calls, u)
+		stream(w, req.Model, reply.Content, calls, u, reply.Cut)
 		return
 	}
 	finish := openai.FinishReasonStop
@@ -285,7 +289,7 @@ func tokens(msgs []openai.ChatCompletionMessage) int {
 // tool call (its id and name, then its arguments in pieces), and, when the
 // request asked for it (stream_options.include_usage), a last chunk with
 // no choices and the usage, as OpenAI's API does.
-func stream(w http.ResponseWriter, model, content string, calls []openai.ToolCall, usage *openai.Usage) {
+func stream(w http.ResponseWriter, model, content string, calls []openai.ToolCall, usage *openai.Usage, cut bool) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -301,7 +305,14 @@ func stream(w http.ResponseWriter, model, content string, calls []openai.ToolCal
 		}
 	}
 	send(openai.ChatCompletionStreamChoiceDelta{Role: openai.ChatMessageRoleAssistant}, "")
-	for _, piece := range splitTokens(content) {
+	pieces := splitTokens(content)
+	if cut {
+		for _, piece := range pieces[:len(pieces)/2] {
+			send(openai.ChatCompletionStreamChoiceDelta{Content: piece}, "")
+		}
+		return
+	}
+	for _, piece := range pieces {
 		send(openai.ChatCompletionStreamChoiceDelta{Content: piece}, "")
 	}
 	for i, c := range calls {

@@ -100,12 +100,15 @@ func (s *Store) Head(_ context.Context, id string) (*store.Snapshot, error) {
 }
 
 // PutPending implements store.Store.
-func (s *Store) PutPending(_ context.Context, id string, parent uint64, node string, writes []store.Write) error {
+func (s *Store) PutPending(_ context.Context, id string, parent uint64, node string, writes []store.Write, owner string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, err := s.thread(id)
 	if err != nil {
 		return err
+	}
+	if l, ok := s.leases[id]; owner != "" && (!ok || l.owner != owner) {
+		return store.ErrLeased
 	}
 	if t.chain[len(t.chain)-1].Seq != parent {
 		return store.ErrConflict

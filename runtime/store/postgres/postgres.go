@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -457,13 +458,26 @@ func (s *Store) withPending(ctx context.Context, snap *store.Snapshot) (*store.S
 }
 
 // PutPending implements store.Store.
-func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, node string, writes []store.Write) error {
+//
+// The lease's row is read FOR SHARE: a lease taken meanwhile by another
+// owner waits for the write, which the new holder then reads, or the
+// write waits for it and finds it another's.
+func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, node string, writes []store.Write, owner string) error {
 	b, err := sqlstore.EncodePending(writes)
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO pending (thread, parent, node, writes) VALUES ($1, $2, $3, $4::jsonb)
-		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, int64(parent), node, string(b))
+	return fenced(s.pool.Exec(ctx, `INSERT INTO pending (thread, parent, node, writes) SELECT $1, $2, $3, $4::jsonb
+		WHERE $5 = '' OR EXISTS (SELECT 1 FROM leases WHERE thread = $1 AND owner = $5 FOR SHARE)
+		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, int64(parent), node, string(b), owner))
+}
+
+// fenced is the error of a pending write's insert: ErrLeased when it
+// inserted nothing (the lease names another owner).
+func fenced(tag pgconn.CommandTag, err error) error {
+	if err == nil && tag.RowsAffected() == 0 {
+		return store.ErrLeased
+	}
 	return err
 }
 
@@ -473,15 +487,15 @@ func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, no
 // others costs the step no flush of its own; the next write that waits
 // for one (a step's commit) makes it durable too, the log being written
 // in order.
-func (s *Store) PutPendingQuick(ctx context.Context, thread string, parent uint64, node string, writes []store.Write) error {
+func (s *Store) PutPendingQuick(ctx context.Context, thread string, parent uint64, node string, writes []store.Write, owner string) error {
 	b, err := sqlstore.EncodePending(writes)
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO pending (thread, parent, node, writes)
+	return fenced(s.pool.Exec(ctx, `INSERT INTO pending (thread, parent, node, writes)
 		SELECT $1, $2, $3, $4::jsonb FROM (SELECT set_config('synchronous_commit', 'off', true)) AS quick
-		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, int64(parent), node, string(b))
-	return err
+		WHERE $5 = '' OR EXISTS (SELECT 1 FROM leases WHERE thread = $1 AND owner = $5 FOR SHARE)
+		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, int64(parent), node, string(b), owner))
 }
 
 // Acquire implements store.Store.

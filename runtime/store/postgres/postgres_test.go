@@ -450,7 +450,7 @@ func TestQuickPendingWritesWaitForNoFlush(t *testing.T) {
 			if way == "quick" {
 				put = st.PutPendingQuick
 			}
-			if err := put(ctx, "t", 1, fmt.Sprintf("%s%d", way, i), []store.Write{{Field: "n", Value: int64(i)}}); err != nil {
+			if err := put(ctx, "t", 1, fmt.Sprintf("%s%d", way, i), []store.Write{{Field: "n", Value: int64(i)}}, ""); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -42,7 +42,7 @@ func TestTheLogIsCheckpointedBesideTheWrites(t *testing.T) {
 	const commits = 4 * checkpointFar
 	var largest int64
 	for i := range commits {
-		if err := s.PutPending(ctx, fmt.Sprintf("t%d", i%50), uint64(i), "n", []store.Write{{Field: "x", Value: i}}); err != nil {
+		if err := s.PutPending(ctx, fmt.Sprintf("t%d", i%50), uint64(i), "n", []store.Write{{Field: "x", Value: i}}, ""); err != nil {
 			t.Fatal(err)
 		}
 		if fi, err := os.Stat(wal); err == nil {

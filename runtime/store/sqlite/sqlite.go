@@ -6,6 +6,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -115,7 +116,8 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB) error {
 		{&st.putSegment, `INSERT INTO segments (thread, field, last, first, version, items) VALUES (?, ?, ?, ?, ?, ?)`},
 		{&st.putFold, `INSERT INTO folds (thread, seq, spans) VALUES (?, ?, ?)`},
 		{&st.pending, `SELECT node, writes FROM pending WHERE thread = ? AND parent = ?`},
-		{&st.putPending, `INSERT INTO pending (thread, parent, node, writes) VALUES (?, ?, ?, ?)
+		{&st.putPending, `INSERT INTO pending (thread, parent, node, writes) SELECT ?1, ?2, ?3, ?4
+			WHERE ?5 = '' OR EXISTS (SELECT 1 FROM leases WHERE thread = ?1 AND owner = ?5)
 			ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`},
 		{&st.acquire, `INSERT INTO leases (thread, owner, expires_at) VALUES (?1, ?2, ?3)
 			ON CONFLICT (thread) DO UPDATE SET owner = ?2, expires_at = ?3
@@ -486,14 +488,20 @@ func (s *Store) withPending(ctx context.Context, snap *store.Snapshot) (*store.S
 }
 
 // PutPending implements store.Store.
-func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, node string, writes []store.Write) error {
+func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, node string, writes []store.Write, owner string) error {
 	b, err := sqlstore.EncodePending(writes)
 	if err != nil {
 		return err
 	}
 	return s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.StmtContext(ctx, s.st.putPending).ExecContext(ctx, thread, parent, node, string(b))
-		return err
+		res, err := tx.StmtContext(ctx, s.st.putPending).ExecContext(ctx, thread, parent, node, string(b), owner)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return cmp.Or(err, store.ErrLeased)
+		}
+		return nil
 	})
 }
 

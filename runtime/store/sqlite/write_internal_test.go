@@ -22,7 +22,7 @@ func TestAWriteWaitsOnlyAsLongAsItsContext(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	waited := make(chan error, 1)
-	go func() { waited <- s.PutPending(wctx, "t", 1, "n", nil) }()
+	go func() { waited <- s.PutPending(wctx, "t", 1, "n", nil, "") }()
 	select {
 	case err := <-waited:
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -91,7 +91,7 @@ func TestWaitingWritesCommitTogetherAndFailAlone(t *testing.T) {
 	const writers = 10
 	errs := make(chan error, writers+1)
 	for i := range writers {
-		go func() { errs <- s.PutPending(ctx, "t", 1, fmt.Sprintf("n%d", i), nil) }()
+		go func() { errs <- s.PutPending(ctx, "t", 1, fmt.Sprintf("n%d", i), nil, "") }()
 	}
 	refused := errors.New("refused")
 	go func() {
@@ -200,7 +200,7 @@ func TestACallerGivingUpInAGroupInterruptsNothing(t *testing.T) {
 	s := openTemp(t)
 	release := holdWriter(t, s)
 	errs := make(chan error, 3)
-	go func() { errs <- s.PutPending(context.Background(), "t", 1, "before", nil) }()
+	go func() { errs <- s.PutPending(context.Background(), "t", 1, "before", nil, "") }()
 	caller, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -213,7 +213,7 @@ func TestACallerGivingUpInAGroupInterruptsNothing(t *testing.T) {
 	for s.waiting.Len() < 2 {
 		time.Sleep(time.Millisecond)
 	}
-	go func() { errs <- s.PutPending(context.Background(), "t", 1, "after", nil) }()
+	go func() { errs <- s.PutPending(context.Background(), "t", 1, "after", nil, "") }()
 	for s.waiting.Len() < 3 {
 		time.Sleep(time.Millisecond)
 	}

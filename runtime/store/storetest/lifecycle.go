@@ -84,7 +84,7 @@ func seedThread(t *testing.T, st store.Store, id string, when time.Time) {
 		}
 		mustCommit(cp)
 	}
-	if err := st.PutPending(ctx, id, last, "fast", []store.Write{{Field: "n", Value: id}}); err != nil {
+	if err := st.PutPending(ctx, id, last, "fast", []store.Write{{Field: "n", Value: id}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	child := id + store.ChildSep + "sub:3"

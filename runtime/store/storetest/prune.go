@@ -23,7 +23,7 @@ func testPrune(t *testing.T, st store.Store) {
 	}
 	// the thread is paused: its newest checkpoint has nodes to run and a
 	// pending write
-	if err := st.PutPending(ctx, "t", 20, "slow", []store.Write{{Field: "n", Value: 99}}); err != nil {
+	if err := st.PutPending(ctx, "t", 20, "slow", []store.Write{{Field: "n", Value: 99}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := st.Head(ctx, "t")

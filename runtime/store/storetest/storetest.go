@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ThreadsAndDelete", testThreadsAndDelete},
 		{"ConcurrentWritersOneWins", testConcurrentWriters},
 		{"PendingWrites", testPending},
+		{"PendingWritesFencedByTheLease", testPendingFenced},
 		{"Leases", testLeases},
 		{"LeaseReleasedByACommit", testLeaseReleasedByACommit},
 		{"PruneKeepsHeadAndPausedRun", testPrune},
@@ -101,7 +102,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 	// pending writes come with its state
 	create(t, a, "p", map[string]any{"n": 0})
 	commit(t, a, "p", 2, store.Write{Field: "n", Version: 2, Value: 1})
-	if err := a.PutPending(ctx, "p", 2, "slow", []store.Write{{Field: "n", Value: 5}}); err != nil {
+	if err := a.PutPending(ctx, "p", 2, "slow", []store.Write{{Field: "n", Value: 5}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	hp, err := b.Head(ctx, "p")
@@ -406,7 +407,7 @@ func testForkCarries(t *testing.T, st store.Store) {
 	if err := st.Commit(ctx, resumed); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutPending(ctx, "t", 4, "e", []store.Write{{Field: "n", Value: 8}}); err != nil {
+	if err := st.PutPending(ctx, "t", 4, "e", []store.Write{{Field: "n", Value: 8}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -579,7 +580,7 @@ func testConcurrentWriters(t *testing.T, st store.Store) {
 func testPending(t *testing.T, st store.Store) {
 	create(t, st, "t", map[string]any{"n": 0})
 	commit(t, st, "t", 2, store.Write{Field: "n", Version: 2, Value: 1}) // Next: [n]
-	if err := st.PutPending(ctx, "t", 2, "slow", []store.Write{{Field: "n", Value: 5}, {Field: "s", Value: map[string]any{"k": []any{1}}}}); err != nil {
+	if err := st.PutPending(ctx, "t", 2, "slow", []store.Write{{Field: "n", Value: 5}, {Field: "s", Value: map[string]any{"k": []any{1}}}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	h, err := st.Head(ctx, "t")
@@ -602,6 +603,73 @@ func testPending(t *testing.T, st store.Store) {
 	h, _ = st.Head(ctx, "t")
 	if !reflect.DeepEqual(h.Joins, []uint64{0, 5}) || h.Step != 7 || h.Run != "r2" {
 		t.Fatalf("run state %+v", h)
+	}
+}
+
+// A pending write naming an owner is saved only while the thread's
+// lease names that owner, expired or not: once another took the lease,
+// or it was given up, it saves nothing (ErrLeased) and leaves what was
+// saved as it was. One naming no owner is not fenced.
+func testPendingFenced(t *testing.T, st store.Store) {
+	create(t, st, "t", map[string]any{"n": 0})
+	commit(t, st, "t", 2, store.Write{Field: "n", Version: 2, Value: 1})
+	puts := map[string]func(ctx context.Context, thread string, parent uint64, node string, writes []store.Write, owner string) error{
+		"plain": st.PutPending}
+	if q, ok := st.(store.QuickPending); ok {
+		puts["quick"] = q.PutPendingQuick
+	}
+	for _, way := range slices.Sorted(maps.Keys(puts)) {
+		put := puts[way]
+		pending := func() map[string][]store.Write {
+			t.Helper()
+			h, err := st.Head(ctx, "t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return h.Pending
+		}
+		node := func(n string) string { return way + "-" + n }
+		// no lease at all: refused
+		if err := put(ctx, "t", 2, node("none"), []store.Write{{Field: "n", Value: 1}}, "a"); !errors.Is(err, store.ErrLeased) {
+			t.Fatalf("%s: a write naming an owner with no lease taken: %v, want ErrLeased", way, err)
+		}
+		if err := st.Acquire(ctx, "t", "a", time.Nanosecond); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+		// expired, and no other took it: still a's
+		if err := put(ctx, "t", 2, node("x"), []store.Write{{Field: "n", Value: 2}}, "a"); err != nil {
+			t.Fatalf("%s: the holder's write: %v", way, err)
+		}
+		if err := st.Acquire(ctx, "t", "b", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		// a's late write, of a node saved before and of another
+		for _, n := range []string{"x", "y"} {
+			if err := put(ctx, "t", 2, node(n), []store.Write{{Field: "n", Value: 99}}, "a"); !errors.Is(err, store.ErrLeased) {
+				t.Fatalf("%s: a write after another took the lease: %v, want ErrLeased", way, err)
+			}
+		}
+		got := pending()
+		if _, ok := got[node("y")]; ok || !reflect.DeepEqual(got[node("x")], []store.Write{{Field: "n", Value: 2}}) {
+			t.Fatalf("%s: after refused writes the pending writes are %v", way, got)
+		}
+		if err := put(ctx, "t", 2, node("y"), []store.Write{{Field: "n", Value: 3}}, "b"); err != nil {
+			t.Fatalf("%s: the new holder's write: %v", way, err)
+		}
+		if err := put(ctx, "t", 2, node("z"), []store.Write{{Field: "n", Value: 4}}, ""); err != nil {
+			t.Fatalf("%s: a write naming no owner: %v", way, err)
+		}
+		if err := st.Release(ctx, "t", "b"); err != nil {
+			t.Fatal(err)
+		}
+		if err := put(ctx, "t", 2, node("y"), []store.Write{{Field: "n", Value: 99}}, "b"); !errors.Is(err, store.ErrLeased) {
+			t.Fatalf("%s: a write after the lease was given up: %v, want ErrLeased", way, err)
+		}
+		got = pending()
+		if !reflect.DeepEqual(got[node("y")], []store.Write{{Field: "n", Value: 3}}) || !reflect.DeepEqual(got[node("z")], []store.Write{{Field: "n", Value: 4}}) {
+			t.Fatalf("%s: pending writes %v", way, got)
+		}
 	}
 }
 

@@ -275,7 +275,7 @@ func cmdDev(ctx context.Context, env *Env, args []string) int {
 	}
 	fs := flags(env, "dev")
 	addr := fs.String("addr", "127.0.0.1:8089", "address to listen on")
-	script := fs.String("script", "", "YAML file of rules: [{match: TEXT, replies: [{content, tool_calls: [{name, arguments}], status, retry_after, delay}]}]")
+	script := fs.String("script", "", "YAML file of rules: [{match: TEXT, replies: [{content, tool_calls: [{name, arguments}], status, retry_after, delay, cut}]}]")
 	key := fs.String("key", "", "require this API key")
 	pos, code, ok := parse(fs, args)
 	if !ok {
