@@ -719,7 +719,14 @@ func (n *node) completeReply(ctx context.Context, s kind.State, req openai.ChatC
 		}
 		cs := newChunkStream(t.resp.Body)
 		defer cs.release()
-		r, err = readReply(cs, s.Stream, func(u openai.Usage) { measure(s, u) })
+		// output streamed by a try that then fails is void: the node's
+		// events say so before the call is made again
+		r, err = readReply(cs, func(text string) {
+			if t.retrying == nil {
+				t.retrying = s.Retrying
+			}
+			s.Stream(text)
+		}, func(u openai.Usage) { measure(s, u) })
 		return err
 	})
 	if err != nil {

@@ -298,7 +298,9 @@ func TestStreamingReachesEvents(t *testing.T) {
 
 // A reply whose stream ends before it says it is done (a connection
 // closed mid-reply) is not taken for the whole reply: the call is tried
-// again, and the node's update is the reply that came whole.
+// again, and the node's update is the reply that came whole. The events
+// void what the cut reply streamed (a node_retry), and the output of the
+// attempt after it is the whole reply.
 func TestACutReplyIsTriedAgain(t *testing.T) {
 	const whole = "a fine resume with clear impact"
 	srv := llmtest.New(
@@ -316,8 +318,25 @@ func TestACutReplyIsTriedAgain(t *testing.T) {
 			summarise++
 		}
 	}
-	if ev := rec.nodeEnd("summarise"); summarise != 2 || ev.Usage["calls"] != 2 {
-		t.Fatalf("%d calls to summarise, its end event %+v: want the cut reply's call tried again", summarise, ev)
+	if ev := rec.nodeEnd("summarise"); summarise != 2 || ev.Usage["calls"] != 2 || ev.Attempt != 2 {
+		t.Fatalf("%d calls to summarise, its end event %+v: want the cut reply's call tried again, as a second attempt", summarise, ev)
+	}
+	out := map[int]string{}
+	var retries []engine.Event
+	for _, ev := range rec.events {
+		switch {
+		case ev.Node != "summarise":
+		case ev.Type == engine.NodeOutput:
+			out[ev.Attempt] += ev.Text
+		case ev.Type == engine.NodeRetry:
+			retries = append(retries, ev)
+		}
+	}
+	if len(retries) != 1 || retries[0].Attempt != 1 || !strings.Contains(retries[0].Error, "ended early") {
+		t.Fatalf("retries %+v: want one, of the first attempt, for the cut reply", retries)
+	}
+	if len(out) != 2 || !strings.HasPrefix(whole, out[1]) || len(out[1]) >= len(whole) || out[2] != whole {
+		t.Fatalf("output by attempt %v: want the cut part then the whole reply", out)
 	}
 }
 

@@ -133,6 +133,9 @@ type try struct {
 	// resp is the last response that succeeded: a streamed reply's body
 	// is read from it (see chunkStream)
 	resp *http.Response
+	// retrying, when set (the try streamed output), hears that the try
+	// failed and the call is made again after wait
+	retrying func(err error, wait time.Duration)
 }
 
 // client returns a go-openai client sending its requests through t.
@@ -192,6 +195,9 @@ func (c *client) call(ctx context.Context, attempt func(ctx context.Context, oa 
 			// full jitter keeps clients that failed together apart
 			wait = backoff/2 + rand.N(backoff/2+1)
 			backoff = min(backoff*2, c.p.MaxBackoff)
+		}
+		if t.retrying != nil {
+			t.retrying(err, wait)
 		}
 		timer := time.NewTimer(wait)
 		select {

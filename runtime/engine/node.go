@@ -237,10 +237,14 @@ func (r *run) attempt(ctx context.Context, n *flow.Node, vars map[string]any, o 
 	if r.req.StandIns[n].NoBackoff {
 		backoff = 0
 	}
+	// the attempts are numbered as the node's events tell them: a node
+	// that did its work again within one (kind.State.Retrying) numbers
+	// the next after it; the retry policy counts tries
 attempts:
-	for attempt := 1; ; attempt++ {
+	for attempt, tries := 1, 1; ; attempt, tries = attempt+1, tries+1 {
 		o.attempts = attempt
 		r.begin(o.view, n, vars, attempt)
+		ran := o.view
 		var upd kind.Update
 		var err error
 		if n.Inline && n.Timeout <= 0 {
@@ -252,6 +256,10 @@ attempts:
 		// an attempt given up on and not joined keeps its view: o.view
 		// is another one now
 		st := o.view
+		if st == ran && ran.attempt > attempt {
+			attempt = ran.attempt
+			o.attempts = attempt
+		}
 		if err == nil {
 			o.succeed(upd, st.degraded)
 			break
@@ -262,7 +270,7 @@ attempts:
 			o.update, o.err, o.degraded = nil, err, ""
 			break
 		}
-		if ctx.Err() != nil || attempt >= n.Retry.Attempts || kind.IsPermanent(err) {
+		if ctx.Err() != nil || tries >= n.Retry.Attempts || kind.IsPermanent(err) {
 			if fb, ok := impl.(kind.Fallback); ok && ctx.Err() == nil && !kind.IsFails(err) {
 				upd, ferr := safeFallback(ctx, fb, st, err)
 				if ferr == nil {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/trellisflow/trellis/runtime/expression"
 	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
@@ -199,6 +201,23 @@ func (v *view) Stream(text string) {
 	if v.Observed() {
 		v.emit(Event{Type: NodeOutput, Node: v.n.Name, Kind: v.n.Kind, Attempt: v.attempt, Text: text})
 	}
+}
+
+// Retrying implements kind.State: a node_retry for the attempt, whose
+// output so far is void; what the node streams next is the next
+// attempt's. Unless the attempt was given up.
+func (v *view) Retrying(err error, wait time.Duration) {
+	if !v.gate.enter() {
+		v.run.drop()
+		return
+	}
+	defer v.gate.exit()
+	if v.Observed() {
+		ev := Event{Type: NodeRetry, Node: v.n.Name, Kind: v.n.Kind, Attempt: v.attempt, Error: err.Error(), Duration: wait}
+		ev.Step, _ = v.at()
+		v.run.emit(ev)
+	}
+	v.attempt++
 }
 
 // emit sends one of the attempt's events through its gate, in the

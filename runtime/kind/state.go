@@ -3,6 +3,7 @@ package kind
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/trellisflow/trellis/runtime/expression"
 )
@@ -35,6 +36,12 @@ type State interface {
 	// Stream reports a piece of output as it is produced (a model's
 	// tokens); it reaches the run's events as a node_output event.
 	Stream(text string)
+	// Retrying says the node's work failed after it streamed output, and
+	// is done again after wait (a model's reply cut short, asked for
+	// again): the output streamed so far is void. The run's events tell
+	// it as a node_retry, and what the node streams next is its next
+	// attempt's.
+	Retrying(err error, wait time.Duration)
 	// Degrade marks this attempt's result as a stand-in (a fallback), with
 	// the reason; the node's end event carries it.
 	Degrade(reason string)
@@ -122,6 +129,7 @@ func (v *view) Vars() map[string]any                    { return v.vars }
 func (v *view) NewUpdate(n int) Update                  { return make(Update, 0, n) }
 func (v *view) Observed() bool                          { return false }
 func (v *view) Stream(string)                           {}
+func (v *view) Retrying(error, time.Duration)           {}
 func (v *view) Degrade(string)                          {}
 func (v *view) Measure(string, int64)                   {}
 func (v *view) Answer() (any, bool)                     { return nil, false }

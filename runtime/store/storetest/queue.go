@@ -259,16 +259,41 @@ func testQueueAdopt(t *testing.T, c store.Catalog) {
 	if r, err := c.AdoptRun(ctx, "heir", time.Minute); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("adopted %+v while every server was alive", r)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// dead's beat is older than deadAfter by the store's clock once
+	// this much has passed on any clock since it returned; alive beats
+	// all along, so that a busy machine's pauses between two calls here
+	// do not leave it without a beat for that long
+	const deadAfter = time.Second
+	time.Sleep(deadAfter + 200*time.Millisecond)
 	if err := c.Beat(ctx, "alive"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.AdoptRun(ctx, "heir", 200*time.Millisecond)
+	beating, beaten := make(chan struct{}), make(chan error, 1)
+	go func() {
+		defer close(beaten)
+		for {
+			select {
+			case <-beating:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if err := c.Beat(ctx, "alive"); err != nil {
+				beaten <- err
+				return
+			}
+		}
+	}()
+	r, err := c.AdoptRun(ctx, "heir", deadAfter)
+	r2, err2 := c.AdoptRun(ctx, "heir", deadAfter)
+	close(beating)
+	if err := <-beaten; err != nil {
+		t.Fatal(err)
+	}
 	if err != nil || r.ID != "x" || r.Server != "heir" || r.Status != store.RunRunning {
 		t.Fatalf("adopted %+v %v, want x", r, err)
 	}
-	if r, err := c.AdoptRun(ctx, "heir", 200*time.Millisecond); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("adopted %+v twice", r)
+	if !errors.Is(err2, store.ErrNotFound) {
+		t.Fatalf("adopted %+v twice", r2)
 	}
 	if rs, _ := c.ServerRuns(ctx, "heir"); len(rs) != 1 || rs[0].ID != "x" {
 		t.Fatalf("heir runs %v", rs)

@@ -714,6 +714,11 @@ async function startRun(body, { answered } = {}) {
           run.byNode[nodeOf(ev)] = (run.byNode[nodeOf(ev)] || '') + ev.text;
           run.tokenEvents = (run.tokenEvents || 0) + 1;
           break;
+        case 'node_retry':
+          // what the attempt streamed is void: the next attempt's
+          // output replaces it
+          if (run.byNode[nodeOf(ev)]) run.byNode[nodeOf(ev)] = '';
+          break;
         case 'node_end':
           mark(nodeOf(ev), 'running', false);
           mark(nodeOf(ev), 'ran', true);
