@@ -238,6 +238,12 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 			m.s.log.Warn("a run ended with its last commit, then failed: its record says it succeeded", "run", rec.ID, "error", err.Error())
 		}
 	}
+	// the live run's record says how it ended before its streams hear
+	// the end: a client that reads the run once it hears it finds it
+	// ended (and its output)
+	lr.mu.Lock()
+	lr.rec, lr.state = out, state
+	lr.mu.Unlock()
 	lr.events.close(written)
 	switch {
 	case errors.Is(werr, errNotOurs):
@@ -251,9 +257,6 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 	case werr != nil:
 		m.s.log.Error("recording a run's end", "run", rec.ID, "error", werr.Error())
 	}
-	lr.mu.Lock()
-	lr.rec, lr.state = out, state
-	lr.mu.Unlock()
 	if end == nil {
 		// (the commit that recorded the end sent them)
 		m.s.notes.send(ctx, noteRun+rec.ID)

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -138,6 +139,42 @@ func TestARunsEndGoesWithItsLastCommit(t *testing.T) {
 			for _, bad := range []string{"dropped", "taken over", "level=ERROR", "then failed"} {
 				if strings.Contains(logs, bad) {
 					t.Fatalf("the server logged %q:\n%s", bad, logs)
+				}
+			}
+		})
+	}
+}
+
+// A client that reads a run as soon as its stream ends finds it ended,
+// with its output: the live run's record says how it ended before its
+// streams hear the end.
+func TestARunReadOnceItsStreamEndsHasEnded(t *testing.T) {
+	greet, err := os.ReadFile(flowsDir + "/examples/greet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	greet = append(greet, "output: \"{{.state.greeting}} ({{.state.greetings}})\"\n"...)
+	for _, addr := range []string{"memory", "sqlite", "postgres"} {
+		t.Run(addr, func(t *testing.T) {
+			a := serve(t, openRuntime(t, storeAddr(t, addr)), flowsWith(t, map[string]string{"greet": string(greet)}), "")
+			if _, err := a.acme.CreateThread(ctx, api.CreateThread{ID: "g", Flow: "greet"}); err != nil {
+				t.Fatal(err)
+			}
+			n := 20
+			if addr == "memory" {
+				n = 200 // the quickest store: its run ends soonest after its commit
+			}
+			for i := range n {
+				var run string
+				for ev, err := range a.acme.StreamRun(ctx, "g", api.StartRun{Input: map[string]any{"name": fmt.Sprint("n", i)}}) {
+					if err != nil {
+						t.Fatal(err)
+					}
+					run = ev.Run
+				}
+				r, err := a.acme.Run(ctx, "g", run)
+				if err != nil || r.Status != api.RunSucceeded || r.Checkpoint == 0 || r.Output != fmt.Sprintf("Hello, n%d! (%d)", i, i+1) {
+					t.Fatalf("run %d read once its stream ended: %+v %v", i, r, err)
 				}
 			}
 		})
