@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellisflow/trellis/runtime/store"
@@ -458,27 +457,8 @@ func (s *Store) withPending(ctx context.Context, snap *store.Snapshot) (*store.S
 }
 
 // PutPending implements store.Store.
-//
-// The lease's row is read FOR SHARE: a lease taken meanwhile by another
-// owner waits for the write, which the new holder then reads, or the
-// write waits for it and finds it another's.
 func (s *Store) PutPending(ctx context.Context, thread string, parent uint64, node string, writes []store.Write, owner string) error {
-	b, err := sqlstore.EncodePending(writes)
-	if err != nil {
-		return err
-	}
-	return fenced(s.pool.Exec(ctx, `INSERT INTO pending (thread, parent, node, writes) SELECT $1, $2, $3, $4::jsonb
-		WHERE $5 = '' OR EXISTS (SELECT 1 FROM leases WHERE thread = $1 AND owner = $5 FOR SHARE)
-		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, int64(parent), node, string(b), owner))
-}
-
-// fenced is the error of a pending write's insert: ErrLeased when it
-// inserted nothing (the lease names another owner).
-func fenced(tag pgconn.CommandTag, err error) error {
-	if err == nil && tag.RowsAffected() == 0 {
-		return store.ErrLeased
-	}
-	return err
+	return s.putPending(ctx, thread, parent, node, writes, owner, false)
 }
 
 // PutPendingQuick implements store.QuickPending: the write's
@@ -488,14 +468,29 @@ func fenced(tag pgconn.CommandTag, err error) error {
 // for one (a step's commit) makes it durable too, the log being written
 // in order.
 func (s *Store) PutPendingQuick(ctx context.Context, thread string, parent uint64, node string, writes []store.Write, owner string) error {
+	return s.putPending(ctx, thread, parent, node, writes, owner, true)
+}
+
+// putPending inserts a pending write, quick or not. The lease's row is
+// read FOR SHARE: a lease taken meanwhile by another owner waits for the
+// write, which the new holder then reads, or the write waits for it and
+// finds it another's (ErrLeased: nothing inserted).
+func (s *Store) putPending(ctx context.Context, thread string, parent uint64, node string, writes []store.Write, owner string, quick bool) error {
 	b, err := sqlstore.EncodePending(writes)
 	if err != nil {
 		return err
 	}
-	return fenced(s.pool.Exec(ctx, `INSERT INTO pending (thread, parent, node, writes)
-		SELECT $1, $2, $3, $4::jsonb FROM (SELECT set_config('synchronous_commit', 'off', true)) AS quick
+	from := ""
+	if quick {
+		from = ` FROM (SELECT set_config('synchronous_commit', 'off', true)) AS quick`
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO pending (thread, parent, node, writes) SELECT $1, $2, $3, $4::jsonb`+from+`
 		WHERE $5 = '' OR EXISTS (SELECT 1 FROM leases WHERE thread = $1 AND owner = $5 FOR SHARE)
-		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, int64(parent), node, string(b), owner))
+		ON CONFLICT (thread, parent, node) DO UPDATE SET writes = excluded.writes`, thread, int64(parent), node, string(b), owner)
+	if err == nil && tag.RowsAffected() == 0 {
+		return store.ErrLeased
+	}
+	return err
 }
 
 // Acquire implements store.Store.
