@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"weak"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
@@ -314,24 +316,32 @@ func NewFormat(what string, root config.Field, defs map[string]config.Field) (*F
 // Check reports every way d breaks the format to dl.
 func (f *Format) Check(d *config.File, dl *diag.List) { f.fv.check(d, dl) }
 
+// The compiled flow format of a registry (the JSON Schema of every kind's
+// config, most of a megabyte) is kept while something holds it: a load
+// while it loads, a program about to load many flows by Prepare. Held by
+// nothing, it stays for the loads that follow until the collector next
+// runs, and then goes, so that a program that has loaded its flows and now
+// runs them does not have the collector mark it in every cycle; a load
+// after that compiles it again (a few milliseconds).
 var (
-	formatCache sync.Map   // kind.Registry -> *formatValidator
-	formatMu    sync.Mutex // one compile at a time: flows loading at once wait for it
+	formatMu sync.Mutex // guards formats; one compile at a time: flows loading at once wait for it
+	formats  = map[kind.Registry]weak.Pointer[formatValidator]{}
 )
 
-// Prepare compiles the flow format of a registry ahead of the first load,
-// which otherwise compiles it: a program that is about to load flows
-// calls it in the background while it reads them.
-func Prepare(reg kind.Registry) { _, _ = formatFor(reg) }
+// Prepare compiles the flow format of a registry ahead of the flows a
+// program is about to load, and keeps it for them until release is
+// called. It may be called in the background while the files are read.
+func Prepare(reg kind.Registry) (release func()) {
+	held := new(*formatValidator)
+	*held, _ = formatFor(reg)
+	return func() { *held = nil }
+}
 
 func formatFor(reg kind.Registry) (*formatValidator, error) {
-	if v, ok := formatCache.Load(reg); ok {
-		return v.(*formatValidator), nil
-	}
 	formatMu.Lock()
 	defer formatMu.Unlock()
-	if v, ok := formatCache.Load(reg); ok {
-		return v.(*formatValidator), nil
+	if fv := formats[reg].Value(); fv != nil {
+		return fv, nil
 	}
 	doc, err := formatDoc(reg)
 	if err != nil {
@@ -348,8 +358,19 @@ func formatFor(reg kind.Registry) (*formatValidator, error) {
 	}
 	fv := &formatValidator{schema: s, what: "flow", raw: doc}
 	fv.top, _ = kindFlowFields(reg)
-	formatCache.Store(reg, fv)
+	formats[reg] = weak.Make(fv)
+	runtime.AddCleanup(fv, forgetFormat, reg)
 	return fv, nil
+}
+
+// forgetFormat drops a registry's entry once its format is collected,
+// unless a format compiled since took its place.
+func forgetFormat(reg kind.Registry) {
+	formatMu.Lock()
+	defer formatMu.Unlock()
+	if formats[reg].Value() == nil {
+		delete(formats, reg)
+	}
 }
 
 var quoted = regexp.MustCompile(`'([^']*)'`)

@@ -12,6 +12,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/diag"
 	"github.com/trellisflow/trellis/runtime/eval"
+	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/flowdiff"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/versions"
@@ -89,6 +90,7 @@ func cmdEval(ctx context.Context, env *Env, args []string) int {
 		opts.Live = true
 		opts.Judge = judge{provider}
 	}
+	defer flow.Prepare(kinds)() // for every dataset's flows
 	if *verbose {
 		opts.Progress = func(v int, c *eval.Case, rep int, r *eval.RunResult) {
 			how := "passed"

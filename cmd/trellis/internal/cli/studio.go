@@ -25,6 +25,7 @@ import (
 	"github.com/trellisflow/trellis/cmd/trellis/internal/studio"
 	"github.com/trellisflow/trellis/runtime/api/mcpserver"
 	"github.com/trellisflow/trellis/runtime/api/server"
+	"github.com/trellisflow/trellis/runtime/flow"
 )
 
 // studioTokenTTL is how long the address `trellis studio` prints signs in.
@@ -69,6 +70,8 @@ func cmdStudio(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "studio", err)
 	}
 	defer rt.Close()
+	// an editor's every change is checked (loaded): the flow format stays
+	defer flow.Prepare(env.Registry)()
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flows, Kinds: env.Registry, Logger: log,

@@ -18,6 +18,7 @@ import (
 	"github.com/trellisflow/trellis/nodes/llm"
 	"github.com/trellisflow/trellis/nodes/llm/llmtest"
 	"github.com/trellisflow/trellis/runtime/diag"
+	"github.com/trellisflow/trellis/runtime/flow"
 	"github.com/trellisflow/trellis/runtime/kind"
 	"github.com/trellisflow/trellis/runtime/testfile"
 )
@@ -111,6 +112,7 @@ func cmdTest(ctx context.Context, env *Env, args []string) int {
 			return 2
 		}
 	}
+	defer flow.Prepare(offline)() // for every file's flow
 	passed, failed := 0, 0
 	start := time.Now()
 	for _, path := range files {

@@ -32,7 +32,9 @@ func cmdValidate(_ context.Context, env *Env, args []string) int {
 	if len(paths) == 0 {
 		paths = []string{"."}
 	}
-	go flow.Prepare(env.Registry) // while the files are found and read
+	held := make(chan func(), 1)
+	go func() { held <- flow.Prepare(env.Registry) }() // while the files are found and read
+	defer func() { (<-held)() }()
 	files, skipped, err := trellis.ScanFlows(paths...)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "trellis validate: %v\n", err)
