@@ -3,7 +3,6 @@ package config
 import (
 	"bytes"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -44,7 +43,7 @@ type ParseOptions struct {
 // maxValues bounds the values one file may expand to.
 const maxValues = 200000
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+var yamlLine = diag.Pattern(`^yaml: line (\d+): (.*)$`)
 
 // Parse reads YAML (or JSON) with positions. Syntax errors and duplicate
 // keys are reported to dl; a nil file means nothing usable.
@@ -90,7 +89,7 @@ func Parse(path string, src []byte, dl *diag.List, opts ...ParseOptions) *File {
 // and message.
 func yamlError(err error) (int, string) {
 	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+	if m := yamlLine().FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
 		return line, m[2]
 	}

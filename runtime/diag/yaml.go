@@ -2,16 +2,15 @@ package diag
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 )
 
-var unknownAnchor = regexp.MustCompile(`^unknown anchor '(.*)' referenced$`)
+var unknownAnchor = Pattern(`^unknown anchor '(.*)' referenced$`)
 
 // YAMLMessage rephrases a YAML parser's message in words, with what was
 // expected and the usual cause; a message it does not know is kept.
 func YAMLMessage(msg string) string {
-	if m := unknownAnchor.FindStringSubmatch(msg); m != nil {
+	if m := unknownAnchor().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("the alias *%s names no anchor: define &%s on a value above it", m[1], m[1])
 	}
 	switch msg {

@@ -12,7 +12,6 @@ package expression
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -349,7 +348,7 @@ func trimSnippet(s string) string {
 	// a typed operation given another value (null, mostly: a field not
 	// written yet, find or first of nothing) says so in the flow's words
 	// rather than Go's
-	if m := conversion.FindStringSubmatch(s); m != nil {
+	if m := conversion().FindStringSubmatch(s); m != nil {
 		got, want := valueName(m[1]), valueName(m[2])
 		if m[1] == "nil" {
 			got = "null"
@@ -365,7 +364,7 @@ func trimSnippet(s string) string {
 	return s
 }
 
-var conversion = regexp.MustCompile(`^interface conversion: interface \{\} is (nil|.+?), not (.+?)( \(\d+:\d+\))?$`)
+var conversion = diag.Pattern(`^interface conversion: interface \{\} is (nil|.+?), not (.+?)( \(\d+:\d+\))?$`)
 
 // valueName is a Go type of the values expressions see, as a flow names it.
 func valueName(goType string) string {

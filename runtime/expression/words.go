@@ -2,8 +2,9 @@ package expression
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
+
+	"github.com/trellisflow/trellis/runtime/diag"
 )
 
 // expr's own messages name tokens and Go types (Operator("="),
@@ -11,16 +12,16 @@ import (
 // flow's words, with what was expected.
 
 var (
-	unexpectedToken = regexp.MustCompile(`^unexpected token (\w+)\("(.*)"\)$`)
-	mismatched2     = regexp.MustCompile(`^invalid operation: (\S+) \(mismatched types (.+) and (.+)\)$`)
-	mismatched1     = regexp.MustCompile(`^invalid operation: (\S+) \(mismatched type (.+)\)$`)
-	badArgument     = regexp.MustCompile(`^invalid argument for (\w+) \(type (.+)\)$`)
-	noField         = regexp.MustCompile(`^type (.+) has no field (\w+)$`)
-	cannotUse       = regexp.MustCompile(`^cannot use (.+) as argument \(type (.+)\) to call (\w+)\s*$`)
-	notCallable     = regexp.MustCompile(`^(.+) is not callable$`)
-	mixed           = regexp.MustCompile(`^Operator \((\S+)\) and coalesce expressions \(\?\?\) cannot be mixed`)
-	argCount        = regexp.MustCompile(`^invalid number of arguments \(expected (\d+), got (\d+)\)$`)
-	unrecognized    = regexp.MustCompile(`^unrecognized character: (U\+[0-9A-F]+) '(.+)'$`)
+	unexpectedToken = diag.Pattern(`^unexpected token (\w+)\("(.*)"\)$`)
+	mismatched2     = diag.Pattern(`^invalid operation: (\S+) \(mismatched types (.+) and (.+)\)$`)
+	mismatched1     = diag.Pattern(`^invalid operation: (\S+) \(mismatched type (.+)\)$`)
+	badArgument     = diag.Pattern(`^invalid argument for (\w+) \(type (.+)\)$`)
+	noField         = diag.Pattern(`^type (.+) has no field (\w+)$`)
+	cannotUse       = diag.Pattern(`^cannot use (.+) as argument \(type (.+)\) to call (\w+)\s*$`)
+	notCallable     = diag.Pattern(`^(.+) is not callable$`)
+	mixed           = diag.Pattern(`^Operator \((\S+)\) and coalesce expressions \(\?\?\) cannot be mixed`)
+	argCount        = diag.Pattern(`^invalid number of arguments \(expected (\d+), got (\d+)\)$`)
+	unrecognized    = diag.Pattern(`^unrecognized character: (U\+[0-9A-F]+) '(.+)'$`)
 )
 
 // goWords names a Go type as the values of a flow are named.
@@ -56,7 +57,7 @@ func goWords(t string) string {
 // inWords rephrases one of expr's messages about src (the problem at
 // rune offset at), "" when it has no rephrasing.
 func inWords(src, msg string, at int) string {
-	if m := unexpectedToken.FindStringSubmatch(msg); m != nil {
+	if m := unexpectedToken().FindStringSubmatch(msg); m != nil {
 		r := []rune(src)
 		return unexpected(string(r[:min(max(at, 0), len(r))]), m[1], m[2])
 	}
@@ -66,35 +67,35 @@ func inWords(src, msg string, at int) string {
 	case msg == "literal not terminated":
 		return "a quoted text is never closed: add its closing quote"
 	}
-	if m := unrecognized.FindStringSubmatch(msg); m != nil {
+	if m := unrecognized().FindStringSubmatch(msg); m != nil {
 		c := []rune(m[2])[0]
 		if strings.ContainsRune("‘’‚‛“”„‟«»′″`´", c) {
 			return fmt.Sprintf("%s is not a quote an expression reads: write a text between straight quotes, 'like this' or \"like this\"", m[2])
 		}
 		return fmt.Sprintf("the character %s (%s) has no meaning in an expression: a text holding it is written in quotes", m[2], m[1])
 	}
-	if m := mismatched2.FindStringSubmatch(msg); m != nil {
+	if m := mismatched2().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s does not apply to %s and %s", m[1], goWords(m[2]), goWords(m[3]))
 	}
-	if m := mismatched1.FindStringSubmatch(msg); m != nil {
+	if m := mismatched1().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s does not apply to %s", m[1], goWords(m[2]))
 	}
-	if m := badArgument.FindStringSubmatch(msg); m != nil {
+	if m := badArgument().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s does not take %s", m[1], goWords(m[2]))
 	}
-	if m := noField.FindStringSubmatch(msg); m != nil {
+	if m := noField().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s has no field %q", goWords(m[1]), m[2])
 	}
-	if m := cannotUse.FindStringSubmatch(msg); m != nil {
+	if m := cannotUse().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s takes %s, not %s", m[3], goWords(m[2]), goWords(m[1]))
 	}
-	if m := notCallable.FindStringSubmatch(msg); m != nil {
+	if m := notCallable().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s is not a function: it cannot be called", goWords(m[1]))
 	}
-	if m := mixed.FindStringSubmatch(msg); m != nil {
+	if m := mixed().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("?? and %s need parentheses to be mixed: write (a ?? b) %s c, or a ?? (b %s c)", m[1], m[1], m[1])
 	}
-	if m := argCount.FindStringSubmatch(msg); m != nil {
+	if m := argCount().FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("this takes %s argument(s), not %s", m[1], m[2])
 	}
 	return ""

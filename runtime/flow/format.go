@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -373,7 +372,10 @@ func forgetFormat(reg kind.Registry) {
 	}
 }
 
-var quoted = regexp.MustCompile(`'([^']*)'`)
+var (
+	quoted       = diag.Pattern(`'([^']*)'`)
+	doubleQuoted = diag.Pattern(`"([^"]*)"`)
+)
 
 // check validates the document against the flow format and turns every
 // violation into a positioned diagnostic.
@@ -419,7 +421,7 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 		switch keyword {
 		case "additionalProperties":
 			allowed := fv.allowedKeys(e.AbsoluteKeywordLocation)
-			for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
+			for _, m := range quoted().FindAllStringSubmatch(e.Message, -1) {
 				k := m[1]
 				kn := d.KeyAt(ptr + "/" + config.Escape(k))
 				if !kn.Exists() {
@@ -432,7 +434,7 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 				}
 			}
 		case "required":
-			for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
+			for _, m := range quoted().FindAllStringSubmatch(e.Message, -1) {
 				where := path
 				if path == "" {
 					where = fv.what
@@ -460,10 +462,10 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 			dd := dl.Errorf(diag.CodeNotAllowed, n.Pos(), path, "%s: %s", fv.describeAt(path), e.Message)
 			if got != "" && keyword == "enum" {
 				var opts []string
-				for _, m := range quoted.FindAllStringSubmatch(e.Message, -1) {
+				for _, m := range quoted().FindAllStringSubmatch(e.Message, -1) {
 					opts = append(opts, m[1])
 				}
-				for _, m := range regexp.MustCompile(`"([^"]*)"`).FindAllStringSubmatch(e.Message, -1) {
+				for _, m := range doubleQuoted().FindAllStringSubmatch(e.Message, -1) {
 					opts = append(opts, m[1])
 				}
 				dd.Suggestion = diag.Suggest(got, opts)
@@ -485,24 +487,24 @@ func (fv *formatValidator) check(d *config.File, dl *diag.List) {
 }
 
 var (
-	branchCase = regexp.MustCompile(`^edges\[\d+\]\.branch\[\d+\]$`)
-	edgePath   = regexp.MustCompile(`^edges\[\d+\]$`)
-	nodePath   = regexp.MustCompile(`^nodes\.[A-Za-z_][A-Za-z0-9_]*$`)
+	branchCase = diag.Pattern(`^edges\[\d+\]\.branch\[\d+\]$`)
+	edgePath   = diag.Pattern(`^edges\[\d+\]$`)
+	nodePath   = diag.Pattern(`^nodes\.[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 // belongs says where a key found in the wrong place (at path) belongs,
 // "" when it is not a key of the format elsewhere.
 func belongs(key, path string) string {
 	switch {
-	case key == "bound" && branchCase.MatchString(path):
+	case key == "bound" && branchCase().MatchString(path):
 		return "bound belongs on the edge, beside branch: it counts the traversals of any case that re-enter the loop"
-	case (key == "choices" || key == "default") && branchCase.MatchString(path):
+	case (key == "choices" || key == "default") && branchCase().MatchString(path):
 		return key + " belongs to a route edge (route, choices, default), not to a branch case"
-	case key == "bound" && nodePath.MatchString(path):
+	case key == "bound" && nodePath().MatchString(path):
 		return "bound belongs on an edge that closes a loop, not on a node"
-	case (key == "retry" || key == "timeout" || key == "cache" || key == "on_error" || key == "interrupt_before" || key == "interrupt_after") && edgePath.MatchString(path):
+	case (key == "retry" || key == "timeout" || key == "cache" || key == "on_error" || key == "interrupt_before" || key == "interrupt_after") && edgePath().MatchString(path):
 		return key + " belongs on a node, not on an edge"
-	case (key == "when" || key == "else") && edgePath.MatchString(path):
+	case (key == "when" || key == "else") && edgePath().MatchString(path):
 		return key + " belongs in a case of a branch: branch: [{when: ..., to: ...}, {else: ...}]"
 	case key == "reducers" && path == "":
 		return "reducers belong under state: state: {schema: ..., reducers: {...}}"

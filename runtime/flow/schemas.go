@@ -2,7 +2,6 @@ package flow
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
@@ -91,7 +90,7 @@ func (ls *loadedSchema) propertyPos(field string) diag.Pos {
 	return ls.inline.Pos()
 }
 
-var schemaFailure = regexp.MustCompile(`^'([^']*)' does not validate with \S+: (.*)$`)
+var schemaFailure = diag.Pattern(`^'([^']*)' does not validate with \S+: (.*)$`)
 
 // schemaProblem reduces a schema compilation error to the JSON pointer of
 // the offending value inside the schema and a short reason.
@@ -103,7 +102,7 @@ func schemaProblem(err error) (ptr, msg string) {
 	if _, rest, ok := strings.Cut(msg, " compilation failed: "); ok {
 		msg = rest
 	}
-	if m := schemaFailure.FindStringSubmatch(msg); m != nil {
+	if m := schemaFailure().FindStringSubmatch(msg); m != nil {
 		return m[1], fmt.Sprintf("%s: %s", m[1], m[2])
 	}
 	return "", msg

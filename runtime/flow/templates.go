@@ -96,14 +96,14 @@ func lineAt(text string, off int) string {
 	return text[start : off+end]
 }
 
-var templateLine = regexp.MustCompile(`^template: [^:]*:(\d+):(?:(\d+):)? ?(.*)$`)
+var templateLine = diag.Pattern(`^template: [^:]*:(\d+):(?:(\d+):)? ?(.*)$`)
 
 // templateError reports a template parse error at its line; text/template
 // gives no column, so it is found from what the message names.
 func (c *compiler) templateError(v config.Value, err error, path string) {
 	msg := err.Error()
 	line, col := 1, 1
-	if m := templateLine.FindStringSubmatch(msg); m != nil {
+	if m := templateLine().FindStringSubmatch(msg); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		if m[2] != "" {
 			col, _ = strconv.Atoi(m[2])
@@ -120,22 +120,22 @@ func (c *compiler) templateError(v config.Value, err error, path string) {
 }
 
 var (
-	undefinedFunc = regexp.MustCompile(`^function "([^"]+)" not defined$`)
-	badChar       = regexp.MustCompile(`^bad character U\+[0-9A-F]+ '(.+)'$`)
-	dashedField   = regexp.MustCompile(`((?:\$|\.)[\pL_][\pL\pN_]*(?:\.[\pL_][\pL\pN_]*)*)\.([\pL_][\pL\pN_]*(?:-[\pL\pN_]+)+)`)
+	undefinedFunc = diag.Pattern(`^function "([^"]+)" not defined$`)
+	badChar       = diag.Pattern(`^bad character U\+[0-9A-F]+ '(.+)'$`)
+	dashedField   = diag.Pattern(`((?:\$|\.)[\pL_][\pL\pN_]*(?:\.[\pL_][\pL\pN_]*)*)\.([\pL_][\pL\pN_]*(?:-[\pL\pN_]+)+)`)
 )
 
 // templateWords rephrases text/template's message about a line of a
 // template in the flow's words, with a name it most likely meant.
 func templateWords(msg, line string) (string, string) {
-	if m := undefinedFunc.FindStringSubmatch(msg); m != nil {
+	if m := undefinedFunc().FindStringSubmatch(msg); m != nil {
 		names := slices.Sorted(maps.Keys(tmpl.Funcs))
 		names = append(names, "and", "or", "not", "len", "index", "slice", "print", "printf", "println", "html", "js", "urlquery")
 		return fmt.Sprintf("%q is not a function templates can call (they call %s); a field is read as .state.NAME, and a text is written outside {{ }}",
 			m[1], strings.Join(names, ", ")), diag.Suggest(m[1], names)
 	}
-	if m := badChar.FindStringSubmatch(msg); m != nil {
-		if f := dashedField.FindStringSubmatch(line); f != nil {
+	if m := badChar().FindStringSubmatch(msg); m != nil {
+		if f := dashedField().FindStringSubmatch(line); f != nil {
 			return fmt.Sprintf("a field whose name holds %q is read with index: {{index %s %q}}", m[1], f[1], f[2]), ""
 		}
 		if m[1] == "}" {
@@ -147,8 +147,8 @@ func templateWords(msg, line string) (string, string) {
 }
 
 var (
-	quotedToken = regexp.MustCompile(`"([^"]+)"|'(.)'`)
-	actionToken = regexp.MustCompile(`\{\{(\w+)\}\}|for (\w+)$`)
+	quotedToken = diag.Pattern(`"([^"]+)"|'(.)'`)
+	actionToken = diag.Pattern(`\{\{(\w+)\}\}|for (\w+)$`)
 )
 
 // templateColumn finds the 1-based column (in runes) of what a template
@@ -157,11 +157,11 @@ var (
 // is 1 when nothing fits.
 func templateColumn(line, msg string) int {
 	at := -1
-	if m := quotedToken.FindStringSubmatch(msg); m != nil && m[1] != "" {
+	if m := quotedToken().FindStringSubmatch(msg); m != nil && m[1] != "" {
 		at = strings.Index(line, m[1])
 	} else if m != nil {
 		at = strings.LastIndex(line, m[2]) // a bad character: the lexer stopped at the last one
-	} else if m := actionToken.FindStringSubmatch(msg); m != nil {
+	} else if m := actionToken().FindStringSubmatch(msg); m != nil {
 		if loc := regexp.MustCompile(`\{\{-?\s*` + m[1] + m[2] + `\b`).FindStringIndex(line); loc != nil {
 			at = loc[0]
 		}

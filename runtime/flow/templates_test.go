@@ -24,7 +24,7 @@ func TestTemplateErrorColumn(t *testing.T) {
 			t.Fatalf("%q parsed", src)
 		}
 		msg := err.Error()
-		if m := templateLine.FindStringSubmatch(msg); m != nil {
+		if m := templateLine().FindStringSubmatch(msg); m != nil {
 			msg = m[3]
 		}
 		if got := templateColumn(src, msg); got != want {

@@ -2,7 +2,6 @@ package flow
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -22,7 +21,7 @@ import (
 // a function's name.
 var toolName = config.String("", "").Match(`^[A-Za-z_][A-Za-z0-9_-]{0,63}$`)
 
-var functionName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var functionName = diag.Pattern(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ToolEntry is one compiled entry of a flow's tools block.
 type ToolEntry struct {
@@ -74,7 +73,7 @@ func (c *compiler) toolsBlock(v config.Value) {
 				t.Description = desc
 			}
 			switch {
-			case !functionName.MatchString(t.Name):
+			case !functionName().MatchString(t.Name):
 				c.dl.Errorf(diag.CodeToolSetting, e.Key.Pos(), path, "tool %q: a model calls tools by names of 1 to 64 letters, digits, _ and -", t.Name)
 				continue
 			case t.Description == "":
