@@ -94,6 +94,7 @@ func (fs *flowSet) reload(promote bool, by string) ([]*loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flows: %w", err)
 	}
+	defer flow.Prepare(fs.kinds)() // for every file
 	next := map[string]*loaded{}
 	var problems []diag.Diagnostic
 	for _, file := range files {

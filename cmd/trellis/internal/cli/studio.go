@@ -26,6 +26,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/api/mcpserver"
 	"github.com/trellisflow/trellis/runtime/api/server"
 	"github.com/trellisflow/trellis/runtime/flow"
+	"github.com/trellisflow/trellis/runtime/kind"
 )
 
 // studioTokenTTL is how long the address `trellis studio` prints signs in.
@@ -70,8 +71,9 @@ func cmdStudio(ctx context.Context, env *Env, args []string) int {
 		return fail(env, "studio", err)
 	}
 	defer rt.Close()
-	// an editor's every change is checked (loaded): the flow format stays
-	defer flow.Prepare(env.Registry)()
+	// an editor's every change is checked (loaded, with the kinds reaching
+	// nothing): the flow format stays
+	defer flow.Prepare(kind.OfflineOf(env.Registry))()
 	sp := speech.NewOffline()
 	defer sp.Close()
 	srv, err := server.New(server.Config{Runtime: rt, FlowsDir: flows, Kinds: env.Registry, Logger: log,
