@@ -339,7 +339,7 @@ loadtest: build
 	$$as $(PGBIN)/initdb -D $$dir/data -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null; \
 	$$as $(PGBIN)/pg_ctl -D $$dir/data -l $$dir/server.log -w -t 30 \
 	  -o "-c listen_addresses=127.0.0.1 -p $(PGPORT) -k $$dir -c max_connections=300" start >/dev/null; \
-	pg="postgres://postgres@127.0.0.1:$(PGPORT)/postgres?default_query_exec_mode=cache_statement"; \
+	pg="postgres://postgres@127.0.0.1:$(PGPORT)/postgres"; \
 	before="$(if $(BEFORE),--before $(BEFORE))"; \
 	for n in $(LOADTHREADS); do \
 	  ./bin/trellis dev loadtest --threads $$n --turns $(LOADTURNS) $$before; \

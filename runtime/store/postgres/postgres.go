@@ -1,15 +1,15 @@
 // Package postgres is the production checkpoint store, on PostgreSQL
 // through pgx. Its address is a postgres:// (or postgresql://) URL as pgx
-// reads it; several processes may share one database. By default it uses
-// no named prepared statements, so it works behind PgBouncer in
-// transaction mode: each connection caches the parameter and result
-// types of the statements it has run, and runs them with binary
-// parameters and results, which spares long segments a hex round trip;
-// the server parses and plans each statement again. On a direct
-// connection, default_query_exec_mode=cache_statement in the URL has each
-// connection prepare its statements once (about half of the server's CPU
-// per served turn); behind PgBouncer before 1.21, or without its
-// max_prepared_statements, that fails.
+// reads it; several processes may share one database. Reaching the server
+// directly (it reports the address and port dialed, or the socket, as its
+// own), each connection prepares its statements once (about half of the
+// server's CPU per served turn). Through anything else, PgBouncer in
+// transaction mode for one, it uses no named prepared statements: each
+// connection caches the parameter and result types of the statements it
+// has run, and runs them with binary parameters and results, which spares
+// long segments a hex round trip; the server parses and plans each
+// statement again. default_query_exec_mode in the URL (cache_statement,
+// cache_describe, ...) chooses instead.
 //
 // A commit is one call of a PL/pgSQL function, whose statements the server
 // plans once per session: the thread's head moves only if it is still the
@@ -23,7 +23,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"net"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -70,11 +73,14 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	// statement descriptions, not statements, are cached: binary results
-	// with nothing prepared on the server, unless the URL asks for another
-	// mode (see the package's comment)
+	// statement descriptions, not statements, are cached (binary results
+	// with nothing prepared on the server) unless the server is reached
+	// directly, or the URL asks for a mode (see the package's comment)
 	if !strings.Contains(url, "default_query_exec_mode") {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		if direct(ctx, cfg.ConnConfig) {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+		}
 	}
 	// a run holds a connection only while it writes a step, but many
 	// runs write at once: pgx's default (the number of CPUs) queues them
@@ -94,6 +100,53 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// direct reports whether cfg reaches the server itself, with no pooler
+// between that could hand a connection's prepared statements to another
+// client's session (PgBouncer in transaction mode): the server says it
+// was reached at the address and port dialed (over TCP), or at the socket
+// dialed (a Unix socket of its own directories, at its port). Several
+// hosts, a server that does not answer and a host name that does not
+// resolve are taken as not direct.
+func direct(ctx context.Context, cfg *pgx.ConnConfig) bool {
+	if len(cfg.Fallbacks) > 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var addr, dirs *string
+	var port *int32
+	var ownPort string
+	if err := conn.QueryRow(ctx, `SELECT host(inet_server_addr()), inet_server_port(), current_setting('port'),
+		current_setting('unix_socket_directories', true)`).Scan(&addr, &port, &ownPort, &dirs); err != nil {
+		return false
+	}
+	if strings.HasPrefix(cfg.Host, "/") {
+		if addr != nil || dirs == nil || ownPort != strconv.Itoa(int(cfg.Port)) {
+			return false
+		}
+		for _, d := range strings.Split(*dirs, ",") {
+			if filepath.Clean(strings.TrimSpace(d)) == filepath.Clean(cfg.Host) {
+				return true
+			}
+		}
+		return false
+	}
+	if addr == nil || port == nil || uint16(*port) != cfg.Port {
+		return false
+	}
+	server := net.ParseIP(*addr)
+	ips, err := net.DefaultResolver.LookupIP(ctx, "ip", cfg.Host)
+	if err != nil || server == nil {
+		return false
+	}
+	return slices.ContainsFunc(ips, server.Equal)
 }
 
 // migrationLock is the advisory lock key that serialises migrations.

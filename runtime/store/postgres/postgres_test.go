@@ -33,11 +33,11 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t) })
 }
 
-// With prepared statements asked for (default_query_exec_mode in the
-// URL, on a direct connection), the store keeps its promises the same.
-func TestConformancePreparingStatements(t *testing.T) {
+// Asked not to prepare statements on a direct connection (as it does not
+// behind a pooler), the store keeps its promises the same.
+func TestConformanceDescribingStatements(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		return openURL(t, pgtest.WithParam(pgtest.Database(t), "default_query_exec_mode", "cache_statement"))
+		return openURL(t, pgtest.WithParam(pgtest.Database(t), "default_query_exec_mode", "cache_describe"))
 	})
 }
 
