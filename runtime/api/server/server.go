@@ -358,10 +358,14 @@ func New(cfg Config) (*Server, error) {
 // "." or ".." element, a doubled slash) with the JSON error a client
 // reads (404 not_found, naming the clean path), where the ServeMux would
 // redirect to the clean path: an API client is never sent a redirect
-// the API does not document, and a path is never read as another.
+// the API does not document, and a path is never read as another. The
+// path is read as the ServeMux matches it, escaped: an escaped slash
+// (%2F) is part of its element, not a separator (a thread's id may hold
+// one, and is then refused by its route as any id it does not take),
+// while an escaped dot is a dot.
 func cleanPaths(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := r.URL.Path; r.Method != http.MethodConnect && p != "" {
+		if p := escapedDots.Replace(r.URL.EscapedPath()); r.Method != http.MethodConnect && p != "" {
 			clean := path.Clean("/" + p)
 			if strings.HasSuffix(p, "/") && clean != "/" {
 				clean += "/"
@@ -375,6 +379,10 @@ func cleanPaths(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// escapedDots turns a path's escaped dots into dots (RFC 3986: an
+// escaped unreserved character is that character).
+var escapedDots = strings.NewReplacer("%2E", ".", "%2e", ".")
 
 // eng is the engine the flows run on.
 func (s *Server) eng() *engine.Engine { return s.cfg.Runtime.Engine() }

@@ -736,6 +736,8 @@ func TestUncleanPathsAreNotFound(t *testing.T) {
 		{"GET", "/v1//flows", "/v1/flows"},
 		{"GET", "/v1/threads/x/../y", "/v1/threads/y"},
 		{"POST", "/v1/threads/%2E%2E/runs", "/v1/runs"},
+		{"POST", "/v1/threads/%2e./runs", "/v1/runs"},
+		{"GET", "/v1/threads/x//history", "/v1/threads/x/history"},
 		{"GET", "/studio/./app.js", "/studio/app.js"},
 		{"GET", "/v1/flows/./", "/v1/flows/"},
 	} {
@@ -760,5 +762,14 @@ func TestUncleanPathsAreNotFound(t *testing.T) {
 	// the clean form is served as ever
 	if _, err := h.acme.Flows(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// an escaped slash is part of its element: the route reads the id
+	// that holds it, and answers as it does any thread it does not have
+	for _, id := range []string{"/x", "x/", "a/b", "/"} {
+		_, err := h.acme.Thread(ctx, id)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeNotFound || strings.Contains(ae.Message, "clean form") || !strings.Contains(ae.Message, "thread") {
+			t.Errorf("the thread %q: %v", id, err)
+		}
 	}
 }
