@@ -375,6 +375,16 @@ func cleanPaths(next http.Handler) http.Handler {
 					Message: fmt.Sprintf("no route %s %s: a path has no empty, \".\" or \"..\" element (%s is its clean form)", r.Method, p, clean)})
 				return
 			}
+			// an element that is an escaped slash alone is one the
+			// ServeMux cannot match (it stands for its trailing slash):
+			// a value no route takes, refused as such
+			for _, e := range strings.Split(p, "/") {
+				if strings.EqualFold(e, "%2F") {
+					writeError(w, r, &api.Error{Code: api.CodeBadRequest,
+						Message: fmt.Sprintf("%s %s: an element of the path is an escaped slash alone (%%2F), which names nothing", r.Method, p)})
+					return
+				}
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
