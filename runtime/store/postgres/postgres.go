@@ -108,10 +108,14 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // was reached at the address and port dialed (over TCP), or at the socket
 // dialed (a Unix socket of its own directories, at its port). Several
 // hosts, a server that does not answer and a host name that does not
-// resolve are taken as not direct.
+// resolve are taken as not direct. The fallbacks of one host that differ
+// only in TLS (sslmode prefer, the default, or allow) are the same
+// server.
 func direct(ctx context.Context, cfg *pgx.ConnConfig) bool {
-	if len(cfg.Fallbacks) > 0 {
-		return false
+	for _, f := range cfg.Fallbacks {
+		if f.Host != cfg.Host || f.Port != cfg.Port {
+			return false
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

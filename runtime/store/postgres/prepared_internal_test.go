@@ -31,6 +31,10 @@ func TestStatementsPreparedOnlyOnADirectConnection(t *testing.T) {
 	}{
 		{"direct", direct, true},
 		{"direct, by a host name", withHost(t, direct, "localhost"), true},
+		// pgx tries TLS first, then a fallback without it, to the same host
+		{"direct, sslmode unsaid (prefer)", withoutParam(t, direct, "sslmode"), true},
+		{"direct, sslmode allow", pgtest.WithParam(direct, "sslmode", "allow"), true},
+		{"two hosts", withSecondHost(t, direct, "localhost"), false},
 		{"direct, asked not to", pgtest.WithParam(direct, "default_query_exec_mode", "cache_describe"), false},
 		{"direct, asked to", pgtest.WithParam(direct, "default_query_exec_mode", "cache_statement"), true},
 		{"pgbouncer", pgtest.WithParam(pgtest.PooledDatabase(t), "pool_max_conns", "1"), false},
@@ -105,4 +109,20 @@ func withSocket(t *testing.T, addr, dir string) string {
 	port := u.Port()
 	u.Host = ""
 	return pgtest.WithParam(pgtest.WithParam(u.String(), "host", dir), "port", fmt.Sprint(port))
+}
+
+// withoutParam is addr without its query parameter name.
+func withoutParam(t *testing.T, addr, name string) string {
+	u := mustURL(t, addr)
+	q := u.Query()
+	q.Del(name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// withSecondHost is addr naming host, at the same port, after its own.
+func withSecondHost(t *testing.T, addr, host string) string {
+	u := mustURL(t, addr)
+	u.Host += "," + host + ":" + u.Port()
+	return u.String()
 }
