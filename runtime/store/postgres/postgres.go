@@ -9,7 +9,13 @@
 // has run, and runs them with binary parameters and results, which spares
 // long segments a hex round trip; the server parses and plans each
 // statement again. default_query_exec_mode in the URL (cache_statement,
-// cache_describe, ...) chooses instead.
+// cache_describe, ...) chooses instead. A connection that prepares its
+// statements plans each once, too (plan_cache_mode force_generic_plan):
+// they are the store's own, each reading or writing rows by key through
+// its indexes, and planning them again at every execution, as the
+// server's default does for a statement's first five and for those
+// whose generic plan it judges dearer, was a third of a step's commit.
+// plan_cache_mode in the URL chooses instead.
 //
 // A commit is one call of a PL/pgSQL function, whose statements the server
 // plans once per session: the thread's head moves only if it is still the
@@ -81,6 +87,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		if direct(ctx, cfg.ConnConfig) {
 			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 		}
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok && cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
 	// a run holds a connection only while it writes a step, but many
 	// runs write at once: pgx's default (the number of CPUs) queues them

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ func TestStatementsPreparedOnlyOnADirectConnection(t *testing.T) {
 		{"two hosts", withSecondHost(t, direct, "localhost"), false},
 		{"direct, asked not to", pgtest.WithParam(direct, "default_query_exec_mode", "cache_describe"), false},
 		{"direct, asked to", pgtest.WithParam(direct, "default_query_exec_mode", "cache_statement"), true},
+		{"direct, asked to plan each time", pgtest.WithParam(direct, "plan_cache_mode", "auto"), true},
 		{"pgbouncer", pgtest.WithParam(pgtest.PooledDatabase(t), "pool_max_conns", "1"), false},
 	}
 	var dir string
@@ -82,6 +84,18 @@ func TestStatementsPreparedOnlyOnADirectConnection(t *testing.T) {
 			}
 			if (n > 0) != tc.prepared {
 				t.Errorf("statements prepared: want %v; the connection holds %d", tc.prepared, n)
+			}
+			// prepared, each is planned once, unless the URL says otherwise
+			wantPlans := "auto"
+			if tc.prepared && !strings.Contains(tc.url, "plan_cache_mode") {
+				wantPlans = "force_generic_plan"
+			}
+			var plans string
+			if err := s.pool.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&plans); err != nil {
+				t.Fatal(err)
+			}
+			if plans != wantPlans {
+				t.Errorf("plan_cache_mode %s, want %s", plans, wantPlans)
 			}
 		})
 	}
