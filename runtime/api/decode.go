@@ -6,7 +6,12 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"slices"
+	"strings"
 
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/value"
 )
 
@@ -25,8 +30,94 @@ func decode(r io.Reader, out any) error {
 	return exact(reflect.ValueOf(out))
 }
 
-// decodeBytes is decode over b.
-func decodeBytes(b []byte, out any) error { return decode(bytes.NewReader(b), out) }
+// decodeBytes is decode over b; a long event is read by decodeEvent.
+func decodeBytes(b []byte, out any) error {
+	if ev, ok := out.(*engine.Event); ok && len(b) >= fastEvent {
+		return decodeEvent(b, ev)
+	}
+	return decode(bytes.NewReader(b), out)
+}
+
+// fastEvent is the length from which an event is read by decodeEvent:
+// a shorter one reads faster by decode alone.
+const fastEvent = 2048
+
+// eventMaps are the free-form maps of an event, by their names on the
+// wire.
+var eventMaps = [...]string{"update", "appended", "state"}
+
+// decodeEvent reads one event into ev as decode does, the values of its
+// updates and its state (a run_end carries the run's whole state) built
+// straight from their tokens by value.Decode (then normalised, as
+// decode has them), and its other members by decode, without the rest. Anything unusual (not an object, an escaped
+// name, one of the maps' names in another case, a map that is not an
+// object, bad JSON) is read by decode alone: the values, and any error,
+// are decode's.
+func decodeEvent(b []byte, ev *engine.Event) error {
+	slow := func() error { return decode(bytes.NewReader(b), ev) }
+	d := jsontext.NewDecoder(bytes.NewBuffer(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if d.PeekKind() != '{' {
+		return slow()
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return slow()
+	}
+	var found [len(eventMaps)]bool
+	var vals [len(eventMaps)]map[string]any
+	rest := append(make([]byte, 0, 256), '{')
+	for d.PeekKind() == '"' {
+		name, err := d.ReadValue()
+		if err != nil || bytes.IndexByte(name, '\\') >= 0 {
+			return slow()
+		}
+		k := slices.Index(eventMaps[:], string(name[1:len(name)-1]))
+		if k < 0 && slices.ContainsFunc(eventMaps[:], func(m string) bool { return strings.EqualFold(m, string(name[1:len(name)-1])) }) {
+			return slow()
+		}
+		if len(rest) > 1 {
+			rest = append(rest, ',')
+		}
+		if k < 0 {
+			rest = append(append(rest, name...), ':')
+		}
+		raw, err := d.ReadValue()
+		if err != nil {
+			return slow()
+		}
+		if k < 0 {
+			rest = append(rest, raw...)
+			continue
+		}
+		v, err := value.Decode(raw)
+		if err == nil {
+			// as decode has them: a whole number written as a float
+			// (2.0) is an int
+			v, err = value.Normalize(v)
+		}
+		m, ok := v.(map[string]any)
+		if err != nil || !ok && v != nil {
+			return slow()
+		}
+		found[k], vals[k] = true, m
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return slow()
+	}
+	if rest[len(rest)-1] == ',' {
+		rest = rest[:len(rest)-1]
+	}
+	var got engine.Event
+	if err := decode(bytes.NewReader(append(rest, '}')), &got); err != nil {
+		return slow()
+	}
+	for k, out := range []*map[string]any{&got.Update, &got.Appended, &got.State} {
+		if found[k] {
+			*out = vals[k]
+		}
+	}
+	*ev = got
+	return nil
+}
 
 // exact turns the json.Numbers UseNumber left in v's free-form parts into
 // state values.
@@ -52,6 +143,16 @@ func exact(v reflect.Value) error {
 		return errors.Join(errs...)
 	case reflect.Map:
 		if v.IsNil() {
+			return nil
+		}
+		if m, ok := v.Interface().(map[string]any); ok && v.CanSet() {
+			// free-form as a whole: normalised at once, copied only
+			// where a number changes
+			n, err := value.Normalize(m)
+			if err != nil {
+				return err
+			}
+			v.Set(reflect.ValueOf(n))
 			return nil
 		}
 		var errs []error
