@@ -71,6 +71,18 @@ func TestDecodeEventAgreesWithDecode(t *testing.T) {
 	for _, s := range eventSamples() {
 		agreeOnEvent(t, []byte(s))
 	}
+	// into an event holding a state already, which decode adds to
+	b := []byte(`{"type":"run_end","state":{"b":2}}`)
+	fast, slow := engine.Event{State: map[string]any{"a": 1}}, engine.Event{State: map[string]any{"a": 1}}
+	if err := decodeEvent(b, &fast); err != nil {
+		t.Fatal(err)
+	}
+	if err := decode(bytes.NewReader(b), &slow); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fast, slow) || len(fast.State) != 2 {
+		t.Fatalf("read into a held state as %v, decode's %v", fast.State, slow.State)
+	}
 }
 
 func FuzzDecodeEvent(f *testing.F) {
