@@ -9,13 +9,15 @@
 // has run, and runs them with binary parameters and results, which spares
 // long segments a hex round trip; the server parses and plans each
 // statement again. default_query_exec_mode in the URL (cache_statement,
-// cache_describe, ...) chooses instead. A connection that prepares its
-// statements plans each once, too (plan_cache_mode force_generic_plan):
-// they are the store's own, each reading or writing rows by key through
-// its indexes, and planning them again at every execution, as the
-// server's default does for a statement's first five and for those
-// whose generic plan it judges dearer, was a third of a step's commit.
-// plan_cache_mode in the URL chooses instead.
+// cache_describe, ...) chooses instead. Reached directly, the server
+// plans each prepared statement once, too (plan_cache_mode
+// force_generic_plan): they are the store's own, each reading or writing
+// rows by key through its indexes, and planning them again at every
+// execution, as the server's default does for a statement's first five
+// and for those whose generic plan it judges dearer, was a third of a
+// step's commit. plan_cache_mode in the URL chooses instead; nothing is
+// sent through a pooler, which refuses a session that starts with a
+// parameter it does not know.
 //
 // A commit is one call of a PL/pgSQL function, whose statements the server
 // plans once per session: the thread's head moves only if it is still the
@@ -75,26 +77,9 @@ func init() {
 // The URL may set pgxpool's pool_max_conns (default: four per CPU, at
 // least 16).
 func Open(ctx context.Context, url string) (*Store, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := config(ctx, url)
 	if err != nil {
 		return nil, err
-	}
-	// statement descriptions, not statements, are cached (binary results
-	// with nothing prepared on the server) unless the server is reached
-	// directly, or the URL asks for a mode (see the package's comment)
-	if !strings.Contains(url, "default_query_exec_mode") {
-		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
-		if direct(ctx, cfg.ConnConfig) {
-			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
-		}
-	}
-	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok && cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	}
-	// a run holds a connection only while it writes a step, but many
-	// runs write at once: pgx's default (the number of CPUs) queues them
-	if !strings.Contains(url, "pool_max_conns") {
-		cfg.MaxConns = max(int32(4*runtime.NumCPU()), 16)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -109,6 +94,38 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// config is the pool's configuration for url: statement descriptions,
+// not statements, are cached (binary results with nothing prepared on
+// the server) unless the server is reached directly, or the URL asks for
+// a mode; prepared on a direct connection, each is planned once, unless
+// the URL says how (see the package's comment). A pooler refuses
+// parameters it does not know in a session's start (PgBouncer does), so
+// the plans' mode goes only to a server reached directly.
+func config(ctx context.Context, url string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	asked := strings.Contains(url, "default_query_exec_mode")
+	_, plans := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]
+	if !asked {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
+	prepares := cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	if (!asked || prepares && !plans) && direct(ctx, cfg.ConnConfig) {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+		if !plans {
+			cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		}
+	}
+	// a run holds a connection only while it writes a step, but many
+	// runs write at once: pgx's default (the number of CPUs) queues them
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = max(int32(4*runtime.NumCPU()), 16)
+	}
+	return cfg, nil
 }
 
 // direct reports whether cfg reaches the server itself, with no pooler

@@ -140,3 +140,30 @@ func withSecondHost(t *testing.T, addr, host string) string {
 	u.Host += "," + host + ":" + u.Port()
 	return u.String()
 }
+
+// A URL that asks for prepared statements through PgBouncer gets them
+// (PgBouncer 1.21 on keeps them per client), and no plan_cache_mode:
+// PgBouncer refuses a session that starts with a parameter it does not
+// know.
+func TestAPoolerIsSentNoPlanMode(t *testing.T) {
+	ctx := context.Background()
+	addr := pgtest.WithParam(pgtest.PooledDatabase(t), "default_query_exec_mode", "cache_statement")
+	cfg, err := config(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.ConnConfig.DefaultQueryExecMode; got != pgx.QueryExecModeCacheStatement {
+		t.Fatalf("the store runs its statements in mode %v, as asked: want %v", got, pgx.QueryExecModeCacheStatement)
+	}
+	if mode, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; ok {
+		t.Errorf("plan_cache_mode %s sent through a pooler", mode)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		t.Fatalf("a session through PgBouncer: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SELECT 1`, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+}
