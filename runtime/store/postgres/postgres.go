@@ -114,10 +114,14 @@ func config(ctx context.Context, url string) (*pgxpool.Config, error) {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	prepares := cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
-	if (!asked || prepares && !plans) && direct(ctx, cfg.ConnConfig) {
-		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
-		if !plans {
-			cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	if !asked || prepares && !plans {
+		if ok, version := direct(ctx, cfg.ConnConfig); ok {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+			// (a server before 12 knows no plan_cache_mode, and refuses
+			// a session that starts with it)
+			if !plans && version >= 120000 {
+				cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+			}
 		}
 	}
 	// a run holds a connection only while it writes a step, but many
@@ -136,47 +140,47 @@ func config(ctx context.Context, url string) (*pgxpool.Config, error) {
 // hosts, a server that does not answer and a host name that does not
 // resolve are taken as not direct. The fallbacks of one host that differ
 // only in TLS (sslmode prefer, the default, or allow) are the same
-// server.
-func direct(ctx context.Context, cfg *pgx.ConnConfig) bool {
+// server. It gives the server's version too (server_version_num).
+func direct(ctx context.Context, cfg *pgx.ConnConfig) (ok bool, version int) {
 	for _, f := range cfg.Fallbacks {
 		if f.Host != cfg.Host || f.Port != cfg.Port {
-			return false
+			return false, 0
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
 	if err != nil {
-		return false
+		return false, 0
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var addr, dirs *string
 	var port *int32
 	var ownPort string
 	if err := conn.QueryRow(ctx, `SELECT host(inet_server_addr()), inet_server_port(), current_setting('port'),
-		current_setting('unix_socket_directories', true)`).Scan(&addr, &port, &ownPort, &dirs); err != nil {
-		return false
+		current_setting('unix_socket_directories', true), current_setting('server_version_num')::int`).Scan(&addr, &port, &ownPort, &dirs, &version); err != nil {
+		return false, 0
 	}
 	if strings.HasPrefix(cfg.Host, "/") {
 		if addr != nil || dirs == nil || ownPort != strconv.Itoa(int(cfg.Port)) {
-			return false
+			return false, 0
 		}
 		for _, d := range strings.Split(*dirs, ",") {
 			if filepath.Clean(strings.TrimSpace(d)) == filepath.Clean(cfg.Host) {
-				return true
+				return true, version
 			}
 		}
-		return false
+		return false, 0
 	}
 	if addr == nil || port == nil || uint16(*port) != cfg.Port {
-		return false
+		return false, 0
 	}
 	server := net.ParseIP(*addr)
 	ips, err := net.DefaultResolver.LookupIP(ctx, "ip", cfg.Host)
 	if err != nil || server == nil {
-		return false
+		return false, 0
 	}
-	return slices.ContainsFunc(ips, server.Equal)
+	return slices.ContainsFunc(ips, server.Equal), version
 }
 
 // migrationLock is the advisory lock key that serialises migrations.
