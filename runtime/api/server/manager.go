@@ -118,6 +118,11 @@ type launch struct {
 	// leasedAt is when the run's thread lease was asked for with its
 	// claim (the record's Lease says whether it was taken).
 	leasedAt time.Time
+	// flow is the thread's flow as its caller read it just before
+	// queueing the run (nil: read when it runs). The version is checked
+	// again as the engine claims the thread (onVersion), so a move in
+	// between is seen there.
+	flow *loaded
 }
 
 func newManager(s *Server) *manager {
@@ -512,7 +517,7 @@ func (m *manager) startAs(ctx context.Context, c *caller, thread *store.ThreadRe
 		}
 		return *rec, nil, nil
 	}
-	lr := m.launch(rec, launch{waiting: true, fresh: true, refuseBusy: policy == api.OnBusyReject, parent: trace.SpanContextFromContext(ctx), leasedAt: leasedAt})
+	lr := m.launch(rec, launch{waiting: true, fresh: true, refuseBusy: policy == api.OnBusyReject, parent: trace.SpanContextFromContext(ctx), leasedAt: leasedAt, flow: l})
 	if lr == nil { // the server began stopping: the run is queued again
 		return *rec, nil, nil
 	}
@@ -648,9 +653,11 @@ func (m *manager) run(lr *liveRun) (res *engine.Result, err error) {
 		// claimed later, or adopted: the trace of the request that queued it
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": rec.Trace})
 	}
-	l, err := m.s.threadFlow(ctx, rec.Tenant, rec.Thread, rec.Flow)
-	if err != nil {
-		return nil, err
+	l := lr.how.flow
+	if l == nil {
+		if l, err = m.s.threadFlow(ctx, rec.Tenant, rec.Thread, rec.Flow); err != nil {
+			return nil, err
+		}
 	}
 	lr.flow = l
 	lr.mu.Lock()
