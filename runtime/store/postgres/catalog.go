@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -94,6 +95,68 @@ func (d catalogDB) Unique(err error) bool {
 }
 
 var _ store.Catalog = (*Store)(nil)
+
+// EnqueueRun implements store.Catalog in one call (see migration 036),
+// deciding as the shared catalog's does.
+func (s *Store) EnqueueRun(ctx context.Context, r *store.RunRecord, policy store.BusyPolicy) (busy bool, err error) {
+	input, answers, cfg := string(r.Input), string(r.Answers), string(r.Config)
+	if input == "" {
+		input = "null"
+	}
+	if answers == "" {
+		answers = "null"
+	}
+	if cfg == "" {
+		cfg = "null"
+	}
+	var owner string
+	var ttl int64
+	if r.Lease != nil {
+		owner, ttl = r.Lease.Owner, r.Lease.TTL.Nanoseconds()
+		r.Lease.Taken = false
+	}
+	var outcome int
+	var created int64
+	var taken bool
+	err = s.pool.QueryRow(ctx, `SELECT * FROM trellis_enqueue_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+		$16, $17, $18, $19, $20, $21, $22)`,
+		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, input, r.Error, int64(r.Checkpoint), nanos(r.Created), nanos(r.Finished),
+		r.Resume, r.Interrupt, r.Server, string(r.Stop), answers, cfg, r.Trace, r.WriteID,
+		string(policy), r.Lease != nil, owner, ttl).Scan(&outcome, &busy, &created, &taken)
+	switch {
+	case err != nil:
+		if (catalogDB{}).Unique(err) {
+			return busy, store.ErrExists
+		}
+		return busy, err
+	case outcome == 1:
+		return busy, store.ErrNotFound
+	case outcome == 2:
+		return busy, store.ErrBusy
+	}
+	if created != nanos(r.Created) {
+		r.Created = sqlstore.Time(created)
+	}
+	r.Status, r.Started = store.RunQueued, time.Time{}
+	if busy || r.Server == "" {
+		r.Server = ""
+	} else {
+		r.Status, r.Started = store.RunRunning, r.Created
+	}
+	if r.Lease != nil {
+		r.Lease.Taken = taken
+	}
+	return busy, nil
+}
+
+// nanos is t in nanoseconds since the epoch, as the catalog's times are
+// recorded: 0 for the zero time.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
 
 // PackEvents implements store.Catalog in one call (see migration 035):
 // the packs are compressed before it, which only swaps the rows.

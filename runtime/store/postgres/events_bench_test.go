@@ -16,3 +16,10 @@ func BenchmarkAppendEvents(b *testing.B) {
 func BenchmarkStepCommits(b *testing.B) {
 	storetest.BenchStepCommits(b, openURL(b, pgtest.Database(b)))
 }
+
+// go test ./runtime/store/postgres -run '^$' -bench EnqueueRun: on the
+// tests' cluster (no fsync) and on one with PostgreSQL's durability.
+func BenchmarkEnqueueRun(b *testing.B) {
+	b.Run("fast", func(b *testing.B) { storetest.BenchEnqueueRun(b, openURL(b, pgtest.Database(b))) })
+	b.Run("durable", func(b *testing.B) { storetest.BenchEnqueueRun(b, openURL(b, pgtest.DurableDatabase(b))) })
+}

@@ -45,7 +45,7 @@ func TestWritesWhoseReplyIsLostAreRecognised(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := &store.RunRecord{ID: "run-1", Tenant: "acme", Thread: "t", Flow: "f", Status: store.RunQueued, Created: now, Server: "server-a"}
-	proxy.Lose("run-1", "commit", 1)
+	proxy.Lose("run-1", "", 1) // the one call that queues it
 	if _, err := store.EnqueueRunOnce(ctx, st, st, retry, run, store.BusyReject); err != nil {
 		t.Fatalf("a queued run whose reply was lost: %v", err)
 	}

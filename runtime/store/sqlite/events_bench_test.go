@@ -38,3 +38,13 @@ func BenchmarkStepsSideBySide(b *testing.B) {
 	defer st.Close()
 	storetest.BenchStepsSideBySide(b, st)
 }
+
+// go test ./runtime/store/sqlite -run '^$' -bench EnqueueRun
+func BenchmarkEnqueueRun(b *testing.B) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "enqueue.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	storetest.BenchEnqueueRun(b, st)
+}

@@ -27,6 +27,7 @@ func RunCatalog(t *testing.T, open func(t *testing.T) store.Store) {
 		{"QueuePolicies", testQueuePolicies},
 		{"QueueOrderAndStops", testQueueOrder},
 		{"QueueConcurrentClaims", testQueueConcurrentClaims},
+		{"QueueConcurrentEnqueues", testQueueConcurrentEnqueues},
 		{"QueueClaimTakesTheLease", testQueueClaimTakesTheLease},
 		{"QueueAdoptsRunsOfDeadServers", testQueueAdopt},
 		{"RunChangesCompareAndSet", testRunCompareAndSet},

@@ -231,6 +231,103 @@ func testQueueConcurrentClaims(t *testing.T, c store.Catalog) {
 	}
 }
 
+// Runs queued at once on one thread are judged one after another, each
+// seeing the ones before it: with reject, one is claimed and the others
+// refused; with enqueue, one is claimed and the others queued behind it,
+// each at its own time, whatever the times they came with.
+func testQueueConcurrentEnqueues(t *testing.T, c store.Catalog) {
+	const n = 8
+	threads(t, c, "t", "u")
+	enqueue := func(thread string, policy store.BusyPolicy) ([]*store.RunRecord, []bool, []error) {
+		runs, busy, errs := make([]*store.RunRecord, n), make([]bool, n), make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			runs[i] = queued(fmt.Sprintf("%s-r%d", thread, i), thread, 1)
+			runs[i].Server, runs[i].Lease = fmt.Sprint("s", i), &store.LeaseClaim{Owner: fmt.Sprint("e", i), TTL: time.Minute}
+			wg.Go(func() { busy[i], errs[i] = c.EnqueueRun(ctx, runs[i], policy) })
+		}
+		wg.Wait()
+		return runs, busy, errs
+	}
+
+	runs, busy, errs := enqueue("t", store.BusyReject)
+	won := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && !busy[i] && runs[i].Status == store.RunRunning && runs[i].Lease.Taken:
+			if won >= 0 {
+				t.Fatalf("reject: %s and %s both claimed the thread", runs[won].ID, runs[i].ID)
+			}
+			won = i
+		case errors.Is(err, store.ErrBusy) && busy[i] && !runs[i].Lease.Taken:
+			if _, err := c.Run(ctx, "acme", runs[i].ID); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("reject: the refused %s was recorded (%v)", runs[i].ID, err)
+			}
+		default:
+			t.Fatalf("reject: %s: busy %v, %v, %+v %+v", runs[i].ID, busy[i], err, runs[i], runs[i].Lease)
+		}
+	}
+	if won < 0 {
+		t.Fatal("reject: no run claimed the free thread")
+	}
+
+	runs, busy, errs = enqueue("u", store.BusyEnqueue)
+	seen := map[int64]string{}
+	claimed := -1
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("enqueue: %s: %v", runs[i].ID, err)
+		}
+		rec, err := c.Run(ctx, "acme", runs[i].ID)
+		if err != nil || rec.Status != runs[i].Status || rec.Server != runs[i].Server || !sameTime(rec.Created, runs[i].Created) {
+			t.Fatalf("enqueue: %s recorded as %+v (%v), returned as %+v", runs[i].ID, rec, err, runs[i])
+		}
+		if other, ok := seen[rec.Created.UnixNano()]; ok {
+			t.Fatalf("enqueue: %s and %s were queued at the same time %v", other, rec.ID, rec.Created)
+		}
+		seen[rec.Created.UnixNano()] = rec.ID
+		if !busy[i] {
+			if claimed >= 0 || rec.Status != store.RunRunning || !runs[i].Lease.Taken {
+				t.Fatalf("enqueue: %s claimed (%+v, lease %+v), %d before it", rec.ID, rec, runs[i].Lease, claimed)
+			}
+			claimed = i
+		} else if rec.Status != store.RunQueued || rec.Server != "" || runs[i].Lease.Taken {
+			t.Fatalf("enqueue: %s behind another: %+v, lease %+v", rec.ID, rec, runs[i].Lease)
+		}
+	}
+	if claimed < 0 {
+		t.Fatal("enqueue: no run claimed the free thread")
+	}
+	for i := range runs {
+		if i != claimed && !runs[i].Created.After(runs[claimed].Created) {
+			t.Fatalf("enqueue: %s queued at %v, before the claimed %s at %v", runs[i].ID, runs[i].Created, runs[claimed].ID, runs[claimed].Created)
+		}
+	}
+}
+
+// BenchEnqueueRun queues runs claimed at once with their thread's lease,
+// as a server queues the run its caller waits for, each on a thread of
+// its own (a free one).
+func BenchEnqueueRun(b *testing.B, c store.Catalog) {
+	ids := make([]string, b.N)
+	for i := range ids {
+		benchRuns++
+		ids[i] = fmt.Sprint("enqueue-", benchRuns)
+		if err := c.CreateThread(ctx, &store.ThreadRecord{ID: ids[i], Tenant: "acme", Flow: "f", Created: moment(0)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i, id := range ids {
+		r := &store.RunRecord{ID: id + "-run", Tenant: "acme", Thread: id, Flow: "f", Created: moment(i + 1), Server: "s1",
+			Lease: &store.LeaseClaim{Owner: "e1", TTL: time.Minute}}
+		if busy, err := c.EnqueueRun(ctx, r, store.BusyReject); err != nil || busy || !r.Lease.Taken {
+			b.Fatalf("%v %v %+v", busy, err, r)
+		}
+	}
+}
+
 // Heartbeats and their staleness are judged by the store's clock alone:
 // no time the servers read from their own clocks enters.
 func testQueueAdopt(t *testing.T, c store.Catalog) {
