@@ -173,6 +173,17 @@ type exact struct {
 	env *Env
 }
 
+// direct is a call of fn with args whose callee carries fn's type. A
+// call patched in keeps the type of the node it replaces (ast.Patch), and
+// the checker, finding a call typed, leaves its callee as it is: an
+// untyped callee would be called by reflection at every evaluation, where
+// a typed one of the machine's common signatures is called directly.
+func direct(fn any, args ...ast.Node) *ast.CallNode {
+	callee := &ast.ConstantNode{Value: fn}
+	callee.SetType(reflect.TypeOf(fn))
+	return &ast.CallNode{Callee: callee, Arguments: args}
+}
+
 // opCall is an exact operation the patcher put in: its operator, and
 // whether it is the form over ints (whose operands the machine asserts
 // are ints).
@@ -208,20 +219,20 @@ func (e *exact) Visit(n *ast.Node) {
 		if allInts(x.Left, x.Right) {
 			fn = op.ints
 		}
-		call := &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Left, x.Right}}
+		call := direct(fn, x.Left, x.Right)
 		e.ops[call] = opCall{x.Operator, allInts(x.Left, x.Right)}
 		ast.Patch(n, call)
 	case *ast.BuiltinNode:
 		switch {
 		case x.Name == "int" && len(x.Arguments) == 1 && mayBeFloat(x.Arguments[0].Type()):
-			ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: toInt}, Arguments: x.Arguments})
+			ast.Patch(n, direct(toInt, x.Arguments...))
 			return
 		case x.Name == "abs" && len(x.Arguments) == 1 && mayBeInt(x.Arguments[0].Type()):
 			var fn any = absAny
 			if allInts(x.Arguments[0]) {
 				fn = absInt
 			}
-			ast.Patch(n, &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: x.Arguments})
+			ast.Patch(n, direct(fn, x.Arguments...))
 			return
 		}
 		// sum adds with the machine's own operation: the same as a reduce
@@ -237,7 +248,7 @@ func (e *exact) Visit(n *ast.Node) {
 			}
 			item = p.Node
 		}
-		add := &ast.CallNode{Callee: &ast.ConstantNode{Value: checked["+"].any}, Arguments: []ast.Node{&ast.PointerNode{Name: "acc"}, item}}
+		add := direct(checked["+"].any, &ast.PointerNode{Name: "acc"}, item)
 		ast.Patch(n, &ast.BuiltinNode{Name: "reduce", Arguments: []ast.Node{x.Arguments[0], &ast.PredicateNode{Node: add}, &ast.IntegerNode{Value: 0}}})
 	case *ast.UnaryNode:
 		if x.Operator != "-" || !mayBeInt(x.Node.Type()) {
@@ -254,7 +265,7 @@ func (e *exact) Visit(n *ast.Node) {
 		if allInts(x.Node) {
 			fn = negateInt
 		}
-		call := &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Node}}
+		call := direct(fn, x.Node)
 		e.ops[call] = opCall{"neg", allInts(x.Node)}
 		ast.Patch(n, call)
 	}

@@ -260,3 +260,41 @@ func TestArithmeticOverAnUntypedState(t *testing.T) {
 		}
 	}
 }
+
+// The operations the compiler puts in for the written ones (exact
+// arithmetic, comparison and membership by value, the conversions, the
+// groups' keys) are called directly, never by reflection, whether the
+// types of their operands are known or not.
+func TestPatchedOperationsAreCalledDirectly(t *testing.T) {
+	text, integer := &schema.Shape{Types: []string{"string"}}, &schema.Shape{Types: []string{"integer"}}
+	texts := &schema.Shape{Types: []string{"array"}, Items: text}
+	env := expression.NewEnv().
+		WithFields("state", &schema.Shape{Types: []string{"object"}, Closed: true,
+			Props: map[string]*schema.Shape{
+				"s": text, "n": integer, "m": {Types: []string{"integer", "null"}}, "list": texts,
+				"box":   {Types: []string{"object"}, Closed: true, Props: map[string]*schema.Shape{"signals": texts}, Order: []string{"signals"}, Required: []string{"signals"}},
+				"items": {Types: []string{"array"}, Items: &schema.Shape{Types: []string{"object"}}},
+				"o":     {Types: []string{"object"}},
+			}, Order: []string{"s", "n", "m", "list", "box", "items", "o"}}).
+		WithFields("input", &schema.Shape{Types: []string{"object"}})
+	for _, src := range []string{
+		"filter(state.box.signals, # not in ['idle', 'confident'])",
+		"state.s in state.list", "state.s not in state.box.signals", "input.x in state.o.list",
+		"state.o == state.o.other", "state.o != input.o", "state.m == input.m", "any(state.items, .k == state.s)",
+		"state.n + (state.m ?? 0)", "(state.m ?? 1) * 2", "-(state.m ?? 0)", "input.a - input.b", "abs(state.m ?? 0)", "-input.a", "int(state.o.f)",
+		"sum(state.items, .n)", "groupBy(state.items, .k)",
+		"let r = state.o; r == nil || len(r.list ?? []) == 0 ? 0 : r.n + 1",
+	} {
+		// (and as an argument of a function of the flows' own, as concat,
+		// where the checker left the operation's callee untyped)
+		for _, src := range []string{src, "concat([" + src + "], [])", "{a: true, b: concat([" + src + "], [])}"} {
+			p, probs := expression.Compile(src, env, false)
+			if probs != nil {
+				t.Fatalf("%s: %v", src, probs)
+			}
+			if calls := expression.ReflectiveCalls(p); len(calls) > 0 {
+				t.Errorf("%s: called by reflection: %v", src, calls)
+			}
+		}
+	}
+}

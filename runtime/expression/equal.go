@@ -98,7 +98,7 @@ func (e *exact) byValue(n *ast.Node, x *ast.BinaryNode) bool {
 	default:
 		return false
 	}
-	call := &ast.CallNode{Callee: &ast.ConstantNode{Value: fn}, Arguments: []ast.Node{x.Left, x.Right}}
+	call := direct(fn, x.Left, x.Right)
 	e.ops[call] = opCall{op: x.Operator}
 	ast.Patch(n, call)
 	return true

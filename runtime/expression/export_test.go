@@ -1,6 +1,8 @@
 package expression
 
 import (
+	"strings"
+
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/vm"
 )
@@ -43,3 +45,17 @@ func TextsKept() int {
 }
 
 const TextsBound = textsKept
+
+// ReflectiveCalls lists the program's calls the machine makes by
+// reflection (its instructions OpCall), each as the instruction before it
+// and the call.
+func ReflectiveCalls(p *Program) []string {
+	lines := strings.Split(p.prog.Disassemble(), "\n")
+	var out []string
+	for i, l := range lines {
+		if f := strings.Fields(l); len(f) > 1 && f[1] == "OpCall" {
+			out = append(out, strings.Join(strings.Fields(lines[max(i-1, 0)]), " ")+" / "+strings.Join(f, " "))
+		}
+	}
+	return out
+}

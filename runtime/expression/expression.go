@@ -602,7 +602,7 @@ func (p *patcher) Visit(n *ast.Node) {
 				p.keyed = map[*ast.PredicateNode]bool{}
 			}
 			p.keyed[c] = true
-			c.Node = &ast.CallNode{Callee: &ast.ConstantNode{Value: groupKey}, Arguments: []ast.Node{c.Node}}
+			c.Node = direct(groupKey, c.Node)
 		}
 	}
 }
