@@ -1118,7 +1118,15 @@ func TestStudioKeyboardAndCompletion(t *testing.T) {
 	if err := p.b.InsertText(p.ctx, "interrupt_be"); err != nil {
 		t.Fatal(err)
 	}
-	p.wait(`[...document.querySelectorAll('.cm-tooltip-autocomplete li')].some(li => li.textContent.includes('interrupt_before'))`)
+	// the editor takes Enter for the completion only once its list has
+	// been shown a moment (CodeMirror's interactionDelay, 75 ms: an Enter
+	// typed as the list appears breaks the line), so the test presses it
+	// as a person would, the list seen for a while
+	p.wait(`(() => {
+		const shown = [...document.querySelectorAll('.cm-tooltip-autocomplete li')].some(li => li.textContent.includes('interrupt_before'));
+		if (!shown) { window.listSeen = 0; return false; }
+		window.listSeen = window.listSeen || performance.now();
+		return performance.now() - window.listSeen >= 150; })()`)
 	p.shot("completion")
 	if err := p.b.Press(p.ctx, "Enter", 0); err != nil {
 		t.Fatal(err)
