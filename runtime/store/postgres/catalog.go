@@ -99,16 +99,7 @@ var _ store.Catalog = (*Store)(nil)
 // EnqueueRun implements store.Catalog in one call (see migration 036),
 // deciding as the shared catalog's does.
 func (s *Store) EnqueueRun(ctx context.Context, r *store.RunRecord, policy store.BusyPolicy) (busy bool, err error) {
-	input, answers, cfg := string(r.Input), string(r.Answers), string(r.Config)
-	if input == "" {
-		input = "null"
-	}
-	if answers == "" {
-		answers = "null"
-	}
-	if cfg == "" {
-		cfg = "null"
-	}
+	input, answers, cfg := sqlstore.RunValues(r)
 	var owner string
 	var ttl int64
 	if r.Lease != nil {
@@ -120,7 +111,7 @@ func (s *Store) EnqueueRun(ctx context.Context, r *store.RunRecord, policy store
 	var taken bool
 	err = s.pool.QueryRow(ctx, `SELECT * FROM trellis_enqueue_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
 		$16, $17, $18, $19, $20, $21, $22)`,
-		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, input, r.Error, int64(r.Checkpoint), nanos(r.Created), nanos(r.Finished),
+		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, input, r.Error, int64(r.Checkpoint), sqlstore.RecordTime(r.Created), sqlstore.RecordTime(r.Finished),
 		r.Resume, r.Interrupt, r.Server, string(r.Stop), answers, cfg, r.Trace, r.WriteID,
 		string(policy), r.Lease != nil, owner, ttl).Scan(&outcome, &busy, &created, &taken)
 	switch {
@@ -134,7 +125,7 @@ func (s *Store) EnqueueRun(ctx context.Context, r *store.RunRecord, policy store
 	case outcome == 2:
 		return busy, store.ErrBusy
 	}
-	if created != nanos(r.Created) {
+	if created != sqlstore.RecordTime(r.Created) {
 		r.Created = sqlstore.Time(created)
 	}
 	r.Status, r.Started = store.RunQueued, time.Time{}
@@ -147,15 +138,6 @@ func (s *Store) EnqueueRun(ctx context.Context, r *store.RunRecord, policy store
 		r.Lease.Taken = taken
 	}
 	return busy, nil
-}
-
-// nanos is t in nanoseconds since the epoch, as the catalog's times are
-// recorded: 0 for the zero time.
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
 }
 
 // PackEvents implements store.Catalog in one call (see migration 035):

@@ -9,42 +9,25 @@ import (
 	"github.com/trellisflow/trellis/runtime/store/storetest"
 )
 
-// go test ./runtime/store/sqlite -run '^$' -bench AppendEvents
-func BenchmarkAppendEvents(b *testing.B) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "events.db"))
+// benchStore opens a store of its own for a benchmark, closed when it
+// ends.
+func benchStore(b *testing.B) *sqlite.Store {
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
-	storetest.BenchAppendEvents(b, st)
+	b.Cleanup(func() { st.Close() })
+	return st
 }
+
+// go test ./runtime/store/sqlite -run '^$' -bench AppendEvents
+func BenchmarkAppendEvents(b *testing.B) { storetest.BenchAppendEvents(b, benchStore(b)) }
 
 // go test ./runtime/store/sqlite -run '^$' -bench StepCommits
-func BenchmarkStepCommits(b *testing.B) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "steps.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	storetest.BenchStepCommits(b, st)
-}
+func BenchmarkStepCommits(b *testing.B) { storetest.BenchStepCommits(b, benchStore(b)) }
 
 // go test ./runtime/store/sqlite -run '^$' -bench StepsSideBySide
-func BenchmarkStepsSideBySide(b *testing.B) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "side.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	storetest.BenchStepsSideBySide(b, st)
-}
+func BenchmarkStepsSideBySide(b *testing.B) { storetest.BenchStepsSideBySide(b, benchStore(b)) }
 
 // go test ./runtime/store/sqlite -run '^$' -bench EnqueueRun
-func BenchmarkEnqueueRun(b *testing.B) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "enqueue.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	storetest.BenchEnqueueRun(b, st)
-}
+func BenchmarkEnqueueRun(b *testing.B) { storetest.BenchEnqueueRun(b, benchStore(b)) }

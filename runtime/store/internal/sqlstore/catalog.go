@@ -52,6 +52,26 @@ func nanos(t time.Time) int64 {
 	return t.UnixNano()
 }
 
+// RecordTime is t as the catalog records a time: nanoseconds since the
+// epoch, 0 for the zero time.
+func RecordTime(t time.Time) int64 { return nanos(t) }
+
+// RunValues are a run's input, answers and config as its record holds
+// them: JSON, null for none.
+func RunValues(r *store.RunRecord) (input, answers, config string) {
+	input, answers, config = string(r.Input), string(r.Answers), string(r.Config)
+	if input == "" {
+		input = "null"
+	}
+	if answers == "" {
+		answers = "null"
+	}
+	if config == "" {
+		config = "null"
+	}
+	return input, answers, config
+}
+
 func fromNanos(n int64) time.Time {
 	if n == 0 {
 		return time.Time{}
@@ -89,16 +109,7 @@ func (c Catalog) CreateRun(ctx context.Context, r *store.RunRecord) error {
 }
 
 func insertRun(ctx context.Context, db DB, r *store.RunRecord) error {
-	input, answers, cfg := string(r.Input), string(r.Answers), string(r.Config)
-	if input == "" {
-		input = "null"
-	}
-	if answers == "" {
-		answers = "null"
-	}
-	if cfg == "" {
-		cfg = "null"
-	}
+	input, answers, cfg := RunValues(r)
 	_, err := db.Exec(ctx, `INSERT INTO api_runs (id, tenant, thread, flow, flow_version, status, input, error, checkpoint,
 		created_at, started_at, finished_at, resume, interrupt, server, stop, answers, config, trace, write_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Tenant, r.Thread, r.Flow, r.FlowVersion, string(r.Status), input, r.Error, int64(r.Checkpoint),
