@@ -173,11 +173,11 @@ type exact struct {
 	env *Env
 }
 
-// direct is a call of fn with args whose callee carries fn's type. A
-// call patched in keeps the type of the node it replaces (ast.Patch), and
-// the checker, finding a call typed, leaves its callee as it is: an
-// untyped callee would be called by reflection at every evaluation, where
-// a typed one of the machine's common signatures is called directly.
+// direct is a call of fn with args whose callee carries fn's type from
+// the start. The machine calls a callee left untyped by reflection, at
+// every evaluation, and the checker does not type every call patched in
+// (one in an argument of concat stayed untyped); a callee typed here, of
+// one of the machine's common signatures, is called directly.
 func direct(fn any, args ...ast.Node) *ast.CallNode {
 	callee := &ast.ConstantNode{Value: fn}
 	callee.SetType(reflect.TypeOf(fn))
