@@ -217,13 +217,15 @@ func (q *quickPending) PutPendingQuick(ctx context.Context, thread string, paren
 }
 
 // takesTheLease hands the thread's lease to another owner once the first
-// pending write of a run is saved.
+// pending write of a run is saved, and closes second once a second one
+// was tried.
 type takesTheLease struct {
 	*memory.Store
 	mu       sync.Mutex
 	acquired []string // owners that took the lease
 	owners   []string // owners pending writes named
 	refused  int
+	second   chan struct{}
 }
 
 func (s *takesTheLease) Acquire(ctx context.Context, thread, owner string, ttl time.Duration) error {
@@ -241,6 +243,9 @@ func (s *takesTheLease) PutPending(ctx context.Context, thread string, seq uint6
 	if errors.Is(err, store.ErrLeased) {
 		s.refused++
 	}
+	if len(s.owners) == 2 {
+		close(s.second)
+	}
 	if err == nil && len(s.owners) == 1 {
 		// another process takes the thread, as after this one's lease
 		// ran out
@@ -256,13 +261,17 @@ func (s *takesTheLease) PutPending(ctx context.Context, thread string, seq uint6
 
 // A run's pending writes name its lease's owner: once another took the
 // thread's lease, the run's nodes that complete save nothing, and the
-// run fails rather than add to what the new holder read.
+// run fails rather than add to what the new holder read. (c is held
+// until a second pending write was tried, so that a and b each complete
+// beside a node still running, whatever order the three are scheduled
+// in: a node completing last goes with its step and saves no pending
+// write.)
 func TestPendingWritesAreFencedByTheRunsLease(t *testing.T) {
 	var runs sync.Map
-	st := &takesTheLease{Store: memory.New()}
-	g := compilePending(t, pendingKinds(&runs, nil), `  a: {kind: work}
+	st := &takesTheLease{Store: memory.New(), second: make(chan struct{})}
+	g := compilePending(t, pendingKinds(&runs, st.second), `  a: {kind: work}
   b: {kind: work}
-  c: {kind: work}`)
+  c: {kind: hold}`)
 	_, err := engine.New(st).Run(context.Background(), g, engine.Request{Thread: "t"})
 	if !errors.Is(err, store.ErrLeased) {
 		t.Fatalf("the run: %v, want it refused for the lease", err)
