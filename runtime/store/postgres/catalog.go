@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -128,12 +127,7 @@ func (s *Store) EnqueueRun(ctx context.Context, r *store.RunRecord, policy store
 	if created != sqlstore.RecordTime(r.Created) {
 		r.Created = sqlstore.Time(created)
 	}
-	r.Status, r.Started = store.RunQueued, time.Time{}
-	if busy || r.Server == "" {
-		r.Server = ""
-	} else {
-		r.Status, r.Started = store.RunRunning, r.Created
-	}
+	sqlstore.Queued(r, busy)
 	if r.Lease != nil {
 		r.Lease.Taken = taken
 	}

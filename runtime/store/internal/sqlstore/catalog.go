@@ -72,6 +72,18 @@ func RunValues(r *store.RunRecord) (input, answers, config string) {
 	return input, answers, config
 }
 
+// Queued sets a run being queued as EnqueueRun records it: claimed by
+// its server (running since it was queued) on a free thread, queued for
+// anyone on a busy one or when it names no server.
+func Queued(r *store.RunRecord, busy bool) {
+	r.Status, r.Started = store.RunQueued, time.Time{}
+	if busy || r.Server == "" {
+		r.Server = ""
+	} else {
+		r.Status, r.Started = store.RunRunning, r.Created
+	}
+}
+
 func fromNanos(n int64) time.Time {
 	if n == 0 {
 		return time.Time{}
@@ -266,12 +278,7 @@ func (c Catalog) EnqueueRun(ctx context.Context, r *store.RunRecord, policy stor
 			r.Created = fromNanos(*last + 1)
 		}
 		q := *r
-		q.Status, q.Started = store.RunQueued, time.Time{}
-		if busy || q.Server == "" {
-			q.Server = ""
-		} else {
-			q.Status, q.Started = store.RunRunning, q.Created
-		}
+		Queued(&q, busy)
 		if err := insertRun(ctx, db, &q); err != nil {
 			return err
 		}
