@@ -23,3 +23,8 @@ func BenchmarkEnqueueRun(b *testing.B) {
 	b.Run("fast", func(b *testing.B) { storetest.BenchEnqueueRun(b, openURL(b, pgtest.Database(b))) })
 	b.Run("durable", func(b *testing.B) { storetest.BenchEnqueueRun(b, openURL(b, pgtest.DurableDatabase(b))) })
 }
+
+// go test ./runtime/store/postgres -run '^$' -bench RunEvents
+func BenchmarkRunEvents(b *testing.B) {
+	storetest.BenchRunEvents(b, openURL(b, pgtest.Database(b)))
+}

@@ -31,3 +31,6 @@ func BenchmarkStepsSideBySide(b *testing.B) { storetest.BenchStepsSideBySide(b, 
 
 // go test ./runtime/store/sqlite -run '^$' -bench EnqueueRun
 func BenchmarkEnqueueRun(b *testing.B) { storetest.BenchEnqueueRun(b, benchStore(b)) }
+
+// go test ./runtime/store/sqlite -run '^$' -bench RunEvents
+func BenchmarkRunEvents(b *testing.B) { storetest.BenchRunEvents(b, benchStore(b)) }

@@ -168,3 +168,76 @@ func TestMigrationDeletesWhatOldPrunesLeft(t *testing.T) {
 		t.Fatalf("events of a thread with checkpoints: %v %v", evs, err)
 	}
 }
+
+// The migration that keeps a run's events in the order they were
+// appended (037) keeps every event of a file made before it: the same
+// data under the same numbers, read in order, and a number still taken
+// once.
+func TestEventsMigrationKeepsEvents(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	st, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateThread(ctx, &store.ThreadRecord{ID: "acme/t", Tenant: "acme", Flow: "f"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]store.EventRecord{}
+	for i, run := range []string{"run_b", "run_a", "run_c"} {
+		if err := st.CreateRun(ctx, &store.RunRecord{ID: run, Tenant: "acme", Thread: "acme/t", Flow: "f", Status: store.RunRunning, Server: "s"}); err != nil {
+			t.Fatal(err)
+		}
+		for seq := int64(1); seq <= int64(5+i); seq++ {
+			data := fmt.Appendf(nil, `{"type":"node_end","text":"%s %d é \u0000 %s"}`, run, seq, strings.Repeat("x", int(seq)*3000*int(seq%2)))
+			want[run] = append(want[run], store.EventRecord{Seq: seq, Data: data})
+		}
+	}
+	st.Close()
+	// the table as it was before the migration, holding these events
+	db := openDB(t, path)
+	defer db.Close()
+	for _, q := range []string{
+		`DROP TABLE api_events`,
+		`CREATE TABLE api_events (run TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run, seq)) WITHOUT ROWID`,
+		`DELETE FROM trellis_migrations WHERE version = 37`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for run, evs := range want {
+		for _, e := range evs {
+			if _, err := db.Exec(`INSERT INTO api_events (run, seq, data) VALUES (?, ?, ?)`, run, e.Seq, string(e.Data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st, err = sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var layout string
+	if err := db.QueryRow(`SELECT sql FROM sqlite_master WHERE name = 'api_events'`).Scan(&layout); err != nil || strings.Contains(layout, "WITHOUT ROWID") {
+		t.Fatalf("the events' table after the migration: %q %v", layout, err)
+	}
+	for run, evs := range want {
+		got, err := st.Events(ctx, run, 0, 0)
+		if err != nil || !slices.EqualFunc(got, evs, func(a, b store.EventRecord) bool { return a.Seq == b.Seq && string(a.Data) == string(b.Data) }) {
+			t.Fatalf("events of %s after the migration: %d of %d, %v", run, len(got), len(evs), err)
+		}
+		if got, err := st.Events(ctx, run, 2, 2); err != nil || len(got) != 2 || got[0].Seq != 3 || got[1].Seq != 4 {
+			t.Fatalf("a page of %s's events after the migration: %v %v", run, got, err)
+		}
+	}
+	if err := st.AppendEvents(ctx, "run_a", "", []store.EventRecord{{Seq: 2, Data: []byte(`{"type":"again"}`)}}); err == nil {
+		t.Fatal("a number taken before the migration was taken again")
+	}
+	if err := st.AppendEvents(ctx, "run_a", "", []store.EventRecord{{Seq: 7, Data: []byte(`{"type":"next"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Events(ctx, "run_a", 5, 0); err != nil || len(got) != 2 || got[0].Seq != 6 || string(got[1].Data) != `{"type":"next"}` {
+		t.Fatalf("events after one appended after the migration: %v %v", got, err)
+	}
+}

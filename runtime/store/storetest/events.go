@@ -6,6 +6,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"sync"
@@ -348,6 +349,38 @@ func BenchAppendEvents(b *testing.B, c store.Catalog) {
 				b.Fatal(err)
 			}
 		})
+	}
+}
+
+// BenchRunEvents records the events of whole runs as a served interview
+// turn has them: thirty, from a hundred bytes to a run's end of twelve
+// kilobytes, in four batches (a turn's commits), each run under a random
+// id of its own as served runs are, so that where many runs' events lie
+// in the store counts, not only the appending of one run's.
+func BenchRunEvents(b *testing.B, c store.Catalog) {
+	if err := c.CreateThread(ctx, &store.ThreadRecord{ID: "bench-runs", Tenant: "acme", Flow: "f", Created: moment(0)}); err != nil {
+		b.Fatal(err)
+	}
+	sizes := []int{120, 150, 300, 260, 150, 180, 260, 150, 150, 260, 600, 950, 1400, 150, 260, 900, 260,
+		150, 400, 260, 150, 900, 700, 150, 200, 260, 150, 1000, 700, 12000}
+	events := make([]store.EventRecord, len(sizes))
+	for i, n := range sizes {
+		events[i] = store.EventRecord{Seq: int64(i + 1), Data: fmt.Appendf(nil, `{"type":"node_end","pad":%q}`, strings.Repeat("x", n-28))}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		id := fmt.Sprintf("run_%016x", rand.Uint64())
+		if err := c.CreateRun(ctx, &store.RunRecord{ID: id, Tenant: "acme", Thread: "bench-runs", Flow: "f", Status: store.RunRunning,
+			Server: "s1", Created: moment(i), Started: moment(i)}); err != nil {
+			b.Fatal(err)
+		}
+		for _, batch := range [][]store.EventRecord{events[:8], events[8:16], events[16:24], events[24:]} {
+			if err := c.AppendEvents(ctx, id, "s1", batch); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }
 
