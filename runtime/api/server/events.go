@@ -113,6 +113,10 @@ func (l *eventLog) add(ev engine.Event) {
 	if ev.Type == engine.NodeOutput && l.join(ev) {
 		return
 	}
+	if ev.Type == engine.RunEnd {
+		// recorded without the final state: see sendable
+		ev.State = nil
+	}
 	data, err := ev.JSON()
 	if err != nil {
 		return
@@ -502,7 +506,7 @@ func agrees(typ string, status store.RunStatus) bool {
 // event when it agrees, or else one that does (run_requeued for a run
 // queued again, a run_end or run_error the engine could not emit). A log
 // with no event at all gets none.
-func (l *eventLog) lastEvents(status store.RunStatus, msg string, state map[string]any) []store.EventRecord {
+func (l *eventLog) lastEvents(status store.RunStatus, msg string) []store.EventRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	seq := l.first + int64(len(l.items)) + 1
@@ -516,15 +520,16 @@ func (l *eventLog) lastEvents(status store.RunStatus, msg string, state map[stri
 	if l.held == nil && (last == "" || agrees(last, status)) {
 		return nil
 	}
-	return []store.EventRecord{{Seq: seq, Data: lastEvent(l.run, l.thread, status, msg, state)}}
+	return []store.EventRecord{{Seq: seq, Data: lastEvent(l.run, l.thread, status, msg)}}
 }
 
-// lastEvent is the event that tells a run's record with status.
-func lastEvent(run, thread string, status store.RunStatus, msg string, state map[string]any) []byte {
+// lastEvent is the event that tells a run's record with status (a
+// run_end without the state, as the engine's are recorded).
+func lastEvent(run, thread string, status store.RunStatus, msg string) []byte {
 	ev := engine.Event{Run: run, Thread: thread, Time: time.Now().UTC(), Error: msg}
 	switch status {
 	case store.RunSucceeded:
-		ev.Type, ev.State = engine.RunEnd, state
+		ev.Type = engine.RunEnd
 	case store.RunQueued:
 		ev.Type = api.RunRequeued
 		if ev.Error == "" {
@@ -584,7 +589,7 @@ func closeLog(ctx context.Context, cat store.Catalog, notes *notifier, rec *stor
 	if agrees(eventType(last.Data), rec.Status) {
 		return nil
 	}
-	data := lastEvent(rec.ID, publicID(rec.Thread), rec.Status, rec.Error, nil)
+	data := lastEvent(rec.ID, publicID(rec.Thread), rec.Status, rec.Error)
 	err = cat.AppendEvents(ctx, rec.ID, "", []store.EventRecord{{Seq: last.Seq + 1, Data: data}})
 	if errors.Is(err, store.ErrExists) {
 		return nil // another server gave it its last event

@@ -208,7 +208,7 @@ func (lr *liveRun) finish(res *engine.Result, err error) {
 				stop = why
 			}
 			status, msg := outcome(err, started, shutdown, stop)
-			evs := lr.events.lastEvents(status, msg, state)
+			evs := lr.events.lastEvents(status, msg)
 			cur.Status, cur.Error, cur.Stop, cur.Checkpoint, cur.FlowVersion = status, msg, "", checkpoint, rec.FlowVersion
 			if status == store.RunQueued {
 				cur.Server = ""

@@ -340,7 +340,7 @@ func (m *manager) unclaim(rec *store.RunRecord, last *store.EventRecord) {
 		cur.Server, cur.Stop = "", ""
 		var evs []store.EventRecord
 		if last != nil && !agrees(eventType(last.Data), cur.Status) {
-			evs = []store.EventRecord{{Seq: last.Seq + 1, Data: lastEvent(cur.ID, publicID(cur.Thread), cur.Status, cur.Error, nil)}}
+			evs = []store.EventRecord{{Seq: last.Seq + 1, Data: lastEvent(cur.ID, publicID(cur.Thread), cur.Status, cur.Error)}}
 		}
 		return cur, evs
 	})

@@ -38,7 +38,7 @@ func TestEventLogTakesNoEventAfterItsEnd(t *testing.T) {
 			l.drain()
 		}()
 		wg.Wait()
-		l.close(l.lastEvents(store.RunSucceeded, "", nil))
+		l.close(l.lastEvents(store.RunSucceeded, ""))
 	}
 }
 
@@ -72,7 +72,7 @@ func TestEventLogEndsWithoutWaitingForTheBurst(t *testing.T) {
 	if evs, _, _ := l.since(0); len(evs) != 1 {
 		t.Fatalf("the log recorded %d events, want 1", len(evs))
 	}
-	l.close(l.lastEvents(store.RunSucceeded, "", nil))
+	l.close(l.lastEvents(store.RunSucceeded, ""))
 }
 
 // What the clients of a run hear when their server stops in the middle
@@ -324,7 +324,7 @@ func TestEventLogJoinsAnAttemptsPieces(t *testing.T) {
 			t.Fatalf("event %d: stored %d %s, shown %d %s", i, stored[i].Seq, stored[i].Data, shown[i].seq, shown[i].data)
 		}
 	}
-	l.close(l.lastEvents(store.RunSucceeded, "", nil))
+	l.close(l.lastEvents(store.RunSucceeded, ""))
 }
 
 // A recorded event's type, read from the head of what this server

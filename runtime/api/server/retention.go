@@ -551,8 +551,9 @@ func (r *retention) returnSpace(ctx context.Context, v store.SpaceReturner, pace
 // is not kept twice: a state_update keeps its checkpoint's number, the
 // fields it changed and its next nodes but not their values (update and
 // appended: the checkpoint's writes), and run_end not the final state (the
-// state at the run's checkpoint). The other events are the bytes
-// recorded, unchanged.
+// state at the run's checkpoint, which streams send with it: see
+// sendable; a run_end is recorded so, but an earlier version's). The
+// other events are the bytes recorded, unchanged.
 func compactEvents(evs []store.EventRecord, tokens string) []store.EventRecord {
 	type group struct {
 		at    int // index in out

@@ -157,9 +157,8 @@ func stream(t *testing.T, h *harness, thread, run, lastEventID string) []api.Str
 
 // Once a run's events have passed their time to be resumed, the run
 // keeps its node-level events as they were, by the same numbers (but
-// for the values its checkpoints hold: a state_update's, run_end's
-// state), and its tokens merged into one event per node's attempt with
-// the whole text, or none.
+// for the values its checkpoints hold: a state_update's), and its tokens
+// merged into one event per node's attempt with the whole text, or none.
 func TestRetentionCompactsEvents(t *testing.T) {
 	for _, b := range []string{"memory", "sqlite", "postgres"} {
 		for _, tokens := range []string{TokensMerge, TokensDrop} {
@@ -189,8 +188,9 @@ func TestRetentionCompactsEvents(t *testing.T) {
 				last := map[string]string{}
 				for _, ev := range whole {
 					if ev.Event.Type != trellis.NodeOutput {
-						// what the checkpoints hold is not kept twice
-						ev.Event.State = nil
+						// what the checkpoints hold is not kept twice (the
+						// run's end, recorded without its state, is sent
+						// with the state at its checkpoint, packed or not)
 						if ev.Event.Type == trellis.StateUpdate {
 							ev.Event.Update, ev.Event.Appended = nil, nil
 						}

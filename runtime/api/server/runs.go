@@ -458,7 +458,9 @@ func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64)
 			if ev.Seq > lr.events.first {
 				break
 			}
-			if out.event(ev.Seq, eventType(ev.Data), ev.Data) != nil {
+			rec, _ := lr.result()
+			typ := eventType(ev.Data)
+			if out.event(ev.Seq, typ, s.sendable(r.Context(), &rec, typ, ev.Data, nil)) != nil {
 				return nil
 			}
 			after = ev.Seq
@@ -475,7 +477,14 @@ func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64)
 	for {
 		items, closed, more := lr.events.since(after)
 		for _, it := range items {
-			if err := out.event(it.seq, it.typ, it.data); err != nil {
+			data := it.data
+			if it.typ == string(engine.RunEnd) {
+				// the run's record and final state are set before its
+				// end is shown
+				rec, state := lr.result()
+				data = s.sendable(r.Context(), &rec, it.typ, data, state)
+			}
+			if err := out.event(it.seq, it.typ, data); err != nil {
 				return nil // the client left
 			}
 			after = it.seq
@@ -515,6 +524,42 @@ func eventType(data []byte) string {
 	return head.Type
 }
 
+// sendable is a recorded event as streams send it. A run's end is
+// recorded without the run's final state: that is the state at the
+// checkpoint the run's record names, kept there once (recorded in every
+// run's end, it made each turn's writes grow with the thread). The end
+// gets it back here: state when the caller has it (a live run's), else
+// the state read at that checkpoint. An end recorded with its state (by
+// an earlier version) goes as it is, and so does one whose checkpoint
+// the store no longer has (its thread's history pruned).
+func (s *Server) sendable(ctx context.Context, rec *store.RunRecord, typ string, data []byte, state map[string]any) []byte {
+	if typ != string(engine.RunEnd) {
+		return data
+	}
+	var ev engine.Event
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	if err := d.Decode(&ev); err != nil || ev.State != nil {
+		return data
+	}
+	if state == nil && rec.Checkpoint != 0 {
+		snap, err := s.eng().Store.StateAt(ctx, rec.Thread, rec.Checkpoint)
+		if err != nil {
+			return data
+		}
+		state = snap.Values
+	}
+	if len(state) == 0 {
+		return data
+	}
+	ev.State = state
+	out, err := ev.JSON()
+	if err != nil {
+		return data
+	}
+	return out
+}
+
 // streamStored streams a run's recorded events: all of them for a run
 // that ended, and, for one still running on another server, those it
 // records as it goes, until it ends.
@@ -541,7 +586,7 @@ func (s *Server) streamStored(w http.ResponseWriter, r *http.Request, c *caller,
 			if !done && (typ == string(engine.RunEnd) || typ == string(engine.RunError)) {
 				break // told once the run is recorded as ended
 			}
-			if out.event(ev.Seq, typ, ev.Data) != nil {
+			if out.event(ev.Seq, typ, s.sendable(ctx, rec, typ, ev.Data, nil)) != nil {
 				return nil
 			}
 			after = ev.Seq
