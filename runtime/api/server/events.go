@@ -52,16 +52,19 @@ type eventLog struct {
 	// carrying them: attach), so that they are recorded in order
 	wmu sync.Mutex
 
-	mu      sync.Mutex
-	items   []logged
-	saved   int     // items[:saved] are recorded
-	taken   int     // items[:taken] are recorded or being recorded
-	held    *logged // the run's last event
-	ended   bool    // no more events come
-	broken  bool    // the store refuses the events: no more are recorded
-	closed  bool    // streams get the last events and return
-	changed chan struct{}
-	wake    chan struct{}
+	mu    sync.Mutex
+	items []logged
+	saved int     // items[:saved] are recorded
+	taken int     // items[:taken] are recorded or being recorded
+	held  *logged // the run's last event
+	// heldSent is the held run_end as streams send it, with the run's
+	// final state (held.data is it as recorded, without: see sendable)
+	heldSent []byte
+	ended    bool // no more events come
+	broken   bool // the store refuses the events: no more are recorded
+	closed   bool // streams get the last events and return
+	changed  chan struct{}
+	wake     chan struct{}
 	// ending is closed when the log takes no more events: the writer
 	// waits no longer for the rest of a burst
 	ending  chan struct{}
@@ -113,8 +116,14 @@ func (l *eventLog) add(ev engine.Event) {
 	if ev.Type == engine.NodeOutput && l.join(ev) {
 		return
 	}
+	var sent []byte
 	if ev.Type == engine.RunEnd {
-		// recorded without the final state: see sendable
+		// recorded without the final state (see sendable), and sent with
+		// it as encoded here
+		var err error
+		if sent, err = ev.JSON(); err != nil {
+			return
+		}
 		ev.State = nil
 	}
 	data, err := ev.JSON()
@@ -127,6 +136,7 @@ func (l *eventLog) add(ev engine.Event) {
 		// the run's end went before its last commit, which failed:
 		// the error is its end
 		h.typ, h.data = string(ev.Type), data
+		l.heldSent = nil
 		return
 	}
 	if l.ended || l.broken || l.held != nil {
@@ -135,7 +145,7 @@ func (l *eventLog) add(ev engine.Event) {
 	}
 	it := logged{seq: l.first + int64(len(l.items)) + 1, typ: string(ev.Type), data: data}
 	if ev.Type == engine.RunEnd || ev.Type == engine.RunError {
-		l.held = &it
+		l.held, l.heldSent = &it, sent
 		return
 	}
 	if ev.Type == engine.NodeOutput {
@@ -560,6 +570,18 @@ func (l *eventLog) close(last []store.EventRecord) {
 	l.signal()
 	l.mu.Unlock()
 	<-l.done
+}
+
+// sent is the recorded run_end numbered seq as streams send it, with
+// the run's final state, when it is the run's own end this log held
+// (nil otherwise).
+func (l *eventLog) sent(seq int64) []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held == nil || l.held.seq != seq || l.held.typ != string(engine.RunEnd) {
+		return nil
+	}
+	return l.heldSent
 }
 
 // since returns the recorded events after seq, whether the log is closed

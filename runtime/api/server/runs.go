@@ -479,10 +479,12 @@ func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64)
 		for _, it := range items {
 			data := it.data
 			if it.typ == string(engine.RunEnd) {
-				// the run's record and final state are set before its
-				// end is shown
-				rec, state := lr.result()
-				data = s.sendable(r.Context(), &rec, it.typ, data, state)
+				if data = lr.events.sent(it.seq); data == nil {
+					// one the server made (the run's record and final
+					// state are set before its end is shown)
+					rec, state := lr.result()
+					data = s.sendable(r.Context(), &rec, it.typ, it.data, state)
+				}
 			}
 			if err := out.event(it.seq, it.typ, data); err != nil {
 				return nil // the client left
