@@ -458,9 +458,12 @@ func (s *Server) followLive(out *sse, r *http.Request, lr *liveRun, after int64)
 			if ev.Seq > lr.events.first {
 				break
 			}
-			rec, _ := lr.result()
-			typ := eventType(ev.Data)
-			if out.event(ev.Seq, typ, s.sendable(r.Context(), &rec, typ, ev.Data, nil)) != nil {
+			typ, data := eventType(ev.Data), ev.Data
+			if typ == string(engine.RunEnd) {
+				rec, _ := lr.result()
+				data = s.sendable(r.Context(), &rec, typ, data, nil)
+			}
+			if out.event(ev.Seq, typ, data) != nil {
 				return nil
 			}
 			after = ev.Seq
