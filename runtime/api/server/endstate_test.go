@@ -89,7 +89,7 @@ func TestARunsEndIsRecordedWithoutTheStateAndStreamedWithIt(t *testing.T) {
 					t.Fatalf("run %d: the recorded end %s", i, recorded[len(recorded)-1].Data)
 				}
 				// read back by another server, whole and resumed before the end
-				stored := joined(t, other, end.Run, "")
+				stored := stream(t, other.acme, "t", end.Run, "")
 				if len(stored) != len(live) {
 					t.Fatalf("run %d: %d events stored, %d live", i, len(stored), len(live))
 				}
@@ -98,7 +98,7 @@ func TestARunsEndIsRecordedWithoutTheStateAndStreamedWithIt(t *testing.T) {
 						t.Fatalf("run %d: event %s read back %+v, live %+v", i, live[k].ID, stored[k].Event, live[k].Event)
 					}
 				}
-				tail := joined(t, other, end.Run, live[len(live)-2].ID)
+				tail := stream(t, other.acme, "t", end.Run, live[len(live)-2].ID)
 				if len(tail) != 1 || !reflect.DeepEqual(tail[0].Event, end.Event) {
 					t.Fatalf("run %d: resumed before its end: %+v", i, tail)
 				}
@@ -132,17 +132,4 @@ func TestARunsEndIsSentAsTheEngineEncodedIt(t *testing.T) {
 	if got := (&Server{}).sendable(ctx, &store.RunRecord{}, string(engine.RunEnd), want, map[string]any{"other": 1}); !bytes.Equal(got, want) {
 		t.Fatalf("an end recorded with its state sent as %s", got)
 	}
-}
-
-// joined is every event of a run through s's stream, after lastEventID.
-func joined(t *testing.T, s *served, run, lastEventID string) []api.StreamEvent {
-	t.Helper()
-	var out []api.StreamEvent
-	for ev, err := range s.acme.JoinStream(ctx, "t", run, lastEventID) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, ev)
-	}
-	return out
 }

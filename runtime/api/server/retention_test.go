@@ -143,10 +143,10 @@ func TestRetentionPrunesIdleThreadsWhole(t *testing.T) {
 
 // stream reads a run's events after lastEventID as a client joining it
 // does.
-func stream(t *testing.T, h *harness, thread, run, lastEventID string) []api.StreamEvent {
+func stream(t *testing.T, c *api.Client, thread, run, lastEventID string) []api.StreamEvent {
 	t.Helper()
 	var out []api.StreamEvent
-	for ev, err := range h.acme.JoinStream(ctx, thread, run, lastEventID) {
+	for ev, err := range c.JoinStream(ctx, thread, run, lastEventID) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func TestRetentionCompactsEvents(t *testing.T) {
 				if err != nil || r.Status != api.RunSucceeded {
 					t.Fatalf("greeting: %+v %v", r, err)
 				}
-				whole := stream(t, h, "ada", r.ID, "")
+				whole := stream(t, h.acme, "ada", r.ID, "")
 				// the hour passes
 				h.srv.retention.mu.Lock()
 				h.srv.retention.cfg.Events = time.Nanosecond
@@ -182,7 +182,7 @@ func TestRetentionCompactsEvents(t *testing.T) {
 					due, err := h.srv.cat.RunsToPack(ctx, time.Now(), 10)
 					return err == nil && len(due) == 0
 				})
-				packed := stream(t, h, "ada", r.ID, "")
+				packed := stream(t, h.acme, "ada", r.ID, "")
 				var want []api.StreamEvent
 				texts := map[string]string{}
 				last := map[string]string{}
@@ -226,7 +226,7 @@ func TestRetentionCompactsEvents(t *testing.T) {
 					t.Fatalf("%d merged token events, want %d", merged, len(texts))
 				}
 				// a client resuming after a packed event goes on from there
-				tail := stream(t, h, "ada", r.ID, whole[len(whole)-2].ID)
+				tail := stream(t, h.acme, "ada", r.ID, whole[len(whole)-2].ID)
 				if len(tail) != 1 || tail[0].ID != whole[len(whole)-1].ID {
 					t.Fatalf("resumed after %s: %+v", whole[len(whole)-2].ID, tail)
 				}

@@ -95,6 +95,17 @@ func openDB(t *testing.T, path string) *sql.DB {
 	return db
 }
 
+// execAll runs statements on db, failing the test at the first that
+// fails.
+func execAll(t *testing.T, db *sql.DB, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
 // references names the table.column of every value of the database that
 // contains a needle (as text).
 func references(t *testing.T, path string, needles []string) []string {
@@ -138,7 +149,7 @@ func TestMigrationDeletesWhatOldPrunesLeft(t *testing.T) {
 	defer db.Close()
 	// back to the schema before the retention migration, with the
 	// records old prunes left
-	for _, q := range []string{
+	execAll(t, db,
 		`DROP TABLE api_event_packs`, `DROP INDEX api_runs_to_pack`, `ALTER TABLE api_runs DROP COLUMN events_packed`,
 		`DELETE FROM trellis_migrations WHERE version = 14`,
 		`INSERT INTO api_threads (id, tenant, flow, metadata, created_at) VALUES ('acme/pruned', 'acme', 'f', '{}', 1), ('acme/kept', 'acme', 'f', '{}', 1)`,
@@ -148,11 +159,7 @@ func TestMigrationDeletesWhatOldPrunesLeft(t *testing.T) {
 		`INSERT INTO api_events (run, seq, data) VALUES ('r-pruned', 1, '{}'), ('r-pruned', 2, '{}'), ('r-kept', 1, '{}'), ('r-gone', 1, '{}')`,
 		`INSERT INTO voice_sessions (id, tenant, thread, thread_created, key_hash, signing_key, created_at, expires_at, deadline, renewed_at, caller, caller_at, ended_at)
 			VALUES ('v-pruned', 'acme', 'acme/pruned', 1, 'h', 'k', 1, 2, 2, 0, '', 0, 0)`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	st, err = sqlite.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
@@ -197,15 +204,11 @@ func TestEventsMigrationKeepsEvents(t *testing.T) {
 	// the table as it was before the migration, holding these events
 	db := openDB(t, path)
 	defer db.Close()
-	for _, q := range []string{
+	execAll(t, db,
 		`DROP TABLE api_events`,
 		`CREATE TABLE api_events (run TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run, seq)) WITHOUT ROWID`,
 		`DELETE FROM trellis_migrations WHERE version = 37`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	for run, evs := range want {
 		for _, e := range evs {
 			if _, err := db.Exec(`INSERT INTO api_events (run, seq, data) VALUES (?, ?, ?)`, run, e.Seq, string(e.Data)); err != nil {

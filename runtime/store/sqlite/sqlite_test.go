@@ -88,18 +88,14 @@ func TestClusteringMigrationKeepsThreads(t *testing.T) {
 			t.Fatalf("%s: %v", f, err)
 		}
 	}
-	for _, q := range []string{
+	execAll(t, db,
 		`CREATE TABLE trellis_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`,
 		`INSERT INTO trellis_migrations VALUES (1, '001_checkpoints', 0), (2, '002_pending_and_leases', 0)`,
 		`INSERT INTO threads VALUES ('t', 3, 1, 3)`,
 		`INSERT INTO checkpoints VALUES ('t', 1, 0, 'r', 0, 'create', 1, '{}'), ('t', 2, 1, 'r', 1, 'step', 2, '{}'), ('t', 3, 2, 'r', 2, 'step', 3, '{}')`,
 		`INSERT INTO writes VALUES ('t', 1, 'log', 1, 0, '[]'), ('t', 1, 'n', 1, 0, '0'),
 			('t', 2, 'log', 2, 1, '["a"]'), ('t', 2, 'n', 2, 0, '1'), ('t', 3, 'log', 3, 1, '["b","c"]')`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	db.Close()
 	st, err := sqlite.Open(context.Background(), path)
 	if err != nil {
