@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/trellisflow/trellis/runtime/store"
 )
 
 // A write to a file another connection holds locked is busy, by its
@@ -37,5 +40,61 @@ func TestBusyIsTheResultCode(t *testing.T) {
 	}
 	if busy(context.Canceled) || code(context.Canceled) != 0 {
 		t.Fatal("an error that is not SQLite's is not busy")
+	}
+}
+
+// A writer holding the file does not hold its readers: every connection
+// the store opens while another process writes opens and reads. (Each
+// used to record the file's vacuum mode as it opened, a write that
+// waited for the writer and failed after the busy timeout.)
+func TestReadersOpenBesideAWriter(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "w.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Source: store.SourceCreate, Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	wconn, err := writer.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wconn.Close()
+	if _, err := wconn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	defer wconn.ExecContext(ctx, `ROLLBACK`)
+	if _, err := wconn.ExecContext(ctx, `DELETE FROM threads`); err != nil {
+		t.Fatal(err)
+	}
+	// every connection the pool may hold but the writer's, each opened
+	// now
+	var conns []*sql.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range maxConns - 1 {
+		c, err := s.db.Conn(ctx)
+		if err != nil {
+			t.Fatalf("a connection opened beside the writer: %v", err)
+		}
+		conns = append(conns, c)
+		var n int
+		if err := c.QueryRowContext(ctx, `SELECT count(*) FROM threads`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("a read beside the writer: %d threads, %v", n, err)
+		}
+	}
+	if open := s.db.Stats().OpenConnections; open != maxConns {
+		t.Fatalf("%d connections open, want %d", open, maxConns)
 	}
 }

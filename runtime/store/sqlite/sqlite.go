@@ -181,12 +181,11 @@ func open(ctx context.Context, path string) (*Store, error) {
 		}
 	}
 	q := url.Values{}
-	// a new file is made in incremental vacuum mode (the pragma comes
-	// before any table), so that ReturnSpace can give room back; it
-	// changes nothing in a file made before. Temporary files stay in
+	// Every connection opened applies these. Temporary files stay in
 	// memory: the journal of a group commit's savepoints (each job's
-	// pages as they were) spilled to a file written page by page.
-	for _, p := range []string{"auto_vacuum(INCREMENTAL)", "journal_mode(WAL)", "busy_timeout(" + strconv.Itoa(busyTimeout) + ")", "synchronous(NORMAL)",
+	// pages as they were) spilled to a file written page by page. (The
+	// vacuum mode is not one of them: see migrationsTable.)
+	for _, p := range []string{"journal_mode(WAL)", "busy_timeout(" + strconv.Itoa(busyTimeout) + ")", "synchronous(NORMAL)",
 		"foreign_keys(ON)", "wal_autocheckpoint(0)", "journal_size_limit(" + strconv.Itoa(journalLimit) + ")", "temp_store(MEMORY)"} {
 		q.Add("_pragma", p)
 	}
@@ -244,8 +243,7 @@ func code(err error) int {
 // trellis_migrations table, each in its own immediate transaction, so two
 // processes migrating at once apply each migration exactly once.
 func (s *Store) Migrate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS trellis_migrations (
-		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+	if err := s.migrationsTable(ctx); err != nil {
 		return fmt.Errorf("migrations table: %w", err)
 	}
 	ms, err := sqlstore.Migrations(migrations)
@@ -274,6 +272,39 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// migrationsTable makes the table of applied migrations. A new file is
+// made in incremental vacuum mode, so that ReturnSpace can give room
+// back: the switch to WAL mode has written the file's first page, so the
+// mode is set by rebuilding the file while it has no table yet (a moment).
+// It is set here, once, and not as a pragma of every connection: there
+// it records the mode again in a write transaction each time a
+// connection opens, and a read that needed a new connection waited for
+// every writer, failing as "database is locked" after the busy timeout.
+func (s *Store) migrationsTable(ctx context.Context) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var tables, mode int
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&tables); err != nil {
+		return err
+	}
+	if err := conn.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil {
+		return err
+	}
+	if tables == 0 && mode != incremental {
+		for _, q := range []string{`PRAGMA auto_vacuum = INCREMENTAL`, `VACUUM`} {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS trellis_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`)
+	return err
 }
 
 // Migrations lists the applied migration versions.
