@@ -53,6 +53,13 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, allMigrations(t)) {
 		t.Fatalf("migrations %v %v", got, err)
 	}
+	// the file is made in incremental vacuum mode, whichever made it
+	db := openDB(t, path)
+	defer db.Close()
+	var mode int
+	if err := db.QueryRow(`PRAGMA auto_vacuum`).Scan(&mode); err != nil || mode != 2 {
+		t.Fatalf("auto_vacuum %d (%v), want 2 (incremental)", mode, err)
+	}
 }
 
 func TestTwoProcesses(t *testing.T) {
