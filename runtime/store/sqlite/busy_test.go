@@ -15,20 +15,7 @@ import (
 func TestBusyIsTheResultCode(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "locked.db")
-	holder, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	conn, err := holder.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `BEGIN EXCLUSIVE`); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.ExecContext(ctx, `ROLLBACK`)
+	hold(t, path, `BEGIN EXCLUSIVE`)
 	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)")
 	if err != nil {
 		t.Fatal(err)
@@ -58,23 +45,7 @@ func TestReadersOpenBesideAWriter(t *testing.T) {
 	if err := s.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 1, Source: store.SourceCreate, Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	writer, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close()
-	wconn, err := writer.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wconn.Close()
-	if _, err := wconn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		t.Fatal(err)
-	}
-	defer wconn.ExecContext(ctx, `ROLLBACK`)
-	if _, err := wconn.ExecContext(ctx, `DELETE FROM threads`); err != nil {
-		t.Fatal(err)
-	}
+	hold(t, path, `BEGIN IMMEDIATE`, `DELETE FROM threads`)
 	// every connection the pool may hold but the writer's, each opened
 	// now
 	var conns []*sql.Conn
@@ -96,5 +67,31 @@ func TestReadersOpenBesideAWriter(t *testing.T) {
 	}
 	if open := s.db.Stats().OpenConnections; open != maxConns {
 		t.Fatalf("%d connections open, want %d", open, maxConns)
+	}
+}
+
+// hold runs stmts (a transaction's beginning, then its statements) on a
+// connection of its own to the file at path, as another process would,
+// and holds the transaction until the test ends.
+func hold(t *testing.T, path string, stmts ...string) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.ExecContext(ctx, `ROLLBACK`)
+		conn.Close()
+	})
+	for _, q := range stmts {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
