@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"reflect"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/trellisflow/trellis/runtime/api"
 	"github.com/trellisflow/trellis/runtime/engine"
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/memory"
 )
 
 // endsFlow pauses before its last node, and holds values whose encoding
@@ -131,5 +133,39 @@ func TestARunsEndIsSentAsTheEngineEncodedIt(t *testing.T) {
 	// an end recorded with its state, by an earlier version, goes as it is
 	if got := (&Server{}).sendable(ctx, &store.RunRecord{}, string(engine.RunEnd), want, map[string]any{"other": 1}); !bytes.Equal(got, want) {
 		t.Fatalf("an end recorded with its state sent as %s", got)
+	}
+}
+
+// The run's end is sent with the state the run ended with, however the
+// engine goes on with its map (it updates it in place), and recorded
+// without it; an end that is not the log's own is not sent from it.
+func TestARunsEndIsSentWithTheStateItEndedWith(t *testing.T) {
+	notes := &notifier{log: discard(), every: time.Hour}
+	l := newEventLog(ctx, memory.New(), discard(), notes, "r", "", "t", nil, nil, func() {})
+	defer func() { l.close(l.lastEvents(store.RunSucceeded, "")) }()
+	state := map[string]any{"n": 1, "list": []any{"a", map[string]any{"b": 2.5}}, "s": "é \u2028"}
+	end := engine.Event{Type: engine.RunEnd, Run: "r", Thread: "t", Step: 3, Time: time.Date(2026, 11, 30, 12, 0, 0, 7, time.UTC),
+		Duration: time.Second, State: maps.Clone(state)}
+	want, err := end.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.add(runEvent("node_start"))
+	l.add(end)
+	// the engine's next updates, in place
+	end.State["n"], end.State["later"] = 2, true
+	delete(end.State, "s")
+	l.mu.Lock()
+	seq, recorded := l.held.seq, l.held.data
+	l.mu.Unlock()
+	if got := l.sent(seq); !bytes.Equal(got, want) {
+		t.Fatalf("sent %s\nwant %s", got, want)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(recorded, &rec); err != nil || rec["type"] != "run_end" || rec["state"] != nil {
+		t.Fatalf("recorded %s (%v)", recorded, err)
+	}
+	if got := l.sent(seq - 1); got != nil {
+		t.Fatalf("the event before the end sent from the log as its end: %s", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -59,7 +60,7 @@ type eventLog struct {
 	held  *logged // the run's last event
 	// heldSent is the held run_end as streams send it, with the run's
 	// final state (held.data is it as recorded, without: see sendable)
-	heldSent []byte
+	heldSent *encoding
 	ended    bool // no more events come
 	broken   bool // the store refuses the events: no more are recorded
 	closed   bool // streams get the last events and return
@@ -116,14 +117,14 @@ func (l *eventLog) add(ev engine.Event) {
 	if ev.Type == engine.NodeOutput && l.join(ev) {
 		return
 	}
-	var sent []byte
+	var full *engine.Event
 	if ev.Type == engine.RunEnd {
 		// recorded without the final state (see sendable), and sent with
-		// it as encoded here
-		var err error
-		if sent, err = ev.JSON(); err != nil {
-			return
-		}
+		// it as encoded beside the run's last commit (the state as it
+		// is now: the engine may go on updating its map in place)
+		f := ev
+		f.State = maps.Clone(ev.State)
+		full = &f
 		ev.State = nil
 	}
 	data, err := ev.JSON()
@@ -145,7 +146,7 @@ func (l *eventLog) add(ev engine.Event) {
 	}
 	it := logged{seq: l.first + int64(len(l.items)) + 1, typ: string(ev.Type), data: data}
 	if ev.Type == engine.RunEnd || ev.Type == engine.RunError {
-		l.held, l.heldSent = &it, sent
+		l.held, l.heldSent = &it, encodeBeside(full)
 		return
 	}
 	if ev.Type == engine.NodeOutput {
@@ -574,14 +575,40 @@ func (l *eventLog) close(last []store.EventRecord) {
 
 // sent is the recorded run_end numbered seq as streams send it, with
 // the run's final state, when it is the run's own end this log held
-// (nil otherwise).
+// and it encodes (nil otherwise), once it is encoded.
 func (l *eventLog) sent(seq int64) []byte {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	enc := l.heldSent
 	if l.held == nil || l.held.seq != seq || l.held.typ != string(engine.RunEnd) {
+		enc = nil
+	}
+	l.mu.Unlock()
+	if enc == nil {
 		return nil
 	}
-	return l.heldSent
+	<-enc.done
+	return enc.data
+}
+
+// encoding is an event's JSON, encoded on a goroutine of its own: the
+// run's end with its whole state (tens of kilobytes for a long thread) is
+// encoded while the run's last commit is under way, not before it.
+type encoding struct {
+	done chan struct{}
+	data []byte // nil when the event does not encode
+}
+
+// encodeBeside starts encoding ev (nil: no event, no encoding).
+func encodeBeside(ev *engine.Event) *encoding {
+	if ev == nil {
+		return nil
+	}
+	e := &encoding{done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.data, _ = ev.JSON()
+	}()
+	return e
 }
 
 // since returns the recorded events after seq, whether the log is closed
