@@ -236,9 +236,11 @@ func (s *takesTheLease) Acquire(ctx context.Context, thread, owner string, ttl t
 }
 
 func (s *takesTheLease) PutPending(ctx context.Context, thread string, seq uint64, node string, ws []store.Write, owner string) error {
-	err := s.Store.PutPending(ctx, thread, seq, node, ws, owner)
+	// one at a time: a second write tried while the first is saved is
+	// tried once the lease changed hands, whichever node completes first
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	err := s.Store.PutPending(ctx, thread, seq, node, ws, owner)
 	s.owners = append(s.owners, owner)
 	if errors.Is(err, store.ErrLeased) {
 		s.refused++
