@@ -19,6 +19,7 @@
 //	  key: state.interview_id
 //	  value: "{topic: state.topic, score: state.score}"
 //	  ttl: 2160h                                       # forgotten after 90 days
+//	  index: false                                     # never searched by its words
 //	  schema: ../schemas/note.json
 //
 // A document found is {namespace, key, value, updated, expires} (times
@@ -29,6 +30,11 @@
 // it (statically as far as the expression's type is known, and before it
 // is written), what get and search find is checked too, and writes that
 // read output.value are typed by it.
+//
+// A put indexes the document's words for a search's query, unless it
+// says index: false: the document is then found by get and by a search
+// without a query (a namespace's listing), never by one with a query, and
+// its put costs no update of the store's full-text index.
 //
 // The documents are the run's memory (kind.MemoryOf): its store's, on a
 // server its tenant's, so another tenant never sees them. A search
@@ -62,6 +68,7 @@ var Spec = kind.Spec{
 		config.Any("schema", "The documents' JSON Schema, inline or a path relative to this file: a put's value is checked against it, what get and search find must match it, and writes reading output.value are typed by it.").
 			AlsoTypes("object", "string"),
 		config.Duration("ttl", "put: how long the document is kept (default: until it is replaced or deleted)."),
+		config.Bool("index", "put: whether a search's query finds the document by its words (default true); false keeps it out of the full-text index, for documents only read by key or by listing their namespace, which then cost no index update."),
 		config.Expression("query", "search: words every document found holds, in its strings (an expression giving a string; none or empty: every document, newest first)."),
 		config.Integer("limit", "search: the most documents found (default 10).").Min(1).Max(1000),
 		config.Map("writes", "Field to expression over output, state and input. output is, for get, the document found ({namespace, key, value, updated, expires}) or null; for search, a list of them; for put, the document written; for delete, whether there was one.",
@@ -83,7 +90,7 @@ type node struct {
 	action                       action
 	namespace, key, value, query *expression.Program
 	schema                       *schema.Validator // nil: any document
-	ttl                          time.Duration
+	opts                         kind.PutOptions
 	limit                        int
 	writes                       kind.Writes
 }
@@ -132,6 +139,7 @@ func build(b kind.Builder) kind.Node {
 	only("value", put)
 	needs("value", put)
 	only("ttl", put)
+	only("index", put)
 	only("query", search)
 	only("limit", search)
 	only("schema", get, put, search)
@@ -178,10 +186,13 @@ func build(b kind.Builder) kind.Node {
 			}
 		}
 	}
-	n.ttl, _ = s.Duration("ttl")
-	if s.Has("ttl") && n.ttl < time.Second {
-		b.Errorf(s.Value("ttl"), "ttl: %v is under a second", n.ttl)
+	n.opts.TTL, _ = s.Duration("ttl")
+	if s.Has("ttl") && n.opts.TTL < time.Second {
+		b.Errorf(s.Value("ttl"), "ttl: %v is under a second", n.opts.TTL)
 		ok = false
+	}
+	if index, set := s.Bool("index"); set {
+		n.opts.Unindexed = !index
 	}
 	n.limit, _ = s.Int("limit")
 
@@ -309,9 +320,9 @@ func (n *node) Run(ctx context.Context, s kind.State) (kind.Update, error) {
 		var it *kind.MemoryItem
 		if sm, ok := mem.(kind.StepMemory); ok {
 			// written with the node's step, atomic with its update
-			it, err = sm.PutWithStep(ctx, s, ns, key, v, n.ttl)
+			it, err = sm.PutWithStep(ctx, s, ns, key, v, n.opts)
 		} else {
-			it, err = mem.Put(ctx, ns, key, v, n.ttl)
+			it, err = mem.Put(ctx, ns, key, v, n.opts)
 		}
 		if err != nil {
 			return nil, err

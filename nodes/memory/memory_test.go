@@ -360,6 +360,16 @@ edges:
     namespace: "['u']"
     key: "'k'"
     ttl: 1h`, `ttl is a setting of put, not of delete`},
+		{`    action: get
+    namespace: "['u']"
+    key: "'k'"
+    index: false
+    writes: {list: output}`, `index is a setting of put, not of get`},
+		{`    action: put
+    namespace: "['u']"
+    key: "'k'"
+    value: "{text: 'x'}"
+    index: "no"`, `index: expected boolean, but got string`},
 		{`    action: search
     namespace: "['u']"`, `a search writes what it finds: give writes`},
 		{`    action: search
@@ -511,6 +521,7 @@ nodes:
     namespace: "['notes']"
     key: "'kept'"
     value: "{text: 'kept with its step'}"
+    index: false
     writes:
       written_at: output.updated
   check:
@@ -530,7 +541,8 @@ edges:
 // A node that completed in a step that failed keeps its update and the
 // documents it put as a pending write: none is written until the step
 // commits, and the step resumed writes the same document with the
-// update it takes, without running the node again.
+// update it takes, without running the node again, put as the node put
+// it (unindexed: listed, never found by its words).
 func TestPutKeptWithSavedUpdate(t *testing.T) {
 	g := load(t, twoAtOnce)
 	for name, url := range storetest.URLs(t) {
@@ -572,6 +584,13 @@ func TestPutKeptWithSavedUpdate(t *testing.T) {
 			}
 			if at := it.Updated.UTC().Format(time.RFC3339Nano); at != res.State["written_at"] || res.State["mine"] != "mended" {
 				t.Fatalf("the document was written at %s, the kept update says %v (mine %v): the node ran again", at, res.State["written_at"], res.State["mine"])
+			}
+			later := time.Now().Add(time.Minute)
+			if found, err := m.SearchMemory(ctx, "", store.MemoryQuery{Prefix: []string{"notes"}, Text: "kept", Now: later}); err != nil || len(found) != 0 {
+				t.Fatalf("the document put with index: false is found by its words: %d (%v)", len(found), err)
+			}
+			if listed, err := m.SearchMemory(ctx, "", store.MemoryQuery{Prefix: []string{"notes"}, Now: later}); err != nil || len(listed) != 1 {
+				t.Fatalf("the document put with index: false is not listed: %d (%v)", len(listed), err)
 			}
 		})
 	}

@@ -31,6 +31,10 @@ type PutMemory struct {
 	// TTLSeconds, when set, forgets the document that many seconds after
 	// it is written.
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	// Index, set to false, keeps the document's words out of the
+	// full-text index: a search with a query never finds it, one without
+	// does (none: true).
+	Index *bool `json:"index,omitempty"`
 }
 
 // SearchMemory lists the documents under a namespace prefix: with a

@@ -68,15 +68,10 @@ func (t tenantMemory) Get(ctx context.Context, ns []string, key string) (*kind.M
 	return fromStore(it)
 }
 
-func (t tenantMemory) Put(ctx context.Context, ns []string, key string, v any, ttl time.Duration) (*kind.MemoryItem, error) {
-	b, err := json.Marshal(v)
+func (t tenantMemory) Put(ctx context.Context, ns []string, key string, v any, opts kind.PutOptions) (*kind.MemoryItem, error) {
+	it, err := newItem(ns, key, v, opts)
 	if err != nil {
-		return nil, kind.Permanent(fmt.Errorf("value: %w", err))
-	}
-	now := time.Now().UTC()
-	it := &store.MemoryItem{Namespace: ns, Key: key, Value: b, Updated: now}
-	if ttl > 0 {
-		it.Expires = now.Add(ttl)
+		return nil, err
 	}
 	if err := t.m.PutMemory(ctx, t.tenant, it); err != nil {
 		return nil, refused(err)
@@ -88,30 +83,39 @@ func (t tenantMemory) Put(ctx context.Context, ns []string, key string, v any, t
 // document with its step's checkpoint (store.Checkpoint.Memory), checked
 // now, so that a document the store refuses fails the node, not the
 // commit. A state that is not a run's puts at once.
-func (t tenantMemory) PutWithStep(ctx context.Context, s kind.State, ns []string, key string, v any, ttl time.Duration) (*kind.MemoryItem, error) {
+func (t tenantMemory) PutWithStep(ctx context.Context, s kind.State, ns []string, key string, v any, opts kind.PutOptions) (*kind.MemoryItem, error) {
 	vw, ok := s.(*view)
 	if !ok || vw.run == nil {
-		return t.Put(ctx, ns, key, v, ttl)
+		return t.Put(ctx, ns, key, v, opts)
 	}
-	b, err := json.Marshal(v)
+	it, err := newItem(ns, key, v, opts)
 	if err != nil {
-		return nil, kind.Permanent(fmt.Errorf("value: %w", err))
-	}
-	now := time.Now().UTC()
-	it := &store.MemoryItem{Namespace: ns, Key: key, Value: b, Updated: now}
-	if ttl > 0 {
-		it.Expires = now.Add(ttl)
+		return nil, err
 	}
 	if err := store.CheckMemoryKey(ns, key); err != nil {
 		return nil, refused(err)
 	}
-	if err := store.CheckMemoryValue(b); err != nil {
+	if err := store.CheckMemoryValue(it.Value); err != nil {
 		return nil, refused(err)
 	}
 	if !vw.keepPut(store.MemoryPut{Tenant: t.tenant, Item: it}) {
 		return nil, context.Canceled // the attempt was given up
 	}
 	return fromStore(it)
+}
+
+// newItem is the document a put of v under ns and key writes now.
+func newItem(ns []string, key string, v any, opts kind.PutOptions) (*store.MemoryItem, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, kind.Permanent(fmt.Errorf("value: %w", err))
+	}
+	now := time.Now().UTC()
+	it := &store.MemoryItem{Namespace: ns, Key: key, Value: b, Updated: now, Unindexed: opts.Unindexed}
+	if opts.TTL > 0 {
+		it.Expires = now.Add(opts.TTL)
+	}
+	return it, nil
 }
 
 // stepPut is a document a node of the current step put (see
@@ -206,6 +210,9 @@ func putsWrite(puts []store.MemoryPut) store.Write {
 		if !p.Item.Expires.IsZero() {
 			d["expires"] = p.Item.Expires.Format(time.RFC3339Nano)
 		}
+		if p.Item.Unindexed {
+			d["unindexed"] = true
+		}
 		docs[i] = d
 	}
 	return store.Write{Field: memoryWrite, Value: docs}
@@ -237,6 +244,7 @@ func splitPuts(ws []store.Write) ([]store.Write, []store.MemoryPut) {
 		if x, ok := m["expires"].(string); ok {
 			it.Expires, _ = time.Parse(time.RFC3339Nano, x)
 		}
+		it.Unindexed, _ = m["unindexed"].(bool)
 		tenant, _ := m["tenant"].(string)
 		puts = append(puts, store.MemoryPut{Tenant: tenant, Item: it})
 	}

@@ -15,9 +15,9 @@ type Memory interface {
 	// Get returns the document under ns and key, or nil when there is
 	// none (or it expired).
 	Get(ctx context.Context, ns []string, key string) (*MemoryItem, error)
-	// Put writes value under ns and key, replacing what was there; with
-	// ttl > 0 it is forgotten after ttl.
-	Put(ctx context.Context, ns []string, key string, value any, ttl time.Duration) (*MemoryItem, error)
+	// Put writes value under ns and key, replacing what was there, as
+	// opts say.
+	Put(ctx context.Context, ns []string, key string, value any, opts PutOptions) (*MemoryItem, error)
 	// Delete deletes the document under ns and key and reports whether
 	// there was one.
 	Delete(ctx context.Context, ns []string, key string) (bool, error)
@@ -33,7 +33,17 @@ type Memory interface {
 // first, the commit failed) has put none. The item returned is the one
 // the step will write. A Memory that is not one puts at once.
 type StepMemory interface {
-	PutWithStep(ctx context.Context, s State, ns []string, key string, value any, ttl time.Duration) (*MemoryItem, error)
+	PutWithStep(ctx context.Context, s State, ns []string, key string, value any, opts PutOptions) (*MemoryItem, error)
+}
+
+// PutOptions are how a document is put.
+type PutOptions struct {
+	// TTL > 0: the document is forgotten after TTL.
+	TTL time.Duration
+	// Unindexed keeps the document's words out of the full-text index:
+	// a search with a query never finds it, one without does, and the
+	// put costs no index update.
+	Unindexed bool
 }
 
 // MemoryItem is one remembered document.

@@ -58,6 +58,21 @@ type MemoryItem struct {
 	// Score is how well a search's text matched (higher is better; only
 	// comparable within one search of one store).
 	Score float64
+	// Unindexed, as it is put, keeps the document's words out of the
+	// full-text index: a search with text never finds it, a search
+	// without text, a get and a namespace's listing do, and the put
+	// costs no index update. It is how it is written, not part of the
+	// document: what a store reads back never has it set.
+	Unindexed bool
+}
+
+// IndexedText is what full-text search indexes of the document: its
+// words (MemoryText), or nothing when it is put Unindexed.
+func (it *MemoryItem) IndexedText() string {
+	if it.Unindexed {
+		return ""
+	}
+	return MemoryText(it.Value)
 }
 
 // MemoryQuery selects documents for SearchMemory and namespaces for

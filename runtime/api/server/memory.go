@@ -102,7 +102,8 @@ func (s *Server) putMemory(w http.ResponseWriter, r *http.Request, c *caller) er
 		}
 		return &api.Error{Code: api.CodeInvalidInput, Message: "value: " + err.Error(), Details: map[string]string{"field": "value"}}
 	}
-	it := &store.MemoryItem{Namespace: in.Namespace, Key: in.Key, Value: in.Value, Updated: time.Now().UTC()}
+	it := &store.MemoryItem{Namespace: in.Namespace, Key: in.Key, Value: in.Value, Updated: time.Now().UTC(),
+		Unindexed: in.Index != nil && !*in.Index}
 	if in.TTLSeconds != nil {
 		it.Expires = it.Updated.Add(time.Duration(*in.TTLSeconds) * time.Second)
 	}

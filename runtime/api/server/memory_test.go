@@ -145,6 +145,17 @@ func TestMemoryRoutes(t *testing.T) {
 	if found, _ := h.acme.SearchMemory(ctx, api.SearchMemory{NamespacePrefix: ns, Query: "kafka"}); len(found) != 1 || found[0].Key != "n1" {
 		t.Fatalf("search under a/b/c: %+v", found)
 	}
+	// put with index false: listed and got, never found by its words
+	no := false
+	if _, err := h.acme.PutMemory(ctx, api.PutMemory{Namespace: []string{"candidates", "grace", "notes"}, Key: "n2", Value: json.RawMessage(`"Kafka once more"`), Index: &no}); err != nil {
+		t.Fatal(err)
+	}
+	if found, _ := h.acme.SearchMemory(ctx, api.SearchMemory{NamespacePrefix: []string{"candidates"}, Query: "kafka"}); len(found) != 2 {
+		t.Fatalf("search after an unindexed put: %+v, want the two indexed", found)
+	}
+	if listed, _ := h.acme.SearchMemory(ctx, api.SearchMemory{NamespacePrefix: []string{"candidates", "grace"}}); len(listed) != 2 || listed[0].Key != "n2" {
+		t.Fatalf("listing after an unindexed put: %+v, want it first", listed)
+	}
 	nss, err := h.acme.MemoryNamespaces(ctx, api.ListNamespaces{Prefix: []string{"candidates"}})
 	if err != nil || len(nss) != 2 || !slices.Equal(nss[0], ns) {
 		t.Fatalf("namespaces %v %v", nss, err)
@@ -169,6 +180,7 @@ func TestMemoryRoutes(t *testing.T) {
 		{"PUT", "/v1/memory/items", `{"namespace": ["a"], "key": "k"}`, 422, api.CodeInvalidInput},
 		{"PUT", "/v1/memory/items", `{"namespace": ["a"], "key": "k", "value": 1, "ttl_seconds": -1}`, 422, api.CodeInvalidInput},
 		{"PUT", "/v1/memory/items", `{"namespace": ["a"], "key": "k", "value": 1, "extra": 1}`, 400, api.CodeBadRequest},
+		{"PUT", "/v1/memory/items", `{"namespace": ["a"], "key": "k", "value": 1, "index": "no"}`, 400, api.CodeBadRequest},
 		{"PUT", "/v1/memory/items", `{"namespace": ["a"], "key": "k", "value": "` + strings.Repeat("x", 1<<20) + `"}`, 422, api.CodeInvalidInput},
 		{"GET", "/v1/memory/items?key=k", ``, 422, api.CodeInvalidInput},
 		{"GET", "/v1/memory/items?namespace=a", ``, 422, api.CodeInvalidInput},

@@ -44,8 +44,8 @@ func (s *Store) PutMemory(_ context.Context, tenant string, it *store.MemoryItem
 		return err
 	}
 	d := &doc{item: *cloneItem(it), words: map[string]int{}}
-	d.item.Score = 0
-	for _, w := range strings.Fields(store.MemoryText(it.Value)) {
+	d.item.Score, d.item.Unindexed = 0, false
+	for _, w := range strings.Fields(it.IndexedText()) {
 		d.words[w]++
 	}
 	m := &s.docs

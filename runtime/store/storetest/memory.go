@@ -28,6 +28,7 @@ func RunMemory(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Search", testMemorySearch},
 		{"SearchRanks", testMemoryRanks},
 		{"SearchAnyText", testMemoryAnyText},
+		{"Unindexed", testMemoryUnindexed},
 		{"Expiry", testMemoryExpiry},
 		{"BadKeysAndValues", testMemoryBad},
 		{"ConcurrentPuts", testMemoryConcurrent},
@@ -327,6 +328,83 @@ func testMemoryAnyText(t *testing.T, m store.Memory) {
 	}
 }
 
+// testMemoryUnindexed: a document put unindexed is got, listed and
+// counted in its namespace, never found by a search's words; put again
+// indexed it is found by them, and put unindexed again it is not, nor
+// by its old words. A step's documents are put the same way. What is read
+// back is the document, never the way it was put.
+func testMemoryUnindexed(t *testing.T, m store.Memory) {
+	ns := []string{"candidates", "u-1", "questions"}
+	quiet := func(key, value string, at int) *store.MemoryItem {
+		it := doc(ns, key, value, instant(at))
+		it.Unindexed = true
+		return it
+	}
+	find := func(text string, want ...string) {
+		t.Helper()
+		got := search(t, m, "acme", store.MemoryQuery{Prefix: ns, Text: text})
+		slices.Sort(got)
+		if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Errorf("search %q: %v, want %v", text, got, want)
+		}
+	}
+	put(t, m, "acme", quiet("q1", `{"text": "How did you design the payment service?"}`, 1))
+	put(t, m, "acme", doc(ns, "q2", `{"text": "Which trade-offs did you make in the payment service?"}`, instant(2)))
+	put(t, m, "acme", quiet("q3", `{"text": "Tell me about the payment retries."}`, 3))
+	find("design")
+	find("payment", "candidates/u-1/questions:q2")
+	if got := search(t, m, "acme", store.MemoryQuery{Prefix: ns}); !slices.Equal(got, []string{
+		"candidates/u-1/questions:q3", "candidates/u-1/questions:q2", "candidates/u-1/questions:q1"}) {
+		t.Errorf("listed without a query: %v, want the three, newest first", got)
+	}
+	it, err := m.GetMemory(ctx, "acme", ns, "q1", instant(30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sameItem(it, doc(ns, "q1", `{"text": "How did you design the payment service?"}`, instant(1))); err != nil || it.Unindexed {
+		t.Errorf("the unindexed document got back: %v (unindexed %v)", err, it.Unindexed)
+	}
+	if nss, err := m.MemoryNamespaces(ctx, "acme", store.MemoryQuery{Now: instant(30)}); err != nil || len(nss) != 1 {
+		t.Errorf("namespaces %v (%v), want the one", nss, err)
+	}
+	// indexed once put so, and out of the index again once put unindexed
+	put(t, m, "acme", doc(ns, "q1", `{"text": "How did you design the payment service?"}`, instant(4)))
+	find("design", "candidates/u-1/questions:q1")
+	find("payment", "candidates/u-1/questions:q1", "candidates/u-1/questions:q2")
+	put(t, m, "acme", quiet("q1", `{"text": "How did you shard the ledger?"}`, 5))
+	find("design")
+	find("ledger")
+	find("payment", "candidates/u-1/questions:q2")
+	put(t, m, "acme", quiet("q2", `{"text": "Which trade-offs did you make in the payment service?"}`, 6))
+	find("payment")
+	// deleted, an unindexed document leaves the others' search as it was
+	if err := m.DeleteMemory(ctx, "acme", ns, "q3"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, m, "acme", doc(ns, "q4", `{"text": "What did the retries cost?"}`, instant(7)))
+	find("retries", "candidates/u-1/questions:q4")
+	if got := search(t, m, "acme", store.MemoryQuery{Prefix: ns}); len(got) != 3 {
+		t.Errorf("listed without a query: %v, want q1, q2 and q4", got)
+	}
+	st, ok := m.(store.Store)
+	if !ok {
+		return
+	}
+	// a step's documents
+	now := instant(8)
+	step := &store.Checkpoint{Thread: "unindexed-step", Seq: 1, Source: store.SourceCreate, Time: now,
+		Writes: []store.Write{{Field: "n", Version: 1, Value: 1.0}},
+		Memory: []store.MemoryPut{{Tenant: "acme", Item: quiet("s1", `{"text": "Why the ledger?"}`, 8)},
+			{Tenant: "acme", Item: doc(ns, "s2", `{"text": "Why the queue?"}`, now)}}}
+	if err := st.Commit(ctx, step); err != nil {
+		t.Fatal(err)
+	}
+	find("why", "candidates/u-1/questions:s2")
+	if got := search(t, m, "acme", store.MemoryQuery{Prefix: ns}); len(got) != 5 || got[0] != "candidates/u-1/questions:s2" && got[0] != "candidates/u-1/questions:s1" {
+		t.Errorf("listed without a query: %v, want five, the step's first", got)
+	}
+}
+
 func testMemoryExpiry(t *testing.T, m store.Memory) {
 	ns := []string{"sessions"}
 	short := doc(ns, "short", `"soon forgotten"`, instant(1))
@@ -486,17 +564,25 @@ func BenchMemory(b *testing.B, m store.Memory, n int) {
 			}
 		}
 	})
-	b.Run("put", func(b *testing.B) {
-		v := json.RawMessage(`{"text": "How did you shard the index?", "interview_id": "i-x"}`)
-		i := 0
-		for b.Loop() {
-			i++
-			if err := m.PutMemory(ctx, "acme", &store.MemoryItem{Namespace: []string{"candidates", "u-7", "questions"}, Key: fmt.Sprint("new", i%100),
-				Value: v, Updated: later}); err != nil {
-				b.Fatal(err)
-			}
+	// a put of a new document each time, indexed and not (the full-text
+	// index's update is most of an indexed put's cost on SQLite)
+	for _, unindexed := range []bool{false, true} {
+		name := "put"
+		if unindexed {
+			name = "put-unindexed"
 		}
-	})
+		b.Run(name, func(b *testing.B) {
+			v := json.RawMessage(`{"text": "How did you shard the index?", "interview_id": "i-x"}`)
+			i := 0
+			for b.Loop() {
+				i++
+				if err := m.PutMemory(ctx, "acme", &store.MemoryItem{Namespace: []string{"candidates", "u-7", name}, Key: fmt.Sprint("new", i),
+					Value: v, Updated: later, Unindexed: unindexed}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 // testMemoryWithStep: a step's documents (Checkpoint.Memory) are written

@@ -13,8 +13,9 @@ import (
 // Memory implements store.Memory on the memory_items table of the SQL
 // stores' migrations: a document's namespace is stored encoded
 // (store.EncodeNamespace), so a prefix is a range of the primary key;
-// its indexed words (store.MemoryText) are stored beside it, for the
-// database's full-text index. Times are Unix nanoseconds, zero as 0.
+// its indexed words (store.MemoryItem.IndexedText: none for a document
+// put unindexed) are stored beside it, for the database's full-text
+// index, which holds only the documents with words. Times are Unix nanoseconds, zero as 0.
 type Memory struct {
 	DB      DB
 	Dialect Dialect
@@ -64,7 +65,7 @@ func (m Memory) PutMemory(ctx context.Context, tenant string, it *store.MemoryIt
 		VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (tenant, namespace, key) DO UPDATE SET value = excluded.value, body = excluded.body,
 			updated_at = excluded.updated_at, expires_at = excluded.expires_at`,
-		tenant, store.EncodeNamespace(it.Namespace), it.Key, string(it.Value), store.MemoryText(it.Value), nanos(it.Updated), nanos(it.Expires))
+		tenant, store.EncodeNamespace(it.Namespace), it.Key, string(it.Value), it.IndexedText(), nanos(it.Updated), nanos(it.Expires))
 	return err
 }
 
@@ -115,7 +116,7 @@ func MemoryColumns(puts []store.MemoryPut) (cols [7]any, now int64) {
 			continue
 		}
 		tenants, nss, keys = append(tenants, p.Tenant), append(nss, ns), append(keys, p.Item.Key)
-		values, bodies = append(values, string(p.Item.Value)), append(bodies, store.MemoryText(p.Item.Value))
+		values, bodies = append(values, string(p.Item.Value)), append(bodies, p.Item.IndexedText())
 		updated, expires = append(updated, nanos(p.Item.Updated)), append(expires, nanos(p.Item.Expires))
 		now = max(now, nanos(p.Item.Updated))
 	}
