@@ -134,12 +134,37 @@ func readJSON(r *http.Request, v any) error {
 		if errors.As(err, &mbe) {
 			return err
 		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			te.Field = promoted(reflect.TypeOf(v), te.Field)
+		}
 		return describeJSON(err)
 	}
 	if dec.More() {
 		return &badJSON{msg: "more than one value"}
 	}
 	return nil
+}
+
+// promoted is the path of a field of t as the JSON names it: the
+// decoder's path names the embedded structs a field is promoted from
+// (PutMemory.index), which the JSON does not have.
+func promoted(t reflect.Type, field string) string {
+	for t != nil {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		name, rest, ok := strings.Cut(field, ".")
+		if t.Kind() != reflect.Struct || !ok {
+			return field
+		}
+		f, found := t.FieldByName(name)
+		if !found || !f.Anonymous {
+			return field
+		}
+		t, field = f.Type, rest
+	}
+	return field
 }
 
 // describeJSON says in words what a JSON decoder's error means.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -203,6 +204,35 @@ func TestMemoryRoutes(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != c.status || eb.Error == nil || eb.Error.Code != c.code {
 			t.Errorf("%s %s %.60s: %d %+v, want %d %s", c.method, c.path, c.body, resp.StatusCode, eb.Error, c.status, c.code)
+		}
+	}
+	// a field of the wrong type is named as the JSON names it
+	for body, field := range map[string]string{
+		`{"namespace": ["a"], "key": "k", "value": 1, "index": "no"}`:      "index",
+		`{"namespace": ["a"], "key": 5, "value": 1}`:                       "key",
+		`{"namespace": ["a"], "key": "k", "value": 1, "ttl_seconds": "1"}`: "ttl_seconds",
+		`{"namespace_prefix": [1]}`:                                        "namespace_prefix",
+	} {
+		path := "/v1/memory/items"
+		method := "PUT"
+		if strings.Contains(body, "namespace_prefix") {
+			method, path = "POST", "/v1/memory/items/search"
+		}
+		req, _ := http.NewRequest(method, h.base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+h.acme.Key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := h.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb api.ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		resp.Body.Close()
+		if eb.Error == nil {
+			t.Fatalf("%s: no error", body)
+		}
+		if d, _ := eb.Error.Details.(map[string]any); d == nil || d["field"] != field || !strings.Contains(eb.Error.Message, fmt.Sprintf("field %q", field)) {
+			t.Errorf("%s: %+v, want the field named %q", body, eb.Error, field)
 		}
 	}
 }
