@@ -15,7 +15,8 @@ import (
 // (store.EncodeNamespace), so a prefix is a range of the primary key;
 // its indexed words (store.MemoryItem.IndexedText: none for a document
 // put unindexed) are stored beside it, for the database's full-text
-// index, which holds only the documents with words. Times are Unix nanoseconds, zero as 0.
+// index, which holds only the documents with words. Times are Unix
+// nanoseconds, zero as 0.
 type Memory struct {
 	DB      DB
 	Dialect Dialect
