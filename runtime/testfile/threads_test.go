@@ -24,7 +24,7 @@ var note = kind.Spec{
 				return nil, kind.ErrNoMemory
 			}
 			label, _ := s.Get("label").(string)
-			if _, err := m.Put(ctx, []string{"labels"}, label, label, 0); err != nil {
+			if _, err := m.Put(ctx, []string{"labels"}, label, label, kind.PutOptions{}); err != nil {
 				return nil, err
 			}
 			found, err := m.Search(ctx, []string{"labels"}, "", 100)
