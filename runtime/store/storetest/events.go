@@ -4,6 +4,7 @@
 package storetest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -314,32 +315,38 @@ var benchRuns int
 
 // BenchAppendEvents records batches of a run's events (8 to a batch, as a
 // step's node and state events come): by anyone (holder ""), and by the
-// server holding the run, which the store checks in the same step.
+// server holding the run, which the store checks in the same step. The
+// last, holder/one-row, appends the same bytes as one event a batch: what
+// a layout keeping a step's events in one row would write, against a row
+// each.
 func BenchAppendEvents(b *testing.B, c store.Catalog) {
 	if err := c.CreateThread(ctx, &store.ThreadRecord{ID: "bench", Tenant: "acme", Flow: "f", Created: moment(0)}); err != nil {
 		b.Fatal(err)
 	}
 	data := []byte(`{"type":"node_end","run":"r","thread":"bench","step":3,"time":"2026-01-01T00:00:00Z","node":"think","update":{"n":1}}`)
-	for _, holder := range []string{"", "s1"} {
-		name := "anyone"
-		if holder != "" {
-			name = "holder"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, way := range []struct {
+		name, holder string
+		rows         int
+	}{{"anyone", "", 8}, {"holder", "s1", 8}, {"holder/one-row", "s1", 1}} {
+		b.Run(way.name, func(b *testing.B) {
 			benchRuns++
-			run := &store.RunRecord{ID: fmt.Sprint("run-", name, benchRuns), Tenant: "acme", Thread: "bench", Flow: "f", Created: moment(benchRuns), Server: "s1"}
+			run := &store.RunRecord{ID: fmt.Sprint("run-", way.name, benchRuns), Tenant: "acme", Thread: "bench", Flow: "f", Created: moment(benchRuns), Server: "s1"}
 			if _, err := c.EnqueueRun(ctx, run, store.BusyEnqueue); err != nil {
 				b.Fatal(err)
 			}
+			row := data
+			if way.rows == 1 {
+				row = bytes.Repeat(data, 8)
+			}
 			b.ReportAllocs()
 			seq := int64(0)
-			batch := make([]store.EventRecord, 8)
+			batch := make([]store.EventRecord, way.rows)
 			for b.Loop() {
 				for i := range batch {
 					seq++
-					batch[i] = store.EventRecord{Seq: seq, Data: data}
+					batch[i] = store.EventRecord{Seq: seq, Data: row}
 				}
-				if err := c.AppendEvents(ctx, run.ID, holder, batch); err != nil {
+				if err := c.AppendEvents(ctx, run.ID, way.holder, batch); err != nil {
 					b.Fatal(err)
 				}
 			}
