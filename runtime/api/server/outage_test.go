@@ -25,7 +25,7 @@ func TestALostReplyIsNotATakeover(t *testing.T) {
 	}
 	// the commit of the run's first checkpoint, with its run_start
 	proxy.LoseIf(func(req []byte) bool {
-		return bytes.Contains(req, []byte("trellis_commit_events")) && bytes.Contains(req, []byte(`"type":"run_start"`))
+		return bytes.Contains(req, []byte("trellis_commit_event_rows")) && bytes.Contains(req, []byte(`"type":"run_start"`))
 	}, "", 1)
 	r, err := h.acme.RunWait(ctx, "ada", api.StartRun{})
 	if err != nil || r.Status != api.RunSucceeded {

@@ -211,3 +211,31 @@ func TestPruneIdleBatch(t *testing.T) {
 		}
 	}
 }
+
+// A step's events are one row of the events' table (migration 037),
+// not a row each: through the commit's function, an append, a notified
+// append and a run's end.
+func TestEventRows(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.Database(t)
+	st := openURL(t, url)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	storetest.EventRows(t, st, func(run string) [][2]int64 {
+		rows, err := conn.Query(ctx, `SELECT coalesce(first_seq, seq), seq FROM api_events WHERE run = $1 ORDER BY seq`, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]int64, error) {
+			var v [2]int64
+			return v, r.Scan(&v[0], &v[1])
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	})
+}

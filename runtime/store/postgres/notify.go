@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellisflow/trellis/runtime/store"
+	"github.com/trellisflow/trellis/runtime/store/internal/sqlstore"
 )
 
 var _ store.Notifier = (*Store)(nil)
@@ -18,17 +19,20 @@ func (s *Store) Notify(ctx context.Context, channel, payload string) error {
 	return err
 }
 
-// AppendNotify implements store.Notifier in one call (see migration
-// 024).
+// AppendNotify implements store.Notifier in one call (see migrations
+// 024 and 037).
 func (s *Store) AppendNotify(ctx context.Context, ea *store.EventAppend) error {
 	if len(ea.Events) == 0 {
 		return nil
 	}
-	seqs, data := eventColumns(ea.Events)
+	if !sqlstore.Ascending(ea.Events) {
+		return sqlstore.Refused(ctx, catalogDB{q: s.pool, s: s}, ea.Run, ea.Holder)
+	}
+	firsts, seqs, data := eventRowColumns(ea.Events)
 	// in a group with the commits and appends waiting beside it
 	var recorded int
-	err := s.grouped(ctx, `SELECT trellis_append_events($1, $2, $3, $4, $5, $6)`,
-		[]any{ea.Run, ea.Holder, seqs, data, ea.Channel, ea.Payload}, func(row pgx.Row) error { return row.Scan(&recorded) })
+	err := s.grouped(ctx, `SELECT trellis_append_event_rows($1, $2, $3, $4, $5, $6, $7)`,
+		[]any{ea.Run, ea.Holder, firsts, seqs, data, ea.Channel, ea.Payload}, func(row pgx.Row) error { return row.Scan(&recorded) })
 	switch {
 	case catalogDB{}.Unique(err), err == nil && recorded < 0:
 		return store.ErrExists

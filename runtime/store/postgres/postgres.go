@@ -363,12 +363,13 @@ func (s *Store) notMoved(ctx context.Context, cp *store.Checkpoint) error {
 }
 
 // commitEventsSQL commits a checkpoint with its events and its lease's
-// release (see migration 024): commitSQL's nine, then run $10, numbers
-// $11, data $12, holder $13, notification $15 on channel $14 (none: the
-// empty text), the owner of the lease to release $16 (none: the empty
-// text). It gives commitSQL's result, plus 2 when the events were
-// recorded.
-const commitEventsSQL = `SELECT trellis_commit_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+// release (see migrations 024 and 037): commitSQL's nine, then run $10,
+// the events as rows, their first numbers $11, last numbers $12 and data
+// $13 (eventRowColumns), holder $14, notification $16 on channel $15
+// (none: the empty text), the owner of the lease to release $17 (none:
+// the empty text). It gives commitSQL's result, plus 2 when the events
+// were recorded.
+const commitEventsSQL = `SELECT trellis_commit_event_rows($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
 
 // commitStatement is the statement that commits cp with args (commitSQL's
 // nine), with its events and its lease's release if it has them, and
@@ -389,8 +390,8 @@ func chainedStatement(cp *store.Checkpoint, args []any, after string) (string, [
 	}
 	q := commitSQL
 	if len(ea.Events) > 0 || cp.Release != "" {
-		seqs, data := eventColumns(ea.Events)
-		q, args = commitEventsSQL, append(args, ea.Run, seqs, data, ea.Holder, ea.Channel, ea.Payload, cp.Release)
+		firsts, seqs, data := eventRowColumns(ea.Events)
+		q, args = commitEventsSQL, append(args, ea.Run, firsts, seqs, data, ea.Holder, ea.Channel, ea.Payload, cp.Release)
 	}
 	if after != "" {
 		args = append(args, after)
@@ -422,20 +423,21 @@ func withEnd(q string, args []any, ea *store.EventAppend) (string, []any) {
 	if len(ea.Events) == 0 {
 		moved = `(SELECT * FROM c) % 2 = 1`
 	}
-	seqs, data := eventColumns(end.Events)
+	firsts, seqs, data := eventRowColumns(end.Events)
 	notes := end.Notes
 	if len(ea.Events) == 0 && ea.Payload != "" {
 		notes = append([]string{ea.Payload}, notes...)
 	}
 	args = append(args, string(r.Status), r.Error, int64(r.Checkpoint), sqlstore.Nanos(r.Started), sqlstore.Nanos(r.Finished), r.Resume,
 		r.Server, string(r.Stop), r.FlowVersion, r.WriteID, r.ID, string(end.Expect.Status), end.Expect.Server, string(end.Expect.Stop),
-		seqs, data, ea.Channel, notes)
+		seqs, data, ea.Channel, notes, firsts)
 	return `WITH c AS (` + q + `),
 	e AS (UPDATE api_runs SET status = ` + p(1) + `, error = ` + p(2) + `, checkpoint = ` + p(3) + `, started_at = ` + p(4) + `,
 			finished_at = ` + p(5) + `, resume = ` + p(6) + `, server = ` + p(7) + `, stop = ` + p(8) + `, flow_version = ` + p(9) + `,
 			write_id = ` + p(10) + `
 		WHERE ` + moved + ` AND id = ` + p(11) + ` AND status = ` + p(12) + ` AND server = ` + p(13) + ` AND stop = ` + p(14) + ` RETURNING id),
-	ev AS (INSERT INTO api_events (run, seq, data) SELECT e.id, u.* FROM e, unnest(` + p(15) + `::bigint[], ` + p(16) + `::text[]) AS u
+	ev AS (INSERT INTO api_events (run, first_seq, seq, data) SELECT e.id, nullif(u.f, 0), u.s, u.d
+		FROM e, unnest(` + p(19) + `::bigint[], ` + p(15) + `::bigint[], ` + p(16) + `::text[]) AS u(f, s, d)
 		RETURNING 1),
 	note AS (SELECT pg_notify(` + p(17) + `, n) FROM e, unnest(` + p(18) + `::text[]) AS n WHERE ` + p(17) + ` <> '')
 	SELECT (SELECT * FROM c) + 4 * (SELECT count(*) FROM e)::integer + 0 * (SELECT count(*) FROM note)::integer`, args
@@ -464,13 +466,16 @@ func withMemory(q string, args []any, puts []store.MemoryPut) (string, []any) {
 	SELECT * FROM c`, args
 }
 
-// eventColumns are events' numbers and data, as arrays.
-func eventColumns(evs []store.EventRecord) ([]int64, []string) {
-	seqs, data := make([]int64, len(evs)), make([]string, len(evs))
-	for i, ev := range evs {
-		seqs[i], data[i] = ev.Seq, string(ev.Data)
+// eventRowColumns are events' rows (sqlstore.EventRows) as arrays: the
+// rows' first numbers (0: a row of one event), their last and their
+// data.
+func eventRowColumns(evs []store.EventRecord) ([]int64, []int64, []string) {
+	rows := sqlstore.EventRows(evs)
+	firsts, seqs, data := make([]int64, len(rows)), make([]int64, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		firsts[i], seqs[i], data[i] = r.First, r.Last, r.Data
 	}
-	return seqs, data
+	return firsts, seqs, data
 }
 
 // scanCommit reads the result of cp's commitStatement: whether the

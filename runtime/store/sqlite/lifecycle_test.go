@@ -177,9 +177,9 @@ func TestMigrationDeletesWhatOldPrunesLeft(t *testing.T) {
 }
 
 // The migration that keeps a run's events in the order they were
-// appended (037) keeps every event of a file made before it: the same
-// data under the same numbers, read in order, and a number still taken
-// once.
+// appended (037), and the one that keeps a step's events in one row
+// (039), keep every event of a file made before them: the same data under
+// the same numbers, read in order, and a number still taken once.
 func TestEventsMigrationKeepsEvents(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "old.db")
@@ -207,7 +207,7 @@ func TestEventsMigrationKeepsEvents(t *testing.T) {
 	execAll(t, db,
 		`DROP TABLE api_events`,
 		`CREATE TABLE api_events (run TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run, seq)) WITHOUT ROWID`,
-		`DELETE FROM trellis_migrations WHERE version = 37`,
+		`DELETE FROM trellis_migrations WHERE version IN (37, 39)`,
 	)
 	for run, evs := range want {
 		for _, e := range evs {
@@ -243,4 +243,36 @@ func TestEventsMigrationKeepsEvents(t *testing.T) {
 	if got, err := st.Events(ctx, "run_a", 5, 0); err != nil || len(got) != 2 || got[0].Seq != 6 || string(got[1].Data) != `{"type":"next"}` {
 		t.Fatalf("events after one appended after the migration: %v %v", got, err)
 	}
+}
+
+// A step's events are one row of the events' table (migration 039),
+// not a row each.
+func TestEventRows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rows.db")
+	st, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	db := openDB(t, path)
+	defer db.Close()
+	storetest.EventRows(t, st, func(run string) [][2]int64 {
+		rows, err := db.Query(`SELECT coalesce(first_seq, seq), seq FROM api_events WHERE run = ? ORDER BY seq`, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out [][2]int64
+		for rows.Next() {
+			var r [2]int64
+			if err := rows.Scan(&r[0], &r[1]); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	})
 }

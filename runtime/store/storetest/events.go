@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -114,6 +115,158 @@ func testEventsWithCheckpoints(t *testing.T, st store.Store) {
 	if got, err := c.Events(ctx, "r", 0, 0); err != nil || !reflect.DeepEqual(got, evs(1, 2*sqlstore.FoldEvery-1)) {
 		t.Fatalf("events after %d steps: %v %v", 2*sqlstore.FoldEvery, got, err)
 	}
+}
+
+// A run's events appended in batches, as a step's are (a store may keep
+// a batch in one place, not an event each), read back one by one: from
+// every number, a page of every length, the last, and every run's at
+// once; the batches come through commits and appends, by the holder and
+// by anyone, and one event's data holds a newline. A run's events are
+// appended in order, once: a batch holding a number recorded, or one
+// before the run's last, or out of order, is refused whole (ErrExists),
+// and one from a server not running the run is refused as that
+// (ErrRunChanged) whatever its numbers; a batch after a gap is taken.
+func testEventsInBatches(t *testing.T, st store.Store) {
+	c := st.(store.Catalog)
+	threads(t, c, "t")
+	if err := c.CreateRun(ctx, &store.RunRecord{ID: "r", Tenant: "acme", Thread: "t", Status: store.RunQueued, Created: moment(1)}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := c.ClaimRun(ctx, "s1", "", moment(2))
+	if err != nil || claimed.ID != "r" {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	var want []store.EventRecord
+	batch := func(seqs ...int64) []store.EventRecord {
+		var out []store.EventRecord
+		for _, seq := range seqs {
+			data := fmt.Appendf(nil, `{"type":"node_end","seq":%d,"text":"é \u0000 %s"}`, seq, strings.Repeat("x", int(seq)*37))
+			if seq == 7 {
+				data = []byte("{\"type\": \"pretty\",\n \"seq\": 7}")
+			}
+			out = append(out, store.EventRecord{Seq: seq, Data: data})
+		}
+		return out
+	}
+	check := func(when string) {
+		t.Helper()
+		last := want[len(want)-1].Seq
+		for after := int64(0); after <= last; after++ {
+			var rest []store.EventRecord
+			for _, ev := range want {
+				if ev.Seq > after {
+					rest = append(rest, ev)
+				}
+			}
+			for limit := 1; limit <= len(rest)+1; limit++ {
+				got, err := c.Events(ctx, "r", after, limit)
+				page := rest[:min(limit, len(rest))]
+				if err != nil || !sameEvents(got, page) {
+					t.Fatalf("%s: events after %d, %d at most: %v %v, want %v", when, after, limit, seqsOf(got), err, seqsOf(page))
+				}
+			}
+		}
+		if got, err := c.LastEvent(ctx, "r"); err != nil || !sameEvents([]store.EventRecord{*got}, want[len(want)-1:]) {
+			t.Fatalf("%s: last event %v %v", when, got, err)
+		}
+		if all, err := c.RunsEvents(ctx, []string{"r", "none"}); err != nil || len(all) != 1 || !sameEvents(all["r"], want) {
+			t.Fatalf("%s: the run's events at once: %v %v", when, seqsOf(all["r"]), err)
+		}
+	}
+	create(t, st, "t", map[string]any{"n": 0})
+	ea := &store.EventAppend{Run: "r", Holder: "s1", Events: batch(1, 2, 3, 4, 5)}
+	if err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 2, Parent: 1, Run: "r", Step: 1, Source: store.SourceStep, Time: at(2),
+		Writes: []store.Write{{Field: "n", Version: 2, Value: 1}}, Events: ea}); err != nil || ea.Refused {
+		t.Fatalf("a step with its events: %v, refused %v", err, ea.Refused)
+	}
+	want = append(want, ea.Events...)
+	check("after a step")
+	// a store that notifies as it appends (store.Notifier) takes the
+	// holder's batches both ways
+	notifier, notifies := st.(store.Notifier)
+	appendAs := func(holder string, evs []store.EventRecord, notify bool) error {
+		if notify {
+			return notifier.AppendNotify(ctx, &store.EventAppend{Run: "r", Holder: holder, Events: evs, Channel: "trellis_test", Payload: "run r"})
+		}
+		return c.AppendEvents(ctx, "r", holder, evs)
+	}
+	for _, b := range [][]store.EventRecord{batch(6, 7, 8, 9), batch(10)} {
+		if err := appendAs("s1", b, notifies && b[0].Seq == 10); err != nil {
+			t.Fatalf("append %v: %v", seqsOf(b), err)
+		}
+		want = append(want, b...)
+	}
+	check("after the holder's appends")
+	if err := c.AppendEvents(ctx, "r", "", batch(11, 12, 13)); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, batch(11, 12, 13)...)
+	check("after anyone's append")
+	for _, b := range []struct {
+		holder string
+		evs    []store.EventRecord
+		want   error
+	}{
+		{"s1", batch(4, 5, 6), store.ErrExists},
+		{"s1", batch(12, 13, 14, 15), store.ErrExists},
+		{"s1", batch(13), store.ErrExists},
+		{"s1", batch(3), store.ErrExists},
+		{"", batch(9, 10, 11, 14), store.ErrExists},
+		{"s1", batch(14, 16, 15), store.ErrExists},
+		{"", batch(15, 14), store.ErrExists},
+		{"s2", batch(14, 15), store.ErrRunChanged},
+		{"s2", batch(13, 14), store.ErrRunChanged},
+		{"s2", batch(15, 14), store.ErrRunChanged},
+	} {
+		for _, notify := range []bool{false, notifies && b.holder != ""} {
+			if err := appendAs(b.holder, b.evs, notify); !errors.Is(err, b.want) {
+				t.Fatalf("append %v by %q (notifying %v): %v, want %v", seqsOf(b.evs), b.holder, notify, err, b.want)
+			}
+		}
+	}
+	check("after the refusals")
+	if err := c.AppendEvents(ctx, "r", "s1", batch(16, 17)); err != nil {
+		t.Fatalf("a batch after a gap: %v", err)
+	}
+	want = append(want, batch(16, 17)...)
+	check("after a gap")
+	if err := c.AppendEvents(ctx, "r", "s1", batch(14, 15)); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("a batch in the gap: %v", err)
+	}
+	check("after a batch in the gap")
+	// packed through an event inside a batch: the pack's events (every
+	// other one kept) up to it, the batch's after it, and the rest
+	end := *claimed
+	end.Status, end.Finished = store.RunSucceeded, moment(3)
+	if err := c.UpdateRun(ctx, &end, claimed.State(), nil); err != nil {
+		t.Fatal(err)
+	}
+	var kept []store.EventRecord
+	for _, ev := range want {
+		if ev.Seq <= 12 && ev.Seq%2 == 0 {
+			kept = append(kept, ev)
+		}
+	}
+	if n, err := c.PackEvents(ctx, []store.EventPack{{Run: "r", Through: 12, Events: kept}}); err != nil || n != 1 {
+		t.Fatalf("pack: %d %v", n, err)
+	}
+	want = append(kept, slices.DeleteFunc(want, func(ev store.EventRecord) bool { return ev.Seq <= 12 })...)
+	check("after a pack through an event inside a batch")
+}
+
+// sameEvents reports whether a and b hold the same events: numbers and
+// data.
+func sameEvents(a, b []store.EventRecord) bool {
+	return slices.EqualFunc(a, b, func(x, y store.EventRecord) bool { return x.Seq == y.Seq && bytes.Equal(x.Data, y.Data) })
+}
+
+// seqsOf are the numbers of evs.
+func seqsOf(evs []store.EventRecord) []int64 {
+	out := make([]int64, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Seq
+	}
+	return out
 }
 
 // A run's end goes with its last checkpoint (EventAppend.End): its record
@@ -509,5 +662,69 @@ func testPackedEvents(t *testing.T, c store.Catalog) {
 	}
 	if got, err := c.Events(ctx, "ended-2", 0, 0); err != nil || len(got) != 0 {
 		t.Fatalf("events of a deleted run: %d %v", len(got), err)
+	}
+}
+
+// EventRows checks how an SQL store lays a run's events out in rows
+// (sqlstore.EventRows): rows reads back the run's rows, each as the
+// numbers of its first and last event, in order. A step's events (a
+// checkpoint's), a holder's batch, a notified batch (a store.Notifier's)
+// and a run's end are each one row; an event whose data holds a newline,
+// and a batch's events on either side of it, rows of their own; and every
+// event reads back as appended.
+func EventRows(t *testing.T, st store.Store, rows func(run string) [][2]int64) {
+	c := st.(store.Catalog)
+	threads(t, c, "t")
+	if err := c.CreateRun(ctx, &store.RunRecord{ID: "r", Tenant: "acme", Thread: "t", Status: store.RunQueued, Created: moment(1)}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := c.ClaimRun(ctx, "s1", "", moment(2))
+	if err != nil || claimed.ID != "r" {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	evs := func(from, to int64) []store.EventRecord {
+		var out []store.EventRecord
+		for seq := from; seq <= to; seq++ {
+			data := fmt.Appendf(nil, `{"type":"node_end","seq":%d}`, seq)
+			if seq == 8 {
+				data = []byte("{\"type\": \"pretty\",\n \"seq\": 8}")
+			}
+			out = append(out, store.EventRecord{Seq: seq, Data: data})
+		}
+		return out
+	}
+	create(t, st, "t", map[string]any{"n": 0})
+	step := func(seq uint64, ea *store.EventAppend, release string) {
+		t.Helper()
+		if err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Run: "r", Step: int(seq), Source: store.SourceStep,
+			Time: at(int(seq)), Writes: []store.Write{{Field: "n", Version: seq, Value: int(seq)}}, Events: ea, Release: release,
+			WriteID: store.NewWriteID()}); err != nil || ea.Refused || ea.End != nil && !ea.End.Applied {
+			t.Fatalf("step %d: %v, refused %v", seq, err, ea.Refused)
+		}
+	}
+	step(2, &store.EventAppend{Run: "r", Holder: "s1", Events: evs(1, 5)}, "")
+	if err := c.AppendEvents(ctx, "r", "s1", evs(6, 10)); err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]int64{{1, 5}, {6, 7}, {8, 8}, {9, 10}}
+	next := int64(11)
+	if n, ok := st.(store.Notifier); ok {
+		if err := n.AppendNotify(ctx, &store.EventAppend{Run: "r", Holder: "s1", Events: evs(11, 13)}); err != nil {
+			t.Fatal(err)
+		}
+		want, next = append(want, [2]int64{11, 13}), 14
+	}
+	// the run's end with the last step, its events told with it
+	end := *claimed
+	end.Status, end.Finished, end.Checkpoint, end.WriteID = store.RunSucceeded, moment(3), 3, store.NewWriteID()
+	step(3, &store.EventAppend{Run: "r", Holder: "s1", Events: evs(next, next+1),
+		End: &store.RunEnd{Record: &end, Expect: claimed.State(), Events: evs(next+2, next+4)}}, "s1")
+	want = append(want, [2]int64{next, next + 1}, [2]int64{next + 2, next + 4})
+	if got := rows("r"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the run's rows of events %v, want %v", got, want)
+	}
+	got, err := c.Events(ctx, "r", 0, 0)
+	if err != nil || !sameEvents(got, evs(1, next+4)) {
+		t.Fatalf("the run's events %v %v", seqsOf(got), err)
 	}
 }

@@ -5,6 +5,7 @@
 package sqlstore
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -61,28 +62,148 @@ func AppendWithCheckpoint(ctx context.Context, db DB, ea *store.EventAppend) err
 	return nil
 }
 
-// appendHeld inserts a run's events in one statement while holder runs
-// the run.
-func appendHeld(ctx context.Context, db DB, run, holder string, evs []store.EventRecord) error {
+// A run's events are kept in rows of api_events (migration 039): a row
+// holds the events first_seq..seq, their data joined by newlines, or one
+// event (first_seq NULL), its data as it is. A batch's consecutive
+// events whose data hold no newline (an event as the engine encodes it)
+// go in one row: a step's events are one row, not a row each.
+
+// EventRow is a row of api_events: the events First..Last (First 0: the
+// one event Last) and their data.
+type EventRow struct {
+	First, Last int64
+	Data        string
+}
+
+// EventRows lays a batch of events out as rows (see EventRow): each run
+// of consecutive numbers (from 1 on) whose data hold no newline in one
+// row, any other event in a row of its own.
+func EventRows(evs []store.EventRecord) []EventRow {
+	rows := make([]EventRow, 0, 1)
+	var b strings.Builder
+	for i := 0; i < len(evs); {
+		j := i + 1
+		if evs[i].Seq > 0 && !bytes.Contains(evs[i].Data, newline) {
+			for j < len(evs) && evs[j].Seq == evs[j-1].Seq+1 && !bytes.Contains(evs[j].Data, newline) {
+				j++
+			}
+		}
+		if j == i+1 {
+			rows = append(rows, EventRow{Last: evs[i].Seq, Data: string(evs[i].Data)})
+			i = j
+			continue
+		}
+		b.Reset()
+		for k, ev := range evs[i:j] {
+			if k > 0 {
+				b.WriteByte('\n')
+			}
+			b.Write(ev.Data)
+		}
+		rows = append(rows, EventRow{First: evs[i].Seq, Last: evs[j-1].Seq, Data: b.String()})
+		i = j
+	}
+	return rows
+}
+
+var newline = []byte{'\n'}
+
+// Ascending reports whether a batch's events are numbered in ascending
+// order: a batch that is not refuses itself (ErrExists), as a number
+// not after the run's last event does.
+func Ascending(evs []store.EventRecord) bool {
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Seq <= evs[i-1].Seq {
+			return false
+		}
+	}
+	return true
+}
+
+// appendRow appends to out the events of an api_events row (first nil:
+// one event) numbered after after.
+func appendRow(out []store.EventRecord, first *int64, last int64, data string, after int64) ([]store.EventRecord, error) {
+	if first == nil {
+		if last > after {
+			out = append(out, store.EventRecord{Seq: last, Data: []byte(data)})
+		}
+		return out, nil
+	}
+	if n := strings.Count(data, "\n") + 1; int64(n) != last-*first+1 {
+		return nil, fmt.Errorf("the row of events %d to %d holds %d", *first, last, n)
+	}
+	seq := *first
+	for part := range strings.SplitSeq(data, "\n") {
+		if seq > after {
+			out = append(out, store.EventRecord{Seq: seq, Data: []byte(part)})
+		}
+		seq++
+	}
+	return out, nil
+}
+
+// insertRows is the statement inserting evs' rows for run: the rows as
+// values, then cond (its arguments after the rows'). The rows are
+// inserted only while no row of the run holds an event numbered from
+// the batch's first on: a run's events are appended in order, once.
+func insertRows(run string, evs []store.EventRecord, cond string, condArgs ...any) (string, []any) {
+	rows := EventRows(evs)
 	var q strings.Builder
-	q.WriteString(`INSERT INTO api_events (run, seq, data) SELECT * FROM (VALUES `)
-	args := make([]any, 0, 3*len(evs)+2)
-	for i, ev := range evs {
+	q.WriteString(`INSERT INTO api_events (run, first_seq, seq, data) SELECT * FROM (VALUES `)
+	args := make([]any, 0, 4*len(rows)+2+len(condArgs))
+	for i, r := range rows {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, CAST(? AS BIGINT), ?)")
-		args = append(args, run, ev.Seq, string(ev.Data))
+		q.WriteString("(?, CAST(? AS BIGINT), CAST(? AS BIGINT), ?)")
+		var first any
+		if r.First != 0 {
+			first = r.First
+		}
+		args = append(args, run, first, r.Last, r.Data)
 	}
-	q.WriteString(`) AS v WHERE EXISTS (SELECT 1 FROM api_runs WHERE id = ? AND server = ? AND status = 'running'` + db.Shared() + `)`)
-	n, err := db.Exec(ctx, q.String(), append(args, run, holder)...)
+	q.WriteString(`) AS v WHERE NOT EXISTS (SELECT 1 FROM api_events WHERE run = ? AND seq >= ?) AND `)
+	q.WriteString(cond)
+	args = append(args, run, evs[0].Seq)
+	return q.String(), append(args, condArgs...)
+}
+
+// appendHeld inserts a run's events in one statement while holder runs
+// the run.
+func appendHeld(ctx context.Context, db DB, run, holder string, evs []store.EventRecord) error {
+	if !Ascending(evs) {
+		return Refused(ctx, db, run, holder)
+	}
+	q, args := insertRows(run, evs, running(db), run, holder)
+	n, err := db.Exec(ctx, q, args...)
 	if err != nil && db.Unique(err) {
 		return store.ErrExists
 	}
 	if err == nil && n == 0 {
-		return store.ErrRunChanged
+		return Refused(ctx, db, run, holder)
 	}
 	return err
+}
+
+// running is the condition that holder (the second argument) runs run
+// (the first), holding the run's record against an adoption where db
+// can.
+func running(db DB) string {
+	return `EXISTS (SELECT 1 FROM api_runs WHERE id = ? AND server = ? AND status = 'running'` + db.Shared() + `)`
+}
+
+// Refused says why a batch of events holder appended to run was not
+// recorded: the run is no longer the holder's (ErrRunChanged), or their
+// numbers are taken (ErrExists).
+func Refused(ctx context.Context, db DB, run, holder string) error {
+	var holds bool
+	if err := one(ctx, db, func(r Rows) error { return r.Scan(&holds) }, `SELECT `+running(db), run, holder); err != nil {
+		return err
+	}
+	if !holds {
+		return store.ErrRunChanged
+	}
+	return store.ErrExists
 }
 
 // appendEvents inserts a run's events in one statement, unless the run's
@@ -91,37 +212,30 @@ func appendEvents(ctx context.Context, db DB, run string, evs []store.EventRecor
 	if len(evs) == 0 {
 		return nil
 	}
-	var q strings.Builder
-	q.WriteString(`INSERT INTO api_events (run, seq, data) SELECT * FROM (VALUES `)
-	args := make([]any, 0, 3*len(evs)+2)
-	first := evs[0].Seq
-	for i, ev := range evs {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, CAST(? AS BIGINT), ?)")
-		args = append(args, run, ev.Seq, string(ev.Data))
-		first = min(first, ev.Seq)
+	if !Ascending(evs) {
+		return store.ErrExists
 	}
-	q.WriteString(`) AS v WHERE NOT EXISTS (SELECT 1 FROM api_event_packs WHERE run = ? AND last >= ?)`)
-	n, err := db.Exec(ctx, q.String(), append(args, run, first)...)
+	q, args := insertRows(run, evs, `NOT EXISTS (SELECT 1 FROM api_event_packs WHERE run = ? AND last >= ?)`, run, evs[0].Seq)
+	n, err := db.Exec(ctx, q, args...)
 	if err != nil && db.Unique(err) || err == nil && n == 0 {
 		return store.ErrExists
 	}
 	return err
 }
 
-// eventsQuery reads a run's event rows (run, after, limit) and its pack,
-// if it has one with events after after (run, after): rows with data and
-// no pack, then the pack as a row with the number of its last event, no
-// data and the pack.
-const eventsQuery = `SELECT seq, data, NULL FROM
-		(SELECT seq, data FROM api_events WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?) AS e
+// eventsQuery reads a run's event rows (run, after, limit: each row holds
+// one event at least) and its pack, if it has one with events after after
+// (run, after): rows with their first event's number, their last's and
+// data and no pack, then the pack as a row with the number of its last
+// event, no data and the pack.
+const eventsQuery = `SELECT first_seq, seq, data, NULL FROM
+		(SELECT first_seq, seq, data FROM api_events WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?) AS e
 	UNION ALL
-	SELECT last, NULL, data FROM api_event_packs WHERE run = ? AND last > ?`
+	SELECT NULL, last, NULL, data FROM api_event_packs WHERE run = ? AND last > ?`
 
 // readEvents reads a run's event rows and its pack from a query of the
-// shape of eventsQuery, and merges them in order, at most limit.
+// shape of eventsQuery, and merges their events after after in order, at
+// most limit.
 func (c Catalog) readEvents(ctx context.Context, run string, after int64, limit int, query string, args ...any) ([]store.EventRecord, error) {
 	rows, err := c.DB.Query(ctx, query, args...)
 	if err != nil {
@@ -131,21 +245,26 @@ func (c Catalog) readEvents(ctx context.Context, run string, after int64, limit 
 	var out []store.EventRecord
 	var packed []byte
 	for rows.Next() {
-		var e store.EventRecord
+		var first *int64
+		var last int64
 		var data *string
 		var pack []byte
-		if err := rows.Scan(&e.Seq, &data, &pack); err != nil {
+		if err := rows.Scan(&first, &last, &data, &pack); err != nil {
 			return nil, err
 		}
 		if data == nil {
 			packed = append([]byte(nil), pack...)
 			continue
 		}
-		e.Data = []byte(*data)
-		out = append(out, e)
+		if out, err = appendRow(out, first, last, *data, after); err != nil {
+			return nil, fmt.Errorf("run %s: %w", run, err)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	if len(out) > limit {
+		out = out[:limit]
 	}
 	out, err = mergeEvents(packed, after, out, limit)
 	if err != nil {
@@ -168,8 +287,8 @@ func (c Catalog) RunsEvents(ctx context.Context, runs []string) (map[string][]st
 			args = append(args, r)
 		}
 	}
-	rows, err := c.DB.Query(ctx, `SELECT run, seq, data, NULL FROM api_events WHERE run IN `+in+`
-		UNION ALL SELECT run, last, NULL, data FROM api_event_packs WHERE run IN `+in, args...)
+	rows, err := c.DB.Query(ctx, `SELECT run, first_seq, seq, data, NULL FROM api_events WHERE run IN `+in+`
+		UNION ALL SELECT run, NULL, last, NULL, data FROM api_event_packs WHERE run IN `+in, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -177,18 +296,20 @@ func (c Catalog) RunsEvents(ctx context.Context, runs []string) (map[string][]st
 	packed := map[string][]byte{}
 	for rows.Next() {
 		var run string
-		var e store.EventRecord
+		var first *int64
+		var last int64
 		var data *string
 		var pack []byte
-		if err := rows.Scan(&run, &e.Seq, &data, &pack); err != nil {
+		if err := rows.Scan(&run, &first, &last, &data, &pack); err != nil {
 			return nil, err
 		}
 		if data == nil {
 			packed[run] = append([]byte(nil), pack...)
 			continue
 		}
-		e.Data = []byte(*data)
-		out[run] = append(out[run], e)
+		if out[run], err = appendRow(out[run], first, last, *data, math.MinInt64); err != nil {
+			return nil, fmt.Errorf("run %s: %w", run, err)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -208,10 +329,10 @@ func (c Catalog) RunsEvents(ctx context.Context, runs []string) (map[string][]st
 
 // LastEvent implements store.Catalog.
 func (c Catalog) LastEvent(ctx context.Context, run string) (*store.EventRecord, error) {
-	evs, err := c.readEvents(ctx, run, 0, math.MaxInt, `SELECT seq, data, NULL FROM
-			(SELECT seq, data FROM api_events WHERE run = ? ORDER BY seq DESC LIMIT 1) AS e
+	evs, err := c.readEvents(ctx, run, math.MinInt64, math.MaxInt, `SELECT first_seq, seq, data, NULL FROM
+			(SELECT first_seq, seq, data FROM api_events WHERE run = ? ORDER BY seq DESC LIMIT 1) AS e
 		UNION ALL
-		SELECT last, NULL, data FROM api_event_packs WHERE run = ?`, run, run)
+		SELECT NULL, last, NULL, data FROM api_event_packs WHERE run = ?`, run, run)
 	if err != nil {
 		return nil, err
 	}
@@ -225,6 +346,33 @@ func (c Catalog) LastEvent(ctx context.Context, run string) (*store.EventRecord,
 func (c Catalog) Events(ctx context.Context, run string, after int64, limit int) ([]store.EventRecord, error) {
 	limit = store.PageLimit(limit)
 	return c.readEvents(ctx, run, after, limit, eventsQuery, run, after, limit, run, after)
+}
+
+// trimRow leaves run's row of events that holds through and events after
+// it (a pack through an event inside a row) with the events after
+// through alone.
+func trimRow(ctx context.Context, db DB, run string, through int64) error {
+	var first, last int64
+	var data string
+	err := one(ctx, db, func(r Rows) error { return r.Scan(&first, &last, &data) },
+		`SELECT first_seq, seq, data FROM api_events WHERE run = ? AND seq > ? AND first_seq <= ?`, run, through, through)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rest, err := appendRow(nil, &first, last, data, through)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", run, err)
+	}
+	row := EventRows(rest)[0]
+	var from any
+	if row.First != 0 {
+		from = row.First
+	}
+	_, err = db.Exec(ctx, `UPDATE api_events SET first_seq = CAST(? AS BIGINT), data = ? WHERE run = ? AND seq = ?`, from, row.Data, run, last)
+	return err
 }
 
 // RunsToPack implements store.Catalog.
@@ -298,6 +446,9 @@ func (c Catalog) PackEvents(ctx context.Context, packs []store.EventPack) (int, 
 				}
 			}
 			if _, err := db.Exec(ctx, `DELETE FROM api_events WHERE run = ? AND seq <= ?`, p.Run, p.Through); err != nil {
+				return err
+			}
+			if err := trimRow(ctx, db, p.Run, p.Through); err != nil {
 				return err
 			}
 			packed++
