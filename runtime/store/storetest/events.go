@@ -54,13 +54,7 @@ func testCatalogConcurrentEvents(t *testing.T, c store.Catalog) {
 // refusal of the events commits the checkpoint and says so.
 func testEventsWithCheckpoints(t *testing.T, st store.Store) {
 	c := st.(store.Catalog)
-	threads(t, c, "t")
-	if err := c.CreateRun(ctx, &store.RunRecord{ID: "r", Tenant: "acme", Thread: "t", Status: store.RunQueued, Created: moment(1)}); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := c.ClaimRun(ctx, "s1", "", moment(2)); err != nil || r.ID != "r" {
-		t.Fatalf("claim: %v %v", r, err)
-	}
+	claimedRun(t, st, "r", "t")
 	evs := func(from, to int64) []store.EventRecord {
 		var out []store.EventRecord
 		for seq := from; seq <= to; seq++ {
@@ -72,7 +66,6 @@ func testEventsWithCheckpoints(t *testing.T, st store.Store) {
 		return st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Run: "r", Step: int(seq), Source: store.SourceStep,
 			Time: at(int(seq)), Writes: []store.Write{{Field: "n", Version: seq, Value: int(seq)}}, Events: ea})
 	}
-	create(t, st, "t", map[string]any{"n": 0})
 	ea := &store.EventAppend{Run: "r", Holder: "s1", Events: evs(1, 3), Channel: "trellis_test", Payload: "run r"}
 	if err := step(2, ea); err != nil || ea.Refused {
 		t.Fatalf("a step with its events: %v, refused %v", err, ea.Refused)
@@ -128,14 +121,7 @@ func testEventsWithCheckpoints(t *testing.T, st store.Store) {
 // (ErrRunChanged) whatever its numbers; a batch after a gap is taken.
 func testEventsInBatches(t *testing.T, st store.Store) {
 	c := st.(store.Catalog)
-	threads(t, c, "t")
-	if err := c.CreateRun(ctx, &store.RunRecord{ID: "r", Tenant: "acme", Thread: "t", Status: store.RunQueued, Created: moment(1)}); err != nil {
-		t.Fatal(err)
-	}
-	claimed, err := c.ClaimRun(ctx, "s1", "", moment(2))
-	if err != nil || claimed.ID != "r" {
-		t.Fatalf("claim: %v %v", claimed, err)
-	}
+	claimed := claimedRun(t, st, "r", "t")
 	var want []store.EventRecord
 	batch := func(seqs ...int64) []store.EventRecord {
 		var out []store.EventRecord
@@ -173,7 +159,6 @@ func testEventsInBatches(t *testing.T, st store.Store) {
 			t.Fatalf("%s: the run's events at once: %v %v", when, seqsOf(all["r"]), err)
 		}
 	}
-	create(t, st, "t", map[string]any{"n": 0})
 	ea := &store.EventAppend{Run: "r", Holder: "s1", Events: batch(1, 2, 3, 4, 5)}
 	if err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: 2, Parent: 1, Run: "r", Step: 1, Source: store.SourceStep, Time: at(2),
 		Writes: []store.Write{{Field: "n", Version: 2, Value: 1}}, Events: ea}); err != nil || ea.Refused {
@@ -254,6 +239,23 @@ func testEventsInBatches(t *testing.T, st store.Store) {
 	check("after a pack through an event inside a batch")
 }
 
+// claimedRun is a run on a new thread (its first checkpoint holds n: 0),
+// queued and claimed by server s1.
+func claimedRun(t *testing.T, st store.Store, id, thread string) *store.RunRecord {
+	t.Helper()
+	c := st.(store.Catalog)
+	threads(t, c, thread)
+	if err := c.CreateRun(ctx, &store.RunRecord{ID: id, Tenant: "acme", Thread: thread, Status: store.RunQueued, Created: moment(1)}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.ClaimRun(ctx, "s1", "", moment(2))
+	if err != nil || r.ID != id {
+		t.Fatalf("claim: %v %v", r, err)
+	}
+	create(t, st, thread, map[string]any{"n": 0})
+	return r
+}
+
 // sameEvents reports whether a and b hold the same events: numbers and
 // data.
 func sameEvents(a, b []store.EventRecord) bool {
@@ -287,16 +289,7 @@ func testRunEndWithCheckpoint(t *testing.T, st store.Store) {
 	}
 	running := func(id, thread string) *store.RunRecord {
 		t.Helper()
-		threads(t, c, thread)
-		if err := c.CreateRun(ctx, &store.RunRecord{ID: id, Tenant: "acme", Thread: thread, Status: store.RunQueued, Created: moment(1)}); err != nil {
-			t.Fatal(err)
-		}
-		r, err := c.ClaimRun(ctx, "s1", "", moment(2))
-		if err != nil || r.ID != id {
-			t.Fatalf("claim: %v %v", r, err)
-		}
-		create(t, st, thread, map[string]any{"n": 0})
-		return r
+		return claimedRun(t, st, id, thread)
 	}
 	ended := func(r *store.RunRecord, seq uint64) *store.RunRecord {
 		e := *r
@@ -674,14 +667,7 @@ func testPackedEvents(t *testing.T, c store.Catalog) {
 // event reads back as appended.
 func EventRows(t *testing.T, st store.Store, rows func(run string) [][2]int64) {
 	c := st.(store.Catalog)
-	threads(t, c, "t")
-	if err := c.CreateRun(ctx, &store.RunRecord{ID: "r", Tenant: "acme", Thread: "t", Status: store.RunQueued, Created: moment(1)}); err != nil {
-		t.Fatal(err)
-	}
-	claimed, err := c.ClaimRun(ctx, "s1", "", moment(2))
-	if err != nil || claimed.ID != "r" {
-		t.Fatalf("claim: %v %v", claimed, err)
-	}
+	claimed := claimedRun(t, st, "r", "t")
 	evs := func(from, to int64) []store.EventRecord {
 		var out []store.EventRecord
 		for seq := from; seq <= to; seq++ {
@@ -693,7 +679,6 @@ func EventRows(t *testing.T, st store.Store, rows func(run string) [][2]int64) {
 		}
 		return out
 	}
-	create(t, st, "t", map[string]any{"n": 0})
 	step := func(seq uint64, ea *store.EventAppend, release string) {
 		t.Helper()
 		if err := st.Commit(ctx, &store.Checkpoint{Thread: "t", Seq: seq, Parent: seq - 1, Run: "r", Step: int(seq), Source: store.SourceStep,
