@@ -256,6 +256,9 @@ func (c Catalog) readEvents(ctx context.Context, run string, after int64, limit 
 			packed = append([]byte(nil), pack...)
 			continue
 		}
+		if len(out) >= limit {
+			continue // a page's events are in hand: the rest only to find the pack
+		}
 		if out, err = appendRow(out, first, last, *data, after); err != nil {
 			return nil, fmt.Errorf("run %s: %w", run, err)
 		}
