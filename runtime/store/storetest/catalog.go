@@ -36,6 +36,7 @@ func RunCatalog(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PackedEvents", testPackedEvents},
 		{"EventsWithCheckpoints", func(t *testing.T, c store.Catalog) { testEventsWithCheckpoints(t, c.(store.Store)) }},
 		{"EventsInBatches", func(t *testing.T, c store.Catalog) { testEventsInBatches(t, c.(store.Store)) }},
+		{"ALargeBatchOfEvents", testALargeBatch},
 		{"RunEndWithCheckpoint", func(t *testing.T, c store.Catalog) { testRunEndWithCheckpoint(t, c.(store.Store)) }},
 		{"NodeCache", func(t *testing.T, c store.Catalog) { testNodeCache(t, c.(store.Cache)) }},
 	}

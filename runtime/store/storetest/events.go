@@ -239,6 +239,37 @@ func testEventsInBatches(t *testing.T, st store.Store) {
 	check("after a pack through an event inside a batch")
 }
 
+// A batch of more events than a statement has room for a parameter each
+// (SQLite's 32,766) is appended and read back a page at a time, from the
+// start and from inside it; a few of its events hold newlines.
+func testALargeBatch(t *testing.T, c store.Catalog) {
+	threads(t, c, "t")
+	const n = 25000
+	evs := make([]store.EventRecord, n)
+	for i := range evs {
+		seq := int64(i + 1)
+		evs[i] = store.EventRecord{Seq: seq, Data: fmt.Appendf(nil, `{"n":%d}`, seq)}
+		if seq%5000 == 0 {
+			evs[i].Data = fmt.Appendf(nil, "{\n\"n\": %d}", seq)
+		}
+	}
+	if err := c.AppendEvents(ctx, "r", "", evs); err != nil {
+		t.Fatalf("append %d events at once: %v", n, err)
+	}
+	for _, after := range []int64{0, 4999, 5000, 12345, n - 1} {
+		got, err := c.Events(ctx, "r", after, store.MaxPage)
+		if want := evs[after:min(int(after)+store.MaxPage, n)]; err != nil || !sameEvents(got, want) {
+			t.Fatalf("a page after %d: %d events from %v, %v", after, len(got), seqsOf(got[:min(len(got), 1)]), err)
+		}
+	}
+	if last, err := c.LastEvent(ctx, "r"); err != nil || !sameEvents([]store.EventRecord{*last}, evs[n-1:]) {
+		t.Fatalf("the last event: %v %v", last, err)
+	}
+	if err := c.AppendEvents(ctx, "r", "", evs[n-2:]); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("the batch's last two again: %v", err)
+	}
+}
+
 // claimedRun is a run on a new thread (its first checkpoint holds n: 0),
 // queued and claimed by server s1.
 func claimedRun(t *testing.T, st store.Store, id, thread string) *store.RunRecord {
